@@ -1,0 +1,89 @@
+"""JSON helpers shared by every layer: the two byte measures, strict parsing and depth bounds.
+
+* compact size: UTF-8 bytes of JSON with ``,``/``:`` separators and non-ASCII emitted raw.
+* ASCII wire size: bytes of JSON with default separators and every non-ASCII character escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_WIRE = json.JSONEncoder(ensure_ascii=True, allow_nan=False)
+
+
+def compact_dumps(value: Any) -> str:
+    """Compact JSON text (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected)."""
+    return _COMPACT.encode(value)
+
+
+def compact_size(value: Any) -> int:
+    """UTF-8 byte length of :func:`compact_dumps`."""
+    return len(compact_dumps(value).encode("utf-8"))
+
+
+def ascii_dumps(value: Any) -> str:
+    """JSON with default separators and all non-ASCII escaped (``json.dumps`` defaults)."""
+    return _WIRE.encode(value)
+
+
+def ascii_wire_size(value: Any) -> int:
+    """Byte length of :func:`ascii_dumps` (pure ASCII, so characters == bytes)."""
+    return len(ascii_dumps(value))
+
+
+class StrictJSONError(ValueError):
+    """Raised by :func:`strict_loads` for duplicate keys, non-finite numbers or bad syntax."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise StrictJSONError(f"duplicate key: {key!r}")
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJSONError(f"non-finite number: {name}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise StrictJSONError(f"non-finite number: {text}")
+    return value
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """Parse JSON rejecting duplicate keys, NaN/Infinity and overflowing numbers."""
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+        )
+    except StrictJSONError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise StrictJSONError(str(exc)) from exc
+
+
+def depth_exceeds(value: Any, limit: int) -> bool:
+    """True when a container sits at a level deeper than ``limit`` (the root is level 0)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            if level > limit:
+                return True
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            if level > limit:
+                return True
+            stack.extend((child, level + 1) for child in node)
+    return False

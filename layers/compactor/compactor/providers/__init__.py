@@ -1,0 +1,1 @@
+"""Model transports: one module per wire protocol, all behind :class:`providers.base.Transport`."""

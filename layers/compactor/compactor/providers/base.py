@@ -1,0 +1,97 @@
+"""The provider port: offers, requests, responses, error kinds and the transport protocol.
+
+Everything that talks to a model (HTTP or built-in) implements :class:`Transport`. The router
+(``compactor.routing``) picks offers with a policy and calls ``transport.chat`` / ``transport.decide``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+# Error kinds a transport may raise (ProviderError.kind). FailPlans key on these.
+TIMEOUT = "timeout"
+RATE_LIMIT = "rate_limit"
+AUTH_ERROR = "auth_error"
+BAD_REQUEST = "bad_request"
+CONTEXT_OVERFLOW = "context_overflow"
+UPSTREAM_ERROR = "upstream_error"
+BAD_RESPONSE = "bad_response"
+NETWORK_ERROR = "network_error"
+ERROR_KINDS = (
+    TIMEOUT, RATE_LIMIT, AUTH_ERROR, BAD_REQUEST, CONTEXT_OVERFLOW,
+    UPSTREAM_ERROR, BAD_RESPONSE, NETWORK_ERROR,
+)
+
+
+class ProviderError(Exception):
+    """A failed model call. ``message`` never contains credentials."""
+
+    def __init__(self, kind: str, message: str, *, http_status: int | None = None,
+                 cost_reported: float | None = None) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.http_status = http_status
+        # A provider may bill a call whose answer is then rejected (e.g. bad JSON).
+        self.cost_reported = cost_reported
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One catalog entry (CONTRACT §4). ``observations`` holds every policy-visible field."""
+
+    id: str
+    provider: str
+    family: str
+    model: str
+    protocol: str  # "chat" | "decisions"
+    transport: str  # "openai" | "decisions" | "chat-decisions" | "builtin"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    price_in: float | None = None
+    price_out: float | None = None
+    observations: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    max_tokens: int | None = None
+    json_mode: bool = False
+
+
+@dataclass
+class ChatResponse:
+    text: str | None
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    served_model_id: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_total: int | None = None
+    tokens_cached: int | None = None
+    cost_reported: float | None = None  # provider-reported USD, wins over prices
+
+
+@dataclass
+class DecisionRequest:
+    state: Any
+    questions: dict[str, Any]
+
+
+@dataclass
+class DecisionResponse:
+    model: str
+    answers: dict[str, Any]
+    usage: dict[str, Any] | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_total: int | None = None
+    cost_reported: float | None = None
+
+
+class Transport(Protocol):
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse: ...
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse: ...
