@@ -8,23 +8,64 @@ from __future__ import annotations
 from typing import Any
 
 from . import __version__
+from .budget import Deadline, flow_budget_ms
 from .models import CompactRequest
+
+
+def error_body(message: str, *, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "code": code}}
 
 
 def health() -> dict[str, Any]:
     return {"ok": True, "version": __version__}
 
 
+def request_deadline(lambda_context: Any = None) -> Deadline:
+    """The shared budget of one request (CONTRACT §3)."""
+    return Deadline.after_ms(flow_budget_ms(lambda_context=lambda_context))
+
+
+async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = None,
+                  on_event: Any = None) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly)."""
+    from .compaction.legacy import InvalidPolicy, seal
+    from .container import get_router
+
+    router = router or get_router()
+    if request.decision_mode:
+        from .compaction.selective import InvalidRequest, compact_selective
+
+        try:
+            body = await compact_selective(request, router=router, deadline=deadline, on_event=on_event)
+        except InvalidRequest as exc:
+            return 400, error_body(exc.message, code=exc.code)
+        return 200, body
+    try:
+        body = await seal(request.messages, keep_recent=request.keep_recent, policy_ir=request.policy_ir,
+                          max_tokens=request.max_tokens, router=router, deadline=deadline)
+    except InvalidPolicy as exc:
+        return 400, error_body(str(exc), code="invalid_policy")
+    return 200, body
+
+
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/compact`` (both modes). (Being implemented: returns the no-op body for now.)"""
-    return 200, {"messages": request.messages, "compacted": False}
+    """``POST /v1/compact`` (both modes)."""
+    from .container import run_sync
+
+    return run_sync(compact(request, deadline=request_deadline(lambda_context)))
 
 
 def handle_flows(body: dict[str, Any], *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/flows``. (Wired when the flow runtime lands.)"""
-    return 501, {"error": {"message": "not implemented yet", "type": "server_error", "code": None}}
+    """``POST /v1/flows``: admit and run an operator's flow."""
+    from .container import get_router, run_sync
+    from .flows_service import run_flows_request
+
+    return run_sync(run_flows_request(body, router=get_router(), deadline=request_deadline(lambda_context)))
 
 
 def handle_flows_normalize(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/flows/normalize``. (Wired when the flow runtime lands.)"""
-    return 501, {"error": {"message": "not implemented yet", "type": "server_error", "code": None}}
+    """``POST /v1/flows/normalize``: admission and canonical identity only, no model call."""
+    from .container import get_router
+    from .flows_service import normalize_request
+
+    return normalize_request(body, admit_policy=get_router().admit_policy)

@@ -1,0 +1,112 @@
+"""The human report of ``compactor compact``: live progress while model calls run, then a fragment table."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TextIO
+
+from ..jsonutil import compact_size
+
+
+class Progress:
+    """Counts model nodes as they finish; one rewritten line on a terminal, sparse lines otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.total = 0
+        self.done = 0
+        self.failed = 0
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "plan":
+            self.total = 2 * int(event.get("batches", 0))
+            self._write(f"{event.get('candidates', 0)} candidate fragments in {event.get('batches', 0)} batches")
+            return
+        if event.get("kind") not in ("llm", "decision") or event.get("event") not in ("finish", "finished", "end"):
+            return
+        self.done += 1
+        if event.get("outcome") not in (None, "ok", "skipped"):
+            self.failed += 1
+        line = f"model calls: {self.done}/{self.total or '?'} done"
+        if self.failed:
+            line += f", {self.failed} fell back"
+        line += f"  ({time.monotonic() - self.started:.1f}s)"
+        self._write(line, transient=True)
+
+    def _write(self, line: str, transient: bool = False) -> None:
+        if self.tty and transient:
+            self.stream.write("\r\033[K" + line)
+        elif not transient or self.done == self.total:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty and self.done:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _roles(messages: list[dict[str, Any]]) -> str:
+    roles: list[str] = []
+    for message in messages:
+        role = str(message.get("role"))
+        if message.get("tool_calls"):
+            role += f"[{len(message['tool_calls'])} call{'s' if len(message['tool_calls']) > 1 else ''}]"
+        roles.append(role)
+    text = ",".join(roles)
+    return text if len(text) <= 28 else text[:27] + "…"
+
+
+def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
+    messages = request.messages
+    output = body["messages"]
+    lines: list[str] = []
+    compaction = body.get("compaction")
+    if compaction is not None:
+        lines.append(f"{'fragment':<16} {'messages':>9}  {'roles':<28} {'action':<9} {'bytes':>8} {'after':>8}")
+        cursor = 0
+        for entry in compaction["fragments"]:
+            original = messages[entry["start"]:entry["end"]]
+            action = entry["action"]
+            count = {"keep": len(original), "summarize": 1, "archive": 0}[action]
+            after = compact_size(output[cursor:cursor + count]) - 2 * (count > 0) if count else 0
+            before = compact_size(original) - 2
+            cursor += count
+            span = f"{entry['start']}-{entry['end'] - 1}" if entry["end"] - entry["start"] > 1 else str(entry["start"])
+            lines.append(f"{entry['id']:<16} {span:>9}  {_roles(original):<28} {action:<9} {before:>8} {after:>8}")
+        actions = [e["action"] for e in compaction["fragments"]]
+        lines.append("")
+        lines.append(f"units: {len(actions)}  keep {actions.count('keep')}  summarize {actions.count('summarize')}"
+                     f"  archive {actions.count('archive')}")
+        lines.append(f"bytes: {compaction['original_bytes']} -> {compaction['output_bytes']}"
+                     f" ({_pct(compaction['output_bytes'], compaction['original_bytes'])} of original);"
+                     f" target {compaction['target_bytes']} ({compaction['target_ratio']:g})"
+                     f" {'met' if compaction['target_met'] else 'not met'}")
+        if compaction["reasons"]:
+            lines.append("reasons: " + ", ".join(compaction["reasons"]))
+        lines.append(f"first changed message: {compaction.get('first_changed_index')}"
+                     f"  (preserved prefix {compaction.get('preserved_prefix_bytes')} bytes)")
+    else:
+        before, after = compact_size(messages), compact_size(output)
+        lines.append(f"legacy seal: {'compacted' if body['compacted'] else 'unchanged'};"
+                     f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
+                     f" ({_pct(after, before)})")
+    x_router = body.get("x_router")
+    if x_router is not None:
+        cost = x_router.get("cost_usd")
+        lines.append(f"cost: {'unknown' if cost is None else f'${cost:.6f}'}"
+                     f" ({x_router.get('cost_basis') or 'no basis'})")
+        nodes = (x_router.get("decision_trace") or {}).get("flow_nodes") or []
+        fallbacks = sum(1 for n in nodes if n.get("fallback") or n.get("error"))
+        if nodes:
+            lines.append(f"flow nodes: {len(nodes)}, fallbacks/errors: {fallbacks}")
+    else:
+        lines.append("cost: none (no model call)")
+    lines.append(f"time: {seconds:.2f}s")
+    return "\n".join(lines) + "\n"
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "n/a"

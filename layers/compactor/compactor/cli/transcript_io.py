@@ -1,0 +1,90 @@
+"""Reading transcripts for ``compactor compact``: JSON arrays, request bodies, trajectories and JSONL."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class TranscriptError(ValueError):
+    """The input is not a transcript this command understands (the message says why)."""
+
+
+def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(messages, request_fields)``: request fields are the other keys of a ``/v1/compact`` body."""
+    stripped = text.strip()
+    if not stripped:
+        raise TranscriptError("the input is empty")
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError:
+        return _parse_jsonl(stripped), {}
+    if isinstance(data, list):
+        return _check_messages(data), {}
+    if isinstance(data, dict) and isinstance(data.get("messages"), list):
+        fields = {k: v for k, v in data.items() if k != "messages"}
+        # Agent trajectory files carry run metadata next to the messages: keep only request fields.
+        known = {"keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices"}
+        return _check_messages(data["messages"]), {k: v for k, v in fields.items() if k in known}
+    raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
+
+
+def _parse_jsonl(text: str) -> list[dict[str, Any]]:
+    messages = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
+        messages.extend(_jsonl_record_messages(record, number))
+    return _check_messages(messages)
+
+
+def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
+    """An OpenAI message, or a Claude Code session record converted to OpenAI messages."""
+    if isinstance(record, dict) and "role" in record:
+        return [record]
+    if isinstance(record, dict) and record.get("type") in ("user", "assistant") and isinstance(
+            record.get("message"), dict):
+        return _anthropic_to_openai(record["message"])
+    if isinstance(record, dict) and "type" in record:
+        return []  # session bookkeeping (queue operations, summaries)
+    raise TranscriptError(f"line {number} is not a chat message")
+
+
+def _anthropic_to_openai(message: dict[str, Any]) -> list[dict[str, Any]]:
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(content, list):
+        return [{"role": role, "content": content}]
+    texts, calls, results = [], [], []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block.get("text", ""))
+        elif kind == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name"), "arguments": json.dumps(block.get("input"))}})
+        elif kind == "tool_result":
+            body = block.get("content")
+            if isinstance(body, list):
+                body = "\n".join(b.get("text", "") for b in body if isinstance(b, dict))
+            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": body})
+    out: list[dict[str, Any]] = []
+    if texts or calls:
+        msg: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
+        if calls:
+            msg["tool_calls"] = calls
+        out.append(msg)
+    out.extend(results)
+    return out
+
+
+def _check_messages(messages: list[Any]) -> list[dict[str, Any]]:
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise TranscriptError(f"message {index} is not a JSON object")
+    return messages

@@ -1,0 +1,184 @@
+"""Decision-mode preparation: candidates, evidence views, budget and greedy batching (REFERENCE §3.2).
+
+Pure and deterministic: no I/O and no model calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..decisions import DecisionValidationError, validate_payload
+from ..jsonutil import ascii_dumps, compact_dumps, compact_size
+from .messages import Message
+from .units import Unit, instruction_pins, split_units, tail_indexes
+
+MAX_CANDIDATES = 128
+MAX_BATCHES = 32
+MAX_PER_BATCH = 8
+MAX_SUMMARY_RECORD_BYTES = 50_000
+MAX_FLOW_INPUT_BYTES = 900_000
+BUDGET_FLOOR, BUDGET_CAP = 128, 1_048_576
+EVIDENCE_EXCERPT_OVER = 2000
+EVIDENCE_HALF = 1000
+EVIDENCE_MARKER = "[excerpt; full item goes only to summary]"
+RECENT_EXCERPT_OVER = 1000
+RECENT_HALF = 500
+RECENT_MARKER = "[excerpt]"
+
+REASON_CONTEXT = "fragment_or_decision_context_limit"
+REASON_FRAGMENTS = "fragment_limit"
+REASON_BATCHES = "batch_limit"
+REASON_FLOW_INPUT = "flow_input_limit"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    unit: Unit
+    evidence: str
+    question: dict[str, Any]
+    item: str  # compact JSON of the unit's messages: what the summarizer sees and what is replaced
+
+
+@dataclass
+class Batch:
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def ids(self) -> list[str]:
+        return [c.unit.id for c in self.candidates]
+
+
+@dataclass
+class Preparation:
+    units: list[Unit]
+    protected: set[str]  # unit ids
+    candidates: list[Unit]
+    instructions: list[Message]
+    recent_evidence: list[str]
+    original_bytes: int
+    target_bytes: int
+    budget: int
+    batches: list[Batch]
+    reasons: list[str]
+
+    @property
+    def included(self) -> set[str]:
+        return {fid for batch in self.batches for fid in batch.ids()}
+
+
+def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
+    if len(text) <= over:
+        return text, False
+    return text[:half] + marker + text[-half:], True
+
+
+def evidence_view(unit_messages: list[Message]) -> tuple[str, bool]:
+    """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over 2000 characters."""
+    return excerpt(ascii_dumps(unit_messages), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+
+
+def fragment_question(template: dict[str, Any], excerpted: bool) -> dict[str, Any]:
+    if not excerpted:
+        return template
+    criteria = {k: v for k, v in template["criteria"].items() if k != "archive"}
+    return {**template, "criteria": criteria}
+
+
+def summary_budget(target: int, retained: int, candidates: int) -> int:
+    per = (target - retained) // max(1, candidates) - 100
+    return min(BUDGET_CAP, max(BUDGET_FLOOR, per))
+
+
+def batch_state(prep_instructions: list[Message], recent: list[str], batch: list[Candidate]) -> dict[str, Any]:
+    return {
+        "instructions": prep_instructions,
+        "recent_evidence": recent,
+        "fragments": [{"id": c.unit.id, "evidence": c.evidence} for c in batch],
+    }
+
+
+def batch_questions(batch: list[Candidate]) -> dict[str, Any]:
+    return {c.unit.id: c.question for c in batch}
+
+
+def batch_items(batch: list[Candidate]) -> dict[str, str]:
+    return {c.unit.id: c.item for c in batch}
+
+
+def _admissible(instructions: list[Message], recent: list[str], batch: list[Candidate]) -> bool:
+    payload = {"state": batch_state(instructions, recent, batch), "questions": batch_questions(batch)}
+    try:
+        validate_payload(payload)
+    except DecisionValidationError:
+        return False
+    return compact_size(batch_items(batch)) <= MAX_SUMMARY_RECORD_BYTES
+
+
+def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
+            pinned_indices: list[int] | None, question_template: dict[str, Any]) -> Preparation:
+    units = split_units(messages)
+    pins = instruction_pins(messages, pinned_indices)
+    tail = tail_indexes(len(messages), keep_recent)
+    protected_idx = set(pins) | set(tail)
+    protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
+    candidates = [u for u in units if u.id not in protected]
+    instructions = [messages[i] for i in pins]
+    recent: list[str] = []
+    for unit in units:
+        if unit.id in protected and unit.end > tail.start:
+            text, _ = excerpt(compact_dumps(messages[unit.start:unit.end]), RECENT_EXCERPT_OVER, RECENT_HALF,
+                              RECENT_MARKER)
+            recent.append(text)
+
+    original_bytes = compact_size(messages)
+    target = int(original_bytes * target_ratio)
+    retained = compact_size([m for u in units if u.id in protected for m in messages[u.start:u.end]])
+    budget = summary_budget(target, retained, len(candidates))
+
+    reasons: list[str] = []
+    if len(candidates) > MAX_CANDIDATES:
+        reasons.append(REASON_FRAGMENTS)
+    batches = _greedy_batches(messages, candidates[:MAX_CANDIDATES], instructions, recent,
+                              question_template, reasons)
+    if len(batches) > MAX_BATCHES:
+        reasons.append(REASON_BATCHES)
+        batches = batches[:MAX_BATCHES]
+    used: list[Batch] = []
+    flow_input_bytes = 2  # "{}"
+    for index, batch in enumerate(batches):
+        entry = {"state": batch_state(instructions, recent, batch.candidates), "items": batch_items(batch.candidates)}
+        added = compact_size({f"batch_{index}": entry}) - 2 + (1 if used else 0)
+        if flow_input_bytes + added > MAX_FLOW_INPUT_BYTES:
+            reasons.append(REASON_FLOW_INPUT)
+            break
+        flow_input_bytes += added
+        used.append(batch)
+    return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
+                       recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
+                       budget=budget, batches=used, reasons=reasons)
+
+
+def _greedy_batches(messages: list[Message], candidates: list[Unit], instructions: list[Message],
+                    recent: list[str], template: dict[str, Any], reasons: list[str]) -> list[Batch]:
+    batches: list[Batch] = []
+    open_batch: list[Candidate] = []
+    for unit in candidates:
+        unit_messages = messages[unit.start:unit.end]
+        evidence, excerpted = evidence_view(unit_messages)
+        cand = Candidate(unit, evidence, fragment_question(template, excerpted), compact_dumps(unit_messages))
+        if len(open_batch) >= MAX_PER_BATCH:
+            batches.append(Batch(open_batch))
+            open_batch = []
+        if _admissible(instructions, recent, [*open_batch, cand]):
+            open_batch.append(cand)
+            continue
+        if open_batch:
+            batches.append(Batch(open_batch))
+            open_batch = []
+        if _admissible(instructions, recent, [cand]):
+            open_batch.append(cand)
+        else:
+            reasons.append(REASON_CONTEXT)
+    if open_batch:
+        batches.append(Batch(open_batch))
+    return batches

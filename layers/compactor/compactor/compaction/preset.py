@@ -1,0 +1,70 @@
+"""The selective-compaction preset (``presets/selective-compaction.json``) and its pure materialisation.
+
+The preset holds one batch's nodes; :func:`materialise` instantiates them once per batch and unions
+the patches. No I/O beyond reading the bundled preset once, no model calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..policy.defaults import DEFAULT_CHAT_POLICY
+from .preparation import Batch, batch_items, batch_questions, batch_state
+
+PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
+MAX_GENERATION_TOKENS = 4096
+BUDGET_PLACEHOLDER = "$BUDGET"
+
+
+@lru_cache(maxsize=1)
+def load_preset() -> dict[str, Any]:
+    with PRESET_PATH.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def question_template() -> dict[str, Any]:
+    return load_preset()["question"]
+
+
+def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidence: list[str], budget: int,
+                decision_policy: Any, generation_policy: Any, max_tokens: int | None
+                ) -> tuple[list[Any], dict[str, Any]]:
+    """The flow term and flow input for these batches (REFERENCE §3.2 "Flow graph")."""
+    template_nodes: dict[str, dict[str, Any]] = load_preset()["flow"][1]
+    nodes: dict[str, Any] = {"input": {"kind": "input"}}
+    flow_input: dict[str, Any] = {}
+    generation_tokens = min(max_tokens or 512, MAX_GENERATION_TOKENS)
+    patches: list[str] = []
+    for index, batch in enumerate(batches):
+        key = f"batch_{index}"
+        flow_input[key] = {"state": batch_state(instructions, recent_evidence, batch.candidates),
+                           "items": batch_items(batch.candidates)}
+        for name, template in template_nodes.items():
+            if template["kind"] in ("input", "output"):
+                continue
+            node = dict(template)
+            node["inputs"] = [i if i == "input" else f"{key}_{i}" for i in template["inputs"]]
+            if node.get("operation") == "project":
+                node["path"] = [key, *template["path"]]
+            if name == "classify":
+                node["questions"] = batch_questions(batch.candidates)
+                node["policy"] = copy.deepcopy(decision_policy)
+            elif name == "generate":
+                node["policy"] = copy.deepcopy(generation_policy if generation_policy is not None
+                                               else DEFAULT_CHAT_POLICY)
+                node["max_tokens"] = generation_tokens
+                node["system"] = template["system"].replace(BUDGET_PLACEHOLDER, str(budget))
+            elif name == "patch":
+                node["max_string_bytes"] = budget
+                patches.append(f"{key}_{name}")
+            nodes[f"{key}_{name}"] = node
+    if patches:
+        nodes["merged"] = {"kind": "data", "operation": "union", "inputs": patches}
+        nodes["output"] = {"kind": "output", "inputs": ["merged"]}
+    else:
+        nodes["output"] = {"kind": "output", "inputs": ["input"]}
+    return ["flow", nodes], flow_input

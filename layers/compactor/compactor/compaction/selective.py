@@ -1,0 +1,60 @@
+"""Decision-guided compaction (REFERENCE §3.2–§3.4, G3): prepare, materialise the preset, run it on the
+generic flow runtime, reassemble. Any failure keeps the affected units as they were."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..budget import Deadline
+from ..flow import FlowAdmissionError, admit_flow, run_flow
+from ..models import CompactRequest
+from .preparation import prepare
+from .preset import materialise, question_template
+from .reassembly import compaction_report, reassemble
+
+PINS_MESSAGE = "pinned_indices must reference existing messages"
+
+
+class InvalidRequest(Exception):
+    """A 400 answer: ``message`` and ``code`` go into the error body."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+async def compact_selective(request: CompactRequest, *, router: Any, deadline: Deadline,
+                            on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    messages = request.messages
+    pins = request.pinned_indices
+    if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
+        raise InvalidRequest(PINS_MESSAGE)
+    prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
+                   pinned_indices=pins, question_template=question_template())
+    flow_ir, flow_input = materialise(
+        prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
+        decision_policy=request.decision_policy_ir, generation_policy=request.policy_ir,
+        max_tokens=request.max_tokens)
+    try:
+        admitted = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
+    except FlowAdmissionError as exc:
+        raise InvalidRequest(f"flow_ir rejected at admission: {exc}", "invalid_flow") from exc
+    if on_event is not None:
+        on_event({"event": "plan", "batches": len(prep.batches), "candidates": len(prep.candidates)})
+    result = await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
+    values = result.output if result.ok and isinstance(result.output, dict) else None
+    output, manifest = reassemble(messages, prep, values)
+    body: dict[str, Any] = {
+        "messages": output,
+        "compacted": output != messages,
+        "compaction": compaction_report(messages, output, prep, manifest, request.target_ratio,
+                                        result.fingerprint),
+    }
+    if result.flow_nodes:
+        usage = result.usage()
+        if usage:
+            body["usage"] = usage
+        body["x_router"] = result.x_router()
+    return body
