@@ -1,0 +1,99 @@
+import json
+
+from compactor.compaction.preparation import (
+    EVIDENCE_MARKER, REASON_BATCHES, REASON_CONTEXT, REASON_FRAGMENTS, prepare, summary_budget)
+from compactor.compaction.preset import question_template
+from compactor.jsonutil import ascii_wire_size
+
+from .fixtures import fixture_t, tool_unit
+
+
+def _prepare(messages, **kw):
+    kw.setdefault("keep_recent", 1)
+    kw.setdefault("target_ratio", 0.1)
+    kw.setdefault("pinned_indices", None)
+    return prepare(messages, question_template=question_template(), **kw)
+
+
+def test_worked_example_fixture_t():
+    prep = _prepare(fixture_t())
+    assert prep.original_bytes == 18555
+    assert prep.target_bytes == 1855
+    assert prep.protected == {"fragment_0", "fragment_1", "fragment_12"}
+    assert len(prep.candidates) == 10
+    assert prep.budget == 128
+    assert [b.ids() for b in prep.batches] == [
+        [f"fragment_{i}" for i in range(2, 10)], ["fragment_10", "fragment_11"]]
+    assert prep.recent_evidence == ['[{"role":"assistant","content":"Current state."}]']
+    assert prep.reasons == []
+
+
+def test_budget_formula_floor_and_cap():
+    assert summary_budget(1855, 145, 10) == 128
+    assert summary_budget(10_000_000, 0, 1) == 1_048_576
+    assert summary_budget(-500, 1000, 3) == 128
+    assert summary_budget(100_000, 0, 10) == 9_900
+
+
+def test_unit_crossing_the_tail_is_protected_whole():
+    messages = [{"role": "user", "content": "task"}, *tool_unit("a", "ls", "x" * 3000), *tool_unit("b", "cat f", "y")]
+    prep = _prepare(messages, keep_recent=1)
+    assert "fragment_3" in prep.protected
+    assert [u.id for u in prep.candidates] == ["fragment_1"]
+
+
+def test_excerpted_fragment_has_no_archive_choice():
+    messages = [{"role": "user", "content": "task"}, *tool_unit("a", "ls", "z" * 5000), {"role": "assistant", "content": "done"}]
+    prep = _prepare(messages)
+    cand = prep.batches[0].candidates[0]
+    assert EVIDENCE_MARKER in cand.evidence
+    assert set(cand.question["criteria"]) == {"keep", "summarize"}
+    assert len(cand.evidence) == 2000 + len(EVIDENCE_MARKER)
+
+
+def test_non_ascii_counts_escaped_for_the_32k_bound():
+    # 1200 emoji are 4.8 KB of UTF-8 but 14.4 KB escaped; three per batch already exceed 32 000 bytes.
+    messages = [{"role": "user", "content": "task"}]
+    for i in range(6):
+        messages.append({"role": "assistant", "content": "😀" * 1200 + str(i)})
+    messages.append({"role": "assistant", "content": "tail"})
+    prep = _prepare(messages)
+    for batch in prep.batches:
+        payload = {"state": {"instructions": prep.instructions, "recent_evidence": prep.recent_evidence,
+                             "fragments": [{"id": c.unit.id, "evidence": c.evidence} for c in batch.candidates]},
+                   "questions": {c.unit.id: c.question for c in batch.candidates}}
+        assert ascii_wire_size(payload) <= 32000
+    assert sum(len(b.candidates) for b in prep.batches) == 6
+
+
+def test_oversized_instructions_skip_every_candidate():
+    messages = [{"role": "user", "content": "x" * 40_000}, {"role": "assistant", "content": "a"},
+                {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "tail"}]
+    prep = _prepare(messages)
+    assert prep.batches == []
+    assert prep.reasons == [REASON_CONTEXT, REASON_CONTEXT]
+
+
+def test_fragment_and_batch_limits():
+    messages = [{"role": "user", "content": "task"}]
+    messages += [{"role": "assistant", "content": f"m{i}"} for i in range(300)]
+    prep = _prepare(messages)
+    assert REASON_FRAGMENTS in prep.reasons
+    assert sum(len(b.candidates) for b in prep.batches) == 128
+    assert len(prep.batches) == 16
+    big = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"{i}" + "w" * 7000} for i in range(130)]
+    prep = _prepare(big + [{"role": "assistant", "content": "tail"}])
+    # 128 candidates of ~7 KB: the 50 000-byte summary record fits 7 per batch -> 19 batches (no batch_limit)
+    assert REASON_BATCHES not in prep.reasons or len(prep.batches) == 32
+
+
+def test_flow_input_limit_stops_adding_batches():
+    messages = [{"role": "user", "content": "task"}]
+    messages += [{"role": "assistant", "content": f"{i}" + "q" * 45_000} for i in range(40)]
+    messages.append({"role": "assistant", "content": "tail"})
+    prep = _prepare(messages)
+    assert "flow_input_limit" in prep.reasons
+    flow_input = {f"batch_{i}": {"state": {}, "items": {c.unit.id: c.item for c in b.candidates}}
+                  for i, b in enumerate(prep.batches)}
+    assert len(json.dumps(flow_input)) <= 900_000
