@@ -1,0 +1,95 @@
+"""The ``chat-decisions`` transport: a chat model answers native decision questions.
+
+Compactor sends its own prompt over the OpenAI wire format in JSON mode: a system prompt that
+explains the question types and the exact answer shape, and a user message holding the state and
+questions as JSON. The reply must be strict JSON ``{"answers": {...}}``; it is wrapped as
+``{"model": offer.model, "answers": …, "usage": …}`` and validated like a native decision
+(REFERENCE §6.3). Anything else is ``bad_response`` (still carrying the billed cost).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..jsonutil import StrictJSONError, compact_dumps, strict_loads
+from .base import (
+    BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+)
+from .decisions import checked_decision, checked_payload
+from .openai import complete_chat
+
+# Output room: a fixed allowance plus a little per question, within the usual generation cap.
+_BASE_MAX_TOKENS = 256
+_MAX_TOKENS_PER_QUESTION = 128
+_MAX_TOKENS_CAP = 4096
+
+SYSTEM_PROMPT = """You answer decision questions about a state. The user message is a JSON object \
+{"state": ..., "questions": {"<name>": {"type": ..., "instructions": ..., "criteria": ...}}}.
+Read the state, follow each question's instructions, and judge by its criteria.
+
+Question types and the answer each needs:
+- "choice": criteria map option names to descriptions. Answer \
+{"type": "choice", "choice": "<exactly one option name>", "confidence": <number 0..1>}.
+- "score": criteria is an ordered list of levels, index 0 first. Answer \
+{"type": "score", "score": <number from 0 to number of levels - 1>, "confidence": <number 0..1>}.
+- "noul": a yes/no judgement, criteria (if present) describe "true" and "false". Answer \
+{"type": "noul", "noul": <probability 0..1 that the answer is true>}.
+
+Reply with one JSON object and nothing else: {"answers": {"<name>": <answer>, ...}} with exactly one \
+answer for every question name and no other keys. Never invent option names."""
+
+
+def decision_messages(payload: dict[str, Any]) -> list[dict[str, str]]:
+    """The chat messages that ask for ``payload`` (``{state, questions}``)."""
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": compact_dumps(payload)},
+    ]
+
+
+def _reply_answers(chat: ChatResponse) -> Any:
+    """The ``answers`` of a complete JSON reply, else ``bad_response``."""
+    if chat.finish_reason == "length":
+        problem = "decision reply was cut off (finish_reason length)"
+    elif chat.tool_calls:
+        problem = "decision reply proposed tool calls"
+    elif not chat.text:
+        problem = "decision reply is empty"
+    else:
+        try:
+            reply = strict_loads(chat.text)
+        except StrictJSONError as exc:
+            problem = f"decision reply is not strict JSON ({exc})"
+        else:
+            if isinstance(reply, dict) and set(reply) == {"answers"}:
+                return reply["answers"]
+            problem = 'decision reply is not {"answers": {...}}'
+    raise ProviderError(BAD_RESPONSE, problem, cost_reported=chat.cost_reported)
+
+
+def _decision_usage(chat: ChatResponse) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        key: value
+        for key, value in (("input_tokens", chat.tokens_in), ("output_tokens", chat.tokens_out),
+                           ("total_tokens", chat.tokens_total))
+        if value is not None
+    }
+    if chat.cost_reported is not None:
+        usage["cost"] = chat.cost_reported
+    return usage
+
+
+class ChatDecisionsTransport:
+    """Decision offers served by a chat model through Compactor's decision prompt. Stateless."""
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+        payload = checked_payload(offer, request)
+        max_tokens = min(_MAX_TOKENS_CAP, _BASE_MAX_TOKENS + _MAX_TOKENS_PER_QUESTION * len(request.questions))
+        chat = await complete_chat(
+            offer, ChatRequest(decision_messages(payload), max_tokens=max_tokens, json_mode=True), timeout_s
+        )
+        answer = {"model": offer.model, "answers": _reply_answers(chat), "usage": _decision_usage(chat)}
+        return checked_decision(request, answer, model_family=offer.family)
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")

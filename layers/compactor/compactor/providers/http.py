@@ -1,0 +1,189 @@
+"""Pooled HTTP for model transports: one ``httpx.AsyncClient`` per event loop, bounded JSON POSTs.
+
+A Lambda container keeps one event loop for its whole life, so its client (and its keep-alive
+connections) are reused across invocations. Tests and CLI runs create new loops; clients are keyed by
+the running loop and entries of closed loops are dropped. Nothing here retries: the router decides.
+Error messages never carry credentials (:func:`scrub`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .base import (
+    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
+    UPSTREAM_ERROR, ProviderError,
+)
+
+POOL_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=30.0)
+ERROR_MESSAGE_MAX_CHARS = 300
+_USER_AGENT = "compactor"
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+_clients_lock = threading.Lock()
+
+# Credential-looking substrings providers sometimes echo back in error bodies.
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)bearer\s+[^\s\"',]+"),
+    re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}"),
+)
+_CONTEXT_OVERFLOW = re.compile(
+    r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|prompt is too long",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """A complete HTTP answer (body fully read and within the size bound)."""
+
+    status: int
+    body: bytes
+
+
+def client() -> httpx.AsyncClient:
+    """The pooled client of the running event loop (created on first use)."""
+    loop = asyncio.get_running_loop()
+    with _clients_lock:
+        for stale in [known for known in _clients if known.is_closed()]:
+            del _clients[stale]
+        pooled = _clients.get(loop)
+        if pooled is None or pooled.is_closed:
+            pooled = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False,
+                                       headers={"User-Agent": _USER_AGENT})
+            _clients[loop] = pooled
+    return pooled
+
+
+async def aclose_client() -> None:
+    """Close the running loop's client, if any (tests and orderly shutdown)."""
+    with _clients_lock:
+        pooled = _clients.pop(asyncio.get_running_loop(), None)
+    if pooled is not None:
+        await pooled.aclose()
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with known secret values and credential-looking tokens replaced by ``[redacted]``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub("[redacted]", text)
+    return text
+
+
+def truncate(text: str, limit: int = ERROR_MESSAGE_MAX_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def safe_message(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters."""
+    return truncate(" ".join(scrub(text, secrets).split()))
+
+
+async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_s: float,
+                    max_body_bytes: int, secrets: Iterable[str | None] = ()) -> HttpReply:
+    """POST ``payload`` as JSON and read the whole answer within ``timeout_s`` seconds in total.
+
+    Raises :class:`ProviderError`: ``timeout``; ``network_error`` (connect/read/protocol failures,
+    unusable URL); ``bad_response`` when the body exceeds ``max_body_bytes``. HTTP error statuses are
+    returned, not raised (see :func:`error_for_status`).
+    """
+    secrets = tuple(secrets)
+    if timeout_s <= 0:
+        raise ProviderError(TIMEOUT, "no time left for the call")
+    content = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    request_headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client().stream("POST", url, content=content, headers=request_headers,
+                                       timeout=httpx.Timeout(timeout_s)) as response:
+                body = await _read_bounded(response, max_body_bytes)
+                return HttpReply(response.status_code, body)
+    except TimeoutError as exc:
+        raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from exc
+    except httpx.TimeoutException as exc:
+        raise ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}", secrets)) from exc
+    except (httpx.TransportError, httpx.InvalidURL) as exc:
+        raise ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}", secrets)) from exc
+
+
+async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > max_body_bytes:
+        raise ProviderError(BAD_RESPONSE, f"response body exceeds {max_body_bytes} bytes",
+                            http_status=response.status_code)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise ProviderError(BAD_RESPONSE, f"response body exceeds {max_body_bytes} bytes",
+                                http_status=response.status_code)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def error_detail(body: bytes) -> str:
+    """The provider's error text: ``error.message`` / ``error`` / ``message`` / ``detail`` of a JSON
+    body, else the raw text."""
+    text = body.decode("utf-8", errors="replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        for key in ("error", "message", "detail"):
+            if isinstance(parsed.get(key), str):
+                return parsed[key]
+    return text
+
+
+def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = ()) -> ProviderError | None:
+    """The :class:`ProviderError` an HTTP status means, or None for 2xx.
+
+    429 → rate_limit; 401/403 → auth_error; 400/413/422 mentioning context or tokens →
+    context_overflow; other 4xx → bad_request; 5xx (and anything else) → upstream_error.
+    """
+    if 200 <= status < 300:
+        return None
+    detail = error_detail(body)
+    if status == 429:
+        kind = RATE_LIMIT
+    elif status in (401, 403):
+        kind = AUTH_ERROR
+    elif status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(detail):
+        kind = CONTEXT_OVERFLOW
+    elif 400 <= status < 500:
+        kind = BAD_REQUEST
+    else:
+        kind = UPSTREAM_ERROR
+    return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status)
+
+
+def bearer_headers(api_key_env: str | None) -> tuple[dict[str, str], str | None]:
+    """``({"Authorization": "Bearer <key>"}, key)`` from the environment variable ``api_key_env``;
+    ``({}, None)`` when the offer needs no key. A missing, empty or malformed value raises
+    ``auth_error`` naming the variable (never the value)."""
+    if not api_key_env:
+        return {}, None
+    key = os.environ.get(api_key_env, "").strip()
+    if not key:
+        raise ProviderError(AUTH_ERROR, f"API key variable {api_key_env} is not set")
+    if not key.isascii() or not key.isprintable():
+        raise ProviderError(AUTH_ERROR, f"API key variable {api_key_env} holds an invalid value")
+    return {"Authorization": f"Bearer {key}"}, key

@@ -1,0 +1,121 @@
+"""The ``openai`` transport: OpenAI Chat Completions (CONTRACT §5).
+
+``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
+``response_format: {"type": "json_object"}``. :func:`complete_chat` is also what the
+``chat-decisions`` transport sends its prompts through.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..jsonutil import StrictJSONError, strict_loads
+from .base import (
+    BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+)
+from .http import bearer_headers, error_detail, error_for_status, post_json, safe_message
+
+CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def endpoint(offer: Offer, suffix: str) -> str:
+    """``{base_url}/{suffix}``; an offer without ``base_url`` is a configuration error."""
+    if not offer.base_url:
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url")
+    return f"{offer.base_url.rstrip('/')}/{suffix}"
+
+
+def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
+    """The JSON body sent for ``request``."""
+    body: dict[str, Any] = {"model": offer.model, "messages": request.messages}
+    if request.max_tokens is not None:
+        body["max_tokens"] = request.max_tokens
+    if request.json_mode:
+        body["response_format"] = {"type": "json_object"}
+    return body
+
+
+async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+    """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`)."""
+    url = endpoint(offer, "chat/completions")
+    headers, key = bearer_headers(offer.api_key_env)
+    reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
+                            max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
+    error = error_for_status(reply.status, reply.body, (key,))
+    if error is not None:
+        raise error
+    try:
+        return parse_chat_completion(reply.body, default_model=offer.model)
+    except ProviderError as exc:
+        exc.http_status = reply.status
+        exc.message = safe_message(exc.message, (key,))
+        raise
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _usd(value: Any) -> float | None:
+    if type(value) in (int, float) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
+def _content_text(content: Any) -> str | None:
+    """Message content as text: a string, or the text parts of a content-part list."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text") for part in content if isinstance(part, dict)]
+        return "".join(part for part in parts if isinstance(part, str))
+    raise ProviderError(BAD_RESPONSE, "message content is neither text nor content parts")
+
+
+def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
+    calls = [call for call in value if isinstance(call, dict)] if isinstance(value, list) else []
+    return calls or None
+
+
+def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
+    """A :class:`ChatResponse` from a Chat Completions body; malformed bodies raise ``bad_response``."""
+    try:
+        payload = strict_loads(body)
+    except StrictJSONError as exc:
+        raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
+    if not isinstance(payload, dict):
+        raise ProviderError(BAD_RESPONSE, "response is not a JSON object")
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    choices = payload.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
+            or not isinstance(choices[0].get("message"), dict):
+        problem = "response has no choices[0].message"
+        if "error" in payload:
+            problem += f"; provider error: {error_detail(body)}"
+        raise ProviderError(BAD_RESPONSE, problem, cost_reported=_usd(usage.get("cost")))
+    choice = choices[0]
+    message = choice["message"]
+    details = usage.get("prompt_tokens_details")
+    model = payload.get("model")
+    return ChatResponse(
+        text=_content_text(message.get("content")),
+        finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        tool_calls=_tool_calls(message.get("tool_calls")),
+        served_model_id=model if isinstance(model, str) and model else default_model,
+        tokens_in=_count(usage.get("prompt_tokens")),
+        tokens_out=_count(usage.get("completion_tokens")),
+        tokens_total=_count(usage.get("total_tokens")),
+        tokens_cached=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        cost_reported=_usd(usage.get("cost")),
+    )
+
+
+class OpenAITransport:
+    """Chat offers reached over the OpenAI Chat Completions wire format. Stateless."""
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        return await complete_chat(offer, request, timeout_s)
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} speaks chat, not decisions")

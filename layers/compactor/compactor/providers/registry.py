@@ -1,0 +1,35 @@
+"""Which :class:`~compactor.providers.base.Transport` serves an offer (its ``transport`` field)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from .base import Offer, Transport
+from .chat_decisions import ChatDecisionsTransport
+from .decisions import DecisionsTransport
+from .openai import OpenAITransport
+
+_HTTP_TRANSPORTS: dict[str, Transport] = {
+    "openai": OpenAITransport(),
+    "decisions": DecisionsTransport(),
+    "chat-decisions": ChatDecisionsTransport(),
+}
+TRANSPORT_NAMES = (*_HTTP_TRANSPORTS, "builtin")
+
+
+@cache
+def _builtin_transport() -> Transport:
+    # Imported lazily: the built-in models are only loaded when an offer uses them.
+    from .builtin import BuiltinTransport
+
+    return BuiltinTransport()
+
+
+def transport_for(offer: Offer) -> Transport:
+    """The shared, stateless transport for ``offer``; unknown names raise ``ValueError``."""
+    if offer.transport == "builtin":
+        return _builtin_transport()
+    try:
+        return _HTTP_TRANSPORTS[offer.transport]
+    except KeyError:
+        raise ValueError(f"offer {offer.id}: unknown transport {offer.transport!r}") from None
