@@ -1,0 +1,184 @@
+"""The operator's catalog of offers (CONTRACT §4): loading, validation and the per-container cache.
+
+The catalog comes from ``load_catalog(path)``, else the file named by ``COMPACTOR_CATALOG``, else the
+bundled ``presets/catalog.json`` (built-in offline offers only). Every boolean or number an offer
+carries besides its identity, wiring and prices (``supports_json_mode``, ``context``, ``no_log``,
+``tier``, ``latency_ms``, any extra numeric or boolean key …) becomes a policy observation field.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .jsonutil import StrictJSONError, strict_loads
+from .providers.base import Offer
+
+CATALOG_ENV = "COMPACTOR_CATALOG"
+HTTP_TRANSPORTS = frozenset({"openai", "decisions", "chat-decisions"})
+# Which protocol each transport can serve (builtin serves both).
+_TRANSPORT_PROTOCOLS = {
+    "openai": {"chat"},
+    "decisions": {"decisions"},
+    "chat-decisions": {"decisions"},
+    "builtin": {"chat", "decisions"},
+}
+# Offer keys that are wiring, not observations.
+_WIRING_KEYS = frozenset({"id", "provider", "family", "model", "protocol", "transport", "base_url",
+                          "api_key_env", "price_in", "price_out"})
+
+
+class CatalogError(ValueError):
+    """An unreadable or invalid catalog; the message names the file and the problem."""
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+class OfferSpec(BaseModel):
+    """One offer as written in the catalog file."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    provider: str = Field(min_length=1, max_length=200)
+    family: str = Field(min_length=1, max_length=200)
+    model: str = Field(min_length=1, max_length=200)
+    protocol: Literal["chat", "decisions"]
+    transport: Literal["openai", "decisions", "chat-decisions", "builtin"]
+    base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    price_in: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_out: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    supports_tools: bool | None = None
+    supports_vision: bool | None = None
+    supports_json_mode: bool | None = None
+    supports_seed: bool | None = None
+    no_log: bool | None = None
+    has_tee: bool | None = None
+    disabled: bool | None = None
+    context: int | None = Field(default=None, ge=0)
+    latency_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    tok_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    success_rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    credits: float | None = Field(default=None, allow_inf_nan=False)
+    tier: str | int | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+    @model_validator(mode="after")
+    def _check_wiring(self) -> OfferSpec:
+        for key, value in (self.model_extra or {}).items():
+            if not (value is None or isinstance(value, bool) or _is_number(value)):
+                raise ValueError(f"unknown field {key!r}: extra offer fields must be booleans, finite numbers or null")
+        if self.protocol not in _TRANSPORT_PROTOCOLS[self.transport]:
+            raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")
+        if self.transport in HTTP_TRANSPORTS and not self.base_url:
+            raise ValueError(f"transport {self.transport!r} needs a base_url")
+        if self.transport == "builtin" and (self.base_url or self.api_key_env):
+            raise ValueError("builtin offers take no base_url or api_key_env")
+        return self
+
+    def to_offer(self) -> Offer:
+        """The runtime :class:`Offer`: wiring and prices as fields, the rest as observations."""
+        fields = self.model_dump(exclude_none=True)
+        observations = {key: value for key, value in fields.items() if key not in _WIRING_KEYS}
+        return Offer(
+            id=self.id, provider=self.provider, family=self.family, model=self.model,
+            protocol=self.protocol, transport=self.transport, base_url=self.base_url,
+            api_key_env=self.api_key_env, price_in=self.price_in, price_out=self.price_out,
+            observations=observations,
+        )
+
+
+class CatalogSpec(BaseModel):
+    """The catalog file: offers and the operator's policy envelope (a Pred term or null)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    offers: list[OfferSpec]
+    policy_envelope: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> CatalogSpec:
+        seen: set[str] = set()
+        for offer in self.offers:
+            if offer.id in seen:
+                raise ValueError(f"duplicate offer id {offer.id!r}")
+            seen.add(offer.id)
+        return self
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The loaded catalog: offers in file order and the policy envelope."""
+
+    offers: tuple[Offer, ...]
+    policy_envelope: list[Any] | None = None
+
+    def offer(self, offer_id: str) -> Offer | None:
+        """The offer with this id, if any."""
+        return next((offer for offer in self.offers if offer.id == offer_id), None)
+
+    def for_protocol(self, protocol: str) -> tuple[Offer, ...]:
+        """The offers of one protocol (``chat`` or ``decisions``), in file order."""
+        return tuple(offer for offer in self.offers if offer.protocol == protocol)
+
+
+def bundled_catalog_path() -> Path:
+    """The catalog shipped with the package (built-in offline offers)."""
+    return Path(str(resources.files("compactor") / "presets" / "catalog.json"))
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+
+
+def parse_catalog(data: Any, source: str = "<catalog>") -> Catalog:
+    """A :class:`Catalog` from already-parsed JSON; ``CatalogError`` names ``source`` and the problem."""
+    try:
+        spec = CatalogSpec.model_validate(data)
+    except ValidationError as exc:
+        raise CatalogError(f"catalog {source}: {_describe(exc)}") from None
+    return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+
+
+def load_catalog(path: str | None = None) -> Catalog:
+    """Load ``path``, else ``$COMPACTOR_CATALOG``, else the bundled catalog."""
+    source = Path(path or os.environ.get(CATALOG_ENV) or bundled_catalog_path())
+    try:
+        text = source.read_bytes()
+    except OSError as exc:
+        raise CatalogError(f"catalog {source}: cannot read ({exc.strerror or exc})") from None
+    try:
+        data = strict_loads(text)
+    except StrictJSONError as exc:
+        raise CatalogError(f"catalog {source}: invalid JSON ({exc})") from None
+    return parse_catalog(data, str(source))
+
+
+@cache
+def get_catalog() -> Catalog:
+    """The container's catalog, loaded once (see :func:`load_catalog`)."""
+    return load_catalog()
+
+
+def reset_catalog_cache() -> None:
+    """Forget the cached catalog (tests, or after changing ``COMPACTOR_CATALOG``)."""
+    get_catalog.cache_clear()
