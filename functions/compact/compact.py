@@ -1,0 +1,97 @@
+"""Lambda handler of ``CompactApi``: every route of the HTTP API, each one call into ``compactor.service``.
+
+API Gateway delivers ``/v1/compact`` on stage ``v1`` with ``path`` ``/compact``, so the routes below
+carry no stage prefix; ``/v1`` is also stripped when a custom domain passes it through. The core
+(``compactor.service`` and what it pulls in) is imported on first use to keep cold starts lean.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor import http_api
+from compactor.jsonutil import compact_dumps
+from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
+
+logger = Logger()
+tracer = Tracer()
+# The template sets the namespace; the default keeps `compactor serve` and tests working without it.
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"])
+
+
+def _json(status: int, body: Any) -> Response[str]:
+    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=compact_dumps(body))
+
+
+@app.get("/healthz")
+def healthz() -> Response[str]:
+    from compactor import service
+
+    return _json(200, service.health())
+
+
+@app.post("/compact")
+def compact(request: CompactRequest) -> Response[str]:
+    from compactor import service
+
+    return _json(*service.handle_compact(request, lambda_context=app.lambda_context))
+
+
+@app.post("/flows")
+def flows(request: FlowsRequest) -> Response[str]:
+    from compactor import service
+
+    body = request.model_dump(exclude_unset=True)
+    return _json(*service.handle_flows(body, lambda_context=app.lambda_context))
+
+
+@app.post("/flows/normalize")
+def flows_normalize(request: NormalizeRequest) -> Response[str]:
+    from compactor import service
+
+    return _json(*service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
+
+
+@app.exception_handler([RequestValidationError, RequestUnsupportedContentType])
+def _invalid_request(error: RequestValidationError | RequestUnsupportedContentType) -> Response[str]:
+    return _json(422, http_api.validation_detail(error.errors()))
+
+
+@app.not_found
+def _not_found(_: NotFoundError) -> Response[str]:
+    return _json(404, http_api.not_found_body(app.current_event.http_method, app.current_event.path))
+
+
+@app.exception_handler(Exception)
+def _unexpected(error: Exception) -> Response[str]:
+    logger.exception("unhandled %s", type(error).__name__)
+    return _json(500, http_api.internal_error_body())
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Answer one API Gateway REST proxy event; oversized bodies get 413 before any parsing."""
+    if http_api.event_body_size(event) > http_api.MAX_BODY_BYTES:
+        response = http_api.proxy_response(413, http_api.too_large_body())
+    else:
+        response = app.resolve(event, context)
+    status = int(response["statusCode"])
+    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=int(400 <= status < 500))
+    metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
+    return response

@@ -1,0 +1,137 @@
+"""HTTP conventions shared by the front doors (the Lambda handler and ``compactor serve``).
+
+Limits, the JSON error bodies of CONTRACT §2, and the API Gateway REST (v1 proxy) shapes: the event
+the deployed function receives and the response it returns. Pure Python, no AWS imports.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from .jsonutil import compact_dumps
+
+MAX_BODY_BYTES = 10 * 1024 * 1024
+"""Largest request body accepted (bytes, after base64 decoding); larger bodies get 413."""
+
+STAGE = "v1"
+"""API Gateway stage: the public path of a route is ``/<stage><resource>`` (``/v1/compact``)."""
+
+JSON_CONTENT_TYPE = "application/json"
+FORBIDDEN_BODY: dict[str, Any] = {"message": "Forbidden"}
+"""What API Gateway answers (403) when a required API key is missing or wrong."""
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def error_body(message: str, *, error_type: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
+    """The service's error shape: ``{"error": {"message", "type", "code"}}``."""
+    return {"error": {"message": message, "type": error_type, "code": code}}
+
+
+def too_large_body() -> dict[str, Any]:
+    """413 body for a request over :data:`MAX_BODY_BYTES`."""
+    return error_body(f"request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+
+
+def not_found_body(method: str, path: str) -> dict[str, Any]:
+    """404 body for a route the API does not serve."""
+    return error_body(f"no route for {method} {path}", code="not_found")
+
+
+def internal_error_body() -> dict[str, Any]:
+    """500 body: says nothing about the failure's internals."""
+    return error_body("internal server error", error_type="server_error")
+
+
+def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """422 body in FastAPI's shape, ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``.
+
+    The offending ``input`` is left out: it can be the whole (large) request body.
+    """
+    detail = []
+    for error in errors:
+        item: dict[str, Any] = {
+            "type": error.get("type", "value_error"),
+            "loc": list(error.get("loc", ())),
+            "msg": error.get("msg", "invalid value"),
+        }
+        ctx = error.get("ctx")
+        if ctx:
+            item["ctx"] = {key: value if isinstance(value, _SCALARS) else str(value) for key, value in ctx.items()}
+        detail.append(item)
+    return {"detail": detail}
+
+
+def event_body_size(event: Mapping[str, Any]) -> int:
+    """Byte size of a proxy event's body, measured on the raw event (decoded size when base64)."""
+    body = event.get("body") or ""
+    if not event.get("isBase64Encoded"):
+        return len(body.encode("utf-8", "surrogatepass"))
+    text = body.rstrip()
+    padding = len(text) - len(text.rstrip("="))
+    return max(0, len(text) * 3 // 4 - padding)
+
+
+def proxy_response(status: int, body: Any) -> dict[str, Any]:
+    """A REST proxy integration response carrying ``body`` as JSON."""
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": JSON_CONTENT_TYPE},
+        "body": compact_dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+def rest_proxy_event(
+    *,
+    method: str,
+    resource_path: str,
+    query: Mapping[str, list[str]],
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+    source_ip: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """The event API Gateway (REST, Lambda proxy) hands the function for a request to stage :data:`STAGE`.
+
+    ``resource_path`` is the path without the stage prefix (``/compact`` for ``/v1/compact``), as in
+    the event's ``path`` and ``resource`` when the API is called through its execute-api URL.
+    """
+    multi_headers: dict[str, list[str]] = {}
+    for name, value in headers:
+        multi_headers.setdefault(name, []).append(value)
+    try:
+        text, is_base64 = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, is_base64 = base64.b64encode(body).decode("ascii"), True
+    now = datetime.now(timezone.utc)
+    return {
+        "resource": resource_path,
+        "path": resource_path,
+        "httpMethod": method,
+        "headers": {name: values[-1] for name, values in multi_headers.items()} or None,
+        "multiValueHeaders": multi_headers or None,
+        "queryStringParameters": {name: values[-1] for name, values in query.items()} or None,
+        "multiValueQueryStringParameters": dict(query) or None,
+        "pathParameters": None,
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": resource_path,
+            "httpMethod": method,
+            "path": f"/{STAGE}{resource_path}",
+            "stage": STAGE,
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTime": now.strftime("%d/%b/%Y:%H:%M:%S +0000"),
+            "requestTimeEpoch": int(now.timestamp() * 1000),
+            "accountId": "123456789012",
+            "apiId": "local",
+            "domainName": "localhost",
+            "identity": {"sourceIp": source_ip},
+        },
+        "body": text if body else None,
+        "isBase64Encoded": is_base64,
+    }
