@@ -22,6 +22,7 @@ delays (the delayed connection is dropped without an answer) and never waits for
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -130,6 +131,16 @@ def _default_reply(request: RecordedRequest) -> Reply:
     return Reply(404, {"error": {"message": f"no route for {request.path}"}})
 
 
+class _QuietHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients dropping connections (timeouts, oversized answers) are expected here."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeProviderServer:
     """A scriptable provider on ``127.0.0.1:<ephemeral port>``; use as a context manager or
     :meth:`start`/:meth:`stop`. ``base_url`` ends in ``/v1``."""
@@ -155,9 +166,7 @@ class FakeProviderServer:
             self._queue.extend(replies)
 
     def start(self) -> FakeProviderServer:
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        httpd.daemon_threads = True
-        httpd.block_on_close = False
+        httpd = _QuietHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-provider", daemon=True)

@@ -48,9 +48,8 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     try:
         return parse_chat_completion(reply.body, default_model=offer.model)
     except ProviderError as exc:
-        exc.http_status = reply.status
-        exc.message = safe_message(exc.message, (key,))
-        raise
+        raise ProviderError(exc.kind, safe_message(exc.message, (key,)), http_status=reply.status,
+                            cost_reported=exc.cost_reported) from None
 
 
 def _count(value: Any) -> int | None:

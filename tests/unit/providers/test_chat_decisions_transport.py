@@ -1,0 +1,89 @@
+"""ChatDecisionsTransport: a chat model answers decisions through Compactor's prompt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers.chat_decisions import ChatDecisionsTransport
+from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+
+TRANSPORT = ChatDecisionsTransport()
+QUESTIONS = {
+    "f1": {"type": "choice", "instructions": "Keep or summarize?", "criteria": {"keep": "needed", "summarize": "bulky"}},
+    "useful": {"type": "noul", "instructions": "Is it useful?"},
+}
+REQUEST = DecisionRequest(state={"f1": "ls -la output ✓"}, questions=QUESTIONS)
+GOOD = {"answers": {"f1": {"type": "choice", "choice": "summarize", "confidence": 0.7},
+                    "useful": {"type": "noul", "noul": 0.2}}}
+
+
+async def failure(offer: Offer, timeout_s: float = 10) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        await TRANSPORT.decide(offer, REQUEST, timeout_s)
+    return caught.value
+
+
+async def test_success_prompt_and_usage(fake_provider: FakeProviderServer, chat_decision_offer: Offer,
+                                        api_key: str) -> None:
+    fake_provider.enqueue(chat_reply(json.dumps(GOOD), prompt_tokens=100, completion_tokens=20, cost=0.003))
+    response = await TRANSPORT.decide(chat_decision_offer, REQUEST, 10)
+    assert response.model == "fake-chat-1"
+    assert response.answers == GOOD["answers"]
+    assert (response.tokens_in, response.tokens_out, response.tokens_total) == (100, 20, 120)
+    assert response.cost_reported == pytest.approx(0.003)
+    sent = fake_provider.requests[0]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.headers["authorization"] == f"Bearer {api_key}"
+    body = sent.json
+    assert body["model"] == "fake-chat-1"
+    assert body["response_format"] == {"type": "json_object"}
+    assert isinstance(body["max_tokens"], int) and body["max_tokens"] > 0
+    system, user = body["messages"]
+    assert system["role"] == "system" and '"answers"' in system["content"]
+    assert user["role"] == "user"
+    assert json.loads(user["content"]) == {"state": REQUEST.state, "questions": QUESTIONS}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        chat_reply("not json"),
+        chat_reply('{"answers": {}, "answers": {}}'),
+        chat_reply(json.dumps(GOOD["answers"])),  # bare answers, not {"answers": ...}
+        chat_reply(json.dumps({"answers": {**GOOD["answers"], "f1": {"type": "choice", "choice": "drop"}}})),
+        chat_reply(json.dumps(GOOD), finish_reason="length"),
+        chat_reply(None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "x", "arguments": "{}"}}]),
+        chat_reply(""),
+    ],
+)
+async def test_bad_replies_are_bad_response(fake_provider: FakeProviderServer, chat_decision_offer: Offer,
+                                            reply: Reply) -> None:
+    fake_provider.enqueue(reply)
+    assert (await failure(chat_decision_offer)).kind == "bad_response"
+
+
+async def test_rejected_reply_keeps_billed_cost(fake_provider: FakeProviderServer, chat_decision_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply("garbage", cost=0.01))
+    error = await failure(chat_decision_offer)
+    assert (error.kind, error.cost_reported) == ("bad_response", 0.01)
+
+
+async def test_http_errors_pass_through(fake_provider: FakeProviderServer, chat_decision_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(429, {"error": {"message": "slow down"}}))
+    assert (await failure(chat_decision_offer)).kind == "rate_limit"
+
+
+async def test_invalid_payload_is_refused_before_any_call(fake_provider: FakeProviderServer,
+                                                          chat_decision_offer: Offer) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await TRANSPORT.decide(chat_decision_offer, DecisionRequest("s", {}), 10)
+    assert caught.value.kind == "bad_request"
+    assert fake_provider.requests == []
+
+
+async def test_chat_is_refused(chat_decision_offer: Offer) -> None:
+    with pytest.raises(ProviderError):
+        await TRANSPORT.chat(chat_decision_offer, ChatRequest([]), 1)

@@ -1,0 +1,188 @@
+"""OpenAITransport against the fake provider: wire body, parsing, error kinds, secrecy."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+
+import httpx
+import pytest
+import respx
+
+from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, OpenAITransport
+from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+
+TRANSPORT = OpenAITransport()
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+async def failure(offer: Offer, request: ChatRequest | None = None, timeout_s: float = 10) -> ProviderError:
+    with pytest.raises(ProviderError) as caught:
+        await TRANSPORT.chat(offer, request or ChatRequest(MESSAGES), timeout_s)
+    return caught.value
+
+
+async def test_success_body_headers_and_usage(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                              api_key: str) -> None:
+    fake_provider.enqueue(chat_reply("hello", model="served-1", prompt_tokens=7, completion_tokens=3,
+                                     cached_tokens=2, cost=0.00125))
+    response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    assert response.text == "hello"
+    assert response.finish_reason == "stop"
+    assert response.served_model_id == "served-1"
+    assert (response.tokens_in, response.tokens_out, response.tokens_total, response.tokens_cached) == (7, 3, 10, 2)
+    assert response.cost_reported == pytest.approx(0.00125)
+    assert response.tool_calls is None
+    sent = fake_provider.requests[0]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.json == {"model": "fake-chat-1", "messages": MESSAGES, "max_tokens": 64}
+    assert sent.headers["authorization"] == f"Bearer {api_key}"
+    assert sent.headers["content-type"] == "application/json"
+
+
+async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, json_mode=True), 10)
+    assert response.text == "{}"
+    assert fake_provider.requests[0].json["response_format"] == {"type": "json_object"}
+    assert "max_tokens" not in fake_provider.requests[0].json
+
+
+async def test_no_cost_reported_and_tool_calls(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+    fake_provider.enqueue(chat_reply(None, finish_reason="tool_calls", tool_calls=[call]))
+    response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES), 10)
+    assert response.text is None
+    assert response.tool_calls == [call]
+    assert response.finish_reason == "tool_calls"
+    assert response.cost_reported is None
+    assert response.tokens_cached is None
+
+
+async def test_offer_without_key_env_sends_no_authorization(fake_provider: FakeProviderServer,
+                                                            chat_offer: Offer) -> None:
+    await TRANSPORT.chat(dataclasses.replace(chat_offer, api_key_env=None), ChatRequest(MESSAGES), 10)
+    assert "authorization" not in fake_provider.requests[0].headers
+
+
+async def test_missing_key_is_auth_error_naming_the_variable(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(chat_offer.api_key_env)
+    error = await failure(chat_offer)
+    assert error.kind == "auth_error"
+    assert chat_offer.api_key_env in error.message
+    assert fake_provider.requests == []
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "kind"),
+    [
+        (429, "Rate limit reached", "rate_limit"),
+        (401, "Unauthorized", "auth_error"),
+        (403, "Forbidden", "auth_error"),
+        (400, "This model's maximum context length is 8192 tokens", "context_overflow"),
+        (413, "Request too large: too many tokens", "context_overflow"),
+        (422, "context_length_exceeded", "context_overflow"),
+        (400, "Invalid value for messages[0].role", "bad_request"),
+        (404, "No such model", "bad_request"),
+        (500, "Internal error", "upstream_error"),
+        (503, "Overloaded", "upstream_error"),
+    ],
+)
+async def test_http_error_kinds(fake_provider: FakeProviderServer, chat_offer: Offer, status: int, message: str,
+                                kind: str) -> None:
+    fake_provider.enqueue(Reply(status, {"error": {"message": message}}))
+    error = await failure(chat_offer)
+    assert (error.kind, error.http_status) == (kind, status)
+    assert message in error.message
+
+
+async def test_key_never_appears_in_errors(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                           api_key: str) -> None:
+    echoed = f"Incorrect API key provided: {api_key}. Header was Bearer {api_key}"
+    fake_provider.enqueue(Reply(401, {"error": {"message": echoed}}), Reply(200, {"error": {"message": echoed}}))
+    for _ in range(2):
+        error = await failure(chat_offer)
+        assert api_key not in error.message
+        assert api_key not in str(error)
+        assert "[redacted]" in error.message
+
+
+async def test_error_message_is_truncated(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(500, "boom " * 1000))
+    error = await failure(chat_offer)
+    assert len(error.message) <= 300
+
+
+async def test_timeout(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply(delay_s=30))
+    error = await failure(chat_offer, timeout_s=0.3)
+    assert error.kind == "timeout"
+
+
+async def test_no_time_left_is_a_timeout_without_a_call(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    error = await failure(chat_offer, timeout_s=0)
+    assert error.kind == "timeout"
+    assert fake_provider.requests == []
+
+
+async def test_connection_refused_is_network_error(chat_offer: Offer) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    error = await failure(dataclasses.replace(chat_offer, base_url=f"http://127.0.0.1:{port}/v1"))
+    assert error.kind == "network_error"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"choices": []}',
+        b'{"choices": [{"finish_reason": "stop"}]}',
+        b'{"id": "x", "id": "y", "choices": [{"message": {"content": "a"}}]}',
+        b"[1, 2]",
+    ],
+)
+async def test_malformed_bodies_are_bad_response(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                 body: bytes) -> None:
+    fake_provider.enqueue(Reply(200, body))
+    error = await failure(chat_offer)
+    assert (error.kind, error.http_status) == ("bad_response", 200)
+
+
+async def test_malformed_body_keeps_reported_cost(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(200, {"choices": [], "usage": {"cost": 0.5}}))
+    error = await failure(chat_offer)
+    assert error.kind == "bad_response"
+    assert error.cost_reported == 0.5
+
+
+async def test_oversized_body_is_bad_response(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(200, b" " * (CHAT_RESPONSE_MAX_BYTES + 1)))
+    error = await failure(chat_offer)
+    assert error.kind == "bad_response"
+    assert "exceeds" in error.message
+
+
+async def test_oversized_stream_without_length_is_bad_response(chat_offer: Offer) -> None:
+    async def chunks():
+        for _ in range(9):
+            yield b" " * (1024 * 1024)
+
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post(f"{chat_offer.base_url}/chat/completions").mock(
+            return_value=httpx.Response(200, stream=chunks()))  # streamed: no Content-Length
+        error = await failure(chat_offer)
+    assert error.kind == "bad_response"
+
+
+async def test_decide_is_refused(chat_offer: Offer) -> None:
+    with pytest.raises(ProviderError) as caught:
+        await TRANSPORT.decide(chat_offer, DecisionRequest("s", {}), 1)
+    assert caught.value.kind == "bad_request"
+
+
+async def test_offer_without_base_url_is_bad_request(chat_offer: Offer) -> None:
+    error = await failure(dataclasses.replace(chat_offer, base_url=None))
+    assert error.kind == "bad_request"
