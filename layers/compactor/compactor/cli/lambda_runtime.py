@@ -1,10 +1,18 @@
-"""A Lambda-like context object for running handlers in-process (``compactor serve`` / ``invoke``)."""
+"""What ``compactor serve`` and ``compactor invoke`` borrow from the Lambda runtime: a context object and
+the way a handler string (``module.function``) is imported from the function's code directory."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LambdaHandler = Callable[[dict[str, Any], Any], Any]
 
 
 @dataclass
@@ -38,3 +46,16 @@ class LocalLambdaContext:
         """Milliseconds left before the function's timeout (never negative)."""
         elapsed = time.monotonic() - self._started
         return max(0, int((self.timeout_s - elapsed) * 1000))
+
+
+def load_handler(code_dir: Path, handler: str, extra_paths: list[Path] | tuple[Path, ...] = ()) -> LambdaHandler:
+    """Import ``handler`` (``module.function``) the way Lambda does: ``code_dir`` first on ``sys.path``,
+    then the layers' directories (``extra_paths``)."""
+    module_name, _, function_name = handler.rpartition(".")
+    if not module_name:
+        raise ValueError(f"handler {handler!r} is not of the form module.function")
+    for path in reversed([code_dir, *extra_paths]):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    module = importlib.import_module(module_name)
+    return getattr(module, function_name)

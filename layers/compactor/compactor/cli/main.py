@@ -1,0 +1,35 @@
+"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``serve`` and ``invoke``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from .. import __version__
+
+_SUBCOMMANDS = (
+    ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),
+    ("serve", "serve", "serve the HTTP API locally through the Lambda handler"),
+    ("invoke", "invoke", "run one function of template.yaml in-process on an event (no Docker)"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each subcommand module supplies ``add_arguments`` and ``run``."""
+    from importlib import import_module
+
+    parser = argparse.ArgumentParser(prog="compactor", description="Compact LLM agent transcripts.")
+    parser.add_argument("--version", action="version", version=f"compactor {__version__}")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name, summary in _SUBCOMMANDS:
+        module = import_module(f"{__package__}.{module_name}")
+        subparser = subcommands.add_parser(name, help=summary, description=summary)
+        module.add_arguments(subparser)
+        subparser.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process arguments) and run the chosen subcommand."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)

@@ -1,0 +1,161 @@
+"""``compactor serve``: the HTTP API on a local port, through the deployed function's own handler.
+
+Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
+arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
+Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without the
+``--api-key`` (when one is set) and 413 for a body over the limit, before reading it. Handler calls are
+serialised, as one Lambda instance handles one event at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hmac
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .. import http_api
+from .lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+
+FUNCTION_LOGICAL_ID = "CompactFunction"
+FUNCTION_HANDLER = "compact.handler"
+FUNCTION_TIMEOUT_S = 60
+"""The deployed function's Timeout (template.yaml Globals); the local context counts down from it."""
+_LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
+_STAGE_PREFIX = f"/{http_api.STAGE}"
+
+
+def default_code_dir() -> Path:
+    """``functions/compact`` of the checkout this package runs from (or of the working directory)."""
+    checkout = Path(__file__).resolve().parents[4] / "functions" / "compact"
+    return checkout if checkout.is_dir() else Path.cwd() / "functions" / "compact"
+
+
+class CompactorServer(ThreadingHTTPServer):
+    """A threading HTTP server holding the handler, the optional API key and the handler lock."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: LambdaHandler, api_key: str | None):
+        super().__init__(address, _RequestHandler)
+        self.lambda_handler = handler
+        self.api_key = api_key
+        self.handler_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}{_STAGE_PREFIX}/"
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    server: CompactorServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        self._handle()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
+
+    def _handle(self) -> None:
+        if self.server.api_key is not None and not hmac.compare_digest(
+            self.headers.get("x-api-key", "").encode(), self.server.api_key.encode()
+        ):
+            self._send_json(403, http_api.FORBIDDEN_BODY, close=True)
+            return
+        url = urlsplit(self.path)
+        if url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
+            self._send_json(404, http_api.not_found_body(self.command, url.path), close=True)
+            return
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            self._send_json(411, http_api.error_body("send the body with a Content-Length"), close=True)
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._send_json(400, http_api.error_body("invalid Content-Length"), close=True)
+            return
+        if length > http_api.MAX_BODY_BYTES:
+            self._send_json(413, http_api.too_large_body(), close=True)
+            return
+        event = http_api.rest_proxy_event(
+            method=self.command,
+            resource_path=url.path[len(_STAGE_PREFIX):] or "/",
+            query=parse_qs(url.query, keep_blank_values=True),
+            headers=self.headers.items(),
+            body=self.rfile.read(length),
+            source_ip=self.client_address[0],
+        )
+        self._send_proxy_response(self._invoke(event))
+
+    def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
+        context = LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S)
+        try:
+            with self.server.handler_lock:
+                return self.server.lambda_handler(event, context)
+        except Exception:  # what API Gateway answers when the function itself fails
+            self.log_error("handler raised; answering 502")
+            return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY)
+
+    def _send_proxy_response(self, response: dict[str, Any]) -> None:
+        body = response.get("body") or ""
+        payload = base64.b64decode(body) if response.get("isBase64Encoded") else body.encode("utf-8")
+        headers: dict[str, list[str]] = {name: [value] for name, value in (response.get("headers") or {}).items()}
+        for name, values in (response.get("multiValueHeaders") or {}).items():
+            headers[name] = list(values)
+        self.send_response(int(response.get("statusCode", 200)))
+        for name, values in headers.items():
+            if name.lower() not in ("content-length", "connection"):
+                for value in values:
+                    self.send_header(name, str(value))
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_json(self, status: int, body: dict[str, Any], *, close: bool = False) -> None:
+        payload = json.dumps(body, separators=(",", ":")).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", http_api.JSON_CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(payload)))
+        if close:  # an unread request body must not be parsed as the next request
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | None = None,
+                  code_dir: Path | None = None) -> CompactorServer:
+    """A ready (not yet serving) server; ``port`` 0 picks a free port (see ``server_address``)."""
+    handler = load_handler(code_dir or default_code_dir(), FUNCTION_HANDLER)
+    return CompactorServer((host, port), handler, api_key)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the ``serve`` subcommand."""
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    parser.add_argument("--api-key", help="require this x-api-key on every request, like the deployed stage")
+    parser.add_argument("--code-dir", type=Path, help="directory of compact.py (default: functions/compact)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``compactor serve``: serve until interrupted."""
+    server = create_server(args.host, args.port, args.api_key, args.code_dir)
+    key_note = "x-api-key required" if args.api_key else "no API key required"
+    print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
