@@ -1,0 +1,121 @@
+"""Catalog loading: sources, observations, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor.catalog import (
+    CATALOG_ENV, CatalogError, bundled_catalog_path, get_catalog, load_catalog, reset_catalog_cache,
+)
+
+DECIDER = {
+    "id": "acme/small-decider", "provider": "acme", "family": "small-decider-1", "model": "small-decider-1",
+    "protocol": "decisions", "transport": "decisions", "base_url": "https://api.acme.example/v1/",
+    "api_key_env": "ACME_API_KEY", "price_in": 0.05, "price_out": 0.2, "context": 32000,
+    "supports_json_mode": True, "no_log": True, "has_tee": False, "disabled": False,
+}
+CHAT = {
+    "id": "acme/chat", "provider": "acme", "family": "chat-1", "model": "chat-1", "protocol": "chat",
+    "transport": "openai", "base_url": "http://127.0.0.1:9/v1", "price_in": None, "price_out": 1,
+    "tier": "pro", "latency_ms": 800, "cache_hot": True, "quality": 0.7, "notes_are_null": None,
+}
+BUILTIN = {"id": "builtin/x", "provider": "builtin", "family": "x", "model": "x", "protocol": "chat",
+           "transport": "builtin", "base_url": None, "price_in": 0, "price_out": 0}
+
+
+def write(tmp_path: Path, content: Any, name: str = "catalog.json") -> str:
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return str(path)
+
+
+def test_offers_prices_and_observations(tmp_path: Path) -> None:
+    envelope = ["not", ["provider_eq", "evil"]]
+    catalog = load_catalog(write(tmp_path, {"offers": [DECIDER, CHAT, BUILTIN], "policy_envelope": envelope}))
+    decider, chat, builtin = catalog.offers
+    assert catalog.policy_envelope == envelope
+    assert decider.base_url == "https://api.acme.example/v1"
+    assert (decider.price_in, decider.price_out, decider.api_key_env) == (0.05, 0.2, "ACME_API_KEY")
+    assert decider.observations == {"context": 32000, "supports_json_mode": True, "no_log": True,
+                                    "has_tee": False, "disabled": False}
+    assert chat.price_in is None and chat.price_out == 1.0
+    assert chat.observations == {"tier": "pro", "latency_ms": 800, "cache_hot": True, "quality": 0.7}
+    assert builtin.base_url is None and builtin.observations == {}
+    assert catalog.offer("acme/chat") is chat and catalog.offer("nope") is None
+    assert catalog.for_protocol("decisions") == (decider,)
+
+
+def test_env_variable_replaces_bundled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CATALOG_ENV, write(tmp_path, {"offers": [CHAT]}))
+    assert [offer.id for offer in load_catalog().offers] == ["acme/chat"]
+    explicit = write(tmp_path, {"offers": [BUILTIN]}, "other.json")
+    assert [offer.id for offer in load_catalog(explicit).offers] == ["builtin/x"]
+
+
+def test_bundled_catalog_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CATALOG_ENV, raising=False)
+    assert bundled_catalog_path().is_file()
+    catalog = load_catalog()
+    assert catalog.offers and all(offer.transport == "builtin" for offer in catalog.offers)
+
+
+def test_get_catalog_is_cached_until_reset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CATALOG_ENV, write(tmp_path, {"offers": [CHAT]}))
+    reset_catalog_cache()
+    try:
+        first = get_catalog()
+        monkeypatch.setenv(CATALOG_ENV, write(tmp_path, {"offers": [BUILTIN]}, "b.json"))
+        assert get_catalog() is first
+        reset_catalog_cache()
+        assert get_catalog().offers[0].id == "builtin/x"
+    finally:
+        reset_catalog_cache()
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "invalid JSON"),
+        ('{"offers": [], "offers": []}', "duplicate key"),
+        ({"offers": [DECIDER, DECIDER]}, "duplicate offer id 'acme/small-decider'"),
+        ({"offers": [{**CHAT, "transport": "decisions"}]}, "cannot serve protocol 'chat'"),
+        ({"offers": [{**CHAT, "transport": "chat-decisions"}]}, "cannot serve protocol 'chat'"),
+        ({"offers": [{**DECIDER, "transport": "openai"}]}, "cannot serve protocol 'decisions'"),
+        ({"offers": [{**CHAT, "base_url": None}]}, "needs a base_url"),
+        ({"offers": [{**BUILTIN, "base_url": "http://x.example"}]}, "builtin offers take no base_url"),
+        ({"offers": [{**CHAT, "base_url": "ftp://x"}]}, "offers.0.base_url"),
+        ({"offers": [{**CHAT, "transport": "grpc"}]}, "offers.0.transport"),
+        ({"offers": [{**CHAT, "price_in": -1}]}, "offers.0.price_in"),
+        ({"offers": [{**CHAT, "price_in": "1.0"}]}, "offers.0.price_in"),
+        ({"offers": [{**CHAT, "no_log": "yes"}]}, "offers.0.no_log"),
+        ({"offers": [{**CHAT, "context": 1.5}]}, "offers.0.context"),
+        ({"offers": [{**CHAT, "comment": "text"}]}, "unknown field 'comment'"),
+        ({"offers": [{**CHAT, "api_key_env": "sk-literal-key"}]}, "offers.0.api_key_env"),
+        ({"offers": [{k: v for k, v in CHAT.items() if k != "family"}]}, "offers.0.family"),
+        ({"offers": [CHAT], "extra": 1}, "extra"),
+        ({"offers": [CHAT], "policy_envelope": {"op": "top"}}, "policy_envelope"),
+        ([CHAT], "catalog"),
+    ],
+)
+def test_invalid_catalogs(tmp_path: Path, content: Any, problem: str) -> None:
+    path = write(tmp_path, content)
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert path in str(caught.value)
+    assert problem in str(caught.value)
+
+
+def test_a_key_pasted_into_api_key_env_is_not_echoed(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, {"offers": [{**CHAT, "api_key_env": "sk-live-123"}]}))
+    assert "sk-live-123" not in str(caught.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = str(tmp_path / "absent.json")
+    with pytest.raises(CatalogError, match="absent.json: cannot read"):
+        load_catalog(missing)

@@ -1,0 +1,81 @@
+"""Pooled clients per event loop, error mapping and secret scrubbing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from compactor.providers import http
+from compactor.providers.base import ProviderError
+from fakes.provider_server import FakeProviderServer
+
+
+def test_one_client_per_loop_and_stale_loops_dropped() -> None:
+    async def current():
+        return http.client()
+
+    first_loop = asyncio.new_event_loop()
+    try:
+        a = first_loop.run_until_complete(current())
+        assert first_loop.run_until_complete(current()) is a
+    finally:
+        first_loop.close()
+    second_loop = asyncio.new_event_loop()
+    try:
+        b = second_loop.run_until_complete(current())
+        assert b is not a
+        assert first_loop not in http._clients
+        second_loop.run_until_complete(http.aclose_client())
+        assert second_loop.run_until_complete(current()) is not b
+        second_loop.run_until_complete(http.aclose_client())
+    finally:
+        second_loop.close()
+
+
+async def test_connections_are_reused_within_a_loop(fake_provider: FakeProviderServer) -> None:
+    url = f"{fake_provider.base_url}/chat/completions"
+    replies = [await http.post_json(url, {"n": i}, headers={}, timeout_s=10, max_body_bytes=1 << 20)
+               for i in range(3)]
+    assert [reply.status for reply in replies] == [200, 200, 200]
+    assert [request.json for request in fake_provider.requests] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    await http.aclose_client()
+
+
+async def test_concurrent_calls_do_not_wait_for_each_other(fake_provider: FakeProviderServer) -> None:
+    url = f"{fake_provider.base_url}/decisions"
+    calls = [http.post_json(url, {}, headers={}, timeout_s=30, max_body_bytes=1 << 20) for _ in range(8)]
+    assert all(reply.status == 200 for reply in await asyncio.gather(*calls))
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (200, b"{}", None),
+        (429, b"", "rate_limit"),
+        (400, b'{"error": "prompt is too long"}', "context_overflow"),
+        (400, b'{"message": "bad role"}', "bad_request"),
+        (413, b"payload too large", "bad_request"),
+        (599, b"", "upstream_error"),
+    ],
+)
+def test_error_for_status(status: int, body: bytes, kind: str | None) -> None:
+    error = http.error_for_status(status, body)
+    assert (error.kind if error else None) == kind
+
+
+def test_scrub_known_secret_and_lookalikes() -> None:
+    text = "key abc123secret, header Bearer xyz.789 and sk-proj-ABCDEFGH12"
+    cleaned = http.safe_message(text, ["abc123secret"])
+    assert "abc123secret" not in cleaned and "xyz.789" not in cleaned and "ABCDEFGH12" not in cleaned
+    assert cleaned.count("[redacted]") == 3
+
+
+def test_bearer_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert http.bearer_headers(None) == ({}, None)
+    monkeypatch.setenv("K_ENV", "  k-value  ")
+    assert http.bearer_headers("K_ENV") == ({"Authorization": "Bearer k-value"}, "k-value")
+    monkeypatch.setenv("K_ENV", "line\nbreak")
+    with pytest.raises(ProviderError) as caught:
+        http.bearer_headers("K_ENV")
+    assert caught.value.kind == "auth_error" and "line" not in caught.value.message
