@@ -97,26 +97,37 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
     """POST ``payload`` as JSON and read the whole answer within ``timeout_s`` seconds in total.
 
     Raises :class:`ProviderError`: ``timeout``; ``network_error`` (connect/read/protocol failures,
-    unusable URL); ``bad_response`` when the body exceeds ``max_body_bytes``. HTTP error statuses are
+    unusable URL); ``bad_response`` when the body exceeds ``max_body_bytes`` or cannot be decoded;
+    ``bad_request`` when ``payload`` is not JSON. HTTP error statuses are
     returned, not raised (see :func:`error_for_status`).
     """
     secrets = tuple(secrets)
     if timeout_s <= 0:
         raise ProviderError(TIMEOUT, "no time left for the call")
-    content = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    try:
+        content = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ProviderError(BAD_REQUEST, f"request is not JSON-serialisable ({exc})") from None
     request_headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
+    # Causes are dropped (``from None``): httpx exceptions reference the request and its headers.
     try:
         async with asyncio.timeout(timeout_s):
             async with client().stream("POST", url, content=content, headers=request_headers,
                                        timeout=httpx.Timeout(timeout_s)) as response:
                 body = await _read_bounded(response, max_body_bytes)
                 return HttpReply(response.status_code, body)
-    except TimeoutError as exc:
-        raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from exc
+    except TimeoutError:
+        raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from None
     except httpx.TimeoutException as exc:
-        raise ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}", secrets)) from exc
-    except (httpx.TransportError, httpx.InvalidURL) as exc:
-        raise ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}", secrets)) from exc
+        raise ProviderError(TIMEOUT, _describe(exc, secrets)) from None
+    except httpx.DecodingError as exc:
+        raise ProviderError(BAD_RESPONSE, _describe(exc, secrets)) from None
+    except (httpx.RequestError, httpx.InvalidURL) as exc:
+        raise ProviderError(NETWORK_ERROR, _describe(exc, secrets)) from None
+
+
+def _describe(exc: Exception, secrets: Iterable[str | None]) -> str:
+    return safe_message(f"{type(exc).__name__}: {exc}", secrets)
 
 
 async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
