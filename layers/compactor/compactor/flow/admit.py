@@ -1,0 +1,210 @@
+"""Admission of a flow term (REFERENCE §4.3): every check runs before any effect.
+
+Core rules (shape, kinds, options, arity, references, acyclicity, every node on an input→output
+path, policies, decision questions) then the host rules for typed flows (term and ``flow_input``
+≤ 1 MiB and depth ≤ 32, decision questions through the host decision validation). A failure raises
+:class:`FlowAdmissionError`; the HTTP layer answers ``flow_ir rejected at admission: <message>``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ..decisions import DecisionValidationError, validate_payload
+from ..identity import fingerprint, sha256_identity
+from ..policy.admission import PolicyAdmissionError
+from . import node_options as opts
+from .canonical import canonical_order, content_key, flow_encoding, node_encoding
+from .graph import DATA, DECISION, INPUT, KINDS, LLM, MODEL_KINDS, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
+from .values import MISSING, bounds_problem, dense_dumps
+
+MAX_NODES: Final = 256
+
+
+class FlowAdmissionError(ValueError):
+    """A flow term or flow input failed admission; ``message`` is safe to show callers."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _node_error(label: str, problem: str) -> FlowAdmissionError:
+    return FlowAdmissionError(f"node {json.dumps(label, ensure_ascii=False)}: {problem}")
+
+
+def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike],
+               flow_input: Any = MISSING) -> AdmittedFlow:
+    """Validate ``flow_ir`` (and ``flow_input`` when given), admit every node policy with
+    ``admit_policy`` and compute the canonical identity. Raises :class:`FlowAdmissionError`."""
+    nodes = _nodes_of(flow_ir)
+    inputs: dict[str, list[str]] = {}
+    for label, node in nodes.items():
+        inputs[label] = _check_node(label, node)
+    typed = flow_input is not MISSING or any(_makes_typed(node) for node in nodes.values())
+    if typed:
+        problem = bounds_problem(flow_ir, "flow_ir")
+        if problem:
+            raise FlowAdmissionError(problem)
+    if flow_input is not MISSING:
+        _check_flow_input(flow_input)
+    input_label = _check_graph(nodes, inputs)
+    policies = _admit_policies(nodes, admit_policy)
+    _check_questions_for_host(nodes)
+    return _canonicalise(nodes, inputs, input_label, policies, typed)
+
+
+def _nodes_of(flow_ir: Any) -> dict[str, Any]:
+    if not (isinstance(flow_ir, list) and len(flow_ir) == 2 and flow_ir[0] == "flow"
+            and isinstance(flow_ir[1], dict)):
+        raise FlowAdmissionError('a flow term is ["flow", {<id>: <node>, ...}]')
+    nodes = flow_ir[1]
+    if not 1 <= len(nodes) <= MAX_NODES:
+        raise FlowAdmissionError(f"a flow has 1–{MAX_NODES} nodes, got {len(nodes)}")
+    for label in nodes:
+        if not isinstance(label, str):
+            raise FlowAdmissionError("node ids must be strings")
+    return nodes
+
+
+def _check_node(label: str, node: Any) -> list[str]:
+    """Kind, allowed keys, option values and input arity of one node; returns its input labels."""
+    if not isinstance(node, dict):
+        raise _node_error(label, "a node must be an object")
+    kind = node.get("kind")
+    if kind not in KINDS:
+        raise _node_error(label, f"unknown kind {json.dumps(kind)}; kinds are {', '.join(KINDS)}")
+    raw_inputs = node.get("inputs", [])
+    if not isinstance(raw_inputs, list) or not all(isinstance(source, str) for source in raw_inputs):
+        raise _node_error(label, "inputs must be an array of node ids")
+    problem = (opts.unknown_key_problem(kind, node)
+               or (opts.common_option_problem(node) if kind in (LLM, DECISION, DATA) else None)
+               or (opts.llm_option_problem(node) if kind == LLM else None)
+               or (opts.data_option_problem(node) if kind == DATA else None)
+               or (opts.question_problem(node.get("questions")) if kind == DECISION else None)
+               or opts.arity_problem(kind, node, len(raw_inputs)))
+    if kind in MODEL_KINDS and "policy" not in node:
+        problem = problem or f"a {kind} node needs a policy"
+    if problem:
+        raise _node_error(label, problem)
+    return raw_inputs
+
+
+def _makes_typed(node: Mapping[str, Any]) -> bool:
+    return node["kind"] in (DATA, DECISION) or any(key in node for key in opts.TYPING_LLM_OPTIONS)
+
+
+def _check_flow_input(flow_input: Any) -> None:
+    if not isinstance(flow_input, (dict, list, str)):
+        raise FlowAdmissionError("flow_input must be an object, an array or a string")
+    problem = bounds_problem(flow_input, "flow_input")
+    if problem:
+        raise FlowAdmissionError(problem)
+
+
+def _check_graph(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]]) -> str:
+    """One input, one output read by nobody, closed references, no cycle, no orphan. Returns the
+    input node's label."""
+    by_kind: dict[str, list[str]] = {INPUT: [], OUTPUT: []}
+    for label, node in nodes.items():
+        by_kind.setdefault(node["kind"], []).append(label)
+    for kind in (INPUT, OUTPUT):
+        if len(by_kind[kind]) != 1:
+            raise FlowAdmissionError(f"a flow has exactly one {kind} node, got {len(by_kind[kind])}")
+    (input_label,), (output_label,) = by_kind[INPUT], by_kind[OUTPUT]
+    readers: dict[str, set[str]] = {label: set() for label in nodes}
+    for label, sources in inputs.items():
+        for source in sources:
+            if source not in nodes:
+                raise _node_error(label, f"input {json.dumps(source, ensure_ascii=False)} is not a node")
+            if source == output_label:
+                raise _node_error(label, "the output node cannot be an input")
+            readers[source].add(label)
+    _check_acyclic(inputs, readers)
+    reached = _closure(input_label, readers)
+    feeding = _closure(output_label, {label: set(sources) for label, sources in inputs.items()})
+    for label in nodes:
+        if label not in reached or label not in feeding:
+            raise _node_error(label, "not on a path from the input node to the output node")
+    return input_label
+
+
+def _check_acyclic(inputs: Mapping[str, list[str]], readers: Mapping[str, set[str]]) -> None:
+    waiting = {label: len(set(sources)) for label, sources in inputs.items()}
+    ready = [label for label, count in waiting.items() if count == 0]
+    seen = 0
+    while ready:
+        label = ready.pop()
+        seen += 1
+        for reader in readers[label]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                ready.append(reader)
+    if seen != len(inputs):
+        stuck = sorted(label for label, count in waiting.items() if count > 0)
+        raise _node_error(stuck[0], "the flow has a cycle through this node")
+
+
+def _closure(start: str, edges: Mapping[str, set[str]]) -> set[str]:
+    seen, stack = {start}, [start]
+    while stack:
+        for nxt in edges[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def _admit_policies(nodes: Mapping[str, Any],
+                    admit_policy: Callable[[Any], AdmittedPolicyLike]) -> dict[str, AdmittedPolicyLike]:
+    """Admit each model node's policy; identical terms are admitted once."""
+    admitted: dict[str, AdmittedPolicyLike] = {}
+    by_text: dict[str, AdmittedPolicyLike] = {}
+    for label, node in nodes.items():
+        if node["kind"] not in MODEL_KINDS:
+            continue
+        try:
+            text = dense_dumps(node["policy"])
+        except (TypeError, ValueError) as exc:
+            raise _node_error(label, f"policy is not finite JSON ({exc})") from exc
+        if text not in by_text:
+            try:
+                by_text[text] = admit_policy(node["policy"])
+            except PolicyAdmissionError as exc:
+                raise _node_error(label, f"policy rejected: {exc}") from exc
+        admitted[label] = by_text[text]
+    return admitted
+
+
+def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
+    """Every decision node's questions pass the host decision validation (32 000-byte bound included)."""
+    for label, node in nodes.items():
+        if node["kind"] != DECISION:
+            continue
+        try:
+            validate_payload({"state": {}, "questions": node["questions"]})
+        except DecisionValidationError as exc:
+            raise _node_error(label, exc.message) from exc
+
+
+def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], input_label: str,
+                  policies: Mapping[str, AdmittedPolicyLike], typed: bool) -> AdmittedFlow:
+    keys = {label: content_key(node["kind"], node, policies[label].encoding if label in policies else None)
+            for label, node in nodes.items()}
+    order = canonical_order(keys, inputs, input_label)
+    number = {label: index for index, label in enumerate(order)}
+    successors: list[list[int]] = [[] for _ in order]
+    flow_nodes: list[FlowNode] = []
+    for index, label in enumerate(order):
+        node_inputs = tuple(number[source] for source in inputs[label])
+        for source in sorted(set(node_inputs)):
+            successors[source].append(index)
+        flow_nodes.append(FlowNode(
+            index=index, label=label, kind=nodes[label]["kind"], inputs=node_inputs, spec=nodes[label],
+            policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs)))
+    encoding = flow_encoding([node.encoding for node in flow_nodes])
+    return AdmittedFlow(
+        nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
+        encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding))

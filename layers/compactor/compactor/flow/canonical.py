@@ -1,0 +1,152 @@
+"""Canonical identity of a flow (REFERENCE §4.6): content keys, canonical ids, the ``sigma-flow/v1``
+encoding with its typed option encoding, and the normalised term.
+
+Canonical ids: ``n0`` is the input node; then, repeatedly, the ready node (all inputs numbered) with
+the smallest ``content key + "\\1" + its ordered canonical input ids`` gets the next number. When two
+ready nodes tie on that key, a hash of what hangs below each of them decides, so renaming nodes never
+changes the encoding (the tie-break only matters for graphs the plain rule cannot order by content).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .graph import DECISION, INPUT, LLM, AdmittedFlow
+from .node_options import TYPED_OPTION_KEYS
+
+VERSION = "sigma-flow/v1"
+
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def quote(text: str) -> str:
+    """A double-quoted string with ``\\ " \\n \\r \\t`` escaped."""
+    return '"' + text.translate(_ESCAPES) + '"'
+
+
+def lua_number(value: int | float) -> str:
+    """Lua 5.3 ``tostring`` of a number: integers plainly, floats ``%.14g`` (``.0`` added when integral)."""
+    if isinstance(value, int):
+        return str(value)
+    text = "%.14g" % value
+    if all(ch in "-0123456789" for ch in text):
+        text += ".0"
+    return text
+
+
+def encode_typed(value: Any) -> str:
+    """The type-tagged length-delimited encoding: ``s<len>:<bytes>``, ``b1``/``b0``, ``n<num>:``, and
+    ``t<count>:`` followed by key/value encodings sorted by encoded key (arrays keyed ``1..n``).
+    JSON ``null`` entries are absent, as in a Lua table."""
+    if isinstance(value, str):
+        return f"s{len(value.encode('utf-8'))}:{value}"
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, (int, float)):
+        return f"n{lua_number(value)}:"
+    if isinstance(value, Mapping):
+        pairs = [(encode_typed(key), encode_typed(item)) for key, item in value.items() if item is not None]
+    elif isinstance(value, Sequence):
+        pairs = [(encode_typed(position), encode_typed(item))
+                 for position, item in enumerate(value, start=1) if item is not None]
+    else:
+        raise TypeError(f"cannot encode {type(value).__name__} in typed options")
+    pairs.sort()
+    return f"t{len(pairs)}:" + "".join(key + item for key, item in pairs)
+
+
+def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's options that enter the typed options encoding."""
+    return {key: spec[key] for key in TYPED_OPTION_KEYS if key in spec}
+
+
+def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None) -> str:
+    """Everything that identifies a node except its id and inputs: ``kind`` followed by the
+    `` system=… policy=… template=… data=…`` parts of its encoding."""
+    parts = [kind]
+    if kind == LLM:
+        parts.append(f" system={quote(spec['system'])}")
+    if kind in (LLM, DECISION):
+        parts.append(f" policy={policy_encoding}")
+    if kind == LLM and "template" in spec:
+        parts.append(f" template={quote(spec['template'])}")
+    options = typed_options(spec)
+    if options:
+        parts.append(f" data={encode_typed(options)}")
+    return "".join(parts)
+
+
+def node_encoding(key: str, index: int, input_indexes: Sequence[int]) -> str:
+    """``(kind n<index>… inputs=[n<a>,n<b>])`` from a content key (no ``inputs`` for the input node)."""
+    kind, _, rest = key.partition(" ")
+    head = f"({kind} n{index}" + (f" {rest}" if rest else "")
+    if kind == INPUT:
+        return head + ")"
+    return head + " inputs=[" + ",".join(f"n{i}" for i in input_indexes) + "])"
+
+
+def flow_encoding(node_encodings: Sequence[str]) -> str:
+    """``sigma-flow/v1:(`` + node encodings joined by spaces + ``)``."""
+    return f"{VERSION}:(" + " ".join(node_encodings) + ")"
+
+
+def canonical_order(keys: Mapping[str, str], inputs: Mapping[str, Sequence[str]], input_label: str) -> list[str]:
+    """Labels in canonical order. ``keys`` maps label → content key, ``inputs`` label → ordered inputs;
+    the graph must be acyclic with every node reachable from ``input_label``."""
+    readers: dict[str, list[str]] = {label: [] for label in keys}
+    waiting: dict[str, int] = {}
+    for label, sources in inputs.items():
+        distinct = set(sources)
+        waiting[label] = len(distinct)
+        for source in distinct:
+            readers[source].append(label)
+    below = _downstream_hashes(keys, inputs, readers)
+    number: dict[str, int] = {}
+    order: list[str] = []
+    ready: list[tuple[str, str, str]] = [("", "", input_label)]
+    while ready:
+        _, _, label = heapq.heappop(ready)
+        number[label] = len(order)
+        order.append(label)
+        for reader in readers[label]:
+            waiting[reader] -= 1
+            if waiting[reader] == 0:
+                sort_key = keys[reader] + "\1" + ",".join(f"n{number[s]}" for s in inputs[reader])
+                heapq.heappush(ready, (sort_key, below[reader], reader))
+    return order
+
+
+def _downstream_hashes(keys: Mapping[str, str], inputs: Mapping[str, Sequence[str]],
+                       readers: Mapping[str, list[str]]) -> dict[str, str]:
+    """Per label, a hash of its content key and (recursively) of the nodes reading it, with the
+    positions at which they read it. Names never enter the hash."""
+    pending = {label: len(set(readers[label])) for label in keys}
+    sinks = [label for label, count in pending.items() if count == 0]
+    below: dict[str, str] = {}
+    while sinks:
+        label = sinks.pop()
+        reads = sorted(
+            below[reader] + ":" + ",".join(str(i) for i, s in enumerate(inputs[reader]) if s == label)
+            for reader in set(readers[label]))
+        below[label] = hashlib.sha256(("\2".join([keys[label], *reads])).encode("utf-8")).hexdigest()
+        for source in set(inputs.get(label, ())):
+            pending[source] -= 1
+            if pending[source] == 0:
+                sinks.append(source)
+    return below
+
+
+def normalized_term(flow: AdmittedFlow) -> list[Any]:
+    """``["flow", {n<k>: node}]`` with canonical ids, rewritten inputs and normalised policies."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for node in flow.nodes:
+        rewritten = dict(node.spec)
+        if node.policy is not None:
+            rewritten["policy"] = node.policy.policy.term
+        if "inputs" in rewritten or node.inputs:
+            rewritten["inputs"] = [f"n{i}" for i in node.inputs]
+        nodes[node.cid] = rewritten
+    return ["flow", nodes]

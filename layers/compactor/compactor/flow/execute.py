@@ -1,0 +1,225 @@
+"""Execution of one flow node (REFERENCE §4.4, §4.5): a function of the node, its input values, the
+router and the shared deadline, returning the node's value and its trace entry. Nothing here knows
+about other nodes, so a node can run in any worker that has those four things.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from ..budget import Deadline
+from ..decisions import DecisionValidationError, validate_payload
+from ..jsonutil import StrictJSONError, depth_exceeds, strict_loads
+from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
+from ..routing import RouteResult
+from . import data_ops
+from .graph import DATA, DECISION, FlowNode
+from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, dense_dumps, is_empty_container, utf8_len, view_of
+
+DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
+
+# Node outcomes (also reported to progress listeners).
+OK, SKIPPED, FALLBACK, FAILED = "ok", "skipped", "fallback", "failed"
+# Error kinds the runtime itself produces (routed calls bring their own).
+FLOW_DEADLINE: Final = "flow_deadline"
+NODE_EXCEPTION: Final = "node_exception"
+DATA_ERROR: Final = "data_error"
+NO_CANDIDATES: Final = "no_candidates"
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+class FlowRouter(Protocol):
+    """The part of the router (``routing.Router``) the runtime calls."""
+
+    async def chat(self, policy: Any, request: ChatRequest, *, needs: frozenset[str] = ...,
+                   deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult: ...
+
+    async def decide(self, policy: Any, request: DecisionRequest, *, deadline: Deadline | None = None,
+                     timeout_s: float | None = None) -> RouteResult: ...
+
+
+@dataclass(slots=True)
+class NodeOutcome:
+    """What a node produced: its value, its ``flow_nodes`` entry and how it ended."""
+
+    value: Any
+    entry: dict[str, Any]
+    status: str  # OK | SKIPPED | FALLBACK | FAILED
+    error_kind: str | None = None
+    error_message: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # proposed by an llm node, shown to its readers
+
+
+class _NodeFailure(Exception):
+    def __init__(self, kind: str, message: str = "") -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.text = f"{kind}: {message}" if message else kind
+
+
+async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRouter, deadline: Deadline,
+                       conversation: Sequence[Mapping[str, Any]] = (),
+                       proposed_tool_calls: Sequence[Mapping[str, Any]] = ()) -> NodeOutcome:
+    """Run an ``llm``, ``decision`` or ``data`` node on its ordered input ``values``.
+
+    Never raises for model or data failures: they come back as a FAILED outcome, or as FALLBACK
+    with the first input value when the node has ``on_error: "input"``. Cancellation propagates.
+    """
+    entry: dict[str, Any] = {"node": node.cid, "kind": node.kind, "inputs": [f"n{i}" for i in node.inputs]}
+    try:
+        if node.kind == DATA:
+            try:
+                value = data_ops.apply(node.spec["operation"], node.spec, values)
+            except data_ops.DataOpError as exc:
+                raise _NodeFailure(DATA_ERROR, exc.message) from exc
+            entry["cost_reported"] = 0
+            return NodeOutcome(value, entry, OK)
+        if node.option("skip_empty") and is_empty_container(values[0]):
+            entry.update(skipped=True, cost_reported=0)
+            return NodeOutcome(values[0], entry, SKIPPED)
+        if deadline.expired:
+            entry.update(skipped=True, cost_reported=0)
+            raise _NodeFailure(FLOW_DEADLINE)
+        if node.kind == DECISION:
+            return await _run_decision(node, values, entry, router, deadline)
+        return await _run_llm(node, values, entry, router, deadline, conversation, proposed_tool_calls)
+    except _NodeFailure as failure:
+        entry["error"] = failure.text
+        if node.option("on_error") == "input":
+            entry["fallback"] = "input"
+            return NodeOutcome(values[0], entry, FALLBACK, failure.kind, failure.text)
+        return NodeOutcome(None, entry, FAILED, failure.kind, failure.text)
+
+
+async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], router: FlowRouter,
+                        deadline: Deadline) -> NodeOutcome:
+    state = values[0] if len(values) == 1 else list(values)
+    questions = node.spec["questions"]
+    try:
+        validate_payload({"state": state, "questions": questions})
+    except DecisionValidationError as exc:
+        entry["cost_reported"] = 0  # nothing was sent
+        raise _NodeFailure(BAD_REQUEST, exc.message) from exc
+    request = DecisionRequest(state=state, questions=questions)
+    result = await _bounded(
+        lambda timeout_s: router.decide(node.policy, request, deadline=deadline, timeout_s=timeout_s),
+        node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)
+    response = _record_route(entry, node, result)
+    return NodeOutcome(response.answers, entry, OK)
+
+
+async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], router: FlowRouter,
+                   deadline: Deadline, conversation: Sequence[Mapping[str, Any]],
+                   proposed_tool_calls: Sequence[Mapping[str, Any]]) -> NodeOutcome:
+    messages: list[dict[str, Any]] = [] if node.option("context") == "inputs" else [dict(m) for m in conversation]
+    messages.append({"role": "system", "content": node.spec["system"]})
+    messages.append({"role": "user", "content": build_prompt(node.option("template"), values, proposed_tool_calls)})
+    json_mode = node.option("output_format") == "json"
+    request = ChatRequest(messages=messages, max_tokens=node.option("max_tokens"), json_mode=json_mode)
+    result = await _bounded(
+        lambda timeout_s: router.chat(node.policy, request, deadline=deadline, timeout_s=timeout_s),
+        node.option("timeout_ms"), deadline)
+    response = _record_route(entry, node, result)
+    if json_mode:
+        return NodeOutcome(parse_json_output(response), entry, OK)
+    return NodeOutcome(response.text or "", entry, OK, tool_calls=response.tool_calls or None)
+
+
+def build_prompt(template: str | None, values: Sequence[Any],
+                 proposed_tool_calls: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The user prompt of an llm node: ``template`` with ``$n`` → view of input n (out of range → ""),
+    else the single input's view, else ``[input i]`` sections joined by blank lines; proposed tool
+    calls of predecessors follow in a ``[proposed tool calls]`` block."""
+    if template is not None:
+        views: dict[int, str] = {}
+
+        def substitute(match: re.Match[str]) -> str:
+            position = int(match.group(1))
+            if not 1 <= position <= len(values):
+                return ""
+            if position not in views:
+                views[position] = view_of(values[position - 1])
+            return views[position]
+
+        text = _PLACEHOLDER.sub(substitute, template)
+    elif len(values) == 1:
+        text = view_of(values[0])
+    else:
+        text = "\n\n".join(f"[input {i}]\n{view_of(value)}" for i, value in enumerate(values, start=1))
+    if proposed_tool_calls:
+        text += "\n\n[proposed tool calls]\n" + dense_dumps(list(proposed_tool_calls))
+    return text
+
+
+def parse_json_output(response: ChatResponse) -> Any:
+    """The typed value of a JSON-mode reply: complete (no ``finish_reason: "length"``), no tool calls,
+    strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
+    if response.finish_reason == "length":
+        raise _NodeFailure(BAD_RESPONSE, "JSON output truncated (finish_reason length)")
+    if response.tool_calls:
+        raise _NodeFailure(BAD_RESPONSE, "tool calls instead of JSON output")
+    text = response.text
+    if not text or not text.strip():
+        raise _NodeFailure(BAD_RESPONSE, "empty JSON output")
+    if utf8_len(text) > MAX_VALUE_BYTES:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output exceeds {MAX_VALUE_BYTES} bytes")
+    try:
+        value = strict_loads(text)
+    except StrictJSONError as exc:
+        raise _NodeFailure(BAD_RESPONSE, f"invalid JSON output ({exc})") from exc
+    if depth_exceeds(value, MAX_VALUE_DEPTH):
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output nested deeper than {MAX_VALUE_DEPTH} levels")
+    return value
+
+
+async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeout_ms: int | None,
+                   deadline: Deadline) -> RouteResult:
+    """Run a routed call under the node timeout and the time left, cancelling it at either bound."""
+    node_limit = None if timeout_ms is None else timeout_ms / 1000
+    remaining = deadline.remaining_s()
+    limit = remaining if node_limit is None else min(node_limit, remaining)
+    scope = asyncio.timeout(limit)
+    try:
+        async with scope:
+            return await call(node_limit)
+    except TimeoutError as exc:
+        if not scope.expired():
+            raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
+        if node_limit is not None and node_limit <= remaining:
+            raise _NodeFailure(TIMEOUT, f"node timeout after {timeout_ms} ms; call cancelled") from exc
+        raise _NodeFailure(TIMEOUT, "flow budget expired; call cancelled") from exc
+    except Exception as exc:  # any router defect is a clean node failure, never a crash
+        raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _record_route(entry: dict[str, Any], node: FlowNode, result: RouteResult) -> Any:
+    """Add the routed call's model fields to ``entry``; return the response or raise its failure."""
+    assert node.policy is not None
+    entry["policy_fingerprint"] = result.trace.get("policy_fingerprint") or node.policy.fingerprint
+    response, chosen = result.response, result.chosen
+    if not result.ok or response is None or chosen is None:
+        kind = result.error_kind or "upstream_error"
+        if kind == NO_CANDIDATES:
+            entry["cost_reported"] = 0  # no offer was called
+        entry["latency_ms"] = result.latency_ms
+        entry["decision_trace"] = result.trace or None
+        raise _NodeFailure(kind, result.error_message or "")
+    cost = result.cost_usd
+    if cost is not None and result.failed_cost_usd:
+        cost = round(cost + result.failed_cost_usd, 12)  # billed attempts that failed before this one
+    entry.update(
+        provider=chosen.provider,
+        served_model_id=getattr(response, "served_model_id", None) or getattr(response, "model", None)
+        or chosen.model,
+        price_in=chosen.price_in, price_out=chosen.price_out,
+        raw_price_in=chosen.price_in, raw_price_out=chosen.price_out, price_multiplier=1,
+        tokens_in=response.tokens_in, tokens_out=response.tokens_out,
+        tokens_cached=getattr(response, "tokens_cached", None),
+        cost_reported=cost, latency_ms=result.latency_ms, decision_trace=result.trace or None,
+    )
+    return response

@@ -1,0 +1,75 @@
+"""The admitted form of a flow: nodes in canonical order with resolved inputs and admitted policies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+INPUT, OUTPUT, LLM, DECISION, DATA = "input", "output", "llm", "decision", "data"
+KINDS = (INPUT, OUTPUT, LLM, DECISION, DATA)
+MODEL_KINDS = frozenset({LLM, DECISION})
+
+
+class PolicyTermLike(Protocol):
+    """A normal-form policy (``policy.Policy``)."""
+
+    @property
+    def term(self) -> Any: ...
+
+
+class AdmittedPolicyLike(Protocol):
+    """What the runtime needs from an admitted Σ_pol policy (the router's ``AdmittedPolicy``)."""
+
+    @property
+    def policy(self) -> PolicyTermLike: ...
+
+    @property
+    def encoding(self) -> str:
+        """The sigma-pol/v2 encoding, host envelope included."""
+        ...
+
+    @property
+    def fingerprint(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FlowNode:
+    """One admitted node. ``spec`` is the submitted node object: read it, never mutate it."""
+
+    index: int  # canonical number: the node's id is ``n<index>``
+    label: str  # the id the node had in the submitted term
+    kind: str
+    inputs: tuple[int, ...]  # canonical numbers of the predecessors, in their semantic order
+    spec: Mapping[str, Any]
+    policy: AdmittedPolicyLike | None
+    encoding: str  # this node's part of the sigma-flow/v1 encoding
+
+    @property
+    def cid(self) -> str:
+        """The canonical id ``n<index>``."""
+        return f"n{self.index}"
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """A node option as submitted, or ``default``."""
+        return self.spec.get(key, default)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedFlow:
+    """A flow that passed admission, with its canonical identity. ``nodes[k].index == k``."""
+
+    nodes: tuple[FlowNode, ...]
+    successors: tuple[tuple[int, ...], ...]  # per canonical index, the nodes that read it
+    typed: bool
+    encoding: str  # sigma-flow/v1 encoding
+    identity: str  # SHA-256 of the encoding
+    fingerprint: str  # double-hash fingerprint of the encoding
+
+    @property
+    def input_node(self) -> FlowNode:
+        return self.nodes[0]
+
+    @property
+    def output_node(self) -> FlowNode:
+        return self.nodes[-1]

@@ -1,0 +1,194 @@
+"""Per-kind option validation of flow nodes (REFERENCE §4.2, §4.3 core rules).
+
+Each check returns a problem text (without the node prefix) or ``None``; the admission module adds
+the node id and raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .graph import DATA, DECISION, INPUT, LLM, OUTPUT
+from .values import MAX_VALUE_BYTES, utf8_len
+
+# Options that make a flow typed and that enter the typed options encoding (REFERENCE §4.6).
+TYPED_OPTION_KEYS: Final = (
+    "operation", "path", "field", "equals", "questions", "output_format", "skip_empty", "on_error",
+    "context", "max_tokens", "timeout_ms", "max_string_bytes", "min_string_bytes", "only_shrink",
+)
+# Options whose presence on an llm node makes the flow typed.
+TYPING_LLM_OPTIONS: Final = frozenset(
+    {"output_format", "skip_empty", "on_error", "context", "max_tokens", "timeout_ms"})
+
+OPERATION_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "project": frozenset({"path"}),
+    "select": frozenset({"field", "equals"}),
+    "overlay": frozenset({"min_string_bytes", "max_string_bytes", "only_shrink"}),
+    "union": frozenset(),
+}
+# (fewest, most) inputs per data operation.
+OPERATION_ARITY: Final[Mapping[str, tuple[int, int]]] = {
+    "project": (1, 1), "select": (2, 2), "overlay": (2, 3), "union": (1, 32),
+}
+
+_BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    INPUT: frozenset({"kind", "inputs"}),
+    OUTPUT: frozenset({"kind", "inputs"}),
+    LLM: frozenset({"kind", "inputs", "system", "policy", "template", "routing", "output_format",
+                    "skip_empty", "on_error", "context", "max_tokens", "timeout_ms"}),
+    DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms"}),
+    DATA: frozenset({"kind", "inputs", "operation", "on_error"}),
+}
+
+MAX_INPUTS: Final = 32
+MAX_PATH_STEPS: Final = 16
+MAX_NAME_BYTES: Final = 128
+MAX_TOKENS_RANGE: Final = (1, 4096)
+TIMEOUT_MS_RANGE: Final = (1, 40_000)
+
+MAX_QUESTIONS: Final = 32
+MAX_QUESTION_NAME_BYTES: Final = 64
+MAX_TEXT_BYTES: Final = 2000
+MAX_CRITERIA: Final = 32
+
+
+def _is_int_in(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _is_name(value: Any, limit: int) -> bool:
+    return isinstance(value, str) and 1 <= utf8_len(value) <= limit
+
+
+def unknown_key_problem(kind: str, node: Mapping[str, Any]) -> str | None:
+    """Keys the node's kind (and, for data nodes, its operation) does not allow."""
+    allowed = _BASE_KEYS[kind]
+    if kind == DATA:
+        if node.get("operation") not in OPERATION_KEYS:
+            return None  # reported by data_option_problem
+        allowed = allowed | OPERATION_KEYS[node["operation"]]
+    unknown = sorted(key for key in node if key not in allowed)
+    if unknown:
+        return f"option {unknown[0]!r} is not allowed on a {kind} node"
+    return None
+
+
+def common_option_problem(node: Mapping[str, Any]) -> str | None:
+    """The options shared by llm, decision and data nodes."""
+    if "on_error" in node and node["on_error"] != "input":
+        return 'on_error must be "input"'
+    if "skip_empty" in node and not isinstance(node["skip_empty"], bool):
+        return "skip_empty must be a boolean"
+    if "timeout_ms" in node and not _is_int_in(node["timeout_ms"], *TIMEOUT_MS_RANGE):
+        return "timeout_ms must be an integer 1–40000"
+    return None
+
+
+def llm_option_problem(node: Mapping[str, Any]) -> str | None:
+    """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, ``routing``."""
+    if not isinstance(node.get("system"), str):
+        return "system must be a string"
+    if "template" in node and not isinstance(node["template"], str):
+        return "template must be a string"
+    if "output_format" in node and node["output_format"] != "json":
+        return 'output_format must be "json"'
+    if "context" in node and node["context"] != "inputs":
+        return 'context must be "inputs"'
+    if "max_tokens" in node and not _is_int_in(node["max_tokens"], *MAX_TOKENS_RANGE):
+        return "max_tokens must be an integer 1–4096"
+    if "routing" in node:
+        return "routing (decision-routed llm nodes) is not supported by this runtime yet"
+    return None
+
+
+def data_option_problem(node: Mapping[str, Any]) -> str | None:
+    """data nodes: the operation and its options."""
+    operation = node.get("operation")
+    if operation not in OPERATION_KEYS:
+        return "operation must be one of project, select, overlay, union"
+    if operation == "project":
+        path = node.get("path")
+        if (not isinstance(path, list) or not 1 <= len(path) <= MAX_PATH_STEPS
+                or not all(_is_name(step, MAX_NAME_BYTES) for step in path)):
+            return "path must be 1–16 strings of 1–128 bytes"
+    elif operation == "select":
+        for key in ("field", "equals"):
+            if not _is_name(node.get(key), MAX_NAME_BYTES):
+                return f"{key} must be a string of 1–128 bytes"
+    elif operation == "overlay":
+        return _overlay_option_problem(node)
+    return None
+
+
+def _overlay_option_problem(node: Mapping[str, Any]) -> str | None:
+    if "only_shrink" in node and not isinstance(node["only_shrink"], bool):
+        return "only_shrink must be a boolean"
+    upper = MAX_VALUE_BYTES
+    if "max_string_bytes" in node:
+        if not _is_int_in(node["max_string_bytes"], 1, MAX_VALUE_BYTES):
+            return f"max_string_bytes must be an integer 1–{MAX_VALUE_BYTES}"
+        upper = node["max_string_bytes"]
+    if "min_string_bytes" in node and not _is_int_in(node["min_string_bytes"], 1, upper):
+        return f"min_string_bytes must be an integer 1–{upper}"
+    return None
+
+
+def arity_problem(kind: str, node: Mapping[str, Any], count: int) -> str | None:
+    """Input counts: output exactly 1; model and data nodes 1–32, data operations their own arity."""
+    if kind == INPUT:
+        return "an input node takes no inputs" if count else None
+    if kind == OUTPUT:
+        return None if count == 1 else "an output node takes exactly 1 input"
+    if not 1 <= count <= MAX_INPUTS:
+        return f"a {kind} node takes 1–{MAX_INPUTS} inputs"
+    if kind == DATA:
+        operation = node["operation"]
+        low, high = OPERATION_ARITY[operation]
+        if not low <= count <= high:
+            wanted = str(low) if low == high else f"{low}–{high}"
+            return f"{operation} takes {wanted} inputs, got {count}"
+    return None
+
+
+def question_problem(questions: Any) -> str | None:
+    """Core question rules (byte-measured); the host's decision validation runs afterwards."""
+    if not isinstance(questions, dict) or not 1 <= len(questions) <= MAX_QUESTIONS:
+        return "questions must be an object with 1–32 questions"
+    for name, question in questions.items():
+        if not _is_name(name, MAX_QUESTION_NAME_BYTES):
+            return "question names must be 1–64 bytes"
+        if not isinstance(question, dict):
+            return f"question {name!r} must be an object"
+        problem = _one_question_problem(question)
+        if problem:
+            return f"question {name!r}: {problem}"
+    return None
+
+
+def _is_description(value: Any) -> bool:
+    return isinstance(value, str) and 1 <= utf8_len(value) <= MAX_TEXT_BYTES
+
+
+def _one_question_problem(question: Mapping[str, Any]) -> str | None:
+    if not _is_description(question.get("instructions")):
+        return "instructions must be 1–2000 bytes"
+    kind, criteria = question.get("type"), question.get("criteria")
+    if kind == "choice":
+        if not isinstance(criteria, dict) or not 1 <= len(criteria) <= MAX_CRITERIA:
+            return "choice criteria must be an object with 1–32 entries"
+        if not all(_is_name(label, MAX_QUESTION_NAME_BYTES) for label in criteria):
+            return "choice names must be 1–64 bytes"
+        if not all(_is_description(text) for text in criteria.values()):
+            return "criterion descriptions must be 1–2000 bytes"
+    elif kind == "score":
+        if (not isinstance(criteria, list) or not 2 <= len(criteria) <= MAX_CRITERIA
+                or not all(_is_description(text) for text in criteria)):
+            return "score criteria must be 2–32 non-empty strings of at most 2000 bytes"
+    elif kind == "noul":
+        if criteria is not None and (not isinstance(criteria, dict) or set(criteria) != {"true", "false"}
+                                     or not all(_is_description(text) for text in criteria.values())):
+            return "noul criteria must be absent or describe exactly true and false"
+    else:
+        return "type must be choice, score or noul"
+    return None

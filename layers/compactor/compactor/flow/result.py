@@ -1,0 +1,66 @@
+"""The result of running a flow, with its ``x_router`` block and OpenAI ``usage``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..policy.trace import trim_decision_trace
+from ..xrouter import usage_block
+
+FLOW_COST_DECIMALS: Final = 6
+FLOW_NODE_FAILED: Final = "flow_node_failed"
+
+
+@dataclass
+class FlowResult:
+    """How a flow ended. ``flow_nodes`` holds one entry per executed ``llm``/``decision``/``data`` node
+    in canonical order; ``cost_usd`` is ``None`` when any traced node's cost is unknown; token totals
+    are ``None`` when 0. ``failed_node`` is the canonical id of the node that stopped the flow."""
+
+    ok: bool
+    output: Any
+    failed_node: str | None
+    error_kind: str | None
+    error_message: str | None
+    flow_nodes: list[dict[str, Any]]
+    fingerprint: str
+    cost_usd: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    tokens_cached: int | None
+
+    def decision_trace(self) -> dict[str, Any]:
+        """The untrimmed flow trace ``{"policy_fingerprint": null, "flow_fingerprint", "flow_nodes"}``
+        plus ``failed_node`` and ``flow_error`` on failure."""
+        trace: dict[str, Any] = {"policy_fingerprint": None, "flow_fingerprint": self.fingerprint,
+                                 "flow_nodes": self.flow_nodes}
+        if not self.ok:
+            trace["failed_node"] = self.failed_node
+            trace["flow_error"] = FLOW_NODE_FAILED
+        return trace
+
+    def x_router(self) -> dict[str, Any]:
+        """The flow variant of the ``x_router`` block (REFERENCE §2.4), decision traces trimmed."""
+        family = f"flow:{self.fingerprint}"
+        known = self.cost_usd is not None
+        return {
+            "provider": "flow",
+            "model_family": family,
+            "served_model_id": family,
+            "served_by": None,
+            "price_in": None,
+            "price_out": None,
+            "cost_usd": round(self.cost_usd, FLOW_COST_DECIMALS) if known else None,
+            "cost_basis": "reported" if known else None,
+            "tokens_cached": self.tokens_cached,
+            "policy_fingerprint": None,
+            "decision_trace": trim_decision_trace(self.decision_trace()),
+        }
+
+    def usage(self) -> dict[str, Any] | None:
+        """OpenAI-shaped usage from the token totals, or ``None`` when no tokens were reported."""
+        total = None
+        if self.tokens_in is not None or self.tokens_out is not None:
+            total = (self.tokens_in or 0) + (self.tokens_out or 0)
+        return usage_block(self.tokens_in, self.tokens_out, total, self.tokens_cached)

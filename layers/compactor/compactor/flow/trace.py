@@ -1,0 +1,63 @@
+"""Costs and tokens of a flow from its ``flow_nodes`` entries (REFERENCE §2.4 flow variant, §4.7).
+
+The aggregate cost is known only if every traced node's cost is known (data and skipped nodes cost
+0; a model node costs its ``cost_reported`` when that is a non-negative number, else its prices ×
+tokens when both token counts are present); otherwise it is ``None``, never a partial sum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+CACHED_INPUT_PRICE_FACTOR: Final = 0.1
+COST_DECIMALS: Final = 12
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def node_cost(entry: Mapping[str, Any]) -> float | None:
+    """The USD cost of one traced node, or ``None`` when it is unknown."""
+    reported = entry.get("cost_reported")
+    if _is_number(reported) and reported >= 0:
+        return float(reported)
+    price_in, price_out = entry.get("raw_price_in"), entry.get("raw_price_out")
+    tokens_in, tokens_out = entry.get("tokens_in"), entry.get("tokens_out")
+    if not all(_is_number(v) for v in (price_in, price_out, tokens_in, tokens_out)):
+        return None
+    cached = min(entry.get("tokens_cached") or 0, tokens_in)
+    cost = ((tokens_in - cached) / 1e6 * price_in + cached / 1e6 * price_in * CACHED_INPUT_PRICE_FACTOR
+            + tokens_out / 1e6 * price_out)
+    return max(cost, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTotals:
+    """Aggregate cost (``None`` = unknown) and token sums (``None`` when the sum is 0)."""
+
+    cost_usd: float | None
+    tokens_in: int | None
+    tokens_out: int | None
+    tokens_cached: int | None
+
+
+def _token_sum(entries: list[Mapping[str, Any]], key: str) -> int | None:
+    total = sum(entry.get(key) or 0 for entry in entries)
+    return total or None
+
+
+def aggregate(entries: Iterable[Mapping[str, Any]]) -> FlowTotals:
+    """Totals over the traced nodes."""
+    listed = list(entries)
+    costs = [node_cost(entry) for entry in listed]
+    known = all(cost is not None for cost in costs)
+    return FlowTotals(
+        cost_usd=round(math.fsum(c for c in costs if c is not None), COST_DECIMALS) if known else None,
+        tokens_in=_token_sum(listed, "tokens_in"),
+        tokens_out=_token_sum(listed, "tokens_out"),
+        tokens_cached=_token_sum(listed, "tokens_cached"),
+    )

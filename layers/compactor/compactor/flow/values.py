@@ -1,0 +1,65 @@
+"""Typed flow values: the dense JSON text used for sizes and views, and the flow-input sentinel.
+
+The dense form (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected) is the serialisation
+behind every byte bound of the flow IR; it matches the shared ``size`` measure of ``jsonutil``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any, Final
+
+from ..jsonutil import depth_exceeds
+
+_DENSE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+MAX_VALUE_BYTES: Final = 1_048_576
+MAX_VALUE_DEPTH: Final = 32
+
+
+class Missing(enum.Enum):
+    """Marks an absent ``flow_input`` (distinct from a JSON ``null``)."""
+
+    MISSING = "MISSING"
+
+
+MISSING: Final = Missing.MISSING
+
+
+def dense_dumps(value: Any) -> str:
+    """Dense JSON text of ``value`` (raises ``ValueError`` for NaN/Infinity, ``TypeError`` for non-JSON)."""
+    return _DENSE.encode(value)
+
+
+def dense_size(value: Any) -> int:
+    """UTF-8 byte length of :func:`dense_dumps`."""
+    return len(dense_dumps(value).encode("utf-8"))
+
+
+def utf8_len(text: str) -> int:
+    """UTF-8 byte length of a string (ASCII fast path)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def bounds_problem(value: Any, what: str) -> str | None:
+    """Why ``value`` breaks the 1 MiB / depth-32 bounds of flow data, or ``None`` when it fits."""
+    try:
+        size = dense_size(value)
+    except (TypeError, ValueError) as exc:
+        return f"{what} is not finite JSON ({exc})"
+    if size > MAX_VALUE_BYTES:
+        return f"{what} exceeds {MAX_VALUE_BYTES} bytes ({size})"
+    if depth_exceeds(value, MAX_VALUE_DEPTH):
+        return f"{what} is nested deeper than {MAX_VALUE_DEPTH} levels"
+    return None
+
+
+def view_of(value: Any) -> str:
+    """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON."""
+    return value if isinstance(value, str) else dense_dumps(value)
+
+
+def is_empty_container(value: Any) -> bool:
+    """True for ``{}`` and ``[]`` (what ``skip_empty`` skips on)."""
+    return isinstance(value, (dict, list)) and not value
