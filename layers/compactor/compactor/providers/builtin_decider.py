@@ -1,0 +1,296 @@
+"""The built-in rules decider: answers native decision questions with fixed, documented rules.
+
+For the compaction preset's state (``instructions`` / ``recent_evidence`` / ``fragments``) each
+fragment question gets, in this order of precedence:
+
+1. ``keep`` when the evidence cannot be judged (not a string, or unparseable and not an excerpt);
+2. ``keep`` when the evidence bears an error: a traceback or error line, or a non-zero
+   ``<returncode>``;
+3. ``archive`` (only when the question offers it, so never for an excerpt) when every action of
+   the fragment is superseded later in this state (a later fragment or the recent evidence): the
+   same command or tool call with the same arguments is run again, a file it read whole is read
+   whole again or rewritten, or a file it rewrote is rewritten again. A text agent's observation
+   fragment inherits the actions of the fragment right before it;
+4. ``keep`` when the evidence is small (under ``SMALL_EVIDENCE_BYTES``): summarizing it would not
+   pay for the summary marker;
+5. ``summarize`` otherwise (bulky, error-free evidence).
+
+A label the question does not offer is replaced by ``keep`` (or the first criterion). Any other
+decision gets a conservative answer for every question: choice ``keep`` (or the first criterion),
+score 0, noul 0.5, all with low confidence.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .builtin_transcript import (
+    Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
+    tool_call_action,
+)
+
+DECIDER_MODEL = "builtin-rules-decider"
+SMALL_EVIDENCE_BYTES = 600
+EVIDENCE_EXCERPT_MARKER = "[excerpt; full item goes only to summary]"
+RECENT_EXCERPT_MARKER = "[excerpt]"
+CONFIDENCE = {"error": 0.9, "superseded": 0.8, "small": 0.85, "bulky": 0.7, "unjudged": 0.3, "fallback": 0.1}
+
+_FRAGMENT_INDEX = re.compile(r"fragment_(\d+)")
+_CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
+_PATH_ARG = r"(['\"]?)([^\s'\"|;&<>()]+)"
+_WHOLE_READ = re.compile(r"^(?:cat(?:\s+-n)?|nl(?:\s+-ba)?|open)\s+" + _PATH_ARG + r"\1\s*$")
+_HEREDOC = r"<<-?\s*['\"]?\w+['\"]?"
+_FULL_WRITE = re.compile(
+    r"^cat\s+(?:" + _HEREDOC + r"\s*>\s*" + _PATH_ARG + r"\1|>\s*" + r"(['\"]?)([^\s'\"|;&<>()]+)\3\s*"
+    + _HEREDOC + r")"
+)
+# Tool calls still readable in the visible head/tail of an excerpt (JSON-escaped text).
+_JSON_STRING = r'"((?:[^"\\]|\\.)*)"'
+_VISIBLE_CALL = re.compile(r'"function":\s*\{\s*"arguments":\s*' + _JSON_STRING + r',\s*"name":\s*' + _JSON_STRING)
+_VISIBLE_CALL_NAME_FIRST = re.compile(
+    r'"function":\s*\{\s*"name":\s*' + _JSON_STRING + r',\s*"arguments":\s*' + _JSON_STRING
+)
+_VISIBLE_CONTENT = re.compile(r'"content":\s*' + _JSON_STRING)
+
+
+@dataclass
+class Footprint:
+    """What a stretch of evidence did: action keys, files read whole, files fully rewritten."""
+
+    keys: set[str] = field(default_factory=set)
+    reads: set[str] = field(default_factory=set)
+    rewrites: set[str] = field(default_factory=set)
+
+    def add(self, other: Footprint) -> None:
+        self.keys |= other.keys
+        self.reads |= other.reads
+        self.rewrites |= other.rewrites
+
+
+def _normalised(path: str, base: str | None) -> str:
+    if base and not path.startswith(("/", "~")):
+        path = posixpath.join(base, path)
+    return posixpath.normpath(path)
+
+
+def _file_effects(action: Action) -> tuple[str | None, str | None]:
+    """``(path read whole, path fully rewritten)`` by ``action``, each None when there is none."""
+    arguments = action.arguments
+    if action.command is None:
+        if isinstance(arguments, dict) and isinstance(arguments.get("path"), str):
+            verb = arguments.get("command")
+            if verb == "view" and arguments.get("view_range") is None:
+                return posixpath.normpath(arguments["path"]), None
+            if verb == "create":
+                return None, posixpath.normpath(arguments["path"])
+        return None, None
+    command = action.command.strip()
+    base = None
+    if (cd := _CD_PREFIX.match(command)) is not None:
+        base, command = cd.group(1), command[cd.end():]
+    if (read := _WHOLE_READ.match(command)) is not None:
+        return _normalised(read.group(2), base), None
+    if (write := _FULL_WRITE.match(command)) is not None:
+        return None, _normalised(write.group(2) or write.group(4), base)
+    return None, None
+
+
+def footprint_of(actions: list[Action]) -> Footprint:
+    """The footprint of a list of actions."""
+    footprint = Footprint()
+    for action in actions:
+        footprint.keys.add(action.key)
+        read, rewrite = _file_effects(action)
+        if read:
+            footprint.reads.add(read)
+        if rewrite:
+            footprint.rewrites.add(rewrite)
+    return footprint
+
+
+def is_superseded(action: Action, later: Footprint) -> bool:
+    """True when ``later`` repeats ``action``, re-reads or rewrites what it read, or rewrites what it wrote."""
+    if action.key in later.keys:
+        return True
+    read, rewrite = _file_effects(action)
+    if read and (read in later.reads or read in later.rewrites):
+        return True
+    return bool(rewrite and rewrite in later.rewrites)
+
+
+def _unescape(fragment: str) -> str:
+    try:
+        return json.loads('"' + fragment + '"')
+    except ValueError:
+        return ""
+
+
+def visible_actions(excerpt: str) -> list[Action]:
+    """Actions still readable in the JSON text of an excerpt (tool calls, fenced commands)."""
+    actions: list[Action] = []
+    for arguments, name in _VISIBLE_CALL.findall(excerpt):
+        found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
+        actions.extend([found] if found else [])
+    for name, arguments in _VISIBLE_CALL_NAME_FIRST.findall(excerpt):
+        found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
+        actions.extend([found] if found else [])
+    if not actions:
+        for content in _VISIBLE_CONTENT.findall(excerpt):
+            actions.extend(Action("bash", command, command) for command in fenced_commands(_unescape(content)))
+    return actions
+
+
+@dataclass
+class FragmentView:
+    """One fragment as the decider sees it."""
+
+    id: str
+    evidence: str
+    excerpted: bool
+    messages: list[dict[str, Any]] | None
+    actions: list[Action]
+    # An observation's command, taken from the fragment before it: used to judge this fragment,
+    # never counted as something this fragment did.
+    inherited_actions: list[Action] = field(default_factory=list)
+
+    @property
+    def judged_actions(self) -> list[Action]:
+        return self.actions or self.inherited_actions
+
+    @property
+    def judgeable(self) -> bool:
+        return self.messages is not None or self.excerpted
+
+    def has_error(self) -> bool:
+        if self.messages is not None:
+            text = "\n".join(content_text(message.get("content")) for message in self.messages)
+        else:  # an excerpt: scan its visible JSON text with the line breaks restored
+            text = self.evidence.replace("\\n", "\n").replace('\\"', '"')
+        return bool(error_lines(text)) or any(code != 0 for code in return_codes(text))
+
+
+def _parse_messages(text: str) -> list[dict[str, Any]] | None:
+    try:
+        return as_messages(json.loads(text))
+    except (ValueError, RecursionError):
+        return None
+
+
+def view_fragment(fragment_id: str, evidence: Any) -> FragmentView:
+    """Parse one fragment's evidence (ASCII JSON of its messages, or an excerpt of it)."""
+    if not isinstance(evidence, str):
+        return FragmentView(fragment_id, "", False, None, [])
+    if EVIDENCE_EXCERPT_MARKER in evidence:
+        return FragmentView(fragment_id, evidence, True, None, visible_actions(evidence))
+    messages = _parse_messages(evidence)
+    actions = [action for message in messages or [] for action in message_actions(message)]
+    return FragmentView(fragment_id, evidence, False, messages, actions)
+
+
+def recent_footprint(entries: list[Any]) -> Footprint:
+    """Footprint of the recent evidence (compact JSON strings, possibly ``[excerpt]``-ed)."""
+    footprint = Footprint()
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
+        messages = None if RECENT_EXCERPT_MARKER in entry else _parse_messages(entry)
+        if messages is None:
+            actions = visible_actions(entry)
+        else:
+            actions = [action for message in messages for action in message_actions(message)]
+        footprint.add(footprint_of(actions))
+    return footprint
+
+
+def _fragment_number(fragment_id: str) -> int | None:
+    match = _FRAGMENT_INDEX.fullmatch(fragment_id)
+    return int(match.group(1)) if match else None
+
+
+def _inherit_observation_actions(views: list[FragmentView]) -> None:
+    """Give an action-less fragment the actions of the fragment right before it in the transcript."""
+    for previous, current in zip(views, views[1:]):
+        before, after = _fragment_number(previous.id), _fragment_number(current.id)
+        if current.actions or before is None or after != before + 1:
+            continue
+        if current.messages and all(message.get("role") in ("user", "tool") for message in current.messages):
+            current.inherited_actions = list(previous.actions)
+
+
+def compaction_fragments(state: Any) -> tuple[list[FragmentView], list[Any]] | None:
+    """The fragment views and recent evidence of a compaction-shaped state, else None."""
+    if not isinstance(state, dict) or set(state) != {"instructions", "recent_evidence", "fragments"}:
+        return None
+    fragments, recent = state["fragments"], state["recent_evidence"]
+    if not isinstance(fragments, list) or not isinstance(recent, list):
+        return None
+    if not all(isinstance(item, dict) and isinstance(item.get("id"), str) for item in fragments):
+        return None
+    return [view_fragment(item["id"], item.get("evidence")) for item in fragments], recent
+
+
+def _offered(label: str, criteria: Any, confidence: float) -> tuple[str, float]:
+    labels = list(criteria) if isinstance(criteria, dict) else []
+    if label in labels:
+        return label, confidence
+    if "keep" in labels:
+        return "keep", CONFIDENCE["fallback"]
+    return (labels[0] if labels else "keep"), CONFIDENCE["fallback"]
+
+
+def conservative_answer(question: Any) -> dict[str, Any]:
+    """A valid, low-confidence answer that changes nothing: keep / score 0 / noul 0.5.
+
+    Raises ``ValueError`` for a question that is not a choice, score or noul question.
+    """
+    kind = question.get("type") if isinstance(question, dict) else None
+    low = CONFIDENCE["fallback"]
+    if kind == "choice":
+        choice, confidence = _offered("keep", question.get("criteria"), low)
+        return {"type": "choice", "choice": choice, "confidence": min(confidence, low)}
+    if kind == "score":
+        return {"type": "score", "score": 0, "confidence": low}
+    if kind == "noul":
+        return {"type": "noul", "noul": 0.5, "confidence": low}
+    raise ValueError(f"unsupported question type: {kind!r}")
+
+
+def classify(view: FragmentView, later: Footprint) -> tuple[str, str]:
+    """``(label, reason)`` for one fragment, given the footprint of everything after it."""
+    if not view.judgeable:
+        return "keep", "unjudged"
+    if view.has_error():
+        return "keep", "error"
+    actions = view.judged_actions
+    if not view.excerpted and actions and all(is_superseded(action, later) for action in actions):
+        return "archive", "superseded"
+    if len(view.evidence) < SMALL_EVIDENCE_BYTES:
+        return "keep", "small"
+    return "summarize", "bulky"
+
+
+def decide(state: Any, questions: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Answers for every question of a native decision (see the module docstring for the rules)."""
+    shaped = compaction_fragments(state)
+    if shaped is None:
+        return {name: conservative_answer(question) for name, question in questions.items()}
+    views, recent = shaped
+    _inherit_observation_actions(views)
+    later = recent_footprint(recent)
+    verdicts: dict[str, tuple[str, str]] = {}
+    for view in reversed(views):
+        verdicts.setdefault(view.id, classify(view, later))
+        later.add(footprint_of(view.actions))
+    answers: dict[str, dict[str, Any]] = {}
+    for name, question in questions.items():
+        if name not in verdicts or not isinstance(question, dict) or question.get("type") != "choice":
+            answers[name] = conservative_answer(question)
+            continue
+        label, reason = verdicts[name]
+        choice, confidence = _offered(label, question.get("criteria"), CONFIDENCE[reason])
+        answers[name] = {"type": "choice", "choice": choice, "confidence": confidence}
+    return answers

@@ -1,0 +1,233 @@
+"""Reading agent transcripts for the built-in offers: actions, observations, exit codes, errors, paths.
+
+Two agent styles are understood:
+
+* tool-calling agents: an assistant message with ``tool_calls`` (function name + JSON arguments),
+  followed by ``tool`` messages holding the results;
+* text agents (mini-swe-agent v1, SWE-agent): commands in fenced code blocks of the assistant
+  content, observations in ``user`` messages shaped ``<returncode>N</returncode><output>…</output>``.
+
+Everything here is a pure, deterministic heuristic over text; nothing is executed or fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..jsonutil import compact_dumps
+
+# Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
+_FENCE = re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
+_RETURN_CODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_OUTPUT_TAGS = re.compile(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>")
+# Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
+# compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
+# usual shell failures. Source code that merely mentions an exception class does not match.
+# Lines are only examined where a keyword occurs (found with plain substring search, which is far
+# faster than a regex alternation), so the scan stays linear and cheap on large outputs.
+_ERROR_KEYWORDS = (
+    "Traceback", "Error", "Exception", "error", "ERROR", "fatal", "FAIL", "failed",
+    "not found", "No such file", "Permission denied", "Segmentation fault",
+)
+_ERROR_LINE = re.compile(
+    r"[ \t>|]*(?:E[ \t]+)?(?:"
+    r"Traceback \(most recent call last\)"
+    r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
+    r"|(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
+    r"|\S+:\d+(?::\d+)?:[ \t]*(?:error|fatal)\b"
+    r")"
+)
+_ERROR_CONTEXT = 200
+_ERROR_ANYWHERE = re.compile(
+    r"\bFAILED\b|\b\d+ (?:failed|errors?)\b|command not found|No such file or directory"
+    r"|Permission denied|Segmentation fault"
+)
+# Path-like tokens: rooted (``/``, ``./``, ``../``, ``~/``) paths, relative paths whose last part is a
+# dotted file name, and bare file names with a source-ish suffix. URLs are not paths.
+_TOKEN = re.compile(r"[^\s'\"`,;:()<>\[\]{}=|*?!$]+")
+_ROOTED = re.compile(r"(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]*[A-Za-z][\w.@+-]*")
+_RELATIVE_FILE = re.compile(r"(?:[\w.@+-]+/)+[\w@+-]*\.[\w.@+-]*[A-Za-z][\w.@+-]*")
+_BARE_FILE = re.compile(
+    r"[\w-]+\.(?:py|pyi|pyx|c|h|cc|cpp|hpp|rs|go|java|kt|js|jsx|ts|tsx|rb|php|sh|cfg|ini"
+    r"|toml|yaml|yml|json|md|rst|txt|xml|html|css|sql|lock)"
+)
+_SHELL_TOOLS = frozenset({"bash", "shell", "sh", "terminal", "execute_bash", "run", "run_command", "exec"})
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing the agent did: a shell command, or a tool call with canonical JSON arguments."""
+
+    tool: str
+    arguments: Any
+    command: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Identity for repeat detection: the whitespace-normalised command, else name + arguments."""
+        if self.command is not None:
+            return "cmd:" + " ".join(self.command.split())
+        return "call:" + self.tool + ":" + json.dumps(self.arguments, sort_keys=True, separators=(",", ":"))
+
+    def describe(self) -> str:
+        """One-line human form: ``$ command`` or ``name(k=v, …)``."""
+        if self.command is not None:
+            return "$ " + self.command
+        if isinstance(self.arguments, dict):
+            inner = ", ".join(f"{name}={_scalar_text(value)}" for name, value in self.arguments.items())
+        else:
+            inner = _scalar_text(self.arguments)
+        return f"{self.tool}({inner})"
+
+
+def _scalar_text(value: Any) -> str:
+    return value if isinstance(value, str) else compact_dumps(value)
+
+
+def content_text(content: Any) -> str:
+    """Text of a message ``content``: strings as is, list parts' ``text`` joined by spaces."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text") for part in content if isinstance(part, dict)]
+        return " ".join(part for part in parts if isinstance(part, str))
+    return compact_dumps(content)
+
+
+def tool_call_action(call: Any) -> Action | None:
+    """The action of one OpenAI ``tool_calls`` entry (arguments parsed when they are JSON), or None."""
+    if not isinstance(call, dict):
+        return None
+    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    name = function.get("name")
+    if not isinstance(name, str):
+        return None
+    raw = function.get("arguments")
+    arguments: Any = raw
+    if isinstance(raw, str):
+        try:
+            arguments = json.loads(raw)
+        except ValueError:
+            arguments = raw
+    command = arguments.get("command") if isinstance(arguments, dict) else None
+    if isinstance(command, str) and (name in _SHELL_TOOLS or set(arguments) == {"command"}):
+        return Action(name, arguments, command.strip())
+    return Action(name, arguments)
+
+
+def fenced_commands(text: str) -> list[str]:
+    """Commands in shell-like fenced code blocks of ``text``, in order."""
+    if "```" not in text:
+        return []
+    return [body.strip() for _, body in _FENCE.findall(text) if body.strip()]
+
+
+def message_actions(message: dict[str, Any]) -> list[Action]:
+    """Actions of an assistant message: its tool calls, else the commands fenced in its content."""
+    if message.get("role") != "assistant":
+        return []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        return [action for action in map(tool_call_action, calls) if action is not None]
+    commands = fenced_commands(content_text(message.get("content")))
+    if not commands and isinstance(message.get("action"), str) and message["action"].strip():
+        commands = [message["action"].strip()]
+    return [Action("bash", command, command) for command in commands]
+
+
+def prose_text(message: dict[str, Any]) -> str:
+    """The content of an assistant message without its fenced command blocks."""
+    text = content_text(message.get("content"))
+    return _FENCE.sub(" ", text) if "```" in text else text
+
+
+def is_observation(message: dict[str, Any]) -> bool:
+    """True for a tool result or a text agent's ``<returncode>`` observation message."""
+    role = message.get("role")
+    if role == "tool":
+        return True
+    return role == "user" and "<returncode>" in content_text(message.get("content"))
+
+
+def return_codes(text: str) -> list[int]:
+    """Every ``<returncode>N</returncode>`` value in ``text``."""
+    if "<returncode>" not in text:
+        return []
+    return [int(value) for value in _RETURN_CODE.findall(text)]
+
+
+def strip_output_tags(text: str) -> str:
+    """``text`` without the ``<returncode>…</returncode>`` block and ``<output>``-style tags."""
+    if "<" not in text:
+        return text
+    return _OUTPUT_TAGS.sub(" ", _RETURN_CODE.sub(" ", text))
+
+
+def error_lines(text: str) -> list[str]:
+    """Distinct error lines of ``text`` (stripped), in order of first appearance.
+
+    A line longer than about 400 characters is cut to the ``_ERROR_CONTEXT`` characters around
+    the hit (and then only counts through the anywhere-patterns), so the scan stays linear.
+    """
+    seen: dict[str, None] = {}
+    position = 0
+    for hit_start, hit_end in _keyword_hits(text):
+        if hit_start < position:
+            continue
+        floor = max(0, hit_start - _ERROR_CONTEXT)
+        newline_before = text.rfind("\n", floor, hit_start)
+        start = newline_before + 1 if newline_before >= 0 or floor == 0 else floor
+        newline_after = text.find("\n", hit_end, hit_end + _ERROR_CONTEXT)
+        end = newline_after if newline_after >= 0 else min(len(text), hit_end + _ERROR_CONTEXT)
+        line = text[start:end]
+        at_line_start = start == 0 or text[start - 1] == "\n"
+        if (at_line_start and _ERROR_LINE.match(line)) or _ERROR_ANYWHERE.search(line):
+            stripped = line.strip()
+            if stripped:
+                seen.setdefault(stripped, None)
+        position = max(end, hit_end)
+    return list(seen)
+
+
+def _keyword_hits(text: str) -> list[tuple[int, int]]:
+    """Sorted ``(start, end)`` spans of every error keyword occurrence in ``text``."""
+    hits: list[tuple[int, int]] = []
+    for keyword in _ERROR_KEYWORDS:
+        index = text.find(keyword)
+        while index >= 0:
+            hits.append((index, index + len(keyword)))
+            index = text.find(keyword, index + len(keyword))
+    hits.sort()
+    return hits
+
+
+def _is_path(token: str) -> bool:
+    if "/" in token:
+        if "//" in token:
+            return False
+        return bool(_ROOTED.fullmatch(token) or _RELATIVE_FILE.fullmatch(token))
+    return "." in token and _BARE_FILE.fullmatch(token) is not None
+
+
+def paths_in(text: str) -> list[str]:
+    """Distinct path-like tokens of ``text``, in order of first appearance (trailing dots dropped)."""
+    seen: dict[str, None] = {}
+    for raw in _TOKEN.findall(text):
+        token = raw.rstrip(".")
+        if len(token) >= 3 and token not in seen and _is_path(token):
+            seen[token] = None
+    return list(seen)
+
+
+def as_messages(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a list of chat messages (a single message becomes a list of one), else None."""
+    if isinstance(value, dict) and "role" in value:
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(item, dict) and "role" in item for item in value):
+        return value
+    return None
