@@ -8,6 +8,7 @@ carry no stage prefix; ``/v1`` is also stripped when a custom domain passes it t
 from __future__ import annotations
 
 import os
+import traceback
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -25,9 +26,9 @@ from compactor import http_api
 from compactor.jsonutil import compact_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
 
-logger = Logger()
+# The template sets these names; the defaults keep `compactor serve` and tests working without them.
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 tracer = Tracer()
-# The template sets the namespace; the default keeps `compactor serve` and tests working without it.
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"])
 
@@ -77,7 +78,8 @@ def _not_found(_: NotFoundError) -> Response[str]:
 
 @app.exception_handler(Exception)
 def _unexpected(error: Exception) -> Response[str]:
-    logger.exception("unhandled %s", type(error).__name__)
+    # Type and frames locate the failure; the message is left out, it may quote a request or a provider.
+    logger.error("unhandled %s", type(error).__name__, extra={"frames": traceback.format_tb(error.__traceback__)})
     return _json(500, http_api.internal_error_body())
 
 

@@ -1,0 +1,60 @@
+"""Fixtures for the CompactFunction handler: the module, API Gateway events, a stubbed core."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def compact_module() -> ModuleType:
+    """``functions/compact/compact.py`` imported as Lambda imports it (module ``compact``)."""
+    load_handler(REPO / "functions" / "compact", "compact.handler")
+    return sys.modules["compact"]
+
+
+@pytest.fixture
+def lambda_context() -> LocalLambdaContext:
+    return LocalLambdaContext("CompactFunction", timeout_s=60)
+
+
+class StubService:
+    """Records what the handler passes to the core and answers with ``answer`` (or raises ``error``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, dict[str, Any]]] = []
+        self.answer: tuple[int, dict[str, Any]] = (200, {"stub": True})
+        self.error: Exception | None = None
+
+    def _record(self, route: str, payload: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        self.calls.append((route, payload, kwargs))
+        if self.error is not None:
+            raise self.error
+        return self.answer
+
+    def handle_compact(self, request: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        return self._record("compact", request, **kwargs)
+
+    def handle_flows(self, body: dict[str, Any], **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        return self._record("flows", body, **kwargs)
+
+    def handle_flows_normalize(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self._record("normalize", body)
+
+
+@pytest.fixture
+def stub_service(monkeypatch: pytest.MonkeyPatch) -> StubService:
+    """Replace the core entry points: these tests are about the adapter, not compaction."""
+    stub = StubService()
+    for name in ("handle_compact", "handle_flows", "handle_flows_normalize"):
+        monkeypatch.setattr(service, name, getattr(stub, name))
+    return stub

@@ -1,0 +1,214 @@
+"""CompactFunction's handler driven with API Gateway REST events (tests/events), the core stubbed."""
+
+from __future__ import annotations
+
+import base64
+from types import ModuleType
+
+import pytest
+
+from compactor import __version__
+from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor.cli.sam_template import Template
+from compactor.http_api import MAX_BODY_BYTES, rest_proxy_event
+from compactor.models import CompactRequest
+
+from .conftest import REPO, StubService
+from .helpers import content_type, load_event, response_json
+
+def logged_output(module: ModuleType, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> str:
+    """Log lines as the function's Powertools formatter writes them, plus whatever was printed (metrics)."""
+    formatter = module.logger.registered_formatter
+    printed = capsys.readouterr()
+    return "\n".join([*(formatter.format(record) for record in caplog.records), printed.out, printed.err])
+
+
+TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+
+
+def test_healthz_answers_ok_and_version(compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    response = compact_module.handler(load_event("healthz"), lambda_context)
+
+    assert response["statusCode"] == 200
+    assert response_json(response) == {"ok": True, "version": __version__}
+    assert content_type(response) == "application/json"
+
+
+def test_custom_domain_path_with_stage_prefix_reaches_the_same_route(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext
+) -> None:
+    response = compact_module.handler(load_event("healthz", path="/v1/healthz"), lambda_context)
+
+    assert response["statusCode"] == 200
+
+
+def test_compact_passes_the_validated_request_and_the_context(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    stub_service.answer = (200, {"messages": TRANSCRIPT, "compacted": False})
+    event = load_event("compact-legacy", body={"messages": TRANSCRIPT, "keep_recent": 3, "unknown_field": 1})
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 200
+    assert response_json(response) == {"messages": TRANSCRIPT, "compacted": False}
+    (route, request, kwargs), = stub_service.calls
+    assert route == "compact" and isinstance(request, CompactRequest)
+    assert request.messages == TRANSCRIPT and request.keep_recent == 3
+    assert kwargs["lambda_context"] is lambda_context
+
+
+def test_service_errors_keep_their_status_and_body(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    error = {"error": {"message": "policy_ir rejected at admission: ir: bad", "type": "invalid_request_error",
+                       "code": "invalid_policy"}}
+    stub_service.answer = (400, error)
+
+    response = compact_module.handler(load_event("compact-legacy"), lambda_context)
+
+    assert response["statusCode"] == 400
+    assert response_json(response) == error
+
+
+@pytest.mark.parametrize(("event_name", "route"), [("flows", "flows"), ("flows-normalize", "normalize")])
+def test_flow_routes_pass_the_body_fields(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    event_name: str, route: str,
+) -> None:
+    event = load_event(event_name)
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 200
+    (called, body, _), = stub_service.calls
+    assert called == route
+    assert body["flow_ir"][0] == "flow"
+    assert ("flow_input" in body) == (route == "flows")
+
+
+def test_every_template_route_reaches_a_handler_route(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    properties = Template.load(REPO / "template.yaml").function_properties("CompactFunction")
+    for api_event in properties["Events"].values():
+        route = api_event["Properties"]
+        event = rest_proxy_event(method=route["Method"], resource_path=route["Path"], query={},
+                                 headers=[("Content-Type", "application/json")], body=b'{"messages":[],"flow_ir":1}')
+        assert compact_module.handler(event, lambda_context)["statusCode"] == 200, route
+
+
+@pytest.mark.parametrize(
+    ("raw_body", "headers", "error_type"),
+    [
+        ('{"keep_recent": 2}', None, "missing"),
+        ("this is not json", None, "json_invalid"),
+        ("", None, "missing"),
+        ("[1, 2]", None, "model_attributes_type"),
+        ('{"messages": "hello"}', None, "list_type"),
+        ('{"messages": [], "target_ratio": 0}', None, "greater_than"),
+        ('{"messages": [], "target_ratio": 1.5}', None, "less_than_equal"),
+        ('{"messages": [], "pinned_indices": ["a"]}', None, "int_parsing"),
+        ('{"messages": []}', {"Content-Type": "text/plain"}, "unsupported_content_type"),
+    ],
+)
+def test_invalid_bodies_get_422_in_fastapi_shape(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    raw_body: str, headers: dict[str, str] | None, error_type: str,
+) -> None:
+    response = compact_module.handler(load_event("compact-legacy", raw_body=raw_body, headers=headers), lambda_context)
+
+    assert response["statusCode"] == 422
+    body = response_json(response)
+    assert set(body) == {"detail"}
+    assert error_type in [item["type"] for item in body["detail"]]
+    assert all(item["loc"][0] == "body" and isinstance(item["msg"], str) for item in body["detail"])
+    assert content_type(response) == "application/json"
+    assert stub_service.calls == []
+
+
+def test_flows_without_flow_ir_is_422(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    response = compact_module.handler(load_event("flows", body={"flow_input": "x"}), lambda_context)
+
+    assert response["statusCode"] == 422
+    assert response_json(response)["detail"][0]["loc"] == ["body", "flow_ir"]
+
+
+TOO_LARGE = {"error": {"message": f"request body exceeds {MAX_BODY_BYTES} bytes", "type": "invalid_request_error",
+                       "code": "request_too_large"}}
+
+
+def test_body_over_10_mib_gets_413_before_validation(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    response = compact_module.handler(load_event("compact-legacy", raw_body="x" * (MAX_BODY_BYTES + 1)),
+                                      lambda_context)
+
+    assert response["statusCode"] == 413
+    assert response_json(response) == TOO_LARGE
+    assert content_type(response) == "application/json"
+    assert stub_service.calls == []
+
+
+def test_size_limit_counts_utf8_bytes_and_decoded_base64(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext
+) -> None:
+    multibyte = "é" * (MAX_BODY_BYTES // 2 + 1)  # fewer characters than the limit, more bytes
+    base64_over = load_event("compact-legacy", base64_body=b"x" * (MAX_BODY_BYTES + 1))
+    base64_at_limit = load_event("compact-legacy", base64_body=b" " * MAX_BODY_BYTES)
+
+    assert compact_module.handler(load_event("compact-legacy", raw_body=multibyte), lambda_context)["statusCode"] == 413
+    assert compact_module.handler(base64_over, lambda_context)["statusCode"] == 413
+    assert compact_module.handler(base64_at_limit, lambda_context)["statusCode"] == 422
+
+
+def test_base64_encoded_json_body_is_accepted(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService
+) -> None:
+    event = load_event("compact-legacy", base64_body=b'{"messages": []}')
+
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 200
+    assert base64.b64decode(event["body"]) == b'{"messages": []}'
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/nowhere"), ("GET", "/compact"), ("DELETE", "/healthz")])
+def test_unknown_route_is_404_json(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, method: str, path: str
+) -> None:
+    response = compact_module.handler(load_event("healthz", path=path, method=method), lambda_context)
+
+    assert response["statusCode"] == 404
+    assert response_json(response)["error"]["code"] == "not_found"
+    assert content_type(response) == "application/json"
+
+
+def test_unexpected_error_is_500_without_internals_in_body_or_logs(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    stub_service.error = RuntimeError("upstream said: Authorization: Bearer sk-live-SECRET-123")
+
+    response = compact_module.handler(load_event("compact-legacy"), lambda_context)
+
+    assert response["statusCode"] == 500
+    assert response_json(response) == {"error": {"message": "internal server error", "type": "server_error",
+                                                 "code": None}}
+    logs = logged_output(compact_module, caplog, capsys)
+    assert "unhandled RuntimeError" in logs and "compact.py" in logs
+    assert "sk-live-SECRET-123" not in logs + response["body"]
+
+
+def test_request_bodies_are_not_logged(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    marker = "BODY-MARKER-7f3a"
+    event = load_event("compact-legacy", body={"messages": [{"role": "user", "content": marker}]},
+                       headers={"Authorization": f"Bearer {marker}"})
+
+    compact_module.handler(event, lambda_context)
+    compact_module.handler(load_event("compact-legacy", raw_body=marker), lambda_context)  # 422 path too
+
+    assert marker not in logged_output(compact_module, caplog, capsys)
