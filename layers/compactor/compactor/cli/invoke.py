@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .lambda_runtime import LocalLambdaContext, load_handler
-from .sam_template import Template, TemplateError
+from .sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
 LAMBDA_DEFAULT_MEMORY_MB = 128
@@ -58,11 +58,12 @@ def invoke(template: Template, logical_id: str, event: Any) -> Any:
     timeout_s = float(properties.get("Timeout", LAMBDA_DEFAULT_TIMEOUT_S))
     memory_mb = int(properties.get("MemorySize", LAMBDA_DEFAULT_MEMORY_MB))
     region = os.environ.get("AWS_REGION", "us-east-1")
+    declared = (properties.get("Environment") or {}).get("Variables") or {}
     variables = {
         "AWS_REGION": region,
         "AWS_LAMBDA_FUNCTION_NAME": logical_id,
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
-        **{key: str(value) for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items()},
+        **{key: as_string(value) for key, value in declared.items()},
     }
     layers = [path for path in (template.layer_path(layer) for layer in properties.get("Layers", [])) if path]
     code_dir = template.directory / str(properties.get("CodeUri", "."))

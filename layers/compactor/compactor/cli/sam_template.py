@@ -99,11 +99,11 @@ class Template:
             if name in overrides:
                 value = overrides[name]
             elif "Default" in spec:
-                value = _as_string(spec["Default"])
+                value = as_string(spec["Default"])
             else:
                 raise TemplateError(f"parameter {name} has no default: pass --param {name}=VALUE")
             allowed = spec.get("AllowedValues")
-            if allowed is not None and value not in [_as_string(item) for item in allowed]:
+            if allowed is not None and value not in [as_string(item) for item in allowed]:
                 raise TemplateError(f"parameter {name}={value!r} is not one of {allowed}")
             values[name] = value
         return values
@@ -151,7 +151,7 @@ class Template:
                 return self._sub(argument)
             case "Fn::Join":
                 separator, items = argument
-                return _as_string(separator).join(_as_string(item) for item in self.resolve(items))
+                return as_string(separator).join(as_string(item) for item in self.resolve(items))
             case "Fn::Select":
                 index, items = self.resolve(argument)
                 return items[int(index)]
@@ -175,7 +175,7 @@ class Template:
         (name, argument), = expression.items()
         match name:
             case "Fn::Equals":
-                left, right = (_as_string(self.resolve(item)) for item in argument)
+                left, right = (as_string(self.resolve(item)) for item in argument)
                 return left == right
             case "Fn::Not":
                 return not self._evaluate(argument[0])
@@ -207,7 +207,7 @@ class Template:
 
     def _sub(self, argument: Any) -> str:
         text, variables = (argument, {}) if isinstance(argument, str) else argument
-        values = {key: _as_string(self.resolve(value)) for key, value in variables.items()}
+        values = {key: as_string(self.resolve(value)) for key, value in variables.items()}
 
         def substitute(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -215,12 +215,12 @@ class Template:
                 return values[name]
             if "." in name:
                 return self._intrinsic("Fn::GetAtt", name)
-            return _as_string(self._ref(name))
+            return as_string(self._ref(name))
 
         return _SUB_VARIABLE.sub(substitute, text).replace("${!", "${")
 
 
-def _as_string(value: Any) -> str:
+def as_string(value: Any) -> str:
     """CloudFormation's string form of a scalar (booleans lower-case)."""
     if isinstance(value, bool):
         return "true" if value else "false"
