@@ -1,0 +1,156 @@
+"""``compactor serve`` in-process on a free port, spoken to over real HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from compactor import __version__
+from compactor.cli import serve
+from compactor.cli.main import build_parser
+from compactor.http_api import MAX_BODY_BYTES, proxy_response
+
+REPO = Path(__file__).resolve().parents[2]
+API_KEY = "local-test-key"
+TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+
+
+@contextmanager
+def running(server: serve.CompactorServer) -> Iterator[str]:
+    """Serve in a background thread; yield the base URL of stage v1."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.url.rstrip("/")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def open_server() -> Iterator[str]:
+    with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact")) as url:
+        yield url
+
+
+@pytest.fixture
+def keyed_server() -> Iterator[str]:
+    with running(serve.create_server(port=0, api_key=API_KEY, code_dir=REPO / "functions" / "compact")) as url:
+        yield url
+
+
+def test_healthz(open_server: str) -> None:
+    response = httpx.get(f"{open_server}/healthz")
+
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"ok": True, "version": __version__}
+
+
+def test_compact_with_nothing_to_seal_returns_the_messages(open_server: str) -> None:
+    response = httpx.post(f"{open_server}/compact", json={"messages": TRANSCRIPT})
+
+    assert response.status_code == 200
+    assert response.json() == {"messages": TRANSCRIPT, "compacted": False}
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-api-key": "wrong"}])
+def test_missing_or_wrong_key_is_403_like_api_gateway(keyed_server: str, headers: dict[str, str]) -> None:
+    response = httpx.post(f"{keyed_server}/compact", json={"messages": TRANSCRIPT}, headers=headers)
+
+    assert response.status_code == 403
+    assert response.json() == {"message": "Forbidden"}
+
+
+def test_right_key_is_served(keyed_server: str) -> None:
+    assert httpx.get(f"{keyed_server}/healthz", headers={"x-api-key": API_KEY}).status_code == 200
+
+
+def test_body_over_the_limit_is_413_before_it_is_read(open_server: str) -> None:
+    url = httpx.URL(open_server)
+    connection = http.client.HTTPConnection(url.host, url.port)
+    connection.putrequest("POST", "/v1/compact")
+    connection.putheader("Content-Type", "application/json")
+    connection.putheader("Content-Length", str(MAX_BODY_BYTES + 1))
+    connection.endheaders()  # no body is sent: the server must answer from the headers alone
+
+    response = connection.getresponse()
+
+    assert response.status == 413
+    assert json.loads(response.read())["error"]["code"] == "request_too_large"
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "error_type"),
+    [(b"not json", "json_invalid"), (b'{"keep_recent": 1}', "missing"), (b'{"messages": [], "target_ratio": 2}',
+                                                                         "less_than_equal")],
+)
+def test_invalid_bodies_are_422(open_server: str, content: bytes, error_type: str) -> None:
+    response = httpx.post(f"{open_server}/compact", content=content, headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 422
+    assert error_type in [item["type"] for item in response.json()["detail"]]
+
+
+@pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/"])
+def test_unknown_paths_are_404_json(open_server: str, path: str) -> None:
+    base = open_server.removesuffix("/v1")
+    response = httpx.get(f"{base}{path}")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+
+
+def echo_server(handler: Callable[[dict[str, Any], Any], dict[str, Any]]) -> serve.CompactorServer:
+    return serve.CompactorServer(("127.0.0.1", 0), handler, api_key=None)
+
+
+def test_requests_become_the_events_stage_v1_delivers() -> None:
+    seen: list[tuple[dict[str, Any], Any]] = []
+
+    def capture(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        seen.append((event, context))
+        return proxy_response(200, {"captured": True})
+
+    with running(echo_server(capture)) as url:
+        response = httpx.post(f"{url}/flows/normalize?a=1&a=2", content=b'{"flow_ir": []}',
+                              headers={"Content-Type": "application/json", "X-Custom": "yes"})
+
+    assert response.json() == {"captured": True}
+    (event, context), = seen
+    assert (event["httpMethod"], event["path"], event["resource"]) == ("POST", "/flows/normalize", "/flows/normalize")
+    assert event["requestContext"]["path"] == "/v1/flows/normalize"
+    assert event["requestContext"]["stage"] == "v1"
+    assert event["multiValueQueryStringParameters"] == {"a": ["1", "2"]}
+    assert event["queryStringParameters"] == {"a": "2"}
+    assert event["headers"]["X-Custom"] == "yes"
+    assert (event["body"], event["isBase64Encoded"]) == ('{"flow_ir": []}', False)
+    assert 0 < context.get_remaining_time_in_millis() <= serve.FUNCTION_TIMEOUT_S * 1000
+
+
+def test_a_crashing_handler_is_502_like_api_gateway() -> None:
+    def crash(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        raise RuntimeError("handler bug")
+
+    with running(echo_server(crash)) as url:
+        response = httpx.get(f"{url}/healthz")
+
+    assert response.status_code == 502
+    assert response.json() == {"message": "Internal server error"}
+
+
+def test_cli_parser_wires_serve_defaults() -> None:
+    args = build_parser().parse_args(["serve", "--api-key", "k"])
+
+    assert (args.host, args.port, args.api_key) == ("127.0.0.1", 8787, "k")
+    assert args.run is serve.run
