@@ -20,7 +20,7 @@ from typing import Any
 
 from ..jsonutil import compact_dumps, compact_size, strict_loads
 from .builtin_text import (
-    Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len, utf8_prefix,
+    Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
 from .builtin_transcript import (
     as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
@@ -39,7 +39,8 @@ _DECISION_WORDS = re.compile(
     r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b",
     re.IGNORECASE,
 )
-_SEAL_COMMAND_BYTES = 160
+# Each command, error line or decision sentence of a seal digest is cut to this many bytes.
+_SEAL_ENTRY_BYTES = 200
 _MAX_PATHS = 24
 
 
@@ -71,12 +72,15 @@ def _message_sections(messages: list[dict[str, Any]], limit: int) -> list[Sectio
     errors = error_lines(output)
     window = squeezed_window(output, limit)
     call_text = " ; ".join(calls)
+    error_text = " | ".join(squeeze(line) for line in errors)
+    if window in error_text:  # a short output made only of error lines is shown once
+        window = ""
     note = squeeze(" ".join(notes)[:view])
     paths = paths_in(" ".join([call_text[:view], *errors, note]))[:_MAX_PATHS]
     return [
         Section("call", call_text, 0.35),
         Section("exit", ", ".join(map(str, codes)), 0.05),
-        Section("errors", " | ".join(squeeze(line) for line in errors), 0.25, elide_middle=True),
+        Section("errors", error_text, 0.25, elide_middle=True),
         Section("paths", ", ".join(paths), 0.15, grows=False, separator=", "),
         Section("output", window, 0.25, elide_middle=True),
         Section("note", note, 0.0),
@@ -156,8 +160,13 @@ def split_rendered(rendered: str) -> list[tuple[str, str]]:
     return pieces
 
 
+def _entries(lines: list[str]) -> list[str]:
+    return [fit_end(squeeze(line), _SEAL_ENTRY_BYTES) for line in lines]
+
+
 def _decision_sentences(prose: str) -> list[str]:
-    return [squeeze(sentence) for sentence in _SENTENCE_END.split(prose) if _DECISION_WORDS.search(sentence)]
+    return [fit_end(squeeze(sentence), _SEAL_ENTRY_BYTES)
+            for sentence in _SENTENCE_END.split(prose) if _DECISION_WORDS.search(sentence)]
 
 
 def _counted(commands: list[str]) -> list[str]:
@@ -186,19 +195,19 @@ def summarize_conversation(rendered: str, limit: int) -> str:
             if codes and awaiting_exit:
                 commands[-1] += f" (exit {codes[-1]})"
             awaiting_exit = False
-            errors.update(dict.fromkeys(squeeze(line) for line in error_lines(strip_output_tags(text))))
+            errors.update(dict.fromkeys(_entries(error_lines(strip_output_tags(text)))))
         elif role == "user" and not task:
             task = text
         elif role == "assistant":
             fenced = fenced_commands(text)
-            commands.extend(utf8_prefix(squeeze(command), _SEAL_COMMAND_BYTES) for command in fenced)
+            commands.extend(fit_end(squeeze(command), _SEAL_ENTRY_BYTES) for command in fenced)
             awaiting_exit = awaiting_exit or bool(fenced)
             prose = re.sub(r"```.*?```", " ", text, flags=re.DOTALL)
             if prose.strip():
                 latest = prose
             notes.update(dict.fromkeys(_decision_sentences(prose)))
         else:
-            errors.update(dict.fromkeys(squeeze(line) for line in error_lines(text)))
+            errors.update(dict.fromkeys(_entries(error_lines(text))))
     digest_paths = paths_in(" ".join([*commands, *errors, *notes]))[:_MAX_PATHS]
     header = f"Extractive digest of {len(messages)} messages (built-in summarizer, no model)."
     sections = [

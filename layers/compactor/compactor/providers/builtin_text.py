@@ -121,7 +121,7 @@ class Section:
 def fit_sections(sections: list[Section], limit: int) -> str:
     """Render ``sections`` (given in priority order) as newline-separated lines within ``limit`` bytes.
 
-    Pass 1 gives each section, in priority order, up to its ``share`` of the limit; pass 2 hands
+    Pass 1 gives each section with a share, in priority order, up to that share of the limit; pass 2 hands
     the bytes left over to the growing sections that still want more, again in priority order. A section
     that cannot get a useful amount of room is left out; lines keep their given order.
     """
@@ -133,7 +133,7 @@ def fit_sections(sections: list[Section], limit: int) -> str:
                 for section, need in zip(live, needs)]
     for index, section in enumerate(live):
         want = min(needs[index], max(minimums[index], int(section.share * limit)))
-        if want <= remaining:
+        if section.share > 0 and want <= remaining:
             allowance[index] = want
             remaining -= want
     for index, section in enumerate(live):

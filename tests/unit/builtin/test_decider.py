@@ -1,0 +1,169 @@
+"""The rules decider on hand-made compaction states and on real transcripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor.decisions import validate_answers, validate_payload
+from compactor.providers.builtin_decider import SMALL_EVIDENCE_BYTES, decide
+
+from .corpus import TRANSCRIPTS, choice_question, evidence_view, load_messages, units
+
+
+def tool_unit(command: str, output: str, returncode: int = 0, call_id: str = "call_1") -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": call_id, "type": "function",
+                         "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]},
+        {"role": "tool", "tool_call_id": call_id,
+         "content": f"<returncode>{returncode}</returncode>\n<output>\n{output}</output>"},
+    ]
+
+
+def compaction_payload(fragments: dict[str, list[dict[str, Any]]],
+                       recent: list[list[dict[str, Any]]] = ()) -> dict[str, Any]:
+    """A decision payload shaped like the compaction preset's (REFERENCE §3.2)."""
+    views = {fragment_id: evidence_view(messages) for fragment_id, messages in fragments.items()}
+    state = {
+        "instructions": [{"role": "system", "content": "Be careful."}, {"role": "user", "content": "Fix it."}],
+        "recent_evidence": [json.dumps(messages, separators=(",", ":")) for messages in recent],
+        "fragments": [{"id": fragment_id, "evidence": text} for fragment_id, (text, _) in views.items()],
+    }
+    questions = {fragment_id: choice_question(excerpted) for fragment_id, (_, excerpted) in views.items()}
+    return {"state": state, "questions": questions}
+
+
+def choices(payload: dict[str, Any]) -> dict[str, str]:
+    answers = decide(payload["state"], payload["questions"])
+    validate_answers(payload["questions"], {"model": "builtin-rules-decider", "answers": answers})
+    return {name: answer["choice"] for name, answer in answers.items()}
+
+
+def test_small_error_superseded_and_bulky_fragments() -> None:
+    payload = compaction_payload({
+        "fragment_2": tool_unit("grep -n load src/app.py", "12: def load():"),
+        "fragment_4": tool_unit("python -m pytest", "Traceback (most recent call last):\nKeyError: 'a'", 1),
+        "fragment_6": tool_unit("make build", "compiling module\n" * 80),
+        "fragment_8": tool_unit("grep -n load src/app.py", "12: def load():\n40: load()"),
+        "fragment_10": tool_unit("cat README", "fine"),
+    })
+    validate_payload(payload)
+    assert choices(payload) == {
+        "fragment_2": "archive",    # the same grep runs again in fragment_8
+        "fragment_4": "keep",       # traceback and exit code 1
+        "fragment_6": "summarize",  # bulky, error-free, excerpted
+        "fragment_8": "keep",       # small and not superseded
+        "fragment_10": "keep",
+    }
+
+
+def test_bulky_fragment_is_summarized_even_without_excerpt() -> None:
+    messages = tool_unit("ls -R docs", "docs/page.rst\n" * 60)
+    assert SMALL_EVIDENCE_BYTES < len(json.dumps(messages)) <= 2000
+    assert choices(compaction_payload({"fragment_2": messages})) == {"fragment_2": "summarize"}
+
+
+def test_non_zero_exit_code_alone_keeps_a_fragment() -> None:
+    messages = tool_unit("test -f setup.cfg", "x" * 900, returncode=1)
+    assert choices(compaction_payload({"fragment_2": messages})) == {"fragment_2": "keep"}
+
+
+def test_file_reads_are_superseded_by_a_reread_or_a_rewrite_in_recent_evidence() -> None:
+    read = tool_unit("cd /repo && cat src/app.py", "def load():\n    return {}\n" * 5)
+    rewrite = tool_unit("cat <<'EOF' > /repo/src/app.py\ndef load():\n    return {'a': 1}\nEOF", "")
+    partial_read = tool_unit("sed -n '1,5p' /repo/src/app.py", "def load():")
+    payload = compaction_payload({"fragment_2": read, "fragment_4": partial_read}, recent=[rewrite])
+    assert choices(payload) == {"fragment_2": "archive", "fragment_4": "keep"}
+
+
+def test_an_excerpt_is_never_archived() -> None:
+    big = tool_unit("cat src/big.py", "line of code\n" * 400)
+    payload = compaction_payload({"fragment_2": big, "fragment_4": big})
+    assert "archive" not in payload["questions"]["fragment_2"]["criteria"]
+    assert choices(payload) == {"fragment_2": "summarize", "fragment_4": "summarize"}
+
+
+def test_text_agent_observation_follows_its_command() -> None:
+    command = {"role": "assistant", "content": "THOUGHT: check.\n\n```bash\nls -la /testbed\n```"}
+    observation = {"role": "user", "content": "<returncode>0</returncode>\n<output>\nsetup.py\n</output>"}
+    payload = compaction_payload({
+        "fragment_3": [command], "fragment_4": [observation],
+        "fragment_9": [command], "fragment_10": [observation],
+    })
+    assert choices(payload) == {"fragment_3": "archive", "fragment_4": "archive",
+                                "fragment_9": "keep", "fragment_10": "keep"}
+
+
+def test_labels_not_offered_are_never_answered() -> None:
+    payload = compaction_payload({"fragment_2": tool_unit("ls", "a\n"), "fragment_4": tool_unit("ls", "a\n")})
+    payload["questions"]["fragment_2"]["criteria"] = {"summarize": "s", "keep": "k"}
+    payload["questions"]["fragment_4"]["criteria"] = {"archive": "a", "summarize": "s"}
+    answers = decide(payload["state"], payload["questions"])
+    assert answers["fragment_2"]["choice"] == "keep"  # archive was deserved but not offered
+    assert answers["fragment_4"]["choice"] == "archive"  # first criterion when keep is not offered
+    validate_answers(payload["questions"], {"model": "m", "answers": answers})
+
+
+def test_unknown_state_gets_conservative_answers() -> None:
+    questions = {
+        "pick": {"type": "choice", "instructions": "?", "criteria": {"drop": "d", "keep": "k"}},
+        "other": {"type": "choice", "instructions": "?", "criteria": {"a": "x", "b": "y"}},
+        "rate": {"type": "score", "instructions": "?", "criteria": ["low", "mid", "high"]},
+        "flag": {"type": "noul", "instructions": "?"},
+    }
+    answers = decide("free text state", questions)
+    assert answers == {
+        "pick": {"type": "choice", "choice": "keep", "confidence": 0.1},
+        "other": {"type": "choice", "choice": "a", "confidence": 0.1},
+        "rate": {"type": "score", "score": 0, "confidence": 0.1},
+        "flag": {"type": "noul", "noul": 0.5, "confidence": 0.1},
+    }
+    validate_answers(questions, {"model": "m", "answers": answers})
+
+
+def test_unparseable_evidence_is_kept_with_low_confidence() -> None:
+    payload = compaction_payload({"fragment_2": tool_unit("ls", "x" * 3000)})
+    payload["state"]["fragments"][0]["evidence"] = "{not json" + "x" * 900
+    answer = decide(payload["state"], payload["questions"])["fragment_2"]
+    assert answer["choice"] == "keep" and answer["confidence"] <= 0.3
+
+
+def batches(path: Path) -> list[dict[str, Any]]:
+    """Corpus units after the system and first user message, in payloads of 8 fragments; the last
+    unit plays the recent evidence."""
+    fragments = [(fragment_id, messages) for fragment_id, messages in units(load_messages(path))[2:]
+                 if messages[0].get("role") in ("assistant", "user", "tool")]
+    candidates, recent = fragments[:-1], [fragments[-1][1]]
+    return [compaction_payload(dict(candidates[start:start + 8]), recent=recent)
+            for start in range(0, len(candidates), 8)]
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda path: path.stem)
+def test_corpus_answers_are_valid_and_cautious(path: Path) -> None:
+    seen: set[str] = set()
+    for payload in batches(path):
+        answers = decide(payload["state"], payload["questions"])
+        validate_answers(payload["questions"], {"model": "builtin-rules-decider", "answers": answers})
+        assert answers == decide(payload["state"], payload["questions"])  # deterministic
+        evidence = {item["id"]: item["evidence"] for item in payload["state"]["fragments"]}
+        for fragment_id, answer in answers.items():
+            assert answer["choice"] in payload["questions"][fragment_id]["criteria"]
+            text = evidence[fragment_id].replace("\\n", "\n")
+            if "Traceback (most recent call last)" in text:
+                assert answer["choice"] == "keep"
+            seen.add(answer["choice"])
+    assert "summarize" in seen and "keep" in seen
+
+
+def test_corpus_text_agent_repeats_are_archived() -> None:
+    archived = 0
+    for path in TRANSCRIPTS:
+        if "-text_" not in path.name:
+            continue
+        for payload in batches(path):
+            archived += list(choices(payload).values()).count("archive")
+    assert archived > 0

@@ -1,0 +1,167 @@
+"""The extractive summarizer on hand-made items and on real transcripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compactor.jsonutil import compact_dumps, strict_loads
+from compactor.providers.builtin_summarizer import (
+    item_budget, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
+)
+from compactor.providers.builtin_text import ELLIPSIS, utf8_len
+
+from .corpus import TRANSCRIPTS, load_messages, units
+
+
+def tool_unit(command: str, output: str, returncode: int = 0, note: str = "") -> str:
+    arguments = json.dumps({"command": command})
+    return compact_dumps([
+        {"role": "assistant", "content": note,
+         "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1",
+         "content": f"<returncode>{returncode}</returncode>\n<output>\n{output}</output>"},
+    ])
+
+
+def test_budget_comes_from_the_prompt_phrase() -> None:
+    assert item_budget("Each summary must use at most 128 UTF-8 bytes. Do not merge ids.") == 128
+    assert item_budget("no budget here") == 256
+
+
+def test_tool_call_summary_keeps_call_exit_code_errors_and_output_ends() -> None:
+    output = "collecting ...\n" + "".join(f"tests/test_mod.py::test_{i} PASSED\n" for i in range(200))
+    output += "Traceback (most recent call last):\n  File \"src/pkg/mod.py\", line 3\nValueError: bad value\n"
+    output += "FAILED tests/test_mod.py::test_x - ValueError\n== 1 failed, 200 passed in 0.5s ==\n"
+    item = tool_unit("cd /repo && python -m pytest tests/test_mod.py -x", output, returncode=1,
+                     note="Run the tests.")
+    summary = summarize_item(item, 256)
+    assert utf8_len(summary) <= 256
+    lines = summary.split("\n")
+    assert lines[0] == "call: $ cd /repo && python -m pytest tests/test_mod.py -x"
+    assert lines[1] == "exit: 1"
+    assert lines[2].startswith("errors: Traceback (most recent call last):")
+    assert "1 failed, 200 passed" in lines[2]
+    assert any(line.startswith("output: collecting") and ELLIPSIS in line for line in lines)
+
+
+def test_text_agent_units_are_understood() -> None:
+    action = compact_dumps({"role": "assistant",
+                            "content": "THOUGHT: look at the config.\n\n```bash\ncat /testbed/pkg/config.py\n```"})
+    observation = compact_dumps({"role": "user",
+                                 "content": "<returncode>2</returncode>\n<output>\ncat: /testbed/pkg/config.py: "
+                                            "No such file or directory\n</output>"})
+    action_summary = summarize_item(action, 256)
+    assert action_summary.startswith("call: $ cat /testbed/pkg/config.py\n")
+    assert "paths: /testbed/pkg/config.py" in action_summary
+    observation_summary = summarize_item(observation, 256)
+    assert observation_summary.startswith("exit: 2\nerrors: cat: /testbed/pkg/config")
+    assert "output:" not in observation_summary  # the only output line is already the error line
+
+
+def test_other_text_is_cut_to_head_and_tail() -> None:
+    text = "start of a plain note. " + "filler " * 300 + "end of the note."
+    summary = summarize_item(text, 128)
+    assert utf8_len(summary) <= 128
+    assert summary.startswith("text: start of a plain note.") and summary.endswith("end of the note.")
+
+
+def test_summaries_are_strictly_shorter_even_when_the_budget_is_larger() -> None:
+    for text in ("hello world", '[{"role":"assistant","content":"ok"}]', "é" * 40):
+        summary = summarize_item(text, 1000)
+        assert 0 < utf8_len(summary) < utf8_len(text)
+    assert summarize_item("x", 100) == ""  # a 1-byte item cannot shrink into a non-empty summary
+
+
+def test_non_ascii_text_is_never_cut_inside_a_character() -> None:
+    output = "".join(f"ligne {i}: données été 漢字 🙂 résultat\n" for i in range(300))
+    item = tool_unit("python démo.py", output)
+    for budget in range(20, 300, 7):
+        summary = summarize_item(item, budget)
+        assert utf8_len(summary) <= budget
+        assert "\ufffd" not in summary
+        summary.encode("utf-8").decode("utf-8")
+
+
+def test_json_reply_maps_exactly_the_given_ids() -> None:
+    items = {"fragment_2": tool_unit("ls", "a\nb\n" * 200), "fragment_5": "plain text " * 50,
+             "fragment_9": {"not": "a string"}}
+    reply = strict_loads(summarize_json_request(compact_dumps(items), 128))
+    assert set(reply) == set(items)
+    assert all(isinstance(value, str) and utf8_len(value) <= 128 for value in reply.values())
+
+
+def test_max_tokens_bounds_the_whole_reply() -> None:
+    items = {f"fragment_{i}": tool_unit(f"cat file_{i}.py", "code line\n" * 500) for i in range(8)}
+    reply = summarize_json_request(compact_dumps(items), 1000, max_output_bytes=512 * 4)
+    assert utf8_len(reply) <= 512 * 4
+    assert set(strict_loads(reply)) == set(items)
+    unbounded = summarize_items(items, 1000)
+    assert max(map(utf8_len, unbounded.values())) > 300
+
+
+@pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"a": 1, "a": 2}'])
+def test_unparseable_user_content_is_rejected(content: str) -> None:
+    with pytest.raises(ValueError):
+        summarize_json_request(content, 128)
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda path: path.stem)
+@pytest.mark.parametrize("budget", [128, 256, 1000])
+def test_corpus_batches(path: Path, budget: int) -> None:
+    all_units = units(load_messages(path))
+    for start in range(0, len(all_units), 8):
+        items = {unit_id: compact_dumps(messages) for unit_id, messages in all_units[start:start + 8]}
+        reply_text = summarize_json_request(compact_dumps(items), budget)
+        reply = strict_loads(reply_text)
+        assert list(reply) == list(items)
+        for unit_id, summary in reply.items():
+            original = utf8_len(items[unit_id])
+            assert utf8_len(summary) <= budget
+            assert utf8_len(summary) < original
+            assert summary or original <= 1
+            assert "\ufffd" not in summary
+        assert summarize_json_request(compact_dumps(items), budget) == reply_text  # deterministic
+
+
+def test_corpus_tool_call_summaries_name_the_command() -> None:
+    messages = load_messages(next(path for path in TRANSCRIPTS if "pydicom-901" in path.name))
+    tool_units = [messages for _, messages in units(messages) if messages[0].get("tool_calls")]
+    for unit_messages in tool_units[:10]:
+        command = json.loads(unit_messages[0]["tool_calls"][0]["function"]["arguments"])["command"]
+        summary = summarize_item(compact_dumps(unit_messages), 256)
+        assert summary.startswith("call: $ " + " ".join(command.split())[:20])
+        assert "\nexit: " in summary
+
+
+def render(messages: list[dict]) -> str:
+    """The legacy seal rendering: ``<role>: <content>`` lines."""
+    return "\n".join(f"{message['role']}: {message.get('content')}" for message in messages)
+
+
+def test_seal_digest_keeps_task_commands_errors_and_files() -> None:
+    rendered = render([
+        {"role": "user", "content": "Fix the crash in src/app/main.py when the config is empty."},
+        {"role": "assistant", "content": "I will run it first.\n```bash\npython src/app/main.py\n```"},
+        {"role": "user", "content": "<returncode>1</returncode><output>" + "loading plugin\n" * 200
+                                    + "Traceback (most recent call last):\nKeyError: 'name'\n</output>"},
+        {"role": "assistant", "content": "The root cause is a missing default. Next I need to patch load()."},
+    ])
+    assert [role for role, _ in split_rendered(rendered)] == ["user", "assistant", "user", "assistant"]
+    digest = summarize_conversation(rendered, 2048)
+    assert digest.startswith("Extractive digest of 4 messages (built-in summarizer, no model).")
+    assert "task: Fix the crash in src/app/main.py" in digest
+    assert "$ python src/app/main.py (exit 1)" in digest
+    assert "KeyError: 'name'" in digest
+    assert "files: src/app/main.py" in digest
+    assert "The root cause is a missing default." in digest
+
+
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda path: path.stem)
+def test_seal_digest_of_corpus_is_bounded(path: Path) -> None:
+    rendered = render(load_messages(path))
+    digest = summarize_conversation(rendered, 512 * 4)
+    assert 0 < utf8_len(digest) <= 2048
+    assert digest == summarize_conversation(rendered, 512 * 4)
