@@ -1,0 +1,124 @@
+"""The data operations (REFERENCE §4.2): project, select, overlay, union and record-map bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compactor.flow.data_ops import DataOpError, apply, overlay, project, record_map, select, union
+
+
+def test_project_walks_object_keys() -> None:
+    value = {"a": {"b": {"c": [1, 2]}}}
+    assert project(value, ["a", "b", "c"]) is value["a"]["b"]["c"]
+
+
+@pytest.mark.parametrize(("value", "path", "message"), [
+    ({"a": {}}, ["a", "b"], "missing key 'b' at step 2"),
+    ({"a": [1]}, ["a", "0"], "step 2 ('0') reads from a non-object"),
+    ("text", ["a"], "reads from a non-object"),
+])
+def test_project_errors(value: Any, path: list[str], message: str) -> None:
+    with pytest.raises(DataOpError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        project(value, path)
+
+
+def test_select_keeps_matching_answers_and_shares_values() -> None:
+    records = {"a": {"big": "x"}, "b": "B", "c": "C", "d": "D"}
+    answers = {"a": {"choice": "yes"}, "b": {"choice": "no"}, "c": "yes", "e": {"choice": "yes"}}
+    out = select(records, answers, "choice", "yes")
+    assert out == {"a": {"big": "x"}}
+    assert out["a"] is records["a"]
+
+
+def test_select_with_a_non_answer_object_selects_nothing() -> None:
+    assert select({"a": "A"}, {"instructions": [], "other": 1}, "choice", "yes") == {}
+
+
+@pytest.mark.parametrize(("records", "answers", "what"), [
+    ([], {}, "select records"),
+    ({}, "answers", "select answers"),
+    ({f"k{i}": i for i in range(129)}, {}, "select records has 129 keys"),
+    ({"": 1}, {}, "select records has a key that is not 1–128 bytes"),
+    ({"é" * 65: 1}, {}, "select records has a key"),
+])
+def test_select_checks_record_maps(records: Any, answers: Any, what: str) -> None:
+    with pytest.raises(DataOpError, match=what):
+        select(records, answers, "choice", "yes")
+
+
+def test_record_map_bounds_are_inclusive() -> None:
+    value = {("k" * 127) + str(i % 10) if i < 10 else f"k{i}": i for i in range(128)}
+    assert record_map(value, "x") is value
+
+
+def test_overlay_without_byte_options_takes_any_replacement() -> None:
+    base = {"a": "A", "b": "B", "c": "C"}
+    assert overlay(base, {"a": None, "b": {"x": 1}}) == {"a": None, "b": {"x": 1}, "c": "C"}
+
+
+def test_overlay_removals_win_and_keep_base_order() -> None:
+    base = {"a": "AAAA", "b": "BBBB", "c": "CCCC"}
+    out = overlay(base, {"c": "C", "a": "A"}, {"a": True}, min_string_bytes=1, max_string_bytes=10,
+                  only_shrink=True)
+    assert list(out.items()) == [("b", "BBBB"), ("c", "C")]
+
+
+@pytest.mark.parametrize(("replacement", "accepted"), [
+    ("short", True),
+    ("", False),  # below min_string_bytes
+    ("x" * 11, False),  # above max_string_bytes
+    ("é" * 6, False),  # 12 bytes although 6 characters
+    (None, False),
+    (5, False),
+])
+def test_overlay_byte_bounds(replacement: Any, accepted: bool) -> None:
+    base = {"a": "the original text"}
+    out = overlay(base, {"a": replacement}, min_string_bytes=1, max_string_bytes=10)
+    assert out["a"] == (replacement if accepted else "the original text")
+
+
+def test_overlay_only_shrink_needs_strictly_fewer_bytes_than_a_string_original() -> None:
+    base = {"same": "abcd", "shorter": "abcd", "number": 7, "multibyte": "ab"}
+    replacements = {"same": "wxyz", "shorter": "abc", "number": "1", "multibyte": "é"}
+    out = overlay(base, replacements, only_shrink=True)
+    assert out == {"same": "abcd", "shorter": "abc", "number": 7, "multibyte": "ab"}
+
+
+def test_overlay_default_bounds_with_only_min() -> None:
+    assert overlay({"a": "x"}, {"a": "y" * 5}, min_string_bytes=2) == {"a": "yyyyy"}
+    assert overlay({"a": "x"}, {"a": "y"}, min_string_bytes=2) == {"a": "x"}
+
+
+@pytest.mark.parametrize(("replacements", "removals", "message"), [
+    ({"z": "new"}, None, "replacement key 'z' is not in the base"),
+    ({}, {"z": True}, "removal key 'z' is not in the base"),
+    ("not a map", None, "overlay replacements must be a record map"),
+    ({}, [], "overlay removals must be a record map"),
+])
+def test_overlay_errors(replacements: Any, removals: Any, message: str) -> None:
+    with pytest.raises(DataOpError, match=message):
+        overlay({"a": "A"}, replacements, removals)
+
+
+def test_union_is_disjoint() -> None:
+    assert union([{"a": 1}, {}, {"b": 2}]) == {"a": 1, "b": 2}
+    with pytest.raises(DataOpError, match="key 'a' appears in more than one input"):
+        union([{"a": 1}, {"a": 2}])
+    with pytest.raises(DataOpError, match="union input 2 must be a record map"):
+        union([{"a": 1}, "b"])
+
+
+def test_union_output_is_a_record_map() -> None:
+    halves = [{f"a{i}": i for i in range(64)}, {f"b{i}": i for i in range(65)}]
+    with pytest.raises(DataOpError, match="union output has 129 keys"):
+        union(halves)
+
+
+def test_apply_dispatches_with_node_options() -> None:
+    node = {"operation": "overlay", "max_string_bytes": 3}
+    assert apply("overlay", node, [{"a": "long"}, {"a": "abc"}]) == {"a": "abc"}
+    assert apply("project", {"path": ["a"]}, [{"a": 1}]) == 1
+    assert apply("select", {"field": "f", "equals": "v"}, [{"a": 1}, {"a": {"f": "v"}}]) == {"a": 1}
+    assert apply("union", {}, [{"a": 1}, {"b": 2}]) == {"a": 1, "b": 2}
