@@ -73,11 +73,11 @@ async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRou
     entry: dict[str, Any] = {"node": node.cid, "kind": node.kind, "inputs": [f"n{i}" for i in node.inputs]}
     try:
         if node.kind == DATA:
+            entry["cost_reported"] = 0  # pure: free whether it succeeds or not
             try:
                 value = data_ops.apply(node.spec["operation"], node.spec, values)
             except data_ops.DataOpError as exc:
                 raise _NodeFailure(DATA_ERROR, exc.message) from exc
-            entry["cost_reported"] = 0
             return NodeOutcome(value, entry, OK)
         if node.option("skip_empty") and is_empty_container(values[0]):
             entry.update(skipped=True, cost_reported=0)
