@@ -86,7 +86,7 @@ def _check_node(label: str, node: Any) -> list[str]:
                or (opts.question_problem(node.get("questions")) if kind == DECISION else None)
                or opts.arity_problem(kind, node, len(raw_inputs)))
     if kind in MODEL_KINDS and "policy" not in node:
-        problem = problem or f"a {kind} node needs a policy"
+        problem = problem or f"{opts.a_kind(kind)} needs a policy"
     if problem:
         raise _node_error(label, problem)
     return raw_inputs

@@ -53,6 +53,11 @@ MAX_TEXT_BYTES: Final = 2000
 MAX_CRITERIA: Final = 32
 
 
+def a_kind(kind: str) -> str:
+    """``"an llm node"``, ``"a data node"``: the node kind with its article."""
+    return f"{'an' if kind in (INPUT, OUTPUT, LLM) else 'a'} {kind} node"
+
+
 def _is_int_in(value: Any, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
 
@@ -70,7 +75,7 @@ def unknown_key_problem(kind: str, node: Mapping[str, Any]) -> str | None:
         allowed = allowed | OPERATION_KEYS[node["operation"]]
     unknown = sorted(key for key in node if key not in allowed)
     if unknown:
-        return f"option {unknown[0]!r} is not allowed on a {kind} node"
+        return f"option {unknown[0]!r} is not allowed on {a_kind(kind)}"
     return None
 
 
@@ -141,7 +146,7 @@ def arity_problem(kind: str, node: Mapping[str, Any], count: int) -> str | None:
     if kind == OUTPUT:
         return None if count == 1 else "an output node takes exactly 1 input"
     if not 1 <= count <= MAX_INPUTS:
-        return f"a {kind} node takes 1–{MAX_INPUTS} inputs"
+        return f"{a_kind(kind)} takes 1–{MAX_INPUTS} inputs"
     if kind == DATA:
         operation = node["operation"]
         low, high = OPERATION_ARITY[operation]

@@ -101,7 +101,7 @@ class _FlowRun:
             if node.kind == DATA:  # pure and synchronous: completes without suspending
                 self._settle(node, await outcome)
             else:
-                self.running[asyncio.ensure_future(outcome)] = node.index
+                self.running[asyncio.create_task(outcome)] = node.index
 
     def _settle(self, node: FlowNode, outcome: NodeOutcome) -> None:
         self.entries[node.index] = outcome.entry
