@@ -26,7 +26,7 @@ class Action:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "Action":
-        backoff = record.get("backoff_ms", ())
+        backoff = record.get("backoff_ms", [])
         return cls(
             action=record["action"],
             then_action=record.get("then_action", NEXT_CANDIDATE),

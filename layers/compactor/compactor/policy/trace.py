@@ -1,0 +1,52 @@
+"""Trimming of decision traces for responses (REFERENCE §2.4 ``decision_trace``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+TRACE_LIST_CAP = 10
+_UNKNOWN_REASON = "unknown"
+
+
+def _reason(entry: Any) -> str:
+    reason = entry.get("reason") if isinstance(entry, dict) else None
+    return reason if isinstance(reason, str) else _UNKNOWN_REASON
+
+
+def _total(trace: dict[str, Any], key: str, entries: list[Any]) -> int:
+    total = trace.get(key)
+    return total if isinstance(total, int) and not isinstance(total, bool) else len(entries)
+
+
+def trim_decision_trace(trace: Any) -> Any:
+    """Cap ``ranked``/``rejected`` at 10 entries, adding ``ranked_total``, ``rejected_total`` and
+    ``rejected_reasons`` (count per reason; non-string reasons count as ``"unknown"``).
+
+    Applied recursively to every ``flow_nodes[i].decision_trace``. ``decision_path`` is never
+    trimmed, the input is not mutated, and trimming a trimmed trace changes nothing. Anything that
+    is not a dict is returned as it is.
+    """
+    if not isinstance(trace, dict):
+        return trace
+    out = dict(trace)
+    ranked = trace.get("ranked")
+    if isinstance(ranked, list):
+        out["ranked_total"] = _total(trace, "ranked_total", ranked)
+        out["ranked"] = ranked[:TRACE_LIST_CAP]
+    rejected = trace.get("rejected")
+    if isinstance(rejected, list):
+        out["rejected_total"] = _total(trace, "rejected_total", rejected)
+        if not isinstance(trace.get("rejected_reasons"), dict):
+            out["rejected_reasons"] = dict(Counter(_reason(entry) for entry in rejected))
+        out["rejected"] = rejected[:TRACE_LIST_CAP]
+    nodes = trace.get("flow_nodes")
+    if isinstance(nodes, list):
+        out["flow_nodes"] = [_trim_node(node) for node in nodes]
+    return out
+
+
+def _trim_node(node: Any) -> Any:
+    if not isinstance(node, dict) or not isinstance(node.get("decision_trace"), dict):
+        return node
+    return {**node, "decision_trace": trim_decision_trace(node["decision_trace"])}
