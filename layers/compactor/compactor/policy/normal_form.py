@@ -10,9 +10,10 @@ Equations (and nothing else; there is no arithmetic on numbers):
 * ``gate(top, s) = s``; ``gate(bot, s) = gate(p, zero) = zero``;
 * ``normalize(normalize(s)) = normalize(s)``;
 * a FailPlan becomes ``always(base)`` wrapped by overrides sorted by reason (outer override wins,
-  overrides equal to the base dropped).
+  overrides equal to the action they would fall back to dropped: the base, or the ``unknown``
+  override when there is one — dropping only base-equal ones would change what such a plan does).
 
-Input must already be admitted (:func:`compactor.policy.admission.check_term`).
+Input must already be admitted (:func:`.admission.check_term`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import copy
 from typing import Any
 
 from .encoding import encode_param, encode_term
+from .failplan import UNKNOWN_REASON
 from .signature import OPERATIONAL_SORTS, OPS
 
 Term = list[Any]
@@ -59,13 +61,18 @@ def _failplan(term: Term) -> Term:
     current = term
     while current[0] == "override":
         _, inner, reason, action = current
-        overrides.setdefault(reason, action)  # the outermost override of a reason wins
+        overrides.setdefault(reason, _copy_param(action))  # the outermost override of a reason wins
         current = inner
-    base = current[1]
+    base = _copy_param(current[1])
+    # A reason without an override falls back to the `unknown` override, else to the base, so an
+    # override equal to its fallback is redundant. (With no `unknown` override this is exactly
+    # "drop overrides equal to the base"; with one, an override equal to the base still matters.)
+    unknown_key = encode_param(overrides.get(UNKNOWN_REASON, base))
     base_key = encode_param(base)
     result: Term = ["always", base]
     for reason in sorted(overrides):
-        if encode_param(overrides[reason]) != base_key:
+        fallback_key = base_key if reason == UNKNOWN_REASON else unknown_key
+        if encode_param(overrides[reason]) != fallback_key:
             result = ["override", result, reason, overrides[reason]]
     return result
 
@@ -76,6 +83,8 @@ def normalize(term: Any) -> Term:
     spec = OPS[op]
     if spec.variadic is not None:
         return _variadic(op, list(term[1:]))
+    if op in ("always", "override"):
+        return _failplan(term)  # the whole chain at once: an inner override's fate depends on outer ones
     out: Term = [op]
     for sort, arg in zip(spec.ins, term[1:], strict=True):
         out.append(normalize(arg) if sort in OPERATIONAL_SORTS else _copy_param(arg))
@@ -105,6 +114,4 @@ def _simplify(term: Term) -> Term:
     elif op == "normalize":
         if term[1][0] == "normalize":
             return term[1]
-    elif op in ("always", "override"):
-        return _failplan(term)
     return term
