@@ -422,3 +422,14 @@ async def test_route_result_cost_precision_by_protocol() -> None:
     decision = await router.decide(router.admit_policy(DEFAULT_DECISIONS_POLICY), DecisionRequest(state="", questions={}))
     assert (chat.cost_usd, chat.cost_basis) == (0.0, "computed")  # 3e-7 rounds away at 6 decimals
     assert (decision.cost_usd, decision.cost_basis) == (0.0000003, "computed")
+
+
+def test_catalog_observations_are_declared_fields() -> None:
+    offers = [offer("a", cache_hot=True, bench_rank=3, tier="partner"), offer("b", mixed=True),
+              offer("c", mixed=1)]
+    router = Router(offers, transport_for=lambda o: None)
+    router.admit_policy(["policy", ["is", "cache_hot"], ["field", "bench_rank"], ["argmax"], ["id"],
+                         ["always", {"action": "abort"}]])
+    for undeclared in (["is", "mixed"], ["is", "tier"]):
+        with pytest.raises(PolicyAdmissionError, match="undeclared field"):
+            router.admit_policy(["policy", undeclared, ["zero"], ["argmax"], ["id"], ["always", {"action": "abort"}]])

@@ -22,7 +22,7 @@ from typing import Any
 from .budget import Deadline
 from .policy import Policy, admit_policy, admit_pred, with_envelope
 from .policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
-from .policy.fields import FieldDeclarations
+from .policy.fields import FieldDeclarations, fields_observed_in
 from .policy.ranking import Ranking, Requirements, rank
 from .providers.base import (
     BAD_RESPONSE,
@@ -143,8 +143,9 @@ class Router:
     """Ranks offers with a policy and fails over across them (REFERENCE §5.3–5.4).
 
     ``transport_for`` maps an offer to its transport; ``clock`` (seconds) drives provider-disable
-    TTLs, breakers and latencies; ``sleep`` waits between retries; ``fields`` declares extra
-    observation fields (``{"cache_hot": "Bool"}``) that policies may observe.
+    TTLs, breakers and latencies; ``sleep`` waits between retries. Policies may observe the core
+    fields, every extra boolean/numeric observation the offers carry (``cache_hot: true`` in the
+    catalog declares ``cache_hot``), and ``fields`` declared explicitly (``{"cache_hot": "Bool"}``).
     """
 
     def __init__(self, offers: Sequence[Offer], *, envelope: list | None = None,
@@ -152,8 +153,8 @@ class Router:
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
                  fields: FieldDeclarations | None = None) -> None:
         self._offers = tuple(offers)
-        self._fields = fields
-        self._envelope = None if envelope is None else admit_pred(envelope, fields=fields)
+        self._fields: FieldDeclarations = {**fields_observed_in(self._offers), **(fields or {})}
+        self._envelope = None if envelope is None else admit_pred(envelope, fields=self._fields)
         self._transport_for = transport_for
         self._clock = clock
         self._sleep = sleep

@@ -8,7 +8,7 @@ fields are rejected at admission.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -80,3 +80,21 @@ def observe(offer: Offer, name: str, decl: FieldDecl) -> float | bool:
     if _is_number(value) and not math.isnan(value):
         return float(value)
     return float(decl.default)
+
+
+def fields_observed_in(offers: Iterable[Offer]) -> dict[str, FieldSort]:
+    """Declarations for the extra boolean/numeric observations a catalog's offers carry.
+
+    A field whose values have different sorts across offers is left undeclared; string-valued
+    observations (``tier``, ``served_by``, ``scope``) are attributes, not fields.
+    """
+    sorts: dict[str, set[FieldSort]] = {}
+    for offer in offers:
+        for name, value in offer.observations.items():
+            if name in CORE_FIELDS:
+                continue
+            if isinstance(value, bool):
+                sorts.setdefault(name, set()).add("Bool")
+            elif _is_number(value):
+                sorts.setdefault(name, set()).add("Num")
+    return {name: next(iter(found)) for name, found in sorts.items() if len(found) == 1}
