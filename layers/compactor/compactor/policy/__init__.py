@@ -6,6 +6,8 @@ from .defaults import DEFAULT_CHAT_POLICY, DEFAULT_DECISIONS_POLICY
 from .encoding import encode, encode_number
 from .failplan import Action, FailPlan
 from .fields import CORE_FIELDS, FieldDecl
+from .ranking import RankedOffer, Ranking, Rejection, Requirements, rank
+from .trace import trim_decision_trace
 
 __all__ = [
     "CORE_FIELDS",
@@ -16,9 +18,15 @@ __all__ = [
     "FieldDecl",
     "Policy",
     "PolicyAdmissionError",
+    "RankedOffer",
+    "Ranking",
+    "Rejection",
+    "Requirements",
     "admit_policy",
     "admit_pred",
     "encode",
     "encode_number",
+    "rank",
+    "trim_decision_trace",
     "with_envelope",
 ]
