@@ -1,0 +1,116 @@
+from dataclasses import dataclass
+
+import pytest
+
+from compactor.budget import Deadline
+from compactor.compaction.legacy import SEAL_MARKER, InvalidPolicy, plan_seal, render_aged, seal
+from compactor.providers.base import ChatResponse, Offer
+from compactor.routing import Router
+
+from .fixtures import tool_unit
+
+
+def _msgs(*roles):
+    return [{"role": r, "content": f"{r}{i}"} for i, r in enumerate(roles)]
+
+
+def test_nothing_to_seal_when_tail_covers_everything():
+    assert plan_seal(_msgs("system", "user", "assistant"), keep_recent=2) is None
+    assert plan_seal(_msgs("user", "assistant"), keep_recent=0) is not None  # keep is at least 1
+
+
+def test_frozen_system_prefix_aged_and_recent():
+    plan = plan_seal(_msgs("system", "user", "assistant", "user", "assistant"), keep_recent=2)
+    assert [m["content"] for m in plan.frozen] == ["system0"]
+    assert [m["content"] for m in plan.aged] == ["user1", "assistant2"]
+    assert [m["content"] for m in plan.recent] == ["user3", "assistant4"]
+
+
+def test_tail_starting_with_a_tool_result_takes_its_whole_unit():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "thinking"}, *tool_unit("a", "ls", "out"),
+                {"role": "tool", "tool_call_id": "b", "content": "second result"}, {"role": "assistant", "content": "end"}]
+    # keep_recent=2 would start the tail at the second tool result: the whole call (3 messages) joins the tail.
+    plan = plan_seal(messages, keep_recent=2)
+    assert plan.recent == messages[3:]
+    assert plan.aged == messages[1:3]
+    assert plan.frozen + plan.aged + plan.recent == messages
+
+
+def test_stray_tool_results_stay_in_the_tail_without_the_message_before():
+    messages = _msgs("user", "assistant") + [{"role": "tool", "tool_call_id": "x", "content": "stray"},
+                                             {"role": "assistant", "content": "end"}]
+    plan = plan_seal(messages, keep_recent=2)
+    assert plan.recent == messages[2:]
+    assert plan.aged == messages[:2]
+
+
+def test_tail_swallowing_everything_is_a_no_op():
+    messages = [{"role": "system", "content": "s"}, *tool_unit("a", "ls", "out")]
+    assert plan_seal(messages, keep_recent=1) is None
+
+
+def test_render_lines_and_tool_calls():
+    text = render_aged([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                        *tool_unit("a", "ls -la", "files")])
+    assert text.splitlines()[0] == "user: a b"
+    assert '[tool call bash({"command": "ls -la"})]' in text
+    assert text.splitlines()[-1] == "tool: files"
+
+
+@dataclass
+class _Fake:
+    text: str | None
+    calls: int = 0
+
+    async def chat(self, offer, request, timeout_s):
+        self.calls += 1
+        self.request = request
+        return ChatResponse(text=self.text, tokens_in=100, tokens_out=10, tokens_total=110)
+
+    async def decide(self, offer, request, timeout_s):  # pragma: no cover - not used
+        raise AssertionError
+
+
+def _router(fake):
+    offer = Offer(id="t/chat", provider="t", family="f", model="m", protocol="chat", transport="fake",
+                  price_in=1.0, price_out=2.0)
+    return Router([offer], transport_for=lambda o: fake)
+
+
+async def test_seal_success_body():
+    fake = _Fake("  the summary \n")
+    messages = _msgs("system", "user", "assistant", "user", "assistant")
+    body = await seal(messages, keep_recent=2, policy_ir=None, max_tokens=None, router=_router(fake),
+                      deadline=Deadline.after_ms(5000))
+    assert body["compacted"] is True
+    assert body["messages"] == [messages[0], {"role": "system", "content": SEAL_MARKER + "the summary"},
+                                *messages[3:]]
+    assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}
+    assert body["x_router"]["cost_usd"] == pytest.approx(0.00012)
+    assert body["x_router"]["cost_basis"] == "computed"
+    assert fake.request.max_tokens == 512
+
+
+async def test_empty_summary_returns_original_with_cost_keys():
+    messages = _msgs("user", "assistant", "user")
+    body = await seal(messages, keep_recent=1, policy_ir=None, max_tokens=0, router=_router(_Fake("   ")),
+                      deadline=Deadline.after_ms(5000))
+    assert body["messages"] == messages and body["compacted"] is False
+    assert "x_router" in body and "usage" in body
+
+
+async def test_no_op_body_has_exactly_two_keys_and_no_call():
+    fake = _Fake("x")
+    body = await seal(_msgs("user"), keep_recent=6, policy_ir=None, max_tokens=512, router=_router(fake),
+                      deadline=Deadline.after_ms(5000))
+    assert body == {"messages": _msgs("user"), "compacted": False}
+    assert fake.calls == 0
+
+
+async def test_bad_policy_is_rejected_before_any_call():
+    fake = _Fake("x")
+    with pytest.raises(InvalidPolicy, match=r"^policy_ir rejected at admission: ir"):
+        await seal(_msgs("user", "assistant", "user"), keep_recent=1, policy_ir=["zero"], max_tokens=512,
+                   router=_router(fake), deadline=Deadline.after_ms(5000))
+    assert fake.calls == 0
