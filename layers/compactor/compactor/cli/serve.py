@@ -3,8 +3,8 @@
 Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
 arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
 Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without the
-``--api-key`` (when one is set) and 413 for a body over the limit, before reading it. Handler calls are
-serialised, as one Lambda instance handles one event at a time.
+``--api-key`` (when one is set) and 413 for a body over the limit, before reading it. Handler calls run
+one at a time on one long-lived worker thread, as a warm Lambda instance runs its events.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import base64
 import hmac
 import json
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ def default_code_dir() -> Path:
 
 
 class CompactorServer(ThreadingHTTPServer):
-    """A threading HTTP server holding the handler, the optional API key and the handler lock."""
+    """A threading HTTP server holding the handler, its worker thread and the optional API key."""
 
     daemon_threads = True
 
@@ -46,7 +46,11 @@ class CompactorServer(ThreadingHTTPServer):
         super().__init__(address, _RequestHandler)
         self.lambda_handler = handler
         self.api_key = api_key
-        self.handler_lock = threading.Lock()
+        self.lambda_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.lambda_worker.shutdown(wait=True)
 
     @property
     def url(self) -> str:
@@ -97,10 +101,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._send_proxy_response(self._invoke(event))
 
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
-        context = LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S)
+        def invocation() -> dict[str, Any]:  # the clock starts when the worker picks the event up
+            return self.server.lambda_handler(event, LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S))
+
         try:
-            with self.server.handler_lock:
-                return self.server.lambda_handler(event, context)
+            return self.server.lambda_worker.submit(invocation).result()
         except Exception:  # what API Gateway answers when the function itself fails
             self.log_error("handler raised; answering 502")
             return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY)
