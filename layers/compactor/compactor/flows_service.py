@@ -13,6 +13,7 @@ from typing import Any, Final, Protocol
 from .budget import Deadline
 from .flow import MISSING, FlowAdmissionError, FlowResult, FlowRouter, admit_flow, normalize_flow, run_flow
 from .flow.graph import AdmittedPolicyLike
+from .xrouter import compact_hint
 
 ADMISSION_PREFIX: Final = "flow_ir rejected at admission: "
 _STATUS_BY_ERROR_KIND: Final[Mapping[str, int]] = {
@@ -47,10 +48,11 @@ def invalid_flow_body(message: str) -> dict[str, Any]:
 
 def flow_response(result: FlowResult) -> tuple[int, dict[str, Any]]:
     """``{"output", "x_router", "usage"?}`` for a successful flow, the router error body otherwise."""
+    x_router = {**result.x_router(), "compact": compact_hint(result.tokens_in)}
     if not result.ok:
         error = {"message": result.error_message, "type": "router_error", "code": result.error_kind}
-        return router_error_status(result.error_kind), {"error": error, "x_router": result.x_router()}
-    body: dict[str, Any] = {"output": result.output, "x_router": result.x_router()}
+        return router_error_status(result.error_kind), {"error": error, "x_router": x_router}
+    body: dict[str, Any] = {"output": result.output, "x_router": x_router}
     usage = result.usage()
     if usage:
         body["usage"] = usage

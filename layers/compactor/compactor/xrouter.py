@@ -21,6 +21,11 @@ def compact_at_tokens() -> int:
     return value if low <= value <= high else COMPACT_AT_TOKENS_DEFAULT
 
 
+def compact_hint(tokens_in: int | None) -> bool:
+    """``x_router.compact``: the call's input tokens reached the compaction threshold."""
+    return bool(tokens_in) and tokens_in >= compact_at_tokens()
+
+
 def usage_block(tokens_in: int | None, tokens_out: int | None, tokens_total: int | None,
                 tokens_cached: int | None) -> dict[str, Any] | None:
     """OpenAI-shaped usage with only the reported fields; ``None`` when nothing was reported."""
@@ -63,6 +68,6 @@ def route_x_router(result: RouteResult) -> dict[str, Any]:
         "tokens_cached": getattr(response, "tokens_cached", None) if response is not None else None,
         "policy_fingerprint": result.trace.get("policy_fingerprint"),
         "decision_trace": trim_decision_trace(result.trace),
-        "compact": bool(tokens_in) and tokens_in >= compact_at_tokens(),
+        "compact": compact_hint(tokens_in),
     }
     return block

@@ -9,6 +9,7 @@ from typing import Any
 from ..budget import Deadline
 from ..flow import FlowAdmissionError, admit_flow, run_flow
 from ..models import CompactRequest
+from ..xrouter import compact_hint
 from .preparation import prepare
 from .preset import materialise, question_template
 from .reassembly import compaction_report, reassemble
@@ -56,5 +57,5 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
         usage = result.usage()
         if usage:
             body["usage"] = usage
-        body["x_router"] = result.x_router()
+        body["x_router"] = {**result.x_router(), "compact": compact_hint(result.tokens_in)}
     return body
