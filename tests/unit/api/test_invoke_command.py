@@ -87,7 +87,7 @@ def echo_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_invoke(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_invoke(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "compactor", "invoke", *args], cwd=cwd, input=stdin,
                           capture_output=True, text=True, check=False)
 
