@@ -2,7 +2,10 @@
 SHELL := /bin/bash
 export PYENV_VERSION ?= 3.12.1:3.11.7:3.13.0
 
-PYTHON ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c '' 2>/dev/null && echo python3.12 || echo python3)
+# The Lambda runtime's Python (3.12) when available (pyenv needs PYENV_VERSION in $(shell) too), else python3.
+ifndef PYTHON
+PYTHON := $(shell PYENV_VERSION=$(PYENV_VERSION) python3.12 -c 'print("python3.12")' 2>/dev/null || echo python3)
+endif
 VENV := .venv
 TOOLS := .venv-tools
 PY := $(VENV)/bin/python
