@@ -13,23 +13,14 @@ import pytest
 from compactor.catalog import reset_catalog_cache
 from compactor.cli import serve
 from compactor.container import reset_router
-from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
+from fakes.provider_server import FakeProviderServer
 
+from ..unit.flow.test_real_router import respond
 from ..unit.flow.triage import FLOW_INPUT, triage_flow
 from .test_serve import REPO, running
 
 KEY_ENV = "COMPACTOR_FLOWS_HTTP_KEY"
 SECRET = "sk-flows-http-secret-9999"
-CHOICES = {"t1": "support", "t2": "support", "t3": "spam"}
-
-
-def respond(request: RecordedRequest) -> Reply:
-    if request.path.endswith("/decisions"):
-        answers = {name: {"type": "choice", "choice": CHOICES[name], "confidence": 0.9}
-                   for name in request.json["questions"]}
-        return decision_reply(answers, model="fake-decider-1", cost=0.00002)
-    return chat_reply(json.dumps({"t1": "Facilities notified.", "t2": "Reset link sent."}),
-                      model="fake-writer-1", prompt_tokens=120, completion_tokens=30, cost=0.0001)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from ..policy.defaults import DEFAULT_CHAT_POLICY
 from ..providers.base import ChatRequest
 from ..routing import Router
 from ..xrouter import route_usage, route_x_router
-from .messages import Message, content_text, has_tool_calls, role_of
+from ..chat import Message, content_text, has_tool_calls, role_of
 
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 DEFAULT_MAX_TOKENS = 512

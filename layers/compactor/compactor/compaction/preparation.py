@@ -10,7 +10,7 @@ from typing import Any
 
 from ..decisions import DecisionValidationError, validate_payload
 from ..jsonutil import ascii_dumps, compact_dumps, compact_size
-from .messages import Message
+from ..chat import Message
 from .units import Unit, instruction_pins, split_units, tail_indexes
 
 MAX_CANDIDATES = 128

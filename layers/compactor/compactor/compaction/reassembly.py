@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..jsonutil import compact_dumps, compact_size
-from .messages import Message
+from ..chat import Message
 from .preparation import Preparation
 
 SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"

@@ -20,7 +20,7 @@ from .builtin_summarizer import (
     BYTES_PER_TOKEN, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, item_budget, summarize_conversation,
     summarize_json_request,
 )
-from .builtin_transcript import content_text
+from ..chat import content_text
 
 BUILTIN_MODELS = (DECIDER_MODEL, SUMMARIZER_MODEL)
 

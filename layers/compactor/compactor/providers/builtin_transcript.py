@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..chat import content_text
 from ..jsonutil import compact_dumps
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
@@ -85,18 +86,6 @@ class Action:
 
 def _scalar_text(value: Any) -> str:
     return value if isinstance(value, str) else compact_dumps(value)
-
-
-def content_text(content: Any) -> str:
-    """Text of a message ``content``: strings as is, list parts' ``text`` joined by spaces."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [part.get("text") for part in content if isinstance(part, dict)]
-        return " ".join(part for part in parts if isinstance(part, str))
-    return compact_dumps(content)
 
 
 def tool_call_action(call: Any) -> Action | None:

@@ -1,8 +1,10 @@
-"""Small facts about OpenAI chat messages shared by both compaction modes."""
+"""Small facts about OpenAI chat messages: roles, tool calls, the text of a content value."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .jsonutil import compact_dumps
 
 Message = dict[str, Any]
 
@@ -22,11 +24,6 @@ def content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-            elif isinstance(part, str):
-                parts.append(part)
-        return " ".join(parts)
-    return str(content)
+        parts = [part.get("text") for part in content if isinstance(part, dict)]
+        return " ".join(part for part in parts if isinstance(part, str))
+    return compact_dumps(content)
