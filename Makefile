@@ -1,6 +1,7 @@
 # Compactor developer entry points. Every target installs what it needs itself.
 SHELL := /bin/bash
 export PYENV_VERSION ?= 3.12.1:3.11.7:3.13.0
+export SAM_CLI_TELEMETRY := 0
 
 # The Lambda runtime's Python (3.12) when available (pyenv needs PYENV_VERSION in $(shell) too), else python3.
 ifndef PYTHON

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, TextIO
 
 from ..jsonutil import compact_size
@@ -102,6 +103,10 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
         fallbacks = sum(1 for n in nodes if n.get("fallback") or n.get("error"))
         if nodes:
             lines.append(f"flow nodes: {len(nodes)}, fallbacks/errors: {fallbacks}")
+            served = Counter(f"{n.get('served_model_id')} ({n['kind']})" for n in nodes
+                             if n.get("kind") in ("llm", "decision") and n.get("served_model_id"))
+            if served:
+                lines.append("models: " + ", ".join(f"{name} x{count}" for name, count in sorted(served.items())))
     else:
         lines.append("cost: none (no model call)")
     lines.append(f"time: {seconds:.2f}s")
