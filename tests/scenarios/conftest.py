@@ -20,6 +20,7 @@ import pytest
 from compactor.catalog import reset_catalog_cache
 from compactor.cli import serve
 from compactor.container import reset_router
+from fakes import provider_server
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -150,15 +151,24 @@ class Stack:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_provider: FakeProviderServer) -> Iterator[Stack]:
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
+    """The shared fake provider, with a listen backlog for 32 concurrent batches: the stdlib default of
+    5 pending connections makes bursts of concurrent calls fail with connection errors."""
+    monkeypatch.setattr(provider_server._QuietHTTPServer, "request_queue_size", 128)
+    with FakeProviderServer() as server:
+        yield server
+
+
+@pytest.fixture
+def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: FakeProviderServer) -> Iterator[Stack]:
     catalog_path = tmp_path / "catalog.json"
     monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog_path))
     monkeypatch.setenv(KEY_ENV, SECRET)
     server = serve.create_server(port=0, code_dir=REPO / "functions" / "compact")
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    built = Stack(server.url.rstrip("/"), fake_provider, catalog_path)
-    built.use_offers(default_offers(fake_provider.base_url))
+    built = Stack(server.url.rstrip("/"), provider, catalog_path)
+    built.use_offers(default_offers(provider.base_url))
     try:
         yield built
     finally:

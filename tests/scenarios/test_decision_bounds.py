@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from .conftest import Stack
-from .helpers import ascii_size, size
+from .helpers import ascii_size, flow_nodes, size, summary
 
 BOUND = 32_000
 
@@ -41,3 +43,47 @@ def test_decision_bound_is_measured_on_ascii_escaped_text(stack: Stack) -> None:
         grown["questions"][first] = following["questions"][first]
         assert ascii_size(grown) > BOUND
         assert size(grown) <= BOUND
+
+
+def test_more_than_128_candidates_keeps_the_extra_ones(stack: Stack) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go."},
+                *({"role": "assistant", "content": f"step {i} " + "s" * 200} for i in range(2, 132)),
+                {"role": "assistant", "content": "Done."}]
+    stack.script.default_choice = "archive"
+
+    body = stack.compact(messages, keep_recent=1)
+
+    assert body["compaction"]["reasons"] == ["fragment_limit"]
+    asked = [fid for request in stack.requests("decisions") for fid in request["questions"]]
+    assert sorted(asked, key=lambda fid: int(fid[9:])) == [f"fragment_{i}" for i in range(2, 130)]
+    assert body["messages"] == [*messages[:2], messages[130], messages[131], messages[132]]
+    assert [f["action"] for f in body["compaction"]["fragments"][128:]] == ["archive", "archive", "keep", "keep", "keep"]
+
+
+def test_more_than_32_batches_keeps_the_fragments_of_the_extra_ones(stack: Stack) -> None:
+    # Items of ~25 KB: two never fit one batch's 50 000-byte summary record, so each makes its own batch.
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go."},
+                *({"role": "assistant", "content": f"dump {i} " + "d" * 25_000} for i in range(2, 35)),
+                {"role": "assistant", "content": "Done."}]
+
+    body = stack.compact(messages, keep_recent=1)
+
+    assert body["compaction"]["reasons"] == ["batch_limit"]
+    decisions = stack.requests("decisions")
+    assert len(decisions) == 32 and all(len(request["questions"]) == 1 for request in decisions)
+    assert "fragment_34" not in {fid for request in decisions for fid in request["questions"]}
+    assert len(stack.requests("summaries")) == 32
+    assert body["messages"] == [*messages[:2], *(summary(f"fragment_{i}", f"Evidence fragment_{i}")
+                                                 for i in range(2, 34)), messages[34], messages[35]]
+    assert len(flow_nodes(body)) == 32 * 7 + 1
+
+
+@pytest.mark.parametrize("max_tokens, sent", [(None, 512), (0, 512), (100, 100), (5000, 4096)])
+def test_summary_max_tokens(stack: Stack, max_tokens: int | None, sent: int) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go."},
+                {"role": "assistant", "content": "x" * 3000}, {"role": "assistant", "content": "Done."}]
+
+    stack.compact(messages, keep_recent=1, max_tokens=max_tokens)
+
+    request, = stack.requests("summaries")
+    assert request["max_tokens"] == sent

@@ -1,0 +1,188 @@
+"""Overhead of decision-mode ``/v1/compact`` (``service.compact``) around its model calls.
+
+Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--latency-ms L] [--profile]``
+
+1. CPU overhead: the largest admissible request (about 900 KB, 128 candidate fragments, tool-call
+   units with bulky outputs, every candidate in a batch, and a large protected tail) against instant in-process fake transports behind a real ``Router``.
+   Prints the wall time of ``service.compact`` (preparation, materialisation, flow admission, the run,
+   reassembly) as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body; median of
+   N runs. Goal ≤ 20. ``--profile`` prints the cProfile top hotspots of one run.
+2. Concurrency: the fake transports answer after a latency L (``asyncio.sleep``); a request that makes
+   32 batches (32 decision calls, then 32 summary calls) should take about 2·L. Prints wall / (2·L);
+   goal ≤ 1.25 (sequential batches would give 32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import statistics
+import time
+from typing import Any
+
+from compactor.budget import Deadline
+from compactor.models import CompactRequest
+from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer
+from compactor.routing import Router
+from compactor.service import compact
+
+OVERHEAD_GOAL = 20.0
+CONCURRENCY_GOAL = 1.25
+BATCHES = 32
+FRAGMENT_OUTPUT_CHARS = 4398
+TAIL_OUTPUT_CHARS = 307_000
+OFFERS = (
+    Offer(id="bench/decider", provider="bench", family="decider", model="decider-1", protocol="decisions",
+          transport="bench", price_in=0.5, price_out=2.0, observations={"supports_json_mode": True}),
+    Offer(id="bench/summarizer", provider="bench", family="summarizer", model="summarizer-1", protocol="chat",
+          transport="bench", price_in=3.0, price_out=15.0, observations={"supports_json_mode": True}),
+)
+
+
+class FakeTransport:
+    """Answers after ``latency_s``: every fragment ``summarize``, every summary a short string."""
+
+    def __init__(self, latency_s: float = 0.0) -> None:
+        self.latency_s = latency_s
+        self.decisions = 0
+        self.chats = 0
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+        self.decisions += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        answers = {fid: {"type": "choice", "choice": "summarize", "confidence": 0.9} for fid in request.questions}
+        return DecisionResponse(model=offer.model, answers=answers, tokens_in=5000, tokens_out=40)
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        self.chats += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        items = json.loads(request.messages[-1]["content"])
+        text = json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items})
+        return ChatResponse(text=text, finish_reason="stop", tokens_in=20000, tokens_out=300)
+
+
+def router_for(transport: FakeTransport) -> Router:
+    return Router(OFFERS, transport_for=lambda offer: transport)
+
+
+def tool_unit(i: int, output_chars: int) -> list[dict[str, Any]]:
+    call_id = f"call_{i}"
+    line = f"{i:04d} src/module_{i % 17}/file_{i}.py: ok "
+    output = (line * (output_chars // len(line) + 1))[:output_chars]
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+            "name": "bash", "arguments": json.dumps({"command": f"pytest -q tests/test_{i}.py"})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": output},
+    ]
+
+
+def transcript(fragments: int, output_chars: int, tail_chars: int = 0,
+               instructions_chars: int = 400) -> list[dict[str, Any]]:
+    """System prompt, task, ``fragments`` tool-call units (the candidates), then, when ``tail_chars``,
+    one more tool-call unit with that much output in the protected tail, and a final answer."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " + "Follow the repository rules. " * (
+            instructions_chars // 28)},
+        {"role": "user", "content": "Make the test suite pass."},
+    ]
+    for i in range(fragments):
+        messages.extend(tool_unit(i, output_chars))
+    if tail_chars:
+        messages.extend(tool_unit(fragments, tail_chars))
+    messages.append({"role": "assistant", "content": "All tests pass now; summarising the changes."})
+    return messages
+
+
+def request_body(messages: list[dict[str, Any]], keep_recent: int = 1) -> str:
+    return json.dumps({"messages": messages, "keep_recent": keep_recent, "target_ratio": 0.1,
+                       "decision_policy_ir": DEFAULT_DECISIONS_POLICY}, separators=(",", ":"))
+
+
+async def run_compact(body: str, transport: FakeTransport) -> tuple[float, dict[str, Any]]:
+    request = CompactRequest.model_validate_json(body)
+    router = router_for(transport)
+    started = time.perf_counter()
+    status, answer = await compact(request, deadline=Deadline.after_ms(40_000), router=router)
+    elapsed = time.perf_counter() - started
+    assert status == 200, answer
+    return elapsed, answer
+
+
+def round_trip_s(body: str, repeats: int = 5) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        json.dumps(json.loads(body))
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def overhead(runs: int, profile: bool) -> None:
+    # 128 candidates as large as they can be with every one of them in a batch (tool outputs of 4 398
+    # characters: 16 batches, flow input just under 900 000 bytes), plus a 307 KB tool output in the
+    # protected tail (it reaches the flow only as a 1 000-character excerpt): about 900 KB in all.
+    body = request_body(transcript(128, FRAGMENT_OUTPUT_CHARS, tail_chars=TAIL_OUTPUT_CHARS), keep_recent=3)
+    baseline = round_trip_s(body)
+    samples, answer, transport = [], {}, FakeTransport()
+    for _ in range(runs):
+        transport = FakeTransport()
+        elapsed, answer = asyncio.run(run_compact(body, transport))
+        samples.append(elapsed)
+    report = answer["compaction"]
+    candidates = sum(1 for f in report["fragments"] if f["action"] != "keep")
+    median = statistics.median(samples)
+    print(f"compact_overhead: request {len(body) / 1000:.0f} KB, {candidates} candidate fragments, "
+          f"{transport.decisions} batches, reasons {report['reasons'] or 'none'}, "
+          f"{report['original_bytes']} → {report['output_bytes']} bytes (target met: {report['target_met']})")
+    print(f"  service.compact: median {median * 1000:.1f} ms (min {min(samples) * 1000:.1f}, n={runs}); "
+          f"json.loads+dumps round trip {baseline * 1000:.1f} ms")
+    ratio = median / baseline
+    print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g})  {'OK' if ratio <= OVERHEAD_GOAL else 'ABOVE GOAL'}")
+    if profile or ratio > OVERHEAD_GOAL:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        asyncio.run(run_compact(body, FakeTransport()))
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
+        print("  cProfile, top 15 by own time:")
+        print("\n".join("    " + line for line in out.getvalue().splitlines() if line.strip()))
+
+
+def concurrency(latency_s: float, runs: int) -> None:
+    # Items of ~25.3 KB: two never fit one batch's 50 000-byte summary record, so 32 fragments make
+    # 32 batches, and the whole flow input stays under 900 000 bytes.
+    body = request_body(transcript(BATCHES, 25_000))
+    ratios = []
+    for _ in range(runs):
+        transport = FakeTransport(latency_s)
+        elapsed, answer = asyncio.run(run_compact(body, transport))
+        assert transport.decisions == BATCHES and transport.chats == BATCHES, (transport.decisions, transport.chats)
+        assert answer["compaction"]["reasons"] == [] and answer["compacted"]
+        ratios.append(elapsed / (2 * latency_s))
+    median = statistics.median(ratios)
+    print(f"compact_concurrency: {BATCHES} batches ({BATCHES} decisions + {BATCHES} summaries), "
+          f"provider latency L = {latency_s * 1000:.0f} ms, request {len(body) / 1000:.0f} KB")
+    print(f"  wall / (2·L): median {median:.3f}, best {min(ratios):.3f} (n={runs}; goal ≤ {CONCURRENCY_GOAL}; "
+          f"sequential ≈ {BATCHES})  {'OK' if median <= CONCURRENCY_GOAL else 'ABOVE GOAL'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--profile", action="store_true", help="always print the cProfile hotspots")
+    args = parser.parse_args()
+    overhead(args.runs, args.profile)
+    concurrency(args.latency_ms / 1000, max(3, args.runs // 2))
+
+
+if __name__ == "__main__":
+    main()
