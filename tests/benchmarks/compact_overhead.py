@@ -22,6 +22,7 @@ import json
 import pstats
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from compactor.budget import Deadline
@@ -31,6 +32,7 @@ from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest,
 from compactor.routing import Router
 from compactor.service import compact
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 OVERHEAD_GOAL = 20.0
 CONCURRENCY_GOAL = 1.25
 BATCHES = 32
@@ -146,14 +148,40 @@ def overhead(runs: int, profile: bool) -> None:
     ratio = median / baseline
     print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g})  {'OK' if ratio <= OVERHEAD_GOAL else 'ABOVE GOAL'}")
     if profile or ratio > OVERHEAD_GOAL:
-        profiler = cProfile.Profile()
-        profiler.enable()
-        asyncio.run(run_compact(body, FakeTransport()))
-        profiler.disable()
-        out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(15)
-        print("  cProfile, top 15 by own time:")
-        print("\n".join("    " + line for line in out.getvalue().splitlines() if line.strip()))
+        print_profile(body)
+
+
+# Stages of decision-mode compaction, by (module suffix, function name), for the cumulative breakdown.
+STAGES = (
+    ("compaction/preparation.py", "prepare"), ("compaction/preparation.py", "_admissible"),
+    ("compaction/preset.py", "materialise"), ("flow/admit.py", "admit_flow"), ("identity.py", "fingerprint"),
+    ("flow/scheduler.py", "run_flow"), ("compaction/reassembly.py", "reassemble"),
+    ("compaction/reassembly.py", "compaction_report"), ("jsonutil.py", "compact_size"),
+    ("jsonutil.py", "ascii_dumps"), ("jsonutil.py", "compact_dumps"), ("jsonutil.py", "ascii_wire_size"),
+)
+
+
+def print_profile(body: str) -> None:
+    """cProfile of one run: time per stage (cumulative) and the top functions by own time."""
+    asyncio.run(run_compact(body, FakeTransport()))  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    asyncio.run(run_compact(body, FakeTransport()))
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = max(entry[3] for entry in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"  cProfile of one run ({total * 1000:.1f} ms under the profiler), cumulative per stage:")
+    for suffix, name in STAGES:
+        for (path, _line, function), (_cc, calls, _tt, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+            if function == name and path.endswith(suffix):
+                label = f"{suffix}:{name}"
+                print(f"    {label:45s} {calls:5d} calls {cumulative * 1000:7.1f} ms ({cumulative / total:4.0%})")
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(10)
+    print("  top 10 by own time:")
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls"))
+    print("\n".join("    " + line.replace(str(REPO_ROOT) + "/", "") for line in lines[start:] if line.strip()))
 
 
 def concurrency(latency_s: float, runs: int) -> None:
