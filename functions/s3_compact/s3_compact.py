@@ -1,0 +1,71 @@
+"""Lambda handler of ``S3CompactFunction``: compacts transcripts uploaded under ``incoming/`` (CONTRACT §7).
+
+Each record of the S3 event becomes one ``compactor.object_jobs.run_job``: the result goes to
+``compacted/<rel>``, bad content to ``failed/<rel>`` (recorded once), and only storage or configuration
+errors raise, so Lambda's asynchronous retries and the on-failure destination take over. Keys arrive
+URL-encoded in S3 events and are decoded here. Transcripts are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import unquote_plus
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
+from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor import object_jobs
+from compactor_aws.s3_store import S3Store
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+tracer = Tracer()
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+store = S3Store()
+
+_METRIC_NAMES = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped"}
+
+
+def source_of(record: S3EventRecord) -> object_jobs.Source:
+    """The object a record names; the key is URL-decoded (``+`` is a space, ``%XX`` a byte of UTF-8)."""
+    obj = record.s3.get_object
+    return object_jobs.Source(
+        bucket=record.s3.bucket.name,
+        key=unquote_plus(obj["key"]),
+        version_id=obj.get("versionId") or None,
+        etag=object_jobs.normalize_etag(obj.get("eTag")),
+        sequencer=obj.get("sequencer") or None,
+    )
+
+
+@tracer.capture_method(capture_response=False)
+def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
+    """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget)."""
+    from compactor import service
+    from compactor.container import run_sync
+
+    source = source_of(record)
+    if not record.event_name.startswith("ObjectCreated:"):
+        outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}")
+    else:
+        deadline = service.request_deadline(context)
+        outcome = run_sync(object_jobs.run_job(source, store=store, defaults=defaults, deadline=deadline))
+    tracer.put_annotation("s3_result", outcome.result)
+    logger.info("s3 object %s", outcome.result, extra={
+        "bucket": source.bucket, "key": source.key, "version_id": source.version_id,
+        "target": outcome.key, "status": outcome.status, "reason": outcome.reason})
+    metrics.add_metric(name=_METRIC_NAMES[outcome.result], unit=MetricUnit.Count, value=1)
+    return outcome.as_dict()
+
+
+@logger.inject_lambda_context(log_event=False)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+@event_source(data_class=S3Event)
+def handler(event: S3Event, context: LambdaContext) -> dict[str, Any]:
+    """Process every record; a configuration error fails the whole invocation before any read."""
+    defaults = object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV))
+    return {"results": [process(record, defaults, context) for record in event.records]}

@@ -1,0 +1,322 @@
+"""The S3 path's jobs (CONTRACT §7), storage-agnostic: one uploaded object in, one result object out.
+
+An object under ``incoming/<rel>`` (a ``/v1/compact`` request body, a bare messages array, an object
+with ``messages`` or JSONL) becomes ``compacted/<rel>`` holding the ``/v1/compact`` response body, or
+``failed/<rel>`` holding ``{"error", "status", "detail"?, "source"}`` when its content is bad. Pure
+Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on AWS, a dict in tests).
+
+Idempotency: every result carries the source's version id and ETag in its metadata; a job whose
+result already exists for the same source version is not run again, so the stored bytes never
+change, and results are serialised deterministically (compact JSON, keys in the service's order).
+A result written for a newer version of the same key (S3 ``sequencer``) is never overwritten by an
+older one.
+
+Defaults (``COMPACTOR_S3_DEFAULTS``): a JSON object of request fields (``keep_recent``,
+``target_ratio``, ``max_tokens``, ``policy_ir``, ``decision_policy_ir``, ``pinned_indices``) plus
+``"mode"``: ``"decision"`` (the default) or ``"seal"``. Fields in the object win over the defaults. In
+decision mode a transcript whose fields and defaults name no ``decision_policy_ir`` runs with the
+preset's decision policy (as ``compactor compact`` does); ``"decision_policy_ir": null`` in the object,
+or ``"mode": "seal"`` in the defaults, runs the legacy seal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from .jsonutil import compact_dumps
+
+INCOMING_PREFIX = "incoming/"
+COMPACTED_PREFIX = "compacted/"
+FAILED_PREFIX = "failed/"
+MAX_OBJECT_BYTES = 64 * 1024 * 1024
+"""Largest transcript object read (far above the API's 6 MB payload limit)."""
+
+DEFAULTS_ENV = "COMPACTOR_S3_DEFAULTS"
+REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
+MODES = ("decision", "seal")
+JSON_CONTENT_TYPE = "application/json"
+
+# User metadata (x-amz-meta-*) of result objects: which source version they were computed from.
+META_VERSION = "source-version-id"
+META_ETAG = "source-etag"
+META_SEQUENCER = "source-sequencer"
+META_STATUS = "compactor-status"
+NO_VERSION = "null"  # S3's own name for the version id of an object written while versioning was off
+
+
+class ConfigError(ValueError):
+    """The function's configuration (``COMPACTOR_S3_DEFAULTS``) is unusable: an operator must fix it."""
+
+
+class ObjectTooLarge(Exception):
+    """Raised by a store when an object exceeds the size it was allowed to read."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"object is {size} bytes, over the {limit}-byte limit")
+        self.size, self.limit = size, limit
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """What a store's ``get`` returns: the bytes and the identity of the version read."""
+
+    body: bytes
+    version_id: str | None
+    etag: str
+
+
+class ObjectStore(Protocol):
+    def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject: ...
+
+    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None: ...
+
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Parsed ``COMPACTOR_S3_DEFAULTS``."""
+
+    mode: Literal["decision", "seal"] = "decision"
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The object an S3 event names (key already URL-decoded)."""
+
+    bucket: str
+    key: str
+    version_id: str | None = None
+    etag: str = ""
+    sequencer: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"bucket": self.bucket, "key": self.key, "version_id": self.version_id, "etag": self.etag}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Bad content: recorded under ``failed/`` with the status the API would have answered."""
+
+    status: int
+    error: dict[str, Any]
+    detail: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one job did: ``compacted`` / ``failed`` (written), ``skipped`` (nothing to do)."""
+
+    result: Literal["compacted", "failed", "skipped"]
+    source: Source
+    key: str | None = None
+    status: int | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"result": self.result, "source": self.source.as_dict(), "key": self.key, "status": self.status}
+        return {**out, "reason": self.reason} if self.reason else out
+
+
+# --------------------------------------------------------------------------------------------- keys
+
+
+def relative_key(key: str) -> str | None:
+    """``<rel>`` of ``incoming/<rel>``; None for keys outside ``incoming/`` and for "folder" markers."""
+    if not key.startswith(INCOMING_PREFIX):
+        return None
+    rel = key[len(INCOMING_PREFIX):]
+    return rel if rel and not rel.endswith("/") else None
+
+
+def result_key(rel: str) -> str:
+    return COMPACTED_PREFIX + rel
+
+
+def failure_key(rel: str) -> str:
+    return FAILED_PREFIX + rel
+
+
+def normalize_etag(etag: str | None) -> str:
+    """ETags without the quotes S3 puts around them in HTTP headers (events carry them bare)."""
+    return (etag or "").strip().strip('"')
+
+
+# ------------------------------------------------------------------------------------------ defaults
+
+
+def load_defaults(text: str | None) -> Defaults:
+    """Parse ``COMPACTOR_S3_DEFAULTS`` (empty or unset: decision mode, the API's field defaults)."""
+    if text is None or not text.strip():
+        return Defaults()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{DEFAULTS_ENV} is not JSON: {exc.msg}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{DEFAULTS_ENV} must be a JSON object")
+    mode = data.pop("mode", "decision")
+    if mode not in MODES:
+        raise ConfigError(f"{DEFAULTS_ENV}: mode must be one of {', '.join(MODES)}")
+    unknown = sorted(set(data) - set(REQUEST_FIELDS))
+    if unknown:
+        raise ConfigError(f"{DEFAULTS_ENV}: unknown field(s) {', '.join(unknown)}")
+    from pydantic import ValidationError
+
+    from .models import CompactRequest
+
+    try:  # the defaults alone must make a valid request
+        CompactRequest.model_validate({**data, "messages": []})
+    except ValidationError as exc:
+        raise ConfigError(f"{DEFAULTS_ENV} is not a valid set of request fields: {exc}") from exc
+    return Defaults(mode=mode, fields=data)
+
+
+# ----------------------------------------------------------------------------------- request building
+
+
+def _invalid(msg: str, detail: list[dict[str, Any]], status: int = 422) -> Failure:
+    return Failure(status, {"message": msg, "type": "invalid_request_error", "code": "invalid_transcript"}, detail)
+
+
+def build_request(body: bytes, defaults: Defaults) -> Any:
+    """A validated ``CompactRequest`` for this object, or the :class:`Failure` to record.
+
+    Errors follow the API's 422 ``detail`` items (``loc`` starts with ``"body"``)."""
+    from pydantic import ValidationError
+
+    from .cli.transcript_io import TranscriptError, parse_transcript
+    from .http_api import validation_detail
+    from .models import CompactRequest
+
+    try:
+        text = body.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _invalid("the object is not UTF-8 text",
+                        [{"type": "json_invalid", "loc": ["body", exc.start], "msg": "JSON decode error",
+                          "ctx": {"error": "invalid UTF-8"}}])
+    try:
+        messages, fields = parse_transcript(text)
+    except TranscriptError as exc:
+        if not text.strip():
+            return _invalid("the object is empty", [{"type": "missing", "loc": ["body"], "msg": "Field required"}])
+        kind = "json_invalid" if _not_json(text) else "value_error"
+        msg = "JSON decode error" if kind == "json_invalid" else str(exc)
+        return _invalid(f"not a transcript: {exc}",
+                        [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}])
+    request_body: dict[str, Any] = {**defaults.fields, **fields, "messages": messages}
+    if defaults.mode == "decision" and "decision_policy_ir" not in request_body:
+        from .compaction.preset import load_preset
+
+        request_body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
+    try:
+        return CompactRequest.model_validate(request_body)
+    except ValidationError as exc:
+        detail = validation_detail(exc.errors())["detail"]
+        for item in detail:
+            item["loc"] = ["body", *item["loc"]]
+        return _invalid("the transcript's request fields failed validation", detail)
+
+
+def _not_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return True
+    return False
+
+
+# ------------------------------------------------------------------------------------- result bodies
+
+
+def result_metadata(source: Source, stored: StoredObject, status: int) -> dict[str, str]:
+    """x-amz-meta of a result: the source version it was computed from (ASCII only)."""
+    meta = {META_VERSION: stored.version_id or NO_VERSION, META_ETAG: normalize_etag(stored.etag),
+            META_STATUS: str(status)}
+    if source.sequencer:
+        meta[META_SEQUENCER] = source.sequencer
+    return meta
+
+
+def failure_body(failure: Failure, source: Source) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": failure.error, "status": failure.status}
+    if failure.detail is not None:
+        body["detail"] = failure.detail
+    body["source"] = source.as_dict()
+    return body
+
+
+def encode(body: Any) -> bytes:
+    """The stored bytes of a result: compact JSON, the same for the same body."""
+    return compact_dumps(body).encode("utf-8")
+
+
+def same_version(metadata: Mapping[str, str] | None, source: Source) -> bool:
+    """Whether an existing result was computed from the version this event names."""
+    if not metadata:
+        return False
+    if source.version_id is not None:
+        return metadata.get(META_VERSION) == source.version_id and (
+            not source.etag or metadata.get(META_ETAG) == normalize_etag(source.etag))
+    return bool(source.etag) and metadata.get(META_ETAG) == normalize_etag(source.etag)
+
+
+def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
+    """Whether an existing result comes from a later write of the key (S3 sequencers, same key)."""
+    theirs = (metadata or {}).get(META_SEQUENCER)
+    if not (theirs and source.sequencer):
+        return False
+    try:
+        return int(theirs, 16) > int(source.sequencer, 16)
+    except ValueError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------- the job
+
+
+async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
+                  router: Any = None, max_bytes: int = MAX_OBJECT_BYTES) -> Outcome:
+    """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
+    (so the asynchronous invocation retries, then lands in its on-failure destination)."""
+    from .service import compact
+
+    rel = relative_key(source.key)
+    if rel is None:
+        return Outcome("skipped", source, reason="outside incoming/")
+    for target in (result_key(rel), failure_key(rel)):
+        existing = store.head_metadata(source.bucket, target)
+        if same_version(existing, source):
+            return Outcome("skipped", source, key=target, reason="already processed")
+        if newer_exists(existing, source):
+            return Outcome("skipped", source, key=target, reason="a newer version was processed")
+    try:
+        stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=max_bytes)
+    except ObjectTooLarge as exc:
+        stored = StoredObject(b"", source.version_id, source.etag)
+        failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
+        return _write_failure(store, source, stored, rel, failure)
+    request = build_request(stored.body, defaults)
+    if isinstance(request, Failure):
+        return _write_failure(store, source, stored, rel, request)
+    status, body = await compact(request, deadline=deadline, router=router)
+    if status >= 500:
+        raise RuntimeError(f"compaction failed with status {status}: {body.get('error', {}).get('code')}")
+    if status != 200:
+        return _write_failure(store, source, stored, rel, Failure(status, body["error"]))
+    key = result_key(rel)
+    store.put(source.bucket, key, encode(body), content_type=JSON_CONTENT_TYPE,
+              metadata=result_metadata(source, stored, status))
+    return Outcome("compacted", source, key=key, status=status)
+
+
+def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure) -> Outcome:
+    identified = Source(source.bucket, source.key, stored.version_id, normalize_etag(stored.etag), source.sequencer)
+    key = failure_key(rel)
+    store.put(source.bucket, key, encode(failure_body(failure, identified)), content_type=JSON_CONTENT_TYPE,
+              metadata=result_metadata(source, stored, failure.status))
+    return Outcome("failed", source, key=key, status=failure.status)
