@@ -26,8 +26,9 @@ def request_deadline(lambda_context: Any = None) -> Deadline:
 
 
 async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = None,
-                  on_event: Any = None) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly)."""
+                  on_event: Any = None, flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly).
+    ``flow_runner`` replaces the inline ``run_flow`` for decision mode (the batch fan-out)."""
     from .compaction.legacy import InvalidPolicy, seal
     from .container import get_router
 
@@ -36,7 +37,8 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
         from .compaction.selective import InvalidRequest, compact_selective
 
         try:
-            body = await compact_selective(request, router=router, deadline=deadline, on_event=on_event)
+            body = await compact_selective(request, router=router, deadline=deadline, on_event=on_event,
+                                           flow_runner=flow_runner)
         except InvalidRequest as exc:
             return 400, error_body(exc.message, code=exc.code)
         return 200, body
@@ -48,11 +50,12 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
     return 200, body
 
 
-def handle_compact(request: CompactRequest, *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/compact`` (both modes)."""
+def handle_compact(request: CompactRequest, *, lambda_context: Any = None,
+                   flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/compact`` (both modes); ``flow_runner`` as in :func:`compact`."""
     from .container import run_sync
 
-    return run_sync(compact(request, deadline=request_deadline(lambda_context)))
+    return run_sync(compact(request, deadline=request_deadline(lambda_context), flow_runner=flow_runner))
 
 
 def handle_flows(body: dict[str, Any], *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:

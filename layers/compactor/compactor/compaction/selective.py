@@ -3,11 +3,11 @@ generic flow runtime, reassemble. Any failure keeps the affected units as they w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..budget import Deadline
-from ..flow import FlowAdmissionError, admit_flow, run_flow
+from ..flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from ..models import CompactRequest
 from ..xrouter import compact_hint
 from .preparation import prepare
@@ -27,7 +27,10 @@ class InvalidRequest(Exception):
 
 
 async def compact_selective(request: CompactRequest, *, router: Any, deadline: Deadline,
-                            on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                            on_event: Callable[[dict[str, Any]], None] | None = None,
+                            flow_runner: Callable[..., Awaitable[FlowResult]] | None = None) -> dict[str, Any]:
+    """``flow_runner`` (same signature as ``run_flow``, the default) runs the admitted flow: the
+    batch fan-out plugs in here."""
     messages = request.messages
     pins = request.pinned_indices
     if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
@@ -44,7 +47,8 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
         raise InvalidRequest(f"flow_ir rejected at admission: {exc}", "invalid_flow") from exc
     if on_event is not None:
         on_event({"event": "plan", "batches": len(prep.batches), "candidates": len(prep.candidates)})
-    result = await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
+    runner = flow_runner or run_flow
+    result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
     values = result.output if result.ok and isinstance(result.output, dict) else None
     output, manifest = reassemble(messages, prep, values)
     body: dict[str, Any] = {
