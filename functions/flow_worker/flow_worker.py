@@ -1,0 +1,82 @@
+"""Lambda handler of ``FlowWorkerFunction``: runs one flow on one input for the fan-out state machine.
+
+Event (one Map iteration of ``BatchFanOutStateMachine``)::
+
+    {"bucket": str, "key": str, "result_key": str, "deadline_epoch_ms": int}
+
+``s3://bucket/key`` holds ``{"flow_ir", "flow_input"?, "conversation"?}``. The flow is admitted and
+run with :func:`compactor.flow.run_flow` under the caller's deadline (never past this invocation's
+own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}`` when small,
+else the result is written to ``s3://bucket/result_key`` and the answer is
+``{"status": "done", "result_key": key}`` (the Map's aggregated output must stay under 256 KB).
+Any other failure raises: the state machine catches it and the caller degrades that flow.
+Nothing here knows what the flow computes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Final
+
+from aws_lambda_powertools import Logger
+
+from compactor.budget import Deadline
+from compactor.container import get_router, run_sync
+from compactor.flow import admit_flow, run_flow
+from compactor.flow.partition import result_to_json
+from compactor.flow.values import MISSING
+from compactor.jsonutil import compact_dumps
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+
+# Inline results above this go to S3: 32 Map items x 6 KB keep the execution output under 256 KB.
+INLINE_RESULT_MAX_BYTES: Final = 6000
+# Kept back from this invocation's remaining time so the answer is written before Lambda stops it.
+WORKER_MARGIN_MS: Final = 1000
+
+_s3: Any = None
+
+
+def s3_client() -> Any:
+    global _s3
+    if _s3 is None:
+        import boto3
+
+        _s3 = boto3.client("s3")
+    return _s3
+
+
+def worker_deadline(event: dict[str, Any], context: Any) -> Deadline:
+    """The caller's absolute deadline, capped by this invocation's own remaining time."""
+    budget_ms = int(event["deadline_epoch_ms"]) - int(time.time() * 1000)
+    if context is not None and hasattr(context, "get_remaining_time_in_millis"):
+        budget_ms = min(budget_ms, int(context.get_remaining_time_in_millis()) - WORKER_MARGIN_MS)
+    return Deadline.after_ms(max(0, budget_ms))
+
+
+async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, Any]:
+    """Admit and run ``payload``'s flow; the result as JSON."""
+    router = get_router()
+    flow_input = payload.get("flow_input", MISSING)
+    admitted = admit_flow(payload["flow_ir"], admit_policy=router.admit_policy, flow_input=flow_input)
+    result = await run_flow(admitted, flow_input, router=router, deadline=deadline,
+                            conversation=payload.get("conversation") or ())
+    return result_to_json(result)
+
+
+@logger.inject_lambda_context(log_event=False)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    deadline = worker_deadline(event, context)
+    bucket, key = event["bucket"], event["key"]
+    payload = json.loads(s3_client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    result = run_sync(run_payload(payload, deadline))
+    logger.info("flow ran", extra={"key": key, "ok": result["ok"], "nodes": len(result["flow_nodes"]),
+                                   "remaining_ms": deadline.remaining_ms()})
+    text = compact_dumps(result)
+    if len(text.encode("utf-8")) <= INLINE_RESULT_MAX_BYTES:
+        return {"status": "done", "result": result}
+    s3_client().put_object(Bucket=bucket, Key=event["result_key"], Body=text.encode("utf-8"),
+                           ContentType="application/json")
+    return {"status": "done", "result_key": event["result_key"]}
