@@ -1,0 +1,197 @@
+"""Invariants of a decision-mode ``/v1/compact`` body, written independently of the code under test.
+
+Shared by the property tests (generated transcripts, adversarial models) and the corpus tests (real
+transcripts, built-in offers). Everything here is recomputed from REFERENCE §2.2, §3.2 and §3.4 and
+CONTRACT §2.1; nothing is imported from ``compactor.compaction``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+Message = dict[str, Any]
+
+SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
+SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
+REASONS = {"fragment_or_decision_context_limit", "fragment_limit", "batch_limit", "flow_input_limit"}
+ACTIONS = {"keep", "summarize", "archive"}
+EVIDENCE_EXCERPT_OVER = 2000
+
+
+def cdump(value: Any) -> str:
+    """Compact JSON: ``,``/``:`` separators, non-ASCII raw (REFERENCE §0 "compact size")."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def csize(value: Any) -> int:
+    return len(cdump(value).encode("utf-8"))
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def split_units(messages: list[Message]) -> list[tuple[int, int]]:
+    """``(start, end)`` of every unit: a message with truthy ``tool_calls`` absorbs the ``tool``
+    messages right after it; any other message is a unit of one."""
+    units, i = [], 0
+    while i < len(messages):
+        end = i + 1
+        if messages[i].get("tool_calls"):
+            while end < len(messages) and messages[end].get("role") == "tool":
+                end += 1
+        units.append((i, end))
+        i = end
+    return units
+
+
+def excerpted(unit_messages: list[Message]) -> bool:
+    """Whether the decision model sees only an excerpt of this unit (ASCII JSON over 2000 chars)."""
+    return len(json.dumps(unit_messages)) > EVIDENCE_EXCERPT_OVER
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the request protects, recomputed from REFERENCE §3.2."""
+
+    units: list[tuple[int, int]]
+    protected: set[int]  # unit starts
+    budget: int
+
+    @property
+    def candidates(self) -> list[tuple[int, int]]:
+        return [u for u in self.units if u[0] not in self.protected]
+
+
+def plan_for(messages: list[Message], *, keep_recent: int, pinned_indices: list[int] | None,
+             target_ratio: float) -> Plan:
+    units = split_units(messages)
+    if pinned_indices is None:
+        pins = {i for i, m in enumerate(messages) if m.get("role") == "user"}
+    else:
+        pins = set(pinned_indices)
+    pins |= {i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}
+    keep = max(1, keep_recent)
+    tail = set(range(max(0, len(messages) - keep), len(messages)))
+    protected = {s for s, e in units if any(i in pins or i in tail for i in range(s, e))}
+    target = int(csize(messages) * target_ratio)
+    retained = csize([m for s, e in units if s in protected for m in messages[s:e]])
+    n_candidates = len(units) - len(protected)
+    budget = min(1_048_576, max(128, (target - retained) // max(1, n_candidates) - 100))
+    return Plan(units=units, protected=protected, budget=budget)
+
+
+def walk_output(messages: list[Message], output: list[Message], manifest: list[dict[str, Any]]
+                ) -> dict[int, list[Message]]:
+    """Check that ``output`` is the units in order, each itself (keep), one summary message
+    (summarize) or nothing (archive), as the manifest says; return ``start -> emitted messages``."""
+    emitted: dict[int, list[Message]] = {}
+    pos = 0
+    for entry in manifest:
+        start, end, action = entry["start"], entry["end"], entry["action"]
+        original = messages[start:end]
+        if action == "keep":
+            got = output[pos:pos + len(original)]
+            assert cdump(got) == cdump(original), f"kept unit {entry['id']} is not byte-identical"
+            pos += len(original)
+        elif action == "summarize":
+            assert pos < len(output), f"summary of {entry['id']} missing"
+            got = [output[pos]]
+            summary = output[pos]
+            marker = SUMMARY_MARKER.format(id=entry["id"])
+            assert set(summary) == {"role", "content"} and summary["role"] == "assistant", summary
+            assert isinstance(summary["content"], str) and summary["content"].startswith(marker), summary
+            assert summary["content"][len(marker):].strip(), "blank summary accepted"
+            assert csize(summary) < csize(original), "summary not smaller than its unit"
+            pos += 1
+        else:
+            assert action == "archive", action
+            got = []
+        emitted[start] = got
+    assert pos == len(output), "output has messages no unit accounts for"
+    return emitted
+
+
+def check_tool_pairing(messages: list[Message], output: list[Message]) -> None:
+    """Every answering ``tool`` message in the output follows its call; every call keeps its results."""
+    results_of: dict[str, list[Message]] = {}  # compact JSON of a calling message -> its results
+    answering: set[str] = set()  # tool_call_ids answered inside their call's unit in the input
+    for start, end in split_units(messages):
+        head = messages[start]
+        if head.get("tool_calls"):
+            results_of[cdump(head)] = messages[start + 1:end]
+            ids = {c.get("id") for c in head["tool_calls"] if isinstance(c, dict)}
+            answering |= {m.get("tool_call_id") for m in messages[start + 1:end] if m.get("tool_call_id") in ids}
+    for j, message in enumerate(output):
+        key = cdump(message)
+        if message.get("tool_calls") and key in results_of:
+            following = []
+            for later in output[j + 1:]:
+                if later.get("role") != "tool":
+                    break
+                following.append(later)
+            # A stray result may come to sit after them when the unit between was archived.
+            assert cdump(following[:len(results_of[key])]) == cdump(results_of[key]), "a tool call lost results"
+        if message.get("role") == "tool" and message.get("tool_call_id") in answering:
+            k = j
+            while k > 0 and output[k - 1].get("role") == "tool":
+                k -= 1
+            assert k > 0, "a tool result lost its call"
+            calls = output[k - 1].get("tool_calls") or []
+            assert message["tool_call_id"] in {c.get("id") for c in calls if isinstance(c, dict)}, \
+                "a tool result does not follow its call"
+
+
+def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_recent: int = 6,
+                        pinned_indices: list[int] | None = None, target_ratio: float = 0.1
+                        ) -> dict[int, list[Message]]:
+    """Assert every invariant of a decision-mode body; return ``start -> emitted messages``."""
+    assert set(body) <= {"messages", "compacted", "compaction", "usage", "x_router"}, set(body)
+    output = body["messages"]
+    assert isinstance(output, list)
+    report = body["compaction"]
+    plan = plan_for(messages, keep_recent=keep_recent, pinned_indices=pinned_indices, target_ratio=target_ratio)
+
+    manifest = report["fragments"]
+    assert [(e["id"], e["start"], e["end"]) for e in manifest] == [(f"fragment_{s}", s, e) for s, e in plan.units]
+    assert all(set(e) == {"id", "start", "end", "action"} and e["action"] in ACTIONS for e in manifest)
+    emitted = walk_output(messages, output, manifest)
+    actions = {e["start"]: e["action"] for e in manifest}
+
+    for start in plan.protected:  # system, developer, pinned and recent-tail units
+        assert actions[start] == "keep", f"protected unit fragment_{start} was {actions[start]}"
+    for start, end in plan.units:
+        if actions[start] == "archive":
+            assert not excerpted(messages[start:end]), f"fragment_{start} archived from an excerpt"
+    check_tool_pairing(messages, output)
+
+    original_bytes, output_bytes = csize(messages), csize(output)
+    assert report["original_bytes"] == original_bytes
+    assert report["output_bytes"] == output_bytes
+    assert output_bytes <= original_bytes
+    if any(a != "keep" for a in actions.values()):  # expansion guard: a change must shrink
+        assert output_bytes < original_bytes
+    else:
+        assert output == messages
+    assert report["target_ratio"] == target_ratio
+    assert report["target_bytes"] == int(original_bytes * target_ratio)
+    assert report["target_met"] is (output_bytes <= report["target_bytes"])
+    assert body["compacted"] is (output != messages)
+    assert set(report["reasons"]) <= REASONS
+    assert report["flow_fingerprint"] is None or isinstance(report["flow_fingerprint"], str)
+
+    changed = report["first_changed_index"]
+    if changed is None:
+        assert output == messages
+        assert report["preserved_prefix_bytes"] == original_bytes
+    else:
+        assert 0 <= changed <= min(len(messages), len(output))
+        assert output[:changed] == messages[:changed]
+        assert changed == min(len(messages), len(output)) or output[changed] != messages[changed]
+        assert output != messages
+        assert report["preserved_prefix_bytes"] == csize(messages[:changed])
+    if not plan.candidates:  # no call: no cost keys (REFERENCE §2.2)
+        assert "usage" not in body and "x_router" not in body
+    return emitted
