@@ -1,0 +1,203 @@
+"""Run an admitted flow's independent components on the fan-out state machine (``BatchFanOut=stepfunctions``).
+
+A drop-in for :func:`compactor.flow.run_flow`: the flow is cut at its join
+(:func:`compactor.flow.partition.partition_flow`), each component's payload (flow term + the slice of
+input it reads) is written to ``s3://<bucket>/fanout/<run>/<i>.json``, and one synchronous execution
+of the Express state machine runs a Map iteration per component, each invoking ``FlowWorkerFunction``.
+The execution input stays small: keys and the absolute deadline (epoch ms) of the request's remaining
+budget, which every worker runs under. Results come back inline in the execution output when small,
+as S3 objects otherwise. A component whose worker failed, timed out or never answered is replaced by
+the run in which its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs
+here, so the answer is the :class:`~compactor.flow.FlowResult` the inline scheduler would produce.
+
+Flows with no join to cut at, and requests whose budget is already spent, run inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
+
+from compactor.budget import Deadline
+from compactor.flow import AdmittedFlow, FlowResult, run_flow
+from compactor.flow.partition import (
+    Component,
+    merge_results,
+    partition_flow,
+    result_from_json,
+    start_value,
+    unavailable_result,
+)
+from compactor.flow.values import MISSING
+from compactor.jsonutil import compact_dumps
+
+STATE_MACHINE_ENV: Final = "COMPACTOR_STATE_MACHINE_ARN"
+BUCKET_ENV: Final = "COMPACTOR_FANOUT_BUCKET"
+SCRATCH_PREFIX: Final = "fanout/"
+# Waiting for the execution may exceed the flow budget by this much (the workers stop at the deadline;
+# this covers the Map's and S3's own latency and stays inside the handler's Lambda safety margin).
+GRACE_S: Final = 1.0
+# Each Map iteration's Task timeout: the budget rounded up plus this slack (a worker past it is "late").
+TASK_TIMEOUT_SLACK_S: Final = 2
+UPLOAD_THREADS: Final = 16
+
+
+class StepFunctionsFlowRunner:
+    """``await runner(admitted, flow_input, router=…, deadline=…, on_event=…)`` like ``run_flow``."""
+
+    def __init__(self, state_machine_arn: str, bucket: str, *, stepfunctions: Any = None, s3: Any = None,
+                 prefix: str = SCRATCH_PREFIX, run_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> None:
+        self.state_machine_arn = state_machine_arn
+        self.bucket = bucket
+        self.prefix = prefix
+        self.run_id = run_id
+        self._stepfunctions = stepfunctions
+        self._s3 = s3
+
+    @property
+    def stepfunctions(self) -> Any:
+        if self._stepfunctions is None:
+            import boto3
+            from botocore.config import Config
+
+            # One attempt: a retried StartSyncExecution would run (and bill) every batch twice.
+            config = Config(read_timeout=900, retries={"total_max_attempts": 1})
+            self._stepfunctions = boto3.client("stepfunctions", config=config)
+        return self._stepfunctions
+
+    @property
+    def s3(self) -> Any:
+        if self._s3 is None:
+            import boto3
+
+            self._s3 = boto3.client("s3")
+        return self._s3
+
+    async def __call__(self, admitted: AdmittedFlow, flow_input: Any = MISSING, *, router: Any, deadline: Deadline,
+                       on_event: Callable[[dict[str, Any]], None] | None = None,
+                       conversation: Sequence[Mapping[str, Any]] = ()) -> FlowResult:
+        partition = partition_flow(admitted, router.admit_policy) if not deadline.expired else None
+        if partition is None:
+            return await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event,
+                                  conversation=conversation)
+        value = start_value(flow_input, conversation)
+        components = partition.components
+        run = f"{self.prefix}{self.run_id()}/"
+        payloads = {f"{run}{c.index}.json": compact_dumps(c.payload(value, conversation)) for c in components}
+        for component in components:
+            _emit_started(on_event, component)
+        try:
+            await asyncio.to_thread(self._upload, payloads)
+            outputs = await asyncio.wait_for(
+                asyncio.to_thread(self._execute, run, components, deadline), deadline.remaining_s() + GRACE_S)
+        except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
+            outputs = [{"status": "failed", "error": f"fan-out: {type(exc).__name__}"}] * len(components)
+        results = [await self._result(component, item, value, conversation)
+                   for component, item in zip(components, outputs, strict=True)]
+        for component, result in zip(components, results, strict=True):
+            _emit_finished(on_event, component, result)
+        return await merge_results(partition, results, router=router, deadline=deadline, on_event=on_event)
+
+    def _upload(self, payloads: Mapping[str, str]) -> None:
+        def put(item: tuple[str, str]) -> None:
+            self.s3.put_object(Bucket=self.bucket, Key=item[0], Body=item[1].encode("utf-8"),
+                               ContentType="application/json")
+
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(payloads))) as pool:
+            list(pool.map(put, payloads.items()))
+
+    def _execute(self, run: str, components: Sequence[Component], deadline: Deadline) -> list[Any]:
+        remaining_ms = deadline.remaining_ms()
+        execution_input = {
+            "bucket": self.bucket,
+            "deadline_epoch_ms": int(time.time() * 1000) + remaining_ms,
+            "timeout_s": math.ceil(remaining_ms / 1000) + TASK_TIMEOUT_SLACK_S,
+            "items": [{"key": f"{run}{c.index}.json", "result_key": f"{run}{c.index}.result.json"}
+                      for c in components],
+        }
+        response = self.stepfunctions.start_sync_execution(
+            stateMachineArn=self.state_machine_arn, name=run.rstrip("/").rsplit("/", 1)[-1],
+            input=json.dumps(execution_input, separators=(",", ":")))
+        if response.get("status") != "SUCCEEDED":
+            raise RuntimeError(f"execution {response.get('status')}: {response.get('error')}")
+        outputs = json.loads(response["output"])
+        if not isinstance(outputs, list) or len(outputs) != len(components):
+            raise RuntimeError("execution output is not one result per component")
+        return outputs
+
+    async def _result(self, component: Component, item: Any, value: Any,
+                      conversation: Sequence[Mapping[str, Any]]) -> FlowResult:
+        """The component's result from its Map item, or the unavailable run when there is none."""
+        reason = "worker failed"
+        try:
+            if isinstance(item, dict) and item.get("status") == "done":
+                data = item.get("result")
+                if data is None:
+                    data = await asyncio.to_thread(self._read, item["result_key"])
+                result = result_from_json(data)
+                if result.fingerprint == component.admitted.fingerprint:
+                    return result
+                reason = "worker ran another flow"
+            elif isinstance(item, dict) and isinstance(item.get("error"), str):
+                reason = f"worker failed: {item['error'][:200]}"
+        except Exception as exc:  # unreadable or malformed result
+            reason = f"worker result unreadable: {type(exc).__name__}"
+        return await unavailable_result(component, value, reason, conversation=conversation)
+
+    def _read(self, key: str) -> Any:
+        body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return json.loads(body)
+
+
+def _emit_started(on_event: Callable[[dict[str, Any]], None] | None, component: Component) -> None:
+    if on_event is None:
+        return
+    for node in component.admitted.nodes:
+        if node.cid in component.to_whole:
+            on_event({"event": "node_started", "node": component.to_whole[node.cid], "label": node.label,
+                      "kind": node.kind})
+
+
+def _emit_finished(on_event: Callable[[dict[str, Any]], None] | None, component: Component,
+                   result: FlowResult) -> None:
+    if on_event is None:
+        return
+    labels = {node.cid: node.label for node in component.admitted.nodes}
+    for entry in result.flow_nodes:
+        status = ("fallback" if entry.get("fallback") else "skipped" if entry.get("skipped")
+                  else "failed" if entry.get("error") else "ok")
+        event = {"event": "node_finished", "node": component.to_whole[entry["node"]],
+                 "label": labels[entry["node"]], "kind": entry["kind"], "outcome": status}
+        if entry.get("error"):
+            event["error"] = entry["error"]
+        on_event(event)
+
+
+_configured: dict[tuple[str, str], StepFunctionsFlowRunner] = {}
+
+
+def configured_runner(env: Mapping[str, str] | None = None) -> StepFunctionsFlowRunner | None:
+    """:func:`runner_from_env`, one runner (and its boto3 clients) per container and configuration."""
+    runner = runner_from_env(env)
+    if runner is None:
+        return None
+    return _configured.setdefault((runner.state_machine_arn, runner.bucket), runner)
+
+
+def runner_from_env(env: Mapping[str, str] | None = None) -> StepFunctionsFlowRunner | None:
+    """The runner when ``COMPACTOR_BATCH_FANOUT=stepfunctions`` and the state machine and bucket are
+    configured, else ``None`` (inline)."""
+    source = os.environ if env is None else env
+    if source.get("COMPACTOR_BATCH_FANOUT", "inline") != "stepfunctions":
+        return None
+    arn, bucket = source.get(STATE_MACHINE_ENV), source.get(BUCKET_ENV)
+    if not arn or not bucket:
+        return None
+    return StepFunctionsFlowRunner(arn, bucket)

@@ -1,0 +1,154 @@
+"""The fan-out state machine executed by moto's ASL interpreter, every Lambda task dispatched in-process.
+
+* moto runs the real ``infra/statemachine/batch_fanout.asl.json`` (``DefinitionSubstitutions``
+  applied as CloudFormation would) when opted in with ``execute_state_machine``.
+* moto never runs Lambda code: its Step Functions interpreter calls ``lambda_eval_utils.
+  _invoke_lambda_function``, which is patched here to call ``flow_worker.handler`` (the real handler,
+  imported as Lambda imports it) and to answer like Lambda (``FunctionError`` + error payload when it
+  raises).
+* moto has no ``StartSyncExecution``: :class:`MotoSyncStepFunctions` gives the runner that method by
+  ``start_execution`` + polling ``describe_execution`` until the execution stops, and answers in the
+  ``StartSyncExecution`` shape. Production uses the real ``start_sync_execution``.
+* One router with a frozen clock (every ``latency_ms`` is 0) serves the CompactFunction side and the
+  workers, so inline and fan-out answers can be compared byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+from compactor import container
+from compactor.catalog import get_catalog
+from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor.providers.registry import transport_for
+from compactor.routing import Router
+
+REPO = Path(__file__).resolve().parents[2]
+ASL_PATH = REPO / "infra" / "statemachine" / "batch_fanout.asl.json"
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+BUCKET = "compactor-transcripts-test"
+WORKER_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:compactor-FlowWorkerFunction"
+MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+def frozen_router() -> Router:
+    """The bundled catalog's router with a clock that never moves (``latency_ms`` always 0)."""
+    catalog = get_catalog()
+    return Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for,
+                  clock=lambda: 0.0)
+
+
+def asl_definition(worker_arn: str = WORKER_ARN) -> str:
+    """The definition with its ``DefinitionSubstitutions`` applied."""
+    return ASL_PATH.read_text(encoding="utf-8").replace("${FlowWorkerFunctionArn}", worker_arn)
+
+
+@pytest.fixture(scope="session")
+def worker_module() -> ModuleType:
+    """``functions/flow_worker/flow_worker.py`` imported as Lambda imports it (module ``flow_worker``)."""
+    load_handler(REPO / "functions" / "flow_worker", "flow_worker.handler")
+    return sys.modules["flow_worker"]
+
+
+class MotoSyncStepFunctions:
+    """A Step Functions client whose ``start_sync_execution`` runs on moto's ``start_execution``."""
+
+    def __init__(self, client: Any, poll_s: float = 0.01, limit_s: float = 60.0) -> None:
+        self.client = client
+        self.poll_s = poll_s
+        self.limit_s = limit_s
+        self.inputs: list[dict[str, Any]] = []
+
+    def start_sync_execution(self, *, stateMachineArn: str, input: str, name: str | None = None,
+                             **_: Any) -> dict[str, Any]:
+        self.inputs.append(json.loads(input))
+        arn = self.client.start_execution(stateMachineArn=stateMachineArn, input=input,
+                                          **({"name": name} if name else {}))["executionArn"]
+        stop = time.monotonic() + self.limit_s
+        while True:
+            described = self.client.describe_execution(executionArn=arn)
+            if described["status"] != "RUNNING" or time.monotonic() > stop:
+                break
+            time.sleep(self.poll_s)
+        answer = {"executionArn": arn, "status": described["status"]}
+        for key in ("output", "error", "cause"):
+            if key in described:
+                answer[key] = described[key]
+        return answer
+
+
+@dataclass
+class WorkerDispatch:
+    """Routes the interpreter's Lambda invokes of ``WORKER_ARN`` to the handler; records the calls.
+
+    ``fail`` (payload -> bool) makes chosen invocations raise, as a crashing worker would."""
+
+    module: ModuleType
+    events: list[dict[str, Any]] = field(default_factory=list)
+    deadlines_ms: list[int] = field(default_factory=list)
+    fail: Callable[[dict[str, Any]], bool] = lambda event: False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+        assert parameters["FunctionName"] == WORKER_ARN
+        event = json.loads(parameters["Payload"])
+        with self.lock:
+            self.events.append(event)
+        try:
+            if self.fail(event):
+                raise RuntimeError("worker crashed")
+            payload = self.module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
+        except Exception as exc:  # what Lambda reports for an unhandled error
+            return {"StatusCode": 200, "FunctionError": "Unhandled",
+                    "Payload": {"errorMessage": str(exc), "errorType": type(exc).__name__,
+                                "stackTrace": traceback.format_tb(exc.__traceback__)}}
+        return {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": json.loads(json.dumps(payload))}
+
+
+@dataclass
+class FanOutAws:
+    """The mocked account: bucket, state machine, sync client, and the worker dispatch."""
+
+    s3: Any
+    stepfunctions: MotoSyncStepFunctions
+    state_machine_arn: str
+    dispatch: WorkerDispatch
+    router: Router
+
+
+@pytest.fixture
+def fanout_aws(monkeypatch: pytest.MonkeyPatch, worker_module: ModuleType) -> Iterator[FanOutAws]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    with mock_aws(config=MOTO_CONFIG):
+        import boto3
+
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(
+            name="compactor-BatchFanOut", definition=asl_definition(), type="EXPRESS",
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/compactor-BatchFanOutRole")["stateMachineArn"]
+        dispatch = WorkerDispatch(worker_module)
+        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
+        monkeypatch.setattr(worker_module, "_s3", None)  # a client created inside the mock
+        router = frozen_router()
+        monkeypatch.setattr(container, "_router", router)
+        yield FanOutAws(s3=s3, stepfunctions=MotoSyncStepFunctions(sfn), state_machine_arn=arn,
+                        dispatch=dispatch, router=router)
