@@ -26,8 +26,8 @@ VALID_ANSWER_KINDS = {"keep", "summarize", "archive", "probabilities_ok"}
 # Whole decision responses.
 DECISION_MODES = ("answer", "extra_id", "no_model", "raise", "timeout")
 # Per-id summary texts.
-SUMMARY_KINDS = ("short", "half", "empty", "blank", "unicode", "huge", "longer", "same", "number", "null", "list",
-                 "omitted")
+SUMMARY_KINDS = ("short", "evidence", "half", "empty", "blank", "unicode", "huge", "longer", "same", "number",
+                 "null", "list", "omitted")
 # Whole summary responses; the FAILING ones make the generate node fall back to its input.
 SUMMARY_MODES = ("object", "invented_id", "empty_key", "array", "string_json", "non_json", "duplicate_keys",
                  "nan", "deep", "length", "tool_calls", "empty_text", "none_text", "raise", "timeout")
@@ -130,6 +130,7 @@ class ScriptedTransport:
     def _summary(self, kind: str, fid: str, item: str) -> Any:
         return {
             "short": f"S{fid}",
+            "evidence": f"Evidence {fid}",  # REFERENCE §3.6
             "empty": "",
             "blank": "   \n",
             "unicode": f"résumé 😀 \U0001F9EA 中文 {fid}",
