@@ -280,7 +280,7 @@ def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
 
 
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
-                  router: Any = None, max_bytes: int = MAX_OBJECT_BYTES) -> Outcome:
+                  router: Any = None, max_bytes: int | None = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination)."""
     from .service import compact
@@ -295,7 +295,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         if newer_exists(existing, source):
             return Outcome("skipped", source, key=target, reason="a newer version was processed")
     try:
-        stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=max_bytes)
+        limit = MAX_OBJECT_BYTES if max_bytes is None else max_bytes
+        stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=limit)
     except ObjectTooLarge as exc:
         stored = StoredObject(b"", source.version_id, source.etag)
         failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
