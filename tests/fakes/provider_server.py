@@ -134,6 +134,8 @@ def _default_reply(request: RecordedRequest) -> Reply:
 class _QuietHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # The stdlib backlog of 5 drops bursts of concurrent calls (32 batches at once) as connection errors.
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients dropping connections (timeouts, oversized answers) are expected here."""

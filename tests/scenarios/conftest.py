@@ -20,7 +20,6 @@ import pytest
 from compactor.catalog import reset_catalog_cache
 from compactor.cli import serve
 from compactor.container import reset_router
-from fakes import provider_server
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,10 +150,8 @@ class Stack:
 
 
 @pytest.fixture
-def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProviderServer]:
-    """The shared fake provider, with a listen backlog for 32 concurrent batches: the stdlib default of
-    5 pending connections makes bursts of concurrent calls fail with connection errors."""
-    monkeypatch.setattr(provider_server._QuietHTTPServer, "request_queue_size", 128)
+def provider() -> Iterator[FakeProviderServer]:
+    """The shared fake provider (its listen backlog takes 32 concurrent batches)."""
     with FakeProviderServer() as server:
         yield server
 
