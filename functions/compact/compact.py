@@ -37,6 +37,15 @@ def _json(status: int, body: Any) -> Response[str]:
     return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=compact_dumps(body))
 
 
+def _batch_runner() -> Any:
+    """The Step Functions batch fan-out when ``COMPACTOR_BATCH_FANOUT=stepfunctions``, else None (inline)."""
+    if os.environ.get("COMPACTOR_BATCH_FANOUT", "inline") != "stepfunctions":
+        return None
+    from compactor_aws.stepfunctions_runner import configured_runner
+
+    return configured_runner()
+
+
 @app.get("/healthz")
 def healthz() -> Response[str]:
     from compactor import service
@@ -48,7 +57,8 @@ def healthz() -> Response[str]:
 def compact(request: CompactRequest) -> Response[str]:
     from compactor import service
 
-    return _json(*service.handle_compact(request, lambda_context=app.lambda_context))
+    return _json(*service.handle_compact(request, lambda_context=app.lambda_context,
+                                         flow_runner=_batch_runner()))
 
 
 @app.post("/flows")

@@ -1,0 +1,172 @@
+"""``compactor.object_jobs`` on its own: keys, defaults, request building and the job over an in-memory store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from compactor import object_jobs
+from compactor.budget import Deadline
+from compactor.object_jobs import (
+    ConfigError,
+    Defaults,
+    Failure,
+    ObjectTooLarge,
+    Source,
+    StoredObject,
+    build_request,
+    load_defaults,
+    relative_key,
+    run_job,
+)
+
+from .conftest import transcript
+
+
+class MemoryStore:
+    """An ObjectStore over a dict; counts writes."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str], tuple[bytes, dict[str, str]]] = {}
+        self.puts: list[str] = []
+
+    def add(self, key: str, body: bytes) -> None:
+        self.objects[("b", key)] = (body, {})
+
+    def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
+        body, _ = self.objects[(bucket, key)]
+        if len(body) > max_bytes:
+            raise ObjectTooLarge(len(body), max_bytes)
+        return StoredObject(body, version_id, '"etag-1"')
+
+    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
+        found = self.objects.get((bucket, key))
+        return None if found is None else found[1]
+
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
+        assert content_type == "application/json"
+        self.objects[(bucket, key)] = (body, dict(metadata))
+        self.puts.append(key)
+
+
+@pytest.mark.parametrize(("key", "rel"), [
+    ("incoming/a.json", "a.json"), ("incoming/x/y z.jsonl", "x/y z.jsonl"), ("incoming/", None),
+    ("incoming/dir/", None), ("compacted/a.json", None), ("failed/a.json", None), ("a.json", None),
+    ("Incoming/a.json", None),
+])
+def test_relative_key(key: str, rel: str | None) -> None:
+    assert relative_key(key) == rel
+
+
+def test_defaults_parse_and_validate() -> None:
+    assert load_defaults(None) == Defaults() and load_defaults("  ") == Defaults()
+    parsed = load_defaults('{"mode": "seal", "keep_recent": 2, "target_ratio": 0.3}')
+    assert parsed.mode == "seal" and dict(parsed.fields) == {"keep_recent": 2, "target_ratio": 0.3}
+    for bad in ("nope", "[1]", '{"mode": "x"}', '{"colour": 1}', '{"target_ratio": 2}', '{"messages": []}'):
+        with pytest.raises(ConfigError):
+            load_defaults(bad)
+
+
+def test_decision_mode_uses_the_preset_policy_unless_told_otherwise() -> None:
+    body = json.dumps(transcript()).encode()
+    assert build_request(body, Defaults()).decision_mode
+    assert not build_request(body, Defaults(mode="seal")).decision_mode
+    explicit_null = json.dumps({"messages": transcript(), "decision_policy_ir": None}).encode()
+    assert not build_request(explicit_null, Defaults()).decision_mode
+    policy = ["policy", ["not", ["is", "disabled"]], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
+              ["always", {"action": "next_candidate"}]]
+    configured = Defaults(mode="seal", fields={"decision_policy_ir": policy})
+    assert build_request(body, configured).decision_policy_ir == policy
+
+
+def test_object_fields_win_over_defaults() -> None:
+    defaults = Defaults(fields={"keep_recent": 3, "target_ratio": 0.2})
+    request = build_request(json.dumps({"messages": transcript(), "keep_recent": 1}).encode(), defaults)
+    assert (request.keep_recent, request.target_ratio) == (1, 0.2)
+
+
+@pytest.mark.parametrize(("data", "kind"), [
+    (b"", "missing"), (b"\xff\xfe{", "json_invalid"), (b'{"messages": [', "json_invalid"), (b"42", "value_error"),
+    (b"[1, 2]", "value_error"), (b'{"messages": "hi"}', "value_error"),
+    (b'{"messages": [], "keep_recent": "many"}', "int_parsing"),
+])
+def test_bad_content_becomes_a_422_failure(data: bytes, kind: str) -> None:
+    failure = build_request(data, Defaults())
+    assert isinstance(failure, Failure) and failure.status == 422
+    assert failure.error["type"] == "invalid_request_error" and failure.error["code"] == "invalid_transcript"
+    assert failure.detail and failure.detail[0]["type"] == kind and failure.detail[0]["loc"][0] == "body"
+
+
+def test_a_utf8_bom_is_tolerated() -> None:
+    assert not isinstance(build_request(b"\xef\xbb\xbf" + json.dumps(transcript()).encode(), Defaults()), Failure)
+
+
+def test_same_version_and_newer_exists() -> None:
+    meta = {"source-version-id": "v2", "source-etag": "e2", "source-sequencer": "00AF"}
+    assert object_jobs.same_version(meta, Source("b", "k", "v2", "e2"))
+    assert object_jobs.same_version(meta, Source("b", "k", "v2", '"e2"'))
+    assert not object_jobs.same_version(meta, Source("b", "k", "v1", "e2"))
+    assert not object_jobs.same_version(None, Source("b", "k", "v2", "e2"))
+    assert object_jobs.same_version({"source-version-id": "null", "source-etag": "e"}, Source("b", "k", None, "e"))
+    assert not object_jobs.same_version({"source-etag": "e"}, Source("b", "k", None, ""))
+    assert object_jobs.newer_exists(meta, Source("b", "k", sequencer="00AE"))
+    assert object_jobs.newer_exists(meta, Source("b", "k", sequencer="AE"))  # shorter = left-padded
+    assert not object_jobs.newer_exists(meta, Source("b", "k", sequencer="00B0"))
+    assert not object_jobs.newer_exists(meta, Source("b", "k"))
+
+
+async def test_run_job_writes_once_and_deterministically() -> None:
+    store = MemoryStore()
+    store.add("incoming/t.json", json.dumps({"messages": transcript(), "decision_policy_ir": None}).encode())
+    source = Source("b", "incoming/t.json", "v1", "etag-1", "01")
+
+    first = await run_job(source, store=store, defaults=Defaults(), deadline=Deadline.after_ms(10_000))
+    second = await run_job(source, store=store, defaults=Defaults(), deadline=Deadline.after_ms(10_000))
+
+    assert (first.result, first.key) == ("compacted", "compacted/t.json")
+    assert (second.result, second.reason) == ("skipped", "already processed")
+    assert store.puts == ["compacted/t.json"]
+    body, meta = store.objects[("b", "compacted/t.json")]
+    assert meta == {"source-version-id": "v1", "source-etag": "etag-1", "compactor-status": "200",
+                    "source-sequencer": "01"}
+    assert body == object_jobs.encode(json.loads(body))  # compact JSON, re-encodes to the same bytes
+
+
+async def test_run_job_records_too_large_objects() -> None:
+    store = MemoryStore()
+    store.add("incoming/big.json", b"[" + b" " * 100 + b"]")
+    outcome = await run_job(Source("b", "incoming/big.json", "v1", "e"), store=store, defaults=Defaults(),
+                            deadline=Deadline.after_ms(1000), max_bytes=50)
+    assert (outcome.result, outcome.status) == ("failed", 413)
+    body = json.loads(store.objects[("b", "failed/big.json")][0])
+    assert body["source"] == {"bucket": "b", "key": "incoming/big.json", "version_id": "v1", "etag": "e"}
+    assert body["error"]["code"] == "request_too_large"
+
+
+async def test_run_job_raises_on_server_side_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor import service
+
+    async def failing(*_: Any, **__: Any) -> tuple[int, dict[str, Any]]:
+        return 503, service.error_body("unavailable", type_="server_error", code="busy")
+
+    monkeypatch.setattr(service, "compact", failing)
+    store = MemoryStore()
+    store.add("incoming/t.json", json.dumps(transcript()).encode())
+    with pytest.raises(RuntimeError, match="503"):
+        await run_job(Source("b", "incoming/t.json", "v1", "e"), store=store, defaults=Defaults(),
+                      deadline=Deadline.after_ms(1000))
+    assert store.puts == []
+
+
+def test_the_core_module_imports_no_aws_library() -> None:
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(object_jobs.__file__).read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not imported & {"boto3", "botocore", "aws_lambda_powertools", "compactor_aws"}
