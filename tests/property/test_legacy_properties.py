@@ -1,0 +1,84 @@
+"""Property tests of legacy (seal) mode (REFERENCE §3.1, §2.1) on generated transcripts, with a
+scripted summarizer behind the real Router: no message is lost, the tail is intact and never starts
+with a tool result that has its call in the aged part, and failures return the original."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import event, given, strategies as st
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.models import CompactRequest
+from compactor.providers.base import UPSTREAM_ERROR, ChatRequest, ChatResponse, Offer, ProviderError
+from compactor.routing import Router
+
+from .fakes import WRITER
+from .invariants import SEAL_MARKER
+from .strategies import FAST, transcripts
+
+REPLIES = ("summary", "unicode", "blank", "none", "raise", "timeout")
+
+
+class Summarizer:
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+        self.requests: list[ChatRequest] = []
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        self.requests.append(request)
+        if self.reply == "raise":
+            raise ProviderError(UPSTREAM_ERROR, "scripted failure")
+        if self.reply == "timeout":
+            raise TimeoutError
+        text = {"summary": "  Decisions: fixed x.  ", "unicode": "résumé 😀 \U00010348", "blank": " \n ",
+                "none": None}[self.reply]
+        return ChatResponse(text=text, finish_reason="stop", tokens_in=7, tokens_out=3, cost_reported=0.0)
+
+    async def decide(self, offer: Offer, request: Any, timeout_s: float) -> Any:
+        raise AssertionError("legacy mode makes no decision calls")
+
+
+@FAST
+@given(messages=transcripts(max_blocks=16), keep_recent=st.integers(-1, 8), reply=st.sampled_from(REPLIES))
+def test_seal_never_loses_a_message(messages: list[dict[str, Any]], keep_recent: int, reply: str) -> None:
+    summarizer = Summarizer(reply)
+    router = Router([WRITER], transport_for=lambda offer: summarizer)
+    request = CompactRequest(messages=messages, keep_recent=keep_recent)
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(600_000), router=router))
+    assert status == 200
+    out = body["messages"]
+    event("sealed call made" if summarizer.requests else "no-op")
+    if not summarizer.requests:  # nothing to seal: the exact no-op body
+        assert body == {"messages": messages, "compacted": False}
+        return
+    assert "x_router" in body
+    if reply not in ("summary", "unicode"):  # empty summary or failed call: the original
+        assert out == messages and body["compacted"] is False
+        return
+    keep = max(1, keep_recent)
+    frozen = 1 if messages and messages[0].get("role") == "system" else 0
+    assert body["compacted"] is True and out[:frozen] == messages[:frozen]
+    text = {"summary": "Decisions: fixed x.", "unicode": "résumé 😀 \U00010348"}[reply]
+    assert out[frozen] == {"role": "system", "content": SEAL_MARKER + text}
+    recent = out[frozen + 1:]
+    start = len(messages) - len(recent)
+    assert recent == messages[start:] and len(recent) >= keep and start > frozen  # tail intact, aged non-empty
+    if len(recent) > keep:
+        event("tail widened to a whole tool unit")
+    # The tail never opens with a result whose call was sealed (the call moves into the tail with its
+    # results); only stray results, with no call before them, may open it.
+    if recent[0].get("role") == "tool":
+        event("tail opens with stray results")
+        before = messages[start - 1]
+        assert before.get("role") != "tool" and not before.get("tool_calls")
+    (sent,) = summarizer.requests
+    rendered = sent.messages[-1]["content"]
+    aged = messages[frozen:start]
+    assert rendered.count("\n") >= len(aged) - 1
+    for message in aged:  # everything between the frozen prefix and the tail was sent to be sealed
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            assert content in rendered
