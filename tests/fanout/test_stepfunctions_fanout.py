@@ -1,0 +1,188 @@
+"""``BatchFanOut=stepfunctions`` end to end: the real ASL executed by moto, every Map iteration's Lambda
+task dispatched in-process to ``flow_worker.handler``, and ``/v1/compact`` answered by the real
+``CompactFunction`` handler; the answer must be byte-identical to inline mode's."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor.cli.transcript_io import parse_transcript
+from compactor.http_api import rest_proxy_event
+from compactor.models import CompactRequest
+from compactor_aws import stepfunctions_runner
+from compactor_aws.stepfunctions_runner import StepFunctionsFlowRunner
+from scenarios.helpers import fixture_t
+
+from .conftest import BUCKET, FanOutAws
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
+POLICY = ["policy", ["and", ["meets_req"], ["not", ["is", "disabled"]]], ["neg", ["field", "price_in"]],
+          ["top_k", 4, ["argmax"]], ["id"], ["always", {"action": "next_candidate"}]]
+
+
+def fixture_t_body() -> dict[str, Any]:
+    return {"messages": fixture_t(), "keep_recent": 1, "decision_policy_ir": POLICY}
+
+
+def corpus_body() -> dict[str, Any]:
+    messages = parse_transcript(CORPUS.read_text(encoding="utf-8"))[0]
+    return {"messages": messages, "keep_recent": 6, "decision_policy_ir": POLICY}
+
+
+@pytest.fixture(scope="module")
+def compact_module() -> ModuleType:
+    load_handler(REPO / "functions" / "compact", "compact.handler")
+    import sys
+
+    return sys.modules["compact"]
+
+
+def runner(aws: FanOutAws) -> StepFunctionsFlowRunner:
+    return StepFunctionsFlowRunner(aws.state_machine_arn, BUCKET, stepfunctions=aws.stepfunctions, s3=aws.s3)
+
+
+def post_compact(compact_module: ModuleType, body: dict[str, Any]) -> tuple[int, str]:
+    event = rest_proxy_event(method="POST", resource_path="/compact", query={},
+                             headers=[("content-type", "application/json")], body=json.dumps(body).encode())
+    response = compact_module.handler(event, LocalLambdaContext("CompactFunction", timeout_s=60))
+    return response["statusCode"], response["body"]
+
+
+@pytest.mark.parametrize("make_body", [fixture_t_body, corpus_body], ids=["fixture_t", "corpus"])
+def test_handler_answers_byte_identical_in_both_modes(fanout_aws: FanOutAws, compact_module: ModuleType,
+                                                      monkeypatch: pytest.MonkeyPatch, make_body: Any) -> None:
+    body = make_body()
+    monkeypatch.setenv("COMPACTOR_BATCH_FANOUT", "inline")
+    inline_status, inline = post_compact(compact_module, body)
+    assert fanout_aws.dispatch.events == []
+
+    monkeypatch.setenv("COMPACTOR_BATCH_FANOUT", "stepfunctions")
+    monkeypatch.setenv(stepfunctions_runner.STATE_MACHINE_ENV, fanout_aws.state_machine_arn)
+    monkeypatch.setenv(stepfunctions_runner.BUCKET_ENV, BUCKET)
+    monkeypatch.setattr(stepfunctions_runner, "_configured", {
+        (fanout_aws.state_machine_arn, BUCKET): runner(fanout_aws)})
+    fanned_status, fanned = post_compact(compact_module, body)
+
+    assert inline_status == fanned_status == 200
+    assert fanned == inline  # output, manifest, fingerprint, costs, usage, traces: byte for byte
+    parsed = json.loads(inline)
+    batches = len([n for n in parsed["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"])
+    assert batches >= 2 and len(fanout_aws.dispatch.events) == batches  # one Map iteration per batch
+    keys = [obj["Key"] for obj in fanout_aws.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    assert keys and all(key.startswith("fanout/") for key in keys)  # scratch objects only under fanout/
+
+
+async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "INLINE_RESULT_MAX_BYTES", 0)
+    request = CompactRequest(**fixture_t_body())
+    inline = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router)
+    fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
+                                   flow_runner=runner(fanout_aws))
+    assert json.dumps(fanned) == json.dumps(inline)
+    keys = [obj["Key"] for obj in fanout_aws.s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert len([key for key in keys if key.endswith(".result.json")]) == 2
+
+
+async def test_a_failing_worker_degrades_only_its_batch_to_keep(fanout_aws: FanOutAws) -> None:
+    fanout_aws.dispatch.fail = lambda event: event["key"].endswith("/1.json")
+    request = CompactRequest(**fixture_t_body())
+    inline = (await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router))[1]
+    status, fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
+                                           flow_runner=runner(fanout_aws))
+    assert status == 200
+    actions = {f["id"]: f["action"] for f in fanned["compaction"]["fragments"]}
+    inline_actions = {f["id"]: f["action"] for f in inline["compaction"]["fragments"]}
+    batch_1 = {"fragment_10", "fragment_11"}  # REFERENCE §3.6: batch 1 = fragments 10-11
+    assert all(actions[fid] == "keep" for fid in batch_1)
+    assert {k: v for k, v in actions.items() if k not in batch_1} == {
+        k: v for k, v in inline_actions.items() if k not in batch_1}
+    assert fanned["messages"][10:12] == fixture_t()[10:12]
+    nodes = fanned["x_router"]["decision_trace"]["flow_nodes"]
+    failed = [n for n in nodes if n.get("fallback") == "input" and n["kind"] == "decision"]
+    assert len(failed) == 1 and "worker failed: RuntimeError" in failed[0]["error"]
+    assert fanned["x_router"]["cost_usd"] is None  # what the crashed worker spent is unknown
+    assert "flow_error" not in fanned["x_router"]["decision_trace"]
+
+
+async def test_the_remaining_budget_reaches_every_worker(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int] = []
+    real_run_flow = worker_module.run_flow
+
+    async def recording_run_flow(*args: Any, deadline: Deadline, **kwargs: Any) -> Any:
+        seen.append(deadline.remaining_ms())
+        return await real_run_flow(*args, deadline=deadline, **kwargs)
+
+    monkeypatch.setattr(worker_module, "run_flow", recording_run_flow)
+    request = CompactRequest(**fixture_t_body())
+    before_ms = int(time.time() * 1000)
+    await service.compact(request, deadline=Deadline.after_ms(12_345), router=fanout_aws.router,
+                          flow_runner=runner(fanout_aws))
+    after_ms = int(time.time() * 1000)
+    (execution_input,) = fanout_aws.stepfunctions.inputs
+    assert before_ms + 10_000 <= execution_input["deadline_epoch_ms"] <= after_ms + 12_345
+    assert execution_input["timeout_s"] == 13 + stepfunctions_runner.TASK_TIMEOUT_SLACK_S
+    events = fanout_aws.dispatch.events
+    assert len(events) == 2 and {e["deadline_epoch_ms"] for e in events} == {execution_input["deadline_epoch_ms"]}
+    assert len(seen) == 2 and all(10_000 <= remaining <= 12_345 for remaining in seen)
+
+
+async def test_an_execution_that_outlives_the_budget_keeps_every_batch(fanout_aws: FanOutAws,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    class Hanging:
+        def start_sync_execution(self, **_: Any) -> dict[str, Any]:
+            time.sleep(3)
+            return {"status": "SUCCEEDED", "output": "[]"}
+
+    late = StepFunctionsFlowRunner(fanout_aws.state_machine_arn, BUCKET, stepfunctions=Hanging(), s3=fanout_aws.s3)
+    monkeypatch.setattr(stepfunctions_runner, "GRACE_S", 0.1)
+    started = time.monotonic()
+    status, body = await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(300),
+                                         router=fanout_aws.router, flow_runner=late)
+    elapsed = time.monotonic() - started
+    assert status == 200 and elapsed < 2.5
+    assert body["messages"] == fixture_t() and body["compacted"] is False
+    assert all(f["action"] == "keep" for f in body["compaction"]["fragments"])
+    decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]
+    assert len(decisions) == 2 and all("fan-out: TimeoutError" in n["error"] for n in decisions)
+
+
+async def test_a_failed_execution_keeps_every_batch(fanout_aws: FanOutAws) -> None:
+    class Failing:
+        def start_sync_execution(self, **_: Any) -> dict[str, Any]:
+            return {"status": "TIMED_OUT", "error": "States.Timeout"}
+
+    broken = StepFunctionsFlowRunner(fanout_aws.state_machine_arn, BUCKET, stepfunctions=Failing(), s3=fanout_aws.s3)
+    status, body = await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(40_000),
+                                         router=fanout_aws.router, flow_runner=broken)
+    assert status == 200 and body["messages"] == fixture_t()
+    assert all(f["action"] == "keep" for f in body["compaction"]["fragments"])
+
+
+async def test_a_spent_budget_runs_inline_without_calls(fanout_aws: FanOutAws) -> None:
+    request = CompactRequest(**fixture_t_body())
+    inline = await service.compact(request, deadline=Deadline.after_ms(0), router=fanout_aws.router)
+    fanned = await service.compact(request, deadline=Deadline.after_ms(0), router=fanout_aws.router,
+                                   flow_runner=runner(fanout_aws))
+    assert json.dumps(fanned) == json.dumps(inline) and fanout_aws.dispatch.events == []
+    assert fanout_aws.stepfunctions.inputs == []
+
+
+def test_runner_is_configured_from_the_environment() -> None:
+    env = {"COMPACTOR_BATCH_FANOUT": "stepfunctions", "COMPACTOR_STATE_MACHINE_ARN": "arn:sm",
+           "COMPACTOR_FANOUT_BUCKET": "b"}
+    configured = stepfunctions_runner.runner_from_env(env)
+    assert configured is not None and (configured.state_machine_arn, configured.bucket) == ("arn:sm", "b")
+    assert stepfunctions_runner.runner_from_env({**env, "COMPACTOR_BATCH_FANOUT": "inline"}) is None
+    assert stepfunctions_runner.runner_from_env({"COMPACTOR_BATCH_FANOUT": "stepfunctions"}) is None
