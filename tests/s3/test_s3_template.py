@@ -1,0 +1,110 @@
+"""template.yaml: the S3 path's resources (TranscriptBucket, its policy, S3CompactFunction and what it needs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor.cli.sam_template import Template, load_template
+from compactor.object_jobs import COMPACTED_PREFIX, DEFAULTS_ENV, FAILED_PREFIX, INCOMING_PREFIX, load_defaults
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = REPO / "template.yaml"
+
+
+@pytest.fixture(scope="module")
+def resources() -> dict[str, Any]:
+    return load_template(TEMPLATE_PATH)["Resources"]
+
+
+@pytest.fixture(scope="module")
+def template() -> Template:
+    return Template.load(TEMPLATE_PATH)
+
+
+def properties(resources: dict[str, Any], logical_id: str, resource_type: str) -> dict[str, Any]:
+    assert resources[logical_id]["Type"] == resource_type
+    return resources[logical_id].get("Properties", {})
+
+
+def test_bucket_is_private_encrypted_versioned_and_expires_scratch(resources: dict[str, Any]) -> None:
+    bucket = properties(resources, "TranscriptBucket", "AWS::S3::Bucket")
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
+    assert all(bucket["PublicAccessBlockConfiguration"][name] is True for name in (
+        "BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"))
+    assert bucket["VersioningConfiguration"]["Status"] == "Enabled"
+    rules = bucket["LifecycleConfiguration"]["Rules"]
+    assert any("NoncurrentVersionExpiration" in rule and "Prefix" not in rule for rule in rules)
+    assert any(rule.get("Prefix") == "fanout/" and rule["ExpirationInDays"] == 1 for rule in rules)
+    assert "NotificationConfiguration" not in bucket  # SAM adds it from the function's S3 events
+
+
+def test_bucket_policy_denies_plain_http_without_getatt(resources: dict[str, Any]) -> None:
+    policy = properties(resources, "TranscriptBucketPolicy", "AWS::S3::BucketPolicy")
+    assert policy["Bucket"] == {"Ref": "TranscriptBucket"}
+    [statement] = policy["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert all(set(resource) == {"Fn::Sub"} for resource in statement["Resource"])
+
+
+def test_function_listens_to_incoming_json_and_jsonl_only(template: Template) -> None:
+    function = template.function_properties("S3CompactFunction")
+    assert function["Handler"] == "s3_compact.handler" and function["CodeUri"] == "functions/s3_compact/"
+    assert (REPO / "functions" / "s3_compact" / "s3_compact.py").is_file()
+    assert function["Layers"] == ["CompactorLayer"]
+    suffixes = set()
+    for event in function["Events"].values():
+        assert event["Type"] == "S3"
+        assert event["Properties"]["Bucket"] == "TranscriptBucket"
+        assert event["Properties"]["Events"] == "s3:ObjectCreated:*"
+        rules = {rule["Name"]: rule["Value"] for rule in event["Properties"]["Filter"]["S3Key"]["Rules"]}
+        assert rules["prefix"] == INCOMING_PREFIX  # outputs (compacted/, failed/) can never trigger it
+        suffixes.add(rules["suffix"])
+    assert suffixes == {".json", ".jsonl"}
+
+
+def test_function_budget_timeout_and_defaults(template: Template, resources: dict[str, Any]) -> None:
+    function = template.function_properties("S3CompactFunction")
+    variables = function["Environment"]["Variables"]
+    assert int(variables["COMPACTOR_FLOW_BUDGET_MS"]) + 10_000 < int(function["Timeout"]) * 1000
+    load_defaults(variables[DEFAULTS_ENV])  # the parameter's default is a valid configuration
+    assert resources["S3CompactFunction"]["Properties"]["Environment"]["Variables"][DEFAULTS_ENV] == {
+        "Ref": "S3CompactDefaults"}
+
+
+def test_failures_are_retried_a_bounded_number_of_times_then_queued(
+        template: Template, resources: dict[str, Any]) -> None:
+    config = template.function_properties("S3CompactFunction")["EventInvokeConfig"]
+    assert 0 <= config["MaximumRetryAttempts"] <= 2
+    on_failure = config["DestinationConfig"]["OnFailure"]
+    assert on_failure["Type"] == "SQS" and on_failure["Destination"] == "S3CompactFailureQueue.Arn"
+    queue = properties(resources, "S3CompactFailureQueue", "AWS::SQS::Queue")
+    assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 1209600
+
+
+def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:
+    assert "Policies" not in resources["S3CompactFunction"]["Properties"]  # a Ref to the bucket there is a cycle
+    access = properties(resources, "S3CompactFunctionBucketAccess", "AWS::IAM::RolePolicy")
+    assert access["RoleName"] == {"Ref": "S3CompactFunctionRole"}
+    grants: dict[str, set[str]] = {}
+    for statement in access["PolicyDocument"]["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        for target in targets:
+            assert set(target) == {"Fn::Sub"}
+            grants.setdefault(target["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
+    assert grants == {
+        f"/{INCOMING_PREFIX}*": {"s3:GetObject", "s3:GetObjectVersion"},
+        f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
+        f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
+        "": {"s3:ListBucket"},
+    }
+
+
+def test_log_group_has_retention(resources: dict[str, Any]) -> None:
+    group = properties(resources, "S3CompactFunctionLogGroup", "AWS::Logs::LogGroup")
+    assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${S3CompactFunction}"}
+    assert group["RetentionInDays"] > 0
