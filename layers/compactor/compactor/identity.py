@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import hashlib
+from operator import mul
 
-_M1 = 2147483647
-_M2 = 2147483629
+_M1, _B1, _S1 = 2147483647, 31, 5381
+_M2, _B2, _S2 = 2147483629, 37, 52711
+_CHUNK = 4096
+
+
+def _weights(base: int, modulus: int) -> tuple[int, ...]:
+    """``base**(CHUNK-1-i) mod modulus`` for i in 0..CHUNK-1: a chunk's bytes as one polynomial step."""
+    return tuple(pow(base, _CHUNK - 1 - i, modulus) for i in range(_CHUNK))
+
+
+_W1 = _weights(_B1, _M1)
+_W2 = _weights(_B2, _M2)
 
 
 def sha256_identity(encoding: str) -> str:
     return hashlib.sha256(encoding.encode("utf-8")).hexdigest()
 
 
+def _poly_hash(data: bytes, seed: int, base: int, modulus: int, weights: tuple[int, ...]) -> int:
+    """``h = (h*base + b) mod modulus`` over every byte, evaluated a chunk at a time (same result)."""
+    h = seed
+    for start in range(0, len(data), _CHUNK):
+        chunk = data[start:start + _CHUNK]
+        h = (h * pow(base, len(chunk), modulus) + sum(map(mul, chunk, weights[_CHUNK - len(chunk):]))) % modulus
+    return h
+
+
 def fingerprint(encoding: str) -> str:
     """``"<h1>-<h2>"`` with h1 from 5381 (×31 mod 2^31−1) and h2 from 52711 (×37 mod 2147483629)."""
-    h1, h2 = 5381, 52711
-    for byte in encoding.encode("utf-8"):
-        h1 = (h1 * 31 + byte) % _M1
-        h2 = (h2 * 37 + byte) % _M2
-    return f"{h1}-{h2}"
+    data = encoding.encode("utf-8")
+    return f"{_poly_hash(data, _S1, _B1, _M1, _W1)}-{_poly_hash(data, _S2, _B2, _M2, _W2)}"

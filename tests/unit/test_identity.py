@@ -1,0 +1,33 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.identity import fingerprint, sha256_identity
+
+
+def _reference(encoding: str) -> str:
+    h1, h2 = 5381, 52711
+    for byte in encoding.encode("utf-8"):
+        h1 = (h1 * 31 + byte) % 2147483647
+        h2 = (h2 * 37 + byte) % 2147483629
+    return f"{h1}-{h2}"
+
+
+def test_empty_and_known_values():
+    assert fingerprint("") == "5381-52711"
+    assert fingerprint("a") == f"{5381 * 31 + 97}-{52711 * 37 + 97}"
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.text(max_size=12_000))
+def test_chunked_evaluation_matches_the_byte_loop(text):
+    assert fingerprint(text) == _reference(text)
+
+
+def test_chunk_boundaries():
+    for size in (4095, 4096, 4097, 8192, 10_000):
+        text = "é" * (size // 2) + "x" * (size % 2)
+        assert fingerprint(text) == _reference(text)
+
+
+def test_sha256_identity():
+    assert sha256_identity("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
