@@ -8,6 +8,7 @@ carry no stage prefix; ``/v1`` is also stripped when a custom domain passes it t
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from typing import Any
 
@@ -25,6 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from compactor import http_api
 from compactor.jsonutil import compact_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
+from compactor_aws import observability
 
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
@@ -35,6 +37,19 @@ app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_ap
 
 def _json(status: int, body: Any) -> Response[str]:
     return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=compact_dumps(body))
+
+
+def _observed(route: str, result: tuple[int, dict[str, Any]], started_at: float, **details: Any) -> Response[str]:
+    """The JSON response, after the call's metrics, billing record and flow-node subsegments."""
+    ended_at = time.time()
+    status, body = result
+    response = _json(status, body)
+    observability.record_call(
+        route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
+        started_at=started_at, ended_at=ended_at, response_bytes=len(response.body.encode("utf-8", "surrogatepass")),
+        **observability.api_request_details(app.current_event.raw_event), **details,
+    )
+    return response
 
 
 def _batch_runner() -> Any:
@@ -57,8 +72,10 @@ def healthz() -> Response[str]:
 def compact(request: CompactRequest) -> Response[str]:
     from compactor import service
 
-    return _json(*service.handle_compact(request, lambda_context=app.lambda_context,
-                                         flow_runner=_batch_runner()))
+    started_at = time.time()
+    result = service.handle_compact(request, lambda_context=app.lambda_context, flow_runner=_batch_runner())
+    return _observed("compact", result, started_at, mode="decision" if request.decision_mode else "legacy",
+                     request_messages=request.messages)
 
 
 @app.post("/flows")
@@ -66,14 +83,17 @@ def flows(request: FlowsRequest) -> Response[str]:
     from compactor import service
 
     body = request.model_dump(exclude_unset=True)
-    return _json(*service.handle_flows(body, lambda_context=app.lambda_context))
+    started_at = time.time()
+    return _observed("flows", service.handle_flows(body, lambda_context=app.lambda_context), started_at)
 
 
 @app.post("/flows/normalize")
 def flows_normalize(request: NormalizeRequest) -> Response[str]:
     from compactor import service
 
-    return _json(*service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
+    started_at = time.time()
+    result = service.handle_flows_normalize(request.model_dump(exclude_unset=True))
+    return _observed("flows_normalize", result, started_at, mode="none")
 
 
 @app.exception_handler([RequestValidationError, RequestUnsupportedContentType])
