@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PATHS = [str(REPO / "functions" / "compact"), str(REPO / "layers" / "compactor")]
 HANDLER_MODULE = "compact"
-OWN_PACKAGES = {HANDLER_MODULE, "compactor"}
+OWN_PACKAGES = {HANDLER_MODULE, "compactor", "compactor_aws"}
 GOAL = 1.3
 
 _PRELUDE = f"import sys, time\nsys.path[:0] = {PATHS!r}\n"
