@@ -31,3 +31,11 @@ def test_chunk_boundaries():
 
 def test_sha256_identity():
     assert sha256_identity("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_pure_python_dot_product_fallback_agrees(monkeypatch):
+    from compactor import identity
+
+    text = "fallback é" * 1000
+    monkeypatch.setattr(identity, "_dot", identity._sumprod)
+    assert fingerprint(text) == _reference(text)
