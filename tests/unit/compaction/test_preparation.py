@@ -97,3 +97,32 @@ def test_flow_input_limit_stops_adding_batches():
     flow_input = {f"batch_{i}": {"state": {}, "items": {c.unit.id: c.item for c in b.candidates}}
                   for i, b in enumerate(prep.batches)}
     assert len(json.dumps(flow_input)) <= 900_000
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from compactor.compaction.preparation import (  # noqa: E402
+    BatchSizer, batch_items, batch_questions, batch_state)
+from compactor.jsonutil import compact_size  # noqa: E402
+
+_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3000)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(_text, min_size=2, max_size=20), st.integers(min_value=1, max_value=4), _text)
+def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pinned):
+    messages = [{"role": "user", "content": pinned}] + [
+        {"role": "assistant", "content": text, "n": i} for i, text in enumerate(contents)]
+    prep = _prepare(messages, keep_recent=keep_recent)
+    sizer = BatchSizer(prep.instructions, prep.recent_evidence)
+    flow_input = {}
+    for index, batch in enumerate(prep.batches):
+        payload = {"state": batch_state(prep.instructions, prep.recent_evidence, batch.candidates),
+                   "questions": batch_questions(batch.candidates)}
+        assert sizer.decision_payload(batch) == ascii_wire_size(payload) <= 32000
+        assert sizer.summary_record(batch) == compact_size(batch_items(batch.candidates)) <= 50000
+        entry = {"state": payload["state"], "items": batch_items(batch.candidates)}
+        assert sizer.flow_input_entry(f"batch_{index}", batch) == compact_size({f"batch_{index}": entry}) - 2
+        flow_input[f"batch_{index}"] = entry
+    assert compact_size(flow_input) <= 900_000

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decisions import DecisionValidationError, validate_payload
-from ..jsonutil import ascii_dumps, compact_dumps, compact_size
+from ..decisions import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
+from ..jsonutil import ascii_dumps, ascii_wire_size, compact_dumps, compact_size
 from ..chat import Message
 from .units import Unit, instruction_pins, split_units, tail_indexes
 
@@ -38,14 +38,26 @@ class Candidate:
     evidence: str
     question: dict[str, Any]
     item: str  # compact JSON of the unit's messages: what the summarizer sees and what is replaced
+    decision_bytes: int  # ASCII wire bytes of its fragment entry + question entry in a decision payload
+    record_bytes: int  # compact bytes of its ``"id":"<item>"`` entry in the summary record
+    state_bytes: int  # compact bytes of its fragment entry in the flow input's state
 
 
 @dataclass
 class Batch:
     candidates: list[Candidate] = field(default_factory=list)
+    decision_bytes: int = 0  # sums over the candidates
+    record_bytes: int = 0
+    state_bytes: int = 0
 
     def ids(self) -> list[str]:
         return [c.unit.id for c in self.candidates]
+
+    def add(self, cand: Candidate) -> None:
+        self.candidates.append(cand)
+        self.decision_bytes += cand.decision_bytes
+        self.record_bytes += cand.record_bytes
+        self.state_bytes += cand.state_bytes
 
 
 @dataclass
@@ -105,13 +117,51 @@ def batch_items(batch: list[Candidate]) -> dict[str, str]:
     return {c.unit.id: c.item for c in batch}
 
 
-def _admissible(instructions: list[Message], recent: list[str], batch: list[Candidate]) -> bool:
-    payload = {"state": batch_state(instructions, recent, batch), "questions": batch_questions(batch)}
-    try:
-        validate_payload(payload)
-    except DecisionValidationError:
-        return False
-    return compact_size(batch_items(batch)) <= MAX_SUMMARY_RECORD_BYTES
+class BatchSizer:
+    """Exact serialised sizes of a batch, kept incrementally instead of re-serialising the batch.
+
+    A JSON array or object of n members costs its empty form plus the members plus n−1 separators
+    (``", "`` in the ASCII wire form, ``","`` in the compact form).
+    """
+
+    def __init__(self, instructions: list[Message], recent: list[str]) -> None:
+        self.decision_base = ascii_wire_size({"state": batch_state(instructions, recent, []), "questions": {}})
+        self.state_base = compact_size(batch_state(instructions, recent, []))
+
+    def decision_payload(self, batch: Batch, extra: Candidate | None = None) -> int:
+        n = len(batch.candidates) + (extra is not None)
+        members = batch.decision_bytes + (extra.decision_bytes if extra else 0)
+        return self.decision_base + members + (4 * (n - 1) if n else 0)
+
+    def summary_record(self, batch: Batch, extra: Candidate | None = None) -> int:
+        n = len(batch.candidates) + (extra is not None)
+        members = batch.record_bytes + (extra.record_bytes if extra else 0)
+        return 2 + members + (n - 1 if n else 0)
+
+    def admissible(self, batch: Batch, extra: Candidate | None = None) -> bool:
+        return (self.decision_payload(batch, extra) <= DECISION_PAYLOAD_MAX_BYTES
+                and self.summary_record(batch, extra) <= MAX_SUMMARY_RECORD_BYTES)
+
+    def flow_input_entry(self, key: str, batch: Batch) -> int:
+        """Bytes of ``"<key>":{"state":…,"items":…}`` in the compact flow input."""
+        n = len(batch.candidates)
+        state = self.state_base + batch.state_bytes + (n - 1 if n else 0)
+        return len(key) + 3 + len('{"state":,"items":}') + state + self.summary_record(batch)
+
+
+def _candidate(messages: list[Message], unit: Unit, template: dict[str, Any]) -> Candidate:
+    unit_messages = messages[unit.start:unit.end]
+    evidence, excerpted = evidence_view(unit_messages)
+    question = fragment_question(template, excerpted)
+    item = compact_dumps(unit_messages)
+    fragment = {"id": unit.id, "evidence": evidence}
+    key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
+    return Candidate(
+        unit, evidence, question, item,
+        decision_bytes=ascii_wire_size(fragment) + key_bytes + 2 + ascii_wire_size(question),
+        record_bytes=key_bytes + 1 + compact_size(item),
+        state_bytes=compact_size(fragment),
+    )
 
 
 def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
@@ -138,16 +188,15 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     reasons: list[str] = []
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
-    batches = _greedy_batches(messages, candidates[:MAX_CANDIDATES], instructions, recent,
-                              question_template, reasons)
+    sizer = BatchSizer(instructions, recent)
+    batches = _greedy_batches(messages, candidates[:MAX_CANDIDATES], sizer, question_template, reasons)
     if len(batches) > MAX_BATCHES:
         reasons.append(REASON_BATCHES)
         batches = batches[:MAX_BATCHES]
     used: list[Batch] = []
     flow_input_bytes = 2  # "{}"
     for index, batch in enumerate(batches):
-        entry = {"state": batch_state(instructions, recent, batch.candidates), "items": batch_items(batch.candidates)}
-        added = compact_size({f"batch_{index}": entry}) - 2 + (1 if used else 0)
+        added = sizer.flow_input_entry(f"batch_{index}", batch) + (1 if used else 0)
         if flow_input_bytes + added > MAX_FLOW_INPUT_BYTES:
             reasons.append(REASON_FLOW_INPUT)
             break
@@ -158,27 +207,25 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        budget=budget, batches=used, reasons=reasons)
 
 
-def _greedy_batches(messages: list[Message], candidates: list[Unit], instructions: list[Message],
-                    recent: list[str], template: dict[str, Any], reasons: list[str]) -> list[Batch]:
+def _greedy_batches(messages: list[Message], candidates: list[Unit], sizer: BatchSizer,
+                    template: dict[str, Any], reasons: list[str]) -> list[Batch]:
     batches: list[Batch] = []
-    open_batch: list[Candidate] = []
+    open_batch = Batch()
     for unit in candidates:
-        unit_messages = messages[unit.start:unit.end]
-        evidence, excerpted = evidence_view(unit_messages)
-        cand = Candidate(unit, evidence, fragment_question(template, excerpted), compact_dumps(unit_messages))
-        if len(open_batch) >= MAX_PER_BATCH:
-            batches.append(Batch(open_batch))
-            open_batch = []
-        if _admissible(instructions, recent, [*open_batch, cand]):
-            open_batch.append(cand)
+        cand = _candidate(messages, unit, template)
+        if len(open_batch.candidates) >= MAX_PER_BATCH:
+            batches.append(open_batch)
+            open_batch = Batch()
+        if sizer.admissible(open_batch, cand):
+            open_batch.add(cand)
             continue
-        if open_batch:
-            batches.append(Batch(open_batch))
-            open_batch = []
-        if _admissible(instructions, recent, [cand]):
-            open_batch.append(cand)
+        if open_batch.candidates:
+            batches.append(open_batch)
+            open_batch = Batch()
+        if sizer.admissible(open_batch, cand):
+            open_batch.add(cand)
         else:
             reasons.append(REASON_CONTEXT)
-    if open_batch:
-        batches.append(Batch(open_batch))
+    if open_batch.candidates:
+        batches.append(open_batch)
     return batches

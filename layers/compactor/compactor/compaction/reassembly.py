@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonutil import compact_dumps, compact_size
+from ..jsonutil import compact_size
 from ..chat import Message
 from .preparation import Preparation
 
@@ -16,32 +16,34 @@ def summary_message(fragment_id: str, text: str) -> Message:
 
 
 def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None
-               ) -> tuple[list[Message], list[dict[str, Any]]]:
-    """Output messages and the manifest (one entry per unit, in order)."""
-    included = prep.included if values is not None else set()
+               ) -> tuple[list[Message], list[dict[str, Any]], int]:
+    """Output messages, the manifest (one entry per unit, in order) and the output's compact size."""
+    items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates} if values is not None else {}
     output: list[Message] = []
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
         original = messages[unit.start:unit.end]
         action = "keep"
         emitted: list[Message] = original
-        if unit.id in included:
+        item = items.get(unit.id)
+        if item is not None:
             assert values is not None
             if unit.id not in values:
                 action, emitted = "archive", []
             else:
                 value = values[unit.id]
-                if value != compact_dumps(original) and isinstance(value, str) and value.strip():
+                if isinstance(value, str) and value != item and value.strip():
                     candidate = summary_message(unit.id, value)
-                    if compact_size(candidate) < compact_size(original):
+                    if compact_size(candidate) < len(item.encode("utf-8")):
                         action, emitted = "summarize", [candidate]
         output.extend(emitted)
         manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action})
-    if compact_size(output) >= prep.original_bytes:  # expansion guard
-        output = messages
+    output_bytes = compact_size(output)
+    if output_bytes >= prep.original_bytes:  # expansion guard
+        output, output_bytes = messages, prep.original_bytes
         for entry in manifest:
             entry["action"] = "keep"
-    return output, manifest
+    return output, manifest, output_bytes
 
 
 def first_changed_index(original: list[Message], output: list[Message]) -> int | None:
@@ -53,10 +55,9 @@ def first_changed_index(original: list[Message], output: list[Message]) -> int |
     return min(len(original), len(output))
 
 
-def compaction_report(messages: list[Message], output: list[Message], prep: Preparation,
+def compaction_report(messages: list[Message], output: list[Message], output_bytes: int, prep: Preparation,
                       manifest: list[dict[str, Any]], target_ratio: float,
                       fingerprint: str | None) -> dict[str, Any]:
-    output_bytes = compact_size(output)
     changed = first_changed_index(messages, output)
     return {
         "original_bytes": prep.original_bytes,

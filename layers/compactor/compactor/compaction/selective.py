@@ -50,11 +50,11 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
     runner = flow_runner or run_flow
     result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
     values = result.output if result.ok and isinstance(result.output, dict) else None
-    output, manifest = reassemble(messages, prep, values)
+    output, manifest, output_bytes = reassemble(messages, prep, values)
     body: dict[str, Any] = {
         "messages": output,
         "compacted": output != messages,
-        "compaction": compaction_report(messages, output, prep, manifest, request.target_ratio,
+        "compaction": compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
                                         result.fingerprint),
     }
     if result.flow_nodes:
