@@ -25,7 +25,7 @@ class Progress:
             self.total = 2 * int(event.get("batches", 0))
             self._write(f"{event.get('candidates', 0)} candidate fragments in {event.get('batches', 0)} batches")
             return
-        if event.get("kind") not in ("llm", "decision") or event.get("event") not in ("finish", "finished", "end"):
+        if event.get("kind") not in ("llm", "decision") or event.get("event") != "node_finished":
             return
         self.done += 1
         if event.get("outcome") not in (None, "ok", "skipped"):
