@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import object_jobs
+from compactor_aws import observability
 from compactor_aws.s3_store import S3Store
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
@@ -41,6 +42,16 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
     )
 
 
+def observer(request_id: str | None) -> object_jobs.Observer:
+    """Metrics, billing record and flow-node subsegments of each compaction run (never raises)."""
+    def observe(request: Any, status: int, body: dict[str, Any], started_at: float, ended_at: float) -> None:
+        observability.record_call(
+            route="s3_compact", status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
+            mode="decision" if request.decision_mode else "legacy", request_messages=request.messages,
+            request_id=request_id, started_at=started_at, ended_at=ended_at)
+    return observe
+
+
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
     """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget)."""
@@ -52,7 +63,8 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
         outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}")
     else:
         deadline = service.request_deadline(context)
-        outcome = run_sync(object_jobs.run_job(source, store=store, defaults=defaults, deadline=deadline))
+        outcome = run_sync(object_jobs.run_job(source, store=store, defaults=defaults, deadline=deadline,
+                                               observe=observer(getattr(context, "aws_request_id", None))))
     tracer.put_annotation("s3_result", outcome.result)
     logger.info("s3 object %s", outcome.result, extra={
         "bucket": source.bucket, "key": source.key, "version_id": source.version_id,

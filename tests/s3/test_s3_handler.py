@@ -41,6 +41,20 @@ def test_decision_mode_with_the_offline_offers_writes_the_compact_response(
     assert keys(s3, "incoming/") == ["incoming/run-1.json"]  # nothing written back under incoming/
 
 
+
+def test_each_compaction_run_writes_one_billing_record(
+        s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext, caplog: pytest.LogCaptureFixture) -> None:
+    event = put_and_event(s3, "incoming/billed.json", json.dumps(transcript()))
+
+    run(s3_module, event, lambda_context)
+    run(s3_module, event, lambda_context)  # skipped: nothing run, nothing billed
+
+    billing = [record.billing for record in caplog.records if getattr(record, "record_type", None) == "billing"]
+    assert len(billing) == 1
+    assert billing[0]["route"] == "s3_compact" and billing[0]["mode"] == "decision" and billing[0]["status"] == 200
+    assert billing[0]["request_id"] == lambda_context.aws_request_id
+
+
 def test_legacy_request_body_runs_the_seal(s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     body = {"messages": transcript(), "keep_recent": 2, "decision_policy_ir": None}
     event = put_and_event(s3, "incoming/legacy.json", json.dumps(body))

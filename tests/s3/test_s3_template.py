@@ -104,7 +104,7 @@ def test_bucket_access_is_least_privilege_and_outside_the_function(resources: di
     }
 
 
-def test_log_group_has_retention(resources: dict[str, Any]) -> None:
+def test_log_group_has_retention(resources: dict[str, Any], template: Template) -> None:
     group = properties(resources, "S3CompactFunctionLogGroup", "AWS::Logs::LogGroup")
     assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${S3CompactFunction}"}
-    assert group["RetentionInDays"] > 0
+    assert int(template.resolve(group["RetentionInDays"])) > 0

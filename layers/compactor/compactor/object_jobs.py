@@ -22,7 +22,8 @@ or ``"mode": "seal"`` in the defaults, runs the legacy seal.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -279,8 +280,13 @@ def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
 # ----------------------------------------------------------------------------------------- the job
 
 
+Observer = Callable[[Any, int, dict[str, Any], float, float], None]
+"""``observe(request, status, body, started_at, ended_at)``: called once per compaction actually run
+(``time.time()`` bounds), e.g. to emit metrics and the billing record; skipped jobs run nothing."""
+
+
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
-                  router: Any = None, max_bytes: int | None = None) -> Outcome:
+                  router: Any = None, max_bytes: int | None = None, observe: Observer | None = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination)."""
     from .service import compact
@@ -304,7 +310,10 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     request = build_request(stored.body, defaults)
     if isinstance(request, Failure):
         return _write_failure(store, source, stored, rel, request)
+    started_at = time.time()
     status, body = await compact(request, deadline=deadline, router=router)
+    if observe is not None:
+        observe(request, status, body, started_at, time.time())
     if status >= 500:
         raise RuntimeError(f"compaction failed with status {status}: {body.get('error', {}).get('code')}")
     if status != 200:
