@@ -186,3 +186,28 @@ def test_runner_is_configured_from_the_environment() -> None:
     assert configured is not None and (configured.state_machine_arn, configured.bucket) == ("arn:sm", "b")
     assert stepfunctions_runner.runner_from_env({**env, "COMPACTOR_BATCH_FANOUT": "inline"}) is None
     assert stepfunctions_runner.runner_from_env({"COMPACTOR_BATCH_FANOUT": "stepfunctions"}) is None
+
+
+async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(
+        fanout_aws: FanOutAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stepfunctions_runner, "TASK_TIMEOUT_SLACK_S", 0)
+    monkeypatch.setattr(stepfunctions_runner, "GRACE_S", 5.0)
+    real_invoke = fanout_aws.dispatch.invoke
+
+    def slow_second_batch(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+        if json.loads(parameters["Payload"])["key"].endswith("/1.json"):
+            time.sleep(3.5)
+        return real_invoke(parameters, region, state_credentials)
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", slow_second_batch)
+    status, body = await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(1_500),
+                                         router=fanout_aws.router, flow_runner=runner(fanout_aws))
+    assert status == 200
+    actions = {f["id"]: f["action"] for f in body["compaction"]["fragments"]}
+    assert actions["fragment_10"] == actions["fragment_11"] == "keep"
+    assert actions["fragment_2"] == "summarize"  # batch 0 answered in time
+    decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]
+    errors = sorted(n.get("error", "") for n in decisions)
+    assert errors[0] == "" and "worker failed: States.Timeout" in errors[1]  # one per batch, in canonical order

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import os
 import time
@@ -37,6 +38,8 @@ from compactor.flow.partition import (
 )
 from compactor.flow.values import MISSING
 from compactor.jsonutil import compact_dumps
+
+logger = logging.getLogger(__name__)
 
 STATE_MACHINE_ENV: Final = "COMPACTOR_STATE_MACHINE_ARN"
 BUCKET_ENV: Final = "COMPACTOR_FANOUT_BUCKET"
@@ -94,16 +97,21 @@ class StepFunctionsFlowRunner:
         for component in components:
             _emit_started(on_event, component)
         try:
-            await asyncio.to_thread(self._upload, payloads)
-            outputs = await asyncio.wait_for(
-                asyncio.to_thread(self._execute, run, components, deadline), deadline.remaining_s() + GRACE_S)
+            outputs = await asyncio.wait_for(asyncio.to_thread(self._upload_and_execute, payloads, run, components,
+                                                               deadline), deadline.remaining_s() + GRACE_S)
         except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
+            logger.warning("batch fan-out failed (%s): every component degrades", type(exc).__name__)
             outputs = [{"status": "failed", "error": f"fan-out: {type(exc).__name__}"}] * len(components)
         results = [await self._result(component, item, value, conversation)
                    for component, item in zip(components, outputs, strict=True)]
         for component, result in zip(components, results, strict=True):
             _emit_finished(on_event, component, result)
         return await merge_results(partition, results, router=router, deadline=deadline, on_event=on_event)
+
+    def _upload_and_execute(self, payloads: Mapping[str, str], run: str, components: Sequence[Component],
+                            deadline: Deadline) -> list[Any]:
+        self._upload(payloads)
+        return self._execute(run, components, deadline)
 
     def _upload(self, payloads: Mapping[str, str]) -> None:
         def put(item: tuple[str, str]) -> None:
@@ -149,6 +157,7 @@ class StepFunctionsFlowRunner:
                 reason = f"worker failed: {item['error'][:200]}"
         except Exception as exc:  # unreadable or malformed result
             reason = f"worker result unreadable: {type(exc).__name__}"
+        logger.warning("fan-out component %d degraded: %s", component.index, reason)
         return await unavailable_result(component, value, reason, conversation=conversation)
 
     def _read(self, key: str) -> Any:
