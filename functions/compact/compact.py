@@ -44,9 +44,10 @@ def _observed(route: str, result: tuple[int, dict[str, Any]], started_at: float,
     ended_at = time.time()
     status, body = result
     response = _json(status, body)
+    response_bytes = len(response.body.encode("utf-8", "surrogatepass"))
     observability.record_call(
         route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-        started_at=started_at, ended_at=ended_at, response_bytes=len(response.body.encode("utf-8", "surrogatepass")),
+        started_at=started_at, ended_at=ended_at, response_bytes=response_bytes,
         **observability.api_request_details(app.current_event.raw_event), **details,
     )
     return response
