@@ -8,13 +8,25 @@ null, missing and list contents, huge messages, and extra provider fields.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, settings, strategies as st
 
-# Deterministic for CI: derandomized, no example database, no per-example deadline.
-FAST = settings(derandomize=True, database=None, deadline=None, max_examples=120,
-                suppress_health_check=list(HealthCheck))
+# Bug hunting: COMPACTOR_PROPERTY_HUNT=N runs N random examples per property instead of the CI set.
+HUNT = int(os.environ.get("COMPACTOR_PROPERTY_HUNT", "0") or 0)
+
+
+def ci_settings(max_examples: int) -> settings:
+    """Deterministic for CI: derandomized, no example database, no per-example deadline."""
+    if HUNT:
+        return settings(derandomize=False, database=None, deadline=None, max_examples=HUNT, print_blob=True,
+                        suppress_health_check=list(HealthCheck))
+    return settings(derandomize=True, database=None, deadline=None, max_examples=max_examples,
+                    suppress_health_check=list(HealthCheck))
+
+
+FAST = ci_settings(120)
 
 _ALPHABET = st.one_of(
     st.characters(codec="utf-8", exclude_categories=("Cs",)),  # any scalar value (no lone surrogates)

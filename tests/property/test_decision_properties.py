@@ -13,7 +13,7 @@ import asyncio
 import json
 from typing import Any
 
-from hypothesis import event, given, settings, strategies as st
+from hypothesis import event, given, strategies as st
 
 from compactor import service
 from compactor.budget import Deadline
@@ -25,9 +25,9 @@ from .fakes import (
     Script, ScriptedTransport, pick, scripted_router, start_of,
 )
 from .invariants import SUMMARY_MARKER, Plan, cdump, check_decision_body, csize, plan_for, utf8_len
-from .strategies import FAST, requests
+from .strategies import FAST, ci_settings, requests
 
-FAST_WIDE = settings(FAST, max_examples=300)
+FAST_WIDE = ci_settings(300)
 
 DECISION_POLICY = load_preset()["flow"][1]["classify"]["policy"]
 LONG = 600_000  # ms: never reached; the fake answers at once
