@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ..budget import Deadline
-from ..decisions import DecisionValidationError, validate_payload
+from ..decisions import DecisionValidationError, validate_answers, validate_payload
 from ..jsonutil import StrictJSONError, depth_exceeds, strict_loads
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..routing import RouteResult
@@ -110,6 +110,12 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
         lambda timeout_s: router.decide(node.policy, request, deadline=deadline, timeout_s=timeout_s),
         node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)
     response = _record_route(entry, node, result)
+    # Every transport's answer is checked against this node's questions (REFERENCE §6.3), whoever served it.
+    answer = {"model": response.model, "answers": response.answers, "usage": response.usage}
+    try:
+        validate_answers(questions, answer, model_family=result.chosen.family if result.chosen else None)
+    except DecisionValidationError as exc:
+        raise _NodeFailure(BAD_RESPONSE, f"invalid decision: {exc.message}") from exc
     return NodeOutcome(response.answers, entry, OK)
 
 
