@@ -34,6 +34,16 @@ def ascii_wire_size(value: Any) -> int:
     return len(ascii_dumps(value))
 
 
+def ensure_utf8_encodable(value: Any) -> None:
+    """Raise ``ValueError`` when a string in ``value`` holds a lone surrogate (a valid JSON escape such as
+    ``"\\ud800"`` that no UTF-8 text can carry, so no size can be measured and no answer written)."""
+    try:
+        compact_dumps(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("text must be valid Unicode: it contains a lone surrogate "
+                         f"(\\u{ord(exc.object[exc.start]):04x})") from None
+
+
 class StrictJSONError(ValueError):
     """Raised by :func:`strict_loads` for duplicate keys, non-finite numbers or bad syntax."""
 

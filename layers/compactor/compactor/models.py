@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .jsonutil import ensure_utf8_encodable
 
 
 class CompactRequest(BaseModel):
@@ -20,6 +22,12 @@ class CompactRequest(BaseModel):
     target_ratio: float = Field(default=0.1, gt=0, le=1)
     pinned_indices: list[int] | None = None
 
+    @field_validator("messages")
+    @classmethod
+    def _valid_unicode(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ensure_utf8_encodable(value)
+        return value
+
     @property
     def decision_mode(self) -> bool:
         return self.decision_policy_ir is not None
@@ -32,6 +40,12 @@ class FlowsRequest(BaseModel):
 
     flow_ir: Any
     flow_input: dict[str, Any] | list[Any] | str | None = None
+
+    @field_validator("flow_ir", "flow_input")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        ensure_utf8_encodable(value)
+        return value
 
 
 class NormalizeRequest(BaseModel):

@@ -110,6 +110,7 @@ def test_every_template_route_reaches_a_handler_route(
         ('{"messages": [], "target_ratio": 1.5}', None, "less_than_equal"),
         ('{"messages": [], "pinned_indices": ["a"]}', None, "int_parsing"),
         ('{"messages": []}', {"Content-Type": "text/plain"}, "unsupported_content_type"),
+        ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', None, "value_error"),
     ],
 )
 def test_invalid_bodies_get_422_in_fastapi_shape(
