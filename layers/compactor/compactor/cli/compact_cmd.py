@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-recent", type=int, help="messages of recent tail always kept (default 6)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
                         help="protect this message index (repeatable; default: every user message)")
+    parser.add_argument("--pin-task", action="store_true",
+                        help="pin only the first user message (for agents whose observations are user messages)")
     parser.add_argument("--decision-policy", type=_json_arg, help="Σ_pol policy for decisions (JSON or @file)")
     parser.add_argument("--policy", type=_json_arg, help="Σ_pol policy for summaries (JSON or @file)")
     parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
@@ -50,8 +52,12 @@ def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
     from ..compaction.preset import load_preset
 
     body: dict[str, Any] = {**fields, "messages": messages}
+    if args.pin_task:
+        first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
+        task = [] if first_user is None else [first_user]
+        body["pinned_indices"] = sorted(set(task) | set(args.pins or []))
     for key, value in (("target_ratio", args.target_ratio), ("keep_recent", args.keep_recent),
-                       ("pinned_indices", args.pins), ("policy_ir", args.policy), ("max_tokens", args.max_tokens)):
+                       ("pinned_indices", None if args.pin_task else args.pins), ("policy_ir", args.policy), ("max_tokens", args.max_tokens)):
         if value is not None:
             body[key] = value
     if args.mode == "decision":

@@ -86,7 +86,11 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
                      f" target {compaction['target_bytes']} ({compaction['target_ratio']:g})"
                      f" {'met' if compaction['target_met'] else 'not met'}")
         if compaction["reasons"]:
-            lines.append("reasons: " + ", ".join(compaction["reasons"]))
+            counts = Counter(compaction["reasons"])
+            lines.append("reasons: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
+            if counts.get("fragment_or_decision_context_limit") and not body.get("x_router"):
+                lines.append("hint: the pinned messages alone fill the 32 000-byte decision payload (every user "
+                             "message is pinned by default); pin fewer with --pin or --pin-task")
         lines.append(f"first changed message: {compaction.get('first_changed_index')}"
                      f"  (preserved prefix {compaction.get('preserved_prefix_bytes')} bytes)")
     else:
