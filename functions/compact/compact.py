@@ -24,7 +24,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import http_api
-from compactor.jsonutil import compact_dumps
+from compactor.jsonutil import dense_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
 from compactor_aws import observability
 
@@ -36,7 +36,7 @@ app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_ap
 
 
 def _json(status: int, body: Any) -> Response[str]:
-    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=compact_dumps(body))
+    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body))
 
 
 def _observed(route: str, result: tuple[int, dict[str, Any]], started_at: float, **details: Any) -> Response[str]:

@@ -27,7 +27,7 @@ from compactor.container import get_router, run_sync
 from compactor.flow import admit_flow, run_flow
 from compactor.flow.partition import result_to_json
 from compactor.flow.values import MISSING
-from compactor.jsonutil import compact_dumps
+from compactor.jsonutil import dense_dumps
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 
@@ -74,7 +74,7 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     result = run_sync(run_payload(payload, deadline))
     logger.info("flow ran", extra={"key": key, "ok": result["ok"], "nodes": len(result["flow_nodes"]),
                                    "remaining_ms": deadline.remaining_ms()})
-    text = compact_dumps(result)
+    text = dense_dumps(result)
     if len(text.encode("utf-8")) <= INLINE_RESULT_MAX_BYTES:
         return {"status": "done", "result": result}
     s3_client().put_object(Bucket=bucket, Key=event["result_key"], Body=text.encode("utf-8"),

@@ -156,8 +156,8 @@ STAGES = (
     ("compaction/preparation.py", "prepare"), ("compaction/preparation.py", "_admissible"),
     ("compaction/preset.py", "materialise"), ("flow/admit.py", "admit_flow"), ("identity.py", "fingerprint"),
     ("flow/scheduler.py", "run_flow"), ("compaction/reassembly.py", "reassemble"),
-    ("compaction/reassembly.py", "compaction_report"), ("jsonutil.py", "compact_size"),
-    ("jsonutil.py", "ascii_dumps"), ("jsonutil.py", "compact_dumps"), ("jsonutil.py", "ascii_wire_size"),
+    ("compaction/reassembly.py", "compaction_report"), ("jsonutil.py", "dense_size"),
+    ("jsonutil.py", "ascii_dumps"), ("jsonutil.py", "dense_dumps"), ("jsonutil.py", "ascii_wire_size"),
 )
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from compactor.jsonutil import compact_size
+from compactor.jsonutil import dense_size
 from compactor_aws.observability import (
     CallSummary,
     error_kind,
@@ -85,8 +85,8 @@ def test_legacy_seal_measures_the_messages_and_counts_one_call_with_failovers() 
 
     summary = summarize_call(route="compact", status=200, body=body, mode="legacy", request_messages=MESSAGES)
 
-    assert (summary.bytes_in, summary.bytes_out) == (compact_size(MESSAGES), compact_size(SEALED))
-    assert summary.bytes_saved == compact_size(MESSAGES) - compact_size(SEALED) > 0
+    assert (summary.bytes_in, summary.bytes_out) == (dense_size(MESSAGES), dense_size(SEALED))
+    assert summary.bytes_saved == dense_size(MESSAGES) - dense_size(SEALED) > 0
     assert summary.target_met is None
     assert (summary.model_calls, summary.fallbacks, summary.cost_usd) == (1, 1, 0.0004)
     assert (summary.tokens_in, summary.tokens_out) == (50, 5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .jsonutil import compact_dumps
+from .jsonutil import dense_dumps
 
 Message = dict[str, Any]
 
@@ -26,4 +26,4 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         parts = [part.get("text") for part in content if isinstance(part, dict)]
         return " ".join(part for part in parts if isinstance(part, str))
-    return compact_dumps(content)
+    return dense_dumps(content)

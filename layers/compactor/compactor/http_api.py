@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .jsonutil import compact_dumps
+from .jsonutil import dense_dumps
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """Largest request body accepted (bytes, after base64 decoding); larger bodies get 413."""
@@ -81,7 +81,7 @@ def proxy_response(status: int, body: Any) -> dict[str, Any]:
     return {
         "statusCode": status,
         "headers": {"Content-Type": JSON_CONTENT_TYPE},
-        "body": compact_dumps(body),
+        "body": dense_dumps(body),
         "isBase64Encoded": False,
     }
 

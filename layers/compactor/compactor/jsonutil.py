@@ -1,6 +1,7 @@
 """JSON helpers shared by every layer: the two byte measures, strict parsing and depth bounds.
 
-* compact size: UTF-8 bytes of JSON with ``,``/``:`` separators and non-ASCII emitted raw.
+* dense size (the REFERENCE's "compact size"): UTF-8 bytes of JSON with ``,``/``:`` separators and
+  non-ASCII emitted raw.
 * ASCII wire size: bytes of JSON with default separators and every non-ASCII character escaped.
 """
 
@@ -10,18 +11,18 @@ import json
 import math
 from typing import Any
 
-_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_DENSE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 _WIRE = json.JSONEncoder(ensure_ascii=True, allow_nan=False)
 
 
-def compact_dumps(value: Any) -> str:
-    """Compact JSON text (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected)."""
-    return _COMPACT.encode(value)
+def dense_dumps(value: Any) -> str:
+    """Dense JSON text (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected)."""
+    return _DENSE.encode(value)
 
 
-def compact_size(value: Any) -> int:
-    """UTF-8 byte length of :func:`compact_dumps`."""
-    return len(compact_dumps(value).encode("utf-8"))
+def dense_size(value: Any) -> int:
+    """UTF-8 byte length of :func:`dense_dumps`."""
+    return len(dense_dumps(value).encode("utf-8"))
 
 
 def ascii_dumps(value: Any) -> str:
@@ -38,7 +39,7 @@ def ensure_utf8_encodable(value: Any) -> None:
     """Raise ``ValueError`` when a string in ``value`` holds a lone surrogate (a valid JSON escape such as
     ``"\\ud800"`` that no UTF-8 text can carry, so no size can be measured and no answer written)."""
     try:
-        compact_dumps(value).encode("utf-8")
+        dense_dumps(value).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError("text must be valid Unicode: it contains a lone surrogate "
                          f"(\\u{ord(exc.object[exc.start]):04x})") from None

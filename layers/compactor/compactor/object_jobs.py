@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .jsonutil import compact_dumps
+from .jsonutil import dense_dumps
 
 INCOMING_PREFIX = "incoming/"
 COMPACTED_PREFIX = "compacted/"
@@ -253,7 +253,7 @@ def failure_body(failure: Failure, source: Source) -> dict[str, Any]:
 
 def encode(body: Any) -> bytes:
     """The stored bytes of a result: compact JSON, the same for the same body."""
-    return compact_dumps(body).encode("utf-8")
+    return dense_dumps(body).encode("utf-8")
 
 
 def same_version(metadata: Mapping[str, str] | None, source: Source) -> bool:

@@ -134,7 +134,7 @@ def summarize_call(*, route: str, status: int, body: Any, mode: str | None = Non
     ``compact``, ``flow`` on route ``flows`` and ``none`` otherwise. ``request_messages`` (legacy mode)
     gives the bytes in; without it the request body size stands in.
     """
-    from compactor.jsonutil import compact_size
+    from compactor.jsonutil import dense_size
 
     body = _mapping(body)
     compaction = _mapping(body.get("compaction"))
@@ -152,8 +152,8 @@ def summarize_call(*, route: str, status: int, body: Any, mode: str | None = Non
         met = compaction.get("target_met")
         target_met = met if isinstance(met, bool) else None
     elif mode == "legacy" and isinstance(body.get("messages"), list):
-        bytes_in = compact_size(list(request_messages)) if request_messages is not None else request_bytes
-        bytes_out = compact_size(body["messages"])
+        bytes_in = dense_size(list(request_messages)) if request_messages is not None else request_bytes
+        bytes_out = dense_size(body["messages"])
     elif mode == "flow":
         bytes_in, bytes_out = request_bytes, response_bytes
     if compaction or mode == "legacy":

@@ -37,7 +37,7 @@ from compactor.flow.partition import (
     unavailable_result,
 )
 from compactor.flow.values import MISSING
-from compactor.jsonutil import compact_dumps
+from compactor.jsonutil import dense_dumps
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class StepFunctionsFlowRunner:
         value = start_value(flow_input, conversation)
         components = partition.components
         run = f"{self.prefix}{self.run_id()}/"
-        payloads = {f"{run}{c.index}.json": compact_dumps(c.payload(value, conversation)) for c in components}
+        payloads = {f"{run}{c.index}.json": dense_dumps(c.payload(value, conversation)) for c in components}
         for component in components:
             _emit_started(on_event, component)
         try:

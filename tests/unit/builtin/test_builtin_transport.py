@@ -9,12 +9,12 @@ import pytest
 
 from compactor.catalog import bundled_catalog_path, load_catalog
 from compactor.decisions import validate_answers
-from compactor.jsonutil import compact_dumps, strict_loads
+from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.providers.base import BAD_REQUEST, ChatRequest, DecisionRequest, Offer, ProviderError
 from compactor.providers.builtin import BuiltinTransport
 
 SUMMARY_PROMPT = "Summarise each item. Each summary must use at most 128 UTF-8 bytes. Do not add ids."
-ITEM = compact_dumps([{"role": "assistant", "content": "long output follows " + "data " * 200}])
+ITEM = dense_dumps([{"role": "assistant", "content": "long output follows " + "data " * 200}])
 
 
 def offer(model: str, protocol: str) -> Offer:
@@ -44,7 +44,7 @@ def test_bundled_catalog_lists_the_two_builtin_offers() -> None:
 
 
 async def test_json_mode_chat_answers_every_id_within_the_prompt_budget() -> None:
-    user = compact_dumps({"fragment_2": ITEM, "fragment_3": "plain " * 100})
+    user = dense_dumps({"fragment_2": ITEM, "fragment_3": "plain " * 100})
     request = ChatRequest(messages=[{"role": "system", "content": SUMMARY_PROMPT},
                                     {"role": "user", "content": user}], max_tokens=512, json_mode=True)
     response = await BuiltinTransport().chat(SUMMARIZER, request, 20.0)

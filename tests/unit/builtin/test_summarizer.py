@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.jsonutil import compact_dumps, strict_loads
+from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.providers.builtin_summarizer import (
     item_budget, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
@@ -18,7 +18,7 @@ from .corpus import TRANSCRIPTS, load_messages, units
 
 def tool_unit(command: str, output: str, returncode: int = 0, note: str = "") -> str:
     arguments = json.dumps({"command": command})
-    return compact_dumps([
+    return dense_dumps([
         {"role": "assistant", "content": note,
          "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
         {"role": "tool", "tool_call_id": "call_1",
@@ -48,9 +48,9 @@ def test_tool_call_summary_keeps_call_exit_code_errors_and_output_ends() -> None
 
 
 def test_text_agent_units_are_understood() -> None:
-    action = compact_dumps({"role": "assistant",
+    action = dense_dumps({"role": "assistant",
                             "content": "THOUGHT: look at the config.\n\n```bash\ncat /testbed/pkg/config.py\n```"})
-    observation = compact_dumps({"role": "user",
+    observation = dense_dumps({"role": "user",
                                  "content": "<returncode>2</returncode>\n<output>\ncat: /testbed/pkg/config.py: "
                                             "No such file or directory\n</output>"})
     action_summary = summarize_item(action, 256)
@@ -88,14 +88,14 @@ def test_non_ascii_text_is_never_cut_inside_a_character() -> None:
 def test_json_reply_maps_exactly_the_given_ids() -> None:
     items = {"fragment_2": tool_unit("ls", "a\nb\n" * 200), "fragment_5": "plain text " * 50,
              "fragment_9": {"not": "a string"}}
-    reply = strict_loads(summarize_json_request(compact_dumps(items), 128))
+    reply = strict_loads(summarize_json_request(dense_dumps(items), 128))
     assert set(reply) == set(items)
     assert all(isinstance(value, str) and utf8_len(value) <= 128 for value in reply.values())
 
 
 def test_max_tokens_bounds_the_whole_reply() -> None:
     items = {f"fragment_{i}": tool_unit(f"cat file_{i}.py", "code line\n" * 500) for i in range(8)}
-    reply = summarize_json_request(compact_dumps(items), 1000, max_output_bytes=512 * 4)
+    reply = summarize_json_request(dense_dumps(items), 1000, max_output_bytes=512 * 4)
     assert utf8_len(reply) <= 512 * 4
     assert set(strict_loads(reply)) == set(items)
     unbounded = summarize_items(items, 1000)
@@ -113,8 +113,8 @@ def test_unparseable_user_content_is_rejected(content: str) -> None:
 def test_corpus_batches(path: Path, budget: int) -> None:
     all_units = units(load_messages(path))
     for start in range(0, len(all_units), 8):
-        items = {unit_id: compact_dumps(messages) for unit_id, messages in all_units[start:start + 8]}
-        reply_text = summarize_json_request(compact_dumps(items), budget)
+        items = {unit_id: dense_dumps(messages) for unit_id, messages in all_units[start:start + 8]}
+        reply_text = summarize_json_request(dense_dumps(items), budget)
         reply = strict_loads(reply_text)
         assert list(reply) == list(items)
         for unit_id, summary in reply.items():
@@ -123,7 +123,7 @@ def test_corpus_batches(path: Path, budget: int) -> None:
             assert utf8_len(summary) < original
             assert summary or original <= 1
             assert "\ufffd" not in summary
-        assert summarize_json_request(compact_dumps(items), budget) == reply_text  # deterministic
+        assert summarize_json_request(dense_dumps(items), budget) == reply_text  # deterministic
 
 
 def test_corpus_tool_call_summaries_name_the_command() -> None:
@@ -131,7 +131,7 @@ def test_corpus_tool_call_summaries_name_the_command() -> None:
     tool_units = [messages for _, messages in units(messages) if messages[0].get("tool_calls")]
     for unit_messages in tool_units[:10]:
         command = json.loads(unit_messages[0]["tool_calls"][0]["function"]["arguments"])["command"]
-        summary = summarize_item(compact_dumps(unit_messages), 256)
+        summary = summarize_item(dense_dumps(unit_messages), 256)
         assert summary.startswith("call: $ " + " ".join(command.split())[:20])
         assert "\nexit: " in summary
 

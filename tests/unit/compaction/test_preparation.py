@@ -104,7 +104,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from compactor.compaction.preparation import (  # noqa: E402
     BatchSizer, batch_items, batch_questions, batch_state)
-from compactor.jsonutil import compact_size  # noqa: E402
+from compactor.jsonutil import dense_size  # noqa: E402
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3000)
 
@@ -121,8 +121,8 @@ def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pin
         payload = {"state": batch_state(prep.instructions, prep.recent_evidence, batch.candidates),
                    "questions": batch_questions(batch.candidates)}
         assert sizer.decision_payload(batch) == ascii_wire_size(payload) <= 32000
-        assert sizer.summary_record(batch) == compact_size(batch_items(batch.candidates)) <= 50000
+        assert sizer.summary_record(batch) == dense_size(batch_items(batch.candidates)) <= 50000
         entry = {"state": payload["state"], "items": batch_items(batch.candidates)}
-        assert sizer.flow_input_entry(f"batch_{index}", batch) == compact_size({f"batch_{index}": entry}) - 2
+        assert sizer.flow_input_entry(f"batch_{index}", batch) == dense_size({f"batch_{index}": entry}) - 2
         flow_input[f"batch_{index}"] = entry
-    assert compact_size(flow_input) <= 900_000
+    assert dense_size(flow_input) <= 900_000

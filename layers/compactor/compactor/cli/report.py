@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from ..jsonutil import compact_size
+from ..jsonutil import dense_size
 
 
 class Progress:
@@ -72,8 +72,8 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
             original = messages[entry["start"]:entry["end"]]
             action = entry["action"]
             count = {"keep": len(original), "summarize": 1, "archive": 0}[action]
-            after = compact_size(output[cursor:cursor + count]) - 2 * (count > 0) if count else 0
-            before = compact_size(original) - 2
+            after = dense_size(output[cursor:cursor + count]) - 2 * (count > 0) if count else 0
+            before = dense_size(original) - 2
             cursor += count
             span = f"{entry['start']}-{entry['end'] - 1}" if entry["end"] - entry["start"] > 1 else str(entry["start"])
             lines.append(f"{entry['id']:<16} {span:>9}  {_roles(original):<28} {action:<9} {before:>8} {after:>8}")
@@ -94,7 +94,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
         lines.append(f"first changed message: {compaction.get('first_changed_index')}"
                      f"  (preserved prefix {compaction.get('preserved_prefix_bytes')} bytes)")
     else:
-        before, after = compact_size(messages), compact_size(output)
+        before, after = dense_size(messages), dense_size(output)
         lines.append(f"legacy seal: {'compacted' if body['compacted'] else 'unchanged'};"
                      f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
                      f" ({_pct(after, before)})")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
-from ..jsonutil import ascii_dumps, ascii_wire_size, compact_dumps, compact_size
+from ..jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
 from ..chat import Message
 from .units import Unit, instruction_pins, split_units, tail_indexes
 
@@ -126,7 +126,7 @@ class BatchSizer:
 
     def __init__(self, instructions: list[Message], recent: list[str]) -> None:
         self.decision_base = ascii_wire_size({"state": batch_state(instructions, recent, []), "questions": {}})
-        self.state_base = compact_size(batch_state(instructions, recent, []))
+        self.state_base = dense_size(batch_state(instructions, recent, []))
 
     def decision_payload(self, batch: Batch, extra: Candidate | None = None) -> int:
         n = len(batch.candidates) + (extra is not None)
@@ -153,14 +153,14 @@ def _candidate(messages: list[Message], unit: Unit, template: dict[str, Any]) ->
     unit_messages = messages[unit.start:unit.end]
     evidence, excerpted = evidence_view(unit_messages)
     question = fragment_question(template, excerpted)
-    item = compact_dumps(unit_messages)
+    item = dense_dumps(unit_messages)
     fragment = {"id": unit.id, "evidence": evidence}
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     return Candidate(
         unit, evidence, question, item,
         decision_bytes=ascii_wire_size(fragment) + key_bytes + 2 + ascii_wire_size(question),
-        record_bytes=key_bytes + 1 + compact_size(item),
-        state_bytes=compact_size(fragment),
+        record_bytes=key_bytes + 1 + dense_size(item),
+        state_bytes=dense_size(fragment),
     )
 
 
@@ -176,13 +176,13 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            text, _ = excerpt(compact_dumps(messages[unit.start:unit.end]), RECENT_EXCERPT_OVER, RECENT_HALF,
+            text, _ = excerpt(dense_dumps(messages[unit.start:unit.end]), RECENT_EXCERPT_OVER, RECENT_HALF,
                               RECENT_MARKER)
             recent.append(text)
 
-    original_bytes = compact_size(messages)
+    original_bytes = dense_size(messages)
     target = int(original_bytes * target_ratio)
-    retained = compact_size([m for u in units if u.id in protected for m in messages[u.start:u.end]])
+    retained = dense_size([m for u in units if u.id in protected for m in messages[u.start:u.end]])
     budget = summary_budget(target, retained, len(candidates))
 
     reasons: list[str] = []

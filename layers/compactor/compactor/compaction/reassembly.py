@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonutil import compact_size
+from ..jsonutil import dense_size
 from ..chat import Message
 from .preparation import Preparation
 
@@ -34,11 +34,11 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
                 value = values[unit.id]
                 if isinstance(value, str) and value != item and value.strip():
                     candidate = summary_message(unit.id, value)
-                    if compact_size(candidate) < len(item.encode("utf-8")):
+                    if dense_size(candidate) < len(item.encode("utf-8")):
                         action, emitted = "summarize", [candidate]
         output.extend(emitted)
         manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action})
-    output_bytes = compact_size(output)
+    output_bytes = dense_size(output)
     if output_bytes >= prep.original_bytes:  # expansion guard
         output, output_bytes = messages, prep.original_bytes
         for entry in manifest:
@@ -69,5 +69,5 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "reasons": list(prep.reasons),
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,
-        "preserved_prefix_bytes": prep.original_bytes if changed is None else compact_size(messages[:changed]),
+        "preserved_prefix_bytes": prep.original_bytes if changed is None else dense_size(messages[:changed]),
     }

@@ -14,11 +14,12 @@ from typing import Any, Final
 
 from ..decisions import DecisionValidationError, validate_payload
 from ..identity import fingerprint, sha256_identity
+from ..jsonutil import dense_dumps
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
 from .canonical import canonical_order, content_key, flow_encoding, node_encoding
 from .graph import DATA, DECISION, INPUT, KINDS, LLM, MODEL_KINDS, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
-from .values import MISSING, bounds_problem, dense_dumps
+from .values import MISSING, bounds_problem
 
 MAX_NODES: Final = 256
 

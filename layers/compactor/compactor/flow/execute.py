@@ -13,12 +13,12 @@ from typing import Any, Final, Protocol
 
 from ..budget import Deadline
 from ..decisions import DecisionValidationError, validate_answers, validate_payload
-from ..jsonutil import StrictJSONError, depth_exceeds, strict_loads
+from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, strict_loads
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..routing import RouteResult
 from . import data_ops
 from .graph import DATA, DECISION, FlowNode
-from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, dense_dumps, is_empty_container, utf8_len, view_of
+from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, utf8_len, view_of
 
 DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
 

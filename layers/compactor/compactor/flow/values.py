@@ -1,18 +1,15 @@
 """Typed flow values: the dense JSON text used for sizes and views, and the flow-input sentinel.
 
-The dense form (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected) is the serialisation
-behind every byte bound of the flow IR; it matches the shared ``size`` measure of ``jsonutil``.
+The dense form of ``jsonutil`` (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected) is the
+serialisation behind every byte bound of the flow IR.
 """
 
 from __future__ import annotations
 
 import enum
-import json
 from typing import Any, Final
 
-from ..jsonutil import depth_exceeds
-
-_DENSE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+from ..jsonutil import dense_dumps, dense_size, depth_exceeds
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32
@@ -25,16 +22,6 @@ class Missing(enum.Enum):
 
 
 MISSING: Final = Missing.MISSING
-
-
-def dense_dumps(value: Any) -> str:
-    """Dense JSON text of ``value`` (raises ``ValueError`` for NaN/Infinity, ``TypeError`` for non-JSON)."""
-    return _DENSE.encode(value)
-
-
-def dense_size(value: Any) -> int:
-    """UTF-8 byte length of :func:`dense_dumps`."""
-    return len(dense_dumps(value).encode("utf-8"))
 
 
 def utf8_len(text: str) -> int:

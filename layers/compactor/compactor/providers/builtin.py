@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..jsonutil import ascii_wire_size, compact_size
+from ..jsonutil import ascii_wire_size, dense_size
 from .base import (
     BAD_REQUEST, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
@@ -94,7 +94,7 @@ class BuiltinTransport:
         except ValueError as exc:  # an unsupported question type, or a non-finite number in the payload
             raise ProviderError(BAD_REQUEST, str(exc)) from exc
         tokens_in = estimated_tokens(payload_bytes)
-        tokens_out = estimated_tokens(compact_size(answers))
+        tokens_out = estimated_tokens(dense_size(answers))
         usage = {"input_tokens": tokens_in, "output_tokens": tokens_out,
                  "total_tokens": tokens_in + tokens_out, "cost": 0}
         return DecisionResponse(

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from ..jsonutil import compact_dumps, compact_size, strict_loads
+from ..jsonutil import dense_dumps, dense_size, strict_loads
 from .builtin_text import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
@@ -124,10 +124,10 @@ def summarize_items(items: dict[str, Any], budget: int, max_output_bytes: int | 
     """
     per_item = budget
     if max_output_bytes is not None and items:
-        available = max_output_bytes - compact_size({key: "" for key in items})
+        available = max_output_bytes - dense_size({key: "" for key in items})
         per_item = min(budget, max(1, available // len(items) * 7 // 8))
     return {
-        key: summarize_item(value if isinstance(value, str) else compact_dumps(value), per_item)
+        key: summarize_item(value if isinstance(value, str) else dense_dumps(value), per_item)
         for key, value in items.items()
     }
 
@@ -140,7 +140,7 @@ def summarize_json_request(user_content: str, budget: int, max_output_bytes: int
     items = strict_loads(user_content)
     if not isinstance(items, dict):
         raise ValueError("the user message must be a JSON object mapping ids to items")
-    return compact_dumps(summarize_items(items, budget, max_output_bytes))
+    return dense_dumps(summarize_items(items, budget, max_output_bytes))
 
 
 def split_rendered(rendered: str) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chat import content_text
-from ..jsonutil import compact_dumps
+from ..jsonutil import dense_dumps
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
 _FENCE = re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
@@ -85,7 +85,7 @@ class Action:
 
 
 def _scalar_text(value: Any) -> str:
-    return value if isinstance(value, str) else compact_dumps(value)
+    return value if isinstance(value, str) else dense_dumps(value)
 
 
 def tool_call_action(call: Any) -> Action | None:

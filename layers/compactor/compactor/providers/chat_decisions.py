@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonutil import StrictJSONError, compact_dumps, strict_loads
+from ..jsonutil import StrictJSONError, dense_dumps, strict_loads
 from .base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
@@ -43,7 +43,7 @@ def decision_messages(payload: dict[str, Any]) -> list[dict[str, str]]:
     """The chat messages that ask for ``payload`` (``{state, questions}``)."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": compact_dumps(payload)},
+        {"role": "user", "content": dense_dumps(payload)},
     ]
 
 
