@@ -20,7 +20,6 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 from aws_lambda_powertools.logging import correlation_paths
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import http_api
@@ -44,22 +43,12 @@ def _observed(route: str, result: tuple[int, dict[str, Any]], started_at: float,
     ended_at = time.time()
     status, body = result
     response = _json(status, body)
-    response_bytes = len(response.body.encode("utf-8", "surrogatepass"))
     observability.record_call(
         route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-        started_at=started_at, ended_at=ended_at, response_bytes=response_bytes,
+        started_at=started_at, ended_at=ended_at, response_bytes=len(response.body.encode("utf-8")),
         **observability.api_request_details(app.current_event.raw_event), **details,
     )
     return response
-
-
-def _batch_runner() -> Any:
-    """The Step Functions batch fan-out when ``COMPACTOR_BATCH_FANOUT=stepfunctions``, else None (inline)."""
-    if os.environ.get("COMPACTOR_BATCH_FANOUT", "inline") != "stepfunctions":
-        return None
-    from compactor_aws.stepfunctions_runner import configured_runner
-
-    return configured_runner()
 
 
 @app.get("/healthz")
@@ -72,9 +61,10 @@ def healthz() -> Response[str]:
 @app.post("/compact")
 def compact(request: CompactRequest) -> Response[str]:
     from compactor import service
+    from compactor_aws.stepfunctions_runner import configured_runner  # None unless BatchFanOut=stepfunctions
 
     started_at = time.time()
-    result = service.handle_compact(request, lambda_context=app.lambda_context, flow_runner=_batch_runner())
+    result = service.handle_compact(request, lambda_context=app.lambda_context, flow_runner=configured_runner())
     return _observed("compact", result, started_at, mode="decision" if request.decision_mode else "legacy",
                      request_messages=request.messages)
 
@@ -123,8 +113,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         response = http_api.proxy_response(413, http_api.too_large_body())
     else:
         response = app.resolve(event, context)
-    status = int(response["statusCode"])
-    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
-    metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=int(400 <= status < 500))
-    metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
+    observability.record_request(metrics, int(response["statusCode"]))
     return response

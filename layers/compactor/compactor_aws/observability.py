@@ -342,3 +342,12 @@ def record_call(*, route: str, status: int, body: Any, logger: Any, metrics: Any
         logger.warning("observability failed: %s", type(error).__name__,
                        extra={"record_type": "observability_error", "route": route, "request_id": request_id})
         return None
+
+
+def record_request(metrics: Any, status: int) -> None:
+    """The handler's per-request counters: ``Requests``, ``ClientErrors``, ``ServerErrors``."""
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=int(400 <= status < 500))
+    metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
