@@ -1,0 +1,53 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from compactor.cli.main import main
+from compactor.cli.transcript_io import TranscriptError, parse_transcript
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+
+
+def test_claude_code_jsonl_becomes_openai_messages_with_paired_tool_results():
+    text = (CORPUS / "ccb_claude-opus-4-5_dependeval-java-accountauthenticator.jsonl").read_text()
+    messages, fields = parse_transcript(text)
+    assert fields == {}
+    calls = {c["id"] for m in messages for c in m.get("tool_calls") or []}
+    results = [m for m in messages if m["role"] == "tool"]
+    assert len(calls) == 2 and {m["tool_call_id"] for m in results} == calls
+    assert all(m["role"] in {"user", "assistant", "tool"} for m in messages)
+
+
+def test_request_body_keeps_only_request_fields():
+    messages, fields = parse_transcript(json.dumps({"messages": [{"role": "user", "content": "x"}],
+                                                    "keep_recent": 2, "trajectory_format": "x"}))
+    assert fields == {"keep_recent": 2} and messages == [{"role": "user", "content": "x"}]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"), ("42", "expected"), ('{"role": "user", "content": "x"}\nnot json', "line 2"),
+    ('{"a": 1}\n{"b": 2}', "line 1"), ("[1]", "message 0"),
+])
+def test_bad_input_names_the_problem(text, message):
+    with pytest.raises(TranscriptError, match=message):
+        parse_transcript(text)
+
+
+def test_pin_task_lets_text_agents_compact(tmp_path, capsys):
+    source = CORPUS / "swe-agent-v0-text_gpt-4_pydicom-1458.json"
+    default_out, task_out = tmp_path / "default.json", tmp_path / "task.json"
+    assert main(["compact", str(source), "-o", str(default_out)]) == 0
+    report = capsys.readouterr().err
+    assert "fragment_or_decision_context_limit" in report and "hint: the pinned messages alone fill" in report
+    assert json.loads(default_out.read_text()) == json.loads(source.read_text())  # nothing could be compacted
+    assert main(["compact", str(source), "--pin-task", "--json", "-o", str(task_out)]) == 0
+    body = json.loads(task_out.read_text())
+    original = json.loads(source.read_text())
+    assert body["compaction"]["output_bytes"] < body["compaction"]["original_bytes"]
+    assert body["messages"][:2] == original[:2]  # system prompt and the task stay byte-identical
+
+
+def test_unreadable_file_is_exit_2(tmp_path, capsys):
+    assert main(["compact", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json" in capsys.readouterr().err
