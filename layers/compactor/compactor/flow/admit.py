@@ -1,7 +1,7 @@
 """Admission of a flow term (REFERENCE §4.3): every check runs before any effect.
 
 Core rules (shape, kinds, options, arity, references, acyclicity, every node on an input→output
-path, policies, decision questions) then the host rules for typed flows (term and ``flow_input``
+path, policies, decision questions, decision routing of llm nodes) then the host rules for typed flows (term and ``flow_input``
 ≤ 1 MiB and depth ≤ 32, decision questions through the host decision validation). A failure raises
 :class:`FlowAdmissionError`; the HTTP layer answers ``flow_ir rejected at admission: <message>``.
 """
@@ -17,8 +17,21 @@ from ..identity import fingerprint, sha256_identity
 from ..jsonutil import dense_dumps
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
-from .canonical import canonical_order, content_key, flow_encoding, node_encoding
-from .graph import DATA, DECISION, INPUT, KINDS, LLM, MODEL_KINDS, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
+from .canonical import canonical_order, content_key, flow_encoding, node_encoding, routing_key
+from .graph import (
+    DATA,
+    DECISION,
+    INPUT,
+    KINDS,
+    LLM,
+    MODEL_KINDS,
+    OUTPUT,
+    AdmittedFlow,
+    AdmittedPolicyLike,
+    AdmittedRouting,
+    FlowNode,
+)
+from .routed import ROUTE_QUESTION, route_question
 from .values import MISSING, bounds_problem
 
 MAX_NODES: Final = 256
@@ -52,9 +65,11 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
     if flow_input is not MISSING:
         _check_flow_input(flow_input)
     input_label = _check_graph(nodes, inputs)
-    policies = _admit_policies(nodes, admit_policy)
+    admit = _PolicyAdmitter(admit_policy)
+    policies = _admit_policies(nodes, admit)
+    routings = _admit_routings(nodes, admit)
     _check_questions_for_host(nodes)
-    return _canonicalise(nodes, inputs, input_label, policies, typed)
+    return _canonicalise(nodes, inputs, input_label, policies, routings, typed)
 
 
 def _nodes_of(flow_ir: Any) -> dict[str, Any]:
@@ -158,25 +173,54 @@ def _closure(start: str, edges: Mapping[str, set[str]]) -> set[str]:
     return seen
 
 
-def _admit_policies(nodes: Mapping[str, Any],
-                    admit_policy: Callable[[Any], AdmittedPolicyLike]) -> dict[str, AdmittedPolicyLike]:
-    """Admit each model node's policy; identical terms are admitted once."""
-    admitted: dict[str, AdmittedPolicyLike] = {}
-    by_text: dict[str, AdmittedPolicyLike] = {}
-    for label, node in nodes.items():
-        if node["kind"] not in MODEL_KINDS:
-            continue
+class _PolicyAdmitter:
+    """Admits policy terms with the host callable; identical terms are admitted once."""
+
+    def __init__(self, admit_policy: Callable[[Any], AdmittedPolicyLike]) -> None:
+        self.admit_policy = admit_policy
+        self.by_text: dict[str, AdmittedPolicyLike] = {}
+
+    def __call__(self, label: str, term: Any, what: str = "policy") -> AdmittedPolicyLike:
         try:
-            text = dense_dumps(node["policy"])
+            text = dense_dumps(term)
         except (TypeError, ValueError) as exc:
-            raise _node_error(label, f"policy is not finite JSON ({exc})") from exc
-        if text not in by_text:
+            raise _node_error(label, f"{what} is not finite JSON ({exc})") from exc
+        if text not in self.by_text:
             try:
-                by_text[text] = admit_policy(node["policy"])
+                self.by_text[text] = self.admit_policy(term)
             except PolicyAdmissionError as exc:
-                raise _node_error(label, f"policy rejected: {exc}") from exc
-        admitted[label] = by_text[text]
-    return admitted
+                raise _node_error(label, f"{what} rejected: {exc}") from exc
+        return self.by_text[text]
+
+
+def _admit_policies(nodes: Mapping[str, Any], admit: _PolicyAdmitter) -> dict[str, AdmittedPolicyLike]:
+    """Admit each model node's policy."""
+    return {label: admit(label, node["policy"]) for label, node in nodes.items() if node["kind"] in MODEL_KINDS}
+
+
+def _admit_routings(nodes: Mapping[str, Any], admit: _PolicyAdmitter) -> dict[str, AdmittedRouting]:
+    """Admit the routing policy and every choice policy of each decision-routed llm node, check its
+    route question against the host decision validation and compute its routing key."""
+    routings: dict[str, AdmittedRouting] = {}
+    for label, node in nodes.items():
+        routing = node.get("routing") if node["kind"] == LLM else None
+        if routing is None:
+            continue
+        policy = admit(label, routing["policy"], "routing policy")
+        choices = {choice_id: admit(label, choice["policy"], f"routing choice {choice_id!r} policy")
+                   for choice_id, choice in routing["choices"].items()}
+        descriptions = {choice_id: choice["description"] for choice_id, choice in routing["choices"].items()}
+        try:
+            validate_payload({"state": {}, "questions": {
+                ROUTE_QUESTION: route_question(routing["instructions"], descriptions)}})
+        except DecisionValidationError as exc:
+            raise _node_error(label, f"routing question: {exc.message}") from exc
+        key = routing_key(routing, policy.encoding, {choice_id: p.encoding for choice_id, p in choices.items()})
+        routings[label] = AdmittedRouting(
+            policy=policy, instructions=routing["instructions"], descriptions=descriptions, choices=choices,
+            fallback=routing["fallback"], min_confidence=routing.get("min_confidence", opts.DEFAULT_MIN_CONFIDENCE),
+            timeout_ms=routing.get("timeout_ms", opts.DEFAULT_ROUTING_TIMEOUT_MS), key=key)
+    return routings
 
 
 def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
@@ -191,8 +235,10 @@ def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
 
 
 def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], input_label: str,
-                  policies: Mapping[str, AdmittedPolicyLike], typed: bool) -> AdmittedFlow:
-    keys = {label: content_key(node["kind"], node, policies[label].encoding if label in policies else None)
+                  policies: Mapping[str, AdmittedPolicyLike], routings: Mapping[str, AdmittedRouting],
+                  typed: bool) -> AdmittedFlow:
+    keys = {label: content_key(node["kind"], node, policies[label].encoding if label in policies else None,
+                               routings[label].key if label in routings else None)
             for label, node in nodes.items()}
     order = canonical_order(keys, inputs, input_label)
     number = {label: index for index, label in enumerate(order)}
@@ -204,7 +250,8 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
             successors[source].append(index)
         flow_nodes.append(FlowNode(
             index=index, label=label, kind=nodes[label]["kind"], inputs=node_inputs, spec=nodes[label],
-            policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs)))
+            policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs),
+            routing=routings.get(label)))
     encoding = flow_encoding([node.encoding for node in flow_nodes])
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,

@@ -63,9 +63,23 @@ def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {key: spec[key] for key in TYPED_OPTION_KEYS if key in spec}
 
 
-def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None) -> str:
+def routing_key(routing: Mapping[str, Any], policy_encoding: str, choice_encodings: Mapping[str, str]) -> str:
+    """The routing key of a decision-routed llm node: the typed options encoding of its ``routing``
+    record as submitted (present keys only, like the typed options), with the routing policy and
+    every choice policy replaced by its sigma-pol/v2 encoding. Choice order does not matter; node
+    ids never enter it; any change of a routing field (or of a policy's normal form) changes it."""
+    record = dict(routing)
+    record["policy"] = policy_encoding
+    record["choices"] = {choice_id: {**choice, "policy": choice_encodings[choice_id]}
+                         for choice_id, choice in routing["choices"].items()}
+    return encode_typed(record)
+
+
+def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None,
+                routing: str | None = None) -> str:
     """Everything that identifies a node except its id and inputs: ``kind`` followed by the
-    `` system=… policy=… template=… data=…`` parts of its encoding."""
+    `` system=… policy=… template=… routing=… data=…`` parts of its encoding (``routing`` is the
+    node's routing key, llm nodes only)."""
     parts = [kind]
     if kind == LLM:
         parts.append(f" system={quote(spec['system'])}")
@@ -73,6 +87,8 @@ def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None)
         parts.append(f" policy={policy_encoding}")
     if kind == LLM and "template" in spec:
         parts.append(f" template={quote(spec['template'])}")
+    if kind == LLM and routing is not None:
+        parts.append(f" routing={routing}")
     options = typed_options(spec)
     if options:
         parts.append(f" data={encode_typed(options)}")
@@ -146,6 +162,12 @@ def normalized_term(flow: AdmittedFlow) -> list[Any]:
         rewritten = dict(node.spec)
         if node.policy is not None:
             rewritten["policy"] = node.policy.policy.term
+        if node.routing is not None:
+            routing = dict(rewritten["routing"])
+            routing["policy"] = node.routing.policy.policy.term
+            routing["choices"] = {choice_id: {**choice, "policy": node.routing.choices[choice_id].policy.term}
+                                  for choice_id, choice in routing["choices"].items()}
+            rewritten["routing"] = routing
         if "inputs" in rewritten or node.inputs:
             rewritten["inputs"] = [f"n{i}" for i in node.inputs]
         nodes[node.cid] = rewritten

@@ -34,6 +34,20 @@ class AdmittedPolicyLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class AdmittedRouting:
+    """The admitted ``routing`` record of a decision-routed llm node (REFERENCE §4.8), defaults applied."""
+
+    policy: AdmittedPolicyLike  # the routing decision's policy (decisions protocol)
+    instructions: str
+    descriptions: Mapping[str, str]  # choice id -> description, in submitted order
+    choices: Mapping[str, AdmittedPolicyLike]  # choice id -> the policy that runs the generation
+    fallback: str  # a choice id
+    min_confidence: float
+    timeout_ms: int
+    key: str  # the routing key of the node's encoding
+
+
+@dataclass(frozen=True, slots=True)
 class FlowNode:
     """One admitted node. ``spec`` is the submitted node object: read it, never mutate it."""
 
@@ -44,6 +58,7 @@ class FlowNode:
     spec: Mapping[str, Any]
     policy: AdmittedPolicyLike | None
     encoding: str  # this node's part of the sigma-flow/v1 encoding
+    routing: AdmittedRouting | None = None  # decision-routed llm nodes only
 
     @property
     def cid(self) -> str:

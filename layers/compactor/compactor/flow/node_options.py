@@ -6,6 +6,7 @@ the node id and raises.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -51,6 +52,16 @@ MAX_QUESTIONS: Final = 32
 MAX_QUESTION_NAME_BYTES: Final = 64
 MAX_TEXT_BYTES: Final = 2000
 MAX_CRITERIA: Final = 32
+
+# Decision routing on llm nodes (REFERENCE §4.8).
+ROUTING_KEYS: Final = frozenset({"policy", "instructions", "choices", "fallback", "min_confidence", "timeout_ms"})
+ROUTING_CHOICE_KEYS: Final = frozenset({"description", "policy"})
+MIN_ROUTING_CHOICES: Final = 2
+MAX_ROUTING_CHOICES: Final = 16
+ROUTING_TIMEOUT_MS_RANGE: Final = (100, 10_000)
+# No confidence threshold unless the flow sets one (an answer without confidence is still uncertain).
+DEFAULT_MIN_CONFIDENCE: Final = 0.0
+DEFAULT_ROUTING_TIMEOUT_MS: Final = 2500
 
 
 def a_kind(kind: str) -> str:
@@ -103,8 +114,63 @@ def llm_option_problem(node: Mapping[str, Any]) -> str | None:
     if "max_tokens" in node and not _is_int_in(node["max_tokens"], *MAX_TOKENS_RANGE):
         return "max_tokens must be an integer 1–4096"
     if "routing" in node:
-        return "routing (decision-routed llm nodes) is not supported by this runtime yet"
+        return routing_problem(node["routing"])
     return None
+
+
+def routing_problem(routing: Any) -> str | None:
+    """The ``routing`` record of a decision-routed llm node (REFERENCE §4.8).
+
+    Keys: ``policy`` (the routing decision's policy, decisions protocol), ``instructions`` (1–2000
+    bytes), ``choices`` (2–16 ids of 1–64 bytes, each ``{description, policy}`` with a 1–2000-byte
+    description) and ``fallback`` (a choice id) are required; ``min_confidence`` (finite, 0–1,
+    default :data:`DEFAULT_MIN_CONFIDENCE`) and ``timeout_ms`` (integer 100–10000, default
+    :data:`DEFAULT_ROUTING_TIMEOUT_MS`) are optional. Unknown keys are rejected, in the record and in
+    every choice. Policies are admitted afterwards, with the node's.
+    """
+    if not isinstance(routing, dict):
+        return "routing must be an object"
+    unknown = sorted(key for key in routing if key not in ROUTING_KEYS)
+    if unknown:
+        return f"option {unknown[0]!r} is not allowed in routing"
+    if "policy" not in routing:
+        return "routing needs a policy"
+    if not _is_description(routing.get("instructions")):
+        return "routing instructions must be 1–2000 bytes"
+    choices = routing.get("choices")
+    if not isinstance(choices, dict) or not MIN_ROUTING_CHOICES <= len(choices) <= MAX_ROUTING_CHOICES:
+        return f"routing choices must be an object with {MIN_ROUTING_CHOICES}–{MAX_ROUTING_CHOICES} choices"
+    for choice_id, choice in choices.items():
+        if not _is_name(choice_id, MAX_QUESTION_NAME_BYTES):
+            return "routing choice ids must be 1–64 bytes"
+        problem = _routing_choice_problem(choice)
+        if problem:
+            return f"routing choice {choice_id!r}: {problem}"
+    if not (isinstance(routing.get("fallback"), str) and routing["fallback"] in choices):
+        return "routing fallback must name a choice"
+    if "min_confidence" in routing and not _is_unit_number(routing["min_confidence"]):
+        return "routing min_confidence must be a finite number 0–1"
+    if "timeout_ms" in routing and not _is_int_in(routing["timeout_ms"], *ROUTING_TIMEOUT_MS_RANGE):
+        return "routing timeout_ms must be an integer 100–10000"
+    return None
+
+
+def _routing_choice_problem(choice: Any) -> str | None:
+    if not isinstance(choice, dict):
+        return "a choice must be an object"
+    unknown = sorted(key for key in choice if key not in ROUTING_CHOICE_KEYS)
+    if unknown:
+        return f"option {unknown[0]!r} is not allowed in a routing choice"
+    if not _is_description(choice.get("description")):
+        return "description must be 1–2000 bytes"
+    if "policy" not in choice:
+        return "a choice needs a policy"
+    return None
+
+
+def _is_unit_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= 1)
 
 
 def data_option_problem(node: Mapping[str, Any]) -> str | None:
