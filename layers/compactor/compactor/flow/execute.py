@@ -16,8 +16,8 @@ from ..decisions import DecisionValidationError, validate_answers, validate_payl
 from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, strict_loads
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..routing import RouteResult
-from . import data_ops
-from .graph import DATA, DECISION, FlowNode
+from . import data_ops, routed
+from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
 from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, utf8_len, view_of
 
 DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
@@ -109,7 +109,8 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     result = await _bounded(
         lambda timeout_s: router.decide(node.policy, request, deadline=deadline, timeout_s=timeout_s),
         node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)
-    response = _record_route(entry, node, result)
+    assert node.policy is not None
+    response = _record_route(entry, node.policy, result)
     # Every transport's answer is checked against this node's questions (REFERENCE §6.3), whoever served it.
     answer = {"model": response.model, "answers": response.answers, "usage": response.usage}
     try:
@@ -123,17 +124,86 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
                    deadline: Deadline, conversation: Sequence[Mapping[str, Any]],
                    proposed_tool_calls: Sequence[Mapping[str, Any]]) -> NodeOutcome:
     messages: list[dict[str, Any]] = [] if node.option("context") == "inputs" else [dict(m) for m in conversation]
+    prompt = build_prompt(node.option("template"), values, proposed_tool_calls)
     messages.append({"role": "system", "content": node.spec["system"]})
-    messages.append({"role": "user", "content": build_prompt(node.option("template"), values, proposed_tool_calls)})
+    messages.append({"role": "user", "content": prompt})
     json_mode = node.option("output_format") == "json"
     request = ChatRequest(messages=messages, max_tokens=node.option("max_tokens"), json_mode=json_mode)
+    timeout_ms = node.option("timeout_ms")
+    # A routed node's timeout covers the routing decision and the generation together.
+    node_deadline = None if timeout_ms is None or node.routing is None else Deadline.after_ms(timeout_ms)
+    policy = node.policy
+    if node.routing is not None:
+        policy = await _route(node.routing, entry, router, deadline, node_deadline, timeout_ms, conversation, prompt)
+        if deadline.expired:
+            entry["cost_reported"] = 0  # the generation was not called
+            raise _NodeFailure(FLOW_DEADLINE, "no time left after routing; generation not called")
+        if node_deadline is not None and node_deadline.expired:
+            entry["cost_reported"] = 0
+            raise _NodeFailure(TIMEOUT, f"node timeout after {timeout_ms} ms during routing; generation not called")
+    assert policy is not None
     result = await _bounded(
-        lambda timeout_s: router.chat(node.policy, request, deadline=deadline, timeout_s=timeout_s),
-        node.option("timeout_ms"), deadline)
-    response = _record_route(entry, node, result)
+        lambda timeout_s: router.chat(policy, request, deadline=deadline, timeout_s=timeout_s),
+        timeout_ms, deadline, left_s=None if node_deadline is None else node_deadline.remaining_s())
+    response = _record_route(entry, policy, result)
     if json_mode:
         return NodeOutcome(parse_json_output(response), entry, OK)
     return NodeOutcome(response.text or "", entry, OK, tool_calls=response.tool_calls or None)
+
+
+async def _route(routing: AdmittedRouting, entry: dict[str, Any], router: FlowRouter, deadline: Deadline,
+                 node_deadline: Deadline | None, node_timeout_ms: int | None,
+                 conversation: Sequence[Mapping[str, Any]], prompt: str) -> AdmittedPolicyLike:
+    """The routing decision of a decision-routed llm node (REFERENCE §4.8): one ``route`` choice
+    question over a bounded projection of the conversation and the node's prompt. Fills
+    ``entry["routing"]`` and returns the policy that runs the generation: the proposed choice's, or
+    the fallback choice's when the decision failed, timed out, raised, was invalid or uncertain.
+    Never raises for a failed decision (cancellation propagates)."""
+    record: dict[str, Any] = {
+        "selected": None, "fallback_used": False, "fallback_reason": None, "proposed": None, "confidence": None,
+        "probabilities": None, "cost_usd": None, "tokens_in": None, "tokens_out": None, "model": None,
+        "decision_trace": None,
+    }
+    entry["routing"] = record
+
+    def settle(proposed: str | None, reason: str | None, error: str | None = None) -> AdmittedPolicyLike:
+        selected = routing.fallback if reason is not None or proposed is None else proposed
+        record.update(selected=selected, fallback_used=reason is not None, fallback_reason=reason)
+        if error:
+            record["error"] = error
+        return routing.choices[selected]
+
+    questions = {routed.ROUTE_QUESTION: routed.route_question(routing.instructions, routing.descriptions)}
+    try:
+        payload = routed.fitted_payload(routed.routing_state(conversation, prompt), questions)
+    except DecisionValidationError as exc:
+        record["cost_usd"] = 0  # nothing was sent
+        return settle(None, routed.INVALID_DECISION, exc.message)
+    request = DecisionRequest(state=payload["state"], questions=questions)
+    left_s, limit_ms, label = routing.timeout_ms / 1000, routing.timeout_ms, "routing timeout"
+    if node_deadline is not None and node_deadline.remaining_s() < left_s:
+        left_s, limit_ms, label = node_deadline.remaining_s(), node_timeout_ms, "node timeout"
+    try:
+        result = await _bounded(
+            lambda timeout_s: router.decide(routing.policy, request, deadline=deadline, timeout_s=timeout_s),
+            limit_ms, deadline, left_s=left_s, label=label)
+    except _NodeFailure as failure:  # the call was cancelled or raised: its cost is unknown
+        reason = routed.DECISION_TIMEOUT if failure.kind == TIMEOUT else routed.DECISION_ERROR
+        return settle(None, reason, failure.text)
+    response, chosen = result.response, result.chosen
+    record["decision_trace"] = result.trace or None
+    if not result.ok or response is None or chosen is None:
+        kind = result.error_kind or "upstream_error"
+        record["cost_usd"] = 0 if kind == NO_CANDIDATES else None  # no offer was called
+        return settle(None, routed.DECISION_FAILED, f"{kind}: {result.error_message}" if result.error_message else kind)
+    record.update(cost_usd=_route_cost(result), tokens_in=response.tokens_in, tokens_out=response.tokens_out,
+                  model=getattr(response, "model", None) or chosen.model)
+    answer = {"model": getattr(response, "model", None), "answers": getattr(response, "answers", None),
+              "usage": getattr(response, "usage", None)}
+    choice, error = routed.read_answer(questions, answer, model_family=chosen.family,
+                                       min_confidence=routing.min_confidence)
+    record.update(proposed=choice.proposed, confidence=choice.confidence, probabilities=choice.probabilities)
+    return settle(choice.proposed, choice.fallback_reason, error)
 
 
 def build_prompt(template: str | None, values: Sequence[Any],
@@ -184,9 +254,11 @@ def parse_json_output(response: ChatResponse) -> Any:
 
 
 async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeout_ms: int | None,
-                   deadline: Deadline) -> RouteResult:
-    """Run a routed call under the node timeout and the time left, cancelling it at either bound."""
-    node_limit = None if timeout_ms is None else timeout_ms / 1000
+                   deadline: Deadline, *, left_s: float | None = None, label: str = "node timeout") -> RouteResult:
+    """Run a routed call under the node timeout and the time left, cancelling it at either bound.
+    ``left_s`` is what remains of ``timeout_ms`` when part of it was spent already; ``label`` names
+    the timeout in the failure message."""
+    node_limit = left_s if left_s is not None else (None if timeout_ms is None else timeout_ms / 1000)
     remaining = deadline.remaining_s()
     limit = remaining if node_limit is None else min(node_limit, remaining)
     scope = asyncio.timeout(limit)
@@ -197,16 +269,23 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
         if not scope.expired():
             raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
         if node_limit is not None and node_limit <= remaining:
-            raise _NodeFailure(TIMEOUT, f"node timeout after {timeout_ms} ms; call cancelled") from exc
+            raise _NodeFailure(TIMEOUT, f"{label} after {timeout_ms} ms; call cancelled") from exc
         raise _NodeFailure(TIMEOUT, "flow budget expired; call cancelled") from exc
     except Exception as exc:  # any router defect is a clean node failure, never a crash
         raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
 
 
-def _record_route(entry: dict[str, Any], node: FlowNode, result: RouteResult) -> Any:
+def _route_cost(result: RouteResult) -> float | None:
+    """The USD cost of a successful routed call, billed failed attempts before it included."""
+    cost = result.cost_usd
+    if cost is not None and result.failed_cost_usd:
+        cost = round(cost + result.failed_cost_usd, 12)
+    return cost
+
+
+def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: RouteResult) -> Any:
     """Add the routed call's model fields to ``entry``; return the response or raise its failure."""
-    assert node.policy is not None
-    entry["policy_fingerprint"] = result.trace.get("policy_fingerprint") or node.policy.fingerprint
+    entry["policy_fingerprint"] = result.trace.get("policy_fingerprint") or policy.fingerprint
     response, chosen = result.response, result.chosen
     if not result.ok or response is None or chosen is None:
         kind = result.error_kind or "upstream_error"
@@ -215,9 +294,7 @@ def _record_route(entry: dict[str, Any], node: FlowNode, result: RouteResult) ->
         entry["latency_ms"] = result.latency_ms
         entry["decision_trace"] = result.trace or None
         raise _NodeFailure(kind, result.error_message or "")
-    cost = result.cost_usd
-    if cost is not None and result.failed_cost_usd:
-        cost = round(cost + result.failed_cost_usd, 12)  # billed attempts that failed before this one
+    cost = _route_cost(result)
     entry.update(
         provider=chosen.provider,
         served_model_id=getattr(response, "served_model_id", None) or getattr(response, "model", None)

@@ -2,7 +2,9 @@
 
 The aggregate cost is known only if every traced node's cost is known (data and skipped nodes cost
 0; a model node costs its ``cost_reported`` when that is a non-negative number, else its prices ×
-tokens when both token counts are present); otherwise it is ``None``, never a partial sum.
+tokens when both token counts are present) and every routing decision's cost is known (the
+``routing`` entry of a decision-routed llm node, REFERENCE §4.8); otherwise it is ``None``, never a
+partial sum. Token sums include the routing decisions.
 """
 
 from __future__ import annotations
@@ -21,7 +23,18 @@ def _is_number(value: Any) -> bool:
 
 
 def node_cost(entry: Mapping[str, Any]) -> float | None:
-    """The USD cost of one traced node, or ``None`` when it is unknown."""
+    """The USD cost of one traced node (its routing decision included), or ``None`` when it is unknown."""
+    cost = _call_cost(entry)
+    routing = entry.get("routing")
+    if cost is None or not isinstance(routing, Mapping):
+        return cost
+    routing_cost = routing.get("cost_usd")
+    if not (_is_number(routing_cost) and routing_cost >= 0):
+        return None
+    return cost + float(routing_cost)
+
+
+def _call_cost(entry: Mapping[str, Any]) -> float | None:
     reported = entry.get("cost_reported")
     if _is_number(reported) and reported >= 0:
         return float(reported)
@@ -46,7 +59,12 @@ class FlowTotals:
 
 
 def _token_sum(entries: list[Mapping[str, Any]], key: str) -> int | None:
-    total = sum(entry.get(key) or 0 for entry in entries)
+    total = 0
+    for entry in entries:
+        total += entry.get(key) or 0
+        routing = entry.get("routing")
+        if isinstance(routing, Mapping):
+            total += routing.get(key) or 0
     return total or None
 
 

@@ -23,7 +23,8 @@ def trim_decision_trace(trace: Any) -> Any:
     """Cap ``ranked``/``rejected`` at 10 entries, adding ``ranked_total``, ``rejected_total`` and
     ``rejected_reasons`` (count per reason; non-string reasons count as ``"unknown"``).
 
-    Applied recursively to every ``flow_nodes[i].decision_trace``. ``decision_path`` is never
+    Applied recursively to every ``flow_nodes[i].decision_trace`` (and ``flow_nodes[i].routing.
+    decision_trace``). ``decision_path`` is never
     trimmed, the input is not mutated, and trimming a trimmed trace changes nothing. Anything that
     is not a dict is returned as it is.
     """
@@ -47,6 +48,12 @@ def trim_decision_trace(trace: Any) -> Any:
 
 
 def _trim_node(node: Any) -> Any:
-    if not isinstance(node, dict) or not isinstance(node.get("decision_trace"), dict):
+    if not isinstance(node, dict):
         return node
-    return {**node, "decision_trace": trim_decision_trace(node["decision_trace"])}
+    out = node
+    if isinstance(node.get("decision_trace"), dict):
+        out = {**out, "decision_trace": trim_decision_trace(node["decision_trace"])}
+    routing = node.get("routing")  # a decision-routed llm node's routing decision
+    if isinstance(routing, dict) and isinstance(routing.get("decision_trace"), dict):
+        out = {**out, "routing": {**routing, "decision_trace": trim_decision_trace(routing["decision_trace"])}}
+    return out
