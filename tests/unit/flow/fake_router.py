@@ -2,7 +2,8 @@
 
 Handlers receive the request and return a ChatResponse/DecisionResponse (billed through the offer's
 prices, or its reported cost), a ProviderError (a failed route), a RouteResult (returned as is), or
-raise (the router itself failing). Handlers may be async; ``latency_s`` delays every call.
+raise (the router itself failing). Handlers may be async; ``latency_s`` delays every call;
+``chat_offers`` picks the serving chat offer by policy fingerprint (default :data:`CHAT_OFFER`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Call:
     kind: str  # "chat" | "decide"
     request: Any
     timeout_s: float | None
+    policy: Any = None  # the AdmittedPolicy the call was routed with
 
 
 def first_choice_answers(request: DecisionRequest) -> DecisionResponse:
@@ -52,8 +54,9 @@ class FakeRouter:
 
     def __init__(self, *, chat: Callable[[ChatRequest], Any] = ok_text,
                  decide: Callable[[DecisionRequest], Any] = first_choice_answers,
-                 latency_s: float = 0.0, ranked_extra: int = 0) -> None:
+                 latency_s: float = 0.0, ranked_extra: int = 0, chat_offers: dict[str, Offer] | None = None) -> None:
         self.chat_handler = chat
+        self.chat_offers = chat_offers or {}  # policy fingerprint -> the offer that serves chats routed with it
         self.decide_handler = decide
         self.latency_s = latency_s
         self.ranked_extra = ranked_extra
@@ -67,7 +70,8 @@ class FakeRouter:
 
     async def chat(self, policy: AdmittedPolicy, request: ChatRequest, *, needs: frozenset[str] = frozenset(),
                    deadline: Any = None, timeout_s: float | None = None) -> RouteResult:
-        return await self._route("chat", CHAT_OFFER, self.chat_handler, policy, request, timeout_s, 6)
+        offer = self.chat_offers.get(policy.fingerprint, CHAT_OFFER)
+        return await self._route("chat", offer, self.chat_handler, policy, request, timeout_s, 6)
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *, deadline: Any = None,
                      timeout_s: float | None = None) -> RouteResult:
@@ -84,7 +88,7 @@ class FakeRouter:
 
     async def _route(self, kind: str, offer: Offer, handler: Callable[[Any], Any], policy: AdmittedPolicy,
                      request: Any, timeout_s: float | None, decimals: int) -> RouteResult:
-        self.calls.append(Call(kind, request, timeout_s))
+        self.calls.append(Call(kind, request, timeout_s, policy))
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:
