@@ -126,7 +126,9 @@ def routing_problem(routing: Any) -> str | None:
     description) and ``fallback`` (a choice id) are required; ``min_confidence`` (finite, 0–1,
     default :data:`DEFAULT_MIN_CONFIDENCE`) and ``timeout_ms`` (integer 100–10000, default
     :data:`DEFAULT_ROUTING_TIMEOUT_MS`) are optional. Unknown keys are rejected, in the record and in
-    every choice. Policies are admitted afterwards, with the node's.
+    every choice. Policies are admitted afterwards, with the node's. The node's own ``policy`` stays
+    required and part of its identity, but a routed node's generation always runs under a choice's
+    policy. Routing alone does not make a flow typed (it is not in the REFERENCE §4.3 list).
     """
     if not isinstance(routing, dict):
         return "routing must be an object"

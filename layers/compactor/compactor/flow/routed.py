@@ -60,7 +60,8 @@ def project_messages(conversation: Sequence[Mapping[str, Any]]) -> tuple[list[st
 
 def routing_state(conversation: Sequence[Mapping[str, Any]], request: str) -> dict[str, Any]:
     """The state of the routing decision: ``messages`` (newest first), ``omitted_messages``,
-    ``request`` (the node's user prompt, at most 2000 characters) and ``request_truncated``."""
+    ``request`` (the node's user prompt, at most 2000 characters) and ``request_truncated``. The
+    messages are the request conversation's, also for nodes with ``context: "inputs"``."""
     messages, omitted = project_messages(conversation)
     return {"messages": messages, "omitted_messages": omitted, "request": request[:MAX_REQUEST_CHARS],
             "request_truncated": len(request) > MAX_REQUEST_CHARS}
