@@ -97,11 +97,9 @@ def _simplify(term: Term) -> Term:
         inner = term[1]
         if inner[0] == "not":
             return inner[1]
-        if inner[0] in ("top", "bot"):
-            return ["bot" if inner[0] == "top" else "top"]
     elif op == "scale":
         weight, scorer = term[1], term[2]
-        if weight == 0 or scorer[0] == "zero":
+        if weight == 0:
             return ["zero"]
         if weight == 1:
             return scorer
@@ -109,8 +107,6 @@ def _simplify(term: Term) -> Term:
         pred, scorer = term[1], term[2]
         if pred[0] == "top":
             return scorer
-        if pred[0] == "bot" or scorer[0] == "zero":
-            return ["zero"]
     elif op == "normalize":
         if term[1][0] == "normalize":
             return term[1]
