@@ -19,7 +19,7 @@ from compactor.providers.base import (
     Offer,
     ProviderError,
 )
-from compactor.routing import PROVIDER_DISABLE_TTL_S, Router, compute_cost
+from compactor.routing import MAX_RETRIES_PER_OFFER, PROVIDER_DISABLE_TTL_S, Router, compute_cost
 
 Behaviour = Callable[[Offer, int], Any]
 
@@ -433,3 +433,34 @@ def test_catalog_observations_are_declared_fields() -> None:
     for undeclared in (["is", "mixed"], ["is", "tier"]):
         with pytest.raises(PolicyAdmissionError, match="undeclared field"):
             router.admit_policy(["policy", undeclared, ["zero"], ["argmax"], ["id"], ["always", {"action": "abort"}]])
+
+
+async def test_retry_same_is_capped_and_yields_between_instant_failures() -> None:
+    """A huge ``attempts`` against a provider that fails instantly: at most MAX_RETRIES_PER_OFFER re-issues,
+    and every re-issue yields to the event loop so other calls keep running."""
+    class Failing:
+        calls = 0
+
+        async def chat(self, offer, request, timeout_s):
+            Failing.calls += 1
+            raise ProviderError("upstream_error", "boom")
+
+    offer = Offer(id="f/x", provider="f", family="x", model="x", protocol="chat", transport="fake")
+    router = Router([offer], transport_for=lambda o: Failing())
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["argmax"], ["id"],
+                                  ["always", {"action": "retry_same", "attempts": 10**9}]])
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    result = await router.chat(policy, ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(5000))
+    task.cancel()
+    assert not result.ok
+    assert Failing.calls == 1 + MAX_RETRIES_PER_OFFER
+    assert ticks >= MAX_RETRIES_PER_OFFER

@@ -43,6 +43,9 @@ PROVIDER_DISABLE_TTL_S = 300.0
 BREAKER_FAILURE_THRESHOLD = 3  # consecutive provider faults that open a breaker
 BREAKER_OPEN_S = 30.0
 DEFAULT_ATTEMPT_TIMEOUT_S = 60.0  # when neither timeout_s nor a deadline bounds an attempt
+# `retry_same` re-issues one offer at most this often per call, whatever `attempts` says: the decision path
+# stays bounded and one policy cannot spend a whole budget hammering one provider.
+MAX_RETRIES_PER_OFFER = 16
 ERROR_MESSAGE_LIMIT = 300
 CHAT_COST_DECIMALS = 6
 DECISION_COST_DECIMALS = 12
@@ -349,7 +352,7 @@ class _Failover:
             self.router._record_outcome(offer, outcome, action)
             if action.action != RETRY_SAME:
                 return action.action
-            if attempt <= action.attempts and await self.backoff(offer, action, attempt):
+            if attempt <= min(action.attempts, MAX_RETRIES_PER_OFFER) and await self.backoff(offer, action, attempt):
                 continue
             return NEXT_CANDIDATE if action.then_action == RETRY_SAME else action.then_action
 
@@ -359,8 +362,7 @@ class _Failover:
         if self.deadline is not None and delay_s >= self.deadline.remaining_s():
             return False
         self.event("retry_scheduled", offer, attempt=retry + 1, backoff_ms=round(delay_s * 1000))
-        if delay_s > 0:
-            await self.router._sleep(delay_s)
+        await self.router._sleep(delay_s)  # even 0 s yields, so instant failures never starve other calls
         return True
 
     def event(self, kind: str, offer: Offer, **details: Any) -> None:
