@@ -191,7 +191,8 @@ def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_r
         assert output[:changed] == messages[:changed]
         assert changed == min(len(messages), len(output)) or output[changed] != messages[changed]
         assert output != messages
-        assert report["preserved_prefix_bytes"] == csize(messages[:changed])
+        # the serialised transcript up to the first change: "[m0,...,mk-1," (as long as the list's JSON), or "["
+        assert report["preserved_prefix_bytes"] == (csize(messages[:changed]) if changed else 1)
     if not plan.candidates:  # no call: no cost keys (REFERENCE §2.2)
         assert "usage" not in body and "x_router" not in body
     return emitted

@@ -49,6 +49,14 @@ def route_usage(result: RouteResult) -> dict[str, Any] | None:
                        getattr(response, "tokens_cached", None))
 
 
+def billed_cost(result: RouteResult) -> float | None:
+    """The chosen response's cost plus what earlier, failed attempts were billed (REFERENCE §2.4: a billed
+    response keeps its cost even if it was rejected); ``None`` when the chosen cost is unknown."""
+    if result.cost_usd is None or not result.failed_cost_usd:
+        return result.cost_usd
+    return round(result.cost_usd + result.failed_cost_usd, 6)
+
+
 def route_x_router(result: RouteResult) -> dict[str, Any]:
     """The chat-variant block for one routed call, successful or not."""
     from .policy.trace import trim_decision_trace
@@ -63,7 +71,7 @@ def route_x_router(result: RouteResult) -> dict[str, Any]:
         "served_by": chosen.provider if chosen else None,
         "price_in": chosen.price_in if chosen else None,
         "price_out": chosen.price_out if chosen else None,
-        "cost_usd": result.cost_usd,
+        "cost_usd": billed_cost(result),
         "cost_basis": result.cost_basis,
         "tokens_cached": getattr(response, "tokens_cached", None) if response is not None else None,
         "policy_fingerprint": result.trace.get("policy_fingerprint"),

@@ -114,3 +114,13 @@ async def test_bad_policy_is_rejected_before_any_call():
         await seal(_msgs("user", "assistant", "user"), keep_recent=1, policy_ir=["zero"], max_tokens=512,
                    router=_router(fake), deadline=Deadline.after_ms(5000))
     assert fake.calls == 0
+
+
+def test_billed_failed_attempts_join_the_chosen_cost():
+    from compactor.routing import RouteResult
+    from compactor.xrouter import billed_cost
+
+    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.001, failed_cost_usd=0.0005)) \
+        == pytest.approx(0.0015)
+    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=None, failed_cost_usd=0.1)) is None
+    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.002)) == 0.002

@@ -55,6 +55,14 @@ def first_changed_index(original: list[Message], output: list[Message]) -> int |
     return min(len(original), len(output))
 
 
+def preserved_prefix_bytes(messages: list[Message], changed: int | None, original_bytes: int) -> int:
+    """Bytes of the dense JSON transcript shared with the output: ``[m0,…,mk-1,`` (as long as the JSON
+    of those k messages), ``[`` alone when the first message changed, everything when nothing did."""
+    if changed is None:
+        return original_bytes
+    return dense_size(messages[:changed]) if changed else 1
+
+
 def compaction_report(messages: list[Message], output: list[Message], output_bytes: int, prep: Preparation,
                       manifest: list[dict[str, Any]], target_ratio: float,
                       fingerprint: str | None) -> dict[str, Any]:
@@ -69,5 +77,5 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "reasons": list(prep.reasons),
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,
-        "preserved_prefix_bytes": prep.original_bytes if changed is None else dense_size(messages[:changed]),
+        "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes),
     }
