@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
 from fakes.provider_server import FakeProviderServer
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -18,3 +24,16 @@ def fake_provider() -> Iterator[FakeProviderServer]:
     """
     with FakeProviderServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def compact_module() -> ModuleType:
+    """``functions/compact/compact.py`` imported as module ``compact``, as Lambda imports it."""
+    load_handler(REPO / "functions" / "compact", "compact.handler")
+    return sys.modules["compact"]
+
+
+@pytest.fixture
+def lambda_context() -> LocalLambdaContext:
+    """A Lambda-like context with CompactFunction's 60 s timeout."""
+    return LocalLambdaContext("CompactFunction", timeout_s=60)

@@ -4,30 +4,16 @@ writes (Powertools JSON log lines, EMF blobs on stdout)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = REPO / "tests" / "events"
 CORPUS = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
-
-
-@pytest.fixture(scope="session")
-def compact_module() -> ModuleType:
-    """``functions/compact/compact.py`` imported as module ``compact``, like Lambda does."""
-    load_handler(REPO / "functions" / "compact", "compact.handler")
-    return sys.modules["compact"]
-
-
-@pytest.fixture
-def lambda_context() -> LocalLambdaContext:
-    return LocalLambdaContext("CompactFunction", timeout_s=60)
 
 
 def api_event(name: str, body: Any) -> dict[str, Any]:

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from compactor import service
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="session")
-def compact_module() -> ModuleType:
-    """``functions/compact/compact.py`` imported as Lambda imports it (module ``compact``)."""
-    load_handler(REPO / "functions" / "compact", "compact.handler")
-    return sys.modules["compact"]
-
-
-@pytest.fixture
-def lambda_context() -> LocalLambdaContext:
-    return LocalLambdaContext("CompactFunction", timeout_s=60)
 
 
 class StubService:
