@@ -72,6 +72,13 @@ def test_api_is_throttled_traced_and_lint_exceptions_are_justified(document: dic
     (settings,) = api["Properties"]["MethodSettings"]
     assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0
     assert "Metadata" not in api  # no lint exception left on the API
+
+
+def test_api_redeploys_on_every_deploy_so_parameter_changes_reach_the_stage(document: dict[str, Any]) -> None:
+    # TimeoutInMillis is a Ref inside the OpenAPI body SAM hashes into the deployment's logical id: a new
+    # ApiIntegrationTimeoutMs alone would otherwise leave the stage on the old deployment.
+    api = document["Resources"]["CompactApi"]["Properties"]
+    assert api["AlwaysDeploy"] is True
     text = (REPO / "template.yaml").read_text(encoding="utf-8")
     for match in re.finditer(r"ignore_checks:\n((?:\s+#.*\n|\s+- \w+\n)+)", text):
         assert "#" in match.group(1), match.group(0)  # each exception says why
