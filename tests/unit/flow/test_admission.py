@@ -232,3 +232,32 @@ def test_identical_policies_are_admitted_once() -> None:
 
     admit_flow(triage_flow(), admit_policy=counting, flow_input=FLOW_INPUT)
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("operation", [["union"], {"op": "union"}, 7, None])
+def test_non_string_operation_is_an_admission_error(operation: Any) -> None:
+    flow = ["flow", {"input": {"kind": "input"},
+                     "d": {"kind": "data", "operation": operation, "inputs": ["input"]},
+                     "output": {"kind": "output", "inputs": ["d"]}}]
+    assert "operation must be one of" in rejected(flow)
+
+
+def test_lone_surrogate_in_an_untyped_term_is_an_admission_error() -> None:
+    assert "lone surrogate" in rejected(legacy(a={**LLM, "system": "a\ud800b"}))
+
+
+def test_exactly_32_inputs_and_256_nodes_are_admitted() -> None:
+    sources = {f"s{i}": {"kind": "data", "operation": "project", "inputs": ["input"], "path": [f"k{i}"]}
+               for i in range(32)}
+    flow = ["flow", {"input": {"kind": "input"}, **sources,
+                     "u": {"kind": "data", "operation": "union", "inputs": list(sources)},
+                     "output": {"kind": "output", "inputs": ["u"]}}]
+    admit(flow)
+    chain = {"input": {"kind": "input"}}
+    previous = "input"
+    for i in range(254):
+        chain[f"p{i}"] = {"kind": "data", "operation": "union", "inputs": [previous]}
+        previous = f"p{i}"
+    chain["output"] = {"kind": "output", "inputs": [previous]}
+    assert len(chain) == 256
+    admit(["flow", chain])

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ..decisions import DecisionValidationError, validate_payload
 from ..identity import fingerprint, sha256_identity
-from ..jsonutil import dense_dumps
+from ..jsonutil import dense_dumps, ensure_utf8_encodable
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
 from .canonical import canonical_order, content_key, flow_encoding, node_encoding, routing_key
@@ -62,6 +62,11 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
         problem = bounds_problem(flow_ir, "flow_ir")
         if problem:
             raise FlowAdmissionError(problem)
+    else:
+        try:
+            ensure_utf8_encodable(flow_ir)
+        except ValueError as exc:
+            raise FlowAdmissionError(f"flow_ir: {exc}") from None
     if flow_input is not MISSING:
         _check_flow_input(flow_input)
     input_label = _check_graph(nodes, inputs)

@@ -77,11 +77,15 @@ def _is_name(value: Any, limit: int) -> bool:
     return isinstance(value, str) and 1 <= utf8_len(value) <= limit
 
 
+def _known_operation(operation: Any) -> bool:
+    return isinstance(operation, str) and operation in OPERATION_KEYS
+
+
 def unknown_key_problem(kind: str, node: Mapping[str, Any]) -> str | None:
     """Keys the node's kind (and, for data nodes, its operation) does not allow."""
     allowed = _BASE_KEYS[kind]
     if kind == DATA:
-        if node.get("operation") not in OPERATION_KEYS:
+        if not _known_operation(node.get("operation")):
             return None  # reported by data_option_problem
         allowed = allowed | OPERATION_KEYS[node["operation"]]
     unknown = sorted(key for key in node if key not in allowed)
@@ -178,7 +182,7 @@ def _is_unit_number(value: Any) -> bool:
 def data_option_problem(node: Mapping[str, Any]) -> str | None:
     """data nodes: the operation and its options."""
     operation = node.get("operation")
-    if operation not in OPERATION_KEYS:
+    if not _known_operation(operation):
         return "operation must be one of project, select, overlay, union"
     if operation == "project":
         path = node.get("path")
