@@ -84,6 +84,8 @@ BAD_JSON = [
     ("non-finite", replying('{"t1": NaN}'), "non-finite number"),
     ("too deep", replying("[" * 40 + "]" * 40), "nested deeper than 32"),
     ("too large", replying(json.dumps({"t1": "x" * 1_048_576})), "exceeds 1048576 bytes"),
+    ("raw lone surrogate", replying('{"t1": "a\ud800"}'), "not valid Unicode"),
+    ("escaped lone surrogate", replying('{"t1": "a\\ud800"}'), "lone surrogate"),
 ]
 
 

@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 
 from ..budget import Deadline
 from ..decisions import DecisionValidationError, validate_answers, validate_payload
-from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, strict_loads
+from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..routing import RouteResult
 from . import data_ops, routed
@@ -78,6 +78,8 @@ async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRou
                 value = data_ops.apply(node.spec["operation"], node.spec, values)
             except data_ops.DataOpError as exc:
                 raise _NodeFailure(DATA_ERROR, exc.message) from exc
+            except UnicodeEncodeError as exc:  # a value holding a lone surrogate has no byte size
+                raise _NodeFailure(DATA_ERROR, "value is not valid Unicode (lone surrogate)") from exc
             return NodeOutcome(value, entry, OK)
         if node.option("skip_empty") and is_empty_container(values[0]):
             entry.update(skipped=True, cost_reported=0)
@@ -242,6 +244,8 @@ def parse_json_output(response: ChatResponse) -> Any:
     text = response.text
     if not text or not text.strip():
         raise _NodeFailure(BAD_RESPONSE, "empty JSON output")
+    if not _utf8_encodable(text):
+        raise _NodeFailure(BAD_RESPONSE, "JSON output is not valid Unicode (lone surrogate)")
     if utf8_len(text) > MAX_VALUE_BYTES:
         raise _NodeFailure(BAD_RESPONSE, f"JSON output exceeds {MAX_VALUE_BYTES} bytes")
     try:
@@ -250,7 +254,19 @@ def parse_json_output(response: ChatResponse) -> Any:
         raise _NodeFailure(BAD_RESPONSE, f"invalid JSON output ({exc})") from exc
     if depth_exceeds(value, MAX_VALUE_DEPTH):
         raise _NodeFailure(BAD_RESPONSE, f"JSON output nested deeper than {MAX_VALUE_DEPTH} levels")
+    try:
+        ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
+    except ValueError as exc:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
     return value
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeout_ms: int | None,
