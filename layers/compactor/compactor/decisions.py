@@ -99,7 +99,9 @@ def _validate_question(name: Any, question: Any) -> None:
     else:
         _fail("Supported question types: choice, score, noul.")
     for description in descriptions:
-        if description is not None and (not isinstance(description, str) or len(description) > MAX_TEXT_CHARS):
+        if description is None and kind != "score":
+            continue  # choice and noul criteria may be left undescribed; score criteria are the strings
+        if not isinstance(description, str) or len(description) > MAX_TEXT_CHARS:
             _fail("Invalid criterion description.")
 
 

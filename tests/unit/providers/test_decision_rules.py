@@ -198,3 +198,8 @@ def test_jev_allowance_stays_strict_otherwise() -> None:
 def test_jev_family_names() -> None:
     assert is_jev_family("jev-latest") and is_jev_family("JEV-2") and is_jev_family("typesafe/jev-1.13")
     assert not is_jev_family("jev-") and not is_jev_family("jevx-1") and not is_jev_family(None)
+
+
+def test_score_criteria_must_be_strings() -> None:
+    with pytest.raises(DecisionValidationError, match="Invalid criterion description."):
+        validate_payload(payload(c={"type": "score", "instructions": "x", "criteria": [None, None]}))
