@@ -8,6 +8,7 @@ CONTRACT §2.1; nothing is imported from ``compactor.compaction``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +181,10 @@ def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_r
     assert report["target_met"] is (output_bytes <= report["target_bytes"])
     assert body["compacted"] is (output != messages)
     assert set(report["reasons"]) <= REASONS
-    assert report["flow_fingerprint"] is None or isinstance(report["flow_fingerprint"], str)
+    fingerprint = report["flow_fingerprint"]
+    assert isinstance(fingerprint, str) and re.fullmatch(r"\d+-\d+", fingerprint)
+    if "x_router" in body:
+        assert body["x_router"]["model_family"] == f"flow:{fingerprint}"
 
     changed = report["first_changed_index"]
     if changed is None:
