@@ -53,7 +53,8 @@ def frozen_router() -> Router:
 
 def asl_definition(worker_arn: str = WORKER_ARN) -> str:
     """The definition with its ``DefinitionSubstitutions`` applied."""
-    return ASL_PATH.read_text(encoding="utf-8").replace("${FlowWorkerFunctionArn}", worker_arn)
+    text = ASL_PATH.read_text(encoding="utf-8")
+    return text.replace("${FlowWorkerFunctionArn}", worker_arn).replace("${Partition}", "aws")
 
 
 @pytest.fixture(scope="session")

@@ -131,11 +131,40 @@ async def test_the_remaining_budget_reaches_every_worker(fanout_aws: FanOutAws, 
                           flow_runner=runner(fanout_aws))
     after_ms = int(time.time() * 1000)
     (execution_input,) = fanout_aws.stepfunctions.inputs
-    assert before_ms + 10_000 <= execution_input["deadline_epoch_ms"] <= after_ms + 12_345
-    assert execution_input["timeout_s"] == 13 + stepfunctions_runner.TASK_TIMEOUT_SLACK_S
+    # 12.345 s left: Task timeout floor(12.345) - 1 - the retry's wait = 10 s; workers stop 0.5 s before it.
+    assert execution_input["timeout_s"] == 10 and execution_input["retry"] is True
+    assert before_ms + 9_000 <= execution_input["deadline_epoch_ms"] <= after_ms + 9_500
     events = fanout_aws.dispatch.events
     assert len(events) == 2 and {e["deadline_epoch_ms"] for e in events} == {execution_input["deadline_epoch_ms"]}
-    assert len(seen) == 2 and all(10_000 <= remaining <= 12_345 for remaining in seen)
+    assert len(seen) == 2 and all(9_000 <= remaining <= 9_500 for remaining in seen)
+
+
+@pytest.mark.parametrize("remaining_ms", [1, 400, 999, 1_000, 1_500, 1_999, 2_000, 2_999, 3_000, 6_999, 7_000,
+                                          7_999, 8_000, 12_345, 25_000, 40_000, 59_999])
+def test_every_task_ends_before_the_caller_stops_waiting(remaining_ms: int) -> None:
+    timing = stepfunctions_runner.fanout_timing(remaining_ms)
+    assert timing.wait_s == remaining_ms / 1000 + stepfunctions_runner.GRACE_S
+    assert isinstance(timing.timeout_s, int) and timing.timeout_s >= 1  # Step Functions takes whole seconds
+    # The whole Task, retry wait included, ends strictly before the caller's wait does.
+    task_s = timing.timeout_s + (stepfunctions_runner.RETRY_WAIT_S if timing.retry else 0)
+    assert task_s < timing.wait_s
+    if remaining_ms >= 2_000:
+        assert task_s <= remaining_ms / 1000 - 1 + 1e-9  # at least GRACE_S + 1 s of margin
+    # Workers stop before their Task times out, and never after the request's deadline.
+    assert 0 <= timing.worker_budget_ms <= min(remaining_ms, timing.timeout_s * 1000 - 500)
+    assert timing.retry == (remaining_ms >= 7_000)
+    if timing.retry:
+        assert timing.timeout_s >= stepfunctions_runner.RETRY_MIN_TIMEOUT_S
+
+
+async def test_little_time_left_runs_the_task_without_retry(fanout_aws: FanOutAws) -> None:
+    status, body = await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(3_000),
+                                         router=fanout_aws.router, flow_runner=runner(fanout_aws))
+    (execution_input,) = fanout_aws.stepfunctions.inputs
+    assert execution_input["retry"] is False and execution_input["timeout_s"] in (1, 2)
+    assert status == 200 and len(fanout_aws.dispatch.events) == 2
+    assert all(n.get("error") is None for n in body["x_router"]["decision_trace"]["flow_nodes"]
+               if n["kind"] == "decision")
 
 
 async def test_an_execution_that_outlives_the_budget_keeps_every_batch(fanout_aws: FanOutAws,
@@ -190,8 +219,8 @@ def test_runner_is_configured_from_the_environment() -> None:
 
 async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(
         fanout_aws: FanOutAws, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stepfunctions_runner, "TASK_TIMEOUT_SLACK_S", 0)
-    monkeypatch.setattr(stepfunctions_runner, "GRACE_S", 5.0)
+    # 1.5 s left: Task timeout 1 s (< the caller's 1.5 s + GRACE_S wait), so the late batch times out
+    # in the Map while the execution still ends in time for the caller.
     real_invoke = fanout_aws.dispatch.invoke
 
     def slow_second_batch(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:

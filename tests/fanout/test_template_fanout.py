@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from compactor.cli.sam_template import Template, load_template
+from compactor_aws import stepfunctions_runner
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO / "template.yaml"
@@ -49,8 +50,9 @@ def test_state_machine_is_express_logged_traced_with_substitutions(machine: dict
     assert destination["CloudWatchLogsLogGroup"]["LogGroupArn"] == {
         "Fn::GetAtt": ["BatchFanOutStateMachineLogGroup", "Arn"]}
     assert properties["Logging"]["IncludeExecutionData"] is False
-    assert properties["DefinitionSubstitutions"] == {"FlowWorkerFunctionArn": {"Fn::GetAtt": ["FlowWorkerFunction",
-                                                                                              "Arn"]}}
+    assert properties["DefinitionSubstitutions"] == {
+        "FlowWorkerFunctionArn": {"Fn::GetAtt": ["FlowWorkerFunction", "Arn"]},
+        "Partition": {"Ref": "AWS::Partition"}}
     policies = properties["Policies"]
     assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "FlowWorkerFunction"}}} in policies
 
@@ -58,6 +60,7 @@ def test_state_machine_is_express_logged_traced_with_substitutions(machine: dict
 def test_every_asl_substitution_is_covered(machine: dict[str, Any], asl_text: str) -> None:
     used = set(re.findall(r"\$\{([^}]+)\}", asl_text))
     assert used and used == set(machine["Properties"]["DefinitionSubstitutions"])
+    assert "arn:aws:" not in asl_text  # the partition is substituted, never hard-coded
 
 
 def test_map_runs_every_batch_concurrently_and_tolerates_a_failed_item(asl_text: str) -> None:
@@ -67,17 +70,27 @@ def test_map_runs_every_batch_concurrently_and_tolerates_a_failed_item(asl_text:
     assert mapped["MaxConcurrency"] >= 32
     processor = mapped["ItemProcessor"]
     assert processor["ProcessorConfig"]["Mode"] == "INLINE"
-    task = processor["States"][processor["StartAt"]]
-    assert task["Type"] == "Task" and task["Resource"] == "arn:aws:states:::lambda:invoke"
-    assert task["Parameters"]["FunctionName"] == "${FlowWorkerFunctionArn}"
-    assert set(task["Parameters"]["Payload"]) == {"bucket.$", "key.$", "result_key.$", "deadline_epoch_ms.$"}
-    assert task["TimeoutSecondsPath"] == "$.timeout_s"
-    (retry,) = task["Retry"]
-    assert set(retry["ErrorEquals"]) == LAMBDA_SERVICE_ERRORS  # worker errors are never retried
-    (catch,) = task["Catch"]
-    assert catch["ErrorEquals"] == ["States.ALL"]
-    fallback = processor["States"][catch["Next"]]
-    assert fallback["Type"] == "Pass" and fallback["Parameters"]["status"] == "failed" and fallback["End"]
+    assert mapped["ItemSelector"]["retry.$"] == "$.retry"
+    choice = processor["States"][processor["StartAt"]]
+    assert choice["Type"] == "Choice"
+    (rule,) = choice["Choices"]
+    assert rule == {"Variable": "$.retry", "BooleanEquals": True, "Next": rule["Next"]}
+    retrying, once = processor["States"][rule["Next"]], processor["States"][choice["Default"]]
+    for task in (retrying, once):
+        assert task["Type"] == "Task" and task["Resource"] == "arn:${Partition}:states:::lambda:invoke"
+        assert task["Parameters"]["FunctionName"] == "${FlowWorkerFunctionArn}"
+        assert set(task["Parameters"]["Payload"]) == {"bucket.$", "key.$", "result_key.$", "deadline_epoch_ms.$"}
+        assert task["TimeoutSecondsPath"] == "$.timeout_s"
+        (catch,) = task["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"]
+        fallback = processor["States"][catch["Next"]]
+        assert fallback["Type"] == "Pass" and fallback["Parameters"]["status"] == "failed" and fallback["End"]
+    assert "Retry" not in once
+    (retry,) = retrying["Retry"]
+    assert set(retry["ErrorEquals"]) == LAMBDA_SERVICE_ERRORS  # worker errors (and timeouts) are never retried
+    # One retry, whose wait the runner takes out of the Task timeout (stepfunctions_runner.fanout_timing).
+    assert retry["MaxAttempts"] == 1 and retry["IntervalSeconds"] == stepfunctions_runner.RETRY_WAIT_S
+    assert retry.get("BackoffRate", 1) == 1 and "MaxDelaySeconds" not in retry
 
 
 def test_compact_function_gets_the_machine_bucket_and_scoped_permissions(document: dict[str, Any]) -> None:

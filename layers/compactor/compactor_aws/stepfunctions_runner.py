@@ -4,8 +4,8 @@ A drop-in for :func:`compactor.flow.run_flow`: the flow is cut at its join
 (:func:`compactor.flow.partition.partition_flow`), each component's payload (flow term + the slice of
 input it reads) is written to ``s3://<bucket>/fanout/<run>/<i>.json``, and one synchronous execution
 of the Express state machine runs a Map iteration per component, each invoking ``FlowWorkerFunction``.
-The execution input stays small: keys and the absolute deadline (epoch ms) of the request's remaining
-budget, which every worker runs under. Results come back inline in the execution output when small,
+The execution input stays small: keys, the absolute deadline (epoch ms) every worker runs under (the
+request's remaining budget, cut to end before each Task's timeout) and that timeout (:func:`fanout_timing`). Results come back inline in the execution output when small,
 as S3 objects otherwise. A component whose worker failed, timed out or never answered is replaced by
 the run in which its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs
 here, so the answer is the :class:`~compactor.flow.FlowResult` the inline scheduler would produce.
@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Final
 
 from compactor.budget import Deadline
@@ -44,12 +44,41 @@ logger = logging.getLogger(__name__)
 STATE_MACHINE_ENV: Final = "COMPACTOR_STATE_MACHINE_ARN"
 BUCKET_ENV: Final = "COMPACTOR_FANOUT_BUCKET"
 SCRATCH_PREFIX: Final = "fanout/"
-# Waiting for the execution may exceed the flow budget by this much (the workers stop at the deadline;
-# this covers the Map's and S3's own latency and stays inside the handler's Lambda safety margin).
+# Timing of one execution (see :func:`fanout_timing`). The caller waits for it at most the remaining
+# budget R plus GRACE_S (inside the handler's Lambda safety margin). Every Map iteration's Task must end
+# strictly before that, or one late worker keeps the execution running past the wait and every batch
+# degrades: the Task timeout is floor(R) - 1 s (at least 1 s), and the workers' deadline ends
+# WORKER_STOP_MARGIN_MS before it, so a worker using its whole budget still answers (with fallbacks).
+# Lambda service errors (throttling, ...) are retried once, RETRY_WAIT_S later, only when the Task timeout
+# can give that wait up and keep at least RETRY_MIN_TIMEOUT_S: timeout + RETRY_WAIT_S stays floor(R) - 1,
+# the rejected attempt (answered before the worker runs) fits in the >= 1 s + GRACE_S left. Otherwise the
+# execution input says retry=false and the Map runs the Task without Retry.
 GRACE_S: Final = 1.0
-# Each Map iteration's Task timeout: the budget rounded up plus this slack (a worker past it is "late").
-TASK_TIMEOUT_SLACK_S: Final = 2
+RETRY_WAIT_S: Final = 1
+RETRY_MIN_TIMEOUT_S: Final = 5
+WORKER_STOP_MARGIN_MS: Final = 500
 UPLOAD_THREADS: Final = 16
+
+
+@dataclass(frozen=True)
+class FanOutTiming:
+    """How long the caller waits, each Task's timeout, the workers' budget and whether Lambda service
+    errors are retried, for ``remaining_ms`` of budget left. Always ``timeout_s (+ RETRY_WAIT_S when
+    retry) < wait_s`` and ``worker_budget_ms < timeout_s * 1000``."""
+
+    wait_s: float
+    timeout_s: int
+    worker_budget_ms: int
+    retry: bool
+
+
+def fanout_timing(remaining_ms: int) -> FanOutTiming:
+    whole_s = max(0, remaining_ms) // 1000
+    retry = whole_s - 1 - RETRY_WAIT_S >= RETRY_MIN_TIMEOUT_S
+    timeout_s = whole_s - 1 - RETRY_WAIT_S if retry else max(1, whole_s - 1)
+    worker_budget_ms = max(0, min(remaining_ms, timeout_s * 1000 - WORKER_STOP_MARGIN_MS))
+    return FanOutTiming(wait_s=max(0, remaining_ms) / 1000 + GRACE_S, timeout_s=timeout_s,
+                        worker_budget_ms=worker_budget_ms, retry=retry)
 
 
 class StepFunctionsFlowRunner:
@@ -98,7 +127,8 @@ class StepFunctionsFlowRunner:
             _emit_started(on_event, component)
         try:
             outputs = await asyncio.wait_for(asyncio.to_thread(self._upload_and_execute, payloads, run, components,
-                                                               deadline), deadline.remaining_s() + GRACE_S)
+                                                               deadline),
+                                             fanout_timing(deadline.remaining_ms()).wait_s)
         except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
             logger.warning("batch fan-out failed (%s): every component degrades", type(exc).__name__)
             outputs = [{"status": "failed", "error": f"fan-out: {type(exc).__name__}"}] * len(components)
@@ -122,11 +152,13 @@ class StepFunctionsFlowRunner:
             list(pool.map(put, payloads.items()))
 
     def _execute(self, run: str, components: Sequence[Component], deadline: Deadline) -> list[Any]:
-        remaining_ms = deadline.remaining_ms()
+        # Measured after the upload: never longer than what the caller's wait was sized from.
+        timing = fanout_timing(deadline.remaining_ms())
         execution_input = {
             "bucket": self.bucket,
-            "deadline_epoch_ms": int(time.time() * 1000) + remaining_ms,
-            "timeout_s": math.ceil(remaining_ms / 1000) + TASK_TIMEOUT_SLACK_S,
+            "deadline_epoch_ms": int(time.time() * 1000) + timing.worker_budget_ms,
+            "timeout_s": timing.timeout_s,
+            "retry": timing.retry,
             "items": [{"key": f"{run}{c.index}.json", "result_key": f"{run}{c.index}.result.json"}
                       for c in components],
         }
