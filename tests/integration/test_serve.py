@@ -16,7 +16,7 @@ import pytest
 from compactor import __version__
 from compactor.cli import serve
 from compactor.cli.main import build_parser
-from compactor.http_api import MAX_BODY_BYTES, proxy_response
+from compactor.http_api import MAX_BODY_BYTES, proxy_response, rest_proxy_event
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "local-test-key"
@@ -100,6 +100,23 @@ def test_invalid_bodies_are_422(open_server: str, content: bytes, error_type: st
 
     assert response.status_code == 422
     assert error_type in [item["type"] for item in response.json()["detail"]]
+
+
+def test_a_body_that_is_not_utf8_is_the_json_422_api_gateway_would_give(open_server: str) -> None:
+    # Without binary media types API Gateway hands the function text, never a base64 body.
+    response = httpx.post(f"{open_server}/compact", content=b"\xff\xfe{}",
+                          headers={"Content-Type": "application/json"})
+
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/json"
+    assert "json_invalid" in [item["type"] for item in response.json()["detail"]]
+
+
+def test_events_carry_text_bodies_with_invalid_bytes_replaced() -> None:
+    event = rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=[],
+                             body=b'\xff\xfe{"a": "\xc3\xa9"}')
+
+    assert (event["body"], event["isBase64Encoded"]) == ('\ufffd\ufffd{"a": "\u00e9"}', False)
 
 
 @pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/"])

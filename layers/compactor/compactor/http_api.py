@@ -6,7 +6,6 @@ the deployed function receives and the response it returns. Pure Python, no AWS 
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -98,15 +97,15 @@ def rest_proxy_event(
     """The event API Gateway (REST, Lambda proxy) hands the function for a request to stage :data:`STAGE`.
 
     ``resource_path`` is the path without the stage prefix (``/compact`` for ``/v1/compact``), as in
-    the event's ``path`` and ``resource`` when the API is called through its execute-api URL.
+    the event's ``path`` and ``resource`` when the API is called through its execute-api URL. The body is
+    text (``isBase64Encoded`` false), as API Gateway delivers it when the API declares no binary media
+    types: bytes that are not UTF-8 become U+FFFD, so a malformed body is the handler's 422, never a
+    base64 event the handler would fail to decode.
     """
     multi_headers: dict[str, list[str]] = {}
     for name, value in headers:
         multi_headers.setdefault(name, []).append(value)
-    try:
-        text, is_base64 = body.decode("utf-8"), False
-    except UnicodeDecodeError:
-        text, is_base64 = base64.b64encode(body).decode("ascii"), True
+    text = body.decode("utf-8", errors="replace")
     now = datetime.now(timezone.utc)
     return {
         "resource": resource_path,
@@ -133,5 +132,5 @@ def rest_proxy_event(
             "identity": {"sourceIp": source_ip},
         },
         "body": text if body else None,
-        "isBase64Encoded": is_base64,
+        "isBase64Encoded": False,
     }
