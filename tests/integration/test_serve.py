@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from compactor import __version__
+from compactor.budget import flow_budget_ms
 from compactor.cli import serve
 from compactor.cli.main import build_parser
 from compactor.http_api import MAX_BODY_BYTES, proxy_response, rest_proxy_event
@@ -164,6 +166,54 @@ def test_a_crashing_handler_is_502_like_api_gateway() -> None:
 
     assert response.status_code == 502
     assert response.json() == {"message": "Internal server error"}
+
+
+def test_the_template_environment_is_compact_functions_resolved_one() -> None:
+    environment = serve.template_environment(REPO / "template.yaml")
+
+    assert environment["COMPACTOR_FLOW_BUDGET_MS"] == "25000"  # FlowBudgetMs' default, not the 40 s fallback
+    assert environment["POWERTOOLS_SERVICE_NAME"] == "compactor"
+    assert environment["COMPACTOR_BATCH_FANOUT"] == "inline"
+    assert "COMPACTOR_STATE_MACHINE_ARN" not in environment  # AWS::NoValue without the fan-out
+    overridden = serve.template_environment(REPO / "template.yaml", {"FlowBudgetMs": "40000"})
+    assert overridden["COMPACTOR_FLOW_BUDGET_MS"] == "40000"
+
+
+def test_the_shell_environment_wins_over_the_template() -> None:
+    environ = {"COMPACTOR_FLOW_BUDGET_MS": "5000"}
+
+    applied = serve.apply_environment({"COMPACTOR_FLOW_BUDGET_MS": "25000", "POWERTOOLS_SERVICE_NAME": "compactor"},
+                                      environ)
+
+    assert applied == {"POWERTOOLS_SERVICE_NAME": "compactor"}
+    assert environ == {"COMPACTOR_FLOW_BUDGET_MS": "5000", "POWERTOOLS_SERVICE_NAME": "compactor"}
+
+
+def test_serve_applies_the_template_environment_before_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in serve.template_environment(REPO / "template.yaml"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    monkeypatch.setenv("POWERTOOLS_LOG_LEVEL", "DEBUG")  # set in the shell: kept
+    seen: dict[str, str] = {}
+
+    def serve_once(server: serve.CompactorServer, *args: Any, **kwargs: Any) -> None:
+        seen.update(os.environ)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve.CompactorServer, "serve_forever", serve_once)
+    args = build_parser().parse_args(["serve", "--port", "0", "--template", str(REPO / "template.yaml"),
+                                      "--param", "FlowBudgetMs=12000"])
+
+    assert args.run(args) == 0
+    assert seen["COMPACTOR_FLOW_BUDGET_MS"] == "12000" and flow_budget_ms() == 12_000
+    assert seen["POWERTOOLS_SERVICE_NAME"] == "compactor"
+    assert seen["POWERTOOLS_LOG_LEVEL"] == "DEBUG"
+
+
+def test_serve_rejects_an_unknown_parameter(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["serve", "--port", "0", "--param", "NoSuchParameter=1"])
+
+    assert args.run(args) == 2
+    assert "NoSuchParameter" in capsys.readouterr().err
 
 
 def test_cli_parser_wires_serve_defaults() -> None:

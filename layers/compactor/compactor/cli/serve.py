@@ -5,6 +5,8 @@ arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact
 Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without the
 ``--api-key`` (when one is set) and 413 for a body over the limit, before reading it. Handler calls run
 one at a time on one long-lived worker thread, as a warm Lambda instance runs its events.
+The function's environment from ``template.yaml`` (Globals merged, parameters at their defaults unless
+``--param K=V``) is applied before the handler is imported, except variables already set in the shell.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import argparse
 import base64
 import hmac
 import json
+import os
 import sys
+from collections.abc import Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,7 +25,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .. import http_api
+from .invoke import _parse_overrides
 from .lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+from .sam_template import Template, TemplateError, as_string
 
 FUNCTION_LOGICAL_ID = "CompactFunction"
 FUNCTION_HANDLER = "compact.handler"
@@ -35,6 +41,28 @@ def default_code_dir() -> Path:
     """``functions/compact`` of the checkout this package runs from (or of the working directory)."""
     checkout = Path(__file__).resolve().parents[4] / "functions" / "compact"
     return checkout if checkout.is_dir() else Path.cwd() / "functions" / "compact"
+
+
+def default_template() -> Path:
+    """``template.yaml`` of the checkout this package runs from (or of the working directory)."""
+    checkout = Path(__file__).resolve().parents[4] / "template.yaml"
+    return checkout if checkout.is_file() else Path.cwd() / "template.yaml"
+
+
+def template_environment(template: Path, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``CompactFunction``'s resolved environment variables in ``template``, as ``compactor invoke`` sets them."""
+    properties = Template.load(template, dict(overrides or {})).function_properties(FUNCTION_LOGICAL_ID)
+    declared = (properties.get("Environment") or {}).get("Variables") or {}
+    return {key: as_string(value) for key, value in declared.items()}
+
+
+def apply_environment(variables: Mapping[str, str],
+                      environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set each of ``variables`` the environment does not have yet (the shell wins); the ones set."""
+    target = os.environ if environ is None else environ
+    applied = {key: value for key, value in variables.items() if key not in target}
+    target.update(applied)
+    return applied
 
 
 class CompactorServer(ThreadingHTTPServer):
@@ -138,8 +166,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 
 def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | None = None,
-                  code_dir: Path | None = None) -> CompactorServer:
-    """A ready (not yet serving) server; ``port`` 0 picks a free port (see ``server_address``)."""
+                  code_dir: Path | None = None, environment: Mapping[str, str] | None = None) -> CompactorServer:
+    """A ready (not yet serving) server; ``port`` 0 picks a free port (see ``server_address``).
+
+    ``environment`` (see :func:`template_environment`) is applied to this process, without overriding
+    what is already set, before the handler is imported."""
+    if environment:
+        apply_environment(environment)
     handler = load_handler(code_dir or default_code_dir(), FUNCTION_HANDLER)
     return CompactorServer((host, port), handler, api_key)
 
@@ -150,11 +183,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
     parser.add_argument("--api-key", help="require this x-api-key on every request, like the deployed stage")
     parser.add_argument("--code-dir", type=Path, help="directory of compact.py (default: functions/compact)")
+    parser.add_argument("-t", "--template", type=Path,
+                        help="SAM template whose CompactFunction environment is applied (default: template.yaml)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="template parameter override (repeatable), e.g. FlowBudgetMs=40000")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``compactor serve``: serve until interrupted."""
-    server = create_server(args.host, args.port, args.api_key, args.code_dir)
+    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template or --param)."""
+    template = args.template or default_template()
+    environment: dict[str, str] = {}
+    if args.template is not None or template.is_file() or args.param:
+        try:
+            environment = template_environment(template, _parse_overrides(args.param))
+        except (TemplateError, OSError) as exc:
+            print(f"compactor serve: {exc}", file=sys.stderr)
+            return 2
+    else:
+        print(f"compactor serve: no {template}; the function's template environment is not applied",
+              file=sys.stderr)
+    server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
     key_note = "x-api-key required" if args.api_key else "no API key required"
     print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
     try:
