@@ -63,6 +63,13 @@ def test_api_account_role_is_optional_and_outlives_the_stack(document: dict[str,
         assert resources[name]["Condition"] == "CreateAccountRole"
         assert resources[name]["DeletionPolicy"] == "Retain"
     assert resources["CompactApi"]["DependsOn"] == "ApiGatewayAccountReady"
+    role = resources["ApiGatewayCloudWatchRole"]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    # AWS's own trust policy: only API Gateway, only AssumeRole, no source conditions it may not send.
+    assert trust == {"Effect": "Allow", "Principal": {"Service": "apigateway.amazonaws.com"},
+                     "Action": "sts:AssumeRole"}
+    (managed,) = role["ManagedPolicyArns"]
+    assert managed["Fn::Sub"].endswith(":iam::aws:policy/service-role/AmazonAPIGatewayPushToCloudWatchLogs")
     assert "Condition" not in resources["ApiGatewayAccountReady"]
 
 

@@ -37,7 +37,11 @@ def test_bucket_is_private_encrypted_versioned_and_expires_scratch(resources: di
     assert bucket["VersioningConfiguration"]["Status"] == "Enabled"
     rules = bucket["LifecycleConfiguration"]["Rules"]
     assert any("NoncurrentVersionExpiration" in rule and "Prefix" not in rule for rule in rules)
-    assert any(rule.get("Prefix") == "fanout/" and rule["ExpirationInDays"] == 1 for rule in rules)
+    assert any(rule.get("Prefix") == "fanout/" and rule["ExpirationInDays"] == 1
+               and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1 for rule in rules)
+    # Expired scratch leaves delete markers in the versioned bucket: they are removed, not kept forever.
+    assert any(rule.get("Prefix") == "fanout/" and rule.get("ExpiredObjectDeleteMarker") is True
+               and rule["Status"] == "Enabled" and "ExpirationInDays" not in rule for rule in rules)
     assert "NotificationConfiguration" not in bucket  # SAM adds it from the function's S3 events
 
 
