@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..budget import Deadline
+from ..chat import Message, content_text, has_tool_calls, role_of
 from ..policy import PolicyAdmissionError
 from ..policy.defaults import DEFAULT_CHAT_POLICY
 from ..providers.base import ChatRequest
 from ..routing import Router
 from ..xrouter import route_usage, route_x_router
-from ..chat import Message, content_text, has_tool_calls, role_of
 
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 DEFAULT_MAX_TOKENS = 512

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..chat import Message
 from ..decisions import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from ..jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
-from ..chat import Message
 from .units import Unit, instruction_pins, split_units, tail_indexes
 
 MAX_CANDIDATES = 128
@@ -72,10 +72,6 @@ class Preparation:
     budget: int
     batches: list[Batch]
     reasons: list[str]
-
-    @property
-    def included(self) -> set[str]:
-        return {fid for batch in self.batches for fid in batch.ids()}
 
 
 def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:

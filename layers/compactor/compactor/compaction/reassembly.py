@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonutil import dense_size
 from ..chat import Message
+from ..jsonutil import dense_size
 from .preparation import Preparation
 
 SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
