@@ -4,7 +4,6 @@ request edges. Each body is also checked against every invariant."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
