@@ -215,6 +215,9 @@ def test_runner_is_configured_from_the_environment() -> None:
     assert configured is not None and (configured.state_machine_arn, configured.bucket) == ("arn:sm", "b")
     assert stepfunctions_runner.runner_from_env({**env, "COMPACTOR_BATCH_FANOUT": "inline"}) is None
     assert stepfunctions_runner.runner_from_env({"COMPACTOR_BATCH_FANOUT": "stepfunctions"}) is None
+    # `compactor invoke` resolves the machine to its logical id: run inline instead of failing every batch
+    assert stepfunctions_runner.runner_from_env({**env, "COMPACTOR_STATE_MACHINE_ARN": "BatchFanOutStateMachine"}) \
+        is None
 
 
 async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(

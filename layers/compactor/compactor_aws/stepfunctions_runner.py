@@ -241,4 +241,7 @@ def runner_from_env(env: Mapping[str, str] | None = None) -> StepFunctionsFlowRu
     arn, bucket = source.get(STATE_MACHINE_ENV), source.get(BUCKET_ENV)
     if not arn or not bucket:
         return None
+    if not arn.startswith("arn:"):  # e.g. `compactor invoke`, where resources resolve to logical ids
+        logger.warning("%s is not an ARN (%s); running the batches inline", STATE_MACHINE_ENV, arn)
+        return None
     return StepFunctionsFlowRunner(arn, bucket)
