@@ -18,7 +18,6 @@ DECISION_RESPONSE_MAX_BYTES = 131_072
 MAX_QUESTIONS = 32
 MAX_NAME_CHARS = 64
 MAX_TEXT_CHARS = 2_000
-QUESTION_TYPES = ("choice", "score", "noul")
 _QUESTION_FIELDS = frozenset({"type", "instructions", "criteria"})
 
 # Probability mass must sum to 1 within this; the chosen label must be within _ARGMAX_TOL of the max.

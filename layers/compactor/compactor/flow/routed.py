@@ -31,7 +31,6 @@ UNCERTAIN: Final = "uncertain"  # confidence missing or below min_confidence
 INVALID_DECISION: Final = "invalid_decision"  # payload or answer failed the decision validation
 DECISION_TIMEOUT: Final = "decision_timeout"  # routing timeout, node timeout or flow budget hit
 DECISION_ERROR: Final = "decision_error"  # the routed call raised
-FALLBACK_REASONS: Final = (DECISION_FAILED, UNCERTAIN, INVALID_DECISION, DECISION_TIMEOUT, DECISION_ERROR)
 
 
 def route_question(instructions: str, descriptions: Mapping[str, str]) -> dict[str, Any]:

@@ -18,10 +18,6 @@ CONTEXT_OVERFLOW = "context_overflow"
 UPSTREAM_ERROR = "upstream_error"
 BAD_RESPONSE = "bad_response"
 NETWORK_ERROR = "network_error"
-ERROR_KINDS = (
-    TIMEOUT, RATE_LIMIT, AUTH_ERROR, BAD_REQUEST, CONTEXT_OVERFLOW,
-    UPSTREAM_ERROR, BAD_RESPONSE, NETWORK_ERROR,
-)
 
 
 class ProviderError(Exception):

@@ -14,7 +14,6 @@ _HTTP_TRANSPORTS: dict[str, Transport] = {
     "decisions": DecisionsTransport(),
     "chat-decisions": ChatDecisionsTransport(),
 }
-TRANSPORT_NAMES = (*_HTTP_TRANSPORTS, "builtin")
 
 
 @cache
