@@ -14,7 +14,10 @@ _CHUNK = 4096
 
 def _weights(base: int, modulus: int) -> tuple[int, ...]:
     """``base**(CHUNK-1-i) mod modulus`` for i in 0..CHUNK-1: a chunk's bytes as one polynomial step."""
-    return tuple(pow(base, _CHUNK - 1 - i, modulus) for i in range(_CHUNK))
+    weights = [1] * _CHUNK
+    for i in range(_CHUNK - 2, -1, -1):
+        weights[i] = weights[i + 1] * base % modulus
+    return tuple(weights)
 
 
 _W1 = _weights(_B1, _M1)
