@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from fakes.provider_server import FakeProviderServer
 
 REPO = Path(__file__).resolve().parents[1]

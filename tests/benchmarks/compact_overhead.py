@@ -29,7 +29,7 @@ from compactor.budget import Deadline
 from compactor.models import CompactRequest
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
 from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer
-from compactor.routing import Router
+from compactor.router import Router
 from compactor.service import compact
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

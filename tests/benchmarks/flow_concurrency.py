@@ -19,7 +19,7 @@ from compactor.budget import Deadline
 from compactor.flow import admit_flow, run_flow
 from compactor.policy import admit_policy
 from compactor.providers.base import ChatResponse, DecisionResponse, Offer
-from compactor.routing import AdmittedPolicy, RouteResult
+from compactor.router import AdmittedPolicy, RouteResult
 
 LATENCY_S = 0.1
 CHAINS = 32

@@ -17,12 +17,12 @@ import pytest
 from compactor import service
 from compactor.budget import Deadline
 from compactor.catalog import load_catalog
-from compactor.cli.transcript_io import parse_transcript
+from compactor.transcripts import parse_transcript
 from compactor.compaction.preset import load_preset
 from compactor.models import CompactRequest
 from compactor.providers.base import ChatRequest, Offer
 from compactor.providers.registry import transport_for
-from compactor.routing import Router
+from compactor.router import Router
 
 from ..property.invariants import SEAL_MARKER, check_decision_body, csize
 

@@ -31,9 +31,9 @@ from moto import mock_aws
 
 from compactor import container
 from compactor.catalog import get_catalog
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from compactor.providers.registry import transport_for
-from compactor.routing import Router
+from compactor.router import Router
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "infra" / "statemachine" / "batch_fanout.asl.json"

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from compactor.budget import Deadline
-from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor.flow import admit_flow, run_flow
 from compactor.flow.partition import partition_flow, result_to_json
 

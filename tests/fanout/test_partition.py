@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compactor.budget import Deadline
-from compactor.cli.transcript_io import parse_transcript
+from compactor.transcripts import parse_transcript
 from compactor.compaction.preparation import prepare
 from compactor.compaction.preset import materialise, question_template
 from compactor.flow import AdmittedFlow, FlowResult, admit_flow, run_flow
@@ -22,7 +22,7 @@ from compactor.flow.partition import (
     result_to_json,
     unavailable_result,
 )
-from compactor.routing import Router
+from compactor.router import Router
 from scenarios.helpers import fixture_t
 
 from .conftest import frozen_router

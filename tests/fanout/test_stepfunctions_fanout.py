@@ -14,8 +14,8 @@ import pytest
 
 from compactor import service
 from compactor.budget import Deadline
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
-from compactor.cli.transcript_io import parse_transcript
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor.transcripts import parse_transcript
 from compactor.http_api import rest_proxy_event
 from compactor.models import CompactRequest
 from compactor_aws import stepfunctions_runner

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compactor.cli.sam_template import Template, load_template
+from compactor_cli.sam_template import Template, load_template
 from compactor_aws import stepfunctions_runner
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.lambda_runtime import LocalLambdaContext
 
 EVENTS = Path(__file__).resolve().parents[1] / "events"
 

@@ -16,8 +16,8 @@ import pytest
 
 from compactor import __version__
 from compactor.budget import flow_budget_ms
-from compactor.cli import serve
-from compactor.cli.main import build_parser
+from compactor_cli import serve
+from compactor_cli.main import build_parser
 from compactor.http_api import MAX_BODY_BYTES, proxy_response, rest_proxy_event
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .conftest import Output, api_event, corpus_messages, dimension_sets, metric_names, value
 

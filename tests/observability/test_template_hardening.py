@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compactor.cli.sam_template import load_template
+from compactor_cli.sam_template import load_template
 
 from .conftest import REPO
 

@@ -12,7 +12,7 @@ import pytest
 from aws_xray_sdk.core.context import Context
 from aws_xray_sdk.core.recorder import AWSXRayRecorder
 
-from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor_aws.observability import FLOW_SUBSEGMENT, record_call, summarize_call, trace_flow_nodes
 
 from .conftest import api_event, corpus_messages

@@ -16,8 +16,8 @@ from typing import Any
 from compactor.providers.base import (
     UPSTREAM_ERROR, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
-from compactor.providers.decisions import checked_decision
-from compactor.routing import Router
+from compactor.providers.native_decisions import checked_decision
+from compactor.router import Router
 
 # Per-fragment decision answers. "archive" is invalid (unknown_choice) when the fragment was excerpted.
 ANSWER_KINDS = ("keep", "summarize", "archive", "invented", "missing", "not_dict", "wrong_type",

@@ -13,7 +13,7 @@ from compactor import service
 from compactor.budget import Deadline
 from compactor.models import CompactRequest
 from compactor.providers.base import UPSTREAM_ERROR, ChatRequest, ChatResponse, Offer, ProviderError
-from compactor.routing import Router
+from compactor.router import Router
 
 from .fakes import WRITER
 from .invariants import SEAL_MARKER

@@ -15,7 +15,7 @@ from urllib.parse import quote_plus
 import pytest
 from moto import mock_aws
 
-from compactor.cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 
 REPO = Path(__file__).resolve().parents[2]
 EVENT_TEMPLATE = REPO / "tests" / "events" / "s3-put.json"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from compactor.cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor.object_jobs import MAX_OBJECT_BYTES
 
 from .conftest import BUCKET, DEMO_TRANSCRIPT, keys, put_and_event, read_json, s3_event, transcript

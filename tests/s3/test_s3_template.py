@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from compactor.cli.sam_template import Template, load_template
+from compactor_cli.sam_template import Template, load_template
 from compactor.object_jobs import COMPACTED_PREFIX, DEFAULTS_ENV, FAILED_PREFIX, INCOMING_PREFIX, load_defaults
 
 REPO = Path(__file__).resolve().parents[2]

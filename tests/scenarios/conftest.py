@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from compactor.catalog import reset_catalog_cache
-from compactor.cli import serve
+from compactor_cli import serve
 from compactor.container import reset_router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 

@@ -19,7 +19,7 @@ from compactor.providers.base import (
     Offer,
     ProviderError,
 )
-from compactor.routing import MAX_RETRIES_PER_OFFER, PROVIDER_DISABLE_TTL_S, Router, compute_cost
+from compactor.router import MAX_RETRIES_PER_OFFER, PROVIDER_DISABLE_TTL_S, Router, compute_cost
 
 Behaviour = Callable[[Offer, int], Any]
 

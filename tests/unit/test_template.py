@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from compactor.cli import serve
-from compactor.cli.sam_template import SERVERLESS_FUNCTION, Template, load_template
+from compactor_cli import serve
+from compactor_cli.sam_template import SERVERLESS_FUNCTION, Template, load_template
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO / "template.yaml"

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli.main import main
+from compactor_cli.main import main
 
 sys.exit(main())

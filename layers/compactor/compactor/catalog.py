@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .jsonutil import StrictJSONError, strict_loads
-from .providers.base import Offer
+from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.providers.base import Offer
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
 HTTP_TRANSPORTS = frozenset({"openai", "decisions", "chat-decisions"})

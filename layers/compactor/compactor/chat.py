@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .jsonutil import dense_dumps
+from compactor.jsonutil import dense_dumps
 
 Message = dict[str, Any]
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from .routing import Router
+from compactor.router import Router
 
 T = TypeVar("T")
 
@@ -26,8 +26,8 @@ def get_router() -> Router:
     if _router is None:
         with _router_lock:
             if _router is None:
-                from .catalog import get_catalog
-                from .providers.registry import transport_for
+                from compactor.catalog import get_catalog
+                from compactor.providers.registry import transport_for
 
                 catalog = get_catalog()
                 _router = Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for)

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from .budget import Deadline
-from .flow import MISSING, FlowAdmissionError, FlowResult, FlowRouter, admit_flow, normalize_flow, run_flow
-from .flow.graph import AdmittedPolicyLike
-from .xrouter import compact_hint
+from compactor.budget import Deadline
+from compactor.flow import MISSING, FlowAdmissionError, FlowResult, FlowRouter, admit_flow, normalize_flow, run_flow
+from compactor.flow.graph import AdmittedPolicyLike
+from compactor.response_blocks import compact_hint
 
 ADMISSION_PREFIX: Final = "flow_ir rejected at admission: "
 _STATUS_BY_ERROR_KIND: Final[Mapping[str, int]] = {

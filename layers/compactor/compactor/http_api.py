@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from .jsonutil import dense_dumps
+from compactor.jsonutil import dense_dumps
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """Largest request body accepted (bytes, after base64 decoding); larger bodies get 413."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .jsonutil import ensure_utf8_encodable
+from compactor.jsonutil import ensure_utf8_encodable
 
 
 class CompactRequest(BaseModel):

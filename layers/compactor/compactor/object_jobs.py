@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from .jsonutil import dense_dumps
+from compactor.jsonutil import dense_dumps
 
 INCOMING_PREFIX = "incoming/"
 COMPACTED_PREFIX = "compacted/"
@@ -168,7 +168,7 @@ def load_defaults(text: str | None) -> Defaults:
         raise ConfigError(f"{DEFAULTS_ENV}: unknown field(s) {', '.join(unknown)}")
     from pydantic import ValidationError
 
-    from .models import CompactRequest
+    from compactor.models import CompactRequest
 
     try:  # the defaults alone must make a valid request
         CompactRequest.model_validate({**data, "messages": []})
@@ -190,9 +190,9 @@ def build_request(body: bytes, defaults: Defaults) -> Any:
     Errors follow the API's 422 ``detail`` items (``loc`` starts with ``"body"``)."""
     from pydantic import ValidationError
 
-    from .cli.transcript_io import TranscriptError, parse_transcript
-    from .http_api import validation_detail
-    from .models import CompactRequest
+    from compactor.transcripts import TranscriptError, parse_transcript
+    from compactor.http_api import validation_detail
+    from compactor.models import CompactRequest
 
     try:
         text = body.decode("utf-8-sig")
@@ -211,7 +211,7 @@ def build_request(body: bytes, defaults: Defaults) -> Any:
                         [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}])
     request_body: dict[str, Any] = {**defaults.fields, **fields, "messages": messages}
     if defaults.mode == "decision" and "decision_policy_ir" not in request_body:
-        from .compaction.preset import load_preset
+        from compactor.compaction.preset import load_preset
 
         request_body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
     try:
@@ -289,7 +289,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
                   router: Any = None, max_bytes: int | None = None, observe: Observer | None = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination)."""
-    from .service import compact
+    from compactor.service import compact
 
     rel = relative_key(source.key)
     if rel is None:

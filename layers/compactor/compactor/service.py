@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
-from .budget import Deadline, flow_budget_ms
-from .models import CompactRequest
+from compactor import __version__
+from compactor.budget import Deadline, flow_budget_ms
+from compactor.models import CompactRequest
 
 
 def error_body(message: str, *, type_: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
@@ -29,12 +29,12 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
                   on_event: Any = None, flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly).
     ``flow_runner`` replaces the inline ``run_flow`` for decision mode (the batch fan-out)."""
-    from .compaction.legacy import InvalidPolicy, seal
-    from .container import get_router
+    from compactor.compaction.seal import InvalidPolicy, seal
+    from compactor.container import get_router
 
     router = router or get_router()
     if request.decision_mode:
-        from .compaction.selective import InvalidRequest, compact_selective
+        from compactor.compaction.decision import InvalidRequest, compact_selective
 
         try:
             body = await compact_selective(request, router=router, deadline=deadline, on_event=on_event,
@@ -53,22 +53,22 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None,
                    flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/compact`` (both modes); ``flow_runner`` as in :func:`compact`."""
-    from .container import run_sync
+    from compactor.container import run_sync
 
     return run_sync(compact(request, deadline=request_deadline(lambda_context), flow_runner=flow_runner))
 
 
 def handle_flows(body: dict[str, Any], *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/flows``: admit and run an operator's flow."""
-    from .container import get_router, run_sync
-    from .flows_service import run_flows_request
+    from compactor.container import get_router, run_sync
+    from compactor.flows_service import run_flows_request
 
     return run_sync(run_flows_request(body, router=get_router(), deadline=request_deadline(lambda_context)))
 
 
 def handle_flows_normalize(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """``POST /v1/flows/normalize``: admission and canonical identity only, no model call."""
-    from .container import get_router
-    from .flows_service import normalize_request
+    from compactor.container import get_router
+    from compactor.flows_service import normalize_request
 
     return normalize_request(body, admit_policy=get_router().admit_policy)

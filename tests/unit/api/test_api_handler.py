@@ -8,8 +8,8 @@ from types import ModuleType
 import pytest
 
 from compactor import __version__
-from compactor.cli.lambda_runtime import LocalLambdaContext
-from compactor.cli.sam_template import Template
+from compactor_cli.lambda_runtime import LocalLambdaContext
+from compactor_cli.sam_template import Template
 from compactor.http_api import MAX_BODY_BYTES, rest_proxy_event
 from compactor.models import CompactRequest
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compactor.cli.sam_template import Template, TemplateError, merge_globals
+from compactor_cli.sam_template import Template, TemplateError, merge_globals
 
 from .conftest import REPO
 

@@ -8,10 +8,10 @@ import math
 import pytest
 
 from compactor.catalog import bundled_catalog_path, load_catalog
-from compactor.decisions import validate_answers
+from compactor.decision_validation import validate_answers
 from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.providers.base import BAD_REQUEST, ChatRequest, DecisionRequest, Offer, ProviderError
-from compactor.providers.builtin import BuiltinTransport
+from compactor.offline.transport import BuiltinTransport
 
 SUMMARY_PROMPT = "Summarise each item. Each summary must use at most 128 UTF-8 bytes. Do not add ids."
 ITEM = dense_dumps([{"role": "assistant", "content": "long output follows " + "data " * 200}])

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from compactor.decisions import validate_answers, validate_payload
-from compactor.providers.builtin_decider import SMALL_EVIDENCE_BYTES, decide
+from compactor.decision_validation import validate_answers, validate_payload
+from compactor.offline.decider import SMALL_EVIDENCE_BYTES, decide
 
 from .corpus import TRANSCRIPTS, choice_question, evidence_view, load_messages, units
 

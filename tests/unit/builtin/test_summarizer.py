@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from compactor.jsonutil import dense_dumps, strict_loads
-from compactor.providers.builtin_summarizer import (
+from compactor.offline.summarizer import (
     item_budget, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
-from compactor.providers.builtin_text import ELLIPSIS, utf8_len
+from compactor.offline.text_fit import ELLIPSIS, utf8_len
 
 from .corpus import TRANSCRIPTS, load_messages, units
 

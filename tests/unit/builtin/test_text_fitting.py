@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compactor.providers.builtin_text import (
+from compactor.offline.text_fit import (
     ELLIPSIS, Section, fit_end, fit_items, fit_middle, fit_sections, squeezed_window, utf8_len, utf8_prefix,
     utf8_suffix,
 )

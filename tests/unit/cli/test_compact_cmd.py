@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from compactor.cli.main import main
-from compactor.cli.transcript_io import TranscriptError, parse_transcript
+from compactor_cli.main import main
+from compactor.transcripts import TranscriptError, parse_transcript
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 

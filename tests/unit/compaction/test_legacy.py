@@ -3,9 +3,9 @@ from dataclasses import dataclass
 import pytest
 
 from compactor.budget import Deadline
-from compactor.compaction.legacy import SEAL_MARKER, InvalidPolicy, plan_seal, render_aged, seal
+from compactor.compaction.seal import SEAL_MARKER, InvalidPolicy, plan_seal, render_aged, seal
 from compactor.providers.base import ChatResponse, Offer
-from compactor.routing import Router
+from compactor.router import Router
 
 from .fixtures import tool_unit
 
@@ -117,8 +117,8 @@ async def test_bad_policy_is_rejected_before_any_call():
 
 
 def test_billed_failed_attempts_join_the_chosen_cost():
-    from compactor.routing import RouteResult
-    from compactor.xrouter import billed_cost
+    from compactor.router import RouteResult
+    from compactor.response_blocks import billed_cost
 
     assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.001, failed_cost_usd=0.0005)) \
         == pytest.approx(0.0015)

@@ -23,7 +23,7 @@ from compactor.providers.base import (
     Offer,
     ProviderError,
 )
-from compactor.routing import AdmittedPolicy, RouteResult, compute_cost
+from compactor.router import AdmittedPolicy, RouteResult, compute_cost
 
 CHAT_OFFER = Offer(id="fake/writer", provider="fakechat", family="fake-writer", model="fake-writer-1",
                    protocol="chat", transport="builtin", price_in=1.0, price_out=2.0)

@@ -10,7 +10,7 @@ import pytest
 from compactor.budget import Deadline
 from compactor.flows_service import normalize_request, router_error_status, run_flows_request
 from compactor.providers.base import ChatResponse, ProviderError
-from compactor.routing import RouteResult
+from compactor.router import RouteResult
 
 from .fake_router import FakeRouter
 from .triage import FLOW_INPUT, triage_flow

@@ -10,7 +10,7 @@ from compactor.budget import Deadline
 from compactor.flow import admit_flow, run_flow
 from compactor.providers.base import Offer
 from compactor.providers.registry import transport_for
-from compactor.routing import Router
+from compactor.router import Router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 from .triage import FLOW_INPUT, TICKETS, triage_flow

@@ -13,10 +13,10 @@ import pytest
 from compactor.budget import Deadline
 from compactor.flow import FlowAdmissionError, admit_flow, normalize_flow, run_flow
 from compactor.flow.partition import merge_results, partition_flow, result_from_json, result_to_json
-from compactor.flow.routed import project_messages, routing_state
+from compactor.flow.decision_routing import project_messages, routing_state
 from compactor.flow.trace import aggregate, node_cost
 from compactor.providers.base import DecisionResponse, Offer, ProviderError
-from compactor.routing import RouteResult
+from compactor.router import RouteResult
 
 from .chains import chain_reply
 from .fake_router import CHAT_OFFER, DECIDER_OFFER, FakeRouter

@@ -12,7 +12,7 @@ import pytest
 from compactor.budget import Deadline
 from compactor.flow import admit_flow, run_flow
 from compactor.providers.base import ChatResponse, DecisionRequest, DecisionResponse, ProviderError
-from compactor.routing import RouteResult
+from compactor.router import RouteResult
 
 from .fake_router import FakeRouter
 from .triage import DRAFT_SYSTEM, FLOW_INPUT, TICKETS, triage_flow

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from compactor.decisions import (
+from compactor.decision_validation import (
     DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, is_jev_family, validate_answers, validate_payload,
 )
 from compactor.jsonutil import ascii_wire_size

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from compactor.decisions import DECISION_RESPONSE_MAX_BYTES
+from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
-from compactor.providers.decisions import DecisionsTransport
+from compactor.providers.native_decisions import DecisionsTransport
 from fakes.provider_server import FakeProviderServer, Reply, decision_reply
 
 TRANSPORT = DecisionsTransport()

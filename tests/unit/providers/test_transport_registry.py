@@ -8,7 +8,7 @@ import pytest
 
 from compactor.providers.base import Offer
 from compactor.providers.chat_decisions import ChatDecisionsTransport
-from compactor.providers.decisions import DecisionsTransport
+from compactor.providers.native_decisions import DecisionsTransport
 from compactor.providers.openai import OpenAITransport
 from compactor.providers.registry import transport_for
 
@@ -27,7 +27,7 @@ def test_http_transports_are_singletons(name: str, kind: type) -> None:
 
 
 def test_builtin_transport_is_loaded_lazily() -> None:
-    pytest.importorskip("compactor.providers.builtin")
+    pytest.importorskip("compactor.offline.transport")
     offer = dataclasses.replace(OFFER, transport="builtin", base_url=None)
     assert transport_for(offer) is transport_for(offer)
 

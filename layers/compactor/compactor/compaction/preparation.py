@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chat import Message
-from ..decisions import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
-from ..jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
-from .units import Unit, instruction_pins, split_units, tail_indexes
+from compactor.chat import Message
+from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
+from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
+from compactor.compaction.units import Unit, instruction_pins, split_units, tail_indexes
 
 MAX_CANDIDATES = 128
 MAX_BATCHES = 32

@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..policy.defaults import DEFAULT_CHAT_POLICY
-from .preparation import Batch, batch_items, batch_questions, batch_state
+from compactor.policy.defaults import DEFAULT_CHAT_POLICY
+from compactor.compaction.preparation import Batch, batch_items, batch_questions, batch_state
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
 MAX_GENERATION_TOKENS = 4096

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..chat import Message
-from ..jsonutil import dense_size
-from .preparation import Preparation
+from compactor.chat import Message
+from compactor.jsonutil import dense_size
+from compactor.compaction.preparation import Preparation
 
 SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..chat import Message, has_tool_calls, role_of
+from compactor.chat import Message, has_tool_calls, role_of
 
 ALWAYS_PINNED_ROLES = ("system", "developer")
 

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .fields import FieldDecl
-from .signature import (
+from compactor.policy.fields import FieldDecl
+from compactor.policy.signature import (
     ACTIONS,
     MAX_DEPTH,
     MAX_NODES,

@@ -1,7 +1,7 @@
 """The provider port: offers, requests, responses, error kinds and the transport protocol.
 
 Everything that talks to a model (HTTP or built-in) implements :class:`Transport`. The router
-(``compactor.routing``) picks offers with a policy and calls ``transport.chat`` / ``transport.decide``.
+(``compactor.router``) picks offers with a policy and calls ``transport.chat`` / ``transport.decide``.
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonutil import StrictJSONError, dense_dumps, strict_loads
-from .base import (
+from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads
+from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
-from .decisions import checked_decision, checked_payload
-from .openai import complete_chat
+from compactor.providers.native_decisions import checked_decision, checked_payload
+from compactor.providers.openai import complete_chat
 
 # Output room: a fixed allowance plus a little per question, within the usual generation cap.
 _BASE_MAX_TOKENS = 256

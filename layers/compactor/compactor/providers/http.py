@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from .base import (
+from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, ProviderError,
 )

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..jsonutil import StrictJSONError, strict_loads
-from .base import (
+from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
-from .http import bearer_headers, error_detail, error_for_status, post_json, safe_message
+from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 

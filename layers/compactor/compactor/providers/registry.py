@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from .base import Offer, Transport
-from .chat_decisions import ChatDecisionsTransport
-from .decisions import DecisionsTransport
-from .openai import OpenAITransport
+from compactor.providers.base import Offer, Transport
+from compactor.providers.chat_decisions import ChatDecisionsTransport
+from compactor.providers.native_decisions import DecisionsTransport
+from compactor.providers.openai import OpenAITransport
 
 _HTTP_TRANSPORTS: dict[str, Transport] = {
     "openai": OpenAITransport(),
@@ -19,7 +19,7 @@ _HTTP_TRANSPORTS: dict[str, Transport] = {
 @cache
 def _builtin_transport() -> Transport:
     # Imported lazily: the built-in models are only loaded when an offer uses them.
-    from .builtin import BuiltinTransport
+    from compactor.offline.transport import BuiltinTransport
 
     return BuiltinTransport()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from .. import __version__
+from compactor import __version__
 
 _SUBCOMMANDS = (
     ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),

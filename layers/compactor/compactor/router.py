@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .budget import Deadline
-from .policy import Policy, admit_policy, admit_pred, with_envelope
-from .policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
-from .policy.fields import FieldDeclarations, fields_observed_in
-from .policy.ranking import Ranking, Requirements, rank
-from .providers.base import (
+from compactor.budget import Deadline
+from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
+from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
+from compactor.policy.fields import FieldDeclarations, fields_observed_in
+from compactor.policy.ranking import Ranking, Requirements, rank
+from compactor.providers.base import (
     BAD_RESPONSE,
     NETWORK_ERROR,
     RATE_LIMIT,

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .builtin_transcript import (
+from compactor.offline.transcript_reading import (
     Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
     tool_call_action,
 )

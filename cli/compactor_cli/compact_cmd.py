@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from .transcript_io import TranscriptError, parse_transcript
+from compactor.transcripts import TranscriptError, parse_transcript
 
 
 def _json_arg(value: str) -> Any:
@@ -49,7 +49,7 @@ def _read(path: str) -> str:
 
 def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
                        fields: dict[str, Any]) -> dict[str, Any]:
-    from ..compaction.preset import load_preset
+    from compactor.compaction.preset import load_preset
 
     body: dict[str, Any] = {**fields, "messages": messages}
     if args.pin_task:
@@ -79,15 +79,15 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
-    from ..models import CompactRequest
+    from compactor.models import CompactRequest
 
     try:
         request = CompactRequest.model_validate(build_request_body(args, messages, fields))
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
         return 2
-    from ..catalog import CatalogError
-    from .report import Progress, render_report
+    from compactor.catalog import CatalogError
+    from compactor_cli.report import Progress, render_report
 
     progress = None if args.quiet else Progress(sys.stderr)
     started = time.monotonic()
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compact(request: Any, progress: Any) -> tuple[int, dict[str, Any]]:
-    from ..container import run_sync
-    from ..service import compact, request_deadline
+    from compactor.container import run_sync
+    from compactor.service import compact, request_deadline
 
     on_event = progress.on_event if progress else None
     return run_sync(compact(request, deadline=request_deadline(), on_event=on_event))

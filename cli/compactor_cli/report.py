@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from ..jsonutil import dense_size
+from compactor.jsonutil import dense_size
 
 
 class Progress:

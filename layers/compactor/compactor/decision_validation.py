@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any, NoReturn
 
-from .jsonutil import ascii_wire_size
+from compactor.jsonutil import ascii_wire_size
 
 DECISION_REQUEST_MAX_BYTES = 32_000
 DECISION_RESPONSE_MAX_BYTES = 131_072

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..budget import Deadline
-from ..chat import Message, content_text, has_tool_calls, role_of
-from ..policy import PolicyAdmissionError
-from ..policy.defaults import DEFAULT_CHAT_POLICY
-from ..providers.base import ChatRequest
-from ..routing import Router
-from ..xrouter import route_usage, route_x_router
+from compactor.budget import Deadline
+from compactor.chat import Message, content_text, has_tool_calls, role_of
+from compactor.policy import PolicyAdmissionError
+from compactor.policy.defaults import DEFAULT_CHAT_POLICY
+from compactor.providers.base import ChatRequest
+from compactor.router import Router
+from compactor.response_blocks import route_usage, route_x_router
 
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 DEFAULT_MAX_TOKENS = 512

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .routing import RouteResult
+from compactor.router import RouteResult
 
 COMPACT_AT_TOKENS_DEFAULT = 24_000
 _COMPACT_AT_TOKENS_RANGE = (1_000, 2_000_000)
@@ -59,7 +59,7 @@ def billed_cost(result: RouteResult) -> float | None:
 
 def route_x_router(result: RouteResult) -> dict[str, Any]:
     """The chat-variant block for one routed call, successful or not."""
-    from .policy.trace import trim_decision_trace
+    from compactor.policy.trace import trim_decision_trace
 
     chosen, response = result.chosen, result.response
     tokens_in = response.tokens_in if response is not None else None

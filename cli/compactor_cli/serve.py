@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .. import http_api
-from .invoke import _parse_overrides
-from .lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
-from .sam_template import Template, TemplateError, as_string
+from compactor import http_api
+from compactor_cli.invoke import _parse_overrides
+from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+from compactor_cli.sam_template import Template, TemplateError, as_string
 
 FUNCTION_LOGICAL_ID = "CompactFunction"
 FUNCTION_HANDLER = "compact.handler"

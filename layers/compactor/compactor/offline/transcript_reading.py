@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat import content_text
-from ..jsonutil import dense_dumps
+from compactor.chat import content_text
+from compactor.jsonutil import dense_dumps
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
 _FENCE = re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)

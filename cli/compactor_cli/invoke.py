@@ -17,8 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .lambda_runtime import LocalLambdaContext, load_handler
-from .sam_template import Template, TemplateError, as_string
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor_cli.sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
 LAMBDA_DEFAULT_MEMORY_MB = 128

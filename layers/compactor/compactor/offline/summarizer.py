@@ -18,11 +18,11 @@ import json
 import re
 from typing import Any
 
-from ..jsonutil import dense_dumps, dense_size, strict_loads
-from .builtin_text import (
+from compactor.jsonutil import dense_dumps, dense_size, strict_loads
+from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
-from .builtin_transcript import (
+from compactor.offline.transcript_reading import (
     as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
     prose_text, return_codes, strip_output_tags,
 )

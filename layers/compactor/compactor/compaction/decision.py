@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..budget import Deadline
-from ..flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
-from ..models import CompactRequest
-from ..xrouter import compact_hint
-from .preparation import prepare
-from .preset import materialise, question_template
-from .reassembly import compaction_report, reassemble
+from compactor.budget import Deadline
+from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
+from compactor.models import CompactRequest
+from compactor.response_blocks import compact_hint
+from compactor.compaction.preparation import prepare
+from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.reassembly import compaction_report, reassemble
 
 PINS_MESSAGE = "pinned_indices must reference existing messages"
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..jsonutil import ascii_wire_size, dense_size
-from .base import (
+from compactor.jsonutil import ascii_wire_size, dense_size
+from compactor.providers.base import (
     BAD_REQUEST, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
-from .builtin_decider import DECIDER_MODEL, decide
-from .builtin_summarizer import (
+from compactor.offline.decider import DECIDER_MODEL, decide
+from compactor.offline.summarizer import (
     BYTES_PER_TOKEN, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, item_budget, summarize_conversation,
     summarize_json_request,
 )
-from ..chat import content_text
+from compactor.chat import content_text
 
 BUILTIN_MODELS = (DECIDER_MODEL, SUMMARIZER_MODEL)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..decisions import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
-from ..jsonutil import StrictJSONError, strict_loads
-from .base import (
+from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
+from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
-from .http import bearer_headers, error_for_status, post_json
-from .openai import endpoint
+from compactor.providers.http import bearer_headers, error_for_status, post_json
+from compactor.providers.openai import endpoint
 
 
 def reported_cost(usage: Any) -> float | None:

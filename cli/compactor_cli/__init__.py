@@ -1,0 +1,1 @@
+"""The local ``compactor`` command: compact, serve and invoke. Not shipped in the Lambda layer."""

@@ -1,0 +1,1 @@
+"""Offline, deterministic offers (the ``builtin`` transport): a rules decider and an extractive summarizer."""
