@@ -15,7 +15,7 @@ TOOLS_STAMP := $(TOOLS)/.installed
 DEMO_TRANSCRIPT ?= tests/fixtures/corpus/msa-v2-toolcalls_deepseek-chat_pydicom-901.json
 DEMO_OUT ?= out/demo-compacted.json
 
-.PHONY: install tools demo test unit lint-template build bench clean
+.PHONY: install tools demo test unit lint-template build bench eval clean
 
 $(STAMP): pyproject.toml layers/compactor/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ build: $(TOOLS_STAMP)
 
 bench: $(STAMP)
 	@for b in tests/benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# Compaction quality per method on the corpus (docs/evaluation.md): offline, a few seconds.
+EVAL_CORPUS ?= tests/fixtures/corpus
+eval: $(STAMP)
+	$(VENV)/bin/compactor eval $(EVAL_CORPUS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .aws-sam out .pytest_cache

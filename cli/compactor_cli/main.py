@@ -1,4 +1,4 @@
-"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``serve`` and ``invoke``."""
+"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``eval``, ``serve`` and ``invoke``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from compactor import __version__
 
 _SUBCOMMANDS = (
     ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),
+    ("eval", "eval_cmd", "measure evidence kept per byte for every compaction method on transcripts"),
     ("serve", "serve", "serve the HTTP API locally through the Lambda handler"),
     ("invoke", "invoke", "run one function of template.yaml in-process on an event (no Docker)"),
 )

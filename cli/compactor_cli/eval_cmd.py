@@ -1,0 +1,60 @@
+"""``compactor eval FILE|DIR…``: evidence kept per byte for every compaction method (docs/evaluation.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from compactor.transcripts import TranscriptError, parse_transcript
+
+SUFFIXES = (".json", ".jsonl")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="FILE|DIR",
+                        help="transcripts, or directories whose *.json/*.jsonl files are transcripts")
+    parser.add_argument("--json", action="store_true", help="print the rows and means as JSON")
+    parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
+    parser.add_argument("--methods", help="comma-separated modes to run (default: every registered mode)")
+
+
+def transcript_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES))
+        else:
+            files.append(path)
+    return files
+
+
+def run(args: argparse.Namespace) -> int:
+    from compactor.container import run_sync
+    from compactor_cli.evaluation import evaluate, means, mode_names, render
+
+    if args.catalog:
+        os.environ["COMPACTOR_CATALOG"] = args.catalog
+    modes = args.methods.split(",") if args.methods else mode_names()
+    rows = []
+    for path in transcript_files(args.paths):
+        try:
+            messages, _ = parse_transcript(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, TranscriptError) as exc:
+            print(f"compactor eval: {path}: skipped: {exc}", file=sys.stderr)
+            continue
+        if not messages:
+            print(f"compactor eval: {path}: skipped: no chat messages", file=sys.stderr)
+            continue
+        rows.extend(run_sync(evaluate(path.stem, messages, modes)))
+    if not rows:
+        print("compactor eval: no transcripts", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"rows": [r.as_json() for r in rows], "means": means(rows)}, indent=2))
+    else:
+        sys.stdout.write(render(rows))
+    return 0

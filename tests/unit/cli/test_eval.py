@@ -1,0 +1,91 @@
+import json
+from pathlib import Path
+
+from compactor_cli.evaluation import Item, changed_indexes, dense_size, evidence, haystack, trim
+from compactor_cli.main import main
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+
+
+def _call(call_id, command):
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]}
+
+
+def _result(call_id, text):
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+TRANSCRIPT = [
+    {"role": "system", "content": "You are an agent."},
+    {"role": "user", "content": "Fix the bug."},
+    _call("a", "python run_tests.py"),
+    _result("a", "<returncode>1</returncode>\nTraceback (most recent call last):\n  File \"src/app/core.py\", line 3\n"
+                 "ValueError: bad parse_header value\n"),
+    _call("b", "cat > src/app/core.py <<'EOF'\ndef parse_header(x):\n    return x\nEOF"),
+    _result("b", "<returncode>0</returncode>\n"),
+    {"role": "assistant", "content": "Now parse_header in src/app/core.py returns its input."},
+]
+
+
+def test_changed_indexes_follow_the_output_in_order():
+    output = [TRANSCRIPT[0], TRANSCRIPT[1], {"role": "assistant", "content": "summary"}, *TRANSCRIPT[4:]]
+    assert changed_indexes(TRANSCRIPT, output) == [2, 3]
+    assert changed_indexes(TRANSCRIPT, TRANSCRIPT) == []
+    assert changed_indexes(TRANSCRIPT, []) == list(range(len(TRANSCRIPT)))
+
+
+def test_evidence_items_of_changed_messages():
+    items = evidence(TRANSCRIPT, [2, 3, 4, 5]).items
+    by_kind = {(i.kind, i.probe, i.exit_code) for i in items}
+    assert ("error", "ValueError: bad parse_header value", None) in by_kind
+    assert ("error", "Traceback (most recent call last):", None) in by_kind
+    assert ("command", "python run_tests.py", 1) in by_kind
+    assert ("path", "src/app/core.py", None) in by_kind
+    assert ("identifier", "parse_header", None) in by_kind
+    assert ("file", "def parse_header(x): return x", None) in by_kind
+    # nothing changed: nothing to lose
+    assert evidence(TRANSCRIPT, []).items == []
+
+
+def test_evidence_is_kept_only_when_findable_in_the_output():
+    changed = [2, 3, 4, 5]
+    dropped = [*TRANSCRIPT[:2], TRANSCRIPT[6]]
+    summary = {"role": "assistant", "content": "$ python run_tests.py (exit 1)\nValueError: bad parse_header value"}
+    kept_dropped, total, _ = evidence(TRANSCRIPT, changed).score(dropped)
+    kept_summary, _, kinds = evidence(TRANSCRIPT, changed).score([*TRANSCRIPT[:2], summary, TRANSCRIPT[6]])
+    assert total >= 6 and kept_dropped < kept_summary < 1.0
+    assert kinds["command"] == [1, 2] and kinds["file"] == [0, 1]
+    assert evidence(TRANSCRIPT, changed).score(TRANSCRIPT)[0] == 1.0
+
+
+def test_command_needs_its_exit_code_nearby():
+    hay = haystack([{"role": "assistant", "content": "$ make test (exit 2)"}])
+    assert Item("command", "make test", 2).kept(hay)
+    assert not Item("command", "make test", 0).kept(hay)
+
+
+def test_trim_keeps_the_head_and_whole_tool_units():
+    target = dense_size([*TRANSCRIPT[:2], *TRANSCRIPT[4:]])
+    out = trim(TRANSCRIPT, target)
+    assert out == [*TRANSCRIPT[:2], *TRANSCRIPT[4:]]
+    assert trim(TRANSCRIPT, dense_size(TRANSCRIPT)) == TRANSCRIPT
+    assert trim(TRANSCRIPT, 0) == [*TRANSCRIPT[:2], TRANSCRIPT[-1]]
+
+
+def test_eval_command_prints_every_method_and_trim_at_decision_bytes(capsys):
+    source = CORPUS / "msa-v2-toolcalls_deepseek-reasoner_pvlib-1707_apierror.json"
+    assert main(["eval", "--json", str(source)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows = {row["method"]: row for row in report["rows"]}
+    assert {"decision", "seal", "trim"} <= set(rows)
+    assert rows["trim"]["output_bytes"] <= rows["decision"]["output_bytes"]
+    assert rows["decision"]["model_calls"] > 0 and rows["decision"]["evidence_items"] > 0
+    assert main(["eval", str(source)]) == 0
+    assert "decision keeps" in capsys.readouterr().out
+
+
+def test_eval_skips_what_is_not_a_transcript(tmp_path, capsys):
+    (tmp_path / "notes.json").write_text("42")
+    assert main(["eval", str(tmp_path)]) == 2
+    assert "skipped" in capsys.readouterr().err
