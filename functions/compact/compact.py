@@ -26,9 +26,11 @@ from compactor import http_api
 from compactor.jsonutil import dense_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
 from compactor_aws import observability
+from compactor_aws import snapstart
 
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"])

@@ -28,8 +28,10 @@ from compactor.flow import admit_flow, run_flow
 from compactor.flow.partition import result_to_json
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
+from compactor_aws import snapstart
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 
 # Inline results above this go to S3: 32 Map items x 6 KB keep the execution output under 256 KB.
 INLINE_RESULT_MAX_BYTES: Final = 6000

@@ -21,8 +21,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from compactor import object_jobs
 from compactor_aws import observability
 from compactor_aws.s3_store import S3Store
+from compactor_aws import snapstart
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 store = S3Store()

@@ -1,90 +1,225 @@
-"""Cold-start cost of the API handler: importing ``functions/compact/compact.py`` in fresh processes,
-as a ratio to importing its third-party dependencies alone (goal: at most 1.3).
+"""Cold start as a user feels it: a new process imports a function's handler and answers its first
+real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N]``.
 
-"Its third-party dependencies" are exactly the non-standard-library modules that importing the handler
-loads (Powertools, the X-Ray SDK its Tracer pulls in, pydantic and their own dependencies), found by
-importing the handler once and reading ``sys.modules``. The baseline imports those same modules and
-nothing else; the difference is the handler's own cost: the ``compactor`` modules it loads at import
-time, building the request models, and setting up Logger, Tracer, Metrics and the resolver. Each sample
-is a new interpreter timing only the import statements, so interpreter start-up is left out.
+For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
+interpreter that times
 
-Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N]``
+* ``import <handler module>`` (what Lambda's init phase runs), then
+* the first invocation with a real event: a decision-mode ``POST /v1/compact`` through API Gateway's
+  proxy event, an S3 ``ObjectCreated`` event whose object is read from and written to S3, and a fan-out
+  worker event whose flow payload is read from S3. S3 is a ``moto_server`` on 127.0.0.1, so the
+  botocore client the function builds on its first request is part of what is timed.
+
+Two baselines run in the same loop, interleaved with the samples so they see the same machine:
+
+* the third-party packages alone: exactly the non-standard-library modules that the whole sample
+  (import and first request) loaded, imported and nothing else;
+* a bare ``import json``: the interpreter floor.
+
+Reported per function: absolute medians, ``cold / third-party`` (goal <= 1.3) and, with SnapStart,
+``restored / third-party`` (goal <= 1.15): the same sample run with the function's before-snapshot
+hook (``compactor_aws.snapstart.before_snapshot``) executed between the import and the first request;
+the hook's own time is reported apart, because on a SnapStart version it runs once when the version is
+published and is part of the snapshot, not of any caller's cold start. Exit 1 when a goal is missed or
+a first request does not succeed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-PATHS = [str(REPO / "functions" / "compact"), str(REPO / "layers" / "compactor")]
-HANDLER_MODULE = "compact"
-OWN_PACKAGES = {HANDLER_MODULE, "compactor", "compactor_aws"}
-GOAL = 1.3
+LAYER = REPO / "layers" / "compactor"
+EVENTS = REPO / "tests" / "events"
+BUCKET = "compactor-bench-cold"
+GOAL_COLD = 1.3
+GOAL_RESTORED = 1.15
+OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker"}
 
-_PRELUDE = f"import sys, time\nsys.path[:0] = {PATHS!r}\n"
-_LIST_DEPENDENCIES = _PRELUDE + f"""\
-import json
+# One sample: import, optional before-snapshot hook, first request; prints timings and what loaded.
+_SAMPLE = """\
+import json, sys, time
+sys.path[:0] = {paths!r}
 before = set(sys.modules)
-import {HANDLER_MODULE}
-own = {sorted(OWN_PACKAGES)!r}
-roots = {{name: name.split(".")[0] for name in sys.modules if name not in before}}
-print(json.dumps([name for name, root in roots.items() if root not in sys.stdlib_module_names
-                  and root not in own and not root.startswith("_sysconfigdata")]))
+t0 = time.perf_counter()
+import {module} as handler_module
+t1 = time.perf_counter()
+if {snapstart!r}:
+    from compactor_aws import snapstart
+    snapstart.before_snapshot()
+t2 = time.perf_counter()
+event = json.loads({event!r})
+class Context:
+    function_name = {module!r}; memory_limit_in_mb = 1024; aws_request_id = "bench"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:" + {module!r}
+    log_group_name = log_stream_name = function_version = "bench"
+    def get_remaining_time_in_millis(self): return 40000
+answer = handler_module.handler(event, Context())
+t3 = time.perf_counter()
+loaded = sorted(name for name in set(sys.modules) - before)
+print(json.dumps({{"import": t1 - t0, "hook": t2 - t1, "first": t3 - t2, "answer": answer, "loaded": loaded}}))
 """
-_TIME_IMPORTS = _PRELUDE + """\
+_IMPORTS = """\
+import sys, time
 names = {names!r}
-started = time.perf_counter()
-{statement}
-print(time.perf_counter() - started)
-"""
-_IMPORT_ALL = """\
+t0 = time.perf_counter()
 for name in names:
     try:
         __import__(name)
     except ImportError:  # aliases some packages register in sys.modules without an importable file
-        pass"""
+        pass
+print(time.perf_counter() - t0)
+"""
 
 
-def _python(script: str) -> str:
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
-def third_party_modules() -> list[str]:
-    """Third-party modules that importing the handler loads, in load order."""
-    return json.loads(_python(_LIST_DEPENDENCIES))
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server, url
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("moto_server did not start")
 
 
-def time_import(statement: str, names: list[str]) -> float:
-    """Seconds a fresh interpreter spends executing ``statement``."""
-    return float(_python(_TIME_IMPORTS.format(names=names, statement=statement)).split()[-1])
+def child_env(endpoint: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "COMPACTOR_"))}
+    env.update({
+        "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "POWERTOOLS_METRICS_NAMESPACE": "Bench",
+        "POWERTOOLS_SERVICE_NAME": "compactor", "COMPACTOR_FLOW_BUDGET_MS": "20000",
+        "POWERTOOLS_DEV": "false", "PYTHONDONTWRITEBYTECODE": "1",
+    })
+    return env
+
+
+class Function:
+    """One function's handler module, the event of its first request and the check of its answer."""
+
+    def __init__(self, name: str, event: dict[str, Any], ok: Any) -> None:
+        self.name, self.event, self.ok = name, event, ok
+        self.paths = [str(REPO / "functions" / name), str(LAYER)]
+
+
+def prepare_functions(endpoint: str, run_id: str) -> list[Function]:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                      aws_access_key_id="bench", aws_secret_access_key="bench")
+    try:
+        s3.create_bucket(Bucket=BUCKET)
+    except s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    compact_event = json.loads((EVENTS / "compact-decision.json").read_text())
+    transcript = compact_event["body"].encode()  # the same small decision request as the API's first one
+    flows_event = json.loads((EVENTS / "flows.json").read_text())
+    payload = json.loads(flows_event["body"])
+    s3.put_object(Bucket=BUCKET, Key=f"fanout/{run_id}/0.json", Body=json.dumps(payload).encode())
+
+    s3_event = json.loads((EVENTS / "s3-put.json").read_text())
+    worker_event = {"bucket": BUCKET, "key": f"fanout/{run_id}/0.json",
+                    "result_key": f"fanout/{run_id}/0.result.json",
+                    "deadline_epoch_ms": int(time.time() * 1000) + 3_600_000}
+
+    def s3_event_for(sample: int) -> dict[str, Any]:
+        key = f"incoming/{run_id}/{sample}.json"
+        put = s3.put_object(Bucket=BUCKET, Key=key, Body=transcript)
+        event = json.loads(json.dumps(s3_event))
+        record = event["Records"][0]["s3"]
+        record["bucket"]["name"] = BUCKET
+        record["object"].update({"key": key, "eTag": put["ETag"].strip('"'), "size": len(transcript)})
+        record["object"].pop("versionId", None)
+        return event
+
+    return [
+        Function("compact", compact_event, lambda a: a.get("statusCode") == 200),
+        Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"]),
+        Function("flow_worker", worker_event, lambda a: a.get("status") == "done"),
+    ]
+
+
+def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstart: bool) -> dict[str, Any]:
+    event = function.event(sample) if callable(function.event) else function.event
+    script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart,
+                            event=json.dumps(event))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+    if done.returncode != 0:
+        raise SystemExit(f"{function.name}: sample failed\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not function.ok(result["answer"]):
+        raise SystemExit(f"{function.name}: first request did not succeed: {json.dumps(result['answer'])[:500]}")
+    return result
+
+
+def time_imports(names: list[str], env: dict[str, str]) -> float:
+    done = subprocess.run([sys.executable, "-c", _IMPORTS.format(names=names)], capture_output=True, text=True,
+                          env=env, cwd=REPO, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def third_party(loaded: list[str]) -> list[str]:
+    return [name for name in loaded if name.split(".")[0] not in sys.stdlib_module_names
+            and name.split(".")[0] not in OWN_ROOTS and not name.startswith("_sysconfigdata")]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15, help="fresh processes per side (default 15)")
+    parser.add_argument("--runs", type=int, default=7, help="fresh processes per measurement (default 7)")
     args = parser.parse_args()
 
-    names = third_party_modules()
-    handler_samples, dependency_samples = [], []
-    for _ in range(args.runs):  # interleaved so both sides see the same machine conditions
-        dependency_samples.append(time_import(_IMPORT_ALL, names))
-        handler_samples.append(time_import(f"import {HANDLER_MODULE}", []))
-    handler_ms = statistics.median(handler_samples) * 1000
-    dependency_ms = statistics.median(dependency_samples) * 1000
-    ratio = handler_ms / dependency_ms
-
-    packages = sorted({name.split(".")[0] for name in names})
-    print(f"third-party modules loaded by the handler: {len(names)} from {', '.join(packages)}")
-    print(f"runs per side:                    {args.runs}")
-    print(f"third-party dependencies alone:   {dependency_ms:7.1f} ms (median)")
-    print(f"handler module ({HANDLER_MODULE}.py):      {handler_ms:7.1f} ms (median)")
-    print(f"ratio:                            {ratio:7.2f} (goal <= {GOAL})")
-    return 0 if ratio <= GOAL else 1
+    server, endpoint = start_moto()
+    failed = False
+    try:
+        env = child_env(endpoint)
+        functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}")
+        print(f"{'function':<12} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6}   "
+              f"{'restored':>8} {'ratio':>6} {'hook':>7}   (ms, medians of {args.runs} fresh processes)")
+        sample = 0
+        for function in functions:
+            cold, restored, hooks, deps, floor = [], [], [], [], []
+            names: list[str] = []
+            for _ in range(args.runs):
+                sample += 1
+                plain = run_sample(function, sample, env, snapstart=False)
+                names = names or third_party(plain["loaded"])
+                sample += 1
+                snap = run_sample(function, sample, env, snapstart=True)
+                cold.append(plain["import"] + plain["first"])
+                restored.append(snap["import"] + snap["first"])
+                hooks.append(snap["hook"])
+                deps.append(time_imports(names, env))
+                floor.append(time_imports(["json"], env))
+            med = {k: statistics.median(v) * 1000 for k, v in
+                   {"cold": cold, "restored": restored, "hook": hooks, "deps": deps, "json": floor}.items()}
+            ratio_cold, ratio_restored = med["cold"] / med["deps"], med["restored"] / med["deps"]
+            print(f"{function.name:<12} {med['json']:7.1f} {med['deps']:10.1f} {med['cold']:8.1f} {ratio_cold:6.2f}   "
+                  f"{med['restored']:8.1f} {ratio_restored:6.2f} {med['hook']:7.1f}")
+            failed |= ratio_cold > GOAL_COLD or ratio_restored > GOAL_RESTORED
+        print(f"goals: cold / third-party <= {GOAL_COLD}; restored (SnapStart) / third-party <= {GOAL_RESTORED}")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

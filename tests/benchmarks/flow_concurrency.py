@@ -130,7 +130,7 @@ async def overhead() -> tuple[int, int, float, float]:
     return len(admitted.nodes), input_bytes, (admitted_at - started) * 1000, (finished - admitted_at) * 1000
 
 
-def main() -> None:
+def main() -> int:
     ratios = [asyncio.run(concurrency_ratio()) for _ in range(3)]
     print(f"flow_concurrency: {CHAINS} decision→generation chains, provider latency L = {LATENCY_S * 1000:.0f} ms")
     print(f"  wall / (2·L): best {min(ratios):.3f}, median {statistics.median(ratios):.3f} (goal ≤ {GOAL}; "
@@ -140,7 +140,8 @@ def main() -> None:
     print(f"flow_overhead: {nodes} nodes, flow input {input_bytes / 1000:.0f} KB, zero-latency provider")
     print(f"  admission {statistics.median(r[2] for r in runs):.1f} ms, "
           f"run {statistics.median(r[3] for r in runs):.1f} ms (median of 3)")
+    return 0 if statistics.median(ratios) <= GOAL else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -51,10 +51,13 @@ def test_state_machine_is_express_logged_traced_with_substitutions(machine: dict
         "Fn::GetAtt": ["BatchFanOutStateMachineLogGroup", "Arn"]}
     assert properties["Logging"]["IncludeExecutionData"] is False
     assert properties["DefinitionSubstitutions"] == {
-        "FlowWorkerFunctionArn": {"Fn::GetAtt": ["FlowWorkerFunction", "Arn"]},
+        "FlowWorkerFunctionArn": {"Ref": "FlowWorkerFunction.Alias"},
         "Partition": {"Ref": "AWS::Partition"}}
-    policies = properties["Policies"]
-    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "FlowWorkerFunction"}}} in policies
+    # The Map invokes the published alias (SnapStart snapshots versions), and may invoke nothing else.
+    invoke = [statement for policy in properties["Policies"] for statement in policy.get("Statement", [])
+              if statement.get("Sid") == "InvokeFlowWorker"]
+    assert invoke == [{"Sid": "InvokeFlowWorker", "Effect": "Allow", "Action": "lambda:InvokeFunction",
+                       "Resource": {"Ref": "FlowWorkerFunction.Alias"}}]
 
 
 def test_every_asl_substitution_is_covered(machine: dict[str, Any], asl_text: str) -> None:

@@ -117,3 +117,12 @@ def test_lint_exceptions_are_justified_in_the_template() -> None:
     for index, line in enumerate(lines):
         if line.strip() == "ignore_checks:":
             assert lines[index + 1].strip().startswith("#"), f"unexplained cfn-lint exception at line {index + 1}"
+
+
+def test_every_function_publishes_a_snapstart_version_behind_an_alias(document: dict[str, Any]) -> None:
+    function_globals = document["Globals"]["Function"]
+    assert function_globals["AutoPublishAlias"] == "live"
+    assert function_globals["SnapStart"] == {"ApplyOn": {"Ref": "SnapStart"}}
+    parameter = document["Parameters"]["SnapStart"]
+    assert parameter["Default"] == "PublishedVersions" and set(parameter["AllowedValues"]) == {"PublishedVersions", "None"}
+    assert function_globals["Runtime"] in {"python3.12", "python3.13"}  # SnapStart supports Python 3.12 and later

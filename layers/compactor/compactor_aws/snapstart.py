@@ -1,0 +1,74 @@
+"""Lambda SnapStart runtime hooks (docs/performance.md).
+
+With SnapStart, Lambda runs a function's init once when a version is published, snapshots the memory
+and starts later containers from that snapshot. :func:`before_snapshot` does the work every first
+request would otherwise pay, without any network: it imports the core, loads the catalog and builds the
+router, and runs one tiny compaction in each built-in mode on the offline offers (preset admission,
+flow admission and scheduling, pydantic schemas, the policy tables all warm up on the way).
+:func:`after_restore` undoes what must not be shared between restored containers: the random seed and
+any pooled connection or AWS client created before the snapshot.
+
+:func:`register` hooks both into ``snapshot_restore_py`` (shipped in Lambda's managed Python runtimes);
+outside Lambda, where that module is missing, it does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+_WARM_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix the failing test in pkg/io.py."},
+    *[m for i in range(3) for m in (
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": "bash", "arguments": f'{{"command": "cat pkg/io.py # {i}"}}'}}]},
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": "def read():\n    return 1\n" * 40},
+    )],
+    {"role": "assistant", "content": "The fix is ready."},
+]
+
+
+def before_snapshot() -> None:
+    """Warm everything a first request touches, offline."""
+    from compactor import service
+    from compactor.catalog import bundled_catalog_path, load_catalog
+    from compactor.container import get_router, run_sync
+    from compactor.models import CompactRequest
+    from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+    from compactor.providers.registry import transport_for
+    from compactor.router import Router
+    from compactor_aws import s3_store
+
+    get_router()  # the configured catalog: parsed and validated, no provider is called
+    offline = load_catalog(str(bundled_catalog_path()))
+    router = Router(offline.offers, envelope=offline.policy_envelope, transport_for=transport_for)
+    for extra in ({"decision_policy_ir": DEFAULT_DECISIONS_POLICY}, {}):
+        request = CompactRequest.model_validate({"messages": _WARM_MESSAGES, "keep_recent": 1, **extra})
+        run_sync(service.compact(request, deadline=service.request_deadline(), router=router))
+    # botocore loads and caches the service model on the first client (about 0.3 s); the client itself is
+    # dropped after the restore, and rebuilding it from the cached model takes about 20 ms.
+    s3_store.s3_client()
+
+
+def after_restore() -> None:
+    """Fresh randomness and fresh connections in every restored container."""
+    from compactor.providers import http
+    from compactor_aws import s3_store
+
+    random.seed(os.urandom(32))
+    http.drop_clients()
+    s3_store.reset_client()
+
+
+def register() -> bool:
+    """Register the hooks with the Lambda runtime; ``False`` where SnapStart hooks do not exist."""
+    try:
+        from snapshot_restore_py import register_after_restore, register_before_snapshot
+    except ImportError:
+        return False
+    register_before_snapshot(before_snapshot)
+    register_after_restore(after_restore)
+    return True

@@ -1,0 +1,170 @@
+"""End-to-end concurrency: one decision-mode request through ``compactor serve`` and the real HTTP
+transports. Run: ``.venv/bin/python tests/benchmarks/e2e_concurrency.py [--runs N]``.
+
+A threaded fake provider on 127.0.0.1 answers ``/v1/decisions`` (native ``decisions`` transport) and
+``/v1/chat/completions`` (``openai`` transport) after a latency L, every fragment ``summarize`` and every
+summary a short line. ``compactor serve`` runs in its own process with a catalog of those two offers;
+the client posts a request whose 32 candidate fragments make 32 batches (32 decisions, then 32
+summaries: two provider round trips on the critical path) and times the whole HTTP exchange as a caller
+sees it. Printed: wall / (2·L) at L = 200 ms and 1 s; goals <= 1.5 and <= 1.15 (sequential batches would
+give 32). Exit 1 when a goal is missed or the provider did not see 32 + 32 calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compact_overhead import BATCHES, request_body, transcript  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+GOALS = {0.2: 1.5, 1.0: 1.15}
+
+
+class FakeProvider(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def __init__(self, latency_s: float) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.latency_s = latency_s
+        self.calls = {"decisions": 0, "chat": 0}
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeProvider
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        time.sleep(self.server.latency_s)
+        if self.path.endswith("/decisions"):
+            kind = "decisions"
+            answers = {name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
+                       for name in body["questions"]}
+            reply = {"model": body["model"], "answers": answers,
+                     "usage": {"input_tokens": 1000, "output_tokens": 20, "total_tokens": 1020}}
+        else:
+            kind = "chat"
+            items = json.loads(body["messages"][-1]["content"])
+            content = json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items})
+            reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": content}}],
+                     "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}}
+        with self.server.lock:
+            self.server.calls[kind] += 1
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def catalog(base_url: str) -> dict[str, Any]:
+    common = {"provider": "bench", "base_url": base_url, "api_key_env": "BENCH_API_KEY",
+              "supports_json_mode": True, "context": 1_000_000}
+    return {"offers": [
+        {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
+         "transport": "decisions", "price_in": 0.5, "price_out": 2.0, **common},
+        {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
+         "transport": "openai", "price_in": 3.0, "price_out": 15.0, **common},
+    ]}
+
+
+def start_serve(catalog_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {**os.environ, "COMPACTOR_CATALOG": str(catalog_path), "BENCH_API_KEY": "bench-key",
+           "COMPACTOR_FLOW_BUDGET_MS": "20000"}
+    server = subprocess.Popen([str(Path(sys.executable).with_name("compactor")), "serve", "--port", str(port)],
+                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"{url}/v1/healthz", timeout=1) as answer:
+                if answer.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit(f"compactor serve did not start: {server.stderr.read().decode()[-2000:]}")
+
+
+def post(url: str, body: bytes) -> tuple[float, dict[str, Any]]:
+    request = urllib.request.Request(f"{url}/v1/compact", data=body, method="POST",
+                                     headers={"content-type": "application/json"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        payload = json.loads(answer.read())
+    return time.perf_counter() - started, payload
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="requests per latency (default 3)")
+    args = parser.parse_args()
+    # Items of ~25 KB: two never share a batch, so 32 fragments make 32 batches.
+    body = request_body(transcript(BATCHES, 25_000)).encode()
+    failed = False
+    with tempfile.TemporaryDirectory() as scratch:
+        for latency_s, goal in GOALS.items():
+            provider = FakeProvider(latency_s)
+            threading.Thread(target=provider.serve_forever, daemon=True).start()
+            catalog_path = Path(scratch) / "catalog.json"
+            catalog_path.write_text(json.dumps(catalog(provider.base_url)))
+            server, url = start_serve(catalog_path)
+            try:
+                post(url, body)  # the first request pays the imports: measured by cold_start.py
+                ratios = []
+                for _ in range(args.runs):
+                    provider.calls = {"decisions": 0, "chat": 0}
+                    elapsed, answer = post(url, body)
+                    report = answer["compaction"]
+                    if provider.calls != {"decisions": BATCHES, "chat": BATCHES} or report["reasons"]:
+                        print(f"unexpected run: calls {provider.calls}, reasons {report['reasons']}")
+                        failed = True
+                    ratios.append(elapsed / (2 * latency_s))
+            finally:
+                server.terminate()
+                server.wait(timeout=10)
+                provider.shutdown()
+                provider.server_close()
+            median = statistics.median(ratios)
+            verdict = "OK" if median <= goal else "ABOVE GOAL"
+            print(f"e2e_concurrency: {BATCHES} batches through compactor serve + openai/decisions transports, "
+                  f"L = {latency_s * 1000:.0f} ms, request {len(body) / 1000:.0f} KB: wall / (2·L) median "
+                  f"{median:.3f}, best {min(ratios):.3f} (n={args.runs}; goal <= {goal})  {verdict}")
+            failed |= median > goal
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The SnapStart hooks: warm offline before the snapshot, fresh randomness and connections after."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import types
+
+import pytest
+
+from compactor.container import reset_router
+from compactor_aws import snapstart
+
+
+@pytest.fixture(autouse=True)
+def _fresh_router():
+    reset_router()
+    yield
+    reset_router()
+
+
+def test_before_snapshot_warms_without_any_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the before-snapshot hook must not open a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    # Lambda puts the role's credentials in the environment; without them botocore would ask IMDS.
+    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    from compactor_aws import s3_store
+
+    s3_store.reset_client()
+    snapstart.before_snapshot()
+    assert s3_store._client is not None  # botocore's service model is loaded before the snapshot
+    s3_store.reset_client()
+
+
+def test_before_snapshot_never_calls_the_configured_providers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A catalog of real HTTP offers is loaded, but the warm-up compactions run on the offline offers."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text('{"offers": [{"id": "x/chat", "provider": "x", "family": "f", "model": "m", '
+                       '"protocol": "chat", "transport": "openai", "base_url": "http://192.0.2.1/v1"}]}')
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog))
+    from compactor.catalog import reset_catalog_cache
+
+    reset_catalog_cache()
+    import socket
+
+    monkeypatch.setattr(socket.socket, "connect", lambda *a, **k: (_ for _ in ()).throw(AssertionError("network")))
+    try:
+        snapstart.before_snapshot()
+    finally:
+        reset_catalog_cache()
+
+
+def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor.providers import http
+    from compactor_aws import s3_store
+
+    random.seed(7)
+    expected_without_reseed = random.Random(7)
+    expected_without_reseed.random()
+    loop = asyncio.new_event_loop()
+    http._clients[loop] = object()  # type: ignore[assignment]
+    s3_store._client = object()
+    snapstart.after_restore()
+    loop.close()
+    assert len(http._clients) == 0 and s3_store._client is None
+    assert random.random() != expected_without_reseed.random()
+
+
+def test_register_uses_the_runtime_library_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    registered: dict[str, object] = {}
+    fake = types.ModuleType("snapshot_restore_py")
+    fake.register_before_snapshot = lambda fn: registered.setdefault("before", fn)  # type: ignore[attr-defined]
+    fake.register_after_restore = lambda fn: registered.setdefault("after", fn)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "snapshot_restore_py", fake)
+    assert snapstart.register() is True
+    assert registered == {"before": snapstart.before_snapshot, "after": snapstart.after_restore}
+
+
+def test_register_is_a_no_op_outside_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)
+    assert snapstart.register() is False
