@@ -1,0 +1,180 @@
+"""Model input per compaction: the bytes Compactor sends to model providers, against the transcript's own
+size. Run: ``.venv/bin/python tests/benchmarks/model_input.py [FILE|DIR ...]`` (default: the corpus).
+
+Paid providers bill every input token, so this is what a compaction costs. Each transcript is compacted
+in decision mode (default settings) and in seal mode through the real ``decisions`` and ``openai``
+transports against a recording provider on 127.0.0.1, which answers with the built-in offline decider
+and summarizer, so the choices (and the summary calls they lead to) are the ones ``make demo`` makes.
+
+Printed per transcript: the transcript's dense JSON bytes, the request bytes sent in decision mode
+(decisions + summaries) and their ratio to the transcript, the model calls, the bytes of seal mode's
+single summary call, and the *shared prefix*: the bytes every decision request of the compaction starts
+with, as a share of the mean decision request (what a provider's prompt cache can reuse across a
+request's batches). Goal: mean decision-mode ratio <= 1.5 over the transcripts where decision mode made
+calls (aim: <= 1, never above the seal's one call). Exit 1 when the goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from compactor.budget import Deadline
+from compactor.jsonutil import dense_size
+from compactor.models import CompactRequest
+from compactor.offline.decider import DECIDER_MODEL
+from compactor.offline.summarizer import SUMMARIZER_MODEL
+from compactor.offline.transport import BuiltinTransport
+from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+from compactor.providers.base import ChatRequest, DecisionRequest, Offer
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+from compactor.service import compact
+from compactor.transcripts import parse_transcript
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO / "tests" / "fixtures" / "corpus"
+GOAL = 1.5
+KEY_ENV = "COMPACTOR_BENCH_KEY"
+_OFFLINE = BuiltinTransport()
+_DECIDER = Offer(id="o/d", provider="o", family="d", model=DECIDER_MODEL, protocol="decisions", transport="builtin")
+_SUMMARIZER = Offer(id="o/s", provider="o", family="s", model=SUMMARIZER_MODEL, protocol="chat", transport="builtin")
+
+
+class RecordingProvider(ThreadingHTTPServer):
+    """Native decisions and OpenAI chat on 127.0.0.1, answered by the built-in offline offers."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[tuple[str, bytes]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: RecordingProvider
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+        raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = json.loads(raw)
+        if self.path.endswith("/decisions"):
+            kind = "decisions"
+            answer = asyncio.run(_OFFLINE.decide(_DECIDER, DecisionRequest(body["state"], body["questions"]), 30))
+            reply: dict[str, Any] = {"model": body["model"], "answers": answer.answers, "usage": answer.usage}
+        else:
+            kind = "chat"
+            json_mode = (body.get("response_format") or {}).get("type") == "json_object"
+            answer = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"),
+                                                                         json_mode), 30))
+            reply = {"id": "x", "object": "chat.completion", "model": body["model"],
+                     "choices": [{"index": 0, "finish_reason": answer.finish_reason,
+                                  "message": {"role": "assistant", "content": answer.text}}],
+                     "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out,
+                               "total_tokens": answer.tokens_total}}
+        with self.server.lock:
+            self.server.requests.append((kind, raw))
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def router(base_url: str) -> Router:
+    common = {"provider": "bench", "base_url": base_url, "api_key_env": KEY_ENV, "price_in": 1.0, "price_out": 1.0,
+              "observations": {"supports_json_mode": True, "context": 10_000_000}}
+    offers = (Offer(id="bench/decider", family="d", model=DECIDER_MODEL, protocol="decisions",
+                    transport="decisions", **common),
+              Offer(id="bench/summarizer", family="s", model=SUMMARIZER_MODEL, protocol="chat",
+                    transport="openai", **common))
+    return Router(offers, transport_for=transport_for)
+
+
+def shared_prefix(bodies: list[bytes]) -> int:
+    if len(bodies) < 2:
+        return 0
+    return len(os.path.commonprefix(bodies))
+
+
+def measure(path: Path, provider: RecordingProvider) -> dict[str, Any]:
+    messages, fields = parse_transcript(path.read_text(encoding="utf-8"))
+    size = dense_size(messages)
+    result: dict[str, Any] = {"name": path.name, "bytes": size}
+    for mode, extra in (("decision", {"decision_policy_ir": DEFAULT_DECISIONS_POLICY}), ("seal", {})):
+        provider.requests.clear()
+        request = CompactRequest.model_validate({**fields, "messages": messages, **extra})
+        status, body = asyncio.run(compact(request, deadline=Deadline.after_ms(120_000), router=router(provider.base_url)))
+        if status != 200:
+            raise SystemExit(f"{path.name} ({mode}): {status} {body}")
+        sent = [raw for _, raw in provider.requests]
+        result[mode] = {"sent": sum(map(len, sent)), "calls": len(sent)}
+        if mode == "decision":
+            decisions = [raw for kind, raw in provider.requests if kind == "decisions"]
+            mean = statistics.mean(map(len, decisions)) if decisions else 0
+            result[mode]["prefix"] = shared_prefix(decisions) / mean if mean and len(decisions) > 1 else None
+    return result
+
+
+def transcripts(arguments: list[str]) -> list[Path]:
+    paths = [Path(a) for a in arguments] or [CORPUS]
+    found: list[Path] = []
+    for path in paths:
+        found.extend(sorted(p for p in path.glob("*.json*")) if path.is_dir() else [path])
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*")
+    args = parser.parse_args()
+    os.environ.setdefault(KEY_ENV, "bench-key")
+    provider = RecordingProvider()
+    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    rows = []
+    try:
+        print(f"{'transcript':<60} {'bytes':>9} {'decision sent':>13} {'ratio':>6} {'calls':>5} "
+              f"{'prefix':>6} {'seal sent':>9} {'ratio':>6}")
+        for path in transcripts(args.paths):
+            row = measure(path, provider)
+            rows.append(row)
+            d, s = row["decision"], row["seal"]
+            prefix = f"{d['prefix']:.0%}" if d["prefix"] is not None else "-"
+            print(f"{row['name'][:60]:<60} {row['bytes']:9d} {d['sent']:13d} {d['sent'] / row['bytes']:6.2f} "
+                  f"{d['calls']:5d} {prefix:>6} {s['sent']:9d} {s['sent'] / row['bytes']:6.2f}")
+    finally:
+        provider.shutdown()
+        provider.server_close()
+    # Transcripts where decision mode made no call cost nothing: averaging them in would flatter the figure.
+    called = [r for r in rows if r["decision"]["calls"]]
+    if not called:
+        print("decision mode made no model call on any transcript: nothing to measure")
+        return 1
+    mean_decision = statistics.mean(r["decision"]["sent"] / r["bytes"] for r in called)
+    mean_seal = statistics.mean(r["seal"]["sent"] / r["bytes"] for r in called)
+    costlier = sum(1 for r in called if r["decision"]["sent"] > r["seal"]["sent"])
+    print(f"mean model input / transcript over the {len(called)} of {len(rows)} transcripts where decision mode "
+          f"made calls: decision {mean_decision:.2f} (goal <= {GOAL}; aim <= 1), seal {mean_seal:.2f}; "
+          f"decision costlier than the seal's one call on {costlier} of {len(called)}")
+    return 0 if mean_decision <= GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
