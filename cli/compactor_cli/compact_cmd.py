@@ -69,11 +69,17 @@ def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
     return body
 
 
+STREAM_BYTES = 32 * 1024 * 1024
+"""Files larger than this are compacted as streams, in windows (docs/scale.md)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
+    if args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES:
+        return _run_streamed(args)
     try:
         messages, fields = parse_transcript(_read(args.file))
     except (OSError, TranscriptError) as exc:
@@ -116,7 +122,80 @@ def run(args: argparse.Namespace) -> int:
 
 def _compact(request: Any, progress: Any) -> tuple[int, dict[str, Any]]:
     from compactor.container import run_sync
-    from compactor.service import compact, request_deadline
+    from compactor.service import compact, compact_large, request_deadline
 
     on_event = progress.on_event if progress else None
+    if request.decision_mode:
+        from compactor.compaction.windowed import exceeds_one_request
+
+        if exceeds_one_request(request):
+            return run_sync(compact_large(request, on_event=on_event))
     return run_sync(compact(request, deadline=request_deadline(), on_event=on_event))
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _run_streamed(args: argparse.Namespace) -> int:
+    """A large file: read twice per pass as a stream, windows compacted inline, output streamed."""
+    from pydantic import ValidationError
+
+    from compactor.catalog import CatalogError
+    from compactor.container import get_router, run_sync
+    from compactor.models import CompactRequest
+    from compactor.budget import flow_budget_ms
+    from compactor.compaction.windowed import compact_stream, inline_runner
+    from compactor.compaction.windows import Settings
+    from compactor.transcript_stream import iter_messages, opener, read_fields
+    from compactor_cli.report import WindowProgress, render_windowed_report
+
+    source = opener(args.file)
+    try:
+        with source() as handle:
+            fields = read_fields(handle)
+        first_user: list[dict[str, Any]] = []
+        if args.pin_task:
+            with source() as handle:
+                first_user = _until_first_user(iter_messages(handle))
+        request = CompactRequest.model_validate(build_request_body(args, first_user, fields) | {"messages": []})
+    except (OSError, TranscriptError) as exc:
+        print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
+        return 2
+    progress = None if args.quiet else WindowProgress(sys.stderr)
+    started = time.monotonic()
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        router = get_router()
+        summary = run_sync(compact_stream(
+            source, Settings.from_request(request), router=router,
+            run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
+            messages_only=not args.json, workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
+            on_event=progress.on_event if progress else None))
+    except (CatalogError, TranscriptError) as exc:
+        print(f"compactor compact: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if args.output:
+            out.close()
+    if not args.quiet:
+        sys.stderr.write(render_windowed_report(summary, time.monotonic() - started))
+        if args.output:
+            print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _until_first_user(messages: Any) -> list[dict[str, Any]]:
+    """The messages up to and including the first user message (what --pin-task needs to see)."""
+    seen: list[dict[str, Any]] = []
+    for message in messages:
+        seen.append(message)
+        if message.get("role") == "user":
+            break
+    return seen

@@ -49,6 +49,51 @@ class Progress:
             self.stream.flush()
 
 
+class WindowProgress:
+    """One line per pass, rewritten per window on a terminal (windowed compaction of large files)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") != "window":
+            return
+        now = time.monotonic()
+        line = (f"pass {event['pass']}: window {event['window']} at message {event['offset']}/{event['count']}"
+                f"  ({now - self.started:.1f}s)")
+        if self.tty:
+            self.stream.write("\r\033[K" + line)
+        elif now - self.last >= 5 or event["window"] == 1:
+            self.stream.write(line + "\n")
+        else:
+            return
+        self.last = now
+        self.stream.flush()
+
+
+def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
+    """The report of a windowed run (no per-fragment table: units change between passes)."""
+    compaction = summary["compaction"]
+    lines: list[str] = []
+    for number, entry in enumerate(compaction["windows"]["passes"], start=1):
+        lines.append(f"pass {number}: {entry['windows']} windows ({entry['failed_windows']} failed);"
+                     f" keep {entry['keep']}  summarize {entry['summarize']}  archive {entry['archive']};"
+                     f" bytes {entry['input_bytes']} -> {entry['output_bytes']}")
+    lines.append(f"bytes: {compaction['original_bytes']} -> {compaction['output_bytes']}"
+                 f" ({_pct(compaction['output_bytes'], compaction['original_bytes'])} of original);"
+                 f" target {compaction['target_bytes']} ({compaction['target_ratio']:g})"
+                 f" {'met' if compaction['target_met'] else 'not met'}")
+    if compaction["reasons"]:
+        lines.append("reasons: " + ", ".join(compaction["reasons"]))
+    usage = summary.get("usage") or {}
+    lines.append(f"tokens: {usage.get('prompt_tokens', 0)} in, {usage.get('completion_tokens', 0)} out")
+    lines.append(f"time: {seconds:.2f}s")
+    return "\n".join(lines) + "\n"
+
+
 def _roles(messages: list[dict[str, Any]]) -> str:
     roles: list[str] = []
     for message in messages:
@@ -61,6 +106,8 @@ def _roles(messages: list[dict[str, Any]]) -> str:
 
 
 def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
+    if "windows" in (body.get("compaction") or {}):
+        return render_windowed_report(body, seconds)
     messages = request.messages
     output = body["messages"]
     lines: list[str] = []

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from compactor.jsonutil import dense_dumps
+from compactor.transcripts import REQUEST_FIELDS
 
 INCOMING_PREFIX = "incoming/"
 COMPACTED_PREFIX = "compacted/"
@@ -36,7 +37,6 @@ MAX_OBJECT_BYTES = 64 * 1024 * 1024
 """Largest transcript object read (far above the API's 6 MB payload limit)."""
 
 DEFAULTS_ENV = "COMPACTOR_S3_DEFAULTS"
-REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
 MODES = ("decision", "seal")
 JSON_CONTENT_TYPE = "application/json"
 

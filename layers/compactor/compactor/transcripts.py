@@ -6,6 +6,10 @@ import json
 from typing import Any
 
 
+REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
+"""The ``/v1/compact`` fields a transcript file may carry next to its messages."""
+
+
 class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
@@ -24,8 +28,7 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
         fields = {k: v for k, v in data.items() if k != "messages"}
         # Agent trajectory files carry run metadata next to the messages: keep only request fields.
-        known = {"keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices"}
-        return _check_messages(data["messages"]), {k: v for k, v in fields.items() if k in known}
+        return _check_messages(data["messages"]), {k: v for k, v in fields.items() if k in REQUEST_FIELDS}
     raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
 
 

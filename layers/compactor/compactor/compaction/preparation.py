@@ -5,6 +5,7 @@ Pure and deterministic: no I/O and no model calls.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,8 +146,8 @@ class BatchSizer:
         return len(key) + 3 + len('{"state":,"items":}') + state + self.summary_record(batch)
 
 
-def _candidate(messages: list[Message], unit: Unit, template: dict[str, Any]) -> Candidate:
-    unit_messages = messages[unit.start:unit.end]
+def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]) -> Candidate:
+    """The candidate of ``unit`` (whose messages are ``unit_messages``) with its exact serialised sizes."""
     evidence, excerpted = evidence_view(unit_messages)
     question = fragment_question(template, excerpted)
     item = dense_dumps(unit_messages)
@@ -185,7 +186,17 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent)
-    batches = _greedy_batches(messages, candidates[:MAX_CANDIDATES], sizer, question_template, reasons)
+    used = fit_batches((candidate(u, messages[u.start:u.end], question_template) for u in candidates[:MAX_CANDIDATES]),
+                       sizer, reasons)
+    return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
+                       recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
+                       budget=budget, batches=used, reasons=reasons)
+
+
+def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:
+    """Greedy batches of ``candidates`` within the per-request limits (batch count, flow input bytes);
+    the reason of each limit hit is appended to ``reasons``."""
+    batches = _greedy_batches(candidates, sizer, reasons)
     if len(batches) > MAX_BATCHES:
         reasons.append(REASON_BATCHES)
         batches = batches[:MAX_BATCHES]
@@ -198,17 +209,13 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             break
         flow_input_bytes += added
         used.append(batch)
-    return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
-                       recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
-                       budget=budget, batches=used, reasons=reasons)
+    return used
 
 
-def _greedy_batches(messages: list[Message], candidates: list[Unit], sizer: BatchSizer,
-                    template: dict[str, Any], reasons: list[str]) -> list[Batch]:
+def _greedy_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:
     batches: list[Batch] = []
     open_batch = Batch()
-    for unit in candidates:
-        cand = _candidate(messages, unit, template)
+    for cand in candidates:
         if len(open_batch.candidates) >= MAX_PER_BATCH:
             batches.append(open_batch)
             open_batch = Batch()

@@ -15,6 +15,23 @@ def summary_message(fragment_id: str, text: str) -> Message:
     return {"role": "assistant", "content": SUMMARY_MARKER.format(id=fragment_id) + text}
 
 
+def unit_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None
+                 ) -> tuple[str, list[Message]]:
+    """What one unit becomes: ``keep`` (its messages), ``archive`` (nothing) or ``summarize`` (one summary
+    message, only when smaller than the unit). ``item`` is the unit's text when it was a candidate of a
+    flow that answered ``values``."""
+    if item is None or values is None:
+        return "keep", original
+    if unit_id not in values:
+        return "archive", []
+    value = values[unit_id]
+    if isinstance(value, str) and value != item and value.strip():
+        candidate = summary_message(unit_id, value)
+        if dense_size(candidate) < len(item.encode("utf-8")):
+            return "summarize", [candidate]
+    return "keep", original
+
+
 def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None
                ) -> tuple[list[Message], list[dict[str, Any]], int]:
     """Output messages, the manifest (one entry per unit, in order) and the output's compact size."""
@@ -23,19 +40,7 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
         original = messages[unit.start:unit.end]
-        action = "keep"
-        emitted: list[Message] = original
-        item = items.get(unit.id)
-        if item is not None:
-            assert values is not None
-            if unit.id not in values:
-                action, emitted = "archive", []
-            else:
-                value = values[unit.id]
-                if isinstance(value, str) and value != item and value.strip():
-                    candidate = summary_message(unit.id, value)
-                    if dense_size(candidate) < len(item.encode("utf-8")):
-                        action, emitted = "summarize", [candidate]
+        action, emitted = unit_outcome(unit.id, original, items.get(unit.id), values)
         output.extend(emitted)
         manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action})
     output_bytes = dense_size(output)

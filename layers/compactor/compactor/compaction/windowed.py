@@ -1,0 +1,141 @@
+"""Running windowed compaction (docs/scale.md): in memory, or streamed between files.
+
+Both run every window inline through :func:`compactor.compaction.windows.compact_window`; the S3
+path's Distributed Map runs the very same tasks one worker each (``compactor.large_jobs``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from typing import IO, Any
+
+from compactor.budget import Deadline
+from compactor.chat import Message
+from compactor.jsonutil import dense_dumps
+from compactor.response_blocks import usage_block
+from compactor.transcript_stream import ArrayWriter, iter_messages
+from compactor.compaction.preparation import REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS, prepare
+from compactor.compaction.preset import question_template
+from compactor.compaction.windows import (
+    DEFAULT_CONCURRENCY,
+    Settings,
+    WindowedRun,
+    admission_probe,
+    compact_window,
+    compact_windowed,
+)
+
+LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
+
+
+def exceeds_one_request(request: Any) -> bool:
+    """Whether one ``/v1/compact`` request would leave candidates out for its limits."""
+    prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
+                   pinned_indices=request.pinned_indices, question_template=question_template())
+    return any(reason in LIMIT_REASONS for reason in prep.reasons)
+
+
+def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline: Deadline | None = None,
+                  flow_runner: Any = None) -> Callable[[dict[str, Any]], Any]:
+    """Runs each window here: under one shared ``deadline``, or a fresh ``window_budget_ms`` each (a
+    window is one request's worth of work, as one Distributed Map worker gets)."""
+    async def run(task: dict[str, Any]) -> dict[str, Any]:
+        window_deadline = deadline if deadline is not None else Deadline.after_ms(window_budget_ms or 0)
+        return await compact_window(task, router=router, deadline=window_deadline, flow_runner=flow_runner)
+    return run
+
+
+def response_body(run: WindowedRun, messages: list[Message]) -> dict[str, Any]:
+    """The ``/v1/compact`` response body of a windowed run whose final messages are ``messages``."""
+    body: dict[str, Any] = {"messages": messages, "compacted": run.compaction["first_changed_index"] is not None,
+                            "compaction": run.compaction}
+    usage = _usage(run)
+    if usage:
+        body["usage"] = usage
+    return body
+
+
+def _usage(run: WindowedRun) -> dict[str, Any] | None:
+    if not (run.tokens_in or run.tokens_out):
+        return None
+    return usage_block(run.tokens_in, run.tokens_out, run.tokens_in + run.tokens_out, None)
+
+
+async def compact_in_memory(request: Any, *, router: Any, run_window: Callable[[dict[str, Any]], Any],
+                            concurrency: int = DEFAULT_CONCURRENCY,
+                            on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Windowed compaction of a validated ``CompactRequest``; the response body. Raises
+    ``FlowAdmissionError`` before any window runs when the request's policies are not admissible."""
+    settings = Settings.from_request(request)
+    admission_probe(settings, router)
+    messages = request.messages
+    run = await compact_windowed(lambda: messages, settings, run_window=run_window, concurrency=concurrency,
+                                 on_event=on_event)
+    return response_body(run, list(run.source()))
+
+
+class FileSink:
+    """A pass's output as a temporary JSON file under ``directory`` (deleted when the next pass is done
+    with it, or by :meth:`cleanup`)."""
+
+    def __init__(self, directory: str, created: list[str]) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="pass-", suffix=".json", dir=directory)
+        created.append(self.path)
+        self.stream = os.fdopen(handle, "w", encoding="utf-8")
+        self.writer = ArrayWriter(self.stream)
+
+    def write(self, message: Message) -> None:
+        self.writer.write(message)
+
+    def close(self) -> Callable[[], Iterable[Message]]:
+        self.writer.finish()
+        self.stream.close()
+        path = self.path
+        return lambda: _file_messages(path)
+
+
+def _file_messages(path: str) -> Iterable[Message]:
+    with open(path, "rb") as handle:
+        yield from iter_messages(handle)
+
+
+async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Settings, *, router: Any,
+                         run_window: Callable[[dict[str, Any]], Any], out: IO[str], messages_only: bool,
+                         workdir: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+                         on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Windowed compaction read from ``open_source()`` (opened once per read) and written to ``out``:
+    the messages array, or the whole response body. Memory holds a few windows, never the transcript.
+    Returns the response body without its messages."""
+    admission_probe(settings, router)
+    created: list[str] = []
+
+    def source() -> Iterable[Message]:
+        with open_source() as handle:
+            yield from iter_messages(handle)
+
+    try:
+        run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
+                                     new_sink=lambda: FileSink(workdir or tempfile.gettempdir(), created),
+                                     on_event=on_event)
+        summary = response_body(run, [])
+        del summary["messages"]
+        if not messages_only:
+            out.write('{"messages":')
+        writer = ArrayWriter(out)
+        for message in run.source():
+            writer.write(message)
+        writer.finish()
+        if not messages_only:
+            for key, value in summary.items():
+                out.write(f",{dense_dumps(key)}:{dense_dumps(value)}")
+            out.write("}")
+        out.write("\n")
+        return summary
+    finally:
+        for path in created:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -1,0 +1,498 @@
+"""Windowed decision compaction: transcripts beyond one request's limits (docs/scale.md).
+
+One ``/v1/compact`` request considers at most ``MAX_CANDIDATES`` units in ``MAX_BATCHES`` batches and
+``MAX_FLOW_INPUT_BYTES`` of flow input. Here a transcript's units are cut, in order, into *windows*
+that each fit those limits; a unit never leaves its window, and protected units (pins, the recent
+tail) ride along unchanged. Each window is one JSON task (:func:`windows`) compacted by
+:func:`compact_window` with the same preset flow, wherever it runs (inline, or one Distributed Map
+worker per window); results are concatenated in window order (:class:`PassAssembly`). While the
+output misses the target and a pass still shrinks it, another pass runs on the output (at most
+``MAX_PASSES``).
+
+Everything reads messages from iterators, so a transcript never has to be in memory whole:
+:func:`scan` (one read) gives a pass its context, :func:`windows` (a second read) yields the tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from compactor.budget import Deadline
+from compactor.chat import Message, has_tool_calls, role_of
+from compactor.flow import admit_flow, run_flow
+from compactor.jsonutil import dense_dumps, dense_size
+from compactor.compaction.preparation import (
+    MAX_BATCHES,
+    MAX_CANDIDATES,
+    MAX_FLOW_INPUT_BYTES,
+    MAX_PER_BATCH,
+    RECENT_EXCERPT_OVER,
+    RECENT_HALF,
+    RECENT_MARKER,
+    Batch,
+    BatchSizer,
+    Candidate,
+    candidate,
+    excerpt,
+    fit_batches,
+    summary_budget,
+)
+from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.reassembly import first_changed_index, unit_outcome
+from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit
+
+MAX_PASSES = 4
+MIN_PASS_GAIN = 0.01
+"""A pass that removes less than this share of its input's bytes ends the run."""
+INSTRUCTIONS_MAX_BYTES = 8_000
+"""Pinned messages shown to every window's decisions, in transcript order, up to this many bytes."""
+WINDOW_MAX_BYTES = 4_000_000
+"""A window also closes at this many bytes of messages (protected ones included)."""
+DEFAULT_CONCURRENCY = 4
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The request fields every window and pass of one run shares."""
+
+    keep_recent: int = 6
+    target_ratio: float = 0.1
+    pinned_indices: tuple[int, ...] | None = None
+    decision_policy_ir: Any = None
+    policy_ir: Any = None
+    max_tokens: int | None = 512
+
+    @classmethod
+    def from_request(cls, request: Any) -> "Settings":
+        pins = request.pinned_indices
+        return cls(keep_recent=request.keep_recent, target_ratio=request.target_ratio,
+                   pinned_indices=None if pins is None else tuple(sorted(set(pins))),
+                   decision_policy_ir=request.decision_policy_ir, policy_ir=request.policy_ir,
+                   max_tokens=request.max_tokens)
+
+    def flow_settings(self) -> dict[str, Any]:
+        return {"decision_policy_ir": self.decision_policy_ir, "policy_ir": self.policy_ir,
+                "max_tokens": self.max_tokens}
+
+
+@dataclass
+class PassContext:
+    """What :func:`scan` learns from one read of a pass's input."""
+
+    count: int
+    pins: set[int]
+    tail_start: int
+    instructions: list[Message]
+    recent_evidence: list[str]
+    input_bytes: int
+    target_bytes: int
+    budget: int
+    message_bytes: array  # dense size of each message, in order
+
+    def protected(self, unit: Unit) -> bool:
+        return unit.end > self.tail_start or any(i in self.pins for i in unit.indexes())
+
+    def prefix_bytes(self, count: int) -> int:
+        """Dense bytes of the JSON array of the first ``count`` messages as :func:`preserved_prefix_bytes`
+        counts them (``[`` alone for none)."""
+        if count <= 0:
+            return 1
+        return 2 + sum(self.message_bytes[:count]) + count - 1
+
+
+def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Message]]]:
+    """Units (as :func:`compactor.compaction.units.split_units` cuts them) with their messages, lazily."""
+    start, current, in_call = 0, [], False
+    for index, message in enumerate(messages):
+        if current and in_call and role_of(message) == "tool":
+            current.append(message)
+            continue
+        if current:
+            yield Unit(start, index), current
+        start, current, in_call = index, [message], has_tool_calls(message)
+    if current:
+        yield Unit(start, start + len(current)), current
+
+
+def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int | None = None) -> PassContext:
+    """One read of a pass's input: pins, tail, instructions, recent evidence, sizes and budget.
+    ``target_bytes`` is the run's target (default: this input's bytes times the target ratio)."""
+    explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
+    keep = max(1, settings.keep_recent)
+    sizes: array = array("q")
+    pins: set[int] = set()
+    instructions: list[Message] = []
+    instruction_bytes = 0
+    unit_end, unit_bytes, unit_pinned = array("q"), array("q"), bytearray()
+    recent: deque[tuple[Unit, list[Message]]] = deque()
+    count = 0
+    for unit, unit_messages in group_units(_counted(messages, sizes)):
+        pinned = False
+        for index, message in zip(unit.indexes(), unit_messages):
+            role = role_of(message)
+            if (index in explicit) if explicit is not None else role == "user" or role in ALWAYS_PINNED_ROLES:
+                pins.add(index)
+                pinned = True
+                if instruction_bytes + sizes[index] <= INSTRUCTIONS_MAX_BYTES:
+                    instructions.append(message)
+                    instruction_bytes += sizes[index]
+        unit_end.append(unit.end)
+        unit_bytes.append(sum(sizes[unit.start:unit.end]))
+        unit_pinned.append(pinned)
+        count = unit.end
+        recent.append((unit, unit_messages))
+        while len(recent) > 1 and recent[1][0].start <= count - keep:
+            recent.popleft()
+    tail_start = max(0, count - keep)
+    protected_bytes, protected_count, candidates = 0, 0, 0
+    start = 0
+    for end, size, pinned in zip(unit_end, unit_bytes, unit_pinned):
+        if pinned or end > tail_start:
+            protected_bytes += size
+            protected_count += end - start
+        else:
+            candidates += 1
+        start = end
+    input_bytes = 2 + sum(sizes) + max(0, count - 1)
+    retained = 2 + protected_bytes + max(0, protected_count - 1)
+    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
+    recent_evidence = [excerpt(dense_dumps(msgs), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
+                       for unit, msgs in recent if unit.end > tail_start]
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions,
+                       recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
+                       budget=summary_budget(target, retained, candidates), message_bytes=sizes)
+
+
+def _counted(messages: Iterable[Message], sizes: array) -> Iterator[Message]:
+    for message in messages:
+        sizes.append(dense_size(message))
+        yield message
+
+
+# --------------------------------------------------------------------------------------- planning
+
+
+@dataclass
+class _Fit:
+    """The batches a window's candidates make so far, as :func:`fit_batches` would build them."""
+
+    sizer: BatchSizer
+    closed: int = 0
+    closed_bytes: int = 0  # flow input entries of the closed batches
+    open: Batch = field(default_factory=Batch)
+    candidates: int = 0
+
+    def with_candidate(self, cand: Candidate) -> tuple["_Fit", bool]:
+        """The state after ``cand`` and whether it was added (it is not when it fits no batch even
+        alone: it stays a kept unit), exactly as :func:`fit_batches` goes."""
+        closed, closed_bytes, open_batch = self.closed, self.closed_bytes, self.open
+        if len(open_batch.candidates) >= MAX_PER_BATCH or not self.sizer.admissible(open_batch, cand):
+            if open_batch.candidates:
+                closed_bytes += self.sizer.flow_input_entry(f"batch_{closed}", open_batch)
+                closed += 1
+            open_batch = Batch()
+            if not self.sizer.admissible(open_batch, cand):
+                return _Fit(self.sizer, closed, closed_bytes, open_batch, self.candidates), False
+        grown = Batch(list(open_batch.candidates), open_batch.decision_bytes, open_batch.record_bytes,
+                      open_batch.state_bytes)
+        grown.add(cand)
+        return _Fit(self.sizer, closed, closed_bytes, grown, self.candidates + 1), True
+
+    def within_limits(self) -> bool:
+        batches = self.closed + (1 if self.open.candidates else 0)
+        flow_input = 2 + self.closed_bytes + max(0, batches - 1)
+        if self.open.candidates:
+            flow_input += self.sizer.flow_input_entry(f"batch_{self.closed}", self.open)
+        return self.candidates <= MAX_CANDIDATES and batches <= MAX_BATCHES and flow_input <= MAX_FLOW_INPUT_BYTES
+
+
+def windows(messages: Iterable[Message], context: PassContext, settings: Settings) -> Iterator[dict[str, Any]]:
+    """The window tasks of one pass over ``messages`` (the same input :func:`scan` read), lazily.
+
+    A task is JSON: ``index``, ``offset`` (index of its first message in the pass input), ``messages``,
+    ``protected`` (start indexes of its protected units), the pass's ``instructions``,
+    ``recent_evidence`` and ``budget``, and the run's flow ``settings``."""
+    template = question_template()
+    sizer = BatchSizer(context.instructions, context.recent_evidence)
+    index = 0
+    offset, held, protected, held_bytes = 0, [], [], 0
+    fit = _Fit(sizer)
+
+    def task() -> dict[str, Any]:
+        return {"index": index, "offset": offset, "messages": held, "protected": protected,
+                "instructions": context.instructions, "recent_evidence": context.recent_evidence,
+                "budget": context.budget, "settings": settings.flow_settings()}
+
+    for unit, unit_messages in group_units(messages):
+        size = sum(context.message_bytes[unit.start:unit.end])
+        is_protected = context.protected(unit)
+        cand = None if is_protected else candidate(unit, unit_messages, template)
+        grown = None if cand is None else fit.with_candidate(cand)[0]
+        if held and (held_bytes + size > WINDOW_MAX_BYTES or (grown is not None and not grown.within_limits())):
+            yield task()
+            index += 1
+            offset, held, protected, held_bytes = unit.start, [], [], 0
+            fit = _Fit(sizer)
+            grown = None if cand is None else fit.with_candidate(cand)[0]
+        if grown is not None:
+            fit = grown
+        if is_protected:
+            protected.append(unit.start)
+        held.extend(unit_messages)
+        held_bytes += size
+    if held:
+        yield task()
+
+
+# ------------------------------------------------------------------------------------ one window
+
+
+async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadline,
+                         flow_runner: Callable[..., Awaitable[Any]] | None = None,
+                         on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Compact one window task with the preset flow. The result: ``index``, ``messages`` (what the
+    window becomes), ``actions`` (count per action), ``reasons`` and the flow's token and cost totals.
+    A failed flow keeps every unit; a window that would not shrink keeps its original."""
+    from compactor.compaction.units import split_units
+
+    messages, offset = task["messages"], task["offset"]
+    protected = set(task["protected"])
+    units = [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
+    template = question_template()
+    sizer = BatchSizer(task["instructions"], task["recent_evidence"])
+    reasons: list[str] = []
+    cands = (candidate(u, messages[u.start - offset:u.end - offset], template)
+             for u in units if u.start not in protected)
+    batches = fit_batches(cands, sizer, reasons)
+    result: dict[str, Any] = {"index": task["index"], "reasons": reasons, "ok": True, "tokens_in": 0,
+                              "tokens_out": 0, "cost_usd": 0.0}
+    values = None
+    if batches:
+        flow = await _run_batches(batches, task, router=router, deadline=deadline, flow_runner=flow_runner,
+                                  on_event=on_event)
+        values = flow.output if flow.ok and isinstance(flow.output, dict) else None
+        result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
+                      cost_usd=flow.cost_usd)
+    items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
+    output: list[Message] = []
+    actions = {"keep": 0, "summarize": 0, "archive": 0}
+    for unit in units:
+        original = messages[unit.start - offset:unit.end - offset]
+        action, emitted = unit_outcome(unit.id, original, items.get(unit.id), values)
+        actions[action] += 1
+        output.extend(emitted)
+    if actions["keep"] < len(units) and dense_size(output) >= dense_size(messages):  # expansion guard
+        output, actions = messages, {"keep": len(units), "summarize": 0, "archive": 0}
+    result.update(messages=output, actions=actions)
+    return result
+
+
+async def _run_batches(batches: list[Batch], task: dict[str, Any], *, router: Any, deadline: Deadline,
+                       flow_runner: Callable[..., Awaitable[Any]] | None,
+                       on_event: Callable[[dict[str, Any]], None] | None) -> Any:
+    settings = task["settings"]
+    flow_ir, flow_input = materialise(
+        batches, instructions=task["instructions"], recent_evidence=task["recent_evidence"], budget=task["budget"],
+        decision_policy=settings["decision_policy_ir"], generation_policy=settings["policy_ir"],
+        max_tokens=settings["max_tokens"])
+    admitted = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
+    runner = flow_runner or run_flow
+    return await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
+
+
+def admission_probe(settings: Settings, router: Any) -> None:
+    """Admit the flow of a one-unit window: raises ``FlowAdmissionError`` when the run's policies are
+    not admissible, before any window runs."""
+    probe = {"index": 0, "offset": 0, "messages": [], "protected": [], "instructions": [],
+             "recent_evidence": [], "budget": 128, "settings": settings.flow_settings()}
+    unit = Unit(0, 1)
+    batch = Batch()
+    batch.add(candidate(unit, [{"role": "assistant", "content": "probe"}], question_template()))
+    flow_ir, flow_input = materialise(
+        [batch], instructions=[], recent_evidence=[], budget=128, decision_policy=probe["settings"]["decision_policy_ir"],
+        generation_policy=settings.policy_ir, max_tokens=settings.max_tokens)
+    admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
+
+
+# ------------------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class PassAssembly:
+    """Concatenates one pass's window results in order: writes the messages to ``write``, follows
+    explicit pins to their new indexes, and counts what happened."""
+
+    context: PassContext
+    write: Callable[[Message], None]
+    pins: tuple[int, ...] | None = None
+    output_count: int = 0
+    output_bytes_sum: int = 0
+    first_changed: int | None = None
+    windows: int = 0
+    failed_windows: int = 0
+    actions: dict[str, int] = field(default_factory=lambda: {"keep": 0, "summarize": 0, "archive": 0})
+    reasons: list[str] = field(default_factory=list)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = 0.0
+    new_pins: list[int] = field(default_factory=list)
+
+    def add(self, task: dict[str, Any], result: dict[str, Any] | None) -> None:
+        """One window, in order; ``result`` None (a failed worker) keeps the window's original."""
+        original, offset = task["messages"], task["offset"]
+        self.windows += 1
+        if result is None:
+            self.failed_windows += 1
+            output = original
+        else:
+            output = result["messages"]
+            for action, count in result["actions"].items():
+                self.actions[action] += count
+            self.reasons.extend(r for r in result["reasons"] if r not in self.reasons)
+            self.tokens_in += result["tokens_in"]
+            self.tokens_out += result["tokens_out"]
+            cost = result.get("cost_usd")
+            self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
+        if self.first_changed is None and output is not original:
+            changed = first_changed_index(original, output)
+            if changed is not None:
+                self.first_changed = offset + changed
+        if self.pins is not None:
+            self._follow_pins(original, offset, output)
+        for message in output:
+            self.write(message)
+            self.output_bytes_sum += dense_size(message)
+        self.output_count += len(output)
+
+    def _follow_pins(self, original: list[Message], offset: int, output: list[Message]) -> None:
+        # Pinned units are always kept whole; find each pinned message in the output by identity order.
+        assert self.pins is not None
+        wanted = [p - offset for p in self.pins if offset <= p < offset + len(original)]
+        if not wanted:
+            return
+        position = 0
+        for local in wanted:
+            while position < len(output) and output[position] is not original[local] and output[position] != original[local]:
+                position += 1
+            if position < len(output):
+                self.new_pins.append(self.output_count + position)
+
+    @property
+    def output_bytes(self) -> int:
+        return 2 + self.output_bytes_sum + max(0, self.output_count - 1)
+
+    def summary(self) -> dict[str, Any]:
+        return {"windows": self.windows, "failed_windows": self.failed_windows, "input_bytes": self.context.input_bytes,
+                "output_bytes": self.output_bytes, **self.actions}
+
+
+async def ordered_results(tasks: Iterable[dict[str, Any]], run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+                          concurrency: int = DEFAULT_CONCURRENCY) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(task, result)`` in task order, with at most ``concurrency`` windows in flight."""
+    pending: deque[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]] = deque()
+    for task in tasks:
+        pending.append((task, asyncio.ensure_future(run(task))))
+        if len(pending) >= max(1, concurrency):
+            head, future = pending.popleft()
+            yield head, await future
+    while pending:
+        head, future = pending.popleft()
+        yield head, await future
+
+
+# ----------------------------------------------------------------------------------------- driver
+
+
+class ListSink:
+    """A pass's output kept in memory."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def write(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def close(self) -> Callable[[], Iterable[Message]]:
+        messages = self.messages
+        return lambda: messages
+
+
+@dataclass
+class WindowedRun:
+    """The outcome of :func:`compact_windowed`: where the final messages are and the report."""
+
+    source: Callable[[], Iterable[Message]]
+    compaction: dict[str, Any]
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+
+
+async def compact_windowed(source: Callable[[], Iterable[Message]], settings: Settings, *,
+                           run_window: Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]],
+                           new_sink: Callable[[], Any] = ListSink, concurrency: int = DEFAULT_CONCURRENCY,
+                           on_event: Callable[[dict[str, Any]], None] | None = None) -> WindowedRun:
+    """Passes of windowed compaction over ``source()`` (a fresh iterator of the transcript's messages
+    each call). ``run_window`` compacts one task (None: the window keeps its original); each pass's
+    output goes to a ``new_sink()`` (``write``, then ``close`` gives the next pass's source)."""
+    first: PassContext | None = None
+    passes: list[dict[str, Any]] = []
+    reasons: list[str] = []
+    first_changed: int | None = None
+    tokens_in = tokens_out = 0
+    cost: float | None = 0.0
+    pins = settings.pinned_indices
+    current = source
+    for number in range(MAX_PASSES):
+        pass_settings = Settings(**{**settings.__dict__, "pinned_indices": pins})
+        context = scan(current(), pass_settings, target_bytes=None if first is None else first.target_bytes)
+        first = first or context
+        sink = new_sink()
+        assembly = PassAssembly(context, sink.write, pins)
+        tasks = windows(current(), context, pass_settings)
+        async for task, result in ordered_results(tasks, run_window, concurrency):
+            assembly.add(task, result)
+            if on_event is not None:
+                on_event({"event": "window", "pass": number + 1, "window": task["index"] + 1,
+                          "input_bytes": context.input_bytes, "offset": task["offset"], "count": context.count})
+        output = sink.close()
+        passes.append(assembly.summary())
+        tokens_in += assembly.tokens_in
+        tokens_out += assembly.tokens_out
+        cost = None if cost is None or assembly.cost_usd is None else cost + assembly.cost_usd
+        reasons.extend(r for r in assembly.reasons if r not in reasons)
+        gain = context.input_bytes - assembly.output_bytes
+        if assembly.first_changed is None or gain <= 0:
+            break  # nothing changed: this pass's input stays the result
+        first_changed = assembly.first_changed if first_changed is None else min(first_changed, assembly.first_changed)
+        current, pins = output, (None if pins is None else tuple(assembly.new_pins))
+        if assembly.output_bytes <= first.target_bytes or gain < MIN_PASS_GAIN * context.input_bytes:
+            break
+    assert first is not None
+    output_bytes = _final_bytes(passes) if first_changed is not None else first.input_bytes
+    compaction = {
+        "original_bytes": first.input_bytes,
+        "output_bytes": output_bytes,
+        "target_bytes": first.target_bytes,
+        "target_ratio": settings.target_ratio,
+        "target_met": output_bytes <= first.target_bytes,
+        "reasons": reasons,
+        "flow_fingerprint": None,
+        "first_changed_index": first_changed,
+        "preserved_prefix_bytes": first.input_bytes if first_changed is None else first.prefix_bytes(first_changed),
+        "windows": {"passes": passes},
+    }
+    return WindowedRun(current, compaction, tokens_in, tokens_out, cost)
+
+
+def _final_bytes(passes: list[dict[str, Any]]) -> int:
+    """Bytes of the last pass that changed something (a pass with no gain leaves its input)."""
+    for entry in reversed(passes):
+        if entry["output_bytes"] < entry["input_bytes"]:
+            return entry["output_bytes"]
+    return passes[0]["input_bytes"]

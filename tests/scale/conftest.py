@@ -1,0 +1,32 @@
+"""Shared pieces of the windowed-compaction tests: a deterministic router and a transcript of
+corpus sessions large enough for several windows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from compactor.catalog import get_catalog
+from compactor.compaction.preset import load_preset
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+
+from scale import transcripts
+
+
+def frozen_router() -> Router:
+    """The bundled offline offers with a clock that never moves: equal inputs, equal bytes out."""
+    catalog = get_catalog()
+    return Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for,
+                  clock=lambda: 0.0)
+
+
+def decision_policy() -> Any:
+    return load_preset()["flow"][1]["classify"]["policy"]
+
+
+@pytest.fixture(scope="session")
+def sessions() -> list[dict[str, Any]]:
+    """About 1.5 MB of corpus sessions (several windows of 128 candidates)."""
+    return list(transcripts.messages(1_500_000))

@@ -1,0 +1,243 @@
+"""The window planner: windows fit one request's limits, units stay whole, pins and tail are
+untouched, and the result does not depend on where or in which order windows run."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from compactor.budget import Deadline
+from compactor.chat import has_tool_calls, role_of
+from compactor.compaction.preparation import (
+    MAX_CANDIDATES, BatchSizer, candidate, fit_batches, prepare)
+from compactor.compaction.preset import question_template
+from compactor.compaction.units import split_units
+from compactor.compaction.windowed import compact_in_memory, compact_stream, inline_runner
+from compactor.compaction.windows import (
+    MAX_PASSES, Settings, compact_window, compact_windowed, group_units, scan, windows)
+from compactor.jsonutil import dense_size
+from compactor.models import CompactRequest
+
+from .conftest import decision_policy, frozen_router
+
+
+def settings(**kw: Any) -> Settings:
+    return Settings(decision_policy_ir=decision_policy(), **kw)
+
+
+def plan(messages: list[dict[str, Any]], s: Settings) -> list[dict[str, Any]]:
+    return list(windows(messages, scan(messages, s), s))
+
+
+def test_windows_cover_the_transcript_in_order_on_unit_boundaries(sessions):
+    tasks = plan(sessions, settings())
+    assert len(tasks) > 3
+    assert [m for t in tasks for m in t["messages"]] == sessions
+    starts = {u.start for u in split_units(sessions)}
+    assert all(t["offset"] in starts for t in tasks)
+    assert [t["index"] for t in tasks] == list(range(len(tasks)))
+
+
+def test_every_window_fits_one_request_and_the_planner_packs_them(sessions):
+    s = settings()
+    context = scan(sessions, s)
+    template = question_template()
+    for task in windows(sessions, context, s):
+        offset = task["offset"]
+        units = [u for u in split_units(task["messages"]) if u.start + offset not in set(task["protected"])]
+        reasons: list[str] = []
+        sizer = BatchSizer(task["instructions"], task["recent_evidence"])
+        cands = [candidate(u, task["messages"][u.start:u.end], template) for u in units]
+        batches = fit_batches(iter(cands), sizer, reasons)
+        assert len(cands) <= MAX_CANDIDATES
+        assert set(reasons) <= {"fragment_or_decision_context_limit"}, reasons
+        assert sum(len(b.candidates) for b in batches) == len(cands) - reasons.count("fragment_or_decision_context_limit")
+    # A window closes only when the next unit would not fit: merging two neighbours breaks a limit.
+    tasks = list(windows(sessions, context, s))
+    for left, right in zip(tasks, tasks[1:]):
+        merged = {**left, "messages": left["messages"] + right["messages"]}
+        offset = merged["offset"]
+        protected = set(left["protected"]) | set(right["protected"])
+        units = [u for u in split_units(merged["messages"]) if u.start + offset not in protected]
+        reasons = []
+        cands = [candidate(u, merged["messages"][u.start:u.end], template) for u in units]
+        fit_batches(iter(cands), BatchSizer(left["instructions"], left["recent_evidence"]), reasons)
+        assert len(cands) > MAX_CANDIDATES or set(reasons) - {"fragment_or_decision_context_limit"}
+
+
+def test_scan_agrees_with_single_request_preparation(sessions):
+    messages = sessions[:40]
+    s = settings(keep_recent=3)
+    context = scan(messages, s)
+    prep = prepare(messages, keep_recent=3, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    assert context.input_bytes == prep.original_bytes == dense_size(messages)
+    assert context.target_bytes == prep.target_bytes
+    assert context.recent_evidence == prep.recent_evidence
+    assert context.budget == prep.budget
+    assert {u.id for u in prep.units if context.protected(u)} == prep.protected
+
+
+messages_strategy = st.lists(st.sampled_from([
+    {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",
+                                                           "function": {"name": "f", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c", "content": "r"}, {"role": "system", "content": "s"}]), max_size=30)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(messages_strategy)
+def test_streamed_units_are_the_units(messages):
+    assert [u for u, _ in group_units(iter(messages))] == split_units(messages)
+    assert [m for _, ms in group_units(messages) for m in ms] == messages
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def _check_invariants(original: list[dict[str, Any]], output: list[dict[str, Any]], keep_recent: int,
+                      pins: list[int] | None = None) -> None:
+    """Pinned messages and the tail survive in order; every tool result still follows its call."""
+    pinned = [m for i, m in enumerate(original) if role_of(m) in ("system", "developer")
+              or (i in pins if pins is not None else role_of(m) == "user")]
+    assert [m for m in output if m in pinned] == pinned
+    assert output[-keep_recent:] == original[-keep_recent:]
+    open_calls: set[str] = set()
+    for message in output:
+        if role_of(message) == "tool":
+            assert message["tool_call_id"] in open_calls
+            continue
+        open_calls = {c["id"] for c in message.get("tool_calls") or []} if has_tool_calls(message) else set()
+
+
+def test_in_memory_run_shrinks_and_keeps_invariants(sessions):
+    request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy()})
+    router = frozen_router()
+    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    compaction = body["compaction"]
+    assert compaction["output_bytes"] == dense_size(body["messages"]) < 0.5 * dense_size(sessions)
+    assert compaction["original_bytes"] == dense_size(sessions)
+    passes = compaction["windows"]["passes"]
+    assert 1 <= len(passes) <= MAX_PASSES and passes[0]["windows"] > 3
+    first = compaction["first_changed_index"]
+    assert body["messages"][:first] == sessions[:first] and body["messages"][first] != sessions[first]
+    assert compaction["preserved_prefix_bytes"] == dense_size(sessions[:first])
+    _check_invariants(sessions, body["messages"], 6)
+
+
+def test_explicit_pins_survive_every_pass(sessions):
+    pins = [5, 17, 300, len(sessions) - 20]
+    request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy(),
+                                             "pinned_indices": pins, "keep_recent": 2})
+    router = frozen_router()
+    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    assert len(body["compaction"]["windows"]["passes"]) >= 2
+    _check_invariants(sessions, body["messages"], 2, pins)
+
+
+def _roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def test_identical_inline_and_as_shuffled_json_workers(sessions):
+    """Windows as separate JSON jobs finishing in any order give the inline bytes."""
+    s = settings()
+    router = frozen_router()
+
+    async def inline(task):
+        return await compact_window(task, router=router, deadline=Deadline.after_ms(60_000))
+
+    async def worker(task):  # what a Distributed Map worker sees and answers: JSON only
+        await asyncio.sleep(random.random() / 100)
+        result = await compact_window(_roundtrip(task), router=frozen_router(), deadline=Deadline.after_ms(60_000))
+        return _roundtrip(result)
+
+    random.seed(7)
+    a = run(compact_windowed(lambda: sessions, s, run_window=inline, concurrency=1))
+    b = run(compact_windowed(lambda: sessions, s, run_window=worker, concurrency=8))
+    assert json.dumps(list(a.source())) == json.dumps(list(b.source()))
+    assert a.compaction == b.compaction
+
+
+def test_a_failed_window_keeps_its_original(sessions):
+    s = settings()
+    router = frozen_router()
+
+    failed: list[int] = []
+
+    async def flaky(task):  # the second window of the first pass fails
+        if task["index"] == 1 and not failed:
+            failed.append(1)
+            return None
+        return await compact_window(task, router=router, deadline=Deadline.after_ms(60_000))
+
+    tasks = plan(sessions, s)
+    out = run(compact_windowed(lambda: sessions, s, run_window=flaky, concurrency=2))
+    passes = out.compaction["windows"]["passes"]
+    assert [p["failed_windows"] for p in passes] == [1] + [0] * (len(passes) - 1)
+    # Its units were still there for the next pass to compact; pass 1 alone keeps them verbatim.
+    one_pass = run(compact_windowed(lambda: sessions, Settings(**{**s.__dict__, "target_ratio": 1.0}),
+                                    run_window=lambda t: _fail_second(t, router)))
+    second = tasks[1]["messages"]
+    output = list(one_pass.source())
+    assert len(one_pass.compaction["windows"]["passes"]) == 1
+    assert any(output[i:i + len(second)] == second for i in range(len(output)))
+
+
+async def _fail_second(task, router):
+    if task["index"] == 1:
+        return None
+    return await compact_window(task, router=router, deadline=Deadline.after_ms(60_000))
+
+
+def test_passes_stop_without_progress(sessions):
+    s = settings()
+    calls: list[int] = []
+
+    async def keep_all(task):
+        calls.append(task["index"])
+        return {"index": task["index"], "messages": task["messages"], "reasons": [], "ok": True,
+                "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0,
+                "actions": {"keep": len(split_units(task["messages"])), "summarize": 0, "archive": 0}}
+
+    out = run(compact_windowed(lambda: sessions, s, run_window=keep_all))
+    assert len(out.compaction["windows"]["passes"]) == 1
+    assert out.compaction["first_changed_index"] is None and out.compaction["output_bytes"] == dense_size(sessions)
+    assert list(out.source()) == sessions
+
+
+def test_streamed_run_writes_what_the_in_memory_run_returns(sessions, tmp_path):
+    request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy()})
+    router = frozen_router()
+    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(sessions))
+    out = io.StringIO()
+    summary = run(compact_stream(lambda: open(path, "rb"), Settings.from_request(request), router=router,
+                                 run_window=inline_runner(router, window_budget_ms=60_000), out=out,
+                                 messages_only=False, workdir=str(tmp_path)))
+    streamed = json.loads(out.getvalue())
+    assert streamed == body
+    assert summary["compaction"] == body["compaction"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]  # pass files are gone
+
+
+def test_inadmissible_policy_fails_before_any_window(sessions):
+    request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": ["policy", ["nonsense"]]})
+    from compactor.flow import FlowAdmissionError
+
+    ran: list[int] = []
+
+    async def record(task):
+        ran.append(1)
+
+    with pytest.raises(FlowAdmissionError):
+        run(compact_in_memory(request, router=frozen_router(), run_window=record))
+    assert ran == []
