@@ -1,7 +1,7 @@
 """``compactor invoke LOGICAL_ID -e EVENT.json``: run one function of ``template.yaml`` in-process.
 
 The Docker-free stand-in for ``sam local invoke``: the function's Globals and Environment are applied
-(parameters at their defaults unless ``--param K=V``), its CodeUri and layers go on ``sys.path``, and
+(parameters at their defaults unless ``--param K=V``; not the billing tables' names), its CodeUri and layers go on ``sys.path``, and
 the handler gets a Lambda-like context with the function's timeout. The handler's result is printed
 as JSON on stdout; whatever the function prints or logs goes to stderr, as with SAM CLI.
 """
@@ -21,6 +21,9 @@ from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
+STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET")
+"""Variables naming the deployed stack's billing resources: never applied locally, where the ledger and
+idempotency records stay in memory unless the shell names tables (docs/billing.md)."""
 LAMBDA_DEFAULT_MEMORY_MB = 128
 
 
@@ -63,7 +66,7 @@ def invoke(template: Template, logical_id: str, event: Any) -> Any:
         "AWS_REGION": region,
         "AWS_LAMBDA_FUNCTION_NAME": logical_id,
         "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
-        **{key: as_string(value) for key, value in declared.items()},
+        **{key: as_string(value) for key, value in declared.items() if key not in STACK_RESOURCE_VARIABLES},
     }
     layers = [path for path in (template.layer_path(layer) for layer in properties.get("Layers", [])) if path]
     code_dir = template.directory / str(properties.get("CodeUri", "."))

@@ -1,4 +1,5 @@
-"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``eval``, ``serve`` and ``invoke``."""
+"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``eval``, ``serve``, ``invoke`` and
+``usage``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ _SUBCOMMANDS = (
     ("eval", "eval_cmd", "measure evidence kept per byte for every compaction method on transcripts"),
     ("serve", "serve", "serve the HTTP API locally through the Lambda handler"),
     ("invoke", "invoke", "run one function of template.yaml in-process on an event (no Docker)"),
+    ("usage", "usage_cmd", "per-key daily usage totals from the usage ledger (DynamoDB table or local file)"),
 )
 
 

@@ -2,11 +2,15 @@
 
 Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
 arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
-Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without the
-``--api-key`` (when one is set) and 413 for a body over the limit, before reading it. Handler calls run
+Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
+of the ``--api-key`` values (when set; in ``x-api-key`` or ``Authorization: Bearer``) and 413 for a body
+over the limit, before reading it. A presented key's id (``compactor_aws.caller.local_key_id``) goes
+into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id. Handler calls run
 one at a time on one long-lived worker thread, as a warm Lambda instance runs its events.
 The function's environment from ``template.yaml`` (Globals merged, parameters at their defaults unless
-``--param K=V``) is applied before the handler is imported, except variables already set in the shell.
+``--param K=V``) is applied before the handler is imported, except variables already set in the shell
+and the names of the stack's tables and buckets: billing and idempotency run on local stores (the
+ledger in ``--ledger FILE``, else in memory) unless the shell names tables (docs/billing.md).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
-from compactor_cli.invoke import _parse_overrides
+from compactor_aws.caller import local_key_id, presented_key
+from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
@@ -35,6 +40,7 @@ FUNCTION_TIMEOUT_S = 60
 """The deployed function's Timeout (template.yaml Globals); the local context counts down from it."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
 _STAGE_PREFIX = f"/{http_api.STAGE}"
+LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 
 
 def default_code_dir() -> Path:
@@ -53,7 +59,7 @@ def template_environment(template: Path, overrides: Mapping[str, str] | None = N
     """``CompactFunction``'s resolved environment variables in ``template``, as ``compactor invoke`` sets them."""
     properties = Template.load(template, dict(overrides or {})).function_properties(FUNCTION_LOGICAL_ID)
     declared = (properties.get("Environment") or {}).get("Variables") or {}
-    return {key: as_string(value) for key, value in declared.items()}
+    return {key: as_string(value) for key, value in declared.items() if key not in STACK_RESOURCE_VARIABLES}
 
 
 def apply_environment(variables: Mapping[str, str],
@@ -66,14 +72,14 @@ def apply_environment(variables: Mapping[str, str],
 
 
 class CompactorServer(ThreadingHTTPServer):
-    """A threading HTTP server holding the handler, its worker thread and the optional API key."""
+    """A threading HTTP server holding the handler, its worker thread and the accepted API keys (none: open)."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], handler: LambdaHandler, api_key: str | None):
+    def __init__(self, address: tuple[str, int], handler: LambdaHandler, api_key: str | list[str] | None):
         super().__init__(address, _RequestHandler)
         self.lambda_handler = handler
-        self.api_key = api_key
+        self.api_keys = [api_key] if isinstance(api_key, str) else list(api_key or [])
         self.lambda_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
 
     def server_close(self) -> None:
@@ -95,10 +101,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
 
+    def _accepted_key(self) -> tuple[bool, str | None]:
+        """(whether the request may pass, the key it presented)."""
+        key = presented_key(self.headers.items())
+        if not self.server.api_keys:
+            return True, key
+        presented = (key or "").encode("utf-8", "surrogateescape")
+        matches = [hmac.compare_digest(presented, accepted.encode("utf-8")) for accepted in self.server.api_keys]
+        return any(matches), key
+
     def _handle(self) -> None:
-        if self.server.api_key is not None and not hmac.compare_digest(
-            self.headers.get("x-api-key", "").encode(), self.server.api_key.encode()
-        ):
+        allowed, key = self._accepted_key()
+        if not allowed:
             self._send_json(403, http_api.FORBIDDEN_BODY, close=True)
             return
         url = urlsplit(self.path)
@@ -126,6 +140,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             body=self.rfile.read(length),
             source_ip=self.client_address[0],
         )
+        if key is not None:
+            event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
         self._send_proxy_response(self._invoke(event))
 
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +181,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
-def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | None = None,
+def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list[str] | None = None,
                   code_dir: Path | None = None, environment: Mapping[str, str] | None = None) -> CompactorServer:
     """A ready (not yet serving) server; ``port`` 0 picks a free port (see ``server_address``).
 
@@ -181,7 +197,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``serve`` subcommand."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
-    parser.add_argument("--api-key", help="require this x-api-key on every request, like the deployed stage")
+    parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                        help="require this key (x-api-key or Authorization: Bearer) on every request, like the "
+                             "deployed stage; repeatable, one caller per key")
+    parser.add_argument("--ledger", type=Path, metavar="FILE",
+                        help="keep the usage ledger in this JSON-lines file (default: in memory); "
+                             "read it with compactor usage --ledger FILE")
     parser.add_argument("--code-dir", type=Path, help="directory of compact.py (default: functions/compact)")
     parser.add_argument("-t", "--template", type=Path,
                         help="SAM template whose CompactFunction environment is applied (default: template.yaml)")
@@ -202,8 +223,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"compactor serve: no {template}; the function's template environment is not applied",
               file=sys.stderr)
+    if args.ledger is not None:
+        environment[LEDGER_FILE_ENV] = str(args.ledger)
     server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
-    key_note = "x-api-key required" if args.api_key else "no API key required"
+    key_note = "API key required" if args.api_key else "no API key required"
     print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
     try:
         server.serve_forever()

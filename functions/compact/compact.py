@@ -1,5 +1,7 @@
 """Lambda handler of ``CompactApi``: every route of the HTTP API, each one call into ``compactor.service``.
 
+POST routes are billed through ``compactor_aws.billing`` and ``GET /usage`` reads it (docs/billing.md).
+
 API Gateway delivers ``/v1/compact`` on stage ``v1`` with ``path`` ``/compact``, so the routes below
 carry no stage prefix; ``/v1`` is also stripped when a custom domain passes it through. The core
 (``compactor.service`` and what it pulls in) is imported on first use to keep cold starts lean.
@@ -8,8 +10,8 @@ carry no stage prefix; ``/v1`` is also stripped when a custom domain passes it t
 from __future__ import annotations
 
 import os
-import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -40,17 +42,14 @@ def _json(status: int, body: Any) -> Response[str]:
     return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body))
 
 
-def _observed(route: str, result: tuple[int, dict[str, Any]], started_at: float, **details: Any) -> Response[str]:
-    """The JSON response, after the call's metrics, billing record and flow-node subsegments."""
-    ended_at = time.time()
-    status, body = result
-    response = _json(status, body)
-    observability.record_call(
-        route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-        started_at=started_at, ended_at=ended_at, response_bytes=len(response.body.encode("utf-8")),
-        **observability.api_request_details(app.current_event.raw_event), **details,
-    )
-    return response
+def _billed(route: str, run: Callable[[], tuple[int, dict[str, Any]]], **details: Any) -> Response[str]:
+    """The call's response, replayed under its Idempotency-Key or computed (then observed), billed once."""
+    from compactor_aws import billing
+
+    answer = billing.answer_observed(app.current_event.raw_event, route, run, lambda_context=app.lambda_context,
+                                     logger=logger, metrics=metrics, tracer=tracer, **details)
+    return Response(status_code=answer.status, content_type=http_api.JSON_CONTENT_TYPE, body=answer.body,
+                    headers=answer.headers)
 
 
 @app.get("/healthz")
@@ -60,33 +59,37 @@ def healthz() -> Response[str]:
     return _json(200, service.health())
 
 
+@app.get("/usage")
+def usage() -> Response[str]:
+    from compactor_aws import billing
+
+    return _json(*billing.usage_answer(app.current_event.raw_event))
+
+
 @app.post("/compact")
 def compact(request: CompactRequest) -> Response[str]:
     from compactor import service
     from compactor_aws.stepfunctions_runner import configured_runner  # None unless BatchFanOut=stepfunctions
 
-    started_at = time.time()
-    result = service.handle_compact(request, lambda_context=app.lambda_context, flow_runner=configured_runner())
-    return _observed("compact", result, started_at, mode="decision" if request.decision_mode else "legacy",
-                     request_messages=request.messages)
+    return _billed("compact", lambda: service.handle_compact(request, lambda_context=app.lambda_context,
+                                                             flow_runner=configured_runner()),
+                   mode="decision" if request.decision_mode else "legacy", request_messages=request.messages)
 
 
 @app.post("/flows")
 def flows(request: FlowsRequest) -> Response[str]:
     from compactor import service
 
-    body = request.model_dump(exclude_unset=True)
-    started_at = time.time()
-    return _observed("flows", service.handle_flows(body, lambda_context=app.lambda_context), started_at)
+    return _billed("flows", lambda: service.handle_flows(request.model_dump(exclude_unset=True),
+                                                         lambda_context=app.lambda_context))
 
 
 @app.post("/flows/normalize")
 def flows_normalize(request: NormalizeRequest) -> Response[str]:
     from compactor import service
 
-    started_at = time.time()
-    result = service.handle_flows_normalize(request.model_dump(exclude_unset=True))
-    return _observed("flows_normalize", result, started_at, mode="none")
+    return _billed("flows_normalize", lambda: service.handle_flows_normalize(request.model_dump(exclude_unset=True)),
+                   mode="none")
 
 
 @app.exception_handler([RequestValidationError, RequestUnsupportedContentType])

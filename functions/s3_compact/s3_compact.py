@@ -44,35 +44,44 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
     )
 
 
-def observer(request_id: str | None) -> object_jobs.Observer:
-    """Metrics, billing record and flow-node subsegments of each compaction run (never raises)."""
+def observer(request_id: str | None, billed: list[Any]) -> object_jobs.Observer:
+    """Metrics, billing record and flow-node subsegments of each compaction run (never raises); the
+    run's observed record is appended to ``billed``."""
     def observe(request: Any, status: int, body: dict[str, Any], started_at: float, ended_at: float) -> None:
-        observability.record_call(
+        billed.append(observability.record_call(
             route="s3_compact", status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
             mode="decision" if request.decision_mode else "legacy", request_messages=request.messages,
-            request_id=request_id, started_at=started_at, ended_at=ended_at)
+            request_id=request_id, started_at=started_at, ended_at=ended_at))
     return observe
 
 
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget)."""
+    """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget), once per object
+    version, billed once after its result is stored (docs/billing.md)."""
     from compactor import service
     from compactor.container import run_sync
+    from compactor_aws import billing
 
     source = source_of(record)
     if not record.event_name.startswith("ObjectCreated:"):
-        outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}")
+        outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
     else:
-        deadline = service.request_deadline(context)
-        outcome = run_sync(object_jobs.run_job(source, store=store, defaults=defaults, deadline=deadline,
-                                               observe=observer(getattr(context, "aws_request_id", None))))
-    tracer.put_annotation("s3_result", outcome.result)
-    logger.info("s3 object %s", outcome.result, extra={
+        def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
+            billed: list[Any] = []
+            done = run_sync(object_jobs.run_job(
+                source, store=store, defaults=defaults, deadline=service.request_deadline(context),
+                observe=observer(getattr(context, "aws_request_id", None), billed)))
+            facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
+            return done.as_dict(), facts
+
+        outcome = billing.run_object_job(source, job, context)
+    tracer.put_annotation("s3_result", outcome["result"])
+    logger.info("s3 object %s", outcome["result"], extra={
         "bucket": source.bucket, "key": source.key, "version_id": source.version_id,
-        "target": outcome.key, "status": outcome.status, "reason": outcome.reason})
-    metrics.add_metric(name=_METRIC_NAMES[outcome.result], unit=MetricUnit.Count, value=1)
-    return outcome.as_dict()
+        "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
+    metrics.add_metric(name=_METRIC_NAMES[outcome["result"]], unit=MetricUnit.Count, value=1)
+    return outcome
 
 
 @logger.inject_lambda_context(log_event=False)

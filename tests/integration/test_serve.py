@@ -219,5 +219,5 @@ def test_serve_rejects_an_unknown_parameter(capsys: pytest.CaptureFixture[str]) 
 def test_cli_parser_wires_serve_defaults() -> None:
     args = build_parser().parse_args(["serve", "--api-key", "k"])
 
-    assert (args.host, args.port, args.api_key) == ("127.0.0.1", 8787, "k")
+    assert (args.host, args.port, args.api_key) == ("127.0.0.1", 8787, ["k"])
     assert args.run is serve.run

@@ -1,0 +1,63 @@
+"""``compactor usage``: the operator's per-key, per-day totals from the usage ledger (docs/billing.md).
+
+Reads the DynamoDB table (``--table``, default ``COMPACTOR_USAGE_TABLE``) or a local ledger file
+(``--ledger``, what ``compactor serve --ledger`` writes). ``--key`` limits the report to one API key id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from compactor.billing import LocalLedger, UsageLedger, UsageRangeError, parse_range, totals_by_key
+
+_COLUMNS = ("day", "calls", "bytes_in", "bytes_out", "bytes_saved", "model_calls", "cost_usd", "calls_cost_unknown")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--table", help="DynamoDB usage table (default: $COMPACTOR_USAGE_TABLE)")
+    source.add_argument("--ledger", type=Path, metavar="FILE", help="local ledger file (compactor serve --ledger)")
+    parser.add_argument("--from", dest="first", metavar="YYYY-MM-DD", help="first day (default: first of the month)")
+    parser.add_argument("--to", dest="last", metavar="YYYY-MM-DD", help="last day, included (default: today, UTC)")
+    parser.add_argument("--key", metavar="API_KEY_ID", help="only this API key id")
+    parser.add_argument("--json", action="store_true", help="JSON: {api_key_id: [day totals]}")
+
+
+def _ledger(args: argparse.Namespace) -> UsageLedger | None:
+    if args.ledger is not None:
+        return LocalLedger(path=args.ledger)
+    table = args.table or os.environ.get("COMPACTOR_USAGE_TABLE")
+    if not table:
+        return None
+    from compactor_aws.ledger import DynamoLedger
+
+    return DynamoLedger(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; 2 on a bad range or when no ledger is named."""
+    try:
+        first, last = parse_range(args.first, args.last)
+    except UsageRangeError as exc:
+        print(f"compactor usage: {exc}", file=sys.stderr)
+        return 2
+    ledger = _ledger(args)
+    if ledger is None:
+        print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
+        return 2
+    report = totals_by_key(ledger.entries(first, last, args.key))
+    if args.json:
+        print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))
+        return 0
+    print("\t".join(("api_key_id", *_COLUMNS)))
+    for key, days in report.items():
+        for day in days:
+            values = day.as_dict()
+            print("\t".join((key, *(str(values[column]) for column in _COLUMNS))))
+    if not report:
+        print(f"(no billed calls from {first} to {last})", file=sys.stderr)
+    return 0

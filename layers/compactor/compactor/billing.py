@@ -1,0 +1,231 @@
+"""The usage ledger (docs/billing.md): one entry per billed call, written exactly once, and its daily totals.
+
+Ports and the local adapter live here, in plain Python: :class:`UsageLedger` is what the front doors
+write to and the usage route reads; :class:`LocalLedger` keeps entries in memory or in a JSON-lines
+file (``compactor serve``, ``compactor usage --ledger``, tests). The DynamoDB adapter is
+``compactor_aws.ledger``. Nothing here knows about HTTP or AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+MAX_RANGE_DAYS = 366
+"""Longest ``from``..``to`` span the usage route answers (both days included)."""
+
+BILLED_FACTS = ("route", "mode", "bytes_in", "bytes_out", "model_calls", "cost_usd")
+"""What a front door passes about a call (see :func:`billing_facts`); the rest comes from the request."""
+
+
+class UsageRangeError(ValueError):
+    """A ``from``/``to`` pair the usage route cannot answer (the message says why)."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One billed call.
+
+    ``entry_id`` is what makes the write happen once: derived from the idempotency key (scoped to the
+    caller and route), the S3 object version, or the API request id. ``time`` is the call's own time
+    (ISO 8601 UTC), kept in the stored response so that a replay writes the same entry.
+    """
+
+    entry_id: str
+    api_key_id: str
+    request_id: str | None
+    time: str
+    route: str
+    mode: str
+    bytes_in: int | None
+    bytes_out: int | None
+    model_calls: int
+    cost_usd: float | None  # None: at least one model call's cost is unknown
+    idempotency_key: str | None = None
+
+    @property
+    def day(self) -> str:
+        return self.time[:10]
+
+    @property
+    def bytes_saved(self) -> int | None:
+        if self.bytes_in is None or self.bytes_out is None:
+            return None
+        return self.bytes_in - self.bytes_out
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
+        names = cls.__dataclass_fields__
+        return cls(**{name: data.get(name) for name in names})
+
+
+def billing_facts(*, route: str, mode: str, bytes_in: int | None, bytes_out: int | None, model_calls: int,
+                  cost_usd: float | None) -> dict[str, Any]:
+    """The facts of one call that its ledger entry records, as a small JSON-able dict.
+
+    Front doors build it from the call's record and keep it with the stored response, so a replay
+    can write the entry the first attempt may not have written.
+    """
+    return {"route": route, "mode": mode, "bytes_in": bytes_in, "bytes_out": bytes_out,
+            "model_calls": int(model_calls), "cost_usd": cost_usd}
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def make_entry(*, entry_id: str, api_key_id: str, facts: Mapping[str, Any], time: str,
+               request_id: str | None = None, idempotency_key: str | None = None) -> LedgerEntry:
+    return LedgerEntry(entry_id=entry_id, api_key_id=api_key_id, request_id=request_id, time=time,
+                       idempotency_key=idempotency_key, **{name: facts.get(name) for name in BILLED_FACTS})
+
+
+# --------------------------------------------------------------------------------------------- ports
+
+
+class UsageLedger(Protocol):
+    def record(self, entry: LedgerEntry) -> bool:
+        """Write ``entry`` unless an entry with its ``entry_id`` exists; True when this call wrote it."""
+        ...
+
+    def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
+        """Entries of days ``first_day``..``last_day`` (inclusive), of one key or (operator) every key."""
+        ...
+
+
+# ------------------------------------------------------------------------------------------- totals
+
+
+@dataclass
+class DayTotals:
+    """What ``GET /v1/usage`` answers for one day (and ``compactor usage`` per key and day)."""
+
+    day: str
+    calls: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    bytes_saved: int = 0
+    model_calls: int = 0
+    cost_usd: float = 0.0  # of the calls whose cost is known
+    calls_cost_unknown: int = 0
+
+    def add(self, entry: LedgerEntry) -> None:
+        self.calls += 1
+        self.bytes_in += entry.bytes_in or 0
+        self.bytes_out += entry.bytes_out or 0
+        self.bytes_saved += entry.bytes_saved or 0
+        self.model_calls += entry.model_calls or 0
+        if entry.cost_usd is None:
+            self.calls_cost_unknown += 1
+        else:
+            self.cost_usd += entry.cost_usd
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["cost_usd"] = round(self.cost_usd, 10)
+        return out
+
+
+def daily_totals(entries: Iterable[LedgerEntry]) -> list[DayTotals]:
+    """Totals per day, days in order; days without calls are left out."""
+    days: dict[str, DayTotals] = {}
+    for entry in entries:
+        days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
+    return [days[day] for day in sorted(days)]
+
+
+def totals_by_key(entries: Iterable[LedgerEntry]) -> dict[str, list[DayTotals]]:
+    """The operator's view: :func:`daily_totals` of each API key id."""
+    grouped: dict[str, list[LedgerEntry]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.api_key_id, []).append(entry)
+    return {key: daily_totals(grouped[key]) for key in sorted(grouped)}
+
+
+def parse_range(first: str | None, last: str | None, *, today: date | None = None) -> tuple[str, str]:
+    """``from``/``to`` (``YYYY-MM-DD``, both included) checked; absent ``to`` is today, absent ``from``
+    is ``to``'s first day of the month. Raises :class:`UsageRangeError`."""
+    def day(value: str, name: str) -> date:
+        try:
+            if len(value) != 10:
+                raise ValueError
+            return date.fromisoformat(value)
+        except ValueError:
+            raise UsageRangeError(f"{name} must be a date YYYY-MM-DD") from None
+
+    end = day(last, "to") if last else (today or datetime.now(timezone.utc).date())
+    start = day(first, "from") if first else end.replace(day=1)
+    if start > end:
+        raise UsageRangeError("from must not be after to")
+    if end - start >= timedelta(days=MAX_RANGE_DAYS):
+        raise UsageRangeError(f"the range spans more than {MAX_RANGE_DAYS} days")
+    return start.isoformat(), end.isoformat()
+
+
+def usage_body(api_key_id: str, first_day: str, last_day: str, ledger: UsageLedger) -> dict[str, Any]:
+    """The ``GET /v1/usage`` body: one caller's totals per day (never another key's)."""
+    days = daily_totals(ledger.entries(first_day, last_day, api_key_id))
+    return {"from": first_day, "to": last_day, "days": [totals.as_dict() for totals in days]}
+
+
+# ------------------------------------------------------------------------------------- local adapter
+
+
+@dataclass
+class LocalLedger:
+    """A :class:`UsageLedger` in memory, or appended to a JSON-lines file when ``path`` is set.
+
+    One process writes a file at a time (``compactor serve``); the lock makes ``record`` atomic between
+    its threads. A file is re-read on every query, so ``compactor usage --ledger`` sees what a running
+    server wrote.
+    """
+
+    path: Path | None = None
+    _entries: dict[str, LedgerEntry] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.path is not None:
+            self.path = Path(self.path)
+            self._entries = {entry.entry_id: entry for entry in self._read()}
+
+    def _read(self) -> Iterator[LedgerEntry]:
+        if self.path is None or not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield LedgerEntry.from_dict(json.loads(line))
+
+    def record(self, entry: LedgerEntry) -> bool:
+        with self._lock:
+            if entry.entry_id in self._entries:
+                return False
+            if self.path is not None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(entry.as_dict(), separators=(",", ":")) + "\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+            self._entries[entry.entry_id] = entry
+            return True
+
+    def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
+        with self._lock:
+            source = list(self._read()) if self.path is not None else list(self._entries.values())
+        seen: set[str] = set()
+        for entry in source:
+            if entry.entry_id in seen or not first_day <= entry.day <= last_day:
+                continue
+            seen.add(entry.entry_id)
+            if api_key_id is None or entry.api_key_id == api_key_id:
+                yield entry

@@ -1,0 +1,155 @@
+"""Idempotent requests (docs/billing.md): the key's rules, its scope, and the local stores.
+
+Powertools' Idempotency utility runs the protocol (in-progress record, payload check, stored
+response); ``compactor_aws.idempotency`` gives it a persistence layer: DynamoDB when deployed, or
+:class:`MemoryRecordStore` here for ``compactor serve`` and tests. Responses too large for a record
+go to a :class:`ResponseStore` (S3 when deployed) and the record points at them. Plain Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+HEADER = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+TTL_ENV = "COMPACTOR_IDEMPOTENCY_TTL_SECONDS"
+DEFAULT_TTL_SECONDS = 24 * 3600
+"""How long a key's stored response is replayed (and its body checked); afterwards the key is new."""
+
+MAX_INLINE_RESPONSE_BYTES = 300 * 1024
+"""Larger response bodies are kept in the :class:`ResponseStore` (a DynamoDB item holds 400 KB)."""
+
+
+class InvalidIdempotencyKey(ValueError):
+    """The header's value breaks the rules of :func:`checked_key`."""
+
+
+def ttl_seconds(environ: Mapping[str, str] | None = None) -> int:
+    """The configured TTL (``COMPACTOR_IDEMPOTENCY_TTL_SECONDS``), at least one minute."""
+    raw = (os.environ if environ is None else environ).get(TTL_ENV, "")
+    try:
+        return max(60, int(raw)) if raw.strip() else DEFAULT_TTL_SECONDS
+    except ValueError:
+        return DEFAULT_TTL_SECONDS
+
+
+def checked_key(value: str) -> str:
+    """A usable ``Idempotency-Key``: 1 to 255 printable ASCII characters (no leading/trailing space)."""
+    key = value.strip()
+    if not key:
+        raise InvalidIdempotencyKey(f"{HEADER} must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidIdempotencyKey(f"{HEADER} must be at most {MAX_KEY_LENGTH} characters")
+    if not all(" " <= char <= "~" for char in key):
+        raise InvalidIdempotencyKey(f"{HEADER} must be printable ASCII")
+    return key
+
+
+def digest(*parts: str) -> str:
+    """SHA-256 hex of the parts, unambiguously joined."""
+    hasher = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8", "surrogatepass")
+        hasher.update(len(data).to_bytes(8, "big"))
+        hasher.update(data)
+    return hasher.hexdigest()
+
+
+def scope_id(caller: str, route: str, key: str) -> str:
+    """One caller's key on one route: what the stored response and the ledger entry are filed under.
+    Two callers choosing the same key never meet."""
+    return digest("idempotency", caller, route, key)
+
+
+def body_hash(body: bytes | str | None) -> str:
+    """What "the same body" means: the same bytes."""
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else (body or b"")
+    return hashlib.sha256(data).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- ports
+
+
+class RecordStore(Protocol):
+    """Idempotency records by key (what a persistence layer needs), with a conditional first write."""
+
+    def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
+        """Store ``record`` unless a live record (``expiry`` after ``now``, and for an in-progress one
+        ``in_progress_expiry`` after ``now``) holds ``key``; returns that record, else None."""
+        ...
+
+    def get(self, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, key: str, record: dict[str, Any]) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class ResponseStore(Protocol):
+    """Bodies too large for an idempotency record."""
+
+    def put(self, name: str, data: bytes) -> dict[str, Any]:
+        """Keep ``data``; returns the reference the record stores."""
+        ...
+
+    def get(self, ref: Mapping[str, Any]) -> bytes: ...
+
+
+# ------------------------------------------------------------------------------------ local adapters
+
+
+@dataclass
+class MemoryRecordStore:
+    """A :class:`RecordStore` in a dict (one process: ``compactor serve``, tests)."""
+
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
+        with self._lock:
+            existing = self.records.get(key)
+            if existing is not None and _live(existing, now):
+                return dict(existing)
+            self.records[key] = dict(record)
+            return None
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            record = self.records.get(key)
+            return dict(record) if record is not None else None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.records[key] = dict(record)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self.records.pop(key, None)
+
+
+def _live(record: Mapping[str, Any], now: float) -> bool:
+    if (record.get("expiry") or 0) <= now:
+        return False
+    in_progress_until = record.get("in_progress_expiry")  # milliseconds, like Powertools
+    if record.get("status") == "INPROGRESS" and in_progress_until is not None:
+        return in_progress_until > now * 1000
+    return True
+
+
+@dataclass
+class MemoryResponseStore:
+    """A :class:`ResponseStore` in a dict."""
+
+    bodies: dict[str, bytes] = field(default_factory=dict)
+
+    def put(self, name: str, data: bytes) -> dict[str, Any]:
+        self.bodies[name] = data
+        return {"name": name}
+
+    def get(self, ref: Mapping[str, Any]) -> bytes:
+        return self.bodies[str(ref["name"])]

@@ -1,0 +1,247 @@
+"""Billed calls (docs/billing.md): idempotent replay, then exactly one ledger entry, on both front doors.
+
+A POST with ``Idempotency-Key`` runs through Powertools Idempotency, scoped by caller, route and
+key: the first request computes and stores ``{status, body or body_ref, facts, time, request_id}``;
+a retry with the same body gets the stored bytes back (header ``Idempotent-Replayed: true``),
+another body is 422, a retry while the first still runs is 409. The S3 path does the same keyed by
+the object version. After the result is stored, the ledger entry is written with a conditional
+write under an id derived from that scope (or the request id): a retry that finds the result stored
+writes the entry the first attempt may have missed, and never a second one. A ledger failure fails
+the call (500 / the Lambda retry), so what was delivered is what is billed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from compactor import billing, http_api, idempotency
+from compactor.jsonutil import dense_dumps
+from compactor_aws.caller import caller_of
+
+REPLAYED_HEADER = "Idempotent-Replayed"
+S3_CALLER_PREFIX = "s3:"
+
+
+@dataclass(frozen=True)
+class Computed:
+    """One call's answer as sent (the body text) and, when the call is billed, its billing facts."""
+
+    status: int
+    body: str
+    facts: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: str
+    headers: dict[str, str]
+
+
+def facts_of(summary: Any) -> dict[str, Any] | None:
+    """Billing facts of an observed call (``compactor_aws.observability.CallSummary``); None when the
+    call is not billed (not a 2xx, or it could not be observed)."""
+    if summary is None or not 200 <= summary.status < 300:
+        return None
+    return billing.billing_facts(route=summary.route, mode=summary.mode, bytes_in=summary.bytes_in,
+                                 bytes_out=summary.bytes_out, model_calls=summary.model_calls,
+                                 cost_usd=summary.cost_usd)
+
+
+class Backends:
+    """The container's ledger, idempotency persistence and large-response store (from the environment)."""
+
+    def __init__(self) -> None:
+        from compactor_aws.idempotency import new_config, persistence_layer, response_store
+        from compactor_aws.ledger import configured_ledger
+
+        self.ledger = configured_ledger()
+        self.layer = persistence_layer()
+        self.responses = response_store()
+        self.config = new_config()
+
+
+_backends: Backends | None = None
+_lock = threading.Lock()
+
+
+def backends() -> Backends:
+    global _backends
+    if _backends is None:
+        with _lock:
+            if _backends is None:
+                _backends = Backends()
+    return _backends
+
+
+def reset_backends() -> None:
+    """Forget the backends (tests that switch environments or mocks)."""
+    global _backends
+    with _lock:
+        _backends = None
+
+
+class _NotStored(Exception):
+    """A server error: answered, but neither stored for replay nor billed."""
+
+    def __init__(self, computed: Computed):
+        super().__init__(computed.status)
+        self.computed = computed
+
+
+def _header(event: Mapping[str, Any], name: str) -> str | None:
+    headers = event.get("headers") or {}
+    for key, value in headers.items():
+        if key.lower() == name.lower():
+            return value
+    return None
+
+
+def _error(status: int, message: str, code: str, error_type: str = "invalid_request_error") -> Answer:
+    return Answer(status, dense_dumps(http_api.error_body(message, error_type=error_type, code=code)), {})
+
+
+def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
+                lambda_context: Any = None) -> Answer:
+    """Answer one POST: replayed or computed, then billed once (see the module docstring)."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+        IdempotencyPersistenceLayerError,
+        IdempotencyValidationError,
+    )
+
+    context = event.get("requestContext") or {}
+    request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
+    caller = caller_of(event)
+    raw_key = _header(event, idempotency.HEADER)
+    if raw_key is None:
+        computed = compute()
+        _bill(f"req:{request_id}", caller, computed.facts, billing.utc_now_iso(), request_id, None)
+        return Answer(computed.status, computed.body, {})
+    try:
+        key = idempotency.checked_key(raw_key)
+    except idempotency.InvalidIdempotencyKey as exc:
+        return _error(400, str(exc), "invalid_idempotency_key")
+    scope = idempotency.scope_id(caller, route, key)
+    fresh: list[Computed] = []
+
+    def compute_and_store() -> dict[str, Any]:
+        computed = compute()
+        if computed.status >= 500:
+            raise _NotStored(computed)
+        fresh.append(computed)
+        return _stored(scope, computed, request_id)
+
+    store = backends()
+    try:
+        record = idempotency_run(compute_and_store, scope=scope, body=idempotency.body_hash(event.get("body")),
+                                 lambda_context=lambda_context)
+    except _NotStored as failed:
+        return Answer(failed.computed.status, failed.computed.body, {})
+    except IdempotencyValidationError:
+        return _error(422, f"this {idempotency.HEADER} was used with a different request body",
+                      "idempotency_key_reused")
+    except IdempotencyAlreadyInProgressError:
+        return _error(409, f"a request with this {idempotency.HEADER} is still running; retry later",
+                      "idempotency_in_progress")
+    except IdempotencyPersistenceLayerError:
+        return _error(503, "the idempotency store is unavailable; retry later", "idempotency_unavailable",
+                      "server_error")
+    if fresh:
+        body = fresh[0].body
+    elif "body" in record:
+        body = record["body"]
+    else:
+        body = store.responses.get(record["body_ref"]).decode("utf-8")
+    _bill(f"idem:{scope}", caller, record.get("facts"), record["time"], record.get("request_id"), key)
+    return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
+
+
+def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], tuple[int, dict[str, Any]]], *,
+                    lambda_context: Any, logger: Any, metrics: Any, tracer: Any, **details: Any) -> Answer:
+    """:func:`answer_call` for a handler's ``run()`` (``(status, body)``): a computed call is observed
+    (metrics, billing log line, trace) by ``compactor_aws.observability`` and billed from that record."""
+    import time
+
+    from compactor_aws import observability
+
+    def compute() -> Computed:
+        started_at = time.time()
+        status, body = run()
+        text = dense_dumps(body)
+        summary = observability.record_call(
+            route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
+            started_at=started_at, ended_at=time.time(), response_bytes=len(text.encode("utf-8")),
+            **observability.api_request_details(event), **details)
+        return Computed(status, text, facts_of(summary))
+
+    return answer_call(event, route, compute, lambda_context)
+
+
+def _stored(scope: str, computed: Computed, request_id: str | None) -> dict[str, Any]:
+    """The idempotency record's result: status, facts, time, and the body inline or by reference."""
+    record: dict[str, Any] = {"status": computed.status, "facts": computed.facts, "time": billing.utc_now_iso(),
+                              "request_id": request_id}
+    data = computed.body.encode("utf-8")
+    if len(data) > idempotency.MAX_INLINE_RESPONSE_BYTES:
+        record["body_ref"] = backends().responses.put(scope, data)
+    else:
+        record["body"] = computed.body
+    return record
+
+
+def idempotency_run(function: Callable[[], dict[str, Any]], *, scope: str, body: str,
+                    lambda_context: Any = None) -> dict[str, Any]:
+    from compactor_aws.idempotency import run_once
+
+    store = backends()
+    return run_once(function, scope=scope, body=body, layer=store.layer, config=store.config,
+                    lambda_context=lambda_context)
+
+
+def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str, request_id: str | None,
+          key: str | None) -> None:
+    if facts:
+        backends().ledger.record(billing.make_entry(entry_id=entry_id, api_key_id=caller, facts=facts, time=time,
+                                                    request_id=request_id, idempotency_key=key))
+
+
+def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
+                   lambda_context: Any = None) -> dict[str, Any]:
+    """Run an S3 object's job once per object version; bill it once, after its result is stored.
+
+    ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
+    the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
+    """
+    version = source.version_id or f"etag:{source.etag}"
+    scope = idempotency.digest("s3", source.bucket, source.key, version)
+    request_id = getattr(lambda_context, "aws_request_id", None)
+
+    fresh: list[bool] = []
+
+    def run() -> dict[str, Any]:
+        outcome, facts = job()
+        fresh.append(True)
+        return {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
+
+    record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
+    _bill(f"s3:{scope}", S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
+          record.get("request_id"), None)
+    if fresh or record["outcome"].get("result") == "skipped":
+        return record["outcome"]
+    # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
+    return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}
+
+
+def usage_answer(event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``GET /v1/usage``: the caller's own totals per day."""
+    query = event.get("queryStringParameters") or {}
+    try:
+        first, last = billing.parse_range(query.get("from"), query.get("to"))
+    except billing.UsageRangeError as exc:
+        return 422, http_api.error_body(str(exc), code="invalid_usage_range")
+    caller = caller_of(event)
+    return 200, {"api_key_id": caller, **billing.usage_body(caller, first, last, backends().ledger)}

@@ -1,0 +1,141 @@
+"""Powertools Idempotency for Compactor (docs/billing.md): the persistence layers and the large-response store.
+
+``COMPACTOR_IDEMPOTENCY_TABLE`` set: Powertools' DynamoDB persistence layer (partition key ``id``,
+TTL attribute ``expiration``). Unset (``compactor serve``, tests): :class:`RecordStoreLayer` over the
+core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
+:data:`~compactor.idempotency.MAX_INLINE_RESPONSE_BYTES` go to :class:`S3ResponseStore`
+(``COMPACTOR_RESPONSES_BUCKET``) or to memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aws_lambda_powertools.utilities.idempotency import (
+    BasePersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.idempotency.exceptions import (
+    IdempotencyItemAlreadyExistsError,
+    IdempotencyItemNotFoundError,
+)
+from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
+
+from compactor.idempotency import MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds
+
+TABLE_ENV = "COMPACTOR_IDEMPOTENCY_TABLE"
+BUCKET_ENV = "COMPACTOR_RESPONSES_BUCKET"
+RESPONSES_PREFIX = "idempotency/"
+KEY_PREFIX = "compactor"
+"""Records are named ``compactor#<hash>`` whatever the function's name, so every version shares them."""
+
+
+class RecordStoreLayer(BasePersistenceLayer):
+    """A Powertools persistence layer over a core :class:`~compactor.idempotency.RecordStore`."""
+
+    def __init__(self, store: RecordStore | None = None):
+        super().__init__()
+        self.store = store if store is not None else MemoryRecordStore()
+
+    def _get_record(self, idempotency_key: str) -> DataRecord:
+        record = self.store.get(idempotency_key)
+        if record is None:
+            raise IdempotencyItemNotFoundError
+        return _data_record(idempotency_key, record)
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        existing = self.store.put_new(data_record.idempotency_key, _as_dict(data_record), now=time.time())
+        if existing is not None:
+            old = _data_record(data_record.idempotency_key, existing)
+            self._validate_payload(data_payload=data_record, stored_data_record=old)  # other body: 422
+            raise IdempotencyItemAlreadyExistsError(old_data_record=old)
+
+    def _update_record(self, data_record: DataRecord) -> None:
+        current = self.store.get(data_record.idempotency_key) or {}
+        self.store.put(data_record.idempotency_key, {**current, **_as_dict(data_record)})
+
+    def _delete_record(self, data_record: DataRecord) -> None:
+        self.store.delete(data_record.idempotency_key)
+
+
+def _as_dict(record: DataRecord) -> dict[str, Any]:
+    out = {"status": record.status, "expiry": record.expiry_timestamp, "data": record.response_data,
+           "validation": record.payload_hash}
+    if record.in_progress_expiry_timestamp is not None:
+        out["in_progress_expiry"] = record.in_progress_expiry_timestamp
+    return out
+
+
+def _data_record(key: str, record: Mapping[str, Any]) -> DataRecord:
+    return DataRecord(idempotency_key=key, status=record.get("status", ""), expiry_timestamp=record.get("expiry"),
+                      in_progress_expiry_timestamp=record.get("in_progress_expiry"),
+                      response_data=record.get("data") or "", payload_hash=record.get("validation") or "")
+
+
+class S3ResponseStore:
+    """Large stored responses as objects ``idempotency/<name>`` of a versioned bucket; the reference
+    names the object version written, so a later write under the same name cannot change a replay."""
+
+    def __init__(self, bucket: str, client: Any = None):
+        self.bucket = bucket
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        from compactor_aws.s3_store import s3_client
+
+        return self._client if self._client is not None else s3_client()
+
+    def put(self, name: str, data: bytes) -> dict[str, Any]:
+        key = RESPONSES_PREFIX + name
+        response = self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json")
+        return {"bucket": self.bucket, "key": key, "version_id": response.get("VersionId")}
+
+    def get(self, ref: Mapping[str, Any]) -> bytes:
+        params = {"Bucket": ref["bucket"], "Key": ref["key"]}
+        if ref.get("version_id"):
+            params["VersionId"] = ref["version_id"]
+        return self.client.get_object(**params)["Body"].read()
+
+
+def persistence_layer(environ: Mapping[str, str] | None = None) -> BasePersistenceLayer:
+    """DynamoDB when ``COMPACTOR_IDEMPOTENCY_TABLE`` is set, else the in-memory layer."""
+    table = (os.environ if environ is None else environ).get(TABLE_ENV)
+    if table:
+        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
+        return DynamoDBPersistenceLayer(table_name=table)
+    return RecordStoreLayer()
+
+
+def response_store(environ: Mapping[str, str] | None = None) -> ResponseStore:
+    bucket = (os.environ if environ is None else environ).get(BUCKET_ENV)
+    return S3ResponseStore(bucket) if bucket else MemoryResponseStore()
+
+
+def new_config() -> IdempotencyConfig:
+    """Records keyed by ``scope`` (caller, route and key, or the S3 object version), checked against
+    ``body`` (the request's hash), kept for the documented TTL."""
+    return IdempotencyConfig(event_key_jmespath="scope", payload_validation_jmespath="body",
+                             raise_on_no_idempotency_key=True, expires_after_seconds=ttl_seconds(),
+                             hash_function="sha256")
+
+
+def run_once(function: Callable[[], dict[str, Any]], *, scope: str, body: str, layer: BasePersistenceLayer,
+             config: IdempotencyConfig, lambda_context: Any = None) -> dict[str, Any]:
+    """``function()``'s result, stored under ``scope``: the first call runs it, later calls with the same
+    ``body`` get the stored result (``IdempotencyValidationError`` for another body,
+    ``IdempotencyAlreadyInProgressError`` while the first still runs). A raising ``function`` stores nothing."""
+    if lambda_context is not None:
+        config.register_lambda_context(lambda_context)
+
+    def once(payload: dict[str, str]) -> dict[str, Any]:
+        return function()
+
+    runner = idempotent_function(once, data_keyword_argument="payload", persistence_store=layer, config=config,
+                                 key_prefix=KEY_PREFIX)
+    return runner(payload={"scope": scope, "body": body})

@@ -1,0 +1,67 @@
+"""Fixtures of the billing tests: moto DynamoDB tables (as template.yaml declares them) and S3, fresh backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+USAGE_TABLE = "compactor-usage-test"
+IDEMPOTENCY_TABLE = "compactor-idempotency-test"
+RESPONSES_BUCKET = "compactor-responses-test"
+
+
+@pytest.fixture(autouse=True)
+def fresh_backends(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local backends unless a test names tables; forgotten after each test."""
+    from compactor_aws import billing
+
+    for name in ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
+                 "COMPACTOR_LEDGER_FILE", "COMPACTOR_IDEMPOTENCY_TTL_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    billing.reset_backends()
+    yield
+    billing.reset_backends()
+
+
+def create_tables(dynamodb: Any) -> None:
+    """The usage and idempotency tables with template.yaml's keys (checked by test_billing_template)."""
+    dynamodb.create_table(
+        TableName=USAGE_TABLE, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "api_key_id", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "api_key_id", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}])
+    dynamodb.create_table(
+        TableName=IDEMPOTENCY_TABLE, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}])
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """moto DynamoDB + S3 with the tables and a versioned responses bucket, named in the environment."""
+    import boto3
+
+    from compactor_aws import billing, s3_store
+
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
+                        ("AWS_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        s3_store.reset_client()
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        s3 = boto3.client("s3", region_name="us-east-1")
+        create_tables(dynamodb)
+        s3.create_bucket(Bucket=RESPONSES_BUCKET)
+        s3.put_bucket_versioning(Bucket=RESPONSES_BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        monkeypatch.setenv("COMPACTOR_USAGE_TABLE", USAGE_TABLE)
+        monkeypatch.setenv("COMPACTOR_IDEMPOTENCY_TABLE", IDEMPOTENCY_TABLE)
+        monkeypatch.setenv("COMPACTOR_RESPONSES_BUCKET", RESPONSES_BUCKET)
+        billing.reset_backends()
+        yield {"dynamodb": dynamodb, "s3": s3}
+        s3_store.reset_client()

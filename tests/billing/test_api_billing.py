@@ -1,0 +1,237 @@
+"""Idempotency-Key and the usage ledger through the API handler, on moto DynamoDB and S3."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor import billing as core_billing
+from compactor import http_api, idempotency
+from compactor_aws import billing
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from .conftest import IDEMPOTENCY_TABLE, RESPONSES_BUCKET, USAGE_TABLE
+
+TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+KEY_A, KEY_B = "key-id-alpha", "key-id-bravo"
+
+
+def event(method: str, path: str, *, body: Any = None, caller: str | None = KEY_A,
+          headers: dict[str, str] | None = None, query: dict[str, str] | None = None) -> dict[str, Any]:
+    data = json.dumps(body).encode() if body is not None else b""
+    out = http_api.rest_proxy_event(method=method, resource_path=path, query={k: [v] for k, v in (query or {}).items()},
+                                    headers=[("Content-Type", "application/json"), *(headers or {}).items()], body=data)
+    if caller is not None:
+        out["requestContext"]["identity"]["apiKeyId"] = caller
+    return out
+
+
+@pytest.fixture
+def counted(compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the compactions the handler really runs."""
+    from compactor import service
+
+    calls: list[int] = []
+    real = service.handle_compact
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service, "handle_compact", counting)
+    return calls
+
+
+def call(module: ModuleType, ev: dict[str, Any]) -> dict[str, Any]:
+    return module.handler(ev, LocalLambdaContext("CompactFunction", 60))
+
+
+def replayed(response: dict[str, Any]) -> bool:
+    return (response.get("multiValueHeaders") or {}).get(billing.REPLAYED_HEADER) == ["true"]
+
+
+def usage(module: ModuleType, caller: str | None, **query: str) -> dict[str, Any]:
+    response = call(module, event("GET", "/usage", caller=caller, query=query))
+    assert response["statusCode"] == 200, response["body"]
+    return json.loads(response["body"])
+
+
+def ledger_items(aws: dict[str, Any]) -> list[dict[str, Any]]:
+    return aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]
+
+
+def test_a_retry_under_the_same_key_replays_the_bytes_without_a_second_compaction_or_charge(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int]) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "retry-1"})
+
+    first, second = call(compact_module, ev), call(compact_module, dict(ev))
+
+    assert first["statusCode"] == second["statusCode"] == 200
+    assert first["body"] == second["body"]
+    assert replayed(second) and not replayed(first)
+    assert len(counted) == 1
+    items = ledger_items(aws)
+    assert len(items) == 1
+    assert items[0]["api_key_id"]["S"] == KEY_A and items[0]["idempotency_key"]["S"] == "retry-1"
+    assert items[0]["route"]["S"] == "compact" and items[0]["mode"]["S"] == "legacy"
+
+
+def test_the_same_key_with_another_body_is_422_and_changes_nothing(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int]) -> None:
+    headers = {"Idempotency-Key": "reused"}
+    first = call(compact_module, event("POST", "/compact", body={"messages": TRANSCRIPT}, headers=headers))
+    other = call(compact_module, event("POST", "/compact", body={"messages": TRANSCRIPT[:1]}, headers=headers))
+
+    assert first["statusCode"] == 200
+    assert other["statusCode"] == 422
+    assert json.loads(other["body"])["error"]["code"] == "idempotency_key_reused"
+    assert len(counted) == 1 and len(ledger_items(aws)) == 1
+
+
+def test_keys_are_scoped_per_caller(aws: dict[str, Any], compact_module: ModuleType, counted: list[int]) -> None:
+    headers = {"Idempotency-Key": "shared-name"}
+    for caller in (KEY_A, KEY_B):
+        assert call(compact_module, event("POST", "/compact", body={"messages": TRANSCRIPT}, caller=caller,
+                                          headers=headers))["statusCode"] == 200
+
+    assert len(counted) == 2
+    assert sorted(item["api_key_id"]["S"] for item in ledger_items(aws)) == [KEY_A, KEY_B]
+    assert [day["calls"] for day in usage(compact_module, KEY_A)["days"]] == [1]
+    assert usage(compact_module, "key-id-charlie")["days"] == []
+
+
+@pytest.mark.parametrize("value", ["", " ", "x" * 256, "caf\u00e9"])
+def test_a_malformed_key_is_400_before_any_work(aws: dict[str, Any], compact_module: ModuleType,
+                                                counted: list[int], value: str) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT})
+    ev["headers"]["Idempotency-Key"] = value
+
+    response = call(compact_module, ev)
+
+    assert response["statusCode"] == 400
+    assert json.loads(response["body"])["error"]["code"] == "invalid_idempotency_key"
+    assert counted == [] and ledger_items(aws) == []
+
+
+def test_a_concurrent_duplicate_is_409_and_the_later_retry_replays(aws: dict[str, Any]) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "dup"})
+    started, release = threading.Event(), threading.Event()
+    computed: list[int] = []
+    facts = core_billing.billing_facts(route="compact", mode="legacy", bytes_in=10, bytes_out=4, model_calls=1,
+                                       cost_usd=0.001)
+
+    def compute() -> billing.Computed:
+        computed.append(1)
+        started.set()
+        assert release.wait(10)
+        return billing.Computed(200, '{"ok":true}', facts)
+
+    answers: list[billing.Answer] = []
+    first = threading.Thread(target=lambda: answers.append(billing.answer_call(ev, "compact", compute)))
+    first.start()
+    assert started.wait(10)
+    duplicate = billing.answer_call(ev, "compact", compute)
+    release.set()
+    first.join(10)
+    retry = billing.answer_call(ev, "compact", compute)
+
+    assert duplicate.status == 409 and json.loads(duplicate.body)["error"]["code"] == "idempotency_in_progress"
+    assert answers[0].body == retry.body == '{"ok":true}' and retry.headers == {billing.REPLAYED_HEADER: "true"}
+    assert len(computed) == 1 and len(ledger_items(aws)) == 1
+
+
+def test_a_response_too_large_for_an_item_is_kept_in_s3_by_version(aws: dict[str, Any]) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "big"})
+    body = json.dumps({"messages": ["x" * (idempotency.MAX_INLINE_RESPONSE_BYTES + 10)]})
+    facts = core_billing.billing_facts(route="compact", mode="legacy", bytes_in=1, bytes_out=1, model_calls=0,
+                                       cost_usd=0.0)
+
+    first = billing.answer_call(ev, "compact", lambda: billing.Computed(200, body, facts))
+    second = billing.answer_call(ev, "compact", lambda: pytest.fail("recomputed"))
+
+    assert first.body == second.body == body
+    versions = aws["s3"].list_object_versions(Bucket=RESPONSES_BUCKET, Prefix="idempotency/")["Versions"]
+    assert len(versions) == 1
+    item = aws["dynamodb"].scan(TableName=IDEMPOTENCY_TABLE)["Items"][0]
+    stored = json.loads(item["data"]["S"])
+    assert "body" not in stored and stored["body_ref"]["version_id"] == versions[0]["VersionId"]
+    assert len(item["data"]["S"]) < 2000
+
+
+def test_a_server_error_is_neither_stored_nor_billed(aws: dict[str, Any]) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "flaky"})
+    facts = core_billing.billing_facts(route="compact", mode="legacy", bytes_in=1, bytes_out=1, model_calls=1,
+                                       cost_usd=None)
+    answers = iter([billing.Computed(500, '{"error":{}}'), billing.Computed(200, '{"ok":1}', facts)])
+
+    first = billing.answer_call(ev, "compact", lambda: next(answers))
+    second = billing.answer_call(ev, "compact", lambda: next(answers))
+
+    assert (first.status, second.status, second.body) == (500, 200, '{"ok":1}')
+    items = ledger_items(aws)
+    assert len(items) == 1 and items[0]["cost_known"]["BOOL"] is False and "cost_usd" not in items[0]
+
+
+def test_a_ledger_failure_fails_the_call_and_the_retry_bills_it_once(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = billing.backends().ledger
+    real = ledger.record
+    failures = [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: core_billing.LedgerEntry) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(ledger, "record", flaky)
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "ledger-down"})
+
+    first, second = call(compact_module, ev), call(compact_module, dict(ev))
+
+    assert first["statusCode"] == 500 and second["statusCode"] == 200
+    assert len(counted) == 1 and len(ledger_items(aws)) == 1
+
+
+def test_calls_without_a_key_are_billed_once_each(aws: dict[str, Any], compact_module: ModuleType,
+                                                  counted: list[int]) -> None:
+    for _ in range(2):
+        assert call(compact_module, event("POST", "/compact", body={"messages": TRANSCRIPT}))["statusCode"] == 200
+
+    assert len(counted) == 2 and len(ledger_items(aws)) == 2
+    assert usage(compact_module, KEY_A)["days"][0]["calls"] == 2
+
+
+def test_ledger_totals_equal_the_sum_of_the_billing_records(
+        aws: dict[str, Any], compact_module: ModuleType, caplog: pytest.LogCaptureFixture) -> None:
+    long = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"step {i} " + "y" * 400} for i in range(12)]
+    requests = [({"messages": TRANSCRIPT}, "a"), ({"messages": long, "keep_recent": 2}, "b"),
+                ({"messages": long, "keep_recent": 2}, "b"), ({"messages": long}, None), ({"messages": TRANSCRIPT}, "a")]
+    caplog.clear()
+    for body, key in requests:
+        headers = {"Idempotency-Key": key} if key else {}
+        assert call(compact_module, event("POST", "/compact", body=body, headers=headers))["statusCode"] == 200
+    records = [record.billing for record in caplog.records if getattr(record, "record_type", None) == "billing"]
+
+    days = usage(compact_module, KEY_A)["days"]
+    assert len(records) == 3  # the two replays were not computed again
+    assert sum(day["calls"] for day in days) == len(records)
+    for field in ("bytes_in", "bytes_out", "model_calls"):
+        assert sum(day[field] for day in days) == sum(record[field] or 0 for record in records), field
+    assert sum(day["bytes_saved"] for day in days) == sum(record["bytes_saved"] or 0 for record in records)
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ({"from": "2026-13-01", "to": "2026-12-01"}, "from must be a date"),
+    ({"from": "2026-12-02", "to": "2026-12-01"}, "after"),
+    ({"from": "2024-01-01", "to": "2026-01-01"}, "spans more than"),
+])
+def test_a_bad_usage_range_is_422(compact_module: ModuleType, query: dict[str, str], message: str) -> None:
+    response = call(compact_module, event("GET", "/usage", query=query))
+
+    assert response["statusCode"] == 422
+    assert message in json.loads(response["body"])["error"]["message"]

@@ -1,0 +1,87 @@
+"""The S3 path: one ledger entry per object version, written after the result is stored."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor_aws.s3_store import S3Store
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
+from .conftest import USAGE_TABLE
+
+
+@pytest.fixture
+def bucket(aws: dict[str, Any], s3_module: ModuleType) -> Any:
+    aws["s3"].create_bucket(Bucket=BUCKET)
+    aws["s3"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    return aws["s3"]
+
+
+def invoke(module: ModuleType, event: dict[str, Any]) -> list[dict[str, Any]]:
+    return module.handler(event, LocalLambdaContext("S3CompactFunction", 300))["results"]
+
+
+def ledger(aws: dict[str, Any]) -> list[dict[str, Any]]:
+    return aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]
+
+
+def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: Any, s3_module: ModuleType,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    event = put_and_event(bucket, "incoming/t.json", json.dumps(transcript()))
+    real_put = S3Store.put
+    failures = [RuntimeError("S3 PutObject failed")]
+
+    def flaky_put(self: S3Store, *args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real_put(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Store, "put", flaky_put)
+    with pytest.raises(RuntimeError):
+        invoke(s3_module, event)  # Lambda retries the asynchronous invocation
+    assert ledger(aws) == []
+
+    retried = invoke(s3_module, event)
+    redelivered = invoke(s3_module, event)
+
+    assert retried[0]["result"] == "compacted"
+    assert redelivered[0]["result"] == "skipped"
+    items = ledger(aws)
+    assert len(items) == 1
+    assert items[0]["api_key_id"]["S"] == f"s3:{BUCKET}" and items[0]["route"]["S"] == "s3_compact"
+    assert int(items[0]["bytes_in"]["N"]) > int(items[0]["bytes_out"]["N"])
+
+
+def test_a_ledger_failure_is_retried_and_bills_once(aws: dict[str, Any], bucket: Any, s3_module: ModuleType,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor_aws import billing
+
+    event = put_and_event(bucket, "incoming/l.json", json.dumps(transcript()))
+    ledger_store = billing.backends().ledger
+    real = ledger_store.record
+    failures = [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: Any) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(ledger_store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        invoke(s3_module, event)
+    versions = bucket.list_object_versions(Bucket=BUCKET, Prefix="compacted/l.json")["Versions"]
+
+    invoke(s3_module, event)
+
+    assert len(ledger(aws)) == 1
+    assert bucket.list_object_versions(Bucket=BUCKET, Prefix="compacted/l.json")["Versions"] == versions
+
+
+def test_bad_content_is_not_billed(aws: dict[str, Any], bucket: Any, s3_module: ModuleType) -> None:
+    assert invoke(s3_module, put_and_event(bucket, "incoming/bad.json", "not json"))[0]["result"] == "failed"
+    assert ledger(aws) == []
