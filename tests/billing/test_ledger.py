@@ -65,3 +65,29 @@ def test_parse_range_defaults_to_the_month_so_far() -> None:
 def test_parse_range_rejects(first: str, last: str | None) -> None:
     with pytest.raises(UsageRangeError):
         parse_range(first, last, today=date(2026, 11, 30))
+
+
+def test_an_expired_idempotency_record_frees_its_key() -> None:
+    from compactor.idempotency import MemoryRecordStore
+
+    store = MemoryRecordStore()
+    first = {"status": "COMPLETED", "expiry": 1000, "data": "{}"}
+    in_progress = {"status": "INPROGRESS", "expiry": 5000, "in_progress_expiry": 1_500_000}
+
+    assert store.put_new("k", first, now=999.0) is None
+    assert store.put_new("k", {"status": "INPROGRESS", "expiry": 2000}, now=999.5) == first  # live: kept
+    assert store.put_new("k", in_progress, now=1000.0) is None  # expired at 1000: replaced
+    assert store.put_new("k", first, now=1499.0) == in_progress  # the first attempt still has time
+    assert store.put_new("k", first, now=1500.0) is None  # its Lambda timed out: the key is free again
+
+
+def test_idempotency_keys_are_checked_and_scoped() -> None:
+    from compactor.idempotency import InvalidIdempotencyKey, checked_key, scope_id, ttl_seconds
+
+    assert checked_key("  order-42 ") == "order-42"
+    for bad in ("", "\t", "x" * 256, "k\u00e9y", "a\nb"):
+        with pytest.raises(InvalidIdempotencyKey):
+            checked_key(bad)
+    assert scope_id("a", "compact", "k") != scope_id("b", "compact", "k") != scope_id("a", "flows", "k")
+    assert scope_id("a:b", "compact", "k") != scope_id("a", "b:compact", "k")
+    assert ttl_seconds({}) == 86400 and ttl_seconds({"COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "5"}) == 60
