@@ -25,7 +25,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import http_api
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import bounded_loads, dense_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
 from compactor_aws import observability
 from compactor_aws import snapstart
@@ -35,7 +35,9 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
-app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"])
+# Bodies are parsed within depth and number-size limits: a violation is the 422 json_invalid (docs/reliability.md).
+app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"],
+                             json_body_deserializer=bounded_loads)
 
 
 def _json(status: int, body: Any) -> Response[str]:
@@ -117,6 +119,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if http_api.event_body_size(event) > http_api.MAX_BODY_BYTES:
         response = http_api.proxy_response(413, http_api.too_large_body())
     else:
-        response = app.resolve(event, context)
+        response = http_api.bounded_response(app.resolve(event, context))
     observability.record_request(metrics, int(response["statusCode"]))
     return response

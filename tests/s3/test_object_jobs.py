@@ -91,7 +91,7 @@ def test_object_fields_win_over_defaults() -> None:
 @pytest.mark.parametrize(("data", "kind"), [
     (b"", "missing"), (b"\xff\xfe{", "json_invalid"), (b'{"messages": [', "json_invalid"), (b"42", "value_error"),
     (b"[1, 2]", "value_error"), (b'{"messages": "hi"}', "value_error"),
-    (b'{"messages": [], "keep_recent": "many"}', "int_parsing"),
+    (b'{"messages": [], "keep_recent": "many"}', "int_type"),
 ])
 def test_bad_content_becomes_a_422_failure(data: bytes, kind: str) -> None:
     failure = build_request(data, Defaults())

@@ -13,6 +13,8 @@ SYSTEM = {"role": "system", "content": "You are an agent."}
 MESSAGES = [SYSTEM, {"role": "user", "content": "Fix the bug in app.py."},
             {"role": "assistant", "content": "Reading app.py."}, {"role": "user", "content": "Go on."},
             {"role": "assistant", "content": "Patched line 12."}]
+READING = ("Reading app.py. It has 40 lines; line 12 divides the total by the item count without checking that "
+           "the list is non-empty, so an empty cart raises ZeroDivisionError in checkout().")
 
 
 def test_nothing_to_seal_is_the_exact_no_op_body(stack: Stack) -> None:
@@ -27,12 +29,14 @@ def test_seal_replaces_the_aged_middle_with_the_marked_summary(stack: Stack) -> 
     stack.fake.enqueue(chat_reply("  Fixed app.py line 12; user asked to continue.  \n", model="served-1",
                                   prompt_tokens=1000, completion_tokens=50, cached_tokens=400))
 
-    response = stack.post({"messages": MESSAGES, "keep_recent": 2, "max_tokens": 0})
+    # The aged middle is long enough for the sealed transcript to be smaller than the original.
+    messages = [*MESSAGES[:2], {"role": "assistant", "content": READING}, *MESSAGES[3:]]
+    response = stack.post({"messages": messages, "keep_recent": 2, "max_tokens": 0})
 
     assert response.status_code == 200
     body = response.json()
     assert body["messages"] == [SYSTEM, {"role": "system", "content": SEAL + "Fixed app.py line 12; user asked to "
-                                         "continue."}, *MESSAGES[3:]]
+                                         "continue."}, *messages[3:]]
     assert body["compacted"] is True
     assert body["usage"] == {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050,
                              "prompt_tokens_details": {"cached_tokens": 400}}
@@ -49,7 +53,7 @@ def test_seal_replaces_the_aged_middle_with_the_marked_summary(stack: Stack) -> 
     assert request["model"] == "summarizer-model" and request["max_tokens"] == 512
     assert "response_format" not in request
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
-    assert request["messages"][1]["content"] == "user: Fix the bug in app.py.\nassistant: Reading app.py."
+    assert request["messages"][1]["content"] == f"user: Fix the bug in app.py.\nassistant: {READING}"
 
 
 def test_reported_cost_and_empty_summary(stack: Stack) -> None:

@@ -20,7 +20,7 @@ BAD_POLICY = ["policy", ["no_such_pred"], ["zero"], ["argmax"], ["id"], ["always
     ({"messages": MESSAGES, "target_ratio": 0}, "greater_than", "target_ratio"),
     ({"messages": MESSAGES, "target_ratio": 1.5}, "less_than_equal", "target_ratio"),
     ({"keep_recent": 1}, "missing", "messages"),
-    ({"messages": MESSAGES, "pinned_indices": ["first"]}, "int_parsing", "pinned_indices"),
+    ({"messages": MESSAGES, "pinned_indices": ["first"]}, "int_type", "pinned_indices"),
     ({"messages": "not a list"}, "list_type", "messages"),
 ])
 def test_schema_violations_are_422(stack: Stack, decision_mode: bool, body: dict[str, Any], error_type: str,

@@ -24,6 +24,9 @@ _STATUS_BY_ERROR_KIND: Final[Mapping[str, int]] = {
     "context_overflow": 400,
     "auth_error": 401,
     "rate_limit": 429,
+    # A data operation that does not fit the data it is given: the caller's flow or input is at fault, so
+    # 422 where the reference answers 502 (docs/differences.md).
+    "data_error": 422,
 }
 _EXHAUSTED_PREFIX: Final = "exhausted: "
 

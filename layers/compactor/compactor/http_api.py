@@ -16,6 +16,10 @@ from compactor.jsonutil import dense_dumps
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """Largest request body accepted (bytes, after base64 decoding); larger bodies get 413."""
 
+MAX_RESPONSE_BYTES = 6 * 1024 * 1024 - 16 * 1024
+"""Largest response body the API function returns: Lambda refuses payloads over 6 MB (API Gateway then
+answers 502), and the proxy envelope and headers need room too."""
+
 STAGE = "v1"
 """API Gateway stage: the public path of a route is ``/<stage><resource>`` (``/v1/compact``)."""
 
@@ -24,6 +28,11 @@ FORBIDDEN_BODY: dict[str, Any] = {"message": "Forbidden"}
 """What API Gateway answers (403) when a required API key is missing or wrong."""
 
 _SCALARS = (str, int, float, bool, type(None))
+MAX_DETAIL_ITEMS = 20
+"""Most validation errors a 422 lists (``detail_omitted`` counts the others)."""
+MAX_DETAIL_TEXT = 200
+"""Longest string (message, location part, context value) a 422 detail item carries."""
+MAX_DETAIL_LOC = 16
 
 
 def error_body(message: str, *, error_type: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
@@ -34,6 +43,16 @@ def error_body(message: str, *, error_type: str = "invalid_request_error", code:
 def too_large_body() -> dict[str, Any]:
     """413 body for a request over :data:`MAX_BODY_BYTES`."""
     return error_body(f"request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
+
+
+def bounded_response(response: dict[str, Any]) -> dict[str, Any]:
+    """``response``, or a 413 when its body would exceed :data:`MAX_RESPONSE_BYTES` (docs/reliability.md)."""
+    body = response.get("body") or ""
+    if len(body) * 4 <= MAX_RESPONSE_BYTES or len(body.encode("utf-8", "surrogatepass")) <= MAX_RESPONSE_BYTES:
+        return response
+    return proxy_response(413, error_body(
+        f"the answer would exceed the {MAX_RESPONSE_BYTES}-byte response limit; send large transcripts "
+        "through the S3 path", code="response_too_large"))
 
 
 def not_found_body(method: str, path: str) -> dict[str, Any]:
@@ -49,20 +68,33 @@ def internal_error_body() -> dict[str, Any]:
 def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """422 body in FastAPI's shape, ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``.
 
-    The offending ``input`` is left out: it can be the whole (large) request body.
+    The offending ``input`` is left out: it can be the whole (large) request body. At most
+    :data:`MAX_DETAIL_ITEMS` items are listed, each string cut to :data:`MAX_DETAIL_TEXT` characters;
+    ``detail_omitted`` counts the rest, so a 422 stays small whatever the body (docs/reliability.md).
     """
     detail = []
+    omitted = 0
     for error in errors:
+        if len(detail) >= MAX_DETAIL_ITEMS:
+            omitted += 1
+            continue
         item: dict[str, Any] = {
-            "type": error.get("type", "value_error"),
-            "loc": list(error.get("loc", ())),
-            "msg": error.get("msg", "invalid value"),
+            "type": _cut(error.get("type", "value_error")),
+            "loc": [_cut(part) for part in list(error.get("loc", ()))[:MAX_DETAIL_LOC]],
+            "msg": _cut(error.get("msg", "invalid value")),
         }
         ctx = error.get("ctx")
         if ctx:
-            item["ctx"] = {key: value if isinstance(value, _SCALARS) else str(value) for key, value in ctx.items()}
+            item["ctx"] = {_cut(key): _cut(value if isinstance(value, _SCALARS) else str(value))
+                           for key, value in list(ctx.items())[:MAX_DETAIL_LOC]}
         detail.append(item)
-    return {"detail": detail}
+    return {"detail": detail, "detail_omitted": omitted} if omitted else {"detail": detail}
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_DETAIL_TEXT:
+        return value[:MAX_DETAIL_TEXT] + "..."
+    return value
 
 
 def event_body_size(event: Mapping[str, Any]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 _DENSE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -82,6 +83,66 @@ def strict_loads(text: str | bytes) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise StrictJSONError(str(exc)) from exc
+
+
+MAX_BODY_DEPTH = 128
+"""Deepest container nesting a request body or S3 object may have (the root is level 0)."""
+MAX_NUMBER_CHARS = 100
+"""Longest number literal a request body or S3 object may hold (Python refuses ints past 4,300 digits)."""
+
+
+class JSONLimitError(json.JSONDecodeError):
+    """Raised by :func:`bounded_loads`: syntax errors and the depth/number limits, with a clear message.
+
+    A ``JSONDecodeError`` so that JSON decoders' callers (Powertools' body parsing) answer it as bad JSON."""
+
+    def __init__(self, message: str, doc: str = "", pos: int = 0, *, syntax: bool = False) -> None:
+        super().__init__(message, doc, pos)
+        self.msg = message  # without JSONDecodeError's " : line 1 column 1 (char 0)" suffix
+        self.syntax = syntax  # True: not JSON at all; False: JSON over a limit
+
+
+def _bounded_number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_bounded(text: str) -> Any:
+        if len(text) > MAX_NUMBER_CHARS:
+            raise JSONLimitError(f"number literal longer than {MAX_NUMBER_CHARS} characters")
+        value = parse(text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise JSONLimitError(f"number out of range: {text[:40]}")
+        return value
+
+    return parse_bounded
+
+
+_BOUNDED_INT = _bounded_number(int)
+_BOUNDED_FLOAT = _bounded_number(float)
+
+
+def _no_constant(name: str) -> Any:
+    raise JSONLimitError(f"{name} is not JSON")
+
+
+def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
+    """Parse untrusted JSON (request bodies, S3 objects) within limits (docs/reliability.md).
+
+    Nesting deeper than ``max_depth``, number literals over :data:`MAX_NUMBER_CHARS` characters,
+    ``NaN``/``Infinity`` and overflowing floats raise :class:`JSONLimitError` (a ``JSONDecodeError``),
+    never ``RecursionError`` or ``ValueError``. Duplicate keys keep the last value, as ``json.loads`` does.
+    """
+    try:
+        value = json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant)
+    except JSONLimitError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JSONLimitError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", exc.doc, exc.pos,
+                             syntax=True) from None
+    except RecursionError:
+        raise JSONLimitError(f"JSON nested deeper than {max_depth} levels") from None
+    except ValueError as exc:  # a number Python refuses to convert
+        raise JSONLimitError(f"unreadable number: {str(exc)[:80]}") from None
+    if depth_exceeds(value, max_depth):
+        raise JSONLimitError(f"JSON nested deeper than {max_depth} levels")
+    return value
 
 
 def depth_exceeds(value: Any, limit: int) -> bool:

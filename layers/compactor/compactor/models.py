@@ -1,26 +1,39 @@
-"""Request models of the HTTP API (pydantic). Unknown fields are ignored, as in REFERENCE §1."""
+"""Request models of the HTTP API (pydantic). Unknown fields are ignored, as in REFERENCE §1.
+
+Types are strict (``"6"``, ``true`` or ``6.0`` are not a ``keep_recent``), numbers have ranges, and list
+validation stops at the first bad element, so a 422 costs little whatever the body (docs/reliability.md).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from compactor.jsonutil import ensure_utf8_encodable
 
 
+MAX_KEEP_RECENT = 10**9
+"""``keep_recent`` range is ±this (any value below 1 means 1)."""
+MAX_OUTPUT_TOKENS = 1_000_000
+"""Largest ``max_tokens`` accepted; a model's own limit is usually far lower."""
+MAX_INDEX = 10**9
+"""Largest ``pinned_indices`` element accepted (out-of-range indices are the reference's 400)."""
+
+
 class CompactRequest(BaseModel):
     """Body of ``POST /v1/compact`` (REFERENCE §1). ``decision_policy_ir`` switches to decision mode."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
-    messages: list[dict[str, Any]]
-    keep_recent: int = 6
+    messages: list[dict[str, Any]] = Field(fail_fast=True)
+    keep_recent: int = Field(default=6, ge=-MAX_KEEP_RECENT, le=MAX_KEEP_RECENT)
     policy_ir: list[Any] | None = None
-    max_tokens: int | None = 512
+    max_tokens: int | None = Field(default=512, ge=-MAX_OUTPUT_TOKENS, le=MAX_OUTPUT_TOKENS)
     decision_policy_ir: list[Any] | None = None
-    target_ratio: float = Field(default=0.1, gt=0, le=1)
-    pinned_indices: list[int] | None = None
+    target_ratio: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
+    pinned_indices: list[Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX)]] | None = Field(default=None,
+                                                                                          fail_fast=True)
 
     @field_validator("messages")
     @classmethod

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 from compactor.transcripts import REQUEST_FIELDS
 
 INCOMING_PREFIX = "incoming/"
@@ -225,8 +225,8 @@ def build_request(body: bytes, defaults: Defaults) -> Any:
 
 def _not_json(text: str) -> bool:
     try:
-        json.loads(text)
-    except json.JSONDecodeError:
+        bounded_loads(text)
+    except JSONLimitError:
         return True
     return False
 

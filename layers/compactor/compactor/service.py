@@ -42,6 +42,8 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
         except InvalidRequest as exc:
             return 400, error_body(exc.message, code=exc.code)
         return 200, body
+    if request.max_tokens is not None and request.max_tokens < 0:  # 0/null mean the default (REFERENCE §1)
+        return 400, error_body("max_tokens must not be negative", code="invalid_max_tokens")
     try:
         body = await seal(request.messages, keep_recent=request.keep_recent, policy_ir=request.policy_ir,
                           max_tokens=request.max_tokens, router=router, deadline=deadline)

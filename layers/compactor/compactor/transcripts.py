@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from compactor.jsonutil import JSONLimitError, bounded_loads
+
 
 REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
 """The ``/v1/compact`` fields a transcript file may carry next to its messages."""
@@ -20,8 +22,10 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if not stripped:
         raise TranscriptError("the input is empty")
     try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError:
+        data = bounded_loads(stripped)
+    except JSONLimitError as exc:
+        if not exc.syntax:
+            raise TranscriptError(exc.msg) from None
         return _parse_jsonl(stripped), {}
     if isinstance(data, list):
         return _check_messages(data), {}
@@ -38,9 +42,9 @@ def _parse_jsonl(text: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
+            record = bounded_loads(line)
+        except JSONLimitError as exc:
+            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from None
         messages.extend(_jsonl_record_messages(record, number))
     return _check_messages(messages)
 

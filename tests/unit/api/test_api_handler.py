@@ -108,7 +108,7 @@ def test_every_template_route_reaches_a_handler_route(
         ('{"messages": "hello"}', None, "list_type"),
         ('{"messages": [], "target_ratio": 0}', None, "greater_than"),
         ('{"messages": [], "target_ratio": 1.5}', None, "less_than_equal"),
-        ('{"messages": [], "pinned_indices": ["a"]}', None, "int_parsing"),
+        ('{"messages": [], "pinned_indices": ["a"]}', None, "int_type"),
         ('{"messages": []}', {"Content-Type": "text/plain"}, "unsupported_content_type"),
         ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', None, "value_error"),
     ],

@@ -81,6 +81,7 @@ def _router(fake):
 async def test_seal_success_body():
     fake = _Fake("  the summary \n")
     messages = _msgs("system", "user", "assistant", "user", "assistant")
+    messages[2]["content"] += " and a long answer" * 5  # the seal must make the transcript smaller
     body = await seal(messages, keep_recent=2, policy_ir=None, max_tokens=None, router=_router(fake),
                       deadline=Deadline.after_ms(5000))
     assert body["compacted"] is True

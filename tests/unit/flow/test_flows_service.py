@@ -54,7 +54,7 @@ async def test_null_flow_input_is_absent() -> None:
 @pytest.mark.parametrize(("kind", "status"), [
     ("no_candidates", 503), ("timeout", 504), ("exhausted: timeout", 504), ("flow_deadline", 504),
     ("bad_request", 400), ("context_overflow", 400), ("auth_error", 401), ("exhausted: rate_limit", 429),
-    ("exhausted: upstream_error", 502), ("node_exception", 502), ("data_error", 502), (None, 502),
+    ("exhausted: upstream_error", 502), ("node_exception", 502), ("data_error", 422), (None, 502),
 ])
 def test_router_error_status(kind: str | None, status: int) -> None:
     assert router_error_status(kind) == status

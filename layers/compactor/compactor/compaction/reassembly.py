@@ -9,6 +9,10 @@ from compactor.jsonutil import dense_size
 from compactor.compaction.preparation import Preparation
 
 SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
+MAX_MANIFEST_ENTRIES = 1_000
+"""Most ``fragments`` entries a report lists; past it, ``keep`` entries (what an unlisted unit does) are
+left out first and ``fragments_omitted`` counts what is missing (docs/reliability.md)."""
+MAX_REASONS = 100
 
 
 def summary_message(fragment_id: str, text: str) -> Message:
@@ -72,15 +76,37 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
                       manifest: list[dict[str, Any]], target_ratio: float,
                       fingerprint: str | None) -> dict[str, Any]:
     changed = first_changed_index(messages, output)
-    return {
+    fragments = bounded_manifest(manifest)
+    report = {
         "original_bytes": prep.original_bytes,
         "output_bytes": output_bytes,
         "target_bytes": prep.target_bytes,
         "target_ratio": target_ratio,
         "target_met": output_bytes <= prep.target_bytes,
-        "fragments": manifest,
-        "reasons": list(prep.reasons),
+        "fragments": fragments,
+        "reasons": list(prep.reasons)[:MAX_REASONS],
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,
         "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes),
     }
+    if len(fragments) < len(manifest):
+        report["fragments_omitted"] = len(manifest) - len(fragments)
+    return report
+
+
+def bounded_manifest(manifest: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The manifest, or at most :data:`MAX_MANIFEST_ENTRIES` of it: changed units first, in order."""
+    if len(manifest) <= MAX_MANIFEST_ENTRIES:
+        return manifest
+    changed = [entry for entry in manifest if entry["action"] != "keep"]
+    if len(changed) >= MAX_MANIFEST_ENTRIES:
+        return changed[:MAX_MANIFEST_ENTRIES]
+    keeps_left = MAX_MANIFEST_ENTRIES - len(changed)
+    bounded = []
+    for entry in manifest:
+        if entry["action"] == "keep":
+            if keeps_left <= 0:
+                continue
+            keeps_left -= 1
+        bounded.append(entry)
+    return bounded
