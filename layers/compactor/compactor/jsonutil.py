@@ -134,8 +134,7 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
     except JSONLimitError:
         raise
     except json.JSONDecodeError as exc:
-        raise JSONLimitError(f"{exc.msg} at line {exc.lineno} column {exc.colno}", exc.doc, exc.pos,
-                             syntax=True) from None
+        raise JSONLimitError(exc.msg, exc.doc, exc.pos, syntax=True) from None
     except RecursionError:
         raise JSONLimitError(f"JSON nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # a number Python refuses to convert
