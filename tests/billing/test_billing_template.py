@@ -1,0 +1,112 @@
+"""template.yaml: the billing tables, their least-privilege grants, the authorizer and the concurrency limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor.http_api import FORBIDDEN_BODY
+from compactor_aws.idempotency import BUCKET_ENV, RESPONSES_PREFIX, TABLE_ENV as IDEMPOTENCY_ENV
+from compactor_aws.ledger import TABLE_ENV as USAGE_ENV
+from compactor_cli.sam_template import Template, load_template
+
+from .conftest import create_tables
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATE_PATH = REPO / "template.yaml"
+FUNCTIONS = ("CompactFunction", "S3CompactFunction", "FlowWorkerFunction", "AuthorizerFunction")
+
+
+@pytest.fixture(scope="module")
+def resources() -> dict[str, Any]:
+    return load_template(TEMPLATE_PATH)["Resources"]
+
+
+def statements(policy: dict[str, Any]) -> dict[str, tuple[set[str], Any]]:
+    out = {}
+    for statement in policy["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        out[statement["Sid"]] = (set(actions), statement["Resource"])
+    return out
+
+
+def test_the_tables_have_the_keys_the_adapters_use(resources: dict[str, Any]) -> None:
+    declared: dict[str, Any] = {}
+
+    class Recorder:
+        def create_table(self, **kwargs: Any) -> None:
+            declared[kwargs["TableName"]] = kwargs
+
+    create_tables(Recorder())
+    tests_usage, tests_idempotency = declared.values()
+    for logical_id, used in (("UsageTable", tests_usage), ("IdempotencyTable", tests_idempotency)):
+        table = resources[logical_id]["Properties"]
+        assert table["KeySchema"] == used["KeySchema"] and table["AttributeDefinitions"] == used["AttributeDefinitions"]
+        assert table["BillingMode"] == "PAY_PER_REQUEST"
+        assert table["SSESpecification"] == {"SSEEnabled": True}
+        assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert resources["UsageTable"]["DeletionPolicy"] == resources["UsageTable"]["UpdateReplacePolicy"] == "Retain"
+    assert resources["UsageTable"]["Properties"]["DeletionProtectionEnabled"] is True
+    # Powertools' DynamoDB layer: key "id", expiry attribute "expiration" (what the TTL deletes on)
+    assert resources["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {
+        "AttributeName": "expiration", "Enabled": True}
+
+
+def test_the_functions_name_the_tables_and_may_do_only_what_they_need(resources: dict[str, Any]) -> None:
+    template = Template.load(TEMPLATE_PATH)
+    api = template.function_properties("CompactFunction")["Environment"]["Variables"]
+    s3 = template.function_properties("S3CompactFunction")["Environment"]["Variables"]
+    assert (api[USAGE_ENV], api[IDEMPOTENCY_ENV], api[BUCKET_ENV]) == ("UsageTable", "IdempotencyTable",
+                                                                       "TranscriptBucket")
+    assert (s3[USAGE_ENV], s3[IDEMPOTENCY_ENV]) == ("UsageTable", "IdempotencyTable") and BUCKET_ENV not in s3
+    assert int(template.parameters["IdempotencyTtlSeconds"]) == 86400
+
+    api_grants = statements(resources["CompactFunction"]["Properties"]["Policies"][0])
+    assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"},
+                                                  {"Fn::GetAtt": ["UsageTable", "Arn"]})
+    record_actions = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    assert api_grants["IdempotencyRecords"] == (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})
+    assert api_grants["LargeStoredResponses"] == ({"s3:PutObject", "s3:GetObject", "s3:GetObjectVersion"}, {
+        "Fn::Sub": f"arn:${{AWS::Partition}}:s3:::${{TranscriptBucket}}/{RESPONSES_PREFIX}*"})
+    s3_grants = statements(resources["S3CompactFunctionBillingAccess"]["Properties"]["PolicyDocument"])
+    assert s3_grants == {"WriteUsage": ({"dynamodb:PutItem"}, {"Fn::GetAtt": ["UsageTable", "Arn"]}),
+                         "IdempotencyRecords": (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})}
+
+
+def test_stored_responses_expire_after_the_longest_ttl(resources: dict[str, Any]) -> None:
+    rules = resources["TranscriptBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    expiring = [rule for rule in rules if rule.get("Prefix") == RESPONSES_PREFIX and "ExpirationInDays" in rule]
+    assert len(expiring) == 1 and expiring[0]["ExpirationInDays"] * 86400 > 86400
+
+
+def test_every_function_has_a_reserved_concurrency_parameter(resources: dict[str, Any]) -> None:
+    template = Template.load(TEMPLATE_PATH)
+    for logical_id in FUNCTIONS:
+        parameter = logical_id.removesuffix("Function") + "ReservedConcurrency"
+        assert int(template.parameters[parameter]) == -1, parameter  # unreserved unless set
+        value = resources[logical_id]["Properties"]["ReservedConcurrentExecutions"]
+        condition, reserved, unreserved = value["Fn::If"]
+        assert reserved == {"Ref": parameter} and unreserved == {"Ref": "AWS::NoValue"}
+        assert load_template(TEMPLATE_PATH)["Conditions"][condition] == {
+            "Fn::Not": [{"Fn::Equals": [{"Ref": parameter}, -1]}]}
+
+
+def test_the_api_takes_its_key_from_the_authorizer(resources: dict[str, Any]) -> None:
+    api = resources["CompactApi"]["Properties"]
+    authorizer = api["Auth"]["Authorizers"][api["Auth"]["DefaultAuthorizer"]]
+
+    assert api["ApiKeySourceType"] == "AUTHORIZER" and api["Auth"]["ApiKeyRequired"] is True
+    assert authorizer["FunctionPayloadType"] == "REQUEST"
+    assert authorizer["FunctionArn"] == {"Fn::GetAtt": ["AuthorizerFunction", "Arn"]}
+    assert authorizer["Identity"] == {"ReauthorizeEvery": 0}  # both headers stay optional (docs/billing.md)
+    assert "Policies" not in resources["AuthorizerFunction"]["Properties"]  # no AWS call, no grant
+    # no key fails the authorizer: answered as API Gateway answers a wrong key (the contract's 403)
+    unauthorized = api["GatewayResponses"]["UNAUTHORIZED"]
+    assert unauthorized["StatusCode"] == 403
+    assert json.loads(unauthorized["ResponseTemplates"]["application/json"]) == FORBIDDEN_BODY
+    plan = api["Auth"]["UsagePlan"]
+    assert plan["Throttle"] and plan["Quota"]
