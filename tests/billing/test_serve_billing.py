@@ -11,12 +11,14 @@ import pytest
 
 from compactor.catalog import reset_catalog_cache
 from compactor.container import reset_router
+from compactor_aws import billing
 from compactor_aws.caller import local_key_id
 from compactor_cli import serve
 from compactor_cli.main import main
 from fakes.provider_server import FakeProviderServer
 
 from ..integration.test_serve import REPO, running
+from .conftest import USAGE_TABLE
 
 KEY_ENV = "COMPACTOR_BILLING_TEST_KEY"
 ALICE, BOB = "alice-secret-key", "bob-secret-key"
@@ -24,9 +26,20 @@ LONG = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
     {"role": "assistant", "content": f"step {i}: " + "tried something " * 40} for i in range(10)]
 
 
+@pytest.fixture(params=["local-file", "dynamodb"])
+def ledger_args(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Where the server's ledger lives (a local file, or moto DynamoDB tables), as ``compactor usage`` options."""
+    if request.param == "dynamodb":
+        request.getfixturevalue("aws")
+        return ["--table", USAGE_TABLE]
+    monkeypatch.setenv("COMPACTOR_LEDGER_FILE", str(tmp_path / "ledger.jsonl"))
+    return ["--ledger", str(tmp_path / "ledger.jsonl")]
+
+
 @pytest.fixture
-def api(fake_provider: FakeProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """serve with two accepted keys, a local ledger file and one chat offer at the fake provider."""
+def api(fake_provider: FakeProviderServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ledger_args: list[str]) -> Iterator[str]:
+    """serve with two accepted keys, the ledger of ``ledger_args`` and one chat offer at the fake provider."""
     catalog = {"offers": [
         {"id": "fake/writer", "provider": "fake", "family": "fake-writer", "model": "fake-writer-1",
          "protocol": "chat", "transport": "openai", "base_url": fake_provider.base_url, "api_key_env": KEY_ENV,
@@ -34,7 +47,6 @@ def api(fake_provider: FakeProviderServer, tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "catalog.json").write_text(json.dumps(catalog))
     monkeypatch.setenv("COMPACTOR_CATALOG", str(tmp_path / "catalog.json"))
     monkeypatch.setenv(KEY_ENV, "sk-fake")
-    monkeypatch.setenv("COMPACTOR_LEDGER_FILE", str(tmp_path / "ledger.jsonl"))
     reset_catalog_cache()
     reset_router()
     with running(serve.create_server(port=0, api_key=[ALICE, BOB], code_dir=REPO / "functions" / "compact")) as url:
@@ -44,7 +56,7 @@ def api(fake_provider: FakeProviderServer, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_two_identical_posts_with_one_key_compact_once_and_bill_once(
-        api: str, fake_provider: FakeProviderServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        api: str, fake_provider: FakeProviderServer, ledger_args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     request = {"messages": LONG, "keep_recent": 2}
     headers = {"Authorization": f"Bearer {ALICE}", "Idempotency-Key": "order-42"}
 
@@ -56,7 +68,7 @@ def test_two_identical_posts_with_one_key_compact_once_and_bill_once(
     assert first.content == second.content
     assert second.headers.get("Idempotent-Replayed") == "true"
     assert upstream_after_first == 1 and len(fake_provider.requests) == 1  # one upstream compaction
-    entries = [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    entries = [entry.as_dict() for entry in billing.backends().ledger.entries("2000-01-01", "2999-12-31")]
     assert len(entries) == 1 and entries[0]["api_key_id"] == local_key_id(ALICE)
     assert entries[0]["model_calls"] == 1 and entries[0]["idempotency_key"] == "order-42"
 
@@ -67,7 +79,7 @@ def test_two_identical_posts_with_one_key_compact_once_and_bill_once(
     assert bob["days"] == [] and bob["api_key_id"] == local_key_id(BOB)
 
     capsys.readouterr()
-    assert main(["usage", "--ledger", str(tmp_path / "ledger.jsonl"), "--json"]) == 0
+    assert main(["usage", *ledger_args, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert list(report) == [local_key_id(ALICE)] and report[local_key_id(ALICE)][0]["calls"] == 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from compactor import billing, http_api, idempotency
@@ -52,16 +53,32 @@ def facts_of(summary: Any) -> dict[str, Any] | None:
 
 
 class Backends:
-    """The container's ledger, idempotency persistence and large-response store (from the environment)."""
+    """The container's ledger, idempotency persistence and large-response store (from the environment),
+    each built on first use: a call without ``Idempotency-Key`` never loads the idempotency utility."""
 
-    def __init__(self) -> None:
-        from compactor_aws.idempotency import new_config, persistence_layer, response_store
+    @cached_property
+    def ledger(self) -> billing.UsageLedger:
         from compactor_aws.ledger import configured_ledger
 
-        self.ledger = configured_ledger()
-        self.layer = persistence_layer()
-        self.responses = response_store()
-        self.config = new_config()
+        return configured_ledger()
+
+    @cached_property
+    def layer(self) -> Any:
+        from compactor_aws.idempotency import persistence_layer
+
+        return persistence_layer()
+
+    @cached_property
+    def config(self) -> Any:
+        from compactor_aws.idempotency import new_config
+
+        return new_config()
+
+    @cached_property
+    def responses(self) -> idempotency.ResponseStore:
+        from compactor_aws.idempotency import response_store
+
+        return response_store()
 
 
 _backends: Backends | None = None
@@ -107,12 +124,6 @@ def _error(status: int, message: str, code: str, error_type: str = "invalid_requ
 def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
                 lambda_context: Any = None) -> Answer:
     """Answer one POST: replayed or computed, then billed once (see the module docstring)."""
-    from aws_lambda_powertools.utilities.idempotency.exceptions import (
-        IdempotencyAlreadyInProgressError,
-        IdempotencyPersistenceLayerError,
-        IdempotencyValidationError,
-    )
-
     context = event.get("requestContext") or {}
     request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
     caller = caller_of(event)
@@ -125,6 +136,12 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         key = idempotency.checked_key(raw_key)
     except idempotency.InvalidIdempotencyKey as exc:
         return _error(400, str(exc), "invalid_idempotency_key")
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+        IdempotencyPersistenceLayerError,
+        IdempotencyValidationError,
+    )
+
     scope = idempotency.scope_id(caller, route, key)
     fresh: list[Computed] = []
 
