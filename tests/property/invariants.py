@@ -2,7 +2,8 @@
 
 Shared by the property tests (generated transcripts, adversarial models) and the corpus tests (real
 transcripts, built-in offers). Everything here is recomputed from REFERENCE §2.2, §3.2 and §3.4 and
-CONTRACT §2.1; nothing is imported from ``compactor.compaction``.
+CONTRACT §2.1, plus the documented difference of docs/differences.md (a text agent's observation is
+not pinned by default); nothing is imported from ``compactor.compaction``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,30 @@ def split_units(messages: list[Message]) -> list[tuple[int, int]]:
     return units
 
 
+# docs/differences.md: a user message right after an assistant turn that carries a tool observation.
+_OBSERVATION_SIGNS = re.compile(
+    r"<returncode>|<output>|<output_head>|^\s*(?:OBSERVATION|Observation)\s*:|\(Current directory: [^)\n]*\)"
+    r"|^\s*EXECUTION RESULT of \[|\[Command finished with exit code|<tool_response>|<tool_result>"
+    r"|<function_results>|^\s*Tool (?:result|output)\s*:", re.MULTILINE)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return "" if content is None else json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+def default_pin(messages: list[Message], index: int) -> bool:
+    """Pinned without ``pinned_indices``: a user message unless it observes the assistant turn before it."""
+    if messages[index].get("role") != "user":
+        return False
+    observes = index > 0 and messages[index - 1].get("role") == "assistant" and bool(
+        _OBSERVATION_SIGNS.search(_text(messages[index].get("content"))))
+    return not observes
+
+
 def excerpted(unit_messages: list[Message]) -> bool:
     """Whether the decision model sees only an excerpt of this unit (ASCII JSON over 2000 chars)."""
     return len(json.dumps(unit_messages)) > EVIDENCE_EXCERPT_OVER
@@ -70,7 +95,7 @@ def plan_for(messages: list[Message], *, keep_recent: int, pinned_indices: list[
              target_ratio: float) -> Plan:
     units = split_units(messages)
     if pinned_indices is None:
-        pins = {i for i, m in enumerate(messages) if m.get("role") == "user"}
+        pins = {i for i in range(len(messages)) if default_pin(messages, i)}
     else:
         pins = set(pinned_indices)
     pins |= {i for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}

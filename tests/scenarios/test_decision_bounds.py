@@ -18,9 +18,10 @@ def wire(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_decision_bound_is_measured_on_ascii_escaped_text(stack: Stack) -> None:
-    # 4 000 "ü": 8 000 UTF-8 bytes, but 24 000 bytes once escaped as \\u00fc on the ASCII wire.
-    messages = [{"role": "system", "content": "Sé prudente."}, {"role": "user", "content": "ü" * 4000},
-                *({"role": "assistant", "content": f"résultat {i}: " + "ñ" * 150 + "z" * 600} for i in range(2, 12)),
+    # Pins within the bounded instructions view (docs/offline-offers.md) and fragments whose "ñ" cost 2 UTF-8
+    # bytes but 6 once escaped as \\u00f1 on the ASCII wire: measured raw, 8 fragments would fit a batch.
+    messages = [{"role": "system", "content": "é" * 1000}, {"role": "user", "content": "ü" * 900},
+                *({"role": "assistant", "content": f"résultat {i}: " + "ñ" * 250 + "z" * 500} for i in range(2, 12)),
                 {"role": "assistant", "content": "Fin."}]
     stack.script.default_choice = "keep"
 

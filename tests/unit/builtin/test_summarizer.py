@@ -11,7 +11,7 @@ from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.offline.summarizer import (
     item_budget, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
-from compactor.offline.text_fit import ELLIPSIS, utf8_len
+from compactor.offline.text_fit import utf8_len
 
 from .corpus import TRANSCRIPTS, load_messages, units
 
@@ -31,7 +31,7 @@ def test_budget_comes_from_the_prompt_phrase() -> None:
     assert item_budget("no budget here") == 256
 
 
-def test_tool_call_summary_keeps_call_exit_code_errors_and_output_ends() -> None:
+def test_tool_call_summary_leads_with_the_call_and_its_exit_code_then_errors() -> None:
     output = "collecting ...\n" + "".join(f"tests/test_mod.py::test_{i} PASSED\n" for i in range(200))
     output += "Traceback (most recent call last):\n  File \"src/pkg/mod.py\", line 3\nValueError: bad value\n"
     output += "FAILED tests/test_mod.py::test_x - ValueError\n== 1 failed, 200 passed in 0.5s ==\n"
@@ -40,11 +40,10 @@ def test_tool_call_summary_keeps_call_exit_code_errors_and_output_ends() -> None
     summary = summarize_item(item, 256)
     assert utf8_len(summary) <= 256
     lines = summary.split("\n")
-    assert lines[0] == "call: $ cd /repo && python -m pytest tests/test_mod.py -x"
-    assert lines[1] == "exit: 1"
-    assert lines[2].startswith("errors: Traceback (most recent call last):")
-    assert "1 failed, 200 passed" in lines[2]
-    assert any(line.startswith("output: collecting") and ELLIPSIS in line for line in lines)
+    assert "$ cd /repo && python -m pytest tests/test_mod.py -x → exit 1" in lines
+    for error in ("ValueError: bad value", "FAILED tests/test_mod.py::test_x - ValueError"):
+        assert error in lines  # error lines come before routine output
+    assert "== 1 failed, 200 passed in 0.5s ==" in lines
 
 
 def test_text_agent_units_are_understood() -> None:
@@ -54,18 +53,16 @@ def test_text_agent_units_are_understood() -> None:
                                  "content": "<returncode>2</returncode>\n<output>\ncat: /testbed/pkg/config.py: "
                                             "No such file or directory\n</output>"})
     action_summary = summarize_item(action, 256)
-    assert action_summary.startswith("call: $ cat /testbed/pkg/config.py\n")
-    assert "paths: /testbed/pkg/config.py" in action_summary
+    assert action_summary.split("\n") == ["THOUGHT: look at the config.", "$ cat /testbed/pkg/config.py"]
     observation_summary = summarize_item(observation, 256)
-    assert observation_summary.startswith("exit: 2\nerrors: cat: /testbed/pkg/config")
-    assert "output:" not in observation_summary  # the only output line is already the error line
+    assert observation_summary == "exit 2\ncat: /testbed/pkg/config.py: No such file or directory"
 
 
-def test_other_text_is_cut_to_head_and_tail() -> None:
-    text = "start of a plain note. " + "filler " * 300 + "end of the note."
+def test_plain_text_keeps_its_salient_lines_in_order() -> None:
+    text = "start of a plain note.\n" + "filler line\n" * 300 + "see src/app/main.py\nend of the note."
     summary = summarize_item(text, 128)
     assert utf8_len(summary) <= 128
-    assert summary.startswith("text: start of a plain note.") and summary.endswith("end of the note.")
+    assert summary.split("\n") == ["start of a plain note.", "see src/app/main.py", "end of the note."]
 
 
 def test_summaries_are_strictly_shorter_even_when_the_budget_is_larger() -> None:
@@ -94,12 +91,31 @@ def test_json_reply_maps_exactly_the_given_ids() -> None:
 
 
 def test_max_tokens_bounds_the_whole_reply() -> None:
-    items = {f"fragment_{i}": tool_unit(f"cat file_{i}.py", "code line\n" * 500) for i in range(8)}
-    reply = summarize_json_request(dense_dumps(items), 1000, max_output_bytes=512 * 4)
+    items = {f"fragment_{i}": tool_unit(f"cat file_{i}.py", "".join(f"code_line_{j} = {j}\n" for j in range(500)))
+             for i in range(8)}
+    names = frozenset(f"code_line_{j}" for j in range(500))
+    reply = summarize_json_request(dense_dumps(items), 1000, max_output_bytes=512 * 4, names=names)
     assert utf8_len(reply) <= 512 * 4
     assert set(strict_loads(reply)) == set(items)
-    unbounded = summarize_items(items, 1000)
+    unbounded = summarize_items(items, 1000, names=names)
     assert max(map(utf8_len, unbounded.values())) > 300
+
+
+def test_the_batch_total_goes_to_the_salient_items_first() -> None:
+    routine = tool_unit("ls", "".join(f"file_{i}\n" for i in range(300)))
+    failing = tool_unit("make test", "".join(f"ok {i}\n" for i in range(100))
+                        + "".join(f"src/mod_{i}.c:{i}: error: bad thing {i}\n" for i in range(20)), returncode=2)
+    summaries = summarize_items({"a": routine, "b": failing}, 600, total=700)
+    assert utf8_len(summaries["a"]) + utf8_len(summaries["b"]) <= 700
+    assert utf8_len(summaries["b"]) > 2 * utf8_len(summaries["a"])
+    assert summaries["b"].count("error: bad thing") >= 10 and summaries["a"].startswith("$ ls → exit 0")
+
+
+def test_names_used_later_are_kept() -> None:
+    output = "".join(f"def helper_{i}(x):\n    return x\n" for i in range(200))
+    item = tool_unit("cat src/helpers.py", output)
+    summary = summarize_item(item, 256, names=frozenset({"helper_77", "helper_150"}))
+    assert "def helper_77(x):" in summary and "def helper_150(x):" in summary
 
 
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"a": 1, "a": 2}'])
@@ -132,8 +148,8 @@ def test_corpus_tool_call_summaries_name_the_command() -> None:
     for unit_messages in tool_units[:10]:
         command = json.loads(unit_messages[0]["tool_calls"][0]["function"]["arguments"])["command"]
         summary = summarize_item(dense_dumps(unit_messages), 256)
-        assert summary.startswith("call: $ " + " ".join(command.split())[:20])
-        assert "\nexit: " in summary
+        call = next(line for line in summary.split("\n") if line.startswith("$ "))
+        assert call.startswith("$ " + " ".join(command.split())[:20]) and " → exit " in call
 
 
 def render(messages: list[dict]) -> str:

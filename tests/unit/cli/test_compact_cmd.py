@@ -34,18 +34,19 @@ def test_bad_input_names_the_problem(text, message):
         parse_transcript(text)
 
 
-def test_pin_task_lets_text_agents_compact(tmp_path, capsys):
+def test_text_agents_compact_by_default_and_keep_their_pins(tmp_path, capsys):
     source = CORPUS / "swe-agent-v0-text_gpt-4_pydicom-1458.json"
     default_out, task_out = tmp_path / "default.json", tmp_path / "task.json"
-    assert main(["compact", str(source), "-o", str(default_out)]) == 0
-    report = capsys.readouterr().err
-    assert "fragment_or_decision_context_limit" in report and "hint: the pinned messages alone fill" in report
-    assert json.loads(default_out.read_text()) == json.loads(source.read_text())  # nothing could be compacted
-    assert main(["compact", str(source), "--pin-task", "--json", "-o", str(task_out)]) == 0
-    body = json.loads(task_out.read_text())
     original = json.loads(source.read_text())
+    assert main(["compact", str(source), "--json", "-o", str(default_out)]) == 0
+    body = json.loads(default_out.read_text())
+    assert "fragment_or_decision_context_limit" not in capsys.readouterr().err
     assert body["compaction"]["output_bytes"] < body["compaction"]["original_bytes"]
-    assert body["messages"][:2] == original[:2]  # system prompt and the task stay byte-identical
+    assert body["messages"][:3] == original[:3]  # system prompt, demonstration and task stay byte-identical
+    assert main(["compact", str(source), "--pin-task", "--json", "-o", str(task_out)]) == 0
+    pinned_task = json.loads(task_out.read_text())
+    assert pinned_task["compaction"]["output_bytes"] < pinned_task["compaction"]["original_bytes"]
+    assert pinned_task["messages"][:2] == original[:2]
 
 
 def test_unreadable_file_is_exit_2(tmp_path, capsys):

@@ -1,7 +1,7 @@
 import json
 
 from compactor.compaction.preparation import (
-    EVIDENCE_MARKER, REASON_BATCHES, REASON_CONTEXT, REASON_FRAGMENTS, prepare, summary_budget)
+    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, prepare, summary_budget)
 from compactor.compaction.preset import question_template
 from compactor.jsonutil import ascii_wire_size
 
@@ -66,12 +66,17 @@ def test_non_ascii_counts_escaped_for_the_32k_bound():
     assert sum(len(b.candidates) for b in prep.batches) == 6
 
 
-def test_oversized_instructions_skip_every_candidate():
-    messages = [{"role": "user", "content": "x" * 40_000}, {"role": "assistant", "content": "a"},
-                {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "tail"}]
+def test_oversized_instructions_are_shown_bounded_and_never_block_candidates():
+    messages = [{"role": "system", "content": "s" * 30_000}, {"role": "user", "content": "x" * 40_000},
+                {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "assistant", "content": "tail"}]
     prep = _prepare(messages)
-    assert prep.batches == []
-    assert prep.reasons == [REASON_CONTEXT, REASON_CONTEXT]
+    assert [c.unit.id for b in prep.batches for c in b.candidates] == ["fragment_2", "fragment_3"]
+    assert prep.reasons == []
+    assert ascii_wire_size(prep.instructions) <= INSTRUCTIONS_VIEW_BYTES
+    assert [m["role"] for m in prep.instructions] == ["system", "user"]
+    assert "of 40000 characters of this pinned message omitted" in prep.instructions[1]["content"]
+    assert prep.instructions[1]["content"].startswith("x" * 500)
 
 
 def test_fragment_and_batch_limits():

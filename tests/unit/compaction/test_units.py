@@ -31,3 +31,15 @@ def test_tail_is_at_least_one():
     assert list(tail_indexes(5, 0)) == [4]
     assert list(tail_indexes(5, 2)) == [3, 4]
     assert list(tail_indexes(2, 10)) == [0, 1]
+
+
+def test_text_agent_observations_are_not_pinned_by_default():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it.\n(Current directory: /r)"},
+                {"role": "assistant", "content": "```bash\nls\n```"},
+                {"role": "user", "content": "<returncode>0</returncode>\n<output>\na.py\n</output>"},
+                {"role": "assistant", "content": "edit"},
+                {"role": "user", "content": "[File: a.py]\n(Open file: a.py)\n(Current directory: /r)\nbash-$"},
+                {"role": "assistant", "content": "done?"}, {"role": "user", "content": "Yes, and also add a test."},
+                {"role": "assistant", "content": "x"}, {"role": "user", "content": "OBSERVATION:\nok"}]
+    assert instruction_pins(messages, None) == [0, 1, 7]
+    assert instruction_pins(messages, [3]) == [0, 3]  # explicit pins win

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.chat import Message
+from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
+from compactor.compaction.salience import batch_hint, later_names, message_names
 from compactor.compaction.units import Unit, instruction_pins, split_units, tail_indexes
 
 MAX_CANDIDATES = 128
@@ -26,6 +27,13 @@ EVIDENCE_MARKER = "[excerpt; full item goes only to summary]"
 RECENT_EXCERPT_OVER = 1000
 RECENT_HALF = 500
 RECENT_MARKER = "[excerpt]"
+# The decision state's bounded view of the pinned messages (docs/differences.md): the task (the first
+# pinned user message) in full up to TASK_VIEW_CHARS, every other pin excerpted to PIN_VIEW_CHARS, and all
+# of it within INSTRUCTIONS_VIEW_BYTES so that pins alone never fill a decision payload.
+TASK_VIEW_CHARS = 6000
+PIN_VIEW_CHARS = 1200
+INSTRUCTIONS_VIEW_BYTES = 12_000
+PIN_MARKER = " [... {omitted} of {total} characters of this pinned message omitted here; it is kept verbatim] "
 
 REASON_CONTEXT = "fragment_or_decision_context_limit"
 REASON_FRAGMENTS = "fragment_limit"
@@ -50,6 +58,7 @@ class Batch:
     decision_bytes: int = 0  # sums over the candidates
     record_bytes: int = 0
     state_bytes: int = 0
+    names: list[str] = field(default_factory=list)  # salience hint: its names that later messages use
 
     def ids(self) -> list[str]:
         return [c.unit.id for c in self.candidates]
@@ -79,6 +88,31 @@ def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
     if len(text) <= over:
         return text, False
     return text[:half] + marker + text[-half:], True
+
+
+def _pin_excerpt(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    marker = PIN_MARKER.format(omitted=len(text) - head - tail, total=len(text))
+    return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+def instructions_view(messages: list[Message], pins: list[int]) -> list[Message]:
+    """What the decision state shows of the pinned messages: ``{"role", "content"}`` each, bounded."""
+    task = next((i for i in pins if role_of(messages[i]) == "user"), None)
+    texts = [(i, role_of(messages[i]), content_text(messages[i].get("content")) if isinstance(messages[i], dict)
+              else "") for i in pins]
+    task_limit, pin_limit = TASK_VIEW_CHARS, PIN_VIEW_CHARS
+    while True:
+        view = [{"role": role, "content": _pin_excerpt(text, task_limit if i == task else pin_limit)}
+                for i, role, text in texts]
+        if ascii_wire_size(view) <= INSTRUCTIONS_VIEW_BYTES or (pin_limit <= 64 and task_limit <= 1000):
+            return view
+        pin_limit = max(64, pin_limit // 2)
+        if ascii_wire_size(view) > 2 * INSTRUCTIONS_VIEW_BYTES or pin_limit == 64:
+            task_limit = max(1000, task_limit // 2)
 
 
 def evidence_view(unit_messages: list[Message]) -> tuple[str, bool]:
@@ -169,7 +203,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
     candidates = [u for u in units if u.id not in protected]
-    instructions = [messages[i] for i in pins]
+    instructions = instructions_view(messages, pins)
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
@@ -188,6 +222,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     sizer = BatchSizer(instructions, recent)
     used = fit_batches((candidate(u, messages[u.start:u.end], question_template) for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)
+    _add_salience(messages, used)
     return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
                        budget=budget, batches=used, reasons=reasons)
@@ -210,6 +245,18 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
         flow_input_bytes += added
         used.append(batch)
     return used
+
+
+def _add_salience(messages: list[Message], batches: list[Batch]) -> None:
+    """Each batch's salience hint: its names that messages after the batch use again."""
+    if not batches:
+        return
+    after = later_names(messages)
+    for batch in batches:
+        last = max(c.unit.end for c in batch.candidates) - 1
+        found = set().union(*(message_names(messages[i]) for c in batch.candidates for i in c.unit.indexes()))
+        used = found & after[last]
+        batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
 
 
 def _greedy_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:

@@ -17,7 +17,19 @@ from compactor.compaction.preparation import Batch, batch_items, batch_questions
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
 MAX_GENERATION_TOKENS = 4096
-BUDGET_PLACEHOLDER = "$BUDGET"
+CAP_PLACEHOLDER, TOTAL_PLACEHOLDER, NAMES_PLACEHOLDER = "$CAP", "$TOTAL", "$NAMES"
+NAMES_LINE = "\nNames used again later in the transcript (keep them where the item mentions them): "
+
+
+def summary_system(template: str, budget: int, batch: Batch) -> tuple[str, int]:
+    """The summary prompt of one batch and its per-summary cap (the budget): the batch's byte total, the
+    cap, and the salience hint (docs/offline-offers.md)."""
+    total = budget * len(batch.candidates)
+    cap = budget
+    names = NAMES_LINE + ", ".join(batch.names) if batch.names else ""
+    text = (template.replace(CAP_PLACEHOLDER, str(cap)).replace(TOTAL_PLACEHOLDER, str(total))
+            .replace(NAMES_PLACEHOLDER, names))
+    return text, cap
 
 
 @lru_cache(maxsize=1)
@@ -57,9 +69,9 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
                 node["policy"] = copy.deepcopy(generation_policy if generation_policy is not None
                                                else DEFAULT_CHAT_POLICY)
                 node["max_tokens"] = generation_tokens
-                node["system"] = template["system"].replace(BUDGET_PLACEHOLDER, str(budget))
+                node["system"], cap = summary_system(template["system"], budget, batch)
             elif name == "patch":
-                node["max_string_bytes"] = budget
+                node["max_string_bytes"] = cap
                 patches.append(f"{key}_{name}")
             nodes[f"{key}_{name}"] = node
     if patches:

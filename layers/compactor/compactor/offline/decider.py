@@ -35,9 +35,13 @@ from compactor.offline.transcript_reading import (
 
 DECIDER_MODEL = "builtin-rules-decider"
 SMALL_EVIDENCE_BYTES = 600
+# An error output shorter than this is kept verbatim (it may be unresolved); a longer one is summarized,
+# and the summarizer keeps its error lines first.
+ERROR_KEEP_BYTES = 1500
 EVIDENCE_EXCERPT_MARKER = "[excerpt; full item goes only to summary]"
 RECENT_EXCERPT_MARKER = "[excerpt]"
-CONFIDENCE = {"error": 0.9, "superseded": 0.8, "small": 0.85, "bulky": 0.7, "unjudged": 0.3, "fallback": 0.1}
+CONFIDENCE = {"error": 0.9, "superseded": 0.8, "small": 0.85, "bulky": 0.7, "unjudged": 0.3, "fallback": 0.1,
+              "live_write": 0.85, "bulky_error": 0.6}
 
 _FRAGMENT_INDEX = re.compile(r"fragment_(\d+)")
 _CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
@@ -166,11 +170,21 @@ class FragmentView:
         return self.messages is not None or self.excerpted
 
     def has_error(self) -> bool:
+        """A non-zero exit code; without any exit code, an error line. Exit code 0 means the command
+        succeeded even when its output (source code, logs) mentions errors."""
         if self.messages is not None:
             text = "\n".join(content_text(message.get("content")) for message in self.messages)
         else:  # an excerpt: scan its visible JSON text with the line breaks restored
             text = self.evidence.replace("\\n", "\n").replace('\\"', '"')
-        return bool(error_lines(text)) or any(code != 0 for code in return_codes(text))
+        codes = return_codes(text)
+        if codes:
+            return any(code != 0 for code in codes)
+        return bool(error_lines(text))
+
+    def latest_writes(self, later: Footprint) -> bool:
+        """True when the fragment rewrites a file that nothing later rewrites: the file being edited."""
+        rewrites = footprint_of(self.actions).rewrites
+        return bool(rewrites) and not rewrites <= later.rewrites
 
 
 def _parse_messages(text: str) -> list[dict[str, Any]] | None:
@@ -263,11 +277,13 @@ def classify(view: FragmentView, later: Footprint) -> tuple[str, str]:
     """``(label, reason)`` for one fragment, given the footprint of everything after it."""
     if not view.judgeable:
         return "keep", "unjudged"
-    if view.has_error():
-        return "keep", "error"
     actions = view.judged_actions
-    if not view.excerpted and actions and all(is_superseded(action, later) for action in actions):
-        return "archive", "superseded"
+    if actions and all(is_superseded(action, later) for action in actions):
+        return ("summarize" if view.excerpted else "archive"), "superseded"
+    if view.latest_writes(later):
+        return "keep", "live_write"
+    if view.has_error():
+        return ("keep", "error") if len(view.evidence) < ERROR_KEEP_BYTES else ("summarize", "bulky_error")
     if len(view.evidence) < SMALL_EVIDENCE_BYTES:
         return "keep", "small"
     return "summarize", "bulky"

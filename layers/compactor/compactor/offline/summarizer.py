@@ -1,11 +1,12 @@
 """The built-in extractive summarizer: no model, only selection and elision of the input's own text.
 
 JSON mode (the compaction preset's summary node): the user message maps ids to item texts (usually
-the compact JSON of a tool call with its results, or of one message). Each item becomes a few
-labelled lines chosen in priority order: the call(s) (``$ command`` or ``name(args)``), exit
-codes, error lines, file paths, the head and tail of the output, then the agent's own note. Each
-line gets a guaranteed share of the byte budget and leftovers go to the higher-priority lines;
-every elision is marked with ``…``. Nothing is paraphrased or invented.
+the compact JSON of a tool call with its results, or of one message). Each item becomes its most
+salient lines in their original order: the call with its exit code (``$ command → exit N``), error
+lines, results of edits, lines naming what later messages use (the prompt's ``Names used again
+later…`` hint), paths, the agent's own sentences, the ends of outputs. The batch's byte total is spent
+across the items by salience; each summary stays within the per-summary budget. Lines are cut with
+``…``; nothing is paraphrased or invented (docs/offline-offers.md).
 
 Plain mode (legacy seal): the rendered conversation (``<role>: <content>`` lines) becomes a digest
 of the task, the latest assistant statement, errors, commands with their exit codes, files and
@@ -50,89 +51,231 @@ def item_budget(system_text: str) -> int:
     return int(match.group(1)) if match else DEFAULT_ITEM_BUDGET
 
 
-def _message_sections(messages: list[dict[str, Any]], limit: int) -> list[Section]:
-    # Calls and notes are cut at their end, so only their first ``view`` characters can be shown.
-    view = 2 * limit + 16
-    calls: list[str] = []
-    codes: list[int] = []
-    observations: list[str] = []
-    notes: list[str] = []
+_BATCH_PHRASE = re.compile(r"together\s+at most\s+(\d+)\s+UTF-8 bytes", re.IGNORECASE)
+_NAMES_PHRASE = re.compile(r"^Names used again later[^:\n]*:[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
+_EXIT_PHRASE = re.compile(r"(?:Process exited with code|exit(?:ed)? (?:code|status)|Exit code:?)\s*(-?\d+)",
+                          re.IGNORECASE)
+_EDIT_RESULT = re.compile(
+    r"\b(?:created|edited|updated|wrote|written|modified|applied|replaced|deleted|saved|renamed)\b", re.IGNORECASE)
+_NAME_TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
+# Salience of a summary line (docs/offline-offers.md): the call and its exit code first, then errors,
+# edit results, lines naming what later messages use, paths, the agent's reasoning, the ends of outputs.
+SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
+_LEVELS = (SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END)
+LINE_BYTES = 240
+_CALL_BYTES = 300
+
+
+def batch_total(system_text: str) -> int | None:
+    """The byte budget of all summaries together (``together at most <N> UTF-8 bytes``), if stated."""
+    match = _BATCH_PHRASE.search(system_text)
+    return int(match.group(1)) if match else None
+
+
+def salient_names(system_text: str) -> frozenset[str]:
+    """The names the prompt says later messages use again (``Names used again later…: a, b``)."""
+    match = _NAMES_PHRASE.search(system_text)
+    if match is None:
+        return frozenset()
+    return frozenset(name.strip() for name in match.group(1).split(",") if name.strip())
+
+
+class _Line:
+    __slots__ = ("text", "score", "order", "size")
+
+    def __init__(self, text: str, score: float, order: int) -> None:
+        self.text = text
+        self.score = score
+        self.order = order
+        self.size = utf8_len(text) + 1
+
+
+def _named(text: str, names: frozenset[str]) -> int:
+    if not names:
+        return 0
+    return sum(1 for token in set(_NAME_TOKEN.findall(text)) if token.strip(".") in names)
+
+
+def _exit_codes(text: str) -> list[int]:
+    codes = return_codes(text)
+    if codes:
+        return codes
+    return [int(code) for code in _EXIT_PHRASE.findall(text[:4000])]
+
+
+def _call_line(description: str, code: int | None) -> str:
+    head = description.split("\n", 1)
+    text = squeeze(head[0])
+    if len(head) > 1:
+        text += f" … ({description.count(chr(10)) + 1} lines)"
+    line = fit_end(text, _CALL_BYTES)
+    return line + (f" → exit {code}" if code is not None else "")
+
+
+def _text_lines(text: str, names: frozenset[str], order: int, lines: list[_Line]) -> int:
+    """Score every line of an observation or plain text; returns the next order number."""
+    errors = set(error_lines(text))
+    raw = [line for line in text.splitlines() if line.strip()]
+    seen: set[str] = set()
+    for position, line in enumerate(raw):
+        stripped = line.strip()
+        squeezed = squeeze(line)
+        if squeezed in seen:
+            continue
+        seen.add(squeezed)
+        named = _named(squeezed, names)
+        if stripped in errors:
+            score = SCORE_ERROR
+        elif _EDIT_RESULT.search(squeezed) and paths_in(squeezed):
+            score = SCORE_EDIT
+        elif named:
+            score = SCORE_NAMED + min(named, 3) / 4
+        elif paths_in(squeezed):
+            score = SCORE_PATH
+        elif position in (0, len(raw) - 1):
+            score = SCORE_END
+        else:
+            continue
+        lines.append(_Line(fit_end(squeezed, LINE_BYTES), score, order))
+        order += 1
+    return order
+
+
+def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> list[_Line]:
+    lines: list[_Line] = []
+    order = 0
+    pending: list[tuple[_Line, str]] = []  # call lines still waiting for their exit code
     for message in messages:
         actions = message_actions(message)
         if actions:
-            calls.extend(squeeze(action.describe()[:view]) for action in actions)
-            notes.append(prose_text(message)[:view])
-        elif is_observation(message):
-            text = content_text(message.get("content"))
-            codes.extend(return_codes(text))
-            observations.append(strip_output_tags(text))
-        else:
-            observations.append(content_text(message.get("content")))
-    output = "\n".join(observations)
-    errors = error_lines(output)
-    window = squeezed_window(output, limit)
-    call_text = " ; ".join(calls)
-    error_text = " | ".join(squeeze(line) for line in errors)
-    if window in error_text:  # a short output made only of error lines is shown once
-        window = ""
-    note = squeeze(" ".join(notes)[:view])
-    paths = paths_in(" ".join([call_text[:view], *errors, note]))[:_MAX_PATHS]
-    return [
-        Section("call", call_text, 0.35),
-        Section("exit", ", ".join(map(str, codes)), 0.05),
-        Section("errors", error_text, 0.25, elide_middle=True),
-        Section("paths", ", ".join(paths), 0.15, grows=False, separator=", "),
-        Section("output", window, 0.25, elide_middle=True),
-        Section("note", note, 0.0),
-    ]
+            for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
+                if sentence:
+                    score = SCORE_NOTE + min(_named(sentence, names), 3) / 4 + (
+                        0.5 if _DECISION_WORDS.search(sentence) else 0)
+                    lines.append(_Line(fit_end(sentence, LINE_BYTES), score, order))
+                    order += 1
+            for action in actions:
+                line = _Line(_call_line(action.describe(), None), SCORE_CALL, order)
+                lines.append(line)
+                pending.append((line, action.describe()))
+                order += 1
+            continue
+        text = content_text(message.get("content"))
+        if is_observation(message):
+            codes = _exit_codes(text)
+            if codes and pending:
+                line, description = pending.pop(0)
+                line.text = _call_line(description, codes[0])
+                line.size = utf8_len(line.text) + 1
+            elif codes:  # the observation of a call in another item: its exit code leads
+                lines.append(_Line(f"exit {codes[0]}", SCORE_CALL, order))
+                order += 1
+            text = strip_output_tags(text)
+        order = _text_lines(text, names, order, lines)
+    return lines
 
 
-def _text_sections(text: str, limit: int) -> list[Section]:
-    errors = error_lines(text)
-    window = squeezed_window(text, limit)
-    paths = paths_in(" ".join([*errors, window]))[:_MAX_PATHS]
-    return [
-        Section("errors", " | ".join(squeeze(line) for line in errors), 0.3, elide_middle=True),
-        Section("paths", ", ".join(paths), 0.15, grows=False, separator=", "),
-        Section("text", window, 0.55, elide_middle=True),
-    ]
-
-
-def summarize_item(text: str, budget: int) -> str:
-    """Extractive summary of one item within ``budget`` bytes and strictly shorter than ``text``.
-
-    An item of 0 or 1 byte cannot be shortened into a non-empty summary; it gets ``""``.
-    """
-    limit = min(budget, utf8_len(text) - 1)
-    if limit <= 0:
-        return ""
+def _item_lines(text: str, names: frozenset[str]) -> list[_Line]:
     try:
         messages = as_messages(json.loads(text))
     except (ValueError, RecursionError):
         messages = None
-    sections = _message_sections(messages, limit) if messages else _text_sections(text, limit)
-    summary = fit_sections(sections, limit)
+    if messages:
+        return _message_lines(messages, names)
+    lines: list[_Line] = []
+    _text_lines(text, names, 0, lines)
+    return lines
+
+
+def _render(lines: list[_Line], limit: int) -> str:
+    """The most salient lines that fit in ``limit`` bytes, in their original order."""
+    chosen: list[_Line] = []
+    room = limit + 1
+    for line in sorted(lines, key=lambda item: (-item.score, item.order)):
+        if line.size <= room:
+            chosen.append(line)
+            room -= line.size
+    return "\n".join(line.text for line in sorted(chosen, key=lambda item: item.order))
+
+
+def _need(lines: list[_Line], threshold: float) -> int:
+    return sum(line.size for line in lines if line.score >= threshold)
+
+
+def _limit(text: str, cap: int) -> int:
+    return min(cap, utf8_len(text) - 1)
+
+
+def summarize_item(text: str, budget: int, names: frozenset[str] = frozenset()) -> str:
+    """Extractive summary of one item within ``budget`` bytes and strictly shorter than ``text``: its most
+    salient lines in their original order. An item of 0 or 1 byte gets ``""``."""
+    limit = _limit(text, budget)
+    if limit <= 0:
+        return ""
+    summary = _render(_item_lines(text, names), limit)
     return summary or fit_end(squeezed_window(text, limit), limit)
 
 
-def summarize_items(items: dict[str, Any], budget: int, max_output_bytes: int | None = None) -> dict[str, str]:
+def _allocate(needs: list[list[int]], caps: list[int], total: int) -> list[int]:
+    """Bytes per item: level by level (most salient lines first), every item's need at that level is met
+    when the rest of ``total`` allows, else the rest is shared max-min fairly."""
+    granted = [0] * len(caps)
+    remaining = total
+    for level in range(len(_LEVELS)):
+        wants = [max(0, min(caps[i], needs[i][level]) - granted[i]) for i in range(len(caps))]
+        if sum(wants) <= remaining:
+            for i, want in enumerate(wants):
+                granted[i] += want
+            remaining -= sum(wants)
+            continue
+        open_items = [i for i, want in enumerate(wants) if want > 0]
+        while open_items and remaining > 0:
+            share = max(1, remaining // len(open_items))
+            for i in list(open_items):
+                give = min(share, wants[i], remaining)
+                granted[i] += give
+                wants[i] -= give
+                remaining -= give
+                if wants[i] == 0:
+                    open_items.remove(i)
+        break
+    return granted
+
+
+def summarize_items(items: dict[str, Any], budget: int, max_output_bytes: int | None = None,
+                    total: int | None = None, names: frozenset[str] = frozenset()) -> dict[str, str]:
     """Summaries for exactly the ids of ``items`` (non-string values are read as their compact JSON).
 
-    With ``max_output_bytes`` (the caller's ``max_tokens × 4``) the per-item budget shrinks so the
-    whole reply fits, leaving an eighth of each share for JSON escaping, as a real model's output
-    limit would require.
+    ``budget`` caps each summary; ``total`` (default ``budget`` × items) is spent across the items by
+    salience: every item's calls and errors first, then edit results, lines naming ``names``, paths, notes
+    and output ends. With ``max_output_bytes`` (the caller's ``max_tokens × 4``) the total shrinks so the
+    whole reply fits, leaving an eighth for JSON escaping, as a real model's output limit would require.
     """
-    per_item = budget
-    if max_output_bytes is not None and items:
-        available = max_output_bytes - dense_size({key: "" for key in items})
-        per_item = min(budget, max(1, available // len(items) * 7 // 8))
-    return {
-        key: summarize_item(value if isinstance(value, str) else dense_dumps(value), per_item)
-        for key, value in items.items()
-    }
+    texts = {key: value if isinstance(value, str) else dense_dumps(value) for key, value in items.items()}
+    if not texts:
+        return {}
+    total = budget * len(texts) if total is None else total
+    if max_output_bytes is not None:
+        available = max_output_bytes - dense_size({key: "" for key in texts})
+        total = min(total, max(len(texts), available * 7 // 8))
+        budget = min(budget, total)
+    keys = list(texts)
+    lines = [_item_lines(texts[key], names) for key in keys]
+    caps = [max(0, _limit(texts[key], budget)) for key in keys]
+    needs = [[_need(item, level) for level in _LEVELS] for item in lines]
+    granted = _allocate(needs, caps, total)
+    out: dict[str, str] = {}
+    for key, item, limit in zip(keys, lines, granted):
+        summary = _render(item, limit) if limit > 0 else ""
+        if not summary and caps[keys.index(key)] > 0:
+            fallback = max(1, min(caps[keys.index(key)], 48))
+            summary = fit_end(squeezed_window(texts[key], fallback), fallback)
+        out[key] = summary
+    return out
 
 
-def summarize_json_request(user_content: str, budget: int, max_output_bytes: int | None = None) -> str:
+def summarize_json_request(user_content: str, budget: int, max_output_bytes: int | None = None,
+                           total: int | None = None, names: frozenset[str] = frozenset()) -> str:
     """The JSON-mode reply: compact JSON mapping every id of ``user_content`` to its summary.
 
     Raises ``ValueError`` when ``user_content`` is not a JSON object.
@@ -140,7 +283,7 @@ def summarize_json_request(user_content: str, budget: int, max_output_bytes: int
     items = strict_loads(user_content)
     if not isinstance(items, dict):
         raise ValueError("the user message must be a JSON object mapping ids to items")
-    return dense_dumps(summarize_items(items, budget, max_output_bytes))
+    return dense_dumps(summarize_items(items, budget, max_output_bytes, total, names))
 
 
 def split_rendered(rendered: str) -> list[tuple[str, str]]:

@@ -17,8 +17,8 @@ from compactor.providers.base import (
 )
 from compactor.offline.decider import DECIDER_MODEL, decide
 from compactor.offline.summarizer import (
-    BYTES_PER_TOKEN, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, item_budget, summarize_conversation,
-    summarize_json_request,
+    BYTES_PER_TOKEN, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, batch_total, item_budget, salient_names,
+    summarize_conversation, summarize_json_request,
 )
 from compactor.chat import content_text
 
@@ -66,10 +66,12 @@ class BuiltinTransport:
             raise ProviderError(BAD_REQUEST, "the summarizer needs a user message")
         max_tokens = request.max_tokens
         if request.json_mode:
-            budget = item_budget(_system_text(request.messages))
+            system = _system_text(request.messages)
+            budget = item_budget(system)
             max_output_bytes = max_tokens * BYTES_PER_TOKEN if max_tokens else None
             try:
-                text = summarize_json_request(user_content, budget, max_output_bytes)
+                text = summarize_json_request(user_content, budget, max_output_bytes, batch_total(system),
+                                              salient_names(system))
             except ValueError as exc:  # includes StrictJSONError
                 raise ProviderError(BAD_REQUEST, f"user content is not a JSON object of items: {exc}") from exc
         else:
