@@ -91,3 +91,22 @@ def test_idempotency_keys_are_checked_and_scoped() -> None:
     assert scope_id("a", "compact", "k") != scope_id("b", "compact", "k") != scope_id("a", "flows", "k")
     assert scope_id("a:b", "compact", "k") != scope_id("a", "b:compact", "k")
     assert ttl_seconds({}) == 86400 and ttl_seconds({"COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "5"}) == 60
+
+
+def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli.main import build_parser, main
+
+    monkeypatch.delenv("COMPACTOR_USAGE_TABLE", raising=False)
+    assert main(["usage"]) == 2
+    assert main(["usage", "--ledger", str(tmp_path / "none.jsonl"), "--from", "2026-13-01"]) == 2
+    ledger = LocalLedger(path=tmp_path / "l.jsonl")
+    ledger.record(entry("a", key="k2"))
+    ledger.record(entry("b", key="k1", cost=None))
+    capsys.readouterr()
+
+    assert main(["usage", "--ledger", str(tmp_path / "l.jsonl"), "--from", "2026-11-01", "--to", "2026-11-30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t")[:3] == ["api_key_id", "day", "calls"]
+    assert [line.split("\t")[0] for line in lines[1:]] == ["k1", "k2"]
+    assert build_parser().parse_args(["serve", "--ledger", "x.jsonl"]).ledger == Path("x.jsonl")
