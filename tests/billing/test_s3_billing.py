@@ -85,3 +85,38 @@ def test_a_ledger_failure_is_retried_and_bills_once(aws: dict[str, Any], bucket:
 def test_bad_content_is_not_billed(aws: dict[str, Any], bucket: Any, s3_module: ModuleType) -> None:
     assert invoke(s3_module, put_and_event(bucket, "incoming/bad.json", "not json"))[0]["result"] == "failed"
     assert ledger(aws) == []
+
+
+def test_a_concurrent_duplicate_delivery_runs_the_job_once(aws: dict[str, Any]) -> None:
+    import threading
+
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
+
+    from compactor import billing as core_billing
+    from compactor.object_jobs import Source
+    from compactor_aws import billing
+
+    source = Source(BUCKET, "incoming/dup.json", version_id="v1", etag="e1")
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+    facts = core_billing.billing_facts(route="s3_compact", mode="decision", bytes_in=9, bytes_out=3, model_calls=2,
+                                       cost_usd=0.002)
+
+    def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        runs.append(1)
+        started.set()
+        assert release.wait(10)
+        return {"result": "compacted", "key": "compacted/dup.json", "status": 200}, facts
+
+    first: list[dict[str, Any]] = []
+    thread = threading.Thread(target=lambda: first.append(billing.run_object_job(source, job)))
+    thread.start()
+    assert started.wait(10)
+    with pytest.raises(IdempotencyAlreadyInProgressError):  # this delivery fails; Lambda retries it later
+        billing.run_object_job(source, job)
+    release.set()
+    thread.join(10)
+    retried = billing.run_object_job(source, job)
+
+    assert first[0]["result"] == "compacted" and retried["result"] == "skipped"
+    assert len(runs) == 1 and len(ledger(aws)) == 1
