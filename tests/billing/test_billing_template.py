@@ -109,4 +109,5 @@ def test_the_api_takes_its_key_from_the_authorizer(resources: dict[str, Any]) ->
     assert unauthorized["StatusCode"] == 403
     assert json.loads(unauthorized["ResponseTemplates"]["application/json"]) == FORBIDDEN_BODY
     plan = api["Auth"]["UsagePlan"]
-    assert plan["Throttle"] and plan["Quota"]
+    assert plan["Throttle"] == {"BurstLimit": {"Ref": "KeyBurstLimit"}, "RateLimit": {"Ref": "KeyRateLimit"}}
+    assert plan["Quota"] == {"Limit": {"Ref": "KeyMonthlyQuota"}, "Period": "MONTH"}
