@@ -58,3 +58,20 @@ def test_the_caller_comes_from_the_request_context_never_from_headers() -> None:
     assert caller_of(both) == "id1"
     assert presented_key([("Authorization", "Token x")]) is None
 
+
+
+def test_the_sample_event_runs_through_compactor_invoke(capsys: pytest.CaptureFixture[str]) -> None:
+    """template.yaml wires AuthorizerFunction (code, handler, layer) as ``compactor invoke`` runs it."""
+    import json
+
+    from compactor_cli.main import main
+
+    capsys.readouterr()
+    code = main(["invoke", "AuthorizerFunction", "-e", str(REPO / "tests" / "events" / "authorizer-bearer.json"),
+                 "-t", str(REPO / "template.yaml")])
+
+    answer = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert answer["usageIdentifierKey"] == "example-api-key-not-a-secret"
+    assert answer["principalId"] == local_key_id("example-api-key-not-a-secret")
+    assert answer["policyDocument"]["Statement"][0]["Resource"].endswith("abc123defg/v1/*/*")
