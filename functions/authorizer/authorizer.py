@@ -2,7 +2,8 @@
 ``Authorization: Bearer <key>`` becomes the request's usage-plan key (``ApiKeySourceType: AUTHORIZER``).
 
 The key is checked by API Gateway against the usage plan after this function answers (403 when it is
-not a key of the plan); without any key the request is 401. No AWS call, and the key is never logged.
+not a key of the plan); without any key the authorizer fails, which the template's UNAUTHORIZED gateway
+response answers with the same 403. No AWS call, and the key is never logged.
 """
 
 from __future__ import annotations
@@ -15,5 +16,5 @@ from compactor_aws.caller import authorizer_response
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     response = authorizer_response(event)
     if response is None:
-        raise Exception("Unauthorized")  # noqa: TRY002 - the exact message API Gateway turns into a 401
+        raise Exception("Unauthorized")  # noqa: TRY002 - the message API Gateway reads as "unauthorized"
     return response

@@ -54,7 +54,8 @@ def caller_of(event: Mapping[str, Any]) -> str:
 def authorizer_response(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Lambda authorizer's answer to an API Gateway REQUEST event: allow the API's methods with the
     presented key as ``usageIdentifierKey`` (API Gateway then checks it against the usage plan: 403
-    when it is not a key of the plan), or None when no key is presented (the caller gets 401)."""
+    when it is not a key of the plan), or None when no key is presented (the authorizer then fails:
+    API Gateway's UNAUTHORIZED response, which the template makes the same 403 ``Forbidden``)."""
     headers = event.get("headers") or {}
     key = presented_key(headers.items()) if isinstance(headers, Mapping) else None
     if not key:
