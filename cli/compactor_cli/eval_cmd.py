@@ -19,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the rows and means as JSON")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--methods", help="comma-separated modes to run (default: every registered mode)")
+    parser.add_argument("--target-ratio", type=float, help="decision mode target (default: the service default)")
 
 
 def transcript_files(paths: list[str]) -> list[Path]:
@@ -49,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
         if not messages:
             print(f"compactor eval: {path}: skipped: no chat messages", file=sys.stderr)
             continue
-        rows.extend(run_sync(evaluate(path.stem, messages, modes)))
+        settings = {} if args.target_ratio is None else {"target_ratio": args.target_ratio}
+        rows.extend(run_sync(evaluate(path.stem, messages, modes, settings)))
     if not rows:
         print("compactor eval: no transcripts", file=sys.stderr)
         return 2

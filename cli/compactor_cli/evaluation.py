@@ -383,12 +383,13 @@ def mode_names() -> list[str]:
     return list(names()) if callable(names) else ["decision", "seal"]
 
 
-def request_body(mode: str, messages: list[Message]) -> dict[str, Any]:
-    """A default-settings ``/v1/compact`` body for ``mode``."""
+def request_body(mode: str, messages: list[Message], settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``/v1/compact`` body for ``mode``: default settings unless ``settings`` (decision mode's) say otherwise."""
     from compactor.compaction.preset import load_preset
 
     body: dict[str, Any] = {"messages": messages}
     if mode == "decision":
+        body.update(settings or {})
         body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
     elif mode != "seal":
         body["mode"] = mode
@@ -408,11 +409,12 @@ def model_calls(body: dict[str, Any]) -> tuple[int, float | None]:
     return calls, x_router.get("cost_usd")
 
 
-async def run_mode(mode: str, messages: list[Message]) -> tuple[list[Message], int, float | None, str]:
+async def run_mode(mode: str, messages: list[Message], settings: dict[str, Any] | None = None
+                   ) -> tuple[list[Message], int, float | None, str]:
     from compactor.models import CompactRequest
     from compactor.service import compact, request_deadline
 
-    request = CompactRequest.model_validate(request_body(mode, messages))
+    request = CompactRequest.model_validate(request_body(mode, messages, settings))
     status, body = await compact(request, deadline=request_deadline())
     if status != 200:
         return messages, 0, None, f"HTTP {status}: {body.get('error', {}).get('message')}"
@@ -426,11 +428,12 @@ def score(name: str, method: str, messages: list[Message], output: list[Message]
     return Row(name, method, dense_size(messages), dense_size(output), kept, items, calls, cost, by_kind, note)
 
 
-async def evaluate(name: str, messages: list[Message], modes: list[str]) -> list[Row]:
+async def evaluate(name: str, messages: list[Message], modes: list[str],
+                   settings: dict[str, Any] | None = None) -> list[Row]:
     """One row per mode plus ``trim`` at decision mode's output bytes (when decision is among the modes)."""
     rows: list[Row] = []
     for mode in modes:
-        output, calls, cost, note = await run_mode(mode, messages)
+        output, calls, cost, note = await run_mode(mode, messages, settings)
         rows.append(score(name, mode, messages, output, calls, cost, note))
         if mode == "decision":
             trimmed = trim(messages, rows[-1].output_bytes)

@@ -168,3 +168,33 @@ def test_corpus_text_agent_repeats_are_archived() -> None:
         for payload in batches(path):
             archived += list(choices(payload).values()).count("archive")
     assert archived > 0
+
+
+def test_later_actions_of_the_state_supersede_across_batches() -> None:
+    payload = compaction_payload({"fragment_2": tool_unit("grep -n load src/app.py", "12: def load():")})
+    assert choices(payload) == {"fragment_2": "keep"}
+    later_call = {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": "grep -n load src/app.py"})}}]}
+    payload["state"]["later"] = {"names_used_later": ["src/app.py"],
+                                 "later_actions": [json.dumps(later_call, separators=(",", ":"))]}
+    validate_payload(payload)
+    assert choices(payload) == {"fragment_2": "archive"}
+
+
+def test_the_last_write_of_a_file_mentioned_later_is_kept_and_a_scratch_write_is_not() -> None:
+    body = "\n".join(f"def helper_{i}(x):\n    return x + {i}" for i in range(60))
+    write = tool_unit(f"cat > src/app.py <<'EOF'\n{body}\nEOF", "")
+    scratch = tool_unit(f"cat > scratch.py <<'EOF'\n{body}\nEOF", "")
+    payload = compaction_payload({"fragment_2": write, "fragment_4": scratch})
+    assert all(payload["questions"][f]["criteria"].keys() == {"keep", "summarize"} for f in payload["questions"])
+    payload["state"]["later"] = {"names_used_later": ["src/app.py"]}
+    assert choices(payload) == {"fragment_2": "keep", "fragment_4": "summarize"}  # excerpts: header still seen
+
+
+def test_exit_code_zero_is_success_even_when_the_output_mentions_errors() -> None:
+    source = "\n".join(f"    raise ValueError('bad {i}')" for i in range(40))
+    assert choices(compaction_payload({"fragment_2": tool_unit("sed -n 1,40p src/a.py", source)})) == {
+        "fragment_2": "summarize"}
+    long_failure = "Traceback (most recent call last):\n" + "  File x.py, line 1\n" * 120 + "KeyError: 'a'"
+    assert choices(compaction_payload({"fragment_2": tool_unit("python x.py", long_failure, 1)})) == {
+        "fragment_2": "summarize"}  # bulky error output: summarized, its error lines first

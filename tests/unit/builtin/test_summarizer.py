@@ -181,3 +181,21 @@ def test_seal_digest_of_corpus_is_bounded(path: Path) -> None:
     digest = summarize_conversation(rendered, 512 * 4)
     assert 0 < utf8_len(digest) <= 2048
     assert digest == summarize_conversation(rendered, 512 * 4)
+
+
+def test_a_long_call_is_cut_but_keeps_its_exit_code() -> None:
+    command = "python -c \"" + "x = 1; " * 60 + "\""
+    summary = summarize_item(tool_unit(command, "ok\n", returncode=3), 128)
+    call = next(line for line in summary.split("\n") if line.startswith("$ python -c"))
+    assert call.endswith("… → exit 3") and utf8_len(summary) <= 128
+
+
+def test_exit_statements_of_other_shell_tools_count() -> None:
+    item = dense_dumps([
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "exec_command", "arguments": '{"cmd": "go test ./..."}'}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "Chunk ID: 1\nProcess exited with code 1\nOutput:\n"
+                                                         "--- FAIL: TestSync (0.01s)\nFAIL\n" + "ok pkg\n" * 200},
+    ])
+    summary = summarize_item(item, 256)
+    assert "$ go test ./... → exit 1" in summary.split("\n") and "--- FAIL: TestSync (0.01s)" in summary

@@ -12,7 +12,7 @@ from typing import Any
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
-from compactor.compaction.salience import batch_hint, later_names, message_names
+from compactor.compaction.salience import action_message, batch_hint, later_block, later_names, message_names
 from compactor.compaction.units import Unit, instruction_pins, split_units, tail_indexes
 
 MAX_CANDIDATES = 128
@@ -33,6 +33,11 @@ RECENT_MARKER = "[excerpt]"
 TASK_VIEW_CHARS = 6000
 PIN_VIEW_CHARS = 1200
 INSTRUCTIONS_VIEW_BYTES = 12_000
+# The ``later`` block of a batch's decision state: what happens after the batch (names used again, the
+# later actions that touch the batch's names), within LATER_MAX_BYTES on the ASCII wire and only in the
+# room the batch leaves under the payload and flow-input limits (batching never changes for it).
+LATER_MAX_BYTES = 3000
+_LATER_KEY_BYTES = 16  # ``, "later": `` on the wire
 PIN_MARKER = " [... {omitted} of {total} characters of this pinned message omitted here; it is kept verbatim] "
 
 REASON_CONTEXT = "fragment_or_decision_context_limit"
@@ -59,6 +64,7 @@ class Batch:
     record_bytes: int = 0
     state_bytes: int = 0
     names: list[str] = field(default_factory=list)  # salience hint: its names that later messages use
+    later: dict[str, Any] = field(default_factory=dict)  # the state's ``later`` block (docs/offline-offers.md)
 
     def ids(self) -> list[str]:
         return [c.unit.id for c in self.candidates]
@@ -132,12 +138,17 @@ def summary_budget(target: int, retained: int, candidates: int) -> int:
     return min(BUDGET_CAP, max(BUDGET_FLOOR, per))
 
 
-def batch_state(prep_instructions: list[Message], recent: list[str], batch: list[Candidate]) -> dict[str, Any]:
-    return {
+def batch_state(prep_instructions: list[Message], recent: list[str], batch: list[Candidate],
+                later: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The decision state of a batch; ``later`` (when there is any) tells what happens after the batch."""
+    state: dict[str, Any] = {
         "instructions": prep_instructions,
         "recent_evidence": recent,
         "fragments": [{"id": c.unit.id, "evidence": c.evidence} for c in batch],
     }
+    if later:
+        state["later"] = later
+    return state
 
 
 def batch_questions(batch: list[Candidate]) -> dict[str, Any]:
@@ -222,7 +233,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     sizer = BatchSizer(instructions, recent)
     used = fit_batches((candidate(u, messages[u.start:u.end], question_template) for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)
-    _add_salience(messages, used)
+    kept = [i for u in units if u.id in protected for i in u.indexes()]
+    _add_salience(messages, used, kept, sizer)
     return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
                        budget=budget, batches=used, reasons=reasons)
@@ -247,16 +259,28 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
-def _add_salience(messages: list[Message], batches: list[Batch]) -> None:
-    """Each batch's salience hint: its names that messages after the batch use again."""
+def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int], sizer: BatchSizer) -> None:
+    """Each batch's salience hint (its names that messages after the batch use again, less those the
+    kept messages already carry) and its ``later`` block: those names and the later actions that touch
+    them (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
     after = later_names(messages)
+    carried = set().union(*(message_names(messages[i]) for i in kept)) if kept else set()
+    flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
+                                               for i, b in enumerate(batches))
+    actions = [(i, action_message(m)) for i, m in enumerate(messages)]
+    actions = [(i, m, message_names(m)) for i, m in actions if m is not None]
     for batch in batches:
         last = max(c.unit.end for c in batch.candidates) - 1
         found = set().union(*(message_names(messages[i]) for c in batch.candidates for i in c.unit.indexes()))
-        used = found & after[last]
+        used = (found & after[last]) - carried
         batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
+        touching = [dense_dumps(m) for i, m, names in actions if i > last and names & found]
+        room = min(LATER_MAX_BYTES, DECISION_PAYLOAD_MAX_BYTES - sizer.decision_payload(batch),
+                   flow_room) - _LATER_KEY_BYTES
+        batch.later = later_block(batch.names, touching, room) if room > 0 else {}
+        flow_room -= ascii_wire_size(batch.later) + _LATER_KEY_BYTES if batch.later else 0
 
 
 def _greedy_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:

@@ -53,7 +53,7 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     patches: list[str] = []
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
-        flow_input[key] = {"state": batch_state(instructions, recent_evidence, batch.candidates),
+        flow_input[key] = {"state": batch_state(instructions, recent_evidence, batch.candidates, batch.later),
                            "items": batch_items(batch.candidates)}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):

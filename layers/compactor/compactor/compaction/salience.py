@@ -4,10 +4,12 @@ again. They go into the summary prompt so that any summarizer, model or built-in
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from compactor.chat import Message, content_text
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import ascii_wire_size, dense_dumps
 
 MAX_NAMES = 80
 MAX_NAMES_BYTES = 1500
@@ -31,7 +33,12 @@ def _is_name(token: str) -> bool:
     return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)
 
 
+_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
+
+
 def names_in(text: str) -> set[str]:
+    if "<" in text:
+        text = _TAG.sub(" ", text)
     return {token for raw in _TOKEN.findall(text) if _is_name(token := raw.rstrip(".,:;"))}
 
 
@@ -62,3 +69,70 @@ def batch_hint(names: list[str]) -> list[str]:
             break
         chosen.append(name)
     return chosen
+
+
+_FENCED = re.compile(r"```[\w-]*[ \t]*\n.*?```", re.DOTALL)
+MAX_ACTION_CHARS = 600
+MAX_ARGUMENT_CHARS = 200
+
+
+def _shortened(text: str) -> str:
+    """A long argument cut to its first line (a heredoc keeps its ``cat > path <<EOF`` header)."""
+    if len(text) <= MAX_ARGUMENT_CHARS:
+        return text
+    return text.split("\n", 1)[0][:MAX_ARGUMENT_CHARS] + " …"
+
+
+def _short_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        parsed = arguments
+    if isinstance(parsed, dict):
+        parsed = {k: _shortened(v) if isinstance(v, str) else v for k, v in parsed.items()}
+    elif isinstance(parsed, str):
+        parsed = _shortened(parsed)
+    return {"type": "function", "function": {"name": function.get("name"),
+                                             "arguments": json.dumps(parsed, ensure_ascii=False)}}
+
+
+def action_message(message: Message) -> Message | None:
+    """An assistant message reduced to what it did: its tool calls (without ids, long arguments cut to
+    their first line), or its fenced commands; None when it did nothing or is still too long to quote."""
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        reduced: dict[str, Any] = {"role": "assistant", "content": None,
+                                   "tool_calls": [_short_call(c) for c in calls if isinstance(c, dict)]}
+    else:
+        text = content_text(message.get("content"))
+        blocks = _FENCED.findall(text) if "```" in text else []
+        if not blocks:
+            return None
+        cut = [block if len(block) <= MAX_ARGUMENT_CHARS else _shortened(block) + "\n```" for block in blocks]
+        reduced = {"role": "assistant", "content": "\n".join(cut)}
+    return reduced if len(dense_dumps(reduced)) <= MAX_ACTION_CHARS else None
+
+
+def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, Any]:
+    """``{"names_used_later": […], "later_actions": […]}`` within ``limit`` ASCII wire bytes (the most
+    recent actions first, then in transcript order); empty when there is nothing to say."""
+    block: dict[str, Any] = {}
+    if names:
+        block["names_used_later"] = list(names)
+    while block.get("names_used_later") and ascii_wire_size(block) > limit // 2:
+        block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
+    chosen: list[str] = []
+    for action in reversed(actions):
+        trial = {**block, "later_actions": [action, *chosen]}
+        if ascii_wire_size(trial) > limit:
+            break
+        chosen.insert(0, action)
+    if chosen:
+        block["later_actions"] = chosen
+    if not block.get("names_used_later"):
+        block.pop("names_used_later", None)
+    return block if ascii_wire_size(block) <= limit else {}

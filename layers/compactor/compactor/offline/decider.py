@@ -58,6 +58,8 @@ _VISIBLE_CALL = re.compile(r'"function":\s*\{\s*"arguments":\s*' + _JSON_STRING 
 _VISIBLE_CALL_NAME_FIRST = re.compile(
     r'"function":\s*\{\s*"name":\s*' + _JSON_STRING + r',\s*"arguments":\s*' + _JSON_STRING
 )
+_VISIBLE_WRITE = re.compile(r"cat\s*>\s*['\"]?[^\s'\"|;&<>()]+['\"]?\s*<<-?\s*['\"]?\w+['\"]?")
+_VISIBLE_CREATE = re.compile(r'"command":\s*"create",\s*"path":\s*"([^"]+)"')
 _VISIBLE_CONTENT = re.compile(r'"content":\s*' + _JSON_STRING)
 
 
@@ -137,14 +139,25 @@ def visible_actions(excerpt: str) -> list[Action]:
     """Actions still readable in the JSON text of an excerpt (tool calls, fenced commands)."""
     actions: list[Action] = []
     for arguments, name in _VISIBLE_CALL.findall(excerpt):
+        if EVIDENCE_EXCERPT_MARKER in arguments:  # the cut runs through these arguments: not readable
+            continue
         found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
         actions.extend([found] if found else [])
     for name, arguments in _VISIBLE_CALL_NAME_FIRST.findall(excerpt):
+        if EVIDENCE_EXCERPT_MARKER in arguments:
+            continue
         found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
         actions.extend([found] if found else [])
     if not actions:
         for content in _VISIBLE_CONTENT.findall(excerpt):
             actions.extend(Action("bash", command, command) for command in fenced_commands(_unescape(content)))
+    if not actions:  # a whole-file write whose long body the excerpt cut: its header is still readable
+        visible = excerpt.replace('\\"', '"').replace("\\n", "\n")
+        for match in _VISIBLE_WRITE.finditer(visible):
+            header = match.group(0).strip().strip('"')
+            actions.append(Action("bash", header, header))
+        for path in _VISIBLE_CREATE.findall(visible):
+            actions.append(Action("str_replace_editor", {"command": "create", "path": path}))
     return actions
 
 
@@ -181,10 +194,11 @@ class FragmentView:
             return any(code != 0 for code in codes)
         return bool(error_lines(text))
 
-    def latest_writes(self, later: Footprint) -> bool:
-        """True when the fragment rewrites a file that nothing later rewrites: the file being edited."""
-        rewrites = footprint_of(self.actions).rewrites
-        return bool(rewrites) and not rewrites <= later.rewrites
+    def latest_writes(self, later: Footprint, mentioned_later: str) -> bool:
+        """True when the fragment holds the last rewrite of a file that later messages still mention:
+        the file being edited (a scratch script written and run once is not)."""
+        rewrites = footprint_of(self.actions).rewrites - later.rewrites
+        return any(path.lstrip("./") in mentioned_later for path in rewrites)
 
 
 def _parse_messages(text: str) -> list[dict[str, Any]] | None:
@@ -235,16 +249,18 @@ def _inherit_observation_actions(views: list[FragmentView]) -> None:
             current.inherited_actions = list(previous.actions)
 
 
-def compaction_fragments(state: Any) -> tuple[list[FragmentView], list[Any]] | None:
-    """The fragment views and recent evidence of a compaction-shaped state, else None."""
-    if not isinstance(state, dict) or set(state) != {"instructions", "recent_evidence", "fragments"}:
+def compaction_fragments(state: Any) -> tuple[list[FragmentView], list[Any], dict[str, Any]] | None:
+    """The fragment views, recent evidence and ``later`` block of a compaction-shaped state, else None."""
+    if not isinstance(state, dict) or not {"instructions", "recent_evidence", "fragments"} <= set(state) or not (
+            set(state) <= {"instructions", "recent_evidence", "fragments", "later"}):
         return None
     fragments, recent = state["fragments"], state["recent_evidence"]
-    if not isinstance(fragments, list) or not isinstance(recent, list):
+    later = state.get("later", {})
+    if not isinstance(fragments, list) or not isinstance(recent, list) or not isinstance(later, dict):
         return None
     if not all(isinstance(item, dict) and isinstance(item.get("id"), str) for item in fragments):
         return None
-    return [view_fragment(item["id"], item.get("evidence")) for item in fragments], recent
+    return [view_fragment(item["id"], item.get("evidence")) for item in fragments], recent, later
 
 
 def _offered(label: str, criteria: Any, confidence: float) -> tuple[str, float]:
@@ -273,14 +289,15 @@ def conservative_answer(question: Any) -> dict[str, Any]:
     raise ValueError(f"unsupported question type: {kind!r}")
 
 
-def classify(view: FragmentView, later: Footprint) -> tuple[str, str]:
-    """``(label, reason)`` for one fragment, given the footprint of everything after it."""
+def classify(view: FragmentView, later: Footprint, mentioned_later: str = "") -> tuple[str, str]:
+    """``(label, reason)`` for one fragment, given the footprint of everything after it and the text of
+    what later messages mention (names used later, the recent evidence)."""
     if not view.judgeable:
         return "keep", "unjudged"
     actions = view.judged_actions
     if actions and all(is_superseded(action, later) for action in actions):
         return ("summarize" if view.excerpted else "archive"), "superseded"
-    if view.latest_writes(later):
+    if view.latest_writes(later, mentioned_later):
         return "keep", "live_write"
     if view.has_error():
         return ("keep", "error") if len(view.evidence) < ERROR_KEEP_BYTES else ("summarize", "bulky_error")
@@ -294,12 +311,17 @@ def decide(state: Any, questions: dict[str, Any]) -> dict[str, dict[str, Any]]:
     shaped = compaction_fragments(state)
     if shaped is None:
         return {name: conservative_answer(question) for name, question in questions.items()}
-    views, recent = shaped
+    views, recent, after = shaped
     _inherit_observation_actions(views)
     later = recent_footprint(recent)
+    actions_after = after.get("later_actions")
+    later.add(recent_footprint(actions_after if isinstance(actions_after, list) else []))
+    names = after.get("names_used_later")
+    mentioned = " ".join([*(n for n in names if isinstance(n, str))] if isinstance(names, list) else [])
+    mentioned += " " + " ".join(entry for entry in recent if isinstance(entry, str))
     verdicts: dict[str, tuple[str, str]] = {}
     for view in reversed(views):
-        verdicts.setdefault(view.id, classify(view, later))
+        verdicts.setdefault(view.id, classify(view, later, mentioned))
         later.add(footprint_of(view.actions))
     answers: dict[str, dict[str, Any]] = {}
     for name, question in questions.items():

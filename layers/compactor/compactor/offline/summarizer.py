@@ -63,6 +63,7 @@ _NAME_TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
 _LEVELS = (SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END)
 LINE_BYTES = 240
+_MIN_CUT = 40  # a cut call or error line shorter than this says too little
 _CALL_BYTES = 300
 
 
@@ -189,13 +190,26 @@ def _item_lines(text: str, names: frozenset[str]) -> list[_Line]:
 
 def _render(lines: list[_Line], limit: int) -> str:
     """The most salient lines that fit in ``limit`` bytes, in their original order."""
-    chosen: list[_Line] = []
+    chosen: list[tuple[int, str]] = []
     room = limit + 1
     for line in sorted(lines, key=lambda item: (-item.score, item.order)):
         if line.size <= room:
-            chosen.append(line)
+            chosen.append((line.order, line.text))
             room -= line.size
-    return "\n".join(line.text for line in sorted(chosen, key=lambda item: item.order))
+        elif line.score >= SCORE_ERROR and room > _MIN_CUT:  # a call or error line is cut rather than lost
+            text = _cut(line.text, room - 1)
+            chosen.append((line.order, text))
+            room -= utf8_len(text) + 1
+    return "\n".join(text for _, text in sorted(chosen))
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` bytes; a call line keeps its ``→ exit N`` ending."""
+    head, arrow, code = text.rpartition(" → exit ")
+    if arrow and code.lstrip("-").isdigit():
+        ending = arrow + code
+        return fit_end(head, limit - utf8_len(ending)) + ending
+    return fit_end(text, limit)
 
 
 def _need(lines: list[_Line], threshold: float) -> int:

@@ -23,6 +23,10 @@ from compactor.jsonutil import dense_dumps
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
 _FENCE = re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
 _RETURN_CODE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_EXIT_STATEMENT = re.compile(
+    r"(?:^|\n)\s*(?:Process exited with code|Exit code:?|exit code:?|Exit status:?|\[Command finished with exit code)"
+    r"\s*(-?\d+)")
+_EXIT_STATEMENT_SPAN = 400
 _OUTPUT_TAGS = re.compile(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>")
 # Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
 # compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
@@ -37,7 +41,8 @@ _ERROR_LINE = re.compile(
     r"[ \t>|]*(?:E[ \t]+)?(?:"
     r"Traceback \(most recent call last\)"
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
-    r"|(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
+    r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
+    r"|FAIL(?:ED)?[ \t]*(?:\S+[ \t]*)?$"
     r"|\S+:\d+(?::\d+)?:[ \t]*(?:error|fatal)\b"
     r")"
 )
@@ -55,6 +60,7 @@ _BARE_FILE = re.compile(
     r"[\w-]+\.(?:py|pyi|pyx|c|h|cc|cpp|hpp|rs|go|java|kt|js|jsx|ts|tsx|rb|php|sh|cfg|ini"
     r"|toml|yaml|yml|json|md|rst|txt|xml|html|css|sql|lock)"
 )
+_SHELL_NAME = re.compile(r"(?:^|_)(?:exec|shell|bash|command|terminal)(?:_|$)", re.IGNORECASE)
 _SHELL_TOOLS = frozenset({"bash", "shell", "sh", "terminal", "execute_bash", "run", "run_command", "exec"})
 
 
@@ -103,8 +109,13 @@ def tool_call_action(call: Any) -> Action | None:
             arguments = json.loads(raw)
         except ValueError:
             arguments = raw
-    command = arguments.get("command") if isinstance(arguments, dict) else None
-    if isinstance(command, str) and (name in _SHELL_TOOLS or set(arguments) == {"command"}):
+    command = None
+    if isinstance(arguments, dict):  # ``command`` (string or argv list), or ``cmd`` as Codex' exec_command
+        command = arguments.get("command", arguments.get("cmd"))
+        if isinstance(command, list) and all(isinstance(part, str) for part in command):
+            command = " ".join(command)
+    if isinstance(command, str) and (name in _SHELL_TOOLS or set(arguments) <= {"command", "cmd"}
+                                     or _SHELL_NAME.search(name)):
         return Action(name, arguments, command.strip())
     return Action(name, arguments)
 
@@ -144,9 +155,11 @@ def is_observation(message: dict[str, Any]) -> bool:
 
 
 def return_codes(text: str) -> list[int]:
-    """Every ``<returncode>N</returncode>`` value in ``text``."""
+    """Every ``<returncode>N</returncode>`` value in ``text``; without one, the exit code a shell tool
+    states near the start of its output (``Process exited with code N``, ``Exit code: N``, …)."""
     if "<returncode>" not in text:
-        return []
+        match = _EXIT_STATEMENT.search(text[:_EXIT_STATEMENT_SPAN])
+        return [int(match.group(1))] if match else []
     return [int(value) for value in _RETURN_CODE.findall(text)]
 
 

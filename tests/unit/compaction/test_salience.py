@@ -1,0 +1,48 @@
+import json
+
+from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, batch_questions, batch_state, prepare
+from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.salience import action_message, later_block, names_in
+from compactor.jsonutil import ascii_wire_size
+
+from .fixtures import tool_unit
+
+
+def test_names_are_paths_and_code_identifiers_not_words_or_tags():
+    assert names_in("see src/app.py and parse_header, DataElement, os.path.join; the word Error </output>") == {
+        "src/app.py", "parse_header", "DataElement", "os.path.join"}
+
+
+def test_an_action_is_quoted_short():
+    body = "\n".join(f"line {i}" for i in range(400))
+    call = tool_unit("a", f"cat > src/app.py <<'EOF'\n{body}\nEOF", "<returncode>0</returncode>")[0]
+    reduced = action_message(call)
+    command = json.loads(reduced["tool_calls"][0]["function"]["arguments"])["command"]
+    assert command == "cat > src/app.py <<'EOF' …" and "id" not in reduced["tool_calls"][0]
+    assert action_message({"role": "user", "content": "```bash\nls\n```"}) is None
+    assert action_message({"role": "assistant", "content": "Run:\n```bash\nls -la\n```\nthen"})["content"] == "```bash\nls -la\n```"
+
+
+def test_later_block_stays_within_its_limit():
+    actions = [json.dumps({"role": "assistant", "content": f"```bash\ncat f{i}.py\n```"}) for i in range(200)]
+    block = later_block([f"name_{i}" for i in range(300)], actions, 1500)
+    assert ascii_wire_size(block) <= 1500 and block["later_actions"][-1] == actions[-1]
+    assert later_block([], [], 1500) == {}
+
+
+def test_batches_carry_the_names_later_messages_use_and_stay_within_the_payload_bound():
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(12):
+        messages += tool_unit(f"c{i}", f"cat src/mod_{i}.py", "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80)))
+    messages += [{"role": "assistant", "content": "Now I call helper_3_7 from src/mod_3.py and helper_9_1."},
+                 {"role": "assistant", "content": "Done."}]
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template())
+    names = {name for batch in prep.batches for name in batch.names}
+    assert {"helper_3_7", "src/mod_3.py"} <= names  # helper_9_1 is only used inside its own batch
+    for batch in prep.batches:
+        state = batch_state(prep.instructions, prep.recent_evidence, batch.candidates, batch.later)
+        assert ascii_wire_size({"state": state, "questions": batch_questions(batch.candidates)}) <= DECISION_PAYLOAD_MAX_BYTES
+    flow_ir, flow_input = materialise(prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence,
+                                      budget=prep.budget, decision_policy=None, generation_policy=None, max_tokens=None)
+    system = flow_ir[1]["batch_0_generate"]["system"]
+    assert "Names used again later in the transcript" in system and "together at most" in system
