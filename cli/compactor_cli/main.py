@@ -34,5 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process arguments) and run the chosen subcommand."""
+    import compactor_aws  # noqa: F401  (the Bedrock transport and Secrets Manager keys, as deployed)
+
     args = build_parser().parse_args(argv)
     return args.run(args)

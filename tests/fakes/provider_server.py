@@ -1,7 +1,9 @@
 """A fake model provider: a real HTTP server on 127.0.0.1 for offline tests.
 
-It answers ``POST …/chat/completions`` (OpenAI-compatible) and ``POST …/decisions`` (native
-decisions) on any path prefix, records every request, and can be scripted per test::
+It answers ``POST …/chat/completions`` (OpenAI-compatible), ``POST …/decisions`` (native
+decisions), ``POST …/v1/messages`` (Anthropic Messages) and ``POST …/model/<id>/converse`` (Bedrock
+Converse, for boto3 pointed here with ``endpoint_url=fake_provider.root_url``) on any path prefix,
+records every request, and can be scripted per test::
 
     def test_something(fake_provider):            # fixture from tests/conftest.py
         offer = Offer(..., base_url=fake_provider.base_url)   # "http://127.0.0.1:<port>/v1"
@@ -30,7 +32,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeProviderServer", "RecordedRequest", "Reply", "chat_reply", "decision_reply"]
+__all__ = ["FakeProviderServer", "RecordedRequest", "Reply", "anthropic_reply", "bedrock_error", "chat_reply",
+           "converse_reply", "decision_reply"]
 
 
 @dataclass
@@ -105,6 +108,38 @@ def decision_reply(answers: dict[str, Any], *, model: str = "fake-decider", inpu
     return Reply(status, {"model": model, "answers": answers, "usage": usage}, delay_s)
 
 
+def anthropic_reply(text: str = "ok", *, stop_reason: str = "end_turn", model: str = "fake-claude",
+                    input_tokens: int = 10, output_tokens: int = 5, cache_read: int | None = None,
+                    cache_write: int | None = None, status: int = 200, delay_s: float = 0.0) -> Reply:
+    """An Anthropic Messages answer with one text block."""
+    usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    if cache_read is not None:
+        usage["cache_read_input_tokens"] = cache_read
+    if cache_write is not None:
+        usage["cache_creation_input_tokens"] = cache_write
+    body = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": None,
+            "usage": usage}
+    return Reply(status, body, delay_s)
+
+
+def converse_reply(text: str = "ok", *, stop_reason: str = "end_turn", input_tokens: int = 10,
+                   output_tokens: int = 5, cache_read: int | None = None, delay_s: float = 0.0) -> Reply:
+    """A Bedrock Converse answer (the REST shape boto3 parses)."""
+    usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens,
+                             "totalTokens": input_tokens + output_tokens + (cache_read or 0)}
+    if cache_read is not None:
+        usage["cacheReadInputTokens"] = cache_read
+    body = {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": stop_reason, "usage": usage, "metrics": {"latencyMs": 12}}
+    return Reply(200, body, delay_s)
+
+
+def bedrock_error(status: int, code: str, message: str) -> Reply:
+    """A Bedrock error as the service sends it: the code in ``x-amzn-ErrorType``, the message in the body."""
+    return Reply(status, {"message": message}, headers={"x-amzn-ErrorType": f"{code}:http://internal.amazon.com/"})
+
+
 def default_answers(questions: Any) -> dict[str, Any]:
     """Valid answers for ``questions``: first criterion, lowest score, noul 0.5."""
     answers: dict[str, Any] = {}
@@ -128,6 +163,10 @@ def _default_reply(request: RecordedRequest) -> Reply:
     if request.path.endswith("/decisions"):
         return decision_reply(default_answers(payload.get("questions")),
                               model=str(payload.get("model") or "fake-decider"))
+    if request.path.endswith("/v1/messages"):
+        return anthropic_reply(model=str(payload.get("model") or "fake-claude"))
+    if request.path.endswith("/converse"):
+        return converse_reply()
     return Reply(404, {"error": {"message": f"no route for {request.path}"}})
 
 
@@ -161,6 +200,11 @@ class FakeProviderServer:
         if self._httpd is None:
             raise RuntimeError("fake provider is not running")
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """``http://127.0.0.1:<port>`` (no path: a boto3 ``endpoint_url``)."""
+        return self.base_url.removesuffix("/v1")
 
     def enqueue(self, *replies: Reply) -> None:
         """Answer the next requests with ``replies``, in order."""

@@ -22,17 +22,21 @@ from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
-HTTP_TRANSPORTS = frozenset({"openai", "decisions", "chat-decisions"})
-# Which protocol each transport can serve (builtin serves both).
+# Transports that need a base_url (bedrock takes an optional one: a private endpoint).
+HTTP_TRANSPORTS = frozenset({"openai", "anthropic", "decisions", "chat-decisions"})
+# Which protocol each transport can serve (docs/providers.md).
 _TRANSPORT_PROTOCOLS = {
     "openai": {"chat"},
+    "anthropic": {"chat", "decisions"},
+    "bedrock": {"chat", "decisions"},
     "decisions": {"decisions"},
     "chat-decisions": {"decisions"},
     "builtin": {"chat", "decisions"},
 }
 # Offer keys that are wiring, not observations.
 _WIRING_KEYS = frozenset({"id", "provider", "family", "model", "protocol", "transport", "base_url",
-                          "api_key_env", "price_in", "price_out"})
+                          "api_key_env", "api_key_secret", "region", "max_concurrency", "price_in",
+                          "price_out"})
 
 
 class CatalogError(ValueError):
@@ -53,9 +57,14 @@ class OfferSpec(BaseModel):
     family: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200)
     protocol: Literal["chat", "decisions"]
-    transport: Literal["openai", "decisions", "chat-decisions", "builtin"]
+    transport: Literal["openai", "anthropic", "bedrock", "decisions", "chat-decisions", "builtin"]
     base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # A Secrets Manager name or ARN (the characters both allow).
+    api_key_secret: str | None = Field(default=None, min_length=1, max_length=2048,
+                                       pattern=r"^[A-Za-z0-9/_+=.@:\-]+$")
+    region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
+    max_concurrency: int | None = Field(default=None, ge=1, le=1024)
     price_in: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     price_out: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     supports_tools: bool | None = None
@@ -86,8 +95,12 @@ class OfferSpec(BaseModel):
             raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")
         if self.transport in HTTP_TRANSPORTS and not self.base_url:
             raise ValueError(f"transport {self.transport!r} needs a base_url")
-        if self.transport == "builtin" and (self.base_url or self.api_key_env):
-            raise ValueError("builtin offers take no base_url or api_key_env")
+        if self.transport == "builtin" and (self.base_url or self.api_key_env or self.api_key_secret):
+            raise ValueError("builtin offers take no base_url, api_key_env or api_key_secret")
+        if self.transport == "bedrock" and (self.api_key_env or self.api_key_secret):
+            raise ValueError("bedrock offers take no key: the function's IAM role signs the calls")
+        if self.region and self.transport != "bedrock":
+            raise ValueError("only bedrock offers take a region")
         return self
 
     def to_offer(self) -> Offer:
@@ -97,7 +110,8 @@ class OfferSpec(BaseModel):
         return Offer(
             id=self.id, provider=self.provider, family=self.family, model=self.model,
             protocol=self.protocol, transport=self.transport, base_url=self.base_url,
-            api_key_env=self.api_key_env, price_in=self.price_in, price_out=self.price_out,
+            api_key_env=self.api_key_env, api_key_secret=self.api_key_secret, region=self.region,
+            max_concurrency=self.max_concurrency, price_in=self.price_in, price_out=self.price_out,
             observations=observations,
         )
 

@@ -1,5 +1,11 @@
 """AWS adapters of the Compactor core, shipped in the same layer: S3 object store, Step Functions
-fan-out runner, and the bridge from flow traces to X-Ray, EMF metrics and billing records.
+fan-out runner, the bridge from flow traces to X-Ray, EMF metrics and billing records, and the
+provider adapters (Bedrock transport, API keys from Secrets Manager).
 
-``compactor`` itself never imports AWS libraries; the Lambda handlers wire these adapters in.
+``compactor`` itself never imports AWS libraries; the Lambda handlers wire these adapters in. Importing
+this package plugs the provider adapters into the core (boto3 is only imported when they are used).
 """
+
+from compactor_aws import providers as _providers
+
+_providers.install()

@@ -36,3 +36,10 @@ def chat_decision_offer(fake_provider: FakeProviderServer, api_key: str) -> Offe
     return Offer(id="fake/chat-decider", provider="fake", family="fake-chat-1", model="fake-chat-1",
                  protocol="decisions", transport="chat-decisions", base_url=fake_provider.base_url,
                  api_key_env=KEY_ENV)
+
+
+@pytest.fixture
+def anthropic_offer(fake_provider: FakeProviderServer, api_key: str) -> Offer:
+    return Offer(id="fake/claude", provider="fake-anthropic", family="claude-x", model="claude-x",
+                 protocol="chat", transport="anthropic", base_url=fake_provider.root_url, api_key_env=KEY_ENV,
+                 price_in=3.0, price_out=15.0)

@@ -89,6 +89,13 @@ def test_get_catalog_is_cached_until_reset(tmp_path: Path, monkeypatch: pytest.M
         ({"offers": [{**BUILTIN, "base_url": "http://x.example"}]}, "builtin offers take no base_url"),
         ({"offers": [{**CHAT, "base_url": "ftp://x"}]}, "offers.0.base_url"),
         ({"offers": [{**CHAT, "transport": "grpc"}]}, "offers.0.transport"),
+        ({"offers": [{**CHAT, "transport": "bedrock", "api_key_env": "K"}]}, "bedrock offers take no key"),
+        ({"offers": [{**CHAT, "region": "eu-west-1"}]}, "only bedrock offers take a region"),
+        ({"offers": [{**CHAT, "transport": "bedrock", "region": "Europe"}]}, "offers.0.region"),
+        ({"offers": [{**CHAT, "transport": "anthropic", "base_url": None}]}, "needs a base_url"),
+        ({"offers": [{**CHAT, "api_key_secret": "has space"}]}, "offers.0.api_key_secret"),
+        ({"offers": [{**CHAT, "max_concurrency": 0}]}, "offers.0.max_concurrency"),
+        ({"offers": [{**BUILTIN, "api_key_secret": "s"}]}, "builtin offers take no base_url"),
         ({"offers": [{**CHAT, "price_in": -1}]}, "offers.0.price_in"),
         ({"offers": [{**CHAT, "price_in": "1.0"}]}, "offers.0.price_in"),
         ({"offers": [{**CHAT, "no_log": "yes"}]}, "offers.0.no_log"),
@@ -119,3 +126,23 @@ def test_missing_file(tmp_path: Path) -> None:
     missing = str(tmp_path / "absent.json")
     with pytest.raises(CatalogError, match="absent.json: cannot read"):
         load_catalog(missing)
+
+
+def test_every_transport_loads_with_its_wiring(tmp_path: Path) -> None:
+    secret = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:compactor/openai-AbCdEf"
+    offers = [
+        {**CHAT, "id": "o", "api_key_secret": secret, "max_concurrency": 2, "context": 128000},
+        {**CHAT, "id": "a", "transport": "anthropic", "base_url": "https://api.anthropic.com"},
+        {**CHAT, "id": "b", "transport": "bedrock", "base_url": None, "api_key_env": None, "region": "eu-west-1"},
+        {**DECIDER, "id": "d"},
+        {**DECIDER, "id": "cd", "transport": "chat-decisions"},
+        {**DECIDER, "id": "ad", "transport": "anthropic", "base_url": "https://api.anthropic.com"},
+        {**DECIDER, "id": "bd", "transport": "bedrock", "base_url": None, "api_key_env": None},
+    ]
+    catalog = load_catalog(write(tmp_path, {"offers": offers}))
+    by_id = {offer.id: offer for offer in catalog.offers}
+    assert by_id["o"].api_key_secret == secret and by_id["o"].max_concurrency == 2
+    assert "max_concurrency" not in by_id["o"].observations and by_id["o"].observations["context"] == 128000
+    assert by_id["b"].region == "eu-west-1" and by_id["bd"].region is None
+    assert {offer.transport for offer in catalog.offers} == {"openai", "anthropic", "bedrock", "decisions",
+                                                              "chat-decisions"}

@@ -69,13 +69,3 @@ def test_scrub_known_secret_and_lookalikes() -> None:
     cleaned = http.safe_message(text, ["abc123secret"])
     assert "abc123secret" not in cleaned and "xyz.789" not in cleaned and "ABCDEFGH12" not in cleaned
     assert cleaned.count("[redacted]") == 3
-
-
-def test_bearer_headers(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert http.bearer_headers(None) == ({}, None)
-    monkeypatch.setenv("K_ENV", "  k-value  ")
-    assert http.bearer_headers("K_ENV") == ({"Authorization": "Bearer k-value"}, "k-value")
-    monkeypatch.setenv("K_ENV", "line\nbreak")
-    with pytest.raises(ProviderError) as caught:
-        http.bearer_headers("K_ENV")
-    assert caught.value.kind == "auth_error" and "line" not in caught.value.message

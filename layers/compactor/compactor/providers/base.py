@@ -42,11 +42,15 @@ class Offer:
     family: str
     model: str
     protocol: str  # "chat" | "decisions"
-    transport: str  # "openai" | "decisions" | "chat-decisions" | "builtin"
+    # "openai" | "anthropic" | "bedrock" | "decisions" | "chat-decisions" | "builtin" (docs/providers.md)
+    transport: str
     base_url: str | None = None
     api_key_env: str | None = None
-    price_in: float | None = None
-    price_out: float | None = None
+    api_key_secret: str | None = None  # a secret's name or ARN, read at run time (compactor.providers.keys)
+    region: str | None = None  # bedrock: the region of the model (default: the function's)
+    max_concurrency: int | None = None  # calls in flight to this offer per container (None: unbounded)
+    price_in: float | None = None  # USD per million input tokens
+    price_out: float | None = None  # USD per million output tokens
     observations: dict[str, Any] = field(default_factory=dict)
 
 

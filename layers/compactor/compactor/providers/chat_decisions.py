@@ -4,11 +4,12 @@ Compactor sends its own prompt over the OpenAI wire format in JSON mode: a syste
 explains the question types and the exact answer shape, and a user message holding the state and
 questions as JSON. The reply must be strict JSON ``{"answers": {...}}``; it is wrapped as
 ``{"model": offer.model, "answers": …, "usage": …}`` and validated like a native decision
-(REFERENCE §6.3). Anything else is ``bad_response`` (still carrying the billed cost).
+(docs/providers.md). :func:`decide_by_chat` is the same path for every chat transport. Anything else is ``bad_response`` (still carrying the billed cost).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads
@@ -79,17 +80,26 @@ def _decision_usage(chat: ChatResponse) -> dict[str, Any]:
     return usage
 
 
+SendChat = Callable[[Offer, ChatRequest, float], Awaitable[ChatResponse]]
+
+
+async def decide_by_chat(send: SendChat, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+    """Ask ``request`` through a chat call (``send``: any transport's ``chat``) and validate the reply.
+
+    The path every chat model's decisions take (``chat-decisions``, ``anthropic``, ``bedrock``)."""
+    payload = checked_payload(offer, request)
+    max_tokens = min(_MAX_TOKENS_CAP, _BASE_MAX_TOKENS + _MAX_TOKENS_PER_QUESTION * len(request.questions))
+    chat = await send(offer, ChatRequest(decision_messages(payload), max_tokens=max_tokens, json_mode=True),
+                      timeout_s)
+    answer = {"model": offer.model, "answers": _reply_answers(chat), "usage": _decision_usage(chat)}
+    return checked_decision(request, answer, model_family=offer.family)
+
+
 class ChatDecisionsTransport:
-    """Decision offers served by a chat model through Compactor's decision prompt. Stateless."""
+    """Decision offers served by an OpenAI-compatible chat model through Compactor's decision prompt. Stateless."""
 
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
-        payload = checked_payload(offer, request)
-        max_tokens = min(_MAX_TOKENS_CAP, _BASE_MAX_TOKENS + _MAX_TOKENS_PER_QUESTION * len(request.questions))
-        chat = await complete_chat(
-            offer, ChatRequest(decision_messages(payload), max_tokens=max_tokens, json_mode=True), timeout_s
-        )
-        answer = {"model": offer.model, "answers": _reply_answers(chat), "usage": _decision_usage(chat)}
-        return checked_decision(request, answer, model_family=offer.family)
+        return await decide_by_chat(complete_chat, offer, request, timeout_s)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import threading
 import weakref
@@ -22,8 +21,9 @@ import httpx
 
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
-    UPSTREAM_ERROR, ProviderError,
+    UPSTREAM_ERROR, Offer, ProviderError,
 )
+from compactor.providers.keys import api_key
 
 # Keep-alive for as many connections as one request opens at once: a 32-batch burst reuses its
 # connections on the next burst instead of reconnecting (docs/performance.md).
@@ -39,7 +39,7 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)bearer\s+[^\s\"',]+"),
     re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}"),
 )
-_CONTEXT_OVERFLOW = re.compile(
+CONTEXT_OVERFLOW_WORDS = re.compile(
     r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|prompt is too long",
     re.IGNORECASE,
 )
@@ -186,7 +186,7 @@ def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (
         kind = RATE_LIMIT
     elif status in (401, 403):
         kind = AUTH_ERROR
-    elif status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(detail):
+    elif status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
         kind = CONTEXT_OVERFLOW
     elif 400 <= status < 500:
         kind = BAD_REQUEST
@@ -195,15 +195,8 @@ def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (
     return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status)
 
 
-def bearer_headers(api_key_env: str | None) -> tuple[dict[str, str], str | None]:
-    """``({"Authorization": "Bearer <key>"}, key)`` from the environment variable ``api_key_env``;
-    ``({}, None)`` when the offer needs no key. A missing, empty or malformed value raises
-    ``auth_error`` naming the variable (never the value)."""
-    if not api_key_env:
-        return {}, None
-    key = os.environ.get(api_key_env, "").strip()
-    if not key:
-        raise ProviderError(AUTH_ERROR, f"API key variable {api_key_env} is not set")
-    if not key.isascii() or not key.isprintable():
-        raise ProviderError(AUTH_ERROR, f"API key variable {api_key_env} holds an invalid value")
-    return {"Authorization": f"Bearer {key}"}, key
+def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:
+    """``({"Authorization": "Bearer <key>"}, key)`` with the offer's key (:func:`compactor.providers.keys.api_key`);
+    ``({}, None)`` when the offer needs no key."""
+    key = api_key(offer)
+    return ({"Authorization": f"Bearer {key}"}, key) if key else ({}, None)

@@ -39,7 +39,7 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
 async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
     """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`)."""
     url = endpoint(offer, "chat/completions")
-    headers, key = bearer_headers(offer.api_key_env)
+    headers, key = bearer_headers(offer)
     reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
     error = error_for_status(reply.status, reply.body, (key,))
@@ -52,7 +52,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
                             cost_reported=exc.cost_reported) from None
 
 
-def _count(value: Any) -> int | None:
+def count(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
@@ -102,10 +102,10 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
         tool_calls=_tool_calls(message.get("tool_calls")),
         served_model_id=model if isinstance(model, str) and model else default_model,
-        tokens_in=_count(usage.get("prompt_tokens")),
-        tokens_out=_count(usage.get("completion_tokens")),
-        tokens_total=_count(usage.get("total_tokens")),
-        tokens_cached=_count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        tokens_in=count(usage.get("prompt_tokens")),
+        tokens_out=count(usage.get("completion_tokens")),
+        tokens_total=count(usage.get("total_tokens")),
+        tokens_cached=count(details.get("cached_tokens")) if isinstance(details, dict) else None,
         cost_reported=_usd(usage.get("cost")),
     )
 

@@ -1,19 +1,42 @@
-"""Which :class:`~compactor.providers.base.Transport` serves an offer (its ``transport`` field)."""
+"""Which :class:`~compactor.providers.base.Transport` serves an offer (its ``transport`` field).
+
+The core's own transports are built in; adapters plug theirs in with :func:`register_transport`
+(``compactor_aws.providers`` registers ``bedrock``, so the core never imports an AWS library).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 from compactor.providers.base import Offer, Transport
-from compactor.providers.chat_decisions import ChatDecisionsTransport
-from compactor.providers.native_decisions import DecisionsTransport
-from compactor.providers.openai import OpenAITransport
 
-_HTTP_TRANSPORTS: dict[str, Transport] = {
-    "openai": OpenAITransport(),
-    "decisions": DecisionsTransport(),
-    "chat-decisions": ChatDecisionsTransport(),
-}
+
+@cache
+def _http_transports() -> dict[str, Transport]:
+    # Imported on first use: registering an adapter stays cheap (cold starts).
+    from compactor.providers.anthropic import AnthropicTransport
+    from compactor.providers.chat_decisions import ChatDecisionsTransport
+    from compactor.providers.native_decisions import DecisionsTransport
+    from compactor.providers.openai import OpenAITransport
+
+    return {
+        "openai": OpenAITransport(),
+        "anthropic": AnthropicTransport(),
+        "decisions": DecisionsTransport(),
+        "chat-decisions": ChatDecisionsTransport(),
+    }
+
+
+# Transports built on first use by a registered factory (adapters).
+_factories: dict[str, Callable[[], Transport]] = {}
+_built: dict[str, Transport] = {}
+
+
+def register_transport(name: str, factory: Callable[[], Transport]) -> None:
+    """Serve offers whose ``transport`` is ``name`` with ``factory()`` (built once, on first use)."""
+    _factories[name] = factory
+    _built.pop(name, None)
 
 
 @cache
@@ -28,7 +51,10 @@ def transport_for(offer: Offer) -> Transport:
     """The shared, stateless transport for ``offer``; unknown names raise ``ValueError``."""
     if offer.transport == "builtin":
         return _builtin_transport()
-    try:
-        return _HTTP_TRANSPORTS[offer.transport]
-    except KeyError:
-        raise ValueError(f"offer {offer.id}: unknown transport {offer.transport!r}") from None
+    known = _http_transports().get(offer.transport) or _built.get(offer.transport)
+    if known is not None:
+        return known
+    factory = _factories.get(offer.transport)
+    if factory is None:
+        raise ValueError(f"offer {offer.id}: transport {offer.transport!r} is not available here")
+    return _built.setdefault(offer.transport, factory())

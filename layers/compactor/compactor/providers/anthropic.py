@@ -1,0 +1,92 @@
+"""The ``anthropic`` transport: the Anthropic Messages API (docs/providers.md).
+
+``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the system prompt is a
+top-level field, turns alternate (:mod:`compactor.providers.turns`), ``max_tokens`` is required. The
+answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. Usage:
+``input_tokens`` excludes cached input, so cache reads and writes are added back (cache reads are the
+cached tokens). Decisions go through the same prompt-and-validate path as ``chat-decisions``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.providers.base import (
+    BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+)
+from compactor.providers.chat_decisions import decide_by_chat
+from compactor.providers.http import error_for_status, post_json, safe_message
+from compactor.providers.keys import api_key
+from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
+from compactor.providers.turns import to_turns
+
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 1024  # the API requires max_tokens; used when the request leaves it open
+# Anthropic stop reasons in the finish_reason words the rest of Compactor reads.
+_FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+                   "refusal": "content_filter", "model_context_window_exceeded": "length"}
+
+
+def messages_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
+    """The JSON body sent for ``request``. JSON mode has no switch here: the prompt asks for JSON."""
+    turns = to_turns(request.messages)
+    body: dict[str, Any] = {
+        "model": offer.model,
+        "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
+        "messages": [{"role": role, "content": text} for role, text in turns.turns],
+    }
+    if turns.system:
+        body["system"] = turns.system
+    return body
+
+
+def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
+    """A :class:`ChatResponse` from a Messages API answer; malformed bodies raise ``bad_response``."""
+    try:
+        payload = strict_loads(body)
+    except StrictJSONError as exc:
+        raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
+    if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
+        raise ProviderError(BAD_RESPONSE, "response has no content blocks")
+    blocks = [block for block in payload["content"] if isinstance(block, dict)]
+    text = "".join(block["text"] for block in blocks
+                   if block.get("type") == "text" and isinstance(block.get("text"), str))
+    tool_calls = [block for block in blocks if block.get("type") == "tool_use"] or None
+    usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+    fresh, cache_read, cache_write = (count(usage.get(key)) for key in
+                                      ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+    out = count(usage.get("output_tokens"))
+    tokens_in = None if fresh is None else fresh + (cache_read or 0) + (cache_write or 0)
+    stop = payload.get("stop_reason")
+    model = payload.get("model")
+    return ChatResponse(
+        text=text,
+        finish_reason=_FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
+        tool_calls=tool_calls,
+        served_model_id=model if isinstance(model, str) and model else default_model,
+        tokens_in=tokens_in,
+        tokens_out=out,
+        tokens_total=None if tokens_in is None or out is None else tokens_in + out,
+        tokens_cached=cache_read,
+    )
+
+
+class AnthropicTransport:
+    """Chat and decision offers reached over the Anthropic Messages API. Stateless."""
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        key = api_key(offer)
+        headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
+        reply = await post_json(endpoint(offer, "v1/messages"), messages_body(offer, request), headers=headers,
+                                timeout_s=timeout_s, max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
+        error = error_for_status(reply.status, reply.body, (key,))
+        if error is not None:
+            raise error
+        try:
+            return parse_message(reply.body, default_model=offer.model)
+        except ProviderError as exc:
+            raise ProviderError(exc.kind, safe_message(exc.message, (key,)), http_status=reply.status) from None
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+        return await decide_by_chat(self.chat, offer, request, timeout_s)

@@ -1,0 +1,56 @@
+"""API keys of offers: an environment variable (``api_key_env``, local use) or a stored secret
+(``api_key_secret``, a name or ARN read at run time by a pluggable resolver, see docs/providers.md).
+
+The core reads no secret store itself: an adapter (``compactor_aws.providers`` for Secrets Manager)
+installs the resolver with :func:`set_secret_resolver`. Messages name the variable or the secret,
+never the value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from compactor.providers.base import AUTH_ERROR, Offer, ProviderError
+
+SecretResolver = Callable[[str], str]
+
+_secret_resolver: SecretResolver | None = None
+
+
+def set_secret_resolver(resolver: SecretResolver | None) -> None:
+    """Install the function that returns a secret's value from its name or ARN (None removes it)."""
+    global _secret_resolver
+    _secret_resolver = resolver
+
+
+def _checked(key: str, where: str) -> str:
+    key = key.strip()
+    if not key:
+        raise ProviderError(AUTH_ERROR, f"{where} is empty")
+    if not key.isascii() or not key.isprintable():
+        raise ProviderError(AUTH_ERROR, f"{where} holds an invalid value")
+    return key
+
+
+def api_key(offer: Offer) -> str | None:
+    """The offer's key, or None when it needs none; a missing or unreadable key is ``auth_error``.
+
+    A set ``api_key_env`` variable wins, so one catalog serves local runs (variable) and the deployed
+    function (secret)."""
+    if offer.api_key_env and os.environ.get(offer.api_key_env, "").strip():
+        return _checked(os.environ[offer.api_key_env], f"API key variable {offer.api_key_env}")
+    if offer.api_key_secret:
+        where = f"API key secret {offer.api_key_secret}"
+        if _secret_resolver is None:
+            raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here")
+        try:
+            value = _secret_resolver(offer.api_key_secret)
+        except ProviderError:
+            raise
+        except Exception as exc:  # the store's own errors may quote request details: name the type only
+            raise ProviderError(AUTH_ERROR, f"{where} cannot be read ({type(exc).__name__})") from None
+        return _checked(value, where)
+    if offer.api_key_env:
+        raise ProviderError(AUTH_ERROR, f"API key variable {offer.api_key_env} is not set")
+    return None

@@ -1,0 +1,65 @@
+"""Chat messages in the OpenAI shape, rewritten for APIs that take a separate system prompt and
+alternating user/assistant text turns (the ``anthropic`` and ``bedrock`` transports).
+
+System (and developer) messages join the system prompt; tool results and tool calls become text in
+the turn they belong to; consecutive messages of one role merge; the first turn is always the user's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True)
+class Turns:
+    system: str  # "" when there is none
+    turns: tuple[tuple[str, str], ...]  # (role "user" | "assistant", text), alternating, user first
+
+
+def content_text(content: Any) -> str:
+    """A message's content as text: a string, the text parts of a part list, else its JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content
+                       if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    text = content_text(message.get("content"))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
+    if message.get("role") == "tool":
+        text = f"[tool result] {text}"
+    return text
+
+
+def to_turns(messages: list[dict[str, Any]]) -> Turns:
+    """The system prompt and the alternating turns of ``messages``."""
+    system: list[str] = []
+    turns: list[list[str]] = []  # [role, text]
+    for message in messages:
+        role = message.get("role") if isinstance(message, dict) else None
+        if role in _SYSTEM_ROLES:
+            system.append(content_text(message.get("content")))
+            continue
+        role = "assistant" if role == "assistant" else "user"
+        text = _message_text(message)
+        if turns and turns[-1][0] == role:
+            turns[-1][1] += "\n\n" + text
+        else:
+            turns.append([role, text])
+    if not turns or turns[0][0] != "user":
+        turns.insert(0, ["user", "(conversation follows)" if turns else "(no message)"])
+    # Empty text blocks are refused by both APIs.
+    return Turns("\n\n".join(part for part in system if part),
+                 tuple((role, text if text.strip() else "(empty)") for role, text in turns))

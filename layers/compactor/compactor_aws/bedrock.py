@@ -1,0 +1,146 @@
+"""The ``bedrock`` transport (docs/providers.md): the Converse API through boto3, signed with the
+function's role. Summaries are chat; decisions take the same prompt-and-validate path as
+``chat-decisions``; usage comes from the answer and cost from the catalog prices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from functools import lru_cache
+from typing import Any
+
+from compactor.providers.base import (
+    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
+    ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+)
+from compactor.providers.chat_decisions import decide_by_chat
+from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
+from compactor.providers.turns import to_turns
+
+DEFAULT_MAX_TOKENS = 1024
+CONNECT_TIMEOUT_S = 5
+# Bedrock error codes in the router's error kinds (docs/providers.md).
+_ERROR_KINDS = {
+    "ThrottlingException": RATE_LIMIT,
+    "ServiceQuotaExceededException": RATE_LIMIT,
+    "TooManyRequestsException": RATE_LIMIT,
+    "AccessDeniedException": AUTH_ERROR,
+    "UnrecognizedClientException": AUTH_ERROR,
+    "ExpiredTokenException": AUTH_ERROR,
+    "InvalidSignatureException": AUTH_ERROR,
+    "ValidationException": BAD_REQUEST,
+    "ResourceNotFoundException": BAD_REQUEST,
+    "ModelTimeoutException": TIMEOUT,
+    "ModelNotReadyException": UPSTREAM_ERROR,
+    "ModelErrorException": UPSTREAM_ERROR,
+    "ServiceUnavailableException": UPSTREAM_ERROR,
+    "InternalServerException": UPSTREAM_ERROR,
+}
+_FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
+                   "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
+                   "model_context_window_exceeded": "length"}
+
+
+@lru_cache(maxsize=32)
+def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s: int) -> Any:
+    """A shared ``bedrock-runtime`` client (thread-safe); no SDK retries: the router decides."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout_s,
+                    retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=64,
+                    user_agent_extra="compactor")
+    return boto3.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+
+
+def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
+    """The Converse call's arguments for ``request`` (JSON mode: the prompt asks for JSON)."""
+    turns = to_turns(request.messages)
+    arguments: dict[str, Any] = {
+        "modelId": offer.model,
+        "messages": [{"role": role, "content": [{"text": text}]} for role, text in turns.turns],
+        "inferenceConfig": {"maxTokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS},
+    }
+    if turns.system:
+        arguments["system"] = [{"text": turns.system}]
+    return arguments
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatResponse:
+    """A :class:`ChatResponse` from a Converse answer. Bedrock's ``inputTokens`` leaves out cache reads
+    and writes, which are added back (cache reads are the cached tokens)."""
+    message = (output.get("output") or {}).get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
+    blocks = [block for block in message["content"] if isinstance(block, dict)]
+    text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
+    tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
+    usage = output.get("usage") if isinstance(output.get("usage"), dict) else {}
+    fresh, cache_read, cache_write, out = (_count(usage.get(key)) for key in
+                                           ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
+                                            "outputTokens"))
+    tokens_in = None if fresh is None else fresh + (cache_read or 0) + (cache_write or 0)
+    stop = output.get("stopReason")
+    return ChatResponse(
+        text=text,
+        finish_reason=_FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
+        tool_calls=tool_calls,
+        served_model_id=default_model,
+        tokens_in=tokens_in,
+        tokens_out=out,
+        tokens_total=None if tokens_in is None or out is None else tokens_in + out,
+        tokens_cached=cache_read,
+    )
+
+
+def provider_error(exc: Exception) -> ProviderError:
+    """A botocore exception as a :class:`ProviderError` of the router's kinds."""
+    from botocore.exceptions import (
+        ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError, ReadTimeoutError,
+    )
+
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error") or {}
+        code = str(error.get("Code") or "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        message = f"{code}: {error.get('Message') or ''}"
+        kind = _ERROR_KINDS.get(code)
+        if kind is None:
+            kind = RATE_LIMIT if status == 429 else AUTH_ERROR if status in (401, 403) \
+                else BAD_REQUEST if isinstance(status, int) and 400 <= status < 500 else UPSTREAM_ERROR
+        if kind == BAD_REQUEST and CONTEXT_OVERFLOW_WORDS.search(message):
+            kind = CONTEXT_OVERFLOW
+        return ProviderError(kind, safe_message(message), http_status=status)
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+        return ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}"))
+    if isinstance(exc, NoCredentialsError):
+        return ProviderError(AUTH_ERROR, "no AWS credentials for Bedrock (the function's role signs the calls)")
+    if isinstance(exc, EndpointConnectionError):
+        return ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}"))
+    return ProviderError(UPSTREAM_ERROR, safe_message(f"{type(exc).__name__}: {exc}"))
+
+
+class BedrockTransport:
+    """Chat and decision offers served through the Bedrock Converse API. Stateless.
+
+    boto3 is synchronous: each call runs in a worker thread, its read timeout set from the attempt's
+    time, so an abandoned call ends on its own soon after the router gave up on it."""
+
+    async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
+        if timeout_s <= 0:
+            raise ProviderError(TIMEOUT, "no time left for the call")
+        client = _bedrock_client(offer.region, offer.base_url, max(1, math.ceil(timeout_s)))
+        arguments = converse_arguments(offer, request)
+        try:
+            output = await asyncio.to_thread(client.converse, **arguments)
+        except Exception as exc:
+            raise provider_error(exc) from None
+        return parse_converse(output, default_model=offer.model)
+
+    async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
+        return await decide_by_chat(self.chat, offer, request, timeout_s)

@@ -1,0 +1,30 @@
+"""Plugs the AWS provider adapters into the core (docs/providers.md): the ``bedrock`` transport
+(:mod:`compactor_aws.bedrock`) and API keys from Secrets Manager (:mod:`compactor_aws.secrets`).
+
+Importing :mod:`compactor_aws` calls :func:`install`, so every Lambda function and the CLI get them;
+boto3 and the adapters themselves load on first use.
+"""
+
+from __future__ import annotations
+
+from compactor.providers.base import Transport
+from compactor.providers.keys import set_secret_resolver
+from compactor.providers.registry import register_transport
+
+
+def _bedrock() -> Transport:
+    from compactor_aws.bedrock import BedrockTransport
+
+    return BedrockTransport()
+
+
+def _read_secret(name: str) -> str:
+    from compactor_aws.secrets import read_secret_key
+
+    return read_secret_key(name)
+
+
+def install() -> None:
+    """Register the ``bedrock`` transport and the Secrets Manager key resolver."""
+    register_transport("bedrock", _bedrock)
+    set_secret_resolver(_read_secret)

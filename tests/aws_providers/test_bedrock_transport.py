@@ -1,0 +1,110 @@
+"""BedrockTransport through real boto3 (signing, serialisation, error parsing) against a local HTTP
+endpoint speaking the Converse REST shape (``endpoint_url`` = the fake provider)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import compactor_aws  # noqa: F401  (plugs the AWS provider adapters into the core)
+from compactor.catalog import parse_catalog
+from compactor.providers.base import (
+    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
+    ChatRequest, DecisionRequest, Offer, ProviderError,
+)
+from compactor.providers.registry import transport_for
+from compactor.router import compute_cost
+from compactor_aws.bedrock import BedrockTransport
+from fakes.provider_server import FakeProviderServer, Reply, bedrock_error, converse_reply
+
+MODEL = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+QUESTIONS = {"f1": {"type": "noul", "instructions": "Is it useful?"}}
+
+
+@pytest.fixture(autouse=True)
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def offer(fake_provider: FakeProviderServer) -> Offer:
+    return Offer(id="bedrock/haiku", provider="bedrock", family="claude-haiku", model=MODEL, protocol="chat",
+                 transport="bedrock", base_url=fake_provider.root_url, region="eu-west-1",
+                 price_in=0.8, price_out=4.0)
+
+
+def test_catalog_offer_is_served_by_the_registered_transport() -> None:
+    catalog = parse_catalog({"offers": [{"id": "b", "provider": "bedrock", "family": "f", "model": MODEL,
+                                         "protocol": "decisions", "transport": "bedrock", "region": "eu-west-1"}]})
+    assert catalog.offers[0].region == "eu-west-1"
+    assert isinstance(transport_for(catalog.offers[0]), BedrockTransport)
+
+
+async def test_converse_request_is_signed_and_shaped(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    fake_provider.enqueue(converse_reply("summary", input_tokens=200, output_tokens=30, cache_read=800))
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+    response = await transport_for(offer).chat(offer, ChatRequest(messages, max_tokens=77), 10)
+    sent = fake_provider.requests[0]
+    assert sent.path == "/model/" + MODEL.replace(":", "%3A") + "/converse"
+    authorization = sent.headers["authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=testing/")
+    assert "/eu-west-1/bedrock/aws4_request" in authorization  # signed for the offer's region
+    assert sent.json == {"messages": [{"role": "user", "content": [{"text": "hello"}]}],
+                         "system": [{"text": "Be brief."}], "inferenceConfig": {"maxTokens": 77}}
+    assert response.text == "summary" and response.finish_reason == "stop"
+    assert (response.tokens_in, response.tokens_out, response.tokens_cached) == (1000, 30, 800)
+    cost, basis = compute_cost(offer, response, 6)
+    assert basis == "computed"
+    assert cost == pytest.approx(round((200 * 0.8 + 800 * 0.8 * 0.1 + 30 * 4.0) / 1e6, 6))
+
+
+async def test_max_tokens_stop_reads_as_length(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    fake_provider.enqueue(converse_reply("cut", stop_reason="max_tokens"))
+    response = await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert response.finish_reason == "length"
+
+
+@pytest.mark.parametrize(("reply", "kind"), [
+    (bedrock_error(429, "ThrottlingException", "Too many requests, please wait"), RATE_LIMIT),
+    (bedrock_error(400, "ValidationException", "The model returned the following errors: malformed input"),
+     BAD_REQUEST),
+    (bedrock_error(400, "ValidationException", "Input is too long for requested model. Too many tokens"),
+     CONTEXT_OVERFLOW),
+    (bedrock_error(403, "AccessDeniedException", "You don't have access to the model"), AUTH_ERROR),
+    (bedrock_error(408, "ModelTimeoutException", "Model has timed out"), TIMEOUT),
+    (bedrock_error(503, "ServiceUnavailableException", "unavailable"), UPSTREAM_ERROR),
+    (Reply(200, {"stopReason": "end_turn"}), BAD_RESPONSE),
+])
+async def test_errors_map_onto_router_kinds(fake_provider: FakeProviderServer, offer: Offer, reply: Reply,
+                                            kind: str) -> None:
+    fake_provider.enqueue(reply)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert caught.value.kind == kind
+    assert len(fake_provider.requests) == 1  # no SDK retries: the router decides
+
+
+async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
+    closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(closed, ChatRequest([{"role": "user", "content": "x"}]), 5)
+    assert caught.value.kind == NETWORK_ERROR
+
+
+async def test_decisions_are_validated(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    decider = dataclasses.replace(offer, protocol="decisions")
+    good = {"answers": {"f1": {"type": "noul", "noul": 0.25}}}
+    fake_provider.enqueue(converse_reply(json.dumps(good), input_tokens=50, output_tokens=7),
+                          converse_reply("Sure! Here it is: " + json.dumps(good)))
+    request = DecisionRequest(state={"f1": "a"}, questions=QUESTIONS)
+    response = await BedrockTransport().decide(decider, request, 10)
+    assert response.answers == good["answers"] and response.tokens_in == 50
+    assert '"answers"' in fake_provider.requests[0].json["system"][0]["text"]
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().decide(decider, request, 10)
+    assert caught.value.kind == BAD_RESPONSE

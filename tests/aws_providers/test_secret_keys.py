@@ -1,0 +1,71 @@
+"""API keys from Secrets Manager (moto) through Powertools Parameters, with the TTL cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+
+import boto3
+import pytest
+from aws_lambda_powertools.utilities import parameters
+from moto import mock_aws
+
+import compactor_aws  # noqa: F401  (installs the Secrets Manager resolver)
+from compactor.providers.base import ChatRequest, Offer, ProviderError
+from compactor.providers.keys import api_key
+from compactor.providers.openai import OpenAITransport
+from compactor_aws.secrets import SECRET_TTL_ENV
+from fakes.provider_server import FakeProviderServer
+
+OFFER = Offer(id="o", provider="p", family="f", model="m", protocol="chat", transport="openai",
+              base_url="http://127.0.0.1:1/v1", api_key_secret="compactor/openai")
+
+
+@pytest.fixture
+def secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "eu-west-1")):
+        monkeypatch.setenv(name, value)
+    parameters.clear_caches()
+    with mock_aws():
+        yield boto3.client("secretsmanager", region_name="eu-west-1")
+    parameters.clear_caches()
+
+
+def test_key_read_by_name_and_arn_and_cached(secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    arn = secrets.create_secret(Name="compactor/openai", SecretString="sk-secret-one-123")["ARN"]
+    assert api_key(OFFER) == "sk-secret-one-123"
+    assert api_key(dataclasses.replace(OFFER, api_key_secret=arn)) == "sk-secret-one-123"
+    secrets.put_secret_value(SecretId="compactor/openai", SecretString="sk-secret-two-456")
+    assert api_key(OFFER) == "sk-secret-one-123"  # within the TTL: the cached value
+    monkeypatch.setenv(SECRET_TTL_ENV, "0")
+    assert api_key(OFFER) == "sk-secret-two-456"  # TTL 0: read again
+
+
+def test_json_secret_with_api_key(secrets: object) -> None:
+    secrets.create_secret(Name="compactor/openai", SecretString=json.dumps({"api_key": "sk-in-json-789"}))
+    assert api_key(OFFER) == "sk-in-json-789"
+
+
+@pytest.mark.parametrize("stored", [None, json.dumps({"key": "x"})])
+def test_missing_or_shapeless_secret_is_auth_error(secrets: object, stored: str | None) -> None:
+    if stored is not None:
+        secrets.create_secret(Name="compactor/openai", SecretString=stored)
+    with pytest.raises(ProviderError) as caught:
+        api_key(OFFER)
+    assert caught.value.kind == "auth_error" and "compactor/openai" in caught.value.message
+    assert stored is None or "x" not in caught.value.message.split("without")[0]
+
+
+async def test_transport_sends_the_secret_and_scrubs_it(secrets: object, fake_provider: FakeProviderServer) -> None:
+    secrets.create_secret(Name="compactor/openai", SecretString="sk-secret-one-123")
+    offer = dataclasses.replace(OFFER, base_url=fake_provider.base_url)
+    await OpenAITransport().chat(offer, ChatRequest([{"role": "user", "content": "hi"}]), 10)
+    assert fake_provider.requests[0].headers["authorization"] == "Bearer sk-secret-one-123"
+    from fakes.provider_server import Reply
+
+    fake_provider.enqueue(Reply(401, {"error": {"message": "bad key sk-secret-one-123"}}))
+    with pytest.raises(ProviderError) as caught:
+        await OpenAITransport().chat(offer, ChatRequest([{"role": "user", "content": "hi"}]), 10)
+    assert "sk-secret-one-123" not in caught.value.message

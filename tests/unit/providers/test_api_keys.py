@@ -1,0 +1,68 @@
+"""API keys: environment variables (local) and secrets read through the installed resolver."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from compactor.providers import http, keys
+from compactor.providers.base import Offer, ProviderError
+
+OFFER = Offer(id="o", provider="p", family="f", model="m", protocol="chat", transport="openai",
+              base_url="http://127.0.0.1:1/v1")
+
+
+@pytest.fixture
+def resolver() -> Iterator[dict[str, str]]:
+    """A dict-backed secret store installed as the resolver; the previous one comes back afterwards."""
+    store: dict[str, str] = {}
+    previous = keys._secret_resolver
+    keys.set_secret_resolver(lambda name: store[name])
+    yield store
+    keys.set_secret_resolver(previous)
+
+
+def test_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert http.bearer_headers(OFFER) == ({}, None)
+    offer = dataclasses.replace(OFFER, api_key_env="K_ENV")
+    monkeypatch.setenv("K_ENV", "  k-value  ")
+    assert http.bearer_headers(offer) == ({"Authorization": "Bearer k-value"}, "k-value")
+    monkeypatch.setenv("K_ENV", "line\nbreak")
+    with pytest.raises(ProviderError) as caught:
+        http.bearer_headers(offer)
+    assert caught.value.kind == "auth_error" and "line" not in caught.value.message
+    monkeypatch.delenv("K_ENV")
+    with pytest.raises(ProviderError, match="API key variable K_ENV is not set"):
+        keys.api_key(offer)
+
+
+def test_secret_key_and_env_precedence(resolver: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    offer = dataclasses.replace(OFFER, api_key_env="K_ENV", api_key_secret="prod/openai")
+    monkeypatch.delenv("K_ENV", raising=False)
+    resolver["prod/openai"] = "sk-from-secret-123"
+    assert keys.api_key(offer) == "sk-from-secret-123"
+    monkeypatch.setenv("K_ENV", "sk-local-456")  # local runs: the variable wins
+    assert keys.api_key(offer) == "sk-local-456"
+
+
+def test_secret_failures_name_the_secret_never_a_value(resolver: dict[str, str]) -> None:
+    offer = dataclasses.replace(OFFER, api_key_secret="prod/missing")
+    with pytest.raises(ProviderError) as caught:
+        keys.api_key(offer)
+    assert caught.value.kind == "auth_error"
+    assert caught.value.message == "API key secret prod/missing cannot be read (KeyError)"
+    resolver["prod/missing"] = "  "
+    with pytest.raises(ProviderError, match="API key secret prod/missing is empty"):
+        keys.api_key(offer)
+
+
+def test_secret_without_a_store() -> None:
+    previous = keys._secret_resolver
+    keys.set_secret_resolver(None)
+    try:
+        with pytest.raises(ProviderError, match="no secret store is configured"):
+            keys.api_key(dataclasses.replace(OFFER, api_key_secret="s"))
+    finally:
+        keys.set_secret_resolver(previous)
