@@ -22,7 +22,6 @@ from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 
-import compactor_aws  # noqa: F401  (plugs the Bedrock transport and Secrets Manager keys into the core)
 from compactor.budget import Deadline
 from compactor.container import get_router, run_sync
 from compactor.flow import admit_flow, run_flow
