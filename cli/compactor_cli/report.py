@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from compactor.jsonutil import dense_size
+from compactor.provider_failures import failure_causes, fallback_count
 
 
 class Progress:
@@ -90,8 +91,32 @@ def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
         lines.append("reasons: " + ", ".join(compaction["reasons"]))
     usage = summary.get("usage") or {}
     lines.append(f"tokens: {usage.get('prompt_tokens', 0)} in, {usage.get('completion_tokens', 0)} out")
+    lines.extend(problem_lines(body))
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
+
+
+def base_url_of(offer_id: str) -> str | None:
+    from compactor.catalog import CatalogError, get_catalog
+
+    try:
+        offer = get_catalog().offer(offer_id)
+    except CatalogError:
+        return None
+    return offer.base_url if offer is not None else None
+
+
+def problem_lines(body: dict[str, Any]) -> list[str]:
+    """The fallbacks and failed calls grouped by cause, in plain words with the offer and the fix."""
+    causes = failure_causes(body, base_url_of)
+    if not causes:
+        return []
+    fallbacks = fallback_count(body)
+    lines = [f"problems: {fallbacks} model call{'s' if fallbacks != 1 else ''} fell back"]
+    for cause, count in causes:
+        lines.append(f"  {cause.cause} (offer {cause.offer}, x{count})")
+        lines.append(f"    fix: {cause.fix}")
+    return lines
 
 
 def _roles(messages: list[dict[str, Any]]) -> str:
@@ -160,8 +185,32 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
                 lines.append("models: " + ", ".join(f"{name} x{count}" for name, count in sorted(served.items())))
     else:
         lines.append("cost: none (no model call)")
+    lines.extend(problem_lines(body))
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
+
+
+def base_url_of(offer_id: str) -> str | None:
+    from compactor.catalog import CatalogError, get_catalog
+
+    try:
+        offer = get_catalog().offer(offer_id)
+    except CatalogError:
+        return None
+    return offer.base_url if offer is not None else None
+
+
+def problem_lines(body: dict[str, Any]) -> list[str]:
+    """The fallbacks and failed calls grouped by cause, in plain words with the offer and the fix."""
+    causes = failure_causes(body, base_url_of)
+    if not causes:
+        return []
+    fallbacks = fallback_count(body)
+    lines = [f"problems: {fallbacks} model call{'s' if fallbacks != 1 else ''} fell back"]
+    for cause, count in causes:
+        lines.append(f"  {cause.cause} (offer {cause.offer}, x{count})")
+        lines.append(f"    fix: {cause.fix}")
+    return lines
 
 
 def _pct(part: int, whole: int) -> str:

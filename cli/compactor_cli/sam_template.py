@@ -105,7 +105,7 @@ class Template:
             allowed = spec.get("AllowedValues")
             if allowed is not None and value not in [as_string(item) for item in allowed]:
                 raise TemplateError(f"parameter {name}={value!r} is not one of {allowed}")
-            values[name] = value
+            values[name] = value.split(",") if spec.get("Type") == "CommaDelimitedList" else value
         return values
 
     def function_properties(self, logical_id: str) -> dict[str, Any]:
@@ -152,6 +152,9 @@ class Template:
             case "Fn::Join":
                 separator, items = argument
                 return as_string(separator).join(as_string(item) for item in self.resolve(items))
+            case "Fn::Split":
+                separator, text = argument
+                return as_string(self.resolve(text)).split(as_string(separator))
             case "Fn::Select":
                 index, items = self.resolve(argument)
                 return items[int(index)]

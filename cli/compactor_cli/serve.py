@@ -29,9 +29,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
+from compactor.provider_failures import failure_causes
 from compactor_aws.caller import local_key_id, presented_key
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+from compactor_cli.report import base_url_of
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
 FUNCTION_LOGICAL_ID = "CompactFunction"
@@ -142,7 +144,22 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         if key is not None:
             event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
-        self._send_proxy_response(self._invoke(event))
+        response = self._invoke(event)
+        self._log_model_failures(response)
+        self._send_proxy_response(response)
+
+    def _log_model_failures(self, response: dict[str, Any]) -> None:
+        """Why model calls fell back, grouped by cause (the words never hold a key; docs/providers.md)."""
+        if response.get("isBase64Encoded"):
+            return
+        try:
+            body = json.loads(response.get("body") or "")
+        except ValueError:
+            return
+        if isinstance(body, dict):
+            for cause, count in failure_causes(body, base_url_of):
+                self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause,
+                                 cause.offer, cause.fix)
 
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
         def invocation() -> dict[str, Any]:  # the clock starts when the worker picks the event up

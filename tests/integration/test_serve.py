@@ -221,3 +221,31 @@ def test_cli_parser_wires_serve_defaults() -> None:
 
     assert (args.host, args.port, args.api_key) == ("127.0.0.1", 8787, ["k"])
     assert args.run is serve.run
+
+
+def test_model_failures_are_logged_by_cause_never_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+
+    secret = "sk-serve-never-logged-0123456789"
+    monkeypatch.setenv("SERVE_TEST_KEY", secret)
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"offers": [{
+        "id": "acme/summarizer", "provider": "acme", "family": "m", "model": "m", "protocol": "chat",
+        "transport": "openai", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "SERVE_TEST_KEY",
+        "price_in": 0, "price_out": 0, "supports_json_mode": True}]}))
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog))
+    reset_catalog_cache()
+    reset_router()
+    try:
+        with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact")) as url:
+            messages = [{"role": "user", "content": f"step {i} " * 40} for i in range(12)]
+            response = httpx.post(f"{url}/compact", json={"messages": messages, "keep_recent": 2}, timeout=60)
+    finally:
+        reset_catalog_cache()
+        reset_router()
+    assert response.status_code == 200 and response.json()["compacted"] is False
+    logged = capsys.readouterr().err
+    assert "model call fell back x1: cannot reach 127.0.0.1 (offer acme/summarizer); fix: check base_url" in logged
+    assert secret not in logged

@@ -15,11 +15,13 @@ import math
 import os
 import re
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compactor.budget import Deadline
+from compactor.jsonutil import dense_dumps
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
@@ -52,6 +54,12 @@ DECISION_COST_DECIMALS = 12
 CACHED_INPUT_PRICE_FACTOR = 0.1
 # Failures that say something about the provider's health (not the caller's request or credentials).
 PROVIDER_FAULT_KINDS = frozenset({TIMEOUT, RATE_LIMIT, UPSTREAM_ERROR, NETWORK_ERROR, BAD_RESPONSE})
+
+# Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the large side for prose, code and JSON alike.
+BYTES_PER_TOKEN_ESTIMATE = 3
+# What Compactor's decision prompt adds around the state and questions (system prompt + output room).
+DECISION_PROMPT_TOKENS = 600
+CONTEXT_REJECTION = "context_too_small"
 
 _BEARER = re.compile(r"(?i)bearer\s+\S+")
 Response = ChatResponse | DecisionResponse
@@ -126,6 +134,27 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     return round(max(cost, 0.0), decimals), "computed"
 
 
+def estimate_tokens(value: Any) -> int:
+    """A generous token estimate of ``value`` (text, or anything JSON): UTF-8 bytes / 3, rounded up."""
+    text = value if isinstance(value, str) else dense_dumps(value)
+    return -(-len(text.encode("utf-8", errors="replace")) // BYTES_PER_TOKEN_ESTIMATE)
+
+
+def chat_request_tokens(request: ChatRequest) -> int:
+    """Estimated context a chat request takes: its messages plus the output allowance."""
+    return estimate_tokens(request.messages) + (request.max_tokens or 0)
+
+
+def decision_request_tokens(request: DecisionRequest) -> int:
+    """Estimated context a decision takes when a chat model answers it (the largest of the transports)."""
+    return estimate_tokens({"state": request.state, "questions": request.questions}) + DECISION_PROMPT_TOKENS
+
+
+def _fits(offer: Offer, tokens: int) -> bool:
+    context = offer.observations.get("context")
+    return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
+
+
 def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -163,6 +192,9 @@ class Router:
         self._sleep = sleep
         self._disabled_until: dict[str, float] = {}
         self._breakers: dict[tuple[str, str], _Breaker] = {}
+        # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \
+            weakref.WeakKeyDictionary()
 
     def admit_policy(self, term: Any) -> AdmittedPolicy:
         """Admit a per-call policy term and ∧-compose the host envelope onto its filter.
@@ -181,7 +213,7 @@ class Router:
             return await transport.chat(offer, request, timeout)
 
         return await self._route("chat", policy, Requirements(needs=frozenset(needs)), invoke,
-                                 deadline, timeout_s, CHAT_COST_DECIMALS)
+                                 deadline, timeout_s, CHAT_COST_DECIMALS, chat_request_tokens(request))
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *,
                      deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult:
@@ -191,7 +223,7 @@ class Router:
             return await transport.decide(offer, request, timeout)
 
         return await self._route("decisions", policy, Requirements(), invoke,
-                                 deadline, timeout_s, DECISION_COST_DECIMALS)
+                                 deadline, timeout_s, DECISION_COST_DECIMALS, decision_request_tokens(request))
 
     # -- state visible to policies ------------------------------------------------------------
 
@@ -225,8 +257,36 @@ class Router:
 
     # -- one call -----------------------------------------------------------------------------
 
-    async def _attempt(self, invoke: Invoke, offer: Offer, timeout: float) -> Response | _Failure:
+    def _slot(self, offer: Offer) -> asyncio.Semaphore | None:
+        """The offer's concurrency semaphore on the running loop (None: unbounded)."""
+        if not offer.max_concurrency:
+            return None
+        slots = self._slots.setdefault(asyncio.get_running_loop(), {})
+        return slots.setdefault(offer.id, asyncio.Semaphore(offer.max_concurrency))
+
+    async def _attempt(self, invoke: Invoke, offer: Offer, timeout: float,
+                       deadline: Deadline | None = None) -> Response | _Failure:
+        slot = self._slot(offer)
+        if slot is None:
+            return await self._call(invoke, offer, timeout)
+        # Waiting for a free slot is bounded by the request's deadline, not charged to the attempt:
+        # a busy offer is not a slow one.
+        wait_s = deadline.remaining_s() if deadline is not None else None
         try:
+            async with asyncio.timeout(wait_s):
+                await slot.acquire()
+        except TimeoutError:
+            return _Failure(TIMEOUT, f"no free slot (max_concurrency {offer.max_concurrency}) before the deadline")
+        try:
+            return await self._call(invoke, offer, deadline.cap(timeout) if deadline is not None else timeout)
+        finally:
+            slot.release()
+
+    async def _call(self, invoke: Invoke, offer: Offer, timeout: float) -> Response | _Failure:
+        if timeout <= 0:
+            return _Failure(TIMEOUT, "no time left for the call")
+        try:
+            # Cancelling an HTTP call on timeout closes its connection (docs/providers.md).
             async with asyncio.timeout(timeout):
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
@@ -243,12 +303,18 @@ class Router:
         return DEFAULT_ATTEMPT_TIMEOUT_S if timeout_s is None else timeout_s
 
     async def _route(self, protocol: str, policy: AdmittedPolicy, requirements: Requirements, invoke: Invoke,
-                     deadline: Deadline | None, timeout_s: float | None, decimals: int) -> RouteResult:
+                     deadline: Deadline | None, timeout_s: float | None, decimals: int,
+                     tokens: int = 0) -> RouteResult:
         started = self._clock()
-        pairs = [(self._observed(offer), offer) for offer in self._offers if offer.protocol == protocol]
+        offers = [offer for offer in self._offers if offer.protocol == protocol]
+        # Offers whose context the request does not fit are never sent it (docs/providers.md).
+        too_small = [offer for offer in offers if not _fits(offer, tokens)]
+        pairs = [(self._observed(offer), offer) for offer in offers if _fits(offer, tokens)]
         ranking = rank(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
         run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s)
+        run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
+                                      "estimated_tokens": tokens} for offer in too_small)
         result = await run.execute()
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
@@ -335,7 +401,7 @@ class _Failover:
                 return self.failed(TIMEOUT, "deadline exhausted before the next attempt")
             attempt += 1
             started = self.router._clock()
-            outcome = await self.router._attempt(self.invoke, offer, timeout)
+            outcome = await self.router._attempt(self.invoke, offer, timeout, self.deadline)
             latency_ms = round((self.router._clock() - started) * 1000)
             if not isinstance(outcome, _Failure):
                 self.router._record_outcome(offer, None, None)

@@ -55,8 +55,8 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
 
 
 def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The Converse call's arguments for ``request`` (JSON mode: the prompt asks for JSON)."""
-    turns = to_turns(request.messages)
+    """The Converse call's arguments for ``request`` (JSON mode: the system prompt asks for JSON)."""
+    turns = to_turns(request.messages, json_mode=request.json_mode)
     arguments: dict[str, Any] = {
         "modelId": offer.model,
         "messages": [{"role": role, "content": [{"text": text}]} for role, text in turns.turns],

@@ -13,6 +13,7 @@ from compactor.providers.base import (
     AUTH_ERROR, BAD_RESPONSE, CONTEXT_OVERFLOW, RATE_LIMIT, UPSTREAM_ERROR, ChatRequest, DecisionRequest, Offer,
     ProviderError,
 )
+from compactor.providers.turns import JSON_INSTRUCTION
 from compactor.router import compute_cost
 from fakes.provider_server import FakeProviderServer, Reply, anthropic_reply
 
@@ -39,7 +40,7 @@ async def test_request_shape_and_usage(fake_provider: FakeProviderServer, anthro
     assert sent.headers["anthropic-version"] == ANTHROPIC_VERSION
     assert "authorization" not in sent.headers
     assert sent.json["model"] == "claude-x" and sent.json["max_tokens"] == 64
-    assert sent.json["system"] == "Summarize."
+    assert sent.json["system"] == "Summarize."  # no JSON instruction outside JSON mode
     roles = [m["role"] for m in sent.json["messages"]]
     assert roles == ["user", "assistant", "user"]
     assert sent.json["messages"][0]["content"] == "first\n\nsecond"
@@ -100,7 +101,7 @@ async def test_decisions_go_through_the_validated_chat_path(fake_provider: FakeP
     response = await TRANSPORT.decide(offer, request, 10)
     assert response.answers == good["answers"] and (response.tokens_in, response.tokens_out) == (40, 9)
     sent = fake_provider.requests[0].json
-    assert '"answers"' in sent["system"]
+    assert '"answers"' in sent["system"] and sent["system"].endswith(JSON_INSTRUCTION)  # JSON mode, by prompt
     assert json.loads(sent["messages"][0]["content"]) == {"state": {"f1": "text"}, "questions": QUESTIONS}
     for _ in range(2):  # an invented option, then prose: both refused
         with pytest.raises(ProviderError) as caught:

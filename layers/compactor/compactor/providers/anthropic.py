@@ -29,8 +29,8 @@ _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "l
 
 
 def messages_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The JSON body sent for ``request``. JSON mode has no switch here: the prompt asks for JSON."""
-    turns = to_turns(request.messages)
+    """The JSON body sent for ``request``. JSON mode has no switch here: the system prompt asks for JSON."""
+    turns = to_turns(request.messages, json_mode=request.json_mode)
     body: dict[str, Any] = {
         "model": offer.model,
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,

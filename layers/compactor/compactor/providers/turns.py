@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+# APIs without a JSON switch get this instruction in JSON mode; the answer is validated all the same.
+JSON_INSTRUCTION = "Reply with one JSON object and nothing else: no prose, no code fences."
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,8 @@ def _message_text(message: dict[str, Any]) -> str:
     return text
 
 
-def to_turns(messages: list[dict[str, Any]]) -> Turns:
-    """The system prompt and the alternating turns of ``messages``."""
+def to_turns(messages: list[dict[str, Any]], *, json_mode: bool = False) -> Turns:
+    """The system prompt and the alternating turns of ``messages`` (JSON mode: plus the JSON instruction)."""
     system: list[str] = []
     turns: list[list[str]] = []  # [role, text]
     for message in messages:
@@ -60,6 +62,8 @@ def to_turns(messages: list[dict[str, Any]]) -> Turns:
             turns.append([role, text])
     if not turns or turns[0][0] != "user":
         turns.insert(0, ["user", "(conversation follows)" if turns else "(no message)"])
+    if json_mode:
+        system.append(JSON_INSTRUCTION)
     # Empty text blocks are refused by both APIs.
     return Turns("\n\n".join(part for part in system if part),
                  tuple((role, text if text.strip() else "(empty)") for role, text in turns))

@@ -1,0 +1,137 @@
+"""``compactor doctor``: check a catalog before compacting with it (docs/providers.md).
+
+Without ``--call`` nothing is sent: the catalog loads, a decider and a JSON-capable summarizer exist,
+every key variable is set or secret readable, Bedrock offers have AWS credentials. With ``--call`` each
+offer gets one tiny request, and its latency, usage, cost and JSON answer are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from compactor.catalog import Catalog, CatalogError, load_catalog
+from compactor.provider_failures import explain
+from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+
+CALL_TIMEOUT_S = 30.0
+PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--catalog", help="catalog JSON to check (default: $COMPACTOR_CATALOG, else the bundled one)")
+    parser.add_argument("--call", action="store_true", help="send one tiny request per offer")
+
+
+def _host(offer: Offer) -> str:
+    return urlsplit(offer.base_url).hostname or offer.base_url if offer.base_url else offer.transport
+
+
+def _problem(offer: Offer, exc: ProviderError) -> str:
+    cause, fix = explain(exc.kind, exc.message, exc.http_status, _host(offer))
+    return f"{cause}; fix: {fix}"
+
+
+def role_problems(catalog: Catalog) -> list[str]:
+    """What the catalog lacks to compact: a decider, and a summarizer that can answer JSON."""
+    usable = [offer for offer in catalog.offers if offer.observations.get("disabled") is not True]
+    problems = []
+    if not any(offer.protocol == "decisions" for offer in usable):
+        problems.append('no decider: add an offer with "protocol": "decisions" (the catalog replaces the bundled one)')
+    if not any(offer.protocol == "chat" and offer.observations.get("supports_json_mode") is True for offer in usable):
+        problems.append('no summarizer: add a "protocol": "chat" offer with "supports_json_mode": true')
+    return problems
+
+
+def credential_problem(offer: Offer) -> str | None:
+    """Why the offer's credentials cannot be had, or None (nothing is sent)."""
+    if offer.transport == "bedrock":
+        import boto3
+
+        if boto3.Session().get_credentials() is None:
+            return "no AWS credentials for Bedrock; fix: configure a profile or role with bedrock:InvokeModel"
+        return None
+    from compactor.providers.keys import api_key
+
+    try:
+        api_key(offer)
+    except ProviderError as exc:
+        return _problem(offer, exc)
+    return None
+
+
+async def probe(offer: Offer) -> dict[str, Any]:
+    """One tiny request to ``offer``: latency, usage, cost and whether the JSON answer came back."""
+    from compactor.providers.registry import transport_for
+    from compactor.router import CHAT_COST_DECIMALS, DECISION_COST_DECIMALS, compute_cost
+
+    transport = transport_for(offer)
+    started = time.monotonic()
+    try:
+        if offer.protocol == "chat":
+            json_mode = offer.observations.get("supports_json_mode") is True
+            request = ChatRequest([{"role": "user", "content": 'Reply with exactly this JSON object: {"ok": true}'}],
+                                  max_tokens=16, json_mode=json_mode)
+            response: Any = await transport.chat(offer, request, CALL_TIMEOUT_S)
+            try:
+                json_ok = isinstance(json.loads(response.text or ""), dict)
+            except ValueError:
+                json_ok = False
+            decimals = CHAT_COST_DECIMALS
+        else:
+            request = DecisionRequest(state={"value": True}, questions=PROBE_QUESTIONS)
+            response = await transport.decide(offer, request, CALL_TIMEOUT_S)
+            json_ok, decimals = True, DECISION_COST_DECIMALS  # a decision is only returned when valid
+    except ProviderError as exc:
+        return {"ok": False, "latency_ms": round((time.monotonic() - started) * 1000), "problem": _problem(offer, exc)}
+    cost, _ = compute_cost(offer, response, decimals)
+    return {"ok": True, "latency_ms": round((time.monotonic() - started) * 1000), "tokens_in": response.tokens_in,
+            "tokens_out": response.tokens_out, "cost_usd": cost, "json": json_ok}
+
+
+def _call_line(result: dict[str, Any]) -> str:
+    if not result["ok"]:
+        return f"call failed after {result['latency_ms']} ms: {result['problem']}"
+    cost = "unknown" if result["cost_usd"] is None else f"${result['cost_usd']:.6f}"
+    json_word = "JSON ok" if result["json"] else "JSON mode NOT working (answer is not a JSON object)"
+    return (f"call ok: {result['latency_ms']} ms, tokens {result['tokens_in']} in / {result['tokens_out']} out,"
+            f" cost {cost}, {json_word}")
+
+
+def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
+    """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
+    failed = False
+    for problem in role_problems(catalog):
+        print(f"PROBLEM {problem}", file=out)
+        failed = True
+    for offer in catalog.offers:
+        where = offer.base_url or (offer.region or "default region")
+        print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model} at {where})", file=out)
+        problem = credential_problem(offer)
+        if problem:
+            print(f"  PROBLEM {problem}", file=out)
+            failed = True
+            continue
+        print("  key: " + ("none needed" if not (offer.api_key_env or offer.api_key_secret) else "resolves"),
+              file=out)
+        if call:
+            from compactor.container import run_sync
+
+            result = run_sync(probe(offer))
+            print(f"  {_call_line(result)}", file=out)
+            failed = failed or not result["ok"] or not result["json"]
+    print("doctor: " + ("problems found" if failed else "all checks passed"), file=out)
+    return 1 if failed else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        catalog = load_catalog(args.catalog)
+    except CatalogError as exc:
+        print(f"compactor doctor: {exc}", file=sys.stderr)
+        return 2
+    return check(catalog, call=args.call, out=sys.stdout)

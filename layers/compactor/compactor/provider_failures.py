@@ -1,0 +1,125 @@
+"""Why model calls failed, in plain words with the fix (docs/providers.md): read from a response's
+``x_router`` trace, grouped by offer and cause. The CLI report, ``compactor serve`` and
+``compactor doctor`` print these; nothing here ever sees a key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+_KEY_NOT_SET = re.compile(r"API key variable (\w+) is not set")
+
+
+@dataclass(frozen=True, order=True)
+class Cause:
+    offer: str  # the offer id, or "-" when no offer was tried
+    cause: str  # what went wrong, in plain words
+    fix: str  # what to do about it
+
+
+def _host(base_url: str | None) -> str:
+    return (urlsplit(base_url).hostname or base_url) if base_url else "the provider"
+
+
+def explain(kind: str, message: str, http_status: int | None = None, host: str = "the provider") -> tuple[str, str]:
+    """``(cause, fix)`` for one failure of ``kind`` (a router error kind, or a node/flow error)."""
+    kind = kind.removeprefix("exhausted: ")
+    missing = _KEY_NOT_SET.search(message)
+    if missing:
+        return (f"{missing.group(1)} is not set",
+                f"export {missing.group(1)}=<key> (local) or give the offer an api_key_secret (deployed)")
+    if kind == "auth_error" and "secret" in message:
+        return message, "check the secret exists and the function may read it (ProviderKeySecretArns)"
+    if kind == "auth_error":
+        status = f"{http_status} from {host}" if http_status else f"{host} refused the credentials"
+        return status, f"check the API key for {host} (and that it may use this model)"
+    if kind == "network_error":
+        return f"cannot reach {host}", "check base_url and that the server is running and reachable"
+    if kind == "timeout":
+        return f"no answer from {host} in time", "raise the node's timeout or the flow budget, or use a faster offer"
+    if kind == "rate_limit":
+        return f"rate limited by {host}", "lower max_concurrency for this offer or raise the provider's quota"
+    if kind == "context_overflow":
+        return f"request larger than the model's context at {host}", "set the offer's context so larger requests skip it"
+    if kind == "bad_response":
+        if "cut off" in message or "length" in message:
+            return "model answer cut off at max_tokens", "raise max_tokens or choose a model that answers briefly"
+        if "not strict JSON" in message or "not valid JSON" in message or "is not {" in message or "empty" in message:
+            return "model answered non-JSON", "use a model that follows JSON instructions (supports_json_mode)"
+        if "invalid decision" in message:
+            return "model answered an invalid decision", "use a stronger decider; its answers are checked strictly"
+        return f"unusable answer from {host}", "check the offer's transport matches the server's API"
+    if kind == "upstream_error":
+        status = f"{http_status} from {host}" if http_status else f"{host} failed"
+        return status, "the provider failed: retry later or add another offer to fail over to"
+    if kind == "bad_request":
+        status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
+        return status, "check the offer's model name and transport"
+    if kind == "no_candidates":
+        return "no offer could take this call", ("the catalog needs a decisions offer and a chat offer with "
+                                                 "supports_json_mode, whose context fits the request")
+    if kind == "flow_deadline" or "deadline" in message:
+        return "the request's time budget ran out", "raise COMPACTOR_FLOW_BUDGET_MS or use faster offers"
+    return f"{kind}: {message}"[:200], "see the --json output's x_router.decision_trace"
+
+
+def _attempt_failures(trace: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    for event in trace.get("decision_path") or []:
+        if isinstance(event, dict) and event.get("event") == "attempted" and event.get("error_kind"):
+            yield event
+
+
+def _route_traces(body: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str | None]]:
+    """Every routed call's trace with its final error (None when it succeeded)."""
+    x_router = body.get("x_router")
+    if not isinstance(x_router, dict):
+        return
+    trace = x_router.get("decision_trace")
+    if not isinstance(trace, dict):
+        return
+    nodes = trace.get("flow_nodes")
+    if isinstance(nodes, list):
+        for node in nodes:
+            if isinstance(node, dict) and node.get("kind") in ("llm", "decision"):
+                yield node.get("decision_trace") or {}, node.get("error")
+    else:  # a single routed call (legacy seal); no ranked offer and nobody served it: no candidates
+        unserved = not trace.get("ranked") and x_router.get("provider") is None
+        yield trace, x_router.get("error") or ("no_candidates" if unserved else None)
+
+
+def failure_causes(body: Mapping[str, Any], base_url_of: Callable[[str], str | None] = lambda _: None
+                   ) -> list[tuple[Cause, int]]:
+    """``[(cause, count)]`` of every failed attempt and every call that ended failed, most frequent first.
+
+    ``base_url_of(offer_id)`` names the host in the words (the catalog's ``base_url``)."""
+    counts: Counter[Cause] = Counter()
+    for trace, final_error in _route_traces(body):
+        attempts = list(_attempt_failures(trace))
+        for event in attempts:
+            offer = str(event.get("offer"))
+            cause, fix = explain(str(event["error_kind"]), str(event.get("error_message") or ""),
+                                 event.get("http_status"), _host(base_url_of(offer)))
+            counts[Cause(offer, cause, fix)] += 1
+        if final_error and not attempts:  # failed before any offer was tried
+            kind, _, message = str(final_error).partition(": ")
+            cause, fix = explain(kind, message or kind)
+            counts[Cause("-", cause, fix)] += 1
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def fallback_count(body: Mapping[str, Any]) -> int:
+    """How many model calls fell back (their node used its fallback, or the seal did not happen)."""
+    x_router = body.get("x_router")
+    trace = x_router.get("decision_trace") if isinstance(x_router, dict) else None
+    nodes = trace.get("flow_nodes") if isinstance(trace, dict) else None
+    if isinstance(nodes, list):
+        return sum(1 for node in nodes if isinstance(node, dict) and node.get("kind") in ("llm", "decision")
+                   and (node.get("fallback") or node.get("error")))
+    if "compaction" not in body and body.get("compacted") is False and isinstance(x_router, dict):
+        return 1 if any(True for _ in _attempt_failures(trace or {})) or x_router.get("error") else 0
+    return 0

@@ -1,0 +1,76 @@
+"""compactor doctor: catalog checks without sending anything, then one tiny call per offer with --call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from compactor_cli.main import main
+from fakes.provider_server import FakeProviderServer, chat_reply
+
+KEY_ENV = "DOCTOR_TEST_KEY"
+
+
+def write(tmp_path: Path, offers: list[dict]) -> str:
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"offers": offers}))
+    return str(path)
+
+
+def offers(base_url: str, **extra: object) -> list[dict]:
+    common = {"provider": "acme", "family": "m", "model": "m", "base_url": base_url, "price_in": 1.0,
+              "price_out": 2.0, "supports_json_mode": True, **extra}
+    return [{**common, "id": "acme/decider", "protocol": "decisions", "transport": "chat-decisions"},
+            {**common, "id": "acme/summarizer", "protocol": "chat", "transport": "openai"}]
+
+
+def doctor(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["doctor", *args])
+    return code, capsys.readouterr().out
+
+
+def test_missing_roles_and_keys_are_reported_without_calls(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           fake_provider: FakeProviderServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    only_chat = [o for o in offers(fake_provider.base_url, api_key_env=KEY_ENV) if o["protocol"] == "chat"]
+    only_chat[0]["supports_json_mode"] = False
+    code, out = doctor(capsys, "--catalog", write(tmp_path, only_chat))
+    assert code == 1
+    assert "PROBLEM no decider" in out and "PROBLEM no summarizer" in out
+    assert f"PROBLEM {KEY_ENV} is not set" in out
+    assert fake_provider.requests == []  # nothing was sent
+
+
+def test_call_prints_latency_usage_cost_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 fake_provider: FakeProviderServer,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, "sk-doctor-test-123456")
+    path = write(tmp_path, offers(fake_provider.base_url, api_key_env=KEY_ENV))
+    code, out = doctor(capsys, "--catalog", path)
+    assert code == 0 and "key: resolves" in out and fake_provider.requests == []
+    fake_provider.enqueue(chat_reply(json.dumps({"answers": {"ok": {"type": "noul", "noul": 0.9}}}),
+                                     prompt_tokens=300, completion_tokens=12),
+                          chat_reply('{"ok": true}', prompt_tokens=20, completion_tokens=5))
+    code, out = doctor(capsys, "--catalog", path, "--call")
+    assert code == 0, out
+    assert "tokens 300 in / 12 out, cost $0.000324, JSON ok" in out
+    assert "tokens 20 in / 5 out, cost $0.000030, JSON ok" in out
+    assert " ms, " in out and "doctor: all checks passed" in out
+    assert len(fake_provider.requests) == 2
+    assert fake_provider.requests[1].json["response_format"] == {"type": "json_object"}
+    fake_provider.enqueue(chat_reply("I am not JSON"), chat_reply("Neither am I"))
+    code, out = doctor(capsys, "--catalog", path, "--call")
+    assert code == 1
+    assert "call failed" in out and "model answered non-JSON" in out
+    assert "JSON mode NOT working" in out
+    assert "sk-doctor-test-123456" not in out
+
+
+def test_unreadable_catalog_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["doctor", "--catalog", str(bad)]) == 2
+    assert "invalid JSON" in capsys.readouterr().err
