@@ -91,32 +91,8 @@ def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
         lines.append("reasons: " + ", ".join(compaction["reasons"]))
     usage = summary.get("usage") or {}
     lines.append(f"tokens: {usage.get('prompt_tokens', 0)} in, {usage.get('completion_tokens', 0)} out")
-    lines.extend(problem_lines(body))
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
-
-
-def base_url_of(offer_id: str) -> str | None:
-    from compactor.catalog import CatalogError, get_catalog
-
-    try:
-        offer = get_catalog().offer(offer_id)
-    except CatalogError:
-        return None
-    return offer.base_url if offer is not None else None
-
-
-def problem_lines(body: dict[str, Any]) -> list[str]:
-    """The fallbacks and failed calls grouped by cause, in plain words with the offer and the fix."""
-    causes = failure_causes(body, base_url_of)
-    if not causes:
-        return []
-    fallbacks = fallback_count(body)
-    lines = [f"problems: {fallbacks} model call{'s' if fallbacks != 1 else ''} fell back"]
-    for cause, count in causes:
-        lines.append(f"  {cause.cause} (offer {cause.offer}, x{count})")
-        lines.append(f"    fix: {cause.fix}")
-    return lines
 
 
 def _roles(messages: list[dict[str, Any]]) -> str:
