@@ -18,14 +18,15 @@ def wire(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_decision_bound_is_measured_on_ascii_escaped_text(stack: Stack) -> None:
-    # Pins within the bounded instructions view (docs/offline-offers.md) and fragments whose "ñ" cost 2 UTF-8
-    # bytes but 6 once escaped as \\u00f1 on the ASCII wire: measured raw, 8 fragments would fit a batch.
-    messages = [{"role": "system", "content": "é" * 1000}, {"role": "user", "content": "ü" * 900},
+    # The recent evidence every batch carries is non-ASCII: each "ñ" costs 2 UTF-8 bytes but 6 once escaped
+    # as \\u00f1 on the ASCII wire, so measured raw, 8 fragments would fit a batch; measured as sent, fewer do.
+    messages = [{"role": "system", "content": "é" * 100}, {"role": "user", "content": "ü" * 90},
                 *({"role": "assistant", "content": f"résultat {i}: " + "ñ" * 250 + "z" * 500} for i in range(2, 12)),
+                *({"role": "assistant", "content": f"récent {i}: " + "ñ" * 985} for i in range(3)),
                 {"role": "assistant", "content": "Fin."}]
     stack.script.default_choice = "keep"
 
-    body = stack.compact(messages, keep_recent=1)
+    body = stack.compact(messages, keep_recent=4)
 
     decisions = stack.requests("decisions")
     batches = [list(request["questions"]) for request in decisions]

@@ -30,9 +30,9 @@ RECENT_MARKER = "[excerpt]"
 # The decision state's bounded view of the pinned messages (docs/differences.md): the task (the first
 # pinned user message) in full up to TASK_VIEW_CHARS, every other pin excerpted to PIN_VIEW_CHARS, and all
 # of it within INSTRUCTIONS_VIEW_BYTES so that pins alone never fill a decision payload.
-TASK_VIEW_CHARS = 6000
-PIN_VIEW_CHARS = 1200
-INSTRUCTIONS_VIEW_BYTES = 12_000
+TASK_VIEW_CHARS = 3000
+PIN_VIEW_CHARS = 600
+INSTRUCTIONS_VIEW_BYTES = 5_000
 # The ``later`` block of a batch's decision state: what happens after the batch (names used again, the
 # later actions that touch the batch's names), within LATER_MAX_BYTES on the ASCII wire and only in the
 # room the batch leaves under the payload and flow-input limits (batching never changes for it).
@@ -138,10 +138,19 @@ def summary_budget(target: int, retained: int, candidates: int) -> int:
     return min(BUDGET_CAP, max(BUDGET_FLOOR, per))
 
 
+def decision_guidance() -> str:
+    """How to classify a fragment: sent once per batch in the state (the shared, cacheable prefix of every
+    decision request of a compaction) instead of once per question (docs/performance.md)."""
+    from compactor.compaction.preset import load_preset  # the preset module imports this one
+
+    return load_preset()["guidance"]
+
+
 def batch_state(prep_instructions: list[Message], recent: list[str], batch: list[Candidate],
                 later: dict[str, Any] | None = None) -> dict[str, Any]:
     """The decision state of a batch; ``later`` (when there is any) tells what happens after the batch."""
     state: dict[str, Any] = {
+        "guidance": decision_guidance(),
         "instructions": prep_instructions,
         "recent_evidence": recent,
         "fragments": [{"id": c.unit.id, "evidence": c.evidence} for c in batch],

@@ -252,7 +252,7 @@ def _inherit_observation_actions(views: list[FragmentView]) -> None:
 def compaction_fragments(state: Any) -> tuple[list[FragmentView], list[Any], dict[str, Any]] | None:
     """The fragment views, recent evidence and ``later`` block of a compaction-shaped state, else None."""
     if not isinstance(state, dict) or not {"instructions", "recent_evidence", "fragments"} <= set(state) or not (
-            set(state) <= {"instructions", "recent_evidence", "fragments", "later"}):
+            set(state) <= {"guidance", "instructions", "recent_evidence", "fragments", "later"}):
         return None
     fragments, recent = state["fragments"], state["recent_evidence"]
     later = state.get("later", {})
