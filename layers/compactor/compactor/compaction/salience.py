@@ -39,7 +39,8 @@ _TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
 def names_in(text: str) -> set[str]:
     if "<" in text:
         text = _TAG.sub(" ", text)
-    return {token for raw in _TOKEN.findall(text) if _is_name(token := raw.rstrip(".,:;"))}
+    # Each distinct token is judged once: a long tool output repeats the same few hundred tokens.
+    return {token for token in {raw.rstrip(".,:;") for raw in _TOKEN.findall(text)} if _is_name(token)}
 
 
 def message_names(message: Message) -> set[str]:
