@@ -274,18 +274,21 @@ def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int]
     them (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
-    after = later_names(messages)
-    carried = set().union(*(message_names(messages[i]) for i in kept)) if kept else set()
+    names = [message_names(m) for m in messages]  # each message scanned once
+    lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
+    after = later_names(names, set(lasts))
+    carried = set().union(*(names[i] for i in kept)) if kept else set()
     flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
                                                for i, b in enumerate(batches))
     actions = [(i, action_message(m)) for i, m in enumerate(messages)]
     actions = [(i, m, message_names(m)) for i, m in actions if m is not None]
-    for batch in batches:
-        last = max(c.unit.end for c in batch.candidates) - 1
-        found = set().union(*(message_names(messages[i]) for c in batch.candidates for i in c.unit.indexes()))
+    texts: dict[int, str] = {}  # an action's JSON, encoded once however many batches it touches
+    for batch, last in zip(batches, lasts):
+        found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
         used = (found & after[last]) - carried
         batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
-        touching = [dense_dumps(m) for i, m, names in actions if i > last and names & found]
+        touching = [texts[i] if i in texts else texts.setdefault(i, dense_dumps(m))
+                    for i, m, names in actions if i > last and names & found]
         room = min(LATER_MAX_BYTES, DECISION_PAYLOAD_MAX_BYTES - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
         batch.later = later_block(batch.names, touching, room) if room > 0 else {}

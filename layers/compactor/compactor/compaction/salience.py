@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from compactor.chat import Message, content_text
@@ -17,6 +18,7 @@ _TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
+@lru_cache(maxsize=1 << 16)  # the same tokens recur across the messages of a transcript
 def _is_name(token: str) -> bool:
     """Paths (``a/b``, ``x.py``) and code-like identifiers (snake_case, camelCase, dotted); not words."""
     if len(token) < 4 or len(token) > 120:
@@ -40,7 +42,7 @@ def names_in(text: str) -> set[str]:
     if "<" in text:
         text = _TAG.sub(" ", text)
     # Each distinct token is judged once: a long tool output repeats the same few hundred tokens.
-    return {token for token in {raw.rstrip(".,:;") for raw in _TOKEN.findall(text)} if _is_name(token)}
+    return {token for token in {raw.rstrip(".,:;") for raw in set(_TOKEN.findall(text))} if _is_name(token)}
 
 
 def message_names(message: Message) -> set[str]:
@@ -50,13 +52,14 @@ def message_names(message: Message) -> set[str]:
     return names_in(text)
 
 
-def later_names(messages: list[Message]) -> list[set[str]]:
-    """For each index i, the names of every message after i."""
-    after: list[set[str]] = [set() for _ in messages]
+def later_names(names: list[set[str]], at: set[int]) -> dict[int, set[str]]:
+    """For each index in ``at``, the names of every message after it (``names[i]``: message i's names)."""
+    after: dict[int, set[str]] = {}
     running: set[str] = set()
-    for index in range(len(messages) - 1, -1, -1):
-        after[index] = set(running)
-        running |= message_names(messages[index])
+    for index in range(len(names) - 1, -1, -1):
+        if index in at:
+            after[index] = set(running)
+        running |= names[index]
     return after
 
 
