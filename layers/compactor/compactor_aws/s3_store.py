@@ -6,9 +6,11 @@ credentials, and tests can start moto first). ``AWS_ENDPOINT_URL`` is honoured b
 
 from __future__ import annotations
 
+import contextlib
+import io
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
 
 import boto3
 from botocore.config import Config
@@ -16,6 +18,8 @@ from botocore.exceptions import ClientError
 
 from compactor.object_jobs import ObjectTooLarge, StoredObject
 
+PART_BYTES = 8 * 1024 * 1024
+"""Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _client: Any = None
@@ -79,3 +83,70 @@ class S3Store:
 
     def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
         self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, Metadata=dict(metadata))
+
+    @contextlib.contextmanager
+    def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[IO[bytes]]:
+        """The object's body as a stream (read in chunks, never whole)."""
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if version_id:
+            params["VersionId"] = version_id
+        body = self.client.get_object(**params)["Body"]
+        try:
+            yield body
+        finally:
+            body.close()
+
+    @contextlib.contextmanager
+    def open_writer(self, bucket: str, key: str, *, content_type: str,
+                    metadata: Mapping[str, str]) -> Iterator[IO[str]]:
+        """A text stream uploaded as the object on a clean exit (multipart past one part; aborted and
+        never visible when the block raises)."""
+        writer = _MultipartWriter(self.client, bucket, key, content_type, dict(metadata))
+        try:
+            yield writer  # type: ignore[misc]
+        except BaseException:
+            writer.abort()
+            raise
+        writer.complete()
+
+
+class _MultipartWriter(io.TextIOBase):
+    """Buffers UTF-8 text and uploads it in ``PART_BYTES`` parts; a small object is one PutObject."""
+
+    def __init__(self, client: Any, bucket: str, key: str, content_type: str, metadata: dict[str, str]) -> None:
+        self.client, self.bucket, self.key = client, bucket, key
+        self.content_type, self.metadata = content_type, metadata
+        self.buffer = bytearray()
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        self.buffer += text.encode("utf-8")
+        while len(self.buffer) >= PART_BYTES:
+            self._upload(bytes(self.buffer[:PART_BYTES]))
+            del self.buffer[:PART_BYTES]
+        return len(text)
+
+    def _upload(self, data: bytes) -> None:
+        if self.upload_id is None:
+            self.upload_id = self.client.create_multipart_upload(
+                Bucket=self.bucket, Key=self.key, ContentType=self.content_type, Metadata=self.metadata)["UploadId"]
+        number = len(self.parts) + 1
+        etag = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                                       PartNumber=number, Body=data)["ETag"]
+        self.parts.append({"ETag": etag, "PartNumber": number})
+
+    def complete(self) -> None:
+        if self.upload_id is None:
+            self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buffer),
+                                   ContentType=self.content_type, Metadata=self.metadata)
+            return
+        if self.buffer:
+            self._upload(bytes(self.buffer))
+            self.buffer.clear()
+        self.client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
+                                              MultipartUpload={"Parts": self.parts})
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)

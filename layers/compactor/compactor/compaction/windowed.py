@@ -20,6 +20,7 @@ from compactor.compaction.preparation import REASON_BATCHES, REASON_FLOW_INPUT, 
 from compactor.compaction.preset import question_template
 from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
+    RunState,
     Settings,
     WindowedRun,
     admission_probe,
@@ -47,20 +48,34 @@ def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline:
     return run
 
 
-def response_body(run: WindowedRun, messages: list[Message]) -> dict[str, Any]:
-    """The ``/v1/compact`` response body of a windowed run whose final messages are ``messages``."""
-    body: dict[str, Any] = {"messages": messages, "compacted": run.compaction["first_changed_index"] is not None,
-                            "compaction": run.compaction}
-    usage = _usage(run)
-    if usage:
-        body["usage"] = usage
+def body_summary(state: RunState) -> dict[str, Any]:
+    """The response body of a finished run, without its messages (``compacted``, ``compaction``,
+    ``usage`` when models reported tokens)."""
+    body: dict[str, Any] = {"compacted": state.first_changed is not None, "compaction": state.compaction()}
+    if state.tokens_in or state.tokens_out:
+        body["usage"] = usage_block(state.tokens_in, state.tokens_out, state.tokens_in + state.tokens_out, None)
     return body
 
 
-def _usage(run: WindowedRun) -> dict[str, Any] | None:
-    if not (run.tokens_in or run.tokens_out):
-        return None
-    return usage_block(run.tokens_in, run.tokens_out, run.tokens_in + run.tokens_out, None)
+def response_body(run: WindowedRun, messages: list[Message]) -> dict[str, Any]:
+    """The ``/v1/compact`` response body of a windowed run whose final messages are ``messages``."""
+    return {"messages": messages, **body_summary(run.state)}
+
+
+def write_body(out: IO[str], messages: Iterable[Message], summary: dict[str, Any], *, messages_only: bool) -> None:
+    """Streams the response body (or only its messages array) to ``out``: the same bytes wherever the
+    run happened (``compactor compact --json``, the S3 path's ``compacted/`` object)."""
+    if not messages_only:
+        out.write('{"messages":')
+    writer = ArrayWriter(out)
+    for message in messages:
+        writer.write(message)
+    writer.finish()
+    if not messages_only:
+        for key, value in summary.items():
+            out.write(f",{dense_dumps(key)}:{dense_dumps(value)}")
+        out.write("}")
+    out.write("\n")
 
 
 async def compact_in_memory(request: Any, *, router: Any, run_window: Callable[[dict[str, Any]], Any],
@@ -119,19 +134,8 @@ async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Setting
         run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
                                      new_sink=lambda: FileSink(workdir or tempfile.gettempdir(), created),
                                      on_event=on_event)
-        summary = response_body(run, [])
-        del summary["messages"]
-        if not messages_only:
-            out.write('{"messages":')
-        writer = ArrayWriter(out)
-        for message in run.source():
-            writer.write(message)
-        writer.finish()
-        if not messages_only:
-            for key, value in summary.items():
-                out.write(f",{dense_dumps(key)}:{dense_dumps(value)}")
-            out.write("}")
-        out.write("\n")
+        summary = body_summary(run.state)
+        write_body(out, run.source(), summary, messages_only=messages_only)
         return summary
     finally:
         for path in created:

@@ -97,13 +97,6 @@ class PassContext:
     def protected(self, unit: Unit) -> bool:
         return unit.end > self.tail_start or any(i in self.pins for i in unit.indexes())
 
-    def prefix_bytes(self, count: int) -> int:
-        """Dense bytes of the JSON array of the first ``count`` messages as :func:`preserved_prefix_bytes`
-        counts them (``[`` alone for none)."""
-        if count <= 0:
-            return 1
-        return 2 + sum(self.message_bytes[:count]) + count - 1
-
 
 def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Message]]]:
     """Units (as :func:`compactor.compaction.units.split_units` cuts them) with their messages, lazily."""
@@ -327,9 +320,9 @@ class PassAssembly:
     """Concatenates one pass's window results in order: writes the messages to ``write``, follows
     explicit pins to their new indexes, and counts what happened."""
 
-    context: PassContext
+    input_bytes: int
     write: Callable[[Message], None]
-    pins: tuple[int, ...] | None = None
+    pins: tuple[int, ...] | list[int] | None = None
     output_count: int = 0
     output_bytes_sum: int = 0
     first_changed: int | None = None
@@ -341,6 +334,8 @@ class PassAssembly:
     tokens_out: int = 0
     cost_usd: float | None = 0.0
     new_pins: list[int] = field(default_factory=list)
+    prefix_bytes: int | None = None  # dense bytes of the input's messages before ``first_changed``
+    _input_sum: int = 0  # dense bytes of the input messages of the windows added so far
 
     def add(self, task: dict[str, Any], result: dict[str, Any] | None) -> None:
         """One window, in order; ``result`` None (a failed worker) keeps the window's original."""
@@ -362,6 +357,10 @@ class PassAssembly:
             changed = first_changed_index(original, output)
             if changed is not None:
                 self.first_changed = offset + changed
+                before = self._input_sum + sum(dense_size(m) for m in original[:changed])
+                self.prefix_bytes = 2 + before + offset + changed - 1 if offset + changed else 1
+        if self.first_changed is None:
+            self._input_sum += sum(dense_size(m) for m in original)
         if self.pins is not None:
             self._follow_pins(original, offset, output)
         for message in output:
@@ -387,7 +386,7 @@ class PassAssembly:
         return 2 + self.output_bytes_sum + max(0, self.output_count - 1)
 
     def summary(self) -> dict[str, Any]:
-        return {"windows": self.windows, "failed_windows": self.failed_windows, "input_bytes": self.context.input_bytes,
+        return {"windows": self.windows, "failed_windows": self.failed_windows, "input_bytes": self.input_bytes,
                 "output_bytes": self.output_bytes, **self.actions}
 
 
@@ -423,14 +422,107 @@ class ListSink:
 
 
 @dataclass
+class RunState:
+    """Where a windowed run stands between passes; JSON (``as_dict``/``from_dict``) so the steps of
+    the S3 path's state machine carry it from one invocation to the next."""
+
+    settings: Settings
+    pins: list[int] | None = None
+    number: int = 0  # passes finished
+    original_bytes: int | None = None
+    target_bytes: int | None = None
+    input_bytes: int = 0  # of the pass running
+    passes: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    first_changed: int | None = None
+    preserved_prefix_bytes: int | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = 0.0
+
+    @classmethod
+    def begin(cls, settings: Settings) -> "RunState":
+        return cls(settings, pins=None if settings.pinned_indices is None else list(settings.pinned_indices))
+
+    def pass_settings(self) -> Settings:
+        pins = None if self.pins is None else tuple(self.pins)
+        return Settings(**{**self.settings.__dict__, "pinned_indices": pins})
+
+    def scan(self, messages: Iterable[Message]) -> PassContext:
+        """The context of the next pass over ``messages`` (its input)."""
+        context = scan(messages, self.pass_settings(), target_bytes=self.target_bytes)
+        if self.original_bytes is None:
+            self.original_bytes, self.target_bytes = context.input_bytes, context.target_bytes
+            self.preserved_prefix_bytes = context.input_bytes
+        self.input_bytes = context.input_bytes
+        return context
+
+    def assembly(self, write: Callable[[Message], None]) -> PassAssembly:
+        return PassAssembly(self.input_bytes, write, self.pins)
+
+    def finish_pass(self, assembly: PassAssembly) -> tuple[bool, bool]:
+        """Record a finished pass: ``(advance, more)``: whether its output replaces its input, and
+        whether another pass should run."""
+        self.number += 1
+        self.passes.append(assembly.summary())
+        self.tokens_in += assembly.tokens_in
+        self.tokens_out += assembly.tokens_out
+        self.cost_usd = None if self.cost_usd is None or assembly.cost_usd is None else self.cost_usd + assembly.cost_usd
+        self.reasons.extend(r for r in assembly.reasons if r not in self.reasons)
+        gain = self.input_bytes - assembly.output_bytes
+        if assembly.first_changed is None or gain <= 0:
+            return False, False  # nothing changed: this pass's input stays the result
+        if self.first_changed is None or assembly.first_changed < self.first_changed:
+            self.first_changed = assembly.first_changed
+            self.preserved_prefix_bytes = assembly.prefix_bytes
+        if self.pins is not None:
+            self.pins = list(assembly.new_pins)
+        assert self.target_bytes is not None
+        more = (assembly.output_bytes > self.target_bytes and gain >= MIN_PASS_GAIN * self.input_bytes
+                and self.number < MAX_PASSES)
+        return True, more
+
+    def compaction(self) -> dict[str, Any]:
+        """The ``compaction`` block of the response body."""
+        output_bytes = _final_bytes(self.passes) if self.first_changed is not None else self.original_bytes
+        assert output_bytes is not None and self.target_bytes is not None
+        return {
+            "original_bytes": self.original_bytes,
+            "output_bytes": output_bytes,
+            "target_bytes": self.target_bytes,
+            "target_ratio": self.settings.target_ratio,
+            "target_met": output_bytes <= self.target_bytes,
+            "reasons": list(self.reasons),
+            "flow_fingerprint": None,
+            "first_changed_index": self.first_changed,
+            "preserved_prefix_bytes": self.preserved_prefix_bytes,
+            "windows": {"passes": list(self.passes)},
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        data["settings"] = {**self.settings.__dict__, "pinned_indices": None if self.settings.pinned_indices is None
+                            else list(self.settings.pinned_indices)}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunState":
+        settings = dict(data["settings"])
+        if settings.get("pinned_indices") is not None:
+            settings["pinned_indices"] = tuple(settings["pinned_indices"])
+        return cls(**{**data, "settings": Settings(**settings)})
+
+
+@dataclass
 class WindowedRun:
-    """The outcome of :func:`compact_windowed`: where the final messages are and the report."""
+    """The outcome of :func:`compact_windowed`: where the final messages are and the run's state."""
 
     source: Callable[[], Iterable[Message]]
-    compaction: dict[str, Any]
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float | None
+    state: RunState
+
+    @property
+    def compaction(self) -> dict[str, Any]:
+        return self.state.compaction()
 
 
 async def compact_windowed(source: Callable[[], Iterable[Message]], settings: Settings, *,
@@ -440,54 +532,24 @@ async def compact_windowed(source: Callable[[], Iterable[Message]], settings: Se
     """Passes of windowed compaction over ``source()`` (a fresh iterator of the transcript's messages
     each call). ``run_window`` compacts one task (None: the window keeps its original); each pass's
     output goes to a ``new_sink()`` (``write``, then ``close`` gives the next pass's source)."""
-    first: PassContext | None = None
-    passes: list[dict[str, Any]] = []
-    reasons: list[str] = []
-    first_changed: int | None = None
-    tokens_in = tokens_out = 0
-    cost: float | None = 0.0
-    pins = settings.pinned_indices
+    state = RunState.begin(settings)
     current = source
-    for number in range(MAX_PASSES):
-        pass_settings = Settings(**{**settings.__dict__, "pinned_indices": pins})
-        context = scan(current(), pass_settings, target_bytes=None if first is None else first.target_bytes)
-        first = first or context
+    more = True
+    while more:
+        context = state.scan(current())
         sink = new_sink()
-        assembly = PassAssembly(context, sink.write, pins)
-        tasks = windows(current(), context, pass_settings)
-        async for task, result in ordered_results(tasks, run_window, concurrency):
+        assembly = state.assembly(sink.write)
+        async for task, result in ordered_results(windows(current(), context, state.pass_settings()), run_window,
+                                                  concurrency):
             assembly.add(task, result)
             if on_event is not None:
-                on_event({"event": "window", "pass": number + 1, "window": task["index"] + 1,
+                on_event({"event": "window", "pass": state.number + 1, "window": task["index"] + 1,
                           "input_bytes": context.input_bytes, "offset": task["offset"], "count": context.count})
         output = sink.close()
-        passes.append(assembly.summary())
-        tokens_in += assembly.tokens_in
-        tokens_out += assembly.tokens_out
-        cost = None if cost is None or assembly.cost_usd is None else cost + assembly.cost_usd
-        reasons.extend(r for r in assembly.reasons if r not in reasons)
-        gain = context.input_bytes - assembly.output_bytes
-        if assembly.first_changed is None or gain <= 0:
-            break  # nothing changed: this pass's input stays the result
-        first_changed = assembly.first_changed if first_changed is None else min(first_changed, assembly.first_changed)
-        current, pins = output, (None if pins is None else tuple(assembly.new_pins))
-        if assembly.output_bytes <= first.target_bytes or gain < MIN_PASS_GAIN * context.input_bytes:
-            break
-    assert first is not None
-    output_bytes = _final_bytes(passes) if first_changed is not None else first.input_bytes
-    compaction = {
-        "original_bytes": first.input_bytes,
-        "output_bytes": output_bytes,
-        "target_bytes": first.target_bytes,
-        "target_ratio": settings.target_ratio,
-        "target_met": output_bytes <= first.target_bytes,
-        "reasons": reasons,
-        "flow_fingerprint": None,
-        "first_changed_index": first_changed,
-        "preserved_prefix_bytes": first.input_bytes if first_changed is None else first.prefix_bytes(first_changed),
-        "windows": {"passes": passes},
-    }
-    return WindowedRun(current, compaction, tokens_in, tokens_out, cost)
+        advance, more = state.finish_pass(assembly)
+        if advance:
+            current = output
+    return WindowedRun(current, state)
 
 
 def _final_bytes(passes: list[dict[str, Any]]) -> int:

@@ -1,0 +1,55 @@
+"""Lambda handler of ``WindowJobFunction``: every step of ``WindowedJobStateMachine`` (docs/scale.md).
+
+Events (from ``infra/statemachine/windowed_job.asl.json``):
+
+* ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
+* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
+  batch (a window each), compacted under this invocation's remaining time;
+* ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result;
+* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
+
+Each is one call into ``compactor.large_jobs``; transcripts are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from compactor import large_jobs, object_jobs
+from compactor_aws.s3_store import S3Store
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+store = S3Store()
+
+
+def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    from compactor import service
+    from compactor.container import get_router, run_sync
+
+    bucket = event["BatchInput"]["bucket"]
+    for item in event["Items"]:
+        run_sync(large_jobs.run_window(store, bucket, item, router=get_router(),
+                                       deadline=service.request_deadline(context)))
+    return {"windows": len(event["Items"])}
+
+
+@logger.inject_lambda_context(log_event=False)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if "Items" in event:
+        return run_batch(event, context)
+    step, job = event["step"], event["job"]
+    if step == "plan":
+        outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)))
+    elif step == "assemble":
+        outcome = large_jobs.assemble(store, job)
+    elif step == "fail":
+        outcome = large_jobs.fail(store, job, event.get("error"))
+    else:
+        raise ValueError(f"unknown step {step!r}")
+    logger.info("windowed job step", extra={"step": step, "job_id": job.get("job_id"), "key": job.get("key"),
+                                            "done": outcome.get("done"), "result": outcome.get("result")})
+    return outcome

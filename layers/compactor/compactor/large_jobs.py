@@ -1,0 +1,213 @@
+"""Large transcripts on the S3 path (docs/scale.md): the steps of the windowed-job state machine.
+
+An object too large to compact in one invocation becomes a *windowed job*, run by a Standard state
+machine: ``plan`` streams the object once to learn the pass's context and once more to write its
+window tasks under ``work/<job>/p<n>/`` with the list the Distributed Map reads; one ``window``
+worker per item compacts a task (:func:`compactor.compaction.windows.compact_window`, exactly what
+runs inline); ``assemble`` concatenates the results in order (a window without a result keeps its
+original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
+response body, byte for byte what ``compactor compact --json`` writes for the same object. ``fail``
+records ``failed/<rel>`` when the execution itself fails. Every step streams: memory holds one
+window, never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import IO, Any, Protocol
+
+from compactor.object_jobs import (
+    JSON_CONTENT_TYPE,
+    Defaults,
+    Failure,
+    ObjectStore,
+    Source,
+    StoredObject,
+    _write_failure,
+    encode,
+    relative_key,
+    result_key,
+    result_metadata,
+)
+from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
+from compactor.transcripts import TranscriptError
+
+WORK_PREFIX = "work/"
+
+
+class StreamStore(ObjectStore, Protocol):
+    def open(self, bucket: str, key: str, *, version_id: str | None = None) -> AbstractContextManager[IO[bytes]]: ...
+
+    def open_writer(self, bucket: str, key: str, *, content_type: str,
+                    metadata: dict[str, str]) -> AbstractContextManager[IO[str]]: ...
+
+
+def job_id(source: Source) -> str:
+    """The job of one object version: the same id (and execution name) however often it is started."""
+    text = "\n".join((source.bucket, source.key, source.version_id or "null", source.etag))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def job_input(source: Source, *, max_concurrency: int) -> dict[str, Any]:
+    """The state machine's execution input for ``source``."""
+    return {"job": {**source.as_dict(), "sequencer": source.sequencer, "job_id": job_id(source)},
+            "max_concurrency": max_concurrency}
+
+
+def _source(job: dict[str, Any]) -> Source:
+    return Source(job["bucket"], job["key"], job.get("version_id"), job.get("etag") or "", job.get("sequencer"))
+
+
+def _work(job: dict[str, Any], name: str) -> str:
+    return f"{WORK_PREFIX}{job['job_id']}/{name}"
+
+
+def _get_json(store: StreamStore, bucket: str, key: str) -> Any:
+    with store.open(bucket, key) as handle:
+        return json.loads(handle.read())
+
+
+def _put_json(store: StreamStore, bucket: str, key: str, value: Any) -> None:
+    store.put(bucket, key, encode(value), content_type=JSON_CONTENT_TYPE, metadata={})
+
+
+def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None) -> Iterator[dict[str, Any]]:
+    with store.open(bucket, key, version_id=version_id) as handle:
+        yield from iter_messages(handle)
+
+
+# ------------------------------------------------------------------------------------------ steps
+
+
+def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
+    """First step: the run's settings from the object's fields and the defaults, then pass 1's windows.
+    Bad content ends the job in ``failed/`` (``done``), as for inline jobs."""
+    from pydantic import ValidationError
+
+    from compactor.compaction.windows import RunState, Settings
+    from compactor.http_api import validation_detail
+    from compactor.models import CompactRequest
+    from compactor.object_jobs import _invalid
+
+    source = _source(job)
+    rel = relative_key(source.key)
+    stored = StoredObject(b"", source.version_id, source.etag)
+    if rel is None:
+        return {"done": True, "result": "skipped"}
+    try:
+        with store.open(source.bucket, source.key, version_id=source.version_id) as handle:
+            fields = read_fields(handle)
+        body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
+        if defaults.mode == "seal" and "decision_policy_ir" not in fields:
+            failure = Failure(413, {"message": "transcripts this large are compacted in decision mode only",
+                                    "type": "invalid_request_error", "code": "request_too_large"})
+            _write_failure(store, source, stored, rel, failure)
+            return {"done": True, "result": "failed"}
+        if "decision_policy_ir" not in body or body["decision_policy_ir"] is None:
+            from compactor.compaction.preset import load_preset
+
+            body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
+        request = CompactRequest.model_validate(body)
+        state = RunState.begin(Settings.from_request(request))
+        windows_key = _plan_pass(store, job, state, source.key, source.version_id)
+    except TranscriptError as exc:
+        _write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
+            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]))
+        return {"done": True, "result": "failed"}
+    except ValidationError as exc:
+        detail = validation_detail(exc.errors())["detail"]
+        for item in detail:
+            item["loc"] = ["body", *item["loc"]]
+        _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail))
+        return {"done": True, "result": "failed"}
+    return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
+
+
+def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
+               input_version: str | None) -> str:
+    """Scan the pass input, write its window tasks and the list of them; save the run state."""
+    from compactor.compaction.windows import windows
+
+    bucket = job["bucket"]
+    number = state.number + 1
+    context = state.scan(_messages(store, bucket, input_key, input_version))
+    items = []
+    for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
+        task_key = _work(job, f"p{number}/w{task['index']}.json")
+        _put_json(store, bucket, task_key, task)
+        items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json")})
+    windows_key = _work(job, f"p{number}/windows.json")
+    _put_json(store, bucket, windows_key, items)
+    _put_json(store, bucket, _work(job, "state.json"), {"state": state.as_dict(), "input_key": input_key,
+                                                        "input_version": input_version, "windows_key": windows_key})
+    return windows_key
+
+
+async def run_window(store: StreamStore, bucket: str, item: dict[str, Any], *, router: Any, deadline: Any) -> None:
+    """One Distributed Map item: compact its task, write its result. Failures raise (the Map
+    tolerates them; the window keeps its original)."""
+    from compactor.compaction.windows import compact_window
+
+    task = _get_json(store, bucket, item["task_key"])
+    result = await compact_window(task, router=router, deadline=deadline)
+    _put_json(store, bucket, item["result_key"], result)
+
+
+def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
+    """After the Map: concatenate the pass's results; plan the next pass or write the final result."""
+    from compactor.compaction.windows import RunState
+
+    bucket = job["bucket"]
+    saved = _get_json(store, bucket, _work(job, "state.json"))
+    state = RunState.from_dict(saved["state"])
+    items = _get_json(store, bucket, saved["windows_key"])
+    output_key = _work(job, f"p{state.number + 1}/output.json")
+    with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
+        writer = ArrayWriter(out)
+        assembly = state.assembly(writer.write)
+        for item in items:
+            task = _get_json(store, bucket, item["task_key"])
+            assembly.add(task, _result(store, bucket, item["result_key"]))
+        writer.finish()
+    advance, more = state.finish_pass(assembly)
+    input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
+    if more:
+        return {"done": False, "bucket": bucket,
+                "windows_key": _plan_pass(store, job, state, input_key, input_version)}
+    return {"done": True, "result": "compacted", "key": _write_result(store, job, state, input_key, input_version)}
+
+
+def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
+    if store.head_metadata(bucket, key) is None:
+        return None
+    return _get_json(store, bucket, key)
+
+
+def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
+                  input_version: str | None) -> str:
+    from compactor.compaction.windowed import body_summary, write_body
+
+    source = _source(job)
+    rel = relative_key(source.key)
+    assert rel is not None
+    key = result_key(rel)
+    metadata = result_metadata(source, StoredObject(b"", source.version_id, source.etag), 200)
+    with store.open_writer(source.bucket, key, content_type=JSON_CONTENT_TYPE, metadata=metadata) as out:
+        write_body(out, _messages(store, source.bucket, input_key, input_version), body_summary(state),
+                   messages_only=False)
+    return key
+
+
+def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
+    """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500)."""
+    source = _source(job)
+    rel = relative_key(source.key)
+    if rel is None:
+        return {"done": True, "result": "skipped"}
+    failure = Failure(500, {"message": "the windowed compaction job failed", "type": "server_error",
+                            "code": "job_failed"})
+    _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure)
+    return {"done": True, "result": "failed"}

@@ -1,0 +1,162 @@
+"""The windowed-job state machine (``infra/statemachine/windowed_job.asl.json``) executed by moto,
+every Lambda task dispatched in-process to ``functions/window_jobs`` (as tests/fanout does for the
+Express fan-out): its ``compacted/`` object is byte for byte what the inline run writes."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+from compactor import container
+from compactor.compaction.windowed import compact_stream, inline_runner
+from compactor.compaction.windows import Settings
+from compactor.container import run_sync
+from compactor.large_jobs import job_id, job_input
+from compactor.object_jobs import Source
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+
+from scale import transcripts
+
+from .conftest import decision_policy, frozen_router
+
+REPO = Path(__file__).resolve().parents[2]
+ASL = REPO / "infra" / "statemachine" / "windowed_job.asl.json"
+REGION, ACCOUNT, BUCKET = "us-east-1", "123456789012", "compactor-transcripts-test"
+WORKER_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:compactor-WindowJobFunction"
+MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+def definition() -> str:
+    """The deployed definition with its substitutions applied. moto's ASL parser has no
+    ``ItemBatcher``: the one-item batch it makes is built by an equivalent ``ItemSelector``."""
+    asl = json.loads(ASL.read_text().replace("${WindowJobFunctionArn}", WORKER_ARN).replace("${Partition}", "aws"))
+    run_windows = asl["States"]["RunWindows"]
+    batcher = run_windows.pop("ItemBatcher")
+    assert batcher["MaxItemsPerBatch"] == 1
+    run_windows["ItemSelector"] = {"Items.$": "States.Array($$.Map.Item.Value)",
+                                   "BatchInput": batcher["BatchInput"]}
+    return json.dumps(asl)
+
+
+@pytest.fixture(scope="module")
+def worker() -> ModuleType:
+    load_handler(REPO / "functions" / "window_jobs", "window_jobs.handler")
+    return sys.modules["window_jobs"]
+
+
+class Dispatch:
+    def __init__(self, module: ModuleType, fail_window: int | None = None) -> None:
+        self.module, self.fail_window = module, fail_window
+        self.events: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
+        assert parameters["FunctionName"] == WORKER_ARN
+        event = json.loads(parameters["Payload"])
+        with self.lock:
+            self.events.append(event)
+        try:
+            if self.fail_window is not None and "Items" in event and any(
+                    item["task_key"].endswith(f"/p1/w{self.fail_window}.json") for item in event["Items"]):
+                raise RuntimeError("worker crashed")
+            payload = self.module.handler(event, LocalLambdaContext("WindowJobFunction", timeout_s=900))
+        except Exception as exc:
+            return {"StatusCode": 200, "FunctionError": "Unhandled",
+                    "Payload": {"errorMessage": str(exc), "errorType": type(exc).__name__,
+                                "stackTrace": traceback.format_tb(exc.__traceback__)}}
+        return {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": json.loads(json.dumps(payload))}
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, worker: ModuleType) -> Iterator[dict[str, Any]]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("COMPACTOR_S3_DEFAULTS", raising=False)
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    from compactor_aws import s3_store
+
+    with mock_aws(config=MOTO_CONFIG):
+        import boto3
+
+        s3_store.reset_client()
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket=BUCKET)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.create_state_machine(name="compactor-WindowedJob", definition=definition(), type="STANDARD",
+                                       roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+        dispatch = Dispatch(worker)
+        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
+        monkeypatch.setattr(container, "_router", frozen_router())
+        yield {"s3": s3, "sfn": sfn, "arn": arn, "dispatch": dispatch}
+        s3_store.reset_client()
+
+
+def execute(aws: dict[str, Any], key: str, concurrency: int = 3) -> dict[str, Any]:
+    head = aws["s3"].head_object(Bucket=BUCKET, Key=key)
+    source = Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'))
+    arn = aws["sfn"].start_execution(stateMachineArn=aws["arn"], name=job_id(source),
+                                     input=json.dumps(job_input(source, max_concurrency=concurrency)))["executionArn"]
+    stop = time.monotonic() + 120
+    while True:
+        described = aws["sfn"].describe_execution(executionArn=arn)
+        if described["status"] != "RUNNING" or time.monotonic() > stop:
+            return described
+        time.sleep(0.05)
+
+
+def inline_bytes(messages: list[dict[str, Any]]) -> bytes:
+    data = json.dumps(messages).encode()
+    out = io.StringIO()
+    router = frozen_router()
+    run_sync(compact_stream(lambda: io.BytesIO(data), Settings(decision_policy_ir=decision_policy()), router=router,
+                            run_window=inline_runner(router, window_budget_ms=60_000), out=out, messages_only=False))
+    return out.getvalue().encode()
+
+
+@pytest.fixture(scope="module")
+def big() -> list[dict[str, Any]]:
+    return list(transcripts.messages(1_200_000))
+
+
+def test_distributed_map_result_is_the_inline_result(aws, big):
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/big.json", Body=json.dumps(big).encode())
+    described = execute(aws, "incoming/big.json")
+    assert described["status"] == "SUCCEEDED", described
+    stored = aws["s3"].get_object(Bucket=BUCKET, Key="compacted/big.json")
+    assert stored["Body"].read() == inline_bytes(big)
+    windows = [e for e in aws["dispatch"].events if "Items" in e]
+    body = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/big.json")["Body"].read())
+    passes = body["compaction"]["windows"]["passes"]
+    assert len(windows) == sum(p["windows"] for p in passes) and passes[0]["windows"] > 2
+    assert all(len(e["Items"]) == 1 for e in windows)
+    assert stored["Metadata"]["compactor-status"] == "200"
+
+
+def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worker):
+    aws["dispatch"].fail_window = 1
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/big.json", Body=json.dumps(big).encode())
+    described = execute(aws, "incoming/big.json")
+    assert described["status"] == "SUCCEEDED", described
+    body = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/big.json")["Body"].read())
+    assert body["compaction"]["windows"]["passes"][0]["failed_windows"] == 1
+
+
+def test_bad_content_is_recorded_in_failed(aws):
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/bad.json", Body=b'{"messages": [1, 2]}')
+    described = execute(aws, "incoming/bad.json")
+    assert described["status"] == "SUCCEEDED", described
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/bad.json")["Body"].read())
+    assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript"
