@@ -19,7 +19,7 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import object_jobs
-from compactor_aws import observability
+from compactor_aws import observability, windowed_jobs
 from compactor_aws.s3_store import S3Store
 from compactor_aws import snapstart
 
@@ -29,7 +29,8 @@ tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 store = S3Store()
 
-_METRIC_NAMES = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped"}
+_METRIC_NAMES = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped",
+                 "started": "S3WindowedJobsStarted"}
 
 
 def source_of(record: S3EventRecord) -> object_jobs.Source:
@@ -69,9 +70,11 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
     else:
         def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
             billed: list[Any] = []
+            launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
             done = run_sync(object_jobs.run_job(
                 source, store=store, defaults=defaults, deadline=service.request_deadline(context),
-                observe=observer(getattr(context, "aws_request_id", None), billed)))
+                observe=observer(getattr(context, "aws_request_id", None), billed),
+                launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
             facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
             return done.as_dict(), facts
 

@@ -160,3 +160,30 @@ def test_bad_content_is_recorded_in_failed(aws):
     assert described["status"] == "SUCCEEDED", described
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/bad.json")["Body"].read())
     assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript"
+
+
+def test_s3_event_for_a_large_object_starts_the_job_once(aws, big, monkeypatch):
+    from compactor_aws import windowed_jobs
+    from s3.conftest import s3_event
+
+    load_handler(REPO / "functions" / "s3_compact", "s3_compact.handler")
+    s3_module = sys.modules["s3_compact"]
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    monkeypatch.setenv(windowed_jobs.STATE_MACHINE_ENV, aws["arn"])
+    monkeypatch.setenv(windowed_jobs.INLINE_MAX_ENV, "100000")
+    data = json.dumps(big).encode()
+    put = aws["s3"].put_object(Bucket=BUCKET, Key="incoming/large.json", Body=data)
+    event = s3_event(BUCKET, "incoming/large.json", version_id=put.get("VersionId"), etag=put["ETag"].strip('"'),
+                     size=len(data))
+    context = LocalLambdaContext("S3CompactFunction", timeout_s=300)
+    first = s3_module.handler(event, context)["results"][0]
+    assert first["result"] == "started"
+    again = s3_module.handler(event, context)["results"][0]  # a redelivered event: the same execution name
+    assert again["result"] in ("started", "skipped")
+    executions = aws["sfn"].list_executions(stateMachineArn=aws["arn"])["executions"]
+    assert len(executions) == 1
+    stop = time.monotonic() + 120
+    while aws["sfn"].describe_execution(executionArn=executions[0]["executionArn"])["status"] == "RUNNING":
+        assert time.monotonic() < stop
+        time.sleep(0.05)
+    assert aws["s3"].get_object(Bucket=BUCKET, Key="compacted/large.json")["Body"].read() == inline_bytes(big)

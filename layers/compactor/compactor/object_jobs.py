@@ -110,9 +110,10 @@ class Failure:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one job did: ``compacted`` / ``failed`` (written), ``skipped`` (nothing to do)."""
+    """What one job did: ``compacted`` / ``failed`` (written), ``skipped`` (nothing to do), ``started``
+    (a windowed job for a large object: its state machine writes the result)."""
 
-    result: Literal["compacted", "failed", "skipped"]
+    result: Literal["compacted", "failed", "skipped", "started"]
     source: Source
     key: str | None = None
     status: int | None = None
@@ -285,11 +286,18 @@ Observer = Callable[[Any, int, dict[str, Any], float, float], None]
 (``time.time()`` bounds), e.g. to emit metrics and the billing record; skipped jobs run nothing."""
 
 
+Launcher = Callable[[Source], Outcome]
+"""Starts the windowed job of an object too large for one invocation (docs/scale.md)."""
+
+
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
-                  router: Any = None, max_bytes: int | None = None, observe: Observer | None = None) -> Outcome:
+                  router: Any = None, max_bytes: int | None = None, observe: Observer | None = None,
+                  launch: Launcher | None = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
-    (so the asynchronous invocation retries, then lands in its on-failure destination)."""
-    from compactor.service import compact
+    (so the asynchronous invocation retries, then lands in its on-failure destination). With
+    ``launch``, an object over ``max_bytes`` becomes a windowed job instead of a 413; a transcript
+    over one request's limits is compacted in windows here (decision mode)."""
+    from compactor.service import compact, compact_large
 
     rel = relative_key(source.key)
     if rel is None:
@@ -304,6 +312,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         limit = MAX_OBJECT_BYTES if max_bytes is None else max_bytes
         stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=limit)
     except ObjectTooLarge as exc:
+        if launch is not None:
+            return launch(source)
         stored = StoredObject(b"", source.version_id, source.etag)
         failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
         return _write_failure(store, source, stored, rel, failure)
@@ -311,7 +321,10 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if isinstance(request, Failure):
         return _write_failure(store, source, stored, rel, request)
     started_at = time.time()
-    status, body = await compact(request, deadline=deadline, router=router)
+    if request.decision_mode and _exceeds_one_request(request):
+        status, body = await compact_large(request, router=router, deadline=deadline)
+    else:
+        status, body = await compact(request, deadline=deadline, router=router)
     if observe is not None:
         observe(request, status, body, started_at, time.time())
     if status >= 500:
@@ -322,6 +335,12 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     store.put(source.bucket, key, encode(body), content_type=JSON_CONTENT_TYPE,
               metadata=result_metadata(source, stored, status))
     return Outcome("compacted", source, key=key, status=status)
+
+
+def _exceeds_one_request(request: Any) -> bool:
+    from compactor.compaction.windowed import exceeds_one_request
+
+    return exceeds_one_request(request)
 
 
 def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure) -> Outcome:

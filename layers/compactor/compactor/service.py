@@ -53,18 +53,18 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
 
 
 async def compact_large(request: CompactRequest, *, router: Any = None, on_event: Any = None,
-                        window_budget_ms: int | None = None) -> tuple[int, dict[str, Any]]:
+                        deadline: Deadline | None = None) -> tuple[int, dict[str, Any]]:
     """Decision-mode compaction in windows (docs/scale.md) for transcripts over one request's limits:
-    every window runs inline with its own flow budget (``COMPACTOR_FLOW_BUDGET_MS`` by default)."""
+    every window runs inline, all under ``deadline``, else each with its own flow budget
+    (``COMPACTOR_FLOW_BUDGET_MS``)."""
     from compactor.container import get_router
     from compactor.flow import FlowAdmissionError
     from compactor.compaction.windowed import compact_in_memory, inline_runner
 
     router = router or get_router()
-    budget = window_budget_ms if window_budget_ms is not None else flow_budget_ms()
+    runner = inline_runner(router, window_budget_ms=flow_budget_ms(), deadline=deadline)
     try:
-        body = await compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=budget),
-                                       on_event=on_event)
+        body = await compact_in_memory(request, router=router, run_window=runner, on_event=on_event)
     except FlowAdmissionError as exc:
         return 400, error_body(f"flow_ir rejected at admission: {exc}", code="invalid_flow")
     return 200, body

@@ -32,7 +32,11 @@ LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
 
 
 def exceeds_one_request(request: Any) -> bool:
-    """Whether one ``/v1/compact`` request would leave candidates out for its limits."""
+    """Whether one ``/v1/compact`` request would leave candidates out for its limits (False for a request
+    the single-request path rejects, so it answers it)."""
+    pins = request.pinned_indices
+    if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
+        return False
     prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=request.pinned_indices, question_template=question_template())
     return any(reason in LIMIT_REASONS for reason in prep.reasons)

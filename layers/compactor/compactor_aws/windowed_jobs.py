@@ -1,0 +1,47 @@
+"""Starting windowed jobs (docs/scale.md): an S3 object too large for one invocation becomes one
+execution of ``WindowedJobStateMachine``, named after the object version (``compactor.large_jobs.job_id``):
+Step Functions answers a repeated StartExecution (a redelivered event) with the execution already there."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+from compactor import large_jobs
+from compactor.object_jobs import Launcher, Outcome, Source
+
+STATE_MACHINE_ENV: Final = "COMPACTOR_WINDOWED_STATE_MACHINE_ARN"
+CONCURRENCY_ENV: Final = "COMPACTOR_WINDOW_CONCURRENCY"
+INLINE_MAX_ENV: Final = "COMPACTOR_S3_INLINE_MAX_BYTES"
+DEFAULT_CONCURRENCY: Final = 40
+DEFAULT_INLINE_MAX_BYTES: Final = 8 * 1024 * 1024
+
+
+def launcher(env: Mapping[str, str] | None = None, client: Any = None) -> Launcher | None:
+    """Starts the state machine when ``COMPACTOR_WINDOWED_STATE_MACHINE_ARN`` is set, else None
+    (large objects then get the 413 record)."""
+    source_env = os.environ if env is None else env
+    arn = source_env.get(STATE_MACHINE_ENV)
+    if not arn:
+        return None
+    concurrency = int(source_env.get(CONCURRENCY_ENV) or DEFAULT_CONCURRENCY)
+
+    def launch(source: Source) -> Outcome:
+        import boto3
+
+        sfn = client or boto3.client("stepfunctions")
+        name = large_jobs.job_id(source)
+        try:
+            sfn.start_execution(stateMachineArn=arn, name=name,
+                                input=json.dumps(large_jobs.job_input(source, max_concurrency=concurrency)))
+        except sfn.exceptions.ExecutionAlreadyExists:
+            return Outcome("skipped", source, reason="windowed job already started")
+        return Outcome("started", source, reason=f"windowed job {name}")
+    return launch
+
+
+def inline_max_bytes(env: Mapping[str, str] | None = None) -> int:
+    source_env = os.environ if env is None else env
+    return int(source_env.get(INLINE_MAX_ENV) or DEFAULT_INLINE_MAX_BYTES)
