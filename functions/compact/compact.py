@@ -29,6 +29,7 @@ from compactor.jsonutil import bounded_loads, dense_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
 from compactor_aws import observability
 from compactor_aws import snapstart
+from compactor_aws.routes import jobs as jobs_routes
 
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
@@ -92,6 +93,9 @@ def flows_normalize(request: NormalizeRequest) -> Response[str]:
 
     return _billed("flows_normalize", lambda: service.handle_flows_normalize(request.model_dump(exclude_unset=True)),
                    mode="none")
+
+
+app.include_router(jobs_routes.router)  # POST /uploads, GET /jobs/{id} (docs/scale.md)
 
 
 @app.exception_handler([RequestValidationError, RequestUnsupportedContentType])

@@ -13,6 +13,7 @@ from compactor.providers.registry import transport_for
 from compactor.router import Router
 
 from scale import transcripts
+from s3.conftest import s3_module  # noqa: F401  (the S3 handler fixture, shared)
 
 
 def frozen_router() -> Router:

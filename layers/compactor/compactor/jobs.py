@@ -1,0 +1,86 @@
+"""Upload jobs (docs/scale.md): ``POST /v1/uploads`` and ``GET /v1/jobs/{id}``, storage-agnostic.
+
+A job is one object under ``incoming/``: the S3 path compacts it (inline, or as a windowed job when it
+is large) into ``compacted/<rel>`` or records ``failed/<rel>``; its status is read off those objects, so
+API uploads and objects written straight to the bucket share one job model. An API upload is
+``incoming/uploads/<caller>/<id>.json`` (``<caller>`` a digest of the API key id, ``<id>`` random), with
+a record ``jobs/<caller>/<id>.json`` so unknown ids are 404; another caller's id is unknown to you.
+Presigning is the adapter's (``presign(method, key, expires_s, content_type)`` -> URL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from compactor.object_jobs import (
+    COMPACTED_PREFIX,
+    FAILED_PREFIX,
+    INCOMING_PREFIX,
+    JSON_CONTENT_TYPE,
+    ObjectStore,
+    encode,
+)
+
+UPLOADS = "uploads/"
+JOBS_PREFIX = "jobs/"
+URL_EXPIRES_S = 900
+JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+FAILURE_READ_MAX_BYTES = 1_000_000
+
+Presign = Callable[[str, str, int, str | None], str]
+
+
+def _caller_segment(caller: str) -> str:
+    return hashlib.sha256(caller.encode("utf-8")).hexdigest()[:24]
+
+
+def upload_rel(caller: str, job_id: str) -> str:
+    """``<rel>`` of an API upload: the key under ``incoming/`` (and ``compacted/``, ``failed/``)."""
+    return f"{UPLOADS}{_caller_segment(caller)}/{job_id}.json"
+
+
+def _record_key(caller: str, job_id: str) -> str:
+    return f"{JOBS_PREFIX}{_caller_segment(caller)}/{job_id}.json"
+
+
+def create_upload(store: ObjectStore, bucket: str, caller: str, presign: Presign, *,
+                  new_id: Callable[[], str] = lambda: uuid.uuid4().hex) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/uploads``: a new job and the presigned PUT its transcript goes to (201)."""
+    job_id = new_id()
+    key = INCOMING_PREFIX + upload_rel(caller, job_id)
+    store.put(bucket, _record_key(caller, job_id), encode({"job_id": job_id, "created_at": int(time.time())}),
+              content_type=JSON_CONTENT_TYPE, metadata={})
+    return 201, {
+        "job_id": job_id,
+        "status": "awaiting_upload",
+        "upload": {"url": presign("put_object", key, URL_EXPIRES_S, JSON_CONTENT_TYPE), "method": "PUT",
+                   "headers": {"Content-Type": JSON_CONTENT_TYPE}, "expires_in": URL_EXPIRES_S},
+        "status_url": f"/v1/jobs/{job_id}",
+    }
+
+
+def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign) -> tuple[int, dict[str, Any]]:
+    """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
+    ``/v1/compact`` response body) or ``failed`` (the recorded error and its status)."""
+    from compactor.http_api import error_body
+
+    if not JOB_ID.match(job_id) or store.head_metadata(bucket, _record_key(caller, job_id)) is None:
+        return 404, error_body(f"no job {job_id}", code="not_found")
+    rel = upload_rel(caller, job_id)
+    body: dict[str, Any] = {"job_id": job_id}
+    if store.head_metadata(bucket, COMPACTED_PREFIX + rel) is not None:
+        url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
+        return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
+    if store.head_metadata(bucket, FAILED_PREFIX + rel) is not None:
+        stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
+        failure = json.loads(stored.body)
+        return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
+    if store.head_metadata(bucket, INCOMING_PREFIX + rel) is not None:
+        return 200, {**body, "status": "running"}
+    return 200, {**body, "status": "awaiting_upload"}

@@ -1,0 +1,1 @@
+"""API routes as Powertools ``APIRouter`` modules, included by ``functions/compact/compact.py``."""
