@@ -1,0 +1,81 @@
+"""The template's windowed-job resources and upload routes (docs/scale.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor_aws import windowed_jobs
+from compactor_aws.routes import jobs as jobs_routes
+from compactor_cli.sam_template import load_template
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def resources() -> dict[str, Any]:
+    return load_template(REPO / "template.yaml")["Resources"]
+
+
+def test_state_machine_is_standard_with_every_substitution_covered(resources):
+    machine = resources["WindowedJobStateMachine"]["Properties"]
+    assert machine["Type"] == "STANDARD" and "Condition" not in resources["WindowedJobStateMachine"]
+    text = (REPO / machine["DefinitionUri"]).read_text()
+    assert set(re.findall(r"\$\{(\w+)\}", text)) == set(machine["DefinitionSubstitutions"])
+    assert machine["DefinitionSubstitutions"]["WindowJobFunctionArn"] == {"Ref": "WindowJobFunction.Alias"}
+
+
+def test_distributed_map_reads_windows_from_s3_batches_limits_and_tolerates(resources):
+    asl = json.loads((REPO / resources["WindowedJobStateMachine"]["Properties"]["DefinitionUri"]).read_text())
+    run = asl["States"]["RunWindows"]
+    assert run["ItemProcessor"]["ProcessorConfig"]["Mode"] == "DISTRIBUTED"
+    assert run["ItemReader"]["Resource"].endswith(":states:::s3:getObject")
+    assert run["ItemReader"]["ReaderConfig"]["InputType"] == "JSON"
+    assert run["ItemBatcher"]["MaxItemsPerBatch"] == 1
+    assert run["MaxConcurrencyPath"] == "$.max_concurrency"
+    assert run["ToleratedFailurePercentage"] == 100
+    assert run["ResultPath"] is None  # results go to S3, never through the execution's state
+    worker = run["ItemProcessor"]["States"]["RunWindow"]
+    assert worker["Catch"][0]["Next"] == "WindowKeepsItsOriginal"
+    assert asl["States"]["Assemble"]["Next"] == "MoreWindows"
+    for name in ("Plan", "RunWindows", "Assemble"):
+        assert asl["States"][name]["Catch"][0]["Next"] == "RecordFailure"
+
+
+def test_s3_function_starts_jobs_with_the_configured_machine_and_limits(resources):
+    env = resources["S3CompactFunction"]["Properties"]["Environment"]["Variables"]
+    assert env[windowed_jobs.STATE_MACHINE_ENV] == {"Ref": "WindowedJobStateMachine"}
+    assert env[windowed_jobs.CONCURRENCY_ENV] == {"Ref": "WindowConcurrency"}
+    assert env[windowed_jobs.INLINE_MAX_ENV] == {"Ref": "S3InlineMaxBytes"}
+    start = resources["S3CompactFunctionWindowedJobs"]["Properties"]["PolicyDocument"]["Statement"]
+    assert start == [{"Sid": "StartWindowedJobs", "Effect": "Allow", "Action": "states:StartExecution",
+                      "Resource": {"Ref": "WindowedJobStateMachine"}}]
+
+
+def test_bucket_permissions_are_role_policies_scoped_to_prefixes(resources):
+    for name in ("WindowJobFunction", "WindowedJobStateMachine"):
+        assert not any("TranscriptBucket" in json.dumps(p) for p in resources[name]["Properties"].get("Policies", []))
+    for policy in ("WindowJobFunctionBucketAccess", "WindowedJobStateMachineBucketAccess", "CompactFunctionJobsAccess"):
+        for statement in resources[policy]["Properties"]["PolicyDocument"]["Statement"]:
+            targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            for target in targets:
+                path = target["Fn::Sub"].split("${TranscriptBucket}")[1]
+                assert path == "" and statement["Action"] == "s3:ListBucket" or path.endswith("/*"), (policy, path)
+
+
+def test_api_routes_and_jobs_bucket(resources):
+    events = resources["CompactFunction"]["Properties"]["Events"]
+    assert {(e["Properties"]["Method"], e["Properties"]["Path"]) for e in events.values()} >= {
+        ("POST", "/uploads"), ("GET", "/jobs/{id}")}
+    env = resources["CompactFunction"]["Properties"]["Environment"]["Variables"]
+    assert env[jobs_routes.BUCKET_ENV] == {"Ref": "TranscriptBucket"}
+    rules = resources["TranscriptBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert any(rule.get("Prefix") == "work/" and rule.get("ExpirationInDays") for rule in rules)
+
+
+def test_window_job_handler_stays_small():
+    assert len((REPO / "functions" / "window_jobs" / "window_jobs.py").read_text().splitlines()) <= 120
