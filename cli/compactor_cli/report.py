@@ -139,6 +139,12 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
             if counts.get("fragment_or_decision_context_limit") and not body.get("x_router"):
                 lines.append("hint: the pinned messages alone fill the 32 000-byte decision payload (every user "
                              "message is pinned by default); pin fewer with --pin or --pin-task")
+        limits = compaction.get("limits")
+        if limits:
+            lines.append(f"made of: pins {limits['pins_bytes']}, tail {limits['tail_bytes']}, kept units "
+                         f"{limits['kept_units_bytes']}, summaries {limits['summaries_bytes']} bytes;"
+                         f" most from {limits['limited_by']}; smallest reachable ratio {limits['smallest_ratio']:g}"
+                         " (every candidate archived)")
         lines.append(f"first changed message: {compaction.get('first_changed_index')}"
                      f"  (preserved prefix {compaction.get('preserved_prefix_bytes')} bytes)")
     else:

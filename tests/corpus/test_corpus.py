@@ -173,3 +173,22 @@ def test_cli_compacts_a_corpus_file(tmp_path: Path) -> None:
     assert isinstance(written, list) and all(isinstance(m, dict) and "role" in m for m in written)
     assert csize(written) < 0.6 * csize(original)
     assert written[:2] == original[:2] and written[-6:] == original[-6:]
+
+
+def test_target_ratio_orders_the_results_and_the_report_says_what_limits_them() -> None:
+    """A looser target never gives a smaller output; the report's parts add up to the output and the
+    smallest reachable ratio is what pins and tail alone weigh (docs/offline-offers.md)."""
+    for path in [p for p in FILES if "pydicom-901" in p.name or "sphinx-9229" in p.name]:
+        messages = load(path)
+        sizes = []
+        for target in (0.05, 0.1, 0.3, 0.6):
+            status, body = run(messages, target_ratio=target, decision_policy_ir=DECISION_POLICY)
+            assert status == 200
+            report = body["compaction"]
+            limits = report["limits"]
+            parts = sum(limits[f"{name}_bytes"] for name in ("pins", "tail", "kept_units", "summaries"))
+            assert parts == report["output_bytes"] - 2 + 1  # each message counted with its comma, no brackets
+            assert limits["smallest_ratio"] * report["original_bytes"] <= report["output_bytes"]
+            assert limits["limited_by"] in ("pins", "tail", "kept_units", "summaries")
+            sizes.append(report["output_bytes"])
+        assert sizes == sorted(sizes) and sizes[0] < sizes[-1], sizes

@@ -199,3 +199,29 @@ def test_exit_statements_of_other_shell_tools_count() -> None:
     ])
     summary = summarize_item(item, 256)
     assert "$ go test ./... → exit 1" in summary.split("\n") and "--- FAIL: TestSync (0.01s)" in summary
+
+
+def test_a_second_seal_carries_the_first_forward_and_reads_tool_calls() -> None:
+    from compactor.compaction.seal import SEAL_MARKER, render_aged
+
+    first = summarize_conversation(render([
+        {"role": "user", "content": "Make parse_header accept empty input (src/app/core.py)."},
+        {"role": "assistant", "content": "Reading it.\n```bash\ncat src/app/core.py\n```"},
+        {"role": "user", "content": "<returncode>0</returncode><output>def parse_header(x): ...\n" + "# filler\n" * 300
+                                    + "</output>"},
+    ]), 1024)
+    assert first.split("\n")[1] == "task: Make parse_header accept empty input (src/app/core.py)."
+    aged = [{"role": "system", "content": SEAL_MARKER + first},
+            {"role": "user", "content": "Also add a test, please."},
+            {"role": "assistant", "content": "Running the tests.", "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "bash",
+                                                             "arguments": '{"command": "pytest -q tests"}'}}]},
+            {"role": "tool", "tool_call_id": "c",
+             "content": "Process exited with code 1\n" + "ok\n" * 300 + "FAILED tests/test_core.py::test_empty"}]
+    second = summarize_conversation(render_aged(aged), 1024)
+    lines = second.split("\n")
+    assert "task: Make parse_header accept empty input (src/app/core.py)." in lines  # the task of turn 1 survives
+    assert any(line.startswith("earlier: ") and "cat src/app/core.py (exit 0)" in line for line in lines)
+    assert "commands: $ pytest -q tests (exit 1)" in lines
+    assert any("FAILED tests/test_core.py::test_empty" in line for line in lines if line.startswith("errors: "))
+    assert "requests: Also add a test, please." in lines

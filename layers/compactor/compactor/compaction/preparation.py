@@ -88,6 +88,8 @@ class Preparation:
     budget: int
     batches: list[Batch]
     reasons: list[str]
+    pinned: set[str] = field(default_factory=set)  # unit ids holding a pinned message (the rest of
+    # ``protected`` is the kept tail)
 
 
 def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
@@ -244,7 +246,9 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, used, kept, sizer)
-    return Preparation(units=units, protected=protected, candidates=candidates, instructions=instructions,
+    pinned_units = {u.id for u in units if any(i in pins for i in u.indexes())}
+    return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
+                       instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
                        budget=budget, batches=used, reasons=reasons)
 

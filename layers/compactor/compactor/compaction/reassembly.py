@@ -88,10 +88,33 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,
         "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes),
+        "limits": ratio_limits(messages, output, prep, manifest),
     }
     if len(fragments) < len(manifest):
         report["fragments_omitted"] = len(manifest) - len(fragments)
     return report
+
+
+def ratio_limits(messages: list[Message], output: list[Message], prep: Preparation,
+                 manifest: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the output's bytes are made of, and the smallest ratio this request could reach (every
+    candidate archived): docs/offline-offers.md "Targets"."""
+    parts = {"pins": 0, "tail": 0, "kept_units": 0, "summaries": 0}
+    for unit, entry in zip(prep.units, manifest):
+        size = sum(dense_size(m) + 1 for m in messages[unit.start:unit.end])
+        if unit.id in prep.pinned:
+            parts["pins"] += size
+        elif unit.id in prep.protected:
+            parts["tail"] += size
+        elif entry["action"] == "keep":
+            parts["kept_units"] += size
+    parts["summaries"] = sum(dense_size(m) + 1 for m in output
+                             if isinstance(m.get("content"), str) and m["content"].startswith("[Summary of "))
+    floor = 2 + parts["pins"] + parts["tail"]
+    return {**{f"{name}_bytes": size for name, size in parts.items()},
+            "smallest_ratio": round(min(floor, prep.original_bytes) / max(1, prep.original_bytes), 4),
+            "limited_by": max(parts, key=lambda name: parts[name]) if any(parts.values()) else None,
+            "request_limits": sorted(set(prep.reasons))}
 
 
 def bounded_manifest(manifest: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ from compactor.offline.text_fit import (
 )
 from compactor.offline.transcript_reading import (
     as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
-    prose_text, return_codes, strip_output_tags,
+    prose_text, return_codes, strip_output_tags, tool_call_action,
 )
 
 SUMMARIZER_MODEL = "builtin-extractive-summarizer"
@@ -334,32 +334,56 @@ def _counted(commands: list[str]) -> list[str]:
     return [f"$ {command} ×{count}" if count > 1 else f"$ {command}" for command, count in counts.items()]
 
 
+_TOOL_CALL_LINE = re.compile(r"^\[tool call ([^(\n]*)\((.*)\)\]$", re.MULTILINE)
+_SEAL_HEAD = "[Earlier conversation, sealed summary]"
+_TASK_LINE = re.compile(r"^task: (.*)$", re.MULTILINE)
+
+
+def _rendered_call(name: str, arguments: str) -> str:
+    """A ``[tool call name(args)]`` line as ``command`` (shell tools) or ``name(args)``."""
+    action = tool_call_action({"function": {"name": name, "arguments": arguments}})
+    if action is None:
+        return f"{name}({arguments})"
+    return action.command if action.command is not None else action.describe()
+
+
 def summarize_conversation(rendered: str, limit: int) -> str:
-    """Dense extractive digest of a rendered conversation within ``limit`` bytes, shorter than it."""
+    """Dense extractive hand-off of a rendered conversation within ``limit`` bytes, shorter than it: the
+    task, an earlier seal carried forward, the current state, errors, commands with exit codes (tool
+    calls included), files, decisions and later requests. Instructions inside the conversation are only
+    quoted, never followed (nothing here acts on them)."""
     limit = min(limit, utf8_len(rendered) - 1)
     if limit <= 0:
         return ""
     messages = split_rendered(rendered)
-    task = ""
-    latest = ""
+    task = earlier = latest = ""
     commands: list[str] = []
     errors: dict[str, None] = {}
     notes: dict[str, None] = {}
-    awaiting_exit = False  # the last command has not met its observation yet
+    requests: dict[str, None] = {}
+    awaiting: list[int] = []  # indexes of commands still waiting for their exit code
     for role, text in messages:
-        if role in ("tool", "user") and "<returncode>" in text:
+        if role == "system" and text.startswith(_SEAL_HEAD):
+            earlier = text[len(_SEAL_HEAD):].strip()
+            carried = _TASK_LINE.search(earlier)
+            task = task or (carried.group(1) if carried else "")
+        elif role == "tool" or (role == "user" and ("<returncode>" in text or text.lstrip().startswith(
+                ("OBSERVATION", "EXECUTION RESULT")))):
             codes = return_codes(text)
-            if codes and awaiting_exit:
-                commands[-1] += f" (exit {codes[-1]})"
-            awaiting_exit = False
+            if codes and awaiting:
+                commands[awaiting.pop(0)] += f" (exit {codes[0]})"
             errors.update(dict.fromkeys(_entries(error_lines(strip_output_tags(text)))))
-        elif role == "user" and not task:
-            task = text
+        elif role == "user":
+            if not task:
+                task = text
+            else:
+                requests[fit_end(squeeze(text), _SEAL_ENTRY_BYTES)] = None
         elif role == "assistant":
-            fenced = fenced_commands(text)
-            commands.extend(fit_end(squeeze(command), _SEAL_ENTRY_BYTES) for command in fenced)
-            awaiting_exit = awaiting_exit or bool(fenced)
-            prose = re.sub(r"```.*?```", " ", text, flags=re.DOTALL)
+            calls = [_rendered_call(name, arguments) for name, arguments in _TOOL_CALL_LINE.findall(text)]
+            found = calls + fenced_commands(text)
+            awaiting = list(range(len(commands), len(commands) + len(found))) if found else awaiting
+            commands.extend(fit_end(squeeze(command), _SEAL_ENTRY_BYTES) for command in found)
+            prose = _TOOL_CALL_LINE.sub(" ", re.sub(r"```.*?```", " ", text, flags=re.DOTALL))
             if prose.strip():
                 latest = prose
             notes.update(dict.fromkeys(_decision_sentences(prose)))
@@ -368,13 +392,15 @@ def summarize_conversation(rendered: str, limit: int) -> str:
     digest_paths = paths_in(" ".join([*commands, *errors, *notes]))[:_MAX_PATHS]
     header = f"Extractive digest of {len(messages)} messages (built-in summarizer, no model)."
     sections = [
-        Section("", header, 0.05),
-        Section("task", squeezed_window(task, limit), 0.15),
-        Section("latest", squeezed_window(latest, limit), 0.15, elide_middle=True),
-        Section("errors", " | ".join(errors), 0.15, elide_middle=True),
-        Section("commands", " ; ".join(_counted(commands)), 0.2, elide_middle=True),
-        Section("files", ", ".join(digest_paths), 0.1, separator=", "),
-        Section("decisions", " | ".join(notes), 0.2, elide_middle=True),
+        Section("", header, 0.03),
+        Section("task", squeezed_window(task, limit), 0.2),
+        Section("earlier", squeezed_window(earlier, limit), 0.15, elide_middle=True),
+        Section("state", squeezed_window(latest, limit), 0.1, elide_middle=True),
+        Section("errors", " | ".join(errors), 0.12, elide_middle=True),
+        Section("commands", " ; ".join(_counted(commands)), 0.15, elide_middle=True),
+        Section("files", ", ".join(digest_paths), 0.07, separator=", "),
+        Section("decisions", " | ".join(notes), 0.12, elide_middle=True),
+        Section("requests", " | ".join(requests), 0.06, elide_middle=True),
     ]
     summary = fit_sections(sections, limit)
     return summary or fit_end(squeezed_window(rendered, limit), limit)
