@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.jsonutil import dense_size
+
 Message = dict[str, Any]
 
 # ---------------------------------------------------------------------------------------------
@@ -312,10 +314,6 @@ def evidence(messages: list[Message], changed: list[int]) -> EvidenceSet:
 # The trim baseline
 
 
-def dense_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-
-
 def pinned_head(messages: list[Message]) -> int:
     """Length of the head trim never drops: leading system/developer messages and the first user message."""
     for index, message in enumerate(messages):
@@ -343,6 +341,25 @@ def trim(messages: list[Message], target_bytes: int) -> list[Message]:
         size -= sum(dense_size(m) + 1 for m in units[start])
         start += 1
     return messages[:head] + [m for unit in units[start:] for m in unit]
+
+
+MASK_KEEP_RECENT = 6
+MASK_TEXT = "[tool output omitted]"
+_TEXT_OBSERVATION = re.compile(r"<returncode>|<output>|^\s*OBSERVATION:|\(Current directory: ", re.MULTILINE)
+
+
+def mask(messages: list[Message], keep_recent: int = MASK_KEEP_RECENT) -> list[Message]:
+    """Observation masking, the harness's own baseline until a ``mask`` mode is registered: every tool
+    result (and text agent observation) outside the last ``keep_recent`` messages is replaced by a short
+    placeholder; everything else stays."""
+    out: list[Message] = []
+    for index, message in enumerate(messages):
+        old = index < len(messages) - keep_recent
+        observation = message.get("role") == "tool" or (
+            message.get("role") == "user" and index > 0 and messages[index - 1].get("role") == "assistant"
+            and _TEXT_OBSERVATION.search(message_text(message)) is not None)
+        out.append({**message, "content": MASK_TEXT} if old and observation else message)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,7 +447,8 @@ def score(name: str, method: str, messages: list[Message], output: list[Message]
 
 async def evaluate(name: str, messages: list[Message], modes: list[str],
                    settings: dict[str, Any] | None = None) -> list[Row]:
-    """One row per mode plus ``trim`` at decision mode's output bytes (when decision is among the modes)."""
+    """One row per mode plus ``trim`` at decision mode's output bytes (when decision is among the modes),
+    and the harness's ``mask`` baseline while no ``mask`` mode is registered."""
     rows: list[Row] = []
     for mode in modes:
         output, calls, cost, note = await run_mode(mode, messages, settings)
@@ -438,6 +456,8 @@ async def evaluate(name: str, messages: list[Message], modes: list[str],
         if mode == "decision":
             trimmed = trim(messages, rows[-1].output_bytes)
             rows.append(score(name, "trim", messages, trimmed, 0, 0.0, "at decision's bytes"))
+    if "mask" not in modes and "mask" not in mode_names():
+        rows.append(score(name, "mask", messages, mask(messages), 0, 0.0, "harness baseline"))
     return rows
 
 
@@ -468,7 +488,7 @@ def render(rows: list[Row]) -> str:
     for row in rows:
         lines.append(f"{row.transcript:<{width}}  {row.method:<9} {100 * row.ratio:6.1f}% {100 * row.kept:6.1f}%"
                      f" {row.items:>6} {row.model_calls:>6} {_cost(row.cost_usd):>9}"
-                     + (f"  {row.note}" if row.note and row.method != "trim" else ""))
+                     + (f"  {row.note}" if row.note and row.method not in ("trim", "mask") else ""))
     lines.append("")
     lines.append(f"mean over {len({r.transcript for r in rows})} transcripts")
     for method, m in means(rows).items():

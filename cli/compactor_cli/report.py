@@ -137,8 +137,8 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
             counts = Counter(compaction["reasons"])
             lines.append("reasons: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
             if counts.get("fragment_or_decision_context_limit") and not body.get("x_router"):
-                lines.append("hint: the pinned messages alone fill the 32 000-byte decision payload (every user "
-                             "message is pinned by default); pin fewer with --pin or --pin-task")
+                lines.append("hint: some units did not fit a 32 000-byte decision payload; pin fewer messages "
+                             "with --pin or --pin-task")
         limits = compaction.get("limits")
         if limits:
             lines.append(f"made of: pins {limits['pins_bytes']}, tail {limits['tail_bytes']}, kept units "

@@ -50,12 +50,22 @@ def split_units(messages: list[Message]) -> list[Unit]:
     return units
 
 
-def is_text_observation(messages: list[Message], index: int) -> bool:
-    """True for a ``user`` message that answers the assistant turn before it with a tool observation."""
-    message = messages[index]
-    if role_of(message) != "user" or index == 0 or role_of(messages[index - 1]) != "assistant":
+def observes(message: Message, previous: Message | None) -> bool:
+    """True for a ``user`` message that answers the assistant turn ``previous`` with a tool observation."""
+    if role_of(message) != "user" or previous is None or role_of(previous) != "assistant":
         return False
     return _OBSERVATION.search(content_text(message.get("content"))) is not None
+
+
+def is_default_pin(message: Message, previous: Message | None) -> bool:
+    """Pinned when a request has no ``pinned_indices``: system/developer messages and genuine user inputs."""
+    role = role_of(message)
+    return role in ALWAYS_PINNED_ROLES or (role == "user" and not observes(message, previous))
+
+
+def is_text_observation(messages: list[Message], index: int) -> bool:
+    """:func:`observes` for ``messages[index]``."""
+    return observes(messages[index], messages[index - 1] if index else None)
 
 
 def instruction_pins(messages: list[Message], pinned_indices: list[int] | None) -> list[int]:

@@ -44,7 +44,7 @@ from compactor.compaction.preparation import (
 )
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
-from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit
+from compactor.compaction.units import Unit, is_default_pin
 
 MAX_PASSES = 4
 MIN_PASS_GAIN = 0.01
@@ -124,11 +124,13 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     unit_end, unit_bytes, unit_pinned = array("q"), array("q"), bytearray()
     recent: deque[tuple[Unit, list[Message]]] = deque()
     count = 0
+    previous: Message | None = None
     for unit, unit_messages in group_units(_counted(messages, sizes)):
         pinned = False
         for index, message in zip(unit.indexes(), unit_messages):
-            role = role_of(message)
-            if (index in explicit) if explicit is not None else role == "user" or role in ALWAYS_PINNED_ROLES:
+            default_pin = explicit is None and is_default_pin(message, previous)  # docs/differences.md
+            previous = message
+            if (index in explicit) if explicit is not None else default_pin:
                 pins.add(index)
                 pinned = True
                 if instruction_bytes + sizes[index] <= INSTRUCTIONS_MAX_BYTES:

@@ -1,19 +1,20 @@
 """The built-in rules decider: answers native decision questions with fixed, documented rules.
 
-For the compaction preset's state (``instructions`` / ``recent_evidence`` / ``fragments``) each
-fragment question gets, in this order of precedence:
+For the compaction preset's state (``instructions`` / ``recent_evidence`` / ``fragments``, and the
+optional ``later`` block of what happens after the batch) each fragment question gets, in this order
+of precedence (docs/offline-offers.md "The decider's rules"):
 
 1. ``keep`` when the evidence cannot be judged (not a string, or unparseable and not an excerpt);
-2. ``keep`` when the evidence bears an error: a traceback or error line, or a non-zero
-   ``<returncode>``;
-3. ``archive`` (only when the question offers it, so never for an excerpt) when every action of
-   the fragment is superseded later in this state (a later fragment or the recent evidence): the
-   same command or tool call with the same arguments is run again, a file it read whole is read
-   whole again or rewritten, or a file it rewrote is rewritten again. A text agent's observation
-   fragment inherits the actions of the fragment right before it;
-4. ``keep`` when the evidence is small (under ``SMALL_EVIDENCE_BYTES``): summarizing it would not
+2. ``archive`` (``summarize`` for an excerpt, which cannot be archived) when every action of the
+   fragment is superseded later (a later fragment, the recent evidence or the ``later`` actions): the
+   same command or tool call run again, a file it read whole read again or rewritten, a file it
+   rewrote rewritten again. A text agent's observation inherits the actions of the fragment before it;
+3. ``keep`` when it holds the last rewrite of a file that later messages still mention;
+4. a failure (a non-zero exit code; without any exit code, an error line): ``keep`` when the evidence
+   is under ``ERROR_KEEP_BYTES``, else ``summarize`` (the summarizer keeps error lines first);
+5. ``keep`` when the evidence is small (under ``SMALL_EVIDENCE_BYTES``): summarizing it would not
    pay for the summary marker;
-5. ``summarize`` otherwise (bulky, error-free evidence).
+6. ``summarize`` otherwise (bulky evidence already acted on).
 
 A label the question does not offer is replaced by ``keep`` (or the first criterion). Any other
 decision gets a conservative answer for every question: choice ``keep`` (or the first criterion),
