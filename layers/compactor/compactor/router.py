@@ -225,6 +225,13 @@ class Router:
         return await self._route("decisions", policy, Requirements(), invoke,
                                  deadline, timeout_s, DECISION_COST_DECIMALS, decision_request_tokens(request))
 
+    def smallest_context(self, protocol: str) -> int | None:
+        """The smallest ``context`` (tokens) among the enabled offers of ``protocol``; None when none says."""
+        contexts = [offer.observations["context"] for offer in self._offers
+                    if offer.protocol == protocol and offer.observations.get("disabled") is not True
+                    and type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
+        return min(contexts, default=None)
+
     # -- state visible to policies ------------------------------------------------------------
 
     def _provider_disabled(self, provider: str) -> bool:

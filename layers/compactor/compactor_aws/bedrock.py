@@ -6,7 +6,6 @@ function's role. Summaries are chat; decisions take the same prompt-and-validate
 from __future__ import annotations
 
 import asyncio
-import math
 from functools import lru_cache
 from typing import Any
 
@@ -16,10 +15,13 @@ from compactor.providers.base import (
 )
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
+from compactor.providers.openai import count
 from compactor.providers.turns import to_turns
 
 DEFAULT_MAX_TOKENS = 1024
 CONNECT_TIMEOUT_S = 5
+# Read timeouts come in a few steps, so a container keeps a few clients, not one per attempt's time.
+READ_TIMEOUT_STEPS_S = (5, 10, 20, 40, 60, 120, 300, 900)
 # Bedrock error codes in the router's error kinds (docs/providers.md).
 _ERROR_KINDS = {
     "ThrottlingException": RATE_LIMIT,
@@ -67,10 +69,6 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     return arguments
 
 
-def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
-
-
 def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Converse answer. Bedrock's ``inputTokens`` leaves out cache reads
     and writes, which are added back (cache reads are the cached tokens)."""
@@ -81,7 +79,7 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
     usage = output.get("usage") if isinstance(output.get("usage"), dict) else {}
-    fresh, cache_read, cache_write, out = (_count(usage.get(key)) for key in
+    fresh, cache_read, cache_write, out = (count(usage.get(key)) for key in
                                            ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
                                             "outputTokens"))
     tokens_in = None if fresh is None else fresh + (cache_read or 0) + (cache_write or 0)
@@ -128,13 +126,15 @@ def provider_error(exc: Exception) -> ProviderError:
 class BedrockTransport:
     """Chat and decision offers served through the Bedrock Converse API. Stateless.
 
-    boto3 is synchronous: each call runs in a worker thread, its read timeout set from the attempt's
-    time, so an abandoned call ends on its own soon after the router gave up on it."""
+    boto3 is synchronous: each call runs in a worker thread whose read timeout is the first step of
+    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after
+    the router gave up on it."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:
             raise ProviderError(TIMEOUT, "no time left for the call")
-        client = _bedrock_client(offer.region, offer.base_url, max(1, math.ceil(timeout_s)))
+        step = next((s for s in READ_TIMEOUT_STEPS_S if s >= timeout_s), READ_TIMEOUT_STEPS_S[-1])
+        client = _bedrock_client(offer.region, offer.base_url, step)
         arguments = converse_arguments(offer, request)
         try:
             output = await asyncio.to_thread(client.converse, **arguments)

@@ -10,7 +10,8 @@ from compactor.budget import Deadline
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from compactor.models import CompactRequest
 from compactor.response_blocks import compact_hint
-from compactor.compaction.preparation import prepare
+from compactor.router import BYTES_PER_TOKEN_ESTIMATE, DECISION_PROMPT_TOKENS
+from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, prepare
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.reassembly import compaction_report, reassemble
 
@@ -26,6 +27,16 @@ class InvalidRequest(Exception):
         self.code = code
 
 
+def decision_payload_limit(router: Any) -> int:
+    """Bytes one batch's decision payload may take: 32 000, or less when the smallest context among the
+    catalog's deciders cannot hold that much (docs/providers.md)."""
+    smallest = getattr(router, "smallest_context", None)
+    context = smallest("decisions") if smallest is not None else None
+    if context is None:
+        return DECISION_PAYLOAD_MAX_BYTES
+    return max(0, min(DECISION_PAYLOAD_MAX_BYTES, (context - DECISION_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE))
+
+
 async def compact_selective(request: CompactRequest, *, router: Any, deadline: Deadline,
                             on_event: Callable[[dict[str, Any]], None] | None = None,
                             flow_runner: Callable[..., Awaitable[FlowResult]] | None = None) -> dict[str, Any]:
@@ -36,7 +47,8 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
     if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
         raise InvalidRequest(PINS_MESSAGE)
     prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
-                   pinned_indices=pins, question_template=question_template())
+                   pinned_indices=pins, question_template=question_template(),
+                   payload_max_bytes=decision_payload_limit(router))
     flow_ir, flow_input = materialise(
         prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
         decision_policy=request.decision_policy_ir, generation_policy=request.policy_ir,

@@ -177,7 +177,9 @@ class BatchSizer:
     (``", "`` in the ASCII wire form, ``","`` in the compact form).
     """
 
-    def __init__(self, instructions: list[Message], recent: list[str]) -> None:
+    def __init__(self, instructions: list[Message], recent: list[str],
+                 payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES) -> None:
+        self.payload_max_bytes = payload_max_bytes
         self.decision_base = ascii_wire_size({"state": batch_state(instructions, recent, []), "questions": {}})
         self.state_base = dense_size(batch_state(instructions, recent, []))
 
@@ -192,7 +194,7 @@ class BatchSizer:
         return 2 + members + (n - 1 if n else 0)
 
     def admissible(self, batch: Batch, extra: Candidate | None = None) -> bool:
-        return (self.decision_payload(batch, extra) <= DECISION_PAYLOAD_MAX_BYTES
+        return (self.decision_payload(batch, extra) <= self.payload_max_bytes
                 and self.summary_record(batch, extra) <= MAX_SUMMARY_RECORD_BYTES)
 
     def flow_input_entry(self, key: str, batch: Batch) -> int:
@@ -218,7 +220,10 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 
 
 def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
-            pinned_indices: list[int] | None, question_template: dict[str, Any]) -> Preparation:
+            pinned_indices: list[int] | None, question_template: dict[str, Any],
+            payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES) -> Preparation:
+    """``payload_max_bytes`` bounds each batch's decision payload (smaller for deciders with a small
+    context, docs/providers.md)."""
     units = split_units(messages)
     pins = instruction_pins(messages, pinned_indices)
     tail = tail_indexes(len(messages), keep_recent)
@@ -241,7 +246,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     reasons: list[str] = []
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
-    sizer = BatchSizer(instructions, recent)
+    sizer = BatchSizer(instructions, recent, payload_max_bytes)
     used = fit_batches((candidate(u, messages[u.start:u.end], question_template) for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
@@ -293,7 +298,7 @@ def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int]
         batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
         touching = [texts[i] if i in texts else texts.setdefault(i, dense_dumps(m))
                     for i, m, names in actions if i > last and names & found]
-        room = min(LATER_MAX_BYTES, DECISION_PAYLOAD_MAX_BYTES - sizer.decision_payload(batch),
+        room = min(LATER_MAX_BYTES, sizer.payload_max_bytes - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
         batch.later = later_block(batch.names, touching, room) if room > 0 else {}
         flow_room -= ascii_wire_size(batch.later) + _LATER_KEY_BYTES if batch.later else 0
