@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -24,14 +26,14 @@ def resolver() -> Iterator[dict[str, str]]:
     keys.set_secret_resolver(previous)
 
 
-def test_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert http.bearer_headers(OFFER) == ({}, None)
+async def test_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert await http.bearer_headers(OFFER) == ({}, None)
     offer = dataclasses.replace(OFFER, api_key_env="K_ENV")
     monkeypatch.setenv("K_ENV", "  k-value  ")
-    assert http.bearer_headers(offer) == ({"Authorization": "Bearer k-value"}, "k-value")
+    assert await http.bearer_headers(offer) == ({"Authorization": "Bearer k-value"}, "k-value")
     monkeypatch.setenv("K_ENV", "line\nbreak")
     with pytest.raises(ProviderError) as caught:
-        http.bearer_headers(offer)
+        await http.bearer_headers(offer)
     assert caught.value.kind == "auth_error" and "line" not in caught.value.message
     monkeypatch.delenv("K_ENV")
     with pytest.raises(ProviderError, match="API key variable K_ENV is not set"):
@@ -66,3 +68,19 @@ def test_secret_without_a_store() -> None:
             keys.api_key(dataclasses.replace(OFFER, api_key_secret="s"))
     finally:
         keys.set_secret_resolver(previous)
+
+
+async def test_a_secret_is_read_off_the_event_loop(resolver: dict[str, str]) -> None:
+    released = threading.Event()
+
+    def slow_store(name: str) -> str:  # a store that answers only once the event loop has moved on
+        return "sk-read-in-a-thread" if released.wait(10) else "blocked"
+
+    keys.set_secret_resolver(slow_store)
+
+    async def loop_moves_on() -> None:
+        await asyncio.sleep(0)
+        released.set()
+
+    key, _ = await asyncio.gather(keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="s")), loop_moves_on())
+    assert key == "sk-read-in-a-thread"

@@ -17,7 +17,7 @@ from compactor.providers.base import (
 )
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import error_for_status, post_json, safe_message
-from compactor.providers.keys import api_key
+from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
 from compactor.providers.turns import to_turns
 
@@ -76,7 +76,7 @@ class AnthropicTransport:
     """Chat and decision offers reached over the Anthropic Messages API. Stateless."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-        key = api_key(offer)
+        key = await resolve_key(offer)
         headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
         reply = await post_json(endpoint(offer, "v1/messages"), messages_body(offer, request), headers=headers,
                                 timeout_s=timeout_s, max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))

@@ -23,7 +23,7 @@ from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
 )
-from compactor.providers.keys import api_key
+from compactor.providers.keys import resolve_key
 
 # Keep-alive for as many connections as one request opens at once: a 32-batch burst reuses its
 # connections on the next burst instead of reconnecting (docs/performance.md).
@@ -195,8 +195,8 @@ def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (
     return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status)
 
 
-def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:
-    """``({"Authorization": "Bearer <key>"}, key)`` with the offer's key (:func:`compactor.providers.keys.api_key`);
+async def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:
+    """``({"Authorization": "Bearer <key>"}, key)`` with the offer's key (:func:`compactor.providers.keys.resolve_key`);
     ``({}, None)`` when the offer needs no key."""
-    key = api_key(offer)
+    key = await resolve_key(offer)
     return ({"Authorization": f"Bearer {key}"}, key) if key else ({}, None)

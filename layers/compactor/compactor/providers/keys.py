@@ -8,6 +8,7 @@ never the value.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 
@@ -54,3 +55,11 @@ def api_key(offer: Offer) -> str | None:
     if offer.api_key_env:
         raise ProviderError(AUTH_ERROR, f"API key variable {offer.api_key_env} is not set")
     return None
+
+
+async def resolve_key(offer: Offer) -> str | None:
+    """:func:`api_key` for transports: a secret is read in a worker thread, never on the event loop
+    (the first read of a container, and one per TTL, is a network call)."""
+    if offer.api_key_secret and not (offer.api_key_env and os.environ.get(offer.api_key_env, "").strip()):
+        return await asyncio.to_thread(api_key, offer)
+    return api_key(offer)

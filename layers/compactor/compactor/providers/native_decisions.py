@@ -66,7 +66,7 @@ class DecisionsTransport:
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
         payload = checked_payload(offer, request)
         url = endpoint(offer, "decisions")
-        headers, key = bearer_headers(offer)
+        headers, key = await bearer_headers(offer)
         reply = await post_json(url, {"model": offer.model, **payload}, headers=headers, timeout_s=timeout_s,
                                 max_body_bytes=DECISION_RESPONSE_MAX_BYTES, secrets=(key,))
         error = error_for_status(reply.status, reply.body, (key,))

@@ -39,7 +39,7 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
 async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
     """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`)."""
     url = endpoint(offer, "chat/completions")
-    headers, key = bearer_headers(offer)
+    headers, key = await bearer_headers(offer)
     reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
     error = error_for_status(reply.status, reply.body, (key,))
