@@ -18,8 +18,9 @@ def statements(template: Template, logical_id: str) -> list[dict[str, Any]]:
     return template.resolve(resource["Properties"]["PolicyDocument"])["Statement"]
 
 
-# SAM's implicit function roles; the fan-out worker's exists (and is granted) only with BatchFanOut=stepfunctions.
-ROLES = [{"Ref": "CompactFunctionRole"}, {"Ref": "S3CompactFunctionRole"},
+# SAM's implicit roles of every function that calls models; the fan-out worker's exists (and is
+# granted) only with BatchFanOut=stepfunctions.
+ROLES = [{"Ref": "CompactFunctionRole"}, {"Ref": "S3CompactFunctionRole"}, {"Ref": "WindowJobFunctionRole"},
          {"Fn::If": ["FanOutWithStepFunctions", {"Ref": "FlowWorkerFunctionRole"}, {"Ref": "AWS::NoValue"}]}]
 
 
