@@ -58,6 +58,7 @@ def worker() -> ModuleType:
 class Dispatch:
     def __init__(self, module: ModuleType, fail_window: int | None = None) -> None:
         self.module, self.fail_window = module, fail_window
+        self.fail_step: str | None = None
         self.events: list[dict[str, Any]] = []
         self.lock = threading.Lock()
 
@@ -67,6 +68,8 @@ class Dispatch:
         with self.lock:
             self.events.append(event)
         try:
+            if self.fail_step is not None and event.get("step") == self.fail_step:
+                raise RuntimeError("step crashed")
             if self.fail_window is not None and "Items" in event and any(
                     item["task_key"].endswith(f"/p1/w{self.fail_window}.json") for item in event["Items"]):
                 raise RuntimeError("worker crashed")
@@ -152,6 +155,17 @@ def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worke
     assert described["status"] == "SUCCEEDED", described
     body = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/big.json")["Body"].read())
     assert body["compaction"]["windows"]["passes"][0]["failed_windows"] == 1
+
+
+def test_a_failing_step_records_the_job_in_failed(aws, big):
+    aws["dispatch"].fail_step = "assemble"
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/big.json", Body=json.dumps(big).encode())
+    described = execute(aws, "incoming/big.json")
+    assert described["status"] == "FAILED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/big.json")["Body"].read())
+    assert failure["status"] == 500 and failure["error"]["code"] == "job_failed"
+    assert "RuntimeError" in failure["error"]["message"] and "crashed" not in failure["error"]["message"]
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/").get("Contents")
 
 
 def test_bad_content_is_recorded_in_failed(aws):

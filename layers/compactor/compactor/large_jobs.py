@@ -202,12 +202,14 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
 
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
-    """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500)."""
+    """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500; the
+    message names the Step Functions error, never its cause, which may quote content)."""
     source = _source(job)
     rel = relative_key(source.key)
     if rel is None:
         return {"done": True, "result": "skipped"}
-    failure = Failure(500, {"message": "the windowed compaction job failed", "type": "server_error",
-                            "code": "job_failed"})
+    name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
+    message = "the windowed compaction job failed" + (f" ({name[:100]})" if name else "")
+    failure = Failure(500, {"message": message, "type": "server_error", "code": "job_failed"})
     _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure)
     return {"done": True, "result": "failed"}

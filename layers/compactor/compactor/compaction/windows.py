@@ -27,6 +27,7 @@ from compactor.chat import Message, has_tool_calls, role_of
 from compactor.flow import admit_flow, run_flow
 from compactor.jsonutil import dense_dumps, dense_size
 from compactor.compaction.preparation import (
+    BUDGET_FLOOR,
     MAX_BATCHES,
     MAX_CANDIDATES,
     MAX_FLOW_INPUT_BYTES,
@@ -303,13 +304,10 @@ async def _run_batches(batches: list[Batch], task: dict[str, Any], *, router: An
 def admission_probe(settings: Settings, router: Any) -> None:
     """Admit the flow of a one-unit window: raises ``FlowAdmissionError`` when the run's policies are
     not admissible, before any window runs."""
-    probe = {"index": 0, "offset": 0, "messages": [], "protected": [], "instructions": [],
-             "recent_evidence": [], "budget": 128, "settings": settings.flow_settings()}
-    unit = Unit(0, 1)
     batch = Batch()
-    batch.add(candidate(unit, [{"role": "assistant", "content": "probe"}], question_template()))
+    batch.add(candidate(Unit(0, 1), [{"role": "assistant", "content": "probe"}], question_template()))
     flow_ir, flow_input = materialise(
-        [batch], instructions=[], recent_evidence=[], budget=128, decision_policy=probe["settings"]["decision_policy_ir"],
+        [batch], instructions=[], recent_evidence=[], budget=BUDGET_FLOOR, decision_policy=settings.decision_policy_ir,
         generation_policy=settings.policy_ir, max_tokens=settings.max_tokens)
     admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
 
