@@ -183,9 +183,9 @@ class _Fit:
     open: Batch = field(default_factory=Batch)
     candidates: int = 0
 
-    def with_candidate(self, cand: Candidate) -> tuple["_Fit", bool]:
-        """The state after ``cand`` and whether it was added (it is not when it fits no batch even
-        alone: it stays a kept unit), exactly as :func:`fit_batches` goes."""
+    def with_candidate(self, cand: Candidate) -> "_Fit":
+        """The state after ``cand``, exactly as :func:`fit_batches` goes (a candidate that fits no batch
+        even alone is left out: it stays a kept unit)."""
         closed, closed_bytes, open_batch = self.closed, self.closed_bytes, self.open
         if len(open_batch.candidates) >= MAX_PER_BATCH or not self.sizer.admissible(open_batch, cand):
             if open_batch.candidates:
@@ -193,11 +193,11 @@ class _Fit:
                 closed += 1
             open_batch = Batch()
             if not self.sizer.admissible(open_batch, cand):
-                return _Fit(self.sizer, closed, closed_bytes, open_batch, self.candidates), False
+                return _Fit(self.sizer, closed, closed_bytes, open_batch, self.candidates)
         grown = Batch(list(open_batch.candidates), open_batch.decision_bytes, open_batch.record_bytes,
                       open_batch.state_bytes)
         grown.add(cand)
-        return _Fit(self.sizer, closed, closed_bytes, grown, self.candidates + 1), True
+        return _Fit(self.sizer, closed, closed_bytes, grown, self.candidates + 1)
 
     def within_limits(self) -> bool:
         batches = self.closed + (1 if self.open.candidates else 0)
@@ -228,13 +228,13 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
         size = sum(context.message_bytes[unit.start:unit.end])
         is_protected = context.protected(unit)
         cand = None if is_protected else candidate(unit, unit_messages, template)
-        grown = None if cand is None else fit.with_candidate(cand)[0]
+        grown = None if cand is None else fit.with_candidate(cand)
         if held and (held_bytes + size > WINDOW_MAX_BYTES or (grown is not None and not grown.within_limits())):
             yield task()
             index += 1
             offset, held, protected, held_bytes = unit.start, [], [], 0
             fit = _Fit(sizer)
-            grown = None if cand is None else fit.with_candidate(cand)[0]
+            grown = None if cand is None else fit.with_candidate(cand)
         if grown is not None:
             fit = grown
         if is_protected:
