@@ -14,8 +14,11 @@ STAMP := $(VENV)/.installed
 TOOLS_STAMP := $(TOOLS)/.installed
 DEMO_TRANSCRIPT ?= tests/fixtures/corpus/msa-v2-toolcalls_deepseek-chat_pydicom-901.json
 DEMO_OUT ?= out/demo-compacted.json
+DEMO_HTML ?= out/demo-report.html
+# The browser tests drive Debian's Chromium through its matching chromedriver (installed when missing).
+CHROMEDRIVER := /usr/bin/chromedriver
 
-.PHONY: install tools demo test unit lint-template build bench eval clean e2e-local-model
+.PHONY: install tools browser demo test unit lint-template build bench eval clean e2e-local-model
 
 $(STAMP): pyproject.toml layers/compactor/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +37,22 @@ $(TOOLS_STAMP): infra/tools-requirements.txt
 
 tools: $(TOOLS_STAMP)
 
-demo: $(STAMP)
-	@mkdir -p $(dir $(DEMO_OUT))
-	$(VENV)/bin/compactor compact $(DEMO_TRANSCRIPT) --output $(DEMO_OUT)
-	@echo "compacted transcript written to $(DEMO_OUT)"
+$(CHROMEDRIVER):
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	else echo "warning: browser tests skipped; install them with: sudo apt-get install chromium chromium-driver" >&2; fi
 
-unit: $(STAMP)
-	$(PY) -m pytest -q
+browser: $(CHROMEDRIVER)
+
+demo: $(STAMP)
+	@mkdir -p $(dir $(DEMO_OUT)) $(dir $(DEMO_HTML))
+	$(VENV)/bin/compactor compact $(DEMO_TRANSCRIPT) --output $(DEMO_OUT) --html $(DEMO_HTML) --show-summaries 3
+	@echo
+	@echo "compacted transcript: $(DEMO_OUT)"
+	@echo "visual report:        $(DEMO_HTML)  (open it in a browser: every unit, its reason, each summary beside its original)"
+	@echo "next: .venv/bin/compactor --help   (or: source .venv/bin/activate)"
+
+unit: $(STAMP) $(CHROMEDRIVER)
+	COMPACTOR_REQUIRE_BROWSER=$$(test -x $(CHROMEDRIVER) && echo 1) $(PY) -m pytest -q
 
 lint-template: $(TOOLS_STAMP)
 	$(TOOLS)/bin/sam validate --lint --template template.yaml --region us-east-1

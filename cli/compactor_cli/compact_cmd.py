@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout")
+    parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
+    parser.add_argument("--show-summaries", type=int, default=0, metavar="N",
+                        help="print the N summaries that saved the most, each beside its original")
     parser.add_argument("--json", action="store_true", help="write the raw /v1/compact response, not just messages")
     parser.add_argument("--quiet", "-q", action="store_true", help="no report on stderr")
     parser.add_argument("--strict", action="store_true",
@@ -98,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
         return 2
     from compactor.catalog import CatalogError
-    from compactor_cli.report import Progress, render_report
+    from compactor_cli.report import Progress, render_examples, render_report
 
     progress = None if args.quiet else Progress(sys.stderr)
     started = time.monotonic()
     try:
-        status, body = _compact(request, progress)
+        status, body, units = compact_locally(request, progress)
     except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
@@ -112,14 +115,20 @@ def run(args: argparse.Namespace) -> int:
     if status != 200:
         print(f"compactor compact: HTTP {status}: {json.dumps(body)}", file=sys.stderr)
         return 1
+    seconds = time.monotonic() - started
     if not args.quiet:
-        sys.stderr.write(render_report(request, body, time.monotonic() - started))
+        sys.stderr.write(render_report(request, body, seconds, units))
+    if args.show_summaries and body.get("compaction") and not args.quiet:
+        sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
+    if args.html:
+        _write_html(args, request.messages, body, units, request.keep_recent, seconds)
     text = json.dumps(body if args.json else body["messages"], ensure_ascii=False, indent=2) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write(text)
         if not args.quiet:
-            print(f"wrote {args.output}", file=sys.stderr)
+            print(f"wrote {args.output} ({len(text.encode('utf-8'))} bytes on disk: pretty-printed JSON, so larger"
+                  " than the dense size above)", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if args.strict:
@@ -131,17 +140,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compact(request: Any, progress: Any) -> tuple[int, dict[str, Any]]:
+def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: dict[str, Any],
+                units: list[dict[str, Any]], keep_recent: int, seconds: float) -> None:
+    from compactor_cli.html_report import render_html
+
+    title = "stdin" if args.file == "-" else os.path.basename(args.file)
+    with open(args.html, "w", encoding="utf-8") as handle:
+        handle.write(render_html(messages, body, units, title=title, mode=args.mode, keep_recent=keep_recent,
+                                 seconds=seconds))
+    if not args.quiet:
+        print(f"wrote the HTML report {args.html}", file=sys.stderr)
+
+
+def compact_locally(request: Any, progress: Any = None) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """Compact in-process: status, body and the whole manifest, each unit with its reason (docs/report.md)."""
     from compactor.container import run_sync
     from compactor.service import compact, compact_large, request_deadline
 
-    on_event = progress.on_event if progress else None
+    units: list[dict[str, Any]] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "units":
+            units[:] = event["units"]
+        elif progress is not None:
+            progress.on_event(event)
+
     if request.decision_mode:
         from compactor.compaction.windowed import exceeds_one_request
 
         if exceeds_one_request(request):
-            return run_sync(compact_large(request, on_event=on_event))
-    return run_sync(compact(request, deadline=request_deadline(), on_event=on_event))
+            status, body = run_sync(compact_large(request, on_event=on_event))
+            return status, body, units
+    status, body = run_sync(compact(request, deadline=request_deadline(), on_event=on_event))
+    return status, body, units
 
 
 def _size(path: str) -> int:
@@ -195,8 +226,11 @@ def _run_streamed(args: argparse.Namespace) -> int:
     finally:
         if args.output:
             out.close()
+    seconds = time.monotonic() - started
+    if args.html:
+        _write_html(args, [], summary, [], request.keep_recent, seconds)
     if not args.quiet:
-        sys.stderr.write(render_windowed_report(summary, time.monotonic() - started))
+        sys.stderr.write(render_windowed_report(summary, seconds))
         if args.output:
             print(f"wrote {args.output}", file=sys.stderr)
     return 0

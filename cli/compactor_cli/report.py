@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
+from compactor.chat import content_text, role_of
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import failure_causes, fallback_count
 
@@ -106,7 +107,25 @@ def _roles(messages: list[dict[str, Any]]) -> str:
     return text if len(text) <= 28 else text[:27] + "…"
 
 
-def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
+def unit_rows(messages: list[dict[str, Any]], body: dict[str, Any], units: list[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
+    """One row per unit of a decision-mode body: its manifest entry with its reason (the core's ``units``
+    event; the response's own manifest may be bounded), its original and emitted messages, and their dense
+    bytes (each message's JSON plus the commas between them, without the list brackets)."""
+    output = body["messages"]
+    rows: list[dict[str, Any]] = []
+    cursor = 0
+    for entry in units:
+        original = messages[entry["start"]:entry["end"]]
+        count = {"keep": len(original), "summarize": 1, "archive": 0}[entry["action"]]
+        emitted = output[cursor:cursor + count]
+        cursor += count
+        rows.append({**entry, "original": original, "emitted": emitted,
+                     "before": dense_size(original) - 2, "after": dense_size(emitted) - 2 if emitted else 0})
+    return rows
+
+
+def render_report(request: Any, body: dict[str, Any], seconds: float, units: list[dict[str, Any]]) -> str:
     if "windows" in (body.get("compaction") or {}):
         return render_windowed_report(body, seconds)
     messages = request.messages
@@ -114,28 +133,30 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
     lines: list[str] = []
     compaction = body.get("compaction")
     if compaction is not None:
-        lines.append(f"{'fragment':<16} {'messages':>9}  {'roles':<28} {'action':<9} {'bytes':>8} {'after':>8}")
-        cursor = 0
-        for entry in compaction["fragments"]:
-            original = messages[entry["start"]:entry["end"]]
-            action = entry["action"]
-            count = {"keep": len(original), "summarize": 1, "archive": 0}[action]
-            after = dense_size(output[cursor:cursor + count]) - 2 * (count > 0) if count else 0
-            before = dense_size(original) - 2
-            cursor += count
-            span = f"{entry['start']}-{entry['end'] - 1}" if entry["end"] - entry["start"] > 1 else str(entry["start"])
-            lines.append(f"{entry['id']:<16} {span:>9}  {_roles(original):<28} {action:<9} {before:>8} {after:>8}")
-        actions = [e["action"] for e in compaction["fragments"]]
+        rows = unit_rows(messages, body, units)
+        lines.append(f"{'fragment':<16} {'messages':>9}  {'roles':<28} {'action':<9} {'bytes':>8} {'after':>8}  reason")
+        for row in rows:
+            span = f"{row['start']}-{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
+            lines.append(f"{row['id']:<16} {span:>9}  {_roles(row['original']):<28} {row['action']:<9}"
+                         f" {row['before']:>8} {row['after']:>8}  {row['reason']}")
+        actions = Counter(row["action"] for row in rows)
+        original_bytes, output_bytes = compaction["original_bytes"], compaction["output_bytes"]
         lines.append("")
-        lines.append(f"units: {len(actions)}  keep {actions.count('keep')}  summarize {actions.count('summarize')}"
-                     f"  archive {actions.count('archive')}")
-        lines.append(f"bytes: {compaction['original_bytes']} -> {compaction['output_bytes']}"
-                     f" ({_pct(compaction['output_bytes'], compaction['original_bytes'])} of original);"
-                     f" target {compaction['target_bytes']} ({compaction['target_ratio']:g})"
-                     f" {'met' if compaction['target_met'] else 'not met'}")
+        lines.append(f"{len(rows)} units: keep {actions['keep']}, summarize {actions['summarize']},"
+                     f" archive {actions['archive']}  (a unit is one message, or a tool call with its results;"
+                     " its id is fragment_<first message index>, so ids skip the results' numbers)")
+        lines.append(f"compacted: {original_bytes} -> {output_bytes} bytes of dense JSON,"
+                     f" {_pct(original_bytes - output_bytes, original_bytes)} smaller"
+                     + (f" ({original_bytes / output_bytes:.1f}x less to send)" if output_bytes < original_bytes else ""))
+        by_reason: Counter[str] = Counter()
+        for row in rows:
+            by_reason[row["reason"]] += row["after"]
+        lines.append(f"target: {compaction['target_bytes']} bytes (ratio {compaction['target_ratio']:g})"
+                     f" {'met' if compaction['target_met'] else 'not met'}; output bytes by reason: "
+                     + ", ".join(f"{reason} {size}" for reason, size in by_reason.most_common() if size))
         if compaction["reasons"]:
             counts = Counter(compaction["reasons"])
-            lines.append("reasons: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
+            lines.append("limits: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
             if counts.get("fragment_or_decision_context_limit") and not body.get("x_router"):
                 lines.append("hint: some units did not fit a 32 000-byte decision payload; pin fewer messages "
                              "with --pin or --pin-task")
@@ -145,8 +166,13 @@ def render_report(request: Any, body: dict[str, Any], seconds: float) -> str:
                          f"{limits['kept_units_bytes']}, summaries {limits['summaries_bytes']} bytes;"
                          f" most from {limits['limited_by']}; smallest reachable ratio {limits['smallest_ratio']:g}"
                          " (every candidate archived)")
-        lines.append(f"first changed message: {compaction.get('first_changed_index')}"
-                     f"  (preserved prefix {compaction.get('preserved_prefix_bytes')} bytes)")
+        changed = compaction.get("first_changed_index")
+        if changed is None:
+            lines.append("prompt cache: nothing changed")
+        else:
+            lines.append(f"prompt cache: the first {changed} messages are unchanged, a preserved prefix of"
+                         f" {compaction.get('preserved_prefix_bytes')} bytes a provider's cache can still reuse;"
+                         f" the first changed message is {changed}")
     else:
         before, after = dense_size(messages), dense_size(output)
         lines.append(f"legacy seal: {'compacted' if body['compacted'] else 'unchanged'};"
@@ -193,6 +219,33 @@ def problem_lines(body: dict[str, Any]) -> list[str]:
         lines.append(f"  {cause.cause} (offer {cause.offer}, x{count})")
         lines.append(f"    fix: {cause.fix}")
     return lines
+
+
+def _line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else f"{text[:width]}… (+{len(text) - width} chars)"
+
+
+def render_examples(messages: list[dict[str, Any]], body: dict[str, Any], units: list[dict[str, Any]], count: int,
+                    width: int = 110) -> str:
+    """The ``count`` summaries that saved the most bytes, each under the start of its original."""
+    rows = [row for row in unit_rows(messages, body, units) if row["action"] == "summarize"]
+    rows.sort(key=lambda row: row["after"] - row["before"])
+    lines = []
+    for row in rows[:count]:
+        lines.append(f"--- {row['id']} (messages {row['start']}-{row['end'] - 1}):"
+                     f" {row['before']} -> {row['after']} bytes")
+        lines.append("original:")
+        for message in row["original"]:
+            text = content_text(message.get("content"))
+            if text:
+                lines.append(f"  {role_of(message)}: {_line(text, width)}")
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {} if isinstance(call, dict) else {}
+                lines.append(f"  call {function.get('name')}: {_line(str(function.get('arguments')), width)}")
+        lines.append("summary:")
+        lines.extend(f"  {line}" for line in str(row["emitted"][0].get("content")).splitlines())
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def _pct(part: int, whole: int) -> str:

@@ -167,7 +167,7 @@ def test_cli_compacts_a_corpus_file(tmp_path: Path) -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""  # the body went to --output, the report to stderr
-    assert "fragment_" in done.stderr and "bytes:" in done.stderr and f"wrote {out}" in done.stderr
+    assert "fragment_" in done.stderr and "compacted: " in done.stderr and f"wrote {out} (" in done.stderr
     original = json.loads(source.read_text(encoding="utf-8"))
     written = json.loads(out.read_text(encoding="utf-8"))
     assert isinstance(written, list) and all(isinstance(m, dict) and "role" in m for m in written)

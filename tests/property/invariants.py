@@ -19,6 +19,10 @@ SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 REASONS = {"fragment_or_decision_context_limit", "fragment_limit", "batch_limit", "flow_input_limit"}
 ACTIONS = {"keep", "summarize", "archive"}
+# Each unit's reason code (the core's ``units`` event, docs/report.md) and the only action it can explain.
+UNIT_REASON_ACTION = {"pinned": "keep", "recent_tail": "keep", "not_sent": "keep", "flow_failed": "keep",
+                      "model_kept": "keep", "summary_refused": "keep", "expansion_guard": "keep",
+                      "summarized": "summarize", "archived": "archive"}
 EVIDENCE_EXCERPT_OVER = 2000
 
 
@@ -171,9 +175,10 @@ def check_tool_pairing(messages: list[Message], output: list[Message]) -> None:
 
 
 def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_recent: int = 6,
-                        pinned_indices: list[int] | None = None, target_ratio: float = 0.1
-                        ) -> dict[int, list[Message]]:
-    """Assert every invariant of a decision-mode body; return ``start -> emitted messages``."""
+                        pinned_indices: list[int] | None = None, target_ratio: float = 0.1,
+                        reasons: dict[str, str] | None = None) -> dict[int, list[Message]]:
+    """Assert every invariant of a decision-mode body (and of the units' ``reasons`` when given);
+    return ``start -> emitted messages``."""
     assert set(body) <= {"messages", "compacted", "compaction", "usage", "x_router"}, set(body)
     output = body["messages"]
     assert isinstance(output, list)
@@ -188,6 +193,12 @@ def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_r
 
     for start in plan.protected:  # system, developer, pinned and recent-tail units
         assert actions[start] == "keep", f"protected unit fragment_{start} was {actions[start]}"
+    if reasons is not None:
+        assert list(reasons) == [e["id"] for e in manifest]
+        for entry in manifest:  # a reason names the action it explains; protected units say why
+            assert UNIT_REASON_ACTION[reasons[entry["id"]]] == entry["action"], (entry, reasons[entry["id"]])
+            protected = entry["start"] in plan.protected
+            assert (reasons[entry["id"]] in ("pinned", "recent_tail")) is protected, (entry, reasons[entry["id"]])
     for start, end in plan.units:
         if actions[start] == "archive":
             assert not excerpted(messages[start:end]), f"fragment_{start} archived from an excerpt"

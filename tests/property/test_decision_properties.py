@@ -50,19 +50,27 @@ def scripts(validate: bool = True) -> st.SearchStrategy[Script]:
 
 
 def run(req: dict[str, Any], transport: ScriptedTransport, *, deadline_ms: float = LONG
-        ) -> tuple[int, dict[str, Any]]:
+        ) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, body and each unit's reason code (from the ``units`` event)."""
     request = CompactRequest(**req, decision_policy_ir=DECISION_POLICY)
+    reasons: dict[str, str] = {}
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "units":
+            reasons.update({unit["id"]: unit["reason"] for unit in event["units"]})
 
     async def go() -> tuple[int, dict[str, Any]]:
         return await service.compact(request, deadline=Deadline.after_ms(deadline_ms),
-                                     router=scripted_router(transport))
+                                     router=scripted_router(transport), on_event=on_event)
 
-    return asyncio.run(go())
+    status, body = asyncio.run(go())
+    return status, body, reasons
 
 
-def check(req: dict[str, Any], body: dict[str, Any]) -> dict[int, list[dict[str, Any]]]:
+def check(req: dict[str, Any], body: dict[str, Any], reasons: dict[str, str]) -> dict[int, list[dict[str, Any]]]:
     return check_decision_body(req["messages"], body, keep_recent=req["keep_recent"],
-                               pinned_indices=req["pinned_indices"], target_ratio=req["target_ratio"])
+                               pinned_indices=req["pinned_indices"], target_ratio=req["target_ratio"],
+                               reasons=reasons)
 
 
 # -- the oracle ----------------------------------------------------------------------------------
@@ -142,9 +150,9 @@ def expected_outcome(messages: list[dict[str, Any]], plan: Plan, transport: Scri
 @given(req=requests(), script=scripts())
 def test_adversarial_models_never_break_the_invariants_and_the_outcome_is_exact(req, script):
     transport = ScriptedTransport(script)
-    status, body = run(req, transport)
+    status, body, reasons = run(req, transport)
     assert status == 200, body
-    check(req, body)
+    check(req, body, reasons)
     plan = plan_for(req["messages"], keep_recent=req["keep_recent"], pinned_indices=req["pinned_indices"],
                     target_ratio=req["target_ratio"])
     asked = {fid for call in transport.decisions for fid in call.ids}
@@ -169,7 +177,7 @@ def test_unvalidated_answers_reaching_the_flow_still_keep_the_structure(req, scr
     ids, non-objects …): protected content, order, tool pairing and byte bounds still hold.
     (Archiving from an excerpt is checked separately: see test_model_failures.)"""
     transport = ScriptedTransport(script)
-    status, body = run(req, transport)
+    status, body, _ = run(req, transport)
     assert status == 200, body
     messages = req["messages"]
     plan = plan_for(messages, keep_recent=req["keep_recent"], pinned_indices=req["pinned_indices"],
@@ -190,9 +198,9 @@ def test_unvalidated_answers_reaching_the_flow_still_keep_the_structure(req, scr
 def test_an_expired_budget_keeps_everything(req, script):
     """No time left: every model node is skipped, every unit kept, and the body is still well formed."""
     transport = ScriptedTransport(script)
-    status, body = run(req, transport, deadline_ms=0)
+    status, body, reasons = run(req, transport, deadline_ms=0)
     assert status == 200
-    check(req, body)
+    check(req, body, reasons)
     assert transport.decisions == [] and transport.chats == []
     assert body["messages"] == req["messages"] and body["compacted"] is False
     assert {e["action"] for e in body["compaction"]["fragments"]} <= {"keep"}

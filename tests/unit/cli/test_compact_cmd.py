@@ -52,3 +52,33 @@ def test_text_agents_compact_by_default_and_keep_their_pins(tmp_path, capsys):
 def test_unreadable_file_is_exit_2(tmp_path, capsys):
     assert main(["compact", str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_the_report_explains_and_shows_summaries_beside_originals(tmp_path, capsys):
+    source = CORPUS / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
+    out = tmp_path / "body.json"
+    assert main(["compact", str(source), "--json", "--show-summaries", "2", "-o", str(out)]) == 0
+    report = capsys.readouterr().err
+    body = json.loads(out.read_text())
+    compaction = body["compaction"]
+    assert f"compacted: {compaction['original_bytes']} -> {compaction['output_bytes']} bytes" in report
+    assert f"the first changed message is {compaction['first_changed_index']}" in report
+    assert f"({out.stat().st_size} bytes on disk" in report
+    shown = [line.split()[1] for line in report.splitlines() if line.startswith("--- fragment_")]
+    assert len(shown) == 2
+    for fragment_id in shown:
+        summary, = [m["content"] for m in body["messages"] if m["content"].startswith(f"[Summary of {fragment_id};")]
+        assert "\n".join(f"  {line}" for line in summary.splitlines()) in report
+
+
+def test_a_windowed_run_gets_a_page_of_passes(tmp_path):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tidy the logs."}]
+    for i in range(200):  # more candidates than one request takes: compacted in windows
+        messages.append({"role": "assistant", "content": f"step {i}: " + "log line with details\n" * 40})
+    source, out, page = tmp_path / "t.json", tmp_path / "body.json", tmp_path / "report.html"
+    source.write_text(json.dumps(messages))
+    assert main(["compact", str(source), "-q", "--json", "-o", str(out), "--html", str(page)]) == 0
+    compaction = json.loads(out.read_text())["compaction"]
+    html = page.read_text()
+    assert html.count('<tr class="pass">') == len(compaction["windows"]["passes"]) > 0
+    assert f"{compaction['original_bytes']:,}".replace(",", "\u202f") in html

@@ -41,7 +41,8 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
                             on_event: Callable[[dict[str, Any]], None] | None = None,
                             flow_runner: Callable[..., Awaitable[FlowResult]] | None = None) -> dict[str, Any]:
     """``flow_runner`` (same signature as ``run_flow``, the default) runs the admitted flow: the
-    batch fan-out plugs in here."""
+    batch fan-out plugs in here. ``on_event`` receives the plan, the flow's node events and, last,
+    ``{"event": "units", "units": [...]}``: every manifest entry, unbounded, with its ``reason`` (docs/report.md)."""
     messages = request.messages
     pins = request.pinned_indices
     if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
@@ -63,6 +64,8 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
     result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
     values = result.output if result.ok and isinstance(result.output, dict) else None
     output, manifest, output_bytes = reassemble(messages, prep, values)
+    if on_event is not None:
+        on_event({"event": "units", "units": manifest})
     body: dict[str, Any] = {
         "messages": output,
         "compacted": output != messages,

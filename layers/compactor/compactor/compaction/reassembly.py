@@ -14,6 +14,21 @@ MAX_MANIFEST_ENTRIES = 1_000
 left out first and ``fragments_omitted`` counts what is missing (docs/reliability.md)."""
 MAX_REASONS = 100
 
+# Why each unit got its action (docs/report.md). Reasons travel in the manifest entries inside the core and
+# reach local tooling through the ``units`` event (the whole manifest); the response's manifest leaves them out.
+UNIT_REASONS = {
+    "pinned": "keep: holds a pinned message (system/developer always; user messages unless pins are given)",
+    "recent_tail": "keep: inside the protected recent tail (keep_recent)",
+    "not_sent": "keep: left out of every batch by a preparation limit (see compaction.reasons)",
+    "flow_failed": "keep: the flow failed as a whole, so every unit is kept",
+    "model_kept": "keep: the decider chose keep, a model call of its batch fell back to the original, or the "
+                  "summary was refused (empty, over the byte budget or not smaller) and the original put back",
+    "summary_refused": "keep: the summary was blank or, with its marker line, not smaller than the original",
+    "summarized": "summarize: the decider chose summarize and the summary is smaller",
+    "archived": "archive: the decider chose archive; the caller keeps the original",
+    "expansion_guard": "keep: the output would not have been smaller than the input, so nothing changed",
+}
+
 
 def summary_message(fragment_id: str, text: str) -> Message:
     return {"role": "assistant", "content": SUMMARY_MARKER.format(id=fragment_id) + text}
@@ -36,22 +51,44 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
     return "keep", original
 
 
+def unit_reason(unit_id: str, item: str | None, values: dict[str, Any] | None, action: str) -> str | None:
+    """The reason code of a candidate's outcome (``UNIT_REASONS``); None for a unit no flow was asked about."""
+    if item is None:
+        return None
+    if values is None:
+        return "flow_failed"
+    if action != "keep":
+        return "summarized" if action == "summarize" else "archived"
+    return "model_kept" if values.get(unit_id) == item else "summary_refused"
+
+
+def _unsent_reason(unit_id: str, prep: Preparation) -> str:
+    """The reason of a unit no model saw: protected (a pin, else the tail) or left out by a limit."""
+    if unit_id not in prep.protected:
+        return "not_sent"
+    return "pinned" if unit_id in prep.pinned else "recent_tail"
+
+
 def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None
                ) -> tuple[list[Message], list[dict[str, Any]], int]:
-    """Output messages, the manifest (one entry per unit, in order) and the output's compact size."""
-    items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates} if values is not None else {}
+    """Output messages, the manifest (one entry per unit, in order, each with its ``reason``) and the
+    output's compact size."""
+    items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates}
     output: list[Message] = []
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
         original = messages[unit.start:unit.end]
-        action, emitted = unit_outcome(unit.id, original, items.get(unit.id), values)
+        item = items.get(unit.id)
+        action, emitted = unit_outcome(unit.id, original, item, values)
+        reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
-        manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action})
+        manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason})
     output_bytes = dense_size(output)
     if output_bytes >= prep.original_bytes:  # expansion guard
         output, output_bytes = messages, prep.original_bytes
         for entry in manifest:
-            entry["action"] = "keep"
+            if entry["action"] != "keep":
+                entry["action"], entry["reason"] = "keep", "expansion_guard"
     return output, manifest, output_bytes
 
 
@@ -83,7 +120,7 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "target_bytes": prep.target_bytes,
         "target_ratio": target_ratio,
         "target_met": output_bytes <= prep.target_bytes,
-        "fragments": fragments,
+        "fragments": [{key: value for key, value in entry.items() if key != "reason"} for entry in fragments],
         "reasons": list(prep.reasons)[:MAX_REASONS],
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,

@@ -1,0 +1,429 @@
+"""The visual report of ``compactor compact --html FILE``: one self-contained HTML page (docs/report.md).
+
+The page is static HTML with inline CSS and a few lines of optional JavaScript (filters, expand all):
+no network access, readable without scripts, keyboard- and screen-reader-friendly. Each unit's original
+is shown inside a closed ``<details>`` (the browser does not lay it out until opened) and long message
+texts are cut to a head and a tail with the number of bytes left out, so a 50 MB transcript still gives
+a page of a few megabytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from html import escape
+from typing import Any
+
+from compactor.chat import content_text, role_of
+from compactor.compaction.reassembly import UNIT_REASONS
+from compactor.jsonutil import dense_size
+
+from compactor_cli.report import unit_rows
+
+TEXT_HEAD = 1500
+"""Characters shown from the start of a long message text; TEXT_TAIL from its end."""
+TEXT_TAIL = 500
+SEAL_REASONS = {
+    "pinned": "keep: the system prompt opening the conversation is never sealed",
+    "recent_tail": "keep: inside the protected recent tail (keep_recent)",
+    "sealed": "summarize: the aged middle of the conversation, sealed into one summary",
+    "not_sealed": "keep: nothing was sealed (too short, or the summary was not smaller)",
+}
+PROTECTED = ("pinned", "recent_tail")
+
+
+def _n(value: int) -> str:
+    """A byte count with thin-space thousands separators (readable, and one token for screen readers)."""
+    return f"{value:,}".replace(",", "\u202f")
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
+
+
+def _clip(text: str) -> str:
+    """``text`` escaped, cut to a head and a tail around a note of how many bytes are not shown."""
+    if len(text) <= TEXT_HEAD + TEXT_TAIL + 200:
+        return escape(text)
+    hidden = len(text[TEXT_HEAD:-TEXT_TAIL].encode("utf-8"))
+    return (f"{escape(text[:TEXT_HEAD])}<span class=\"cut\">… {_n(hidden)} bytes not shown …</span>"
+            f"{escape(text[-TEXT_TAIL:])}")
+
+
+def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls")
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
+    names = []
+    for message in messages:
+        for call in _calls_of(message):
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            names.append(str(function.get("name") or call.get("type") or "tool"))
+    return names
+
+
+def _who(messages: list[dict[str, Any]]) -> str:
+    roles = [str(role_of(m)) for m in messages]
+    tools = _tool_names(messages)
+    text = roles[0] if roles else "—"
+    if tools:
+        text += " → " + ", ".join(tools)
+    results = roles.count("tool")
+    if results:
+        text += f" + {results} result{'s' * (results > 1)}"
+    return text
+
+
+def _message_html(message: dict[str, Any]) -> str:
+    parts = [f'<div class="msg"><span class="role">{escape(str(role_of(message)))}</span>']
+    for call in _calls_of(message):
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        arguments = function.get("arguments")
+        arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        parts.append(f'<pre class="call"><b>{escape(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
+    text = content_text(message.get("content"))
+    if text:
+        parts.append(f"<pre>{_clip(text)}</pre>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent: int) -> list[dict[str, Any]]:
+    """Rows of a seal-mode body: the frozen system prompt, the sealed middle and the kept tail."""
+    from compactor.compaction.seal import plan_seal
+
+    plan = plan_seal(messages, keep_recent) if body.get("compacted") else None
+    if plan is None:
+        return [{"id": "conversation", "start": 0, "end": len(messages), "action": "keep", "reason": "not_sealed",
+                 "original": messages, "emitted": messages, "before": dense_size(messages) - 2,
+                 "after": dense_size(messages) - 2}]
+    rows = []
+    start = 0
+    output = body["messages"]
+    for part, action, reason, emitted in (
+            (plan.frozen, "keep", "pinned", plan.frozen),
+            (plan.aged, "summarize", "sealed", output[len(plan.frozen):len(plan.frozen) + 1]),
+            (plan.recent, "keep", "recent_tail", plan.recent)):
+        if part:
+            rows.append({"id": f"messages_{start}", "start": start, "end": start + len(part), "action": action,
+                         "reason": reason, "original": part, "emitted": emitted,
+                         "before": dense_size(part) - 2, "after": dense_size(emitted) - 2 if emitted else 0})
+        start += len(part)
+    return rows
+
+
+def _model_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each model call: what served it, its tokens and cost, and what went wrong (fallbacks and causes)."""
+    x_router = body.get("x_router") or {}
+    trace = x_router.get("decision_trace") or {}
+    nodes = trace.get("flow_nodes")
+    if nodes is None and x_router:  # a single routed call (seal mode)
+        nodes = [{**x_router, "node": "seal", "kind": "llm", "decision_trace": trace}]
+    calls = []
+    for node in nodes or []:
+        if node.get("kind") not in ("llm", "decision"):
+            continue
+        causes = [f"{step.get('offer')}: {step.get('error_kind')}"
+                  + (f" (HTTP {step['http_status']})" if step.get("http_status") else "")
+                  for step in (node.get("decision_trace") or {}).get("decision_path") or []
+                  if step.get("error_kind")]
+        if node.get("error"):
+            causes.append(str(node["error"]))
+        outcome = ("skipped" if node.get("skipped") else "fell back" if node.get("fallback")
+                   else "failed" if node.get("error") else "ok")
+        calls.append({"node": node.get("node"), "kind": node.get("kind"), "model": node.get("served_model_id"),
+                      "tokens_in": node.get("tokens_in"), "tokens_out": node.get("tokens_out"),
+                      "cost": node.get("cost_reported", node.get("cost_usd")), "latency_ms": node.get("latency_ms"),
+                      "outcome": outcome, "causes": causes})
+    return calls
+
+
+def render_html(messages: list[dict[str, Any]], body: dict[str, Any], units: list[dict[str, Any]], *,
+                title: str, mode: str, keep_recent: int, seconds: float | None = None) -> str:
+    """The whole report page for one compaction (``body`` as ``POST /v1/compact`` answers, ``units`` as the
+    core's ``units`` event gives them)."""
+    compaction = body.get("compaction")
+    windows = (compaction or {}).get("windows")
+    if windows is not None:  # a windowed run: units change between passes, so there is no per-unit manifest
+        rows = []
+    elif compaction is not None:
+        rows = unit_rows(messages, body, units)
+    else:
+        rows = seal_rows(messages, body, keep_recent)
+    glossary = UNIT_REASONS if compaction is not None else SEAL_REASONS
+    original = compaction["original_bytes"] if compaction else dense_size(messages)
+    output = compaction["output_bytes"] if compaction else dense_size(body["messages"])
+    target = compaction["target_bytes"] if compaction else None
+    calls = _model_calls(body)
+    widest = max([r["before"] for r in rows] + [1])
+    counts = Counter(r["action"] for r in rows)
+
+    out: list[str] = [_HEAD.format(title=escape(title), css=_CSS)]
+    out.append('<a class="skip" href="#units">Skip to the units</a>')
+    out.append(f'<header><h1>Compaction report <span class="file">{escape(title)}</span></h1>')
+    saved = original - output
+    headline = (f"{_n(original)} → {_n(output)} bytes: {_pct(saved, original)} smaller"
+                + (f" ({original / output:.1f}× less to send)" if output and saved > 0 else ""))
+    out.append(f'<p class="headline" id="headline">{headline}</p>')
+    out.append(f'<p class="sub">{escape(mode)} mode · {len(rows)} units: '
+               + " · ".join(f'{counts[a]} {a}' for a in ("keep", "summarize", "archive") if counts[a])
+               + (f" · {seconds:.2f} s" if seconds is not None else "") + "</p></header>")
+    out.append("<main>")
+    out.append(_overview(original, output, target, compaction, rows))
+    out.append(_calls_section(body, calls))
+    out.append(_passes_section(windows) if windows is not None else _units_section(rows, widest, glossary))
+    out.append(_glossary(glossary))
+    out.append("</main>")
+    out.append(f"<script>{_JS}</script></body></html>\n")
+    return "".join(out)
+
+
+def _overview(original: int, output: int, target: int | None, compaction: dict[str, Any] | None,
+              rows: list[dict[str, Any]]) -> str:
+    parts = ['<section aria-labelledby="overview-h"><h2 id="overview-h">Size</h2>']
+    parts.append('<div class="sizes" role="img" aria-label="'
+                 f'original {original} bytes, output {output} bytes'
+                 + (f', target {target} bytes' if target is not None else "") + '">')
+    parts.append(f'<div class="sizebar"><span class="lbl">original</span><span class="track"><span class="fill before" '
+                 f'style="width:100%"></span></span><span class="num">{_n(original)} B</span></div>')
+    for label, size in (("output", output), ("target", target)):
+        if size is not None:
+            width = 100.0 * size / original if original else 0
+            parts.append(f'<div class="sizebar"><span class="lbl">{label}</span><span class="track"><span class="fill '
+                         f'{label}" style="width:{width:.2f}%"></span></span><span class="num">{_n(size)} B</span></div>')
+    parts.append("</div>")
+    parts.append("<dl class=\"facts\">")
+    if compaction is not None:
+        protected = sum(r["before"] for r in rows if r["reason"] in PROTECTED)
+        met = compaction["target_met"]
+        why = ""
+        if not met and protected > target:
+            why = (f" The pinned messages and the protected tail alone are {_n(protected)} bytes, more than the "
+                   "target, so no choice of actions could reach it: pin fewer messages (<code>--pin</code>, "
+                   "<code>--pin-task</code>) or protect a shorter tail (<code>--keep-recent</code>).")
+        elif not met:
+            why = " The output bytes by reason below show what stayed."
+        parts.append(f'<dt>Target</dt><dd id="target">{_n(target)} bytes ({compaction["target_ratio"]:g} of the '
+                     f'original): <strong>{"met" if met else "not met"}</strong>.{why}</dd>')
+        by_reason: Counter[str] = Counter()
+        for row in rows:
+            by_reason[row["reason"]] += row["after"]
+        where = " · ".join(f"<code>{escape(r)}</code> {_n(b)} B" for r, b in by_reason.most_common() if b)
+        if where:
+            parts.append(f'<dt>Output by reason</dt><dd id="by-reason">{where}</dd>')
+        changed = compaction.get("first_changed_index")
+        prefix = compaction.get("preserved_prefix_bytes")
+        if changed is None:
+            cache = "Nothing changed: the output is the input."
+        else:
+            cache = (f"Messages 0–{changed - 1} come out byte-identical ({_n(prefix)} bytes of serialized prefix), "
+                     f"so a provider's prompt cache for them still hits; message {changed} is the first that "
+                     "differs." if changed else "The very first message changed: no prompt-cache prefix survives.")
+        parts.append(f'<dt>First changed message</dt><dd id="first-changed">{cache}</dd>')
+        if compaction.get("reasons"):
+            limits = ", ".join(f"<code>{escape(r)}</code> ×{n}" for r, n in Counter(compaction["reasons"]).items())
+            parts.append(f"<dt>Preparation limits</dt><dd>{limits}</dd>")
+    parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
+                 "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers of "
+                 "the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")
+    parts.append("</dl></section>")
+    return "".join(parts)
+
+
+def _calls_section(body: dict[str, Any], calls: list[dict[str, Any]]) -> str:
+    x_router = body.get("x_router")
+    parts = ['<section aria-labelledby="calls-h"><h2 id="calls-h">Cost and model calls</h2><dl class="facts">']
+    if x_router is None:
+        parts.append('<dt>Cost</dt><dd id="cost">none: no model was called</dd>')
+    else:
+        cost = x_router.get("cost_usd")
+        basis = x_router.get("cost_basis") or "no basis"
+        parts.append(f'<dt>Cost</dt><dd id="cost">{"unknown" if cost is None else f"${cost:.6f}"} '
+                     f'({escape(str(basis))})</dd>')
+    troubled = [c for c in calls if c["outcome"] != "ok"]
+    parts.append(f'<dt>Model calls</dt><dd id="calls">{len(calls)} call{"s" * (len(calls) != 1)}, '
+                 f'{len(troubled)} with a fallback, failure or skip</dd></dl>')
+    if calls:
+        parts.append('<details class="calls"><summary>Every model call</summary><div class="scroll">'
+                     '<table><thead><tr><th scope="col">node</th><th scope="col">kind</th>'
+                     '<th scope="col">served by</th><th scope="col">tokens in/out</th><th scope="col">cost</th>'
+                     '<th scope="col">latency</th><th scope="col">outcome</th></tr></thead><tbody>')
+        for call in calls:
+            cost = "" if call["cost"] is None else f"${call['cost']:.6f}"
+            latency = "" if call["latency_ms"] is None else f"{call['latency_ms']} ms"
+            causes = "".join(f"<br><small>{escape(c)}</small>" for c in call["causes"])
+            parts.append(f'<tr class="{"bad" if call["outcome"] != "ok" else ""}"><td>{escape(str(call["node"]))}</td>'
+                         f'<td>{escape(str(call["kind"]))}</td><td>{escape(str(call["model"] or "—"))}</td>'
+                         f'<td>{call["tokens_in"] or 0}/{call["tokens_out"] or 0}</td><td>{cost}</td>'
+                         f'<td>{latency}</td><td>{escape(call["outcome"])}{causes}</td></tr>')
+        parts.append("</tbody></table></div></details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _passes_section(windows: dict[str, Any]) -> str:
+    parts = ['<section aria-labelledby="units-h" id="units"><h2 id="units-h">Passes over windows</h2>',
+             "<p>This transcript was too large for one request, so it was compacted in windows (each fits one "
+             "request), in passes while they still shrink it. Units change between passes, so this page shows "
+             "each pass rather than each unit.</p><div class=\"scroll\"><table><thead><tr><th scope=\"col\">pass</th>"
+             '<th scope="col">windows (failed)</th><th scope="col">keep</th><th scope="col">summarize</th>'
+             '<th scope="col">archive</th><th scope="col">bytes in → out</th></tr></thead><tbody>']
+    for number, entry in enumerate(windows.get("passes") or [], start=1):
+        parts.append(f'<tr class="pass"><td>{number}</td><td>{entry["windows"]} ({entry["failed_windows"]})</td>'
+                     f'<td>{entry["keep"]}</td><td>{entry["summarize"]}</td><td>{entry["archive"]}</td>'
+                     f'<td>{_n(entry["input_bytes"])} → {_n(entry["output_bytes"])}</td></tr>')
+    parts.append("</tbody></table></div></section>")
+    return "".join(parts)
+
+
+def _units_section(rows: list[dict[str, Any]], widest: int, glossary: dict[str, str]) -> str:
+    parts = ['<section aria-labelledby="units-h" id="units"><h2 id="units-h">Units in transcript order</h2>',
+             '<div class="tools" role="toolbar" aria-label="Filter and expand units">']
+    for action in ("all", "summarize", "archive", "keep"):
+        parts.append(f'<button type="button" data-filter="{action}" aria-pressed="{"true" if action == "all" else "false"}">'
+                     f'{"show all" if action == "all" else action}</button>')
+    parts.append('<button type="button" id="expand-all">expand all</button>'
+                 '<button type="button" id="collapse-all">collapse all</button></div>')
+    parts.append('<p class="legend"><span class="bar before"></span> bytes before '
+                 '<span class="bar after keep"></span> bytes after, on one scale '
+                 f'(widest unit {_n(widest)} B). <span class="badge pin">pinned</span> and '
+                 '<span class="badge tail">protected tail</span> units are never sent to a model.</p>')
+    parts.append('<ol class="units" aria-label="Units">')
+    for row in rows:
+        parts.append(_unit(row, widest, glossary))
+    parts.append("</ol></section>")
+    return "".join(parts)
+
+
+def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
+    action, reason = row["action"], row["reason"]
+    span = f"{row['start']}–{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
+    badges = ""
+    if reason == "pinned":
+        badges = '<span class="badge pin">pinned</span>'
+    elif reason == "recent_tail":
+        badges = '<span class="badge tail">protected tail</span>'
+    explanation = glossary.get(reason, reason).split(": ", 1)[-1]
+    before, after = row["before"], row["after"]
+    change = f"−{_pct(before - after, before)}" if after < before else "unchanged"
+    parts = [f'<li class="unit {action}" id="{escape(row["id"])}" data-id="{escape(row["id"])}" '
+             f'data-action="{action}" data-reason="{escape(reason)}" data-before="{before}" data-after="{after}">',
+             f'<div class="head"><span class="uid">{escape(row["id"])}</span>'
+             f'<span class="span">msg {span}</span><span class="who">{escape(_who(row["original"]))}</span>'
+             f'<span class="action {action}">{action}</span>{badges}</div>',
+             f'<div class="body"><p class="reason"><code>{escape(reason)}</code> {escape(explanation)}</p>',
+             f'<div class="size"><div class="bars" role="img" aria-label="{before} bytes before, {after} bytes after">'
+             f'<span class="bar before" style="width:{100.0 * before / widest:.2f}%"></span>'
+             f'<span class="bar after {action}" style="width:{100.0 * after / widest:.2f}%"></span></div>',
+             f'<p class="bytes">{_n(before)} B → {_n(after)} B <span class="delta">{change}</span></p></div></div>']
+    original = "".join(_message_html(m) for m in row["original"])
+    if action == "summarize":
+        summary = "".join(_message_html(m) for m in row["emitted"])
+        parts.append('<details class="pair"><summary>Summary beside its original</summary><div class="cols">'
+                     f'<div class="col"><h3>summary ({_n(after)} B)</h3>{summary}</div>'
+                     f'<div class="col"><h3>original ({_n(before)} B)</h3>{original}</div></div></details>')
+    else:
+        label = "Archived original (removed from the output; the caller keeps it)" if action == "archive" \
+            else "Original (kept verbatim)"
+        parts.append(f'<details class="pair"><summary>{label}</summary><div class="col">{original}</div></details>')
+    parts.append("</li>")
+    return "".join(parts)
+
+
+def _glossary(glossary: dict[str, str]) -> str:
+    parts = ['<section aria-labelledby="gloss-h"><h2 id="gloss-h">Reason codes</h2><dl class="gloss">']
+    for code, text in glossary.items():
+        action, _, explanation = text.partition(": ")
+        parts.append(f"<dt><code>{escape(code)}</code> <span class=\"action {action}\">{action}</span></dt>"
+                     f"<dd>{escape(explanation)}</dd>")
+    parts.append("</dl></section>")
+    return "".join(parts)
+
+
+_HEAD = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Compaction report: {title}</title>
+<style>{css}</style></head><body>
+"""
+
+_CSS = """
+:root{--bg:#f7f7f5;--card:#fff;--ink:#1d2330;--mute:#5b6473;--line:#e2e4e8;--keep:#5877a8;--summarize:#c27c0e;
+--archive:#b8466b;--before:#c9ced6;--focus:#1b6ef3;--target:#d33}
+@media (prefers-color-scheme:dark){:root{--bg:#15181e;--card:#1d2129;--ink:#e6e8ec;--mute:#9aa3b2;--line:#2e3440;
+--before:#48505e;--keep:#7f9dd0;--summarize:#e0a23a;--archive:#e07399}}
+*{box-sizing:border-box}
+body{margin:0;background:var(--bg);color:var(--ink);font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+header,main{max-width:1100px;margin:0 auto;padding:0 20px}
+header{padding-top:24px}
+h1{font-size:1.35rem;margin:0 0 4px}.file{color:var(--mute);font-weight:400;font-size:1rem;word-break:break-all}
+h2{font-size:1.1rem;margin:0 0 10px}h3{font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:var(--mute);margin:0 0 6px}
+.headline{font-size:1.6rem;font-weight:650;margin:6px 0 2px}.sub{color:var(--mute);margin:0 0 16px}
+section{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:16px 18px;margin:0 0 16px}
+code{font:13px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+.skip{position:absolute;left:-999px}.skip:focus{left:12px;top:8px;background:var(--card);padding:6px 10px;z-index:9}
+:focus-visible{outline:3px solid var(--focus);outline-offset:2px}
+.sizes{display:grid;gap:6px;margin-bottom:12px}
+.sizebar{display:grid;grid-template-columns:70px 1fr 110px;align-items:center;gap:10px}
+.lbl,.num{color:var(--mute);font-size:.85rem}.num{text-align:right;font-variant-numeric:tabular-nums}
+.track{position:relative;height:18px;background:transparent}
+.fill{position:absolute;inset:0 auto 0 0;border-radius:4px}.fill.before{background:var(--before)}.fill.output{background:var(--summarize)}
+.fill.target{background:none;border:2px dashed var(--target);border-radius:4px}
+.facts{display:grid;grid-template-columns:max-content 1fr;gap:6px 16px;margin:0}
+.facts dt{font-weight:600}.facts dd{margin:0}
+.tools{display:flex;flex-wrap:wrap;gap:6px;margin-bottom:8px}
+button{font:inherit;font-size:.85rem;padding:4px 12px;border-radius:999px;border:1px solid var(--line);
+background:var(--card);color:var(--ink);cursor:pointer}
+button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:var(--ink)}
+.legend{color:var(--mute);font-size:.85rem}
+.legend .bar{display:inline-block;width:22px;height:8px;vertical-align:middle;position:static}
+.units{list-style:none;margin:0;padding:0}
+.unit{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep);
+content-visibility:auto;contain-intrinsic-size:auto 120px}
+.unit.summarize{border-left-color:var(--summarize)}.unit.archive{border-left-color:var(--archive)}
+.unit[hidden]{display:none}
+.head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
+.uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
+.who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.action{font-size:.75rem;font-weight:700;text-transform:uppercase;letter-spacing:.05em;padding:1px 8px;border-radius:4px;
+color:#fff;background:var(--keep)}
+.action.summarize{background:var(--summarize)}.action.archive{background:var(--archive)}
+.badge{font-size:.72rem;padding:1px 7px;border-radius:999px;border:1px solid var(--mute);color:var(--mute)}
+.body{display:grid;grid-template-columns:minmax(0,1fr) 340px;gap:4px 18px;align-items:center}
+@media (max-width:760px){.body{grid-template-columns:1fr}}
+.reason{margin:2px 0;font-size:.88rem}.reason code{color:var(--mute)}
+.bars{display:grid;gap:2px;margin:4px 0 0}
+.bar{display:block;height:7px;border-radius:3px;min-width:1px}
+.bar.before{background:var(--before)}.bar.after{background:var(--keep)}.bar.after.summarize{background:var(--summarize)}
+.bar.after.archive{background:var(--archive)}
+.bytes{margin:2px 0 0;font-size:.82rem;color:var(--mute);font-variant-numeric:tabular-nums}
+.delta{font-weight:600;color:var(--ink)}
+details{margin-top:6px}summary{cursor:pointer;color:var(--focus);font-size:.88rem}
+.cols{display:grid;grid-template-columns:minmax(0,2fr) minmax(0,3fr);gap:14px;margin-top:6px}
+@media (max-width:760px){.cols{grid-template-columns:1fr}}
+.col{background:var(--bg);border-radius:8px;padding:8px 10px;margin-top:6px;min-width:0}
+.msg{margin-bottom:6px}.role{font-size:.72rem;font-weight:700;text-transform:uppercase;color:var(--mute)}
+pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12.5px/1.45 ui-monospace,Menlo,Consolas,monospace}
+pre.call{color:var(--keep)}.cut{display:block;margin:4px 0;padding:2px 6px;font-style:italic;color:var(--mute);
+border:1px dashed var(--line);border-radius:4px}
+.scroll{overflow-x:auto}table{border-collapse:collapse;width:100%;font-size:.85rem;margin-top:8px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+tr.bad td{background:rgba(211,51,51,.08)}
+.gloss{display:grid;grid-template-columns:max-content 1fr;gap:6px 16px;margin:0}.gloss dd{margin:0}
+"""
+
+_JS = """
+(function(){
+  var units=document.querySelectorAll('li.unit'), filters=document.querySelectorAll('[data-filter]');
+  filters.forEach(function(b){b.addEventListener('click',function(){
+    var want=b.getAttribute('data-filter');
+    filters.forEach(function(o){o.setAttribute('aria-pressed',String(o===b));});
+    units.forEach(function(u){u.hidden=!(want==='all'||u.getAttribute('data-action')===want);});
+  });});
+  function all(open){document.querySelectorAll('li.unit:not([hidden]) details').forEach(function(d){d.open=open;});}
+  document.getElementById('expand-all').addEventListener('click',function(){all(true);});
+  document.getElementById('collapse-all').addEventListener('click',function(){all(false);});
+})();
+"""
