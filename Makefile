@@ -18,7 +18,7 @@ DEMO_HTML ?= out/demo-report.html
 # The browser tests drive Debian's Chromium through its matching chromedriver (installed when missing).
 CHROMEDRIVER := /usr/bin/chromedriver
 
-.PHONY: install tools browser demo test unit lint-template build bench eval clean e2e-local-model
+.PHONY: install tools browser demo test unit lint-template build bench eval openapi clean e2e-local-model
 
 $(STAMP): pyproject.toml layers/compactor/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ demo: $(STAMP)
 	@echo "compacted transcript: $(DEMO_OUT)"
 	@echo "visual report:        $(DEMO_HTML)  (open it in a browser: every unit, its reason, each summary beside its original)"
 	@echo "next: .venv/bin/compactor --help   (or: source .venv/bin/activate)"
+
+# docs/openapi.json: the document GET /v1/openapi.json answers, regenerated from the handler (a test checks it).
+openapi: $(STAMP)
+	$(PY) -m compactor_cli.openapi_doc
 
 unit: $(STAMP) $(CHROMEDRIVER)
 	COMPACTOR_REQUIRE_BROWSER=$$(test -x $(CHROMEDRIVER) && echo 1) $(PY) -m pytest -q

@@ -2,7 +2,8 @@
 
 Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
 arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
-Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
+For people it also serves, outside the stage, the report page at ``/`` (with ``POST /report``) and Swagger
+UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
 of the ``--api-key`` values (when set; in ``x-api-key`` or ``Authorization: Bearer``) and 413 for a body
 over the limit, before reading it. A presented key's id (``compactor_aws.caller.local_key_id``) goes
 into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id. Handler calls run
@@ -31,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from compactor import http_api
 from compactor.provider_failures import failure_causes
 from compactor_aws.caller import local_key_id, presented_key
+from compactor_cli import serve_page
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
 from compactor_cli.report import base_url_of
@@ -47,13 +49,13 @@ LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 
 def default_code_dir() -> Path:
     """``functions/compact`` of the checkout this package runs from (or of the working directory)."""
-    checkout = Path(__file__).resolve().parents[4] / "functions" / "compact"
+    checkout = Path(__file__).resolve().parents[2] / "functions" / "compact"
     return checkout if checkout.is_dir() else Path.cwd() / "functions" / "compact"
 
 
 def default_template() -> Path:
     """``template.yaml`` of the checkout this package runs from (or of the working directory)."""
-    checkout = Path(__file__).resolve().parents[4] / "template.yaml"
+    checkout = Path(__file__).resolve().parents[2] / "template.yaml"
     return checkout if checkout.is_file() else Path.cwd() / "template.yaml"
 
 
@@ -113,12 +115,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         return any(matches), key
 
     def _handle(self) -> None:
+        url = urlsplit(self.path)
+        if self.command == "GET" and url.path in ("/", "/docs"):  # pages for people: static, no caller data
+            page = (serve_page.index_html(bool(self.server.api_keys)) if url.path == "/"
+                    else serve_page.swagger_html(serve_page.openapi_text()))
+            self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
+            return
         allowed, key = self._accepted_key()
         if not allowed:
             self._send_json(403, http_api.FORBIDDEN_BODY, close=True)
             return
-        url = urlsplit(self.path)
-        if url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
+        local = self.command == "POST" and url.path == serve_page.REPORT_PATH
+        if not local and url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
             self._send_json(404, http_api.not_found_body(self.command, url.path), close=True)
             return
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
@@ -133,6 +141,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         if length > http_api.MAX_BODY_BYTES:
             self._send_json(413, http_api.too_large_body(), close=True)
+            return
+        if local:  # the report page's compaction, on the handler's worker thread
+            self._send(*self.server.lambda_worker.submit(serve_page.report, self.rfile.read(length)).result())
             return
         event = http_api.rest_proxy_event(
             method=self.command,
@@ -182,6 +193,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
             if name.lower() not in ("content-length", "connection"):
                 for value in values:
                     self.send_header(name, str(value))
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send(self, status: int, content_type: str, payload: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -245,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
     server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
     key_note = "API key required" if args.api_key else "no API key required"
     print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
+    root = server.url[:-len(_STAGE_PREFIX) - 1]
+    print(f"  report page: {root}/   API reference: {root}/docs", file=sys.stderr)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

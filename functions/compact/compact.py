@@ -27,7 +27,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from compactor import http_api
 from compactor.jsonutil import bounded_loads, dense_dumps
 from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
-from compactor_aws import observability
+from compactor_aws import observability, openapi
 from compactor_aws import snapstart
 from compactor_aws.routes import jobs as jobs_routes
 
@@ -96,6 +96,7 @@ def flows_normalize(request: NormalizeRequest) -> Response[str]:
 
 
 app.include_router(jobs_routes.router)  # POST /uploads, GET /jobs/{id} (docs/scale.md)
+openapi.register(app)  # GET /openapi.json (docs/api.md)
 
 
 @app.exception_handler([RequestValidationError, RequestUnsupportedContentType])

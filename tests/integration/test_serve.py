@@ -121,7 +121,7 @@ def test_events_carry_text_bodies_with_invalid_bytes_replaced() -> None:
     assert (event["body"], event["isBase64Encoded"]) == ('\ufffd\ufffd{"a": "\u00e9"}', False)
 
 
-@pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/"])
+@pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/nowhere", "/report"])
 def test_unknown_paths_are_404_json(open_server: str, path: str) -> None:
     base = open_server.removesuffix("/v1")
     response = httpx.get(f"{base}{path}")

@@ -1,0 +1,283 @@
+"""The API's OpenAPI document (docs/api.md): Powertools generates it from the resolver's routes and the
+request models; this module adds what the routes' ``Response[str]`` cannot say (the response bodies and
+the error bodies, as pydantic models), examples that run as they are, and the API key schemes.
+
+``GET /v1/openapi.json`` answers it; ``docs/openapi.json`` is the same document checked in
+(``make openapi`` writes it, a test keeps it in sync).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any, Literal
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer, Server
+from pydantic import BaseModel, ConfigDict, Field
+
+from compactor import __version__, http_api
+
+TITLE = "Compactor API"
+DESCRIPTION = (
+    "Compacts LLM agent transcripts: each unit of a conversation (a message, or a tool call with its "
+    "results) is kept, summarized or archived so the transcript fits a byte target, with the cost and "
+    "every model call reported. Every route needs the stage's API key (`x-api-key`, or "
+    "`Authorization: Bearer <key>`)."
+)
+
+
+class Fragment(BaseModel):
+    """One unit of the transcript in decision mode and what happened to it."""
+
+    id: str = Field(description="fragment_<index of the unit's first message>")
+    start: int = Field(description="first message index (inclusive)")
+    end: int = Field(description="last message index (exclusive)")
+    action: Literal["keep", "summarize", "archive"]
+
+
+class Compaction(BaseModel):
+    """The decision-mode report (docs/report.md explains each field)."""
+
+    original_bytes: int
+    output_bytes: int
+    target_bytes: int
+    target_ratio: float
+    target_met: bool
+    fragments: list[Fragment] = Field(description="every unit in order (bounded: see fragments_omitted)")
+    reasons: list[str] = Field(description="preparation limits hit (fragment_or_decision_context_limit, "
+                                           "fragment_limit, batch_limit, flow_input_limit)")
+    flow_fingerprint: str | None
+    first_changed_index: int | None = Field(description="first output message that differs from the input")
+    preserved_prefix_bytes: int = Field(description="serialized bytes of the unchanged prefix (prompt cache)")
+
+
+class CompactResponse(BaseModel):
+    """Answer of ``POST /v1/compact``: the compacted messages, in the request's own format."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[dict[str, Any]]
+    compacted: bool = Field(description="whether the output differs from the input")
+    compaction: Compaction | None = Field(default=None, description="decision mode only")
+    usage: dict[str, Any] | None = Field(default=None, description="token totals, when a model reported them")
+    x_router: dict[str, Any] | None = Field(default=None, description="cost, models and the decision trace, "
+                                                                      "when a model was called")
+
+
+class FlowsResponse(BaseModel):
+    """Answer of ``POST /v1/flows``: the flow's output value and its trace."""
+
+    output: Any
+    x_router: dict[str, Any]
+    usage: dict[str, Any] | None = None
+
+
+class NormalizeResponse(BaseModel):
+    """Answer of ``POST /v1/flows/normalize``: the canonical flow and its identity."""
+
+    flow_ir: Any
+    encoded: str
+    fingerprint: str
+    version: Literal["sigma-flow/v1"]
+
+
+class Usage(BaseModel):
+    """Answer of ``GET /v1/usage``: the caller's own totals per day (docs/billing.md)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    api_key_id: str | None
+    from_: str = Field(alias="from", description="first day, YYYY-MM-DD")
+    to: str = Field(description="last day, YYYY-MM-DD")
+    days: list[dict[str, Any]]
+
+
+class Health(BaseModel):
+    ok: bool
+    version: str
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx the service decides."""
+
+    error: ErrorDetail
+
+
+class ValidationErrorBody(BaseModel):
+    """422: the body failed schema validation; one entry per problem (capped)."""
+
+    detail: list[dict[str, Any]]
+
+
+class Forbidden(BaseModel):
+    """403 without a valid key (API Gateway's own answer)."""
+
+    message: Literal["Forbidden"]
+
+
+def _tool_call(call_id: str, command: str, output: str) -> list[dict[str, Any]]:
+    arguments = json.dumps({"command": command})
+    return [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": output}]
+
+
+EXAMPLE_MESSAGES = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Make the failing test in tests/test_io.py pass."},
+    *_tool_call("call_1", "find . -name '*.py' | sort", "\n".join(
+        f"./src/reader/module_{i:02d}.py" for i in range(60)) + "\n./tests/test_io.py"),
+    *_tool_call("call_2", "pip install -e .", "\n".join(
+        f"Collecting dependency-{i} (from reader==0.1)\n  Using cached dependency_{i}-1.0-py3-none-any.whl"
+        for i in range(25)) + "\nSuccessfully installed reader-0.1"),
+    {"role": "assistant", "content": "The reader assumes UTF-8; I will pass the file's declared encoding."},
+    {"role": "user", "content": "Go ahead."},
+]
+SUMMARY_POLICY = ["policy", ["meets_req"], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
+                  ["always", {"action": "next_candidate"}]]
+EXAMPLE_FLOW = ["flow", {
+    "n0": {"kind": "input"},
+    "n1": {"kind": "llm", "system": "Summarise the user's text in one line.", "policy": SUMMARY_POLICY,
+           "inputs": ["n0"], "max_tokens": 64},
+    "n2": {"kind": "output", "inputs": ["n1"]},
+}]
+
+
+def request_examples() -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+    """Request examples per ``(method, path)``; each runs with the built-in offline offers (a test does)."""
+    from compactor.compaction.preset import load_preset
+
+    decision_policy = load_preset()["flow"][1]["classify"]["policy"]
+    return {
+        ("post", "/compact"): {
+            "decision": {"summary": "Decision mode: each unit kept, summarized or archived toward a 10% target",
+                         "value": {"messages": EXAMPLE_MESSAGES, "decision_policy_ir": decision_policy,
+                                   "target_ratio": 0.1, "keep_recent": 2}},
+            "seal": {"summary": "Seal mode: the aged middle sealed into one summary, the last 2 messages kept",
+                     "value": {"messages": EXAMPLE_MESSAGES, "keep_recent": 2}},
+        },
+        ("post", "/flows"): {
+            "one-llm-node": {"summary": "A flow with one model node summarising its input",
+                             "value": {"flow_ir": EXAMPLE_FLOW,
+                                       "flow_input": "pytest: 1 failed, 2 passed; UnicodeDecodeError in "
+                                                     "tests/test_io.py on latin-1 input"}},
+        },
+        ("post", "/flows/normalize"): {
+            "one-llm-node": {"summary": "The canonical form and fingerprint of the same flow",
+                             "value": {"flow_ir": EXAMPLE_FLOW}},
+        },
+    }
+
+
+SUMMARIES = {
+    ("get", "/healthz"): "Liveness and version",
+    ("get", "/usage"): "Your usage per day",
+    ("post", "/compact"): "Compact a transcript",
+    ("post", "/flows"): "Run a flow",
+    ("post", "/flows/normalize"): "Normalize a flow (no model call)",
+}
+RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
+    ("get", "/healthz"): Health,
+    ("get", "/usage"): Usage,
+    ("post", "/compact"): CompactResponse,
+    ("post", "/flows"): FlowsResponse,
+    ("post", "/flows/normalize"): NormalizeResponse,
+}
+ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
+    "400": ("the request is well formed but cannot be served (invalid policy or flow, bad pins)", ErrorBody),
+    "403": ("no valid API key", Forbidden),
+    "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
+    "422": ("the body failed schema validation", ValidationErrorBody),
+    "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
+}
+
+
+# What each request body and field means, for the reader of the document (the models' docstrings speak to
+# the code's maintainers).
+REQUEST_DOCS: dict[str, tuple[str, dict[str, str]]] = {
+    "CompactRequest": ("A transcript to compact. With `decision_policy_ir` (decision mode) every unit is kept, "
+                       "summarized or archived toward `target_ratio`; without it (seal mode) the aged middle "
+                       "of the conversation is sealed into one summary.", {
+        "messages": "the conversation: chat messages with `role` and `content` (and `tool_calls`)",
+        "keep_recent": "the last N messages are never changed",
+        "policy_ir": "routing policy for the summary calls (Σ_pol term); default: the cheapest capable offer",
+        "max_tokens": "most tokens one summary call may generate",
+        "decision_policy_ir": "routing policy for the decision calls; its presence selects decision mode",
+        "target_ratio": "decision mode: aim for output bytes ≤ this share of the input (0 < r ≤ 1)",
+        "pinned_indices": "decision mode: message indexes never changed (default: every user message; "
+                          "system and developer messages are always pinned)",
+    }),
+    "FlowsRequest": ("A flow (Σ_flow term: named nodes of kinds input, llm, decision, data, output) and its "
+                     "input.", {"flow_ir": "the flow term", "flow_input": "the value the input node yields"}),
+    "NormalizeRequest": ("A flow to admit and normalize without running it.", {"flow_ir": "the flow term"}),
+}
+
+
+def _describe_requests(components: dict[str, Any]) -> None:
+    for name, (description, fields) in REQUEST_DOCS.items():
+        schema = components.get(name)
+        if schema is None:
+            continue
+        schema["description"] = description
+        for field, text in fields.items():
+            if field in schema.get("properties", {}):
+                schema["properties"][field]["description"] = text
+
+
+def _component(model: type[BaseModel], components: dict[str, Any]) -> dict[str, str]:
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
+    components.update(schema.pop("$defs", {}))
+    components[model.__name__] = schema
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def document(app: Any) -> dict[str, Any]:
+    """The OpenAPI document of ``app`` (the handler's resolver), completed with bodies and examples."""
+    doc = json.loads(app.get_openapi_json_schema(
+        title=TITLE, version=__version__, description=DESCRIPTION,
+        servers=[Server(url=f"/{http_api.STAGE}", description="the API stage (and compactor serve)")],
+        security_schemes={"apiKey": APIKey(name="x-api-key", **{"in": APIKeyIn.header}),
+                          "bearer": HTTPBearer(description="the same API key as a Bearer token")},
+        security=[{"apiKey": []}, {"bearer": []}]))
+    components = doc.setdefault("components", {}).setdefault("schemas", {})
+    _describe_requests(components)
+    examples = request_examples()
+    for path, operations in doc.get("paths", {}).items():
+        for method, operation in operations.items():
+            if (method, path) in SUMMARIES:
+                operation["summary"] = SUMMARIES[(method, path)]
+            responses = operation.setdefault("responses", {})
+            model = RESPONSES.get((method, path))
+            if model is not None:
+                responses["200"] = {"description": model.__doc__.strip().splitlines()[0] if model.__doc__ else "OK",
+                                    "content": {"application/json": {"schema": _component(model, components)}}}
+            for status, (description, error_model) in ERRORS.items():
+                if status == "400" and method == "get":
+                    continue
+                responses[status] = {"description": description,
+                                     "content": {"application/json": {"schema": _component(error_model, components)}}}
+            request = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if request is not None and (method, path) in examples:
+                request["examples"] = examples[(method, path)]
+    return doc
+
+
+@lru_cache(maxsize=2)
+def document_text(app: Any) -> str:
+    """The document as ``docs/openapi.json`` holds it (indented, sorted keys, final newline)."""
+    return json.dumps(document(app), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def register(app: Any) -> None:
+    """Add ``GET /openapi.json`` (left out of the document itself) to ``app``."""
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_json() -> Response[str]:
+        return Response(status_code=200, content_type=http_api.JSON_CONTENT_TYPE, body=document_text(app))
