@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="FILE|DIR",
                         help="transcripts, or directories whose *.json/*.jsonl files are transcripts")
     parser.add_argument("--json", action="store_true", help="print the rows and means as JSON")
+    parser.add_argument("--html", metavar="FILE", help="also write a page plotting bytes against evidence kept")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--methods", help="comma-separated modes to run (default: every registered mode)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target (default: the service default)")
@@ -55,8 +56,14 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         print("compactor eval: no transcripts", file=sys.stderr)
         return 2
+    document = {"rows": [r.as_json() for r in rows], "means": means(rows)}
+    if args.html:
+        from compactor_cli.eval_html import render_eval_html
+
+        Path(args.html).write_text(render_eval_html(document), encoding="utf-8")
+        print(f"compactor eval: wrote {args.html}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"rows": [r.as_json() for r in rows], "means": means(rows)}, indent=2))
+        print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(render(rows))
     return 0
