@@ -20,9 +20,9 @@ from compactor.jsonutil import dense_size
 
 from compactor_cli.report import unit_rows
 
-TEXT_HEAD = 1500
+TEXT_HEAD = 1200
 """Characters shown from the start of a long message text; TEXT_TAIL from its end."""
-TEXT_TAIL = 500
+TEXT_TAIL = 400
 SEAL_REASONS = {
     "pinned": "keep: the system prompt opening the conversation is never sealed",
     "recent_tail": "keep: inside the protected recent tail (keep_recent)",

@@ -10,7 +10,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from compactor.transcripts import parse_transcript
-from compactor_cli.html_report import render_html
+from compactor_cli.html_report import TEXT_HEAD, TEXT_TAIL, render_html
 from compactor_cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,7 +133,7 @@ def test_archives_fallbacks_and_long_outputs(browser: Any, screenshot: Any, tmp_
     assert "fell back" in row and "acme/cheap: rate_limit (HTTP 429)" in row and "timeout after 20000 ms" in row
     browser.find_element(By.ID, "expand-all").click()
     cut = browser.find_element(By.CSS_SELECTOR, "#fragment_2 .cut").text
-    hidden = len(huge.encode()) - len(huge[:1500].encode()) - len(huge[-500:].encode())
+    hidden = len(huge.encode()) - len(huge[:TEXT_HEAD].encode()) - len(huge[-TEXT_TAIL:].encode())
     assert cut == f"… {hidden:,} bytes not shown …".replace(",", "\u202f")
     screenshot("expanded")
 

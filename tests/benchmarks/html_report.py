@@ -1,0 +1,119 @@
+"""The HTML report on a ~50 MB transcript: how long it takes to write, how big the page is, and how long
+headless Chromium takes to load it and to open every unit.
+
+Run: ``.venv/bin/python tests/benchmarks/html_report.py [--mb 50]``
+
+The transcript is 2 000 tool-call units with ~25 KB outputs; the body marks every third unit summarized
+and every seventh archived (the report renders what the body says, so no model runs). Figures:
+
+1. render time of ``render_html`` as a ratio to one ``json.dumps`` of the transcript (same run); goal ≤ 3;
+2. page bytes per unit; goal ≤ 4 096 (each long text is cut to a head and a tail, so the page grows with the
+   number of units, not with their bytes); its share of the transcript is printed;
+3. with Chromium installed: seconds to the load event, and to open every ``<details>`` (printed only).
+
+Exits 1 when a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from compactor.jsonutil import dense_size
+from compactor_cli.html_report import render_html
+
+RENDER_GOAL, UNIT_BYTES_GOAL = 3.0, 4096
+
+
+def transcript(megabytes: float) -> list[dict[str, Any]]:
+    units = 2000
+    output = "".join(f"{i:06d} some build output with a path src/pkg/module_{i % 97}.py and a number {i * 7}\n"
+                     for i in range(int(megabytes * 1_000_000 / units / 77)))
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "Fix the build."}]
+    for i in range(units):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": output})
+    return messages
+
+
+def body_for(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    output: list[dict[str, Any]] = messages[:2]
+    units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
+             {"id": "fragment_1", "start": 1, "end": 2, "action": "keep", "reason": "pinned"}]
+    for start in range(2, len(messages), 2):
+        index = start // 2
+        if index % 7 == 0:
+            action, reason = "archive", "archived"
+        elif index % 3 == 0:
+            action, reason = "summarize", "summarized"
+            output.append({"role": "assistant", "content": f"[Summary of fragment_{start}; original retained by "
+                                                           f"caller]\ncall: make {index}\nexit: 0"})
+        else:
+            action, reason = "keep", "model_kept"
+            output.extend(messages[start:start + 2])
+        units.append({"id": f"fragment_{start}", "start": start, "end": start + 2, "action": action, "reason": reason})
+    original, out = dense_size(messages), dense_size(output)
+    compaction = {"original_bytes": original, "output_bytes": out, "target_bytes": original // 10,
+                  "target_ratio": 0.1, "target_met": out <= original // 10, "reasons": [],
+                  "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units],
+                  "first_changed_index": 2, "preserved_prefix_bytes": dense_size(messages[:2])}
+    return {"messages": output, "compacted": True, "compaction": compaction}, units
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=float, default=50)
+    args = parser.parse_args()
+    messages = transcript(args.mb)
+    body, units = body_for(messages)
+    started = time.perf_counter()
+    dumped = json.dumps(messages)
+    dump_s = time.perf_counter() - started
+    started = time.perf_counter()
+    page = render_html(messages, body, units, title="synthetic.json", mode="decision", keep_recent=6)
+    render_s = time.perf_counter() - started
+    size = len(page.encode("utf-8"))
+    print(f"transcript: {len(dumped.encode()) / 1e6:.1f} MB, {len(messages)} messages, {len(units)} units")
+    print(f"render: {render_s:.2f} s = {render_s / dump_s:.2f} x one json.dumps ({dump_s:.2f} s); goal <= {RENDER_GOAL}")
+    print(f"page: {size / 1e6:.2f} MB = {size / len(units):.0f} bytes per unit (goal <= {UNIT_BYTES_GOAL}), "
+          f"{100 * size / len(dumped.encode()):.1f}% of the transcript")
+    ok = render_s / dump_s <= RENDER_GOAL and size / len(units) <= UNIT_BYTES_GOAL
+    if shutil.which("/usr/bin/chromium") and shutil.which("/usr/bin/chromedriver"):
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+            options.add_argument(flag)
+        driver = webdriver.Chrome(options=options, service=Service(executable_path="/usr/bin/chromedriver"))
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "report.html"
+                path.write_text(page, encoding="utf-8")
+                started = time.perf_counter()
+                driver.get(path.as_uri())
+                load_s = time.perf_counter() - started
+                started = time.perf_counter()
+                driver.find_element("id", "expand-all").click()
+                driver.execute_script("return document.body.offsetHeight")  # force the layout
+                expand_s = time.perf_counter() - started
+            print(f"chromium: loaded in {load_s:.2f} s; every unit opened and laid out in {expand_s:.2f} s")
+        finally:
+            driver.quit()
+    else:
+        print("chromium: not installed, load time not measured")
+    print("OK" if ok else "GOAL MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
