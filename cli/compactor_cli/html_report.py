@@ -204,7 +204,8 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
                    "target, so no choice of actions could reach it: pin fewer messages (<code>--pin</code>, "
                    "<code>--pin-task</code>) or protect a shorter tail (<code>--keep-recent</code>).")
         elif not met:
-            why = " The output bytes by reason below show what stayed."
+            why = (f" The pinned messages and the protected tail alone are {_n(protected)} bytes "
+                   f"({_pct(protected, target)} of the target); the output bytes by reason below show the rest.")
         parts.append(f'<dt>Target</dt><dd id="target">{_n(target)} bytes ({compaction["target_ratio"]:g} of the '
                      f'original): <strong>{"met" if met else "not met"}</strong>.{why}</dd>')
         by_reason: Counter[str] = Counter()
