@@ -20,6 +20,20 @@ CHROMEDRIVER = os.environ.get("COMPACTOR_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "browser"
 
 
+@pytest.fixture(autouse=True)
+def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The pages are built with the bundled offline offers, whatever an earlier test configured."""
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+
+    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
+    reset_catalog_cache()
+    reset_router()
+    yield
+    reset_catalog_cache()
+    reset_router()
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not shutil.which(path)]

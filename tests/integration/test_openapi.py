@@ -21,6 +21,20 @@ REPO = Path(__file__).resolve().parents[2]
 API_KEY = "openapi-test-key"
 
 
+@pytest.fixture(autouse=True)
+def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The examples run on the bundled offline offers, whatever an earlier test configured."""
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+
+    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
+    reset_catalog_cache()
+    reset_router()
+    yield
+    reset_catalog_cache()
+    reset_router()
+
+
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     server = serve.create_server(port=0, api_key=API_KEY, code_dir=REPO / "functions" / "compact")
