@@ -69,7 +69,8 @@ def _who(messages: list[dict[str, Any]]) -> str:
     tools = _tool_names(messages)
     text = roles[0] if roles else "—"
     if tools:
-        text += " → " + ", ".join(tools)
+        counts = Counter(tools)
+        text += " → " + ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
     results = roles.count("tool")
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
@@ -226,9 +227,10 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         if compaction.get("reasons"):
             limits = ", ".join(f"<code>{escape(r)}</code> ×{n}" for r, n in Counter(compaction["reasons"]).items())
             parts.append(f"<dt>Preparation limits</dt><dd>{limits}</dd>")
-    parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
-                 "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers of "
-                 "the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")
+    if compaction is not None:
+        parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
+                     "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers "
+                     "of the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")
     parts.append("</dl></section>")
     return "".join(parts)
 
