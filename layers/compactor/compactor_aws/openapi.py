@@ -93,6 +93,33 @@ class Usage(BaseModel):
     days: list[dict[str, Any]]
 
 
+class PresignedRequest(BaseModel):
+    url: str
+    method: str | None = None
+    headers: dict[str, str] | None = None
+    expires_in: int
+
+
+class Upload(BaseModel):
+    """Answer of ``POST /v1/uploads`` (201): a job and where to PUT its transcript (docs/scale.md)."""
+
+    job_id: str
+    status: Literal["awaiting_upload"]
+    upload: PresignedRequest
+    status_url: str
+
+
+class Job(BaseModel):
+    """Answer of ``GET /v1/jobs/{id}``: the job's status, and when done where to GET its result."""
+
+    job_id: str
+    status: Literal["awaiting_upload", "running", "done", "failed"]
+    result: PresignedRequest | None = Field(default=None, description="done: a presigned GET of the "
+                                                                       "/v1/compact response body")
+    error: Any = Field(default=None, description="failed: the recorded error")
+    error_status: int | None = None
+
+
 class Health(BaseModel):
     ok: bool
     version: str
@@ -182,6 +209,8 @@ SUMMARIES = {
     ("post", "/compact"): "Compact a transcript",
     ("post", "/flows"): "Run a flow",
     ("post", "/flows/normalize"): "Normalize a flow (no model call)",
+    ("post", "/uploads"): "Start a job for a large transcript",
+    ("get", "/jobs/{job_id}"): "A job's status and result",
 }
 RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/healthz"): Health,
@@ -189,14 +218,20 @@ RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/compact"): CompactResponse,
     ("post", "/flows"): FlowsResponse,
     ("post", "/flows/normalize"): NormalizeResponse,
+    ("post", "/uploads"): Upload,
+    ("get", "/jobs/{job_id}"): Job,
 }
+SUCCESS_STATUS = {("post", "/uploads"): "201"}
 ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "400": ("the request is well formed but cannot be served (invalid policy or flow, bad pins)", ErrorBody),
     "403": ("no valid API key", Forbidden),
+    "404": ("no such job (or not the caller's)", ErrorBody),
     "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
+    "503": ("uploads are not configured on this deployment", ErrorBody),
 }
+ERROR_SCOPE = {"404": {"/jobs/{job_id}"}, "503": {"/uploads", "/jobs/{job_id}"}}
 
 
 # What each request body and field means, for the reader of the document (the models' docstrings speak to
@@ -256,10 +291,11 @@ def document(app: Any) -> dict[str, Any]:
             responses = operation.setdefault("responses", {})
             model = RESPONSES.get((method, path))
             if model is not None:
-                responses["200"] = {"description": model.__doc__.strip().splitlines()[0] if model.__doc__ else "OK",
+                responses.pop("200", None)
+                responses[SUCCESS_STATUS.get((method, path), "200")] = {"description": model.__doc__.strip().splitlines()[0] if model.__doc__ else "OK",
                                     "content": {"application/json": {"schema": _component(model, components)}}}
             for status, (description, error_model) in ERRORS.items():
-                if status == "400" and method == "get":
+                if (status == "400" and method == "get") or path not in ERROR_SCOPE.get(status, {path}):
                     continue
                 responses[status] = {"description": description,
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
