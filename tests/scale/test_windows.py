@@ -84,6 +84,16 @@ def test_scan_agrees_with_single_request_preparation(sessions):
     assert {u.id for u in prep.units if context.protected(u)} == prep.protected
 
 
+@pytest.mark.parametrize("pins", [None, [], [1, 7]])
+def test_scan_pins_what_one_request_pins(sessions, pins):
+    from compactor.compaction.units import instruction_pins
+
+    messages = sessions[:120]
+    context = scan(messages, settings(pinned_indices=None if pins is None else tuple(pins)))
+    assert sorted(context.pins) == instruction_pins(messages, pins)
+    assert any(role_of(messages[i]) == "system" for i in context.pins)
+
+
 messages_strategy = st.lists(st.sampled_from([
     {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
     {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function",

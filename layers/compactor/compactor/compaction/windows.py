@@ -45,7 +45,7 @@ from compactor.compaction.preparation import (
 )
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
-from compactor.compaction.units import Unit, is_default_pin
+from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 
 MAX_PASSES = 4
 MIN_PASS_GAIN = 0.01
@@ -129,9 +129,14 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     for unit, unit_messages in group_units(_counted(messages, sizes)):
         pinned = False
         for index, message in zip(unit.indexes(), unit_messages):
-            default_pin = explicit is None and is_default_pin(message, previous)  # docs/differences.md
+            # As instruction_pins: explicit pins (else the default ones, docs/differences.md), and always
+            # every system/developer message.
+            if explicit is None:
+                pin = is_default_pin(message, previous)
+            else:
+                pin = index in explicit or role_of(message) in ALWAYS_PINNED_ROLES
             previous = message
-            if (index in explicit) if explicit is not None else default_pin:
+            if pin:
                 pins.add(index)
                 pinned = True
                 if instruction_bytes + sizes[index] <= INSTRUCTIONS_MAX_BYTES:
