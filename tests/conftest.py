@@ -15,6 +15,17 @@ from fakes.provider_server import FakeProviderServer
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def fresh_billing_state() -> Iterator[None]:
+    """Every test starts with empty local idempotency records and ledger (docs/billing.md): an S3 job or
+    a keyed request of one test is never replayed in another."""
+    from compactor_aws import billing
+
+    billing.reset_backends()
+    yield
+    billing.reset_backends()
+
+
 @pytest.fixture
 def fake_provider() -> Iterator[FakeProviderServer]:
     """A running fake OpenAI-compatible / native-decisions provider on 127.0.0.1.

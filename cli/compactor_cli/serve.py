@@ -32,6 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from compactor import http_api
 from compactor.provider_failures import failure_causes
 from compactor_aws.caller import local_key_id, presented_key
+from compactor_aws.ledger import LEDGER_FILE_ENV
 from compactor_cli import serve_page
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
@@ -44,7 +45,6 @@ FUNCTION_TIMEOUT_S = 60
 """The deployed function's Timeout (template.yaml Globals); the local context counts down from it."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
 _STAGE_PREFIX = f"/{http_api.STAGE}"
-LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 
 
 def default_code_dir() -> Path:

@@ -30,12 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _ledger(args: argparse.Namespace) -> UsageLedger | None:
     if args.ledger is not None:
         return LocalLedger(path=args.ledger)
-    table = args.table or os.environ.get("COMPACTOR_USAGE_TABLE")
-    if not table:
-        return None
-    from compactor_aws.ledger import DynamoLedger
+    from compactor_aws.ledger import TABLE_ENV, DynamoLedger
 
-    return DynamoLedger(table)
+    table = args.table or os.environ.get(TABLE_ENV)
+    return DynamoLedger(table) if table else None
 
 
 def run(args: argparse.Namespace) -> int:

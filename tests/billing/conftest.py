@@ -14,16 +14,11 @@ RESPONSES_BUCKET = "compactor-responses-test"
 
 
 @pytest.fixture(autouse=True)
-def fresh_backends(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Local backends unless a test names tables; forgotten after each test."""
-    from compactor_aws import billing
-
+def local_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Local backends unless a test names tables (the root conftest resets them around each test)."""
     for name in ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
                  "COMPACTOR_LEDGER_FILE", "COMPACTOR_IDEMPOTENCY_TTL_SECONDS"):
         monkeypatch.delenv(name, raising=False)
-    billing.reset_backends()
-    yield
-    billing.reset_backends()
 
 
 def create_tables(dynamodb: Any) -> None:
