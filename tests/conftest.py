@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,25 @@ def fresh_billing_state() -> Iterator[None]:
     billing.reset_backends()
     yield
     billing.reset_backends()
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored() -> Iterator[None]:
+    """Each test leaves the process environment as it found it: the CLI run in-process sets
+    ``COMPACTOR_CATALOG`` for ``--catalog``, which would otherwise reach every later test. When the
+    catalog changed, the cached catalog and router built from it are dropped too."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        catalog_changed = os.environ.get("COMPACTOR_CATALOG") != saved.get("COMPACTOR_CATALOG")
+        os.environ.clear()
+        os.environ.update(saved)
+        if catalog_changed:
+            from compactor.catalog import reset_catalog_cache
+            from compactor.container import reset_router
+
+            reset_catalog_cache()
+            reset_router()
 
 
 @pytest.fixture
