@@ -5,7 +5,8 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
 * ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
   batch (a window each), compacted under this invocation's remaining time;
-* ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result;
+* ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result
+  (billed once, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
 
 Each is one call into ``compactor.large_jobs``; transcripts are never logged.
@@ -37,6 +38,17 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return {"windows": len(event["Items"])}
 
 
+def bill(job: dict[str, Any], facts: dict[str, Any], context: LambdaContext) -> None:
+    """One ledger entry per job, after its result is stored, to the uploading key (docs/billing.md)."""
+    from compactor import jobs
+    from compactor_aws import billing
+
+    source = large_jobs.source_of(job)
+    rel = object_jobs.relative_key(source.key)
+    caller = jobs.upload_caller(store, source.bucket, rel) if rel else None
+    billing.bill_windowed_job(source, facts, caller, context)
+
+
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
@@ -46,6 +58,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)))
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job)
+        if outcome.get("result") == "compacted":
+            bill(job, outcome.pop("facts"), context)
     elif step == "fail":
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:

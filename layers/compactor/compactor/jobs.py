@@ -54,7 +54,8 @@ def create_upload(store: ObjectStore, bucket: str, caller: str, presign: Presign
     """``POST /v1/uploads``: a new job and the presigned PUT its transcript goes to (201)."""
     job_id = new_id()
     key = INCOMING_PREFIX + upload_rel(caller, job_id)
-    store.put(bucket, _record_key(caller, job_id), encode({"job_id": job_id, "created_at": int(time.time())}),
+    store.put(bucket, _record_key(caller, job_id),
+              encode({"job_id": job_id, "created_at": int(time.time()), "api_key_id": caller}),
               content_type=JSON_CONTENT_TYPE, metadata={})
     return 201, {
         "job_id": job_id,
@@ -63,6 +64,23 @@ def create_upload(store: ObjectStore, bucket: str, caller: str, presign: Presign
                    "headers": {"Content-Type": JSON_CONTENT_TYPE}, "expires_in": URL_EXPIRES_S},
         "status_url": f"/v1/jobs/{job_id}",
     }
+
+
+def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
+    """The API key id that created the upload ``<rel>`` (billed for its job, docs/billing.md), or None
+    when ``rel`` is not an API upload or its record names no caller."""
+    parts = rel.split("/")
+    if len(parts) != 3 or parts[0] + "/" != UPLOADS or not parts[2].endswith(".json"):
+        return None
+    segment, job_id = parts[1], parts[2][:-len(".json")]
+    if not JOB_ID.match(job_id):
+        return None
+    key = f"{JOBS_PREFIX}{segment}/{job_id}.json"
+    if store.head_metadata(bucket, key) is None:
+        return None
+    record = json.loads(store.get(bucket, key, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES).body)
+    caller = record.get("api_key_id") if isinstance(record, dict) else None
+    return caller if isinstance(caller, str) and _caller_segment(caller) == segment else None
 
 
 def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign) -> tuple[int, dict[str, Any]]:

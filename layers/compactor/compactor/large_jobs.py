@@ -6,7 +6,8 @@ window tasks under ``work/<job>/p<n>/`` with the list the Distributed Map reads;
 worker per item compacts a task (:func:`compactor.compaction.windows.compact_window`, exactly what
 runs inline); ``assemble`` concatenates the results in order (a window without a result keeps its
 original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
-response body, byte for byte what ``compactor compact --json`` writes for the same object. ``fail``
+response body, byte for byte what ``compactor compact --json`` writes for the same object, and
+returns the job's billing facts (the adapter bills them once, docs/billing.md). ``fail``
 records ``failed/<rel>`` when the execution itself fails. Every step streams: memory holds one
 window, never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
@@ -57,7 +58,7 @@ def job_input(source: Source, *, max_concurrency: int) -> dict[str, Any]:
             "max_concurrency": max_concurrency}
 
 
-def _source(job: dict[str, Any]) -> Source:
+def source_of(job: dict[str, Any]) -> Source:
     return Source(job["bucket"], job["key"], job.get("version_id"), job.get("etag") or "", job.get("sequencer"))
 
 
@@ -92,7 +93,7 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
     from compactor.models import CompactRequest
     from compactor.object_jobs import _invalid
 
-    source = _source(job)
+    source = source_of(job)
     rel = relative_key(source.key)
     stored = StoredObject(b"", source.version_id, source.etag)
     if rel is None:
@@ -177,7 +178,18 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
     if more:
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
-    return {"done": True, "result": "compacted", "key": _write_result(store, job, state, input_key, input_version)}
+    key = _write_result(store, job, state, input_key, input_version)
+    return {"done": True, "result": "compacted", "key": key, "facts": billing_facts(state)}
+
+
+def billing_facts(state: Any) -> dict[str, Any]:
+    """What a finished job's ledger entry records (docs/billing.md), as the inline S3 path does:
+    dense bytes of the messages in and out, model calls made, cost (None when unknown)."""
+    from compactor.billing import billing_facts as facts
+
+    compaction = state.compaction()
+    return facts(route="s3_compact", mode="decision", bytes_in=compaction["original_bytes"],
+                 bytes_out=compaction["output_bytes"], model_calls=state.model_calls, cost_usd=state.cost_usd)
 
 
 def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
@@ -190,7 +202,7 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
                   input_version: str | None) -> str:
     from compactor.compaction.windowed import body_summary, write_body
 
-    source = _source(job)
+    source = source_of(job)
     rel = relative_key(source.key)
     assert rel is not None
     key = result_key(rel)
@@ -204,7 +216,7 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
     """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500; the
     message names the Step Functions error, never its cause, which may quote content)."""
-    source = _source(job)
+    source = source_of(job)
     rel = relative_key(source.key)
     if rel is None:
         return {"done": True, "result": "skipped"}

@@ -233,8 +233,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
     the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
     """
-    version = source.version_id or f"etag:{source.etag}"
-    scope = idempotency.digest("s3", source.bucket, source.key, version)
+    scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
 
     fresh: list[bool] = []
@@ -251,6 +250,28 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
     return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}
+
+
+def _object_scope(source: Any) -> str:
+    version = source.version_id or f"etag:{source.etag}"
+    return idempotency.digest("s3", source.bucket, source.key, version)
+
+
+def bill_windowed_job(source: Any, facts: Mapping[str, Any] | None, caller: str | None,
+                      lambda_context: Any = None) -> None:
+    """Bill a windowed job (docs/scale.md) once, after its result is stored: the entry the inline job
+    of the same object version would have written (``s3:<version hash>``; the inline job that started
+    the windowed one billed nothing), under ``caller`` (an API upload's key id) or ``s3:<bucket>``. Its
+    time and facts are kept under the object version's own idempotency scope, so a retried assemble
+    step writes the same entry (the conditional write keeps one) and never a second."""
+    scope = _object_scope(source)
+    request_id = getattr(lambda_context, "aws_request_id", None)
+    windowed = idempotency.digest("s3-windowed", scope)
+    record = idempotency_run(lambda: {"facts": dict(facts) if facts else None, "time": billing.utc_now_iso(),
+                                      "request_id": request_id},
+                             scope=windowed, body=windowed, lambda_context=lambda_context)
+    _bill(f"s3:{scope}", caller or S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
+          record.get("request_id"), None)
 
 
 def usage_answer(event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:

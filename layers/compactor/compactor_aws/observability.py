@@ -26,12 +26,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from compactor import billing
+
 BILLING_RECORD_TYPE = "billing"
 """``record_type`` of the billing log line (filter on it in CloudWatch Logs Insights)."""
 BILLING_VERSION = 1
 """Bumped whenever a billing field changes meaning or disappears (fields are only ever added otherwise)."""
 
-MODEL_KINDS = frozenset({"llm", "decision"})
+MODEL_KINDS = billing.MODEL_NODE_KINDS
 FLOW_SUBSEGMENT = "compactor flow"
 XRAY_NAMESPACE = "compactor"
 

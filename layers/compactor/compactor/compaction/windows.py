@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.billing import model_calls
 from compactor.budget import Deadline
 from compactor.chat import Message, has_tool_calls, role_of
 from compactor.flow import admit_flow, run_flow
@@ -271,14 +272,14 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
              for u in units if u.start not in protected)
     batches = fit_batches(cands, sizer, reasons)
     result: dict[str, Any] = {"index": task["index"], "reasons": reasons, "ok": True, "tokens_in": 0,
-                              "tokens_out": 0, "cost_usd": 0.0}
+                              "tokens_out": 0, "cost_usd": 0.0, "model_calls": 0}
     values = None
     if batches:
         flow = await _run_batches(batches, task, router=router, deadline=deadline, flow_runner=flow_runner,
                                   on_event=on_event)
         values = flow.output if flow.ok and isinstance(flow.output, dict) else None
         result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
-                      cost_usd=flow.cost_usd)
+                      cost_usd=flow.cost_usd, model_calls=model_calls(flow.flow_nodes))
     items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
     output: list[Message] = []
     actions = {"keep": 0, "summarize": 0, "archive": 0}
@@ -338,6 +339,7 @@ class PassAssembly:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float | None = 0.0
+    model_calls: int = 0
     new_pins: list[int] = field(default_factory=list)
     prefix_bytes: int | None = None  # dense bytes of the input's messages before ``first_changed``
     _input_sum: int = 0  # dense bytes of the input messages of the windows added so far
@@ -356,6 +358,7 @@ class PassAssembly:
             self.reasons.extend(r for r in result["reasons"] if r not in self.reasons)
             self.tokens_in += result["tokens_in"]
             self.tokens_out += result["tokens_out"]
+            self.model_calls += result.get("model_calls", 0)
             cost = result.get("cost_usd")
             self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
         if self.first_changed is None and output is not original:
@@ -444,6 +447,7 @@ class RunState:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float | None = 0.0
+    model_calls: int = 0
 
     @classmethod
     def begin(cls, settings: Settings) -> "RunState":
@@ -472,6 +476,7 @@ class RunState:
         self.passes.append(assembly.summary())
         self.tokens_in += assembly.tokens_in
         self.tokens_out += assembly.tokens_out
+        self.model_calls += assembly.model_calls
         self.cost_usd = None if self.cost_usd is None or assembly.cost_usd is None else self.cost_usd + assembly.cost_usd
         self.reasons.extend(r for r in assembly.reasons if r not in self.reasons)
         gain = self.input_bytes - assembly.output_bytes

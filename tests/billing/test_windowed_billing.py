@@ -1,0 +1,150 @@
+"""Windowed jobs (docs/scale.md) are billed like inline S3 jobs: one ledger entry per object version,
+after ``compacted/<rel>`` is stored, to the uploading key for API uploads; a retried assemble step
+never bills twice. The state machine's steps are driven in order through ``functions/window_jobs``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor import billing as core_billing
+from compactor import container, jobs
+from compactor.large_jobs import job_input
+from compactor.object_jobs import Source
+from compactor_aws.ledger import _entry
+from compactor_aws.s3_store import S3Store
+from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+
+from scale import transcripts
+from scale.conftest import frozen_router
+
+from .conftest import USAGE_TABLE
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "compactor-windowed-billing-test"
+
+
+@pytest.fixture(scope="module")
+def worker() -> ModuleType:
+    load_handler(REPO / "functions" / "window_jobs", "window_jobs.handler")
+    return sys.modules["window_jobs"]
+
+
+@pytest.fixture(scope="module")
+def big() -> bytes:
+    return json.dumps(list(transcripts.messages(400_000))).encode()
+
+
+@pytest.fixture
+def bucket(aws: dict[str, Any], worker: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Any:
+    aws["s3"].create_bucket(Bucket=BUCKET)
+    aws["s3"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    monkeypatch.setattr(worker, "store", S3Store())
+    monkeypatch.setattr(container, "_router", frozen_router())
+    monkeypatch.delenv("COMPACTOR_S3_DEFAULTS", raising=False)
+    return aws["s3"]
+
+
+def context() -> LocalLambdaContext:
+    return LocalLambdaContext("WindowJobFunction", timeout_s=900)
+
+
+def start(s3: Any, key: str, data: bytes) -> dict[str, Any]:
+    put = s3.put_object(Bucket=BUCKET, Key=key, Body=data)
+    source = Source(BUCKET, key, put.get("VersionId"), put["ETag"].strip('"'))
+    return job_input(source, max_concurrency=2)["job"]
+
+
+def run_to_assemble(worker: ModuleType, job: dict[str, Any]) -> None:
+    """plan, then every pass's windows and assemble, up to (not including) the last assemble."""
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    assert outcome["done"] is False
+    while True:
+        items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None,
+                                            max_bytes=10_000_000).body)
+        for item in items:
+            worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+        outcome = worker.handler({"step": "assemble", "job": job}, context())
+        if outcome["done"]:
+            assert outcome == {"done": True, "result": "compacted", "key": outcome["key"]}  # facts not in output
+            return
+
+
+def ledger(aws: dict[str, Any]) -> list[Any]:
+    return [_entry(item) for item in aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]]
+
+
+def test_a_windowed_job_bills_once(aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes) -> None:
+    job = start(bucket, "incoming/big.json", big)
+    run_to_assemble(worker, job)
+    worker.handler({"step": "assemble", "job": job}, context())  # a retried (or redelivered) assemble
+
+    entries = ledger(aws)
+    assert len(entries) == 1
+    entry = entries[0]
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/big.json")["Body"].read())
+    assert entry.api_key_id == f"s3:{BUCKET}" and entry.route == "s3_compact" and entry.mode == "decision"
+    assert entry.bytes_in == body["compaction"]["original_bytes"] > entry.bytes_out == body["compaction"]["output_bytes"]
+    assert entry.model_calls > 0
+    assert entry.entry_id.startswith("s3:")
+
+
+def test_a_ledger_failure_fails_assemble_and_its_retry_bills_once(aws: dict[str, Any], bucket: Any,
+                                                                  worker: ModuleType, big: bytes,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor_aws import billing
+
+    job = start(bucket, "incoming/retried.json", big)
+    store = billing.backends().ledger
+    real = store.record
+    failures = [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: Any) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)  # Step Functions retries the failed assemble step
+    assert bucket.head_object(Bucket=BUCKET, Key="compacted/retried.json")  # stored before billing
+    assert ledger(aws) == []
+
+    for _ in range(2):
+        assert worker.handler({"step": "assemble", "job": job}, context())["result"] == "compacted"
+    assert len(ledger(aws)) == 1
+
+
+def test_an_upload_bills_its_key_and_the_ledger_total_is_the_sum(aws: dict[str, Any], bucket: Any,
+                                                                 worker: ModuleType, big: bytes) -> None:
+    caller = "abc123keyid"
+    status, created = jobs.create_upload(worker.store, BUCKET, caller, lambda *args: "https://presigned")
+    assert status == 201
+    upload = start(bucket, "incoming/" + jobs.upload_rel(caller, created["job_id"]), big)
+    direct = start(bucket, "incoming/direct.json", json.dumps(list(transcripts.messages(300_000))).encode())
+    for job in (upload, direct):
+        run_to_assemble(worker, job)
+
+    entries = ledger(aws)
+    assert sorted(e.api_key_id for e in entries) == sorted([caller, f"s3:{BUCKET}"])
+    today = core_billing.utc_now_iso()[:10]
+    days = core_billing.usage_body(caller, today, today, billing_ledger())["days"]
+    mine = [e for e in entries if e.api_key_id == caller]
+    assert days[0]["calls"] == 1 and days[0]["bytes_in"] == mine[0].bytes_in
+    assert days[0]["model_calls"] == mine[0].model_calls
+    every = core_billing.totals_by_key(entries)
+    assert sum(t.bytes_in for ts in every.values() for t in ts) == sum(e.bytes_in for e in entries)
+    assert sum(t.calls for ts in every.values() for t in ts) == len(entries) == 2
+    # another caller's job id does not make its uploader someone else
+    assert jobs.upload_caller(worker.store, BUCKET, jobs.upload_rel("other", created["job_id"])) is None
+
+
+def billing_ledger() -> Any:
+    from compactor_aws import billing
+
+    return billing.backends().ledger
