@@ -21,9 +21,11 @@ from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
-STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET")
-"""Variables naming the deployed stack's billing resources: never applied locally, where the ledger and
-idempotency records stay in memory unless the shell names tables (docs/billing.md)."""
+STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
+                            "COMPACTOR_ARCHIVE_BUCKET")
+"""Variables naming the deployed stack's billing and archive resources: never applied locally, where the
+ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md), and
+restorable originals go to a local directory (docs/archives.md)."""
 LAMBDA_DEFAULT_MEMORY_MB = 128
 
 

@@ -26,7 +26,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import http_api
 from compactor.jsonutil import bounded_loads, dense_dumps
-from compactor.models import CompactRequest, FlowsRequest, NormalizeRequest
+from compactor.models import CompactRequest, ExpandRequest, FlowsRequest, NormalizeRequest
 from compactor_aws import observability, openapi
 from compactor_aws import snapstart
 from compactor_aws.routes import jobs as jobs_routes
@@ -75,8 +75,25 @@ def compact(request: CompactRequest) -> Response[str]:
     from compactor_aws.stepfunctions_runner import configured_runner  # None unless BatchFanOut=stepfunctions
 
     return _billed("compact", lambda: service.handle_compact(request, lambda_context=app.lambda_context,
-                                                             flow_runner=configured_runner()),
+                                                             flow_runner=configured_runner(),
+                                                             archive=_archive() if request.restorable else None),
                    mode="decision" if request.decision_mode else "legacy", request_messages=request.messages)
+
+
+def _archive() -> Any:
+    """The caller's restorable originals (docs/archives.md)."""
+    from compactor.archives import Archive
+    from compactor_aws.archive_store import configured_store
+    from compactor_aws.caller import caller_of
+
+    return Archive(configured_store(), caller_of(app.current_event.raw_event))
+
+
+@app.post("/expand")
+def expand(request: ExpandRequest) -> Response[str]:
+    from compactor import service
+
+    return _billed("expand", lambda: service.handle_expand(request.handles, archive=_archive()), mode="none")
 
 
 @app.post("/flows")

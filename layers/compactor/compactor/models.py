@@ -6,9 +6,9 @@ validation stops at the first bad element, so a 422 costs little whatever the bo
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from compactor.jsonutil import ensure_utf8_encodable
 
@@ -22,11 +22,16 @@ MAX_INDEX = 10**9
 
 
 class CompactRequest(BaseModel):
-    """Body of ``POST /v1/compact`` (REFERENCE §1). ``decision_policy_ir`` switches to decision mode."""
+    """Body of ``POST /v1/compact`` (REFERENCE §1). ``decision_policy_ir`` switches to decision mode.
+
+    ``messages`` holds the items of ``format`` (docs/formats.md); ``openai-responses`` sends them as
+    ``input``, its own name, and gets them back under it."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
+    format: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
     messages: list[dict[str, Any]] = Field(fail_fast=True)
+    restorable: bool = False
     keep_recent: int = Field(default=6, ge=-MAX_KEEP_RECENT, le=MAX_KEEP_RECENT)
     policy_ir: list[Any] | None = None
     max_tokens: int | None = Field(default=512, ge=-MAX_OUTPUT_TOKENS, le=MAX_OUTPUT_TOKENS)
@@ -35,11 +40,28 @@ class CompactRequest(BaseModel):
     pinned_indices: list[Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX)]] | None = Field(default=None,
                                                                                           fail_fast=True)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _items_under_their_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("format") == "openai-responses":
+            if "messages" in data:
+                raise ValueError("openai-responses items go in 'input', not 'messages'")
+            data = {k: v for k, v in data.items() if k != "input"} | (
+                {"messages": data["input"]} if "input" in data else {})
+        return data
+
     @field_validator("messages")
     @classmethod
     def _valid_unicode(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ensure_utf8_encodable(value)
         return value
+
+    @model_validator(mode="after")
+    def _valid_items(self) -> CompactRequest:
+        from compactor.formats import get_dialect
+
+        get_dialect(self.format).validate(self.messages)
+        return self
 
     @property
     def decision_mode(self) -> bool:
@@ -67,3 +89,11 @@ class NormalizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     flow_ir: Any
+
+
+class ExpandRequest(BaseModel):
+    """Body of ``POST /v1/expand`` (docs/archives.md)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    handles: list[str] = Field(min_length=1, max_length=256, fail_fast=True)

@@ -26,30 +26,42 @@ def request_deadline(lambda_context: Any = None) -> Deadline:
 
 
 async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = None,
-                  on_event: Any = None, flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
+                  on_event: Any = None, flow_runner: Any = None, archive: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly).
-    ``flow_runner`` replaces the inline ``run_flow`` for decision mode (the batch fan-out)."""
+    ``flow_runner`` replaces the inline ``run_flow`` for decision mode (the batch fan-out); ``archive``
+    (a ``compactor.archives.Archive``) keeps the originals of a ``restorable`` request."""
     from compactor.compaction.seal import InvalidPolicy, seal
     from compactor.container import get_router
+    from compactor.formats import get_dialect
 
     router = router or get_router()
+    dialect = get_dialect(request.format)
     if request.decision_mode:
         from compactor.compaction.decision import InvalidRequest, compact_selective
 
         try:
             body = await compact_selective(request, router=router, deadline=deadline, on_event=on_event,
-                                           flow_runner=flow_runner)
+                                           flow_runner=flow_runner, archive=archive)
         except InvalidRequest as exc:
             return 400, error_body(exc.message, code=exc.code)
-        return 200, body
+        return 200, in_format(body, dialect.items_field)
+    if request.restorable:
+        return 400, error_body("restorable needs decision mode", code="restorable_unavailable")
     if request.max_tokens is not None and request.max_tokens < 0:  # 0/null mean the default (REFERENCE §1)
         return 400, error_body("max_tokens must not be negative", code="invalid_max_tokens")
     try:
         body = await seal(request.messages, keep_recent=request.keep_recent, policy_ir=request.policy_ir,
-                          max_tokens=request.max_tokens, router=router, deadline=deadline)
+                          max_tokens=request.max_tokens, router=router, deadline=deadline, dialect=dialect)
     except InvalidPolicy as exc:
         return 400, error_body(str(exc), code="invalid_policy")
-    return 200, body
+    return 200, in_format(body, dialect.items_field)
+
+
+def in_format(body: dict[str, Any], items_field: str) -> dict[str, Any]:
+    """The response body with the items under the format's own name (``input`` for Responses)."""
+    if items_field == "messages":
+        return body
+    return {(items_field if key == "messages" else key): value for key, value in body.items()}
 
 
 async def compact_large(request: CompactRequest, *, router: Any = None, on_event: Any = None,
@@ -71,11 +83,19 @@ async def compact_large(request: CompactRequest, *, router: Any = None, on_event
 
 
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None,
-                   flow_runner: Any = None) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/compact`` (both modes); ``flow_runner`` as in :func:`compact`."""
+                   flow_runner: Any = None, archive: Any = None) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/compact`` (both modes); ``flow_runner`` and ``archive`` as in :func:`compact`."""
     from compactor.container import run_sync
 
-    return run_sync(compact(request, deadline=request_deadline(lambda_context), flow_runner=flow_runner))
+    return run_sync(compact(request, deadline=request_deadline(lambda_context), flow_runner=flow_runner,
+                            archive=archive))
+
+
+def handle_expand(handles: Any, *, archive: Any) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/expand``: the caller's originals by handle (docs/archives.md)."""
+    from compactor.archives import expand
+
+    return expand(archive, handles)
 
 
 def handle_flows(body: dict[str, Any], *, lambda_context: Any = None) -> tuple[int, dict[str, Any]]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from compactor.archives import Archive, store_originals
 from compactor.budget import Deadline
+from compactor.formats import get_dialect
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from compactor.models import CompactRequest
 from compactor.response_blocks import compact_hint
@@ -39,17 +41,21 @@ def decision_payload_limit(router: Any) -> int:
 
 async def compact_selective(request: CompactRequest, *, router: Any, deadline: Deadline,
                             on_event: Callable[[dict[str, Any]], None] | None = None,
-                            flow_runner: Callable[..., Awaitable[FlowResult]] | None = None) -> dict[str, Any]:
+                            flow_runner: Callable[..., Awaitable[FlowResult]] | None = None,
+                            archive: Archive | None = None) -> dict[str, Any]:
     """``flow_runner`` (same signature as ``run_flow``, the default) runs the admitted flow: the
     batch fan-out plugs in here. ``on_event`` receives the plan, the flow's node events and, last,
-    ``{"event": "units", "units": [...]}``: every manifest entry, unbounded, with its ``reason`` (docs/report.md)."""
+    ``{"event": "units", "units": [...]}``: every manifest entry, unbounded, with its ``reason`` (docs/report.md).
+    ``archive`` (required when the request is ``restorable``) receives the originals of the changed units
+    (docs/archives.md)."""
     messages = request.messages
+    dialect = get_dialect(request.format)
     pins = request.pinned_indices
     if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
         raise InvalidRequest(PINS_MESSAGE)
     prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=pins, question_template=question_template(),
-                   payload_max_bytes=decision_payload_limit(router))
+                   payload_max_bytes=decision_payload_limit(router), dialect=dialect)
     flow_ir, flow_input = materialise(
         prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
         decision_policy=request.decision_policy_ir, generation_policy=request.policy_ir,
@@ -63,7 +69,11 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
     runner = flow_runner or run_flow
     result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
     values = result.output if result.ok and isinstance(result.output, dict) else None
-    output, manifest, output_bytes = reassemble(messages, prep, values)
+    output, manifest, output_bytes = reassemble(messages, prep, values, dialect, restorable=request.restorable)
+    if request.restorable:
+        if archive is None:
+            raise InvalidRequest("restorable is not available here", "restorable_unavailable")
+        store_originals(archive, messages, manifest)
     if on_event is not None:
         on_event({"event": "units", "units": manifest})
     body: dict[str, Any] = {

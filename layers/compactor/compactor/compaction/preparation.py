@@ -13,7 +13,9 @@ from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
 from compactor.compaction.salience import action_message, batch_hint, later_block, later_names, message_names
-from compactor.compaction.units import Unit, instruction_pins, split_units, tail_indexes
+from compactor.compaction.units import Unit, instruction_pins, tail_indexes
+from compactor.formats import get_dialect
+from compactor.formats.base import Dialect
 
 MAX_CANDIDATES = 128
 MAX_BATCHES = 32
@@ -221,11 +223,13 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 
 def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             pinned_indices: list[int] | None, question_template: dict[str, Any],
-            payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES) -> Preparation:
-    """``payload_max_bytes`` bounds each batch's decision payload (smaller for deciders with a small
+            payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES, dialect: Dialect | None = None) -> Preparation:
+    """``messages`` are the items of ``dialect``'s format (default ``openai-chat``, docs/formats.md);
+    ``payload_max_bytes`` bounds each batch's decision payload (smaller for deciders with a small
     context, docs/providers.md)."""
-    units = split_units(messages)
-    pins = instruction_pins(messages, pinned_indices)
+    dialect = dialect or get_dialect(None)
+    units = dialect.split_units(messages)
+    pins = instruction_pins(messages, pinned_indices, dialect)
     tail = tail_indexes(len(messages), keep_recent)
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
@@ -234,7 +238,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            text, _ = excerpt(dense_dumps(messages[unit.start:unit.end]), RECENT_EXCERPT_OVER, RECENT_HALF,
+            text, _ = excerpt(dense_dumps(dialect.model_view(messages[unit.start:unit.end])), RECENT_EXCERPT_OVER, RECENT_HALF,
                               RECENT_MARKER)
             recent.append(text)
 
@@ -247,10 +251,11 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent, payload_max_bytes)
-    used = fit_batches((candidate(u, messages[u.start:u.end], question_template) for u in candidates[:MAX_CANDIDATES]),
+    used = fit_batches((candidate(u, dialect.model_view(messages[u.start:u.end]), question_template)
+                        for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
-    _add_salience(messages, used, kept, sizer)
+    _add_salience(messages, used, kept, sizer, dialect)
     pinned_units = {u.id for u in units if any(i in pins for i in u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
                        instructions=instructions,
@@ -277,13 +282,15 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
-def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int], sizer: BatchSizer) -> None:
+def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int], sizer: BatchSizer,
+                  dialect: Dialect) -> None:
     """Each batch's salience hint (its names that messages after the batch use again, less those the
     kept messages already carry) and its ``later`` block: those names and the later actions that touch
     them (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
-    names = [message_names(m) for m in messages]  # each message scanned once
+    # each message scanned once, hidden reasoning left out (docs/formats.md)
+    names = [set().union(*map(message_names, dialect.model_view([m]))) for m in messages]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     after = later_names(names, set(lasts))
     carried = set().union(*(names[i] for i in kept)) if kept else set()

@@ -7,12 +7,16 @@ from typing import Any
 from compactor.chat import Message
 from compactor.jsonutil import dense_size
 from compactor.compaction.preparation import Preparation
+from compactor.formats import get_dialect
+from compactor.formats.base import Dialect
 
 SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
 MAX_MANIFEST_ENTRIES = 1_000
 """Most ``fragments`` entries a report lists; past it, ``keep`` entries (what an unlisted unit does) are
 left out first and ``fragments_omitted`` counts what is missing (docs/reliability.md)."""
 MAX_REASONS = 100
+RESTORABLE_SUMMARY_MARKER = "[Summary of {id}; restorable: {handle}]\n"
+RESTORABLE_PLACEHOLDER = "[Archived {id}; restorable: {handle}]"
 
 # Why each unit got its action (docs/report.md). Reasons travel in the manifest entries inside the core and
 # reach local tooling through the ``units`` event (the whole manifest); the response's manifest leaves them out.
@@ -30,22 +34,27 @@ UNIT_REASONS = {
 }
 
 
-def summary_message(fragment_id: str, text: str) -> Message:
-    return {"role": "assistant", "content": SUMMARY_MARKER.format(id=fragment_id) + text}
+def summary_message(fragment_id: str, text: str, dialect: Dialect | None = None, handle: str | None = None
+                    ) -> Message:
+    """The item replacing a summarized unit; with a ``handle`` its marker names it (docs/archives.md)."""
+    marker = (RESTORABLE_SUMMARY_MARKER.format(id=fragment_id, handle=handle) if handle
+              else SUMMARY_MARKER.format(id=fragment_id))
+    return (dialect or get_dialect(None)).text_item("assistant", marker + text)
 
 
-def unit_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None
-                 ) -> tuple[str, list[Message]]:
-    """What one unit becomes: ``keep`` (its messages), ``archive`` (nothing) or ``summarize`` (one summary
-    message, only when smaller than the unit). ``item`` is the unit's text when it was a candidate of a
-    flow that answered ``values``."""
+def unit_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
+                 dialect: Dialect | None = None, handle: str | None = None) -> tuple[str, list[Message]]:
+    """What one unit becomes: ``keep`` (its messages), ``archive`` (nothing, or with a ``handle`` a short
+    placeholder naming it) or ``summarize`` (one summary message, only when smaller than the unit).
+    ``item`` is the unit's text when it was a candidate of a flow that answered ``values``."""
     if item is None or values is None:
         return "keep", original
     if unit_id not in values:
-        return "archive", []
+        placeholder = RESTORABLE_PLACEHOLDER.format(id=unit_id, handle=handle)
+        return "archive", [(dialect or get_dialect(None)).text_item("assistant", placeholder)] if handle else []
     value = values[unit_id]
     if isinstance(value, str) and value != item and value.strip():
-        candidate = summary_message(unit_id, value)
+        candidate = summary_message(unit_id, value, dialect, handle)
         if dense_size(candidate) < len(item.encode("utf-8")):
             return "summarize", [candidate]
     return "keep", original
@@ -69,26 +78,38 @@ def _unsent_reason(unit_id: str, prep: Preparation) -> str:
     return "pinned" if unit_id in prep.pinned else "recent_tail"
 
 
-def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None
+def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None,
+               dialect: Dialect | None = None, restorable: bool = False
                ) -> tuple[list[Message], list[dict[str, Any]], int]:
-    """Output messages, the manifest (one entry per unit, in order, each with its ``reason``) and the
-    output's compact size."""
+    """Output items, the manifest (one entry per unit, in order, each with its ``reason``) and the
+    output's compact size.
+
+    ``restorable``: a summarized unit's marker and an archived unit's placeholder carry the handle of
+    its original, also in its manifest entry (``handle``); storing the originals is the caller's part."""
+    from compactor.archives import handle_of
+
+    dialect = dialect or get_dialect(None)
     items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates}
     output: list[Message] = []
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
         original = messages[unit.start:unit.end]
         item = items.get(unit.id)
-        action, emitted = unit_outcome(unit.id, original, item, values)
+        handle = handle_of(original) if item is not None and values is not None and restorable else None
+        action, emitted = unit_outcome(unit.id, original, item, values, dialect, handle)
         reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
-        manifest.append({"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason})
+        entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason}
+        if handle and action != "keep":
+            entry["handle"] = handle
+        manifest.append(entry)
     output_bytes = dense_size(output)
     if output_bytes >= prep.original_bytes:  # expansion guard
         output, output_bytes = messages, prep.original_bytes
         for entry in manifest:
             if entry["action"] != "keep":
                 entry["action"], entry["reason"] = "keep", "expansion_guard"
+            entry.pop("handle", None)
     return output, manifest, output_bytes
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.budget import Deadline
-from compactor.chat import Message, content_text, has_tool_calls, role_of
+from compactor.chat import Message, has_tool_calls, role_of
+from compactor.formats import DEFAULT_FORMAT, get_dialect
+from compactor.formats.base import Dialect
 from compactor.policy import PolicyAdmissionError
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.jsonutil import dense_size
@@ -50,8 +52,10 @@ class SealPlan:
     recent: list[Message]
 
 
-def plan_seal(messages: list[Message], keep_recent: int) -> SealPlan | None:
+def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None = None) -> SealPlan | None:
     """Split into frozen system prefix, aged middle and kept tail; ``None`` when there is nothing to seal."""
+    if dialect is not None and dialect.name != DEFAULT_FORMAT:
+        return _plan_by_units(messages, keep_recent, dialect)
     keep = max(1, keep_recent)
     frozen = messages[:1] if messages and role_of(messages[0]) == "system" else []
     if len(messages) - len(frozen) <= keep:
@@ -68,24 +72,34 @@ def plan_seal(messages: list[Message], keep_recent: int) -> SealPlan | None:
     return SealPlan(frozen=list(frozen), aged=aged, recent=messages[start:])
 
 
-def render_aged(aged: list[Message]) -> str:
-    """One line per message, ``<role>: <content>``; tool calls are rendered after the content."""
-    lines = []
-    for message in aged:
-        text = content_text(message.get("content")) if isinstance(message, dict) else str(message)
-        calls = message.get("tool_calls") if isinstance(message, dict) else None
-        for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict):
-                text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
-        lines.append(f"{role_of(message)}: {text}")
-    return "\n".join(lines)
+def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> SealPlan | None:
+    """Other formats: the frozen prefix is the leading always-pinned items, and the tail starts at the
+    start of the unit holding its first item, so no call is parted from its results (docs/formats.md)."""
+    pinned = dialect.always_pinned(items)
+    frozen = 0
+    while frozen < len(items) and frozen in pinned:
+        frozen += 1
+    if len(items) - frozen <= max(1, keep_recent):
+        return None
+    first = len(items) - max(1, keep_recent)
+    start = next(u.start for u in dialect.split_units(items) if u.start <= first < u.end)
+    if start <= frozen:
+        return None
+    return SealPlan(frozen=items[:frozen], aged=items[frozen:start], recent=items[start:])
+
+
+def render_aged(aged: list[Message], dialect: Dialect | None = None) -> str:
+    """One line per item, ``<role>: <content>``; tool calls are rendered after the content."""
+    dialect = dialect or get_dialect(None)
+    return "\n".join(line for line in (dialect.render_line(m) for m in aged if isinstance(m, dict)) if line)
 
 
 async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any] | None,
-               max_tokens: int | None, router: Router, deadline: Deadline) -> dict[str, Any]:
-    """Run legacy compaction and return the response body (REFERENCE §2.1)."""
-    plan = plan_seal(messages, keep_recent)
+               max_tokens: int | None, router: Router, deadline: Deadline,
+               dialect: Dialect | None = None) -> dict[str, Any]:
+    """Run legacy compaction and return the response body (REFERENCE §2.1), in ``dialect``'s format."""
+    dialect = dialect or get_dialect(None)
+    plan = plan_seal(messages, keep_recent, dialect)
     if plan is None:
         return {"messages": messages, "compacted": False}
     try:
@@ -94,14 +108,14 @@ async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any
         raise InvalidPolicy(f"policy_ir rejected at admission: {exc}") from exc
     request = ChatRequest(
         messages=[{"role": "system", "content": SEAL_INSTRUCTION},
-                  {"role": "user", "content": render_aged(plan.aged)}],
+                  {"role": "user", "content": render_aged(plan.aged, dialect)}],
         max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
     )
     result = await router.chat(policy, request, deadline=deadline)
     response = result.response if result.ok and isinstance(result.response, ChatResponse) else None
     text = response.text if response is not None else None
     summary = text.strip() if isinstance(text, str) else ""
-    sealed_messages = [*plan.frozen, {"role": "system", "content": SEAL_MARKER + summary}, *plan.recent]
+    sealed_messages = [*plan.frozen, dialect.text_item("system", SEAL_MARKER + summary), *plan.recent]
     reason = _not_sealed_reason(response, summary, sealed_messages, messages)
     if reason is None:
         body: dict[str, Any] = {"messages": sealed_messages, "compacted": True}

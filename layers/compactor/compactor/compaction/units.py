@@ -1,4 +1,4 @@
-"""Units and pins of decision mode (REFERENCE §3.2).
+"""Units and pins of decision mode (REFERENCE §3.2), in ``openai-chat``; other formats: docs/formats.md.
 
 A unit is a tool call with all its results (an assistant message with ``tool_calls`` and every
 immediately following ``tool`` message), or any other single message. Unit id = ``fragment_<start>``.
@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from compactor.chat import Message, content_text, has_tool_calls, role_of
+
+if TYPE_CHECKING:
+    from compactor.formats.base import Dialect
 
 ALWAYS_PINNED_ROLES = ("system", "developer")
 # A ``user`` message right after an assistant turn that reads as a tool observation of a text agent
@@ -68,13 +72,16 @@ def is_text_observation(messages: list[Message], index: int) -> bool:
     return observes(messages[index], messages[index - 1] if index else None)
 
 
-def instruction_pins(messages: list[Message], pinned_indices: list[int] | None) -> list[int]:
-    """Sorted pinned indexes: explicit pins (else every user message that is not a text agent's tool
-    observation) plus every system/developer message."""
-    pins = set(pinned_indices) if pinned_indices is not None else {
-        i for i, m in enumerate(messages) if role_of(m) == "user" and not is_text_observation(messages, i)}
-    pins.update(i for i, m in enumerate(messages) if role_of(m) in ALWAYS_PINNED_ROLES)
-    return sorted(pins)
+def instruction_pins(messages: list[Message], pinned_indices: list[int] | None,
+                     dialect: Dialect | None = None) -> list[int]:
+    """Sorted pinned indexes: explicit pins (else the dialect's default pins: in ``openai-chat`` every user
+    message that is not a text agent's tool observation) plus its always-pinned items (system/developer messages)."""
+    if dialect is None:
+        from compactor.formats import get_dialect
+
+        dialect = get_dialect(None)
+    pins = set(pinned_indices) if pinned_indices is not None else dialect.default_pins(messages)
+    return sorted(pins | dialect.always_pinned(messages))
 
 
 def tail_indexes(count: int, keep_recent: int) -> range:

@@ -1,0 +1,110 @@
+"""Restorable archives (docs/archives.md): originals of changed units, content-addressed per caller.
+
+A handle is ``cmp_`` + the first 32 hex digits of the SHA-256 of the unit's dense JSON (the items as
+the caller sent them). Originals are stored under the caller's id, so one caller's handles mean
+nothing to another; :func:`expand` answers 404 for any handle the caller does not own, without
+saying which. The storage is a port: :class:`LocalArchiveStore` (a directory: ``compactor serve`` and
+the CLI) here, the S3 adapter in ``compactor_aws.archive_store``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from compactor.jsonutil import dense_dumps
+
+HANDLE_PREFIX = "cmp_"
+HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
+ARCHIVE_DIR_ENV = "COMPACTOR_ARCHIVE_DIR"
+LOCAL_CALLER = "local"
+"""The caller of the CLI, and of ``compactor serve`` (which sees no API key id)."""
+
+
+def original_bytes(unit_items: list[Any]) -> bytes:
+    return dense_dumps(unit_items).encode("utf-8")
+
+
+def handle_of(unit_items: list[Any]) -> str:
+    return HANDLE_PREFIX + hashlib.sha256(original_bytes(unit_items)).hexdigest()[:32]
+
+
+def owner_key(caller: str) -> str:
+    """The storage name of a caller's namespace (a hash: no caller id reaches a path or key as is)."""
+    return hashlib.sha256(caller.encode("utf-8")).hexdigest()[:32]
+
+
+class ArchiveStore(Protocol):
+    def put(self, owner: str, handle: str, data: bytes) -> None: ...
+
+    def get(self, owner: str, handle: str) -> bytes | None: ...
+
+
+@dataclass(frozen=True)
+class Archive:
+    """Where one request's originals go: a store and the caller they belong to."""
+
+    store: ArchiveStore
+    caller: str
+
+
+class LocalArchiveStore:
+    """Originals as files ``<root>/<owner>/<handle>.json``, written atomically."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def put(self, owner: str, handle: str, data: bytes) -> None:
+        folder = self.root / owner
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{handle}.json"
+        if target.exists():
+            return  # content-addressed: the same handle holds the same bytes
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as handle_file:
+            handle_file.write(data)
+        os.replace(tmp, target)
+
+    def get(self, owner: str, handle: str) -> bytes | None:
+        try:
+            return (self.root / owner / f"{handle}.json").read_bytes()
+        except FileNotFoundError:
+            return None
+
+
+def default_local_store() -> LocalArchiveStore:
+    """``$COMPACTOR_ARCHIVE_DIR``, else ``~/.compactor/archives``."""
+    return LocalArchiveStore(os.environ.get(ARCHIVE_DIR_ENV) or Path.home() / ".compactor" / "archives")
+
+
+def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[str, Any]]) -> None:
+    """Store the original of every manifest entry carrying a handle."""
+    owner = owner_key(archive.caller)
+    for entry in manifest:
+        handle = entry.get("handle")
+        if handle:
+            data = original_bytes(items[entry["start"]:entry["end"]])
+            assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
+            archive.store.put(owner, handle, data)
+
+
+def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
+    """``POST /v1/expand``: ``{"originals": {handle: unit}}`` when the caller owns every handle, else 404."""
+    from compactor.service import error_body
+
+    owner = owner_key(archive.caller)
+    originals: dict[str, Any] = {}
+    for handle in dict.fromkeys(handles):
+        data = archive.store.get(owner, handle) if HANDLE_RE.fullmatch(handle) else None
+        if data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] != handle:
+            return 404, error_body("unknown handle(s): none of these originals was returned",
+                                   type_="not_found_error", code="unknown_handle")
+        originals[handle] = json.loads(data)
+    return 200, {"originals": originals}

@@ -1,0 +1,113 @@
+"""``anthropic-messages``: Anthropic Messages API messages (docs/formats.md).
+
+Calls and results are content blocks: an assistant ``tool_use`` block is answered by a ``tool_result``
+block (same id) in a later user message, and a unit holds the call with every message answering it.
+Consecutive assistant messages with the same ``id`` (Claude Code stores one response per block) are one
+turn, and a message holding only ``thinking`` joins the message after it. The system prompt is the
+request's top-level ``system``, outside the messages, so it is never touched. User messages with
+anything besides tool results are the human's turns, protected by default.
+
+``thinking`` and ``redacted_thinking`` blocks never reach the models (their text would leak into a
+summary); a unit that is summarized or archived loses them, which the Messages API allows for every
+turn but the one still in progress (always in the protected tail).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from compactor.compaction.units import Unit
+from compactor.formats.base import Dialect, Item, block_text, blocks, paired_units
+
+ROLES = ("user", "assistant")
+HIDDEN = ("thinking", "redacted_thinking")
+CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
+
+
+def _opens(item: Item) -> set[str]:
+    if item.get("role") != "assistant":
+        return set()
+    return {b["id"] for b in blocks(item.get("content")) if b.get("type") in CALLS and isinstance(b.get("id"), str)}
+
+
+def _closes(item: Item) -> set[str]:
+    return {b["tool_use_id"] for b in blocks(item.get("content"))
+            if isinstance(b.get("tool_use_id"), str) and str(b.get("type", "")).endswith("tool_result")}
+
+
+def _hidden_only(item: Item) -> bool:
+    content = blocks(item.get("content"))
+    return bool(content) and isinstance(item.get("content"), list) and all(b.get("type") in HIDDEN for b in content)
+
+
+def _same_turn(prev: Item, nxt: Item) -> bool:
+    turn = prev.get("id")
+    return (isinstance(turn, str) and prev.get("role") == "assistant" == nxt.get("role")
+            and nxt.get("id") == turn)
+
+
+def _human(item: Item) -> bool:
+    if item.get("role") != "user":
+        return False
+    content = item.get("content")
+    if not isinstance(content, list):
+        return True
+    return any(not str(b.get("type", "")).endswith("tool_result") for b in blocks(content))
+
+
+class AnthropicMessages(Dialect):
+    name = "anthropic-messages"
+    items_field = "messages"
+
+    def validate(self, items: list[Item]) -> None:
+        for index, item in enumerate(items):
+            if item.get("role") not in ROLES:
+                raise ValueError(f"messages[{index}]: role must be 'user' or 'assistant' in anthropic-messages "
+                                 "(the system prompt is the top-level 'system')")
+
+    def split_units(self, items: list[Item]) -> list[Unit]:
+        return paired_units(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn)
+
+    def default_pins(self, items: list[Item]) -> set[int]:
+        return {i for i, m in enumerate(items) if _human(m)}
+
+    def model_view(self, items: list[Item]) -> list[Item]:
+        view = []
+        for item in items:
+            content = item.get("content")
+            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in HIDDEN for b in content):
+                kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in HIDDEN)]
+                if not kept:
+                    continue
+                item = {**item, "content": kept}
+            view.append(item)
+        return view
+
+    def text_item(self, role: str, text: str) -> Item:
+        # No system role among the messages: the sealed summary is a user turn.
+        return {"role": "assistant" if role == "assistant" else "user", "content": [{"type": "text", "text": text}]}
+
+    def render_line(self, item: Item) -> str:
+        content = item.get("content")
+        parts = [block_text(content, ("text",))] if isinstance(content, str) else []
+        for block in blocks(content):
+            kind = block.get("type")
+            if kind == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            elif kind in CALLS:
+                parts.append(f"[tool call {block.get('name')}({_dumps(block.get('input'))})]")
+            elif str(kind).endswith("tool_result"):
+                parts.append(f"[tool result] {_result_text(block.get('content'))}")
+        return f"{item.get('role')}: " + "\n".join(p for p in parts if p)
+
+
+def _result_text(content: Any) -> str:
+    return content if isinstance(content, str) else block_text(content, ("text",))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+DIALECT = AnthropicMessages()

@@ -1,0 +1,89 @@
+"""What every transcript dialect supplies to compaction (docs/formats.md).
+
+A dialect maps the caller's items (OpenAI chat messages, Anthropic Messages, OpenAI Responses input
+items) to units without converting them: the items stay the caller's own dicts, so an item nobody
+changed is written back byte-identically. Only new items (summaries, placeholders, the sealed summary)
+are built here, in the dialect's own shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from compactor.compaction.units import Unit
+
+Item = dict[str, Any]
+
+
+class Dialect:
+    """The per-format rules; each ``compactor/formats/<format>.py`` module defines one subclass."""
+
+    name: str = ""
+    items_field: str = "messages"  # the request's and the response's key holding the items
+
+    def validate(self, items: list[Item]) -> None:
+        """Raise ``ValueError`` (a 422 for the caller) when an item cannot be in this format."""
+
+    def split_units(self, items: list[Item]) -> list[Unit]:
+        raise NotImplementedError
+
+    def always_pinned(self, items: list[Item]) -> set[int]:
+        """System-like items: protected whatever the request pins."""
+        return set()
+
+    def default_pins(self, items: list[Item]) -> set[int]:
+        """Items pinned when the request names no ``pinned_indices``: the human's turns."""
+        return set()
+
+    def model_view(self, items: list[Item]) -> list[Item]:
+        """What the decision and summary models see of these items (hidden reasoning left out)."""
+        return items
+
+    def text_item(self, role: str, text: str) -> Item:
+        """A new item carrying ``text`` for ``role`` (``assistant``, or ``system`` for the sealed summary)."""
+        raise NotImplementedError
+
+    def render_line(self, item: Item) -> str:
+        """One line of the seal summarizer's input for this item (hidden reasoning left out)."""
+        raise NotImplementedError
+
+
+def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],
+                 leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool]) -> list[Unit]:
+    """Units of a dialect whose calls and results are separate items paired by id.
+
+    A unit starts at an item and takes in the items after it while (a) the previous item only leads
+    into the next one (hidden reasoning before what it reasons about), (b) both belong to the same
+    turn (one response split over several items), or (c) a call of the unit is still unanswered and
+    the next item is a call or answers one of the unit's calls. An unanswered call at the end (an agent
+    stopped mid-call) ends its unit at the next item that is neither.
+    """
+    units: list[Unit] = []
+    i, n = 0, len(items)
+    while i < n:
+        pending = opens(items[i]) - closes(items[i])
+        end = i + 1
+        while end < n:
+            prev, nxt = items[end - 1], items[end]
+            answered = closes(nxt)
+            if not (leads(prev) or same_turn(prev, nxt) or (pending and (opens(nxt) or answered & pending))):
+                break
+            pending = (pending | opens(nxt)) - answered
+            end += 1
+        units.append(Unit(i, end))
+        i = end
+    return units
+
+
+def blocks(content: Any) -> list[Item]:
+    """The dict blocks of a content list (nothing for a string or another value)."""
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def block_text(content: Any, kinds: tuple[str, ...]) -> str:
+    """Text of a content value: a string as it is, else the ``text`` of its blocks of these kinds."""
+    if isinstance(content, str):
+        return content
+    parts = [b.get("text") for b in blocks(content) if b.get("type") in kinds]
+    return " ".join(p for p in parts if isinstance(p, str))

@@ -1,0 +1,42 @@
+"""``openai-chat``: OpenAI Chat Completions messages, the default format (docs/formats.md).
+
+A unit is an assistant message with ``tool_calls`` and the ``tool`` messages right after it, or any other
+single message; ``system`` and ``developer`` messages are always protected, ``user`` messages by default
+(except a text agent's tool observations, docs/differences.md).
+"""
+
+from __future__ import annotations
+
+from compactor.chat import content_text, role_of
+from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
+from compactor.formats.base import Dialect, Item
+
+
+class OpenAIChat(Dialect):
+    name = "openai-chat"
+    items_field = "messages"
+
+    def split_units(self, items: list[Item]) -> list[Unit]:
+        return split_units(items)
+
+    def always_pinned(self, items: list[Item]) -> set[int]:
+        return {i for i, m in enumerate(items) if role_of(m) in ALWAYS_PINNED_ROLES}
+
+    def default_pins(self, items: list[Item]) -> set[int]:
+        return {i for i, m in enumerate(items) if role_of(m) == "user" and not is_text_observation(items, i)}
+
+    def text_item(self, role: str, text: str) -> Item:
+        return {"role": role, "content": text}
+
+    def render_line(self, item: Item) -> str:
+        """``<role>: <content>``, tool calls rendered after the content."""
+        text = content_text(item.get("content")) if isinstance(item, dict) else str(item)
+        calls = item.get("tool_calls") if isinstance(item, dict) else None
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
+        return f"{role_of(item)}: {text}"
+
+
+DIALECT = OpenAIChat()

@@ -1,0 +1,136 @@
+"""Each format through the real CompactFunction handler and the bundled offline offers: the answer is
+in the caller's format, valid in it, and every item nobody changed comes back byte-identically."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from .conftest import api_event, decision_policy
+from .validity import CHAT, CLAUDE_CODE, CODEX, PROBLEMS, cdump, claude_code_messages, codex_items
+
+CASES = {
+    "openai-chat": ("messages", lambda: json.loads(CHAT.read_text(encoding="utf-8"))),
+    "anthropic-messages": ("messages", lambda: claude_code_messages(CLAUDE_CODE)),
+    "openai-responses": ("input", lambda: codex_items(CODEX)),
+}
+
+
+def _compact(module: ModuleType, context: LocalLambdaContext, body: dict[str, Any]) -> tuple[int, Any]:
+    response = module.handler(api_event("/compact", body), context)
+    return response["statusCode"], json.loads(response["body"])
+
+
+def _kept_items_identical(items: list[Any], output: list[Any], manifest: list[dict[str, Any]]) -> None:
+    """Walk the manifest: kept units appear in order, dense-byte-identical to the request's items."""
+    position = 0
+    for entry in manifest:
+        unit = items[entry["start"]:entry["end"]]
+        if entry["action"] == "keep":
+            assert [cdump(m) for m in output[position:position + len(unit)]] == [cdump(m) for m in unit]
+            position += len(unit)
+        elif entry["action"] == "summarize":
+            position += 1
+    assert position == len(output)
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_decision_mode_answers_in_the_callers_format(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                                     fmt: str) -> None:
+    field, load = CASES[fmt]
+    items = load()
+    status, body = _compact(compact_module, lambda_context,
+                            {"format": fmt, field: items, "decision_policy_ir": decision_policy()})
+
+    assert status == 200, body
+    output = body[field]
+    assert body["compacted"] is True and len(output) < len(items)
+    assert PROBLEMS[fmt](items) == [] and PROBLEMS[fmt](output) == []
+    report = body["compaction"]
+    assert report["original_bytes"] == len(cdump(items).encode()) and report["output_bytes"] == len(cdump(output).encode())
+    assert {e["action"] for e in report["fragments"]} >= {"keep", "summarize"}
+    _kept_items_identical(items, output, report["fragments"])
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_seal_mode_answers_in_the_callers_format(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                                 fmt: str) -> None:
+    field, load = CASES[fmt]
+    items = load()
+    status, body = _compact(compact_module, lambda_context, {"format": fmt, field: items, "keep_recent": 4})
+
+    assert status == 200, body
+    output = body[field]
+    assert body["compacted"] is True and PROBLEMS[fmt](output) == []
+    tail = output[-4:]
+    assert [cdump(m) for m in items[-len(tail):]] == [cdump(m) for m in tail]
+    assert "[Earlier conversation, sealed summary]" in cdump(output)
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_nothing_to_compact_returns_the_items_byte_identically(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    field, load = CASES[fmt]
+    items = load()
+    status, body = _compact(compact_module, lambda_context, {"format": fmt, field: items, "keep_recent": len(items),
+                                                             "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is False
+    assert cdump(body[field]) == cdump(items)
+
+
+def test_hidden_reasoning_never_reaches_a_summary(compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """Thinking text and reasoning summaries stay out of every new item (the built-in summarizer quotes
+    what it is given, so anything it saw would show)."""
+    secret = "SECRET-CHAIN-OF-THOUGHT"
+    turns: list[dict[str, Any]] = [{"role": "user", "content": "Fix the parser."}]
+    for n in range(12):
+        turns += [{"role": "assistant", "content": [
+                      {"type": "thinking", "thinking": f"{secret} {n} " * 40, "signature": f"sig{n}"},
+                      {"type": "text", "text": f"Looking at file {n}. " * 20},
+                      {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"path": f"f{n}.py"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}",
+                                                "content": f"contents of f{n}.py " * 60}]}]
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "anthropic-messages", "messages": turns, "keep_recent": 2, "pinned_indices": [0],
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    kept = {cdump(m) for m in turns}
+    new = [m for m in body["messages"] if cdump(m) not in kept]
+    assert new and all(secret not in cdump(m) for m in new)
+    assert cdump(body["messages"][-2:]) == cdump(turns[-2:])  # the tail keeps its thinking and signature
+
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
+    for n in range(12):
+        items += [{"type": "reasoning", "summary": [{"type": "summary_text", "text": f"{secret} {n} " * 40}],
+                   "encrypted_content": "opaque"},
+                  {"type": "function_call", "call_id": f"c{n}", "name": "exec", "arguments": f'{{"cmd": "cat f{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"c{n}", "output": f"line of f{n} " * 80}]
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "keep_recent": 3, "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True and "messages" not in body
+    kept = {cdump(m) for m in items}
+    new = [m for m in body["input"] if cdump(m) not in kept]
+    assert new and all(secret not in cdump(m) for m in new)
+    assert PROBLEMS["openai-responses"](body["input"]) == []
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"format": "anthropic-messages", "messages": [{"role": "system", "content": "x"}]}, "top-level 'system'"),
+    ({"format": "openai-responses", "messages": [{"role": "user", "content": "x"}]}, "go in 'input'"),
+    ({"format": "openai-responses", "input": [{"content": "x"}]}, "needs a 'type'"),
+    ({"format": "gemini", "messages": []}, "format"),
+])
+def test_items_that_do_not_fit_the_format_are_a_422(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                                    body: dict[str, Any], fragment: str) -> None:
+    status, answer = _compact(compact_module, lambda_context, body)
+
+    assert status == 422
+    assert fragment in json.dumps(answer)

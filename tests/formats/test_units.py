@@ -1,0 +1,70 @@
+"""Units follow each format's own pairing; the real sessions have no unit that parts a call from its result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compactor.formats import get_dialect
+
+from .validity import CLAUDE_CODE, CODEX, claude_code_messages, codex_items
+
+ANTHROPIC = get_dialect("anthropic-messages")
+RESPONSES = get_dialect("openai-responses")
+
+
+def _spans(dialect: Any, items: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    return [(u.start, u.end) for u in dialect.split_units(items)]
+
+
+def test_anthropic_units_pair_tool_use_with_every_result_and_keep_turns_whole() -> None:
+    items = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "id": "m1", "content": [{"type": "thinking", "thinking": "", "signature": "s"}]},
+        {"role": "assistant", "id": "m1", "content": [{"type": "tool_use", "id": "a", "name": "R", "input": {}}]},
+        {"role": "assistant", "id": "m1", "content": [{"type": "tool_use", "id": "b", "name": "R", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "A"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "b", "content": "B"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "user", "content": "thanks"},
+    ]
+    assert _spans(ANTHROPIC, items) == [(0, 1), (1, 6), (6, 7), (7, 8)]
+    assert ANTHROPIC.default_pins(items) == {0, 7}
+    assert ANTHROPIC.always_pinned(items) == set()
+
+
+def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows() -> None:
+    items = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "b", "name": "apply_patch", "input": "..."},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "custom_tool_call_output", "call_id": "b", "output": [{"type": "input_text", "text": "B"}]},
+        {"type": "reasoning", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+        {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"},  # in flight: no output
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 9), (9, 10)]
+    assert RESPONSES.always_pinned(items) == {0} and RESPONSES.default_pins(items) == {1}
+    assert all(i.get("type") != "reasoning" for i in RESPONSES.model_view(items))
+
+
+def _results_with_their_calls(dialect: Any, items: list[dict[str, Any]], calls: Any, results: Any) -> None:
+    for unit in dialect.split_units(items):
+        made = {c for item in items[unit.start:unit.end] for c in calls(item)}
+        answered = {r for item in items[unit.start:unit.end] for r in results(item)}
+        assert answered <= made
+
+
+def test_real_sessions_never_part_a_call_from_its_result() -> None:
+    def tool_blocks(item: dict[str, Any], kind: str, key: str) -> set[str]:
+        content = item.get("content")
+        return {b[key] for b in content if b.get("type") == kind} if isinstance(content, list) else set()
+
+    _results_with_their_calls(ANTHROPIC, claude_code_messages(CLAUDE_CODE),
+                              lambda i: tool_blocks(i, "tool_use", "id"),
+                              lambda i: tool_blocks(i, "tool_result", "tool_use_id"))
+    _results_with_their_calls(RESPONSES, codex_items(CODEX),
+                              lambda i: {i["call_id"]} if i.get("type", "").endswith("_call") else set(),
+                              lambda i: {i["call_id"]} if i.get("type", "").endswith("_call_output") else set())
