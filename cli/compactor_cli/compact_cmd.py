@@ -9,7 +9,8 @@ import sys
 import time
 from typing import Any
 
-from compactor.transcripts import TranscriptError, parse_transcript
+from compactor.formats import FORMAT_NAMES
+from compactor.transcripts import TranscriptError, read_transcript
 
 
 def _json_arg(value: str) -> Any:
@@ -25,7 +26,13 @@ STRICT_EXIT = 3  # --strict and a model call fell back
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="transcript: JSON array, object with 'messages', or JSONL ('-' = stdin)")
+    parser.add_argument("file", help="transcript: JSON array, object with 'messages' (or 'input'), JSONL of "
+                        "messages, a Claude Code session or a Codex rollout ('-' = stdin)")
+    parser.add_argument("--format", choices=FORMAT_NAMES,
+                        help="the transcript's format (default: detected; the output keeps it)")
+    parser.add_argument("--restorable", action="store_true",
+                        help="keep the originals of changed units (decision mode) under $COMPACTOR_ARCHIVE_DIR "
+                             "or ~/.compactor/archives; the manifest names their handles")
     parser.add_argument("--mode", choices=("decision", "seal"), default="decision",
                         help="decision-guided (default) or legacy single-summary seal")
     parser.add_argument("--target-ratio", type=float, help="decision mode target, 0 < r <= 1 (default 0.1)")
@@ -56,10 +63,12 @@ def _read(path: str) -> str:
 
 
 def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
-                       fields: dict[str, Any]) -> dict[str, Any]:
+                       fields: dict[str, Any], format: str = "openai-chat") -> dict[str, Any]:
     from compactor.compaction.preset import load_preset
 
-    body: dict[str, Any] = {**fields, "messages": messages}
+    body: dict[str, Any] = {**fields, "format": format, ("input" if format == "openai-responses" else "messages"): messages}
+    if getattr(args, "restorable", False):
+        body["restorable"] = True
     if args.pin_task:
         first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
         task = [] if first_user is None else [first_user]
@@ -86,17 +95,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
-    if args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES:
+    if (args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES and not args.restorable
+            and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
         return _run_streamed(args)
     try:
-        messages, fields = parse_transcript(_read(args.file))
+        transcript = read_transcript(_read(args.file), args.format)
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
     from compactor.models import CompactRequest
 
     try:
-        request = CompactRequest.model_validate(build_request_body(args, messages, fields))
+        request = CompactRequest.model_validate(
+            build_request_body(args, transcript.items, transcript.fields, transcript.format))
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
         return 2
@@ -106,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else Progress(sys.stderr)
     started = time.monotonic()
     try:
-        status, body, units = compact_locally(request, progress)
+        status, body, units = compact_locally(request, progress, _archive() if request.restorable else None)
     except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
@@ -122,7 +133,10 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     if args.html:
         _write_html(args, request.messages, body, units, request.keep_recent, seconds)
-    text = json.dumps(body if args.json else body["messages"], ensure_ascii=False, indent=2) + "\n"
+    items_field = "input" if request.format == "openai-responses" else "messages"
+    session = None if args.json else transcript.write_back(body)
+    text = session if session is not None else json.dumps(body if args.json else body[items_field],
+                                                           ensure_ascii=False, indent=2) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -152,7 +166,8 @@ def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: 
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
 
 
-def compact_locally(request: Any, progress: Any = None) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+def compact_locally(request: Any, progress: Any = None, archive: Any = None
+                    ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Compact in-process: status, body and the whole manifest, each unit with its reason (docs/report.md)."""
     from compactor.container import run_sync
     from compactor.service import compact, compact_large, request_deadline
@@ -171,8 +186,16 @@ def compact_locally(request: Any, progress: Any = None) -> tuple[int, dict[str, 
         if exceeds_one_request(request):
             status, body = run_sync(compact_large(request, on_event=on_event))
             return status, body, units
-    status, body = run_sync(compact(request, deadline=request_deadline(), on_event=on_event))
+    status, body = run_sync(compact(request, deadline=request_deadline(), on_event=on_event, archive=archive))
     return status, body, units
+
+
+def _archive() -> Any:
+    """The local caller's originals: the caller of ``compactor serve`` without an API key (docs/archives.md)."""
+    from compactor.archives import Archive, default_local_store
+    from compactor_aws.caller import ANONYMOUS
+
+    return Archive(default_local_store(), ANONYMOUS)
 
 
 def _size(path: str) -> int:

@@ -102,7 +102,7 @@ def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent:
                  "after": dense_size(messages) - 2}]
     rows = []
     start = 0
-    output = body["messages"]
+    output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     for part, action, reason, emitted in (
             (plan.frozen, "keep", "pinned", plan.frozen),
             (plan.aged, "summarize", "sealed", output[len(plan.frozen):len(plan.frozen) + 1]),
@@ -155,7 +155,7 @@ def render_html(messages: list[dict[str, Any]], body: dict[str, Any], units: lis
         rows = seal_rows(messages, body, keep_recent)
     glossary = UNIT_REASONS if compaction is not None else SEAL_REASONS
     original = compaction["original_bytes"] if compaction else dense_size(messages)
-    output = compaction["output_bytes"] if compaction else dense_size(body["messages"])
+    output = compaction["output_bytes"] if compaction else dense_size(body["input"] if "input" in body else body["messages"])
     target = compaction["target_bytes"] if compaction else None
     calls = _model_calls(body)
     widest = max([r["before"] for r in rows] + [1])

@@ -99,7 +99,7 @@ def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
 def _roles(messages: list[dict[str, Any]]) -> str:
     roles: list[str] = []
     for message in messages:
-        role = str(message.get("role"))
+        role = str(message.get("role") or message.get("type"))
         if message.get("tool_calls"):
             role += f"[{len(message['tool_calls'])} call{'s' if len(message['tool_calls']) > 1 else ''}]"
         roles.append(role)
@@ -112,12 +112,12 @@ def unit_rows(messages: list[dict[str, Any]], body: dict[str, Any], units: list[
     """One row per unit of a decision-mode body: its manifest entry with its reason (the core's ``units``
     event; the response's own manifest may be bounded), its original and emitted messages, and their dense
     bytes (each message's JSON plus the commas between them, without the list brackets)."""
-    output = body["messages"]
+    output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     rows: list[dict[str, Any]] = []
     cursor = 0
     for entry in units:
         original = messages[entry["start"]:entry["end"]]
-        count = {"keep": len(original), "summarize": 1, "archive": 0}[entry["action"]]
+        count = {"keep": len(original), "summarize": 1, "archive": 1 if entry.get("handle") else 0}[entry["action"]]
         emitted = output[cursor:cursor + count]
         cursor += count
         rows.append({**entry, "original": original, "emitted": emitted,
@@ -129,7 +129,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
     if "windows" in (body.get("compaction") or {}):
         return render_windowed_report(body, seconds)
     messages = request.messages
-    output = body["messages"]
+    output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     lines: list[str] = []
     compaction = body.get("compaction")
     if compaction is not None:

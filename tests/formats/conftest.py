@@ -31,3 +31,13 @@ def api_event(path: str, body: Any, key_id: str | None = "key-a") -> dict[str, A
     if key_id is not None:
         event["requestContext"]["identity"]["apiKeyId"] = key_id
     return event
+
+
+from tests.s3.conftest import aws_env, s3, s3_module  # noqa: E402,F401 (moto S3 and the S3 handler)
+
+
+@pytest.fixture
+def s3_context() -> Any:
+    from compactor_cli.lambda_runtime import LocalLambdaContext
+
+    return LocalLambdaContext("S3CompactFunction", timeout_s=300)

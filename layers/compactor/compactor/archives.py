@@ -24,8 +24,6 @@ from compactor.jsonutil import dense_dumps
 HANDLE_PREFIX = "cmp_"
 HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
 ARCHIVE_DIR_ENV = "COMPACTOR_ARCHIVE_DIR"
-LOCAL_CALLER = "local"
-"""The caller of the CLI, and of ``compactor serve`` (which sees no API key id)."""
 
 
 def original_bytes(unit_items: list[Any]) -> bytes:

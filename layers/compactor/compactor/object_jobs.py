@@ -1,7 +1,9 @@
 """The S3 path's jobs (CONTRACT §7), storage-agnostic: one uploaded object in, one result object out.
 
 An object under ``incoming/<rel>`` (a ``/v1/compact`` request body, a bare messages array, an object
-with ``messages`` or JSONL) becomes ``compacted/<rel>`` holding the ``/v1/compact`` response body, or
+with ``messages`` or JSONL, in any format of docs/formats.md) becomes ``compacted/<rel>`` holding the
+``/v1/compact`` response body (for a Claude Code session or a Codex rollout: the session file itself,
+compacted, every other line unchanged), or
 ``failed/<rel>`` holding ``{"error", "status", "detail"?, "source"}`` when its content is bad. Pure
 Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on AWS, a dict in tests).
 
@@ -39,6 +41,7 @@ MAX_OBJECT_BYTES = 64 * 1024 * 1024
 DEFAULTS_ENV = "COMPACTOR_S3_DEFAULTS"
 MODES = ("decision", "seal")
 JSON_CONTENT_TYPE = "application/json"
+JSONL_CONTENT_TYPE = "application/x-ndjson"
 
 # User metadata (x-amz-meta-*) of result objects: which source version they were computed from.
 META_VERSION = "source-version-id"
@@ -189,9 +192,14 @@ def build_request(body: bytes, defaults: Defaults) -> Any:
     """A validated ``CompactRequest`` for this object, or the :class:`Failure` to record.
 
     Errors follow the API's 422 ``detail`` items (``loc`` starts with ``"body"``)."""
+    return _build(body, defaults)[0]
+
+
+def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
+    """``(request or Failure, transcript or None)``: the transcript writes a session file back."""
     from pydantic import ValidationError
 
-    from compactor.transcripts import TranscriptError, parse_transcript
+    from compactor.transcripts import TranscriptError, read_transcript
     from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
 
@@ -200,28 +208,30 @@ def build_request(body: bytes, defaults: Defaults) -> Any:
     except UnicodeDecodeError as exc:
         return _invalid("the object is not UTF-8 text",
                         [{"type": "json_invalid", "loc": ["body", exc.start], "msg": "JSON decode error",
-                          "ctx": {"error": "invalid UTF-8"}}])
+                          "ctx": {"error": "invalid UTF-8"}}]), None
     try:
-        messages, fields = parse_transcript(text)
+        transcript = read_transcript(text)
     except TranscriptError as exc:
         if not text.strip():
-            return _invalid("the object is empty", [{"type": "missing", "loc": ["body"], "msg": "Field required"}])
+            return _invalid("the object is empty", [{"type": "missing", "loc": ["body"], "msg": "Field required"}]), None
         kind = "json_invalid" if _not_json(text) else "value_error"
         msg = "JSON decode error" if kind == "json_invalid" else str(exc)
         return _invalid(f"not a transcript: {exc}",
-                        [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}])
-    request_body: dict[str, Any] = {**defaults.fields, **fields, "messages": messages}
+                        [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}]), None
+    items_field = "input" if transcript.format == "openai-responses" else "messages"
+    request_body: dict[str, Any] = {**defaults.fields, **transcript.fields, "format": transcript.format,
+                                    items_field: transcript.items}
     if defaults.mode == "decision" and "decision_policy_ir" not in request_body:
         from compactor.compaction.preset import load_preset
 
         request_body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
     try:
-        return CompactRequest.model_validate(request_body)
+        return CompactRequest.model_validate(request_body), transcript
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:
             item["loc"] = ["body", *item["loc"]]
-        return _invalid("the transcript's request fields failed validation", detail)
+        return _invalid("the transcript's request fields failed validation", detail), None
 
 
 def _not_json(text: str) -> bool:
@@ -317,7 +327,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         stored = StoredObject(b"", source.version_id, source.etag)
         failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
         return _write_failure(store, source, stored, rel, failure)
-    request = build_request(stored.body, defaults)
+    request, transcript = _build(stored.body, defaults)
     if isinstance(request, Failure):
         return _write_failure(store, source, stored, rel, request)
     started_at = time.time()
@@ -332,7 +342,9 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if status != 200:
         return _write_failure(store, source, stored, rel, Failure(status, body["error"]))
     key = result_key(rel)
-    store.put(source.bucket, key, encode(body), content_type=JSON_CONTENT_TYPE,
+    session = transcript.write_back(body)  # a session file is answered by the session, compacted
+    store.put(source.bucket, key, encode(body) if session is None else session.encode("utf-8"),
+              content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
               metadata=result_metadata(source, stored, status))
     return Outcome("compacted", source, key=key, status=status)
 

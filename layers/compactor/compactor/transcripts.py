@@ -1,23 +1,148 @@
-"""Reading transcripts for ``compactor compact``: JSON arrays, request bodies, trajectories and JSONL."""
+"""Reading transcript files (``compactor compact``, the S3 path) in their own format, and writing the
+compacted items back in that format (docs/formats.md, "Session files").
+
+Accepted: a JSON array of items, a ``/v1/compact`` request body (or any object with ``messages``, or
+``input`` for Responses), JSONL of chat messages, and two agents' session files: Claude Code sessions
+(``anthropic-messages``: the ``message`` of each ``user`` / ``assistant`` record) and Codex rollouts
+(``openai-responses``: the ``payload`` of each ``response_item`` line). A session file's other lines
+are bookkeeping the model never sees; they are written back unchanged, in place.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.jsonutil import JSONLimitError, bounded_loads
-
+from compactor.formats import FORMAT_NAMES
+from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 
 REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
-"""The ``/v1/compact`` fields a transcript file may carry next to its messages."""
+"""The ``/v1/compact`` fields a transcript file may carry next to its messages (and the S3 path's defaults)."""
+FILE_FIELDS = (*REQUEST_FIELDS, "format", "restorable")
+"""What a request body in a file may carry: those, plus its format and whether it is restorable."""
+CLAUDE_CODE, CODEX = "claude-code", "codex"
+# Record fields a summary record of a Claude Code session copies from the first record it replaces.
+_CLAUDE_CODE_ENVELOPE = ("isSidechain", "userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch",
+                         "slug", "timestamp")
 
 
 class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
 
-def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``(messages, request_fields)``: request fields are the other keys of a ``/v1/compact`` body."""
+@dataclass
+class Transcript:
+    """The items of a transcript in ``format``; ``session`` files also keep every line to write back."""
+
+    format: str
+    items: list[dict[str, Any]]
+    fields: dict[str, Any] = field(default_factory=dict)
+    session: str | None = None  # CLAUDE_CODE, CODEX or None
+    lines: list[str] = field(default_factory=list)  # session files: every line, with its ending
+    item_lines: list[int] = field(default_factory=list)  # session files: the line of each item
+
+    def write_back(self, body: dict[str, Any]) -> str | None:
+        """A session file holding the compacted items of ``body`` (a ``/v1/compact`` answer for these
+        items), every other line in place; ``None`` for transcripts that are not session files.
+
+        A Claude Code record chains to its parent by ``parentUuid``: a new record takes the ``uuid`` of
+        the last record it replaces and the ``parentUuid`` of the first, and a kept line whose parent
+        was replaced points to what replaced it (only that field of the line changes)."""
+        if self.session is None:
+            return None
+        if not body.get("compacted"):
+            return "".join(self.lines)
+        output = body["input" if self.format == "openai-responses" else "messages"]
+        replaced = _replacements(self.items, output, (body.get("compaction") or {}).get("fragments"))
+        dropped = {i for start, end, _ in replaced for i in range(start, end)}
+        by_first = {start: (end, new) for start, end, new in replaced}
+        relink = self._relinks(replaced) if self.session == CLAUDE_CODE else {}
+        line_item = {line: index for index, line in enumerate(self.item_lines)}
+        ending = "\r\n" if self.lines and self.lines[0].endswith("\r\n") else "\n"
+        out: list[str] = []
+        for number, line in enumerate(self.lines):
+            index = line_item.get(number)
+            if index in by_first:
+                end, new = by_first[index]
+                out += [self._record(item, index, end - 1, relink) + ending for item in new]
+            if index is None or index not in dropped:
+                out.append(_relinked(line, relink) if relink else line)
+        if out and not self.lines[-1].endswith("\n") and out[-1].endswith("\n"):
+            out[-1] = out[-1][:-len(ending)]
+        return "".join(out)
+
+    def _uuid(self, index: int) -> Any:
+        return self.items_records[index].get("uuid")
+
+    @property
+    def items_records(self) -> list[dict[str, Any]]:
+        return [json.loads(self.lines[n]) for n in self.item_lines]
+
+    def _relinks(self, replaced: list[tuple[int, int, list[Any]]]) -> dict[str, str | None]:
+        """Replaced record uuid -> the uuid standing in for it (None: the chain's start)."""
+        records = self.items_records
+        relink: dict[str, str | None] = {}
+        for start, end, new in replaced:
+            stand_in = records[end - 1].get("uuid") if new else records[start].get("parentUuid")
+            for record in records[start:end]:
+                if isinstance(record.get("uuid"), str) and record["uuid"] != stand_in:
+                    relink[record["uuid"]] = stand_in
+        for old, new_uuid in list(relink.items()):  # runs next to each other: follow to the end
+            seen = {old}
+            while new_uuid in relink and new_uuid not in seen:
+                seen.add(new_uuid)
+                new_uuid = relink[new_uuid]
+            relink[old] = new_uuid
+        return relink
+
+    def _record(self, item: dict[str, Any], first: int, last: int, relink: dict[str, str | None]) -> str:
+        head = json.loads(self.lines[self.item_lines[first]])
+        if self.session == CODEX:
+            return dense_dumps({"timestamp": head.get("timestamp"), "type": "response_item", "payload": item})
+        tail = json.loads(self.lines[self.item_lines[last]])
+        parent = head.get("parentUuid")
+        record = {"parentUuid": relink.get(parent, parent) if isinstance(parent, str) else parent}
+        record |= {key: head[key] for key in _CLAUDE_CODE_ENVELOPE if key in head}
+        record |= {"type": item.get("role"), "message": item, "uuid": tail.get("uuid")}
+        return dense_dumps(record)
+
+
+def _relinked(line: str, relink: dict[str, str | None]) -> str:
+    """The line with its ``parentUuid`` pointed at what replaced its parent (the field alone rewritten)."""
+    if '"parentUuid":"' not in line:
+        return line
+    parent = json.loads(line).get("parentUuid")
+    if parent not in relink:
+        return line
+    return line.replace(f'"parentUuid":{json.dumps(parent)}', f'"parentUuid":{json.dumps(relink[parent])}', 1)
+
+
+def _replacements(items: list[Any], output: list[Any], fragments: list[dict[str, Any]] | None
+                  ) -> list[tuple[int, int, list[Any]]]:
+    """``(start, end, new_items)`` of every run of input items the output replaced."""
+    if fragments is None:  # seal mode: a kept head, one sealed item, a kept tail
+        head = 0
+        while head < min(len(items), len(output)) and items[head] == output[head]:
+            head += 1
+        tail = len(output) - head - 1
+        return [(head, len(items) - tail, output[head:head + 1])]
+    runs, position = [], 0
+    for entry in fragments:
+        size = entry["end"] - entry["start"]
+        if entry["action"] == "keep":
+            position += size
+            continue
+        emitted = 1 if entry["action"] == "summarize" or entry.get("handle") else 0
+        runs.append((entry["start"], entry["end"], output[position:position + emitted]))
+        position += emitted
+    return runs
+
+
+def read_transcript(text: str, format: str | None = None) -> Transcript:
+    """The transcript in ``text``; ``format`` (a ``format`` name) overrides what the content suggests."""
+    if format is not None and format not in FORMAT_NAMES:
+        raise TranscriptError(f"unknown format {format!r}; one of {', '.join(FORMAT_NAMES)}")
     stripped = text.strip()
     if not stripped:
         raise TranscriptError("the input is empty")
@@ -26,31 +151,82 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     except JSONLimitError as exc:
         if not exc.syntax:
             raise TranscriptError(exc.msg) from None
-        return _parse_jsonl(stripped), {}
+        transcript = _read_jsonl(text)
+        if format is not None and transcript.session is not None and format != transcript.format:
+            raise TranscriptError(f"this {transcript.session} session is {transcript.format}, not {format}")
+        if format is not None and transcript.session is None:
+            transcript.format = format
+        return transcript
     if isinstance(data, list):
-        return _check_messages(data), {}
-    if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        fields = {k: v for k, v in data.items() if k != "messages"}
-        # Agent trajectory files carry run metadata next to the messages: keep only request fields.
-        return _check_messages(data["messages"]), {k: v for k, v in fields.items() if k in REQUEST_FIELDS}
+        items = _check_items(data)
+        return Transcript(format or _guess_format(items), items)
+    if isinstance(data, dict) and isinstance(data.get("messages") if "messages" in data else data.get("input"), list):
+        key = "messages" if "messages" in data else "input"
+        items = _check_items(data[key])
+        # Agent trajectory files carry run metadata next to the items: keep only request fields.
+        fields = {k: v for k, v in data.items() if k in FILE_FIELDS}
+        chosen = format or fields.pop("format", None) or ("openai-responses" if key == "input" else _guess_format(items))
+        fields.pop("format", None)
+        return Transcript(chosen, items, fields)
     raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
 
 
-def _parse_jsonl(text: str) -> list[dict[str, Any]]:
-    messages = []
-    for number, line in enumerate(text.splitlines(), start=1):
+def _guess_format(items: list[dict[str, Any]]) -> str:
+    """Responses items carry a ``type`` and no ``role``; Anthropic messages carry typed content blocks
+    (``tool_use``, ``tool_result``, ``thinking``) in list contents; anything else reads as chat."""
+    if any("role" not in item and isinstance(item.get("type"), str) for item in items):
+        return "openai-responses"
+    anthropic = ("tool_use", "tool_result", "thinking", "redacted_thinking")
+    for item in items:
+        content = item.get("content")
+        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in anthropic for b in content):
+            return "anthropic-messages"
+    return "openai-chat"
+
+
+def _read_jsonl(text: str) -> Transcript:
+    lines = text.splitlines(keepends=True)
+    records: list[tuple[int, Any]] = []
+    for number, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            record = bounded_loads(line)
+            records.append((number, bounded_loads(line)))
         except JSONLimitError as exc:
-            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from None
-        messages.extend(_jsonl_record_messages(record, number))
-    return _check_messages(messages)
+            raise TranscriptError(f"line {number + 1} is not JSON: {exc.msg}") from None
+    if any(isinstance(r, dict) and r.get("type") == "response_item" for _, r in records):
+        picked = [(n, r["payload"]) for n, r in records
+                  if isinstance(r, dict) and r.get("type") == "response_item" and isinstance(r.get("payload"), dict)]
+        return _session(CODEX, "openai-responses", lines, picked)
+    if any(isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
+           for _, r in records):
+        picked = [(n, r["message"]) for n, r in records
+                  if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)]
+        return _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
+    messages = [m for number, record in records for m in _jsonl_record_messages(record, number + 1)]
+    return Transcript(_guess_format(messages), _check_items(messages))
+
+
+def _session(kind: str, format: str, lines: list[str], picked: list[tuple[int, dict[str, Any]]]) -> Transcript:
+    return Transcript(format, [item for _, item in picked], session=kind, lines=lines,
+                      item_lines=[number for number, _ in picked])
+
+
+def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(messages, request_fields)`` as OpenAI chat messages (a Claude Code session is converted), for
+    the tools that read chat only (``compactor eval``); compaction itself uses :func:`read_transcript`."""
+    transcript = read_transcript(text)
+    if transcript.session == CLAUDE_CODE:
+        return _check_items([m for item in transcript.items for m in _anthropic_to_openai(item)]), {}
+    if transcript.session == CODEX:
+        raise TranscriptError("a Codex rollout is openai-responses; it has no chat messages")
+    fields = {k: v for k, v in transcript.fields.items() if k not in ("format", "restorable")}
+    return transcript.items, fields
 
 
 def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
-    """An OpenAI message, or a Claude Code session record converted to OpenAI messages."""
+    """A chat message of a JSONL file (line ``number``), or a Claude Code session record converted to
+    chat messages (for the streamed reading of large files, which reads chat only)."""
     if isinstance(record, dict) and "role" in record:
         return [record]
     if isinstance(record, dict) and record.get("type") in ("user", "assistant") and isinstance(
@@ -90,8 +266,8 @@ def _anthropic_to_openai(message: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _check_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
+def _check_items(items: list[Any]) -> list[dict[str, Any]]:
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
             raise TranscriptError(f"message {index} is not a JSON object")
-    return messages
+    return items

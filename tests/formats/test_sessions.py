@@ -1,0 +1,135 @@
+"""Claude Code sessions and Codex rollouts compact in their own format through the CLI and the S3 path:
+the file comes back as the same kind of file, every line that is not a model item unchanged and in
+place, every kept item's line byte-identical."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor.container import run_sync
+from compactor.models import CompactRequest
+from compactor.service import compact, request_deadline
+from compactor.transcripts import CLAUDE_CODE, CODEX, parse_transcript, read_transcript
+from compactor_cli.main import main
+
+from .conftest import decision_policy
+from .validity import CHAT, CLAUDE_CODE as CLAUDE_CODE_FILE, CODEX as CODEX_FILE, CORPUS, PROBLEMS
+
+SESSIONS = {CLAUDE_CODE: CLAUDE_CODE_FILE, CODEX: CODEX_FILE}
+SMALL_CLAUDE_CODE = CORPUS / "ccb_claude-opus-4-5_dependeval-java-accountauthenticator.jsonl"
+
+
+def _is_item_line(session: str, line: str) -> bool:
+    record = json.loads(line)
+    if session == CODEX:
+        return record.get("type") == "response_item"
+    return record.get("type") in ("user", "assistant") and isinstance(record.get("message"), dict)
+
+
+def _items_of(session: str, text: str) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in text.splitlines() if _is_item_line(session, line)]
+    return [r["payload"] if session == CODEX else r["message"] for r in records]
+
+
+PARENT = re.compile(r'"parentUuid":("[^"]*"|null)')
+
+
+def _check_session(session: str, original: str, written: str) -> None:
+    """Other lines unchanged and in place (a Claude Code line may point its ``parentUuid`` elsewhere, no
+    more), items valid in the format, and Claude Code's parent chain resolves wherever it did."""
+    fmt = "openai-responses" if session == CODEX else "anthropic-messages"
+    before, after = original.splitlines(), written.splitlines()
+    unlinked = (lambda ln: PARENT.sub("", ln, count=1)) if session == CLAUDE_CODE else (lambda ln: ln)
+    assert [unlinked(ln) for ln in after if not _is_item_line(session, ln)] == [
+        unlinked(ln) for ln in before if not _is_item_line(session, ln)]
+    kept_items = {ln for ln in before if _is_item_line(session, ln)}
+    new = [ln for ln in after if _is_item_line(session, ln) and ln not in kept_items]
+    assert new and all("Summary of" in ln or "sealed summary" in ln for ln in new)
+    assert PROBLEMS[fmt](_items_of(session, written)) == []
+    if session == CLAUDE_CODE:
+        old_uuids = {json.loads(ln).get("uuid") for ln in before}
+        uuids = {json.loads(ln).get("uuid") for ln in after}
+        for line in after:
+            parent = json.loads(line).get("parentUuid")
+            assert parent is None or parent in uuids or parent not in old_uuids
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
+def test_session_round_trip_is_byte_identical(session: str) -> None:
+    text = SESSIONS[session].read_text(encoding="utf-8")
+    transcript = read_transcript(text)
+
+    assert transcript.session == session and transcript.items == _items_of(session, text)
+    assert transcript.write_back({"compacted": False}) == text
+    field = "input" if transcript.format == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": transcript.format, field: transcript.items,
+                                             "keep_recent": len(transcript.items),
+                                             "decision_policy_ir": decision_policy()})
+    status, body = run_sync(compact(request, deadline=request_deadline()))
+    assert status == 200 and transcript.write_back(body) == text
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mode: str) -> None:
+    source = SESSIONS[session]
+    out = tmp_path / "out.jsonl"
+
+    assert main(["compact", str(source), "--mode", mode, "-q", "-o", str(out)]) == 0
+
+    _check_session(session, source.read_text(encoding="utf-8"), out.read_text(encoding="utf-8"))
+    assert out.stat().st_size < source.stat().st_size
+
+
+def test_cli_format_detection_and_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    items = _items_of(CODEX, CODEX_FILE.read_text(encoding="utf-8"))
+    array = tmp_path / "items.json"
+    array.write_text(json.dumps(items), encoding="utf-8")
+
+    assert main(["compact", str(array), "-q", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert "input" in body and PROBLEMS["openai-responses"](body["input"]) == []
+
+    assert main(["compact", str(CODEX_FILE), "-q", "--format", "anthropic-messages"]) == 2
+    assert "openai-responses, not anthropic-messages" in capsys.readouterr().err
+
+
+def test_cli_restorable_stores_originals_for_the_local_caller(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    from compactor.archives import Archive, default_local_store, expand
+    from compactor_aws.caller import ANONYMOUS
+
+    assert main(["compact", str(CHAT), "-q", "--json", "--restorable"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    changed = [e for e in body["compaction"]["fragments"] if "handle" in e]
+    status, answer = expand(Archive(default_local_store(), ANONYMOUS), [e["handle"] for e in changed])
+    items = json.loads(CHAT.read_text(encoding="utf-8"))
+    assert changed and status == 200
+    assert all(answer["originals"][e["handle"]] == items[e["start"]:e["end"]] for e in changed)
+
+
+def test_chat_readers_still_get_chat() -> None:
+    """``compactor eval`` and other chat-only readers keep receiving a Claude Code session as chat."""
+    messages, fields = parse_transcript(SMALL_CLAUDE_CODE.read_text(encoding="utf-8"))
+    assert fields == {} and {m["role"] for m in messages} <= {"user", "assistant", "tool"}
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
+def test_s3_path_writes_the_session_back(s3: Any, s3_module: ModuleType, s3_context: Any, session: str) -> None:
+    from tests.s3.conftest import put_and_event
+
+    text = SESSIONS[session].read_text(encoding="utf-8")
+    event = put_and_event(s3, f"incoming/{session}.jsonl", text)
+
+    [result] = s3_module.handler(event, s3_context)["results"]
+
+    assert result["result"] == "compacted", result
+    written = s3.get_object(Bucket=result["source"]["bucket"], Key=result["key"])
+    assert written["ContentType"] == "application/x-ndjson"
+    _check_session(session, text, written["Body"].read().decode("utf-8"))
