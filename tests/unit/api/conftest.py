@@ -35,11 +35,14 @@ class StubService:
     def handle_flows_normalize(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         return self._record("normalize", body)
 
+    def handle_expand(self, handles: list[str], **kwargs: Any) -> tuple[int, dict[str, Any]]:
+        return self._record("expand", handles, **kwargs)
+
 
 @pytest.fixture
 def stub_service(monkeypatch: pytest.MonkeyPatch) -> StubService:
     """Replace the core entry points: these tests are about the adapter, not compaction."""
     stub = StubService()
-    for name in ("handle_compact", "handle_flows", "handle_flows_normalize"):
+    for name in ("handle_compact", "handle_flows", "handle_flows_normalize", "handle_expand"):
         monkeypatch.setattr(service, name, getattr(stub, name))
     return stub

@@ -99,7 +99,7 @@ def test_every_template_route_reaches_a_handler_route(
     for api_event in properties["Events"].values():
         route = api_event["Properties"]
         event = rest_proxy_event(method=route["Method"], resource_path=route["Path"], query={},
-                                 headers=[("Content-Type", "application/json")], body=b'{"messages":[],"flow_ir":1}')
+                                 headers=[("Content-Type", "application/json")], body=b'{"messages":[],"flow_ir":1,"handles":["cmp_0"]}')
         response = compact_module.handler(event, lambda_context)
         if (route["Method"], route["Path"]) in bucketless:
             assert response["statusCode"] == 503 and "uploads_unavailable" in response["body"], route
