@@ -14,7 +14,8 @@ from compactor_cli.sam_template import SERVERLESS_FUNCTION, Template, load_templ
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO / "template.yaml"
 API_ROUTES = {("GET", "/healthz"), ("GET", "/usage"), ("GET", "/openapi.json"), ("POST", "/compact"),
-              ("POST", "/flows"), ("POST", "/flows/normalize"), ("POST", "/uploads"), ("GET", "/jobs/{id}")}
+              ("POST", "/flows"), ("POST", "/flows/normalize"), ("POST", "/uploads"), ("GET", "/jobs/{id}"),
+              ("POST", "/expand")}
 
 
 @pytest.fixture(scope="module")
