@@ -72,16 +72,9 @@ class Transcript:
             out[-1] = out[-1][:-len(ending)]
         return "".join(out)
 
-    def _uuid(self, index: int) -> Any:
-        return self.items_records[index].get("uuid")
-
-    @property
-    def items_records(self) -> list[dict[str, Any]]:
-        return [json.loads(self.lines[n]) for n in self.item_lines]
-
     def _relinks(self, replaced: list[tuple[int, int, list[Any]]]) -> dict[str, str | None]:
         """Replaced record uuid -> the uuid standing in for it (None: the chain's start)."""
-        records = self.items_records
+        records = [json.loads(self.lines[n]) for n in self.item_lines]
         relink: dict[str, str | None] = {}
         for start, end, new in replaced:
             stand_in = records[end - 1].get("uuid") if new else records[start].get("parentUuid")
