@@ -33,7 +33,10 @@ LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
 
 def exceeds_one_request(request: Any) -> bool:
     """Whether one ``/v1/compact`` request would leave candidates out for its limits (False for a request
-    the single-request path rejects, so it answers it)."""
+    the single-request path rejects, so it answers it). Windows read ``openai-chat`` and keep no
+    originals: other formats and restorable requests run as one request (docs/formats.md)."""
+    if request.format != "openai-chat" or request.restorable:
+        return False
     pins = request.pinned_indices
     if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
         return False
