@@ -13,6 +13,17 @@ from compactor.http_api import rest_proxy_event
 
 
 @pytest.fixture(autouse=True)
+def bundled_offers(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The bundled offline offers, whatever router an earlier test left cached."""
+    from compactor.container import reset_router
+
+    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
+    reset_router()
+    yield
+    reset_router()
+
+
+@pytest.fixture(autouse=True)
 def archive_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Originals go to a fresh directory, never to S3 (no archive bucket) nor to ``~``."""
     monkeypatch.setenv("COMPACTOR_ARCHIVE_DIR", str(tmp_path / "archives"))

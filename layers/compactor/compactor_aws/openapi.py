@@ -120,6 +120,12 @@ class Job(BaseModel):
     error_status: int | None = None
 
 
+class Expand(BaseModel):
+    """Answer of ``POST /v1/expand``: the originals of the caller's own handles (docs/archives.md)."""
+
+    originals: dict[str, list[dict[str, Any]]] = Field(description="handle -> the unit's items, byte-identical")
+
+
 class Health(BaseModel):
     ok: bool
     version: str
@@ -211,6 +217,7 @@ SUMMARIES = {
     ("post", "/flows/normalize"): "Normalize a flow (no model call)",
     ("post", "/uploads"): "Start a job for a large transcript",
     ("get", "/jobs/{job_id}"): "A job's status and result",
+    ("post", "/expand"): "The originals behind restorable handles",
 }
 RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
     ("get", "/healthz"): Health,
@@ -220,18 +227,19 @@ RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
     ("post", "/flows/normalize"): NormalizeResponse,
     ("post", "/uploads"): Upload,
     ("get", "/jobs/{job_id}"): Job,
+    ("post", "/expand"): Expand,
 }
 SUCCESS_STATUS = {("post", "/uploads"): "201"}
 ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "400": ("the request is well formed but cannot be served (invalid policy or flow, bad pins)", ErrorBody),
     "403": ("no valid API key", Forbidden),
-    "404": ("no such job (or not the caller's)", ErrorBody),
+    "404": ("no such job or handle (or not the caller's)", ErrorBody),
     "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
     "503": ("uploads are not configured on this deployment", ErrorBody),
 }
-ERROR_SCOPE = {"404": {"/jobs/{job_id}"}, "503": {"/uploads", "/jobs/{job_id}"}}
+ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/{job_id}"}}
 
 
 # What each request body and field means, for the reader of the document (the models' docstrings speak to
@@ -248,7 +256,12 @@ REQUEST_DOCS: dict[str, tuple[str, dict[str, str]]] = {
         "target_ratio": "decision mode: aim for output bytes ≤ this share of the input (0 < r ≤ 1)",
         "pinned_indices": "decision mode: message indexes never changed (default: every user message; "
                           "system and developer messages are always pinned)",
+        "format": "openai-chat (default), anthropic-messages or openai-responses (items in `input`); the "
+                  "answer uses the same format (docs/formats.md)",
+        "restorable": "decision mode: keep the originals of changed units; the manifest and markers carry "
+                      "handles for POST /v1/expand (docs/archives.md)",
     }),
+    "ExpandRequest": ("Handles from a restorable compaction.", {"handles": "1 to 256 `cmp_…` handles"}),
     "FlowsRequest": ("A flow (Σ_flow term: named nodes of kinds input, llm, decision, data, output) and its "
                      "input.", {"flow_ir": "the flow term", "flow_input": "the value the input node yields"}),
     "NormalizeRequest": ("A flow to admit and normalize without running it.", {"flow_ir": "the flow term"}),
