@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from compactor import object_jobs
+from compactor import jobs, object_jobs
 from compactor_aws import observability, windowed_jobs
 from compactor_aws.s3_store import S3Store
 from compactor_aws import snapstart
@@ -78,7 +78,9 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
             facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
             return done.as_dict(), facts
 
-        outcome = billing.run_object_job(source, job, context)
+        rel = object_jobs.relative_key(source.key)
+        caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
+        outcome = billing.run_object_job(source, job, context, caller)
     tracer.put_annotation("s3_result", outcome["result"])
     logger.info("s3 object %s", outcome["result"], extra={
         "bucket": source.bucket, "key": source.key, "version_id": source.version_id,

@@ -120,3 +120,17 @@ def test_a_concurrent_duplicate_delivery_runs_the_job_once(aws: dict[str, Any]) 
 
     assert first[0]["result"] == "compacted" and retried["result"] == "skipped"
     assert len(runs) == 1 and len(ledger(aws)) == 1
+
+
+def test_an_inline_api_upload_bills_the_uploading_key(aws: dict[str, Any], bucket: Any,
+                                                      s3_module: ModuleType) -> None:
+    from compactor import jobs
+
+    caller = "uploaderkeyid"
+    status, created = jobs.create_upload(S3Store(), BUCKET, caller, lambda *args: "https://presigned")
+    assert status == 201
+    event = put_and_event(bucket, "incoming/" + jobs.upload_rel(caller, created["job_id"]), json.dumps(transcript()))
+    assert invoke(s3_module, event)[0]["result"] == "compacted"
+    plain = put_and_event(bucket, "incoming/plain.json", json.dumps(transcript()))
+    assert invoke(s3_module, plain)[0]["result"] == "compacted"
+    assert sorted(item["api_key_id"]["S"] for item in ledger(aws)) == sorted([caller, f"s3:{BUCKET}"])

@@ -227,8 +227,9 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 
 
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
-                   lambda_context: Any = None) -> dict[str, Any]:
-    """Run an S3 object's job once per object version; bill it once, after its result is stored.
+                   lambda_context: Any = None, caller: str | None = None) -> dict[str, Any]:
+    """Run an S3 object's job once per object version; bill it once, after its result is stored, to
+    ``caller`` (an API upload's key id) or ``s3:<bucket>``.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
     the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
@@ -244,7 +245,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         return {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
 
     record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
-    _bill(f"s3:{scope}", S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
+    _bill(f"s3:{scope}", caller or S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
           record.get("request_id"), None)
     if fresh or record["outcome"].get("result") == "skipped":
         return record["outcome"]
