@@ -309,6 +309,8 @@ def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
     elif reason == "recent_tail":
         badges = '<span class="badge tail">protected tail</span>'
     explanation = glossary.get(reason, reason).split(": ", 1)[-1]
+    if row.get("decider_reason"):
+        explanation += f" (the decider's reason: {row['decider_reason']})"
     before, after = row["before"], row["after"]
     change = f"−{_pct(before - after, before)}" if after < before else "unchanged"
     parts = [f'<li class="unit {action}" id="{escape(row["id"])}" data-id="{escape(row["id"])}" '

@@ -138,7 +138,8 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
         for row in rows:
             span = f"{row['start']}-{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
             lines.append(f"{row['id']:<16} {span:>9}  {_roles(row['original']):<28} {row['action']:<9}"
-                         f" {row['before']:>8} {row['after']:>8}  {row['reason']}")
+                         f" {row['before']:>8} {row['after']:>8}  {row['reason']}"
+                         + (f" ({row['decider_reason']})" if row.get("decider_reason") else ""))
         actions = Counter(row["action"] for row in rows)
         original_bytes, output_bytes = compaction["original_bytes"], compaction["output_bytes"]
         lines.append("")

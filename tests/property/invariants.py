@@ -187,7 +187,11 @@ def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_r
 
     manifest = report["fragments"]
     assert [(e["id"], e["start"], e["end"]) for e in manifest] == [(f"fragment_{s}", s, e) for s, e in plan.units]
-    assert all(set(e) == {"id", "start", "end", "action"} and e["action"] in ACTIONS for e in manifest)
+    assert all({"id", "start", "end", "action", "reason"} <= set(e) <= {"id", "start", "end", "action", "reason",
+                                                                     "decider_reason"}
+               and e["action"] in ACTIONS and e["reason"] in UNIT_REASON_ACTION
+               and UNIT_REASON_ACTION[e["reason"]] == e["action"] for e in manifest)
+    assert all(isinstance(e["decider_reason"], str) and e["decider_reason"] for e in manifest if "decider_reason" in e)
     emitted = walk_output(messages, output, manifest)
     actions = {e["start"]: e["action"] for e in manifest}
 

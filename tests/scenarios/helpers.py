@@ -43,8 +43,13 @@ def tool_unit(call_id: str, command: str, output: str, results: int = 1) -> list
                      for k in range(results)]
 
 
-def manifest(units: list[tuple[int, int, str]]) -> list[dict[str, Any]]:
-    return [{"id": f"fragment_{start}", "start": start, "end": end, "action": action} for start, end, action in units]
+def manifest(units: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """Manifest entries from ``(start, end, action[, reason])``; the reason defaults to what a decision
+    that was followed says (``summarized``, ``archived``, ``model_kept``); the fake decider gives no
+    ``decider_reason``."""
+    default = {"summarize": "summarized", "archive": "archived", "keep": "model_kept"}
+    return [{"id": f"fragment_{unit[0]}", "start": unit[0], "end": unit[1], "action": unit[2],
+             "reason": unit[3] if len(unit) > 3 else default[unit[2]]} for unit in units]
 
 
 def flow_nodes(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -31,7 +31,8 @@ def test_units_crossing_the_tail_are_kept_whole(stack: Stack) -> None:
     assert body["messages"] == [SYSTEM, TASK, summary("fragment_2", "Evidence fragment_2"),
                                 summary("fragment_4", "Evidence fragment_4"), *messages[5:]]
     assert body["compaction"]["fragments"] == manifest(
-        [(0, 1, "keep"), (1, 2, "keep"), (2, 4, "summarize"), (4, 5, "summarize"), (5, 8, "keep")])
+        [(0, 1, "keep", "pinned"), (1, 2, "keep", "pinned"), (2, 4, "summarize"), (4, 5, "summarize"),
+         (5, 8, "keep", "recent_tail")])
     decision, = stack.requests("decisions")
     assert list(decision["questions"]) == ["fragment_2", "fragment_4"]
     tail = compact_json(messages[5:])
@@ -142,7 +143,8 @@ def test_all_keep_is_not_compacted(stack: Stack) -> None:
     body = stack.compact(messages, keep_recent=1)
 
     assert body["messages"] == messages and body["compacted"] is False
-    assert body["compaction"]["fragments"] == manifest([(i, i + 1, "keep") for i in range(7)])
+    assert body["compaction"]["fragments"] == manifest([(0, 1, "keep", "pinned"), (1, 2, "keep", "pinned")]
+                                                       + [(i, i + 1, "keep") for i in range(2, 6)] + [(6, 7, "keep", "recent_tail")])
     assert body["compaction"]["first_changed_index"] is None
     assert body["compaction"]["output_bytes"] == body["compaction"]["original_bytes"] == size(messages)
     assert body["compaction"]["target_met"] is False
@@ -160,7 +162,8 @@ def test_all_archive_leaves_only_protected_messages(stack: Stack) -> None:
 
     assert body["messages"] == [SYSTEM, TASK, DONE] and body["compacted"] is True
     assert body["compaction"]["fragments"] == manifest(
-        [(0, 1, "keep"), (1, 2, "keep")] + [(i, i + 1, "archive") for i in range(2, 6)] + [(6, 7, "keep")])
+        [(0, 1, "keep", "pinned"), (1, 2, "keep", "pinned")] + [(i, i + 1, "archive") for i in range(2, 6)]
+        + [(6, 7, "keep", "recent_tail")])
     assert body["compaction"]["output_bytes"] == size([SYSTEM, TASK, DONE])
     assert body["compaction"]["target_met"] is True
     assert stack.requests("chat") == []

@@ -19,8 +19,9 @@ def test_fixture_t_reaches_the_ten_percent_target(stack: Stack) -> None:
     report = body["compaction"]
     assert (report["original_bytes"], report["output_bytes"], report["target_bytes"]) == (18_555, 1_219, 1_855)
     assert report["target_ratio"] == 0.1 and report["target_met"] is True
-    assert report["fragments"] == manifest([(0, 1, "keep"), (1, 2, "keep")]
-                                           + [(i, i + 1, "summarize") for i in range(2, 12)] + [(12, 13, "keep")])
+    assert report["fragments"] == manifest([(0, 1, "keep", "pinned"), (1, 2, "keep", "pinned")]
+                                           + [(i, i + 1, "summarize") for i in range(2, 12)]
+                                           + [(12, 13, "keep", "recent_tail")])
     assert report["reasons"] == []
     assert report["first_changed_index"] == 2
     assert report["preserved_prefix_bytes"] == size(messages[:2])

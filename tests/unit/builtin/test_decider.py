@@ -59,6 +59,10 @@ def test_small_error_superseded_and_bulky_fragments() -> None:
         "fragment_8": "keep",       # small and not superseded
         "fragment_10": "keep",
     }
+    answers = decide(payload["state"], payload["questions"])
+    assert {name: answer["reason"] for name, answer in answers.items()} == {
+        "fragment_2": "superseded", "fragment_4": "error", "fragment_6": "bulky", "fragment_8": "small",
+        "fragment_10": "small"}
 
 
 def test_bulky_fragment_is_summarized_even_without_excerpt() -> None:

@@ -534,3 +534,18 @@ async def test_routed_nodes_partition_like_any_llm_node() -> None:
     assert inline.ok and merged.output == inline.output == {"c0": "answer 0", "c1": "answer 1"}
     assert json.dumps(result_to_json(merged)) == json.dumps(result_to_json(inline))
     assert all(entry["routing"]["selected"] == "fast" for entry in inline.flow_nodes if entry["kind"] == "llm")
+
+
+def test_answer_reasons_are_kept_and_survive_the_result_json() -> None:
+    from compactor.flow.result import MAX_REASON_CHARS, answer_reasons
+
+    answers = {"a": {"type": "choice", "choice": "keep", "reason": "r" * 100}, "b": {"type": "choice", "choice": "x"},
+               "c": {"type": "choice", "choice": "x", "reason": 3}}
+    assert answer_reasons(answers) == {"a": "r" * MAX_REASON_CHARS}
+    assert answer_reasons(None) == {}
+    stored = {"ok": True, "output": None, "failed_node": None, "error_kind": None, "error_message": None,
+              "flow_nodes": [], "fingerprint": "f", "cost_usd": None, "tokens_in": None, "tokens_out": None,
+              "tokens_cached": None}
+    assert result_from_json(stored).answer_reasons == {}  # a result stored before the field existed
+    again = result_from_json(json.loads(json.dumps(result_to_json(result_from_json({**stored, "answer_reasons": {"a": "x"}})))))
+    assert again.answer_reasons == {"a": "x"}

@@ -69,7 +69,8 @@ async def compact_selective(request: CompactRequest, *, router: Any, deadline: D
     runner = flow_runner or run_flow
     result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
     values = result.output if result.ok and isinstance(result.output, dict) else None
-    output, manifest, output_bytes = reassemble(messages, prep, values, dialect, restorable=request.restorable)
+    output, manifest, output_bytes = reassemble(messages, prep, values, dialect, restorable=request.restorable,
+                                                decided=result.answer_reasons)
     if request.restorable:
         if archive is None:
             raise InvalidRequest("restorable is not available here", "restorable_unavailable")

@@ -18,8 +18,10 @@ MAX_REASONS = 100
 RESTORABLE_SUMMARY_MARKER = "[Summary of {id}; restorable: {handle}]\n"
 RESTORABLE_PLACEHOLDER = "[Archived {id}; restorable: {handle}]"
 
-# Why each unit got its action (docs/report.md). Reasons travel in the manifest entries inside the core and
-# reach local tooling through the ``units`` event (the whole manifest); the response's manifest leaves them out.
+# Why each unit got its action (docs/report.md). Reasons travel in the manifest entries, in the response's
+# manifest too (an additive field), and reach local tooling through the ``units`` event (the whole manifest).
+# A unit a decider judged also carries ``decider_reason``, the decider's own short reason, when it gave one
+# (the built-in decider always does: docs/offline-offers.md "Reasons in the manifest").
 UNIT_REASONS = {
     "pinned": "keep: holds a pinned message (system/developer always; user messages unless pins are given)",
     "recent_tail": "keep: inside the protected recent tail (keep_recent)",
@@ -79,10 +81,12 @@ def _unsent_reason(unit_id: str, prep: Preparation) -> str:
 
 
 def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None,
-               dialect: Dialect | None = None, restorable: bool = False
+               dialect: Dialect | None = None, restorable: bool = False,
+               decided: dict[str, str] | None = None
                ) -> tuple[list[Message], list[dict[str, Any]], int]:
-    """Output items, the manifest (one entry per unit, in order, each with its ``reason``) and the
-    output's compact size.
+    """Output items, the manifest (one entry per unit, in order, each with its ``reason``, and its
+    ``decider_reason`` from ``decided`` (by unit id) when a decision covered it) and the output's compact
+    size.
 
     ``restorable``: a summarized unit's marker and an archived unit's placeholder carry the handle of
     its original, also in its manifest entry (``handle``); storing the originals is the caller's part."""
@@ -102,6 +106,8 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason}
         if handle and action != "keep":
             entry["handle"] = handle
+        if item is not None and values is not None and decided and unit.id in decided:
+            entry["decider_reason"] = decided[unit.id]
         manifest.append(entry)
     output_bytes = dense_size(output)
     if output_bytes >= prep.original_bytes:  # expansion guard
@@ -141,7 +147,7 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "target_bytes": prep.target_bytes,
         "target_ratio": target_ratio,
         "target_met": output_bytes <= prep.target_bytes,
-        "fragments": [{key: value for key, value in entry.items() if key != "reason"} for entry in fragments],
+        "fragments": fragments,
         "reasons": list(prep.reasons)[:MAX_REASONS],
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,

@@ -195,10 +195,12 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
     """The whole flow's result from its components' results (in component order)."""
     flow = partition.flow
     entries: dict[int, dict[str, Any]] = {}
+    reasons: dict[str, str] = {}
     failure: tuple[str, str | None, str | None] | None = None
     for component, result in zip(partition.components, results, strict=True):
         if result.fingerprint != component.admitted.fingerprint:
             raise ValueError(f"component {component.index} result is for another flow")
+        reasons.update(result.answer_reasons)
         for entry in result.flow_nodes:
             mapped = remap_entry(entry, component.to_whole)
             entries[int(mapped["node"][1:])] = mapped
@@ -220,7 +222,8 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
     listed = [entries[index] for index in sorted(entries)]
     totals = aggregate(listed)
     common = dict(flow_nodes=listed, fingerprint=flow.fingerprint, cost_usd=totals.cost_usd,
-                  tokens_in=totals.tokens_in, tokens_out=totals.tokens_out, tokens_cached=totals.tokens_cached)
+                  tokens_in=totals.tokens_in, tokens_out=totals.tokens_out, tokens_cached=totals.tokens_cached,
+                  answer_reasons=dict(sorted(reasons.items())))
     if failure is not None:
         node, kind, message = failure
         return FlowResult(ok=False, output=None, failed_node=node, error_kind=kind, error_message=message, **common)
@@ -244,7 +247,8 @@ def _emit(on_event: Callable[[dict[str, Any]], None] | None, event: str, node: F
 
 
 RESULT_FIELDS: Final = ("ok", "output", "failed_node", "error_kind", "error_message", "flow_nodes", "fingerprint",
-                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached")
+                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached", "answer_reasons")
+OPTIONAL_RESULT_FIELDS: Final = frozenset({"answer_reasons"})  # results stored before it existed lack it
 
 
 def result_to_json(result: FlowResult) -> dict[str, Any]:
@@ -253,8 +257,9 @@ def result_to_json(result: FlowResult) -> dict[str, Any]:
 
 
 def result_from_json(data: Mapping[str, Any]) -> FlowResult:
-    """The inverse of :func:`result_to_json`; a missing field raises ``KeyError``."""
-    return FlowResult(**{name: data[name] for name in RESULT_FIELDS})
+    """The inverse of :func:`result_to_json`; a missing field raises ``KeyError`` (optional ones default)."""
+    return FlowResult(**{name: data[name] for name in RESULT_FIELDS
+                         if name in data or name not in OPTIONAL_RESULT_FIELDS})
 
 
 def start_value(flow_input: Any, conversation: Sequence[Mapping[str, Any]]) -> Any:

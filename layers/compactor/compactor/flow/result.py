@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from compactor.policy.trace import trim_decision_trace
@@ -16,7 +16,9 @@ FLOW_NODE_FAILED: Final = "flow_node_failed"
 class FlowResult:
     """How a flow ended. ``flow_nodes`` holds one entry per executed ``llm``/``decision``/``data`` node
     in canonical order; ``cost_usd`` is ``None`` when any traced node's cost is unknown; token totals
-    are ``None`` when 0. ``failed_node`` is the canonical id of the node that stopped the flow."""
+    are ``None`` when 0. ``failed_node`` is the canonical id of the node that stopped the flow.
+    ``answer_reasons`` holds the ``reason`` text that decision answers carried, by question name
+    (answers may add a short reason beside their choice; docs/offline-offers.md)."""
 
     ok: bool
     output: Any
@@ -29,6 +31,7 @@ class FlowResult:
     tokens_in: int | None
     tokens_out: int | None
     tokens_cached: int | None
+    answer_reasons: dict[str, str] = field(default_factory=dict)
 
     def decision_trace(self) -> dict[str, Any]:
         """The untrimmed flow trace ``{"policy_fingerprint": null, "flow_fingerprint", "flow_nodes"}``
@@ -64,3 +67,14 @@ class FlowResult:
         if self.tokens_in is not None or self.tokens_out is not None:
             total = (self.tokens_in or 0) + (self.tokens_out or 0)
         return usage_block(self.tokens_in, self.tokens_out, total, self.tokens_cached)
+
+
+MAX_REASON_CHARS: Final = 64
+
+
+def answer_reasons(answers: Any) -> dict[str, str]:
+    """The short ``reason`` string of each decision answer that has one (cut to 64 characters)."""
+    if not isinstance(answers, dict):
+        return {}
+    return {name: answer["reason"][:MAX_REASON_CHARS] for name, answer in answers.items()
+            if isinstance(answer, dict) and isinstance(answer.get("reason"), str) and answer["reason"]}

@@ -16,8 +16,8 @@ from typing import Any
 
 from compactor.budget import Deadline
 from compactor.flow.execute import FAILED, FlowRouter, NodeOutcome, execute_node
-from compactor.flow.graph import DATA, INPUT, OUTPUT, AdmittedFlow, FlowNode
-from compactor.flow.result import FlowResult
+from compactor.flow.graph import DATA, DECISION, INPUT, OUTPUT, AdmittedFlow, FlowNode
+from compactor.flow.result import FlowResult, answer_reasons
 from compactor.flow.trace import aggregate
 from compactor.flow.values import MISSING
 
@@ -65,6 +65,7 @@ class _FlowRun:
         self.values: list[Any] = [None] * len(flow.nodes)
         self.tool_calls: dict[int, list[dict[str, Any]]] = {}
         self.entries: dict[int, dict[str, Any]] = {}
+        self.answer_reasons: dict[str, str] = {}
         self.waiting = [len(set(node.inputs)) for node in flow.nodes]
         self.ready: deque[int] = deque()
         self.running: dict[asyncio.Task[NodeOutcome], int] = {}
@@ -113,6 +114,8 @@ class _FlowRun:
             self.failure = (node, outcome)
             return
         self.values[node.index] = outcome.value
+        if node.kind == DECISION:
+            self.answer_reasons.update(answer_reasons(outcome.value))
         if outcome.tool_calls:
             self.tool_calls[node.index] = outcome.tool_calls
         self._release(node.index)
@@ -148,7 +151,7 @@ class _FlowRun:
         totals = aggregate(entries)
         common = dict(flow_nodes=entries, fingerprint=self.flow.fingerprint, cost_usd=totals.cost_usd,
                       tokens_in=totals.tokens_in, tokens_out=totals.tokens_out,
-                      tokens_cached=totals.tokens_cached)
+                      tokens_cached=totals.tokens_cached, answer_reasons=dict(sorted(self.answer_reasons.items())))
         if self.failure is not None:
             node, outcome = self.failure
             return FlowResult(ok=False, output=None, failed_node=node.cid, error_kind=outcome.error_kind,

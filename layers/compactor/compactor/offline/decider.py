@@ -331,5 +331,5 @@ def decide(state: Any, questions: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         label, reason = verdicts[name]
         choice, confidence = _offered(label, question.get("criteria"), CONFIDENCE[reason])
-        answers[name] = {"type": "choice", "choice": choice, "confidence": confidence}
+        answers[name] = {"type": "choice", "choice": choice, "confidence": confidence, "reason": reason}
     return answers
