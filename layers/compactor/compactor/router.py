@@ -232,6 +232,16 @@ class Router:
                     and type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
         return min(contexts, default=None)
 
+    def first_choice_context(self, protocol: str, policy: AdmittedPolicy) -> int | None:
+        """The ``context`` (tokens) of the offer ``policy`` ranks first among the ``protocol`` offers (the
+        one a call would try first); None when no offer passes or the first states no context."""
+        offers = [self._observed(offer) for offer in self._offers if offer.protocol == protocol]
+        for entry in rank(policy.policy, offers, Requirements()).ranked[:1]:
+            context = entry.offer.observations.get("context")
+            if type(context) is int and context > 0:
+                return context
+        return None
+
     # -- state visible to policies ------------------------------------------------------------
 
     def _provider_disabled(self, provider: str) -> bool:

@@ -125,3 +125,63 @@ def test_billed_failed_attempts_join_the_chosen_cost():
         == pytest.approx(0.0015)
     assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=None, failed_cost_usd=0.1)) is None
     assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.002)) == 0.002
+
+
+@dataclass
+class _Chunked:
+    """Answers each seal call with a numbered summary and records what it was sent."""
+
+    texts: list[str]
+    finish_reason: str | None = None
+
+    async def chat(self, offer, request, timeout_s):
+        from compactor.router import chat_request_tokens
+
+        assert chat_request_tokens(request) <= offer.observations["context"]  # every call fits the context
+        self.texts.append(request.messages[1]["content"])
+        return ChatResponse(text=f"summary {len(self.texts)}", tokens_in=100, tokens_out=10, tokens_total=110,
+                            finish_reason=self.finish_reason)
+
+
+def _small_router(fake, context):
+    offer = Offer(id="t/chat", provider="t", family="f", model="m", protocol="chat", transport="fake",
+                  price_in=1.0, price_out=2.0, observations={"context": context})
+    return Router([offer], transport_for=lambda o: fake)
+
+
+def _long_transcript():
+    aged = [{"role": "user" if i % 2 else "assistant", "content": f"step {i}: " + "detail " * 300}
+            for i in range(1, 13)]
+    return [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix app.py"}, *aged,
+            {"role": "assistant", "content": "done"}]
+
+
+async def test_an_aged_part_over_the_context_is_sealed_in_chunks_carrying_the_summary_forward():
+    fake = _Chunked([])
+    messages = _long_transcript()  # about 25 KB aged: over 8,000 bytes of room per call
+    body = await seal(messages, keep_recent=1, policy_ir=None, max_tokens=200, router=_small_router(fake, 3_000),
+                      deadline=Deadline.after_ms(5000))
+    assert len(fake.texts) > 2
+    assert fake.texts[0].startswith("user: Fix app.py")
+    for number, text in enumerate(fake.texts[1:], start=1):  # each later call carries the summary so far
+        assert text.startswith(f"system: {SEAL_MARKER}summary {number}\n")
+    sent = "".join(fake.texts)
+    assert all(f"step {i}: " in sent for i in range(1, 13))  # nothing of the aged part is left out
+    assert body["compacted"] is True
+    assert body["messages"] == [messages[0], {"role": "system", "content": SEAL_MARKER + f"summary {len(fake.texts)}"},
+                                messages[-1]]
+    assert body["usage"]["prompt_tokens"] == 100 * len(fake.texts)
+    assert body["x_router"]["cost_usd"] == pytest.approx(0.00012 * len(fake.texts))
+
+
+async def test_a_large_context_seals_in_one_call_and_a_cut_off_chunk_returns_the_original():
+    fake = _Chunked([])
+    messages = _long_transcript()
+    body = await seal(messages, keep_recent=1, policy_ir=None, max_tokens=200, router=_small_router(fake, 100_000),
+                      deadline=Deadline.after_ms(5000))
+    assert len(fake.texts) == 1 and body["compacted"] is True
+    truncated = _Chunked([], finish_reason="length")
+    body = await seal(messages, keep_recent=1, policy_ir=None, max_tokens=200,
+                      router=_small_router(truncated, 3_000), deadline=Deadline.after_ms(5000))
+    assert len(truncated.texts) == 1  # the first chunk was cut off: no further calls, nothing sealed
+    assert body["messages"] == messages and body["compacted"] is False and body["reason"] == "summary_truncated"

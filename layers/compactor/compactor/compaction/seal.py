@@ -7,6 +7,7 @@ with ``tool_calls`` and all its results), so no message is ever lost and no resu
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,8 @@ from compactor.policy import PolicyAdmissionError
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.jsonutil import dense_size
 from compactor.providers.base import ChatRequest, ChatResponse
-from compactor.router import Router
-from compactor.response_blocks import route_usage, route_x_router
+from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
+from compactor.response_blocks import route_usage, route_x_router, usage_block
 
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 DEFAULT_MAX_TOKENS = 512
@@ -88,16 +89,78 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
     return SealPlan(frozen=items[:frozen], aged=items[frozen:start], recent=items[start:])
 
 
-def render_aged(aged: list[Message], dialect: Dialect | None = None) -> str:
+def render_lines(aged: list[Message], dialect: Dialect | None = None) -> list[str]:
     """One line per item, ``<role>: <content>``; tool calls are rendered after the content."""
     dialect = dialect or get_dialect(None)
-    return "\n".join(line for line in (dialect.render_line(m) for m in aged if isinstance(m, dict)) if line)
+    return [line for line in (dialect.render_line(m) for m in aged if isinstance(m, dict)) if line]
+
+
+def render_aged(aged: list[Message], dialect: Dialect | None = None) -> str:
+    return "\n".join(render_lines(aged, dialect))
+
+
+CARRIED_BYTES_PER_TOKEN = 4  # a summary of max_tokens tokens rarely takes more bytes than this
+MIN_CHUNK_BYTES = 1_000  # below this room per call, chunking would not help: one call, as without a context
+CUT_MARKER = "[… {n} characters cut to fit the summarizer's context]"
+
+
+def _wire(text: str) -> int:
+    """Bytes ``text`` takes inside a JSON string (what the router's token estimate counts)."""
+    return len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
+
+
+def _fit_line(line: str, room: int) -> str:
+    """``line``, or its head with a cut marker, within ``room`` wire bytes."""
+    if _wire(line) <= room:
+        return line
+    keep = max(0, room - 60)
+    while keep and _wire(line[:keep]) + 60 > room:
+        keep = keep * 3 // 4
+    return line[:keep] + CUT_MARKER.format(n=len(line) - keep)
+
+
+def chunk_lines(lines: list[str], room: int) -> list[str]:
+    """The rendered lines grouped into texts of at most ``room`` wire bytes each, in order; a line longer
+    than a whole chunk is cut to fit (docs/offline-offers.md "The legacy seal")."""
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for line in lines:
+        line = _fit_line(line, room)
+        extra = _wire(line) + (2 if current else 0)  # "\n" is two bytes in JSON
+        if current and size + extra > room:
+            chunks.append("\n".join(current))
+            current, size, extra = [], 0, _wire(line)
+        current.append(line)
+        size += extra
+    if current:
+        chunks.append("\n".join(current))
+    return chunks
+
+
+def _seal_request(text: str, max_tokens: int) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "system", "content": SEAL_INSTRUCTION}, {"role": "user", "content": text}],
+                       max_tokens=max_tokens)
+
+
+def chunk_room(context: int | None, max_tokens: int, carried: str) -> int | None:
+    """Wire bytes of conversation one seal call may carry under ``context`` tokens (after the instruction,
+    the carried summary and the answer's ``max_tokens``), estimated as the router does (3 bytes a token);
+    None when there is no context to respect or too little room to chunk."""
+    if context is None:
+        return None
+    overhead = dense_size(_seal_request(carried, max_tokens).messages)
+    room = (context - max_tokens) * BYTES_PER_TOKEN_ESTIMATE - overhead - 2
+    return room if room >= MIN_CHUNK_BYTES else None
 
 
 async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any] | None,
                max_tokens: int | None, router: Router, deadline: Deadline,
                dialect: Dialect | None = None) -> dict[str, Any]:
-    """Run legacy compaction and return the response body (REFERENCE §2.1), in ``dialect``'s format."""
+    """Run legacy compaction and return the response body (REFERENCE §2.1), in ``dialect``'s format. When
+    the aged part does not fit the context of the summarizer offer the policy ranks first, it is
+    summarized in chunks, each call carrying the summary so far forward as an earlier seal; the last
+    summary is the seal."""
     dialect = dialect or get_dialect(None)
     plan = plan_seal(messages, keep_recent, dialect)
     if plan is None:
@@ -106,26 +169,55 @@ async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any
         policy = router.admit_policy(policy_ir if policy_ir is not None else DEFAULT_CHAT_POLICY)
     except PolicyAdmissionError as exc:
         raise InvalidPolicy(f"policy_ir rejected at admission: {exc}") from exc
-    request = ChatRequest(
-        messages=[{"role": "system", "content": SEAL_INSTRUCTION},
-                  {"role": "user", "content": render_aged(plan.aged, dialect)}],
-        max_tokens=max_tokens or DEFAULT_MAX_TOKENS,
-    )
-    result = await router.chat(policy, request, deadline=deadline)
-    response = result.response if result.ok and isinstance(result.response, ChatResponse) else None
-    text = response.text if response is not None else None
-    summary = text.strip() if isinstance(text, str) else ""
+    tokens = max_tokens or DEFAULT_MAX_TOKENS
+    lines = render_lines(plan.aged, dialect)
+    first_choice = getattr(router, "first_choice_context", None)
+    context = first_choice("chat", policy) if first_choice is not None else None
+    whole = "\n".join(lines)
+    room = chunk_room(context, tokens, "")
+    pending = [whole]
+    if room is not None and _wire(whole) > room:
+        room -= tokens * CARRIED_BYTES_PER_TOKEN + len(SEAL_MARKER) + 16  # room for the summary carried forward
+        if room >= MIN_CHUNK_BYTES:
+            pending = chunk_lines(lines, room)
+    results: list[RouteResult] = []
+    summary, response = "", None
+    for chunk in pending:
+        text = chunk
+        if summary:
+            carried = f"system: {SEAL_MARKER}{summary}\n"
+            left = chunk_room(context, tokens, carried)  # a longer summary than allowed for: cut the chunk
+            text = carried + (chunk if left is None else _fit_line(chunk, left))
+        result = await router.chat(policy, _seal_request(text, tokens), deadline=deadline)
+        results.append(result)
+        response = result.response if result.ok and isinstance(result.response, ChatResponse) else None
+        reply = response.text if response is not None else None
+        summary = reply.strip() if isinstance(reply, str) else ""
+        if response is None or not summary or response.finish_reason == "length":
+            break  # a chunk without a usable, complete summary: the seal returns the original
     sealed_messages = [*plan.frozen, dialect.text_item("system", SEAL_MARKER + summary), *plan.recent]
     reason = _not_sealed_reason(response, summary, sealed_messages, messages)
     if reason is None:
         body: dict[str, Any] = {"messages": sealed_messages, "compacted": True}
     else:
         body = {"messages": messages, "compacted": False, "reason": reason}
-    usage = route_usage(result)
+    usage = route_usage(results[0]) if len(results) == 1 else _total_usage(results)
     if usage is not None:
         body["usage"] = usage
-    body["x_router"] = route_x_router(result)
+    body["x_router"] = route_x_router(results[-1])
+    if len(results) > 1:
+        costs = [route_x_router(result)["cost_usd"] for result in results]
+        body["x_router"]["cost_usd"] = None if None in costs else round(sum(costs), 6)
     return body
+
+
+def _total_usage(results: list[RouteResult]) -> dict[str, Any] | None:
+    """Usage of several seal calls added up (a field only when every call that answered reported it)."""
+    responses = [result.response for result in results if result.response is not None]
+    def total(name: str) -> int | None:
+        values = [getattr(response, name, None) for response in responses]
+        return None if not values or None in values else sum(values)
+    return usage_block(total("tokens_in"), total("tokens_out"), total("tokens_total"), total("tokens_cached"))
 
 
 def _not_sealed_reason(response: ChatResponse | None, summary: str, sealed: list[Message],
