@@ -18,7 +18,7 @@ DEMO_HTML ?= out/demo-report.html
 # The browser tests drive Debian's Chromium through its matching chromedriver (installed when missing).
 CHROMEDRIVER := /usr/bin/chromedriver
 
-.PHONY: install tools browser demo test unit lint-template build bench eval openapi clean e2e-local-model
+.PHONY: install tools browser demo test unit lint-template build bench eval openapi soak clean e2e-local-model
 
 $(STAMP): pyproject.toml layers/compactor/requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ test: unit lint-template
 
 build: $(TOOLS_STAMP)
 	$(TOOLS)/bin/sam build --template template.yaml
+
+# Bounded loopback load run of `compactor serve` (50 clients, 60 s; SOAK_CLIENTS / SOAK_SECONDS): docs/reliability.md
+soak: $(STAMP)
+	$(PY) tests/load/soak.py
 
 # Every benchmark runs; the target fails at the end if any missed its goal (docs/performance.md).
 bench: $(STAMP)

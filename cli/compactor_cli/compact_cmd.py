@@ -14,8 +14,11 @@ from compactor.transcripts import TranscriptError, read_transcript
 
 
 def _json_arg(value: str) -> Any:
-    """A JSON value given inline or as ``@path``."""
-    text = open(value[1:], encoding="utf-8").read() if value.startswith("@") else value
+    """A JSON value given inline or as ``@path`` (an unreadable file is a usage error, exit 2)."""
+    try:
+        text = _read(value[1:]) if value.startswith("@") else value
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {value[1:]}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -49,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
     parser.add_argument("--show-summaries", type=int, default=0, metavar="N",
                         help="print the N summaries that saved the most, each beside its original")
+    parser.add_argument("--force", action="store_true", help="allow --output to overwrite the input file")
     parser.add_argument("--json", action="store_true", help="write the raw /v1/compact response, not just messages")
     parser.add_argument("--quiet", "-q", action="store_true", help="no report on stderr")
     parser.add_argument("--strict", action="store_true",
@@ -95,6 +99,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
+    problem = _output_problem(args)
+    if problem:
+        print(f"compactor compact: {problem}", file=sys.stderr)
+        return 2
     if (args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES and not args.restorable
             and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
         return _run_streamed(args)
@@ -138,8 +146,12 @@ def run(args: argparse.Namespace) -> int:
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            print(f"compactor compact: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         if not args.quiet:
             print(f"wrote {args.output} ({len(text.encode('utf-8'))} bytes on disk: pretty-printed JSON, so larger"
                   " than the dense size above)", file=sys.stderr)
@@ -164,6 +176,19 @@ def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: 
                                  seconds=seconds))
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
+
+
+def _output_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--output`` cannot be used (checked before any model call), or None."""
+    if not args.output:
+        return None
+    parent = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(parent):
+        return f"cannot write {args.output}: directory {parent} does not exist"
+    if args.file != "-" and not args.force and os.path.exists(args.output) and os.path.exists(args.file) \
+            and os.path.samefile(args.output, args.file):
+        return f"--output {args.output} is the input file; pass --force to overwrite it"
+    return None
 
 
 def compact_locally(request: Any, progress: Any = None, archive: Any = None

@@ -43,6 +43,12 @@ FUNCTION_LOGICAL_ID = "CompactFunction"
 FUNCTION_HANDLER = "compact.handler"
 FUNCTION_TIMEOUT_S = 60
 """The deployed function's Timeout (template.yaml Globals); the local context counts down from it."""
+LISTEN_BACKLOG = 128
+"""Pending connections the socket queues (the stdlib's 5 resets a 50-client burst)."""
+READ_TIMEOUT_S = 30.0
+"""A client that sends nothing for this long is disconnected (a stalled upload cannot hold a thread)."""
+MAX_DRAIN_BYTES = 64 * 1024 * 1024
+"""An oversized body up to this size is read and discarded before the 413, so the client sees the answer."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
 _STAGE_PREFIX = f"/{http_api.STAGE}"
 
@@ -79,12 +85,14 @@ class CompactorServer(ThreadingHTTPServer):
     """A threading HTTP server holding the handler, its worker thread and the accepted API keys (none: open)."""
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int], handler: LambdaHandler, api_key: str | list[str] | None):
-        super().__init__(address, _RequestHandler)
+        # Set before binding: a failed bind calls server_close(), which shuts the worker down.
         self.lambda_handler = handler
         self.api_keys = [api_key] if isinstance(api_key, str) else list(api_key or [])
         self.lambda_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
+        super().__init__(address, _RequestHandler)
 
     def server_close(self) -> None:
         super().server_close()
@@ -99,6 +107,7 @@ class CompactorServer(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     server: CompactorServer
     protocol_version = "HTTP/1.1"
+    timeout = READ_TIMEOUT_S  # socket timeout of every read (request line, headers, body)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         self._handle()
@@ -140,6 +149,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._send_json(400, http_api.error_body("invalid Content-Length"), close=True)
             return
         if length > http_api.MAX_BODY_BYTES:
+            self._drain(length)
             self._send_json(413, http_api.too_large_body(), close=True)
             return
         if local:  # the report page's compaction, on the handler's worker thread
@@ -171,6 +181,19 @@ class _RequestHandler(BaseHTTPRequestHandler):
             for cause, count in failure_causes(body, base_url_of):
                 self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause,
                                  cause.offer, cause.fix)
+
+    def _drain(self, length: int) -> None:
+        """Read and discard an oversized body (up to MAX_DRAIN_BYTES), so that the client, still sending,
+        reads the 413 instead of a reset connection."""
+        left = min(length, MAX_DRAIN_BYTES)
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:  # timed out or reset: answer anyway
+            pass
 
     def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
         def invocation() -> dict[str, Any]:  # the clock starts when the worker picks the event up
@@ -260,7 +283,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.ledger is not None:
         environment[LEDGER_FILE_ENV] = str(args.ledger)
-    server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
+    try:
+        server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
+    except OSError as exc:
+        print(f"compactor serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     key_note = "API key required" if args.api_key else "no API key required"
     print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
     root = server.url[:-len(_STAGE_PREFIX) - 1]

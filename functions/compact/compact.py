@@ -36,9 +36,8 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = Tracer()
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
-# Bodies are parsed within depth and number-size limits: a violation is the 422 json_invalid (docs/reliability.md).
 app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"],
-                             json_body_deserializer=bounded_loads)
+                             json_body_deserializer=bounded_loads)  # depth/number limits: docs/reliability.md
 
 
 def _json(status: int, body: Any) -> Response[str]:
@@ -59,7 +58,7 @@ def _billed(route: str, run: Callable[[], tuple[int, dict[str, Any]]], **details
 def healthz() -> Response[str]:
     from compactor import service
 
-    return _json(200, service.health())
+    return _json(*service.health())
 
 
 @app.get("/usage")

@@ -36,10 +36,10 @@ def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: 
     real_put = S3Store.put
     failures = [RuntimeError("S3 PutObject failed")]
 
-    def flaky_put(self: S3Store, *args: Any, **kwargs: Any) -> None:
+    def flaky_put(self: S3Store, *args: Any, **kwargs: Any) -> bool:
         if failures:
             raise failures.pop()
-        real_put(self, *args, **kwargs)
+        return real_put(self, *args, **kwargs)
 
     monkeypatch.setattr(S3Store, "put", flaky_put)
     with pytest.raises(RuntimeError):

@@ -24,6 +24,8 @@ delays (the delayed connection is dropped without an answer) and never waits for
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import sys
 import threading
 from collections import deque
@@ -44,6 +46,8 @@ class Reply:
     body: Any = None
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    trickle_s: float = 0.0  # send the body in 20 pieces spread over this many seconds
+    reset: bool = False  # drop the connection (TCP reset) instead of answering
 
     def encoded_body(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -264,6 +268,10 @@ def _handler_for(server: FakeProviderServer) -> type[BaseHTTPRequestHandler]:
             if reply.delay_s > 0 and server._stopping.wait(reply.delay_s):
                 self.close_connection = True
                 return
+            if reply.reset:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                return
             payload = reply.encoded_body()
             try:
                 self.send_response(reply.status)
@@ -272,7 +280,15 @@ def _handler_for(server: FakeProviderServer) -> type[BaseHTTPRequestHandler]:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                if reply.trickle_s > 0:
+                    step = max(1, len(payload) // 20)
+                    for start in range(0, len(payload), step):
+                        self.wfile.write(payload[start:start + step])
+                        self.wfile.flush()
+                        if server._stopping.wait(reply.trickle_s / 20):
+                            break
+                else:
+                    self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 

@@ -14,6 +14,7 @@ from compactor.object_jobs import (
     ConfigError,
     Defaults,
     Failure,
+    ObjectHead,
     ObjectTooLarge,
     Source,
     StoredObject,
@@ -27,10 +28,11 @@ from .conftest import transcript
 
 
 class MemoryStore:
-    """An ObjectStore over a dict; counts writes."""
+    """An ObjectStore over a dict; counts writes. Writes are conditional like S3's (ETag = a write counter)."""
 
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str], tuple[bytes, dict[str, str]]] = {}
+        self.etags: dict[tuple[str, str], str] = {}
         self.puts: list[str] = []
 
     def add(self, key: str, body: bytes) -> None:
@@ -42,14 +44,20 @@ class MemoryStore:
             raise ObjectTooLarge(len(body), max_bytes)
         return StoredObject(body, version_id, '"etag-1"')
 
-    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
+    def head(self, bucket: str, key: str) -> ObjectHead | None:
         found = self.objects.get((bucket, key))
-        return None if found is None else found[1]
+        return None if found is None else ObjectHead(found[1], self.etags.get((bucket, key), '"source"'))
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+            replacing: str | None) -> bool:
         assert content_type == "application/json"
+        current = self.head(bucket, key)
+        if (current.etag if current is not None else None) != replacing:
+            return False
         self.objects[(bucket, key)] = (body, dict(metadata))
         self.puts.append(key)
+        self.etags[(bucket, key)] = f'"w{len(self.puts)}"'
+        return True
 
 
 @pytest.mark.parametrize(("key", "rel"), [

@@ -72,7 +72,10 @@ async def run_flows_request(body: dict[str, Any], *, router: FlowsRouter,
         admitted = admit_flow(body.get("flow_ir"), admit_policy=router.admit_policy, flow_input=flow_input)
     except FlowAdmissionError as exc:
         return 400, invalid_flow_body(exc.message)
-    result = await run_flow(admitted, flow_input, router=router, deadline=deadline)
+    from compactor.router import request_call_budget
+
+    with request_call_budget():
+        result = await run_flow(admitted, flow_input, router=router, deadline=deadline)
     return flow_response(result)
 
 

@@ -9,7 +9,9 @@ Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on A
 
 Idempotency: every result carries the source's version id and ETag in its metadata; a job whose
 result already exists for the same source version is not run again, so the stored bytes never
-change, and results are serialised deterministically (compact JSON, keys in the service's order).
+change, and results are serialised deterministically (compact JSON, keys in the service's order,
+timings left out). Writes are conditional on the result key being as the job found it (absent, or
+the ETag it saw), so concurrent deliveries of one event store one result: the later ones skip.
 A result written for a newer version of the same key (S3 ``sequencer``) is never overwritten by an
 older one.
 
@@ -72,12 +74,24 @@ class StoredObject:
     etag: str
 
 
+@dataclass(frozen=True)
+class ObjectHead:
+    """What a store's ``head`` returns: the object's user metadata and its ETag."""
+
+    metadata: Mapping[str, str]
+    etag: str
+
+
 class ObjectStore(Protocol):
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject: ...
 
-    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None: ...
+    def head(self, bucket: str, key: str) -> ObjectHead | None: ...
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None: ...
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+            replacing: str | None) -> bool:
+        """Write only if the key still is as seen: absent (``replacing`` None) or holding the object whose
+        ETag is ``replacing``. False when it changed meanwhile (another delivery wrote first)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -262,9 +276,22 @@ def failure_body(failure: Failure, source: Source) -> dict[str, Any]:
     return body
 
 
+VOLATILE_KEYS = frozenset({"latency_ms", "backoff_ms"})
+"""Fields of an answer that differ between two runs on the same input (timings): not stored."""
+
+
 def encode(body: Any) -> bytes:
-    """The stored bytes of a result: compact JSON, the same for the same body."""
-    return dense_dumps(body).encode("utf-8")
+    """The stored bytes of a result: compact JSON without :data:`VOLATILE_KEYS`, the same for the same
+    compaction (docs/reliability.md)."""
+    return dense_dumps(_stable(body)).encode("utf-8")
+
+
+def _stable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _stable(item) for key, item in value.items() if key not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_stable(item) for item in value]
+    return value
 
 
 def same_version(metadata: Mapping[str, str] | None, source: Source) -> bool:
@@ -312,12 +339,15 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     rel = relative_key(source.key)
     if rel is None:
         return Outcome("skipped", source, reason="outside incoming/")
+    seen: dict[str, str | None] = {}  # ETag of each target as found now: the conditional writes expect it
     for target in (result_key(rel), failure_key(rel)):
-        existing = store.head_metadata(source.bucket, target)
+        head = store.head(source.bucket, target)
+        existing = head.metadata if head is not None else None
         if same_version(existing, source):
             return Outcome("skipped", source, key=target, reason="already processed")
         if newer_exists(existing, source):
             return Outcome("skipped", source, key=target, reason="a newer version was processed")
+        seen[target] = head.etag if head is not None else None
     try:
         limit = MAX_OBJECT_BYTES if max_bytes is None else max_bytes
         stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=limit)
@@ -326,10 +356,10 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
             return launch(source)
         stored = StoredObject(b"", source.version_id, source.etag)
         failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
-        return _write_failure(store, source, stored, rel, failure)
+        return _write_failure(store, source, stored, rel, failure, seen)
     request, transcript = _build(stored.body, defaults)
     if isinstance(request, Failure):
-        return _write_failure(store, source, stored, rel, request)
+        return _write_failure(store, source, stored, rel, request, seen)
     started_at = time.time()
     if request.decision_mode and _exceeds_one_request(request):
         status, body = await compact_large(request, router=router, deadline=deadline)
@@ -340,12 +370,13 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if status >= 500:
         raise RuntimeError(f"compaction failed with status {status}: {body.get('error', {}).get('code')}")
     if status != 200:
-        return _write_failure(store, source, stored, rel, Failure(status, body["error"]))
+        return _write_failure(store, source, stored, rel, Failure(status, body["error"]), seen)
     key = result_key(rel)
     session = transcript.write_back(body)  # a session file is answered by the session, compacted
-    store.put(source.bucket, key, encode(body) if session is None else session.encode("utf-8"),
-              content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
-              metadata=result_metadata(source, stored, status))
+    if not store.put_if(source.bucket, key, encode(body) if session is None else session.encode("utf-8"),
+                        content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
+                        metadata=result_metadata(source, stored, status), replacing=seen[key]):
+        return Outcome("skipped", source, key=key, reason=CONCURRENT)
     return Outcome("compacted", source, key=key, status=status)
 
 
@@ -355,9 +386,14 @@ def _exceeds_one_request(request: Any) -> bool:
     return exceeds_one_request(request)
 
 
-def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure) -> Outcome:
+CONCURRENT = "another delivery wrote the result first"
+
+
+def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure,
+                   seen: Mapping[str, str | None]) -> Outcome:
     identified = Source(source.bucket, source.key, stored.version_id, normalize_etag(stored.etag), source.sequencer)
     key = failure_key(rel)
-    store.put(source.bucket, key, encode(failure_body(failure, identified)), content_type=JSON_CONTENT_TYPE,
-              metadata=result_metadata(source, stored, failure.status))
+    if not store.put(source.bucket, key, encode(failure_body(failure, identified)), content_type=JSON_CONTENT_TYPE,
+                     metadata=result_metadata(source, stored, failure.status), replacing=seen[key]):
+        return Outcome("skipped", source, key=key, reason=CONCURRENT)
     return Outcome("failed", source, key=key, status=failure.status)

@@ -52,6 +52,9 @@ def route_usage(result: RouteResult) -> dict[str, Any] | None:
 def billed_cost(result: RouteResult) -> float | None:
     """The chosen response's cost plus what earlier, failed attempts were billed (REFERENCE §2.4: a billed
     response keeps its cost even if it was rejected); ``None`` when the chosen cost is unknown."""
+    if not result.ok:
+        failed = result.failure_cost()
+        return None if failed is None else round(failed, 6)
     if result.cost_usd is None or not result.failed_cost_usd:
         return result.cost_usd
     return round(result.cost_usd + result.failed_cost_usd, 6)

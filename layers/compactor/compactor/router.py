@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import re
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -27,7 +30,11 @@ from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, N
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
 from compactor.policy.ranking import Ranking, Requirements, rank
 from compactor.providers.base import (
-    BAD_RESPONSE,
+    AUTH_ERROR,
+    BAD_REQUEST,
+    CONTEXT_OVERFLOW,
+    INVALID_DECISION,
+    MAX_SANE_TOKENS,
     NETWORK_ERROR,
     RATE_LIMIT,
     TIMEOUT,
@@ -45,15 +52,29 @@ PROVIDER_DISABLE_TTL_S = 300.0
 BREAKER_FAILURE_THRESHOLD = 3  # consecutive provider faults that open a breaker
 BREAKER_OPEN_S = 30.0
 DEFAULT_ATTEMPT_TIMEOUT_S = 60.0  # when neither timeout_s nor a deadline bounds an attempt
-# `retry_same` re-issues one offer at most this often per call, whatever `attempts` says: the decision path
-# stays bounded and one policy cannot spend a whole budget hammering one provider.
-MAX_RETRIES_PER_OFFER = 16
+# Upstream politeness (docs/reliability.md). Whatever a caller's FailPlan says: `retry_same` re-issues one
+# offer at most MAX_RETRIES_PER_OFFER times per call, and one request makes at most MAX_RETRIES_PER_REQUEST
+# re-issues and MAX_UPSTREAM_CALLS_PER_REQUEST calls in all (see request_call_budget). Re-issues wait an
+# exponential backoff with jitter (BACKOFF_BASE_S doubling, times a random factor in [0.5, 1), at most
+# BACKOFF_MAX_S), never less than the policy's backoff_ms or the provider's Retry-After.
+MAX_RETRIES_PER_OFFER = 3
+MAX_RETRIES_PER_REQUEST = 8
+MAX_UPSTREAM_CALLS_PER_REQUEST = 512
+BACKOFF_BASE_S = 0.2
+BACKOFF_MAX_S = 10.0
+# Client errors are not retried (the same request would fail the same way), except these statuses.
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 ERROR_MESSAGE_LIMIT = 300
 CHAT_COST_DECIMALS = 6
 DECISION_COST_DECIMALS = 12
 CACHED_INPUT_PRICE_FACTOR = 0.1
-# Failures that say something about the provider's health (not the caller's request or credentials).
-PROVIDER_FAULT_KINDS = frozenset({TIMEOUT, RATE_LIMIT, UPSTREAM_ERROR, NETWORK_ERROR, BAD_RESPONSE})
+# Failures that say something about the provider's health and nothing about the request's content: only
+# these change state shared by every caller (breakers, and provider disables a FailPlan asks for). A
+# timeout counts only when the attempt had at least SHARED_TIMEOUT_MIN_S (a caller can ask for 1 ms).
+# Any other failure's `disable_provider` skips the provider for the rest of that call only.
+PROVIDER_FAULT_KINDS = frozenset({TIMEOUT, RATE_LIMIT, UPSTREAM_ERROR, NETWORK_ERROR})
+SHARED_TIMEOUT_MIN_S = 5.0
+CLIENT_ERROR_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR})
 
 # Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the large side for prose, code and JSON alike.
 BYTES_PER_TOKEN_ESTIMATE = 3
@@ -80,6 +101,13 @@ class RouteResult:
     cost_basis: str | None = None  # "subscription" | "reported" | "computed" | None
     # USD that providers reported for failed attempts (billed, then rejected); None when none reported.
     failed_cost_usd: float | None = None
+    # Whether failed_cost_usd is all the failed attempts cost: each reported its cost or was refused with an
+    # HTTP error status (not billed). A timeout or an unpriced bad answer may have been billed: unknown.
+    failed_cost_known: bool = True
+
+    def failure_cost(self) -> float | None:
+        """What the failed attempts cost, when known (0.0 when nothing was billed)."""
+        return (self.failed_cost_usd or 0.0) if self.failed_cost_known else None
 
 
 @dataclass(frozen=True)
@@ -103,6 +131,43 @@ class _Failure:
     message: str
     http_status: int | None = None
     cost_reported: float | None = None
+    retry_after_s: float | None = None
+    timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
+
+    @property
+    def says_provider_is_unwell(self) -> bool:
+        """Whether this failure may change state shared by every caller (see PROVIDER_FAULT_KINDS)."""
+        if self.kind not in PROVIDER_FAULT_KINDS:
+            return False
+        return self.kind != TIMEOUT or self.timeout_s is None or self.timeout_s >= SHARED_TIMEOUT_MIN_S
+
+    @property
+    def retryable(self) -> bool:
+        """Client errors fail again when re-sent: only 408 and 429 among them are worth a retry."""
+        if self.http_status is not None and 400 <= self.http_status < 500:
+            return self.http_status in RETRYABLE_CLIENT_STATUSES
+        return self.kind not in CLIENT_ERROR_KINDS
+
+
+@dataclass
+class CallBudget:
+    """What one request may still spend upstream (see :func:`request_call_budget`)."""
+
+    calls_left: int = MAX_UPSTREAM_CALLS_PER_REQUEST
+    retries_left: int = MAX_RETRIES_PER_REQUEST
+
+
+_request_budget: ContextVar[CallBudget | None] = ContextVar("compactor_request_call_budget", default=None)
+
+
+@contextmanager
+def request_call_budget() -> Iterator[CallBudget]:
+    """Bound the upstream calls of everything run inside (one request; its tasks share the budget)."""
+    token = _request_budget.set(CallBudget())
+    try:
+        yield _request_budget.get()  # type: ignore[misc]
+    finally:
+        _request_budget.reset(token)
 
 
 @dataclass
@@ -126,7 +191,7 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     if price_in == 0 and price_out == 0:
         return 0.0, "computed"
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
-    if tokens_in is None or tokens_out is None:
+    if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
         return None, None
     cached = min(getattr(response, "tokens_cached", None) or 0, tokens_in)
     cost = ((tokens_in - cached) / 1e6 * price_in + cached / 1e6 * price_in * CACHED_INPUT_PRICE_FACTOR
@@ -175,7 +240,7 @@ class Router:
     """Ranks offers with a policy and fails over across them (REFERENCE §5.3–5.4).
 
     ``transport_for`` maps an offer to its transport; ``clock`` (seconds) drives provider-disable
-    TTLs, breakers and latencies; ``sleep`` waits between retries. Policies may observe the core
+    TTLs, breakers and latencies; ``sleep`` waits between retries; ``random`` (in [0, 1)) jitters them. Policies may observe the core
     fields, every extra boolean/numeric observation the offers carry (``cache_hot: true`` in the
     catalog declares ``cache_hot``), and ``fields`` declared explicitly (``{"cache_hot": "Bool"}``).
     """
@@ -183,6 +248,7 @@ class Router:
     def __init__(self, offers: Sequence[Offer], *, envelope: list | None = None,
                  transport_for: Callable[[Offer], Transport], clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                 random: Callable[[], float] = random.random,
                  fields: FieldDeclarations | None = None) -> None:
         self._offers = tuple(offers)
         self._fields: FieldDeclarations = {**fields_observed_in(self._offers), **(fields or {})}
@@ -190,6 +256,7 @@ class Router:
         self._transport_for = transport_for
         self._clock = clock
         self._sleep = sleep
+        self._random = random
         self._disabled_until: dict[str, float] = {}
         self._breakers: dict[tuple[str, str], _Breaker] = {}
         # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
@@ -265,12 +332,14 @@ class Router:
         if failure is None:
             breaker.consecutive_faults, breaker.open_until = 0, -math.inf
             return
-        if failure.kind in PROVIDER_FAULT_KINDS:
-            breaker.consecutive_faults += 1
-            if breaker.consecutive_faults >= BREAKER_FAILURE_THRESHOLD:
-                breaker.open_until = self._clock() + BREAKER_OPEN_S
-        if action is not None and action.open_breaker_ms:
-            breaker.open_until = max(breaker.open_until, self._clock() + action.open_breaker_ms / 1000)
+        if not failure.says_provider_is_unwell:
+            return  # the caller's request, credentials or answer: nothing to tell other callers
+        breaker.consecutive_faults += 1
+        if breaker.consecutive_faults >= BREAKER_FAILURE_THRESHOLD:
+            breaker.open_until = self._clock() + BREAKER_OPEN_S
+        if action is not None and action.open_breaker_ms:  # a caller may open it, for at most BREAKER_OPEN_S
+            open_s = min(action.open_breaker_ms / 1000, BREAKER_OPEN_S)
+            breaker.open_until = max(breaker.open_until, self._clock() + open_s)
 
     # -- one call -----------------------------------------------------------------------------
 
@@ -293,7 +362,9 @@ class Router:
             async with asyncio.timeout(wait_s):
                 await slot.acquire()
         except TimeoutError:
-            return _Failure(TIMEOUT, f"no free slot (max_concurrency {offer.max_concurrency}) before the deadline")
+            # Waiting on other calls says nothing about the provider (timeout_s 0: no shared state changes).
+            return _Failure(TIMEOUT, f"no free slot (max_concurrency {offer.max_concurrency}) before the deadline",
+                            timeout_s=0.0)
         try:
             return await self._call(invoke, offer, deadline.cap(timeout) if deadline is not None else timeout)
         finally:
@@ -301,15 +372,16 @@ class Router:
 
     async def _call(self, invoke: Invoke, offer: Offer, timeout: float) -> Response | _Failure:
         if timeout <= 0:
-            return _Failure(TIMEOUT, "no time left for the call")
+            return _Failure(TIMEOUT, "no time left for the call", timeout_s=timeout)
         try:
             # Cancelling an HTTP call on timeout closes its connection (docs/providers.md).
             async with asyncio.timeout(timeout):
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
-            return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported)
+            return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported,
+                            retry_after_s=exc.retry_after_s, timeout_s=timeout)
         except TimeoutError:
-            return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms")
+            return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms", timeout_s=timeout)
         except Exception as exc:  # any transport defect is a failed attempt, never a crash
             return _Failure(UPSTREAM_ERROR, _redact(f"{type(exc).__name__}: {exc}", offer))
 
@@ -352,6 +424,8 @@ class _Failover:
         self.timeout_s = timeout_s
         self.path: list[dict[str, Any]] = []
         self.failed_costs: list[float] = []
+        self.failed_cost_known = True
+        self.skipped_providers: set[str] = set()  # disabled for this call only (see PROVIDER_FAULT_KINDS)
         self.last: _Failure | None = None
         self.trace: dict[str, Any] = {
             "policy_fingerprint": policy.fingerprint,
@@ -368,7 +442,8 @@ class _Failover:
 
     def result(self, **fields: Any) -> RouteResult:
         failed_cost = math.fsum(self.failed_costs) if self.failed_costs else None
-        return RouteResult(trace=self.trace, failed_cost_usd=failed_cost, **fields)
+        return RouteResult(trace=self.trace, failed_cost_usd=failed_cost, failed_cost_known=self.failed_cost_known,
+                           **fields)
 
     def failed(self, kind: str, message: str) -> RouteResult:
         return self.result(ok=False, response=None, chosen=None, error_kind=kind, error_message=message)
@@ -380,7 +455,7 @@ class _Failover:
         index = 0
         while index < len(self.candidates):
             offer = self.candidates[index]
-            if self.router._provider_disabled(offer.provider):
+            if self.router._provider_disabled(offer.provider) or offer.provider in self.skipped_providers:
                 self.event("skipped", offer, reason="provider_disabled")
                 index += 1
                 continue
@@ -391,9 +466,14 @@ class _Failover:
                 assert self.last is not None
                 return self.failed(self.last.kind, self.last.message)
             if outcome == DISABLE_PROVIDER:
-                self.router._disable_provider(offer.provider)
-                self.path.append({"event": "provider_disabled", "provider": offer.provider,
-                                  "ttl_ms": round(PROVIDER_DISABLE_TTL_S * 1000)})
+                assert self.last is not None
+                if self.last.says_provider_is_unwell:
+                    self.router._disable_provider(offer.provider)
+                    self.path.append({"event": "provider_disabled", "provider": offer.provider,
+                                      "ttl_ms": round(PROVIDER_DISABLE_TTL_S * 1000)})
+                else:  # the request's own failure: skip the provider for this call, tell no one else
+                    self.skipped_providers.add(offer.provider)
+                    self.path.append({"event": "provider_disabled", "provider": offer.provider, "scope": "call"})
             index = self.next_index(index, outcome)
         if self.last is None:
             return self.failed("no_candidates", "every ranked offer's provider is disabled")
@@ -416,6 +496,11 @@ class _Failover:
             timeout = self.router._attempt_timeout(self.timeout_s, self.deadline)
             if timeout <= 0:
                 return self.failed(TIMEOUT, "deadline exhausted before the next attempt")
+            budget = _request_budget.get()
+            if budget is not None:
+                if budget.calls_left <= 0:
+                    return self.failed("call_budget", "the request's upstream call budget is spent")
+                budget.calls_left -= 1
             attempt += 1
             started = self.router._clock()
             outcome = await self.router._attempt(self.invoke, offer, timeout, self.deadline)
@@ -428,20 +513,38 @@ class _Failover:
             self.last = outcome
             if _is_real(outcome.cost_reported) and outcome.cost_reported >= 0:
                 self.failed_costs.append(outcome.cost_reported)
+            elif outcome.http_status is None or outcome.http_status < 400:
+                self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}))
+            if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
+                self.router._record_outcome(offer, None, None)
+                return self.failed(INVALID_DECISION, outcome.message)
             action = self.plan.action_for(outcome.kind)
             self.router._record_outcome(offer, outcome, action)
             if action.action != RETRY_SAME:
                 return action.action
-            if attempt <= min(action.attempts, MAX_RETRIES_PER_OFFER) and await self.backoff(offer, action, attempt):
+            if outcome.retryable and attempt <= min(action.attempts, MAX_RETRIES_PER_OFFER) \
+                    and self.take_retry() and await self.backoff(offer, action, attempt, outcome):
                 continue
             return NEXT_CANDIDATE if action.then_action == RETRY_SAME else action.then_action
 
-    async def backoff(self, offer: Offer, action: Action, retry: int) -> bool:
+    @staticmethod
+    def take_retry() -> bool:
+        """Spend one of the request's re-issues; False when none is left."""
+        budget = _request_budget.get()
+        if budget is None:
+            return True
+        if budget.retries_left <= 0:
+            return False
+        budget.retries_left -= 1
+        return True
+
+    async def backoff(self, offer: Offer, action: Action, retry: int, failure: _Failure) -> bool:
         """Wait before re-issue ``retry``; False when the wait would run past the deadline."""
-        delay_s = action.backoff_before_retry(retry) / 1000
+        exponential = min(BACKOFF_BASE_S * 2 ** (retry - 1), BACKOFF_MAX_S) * (0.5 + self.router._random() / 2)
+        delay_s = max(action.backoff_before_retry(retry) / 1000, exponential, failure.retry_after_s or 0.0)
         if self.deadline is not None and delay_s >= self.deadline.remaining_s():
             return False
         self.event("retry_scheduled", offer, attempt=retry + 1, backoff_ms=round(delay_s * 1000))

@@ -16,8 +16,17 @@ def error_body(message: str, *, type_: str = "invalid_request_error", code: str 
     return {"error": {"message": message, "type": type_, "code": code}}
 
 
-def health() -> dict[str, Any]:
-    return {"ok": True, "version": __version__}
+def health() -> tuple[int, dict[str, Any]]:
+    """``GET /v1/healthz``: 200 when the catalog loads (the router can be built), else 503 with the reason."""
+    from compactor.catalog import CatalogError
+    from compactor.container import get_router
+    from compactor.policy import PolicyAdmissionError
+
+    try:
+        get_router()
+    except (CatalogError, PolicyAdmissionError) as exc:
+        return 503, {"ok": False, "version": __version__, "error": str(exc)[:500]}
+    return 200, {"ok": True, "version": __version__}
 
 
 def request_deadline(lambda_context: Any = None) -> Deadline:
@@ -29,7 +38,17 @@ async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = 
                   on_event: Any = None, flow_runner: Any = None, archive: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/compact`` in either mode, as a coroutine (the CLI and tests await it directly).
     ``flow_runner`` replaces the inline ``run_flow`` for decision mode (the batch fan-out); ``archive``
-    (a ``compactor.archives.Archive``) keeps the originals of a ``restorable`` request."""
+    (a ``compactor.archives.Archive``) keeps the originals of a ``restorable`` request. The request's
+    upstream calls are bounded (``compactor.router.request_call_budget``)."""
+    from compactor.router import request_call_budget
+
+    with request_call_budget():
+        return await _compact(request, deadline=deadline, router=router, on_event=on_event,
+                              flow_runner=flow_runner, archive=archive)
+
+
+async def _compact(request: CompactRequest, *, deadline: Deadline, router: Any, on_event: Any,
+                   flow_runner: Any, archive: Any) -> tuple[int, dict[str, Any]]:
     from compactor.compaction.seal import InvalidPolicy, seal
     from compactor.container import get_router
     from compactor.formats import get_dialect

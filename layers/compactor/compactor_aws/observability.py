@@ -119,6 +119,24 @@ def error_kind(node: Mapping[str, Any]) -> str | None:
     return match.group(0) if match else "unknown"
 
 
+def _calls_made(trace: Any) -> int:
+    """Provider calls a routed call made: its ``attempted`` events (retries and failovers included)."""
+    path = _mapping(trace).get("decision_path")
+    return sum(1 for step in path if isinstance(step, Mapping) and step.get("event") == "attempted") \
+        if isinstance(path, list) else 0
+
+
+def _node_calls(node: Mapping[str, Any]) -> int:
+    """Provider calls of one model node (its routing decision included); a call cut off by a timeout left
+    no trace but was made."""
+    if node.get("skipped"):
+        return 0
+    calls = _calls_made(node.get("decision_trace")) + _calls_made(_mapping(node.get("routing")).get("decision_trace"))
+    if not calls and node.get("decision_trace") is None and "cancelled" in str(node.get("error", "")):
+        return 1
+    return calls
+
+
 def _legacy_fallbacks(x_router: Mapping[str, Any]) -> int:
     path = _mapping(x_router.get("decision_trace")).get("decision_path")
     if not isinstance(path, list):
@@ -163,10 +181,10 @@ def summarize_call(*, route: str, status: int, body: Any, mode: str | None = Non
             bytes_saved = bytes_in - bytes_out
 
     if nodes:
-        model_calls = sum(1 for node in nodes if node.get("kind") in MODEL_KINDS and not node.get("skipped"))
+        model_calls = sum(_node_calls(node) for node in nodes if node.get("kind") in MODEL_KINDS)
         fallbacks = sum(1 for node in nodes if node.get("fallback") or "error" in node)
     elif x_router:  # a single routed call (legacy seal): its failed attempts were failovers
-        model_calls, fallbacks = 1, _legacy_fallbacks(x_router)
+        model_calls, fallbacks = _calls_made(x_router.get("decision_trace")), _legacy_fallbacks(x_router)
     else:
         model_calls = fallbacks = 0
 

@@ -16,12 +16,14 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from compactor.object_jobs import ObjectTooLarge, StoredObject
+from compactor.object_jobs import ObjectHead, ObjectTooLarge, StoredObject
 
 PART_BYTES = 8 * 1024 * 1024
 """Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+# A conditional write lost its race (412), or an identical one is in flight (409).
+_PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
 _client: Any = None
 _lock = threading.Lock()
 
@@ -71,18 +73,30 @@ class S3Store:
             stream.close()
         return StoredObject(body=body, version_id=response.get("VersionId"), etag=response.get("ETag", ""))
 
-    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
-        """User metadata of ``key`` (lower-case names, no ``x-amz-meta-``), None when it does not exist."""
+    def head(self, bucket: str, key: str) -> ObjectHead | None:
+        """User metadata (lower-case names, no ``x-amz-meta-``) and ETag of ``key``; None when it does not exist."""
         try:
             response = self.client.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in _NOT_FOUND:
                 return None
             raise
-        return {name.lower(): value for name, value in (response.get("Metadata") or {}).items()}
+        metadata = {name.lower(): value for name, value in (response.get("Metadata") or {}).items()}
+        return ObjectHead(metadata, response.get("ETag", ""))
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
-        self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, Metadata=dict(metadata))
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+            replacing: str | None) -> bool:
+        """A conditional PutObject: ``If-None-Match: *`` when the key was absent, ``If-Match`` its ETag
+        otherwise. False when S3 refuses the condition (another writer was first)."""
+        condition = {"IfNoneMatch": "*"} if replacing is None else {"IfMatch": replacing}
+        try:
+            self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type,
+                                   Metadata=dict(metadata), **condition)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION:
+                return False
+            raise
+        return True
 
     @contextlib.contextmanager
     def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[IO[bytes]]:

@@ -28,7 +28,6 @@ OK, SKIPPED, FALLBACK, FAILED = "ok", "skipped", "fallback", "failed"
 FLOW_DEADLINE: Final = "flow_deadline"
 NODE_EXCEPTION: Final = "node_exception"
 DATA_ERROR: Final = "data_error"
-NO_CANDIDATES: Final = "no_candidates"
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
@@ -196,8 +195,9 @@ async def _route(routing: AdmittedRouting, entry: dict[str, Any], router: FlowRo
     record["decision_trace"] = result.trace or None
     if not result.ok or response is None or chosen is None:
         kind = result.error_kind or "upstream_error"
-        record["cost_usd"] = 0 if kind == NO_CANDIDATES else None  # no offer was called
-        return settle(None, routed.DECISION_FAILED, f"{kind}: {result.error_message}" if result.error_message else kind)
+        record["cost_usd"] = result.failure_cost()  # a billed, rejected answer keeps its cost
+        reason = routed.INVALID_DECISION if kind == routed.INVALID_DECISION else routed.DECISION_FAILED
+        return settle(None, reason, f"{kind}: {result.error_message}" if result.error_message else kind)
     record.update(cost_usd=_route_cost(result), tokens_in=response.tokens_in, tokens_out=response.tokens_out,
                   model=getattr(response, "model", None) or chosen.model)
     answer = {"model": getattr(response, "model", None), "answers": getattr(response, "answers", None),
@@ -305,8 +305,9 @@ def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: Rou
     response, chosen = result.response, result.chosen
     if not result.ok or response is None or chosen is None:
         kind = result.error_kind or "upstream_error"
-        if kind == NO_CANDIDATES:
-            entry["cost_reported"] = 0  # no offer was called
+        billed = result.failure_cost()  # 0 when no offer was called; None when a failed attempt may be billed
+        if billed is not None:
+            entry["cost_reported"] = billed
         entry["latency_ms"] = result.latency_ms
         entry["decision_trace"] = result.trace or None
         raise _NodeFailure(kind, result.error_message or "")

@@ -6,6 +6,7 @@ Everything that talks to a model (HTTP or built-in) implements :class:`Transport
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -18,19 +19,40 @@ CONTEXT_OVERFLOW = "context_overflow"
 UPSTREAM_ERROR = "upstream_error"
 BAD_RESPONSE = "bad_response"
 NETWORK_ERROR = "network_error"
+# A decision answer that breaks the decision rules (invented label, id, score ...): the call was made and may
+# be billed, but it says nothing about the provider's health and another offer is not tried.
+INVALID_DECISION = "invalid_decision"
+
+# Usage a provider reports beyond these bounds is junk: the tokens and the cost are unknown, never a huge
+# number (docs/reliability.md).
+MAX_SANE_TOKENS = 100_000_000
+MAX_SANE_COST_USD = 1_000.0
+
+
+def sane_tokens(value: Any) -> int | None:
+    """A reported token count when it is a JSON integer in [0, MAX_SANE_TOKENS], else None (unknown)."""
+    return value if type(value) is int and 0 <= value <= MAX_SANE_TOKENS else None
+
+
+def sane_usd(value: Any) -> float | None:
+    """A reported USD cost when it is a finite number in [0, MAX_SANE_COST_USD], else None (unknown)."""
+    if type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MAX_SANE_COST_USD:
+        return float(value)
+    return None
 
 
 class ProviderError(Exception):
     """A failed model call. ``message`` never contains credentials."""
 
     def __init__(self, kind: str, message: str, *, http_status: int | None = None,
-                 cost_reported: float | None = None) -> None:
+                 cost_reported: float | None = None, retry_after_s: float | None = None) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
         self.http_status = http_status
         # A provider may bill a call whose answer is then rejected (e.g. bad JSON).
         self.cost_reported = cost_reported
+        self.retry_after_s = retry_after_s  # the provider's Retry-After, in seconds
 
 
 @dataclass(frozen=True)

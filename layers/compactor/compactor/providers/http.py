@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -29,6 +32,7 @@ from compactor.providers.keys import resolve_key
 # connections on the next burst instead of reconnecting (docs/performance.md).
 POOL_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=30.0)
 ERROR_MESSAGE_MAX_CHARS = 300
+RETRY_AFTER_MAX_S = 600.0  # a longer Retry-After is read as this (the deadline decides anyway)
 _USER_AGENT = "compactor"
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
@@ -51,6 +55,7 @@ class HttpReply:
 
     status: int
     body: bytes
+    retry_after_s: float | None = None  # the Retry-After header, in seconds (see parse_retry_after)
 
 
 def client() -> httpx.AsyncClient:
@@ -124,7 +129,8 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
             async with client().stream("POST", url, content=content, headers=request_headers,
                                        timeout=httpx.Timeout(timeout_s)) as response:
                 body = await _read_bounded(response, max_body_bytes)
-                return HttpReply(response.status_code, body)
+                return HttpReply(response.status_code, body,
+                                 parse_retry_after(response.headers.get("Retry-After")))
     except TimeoutError:
         raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from None
     except httpx.TimeoutException as exc:
@@ -133,6 +139,27 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
         raise ProviderError(BAD_RESPONSE, _describe(exc, secrets)) from None
     except (httpx.RequestError, httpx.InvalidURL) as exc:
         raise ProviderError(NETWORK_ERROR, _describe(exc, secrets)) from None
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date), capped at
+    :data:`RETRY_AFTER_MAX_S`; ``None`` when absent or unreadable."""
+    if not value or len(value) > 64:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
 
 
 def _describe(exc: Exception, secrets: Iterable[str | None]) -> str:
@@ -173,7 +200,8 @@ def error_detail(body: bytes) -> str:
     return text
 
 
-def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = ()) -> ProviderError | None:
+def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (), *,
+                     retry_after_s: float | None = None) -> ProviderError | None:
     """The :class:`ProviderError` an HTTP status means, or None for 2xx.
 
     429 → rate_limit; 401/403 → auth_error; 400/413/422 mentioning context or tokens →
@@ -192,7 +220,8 @@ def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (
         kind = BAD_REQUEST
     else:
         kind = UPSTREAM_ERROR
-    return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status)
+    return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status,
+                         retry_after_s=retry_after_s)
 
 
 async def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:

@@ -7,38 +7,49 @@ for the questions, else ``bad_response``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+    BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
+    ProviderError, sane_tokens, sane_usd,
 )
 from compactor.providers.http import bearer_headers, error_for_status, post_json
 from compactor.providers.openai import endpoint
 
 
 def reported_cost(usage: Any) -> float | None:
-    """``usage.cost`` when it is a finite non-negative number (what the provider billed), else None."""
-    cost = usage.get("cost") if isinstance(usage, dict) else None
-    if type(cost) in (int, float) and math.isfinite(cost) and cost >= 0:
-        return float(cost)
-    return None
+    """``usage.cost`` when it is a sane number (what the provider billed, see ``sane_usd``), else None."""
+    return sane_usd(usage.get("cost")) if isinstance(usage, dict) else None
+
+
+def sane_usage(usage: Any) -> dict[str, Any] | None:
+    """The usage fields worth keeping: token counts and cost within sane bounds; junk is dropped, so a
+    valid answer is never refused for its usage (docs/reliability.md)."""
+    if not isinstance(usage, dict):
+        return None
+    kept: dict[str, Any] = {key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")
+                            if sane_tokens(usage.get(key)) is not None}
+    if sane_usd(usage.get("cost")) is not None:
+        kept["cost"] = usage["cost"]
+    return kept or None
 
 
 def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str,
                      http_status: int | None = None) -> DecisionResponse:
     """Validate a provider's decision object and turn it into a :class:`DecisionResponse`.
 
-    Invalid answers raise ``bad_response`` that still carries the billed cost, if any."""
+    Usage junk is dropped (:func:`sane_usage`); invalid answers raise ``invalid_decision`` that still
+    carries the billed cost, if any."""
+    usage = sane_usage(answer.get("usage")) if isinstance(answer, dict) else None
+    if isinstance(answer, dict):
+        answer = {**answer, "usage": usage}
     try:
         validate_answers(request.questions, answer, model_family=model_family)
     except DecisionValidationError as exc:
-        usage = answer.get("usage") if isinstance(answer, dict) else None
-        raise ProviderError(BAD_RESPONSE, f"invalid decision: {exc.message}", http_status=http_status,
+        raise ProviderError(INVALID_DECISION, f"invalid decision: {exc.message}", http_status=http_status,
                             cost_reported=reported_cost(usage)) from exc
-    usage = answer.get("usage") or None
     return DecisionResponse(
         model=answer["model"],
         answers=answer["answers"],
@@ -69,7 +80,7 @@ class DecisionsTransport:
         headers, key = await bearer_headers(offer)
         reply = await post_json(url, {"model": offer.model, **payload}, headers=headers, timeout_s=timeout_s,
                                 max_body_bytes=DECISION_RESPONSE_MAX_BYTES, secrets=(key,))
-        error = error_for_status(reply.status, reply.body, (key,))
+        error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
         if error is not None:
             raise error
         try:

@@ -7,12 +7,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+    sane_tokens, sane_usd,
 )
 from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
 
@@ -42,7 +42,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     headers, key = await bearer_headers(offer)
     reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-    error = error_for_status(reply.status, reply.body, (key,))
+    error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
     if error is not None:
         raise error
     try:
@@ -52,14 +52,8 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
                             cost_reported=exc.cost_reported) from None
 
 
-def count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
-
-
-def _usd(value: Any) -> float | None:
-    if type(value) in (int, float) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None
+count = sane_tokens
+_usd = sane_usd
 
 
 def _content_text(content: Any) -> str | None:

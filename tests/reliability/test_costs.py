@@ -1,0 +1,129 @@
+"""Honest costs (docs/reliability.md): junk usage is unknown cost, billed answers keep their cost whatever
+happens to them, invalid decision answers are ``invalid_decision`` and are not retried on other offers,
+and billing counts the calls actually made. Real transports against a fake provider on 127.0.0.1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.flow import admit_flow, run_flow
+from compactor.models import CompactRequest
+from compactor.providers.base import Offer
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+from compactor_aws.observability import summarize_call
+from fakes.provider_server import FakeProviderServer, Reply, chat_reply, decision_reply, default_answers
+
+from ..unit.flow.test_routing_nodes import FAST_POLICY, STRONG_POLICY, routed_flow
+from .test_isolation_and_retries import Sleeps, transcript
+
+CHEAP_FIRST = ["policy", ["meets_req"], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
+               ["always", {"action": "next_candidate"}]]
+
+
+def offers(fake: FakeProviderServer) -> list[Offer]:
+    def make(offer_id: str, protocol: str, transport: str, price: float) -> Offer:
+        return Offer(id=offer_id, provider=offer_id.split("/")[0], family=offer_id, model=offer_id,
+                     protocol=protocol, transport=transport, base_url=fake.base_url, price_in=price, price_out=price,
+                     observations={"context": 100_000 * price})
+    return [make("d1/dec", "decisions", "decisions", 1.0), make("d2/dec", "decisions", "decisions", 2.0),
+            make("fast/chat", "chat", "openai", 0.1), make("strong/chat", "chat", "openai", 3.0)]
+
+
+def router(fake: FakeProviderServer) -> Router:
+    return Router(offers(fake), transport_for=transport_for, sleep=Sleeps())
+
+
+def decision_requests(fake: FakeProviderServer) -> list[Any]:
+    return [r for r in fake.requests if r.path.endswith("/decisions")]
+
+
+async def test_absurd_usage_is_an_unknown_cost_not_a_huge_one(fake_provider: FakeProviderServer) -> None:
+    fake_provider.responder = lambda request: chat_reply("A short summary.", prompt_tokens=10**30,
+                                                         completion_tokens=5)
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    assert status == 200 and body["compacted"] is True
+    assert body["x_router"]["cost_usd"] is None  # was 5e23 with cost_known true
+    summary = summarize_call(route="compact", status=status, body=body, mode="legacy")
+    assert summary.cost_usd is None and summary.cost_known is False
+
+
+async def test_an_absurd_reported_cost_is_unknown(fake_provider: FakeProviderServer) -> None:
+    fake_provider.responder = lambda request: chat_reply("A short summary.", cost=1e20)
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
+    _, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    # Prices x tokens replace the junk figure.
+    assert body["x_router"]["cost_usd"] is not None and body["x_router"]["cost_usd"] < 1
+
+
+def invented_label(request: Any, cost: float = 0.002) -> Reply:
+    answers = default_answers(request.json.get("questions"))
+    for answer in answers.values():
+        if answer.get("type") == "choice":
+            answer["choice"] = "a-label-nobody-asked-for"
+    return decision_reply(answers, model=request.json["model"], cost=cost)
+
+
+async def test_an_invented_route_choice_is_invalid_decision_billed_once(fake_provider: FakeProviderServer) -> None:
+    def respond(request: Any) -> Reply:
+        if request.path.endswith("/decisions"):
+            return invented_label(request)
+        return chat_reply("An answer.", cost=0.001)
+
+    fake_provider.responder = respond
+    real = router(fake_provider)
+    flow = routed_flow(routing={"policy": CHEAP_FIRST, "instructions": "Pick the model.", "fallback": "strong",
+                                "choices": {"fast": {"description": "easy", "policy": FAST_POLICY},
+                                            "strong": {"description": "hard", "policy": STRONG_POLICY}}})
+    admitted = admit_flow(flow, admit_policy=real.admit_policy, flow_input="What is 2+2?")
+    result = await run_flow(admitted, "What is 2+2?", router=real, deadline=Deadline.after_ms(20_000))
+    (node,) = [n for n in result.flow_nodes if n["kind"] == "llm"]
+    assert node["routing"]["fallback_reason"] == "invalid_decision"  # was decision_failed
+    assert node["routing"]["cost_usd"] == 0.002  # the rejected answer was billed: its cost is kept
+    assert [r.json["model"] for r in decision_requests(fake_provider)] == ["d1/dec"]  # d2 never tried
+    assert result.x_router()["cost_usd"] is not None
+
+
+async def test_rejected_decision_answers_keep_their_cost_in_compaction(fake_provider: FakeProviderServer) -> None:
+    fake_provider.responder = lambda request: (invented_label(request, cost=0.003)
+                                               if request.path.endswith("/decisions") else chat_reply("{}"))
+    request = CompactRequest(messages=transcript(), keep_recent=2, decision_policy_ir=CHEAP_FIRST,
+                             policy_ir=CHEAP_FIRST)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    assert status == 200 and body["messages"] == request.messages
+    decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]
+    assert decisions and all(n["error"].startswith("invalid_decision") for n in decisions)
+    assert all(n["cost_reported"] == 0.003 for n in decisions)  # was null
+    assert body["x_router"]["cost_usd"] is not None  # so the request's cost stays known
+    assert len(decision_requests(fake_provider)) == len(decisions)  # one call per batch, no failover
+
+
+async def test_usage_junk_does_not_void_a_valid_decision(fake_provider: FakeProviderServer) -> None:
+    def respond(request: Any) -> Reply:
+        if request.path.endswith("/decisions"):
+            reply = decision_reply(default_answers(request.json.get("questions")), model=request.json["model"])
+            reply.body["usage"] = {"input_tokens": -5, "output_tokens": "many", "cost": "free"}
+            return reply
+        return chat_reply("{}")
+
+    fake_provider.responder = respond
+    request = CompactRequest(messages=transcript(), keep_recent=2, decision_policy_ir=CHEAP_FIRST,
+                             policy_ir=CHEAP_FIRST)
+    _, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]
+    assert decisions and all(n.get("error") is None for n in decisions)  # was "Invalid usage."
+
+
+async def test_billing_counts_the_calls_actually_made(fake_provider: FakeProviderServer) -> None:
+    fake_provider.responder = lambda request: Reply(503, {"error": {"message": "down"}})
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    summary = summarize_call(route="compact", status=status, body=body, mode="legacy")
+    assert summary.model_calls == len(fake_provider.requests) == 2  # both chat offers, once each
+
+    no_offer = Router([], transport_for=transport_for)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=no_offer)
+    assert summarize_call(route="compact", status=status, body=body, mode="legacy").model_calls == 0  # was 1

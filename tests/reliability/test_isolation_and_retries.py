@@ -1,0 +1,221 @@
+"""Callers cannot hurt each other or the providers (docs/reliability.md): shared provider state changes only
+on provider faults, a caller's FailPlan affects its own request, retries are polite and bounded.
+
+The router talks to a fake provider on 127.0.0.1 through the real HTTP transports."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.models import CompactRequest
+from compactor.policy import DEFAULT_CHAT_POLICY
+from compactor.providers.base import ChatRequest, Offer
+from compactor.providers.http import RETRY_AFTER_MAX_S, parse_retry_after
+from compactor.providers.registry import transport_for
+from compactor.router import (
+    BREAKER_OPEN_S,
+    MAX_RETRIES_PER_OFFER,
+    MAX_RETRIES_PER_REQUEST,
+    Router,
+    request_call_budget,
+)
+from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+
+OVERFLOW = Reply(400, {"error": {"message": "This model's maximum context length is 8192 tokens",
+                                 "code": "context_length_exceeded"}})
+LONG = "The agent ran the migration; two tables still lack indexes and the cron job is disabled. " * 8
+
+
+def transcript() -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
+    for turn in range(6):
+        messages += [{"role": "user", "content": f"step {turn}: {LONG}"},
+                     {"role": "assistant", "content": f"done {turn}: {LONG}"}]
+    return messages
+
+
+def chat_offer(fake: FakeProviderServer, offer_id: str, provider: str, price_in: float) -> Offer:
+    return Offer(id=offer_id, provider=provider, family=f"{provider}-fam", model=f"{provider}-model",
+                 protocol="chat", transport="openai", base_url=fake.base_url, price_in=price_in, price_out=1.0)
+
+
+class Sleeps:
+    """An injected ``sleep`` that records the waits and returns at once."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def make_router(fake: FakeProviderServer, sleeps: Sleeps | None = None, rand: float = 0.0) -> Router:
+    offers = [chat_offer(fake, "a/chat", "pa", 1.0), chat_offer(fake, "b/chat", "pb", 2.0)]
+    return Router(offers, transport_for=transport_for, sleep=sleeps or Sleeps(), random=lambda: rand)
+
+
+def policy(plan: list[Any]) -> list[Any]:
+    return ["policy", ["and", ["meets_req"], ["not", ["is", "disabled"]]], ["neg", ["field", "price_in"]],
+            ["argmax"], ["id"], plan]
+
+
+def served_models(fake: FakeProviderServer) -> list[str]:
+    return [request.json["model"] for request in fake.requests]
+
+
+# -- isolation (finding 1) -------------------------------------------------------------------------
+
+async def test_one_callers_failplan_never_disables_a_provider_for_the_next_caller(
+        fake_provider: FakeProviderServer) -> None:
+    router = make_router(fake_provider)
+    hostile = router.admit_policy(policy(["always", {"action": "disable_provider", "open_breaker_ms": 10**9}]))
+    fake_provider.enqueue(OVERFLOW, OVERFLOW)  # the first caller's huge request is refused by both offers
+    first = await router.chat(hostile, ChatRequest(messages=[{"role": "user", "content": "x" * 1000}]),
+                              deadline=Deadline.after_ms(10_000))
+    assert not first.ok and served_models(fake_provider) == ["pa-model", "pb-model"]
+    assert [e.get("scope") for e in first.trace["decision_path"] if e["event"] == "provider_disabled"] == [
+        "call", "call"]
+
+    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
+                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(10_000))
+    assert second.ok and second.chosen.id == "a/chat"  # the cheapest offer, neither disabled nor broken
+    assert second.trace["rejected"] == [] and served_models(fake_provider)[-1] == "pa-model"
+
+
+async def test_a_callers_tiny_timeout_says_nothing_about_the_provider(fake_provider: FakeProviderServer) -> None:
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: chat_reply("late", delay_s=1.0)
+    hostile = router.admit_policy(policy(["always", {"action": "disable_provider"}]))
+    for _ in range(4):  # more than the breaker threshold
+        result = await router.chat(hostile, ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                                   timeout_s=0.01)
+        assert result.error_kind == "exhausted: timeout"
+    fake_provider.responder = None
+    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
+                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(10_000))
+    assert second.ok and second.chosen.id == "a/chat" and second.trace["rejected"] == []
+
+
+async def test_provider_faults_still_disable_and_a_caller_opens_a_breaker_for_a_bounded_time(
+        fake_provider: FakeProviderServer) -> None:
+    now = [1000.0]
+    offers = [chat_offer(fake_provider, "a/chat", "pa", 1.0), chat_offer(fake_provider, "b/chat", "pb", 2.0)]
+    router = Router(offers, transport_for=transport_for, sleep=Sleeps(), clock=lambda: now[0])
+    fake_provider.enqueue(Reply(503, {"error": {"message": "overloaded"}}))
+    plan = policy(["always", {"action": "disable_provider", "open_breaker_ms": 10**9}])
+    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(10_000))
+    assert result.ok and result.chosen.id == "b/chat"
+    assert {"event": "provider_disabled", "provider": "pa", "ttl_ms": 300_000} in result.trace["decision_path"]
+    assert router._observed(offers[0]).observations["breaker_open"] is True
+    now[0] += BREAKER_OPEN_S + 1  # the operator's ceiling, not the caller's 10^9 ms
+    assert router._observed(offers[0]).observations["breaker_open"] is False
+
+
+# -- polite retries (finding 6) --------------------------------------------------------------------
+
+async def test_retry_after_is_honoured_and_retries_are_capped(fake_provider: FakeProviderServer) -> None:
+    sleeps = Sleeps()
+    router = make_router(fake_provider, sleeps)
+    fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}},
+                                                    headers={"Retry-After": "2"})
+    plan = policy(["always", {"action": "retry_same", "attempts": 1000, "then_action": "abort"}])
+    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(30_000))
+    assert not result.ok and result.error_kind == "rate_limit"
+    assert len(fake_provider.requests) == 1 + MAX_RETRIES_PER_OFFER
+    assert len(sleeps.waits) == MAX_RETRIES_PER_OFFER and all(wait >= 2.0 for wait in sleeps.waits)
+
+
+async def test_retry_after_beyond_the_deadline_moves_on_at_once(fake_provider: FakeProviderServer) -> None:
+    sleeps = Sleeps()
+    router = make_router(fake_provider, sleeps)
+    fake_provider.enqueue(Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "120"}))
+    plan = policy(["always", {"action": "retry_same", "attempts": 5}])
+    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(10_000))
+    assert result.ok and result.chosen.id == "b/chat" and sleeps.waits == []
+
+
+async def test_backoff_is_exponential_with_jitter(fake_provider: FakeProviderServer) -> None:
+    waits = {}
+    for rand in (0.0, 0.999):
+        sleeps = Sleeps()
+        router = make_router(fake_provider, sleeps, rand=rand)
+        fake_provider.responder = lambda request: Reply(502, {"error": {"message": "bad gateway"}})
+        plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "abort"}])
+        await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                          deadline=Deadline.after_ms(30_000))
+        waits[rand] = sleeps.waits
+    low, high = waits[0.0], waits[0.999]
+    assert len(low) == len(high) == 3
+    assert low[1] == pytest.approx(2 * low[0]) and low[2] == pytest.approx(2 * low[1])  # doubling
+    assert all(h > 1.9 * lo for lo, h in zip(low, high))  # the random factor spans [0.5, 1)
+
+
+@pytest.mark.parametrize(("status", "calls"), [(400, 1), (401, 1), (404, 1), (422, 1), (408, 4), (429, 4),
+                                               (500, 4), (503, 4)])
+async def test_only_408_and_429_among_client_errors_are_retried(fake_provider: FakeProviderServer, status: int,
+                                                                calls: int) -> None:
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: Reply(status, {"error": {"message": "no"}})
+    plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "abort"}])
+    await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                      deadline=Deadline.after_ms(30_000))
+    assert len(fake_provider.requests) == calls
+
+
+async def test_one_request_retries_at_most_its_budget_whatever_the_policy(fake_provider: FakeProviderServer) -> None:
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}})
+    plan = policy(["always", {"action": "retry_same", "attempts": 1000, "then_action": "abort"}])
+    with request_call_budget():
+        for _ in range(5):  # five routed calls of one request
+            await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                              deadline=Deadline.after_ms(30_000))
+    assert len(fake_provider.requests) == 5 + MAX_RETRIES_PER_REQUEST
+
+
+async def test_legacy_request_against_a_429_provider_makes_few_calls(fake_provider: FakeProviderServer) -> None:
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}})
+    plan = policy(["always", {"action": "retry_same", "attempts": 1000}])
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=plan)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(30_000), router=router)
+    assert status == 200 and body["messages"] == request.messages and body["compacted"] is False
+    assert len(fake_provider.requests) <= 2 * (1 + MAX_RETRIES_PER_OFFER)  # was 17 on one offer
+
+
+async def test_decision_request_against_a_429_provider_makes_few_calls(fake_provider: FakeProviderServer) -> None:
+    decider = Offer(id="d/dec", provider="pd", family="pd-fam", model="pd-model", protocol="decisions",
+                    transport="decisions", base_url=fake_provider.base_url, price_in=1.0, price_out=1.0)
+    router = Router([decider, chat_offer(fake_provider, "a/chat", "pa", 1.0)], transport_for=transport_for,
+                    sleep=Sleeps())
+    fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}})
+    plan = ["policy", ["top"], ["zero"], ["argmax"], ["id"], ["always", {"action": "retry_same", "attempts": 1000}]]
+    request = CompactRequest(messages=transcript(), keep_recent=2, decision_policy_ir=plan, policy_ir=plan)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(30_000), router=router)
+    assert status == 200 and body["messages"] == request.messages
+    batches = len([n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"])
+    assert len(fake_provider.requests) <= batches + MAX_RETRIES_PER_REQUEST  # was 102
+
+
+@pytest.mark.parametrize(("header", "seconds"), [
+    ("2", 2.0), ("0.5", 0.5), ("-3", 0.0), ("1e9", RETRY_AFTER_MAX_S), ("soon", None), ("", None), (None, None),
+    ("nan", None), ("x" * 100, None),
+])
+def test_retry_after_values(header: str | None, seconds: float | None) -> None:
+    assert parse_retry_after(header) == seconds
+
+
+def test_retry_after_as_an_http_date() -> None:
+    now = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+    later = (now + timedelta(seconds=30)).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert parse_retry_after(later, now=now) == pytest.approx(30.0)

@@ -1,0 +1,87 @@
+"""Provider faults in both modes (docs/reliability.md): whatever a provider does, ``/v1/compact`` answers 200
+within the request's budget with the original messages (or a smaller, valid compaction). The real HTTP
+transports talk to a fake provider on 127.0.0.1; budgets are a few seconds so the matrix stays quick."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.jsonutil import dense_size
+from compactor.models import CompactRequest
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply, default_answers
+
+from .test_costs import CHEAP_FIRST, offers
+from .test_isolation_and_retries import Sleeps, transcript
+
+BUDGET_MS = 3_000
+NO_HANG_S = 30  # far above the budget: only a hang can reach it
+
+
+def decision_default(request: RecordedRequest) -> Reply:
+    return decision_reply(default_answers(request.json.get("questions")), model=request.json["model"])
+
+
+def invented_ids(request: RecordedRequest) -> Reply:
+    answers = default_answers(request.json.get("questions"))
+    answers["fragment_999999"] = {"type": "choice", "choice": "summarize", "confidence": 1.0}
+    return decision_reply(answers, model=request.json["model"])
+
+
+def invented_labels(request: RecordedRequest) -> Reply:
+    answers = {name: {**answer, "choice": "obliterate"} if answer.get("type") == "choice" else answer
+               for name, answer in default_answers(request.json.get("questions")).items()}
+    return decision_reply(answers, model=request.json["model"])
+
+
+HUGE = b'{"choices": [{"message": {"content": "' + b"x" * (9 * 1024 * 1024) + b'"}}]}'
+FAULTS: dict[str, Callable[[RecordedRequest], Reply]] = {
+    "hang": lambda r: Reply(200, {}, delay_s=60),
+    "trickle": lambda r: Reply(200, b"{" + b" " * 4000 + b"}", trickle_s=60),
+    "429_retry_after": lambda r: Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "1"}),
+    "500": lambda r: Reply(500, {"error": {"message": "internal"}}),
+    "502": lambda r: Reply(502, "<html>bad gateway</html>"),
+    "reset": lambda r: Reply(reset=True),
+    "malformed": lambda r: Reply(200, b'{"choices": [{"message": {"content": "unterminated'),
+    "wrong_shape": lambda r: Reply(200, {"result": ["not", "what", "was", "asked"]}),
+    "huge_body": lambda r: Reply(200, HUGE),
+    "absurd_usage": lambda r: (chat_reply("Short.", prompt_tokens=10**30, completion_tokens=10**30)
+                               if r.path.endswith("/chat/completions") else
+                               decision_reply(default_answers(r.json.get("questions")), model=r.json["model"],
+                                              input_tokens=10**30)),
+    "oversized_summary": lambda r: (chat_reply("y" * 500_000) if r.path.endswith("/chat/completions")
+                                    else decision_default(r)),
+    "summary_cut_off": lambda r: (chat_reply("The agent fixed", finish_reason="length")
+                                  if r.path.endswith("/chat/completions") else decision_default(r)),
+    "invented_ids": lambda r: invented_ids(r) if r.path.endswith("/decisions") else chat_reply("{}"),
+    "invented_labels": lambda r: invented_labels(r) if r.path.endswith("/decisions") else chat_reply("{}"),
+}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "decision"])
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+async def test_every_provider_fault_ends_in_200_with_the_originals(fake_provider: FakeProviderServer, fault: str,
+                                                                   mode: str) -> None:
+    fake_provider.responder = FAULTS[fault]
+    router = Router(offers(fake_provider), transport_for=transport_for, sleep=Sleeps())
+    fields: dict[str, Any] = {"decision_policy_ir": CHEAP_FIRST} if mode == "decision" else {}
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST, **fields)
+    status, body = await asyncio.wait_for(
+        service.compact(request, deadline=Deadline.after_ms(BUDGET_MS), router=router), NO_HANG_S)
+    assert status == 200
+    out = body["messages"]
+    assert dense_size(out) <= dense_size(request.messages)
+    if not body["compacted"]:
+        assert out == request.messages
+    else:  # only a valid, shrinking compaction may replace the originals
+        assert fault in ("absurd_usage", "invented_ids", "invented_labels") and dense_size(out) < dense_size(
+            request.messages)
+    if fault == "absurd_usage":
+        assert body.get("x_router", {}).get("cost_usd") is None
