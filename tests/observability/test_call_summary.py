@@ -77,7 +77,7 @@ def test_unknown_flow_cost_stays_unknown() -> None:
     assert billing["cost_usd"] is None and billing["cost_known"] is False
 
 
-def test_legacy_seal_measures_the_messages_and_counts_one_call_with_failovers() -> None:
+def test_legacy_seal_measures_the_messages_and_counts_every_call_made() -> None:
     body = {"messages": SEALED, "compacted": True, "usage": {"prompt_tokens": 50, "completion_tokens": 5},
             "x_router": {"provider": "acme", "cost_usd": 0.0004, "decision_trace": {"decision_path": [
                 {"event": "attempted", "offer": "a", "error_kind": "rate_limit"},
@@ -88,7 +88,7 @@ def test_legacy_seal_measures_the_messages_and_counts_one_call_with_failovers() 
     assert (summary.bytes_in, summary.bytes_out) == (dense_size(MESSAGES), dense_size(SEALED))
     assert summary.bytes_saved == dense_size(MESSAGES) - dense_size(SEALED) > 0
     assert summary.target_met is None
-    assert (summary.model_calls, summary.fallbacks, summary.cost_usd) == (1, 1, 0.0004)
+    assert (summary.model_calls, summary.fallbacks, summary.cost_usd) == (2, 1, 0.0004)  # calls made
     assert (summary.tokens_in, summary.tokens_out) == (50, 5)
 
 

@@ -131,7 +131,7 @@ def test_invalid_decisions_keep_the_batch(stack: Stack, mutate: Any) -> None:
     assert [f["action"] for f in body["compaction"]["fragments"]] == ["keep"] * 10 + ["summarize"] * 2 + ["keep"]
     assert len(stack.requests("decisions")) == 2 and len(stack.requests("summaries")) == 1
     classify = [n for n in model_nodes(body, "decision") if n.get("fallback")]
-    assert len(classify) == 1 and "bad_response" in classify[0]["error"]
+    assert len(classify) == 1 and "invalid_decision" in classify[0]["error"]
     skipped = [n for n in model_nodes(body, "llm") if n.get("skipped")]
     assert len(skipped) == 1 and skipped[0]["cost_reported"] == 0
 

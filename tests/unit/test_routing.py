@@ -226,8 +226,9 @@ async def test_next_provider_same_model_exhausts_when_none() -> None:
 async def test_disable_provider_ttl() -> None:
     offers = [offer("a1", provider="pa", price_in=1), offer("a2", provider="pa", price_in=2),
               offer("b", provider="pb", price_in=3)]
-    router, transport, clock, _ = make_router(offers, {"a1": fail("auth_error"), "a2": ok(), "b": ok()})
-    plan = ["override", ["always", {"action": "next_candidate"}], "auth_error", {"action": "disable_provider"}]
+    # A provider fault (429): disabling is shared state, so only such faults may set it (docs/reliability.md).
+    router, transport, clock, _ = make_router(offers, {"a1": fail("rate_limit"), "a2": ok(), "b": ok()})
+    plan = ["override", ["always", {"action": "next_candidate"}], "rate_limit", {"action": "disable_provider"}]
     policy = router.admit_policy(["policy", ["top"], ["neg", ["field", "price_in"]], ["argmax"], ["id"], plan])
     first = await router.chat(policy, ChatRequest(messages=[]))
     assert first.chosen.id == "b"
@@ -284,7 +285,7 @@ async def test_caller_faults_do_not_open_breaker() -> None:
 
 async def test_open_breaker_ms_opens_immediately() -> None:
     offers = [offer("a", price_in=1)]
-    router, _, _, _ = make_router(offers, {"a": fail("bad_request")})
+    router, _, _, _ = make_router(offers, {"a": fail("upstream_error")})  # a provider fault: shared state may change
     plan = ["always", {"action": "next_candidate", "open_breaker_ms": 5000}]
     await router.chat(router.admit_policy(policy_with(plan)), ChatRequest(messages=[]))
     assert router._observed(offers[0]).observations["breaker_open"] is True

@@ -54,9 +54,9 @@ BREAKER_OPEN_S = 30.0
 DEFAULT_ATTEMPT_TIMEOUT_S = 60.0  # when neither timeout_s nor a deadline bounds an attempt
 # Upstream politeness (docs/reliability.md). Whatever a caller's FailPlan says: `retry_same` re-issues one
 # offer at most MAX_RETRIES_PER_OFFER times per call, and one request makes at most MAX_RETRIES_PER_REQUEST
-# re-issues and MAX_UPSTREAM_CALLS_PER_REQUEST calls in all (see request_call_budget). Re-issues wait an
-# exponential backoff with jitter (BACKOFF_BASE_S doubling, times a random factor in [0.5, 1), at most
-# BACKOFF_MAX_S), never less than the policy's backoff_ms or the provider's Retry-After.
+# re-issues and MAX_UPSTREAM_CALLS_PER_REQUEST calls in all (see request_call_budget). Re-issues wait the
+# policy's backoff_ms, or else an exponential backoff with jitter (BACKOFF_BASE_S doubling, times a random
+# factor in [0.5, 1), at most BACKOFF_MAX_S), and never less than the provider's Retry-After.
 MAX_RETRIES_PER_OFFER = 3
 MAX_RETRIES_PER_REQUEST = 8
 MAX_UPSTREAM_CALLS_PER_REQUEST = 512
@@ -103,10 +103,12 @@ class RouteResult:
     failed_cost_usd: float | None = None
     # Whether failed_cost_usd is all the failed attempts cost: each reported its cost or was refused with an
     # HTTP error status (not billed). A timeout or an unpriced bad answer may have been billed: unknown.
-    failed_cost_known: bool = True
+    failed_cost_known: bool = False
 
     def failure_cost(self) -> float | None:
-        """What the failed attempts cost, when known (0.0 when nothing was billed)."""
+        """What the failed attempts cost, when known (0.0 when nothing was billed or no offer was called)."""
+        if self.error_kind == "no_candidates":
+            return 0.0
         return (self.failed_cost_usd or 0.0) if self.failed_cost_known else None
 
 
@@ -240,9 +242,10 @@ class Router:
     """Ranks offers with a policy and fails over across them (REFERENCE §5.3–5.4).
 
     ``transport_for`` maps an offer to its transport; ``clock`` (seconds) drives provider-disable
-    TTLs, breakers and latencies; ``sleep`` waits between retries; ``random`` (in [0, 1)) jitters them. Policies may observe the core
-    fields, every extra boolean/numeric observation the offers carry (``cache_hot: true`` in the
-    catalog declares ``cache_hot``), and ``fields`` declared explicitly (``{"cache_hot": "Bool"}``).
+    TTLs, breakers and latencies; ``sleep`` waits between retries and ``random`` (in [0, 1)) jitters
+    those waits. Policies may observe the core fields, every extra boolean/numeric observation the
+    offers carry (``cache_hot: true`` in the catalog declares ``cache_hot``), and ``fields`` declared
+    explicitly (``{"cache_hot": "Bool"}``).
     """
 
     def __init__(self, offers: Sequence[Offer], *, envelope: list | None = None,
@@ -543,8 +546,11 @@ class _Failover:
 
     async def backoff(self, offer: Offer, action: Action, retry: int, failure: _Failure) -> bool:
         """Wait before re-issue ``retry``; False when the wait would run past the deadline."""
-        exponential = min(BACKOFF_BASE_S * 2 ** (retry - 1), BACKOFF_MAX_S) * (0.5 + self.router._random() / 2)
-        delay_s = max(action.backoff_before_retry(retry) / 1000, exponential, failure.retry_after_s or 0.0)
+        if action.backoff_ms:  # the policy's own waits, as written
+            delay_s = action.backoff_before_retry(retry) / 1000
+        else:
+            delay_s = min(BACKOFF_BASE_S * 2 ** (retry - 1), BACKOFF_MAX_S) * (0.5 + self.router._random() / 2)
+        delay_s = max(delay_s, failure.retry_after_s or 0.0)
         if self.deadline is not None and delay_s >= self.deadline.remaining_s():
             return False
         self.event("retry_scheduled", offer, attempt=retry + 1, backoff_ms=round(delay_s * 1000))

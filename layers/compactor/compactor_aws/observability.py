@@ -127,14 +127,15 @@ def _calls_made(trace: Any) -> int:
 
 
 def _node_calls(node: Mapping[str, Any]) -> int:
-    """Provider calls of one model node (its routing decision included); a call cut off by a timeout left
-    no trace but was made."""
+    """Provider calls of one model node (its routing decision included): the attempts of its trace; a node
+    without a trace (a call cut off by a timeout) made one, unless it failed before sending anything."""
     if node.get("skipped"):
         return 0
-    calls = _calls_made(node.get("decision_trace")) + _calls_made(_mapping(node.get("routing")).get("decision_trace"))
-    if not calls and node.get("decision_trace") is None and "cancelled" in str(node.get("error", "")):
-        return 1
-    return calls
+    routing = _calls_made(_mapping(node.get("routing")).get("decision_trace"))
+    if isinstance(node.get("decision_trace"), Mapping):
+        return routing + _calls_made(node["decision_trace"])
+    nothing_sent = node.get("cost_reported") == 0 and "error" in node
+    return routing + (0 if nothing_sent else 1)
 
 
 def _legacy_fallbacks(x_router: Mapping[str, Any]) -> int:

@@ -53,7 +53,6 @@ async def test_success_prompt_and_usage(fake_provider: FakeProviderServer, chat_
         chat_reply("not json"),
         chat_reply('{"answers": {}, "answers": {}}'),
         chat_reply(json.dumps(GOOD["answers"])),  # bare answers, not {"answers": ...}
-        chat_reply(json.dumps({"answers": {**GOOD["answers"], "f1": {"type": "choice", "choice": "drop"}}})),
         chat_reply(json.dumps(GOOD), finish_reason="length"),
         chat_reply(None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "x", "arguments": "{}"}}]),
         chat_reply(""),
@@ -63,6 +62,13 @@ async def test_bad_replies_are_bad_response(fake_provider: FakeProviderServer, c
                                             reply: Reply) -> None:
     fake_provider.enqueue(reply)
     assert (await failure(chat_decision_offer)).kind == "bad_response"
+
+
+async def test_an_invented_label_is_an_invalid_decision(fake_provider: FakeProviderServer,
+                                                     chat_decision_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply(json.dumps({"answers": {**GOOD["answers"],
+                                                             "f1": {"type": "choice", "choice": "drop"}}})))
+    assert (await failure(chat_decision_offer)).kind == "invalid_decision"
 
 
 async def test_rejected_reply_keeps_billed_cost(fake_provider: FakeProviderServer, chat_decision_offer: Offer) -> None:

@@ -68,13 +68,15 @@ async def test_bad_answers_are_bad_response(fake_provider: FakeProviderServer, d
                                             body: object) -> None:
     fake_provider.enqueue(Reply(200, body))
     error = await failure(decision_offer)
-    assert (error.kind, error.http_status) == ("bad_response", 200)
+    # Answers breaking the decision rules are the model's invalid decision; anything else is a bad response.
+    rules_broken = isinstance(body, dict) and isinstance(body.get("answers"), dict) and "model" in body
+    assert (error.kind, error.http_status) == ("invalid_decision" if rules_broken else "bad_response", 200)
 
 
 async def test_invalid_answer_keeps_billed_cost(fake_provider: FakeProviderServer, decision_offer: Offer) -> None:
     fake_provider.enqueue(decision_reply({"f1": {"type": "choice", "choice": "archive"}}, cost=0.002))
     error = await failure(decision_offer)
-    assert error.kind == "bad_response"
+    assert error.kind == "invalid_decision"
     assert "unknown_choice" in error.message
     assert error.cost_reported == 0.002
 
@@ -118,7 +120,7 @@ async def test_jev_family_comes_from_the_offer(fake_provider: FakeProviderServer
     fake_provider.enqueue(decision_reply(rounded, model="served"), decision_reply(rounded, model="served"))
     jev = dataclasses.replace(decision_offer, family="jev-1.13")
     assert (await TRANSPORT.decide(jev, DecisionRequest("s", questions), 10)).model == "served"
-    assert (await failure(decision_offer, DecisionRequest("s", questions))).kind == "bad_response"
+    assert (await failure(decision_offer, DecisionRequest("s", questions))).kind == "invalid_decision"
 
 
 async def test_chat_is_refused(decision_offer: Offer) -> None:

@@ -48,8 +48,12 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
     try:
         validate_answers(request.questions, answer, model_family=model_family)
     except DecisionValidationError as exc:
-        raise ProviderError(INVALID_DECISION, f"invalid decision: {exc.message}", http_status=http_status,
-                            cost_reported=reported_cost(usage)) from exc
+        # No decision object at all is the provider's fault (another offer may do better); answers that
+        # break the rules are the model's decision: invalid_decision, not retried elsewhere.
+        malformed = not isinstance(answer, dict) or not isinstance(answer.get("answers"), dict) \
+            or not isinstance(answer.get("model"), str)
+        raise ProviderError(BAD_RESPONSE if malformed else INVALID_DECISION, f"invalid decision: {exc.message}",
+                            http_status=http_status, cost_reported=reported_cost(usage)) from exc
     return DecisionResponse(
         model=answer["model"],
         answers=answer["answers"],
