@@ -164,3 +164,21 @@ def test_a_flow_whose_data_does_not_fit_answers_422(compact_module: ModuleType) 
     status, text = post(compact_module, "flows", raw)
     body = assert_well_answered(status, text, raw)
     assert status == 422 and body["error"]["code"] == "data_error"
+
+
+# -- the streamed reading of large transcript files keeps the same limits (finding 2) --------------
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b'[{"role": "user", "content": ' + b"[" * 300 + b"]" * 300 + b"}]", "nested deeper than 128 levels"),
+    (b'[{"role": "user", "content": ' + b"9" * 5000 + b"}]", "not JSON"),
+    (b'{"role": "user", "content": "a"}\n{"role": "user", "content": ' + b"[" * 3000 + b"]" * 3000 + b"}\n",
+     "line 2 is not JSON: JSON nested deeper than 128 levels"),
+])
+def test_streamed_transcripts_refuse_what_the_api_refuses(raw: bytes, message: str) -> None:
+    import io
+
+    from compactor.transcript_stream import iter_messages
+    from compactor.transcripts import TranscriptError
+
+    with pytest.raises(TranscriptError, match=message):
+        list(iter_messages(io.BytesIO(raw)))

@@ -8,13 +8,12 @@ per line inside a JSON array, which reads back with the same functions.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 import ijson
 
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import MAX_BODY_DEPTH, JSONLimitError, bounded_loads, dense_dumps, depth_exceeds
 from compactor.transcripts import REQUEST_FIELDS, TranscriptError, _jsonl_record_messages
 
 PEEK_BYTES = 1 << 20
@@ -51,9 +50,9 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
     line, newline, rest = stripped.partition(b"\n")
     if newline and rest.strip():
         try:
-            json.loads(line)
+            bounded_loads(line)
             return "jsonl", _Replay(head, raw)
-        except ValueError:
+        except JSONLimitError:
             pass
     if stripped[:1] == b"{":
         return "object", _Replay(head, raw)
@@ -71,9 +70,13 @@ def iter_messages(raw: IO[bytes]) -> Iterator[dict[str, Any]]:
         for index, message in enumerate(ijson.items(reader, prefix, use_float=True)):
             if not isinstance(message, dict):
                 raise TranscriptError(f"message {index} is not a JSON object")
+            if depth_exceeds(message, MAX_BODY_DEPTH):  # the limits of bounded_loads (docs/reliability.md)
+                raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
             yield message
-    except ijson.JSONError as exc:
-        raise TranscriptError(f"not JSON: {exc}") from exc
+    except TranscriptError:
+        raise
+    except (ijson.JSONError, ValueError) as exc:  # ValueError: a number Python refuses to convert
+        raise TranscriptError(f"not JSON: {str(exc)[:200]}") from exc
 
 
 def read_fields(raw: IO[bytes]) -> dict[str, Any]:
@@ -107,8 +110,8 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
+            record = bounded_loads(line)
+        except JSONLimitError as exc:
             raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
         yield from _jsonl_record_messages(record, number)
 
