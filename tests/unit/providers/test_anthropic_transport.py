@@ -10,8 +10,8 @@ import pytest
 
 from compactor.providers.anthropic import ANTHROPIC_VERSION, AnthropicTransport
 from compactor.providers.base import (
-    AUTH_ERROR, BAD_RESPONSE, CONTEXT_OVERFLOW, RATE_LIMIT, UPSTREAM_ERROR, ChatRequest, DecisionRequest, Offer,
-    ProviderError,
+    AUTH_ERROR, BAD_RESPONSE, CONTEXT_OVERFLOW, INVALID_DECISION, RATE_LIMIT, UPSTREAM_ERROR, ChatRequest,
+    DecisionRequest, Offer, ProviderError,
 )
 from compactor.providers.turns import JSON_INSTRUCTION
 from compactor.router import compute_cost
@@ -103,7 +103,7 @@ async def test_decisions_go_through_the_validated_chat_path(fake_provider: FakeP
     sent = fake_provider.requests[0].json
     assert '"answers"' in sent["system"] and sent["system"].endswith(JSON_INSTRUCTION)  # JSON mode, by prompt
     assert json.loads(sent["messages"][0]["content"]) == {"state": {"f1": "text"}, "questions": QUESTIONS}
-    for _ in range(2):  # an invented option, then prose: both refused
+    for kind in (INVALID_DECISION, BAD_RESPONSE):  # an invented option (the model's), then prose: both refused
         with pytest.raises(ProviderError) as caught:
             await TRANSPORT.decide(offer, request, 10)
-        assert caught.value.kind == BAD_RESPONSE
+        assert caught.value.kind == kind
