@@ -23,13 +23,17 @@ class BarrierStore(S3Store):
         super().__init__(client)
         self.barrier = threading.Barrier(parties, timeout=60)
         self.writes: list[bool] = []
+        self.lock = threading.Lock()
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         self.barrier.wait()
         return super().get(*args, **kwargs)
 
     def put(self, *args: Any, **kwargs: Any) -> bool:
-        written = super().put(*args, **kwargs)
+        # S3 evaluates a conditional write atomically; moto checks and then writes, unlocked, so two threads
+        # can both pass its check. The lock gives moto S3's atomicity; the condition still decides.
+        with self.lock:
+            written = super().put(*args, **kwargs)
         self.writes.append(written)
         return written
 
