@@ -33,7 +33,7 @@ def ledger(aws: dict[str, Any]) -> list[dict[str, Any]]:
 def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: Any, s3_module: ModuleType,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     event = put_and_event(bucket, "incoming/t.json", json.dumps(transcript()))
-    real_put = S3Store.put
+    real_put = S3Store.put_if
     failures = [RuntimeError("S3 PutObject failed")]
 
     def flaky_put(self: S3Store, *args: Any, **kwargs: Any) -> bool:
@@ -41,7 +41,7 @@ def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: 
             raise failures.pop()
         return real_put(self, *args, **kwargs)
 
-    monkeypatch.setattr(S3Store, "put", flaky_put)
+    monkeypatch.setattr(S3Store, "put_if", flaky_put)
     with pytest.raises(RuntimeError):
         invoke(s3_module, event)  # Lambda retries the asynchronous invocation
     assert ledger(aws) == []

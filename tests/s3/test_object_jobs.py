@@ -48,15 +48,22 @@ class MemoryStore:
         found = self.objects.get((bucket, key))
         return None if found is None else ObjectHead(found[1], self.etags.get((bucket, key), '"source"'))
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
-            replacing: str | None) -> bool:
+    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
+        found = self.head(bucket, key)
+        return None if found is None else found.metadata
+
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
         assert content_type == "application/json"
-        current = self.head(bucket, key)
-        if (current.etag if current is not None else None) != replacing:
-            return False
         self.objects[(bucket, key)] = (body, dict(metadata))
         self.puts.append(key)
         self.etags[(bucket, key)] = f'"w{len(self.puts)}"'
+
+    def put_if(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+               replacing: str | None) -> bool:
+        current = self.head(bucket, key)
+        if (current.etag if current is not None else None) != replacing:
+            return False
+        self.put(bucket, key, body, content_type=content_type, metadata=metadata)
         return True
 
 

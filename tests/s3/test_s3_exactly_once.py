@@ -29,11 +29,11 @@ class BarrierStore(S3Store):
         self.barrier.wait()
         return super().get(*args, **kwargs)
 
-    def put(self, *args: Any, **kwargs: Any) -> bool:
+    def put_if(self, *args: Any, **kwargs: Any) -> bool:
         # S3 evaluates a conditional write atomically; moto checks and then writes, unlocked, so two threads
         # can both pass its check. The lock gives moto S3's atomicity; the condition still decides.
         with self.lock:
-            written = super().put(*args, **kwargs)
+            written = super().put_if(*args, **kwargs)
         self.writes.append(written)
         return written
 

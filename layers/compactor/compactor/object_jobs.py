@@ -85,10 +85,14 @@ class ObjectHead:
 class ObjectStore(Protocol):
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject: ...
 
+    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None: ...
+
     def head(self, bucket: str, key: str) -> ObjectHead | None: ...
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
-            replacing: str | None) -> bool:
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None: ...
+
+    def put_if(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+               replacing: str | None) -> bool:
         """Write only if the key still is as seen: absent (``replacing`` None) or holding the object whose
         ETag is ``replacing``. False when it changed meanwhile (another delivery wrote first)."""
         ...
@@ -390,10 +394,14 @@ CONCURRENT = "another delivery wrote the result first"
 
 
 def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure,
-                   seen: Mapping[str, str | None]) -> Outcome:
+                   seen: Mapping[str, str | None] | None = None) -> Outcome:
+    """Write ``failed/<rel>``: conditionally on what the job ``seen`` there (see :func:`run_job`), else as is."""
     identified = Source(source.bucket, source.key, stored.version_id, normalize_etag(stored.etag), source.sequencer)
     key = failure_key(rel)
-    if not store.put(source.bucket, key, encode(failure_body(failure, identified)), content_type=JSON_CONTENT_TYPE,
-                     metadata=result_metadata(source, stored, failure.status), replacing=seen[key]):
+    body, metadata = encode(failure_body(failure, identified)), result_metadata(source, stored, failure.status)
+    if seen is None:
+        store.put(source.bucket, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata)
+    elif not store.put_if(source.bucket, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata,
+                          replacing=seen[key]):
         return Outcome("skipped", source, key=key, reason=CONCURRENT)
     return Outcome("failed", source, key=key, status=failure.status)

@@ -84,8 +84,16 @@ class S3Store:
         metadata = {name.lower(): value for name, value in (response.get("Metadata") or {}).items()}
         return ObjectHead(metadata, response.get("ETag", ""))
 
-    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
-            replacing: str | None) -> bool:
+    def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
+        """User metadata of ``key`` (see :meth:`head`), None when it does not exist."""
+        head = self.head(bucket, key)
+        return None if head is None else head.metadata
+
+    def put(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str]) -> None:
+        self.client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type, Metadata=dict(metadata))
+
+    def put_if(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
+               replacing: str | None) -> bool:
         """A conditional PutObject: ``If-None-Match: *`` when the key was absent, ``If-Match`` its ETag
         otherwise. False when S3 refuses the condition (another writer was first)."""
         condition = {"IfNoneMatch": "*"} if replacing is None else {"IfMatch": replacing}
