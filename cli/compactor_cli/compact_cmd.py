@@ -9,7 +9,8 @@ import sys
 import time
 from typing import Any
 
-from compactor.transcripts import TranscriptError, parse_transcript
+from compactor.compaction.modes import names as mode_names
+from compactor.transcripts import TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 
 
 def _json_arg(value: str) -> Any:
@@ -26,8 +27,9 @@ STRICT_EXIT = 3  # --strict and a model call fell back
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="transcript: JSON array, object with 'messages', or JSONL ('-' = stdin)")
-    parser.add_argument("--mode", choices=("decision", "seal"), default="decision",
-                        help="decision-guided (default) or legacy single-summary seal")
+    parser.add_argument("--mode", choices=mode_names(),
+                        help=f"compaction mode (default: a request body's own, inferred as the API does; "
+                             f"{TRANSCRIPT_MODE} for a bare transcript)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target, 0 < r <= 1 (default 0.1)")
     parser.add_argument("--keep-recent", type=int, help="messages of recent tail always kept (default 6)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
@@ -55,11 +57,9 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
-                       fields: dict[str, Any]) -> dict[str, Any]:
-    from compactor.compaction.preset import load_preset
-
-    body: dict[str, Any] = {**fields, "messages": messages}
+def build_request_body(args: argparse.Namespace, transcript: Transcript) -> dict[str, Any]:
+    messages = transcript.messages
+    body = transcript.compact_body(mode=args.mode)
     if args.pin_task:
         first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
         task = [] if first_user is None else [first_user]
@@ -68,12 +68,8 @@ def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
                        ("pinned_indices", None if args.pin_task else args.pins), ("policy_ir", args.policy), ("max_tokens", args.max_tokens)):
         if value is not None:
             body[key] = value
-    if args.mode == "decision":
-        if args.decision_policy is not None:
-            body["decision_policy_ir"] = args.decision_policy
-        body.setdefault("decision_policy_ir", load_preset()["flow"][1]["classify"]["policy"])
-    else:
-        body.pop("decision_policy_ir", None)
+    if args.decision_policy is not None:
+        body["decision_policy_ir"] = args.decision_policy
     return body
 
 
@@ -86,17 +82,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
-    if args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES:
+    if args.mode in (None, "decision") and args.file != "-" and _size(args.file) > STREAM_BYTES:
         return _run_streamed(args)
     try:
-        messages, fields = parse_transcript(_read(args.file))
+        transcript = read_transcript(_read(args.file))
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
     from compactor.models import CompactRequest
 
     try:
-        request = CompactRequest.model_validate(build_request_body(args, messages, fields))
+        request = CompactRequest.model_validate(build_request_body(args, transcript))
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
         return 2
@@ -121,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.show_summaries and body.get("compaction") and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     if args.html:
-        _write_html(args, request.messages, body, units, request.keep_recent, seconds)
+        _write_html(args, request.messages, body, units, request.keep_recent, seconds, request.mode_name)
     text = json.dumps(body if args.json else body["messages"], ensure_ascii=False, indent=2) + "\n"
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
@@ -141,12 +137,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: dict[str, Any],
-                units: list[dict[str, Any]], keep_recent: int, seconds: float) -> None:
+                units: list[dict[str, Any]], keep_recent: int, seconds: float, mode: str) -> None:
     from compactor_cli.html_report import render_html
 
     title = "stdin" if args.file == "-" else os.path.basename(args.file)
     with open(args.html, "w", encoding="utf-8") as handle:
-        handle.write(render_html(messages, body, units, title=title, mode=args.mode, keep_recent=keep_recent,
+        handle.write(render_html(messages, body, units, title=title, mode=mode, keep_recent=keep_recent,
                                  seconds=seconds))
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
@@ -155,7 +151,7 @@ def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: 
 def compact_locally(request: Any, progress: Any = None) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Compact in-process: status, body and the whole manifest, each unit with its reason (docs/report.md)."""
     from compactor.container import run_sync
-    from compactor.service import compact, compact_large, request_deadline
+    from compactor.service import compact_call, compact_large, request_deadline
 
     units: list[dict[str, Any]] = []
 
@@ -165,13 +161,13 @@ def compact_locally(request: Any, progress: Any = None) -> tuple[int, dict[str, 
         elif progress is not None:
             progress.on_event(event)
 
-    if request.decision_mode:
+    if request.mode_name == "decision":
         from compactor.compaction.windowed import exceeds_one_request
 
         if exceeds_one_request(request):
-            status, body = run_sync(compact_large(request, on_event=on_event))
+            status, body = run_sync(compact_large(request, on_event=on_event)).answer()
             return status, body, units
-    status, body = run_sync(compact(request, deadline=request_deadline(), on_event=on_event))
+    status, body = run_sync(compact_call(request, deadline=request_deadline(), on_event=on_event)).answer()
     return status, body, units
 
 
@@ -203,7 +199,7 @@ def _run_streamed(args: argparse.Namespace) -> int:
         if args.pin_task:
             with source() as handle:
                 first_user = _until_first_user(iter_messages(handle))
-        request = CompactRequest.model_validate(build_request_body(args, first_user, fields) | {"messages": []})
+        request = CompactRequest.model_validate(build_request_body(args, Transcript(first_user, fields)) | {"messages": []})
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
@@ -228,7 +224,7 @@ def _run_streamed(args: argparse.Namespace) -> int:
             out.close()
     seconds = time.monotonic() - started
     if args.html:
-        _write_html(args, [], summary, [], request.keep_recent, seconds)
+        _write_html(args, [], summary, [], request.keep_recent, seconds, "decision")
     if not args.quiet:
         sys.stderr.write(render_windowed_report(summary, seconds))
         if args.output:

@@ -47,12 +47,10 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
 
 def observer(request_id: str | None, billed: list[Any]) -> object_jobs.Observer:
     """Metrics, billing record and flow-node subsegments of each compaction run (never raises); the
-    run's observed record is appended to ``billed``."""
-    def observe(request: Any, status: int, body: dict[str, Any], started_at: float, ended_at: float) -> None:
-        billed.append(observability.record_call(
-            route="s3_compact", status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-            mode="decision" if request.decision_mode else "legacy", request_messages=request.messages,
-            request_id=request_id, started_at=started_at, ended_at=ended_at))
+    run's observed summary is appended to ``billed``."""
+    def observe(record: Any, started_at: float, ended_at: float) -> None:
+        billed.append(observability.record_call(record, logger=logger, metrics=metrics, tracer=tracer,
+                                                request_id=request_id, started_at=started_at, ended_at=ended_at))
     return observe
 
 

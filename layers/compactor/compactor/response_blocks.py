@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from compactor.cost import RESPONSE_DECIMALS, with_failed_attempts
 from compactor.router import RouteResult
 
 COMPACT_AT_TOKENS_DEFAULT = 24_000
@@ -50,11 +51,8 @@ def route_usage(result: RouteResult) -> dict[str, Any] | None:
 
 
 def billed_cost(result: RouteResult) -> float | None:
-    """The chosen response's cost plus what earlier, failed attempts were billed (REFERENCE §2.4: a billed
-    response keeps its cost even if it was rejected); ``None`` when the chosen cost is unknown."""
-    if result.cost_usd is None or not result.failed_cost_usd:
-        return result.cost_usd
-    return round(result.cost_usd + result.failed_cost_usd, 6)
+    """The chosen response's cost plus what earlier, failed attempts were billed (``compactor.cost``)."""
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, RESPONSE_DECIMALS)
 
 
 def route_x_router(result: RouteResult) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compactor.budget import Deadline
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, is_amount, priced
+from compactor.cost import reported as reported_cost
 from compactor.jsonutil import dense_dumps
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
@@ -49,9 +51,6 @@ DEFAULT_ATTEMPT_TIMEOUT_S = 60.0  # when neither timeout_s nor a deadline bounds
 # stays bounded and one policy cannot spend a whole budget hammering one provider.
 MAX_RETRIES_PER_OFFER = 16
 ERROR_MESSAGE_LIMIT = 300
-CHAT_COST_DECIMALS = 6
-DECISION_COST_DECIMALS = 12
-CACHED_INPUT_PRICE_FACTOR = 0.1
 # Failures that say something about the provider's health (not the caller's request or credentials).
 PROVIDER_FAULT_KINDS = frozenset({TIMEOUT, RATE_LIMIT, UPSTREAM_ERROR, NETWORK_ERROR, BAD_RESPONSE})
 
@@ -117,21 +116,19 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input at 10 % of
     ``price_in``; an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
     """
-    reported = response.cost_reported
-    if _is_real(reported) and reported >= 0:
-        return round(reported, decimals), "reported"
+    provider_cost = reported_cost(response.cost_reported)
+    if provider_cost is not None:
+        return round(provider_cost, decimals), "reported"
     price_in, price_out = offer.price_in, offer.price_out
-    if not (_is_real(price_in) and _is_real(price_out)):
+    if not (is_amount(price_in) and is_amount(price_out)):
         return None, None
     if price_in == 0 and price_out == 0:
         return 0.0, "computed"
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None:
         return None, None
-    cached = min(getattr(response, "tokens_cached", None) or 0, tokens_in)
-    cost = ((tokens_in - cached) / 1e6 * price_in + cached / 1e6 * price_in * CACHED_INPUT_PRICE_FACTOR
-            + tokens_out / 1e6 * price_out)
-    return round(max(cost, 0.0), decimals), "computed"
+    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None))
+    return round(computed, decimals), "computed"
 
 
 def estimate_tokens(value: Any) -> int:
@@ -153,10 +150,6 @@ def decision_request_tokens(request: DecisionRequest) -> int:
 def _fits(offer: Offer, tokens: int) -> bool:
     context = offer.observations.get("context")
     return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _redact(message: str, offer: Offer) -> str:
@@ -213,7 +206,7 @@ class Router:
             return await transport.chat(offer, request, timeout)
 
         return await self._route("chat", policy, Requirements(needs=frozenset(needs)), invoke,
-                                 deadline, timeout_s, CHAT_COST_DECIMALS, chat_request_tokens(request))
+                                 deadline, timeout_s, RESPONSE_DECIMALS, chat_request_tokens(request))
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *,
                      deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult:
@@ -223,7 +216,7 @@ class Router:
             return await transport.decide(offer, request, timeout)
 
         return await self._route("decisions", policy, Requirements(), invoke,
-                                 deadline, timeout_s, DECISION_COST_DECIMALS, decision_request_tokens(request))
+                                 deadline, timeout_s, NODE_DECIMALS, decision_request_tokens(request))
 
     def smallest_context(self, protocol: str) -> int | None:
         """The smallest ``context`` (tokens) among the enabled offers of ``protocol``; None when none says."""
@@ -416,7 +409,7 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
-            if _is_real(outcome.cost_reported) and outcome.cost_reported >= 0:
+            if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,

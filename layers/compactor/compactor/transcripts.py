@@ -1,23 +1,53 @@
-"""Reading transcripts for ``compactor compact``: JSON arrays, request bodies, trajectories and JSONL."""
+"""Reading transcripts (``compactor compact``, the S3 path): JSON arrays, request bodies, trajectories
+and JSONL, and the ``/v1/compact`` request body they stand for (see docs/behaviour.md, "Compaction modes")."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.jsonutil import JSONLimitError, bounded_loads
+from compactor.models import COMPACT_FIELDS as REQUEST_FIELDS  # the fields a transcript file may carry
 
-
-REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
-"""The ``/v1/compact`` fields a transcript file may carry next to its messages."""
+TRANSCRIPT_MODE = "decision"
+"""The mode of a bare transcript (array or JSONL: no request fields to infer one from) unless told."""
 
 
 class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """The messages, the other request fields, and whether the text was a request body (an object with
+    ``messages``) rather than a bare transcript."""
+
+    messages: list[dict[str, Any]]
+    fields: dict[str, Any] = field(default_factory=dict)
+    request_body: bool = False
+
+    def compact_body(self, defaults: Mapping[str, Any] | None = None, *, mode: str | None = None) -> dict[str, Any]:
+        """The ``/v1/compact`` body: ``defaults`` under the transcript's own fields, ``mode`` over both.
+        Without a mode, a request body is inferred exactly as the API infers it; a bare transcript runs
+        in :data:`TRANSCRIPT_MODE`."""
+        body = {**(defaults or {}), **self.fields, "messages": self.messages}
+        if mode is not None:
+            body["mode"] = mode
+        elif body.get("mode") is None and not self.request_body:
+            body["mode"] = TRANSCRIPT_MODE
+        return body
+
+
 def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(messages, request_fields)``: request fields are the other keys of a ``/v1/compact`` body."""
+    transcript = read_transcript(text)
+    return transcript.messages, transcript.fields
+
+
+def read_transcript(text: str) -> Transcript:
+    """The :class:`Transcript` in ``text`` (:class:`TranscriptError` when there is none)."""
     stripped = text.strip()
     if not stripped:
         raise TranscriptError("the input is empty")
@@ -26,13 +56,13 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     except JSONLimitError as exc:
         if not exc.syntax:
             raise TranscriptError(exc.msg) from None
-        return _parse_jsonl(stripped), {}
+        return Transcript(_parse_jsonl(stripped))
     if isinstance(data, list):
-        return _check_messages(data), {}
+        return Transcript(_check_messages(data))
     if isinstance(data, dict) and isinstance(data.get("messages"), list):
-        fields = {k: v for k, v in data.items() if k != "messages"}
         # Agent trajectory files carry run metadata next to the messages: keep only request fields.
-        return _check_messages(data["messages"]), {k: v for k, v in fields.items() if k in REQUEST_FIELDS}
+        fields = {k: v for k, v in data.items() if k in REQUEST_FIELDS}
+        return Transcript(_check_messages(data["messages"]), fields, request_body=True)
     raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
 
 

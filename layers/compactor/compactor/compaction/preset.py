@@ -80,3 +80,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     else:
         nodes["output"] = {"kind": "output", "inputs": ["input"]}
     return ["flow", nodes], flow_input
+
+
+def default_decision_policy() -> Any:
+    """The preset's own decision policy: what decision mode uses when a request names none."""
+    return copy.deepcopy(load_preset()["flow"][1]["classify"]["policy"])

@@ -43,7 +43,7 @@ from compactor.compaction.preparation import (
     fit_batches,
     summary_budget,
 )
-from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.preset import default_decision_policy, materialise, question_template
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 
@@ -73,8 +73,9 @@ class Settings:
         pins = request.pinned_indices
         return cls(keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=None if pins is None else tuple(sorted(set(pins))),
-                   decision_policy_ir=request.decision_policy_ir, policy_ir=request.policy_ir,
-                   max_tokens=request.max_tokens)
+                   decision_policy_ir=(default_decision_policy() if request.decision_policy_ir is None
+                                       else request.decision_policy_ir),
+                   policy_ir=request.policy_ir, max_tokens=request.max_tokens)
 
     def flow_settings(self) -> dict[str, Any]:
         return {"decision_policy_ir": self.decision_policy_ir, "policy_ir": self.policy_ir,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from compactor.budget import Deadline
+from compactor.cost import NODE_DECIMALS, with_failed_attempts
 from compactor.decision_validation import DecisionValidationError, validate_answers, validate_payload
 from compactor.jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
 from compactor.providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
@@ -293,10 +294,7 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
 
 def _route_cost(result: RouteResult) -> float | None:
     """The USD cost of a successful routed call, billed failed attempts before it included."""
-    cost = result.cost_usd
-    if cost is not None and result.failed_cost_usd:
-        cost = round(cost + result.failed_cost_usd, 12)
-    return cost
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS)
 
 
 def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: RouteResult) -> Any:
