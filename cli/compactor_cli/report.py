@@ -12,13 +12,20 @@ from compactor.jsonutil import dense_size
 from compactor.provider_failures import failure_causes, fallback_count
 
 
-class Progress:
-    """Counts model nodes as they finish; one rewritten line on a terminal, sparse lines otherwise."""
+class _StreamProgress:
+    """Progress lines on ``stream``: rewritten in place on a terminal, sparse otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.started = time.monotonic()
+
+
+class Progress(_StreamProgress):
+    """Counts model nodes as they finish; one rewritten line on a terminal, sparse lines otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -52,13 +59,11 @@ class Progress:
             self.stream.flush()
 
 
-class WindowProgress:
+class WindowProgress(_StreamProgress):
     """One line per pass, rewritten per window on a terminal (windowed compaction of large files)."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.started = time.monotonic()
+        super().__init__(stream)
         self.last = 0.0
 
     def on_event(self, event: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""Lambda handler of ``S3CompactFunction``: compacts transcripts uploaded under ``incoming/`` (CONTRACT §7).
+"""Lambda handler of ``S3CompactFunction``: compacts transcripts uploaded under ``incoming/`` (docs/behaviour.md#the-s3-path).
 
 Each record of the S3 event becomes one ``compactor.object_jobs.run_job``: the result goes to
 ``compacted/<rel>``, bad content to ``failed/<rel>`` (recorded once), and only storage or configuration
@@ -56,7 +56,7 @@ def observer(request_id: str | None, billed: list[Any]) -> object_jobs.Observer:
 
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget), once per object
+    """Run one record's job under the Lambda's remaining time (docs/behaviour.md#configuration flow budget), once per object
     version, billed once after its result is stored (docs/billing.md)."""
     from compactor import service
     from compactor.container import run_sync

@@ -1,4 +1,4 @@
-"""The operator's catalog of offers (CONTRACT §4): loading, validation and the per-container cache.
+"""The operator's catalog of offers (docs/behaviour.md#catalog-and-transports): loading, validation and the per-container cache.
 
 The catalog comes from ``load_catalog(path)``, else the file named by ``COMPACTOR_CATALOG``, else the
 bundled ``presets/catalog.json`` (built-in offline offers only). Every boolean or number an offer

@@ -39,58 +39,52 @@ class InvalidRequest(CompactorError):
     """A request the service understands but refuses (400, no code)."""
 
 
-class InvalidPolicy(InvalidRequest):
-    """``policy_ir`` failed admission."""
+class AdmissionRejected(InvalidRequest):
+    """A policy or flow term failed admission; ``field`` names the request field it came from."""
 
-    code = "invalid_policy"
-
-    @classmethod
-    def rejected(cls, reason: object) -> InvalidPolicy:
-        return cls(f"policy_ir {ADMISSION_PREFIX}{reason}")
-
-
-class InvalidFlow(InvalidRequest):
-    """A flow (operator's ``flow_ir`` or the materialised compaction preset) failed admission."""
-
-    code = "invalid_flow"
+    field: ClassVar[str]
 
     @classmethod
-    def rejected(cls, reason: object) -> InvalidFlow:
-        return cls(f"flow_ir {ADMISSION_PREFIX}{reason}")
+    def rejected(cls, reason: object) -> AdmissionRejected:
+        return cls(f"{cls.field} {ADMISSION_PREFIX}{reason}")
 
 
-class InvalidTranscript(CompactorError):
-    """An uploaded object (S3 path) that is not a transcript the service can read."""
+class InvalidPolicy(AdmissionRejected):
+    field, code = "policy_ir", "invalid_policy"
+
+
+class InvalidFlow(AdmissionRejected):
+    field, code = "flow_ir", "invalid_flow"  # an operator's flow or the materialised compaction preset
+
+
+class Unprocessable(CompactorError):
+    """422: the request is well-formed JSON but its content cannot be used."""
 
     status = 422
-    code = "invalid_transcript"
+
+
+class InvalidTranscript(Unprocessable):
+    code = "invalid_transcript"  # S3 path: the uploaded object is not a transcript
+
+
+class IdempotencyKeyReused(Unprocessable):
+    code = "idempotency_key_reused"  # the same Idempotency-Key came with another body
+
+
+class InvalidUsageRange(Unprocessable):
+    code = "invalid_usage_range"
 
 
 class InvalidIdempotencyKey(CompactorError):
     code = "invalid_idempotency_key"
 
 
-class IdempotencyKeyReused(CompactorError):
-    """The same ``Idempotency-Key`` came with another request body."""
-
-    status = 422
-    code = "idempotency_key_reused"
-
-
 class IdempotencyInProgress(CompactorError):
-    status = 409
-    code = "idempotency_in_progress"
+    status, code = 409, "idempotency_in_progress"
 
 
 class IdempotencyUnavailable(CompactorError):
-    status = 503
-    type = "server_error"
-    code = "idempotency_unavailable"
-
-
-class InvalidUsageRange(CompactorError):
-    status = 422
-    code = "invalid_usage_range"
+    status, type, code = 503, "server_error", "idempotency_unavailable"
 
 
 class UploadsUnavailable(CompactorError):

@@ -1,7 +1,7 @@
-"""``POST /v1/flows`` and ``POST /v1/flows/normalize`` (CONTRACT §2): operators' own typed flows.
+"""``POST /v1/flows`` and ``POST /v1/flows/normalize`` (docs/behaviour.md#requests-and-responses): operators' own typed flows.
 
 Both return ``(status, body)``. Admission failures answer 400 ``invalid_flow`` before any model call;
-a flow that fails without a fallback answers the router error status of REFERENCE §4.4 with the
+a flow that fails without a fallback answers the router error status of docs/behaviour.md#flow-execution with the
 flow's ``x_router`` block.
 """
 

@@ -1,6 +1,6 @@
 """HTTP conventions shared by the front doors (the Lambda handler and ``compactor serve``).
 
-Limits, the JSON error bodies of CONTRACT §2, and the API Gateway REST (v1 proxy) shapes: the event
+Limits, the JSON error bodies of docs/behaviour.md#requests-and-responses, and the API Gateway REST (v1 proxy) shapes: the event
 the deployed function receives and the response it returns. Pure Python, no AWS imports.
 """
 

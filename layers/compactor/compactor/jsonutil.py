@@ -1,6 +1,6 @@
 """JSON helpers shared by every layer: the two byte measures, strict parsing and depth bounds.
 
-* dense size (the REFERENCE's "compact size"): UTF-8 bytes of JSON with ``,``/``:`` separators and
+* dense size (the reference's "compact size", docs/behaviour.md#requests-and-responses): UTF-8 bytes of JSON with ``,``/``:`` separators and
   non-ASCII emitted raw.
 * ASCII wire size: bytes of JSON with default separators and every non-ASCII character escaped.
 """

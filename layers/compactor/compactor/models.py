@@ -65,7 +65,7 @@ COMPACT_FIELDS = tuple(name for name in CompactRequest.model_fields if name != "
 
 
 class FlowsRequest(BaseModel):
-    """Body of ``POST /v1/flows`` (CONTRACT §2)."""
+    """Body of ``POST /v1/flows`` (docs/behaviour.md#requests-and-responses)."""
 
     model_config = ConfigDict(extra="ignore")
 

@@ -1,4 +1,4 @@
-"""The S3 path's jobs (CONTRACT §7), storage-agnostic: one uploaded object in, one result object out.
+"""The S3 path's jobs (docs/behaviour.md#the-s3-path), storage-agnostic: one uploaded object in, one result object out.
 
 An object under ``incoming/<rel>`` (a ``/v1/compact`` request body, a bare messages array, an object
 with ``messages`` or JSONL) becomes ``compacted/<rel>`` holding the ``/v1/compact`` response body, or

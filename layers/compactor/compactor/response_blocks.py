@@ -1,4 +1,4 @@
-"""The ``x_router`` metadata block and OpenAI ``usage`` of a routed call (REFERENCE §2.4, chat variant)."""
+"""The ``x_router`` metadata block and OpenAI ``usage`` of a routed call (docs/behaviour.md#the-x_router-block-and-usage, chat variant)."""
 
 from __future__ import annotations
 

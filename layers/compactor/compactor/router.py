@@ -2,9 +2,9 @@
 
 Generic: it knows offers, policies, transports and costs, never what the calls are for.
 
-Per call: the offers of the call's protocol (``chat`` or ``decisions``; REFERENCE §5.3) are ranked
+Per call: the offers of the call's protocol (``chat`` or ``decisions``; docs/behaviour.md#the-policy-language) are ranked
 by the policy (with the host envelope composed in), then tried in order under the policy's
-FailPlan (§5.4). Router state (TTL-disabled providers, circuit breakers) lives in the instance and
+FailPlan (docs/behaviour.md#fallbacks). Router state (TTL-disabled providers, circuit breakers) lives in the instance and
 is visible to policies as the ``disabled`` and ``breaker_open`` observations.
 """
 
@@ -75,7 +75,7 @@ class RouteResult:
     error_kind: str | None = None  # e.g. "no_candidates", "exhausted: timeout", "timeout", ProviderError kinds
     error_message: str | None = None
     latency_ms: int = 0  # the whole routed call, failover included
-    cost_usd: float | None = None  # REFERENCE §2.4 cost of the chosen response (None = unknown)
+    cost_usd: float | None = None  # docs/behaviour.md#the-x_router-block-and-usage cost of the chosen response (None = unknown)
     cost_basis: str | None = None  # "subscription" | "reported" | "computed" | None
     # USD that providers reported for failed attempts (billed, then rejected); None when none reported.
     failed_cost_usd: float | None = None
@@ -111,7 +111,7 @@ class _Breaker:
 
 
 def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None]:
-    """REFERENCE §2.4 ``(cost_usd, cost_basis)`` of one response from ``offer``.
+    """docs/behaviour.md#the-x_router-block-and-usage ``(cost_usd, cost_basis)`` of one response from ``offer``.
 
     Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input at 10 % of
     ``price_in``; an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
@@ -165,7 +165,7 @@ def _trace_score(score: float) -> float | None:
 
 
 class Router:
-    """Ranks offers with a policy and fails over across them (REFERENCE §5.3–5.4).
+    """Ranks offers with a policy and fails over across them (docs/behaviour.md#the-policy-language).
 
     ``transport_for`` maps an offer to its transport; ``clock`` (seconds) drives provider-disable
     TTLs, breakers and latencies; ``sleep`` waits between retries. Policies may observe the core

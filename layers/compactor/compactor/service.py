@@ -19,7 +19,7 @@ def health() -> dict[str, Any]:
 
 
 def request_deadline(lambda_context: Any = None) -> Deadline:
-    """The shared budget of one request (CONTRACT §3)."""
+    """The shared budget of one request (docs/behaviour.md#configuration)."""
     return Deadline.after_ms(flow_budget_ms(lambda_context=lambda_context))
 
 

@@ -15,7 +15,7 @@ from typing import IO, Any
 import ijson
 
 from compactor.jsonutil import dense_dumps
-from compactor.transcripts import REQUEST_FIELDS, TranscriptError, _jsonl_record_messages
+from compactor.transcripts import REQUEST_FIELDS, TranscriptError, jsonl_messages
 
 PEEK_BYTES = 1 << 20
 """How far a first line is looked at to tell JSONL from one JSON document."""
@@ -102,15 +102,7 @@ def read_fields(raw: IO[bytes]) -> dict[str, Any]:
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
-    buffered = _lines(reader)
-    for number, line in enumerate(buffered, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
-        yield from _jsonl_record_messages(record, number)
+    yield from jsonl_messages(_lines(reader))
 
 
 def _lines(reader: _Replay, chunk: int = 1 << 20) -> Iterator[bytes]:

@@ -4,7 +4,7 @@ and JSONL, and the ``/v1/compact`` request body they stand for (see docs/behavio
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,16 +67,19 @@ def read_transcript(text: str) -> Transcript:
 
 
 def _parse_jsonl(text: str) -> list[dict[str, Any]]:
-    messages = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    return _check_messages(list(jsonl_messages(text.splitlines())))
+
+
+def jsonl_messages(lines: Iterable[str] | Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The OpenAI messages of JSONL lines (blank lines skipped; Claude Code records converted)."""
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = bounded_loads(line)
         except JSONLimitError as exc:
             raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from None
-        messages.extend(_jsonl_record_messages(record, number))
-    return _check_messages(messages)
+        yield from _jsonl_record_messages(record, number)
 
 
 def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:

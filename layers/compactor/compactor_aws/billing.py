@@ -12,7 +12,6 @@ the call (500 / the Lambda retry), so what was delivered is what is billed.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,6 +19,7 @@ from typing import Any
 
 from compactor import billing, idempotency
 from compactor.call_record import CallRecord
+from compactor.container import PerContainer
 from compactor.errors import (
     CompactorError,
     IdempotencyInProgress,
@@ -90,24 +90,10 @@ class Backends:
         return response_store()
 
 
-_backends: Backends | None = None
-_lock = threading.Lock()
-
-
-def backends() -> Backends:
-    global _backends
-    if _backends is None:
-        with _lock:
-            if _backends is None:
-                _backends = Backends()
-    return _backends
-
-
-def reset_backends() -> None:
-    """Forget the backends (tests that switch environments or mocks)."""
-    global _backends
-    with _lock:
-        _backends = None
+BACKENDS: PerContainer[Backends] = PerContainer(Backends)
+backends = BACKENDS.get
+reset_backends = BACKENDS.reset
+"""Forget the backends (tests that switch environments or mocks)."""
 
 
 class _NotStored(Exception):

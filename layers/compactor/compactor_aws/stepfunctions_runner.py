@@ -107,9 +107,9 @@ class StepFunctionsFlowRunner:
     @property
     def s3(self) -> Any:
         if self._s3 is None:
-            import boto3
+            from compactor_aws.s3_store import s3_client
 
-            self._s3 = boto3.client("s3")
+            self._s3 = s3_client()
         return self._s3
 
     async def __call__(self, admitted: AdmittedFlow, flow_input: Any = MISSING, *, router: Any, deadline: Deadline,

@@ -3,8 +3,7 @@ preset, run it on the generic flow runtime, reassemble. Any failure keeps the af
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compactor.call_record import CallRecord, flow_facts
 from compactor.compaction.modes import check_pins
@@ -23,8 +22,7 @@ if TYPE_CHECKING:
 NAME = "decision"
 
 
-@dataclass(frozen=True)
-class DecisionPlan:
+class DecisionPlan(NamedTuple):
     """The preparation and the admitted flow (with its input) that will decide over it."""
 
     prep: Preparation

@@ -45,7 +45,7 @@ class FlowResult:
         return None if self.cost_usd is None else round(self.cost_usd, RESPONSE_DECIMALS)
 
     def x_router(self) -> dict[str, Any]:
-        """The flow variant of the ``x_router`` block (REFERENCE §2.4), decision traces trimmed."""
+        """The flow variant of the ``x_router`` block (docs/behaviour.md#the-x_router-block-and-usage), decision traces trimmed."""
         family = f"flow:{self.fingerprint}"
         known = self.cost_usd is not None
         return {

@@ -1,9 +1,9 @@
-"""Costs and tokens of a flow from its ``flow_nodes`` entries (REFERENCE §2.4 flow variant, §4.7).
+"""Costs and tokens of a flow from its ``flow_nodes`` entries (docs/behaviour.md#cost-rules).
 
 The aggregate cost is known only if every traced node's cost is known (data and skipped nodes cost
 0; a model node costs its ``cost_reported`` when that is a non-negative number, else its prices ×
 tokens when both token counts are present) and every routing decision's cost is known (the
-``routing`` entry of a decision-routed llm node, REFERENCE §4.8); otherwise it is ``None``, never a
+``routing`` entry of a decision-routed llm node, docs/behaviour.md#decision-routing); otherwise it is ``None``, never a
 partial sum. Token sums include the routing decisions.
 """
 

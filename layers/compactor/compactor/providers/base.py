@@ -35,7 +35,7 @@ class ProviderError(Exception):
 
 @dataclass(frozen=True)
 class Offer:
-    """One catalog entry (CONTRACT §4). ``observations`` holds every policy-visible field."""
+    """One catalog entry (docs/behaviour.md#catalog-and-transports). ``observations`` holds every policy-visible field."""
 
     id: str
     provider: str

@@ -1,4 +1,4 @@
-"""The ``decisions`` transport: native decision endpoints (CONTRACT §5, REFERENCE §6.3).
+"""The ``decisions`` transport: native decision endpoints (docs/behaviour.md#catalog-and-transports, docs/behaviour.md#native-decisions).
 
 ``POST {base_url}/decisions`` with exactly ``{"model", "state", "questions"}``; the answer
 ``{"model", "answers", "usage"?}`` must be at most 131 072 bytes, free of duplicate keys and valid

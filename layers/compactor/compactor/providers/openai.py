@@ -1,4 +1,4 @@
-"""The ``openai`` transport: OpenAI Chat Completions (CONTRACT §5).
+"""The ``openai`` transport: OpenAI Chat Completions (docs/behaviour.md#catalog-and-transports).
 
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
 ``response_format: {"type": "json_object"}``. :func:`complete_chat` is also what the
