@@ -39,6 +39,10 @@ class InvalidRequest(CompactorError):
     """A request the service understands but refuses (400, no code)."""
 
 
+class InvalidMaxTokens(InvalidRequest):
+    code = "invalid_max_tokens"
+
+
 class AdmissionRejected(InvalidRequest):
     """A policy or flow term failed admission; ``field`` names the request field it came from."""
 
