@@ -115,3 +115,19 @@ def test_the_layer_ships_no_cli_and_no_emulator() -> None:
     if built.is_dir():  # after `make build`: the real build output too
         assert not (built / "compactor_cli").exists()
         assert not [p for p in built.rglob("*.py") if p.name in EMULATORS and "compactor" in p.parts[-2]]
+
+
+def test_the_call_record_and_the_engine_agree_on_model_node_kinds() -> None:
+    from compactor.call_record import MODEL_NODE_KINDS
+    from compactor.flow.graph import MODEL_KINDS
+
+    assert MODEL_NODE_KINDS == MODEL_KINDS
+
+
+def test_reporting_on_a_call_does_not_load_the_engine() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, compactor.call_record, compactor_aws.observability; print('compactor.flow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -64,7 +64,9 @@ class NodeOutcome:
 
 
 MODEL_NODE_KINDS = frozenset({"llm", "decision"})
-"""Flow node kinds that call a model (``data`` nodes never do)."""
+"""Flow node kinds that call a model (``data`` nodes never do). The same set as the engine's
+``compactor.flow.graph.MODEL_KINDS`` (a test holds them equal); not imported from there, because
+importing the engine would load all of it into every handler's cold start."""
 
 
 @dataclass(frozen=True)

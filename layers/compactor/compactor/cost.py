@@ -11,8 +11,9 @@ a micro-dollar) and to :data:`RESPONSE_DECIMALS` in a chat call and in a respons
 
 from __future__ import annotations
 
-import math
 from typing import Any, Final
+
+from compactor.jsonutil import is_finite_number
 
 CACHED_INPUT_PRICE_FACTOR: Final = 0.1
 TOKENS_PER_PRICE_UNIT: Final = 1_000_000
@@ -20,14 +21,9 @@ NODE_DECIMALS: Final = 12
 RESPONSE_DECIMALS: Final = 6
 
 
-def is_amount(value: Any) -> bool:
-    """A finite int or float (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def reported(value: Any) -> float | None:
     """A provider-reported cost, when it is usable (finite, >= 0)."""
-    return float(value) if is_amount(value) and value >= 0 else None
+    return float(value) if is_finite_number(value) and value >= 0 else None
 
 
 def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, tokens_cached: int | None) -> float:

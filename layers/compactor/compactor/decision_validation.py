@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any, NoReturn
 
+from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import ascii_wire_size
 
 DECISION_REQUEST_MAX_BYTES = 32_000
@@ -44,8 +45,7 @@ def _is_name(value: Any) -> bool:
     return isinstance(value, str) and 1 <= len(value) <= MAX_NAME_CHARS
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+_is_number = is_finite_number
 
 
 def _is_unit(value: Any) -> bool:

@@ -63,6 +63,16 @@ def _reject_constant(name: str) -> Any:
     raise StrictJSONError(f"non-finite number: {name}")
 
 
+def is_finite_number(value: Any) -> bool:
+    """True for an int or float (not a bool) that is finite: the one "is a number" test of the code base."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double
+        return False
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compactor.budget import Deadline
-from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, is_amount, priced
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
 from compactor.cost import reported as reported_cost
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import dense_dumps, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
@@ -120,7 +120,7 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     if provider_cost is not None:
         return round(provider_cost, decimals), "reported"
     price_in, price_out = offer.price_in, offer.price_out
-    if not (is_amount(price_in) and is_amount(price_out)):
+    if not (is_finite_number(price_in) and is_finite_number(price_out)):
         return None, None
     if price_in == 0 and price_out == 0:
         return 0.0, "computed"

@@ -6,10 +6,10 @@ the node id and raises.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Final
 
+from compactor.jsonutil import is_finite_number
 from compactor.flow.graph import DATA, DECISION, INPUT, LLM, OUTPUT
 from compactor.flow.values import MAX_VALUE_BYTES, utf8_len
 
@@ -175,8 +175,7 @@ def _routing_choice_problem(choice: Any) -> str | None:
 
 
 def _is_unit_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 <= value <= 1)
+    return is_finite_number(value) and 0 <= value <= 1
 
 
 def data_option_problem(node: Mapping[str, Any]) -> str | None:

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.cost import NODE_DECIMALS, is_amount, priced, reported
+from compactor.cost import NODE_DECIMALS, priced, reported
+from compactor.jsonutil import is_finite_number
 
-_is_number = is_amount
+_is_number = is_finite_number
 
 
 def node_cost(entry: Mapping[str, Any]) -> float | None:

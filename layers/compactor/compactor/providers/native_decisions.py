@@ -7,9 +7,9 @@ for the questions, else ``bad_response``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from compactor.cost import reported
 from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
@@ -21,10 +21,7 @@ from compactor.providers.openai import endpoint
 
 def reported_cost(usage: Any) -> float | None:
     """``usage.cost`` when it is a finite non-negative number (what the provider billed), else None."""
-    cost = usage.get("cost") if isinstance(usage, dict) else None
-    if type(cost) in (int, float) and math.isfinite(cost) and cost >= 0:
-        return float(cost)
-    return None
+    return reported(usage.get("cost") if isinstance(usage, dict) else None)
 
 
 def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str,

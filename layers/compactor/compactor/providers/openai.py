@@ -7,9 +7,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from compactor.cost import reported
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
@@ -56,10 +56,6 @@ def count(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
 
-def _usd(value: Any) -> float | None:
-    if type(value) in (int, float) and math.isfinite(value) and value >= 0:
-        return float(value)
-    return None
 
 
 def _content_text(content: Any) -> str | None:
@@ -92,7 +88,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         problem = "response has no choices[0].message"
         if "error" in payload:
             problem += f"; provider error: {error_detail(body)}"
-        raise ProviderError(BAD_RESPONSE, problem, cost_reported=_usd(usage.get("cost")))
+        raise ProviderError(BAD_RESPONSE, problem, cost_reported=reported(usage.get("cost")))
     choice = choices[0]
     message = choice["message"]
     details = usage.get("prompt_tokens_details")
@@ -106,7 +102,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         tokens_out=count(usage.get("completion_tokens")),
         tokens_total=count(usage.get("total_tokens")),
         tokens_cached=count(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        cost_reported=_usd(usage.get("cost")),
+        cost_reported=reported(usage.get("cost")),
     )
 
 
