@@ -154,3 +154,18 @@ def fanout_aws(monkeypatch: pytest.MonkeyPatch, worker_module: ModuleType) -> It
         monkeypatch.setattr(container.ROUTER, "value", router)
         yield FanOutAws(s3=s3, stepfunctions=MotoSyncStepFunctions(sfn), state_machine_arn=arn,
                         dispatch=dispatch, router=router)
+
+
+@pytest.fixture(autouse=True)
+def no_collector_pause() -> Iterator[None]:
+    """These tests hold moto executions to wall-clock budgets of a few hundred milliseconds; a full
+    garbage collection in the middle (up to a second on a loaded machine after a long session) is not what
+    they measure. Collect first, then keep the collector paused for the test."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
