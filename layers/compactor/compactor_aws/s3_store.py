@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
