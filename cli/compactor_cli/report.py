@@ -199,7 +199,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
                 lines.append("models: " + ", ".join(f"{name} x{count}" for name, count in sorted(served.items())))
     else:
         lines.append("cost: none (no model call)")
-    lines.extend(problem_lines(record.body))
+    lines.extend(problem_lines(body))
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
 
