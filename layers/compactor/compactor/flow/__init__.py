@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from compactor.flow.admit import FlowAdmissionError, admit_flow
-from compactor.flow.canonical import VERSION, normalized_term
-from compactor.flow.execute import FlowRouter, NodeOutcome, execute_node
-from compactor.flow.graph import AdmittedFlow, FlowNode
-from compactor.flow.result import FlowResult
-from compactor.flow.scheduler import run_flow
-from compactor.flow.values import MISSING
+from .admit import FlowAdmissionError, admit_flow
+from .canonical import VERSION, normalized_term
+from .execute import FlowRouter, NodeOutcome, execute_node
+from .graph import AdmittedFlow, FlowNode
+from .result import FlowResult
+from .scheduler import run_flow
+from .values import MISSING
 
 
 def normalize_flow(admitted: AdmittedFlow) -> dict[str, Any]:

@@ -12,13 +12,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from compactor.decision_validation import DecisionValidationError, validate_payload
-from compactor.identity import fingerprint, sha256_identity
-from compactor.jsonutil import dense_dumps, ensure_utf8_encodable
-from compactor.policy.admission import PolicyAdmissionError
-from compactor.flow import node_options as opts
-from compactor.flow.canonical import canonical_order, content_key, flow_encoding, node_encoding, routing_key
-from compactor.flow.graph import (
+from ..decision_validation import DecisionValidationError, validate_payload
+from ..identity import fingerprint, sha256_identity
+from ..jsonutil import dense_dumps, ensure_utf8_encodable
+from ..policy.admission import PolicyAdmissionError
+from . import node_options as opts
+from .canonical import canonical_order, content_key, flow_encoding, node_encoding, routing_key
+from .graph import (
     DATA,
     DECISION,
     INPUT,
@@ -31,8 +31,8 @@ from compactor.flow.graph import (
     AdmittedRouting,
     FlowNode,
 )
-from compactor.flow.decision_routing import ROUTE_QUESTION, route_question
-from compactor.flow.values import MISSING, bounds_problem
+from .decision_routing import ROUTE_QUESTION, route_question
+from .values import MISSING, bounds_problem
 
 MAX_NODES: Final = 256
 

@@ -14,8 +14,8 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from compactor.flow.graph import DECISION, INPUT, LLM, AdmittedFlow
-from compactor.flow.node_options import TYPED_OPTION_KEYS
+from .graph import DECISION, INPUT, LLM, AdmittedFlow
+from .node_options import TYPED_OPTION_KEYS
 
 VERSION = "sigma-flow/v1"
 

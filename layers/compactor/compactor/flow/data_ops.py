@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from compactor.flow.values import MAX_VALUE_BYTES, utf8_len
+from .values import MAX_VALUE_BYTES, utf8_len
 
 MAX_RECORD_KEYS: Final = 128
 MAX_RECORD_KEY_BYTES: Final = 128

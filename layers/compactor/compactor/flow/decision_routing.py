@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
-from compactor.jsonutil import ascii_wire_size
+from ..decision_validation import DECISION_REQUEST_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
+from ..jsonutil import ascii_wire_size
 
 ROUTE_QUESTION: Final = "route"
 

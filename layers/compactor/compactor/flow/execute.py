@@ -11,14 +11,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from compactor.budget import Deadline
-from compactor.decision_validation import DecisionValidationError, validate_answers, validate_payload
-from compactor.jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
-from compactor.providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
-from compactor.router import RouteResult
-from compactor.flow import data_ops, decision_routing as routed
-from compactor.flow.graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
-from compactor.flow.values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, utf8_len, view_of
+from ..budget import Deadline
+from ..decision_validation import DecisionValidationError, validate_answers, validate_payload
+from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
+from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
+from ..router import RouteResult
+from . import data_ops, decision_routing as routed
+from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
+from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, utf8_len, view_of
 
 DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
 

@@ -10,8 +10,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from compactor.flow.graph import DATA, DECISION, INPUT, LLM, OUTPUT
-from compactor.flow.values import MAX_VALUE_BYTES, utf8_len
+from .graph import DATA, DECISION, INPUT, LLM, OUTPUT
+from .values import MAX_VALUE_BYTES, utf8_len
 
 # Options that make a flow typed and that enter the typed options encoding (REFERENCE §4.6).
 TYPED_OPTION_KEYS: Final = (

@@ -23,14 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from compactor.budget import Deadline
-from compactor.flow.admit import admit_flow
-from compactor.flow.execute import FAILED, execute_node
-from compactor.flow.graph import DATA, INPUT, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
-from compactor.flow.result import FlowResult
-from compactor.flow.scheduler import run_flow
-from compactor.flow.trace import aggregate
-from compactor.flow.values import MISSING
+from ..budget import Deadline
+from .admit import admit_flow
+from .execute import FAILED, execute_node
+from .graph import DATA, INPUT, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
+from .result import FlowResult
+from .scheduler import run_flow
+from .trace import aggregate
+from .values import MISSING
 
 # The local run standing in for an unavailable component has no real calls to wait for.
 UNAVAILABLE_RUN_BUDGET_MS: Final = 60_000
@@ -264,6 +264,6 @@ def result_from_json(data: Mapping[str, Any]) -> FlowResult:
 
 def start_value(flow_input: Any, conversation: Sequence[Mapping[str, Any]]) -> Any:
     """The input node's value, as :func:`run_flow` computes it."""
-    from compactor.flow.scheduler import last_user_text
+    from .scheduler import last_user_text
 
     return flow_input if flow_input is not MISSING else last_user_text(conversation)

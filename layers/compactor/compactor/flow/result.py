@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from compactor.policy.trace import trim_decision_trace
-from compactor.response_blocks import usage_block
+from ..policy.trace import trim_decision_trace
+from ..response_blocks import usage_block
 
 FLOW_COST_DECIMALS: Final = 6
 FLOW_NODE_FAILED: Final = "flow_node_failed"

@@ -14,12 +14,12 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from compactor.budget import Deadline
-from compactor.flow.execute import FAILED, FlowRouter, NodeOutcome, execute_node
-from compactor.flow.graph import DATA, DECISION, INPUT, OUTPUT, AdmittedFlow, FlowNode
-from compactor.flow.result import FlowResult, answer_reasons
-from compactor.flow.trace import aggregate
-from compactor.flow.values import MISSING
+from ..budget import Deadline
+from .execute import FAILED, FlowRouter, NodeOutcome, execute_node
+from .graph import DATA, DECISION, INPUT, OUTPUT, AdmittedFlow, FlowNode
+from .result import FlowResult, answer_reasons
+from .trace import aggregate
+from .values import MISSING
 
 CANCELLED = "cancelled"
 EventListener = Callable[[dict[str, Any]], None]

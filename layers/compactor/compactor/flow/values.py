@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from compactor.jsonutil import dense_dumps, dense_size, depth_exceeds
+from ..jsonutil import dense_dumps, dense_size, depth_exceeds
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32

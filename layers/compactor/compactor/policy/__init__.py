@@ -1,13 +1,13 @@
 """The Σ_pol policy algebra (``sigma-pol/v2``): admission, normal form, encoding and ranking."""
 
-from compactor.policy.admission import PolicyAdmissionError
-from compactor.policy.admitted import Policy, admit_policy, admit_pred, with_envelope
-from compactor.policy.defaults import DEFAULT_CHAT_POLICY, DEFAULT_DECISIONS_POLICY
-from compactor.policy.encoding import encode, encode_number
-from compactor.policy.failplan import Action, FailPlan
-from compactor.policy.fields import CORE_FIELDS, FieldDecl
-from compactor.policy.ranking import RankedOffer, Ranking, Rejection, Requirements, rank
-from compactor.policy.trace import trim_decision_trace
+from .admission import PolicyAdmissionError
+from .admitted import Policy, admit_policy, admit_pred, with_envelope
+from .defaults import DEFAULT_CHAT_POLICY, DEFAULT_DECISIONS_POLICY
+from .encoding import encode, encode_number
+from .failplan import Action, FailPlan
+from .fields import CORE_FIELDS, FieldDecl
+from .ranking import RankedOffer, Ranking, Rejection, Requirements, rank
+from .trace import trim_decision_trace
 
 __all__ = [
     "CORE_FIELDS",

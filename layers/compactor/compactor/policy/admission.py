@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from compactor.policy.fields import FieldDecl
-from compactor.policy.signature import (
+from .fields import FieldDecl
+from .signature import (
     ACTIONS,
     MAX_DEPTH,
     MAX_NODES,

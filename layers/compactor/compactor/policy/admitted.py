@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from compactor.identity import fingerprint, sha256_identity
-from compactor.policy.admission import PolicyAdmissionError, check_term
-from compactor.policy.encoding import encode
-from compactor.policy.failplan import FailPlan
-from compactor.policy.fields import FieldDecl, FieldDeclarations, field_schema
-from compactor.policy.normal_form import Term, normalize
-from compactor.policy.signature import POLICY, PRED
+from ..identity import fingerprint, sha256_identity
+from .admission import PolicyAdmissionError, check_term
+from .encoding import encode
+from .failplan import FailPlan
+from .fields import FieldDecl, FieldDeclarations, field_schema
+from .normal_form import Term, normalize
+from .signature import POLICY, PRED
 
 _CONSTRAIN_PREFIX = "ir.constrain: "
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from compactor.policy.signature import OPERATIONAL_SORTS, OPS, VERSION
+from .signature import OPERATIONAL_SORTS, OPS, VERSION
 
 _INTEGRAL_LIMIT = 2**53
 _STRING_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})

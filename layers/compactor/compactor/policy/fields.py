@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
-from compactor.providers.base import Offer
+from ..providers.base import Offer
 
 FieldSort = Literal["Num", "Bool"]
 

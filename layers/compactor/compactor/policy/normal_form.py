@@ -21,9 +21,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from compactor.policy.encoding import encode_param, encode_term
-from compactor.policy.failplan import UNKNOWN_REASON
-from compactor.policy.signature import OPERATIONAL_SORTS, OPS
+from .encoding import encode_param, encode_term
+from .failplan import UNKNOWN_REASON
+from .signature import OPERATIONAL_SORTS, OPS
 
 Term = list[Any]
 

@@ -22,11 +22,11 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from compactor.providers.base import Offer
-from compactor.policy.admitted import Policy
-from compactor.policy.fields import FieldDecl, observe
-from compactor.policy.normal_form import Term
-from compactor.policy.signature import TIER_ORDER
+from ..providers.base import Offer
+from .admitted import Policy
+from .fields import FieldDecl, observe
+from .normal_form import Term
+from .signature import TIER_ORDER
 
 # A request need and the offer observation (capability flag) that satisfies it.
 CAPABILITY_FLAGS: Mapping[str, str] = {
