@@ -124,8 +124,8 @@ class Template:
         resource = self.resources[layer]
         content = self.directory / self.resolve(resource["Properties"]["ContentUri"])
         build_method = str((resource.get("Metadata") or {}).get("BuildMethod", ""))
-        # `sam build` copies a python layer's sources into python/; an unbuilt layer already has python/.
-        return content if build_method.startswith("python") else content / "python"
+        # `sam build` puts a python or makefile layer's packages into python/; an unbuilt layer already has python/.
+        return content if build_method.startswith("python") or build_method == "makefile" else content / "python"
 
     def resolve(self, value: Any) -> Any:
         """``value`` with every supported intrinsic function evaluated."""

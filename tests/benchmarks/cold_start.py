@@ -1,6 +1,11 @@
 """Cold start as a user feels it: a new process imports a function's handler and answers its first
 real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N]``.
 
+The code is what Lambda runs: the layer's packages built into a temporary directory by the layer's
+own recipe (``make -C layers/compactor code``: copied without any ``__pycache__`` of the checkout and
+compiled to unchecked-hash bytecode, as ``sam build`` ships them) and the function's handler file
+copied alone (Lambda compiles it at every cold start, and so does each sample).
+
 For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
 interpreter that times
 
@@ -29,16 +34,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-LAYER = REPO / "layers" / "compactor"
+LAYER = REPO / "layers" / "compactor"  # its Makefile builds the layer
 EVENTS = REPO / "tests" / "events"
 BUCKET = "compactor-bench-cold"
 GOAL_COLD = 1.3
@@ -65,6 +72,7 @@ class Context:
     def get_remaining_time_in_millis(self): return 40000
 answer = handler_module.handler(event, Context())
 t3 = time.perf_counter()
+assert sys.modules["compactor"].__file__.startswith({paths[1]!r}), "the built layer is not what ran"
 loaded = sorted(name for name in set(sys.modules) - before)
 print(json.dumps({{"import": t1 - t0, "hook": t2 - t1, "first": t3 - t2, "answer": answer, "loaded": loaded}}))
 """
@@ -113,15 +121,27 @@ def child_env(endpoint: str) -> dict[str, str]:
     return env
 
 
+def build_code(root: Path) -> Path:
+    """The layer's packages as ``sam build`` ships them, under ``root/layer/python``; each function's
+    handler file alone under ``root/functions/<name>``. Returns ``root``."""
+    subprocess.run(["make", "-s", "-C", str(LAYER), "code", f"ARTIFACTS_DIR={root / 'layer'}",
+                    f"PYTHON={sys.executable}"], check=True)
+    for handler in (REPO / "functions").glob("*/*.py"):
+        target = root / "functions" / handler.parent.name
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(handler, target / handler.name)
+    return root
+
+
 class Function:
     """One function's handler module, the event of its first request and the check of its answer."""
 
-    def __init__(self, name: str, event: dict[str, Any], ok: Any) -> None:
+    def __init__(self, name: str, event: dict[str, Any], ok: Any, code: Path) -> None:
         self.name, self.event, self.ok = name, event, ok
-        self.paths = [str(REPO / "functions" / name), str(LAYER)]
+        self.paths = [str(code / "functions" / name), str(code / "layer" / "python")]
 
 
-def prepare_functions(endpoint: str, run_id: str) -> list[Function]:
+def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
@@ -152,9 +172,10 @@ def prepare_functions(endpoint: str, run_id: str) -> list[Function]:
         return event
 
     return [
-        Function("compact", compact_event, lambda a: a.get("statusCode") == 200),
-        Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"]),
-        Function("flow_worker", worker_event, lambda a: a.get("status") == "done"),
+        Function("compact", compact_event, lambda a: a.get("statusCode") == 200, code),
+        Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"],
+                 code),
+        Function("flow_worker", worker_event, lambda a: a.get("status") == "done", code),
     ]
 
 
@@ -189,9 +210,11 @@ def main() -> int:
 
     server, endpoint = start_moto()
     failed = False
+    build = tempfile.TemporaryDirectory(prefix="cold-start-")
     try:
         env = child_env(endpoint)
-        functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}")
+        functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}",
+                                      code=build_code(Path(build.name)))
         print(f"{'function':<12} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6}   "
               f"{'restored':>8} {'ratio':>6} {'hook':>7}   (ms, medians of {args.runs} fresh processes)")
         sample = 0
@@ -219,6 +242,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        build.cleanup()
     return 1 if failed else 0
 
 

@@ -64,13 +64,14 @@ def test_api_is_regional_rest_on_stage_v1_with_a_required_key_and_usage_plan(doc
     assert {"BurstLimit", "RateLimit"} <= set(plan["Throttle"]) and {"Limit", "Period"} <= set(plan["Quota"])
 
 
-def test_layer_is_built_as_a_python_layer_holding_the_package(document: dict[str, Any]) -> None:
+def test_layer_is_built_by_its_makefile_holding_the_package(document: dict[str, Any]) -> None:
     layer = document["Resources"]["CompactorLayer"]
     assert layer["Type"] == "AWS::Serverless::LayerVersion"
-    assert layer["Metadata"]["BuildMethod"] == "python3.12"
+    assert layer["Metadata"]["BuildMethod"] == "makefile"
     content = REPO / layer["Properties"]["ContentUri"]
     assert (content / "requirements.txt").is_file()
     assert (content / "compactor" / "__init__.py").is_file()
+    assert "build-CompactorLayer:" in (content / "Makefile").read_text()
 
 
 def test_compact_function_serves_every_route_on_the_api_with_the_layer(template: Template) -> None:
