@@ -9,8 +9,9 @@ import sys
 import time
 from typing import Any
 
+from compactor.compaction.modes import names as mode_names
 from compactor.formats import FORMAT_NAMES
-from compactor.transcripts import TranscriptError, read_transcript
+from compactor.transcripts import TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 
 
 def _json_arg(value: str) -> Any:
@@ -36,8 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restorable", action="store_true",
                         help="keep the originals of changed units (decision mode) under $COMPACTOR_ARCHIVE_DIR "
                              "or ~/.compactor/archives; the manifest names their handles")
-    parser.add_argument("--mode", choices=("decision", "seal"), default="decision",
-                        help="decision-guided (default) or legacy single-summary seal")
+    parser.add_argument("--mode", choices=mode_names(),
+                        help=f"compaction mode (default: a request body's own, inferred as the API does; "
+                             f"{TRANSCRIPT_MODE} for a bare transcript)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target, 0 < r <= 1 (default 0.1)")
     parser.add_argument("--keep-recent", type=int, help="messages of recent tail always kept (default 6)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
@@ -66,11 +68,10 @@ def _read(path: str) -> str:
         return handle.read()
 
 
-def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
-                       fields: dict[str, Any], format: str = "openai-chat") -> dict[str, Any]:
-    from compactor.compaction.preset import load_preset
-
-    body: dict[str, Any] = {**fields, "format": format, ("input" if format == "openai-responses" else "messages"): messages}
+def build_request_body(args: argparse.Namespace, transcript: Transcript) -> dict[str, Any]:
+    """The ``/v1/compact`` body for ``transcript`` with the command line's settings over its own fields."""
+    messages = transcript.items
+    body = transcript.compact_body(mode=args.mode)
     if getattr(args, "restorable", False):
         body["restorable"] = True
     if args.pin_task:
@@ -81,12 +82,8 @@ def build_request_body(args: argparse.Namespace, messages: list[dict[str, Any]],
                        ("pinned_indices", None if args.pin_task else args.pins), ("policy_ir", args.policy), ("max_tokens", args.max_tokens)):
         if value is not None:
             body[key] = value
-    if args.mode == "decision":
-        if args.decision_policy is not None:
-            body["decision_policy_ir"] = args.decision_policy
-        body.setdefault("decision_policy_ir", load_preset()["flow"][1]["classify"]["policy"])
-    else:
-        body.pop("decision_policy_ir", None)
+    if args.decision_policy is not None:
+        body["decision_policy_ir"] = args.decision_policy
     return body
 
 
@@ -103,8 +100,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"compactor compact: {problem}", file=sys.stderr)
         return 2
-    if (args.mode == "decision" and args.file != "-" and _size(args.file) > STREAM_BYTES and not args.restorable
-            and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
+    if (args.mode in (None, "decision") and args.file != "-" and _size(args.file) > STREAM_BYTES
+            and not args.restorable and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
         return _run_streamed(args)
     try:
         transcript = read_transcript(_read(args.file), args.format)
@@ -114,8 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from compactor.models import CompactRequest
 
     try:
-        request = CompactRequest.model_validate(
-            build_request_body(args, transcript.items, transcript.fields, transcript.format))
+        request = CompactRequest.model_validate(build_request_body(args, transcript))
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
         return 2
@@ -140,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.show_summaries and body.get("compaction") and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     if args.html:
-        _write_html(args, request.messages, body, units, request.keep_recent, seconds)
+        _write_html(args, request.messages, body, units, request.keep_recent, seconds, request.mode_name)
     items_field = "input" if request.format == "openai-responses" else "messages"
     session = None if args.json else transcript.write_back(body)
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
@@ -167,12 +163,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: dict[str, Any],
-                units: list[dict[str, Any]], keep_recent: int, seconds: float) -> None:
+                units: list[dict[str, Any]], keep_recent: int, seconds: float, mode: str) -> None:
     from compactor_cli.html_report import render_html
 
     title = "stdin" if args.file == "-" else os.path.basename(args.file)
     with open(args.html, "w", encoding="utf-8") as handle:
-        handle.write(render_html(messages, body, units, title=title, mode=args.mode, keep_recent=keep_recent,
+        handle.write(render_html(messages, body, units, title=title, mode=mode, keep_recent=keep_recent,
                                  seconds=seconds))
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
@@ -195,7 +191,7 @@ def compact_locally(request: Any, progress: Any = None, archive: Any = None
                     ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Compact in-process: status, body and the whole manifest, each unit with its reason (docs/report.md)."""
     from compactor.container import run_sync
-    from compactor.service import compact, compact_large, request_deadline
+    from compactor.service import compact_call, compact_large, request_deadline
 
     units: list[dict[str, Any]] = []
 
@@ -205,13 +201,14 @@ def compact_locally(request: Any, progress: Any = None, archive: Any = None
         elif progress is not None:
             progress.on_event(event)
 
-    if request.decision_mode:
+    if request.mode_name == "decision":
         from compactor.compaction.windowed import exceeds_one_request
 
         if exceeds_one_request(request):
-            status, body = run_sync(compact_large(request, on_event=on_event))
+            status, body = run_sync(compact_large(request, on_event=on_event)).answer()
             return status, body, units
-    status, body = run_sync(compact(request, deadline=request_deadline(), on_event=on_event, archive=archive))
+    status, body = run_sync(compact_call(request, deadline=request_deadline(), on_event=on_event,
+                                         archive=archive)).answer()
     return status, body, units
 
 
@@ -251,7 +248,7 @@ def _run_streamed(args: argparse.Namespace) -> int:
         if args.pin_task:
             with source() as handle:
                 first_user = _until_first_user(iter_messages(handle))
-        request = CompactRequest.model_validate(build_request_body(args, first_user, fields) | {"messages": []})
+        request = CompactRequest.model_validate(build_request_body(args, Transcript("openai-chat", first_user, fields, request_body=bool(fields))) | {"messages": []})
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
@@ -276,7 +273,7 @@ def _run_streamed(args: argparse.Namespace) -> int:
             out.close()
     seconds = time.monotonic() - started
     if args.html:
-        _write_html(args, [], summary, [], request.keep_recent, seconds)
+        _write_html(args, [], summary, [], request.keep_recent, seconds, "decision")
     if not args.quiet:
         sys.stderr.write(render_windowed_report(summary, seconds))
         if args.output:

@@ -67,7 +67,8 @@ def credential_problem(offer: Offer) -> str | None:
 async def probe(offer: Offer) -> dict[str, Any]:
     """One tiny request to ``offer``: latency, usage, cost and whether the JSON answer came back."""
     from compactor.providers.registry import transport_for
-    from compactor.router import CHAT_COST_DECIMALS, DECISION_COST_DECIMALS, compute_cost
+    from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS
+    from compactor.router import compute_cost
 
     transport = transport_for(offer)
     started = time.monotonic()
@@ -81,11 +82,11 @@ async def probe(offer: Offer) -> dict[str, Any]:
                 json_ok = isinstance(json.loads(response.text or ""), dict)
             except ValueError:
                 json_ok = False
-            decimals = CHAT_COST_DECIMALS
+            decimals = RESPONSE_DECIMALS
         else:
             request = DecisionRequest(state={"value": True}, questions=PROBE_QUESTIONS)
             response = await transport.decide(offer, request, CALL_TIMEOUT_S)
-            json_ok, decimals = True, DECISION_COST_DECIMALS  # a decision is only returned when valid
+            json_ok, decimals = True, NODE_DECIMALS  # a decision is only returned when valid
     except ProviderError as exc:
         return {"ok": False, "latency_ms": round((time.monotonic() - started) * 1000), "problem": _problem(offer, exc)}
     cost, _ = compute_cost(offer, response, decimals)

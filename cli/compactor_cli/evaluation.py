@@ -413,30 +413,16 @@ def request_body(mode: str, messages: list[Message], settings: dict[str, Any] | 
     return body
 
 
-def model_calls(body: dict[str, Any]) -> tuple[int, float | None]:
-    """Model calls made and their cost, read from the response's ``x_router`` block."""
-    x_router = body.get("x_router")
-    if not isinstance(x_router, dict):
-        return 0, 0.0
-    nodes = (x_router.get("decision_trace") or {}).get("flow_nodes")
-    if isinstance(nodes, list):
-        calls = sum(1 for n in nodes if n.get("kind") in ("llm", "decision") and n.get("served_model_id"))
-    else:
-        calls = 1 if x_router.get("served_model_id") else 0
-    return calls, x_router.get("cost_usd")
-
-
 async def run_mode(mode: str, messages: list[Message], settings: dict[str, Any] | None = None
                    ) -> tuple[list[Message], int, float | None, str]:
     from compactor.models import CompactRequest
-    from compactor.service import compact, request_deadline
+    from compactor.service import compact_call, request_deadline
 
     request = CompactRequest.model_validate(request_body(mode, messages, settings))
-    status, body = await compact(request, deadline=request_deadline())
-    if status != 200:
-        return messages, 0, None, f"HTTP {status}: {body.get('error', {}).get('message')}"
-    calls, cost = model_calls(body)
-    return body["messages"], calls, cost, ""
+    record = await compact_call(request, deadline=request_deadline())
+    if not record.ok:
+        return messages, 0, None, f"HTTP {record.status}: {record.body.get('error', {}).get('message')}"
+    return record.body["messages"], record.model_calls, record.cost_usd, ""
 
 
 def score(name: str, method: str, messages: list[Message], output: list[Message], calls: int,

@@ -1,4 +1,4 @@
-"""The ``compactor`` command (also ``python -m compactor``): ``compact``, ``eval``, ``serve``, ``invoke`` and
+"""The ``compactor`` command (also ``python -m compactor_cli``): ``compact``, ``eval``, ``serve``, ``invoke`` and
 ``usage``."""
 
 from __future__ import annotations

@@ -6,18 +6,26 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
+from compactor.call_record import MODEL_NODE_KINDS
 from compactor.chat import content_text, role_of
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import failure_causes, fallback_count
 
 
-class Progress:
-    """Counts model nodes as they finish; one rewritten line on a terminal, sparse lines otherwise."""
+class _StreamProgress:
+    """Progress lines on ``stream``: rewritten in place on a terminal, sparse otherwise."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.tty = stream.isatty()
         self.started = time.monotonic()
+
+
+class Progress(_StreamProgress):
+    """Counts model nodes as they finish; one rewritten line on a terminal, sparse lines otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -27,7 +35,7 @@ class Progress:
             self.total = 2 * int(event.get("batches", 0))
             self._write(f"{event.get('candidates', 0)} candidate fragments in {event.get('batches', 0)} batches")
             return
-        if event.get("kind") not in ("llm", "decision") or event.get("event") != "node_finished":
+        if event.get("kind") not in MODEL_NODE_KINDS or event.get("event") != "node_finished":
             return
         self.done += 1
         if event.get("outcome") not in (None, "ok", "skipped"):
@@ -51,13 +59,11 @@ class Progress:
             self.stream.flush()
 
 
-class WindowProgress:
+class WindowProgress(_StreamProgress):
     """One line per pass, rewritten per window on a terminal (windowed compaction of large files)."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self.started = time.monotonic()
+        super().__init__(stream)
         self.last = 0.0
 
     def on_event(self, event: dict[str, Any]) -> None:
@@ -132,7 +138,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
     output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     lines: list[str] = []
     compaction = body.get("compaction")
-    if compaction is not None:
+    if compaction is not None and "fragments" in compaction:  # decision mode
         rows = unit_rows(messages, body, units)
         lines.append(f"{'fragment':<16} {'messages':>9}  {'roles':<28} {'action':<9} {'bytes':>8} {'after':>8}  reason")
         for row in rows:
@@ -176,7 +182,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
                          f" the first changed message is {changed}")
     else:
         before, after = dense_size(messages), dense_size(output)
-        lines.append(f"legacy seal: {'compacted' if body['compacted'] else 'unchanged'};"
+        lines.append(f"{request.mode_name}: {'compacted' if body['compacted'] else 'unchanged'};"
                      f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
                      f" ({_pct(after, before)})")
     x_router = body.get("x_router")

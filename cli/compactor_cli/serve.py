@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
+from compactor.errors import InvalidRequest, LengthRequired, NotFound, RequestTooLarge
 from compactor.provider_failures import failure_causes
 from compactor_aws.caller import local_key_id, presented_key
 from compactor_aws.ledger import LEDGER_FILE_ENV
@@ -136,21 +137,21 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         local = self.command == "POST" and url.path == serve_page.REPORT_PATH
         if not local and url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
-            self._send_json(404, http_api.not_found_body(self.command, url.path), close=True)
+            self._send_json(404, NotFound.route(self.command, url.path).body(), close=True)
             return
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self._send_json(411, http_api.error_body("send the body with a Content-Length"), close=True)
+            self._send_json(*LengthRequired("send the body with a Content-Length").answer(), close=True)
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if length < 0:
-            self._send_json(400, http_api.error_body("invalid Content-Length"), close=True)
+            self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)
             return
         if length > http_api.MAX_BODY_BYTES:
             self._drain(length)
-            self._send_json(413, http_api.too_large_body(), close=True)
+            self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
             return
         if local:  # the report page's compaction, on the handler's worker thread
             self._send(*self.server.lambda_worker.submit(serve_page.report, self.rfile.read(length)).result())

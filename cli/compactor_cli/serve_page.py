@@ -14,9 +14,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
-from compactor.transcripts import TranscriptError, parse_transcript
+from compactor.transcripts import TranscriptError, read_transcript
 
 REPORT_PATH = "/report"
 
@@ -52,14 +51,16 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
         form = json.loads(payload)
         if not isinstance(form, dict) or not isinstance(form.get("transcript"), str):
             raise ValueError("send a JSON object with the transcript text in \"transcript\"")
+        from compactor.compaction.modes import names
+
         mode = form.get("mode", "decision")
-        if mode not in ("decision", "seal"):
-            raise ValueError("mode must be decision or seal")
-        messages, fields = parse_transcript(form["transcript"])
+        if mode not in names():
+            raise ValueError(f"mode must be one of: {', '.join(names())}")
+        transcript = read_transcript(form["transcript"])
         args = argparse.Namespace(mode=mode, pin_task=bool(form.get("pin_task")), pins=None, policy=None,
                                   max_tokens=None, decision_policy=None, target_ratio=form.get("target_ratio"),
                                   keep_recent=form.get("keep_recent"))
-        request = CompactRequest.model_validate(build_request_body(args, messages, fields))
+        request = CompactRequest.model_validate(build_request_body(args, transcript))
     except (ValueError, TranscriptError, ValidationError) as exc:  # JSONDecodeError is a ValueError
         return _error(400 if not isinstance(exc, ValidationError) else 422, str(exc))
     status, body, units = compact_locally(request)

@@ -29,6 +29,7 @@ from compactor.flow.partition import result_to_json
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
 from compactor_aws import snapstart
+from compactor_aws.s3_store import s3_client
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
@@ -37,18 +38,6 @@ snapstart.register()  # warm the core before a SnapStart snapshot (docs/performa
 INLINE_RESULT_MAX_BYTES: Final = 6000
 # Kept back from this invocation's remaining time so the answer is written before Lambda stops it.
 WORKER_MARGIN_MS: Final = 1000
-
-_s3: Any = None
-
-
-def s3_client() -> Any:
-    global _s3
-    if _s3 is None:
-        import boto3
-
-        _s3 = boto3.client("s3")
-    return _s3
-
 
 def worker_deadline(event: dict[str, Any], context: Any) -> Deadline:
     """The caller's absolute deadline, capped by this invocation's own remaining time."""

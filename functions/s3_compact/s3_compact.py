@@ -1,4 +1,4 @@
-"""Lambda handler of ``S3CompactFunction``: compacts transcripts uploaded under ``incoming/`` (CONTRACT §7).
+"""Lambda handler of ``S3CompactFunction``: compacts transcripts uploaded under ``incoming/`` (docs/behaviour.md#the-s3-path).
 
 Each record of the S3 event becomes one ``compactor.object_jobs.run_job``: the result goes to
 ``compacted/<rel>``, bad content to ``failed/<rel>`` (recorded once), and only storage or configuration
@@ -47,18 +47,16 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
 
 def observer(request_id: str | None, billed: list[Any]) -> object_jobs.Observer:
     """Metrics, billing record and flow-node subsegments of each compaction run (never raises); the
-    run's observed record is appended to ``billed``."""
-    def observe(request: Any, status: int, body: dict[str, Any], started_at: float, ended_at: float) -> None:
-        billed.append(observability.record_call(
-            route="s3_compact", status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-            mode="decision" if request.decision_mode else "legacy", request_messages=request.messages,
-            request_id=request_id, started_at=started_at, ended_at=ended_at))
+    run's observed summary is appended to ``billed``."""
+    def observe(record: Any, started_at: float, ended_at: float) -> None:
+        billed.append(observability.record_call(record, logger=logger, metrics=metrics, tracer=tracer,
+                                                request_id=request_id, started_at=started_at, ended_at=ended_at))
     return observe
 
 
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """Run one record's job under the Lambda's remaining time (CONTRACT §3 flow budget), once per object
+    """Run one record's job under the Lambda's remaining time (docs/behaviour.md#configuration flow budget), once per object
     version, billed once after its result is stored (docs/billing.md)."""
     from compactor import service
     from compactor.container import run_sync

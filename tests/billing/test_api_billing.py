@@ -77,7 +77,7 @@ def test_a_retry_under_the_same_key_replays_the_bytes_without_a_second_compactio
     items = ledger_items(aws)
     assert len(items) == 1
     assert items[0]["api_key_id"]["S"] == KEY_A and items[0]["idempotency_key"]["S"] == "retry-1"
-    assert items[0]["route"]["S"] == "compact" and items[0]["mode"]["S"] == "legacy"
+    assert items[0]["route"]["S"] == "compact" and items[0]["mode"]["S"] == "seal"
 
 
 def test_the_same_key_with_another_body_is_422_and_changes_nothing(

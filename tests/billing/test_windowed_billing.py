@@ -45,7 +45,7 @@ def bucket(aws: dict[str, Any], worker: ModuleType, monkeypatch: pytest.MonkeyPa
     aws["s3"].create_bucket(Bucket=BUCKET)
     aws["s3"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
     monkeypatch.setattr(worker, "store", S3Store())
-    monkeypatch.setattr(container, "_router", frozen_router())
+    monkeypatch.setattr(container.ROUTER, "value", frozen_router())
     monkeypatch.delenv("COMPACTOR_S3_DEFAULTS", raising=False)
     return aws["s3"]
 

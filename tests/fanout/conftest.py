@@ -30,6 +30,7 @@ import pytest
 from moto import mock_aws
 
 from compactor import container
+from compactor_aws import s3_store
 from compactor.catalog import get_catalog
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from compactor.providers.registry import transport_for
@@ -148,8 +149,23 @@ def fanout_aws(monkeypatch: pytest.MonkeyPatch, worker_module: ModuleType) -> It
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/compactor-BatchFanOutRole")["stateMachineArn"]
         dispatch = WorkerDispatch(worker_module)
         monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
-        monkeypatch.setattr(worker_module, "_s3", None)  # a client created inside the mock
+        s3_store.reset_client()  # a client created inside the mock
         router = frozen_router()
-        monkeypatch.setattr(container, "_router", router)
+        monkeypatch.setattr(container.ROUTER, "value", router)
         yield FanOutAws(s3=s3, stepfunctions=MotoSyncStepFunctions(sfn), state_machine_arn=arn,
                         dispatch=dispatch, router=router)
+
+
+@pytest.fixture(autouse=True)
+def no_collector_pause() -> Iterator[None]:
+    """These tests hold moto executions to wall-clock budgets of a few hundred milliseconds; a full
+    garbage collection in the middle (up to a second on a loaded machine after a long session) is not what
+    they measure. Collect first, then keep the collector paused for the test."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -1,4 +1,4 @@
-"""Deriving a call's counts, bytes and cost from the core's response body (no AWS involved)."""
+"""A call's counts, bytes and cost: from the core's call record, never from the response body."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ from typing import Any
 import pytest
 
 from compactor.jsonutil import dense_size
-from compactor_aws.observability import (
-    CallSummary,
-    error_kind,
-    node_outcome,
-    node_schedule,
-    summarize_call,
-)
+from compactor.call_record import CallRecord, NodeOutcome, flow_facts, refused
+from compactor.errors import InvalidRequest
+from compactor_aws.observability import CallSummary, node_schedule, summarize
 
 MESSAGES = [{"role": "system", "content": "sys"}, {"role": "user", "content": "x" * 400},
             {"role": "assistant", "content": "ok"}]
@@ -23,19 +19,6 @@ SEALED = [MESSAGES[0], {"role": "system", "content": "[Earlier conversation, sea
 def model_node(node: str, kind: str = "llm", **extra: Any) -> dict[str, Any]:
     return {"node": node, "kind": kind, "inputs": ["n0"], "provider": "acme", "served_model_id": "m1",
             "tokens_in": 100, "tokens_out": 10, "cost_reported": 0.001, "latency_ms": 200, **extra}
-
-
-def decision_body(nodes: list[dict[str, Any]], *, cost: float | None = 0.0021) -> dict[str, Any]:
-    return {
-        "messages": SEALED,
-        "compacted": True,
-        "compaction": {"original_bytes": 5000, "output_bytes": 900, "target_bytes": 500, "target_ratio": 0.1,
-                       "target_met": False, "fragments": [], "reasons": [], "flow_fingerprint": "12-34"},
-        "usage": {"prompt_tokens": 300, "completion_tokens": 30, "total_tokens": 330},
-        "x_router": {"provider": "flow", "cost_usd": cost, "cost_basis": "reported" if cost is not None else None,
-                     "decision_trace": {"policy_fingerprint": None, "flow_fingerprint": "12-34",
-                                        "flow_nodes": nodes}},
-    }
 
 
 NODES = [
@@ -49,78 +32,73 @@ NODES = [
 ]
 
 
-def test_decision_mode_reads_compaction_and_flow_nodes() -> None:
-    summary = summarize_call(route="compact", status=200, body=decision_body(NODES), mode="decision",
-                             request_id="req-1", api_key_id="key-1", request_bytes=6000, response_bytes=1200)
+def decision_record(nodes: list[dict[str, Any]], *, cost: float | None = 0.0021) -> CallRecord:
+    """What decision mode records for a flow with these trace entries."""
+    return CallRecord(status=200, body={"messages": SEALED, "compacted": True}, mode="decision", bytes_in=5000,
+                      bytes_out=900, target_met=False, cost_usd=cost, tokens_in=300, tokens_out=30,
+                      flow_fingerprint="12-34", **flow_facts(nodes))
+
+
+def test_flow_facts_count_model_calls_and_fallbacks_with_reasons() -> None:
+    facts = flow_facts(NODES)
+    assert facts["model_calls"] == 4  # n2, n3, n6, n7: not the data node, not the two skipped ones
+    assert facts["fallbacks"] == ("flow_deadline", "invalid_summary", "node_exception")  # n5, n6, n7
+    assert [node.outcome for node in facts["nodes"]] == ["ok", "ok", "ok", "skipped", "deadline", "fallback",
+                                                         "error"]
+
+
+def test_a_decision_record_becomes_the_summary() -> None:
+    summary = summarize(decision_record(NODES), request_id="req-1", api_key_id="key-1", request_bytes=6000,
+                        response_bytes=1200)
 
     assert summary == CallSummary(
         route="compact", mode="decision", status=200, request_id="req-1", api_key_id="key-1", request_bytes=6000,
         response_bytes=1200, bytes_in=5000, bytes_out=900, bytes_saved=4100, target_met=False,
-        model_calls=4,  # n2, n3, n6, n7: not the data node, not the two skipped ones
-        fallbacks=3,  # n5 (deadline), n6 (fallback), n7 (error)
-        tokens_in=300, tokens_out=30, cost_usd=0.0021, flow_fingerprint="12-34",
+        model_calls=4, fallbacks=3, tokens_in=300, tokens_out=30, cost_usd=0.0021, flow_fingerprint="12-34",
     )
 
 
-def test_mode_is_inferred_when_not_given() -> None:
-    assert summarize_call(route="compact", status=200, body=decision_body([])).mode == "decision"
-    assert summarize_call(route="compact", status=200, body={"messages": [], "compacted": False}).mode == "legacy"
-    assert summarize_call(route="flows", status=200, body={"output": 1}).mode == "flow"
-    assert summarize_call(route="flows_normalize", status=200, body={}).mode == "none"
-
-
 def test_unknown_flow_cost_stays_unknown() -> None:
-    summary = summarize_call(route="compact", status=200, body=decision_body(NODES, cost=None))
+    summary = summarize(decision_record(NODES, cost=None))
 
     assert summary.cost_usd is None and summary.cost_known is False
     billing = summary.billing_record()["billing"]
     assert billing["cost_usd"] is None and billing["cost_known"] is False
 
 
-def test_legacy_seal_measures_the_messages_and_counts_every_call_made() -> None:
-    body = {"messages": SEALED, "compacted": True, "usage": {"prompt_tokens": 50, "completion_tokens": 5},
-            "x_router": {"provider": "acme", "cost_usd": 0.0004, "decision_trace": {"decision_path": [
-                {"event": "attempted", "offer": "a", "error_kind": "rate_limit"},
-                {"event": "attempted", "offer": "b", "error_kind": None}]}}}
+def test_seal_records_the_messages_and_every_call_made() -> None:
+    record = CallRecord(status=200, body={}, mode="seal", bytes_in=dense_size(MESSAGES),
+                        bytes_out=dense_size(SEALED), model_calls=2, fallbacks=("rate_limit",), cost_usd=0.0004,
+                        tokens_in=50, tokens_out=5)
 
-    summary = summarize_call(route="compact", status=200, body=body, mode="legacy", request_messages=MESSAGES)
+    summary = summarize(record)
 
-    assert (summary.bytes_in, summary.bytes_out) == (dense_size(MESSAGES), dense_size(SEALED))
     assert summary.bytes_saved == dense_size(MESSAGES) - dense_size(SEALED) > 0
     assert summary.target_met is None
     assert (summary.model_calls, summary.fallbacks, summary.cost_usd) == (2, 1, 0.0004)  # calls made
-    assert (summary.tokens_in, summary.tokens_out) == (50, 5)
 
 
-def test_legacy_no_op_costs_nothing_and_saves_nothing() -> None:
-    summary = summarize_call(route="compact", status=200, body={"messages": MESSAGES, "compacted": False},
-                             mode="legacy", request_messages=MESSAGES)
+def test_refusals_have_no_bytes_and_no_calls() -> None:
+    record = refused(InvalidRequest("pinned_indices must reference existing messages"), mode="decision")
 
-    assert (summary.model_calls, summary.fallbacks, summary.cost_usd, summary.bytes_saved) == (0, 0, 0.0, 0)
+    summary = summarize(record, request_bytes=77)
 
-
-def test_errors_have_no_bytes_and_no_calls() -> None:
-    body = {"error": {"message": "pinned_indices must reference existing messages", "type": "x", "code": None}}
-
-    summary = summarize_call(route="compact", status=400, body=body, mode="decision", request_bytes=77)
-
-    assert summary.status == 400 and summary.request_bytes == 77
+    assert summary.status == 400 and summary.request_bytes == 77 and summary.mode == "decision"
     assert (summary.bytes_in, summary.bytes_out, summary.bytes_saved, summary.model_calls) == (None, None, None, 0)
     assert summary.cost_usd == 0.0
 
 
 def test_flows_bytes_are_the_http_bodies() -> None:
-    body = {"output": "x", "x_router": {"cost_usd": 0.5, "decision_trace": {"flow_nodes": NODES[:3]}}}
+    record = CallRecord(status=200, body={}, mode="flow", route="flows", cost_usd=0.5, **flow_facts(NODES[:3]))
 
-    summary = summarize_call(route="flows", status=200, body=body, request_bytes=10, response_bytes=20)
+    summary = summarize(record, request_bytes=10, response_bytes=20)
 
     assert (summary.mode, summary.bytes_in, summary.bytes_out, summary.bytes_saved) == ("flow", 10, 20, None)
     assert (summary.model_calls, summary.cost_usd) == (2, 0.5)
 
 
 def test_billing_record_has_a_stable_shape_and_no_content() -> None:
-    record = summarize_call(route="compact", status=200, body=decision_body(NODES), request_id="r",
-                            api_key_id="k").billing_record()
+    record = summarize(decision_record(NODES), request_id="r", api_key_id="k").billing_record()
 
     assert set(record) == {"record_type", "billing"} and record["record_type"] == "billing"
     assert record["billing"]["version"] == 1
@@ -138,10 +116,13 @@ def test_billing_record_has_a_stable_shape_and_no_content() -> None:
     ({"error": "timeout"}, "error"),
 ])
 def test_node_outcomes(node: dict[str, Any], outcome: str) -> None:
-    assert node_outcome(node) == outcome
+    assert NodeOutcome.from_trace(node).outcome == outcome
 
 
 def test_error_kind_keeps_only_the_leading_token() -> None:
+    def error_kind(entry: dict[str, Any]) -> str | None:
+        return NodeOutcome.from_trace(entry).error_kind
+
     assert error_kind({"error": "node_exception: RuntimeError: provider said sk-123"}) == "node_exception"
     assert error_kind({"error": "flow_deadline"}) == "flow_deadline"
     assert error_kind({"error": " leading space"}) == "unknown"
@@ -159,7 +140,7 @@ def test_schedule_places_each_node_after_its_inputs_and_clips_to_the_flow() -> N
         {"node": "n6", "kind": "llm", "inputs": ["n2"], "error": "timeout"},  # no latency recorded
     ]
 
-    spans = node_schedule(nodes, 100.0, 101.0)
+    spans = node_schedule([NodeOutcome.from_trace(node) for node in nodes], 100.0, 101.0)
 
     assert spans[0] == (100.0, 100.0)
     assert spans[1] == pytest.approx((100.0, 100.3)) and spans[2] == pytest.approx((100.0, 100.1))

@@ -46,7 +46,7 @@ def test_legacy_call_emits_call_metrics_with_small_dimensions(invoke) -> None:
     assert response["statusCode"] == 200
     blob = output.call_blob()
     assert dimension_sets(blob) == [["mode", "route", "service"]]
-    assert (blob["service"], blob["route"], blob["mode"]) == ("compactor", "compact", "legacy")
+    assert (blob["service"], blob["route"], blob["mode"]) == ("compactor", "compact", "seal")
     assert blob["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Compactor"
     assert {"Calls", "BytesIn", "BytesOut", "BytesSaved", "ModelCalls", "Fallbacks", "CostUsd"} <= metric_names(blob)
     assert value(blob, "Calls") == 1 and value(blob, "ModelCalls") == 1 and value(blob, "Fallbacks") == 0
@@ -81,7 +81,7 @@ def test_billing_record_identifies_the_caller_and_the_request_without_content(in
     billing = line["billing"]
     assert line["message"] == "billing" and line["level"] == "INFO" and billing["version"] == 1
     assert billing["request_id"] == REQUEST_ID and billing["api_key_id"] == API_KEY_ID
-    assert billing["route"] == "compact" and billing["mode"] == "legacy" and billing["status"] == 200
+    assert billing["route"] == "compact" and billing["mode"] == "seal" and billing["status"] == 200
     assert billing["model_calls"] == 1 and billing["cost_usd"] == 0.0 and billing["cost_known"] is True
     assert billing["bytes_in"] > billing["bytes_out"] > 0 and billing["request_bytes"] > billing["bytes_in"] // 2
     assert billing["response_bytes"] == len(response["body"].encode("utf-8"))

@@ -13,7 +13,9 @@ from aws_xray_sdk.core.context import Context
 from aws_xray_sdk.core.recorder import AWSXRayRecorder
 
 from compactor_cli.lambda_runtime import LocalLambdaContext
-from compactor_aws.observability import FLOW_SUBSEGMENT, record_call, summarize_call, trace_flow_nodes
+from compactor.call_record import CallRecord, flow_facts
+from compactor_aws.observability import FLOW_SUBSEGMENT, record_call, summarize, trace_flow_nodes
+from compactor_aws.routes import common
 
 from .conftest import api_event, corpus_messages
 
@@ -26,8 +28,8 @@ NODES = [
      "fallback": "input", "error": "invalid_summary: the summary said SECRET-CONTENT"},
     {"node": "n4", "kind": "llm", "inputs": ["n2"], "skipped": True, "cost_reported": 0, "error": "flow_deadline"},
 ]
-BODY = {"compaction": {"original_bytes": 10, "output_bytes": 5, "target_met": True, "flow_fingerprint": "1-2"},
-        "x_router": {"cost_usd": 0.0021, "decision_trace": {"flow_fingerprint": "1-2", "flow_nodes": NODES}}}
+RECORD = CallRecord(status=200, body={}, mode="decision", bytes_in=10, bytes_out=5, target_met=True, cost_usd=0.0021,
+                    flow_fingerprint="1-2", **flow_facts(NODES))
 
 
 class CapturingEmitter:
@@ -65,9 +67,9 @@ def xray() -> Any:
 
 
 def test_one_subsegment_per_node_with_annotations_and_times(xray: Any) -> None:
-    summary = summarize_call(route="compact", status=200, body=BODY)
+    summary = summarize(RECORD)
 
-    written = trace_flow_nodes(xray.tracer, summary, BODY, started_at=1000.0, ended_at=1001.0)
+    written = trace_flow_nodes(xray.tracer, summary, RECORD.nodes, started_at=1000.0, ended_at=1001.0)
 
     assert written == 4
     (flow,) = xray.segment.subsegments
@@ -98,19 +100,19 @@ def test_disabled_tracer_writes_nothing() -> None:
         def __getattr__(self, name: str) -> Any:
             raise AssertionError(f"provider.{name} used while tracing is disabled")
 
-    summary = summarize_call(route="compact", status=200, body=BODY)
+    summary = summarize(RECORD)
 
-    assert trace_flow_nodes(SimpleNamespace(disabled=True, provider=Exploding()), summary, BODY,
+    assert trace_flow_nodes(SimpleNamespace(disabled=True, provider=Exploding()), summary, RECORD.nodes,
                             started_at=0.0, ended_at=1.0) == 0
-    assert trace_flow_nodes(None, summary, BODY, started_at=0.0, ended_at=1.0) == 0
+    assert trace_flow_nodes(None, summary, RECORD.nodes, started_at=0.0, ended_at=1.0) == 0
 
 
 def test_no_segment_to_attach_to_is_a_no_op(xray: Any) -> None:
     recorder = AWSXRayRecorder()
     recorder.configure(context=Context(), context_missing="IGNORE_ERROR", sampling=False)
-    summary = summarize_call(route="compact", status=200, body=BODY)
+    summary = summarize(RECORD)
 
-    assert trace_flow_nodes(SimpleNamespace(disabled=False, provider=recorder), summary, BODY,
+    assert trace_flow_nodes(SimpleNamespace(disabled=False, provider=recorder), summary, RECORD.nodes,
                             started_at=0.0, ended_at=1.0) == 0
 
 
@@ -122,7 +124,7 @@ def test_a_failing_tracer_never_fails_the_call(caplog: pytest.LogCaptureFixture)
     logger = logging.getLogger("observability-test")
     metrics = SimpleNamespace(namespace="Test", service="svc")
     with caplog.at_level(logging.INFO, logger="observability-test"):
-        summary = record_call(route="compact", status=200, body=BODY, logger=logger, metrics=metrics,
+        summary = record_call(RECORD, logger=logger, metrics=metrics,
                               tracer=SimpleNamespace(disabled=False, provider=Broken()), started_at=0.0,
                               ended_at=1.0)
 
@@ -164,7 +166,7 @@ def test_handler_traces_the_flow_after_the_call(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     recorder = FakeRecorder()
-    monkeypatch.setattr(compact_module, "tracer", SimpleNamespace(disabled=False, provider=recorder))
+    monkeypatch.setattr(common, "tracer", SimpleNamespace(disabled=False, provider=recorder))
     event = api_event("compact-legacy", {"messages": corpus_messages(), "decision_policy_ir": [
         "policy", ["meets_req"], ["field", "context"], ["argmax"], ["id"], ["always", {"action": "next_candidate"}]]})
 

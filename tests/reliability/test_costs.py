@@ -13,7 +13,7 @@ from compactor.models import CompactRequest
 from compactor.providers.base import Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
-from compactor_aws.observability import summarize_call
+from compactor_aws.observability import summarize
 from fakes.provider_server import FakeProviderServer, Reply, chat_reply, decision_reply, default_answers
 
 from ..unit.flow.test_routing_nodes import FAST_POLICY, STRONG_POLICY, routed_flow
@@ -44,10 +44,11 @@ async def test_absurd_usage_is_an_unknown_cost_not_a_huge_one(fake_provider: Fak
     fake_provider.responder = lambda request: chat_reply("A short summary.", prompt_tokens=10**30,
                                                          completion_tokens=5)
     request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
-    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    record = await service.compact_call(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    status, body = record.answer()
     assert status == 200 and body["compacted"] is True
     assert body["x_router"]["cost_usd"] is None  # was 5e23 with cost_known true
-    summary = summarize_call(route="compact", status=status, body=body, mode="legacy")
+    summary = summarize(record)
     assert summary.cost_usd is None and summary.cost_known is False
 
 
@@ -120,10 +121,9 @@ async def test_usage_junk_does_not_void_a_valid_decision(fake_provider: FakeProv
 async def test_billing_counts_the_calls_actually_made(fake_provider: FakeProviderServer) -> None:
     fake_provider.responder = lambda request: Reply(503, {"error": {"message": "down"}})
     request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
-    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
-    summary = summarize_call(route="compact", status=status, body=body, mode="legacy")
-    assert summary.model_calls == len(fake_provider.requests) == 2  # both chat offers, once each
+    record = await service.compact_call(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    assert summarize(record).model_calls == len(fake_provider.requests) == 2  # both chat offers, once each
 
     no_offer = Router([], transport_for=transport_for)
-    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=no_offer)
-    assert summarize_call(route="compact", status=status, body=body, mode="legacy").model_calls == 0  # was 1
+    record = await service.compact_call(request, deadline=Deadline.after_ms(20_000), router=no_offer)
+    assert summarize(record).model_calls == 0  # was 1

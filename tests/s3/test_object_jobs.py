@@ -79,22 +79,31 @@ def test_relative_key(key: str, rel: str | None) -> None:
 def test_defaults_parse_and_validate() -> None:
     assert load_defaults(None) == Defaults() and load_defaults("  ") == Defaults()
     parsed = load_defaults('{"mode": "seal", "keep_recent": 2, "target_ratio": 0.3}')
-    assert parsed.mode == "seal" and dict(parsed.fields) == {"keep_recent": 2, "target_ratio": 0.3}
+    assert dict(parsed.fields) == {"mode": "seal", "keep_recent": 2, "target_ratio": 0.3}
     for bad in ("nope", "[1]", '{"mode": "x"}', '{"colour": 1}', '{"target_ratio": 2}', '{"messages": []}'):
         with pytest.raises(ConfigError):
             load_defaults(bad)
 
 
-def test_decision_mode_uses_the_preset_policy_unless_told_otherwise() -> None:
-    body = json.dumps(transcript()).encode()
-    assert build_request(body, Defaults()).decision_mode
-    assert not build_request(body, Defaults(mode="seal")).decision_mode
+def test_the_mode_is_chosen_as_the_cli_and_the_api_choose_it() -> None:
+    bare = json.dumps(transcript()).encode()
+    assert build_request(bare, Defaults()).mode_name == "decision"  # a bare transcript: decision
+    assert build_request(bare, Defaults({"mode": "seal"})).mode_name == "seal"
+    assert build_request(bare, Defaults({"mode": "mask"})).mode_name == "mask"
+    body = json.dumps({"messages": transcript()}).encode()
+    assert build_request(body, Defaults()).mode_name == "seal"  # a request body: inferred as the API does
     explicit_null = json.dumps({"messages": transcript(), "decision_policy_ir": None}).encode()
-    assert not build_request(explicit_null, Defaults()).decision_mode
+    assert build_request(explicit_null, Defaults()).mode_name == "seal"
     policy = ["policy", ["not", ["is", "disabled"]], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
               ["always", {"action": "next_candidate"}]]
-    configured = Defaults(mode="seal", fields={"decision_policy_ir": policy})
+    with_policy = json.dumps({"messages": transcript(), "decision_policy_ir": policy}).encode()
+    assert build_request(with_policy, Defaults()).mode_name == "decision"
+    assert build_request(with_policy, Defaults({"mode": "seal"})).mode_name == "seal"  # the object's fields win
+    named = json.dumps({"messages": transcript(), "mode": "mask"}).encode()
+    assert build_request(named, Defaults({"mode": "seal"})).mode_name == "mask"
+    configured = Defaults({"decision_policy_ir": policy})
     assert build_request(body, configured).decision_policy_ir == policy
+    assert build_request(body, configured).mode_name == "decision"
 
 
 def test_object_fields_win_over_defaults() -> None:
@@ -164,10 +173,13 @@ async def test_run_job_records_too_large_objects() -> None:
 async def test_run_job_raises_on_server_side_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor import service
 
-    async def failing(*_: Any, **__: Any) -> tuple[int, dict[str, Any]]:
-        return 503, service.error_body("unavailable", type_="server_error", code="busy")
+    from compactor.call_record import CallRecord
 
-    monkeypatch.setattr(service, "compact", failing)
+    async def failing(*_: Any, **__: Any) -> CallRecord:
+        return CallRecord(status=503, mode="seal",
+                          body={"error": {"message": "unavailable", "type": "server_error", "code": "busy"}})
+
+    monkeypatch.setattr(service, "compact_call", failing)
     store = MemoryStore()
     store.add("incoming/t.json", json.dumps(transcript()).encode())
     with pytest.raises(RuntimeError, match="503"):

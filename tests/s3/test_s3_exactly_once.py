@@ -46,7 +46,7 @@ def deliver_concurrently(client: Any, body: bytes, parties: int = 3) -> tuple[li
     outcomes: list[Any] = []
 
     def one() -> None:
-        outcomes.append(asyncio.run(run_job(source, store=store, defaults=Defaults(mode="seal"),
+        outcomes.append(asyncio.run(run_job(source, store=store, defaults=Defaults({"mode": "seal"}),
                                             deadline=Deadline.after_ms(30_000))))
 
     threads = [threading.Thread(target=one) for _ in range(parties)]
@@ -77,7 +77,7 @@ def test_stored_results_carry_no_timings(s3: Any) -> None:
     event = put_and_event(s3, "incoming/t.json", body)
     obj = event["Records"][0]["s3"]["object"]
     source = Source(BUCKET, "incoming/t.json", obj["versionId"], obj["eTag"], obj["sequencer"])
-    asyncio.run(run_job(source, store=S3Store(s3), defaults=Defaults(mode="seal"),
+    asyncio.run(run_job(source, store=S3Store(s3), defaults=Defaults({"mode": "seal"}),
                         deadline=Deadline.after_ms(30_000)))
     stored = s3.get_object(Bucket=BUCKET, Key="compacted/t.json")["Body"].read()
     assert b"latency_ms" not in stored and json.loads(stored)["x_router"]["decision_trace"]["decision_path"]

@@ -87,7 +87,8 @@ def test_url_encoded_keys_map_to_the_same_relative_key(
 
 @pytest.mark.parametrize(("key", "text"), [
     ("incoming/bare.json", json.dumps(transcript())),
-    ("incoming/body.json", json.dumps({"messages": transcript(), "target_ratio": 0.5, "keep_recent": 1})),
+    ("incoming/body.json", json.dumps({"messages": transcript(), "mode": "decision", "target_ratio": 0.5,
+                                         "keep_recent": 1})),
     ("incoming/lines.jsonl", "\n".join(json.dumps(message) for message in transcript())),
 ])
 def test_bare_array_request_body_and_jsonl_are_all_transcripts(
@@ -107,7 +108,8 @@ def test_defaults_come_from_configuration_and_the_object_wins(
         s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPACTOR_S3_DEFAULTS", json.dumps({"target_ratio": 0.25, "keep_recent": 3}))
     bare = put_and_event(s3, "incoming/bare.json", json.dumps(transcript()))
-    own = put_and_event(s3, "incoming/own.json", json.dumps({"messages": transcript(), "target_ratio": 0.5}))
+    own = put_and_event(s3, "incoming/own.json", json.dumps({"messages": transcript(), "mode": "decision",
+                                                              "target_ratio": 0.5}))
 
     run(s3_module, bare, lambda_context)
     run(s3_module, own, lambda_context)
@@ -159,7 +161,8 @@ def test_invalid_json_is_recorded_under_failed_with_its_source(
 
 def test_schema_errors_use_the_api_shapes(s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     bad_ratio = put_and_event(s3, "incoming/ratio.json", json.dumps({"messages": transcript(), "target_ratio": 3}))
-    bad_pins = put_and_event(s3, "incoming/pins.json", json.dumps({"messages": transcript(), "pinned_indices": [99]}))
+    bad_pins = put_and_event(s3, "incoming/pins.json", json.dumps({"messages": transcript(), "mode": "decision",
+                                                            "pinned_indices": [99]}))
 
     run(s3_module, bad_ratio, lambda_context)
     run(s3_module, bad_pins, lambda_context)
@@ -266,3 +269,17 @@ def test_storage_errors_raise_for_the_async_retries(
 
     with pytest.raises(ClientError):
         run(s3_module, event, lambda_context)
+
+
+def test_mask_mode_through_the_s3_path(
+        s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPACTOR_S3_DEFAULTS", json.dumps({"mode": "mask", "keep_recent": 2}))
+    event = put_and_event(s3, "incoming/masked.json", DEMO_TRANSCRIPT.read_bytes())
+
+    [result] = run(s3_module, event, lambda_context)
+
+    assert result["result"] == "compacted" and result["status"] == 200
+    output, _ = read_json(s3, "compacted/masked.json")
+    assert output["compaction"]["mode"] == "mask" and output["compaction"]["masked"]
+    assert output["compaction"]["output_bytes"] < output["compaction"]["original_bytes"]
+    assert "x_router" not in output

@@ -53,7 +53,7 @@ def invoke(endpoint: str, *extra: str) -> subprocess.CompletedProcess[str]:
            if not key.startswith("AWS_") and key not in ("COMPACTOR_S3_DEFAULTS", "COMPACTOR_CATALOG")}
     env.update(DUMMY_AWS, AWS_ENDPOINT_URL=endpoint)
     return subprocess.run(
-        [sys.executable, "-m", "compactor", "invoke", "S3CompactFunction", "-e", "tests/events/s3-put.json", *extra],
+        [sys.executable, "-m", "compactor_cli", "invoke", "S3CompactFunction", "-e", "tests/events/s3-put.json", *extra],
         cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, timeout=120)
 
 

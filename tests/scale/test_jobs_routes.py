@@ -53,7 +53,7 @@ def test_upload_then_job_status_through_done(aws, compact_module, s3_module, mon
     job_id = created["job_id"]
     assert call(compact_module, "GET", f"/jobs/{job_id}") == (200, {"job_id": job_id, "status": "awaiting_upload"})
 
-    body = json.dumps({"messages": transcript(), "keep_recent": 1}).encode()
+    body = json.dumps({"messages": transcript(), "mode": "decision", "keep_recent": 1}).encode()
     upload = created["upload"]
     put = requests.put(upload["url"], data=body, headers=upload["headers"], timeout=10)
     assert put.status_code == 200

@@ -102,7 +102,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, worker: ModuleType) -> Iterator[dict[st
                                        roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
         dispatch = Dispatch(worker)
         monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
-        monkeypatch.setattr(container, "_router", frozen_router())
+        monkeypatch.setattr(container.ROUTER, "value", frozen_router())
         yield {"s3": s3, "sfn": sfn, "arn": arn, "dispatch": dispatch}
         s3_store.reset_client()
 

@@ -95,14 +95,13 @@ def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[
 
 def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
     """``POST /v1/expand``: ``{"originals": {handle: unit}}`` when the caller owns every handle, else 404."""
-    from compactor.service import error_body
+    from compactor.errors import UnknownHandle
 
     owner = owner_key(archive.caller)
     originals: dict[str, Any] = {}
     for handle in dict.fromkeys(handles):
         data = archive.store.get(owner, handle) if HANDLE_RE.fullmatch(handle) else None
         if data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] != handle:
-            return 404, error_body("unknown handle(s): none of these originals was returned",
-                                   type_="not_found_error", code="unknown_handle")
+            return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
         originals[handle] = json.loads(data)
     return 200, {"originals": originals}

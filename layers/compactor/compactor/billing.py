@@ -68,15 +68,6 @@ class LedgerEntry:
         return cls(**{name: data.get(name) for name in names})
 
 
-MODEL_NODE_KINDS = frozenset({"llm", "decision"})
-"""Flow node kinds that are model calls."""
-
-
-def model_calls(flow_nodes: Iterable[Mapping[str, Any]]) -> int:
-    """Model calls a flow made: its executed (not skipped) model nodes."""
-    return sum(1 for node in flow_nodes if node.get("kind") in MODEL_NODE_KINDS and not node.get("skipped"))
-
-
 def billing_facts(*, route: str, mode: str, bytes_in: int | None, bytes_out: int | None, model_calls: int,
                   cost_usd: float | None) -> dict[str, Any]:
     """The facts of one call that its ledger entry records, as a small JSON-able dict.

@@ -1,4 +1,4 @@
-"""The operator's catalog of offers (CONTRACT §4): loading, validation and the per-container cache.
+"""The operator's catalog of offers (docs/behaviour.md#catalog-and-transports): loading, validation and the per-container cache.
 
 The catalog comes from ``load_catalog(path)``, else the file named by ``COMPACTOR_CATALOG``, else the
 bundled ``presets/catalog.json`` (built-in offline offers only). Every boolean or number an offer
@@ -8,7 +8,6 @@ carries besides its identity, wiring and prices (``supports_json_mode``, ``conte
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -18,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
 
@@ -43,8 +43,6 @@ class CatalogError(ValueError):
     """An unreadable or invalid catalog; the message names the file and the problem."""
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
 
 
 class OfferSpec(BaseModel):
@@ -89,7 +87,7 @@ class OfferSpec(BaseModel):
     @model_validator(mode="after")
     def _check_wiring(self) -> OfferSpec:
         for key, value in (self.model_extra or {}).items():
-            if not (value is None or isinstance(value, bool) or _is_number(value)):
+            if not (value is None or isinstance(value, bool) or is_finite_number(value)):
                 raise ValueError(f"unknown field {key!r}: extra offer fields must be booleans, finite numbers or null")
         if self.protocol not in _TRANSPORT_PROTOCOLS[self.transport]:
             raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")

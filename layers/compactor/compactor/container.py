@@ -8,37 +8,53 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from compactor.router import Router
+if TYPE_CHECKING:
+    from compactor.router import Router
 
 T = TypeVar("T")
 
-_router: Router | None = None
-_router_lock = threading.Lock()
 _loop_local = threading.local()
 
 
-def get_router() -> Router:
-    """The router over the configured catalog, built once per container."""
-    global _router
-    if _router is None:
-        with _router_lock:
-            if _router is None:
-                from compactor.catalog import get_catalog
-                from compactor.providers.registry import transport_for
+class PerContainer(Generic[T]):
+    """A value built on first use and then shared by every request of the container (thread-safe);
+    :meth:`reset` forgets it (tests that switch configurations, SnapStart restores)."""
 
-                catalog = get_catalog()
-                _router = Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for)
-    return _router
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self.value: T | None = None
+
+    def get(self) -> T:
+        value = self.value
+        if value is None:
+            with self._lock:
+                if self.value is None:
+                    self.value = self._build()
+                value = self.value
+        return value
+
+    def reset(self) -> None:
+        with self._lock:
+            self.value = None
 
 
-def reset_router() -> None:
-    """Forget the router (tests that switch catalogs)."""
-    global _router
-    with _router_lock:
-        _router = None
+def _configured_router() -> Router:
+    from compactor.catalog import get_catalog
+    from compactor.providers.registry import transport_for
+    from compactor.router import Router
+
+    catalog = get_catalog()
+    return Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for)
+
+
+ROUTER: PerContainer[Router] = PerContainer(_configured_router)
+get_router = ROUTER.get
+"""The router over the configured catalog, built once per container."""
+reset_router = ROUTER.reset
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

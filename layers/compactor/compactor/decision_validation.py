@@ -1,8 +1,8 @@
-"""Native-decision rules shared by every decision path (REFERENCE §6.2, §6.3).
+"""Native-decision rules shared by every decision path (docs/behaviour.md#native-decisions).
 
 A decision is ``{"state": …, "questions": {name: question}}``; the answer is
 ``{"model": str, "answers": {name: answer}, "usage": {...}?}``. This module only checks shapes and
-bounds; it never calls a model. Messages listed in REFERENCE §6.2/§6.3 are byte-exact.
+bounds; it never calls a model. Its error messages are part of the API and stay byte-exact.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any, NoReturn
 
+from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import ascii_wire_size
 
 DECISION_REQUEST_MAX_BYTES = 32_000
@@ -44,8 +45,7 @@ def _is_name(value: Any) -> bool:
     return isinstance(value, str) and 1 <= len(value) <= MAX_NAME_CHARS
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
+_is_number = is_finite_number
 
 
 def _is_unit(value: Any) -> bool:
@@ -53,7 +53,7 @@ def _is_unit(value: Any) -> bool:
 
 
 def validate_payload(payload: Any) -> None:
-    """Check a ``{state, questions}`` decision payload (REFERENCE §6.2), including the 32 000-byte
+    """Check a ``{state, questions}`` decision payload (docs/behaviour.md#native-decisions), including the 32 000-byte
     ASCII wire bound. Raises :class:`DecisionValidationError` with the reference message."""
     if not isinstance(payload, dict) or set(payload) != {"state", "questions"}:
         _fail("Provide state and questions.")
@@ -138,7 +138,7 @@ def _validate_distribution(probabilities: Any, labels: list[str], *, jev: bool) 
 
 
 def validate_answers(questions: dict[str, Any], response_obj: Any, *, model_family: str | None = None) -> None:
-    """Check a provider's decision object against the (already valid) questions (REFERENCE §6.3).
+    """Check a provider's decision object against the (already valid) questions (docs/behaviour.md#native-decisions).
 
     ``model_family`` enables the Jev two-decimal rounding allowance; when omitted the response's own
     ``model`` decides. Raises :class:`DecisionValidationError`.

@@ -1,6 +1,6 @@
 """HTTP conventions shared by the front doors (the Lambda handler and ``compactor serve``).
 
-Limits, the JSON error bodies of CONTRACT §2, and the API Gateway REST (v1 proxy) shapes: the event
+Limits, the JSON error bodies of docs/behaviour.md#requests-and-responses, and the API Gateway REST (v1 proxy) shapes: the event
 the deployed function receives and the response it returns. Pure Python, no AWS imports.
 """
 
@@ -35,34 +35,16 @@ MAX_DETAIL_TEXT = 200
 MAX_DETAIL_LOC = 16
 
 
-def error_body(message: str, *, error_type: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:
-    """The service's error shape: ``{"error": {"message", "type", "code"}}``."""
-    return {"error": {"message": message, "type": error_type, "code": code}}
-
-
-def too_large_body() -> dict[str, Any]:
-    """413 body for a request over :data:`MAX_BODY_BYTES`."""
-    return error_body(f"request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large")
-
-
 def bounded_response(response: dict[str, Any]) -> dict[str, Any]:
     """``response``, or a 413 when its body would exceed :data:`MAX_RESPONSE_BYTES` (docs/reliability.md)."""
+    from compactor.errors import ResponseTooLarge
+
     body = response.get("body") or ""
     if len(body) * 4 <= MAX_RESPONSE_BYTES or len(body.encode("utf-8", "surrogatepass")) <= MAX_RESPONSE_BYTES:
         return response
-    return proxy_response(413, error_body(
+    return proxy_response(*ResponseTooLarge(
         f"the answer would exceed the {MAX_RESPONSE_BYTES}-byte response limit; send large transcripts "
-        "through the S3 path", code="response_too_large"))
-
-
-def not_found_body(method: str, path: str) -> dict[str, Any]:
-    """404 body for a route the API does not serve."""
-    return error_body(f"no route for {method} {path}", code="not_found")
-
-
-def internal_error_body() -> dict[str, Any]:
-    """500 body: says nothing about the failure's internals."""
-    return error_body("internal server error", error_type="server_error")
+        "through the S3 path").answer())
 
 
 def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

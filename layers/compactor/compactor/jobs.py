@@ -86,10 +86,10 @@ def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
 def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign) -> tuple[int, dict[str, Any]]:
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
     ``/v1/compact`` response body) or ``failed`` (the recorded error and its status)."""
-    from compactor.http_api import error_body
+    from compactor.errors import NotFound
 
     if not JOB_ID.match(job_id) or store.head_metadata(bucket, _record_key(caller, job_id)) is None:
-        return 404, error_body(f"no job {job_id}", code="not_found")
+        return NotFound(f"no job {job_id}").answer()
     rel = upload_rel(caller, job_id)
     body: dict[str, Any] = {"job_id": job_id}
     if store.head_metadata(bucket, COMPACTED_PREFIX + rel) is not None:

@@ -1,6 +1,6 @@
 """JSON helpers shared by every layer: the two byte measures, strict parsing and depth bounds.
 
-* dense size (the REFERENCE's "compact size"): UTF-8 bytes of JSON with ``,``/``:`` separators and
+* dense size (the reference's "compact size", docs/behaviour.md#requests-and-responses): UTF-8 bytes of JSON with ``,``/``:`` separators and
   non-ASCII emitted raw.
 * ASCII wire size: bytes of JSON with default separators and every non-ASCII character escaped.
 """
@@ -61,6 +61,16 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> Any:
     raise StrictJSONError(f"non-finite number: {name}")
+
+
+def is_finite_number(value: Any) -> bool:
+    """True for an int or float (not a bool) that is finite: the one "is a number" test of the code base."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a double
+        return False
 
 
 def _finite_float(text: str) -> float:

@@ -34,6 +34,7 @@ from compactor.object_jobs import (
     result_metadata,
 )
 from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
+from compactor.errors import RequestTooLarge
 from compactor.transcripts import TranscriptError
 
 WORK_PREFIX = "work/"
@@ -102,15 +103,12 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
         with store.open(source.bucket, source.key, version_id=source.version_id) as handle:
             fields = read_fields(handle)
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
-        if defaults.mode == "seal" and "decision_policy_ir" not in fields:
-            failure = Failure(413, {"message": "transcripts this large are compacted in decision mode only",
-                                    "type": "invalid_request_error", "code": "request_too_large"})
+        if body.get("mode") not in (None, "decision"):  # a mode named by the object or the defaults
+            failure = Failure(413, RequestTooLarge("transcripts this large are compacted in decision mode only"
+                                                   ).body()["error"])
             _write_failure(store, source, stored, rel, failure)
             return {"done": True, "result": "failed"}
-        if "decision_policy_ir" not in body or body["decision_policy_ir"] is None:
-            from compactor.compaction.preset import load_preset
-
-            body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
+        body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
         state = RunState.begin(Settings.from_request(request))
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)

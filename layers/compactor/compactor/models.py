@@ -1,4 +1,4 @@
-"""Request models of the HTTP API (pydantic). Unknown fields are ignored, as in REFERENCE §1.
+"""Request models of the HTTP API (pydantic). Unknown fields are ignored (docs/behaviour.md#requests-and-responses).
 
 Types are strict (``"6"``, ``true`` or ``6.0`` are not a ``keep_recent``), numbers have ranges, and list
 validation stops at the first bad element, so a 422 costs little whatever the body (docs/reliability.md).
@@ -22,7 +22,8 @@ MAX_INDEX = 10**9
 
 
 class CompactRequest(BaseModel):
-    """Body of ``POST /v1/compact`` (REFERENCE §1). ``decision_policy_ir`` switches to decision mode.
+    """Body of ``POST /v1/compact``: ``mode`` names the compaction mode (absent: ``decision`` when
+    ``decision_policy_ir`` is present, else ``seal``; docs/behaviour.md, "Compaction modes").
 
     ``messages`` holds the items of ``format`` (docs/formats.md); ``openai-responses`` sends them as
     ``input``, its own name, and gets them back under it."""
@@ -39,6 +40,7 @@ class CompactRequest(BaseModel):
     target_ratio: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
     pinned_indices: list[Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX)]] | None = Field(default=None,
                                                                                           fail_fast=True)
+    mode: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -63,13 +65,29 @@ class CompactRequest(BaseModel):
         get_dialect(self.format).validate(self.messages)
         return self
 
+    @field_validator("mode")
+    @classmethod
+    def _registered_mode(cls, value: str | None) -> str | None:
+        from compactor.compaction.modes import names
+
+        if value is not None and value not in names():
+            raise ValueError(f"mode must be one of: {', '.join(names())}")
+        return value
+
     @property
-    def decision_mode(self) -> bool:
-        return self.decision_policy_ir is not None
+    def mode_name(self) -> str:
+        """The compaction mode this request runs in (``mode``, else inferred: docs/behaviour.md)."""
+        from compactor.compaction.modes import infer
+
+        return infer({"mode": self.mode, "decision_policy_ir": self.decision_policy_ir})
+
+
+COMPACT_FIELDS = tuple(name for name in CompactRequest.model_fields if name != "messages")
+"""The request fields of ``POST /v1/compact`` besides ``messages``."""
 
 
 class FlowsRequest(BaseModel):
-    """Body of ``POST /v1/flows`` (CONTRACT §2)."""
+    """Body of ``POST /v1/flows`` (docs/behaviour.md#requests-and-responses)."""
 
     model_config = ConfigDict(extra="ignore")
 

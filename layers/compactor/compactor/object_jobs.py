@@ -1,4 +1,4 @@
-"""The S3 path's jobs (CONTRACT §7), storage-agnostic: one uploaded object in, one result object out.
+"""The S3 path's jobs (docs/behaviour.md#the-s3-path), storage-agnostic: one uploaded object in, one result object out.
 
 An object under ``incoming/<rel>`` (a ``/v1/compact`` request body, a bare messages array, an object
 with ``messages`` or JSONL, in any format of docs/formats.md) becomes ``compacted/<rel>`` holding the
@@ -15,12 +15,11 @@ the ETag it saw), so concurrent deliveries of one event store one result: the la
 A result written for a newer version of the same key (S3 ``sequencer``) is never overwritten by an
 older one.
 
-Defaults (``COMPACTOR_S3_DEFAULTS``): a JSON object of request fields (``keep_recent``,
-``target_ratio``, ``max_tokens``, ``policy_ir``, ``decision_policy_ir``, ``pinned_indices``) plus
-``"mode"``: ``"decision"`` (the default) or ``"seal"``. Fields in the object win over the defaults. In
-decision mode a transcript whose fields and defaults name no ``decision_policy_ir`` runs with the
-preset's decision policy (as ``compactor compact`` does); ``"decision_policy_ir": null`` in the object,
-or ``"mode": "seal"`` in the defaults, runs the legacy seal.
+Defaults (``COMPACTOR_S3_DEFAULTS``): a JSON object of ``/v1/compact`` request fields (``mode``,
+``keep_recent``, ``target_ratio``, …). Fields in the object win over the defaults. The mode is chosen
+as ``compactor compact`` chooses it (``compactor.transcripts.Transcript.compact_body``): a request
+body is inferred exactly as the API infers it, a bare transcript runs in ``decision`` mode unless the
+defaults name a ``mode`` (docs/behaviour.md, "Compaction modes").
 """
 
 from __future__ import annotations
@@ -31,8 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from compactor.errors import InvalidTranscript, RequestTooLarge
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
-from compactor.transcripts import REQUEST_FIELDS
 
 INCOMING_PREFIX = "incoming/"
 COMPACTED_PREFIX = "compacted/"
@@ -41,7 +40,6 @@ MAX_OBJECT_BYTES = 64 * 1024 * 1024
 """Largest transcript object read (far above the API's 6 MB payload limit)."""
 
 DEFAULTS_ENV = "COMPACTOR_S3_DEFAULTS"
-MODES = ("decision", "seal")
 JSON_CONTENT_TYPE = "application/json"
 JSONL_CONTENT_TYPE = "application/x-ndjson"
 
@@ -102,7 +100,6 @@ class ObjectStore(Protocol):
 class Defaults:
     """Parsed ``COMPACTOR_S3_DEFAULTS``."""
 
-    mode: Literal["decision", "seal"] = "decision"
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -173,7 +170,7 @@ def normalize_etag(etag: str | None) -> str:
 
 
 def load_defaults(text: str | None) -> Defaults:
-    """Parse ``COMPACTOR_S3_DEFAULTS`` (empty or unset: decision mode, the API's field defaults)."""
+    """Parse ``COMPACTOR_S3_DEFAULTS`` (empty or unset: the API's field defaults)."""
     if text is None or not text.strip():
         return Defaults()
     try:
@@ -182,10 +179,9 @@ def load_defaults(text: str | None) -> Defaults:
         raise ConfigError(f"{DEFAULTS_ENV} is not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{DEFAULTS_ENV} must be a JSON object")
-    mode = data.pop("mode", "decision")
-    if mode not in MODES:
-        raise ConfigError(f"{DEFAULTS_ENV}: mode must be one of {', '.join(MODES)}")
-    unknown = sorted(set(data) - set(REQUEST_FIELDS))
+    from compactor.models import COMPACT_FIELDS
+
+    unknown = sorted(set(data) - set(COMPACT_FIELDS))
     if unknown:
         raise ConfigError(f"{DEFAULTS_ENV}: unknown field(s) {', '.join(unknown)}")
     from pydantic import ValidationError
@@ -196,14 +192,14 @@ def load_defaults(text: str | None) -> Defaults:
         CompactRequest.model_validate({**data, "messages": []})
     except ValidationError as exc:
         raise ConfigError(f"{DEFAULTS_ENV} is not a valid set of request fields: {exc}") from exc
-    return Defaults(mode=mode, fields=data)
+    return Defaults(fields=data)
 
 
 # ----------------------------------------------------------------------------------- request building
 
 
 def _invalid(msg: str, detail: list[dict[str, Any]], status: int = 422) -> Failure:
-    return Failure(status, {"message": msg, "type": "invalid_request_error", "code": "invalid_transcript"}, detail)
+    return Failure(status, InvalidTranscript(msg).body()["error"], detail)
 
 
 def build_request(body: bytes, defaults: Defaults) -> Any:
@@ -236,15 +232,8 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
         msg = "JSON decode error" if kind == "json_invalid" else str(exc)
         return _invalid(f"not a transcript: {exc}",
                         [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}]), None
-    items_field = "input" if transcript.format == "openai-responses" else "messages"
-    request_body: dict[str, Any] = {**defaults.fields, **transcript.fields, "format": transcript.format,
-                                    items_field: transcript.items}
-    if defaults.mode == "decision" and "decision_policy_ir" not in request_body:
-        from compactor.compaction.preset import load_preset
-
-        request_body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
     try:
-        return CompactRequest.model_validate(request_body), transcript
+        return CompactRequest.model_validate(transcript.compact_body(defaults.fields)), transcript
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:
@@ -322,8 +311,8 @@ def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
 # ----------------------------------------------------------------------------------------- the job
 
 
-Observer = Callable[[Any, int, dict[str, Any], float, float], None]
-"""``observe(request, status, body, started_at, ended_at)``: called once per compaction actually run
+Observer = Callable[[Any, float, float], None]
+"""``observe(record, started_at, ended_at)``: called with the core's ``CallRecord`` once per compaction run
 (``time.time()`` bounds), e.g. to emit metrics and the billing record; skipped jobs run nothing."""
 
 
@@ -338,7 +327,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     (so the asynchronous invocation retries, then lands in its on-failure destination). With
     ``launch``, an object over ``max_bytes`` becomes a windowed job instead of a 413; a transcript
     over one request's limits is compacted in windows here (decision mode)."""
-    from compactor.service import compact, compact_large
+    from compactor.service import compact_call, compact_large
 
     rel = relative_key(source.key)
     if rel is None:
@@ -359,18 +348,20 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         if launch is not None:
             return launch(source)
         stored = StoredObject(b"", source.version_id, source.etag)
-        failure = Failure(413, {"message": str(exc), "type": "invalid_request_error", "code": "request_too_large"})
+        failure = Failure(413, RequestTooLarge(str(exc)).body()["error"])
         return _write_failure(store, source, stored, rel, failure, seen)
     request, transcript = _build(stored.body, defaults)
     if isinstance(request, Failure):
         return _write_failure(store, source, stored, rel, request, seen)
     started_at = time.time()
-    if request.decision_mode and _exceeds_one_request(request):
-        status, body = await compact_large(request, router=router, deadline=deadline)
+    if request.mode_name == "decision" and _exceeds_one_request(request):
+        record = await compact_large(request, router=router, deadline=deadline)
     else:
-        status, body = await compact(request, deadline=deadline, router=router)
+        record = await compact_call(request, deadline=deadline, router=router)
+    record = record.with_route("s3_compact")
     if observe is not None:
-        observe(request, status, body, started_at, time.time())
+        observe(record, started_at, time.time())
+    status, body = record.answer()
     if status >= 500:
         raise RuntimeError(f"compaction failed with status {status}: {body.get('error', {}).get('code')}")
     if status != 200:

@@ -1,10 +1,11 @@
-"""The ``x_router`` metadata block and OpenAI ``usage`` of a routed call (REFERENCE §2.4, chat variant)."""
+"""The ``x_router`` metadata block and OpenAI ``usage`` of a routed call (docs/behaviour.md#the-x_router-block-and-usage, chat variant)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from compactor.cost import RESPONSE_DECIMALS, with_failed_attempts
 from compactor.router import RouteResult
 
 COMPACT_AT_TOKENS_DEFAULT = 24_000
@@ -50,14 +51,12 @@ def route_usage(result: RouteResult) -> dict[str, Any] | None:
 
 
 def billed_cost(result: RouteResult) -> float | None:
-    """The chosen response's cost plus what earlier, failed attempts were billed (REFERENCE §2.4: a billed
-    response keeps its cost even if it was rejected); ``None`` when the chosen cost is unknown."""
+    """The chosen response's cost plus what earlier, failed attempts were billed (``compactor.cost``);
+    ``None`` when the chosen cost is unknown."""
     if not result.ok:
         failed = result.failure_cost()
-        return None if failed is None else round(failed, 6)
-    if result.cost_usd is None or not result.failed_cost_usd:
-        return result.cost_usd
-    return round(result.cost_usd + result.failed_cost_usd, 6)
+        return None if failed is None else round(failed, RESPONSE_DECIMALS)
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, RESPONSE_DECIMALS)
 
 
 def route_x_router(result: RouteResult) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 Generic: it knows offers, policies, transports and costs, never what the calls are for.
 
-Per call: the offers of the call's protocol (``chat`` or ``decisions``; REFERENCE §5.3) are ranked
+Per call: the offers of the call's protocol (``chat`` or ``decisions``; docs/behaviour.md#the-policy-language) are ranked
 by the policy (with the host envelope composed in), then tried in order under the policy's
-FailPlan (§5.4). Router state (TTL-disabled providers, circuit breakers) lives in the instance and
+FailPlan (docs/behaviour.md#fallbacks). Router state (TTL-disabled providers, circuit breakers) lives in the instance and
 is visible to policies as the ``disabled`` and ``breaker_open`` observations.
 """
 
@@ -24,7 +24,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compactor.budget import Deadline
-from compactor.jsonutil import dense_dumps
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
+from compactor.cost import reported as reported_cost
+from compactor.jsonutil import dense_dumps, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
@@ -65,9 +67,6 @@ BACKOFF_MAX_S = 10.0
 # Client errors are not retried (the same request would fail the same way), except these statuses.
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 ERROR_MESSAGE_LIMIT = 300
-CHAT_COST_DECIMALS = 6
-DECISION_COST_DECIMALS = 12
-CACHED_INPUT_PRICE_FACTOR = 0.1
 # Failures that say something about the provider's health and nothing about the request's content: only
 # these change state shared by every caller (breakers, and provider disables a FailPlan asks for). A
 # timeout counts only when the attempt had at least SHARED_TIMEOUT_MIN_S (a caller can ask for 1 ms).
@@ -97,7 +96,7 @@ class RouteResult:
     error_kind: str | None = None  # e.g. "no_candidates", "exhausted: timeout", "timeout", ProviderError kinds
     error_message: str | None = None
     latency_ms: int = 0  # the whole routed call, failover included
-    cost_usd: float | None = None  # REFERENCE §2.4 cost of the chosen response (None = unknown)
+    cost_usd: float | None = None  # docs/behaviour.md#the-x_router-block-and-usage cost of the chosen response (None = unknown)
     cost_basis: str | None = None  # "subscription" | "reported" | "computed" | None
     # USD that providers reported for failed attempts (billed, then rejected); None when none reported.
     failed_cost_usd: float | None = None
@@ -179,26 +178,24 @@ class _Breaker:
 
 
 def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None]:
-    """REFERENCE §2.4 ``(cost_usd, cost_basis)`` of one response from ``offer``.
+    """docs/behaviour.md#the-x_router-block-and-usage ``(cost_usd, cost_basis)`` of one response from ``offer``.
 
     Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input at 10 % of
     ``price_in``; an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
     """
-    reported = response.cost_reported
-    if _is_real(reported) and reported >= 0:
-        return round(reported, decimals), "reported"
+    provider_cost = reported_cost(response.cost_reported)
+    if provider_cost is not None:
+        return round(provider_cost, decimals), "reported"
     price_in, price_out = offer.price_in, offer.price_out
-    if not (_is_real(price_in) and _is_real(price_out)):
+    if not (is_finite_number(price_in) and is_finite_number(price_out)):
         return None, None
     if price_in == 0 and price_out == 0:
         return 0.0, "computed"
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
         return None, None
-    cached = min(getattr(response, "tokens_cached", None) or 0, tokens_in)
-    cost = ((tokens_in - cached) / 1e6 * price_in + cached / 1e6 * price_in * CACHED_INPUT_PRICE_FACTOR
-            + tokens_out / 1e6 * price_out)
-    return round(max(cost, 0.0), decimals), "computed"
+    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None))
+    return round(computed, decimals), "computed"
 
 
 def estimate_tokens(value: Any) -> int:
@@ -222,10 +219,6 @@ def _fits(offer: Offer, tokens: int) -> bool:
     return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
 
 
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _redact(message: str, offer: Offer) -> str:
     """Strip anything that looks like a credential, then cap the length."""
     secret = os.environ.get(offer.api_key_env) if offer.api_key_env else None
@@ -239,7 +232,7 @@ def _trace_score(score: float) -> float | None:
 
 
 class Router:
-    """Ranks offers with a policy and fails over across them (REFERENCE §5.3–5.4).
+    """Ranks offers with a policy and fails over across them (docs/behaviour.md#the-policy-language).
 
     ``transport_for`` maps an offer to its transport; ``clock`` (seconds) drives provider-disable
     TTLs, breakers and latencies; ``sleep`` waits between retries and ``random`` (in [0, 1)) jitters
@@ -283,7 +276,7 @@ class Router:
             return await transport.chat(offer, request, timeout)
 
         return await self._route("chat", policy, Requirements(needs=frozenset(needs)), invoke,
-                                 deadline, timeout_s, CHAT_COST_DECIMALS, chat_request_tokens(request))
+                                 deadline, timeout_s, RESPONSE_DECIMALS, chat_request_tokens(request))
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *,
                      deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult:
@@ -293,7 +286,7 @@ class Router:
             return await transport.decide(offer, request, timeout)
 
         return await self._route("decisions", policy, Requirements(), invoke,
-                                 deadline, timeout_s, DECISION_COST_DECIMALS, decision_request_tokens(request))
+                                 deadline, timeout_s, NODE_DECIMALS, decision_request_tokens(request))
 
     def smallest_context(self, protocol: str) -> int | None:
         """The smallest ``context`` (tokens) among the enabled offers of ``protocol``; None when none says."""
@@ -514,7 +507,7 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
-            if _is_real(outcome.cost_reported) and outcome.cost_reported >= 0:
+            if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
             elif outcome.http_status is None or outcome.http_status < 400:
                 self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed

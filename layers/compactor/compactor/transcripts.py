@@ -11,16 +11,20 @@ are bookkeeping the model never sees; they are written back unchanged, in place.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from compactor.formats import FORMAT_NAMES
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 
-REQUEST_FIELDS = ("keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio", "pinned_indices")
+REQUEST_FIELDS = ("mode", "keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio",
+                  "pinned_indices")
 """The ``/v1/compact`` fields a transcript file may carry next to its messages (and the S3 path's defaults)."""
 FILE_FIELDS = (*REQUEST_FIELDS, "format", "restorable")
 """What a request body in a file may carry: those, plus its format and whether it is restorable."""
+TRANSCRIPT_MODE = "decision"
+"""The mode of a bare transcript (array or JSONL: no request fields to infer one from) unless told."""
 CLAUDE_CODE, CODEX = "claude-code", "codex"
 # Record fields a summary record of a Claude Code session copies from the first record it replaces.
 _CLAUDE_CODE_ENVELOPE = ("isSidechain", "userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch",
@@ -41,6 +45,23 @@ class Transcript:
     session: str | None = None  # CLAUDE_CODE, CODEX or None
     lines: list[str] = field(default_factory=list)  # session files: every line, with its ending
     item_lines: list[int] = field(default_factory=list)  # session files: the line of each item
+    request_body: bool = False  # the text was a request body (an object with its items), not a bare transcript
+
+    @property
+    def items_field(self) -> str:
+        """The request field that holds the items in this format."""
+        return "input" if self.format == "openai-responses" else "messages"
+
+    def compact_body(self, defaults: Mapping[str, Any] | None = None, *, mode: str | None = None) -> dict[str, Any]:
+        """The ``/v1/compact`` body for these items: ``defaults`` under the transcript's own fields, ``mode``
+        over both. Without a mode, a request body is inferred exactly as the API infers it; a bare
+        transcript runs in :data:`TRANSCRIPT_MODE` (docs/behaviour.md, "Compaction modes")."""
+        body = {**(defaults or {}), **self.fields, "format": self.format, self.items_field: self.items}
+        if mode is not None:
+            body["mode"] = mode
+        elif body.get("mode") is None and not self.request_body:
+            body["mode"] = TRANSCRIPT_MODE
+        return body
 
     def write_back(self, body: dict[str, Any]) -> str | None:
         """A session file holding the compacted items of ``body`` (a ``/v1/compact`` answer for these
@@ -160,7 +181,7 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
         fields = {k: v for k, v in data.items() if k in FILE_FIELDS}
         chosen = format or fields.pop("format", None) or ("openai-responses" if key == "input" else _guess_format(items))
         fields.pop("format", None)
-        return Transcript(chosen, items, fields)
+        return Transcript(chosen, items, fields, request_body=True)
     raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
 
 

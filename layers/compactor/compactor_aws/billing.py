@@ -12,13 +12,22 @@ the call (500 / the Lambda retry), so what was delivered is what is billed.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from compactor import billing, http_api, idempotency
+from compactor import billing, idempotency
+from compactor.call_record import CallRecord
+from compactor.container import PerContainer
+from compactor.errors import (
+    CompactorError,
+    IdempotencyInProgress,
+    IdempotencyKeyReused,
+    IdempotencyUnavailable,
+    InvalidIdempotencyKey,
+    InvalidUsageRange,
+)
 from compactor.jsonutil import dense_dumps
 from compactor_aws.caller import caller_of
 
@@ -81,24 +90,10 @@ class Backends:
         return response_store()
 
 
-_backends: Backends | None = None
-_lock = threading.Lock()
-
-
-def backends() -> Backends:
-    global _backends
-    if _backends is None:
-        with _lock:
-            if _backends is None:
-                _backends = Backends()
-    return _backends
-
-
-def reset_backends() -> None:
-    """Forget the backends (tests that switch environments or mocks)."""
-    global _backends
-    with _lock:
-        _backends = None
+BACKENDS: PerContainer[Backends] = PerContainer(Backends)
+backends = BACKENDS.get
+reset_backends = BACKENDS.reset
+"""Forget the backends (tests that switch environments or mocks)."""
 
 
 class _NotStored(Exception):
@@ -117,8 +112,9 @@ def _header(event: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-def _error(status: int, message: str, code: str, error_type: str = "invalid_request_error") -> Answer:
-    return Answer(status, dense_dumps(http_api.error_body(message, error_type=error_type, code=code)), {})
+def _error(error: CompactorError) -> Answer:
+    status, body = error.answer()
+    return Answer(status, dense_dumps(body), {})
 
 
 def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
@@ -135,7 +131,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     try:
         key = idempotency.checked_key(raw_key)
     except idempotency.InvalidIdempotencyKey as exc:
-        return _error(400, str(exc), "invalid_idempotency_key")
+        return _error(InvalidIdempotencyKey(str(exc)))
     from aws_lambda_powertools.utilities.idempotency.exceptions import (
         IdempotencyAlreadyInProgressError,
         IdempotencyPersistenceLayerError,
@@ -159,14 +155,11 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     except _NotStored as failed:
         return Answer(failed.computed.status, failed.computed.body, {})
     except IdempotencyValidationError:
-        return _error(422, f"this {idempotency.HEADER} was used with a different request body",
-                      "idempotency_key_reused")
+        return _error(IdempotencyKeyReused(f"this {idempotency.HEADER} was used with a different request body"))
     except IdempotencyAlreadyInProgressError:
-        return _error(409, f"a request with this {idempotency.HEADER} is still running; retry later",
-                      "idempotency_in_progress")
+        return _error(IdempotencyInProgress(f"a request with this {idempotency.HEADER} is still running; retry later"))
     except IdempotencyPersistenceLayerError:
-        return _error(503, "the idempotency store is unavailable; retry later", "idempotency_unavailable",
-                      "server_error")
+        return _error(IdempotencyUnavailable("the idempotency store is unavailable; retry later"))
     if fresh:
         body = fresh[0].body
     elif "body" in record:
@@ -177,23 +170,22 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
 
 
-def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], tuple[int, dict[str, Any]]], *,
-                    lambda_context: Any, logger: Any, metrics: Any, tracer: Any, **details: Any) -> Answer:
-    """:func:`answer_call` for a handler's ``run()`` (``(status, body)``): a computed call is observed
-    (metrics, billing log line, trace) by ``compactor_aws.observability`` and billed from that record."""
+def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], CallRecord], *,
+                    lambda_context: Any, logger: Any, metrics: Any, tracer: Any) -> Answer:
+    """:func:`answer_call` for a handler's ``run()`` (the core's ``CallRecord``): a computed call is
+    observed (metrics, billing log line, trace) by ``compactor_aws.observability`` and billed from that."""
     import time
 
     from compactor_aws import observability
 
     def compute() -> Computed:
         started_at = time.time()
-        status, body = run()
-        text = dense_dumps(body)
+        record = run()
+        text = dense_dumps(record.body)
         summary = observability.record_call(
-            route=route, status=status, body=body, logger=logger, metrics=metrics, tracer=tracer,
-            started_at=started_at, ended_at=time.time(), response_bytes=len(text.encode("utf-8")),
-            **observability.api_request_details(event), **details)
-        return Computed(status, text, facts_of(summary))
+            record, logger=logger, metrics=metrics, tracer=tracer, started_at=started_at, ended_at=time.time(),
+            response_bytes=len(text.encode("utf-8")), **observability.api_request_details(event))
+        return Computed(record.status, text, facts_of(summary))
 
     return answer_call(event, route, compute, lambda_context)
 
@@ -281,6 +273,6 @@ def usage_answer(event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
     try:
         first, last = billing.parse_range(query.get("from"), query.get("to"))
     except billing.UsageRangeError as exc:
-        return 422, http_api.error_body(str(exc), code="invalid_usage_range")
+        return InvalidUsageRange(str(exc)).answer()
     caller = caller_of(event)
     return 200, {"api_key_id": caller, **billing.usage_body(caller, first, last, backends().ledger)}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import threading
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
@@ -16,6 +15,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from compactor.container import PerContainer
 from compactor.object_jobs import ObjectHead, ObjectTooLarge, StoredObject
 
 PART_BYTES = 8 * 1024 * 1024
@@ -24,25 +24,10 @@ _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 # A conditional write lost its race (412), or an identical one is in flight (409).
 _PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
-_client: Any = None
-_lock = threading.Lock()
-
-
-def s3_client() -> Any:
-    """The container's S3 client."""
-    global _client
-    if _client is None:
-        with _lock:
-            if _client is None:
-                _client = boto3.client("s3", config=_CLIENT_CONFIG)
-    return _client
-
-
-def reset_client() -> None:
-    """Forget the client (tests that switch endpoints or mocks)."""
-    global _client
-    with _lock:
-        _client = None
+CLIENT: PerContainer[Any] = PerContainer(lambda: boto3.client("s3", config=_CLIENT_CONFIG))
+s3_client = CLIENT.get
+"""The container's one S3 client (the S3 path, the fan-out's large results, the worker)."""
+reset_client = CLIENT.reset
 
 
 class S3Store:

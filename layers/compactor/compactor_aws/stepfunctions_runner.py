@@ -106,11 +106,13 @@ class StepFunctionsFlowRunner:
 
     @property
     def s3(self) -> Any:
-        if self._s3 is None:
-            import boto3
+        """The injected client, else the container's one S3 client (looked up each time: a SnapStart
+        restore replaces it)."""
+        if self._s3 is not None:
+            return self._s3
+        from compactor_aws.s3_store import s3_client
 
-            self._s3 = boto3.client("s3")
-        return self._s3
+        return s3_client()
 
     async def __call__(self, admitted: AdmittedFlow, flow_input: Any = MISSING, *, router: Any, deadline: Deadline,
                        on_event: Callable[[dict[str, Any]], None] | None = None,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from compactor import service
+from compactor.call_record import CallRecord
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -20,19 +21,20 @@ class StubService:
         self.answer: tuple[int, dict[str, Any]] = (200, {"stub": True})
         self.error: Exception | None = None
 
-    def _record(self, route: str, payload: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    def _record(self, route: str, payload: Any, **kwargs: Any) -> CallRecord:
         self.calls.append((route, payload, kwargs))
         if self.error is not None:
             raise self.error
-        return self.answer
+        status, body = self.answer
+        return CallRecord(status=status, body=body, mode="stub", route=route)
 
-    def handle_compact(self, request: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    def handle_compact(self, request: Any, **kwargs: Any) -> CallRecord:
         return self._record("compact", request, **kwargs)
 
-    def handle_flows(self, body: dict[str, Any], **kwargs: Any) -> tuple[int, dict[str, Any]]:
+    def handle_flows(self, body: dict[str, Any], **kwargs: Any) -> CallRecord:
         return self._record("flows", body, **kwargs)
 
-    def handle_flows_normalize(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def handle_flows_normalize(self, body: dict[str, Any]) -> CallRecord:
         return self._record("normalize", body)
 
     def handle_expand(self, handles: list[str], **kwargs: Any) -> tuple[int, dict[str, Any]]:

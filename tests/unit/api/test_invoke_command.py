@@ -88,7 +88,7 @@ def echo_project(tmp_path: Path) -> Path:
 
 
 def run_invoke(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "compactor", "invoke", *args], cwd=cwd, input=stdin,
+    return subprocess.run([sys.executable, "-m", "compactor_cli", "invoke", *args], cwd=cwd, input=stdin,
                           capture_output=True, text=True, check=False)
 
 

@@ -36,7 +36,7 @@ def test_before_snapshot_warms_without_any_network(monkeypatch: pytest.MonkeyPat
 
     s3_store.reset_client()
     snapstart.before_snapshot()
-    assert s3_store._client is not None  # botocore's service model is loaded before the snapshot
+    assert s3_store.CLIENT.value is not None  # botocore's service model is loaded before the snapshot
     s3_store.reset_client()
 
 
@@ -67,10 +67,10 @@ def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.Monk
     expected_without_reseed.random()
     loop = asyncio.new_event_loop()
     http._clients[loop] = object()  # type: ignore[assignment]
-    s3_store._client = object()
+    s3_store.CLIENT.value = object()
     snapstart.after_restore()
     loop.close()
-    assert len(http._clients) == 0 and s3_store._client is None
+    assert len(http._clients) == 0 and s3_store.CLIENT.value is None
     assert random.random() != expected_without_reseed.random()
 
 

@@ -66,7 +66,7 @@ def test_unreachable_provider_in_a_seal(tmp_path: Path, capsys: pytest.CaptureFi
     code, err = run(capsys, "--catalog", catalog(tmp_path, "http://127.0.0.1:9/v1"), "--mode", "seal",
                     "-o", str(tmp_path / "o.json"), "--strict")
     assert code == 3
-    assert "legacy seal: unchanged" in err
+    assert "seal: unchanged" in err
     assert "cannot reach 127.0.0.1 (offer acme/summarizer, x1)" in err
     assert "fix: check base_url" in err
 

@@ -3,7 +3,8 @@ from dataclasses import dataclass
 import pytest
 
 from compactor.budget import Deadline
-from compactor.compaction.seal import SEAL_MARKER, InvalidPolicy, plan_seal, render_aged, seal
+from compactor.compaction.seal import SEAL_MARKER, plan_seal, render_aged, seal
+from compactor.errors import InvalidPolicy
 from compactor.providers.base import ChatResponse, Offer
 from compactor.router import Router
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from compactor.budget import Deadline
-from compactor.flows_service import normalize_request, router_error_status, run_flows_request
+from compactor.errors import RouterError
+from compactor.flows_service import normalize_request, run_flows_request
 from compactor.providers.base import ChatResponse, ProviderError
 from compactor.router import RouteResult
 
@@ -17,7 +18,7 @@ from .triage import FLOW_INPUT, triage_flow
 
 
 async def call(router: FakeRouter, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    return await run_flows_request(body, router=router, deadline=Deadline.after_ms(40_000))
+    return (await run_flows_request(body, router=router, deadline=Deadline.after_ms(40_000))).answer()
 
 
 async def test_run_ok() -> None:
@@ -57,7 +58,7 @@ async def test_null_flow_input_is_absent() -> None:
     ("exhausted: upstream_error", 502), ("node_exception", 502), ("data_error", 422), (None, 502),
 ])
 def test_router_error_status(kind: str | None, status: int) -> None:
-    assert router_error_status(kind) == status
+    assert RouterError.status_of(kind) == status
 
 
 async def test_failed_flow_answers_the_router_error() -> None:
@@ -80,11 +81,11 @@ async def test_rate_limited_flow() -> None:
 
 def test_normalize_request() -> None:
     router = FakeRouter()
-    status, body = normalize_request({"flow_ir": triage_flow()}, admit_policy=router.admit_policy)
+    status, body = normalize_request({"flow_ir": triage_flow()}, admit_policy=router.admit_policy).answer()
     assert status == 200 and body["version"] == "sigma-flow/v1"
     assert body["encoded"].startswith("sigma-flow/v1:((input n0) (data n1 ")
     assert list(body["flow_ir"][1]) == [f"n{i}" for i in range(8)]
     assert router.calls == []
-    status, body = normalize_request({"flow_ir": ["flow", {"x": {"kind": "nope"}}]}, admit_policy=router.admit_policy)
+    status, body = normalize_request({"flow_ir": ["flow", {"x": {"kind": "nope"}}]}, admit_policy=router.admit_policy).answer()
     assert status == 400 and body["error"]["message"] == (
         'flow_ir rejected at admission: node "x": unknown kind "nope"; kinds are input, output, llm, decision, data')

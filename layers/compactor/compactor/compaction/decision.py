@@ -1,32 +1,37 @@
-"""Decision-guided compaction (REFERENCE §3.2–§3.4, G3): prepare, materialise the preset, run it on the
-generic flow runtime, reassemble. Any failure keeps the affected units as they were."""
+"""Decision-guided compaction (``decision`` mode, see docs/behaviour.md): prepare, materialise the
+preset, run it on the generic flow runtime, reassemble. Any failure keeps the affected units as they were."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from compactor.archives import Archive, store_originals
-from compactor.budget import Deadline
-from compactor.formats import get_dialect
+from compactor.archives import store_originals
+from compactor.call_record import CallRecord, flow_facts
+from compactor.compaction.modes import check_pins
+from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, Preparation, prepare
+from compactor.compaction.preset import default_decision_policy, materialise, question_template
+from compactor.compaction.reassembly import compaction_report, reassemble
+from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
-from compactor.models import CompactRequest
+from compactor.formats import get_dialect
 from compactor.response_blocks import compact_hint
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, DECISION_PROMPT_TOKENS
-from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, prepare
-from compactor.compaction.preset import materialise, question_template
-from compactor.compaction.reassembly import compaction_report, reassemble
 
-PINS_MESSAGE = "pinned_indices must reference existing messages"
+if TYPE_CHECKING:
+    from compactor.compaction.modes import ModeContext
+    from compactor.models import CompactRequest
+
+NAME = "decision"
 
 
-class InvalidRequest(Exception):
-    """A 400 answer: ``message`` and ``code`` go into the error body."""
+class DecisionPlan(NamedTuple):
+    """The preparation and the admitted flow (with its input) that will decide over it."""
 
-    def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+    prep: Preparation
+    admitted: Any
+    flow_input: dict[str, Any]
+    on_event: Any = None  # receives, last, {"event": "units", "units": [...]} (docs/report.md)
+    archive: Any = None  # a restorable request's ``compactor.archives.Archive`` (docs/archives.md)
 
 
 def decision_payload_limit(router: Any) -> int:
@@ -39,53 +44,62 @@ def decision_payload_limit(router: Any) -> int:
     return max(0, min(DECISION_PAYLOAD_MAX_BYTES, (context - DECISION_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE))
 
 
-async def compact_selective(request: CompactRequest, *, router: Any, deadline: Deadline,
-                            on_event: Callable[[dict[str, Any]], None] | None = None,
-                            flow_runner: Callable[..., Awaitable[FlowResult]] | None = None,
-                            archive: Archive | None = None) -> dict[str, Any]:
-    """``flow_runner`` (same signature as ``run_flow``, the default) runs the admitted flow: the
-    batch fan-out plugs in here. ``on_event`` receives the plan, the flow's node events and, last,
-    ``{"event": "units", "units": [...]}``: every manifest entry, unbounded, with its ``reason`` (docs/report.md).
-    ``archive`` (required when the request is ``restorable``) receives the originals of the changed units
-    (docs/archives.md)."""
-    messages = request.messages
-    dialect = get_dialect(request.format)
-    pins = request.pinned_indices
-    if pins is not None and any(i < 0 or i >= len(messages) for i in pins):
-        raise InvalidRequest(PINS_MESSAGE)
-    prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
-                   pinned_indices=pins, question_template=question_template(),
-                   payload_max_bytes=decision_payload_limit(router), dialect=dialect)
-    flow_ir, flow_input = materialise(
-        prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
-        decision_policy=request.decision_policy_ir, generation_policy=request.policy_ir,
-        max_tokens=request.max_tokens)
-    try:
-        admitted = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
-    except FlowAdmissionError as exc:
-        raise InvalidRequest(f"flow_ir rejected at admission: {exc}", "invalid_flow") from exc
-    if on_event is not None:
-        on_event({"event": "plan", "batches": len(prep.batches), "candidates": len(prep.candidates)})
-    runner = flow_runner or run_flow
-    result = await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
-    values = result.output if result.ok and isinstance(result.output, dict) else None
-    output, manifest, output_bytes = reassemble(messages, prep, values, dialect, restorable=request.restorable,
-                                                decided=result.answer_reasons)
-    if request.restorable:
-        if archive is None:
-            raise InvalidRequest("restorable is not available here", "restorable_unavailable")
-        store_originals(archive, messages, manifest)
-    if on_event is not None:
-        on_event({"event": "units", "units": manifest})
-    body: dict[str, Any] = {
-        "messages": output,
-        "compacted": output != messages,
-        "compaction": compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
-                                        result.fingerprint),
-    }
-    if result.flow_nodes:
-        usage = result.usage()
-        if usage:
-            body["usage"] = usage
-        body["x_router"] = {**result.x_router(), "compact": compact_hint(result.tokens_in)}
-    return body
+class DecisionMode:
+    """``decision``: a model classifies each aged unit (keep, summarize, archive) through the preset flow."""
+
+    name = NAME
+
+    def prepare(self, request: CompactRequest, context: ModeContext) -> DecisionPlan:
+        messages = request.messages
+        check_pins(request)
+        if request.restorable and context.archive is None:
+            raise RestorableUnavailable("restorable is not available here")
+        prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
+                       pinned_indices=request.pinned_indices, question_template=question_template(),
+                       payload_max_bytes=decision_payload_limit(context.router), dialect=get_dialect(request.format))
+        decision_policy = request.decision_policy_ir
+        flow_ir, flow_input = materialise(
+            prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
+            decision_policy=default_decision_policy() if decision_policy is None else decision_policy,
+            generation_policy=request.policy_ir, max_tokens=request.max_tokens)
+        try:
+            admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input)
+        except FlowAdmissionError as exc:
+            raise InvalidFlow.rejected(exc) from exc
+        if context.on_event is not None:
+            context.on_event({"event": "plan", "batches": len(prep.batches), "candidates": len(prep.candidates)})
+        return DecisionPlan(prep, admitted, flow_input, context.on_event,
+                            context.archive if request.restorable else None)
+
+    async def run(self, plan: DecisionPlan, context: ModeContext) -> FlowResult:
+        """``context.flow_runner`` (same signature as ``run_flow``, the default) runs the admitted flow:
+        the batch fan-out plugs in here."""
+        runner = context.flow_runner or run_flow
+        return await runner(plan.admitted, plan.flow_input, router=context.router, deadline=context.deadline,
+                            on_event=context.on_event)
+
+    def report(self, request: CompactRequest, plan: DecisionPlan, ran: FlowResult) -> CallRecord:
+        messages, prep = request.messages, plan.prep
+        values = ran.output if ran.ok and isinstance(ran.output, dict) else None
+        output, manifest, output_bytes = reassemble(messages, prep, values, get_dialect(request.format),
+                                                    restorable=request.restorable, decided=ran.answer_reasons)
+        if plan.archive is not None:  # the originals of the changed units (docs/archives.md)
+            store_originals(plan.archive, messages, manifest)
+        if plan.on_event is not None:  # every manifest entry, unbounded, with its reason (docs/report.md)
+            plan.on_event({"event": "units", "units": manifest})
+        compaction = compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
+                                       ran.fingerprint)
+        body: dict[str, Any] = {"messages": output, "compacted": output != messages, "compaction": compaction}
+        if ran.flow_nodes:
+            usage = ran.usage()
+            if usage:
+                body["usage"] = usage
+            body["x_router"] = {**ran.x_router(), "compact": compact_hint(ran.tokens_in)}
+        return CallRecord(
+            status=200, body=body, mode=NAME, bytes_in=prep.original_bytes, bytes_out=output_bytes,
+            target_met=compaction["target_met"], cost_usd=ran.public_cost() if ran.flow_nodes else 0.0,
+            tokens_in=ran.tokens_in, tokens_out=ran.tokens_out, flow_fingerprint=ran.fingerprint,
+            report=compaction, **flow_facts(ran.flow_nodes))
+
+
+MODE = DecisionMode()

@@ -1,4 +1,4 @@
-"""Decision-mode preparation: candidates, evidence views, budget and greedy batching (REFERENCE §3.2).
+"""Decision-mode preparation: candidates, evidence views, budget and greedy batching (docs/behaviour.md#decision).
 
 Pure and deterministic: no I/O and no model calls.
 """

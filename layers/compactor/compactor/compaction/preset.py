@@ -45,7 +45,7 @@ def question_template() -> dict[str, Any]:
 def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidence: list[str], budget: int,
                 decision_policy: Any, generation_policy: Any, max_tokens: int | None
                 ) -> tuple[list[Any], dict[str, Any]]:
-    """The flow term and flow input for these batches (REFERENCE §3.2 "Flow graph")."""
+    """The flow term and flow input for these batches (docs/behaviour.md#decision "Flow graph")."""
     template_nodes: dict[str, dict[str, Any]] = load_preset()["flow"][1]
     nodes: dict[str, Any] = {"input": {"kind": "input"}}
     flow_input: dict[str, Any] = {}
@@ -80,3 +80,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     else:
         nodes["output"] = {"kind": "output", "inputs": ["input"]}
     return ["flow", nodes], flow_input
+
+
+def default_decision_policy() -> Any:
+    """The preset's own decision policy: what decision mode uses when a request names none."""
+    return copy.deepcopy(load_preset()["flow"][1]["classify"]["policy"])

@@ -1,4 +1,4 @@
-"""Decision-mode reassembly (REFERENCE §3.4) and the compaction report (§2.2, CONTRACT §2.1)."""
+"""Decision-mode reassembly (docs/behaviour.md#decision) and the compaction report (docs/behaviour.md#requests-and-responses)."""
 
 from __future__ import annotations
 

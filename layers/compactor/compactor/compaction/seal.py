@@ -1,4 +1,4 @@
-"""Legacy mode: seal the aged middle of a conversation into one system summary (REFERENCE §3.1, L1).
+"""``seal`` mode: seal the aged middle of a conversation into one system summary (docs/behaviour.md#seal).
 
 One deliberate difference from the reference: a ``tool`` message that would start the kept tail is
 never dropped. The tail is widened backwards to take in its whole tool-call unit (the assistant message
@@ -9,18 +9,27 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactor.budget import Deadline
+from compactor.call_record import CallRecord, attempts, failovers
 from compactor.chat import Message, has_tool_calls, role_of
+from compactor.errors import InvalidMaxTokens, InvalidPolicy, RestorableUnavailable
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
 from compactor.policy import PolicyAdmissionError
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
+from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_size
 from compactor.providers.base import ChatRequest, ChatResponse
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
-from compactor.response_blocks import route_usage, route_x_router, usage_block
+from compactor.response_blocks import billed_cost, route_usage, route_x_router, usage_block
+
+if TYPE_CHECKING:
+    from compactor.compaction.modes import ModeContext
+    from compactor.models import CompactRequest
+
+NAME = "seal"
 
 SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
 DEFAULT_MAX_TOKENS = 512
@@ -40,10 +49,6 @@ SEAL_INSTRUCTION = (
 NO_SUMMARY = "no_summary"  # no model answered, or the answer was empty
 SUMMARY_TRUNCATED = "summary_truncated"  # the model stopped at max_tokens (finish_reason "length")
 NO_REDUCTION = "no_reduction"  # the sealed transcript would not be smaller than the original
-
-
-class InvalidPolicy(ValueError):
-    """``policy_ir`` failed admission; ``message`` is the full client-facing text."""
 
 
 @dataclass(frozen=True)
@@ -154,23 +159,54 @@ def chunk_room(context: int | None, max_tokens: int, carried: str) -> int | None
     return room if room >= MIN_CHUNK_BYTES else None
 
 
+@dataclass(frozen=True)
+class SealRun:
+    """A prepared seal: the split (``None``: nothing to seal), the admitted policy, the summary size."""
+
+    messages: list[Message]
+    plan: SealPlan | None
+    dialect: Dialect
+    policy: Any = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What the seal's model calls gave: every routed call (one per chunk), the last summary and answer."""
+
+    results: list[RouteResult]
+    summary: str
+    response: ChatResponse | None
+
+
 async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any] | None,
                max_tokens: int | None, router: Router, deadline: Deadline,
                dialect: Dialect | None = None) -> dict[str, Any]:
-    """Run legacy compaction and return the response body (REFERENCE §2.1), in ``dialect``'s format. When
-    the aged part does not fit the context of the summarizer offer the policy ranks first, it is
-    summarized in chunks, each call carrying the summary so far forward as an earlier seal; the last
-    summary is the seal."""
-    dialect = dialect or get_dialect(None)
+    """Run a seal and return the response body (docs/behaviour.md#seal), in ``dialect``'s format."""
+    prepared = _prepare(messages, keep_recent, policy_ir, max_tokens, router, dialect or get_dialect(None))
+    return _report(prepared, await _run(prepared, router, deadline)).body
+
+
+def _prepare(messages: list[Message], keep_recent: int, policy_ir: list[Any] | None, max_tokens: int | None,
+             router: Router, dialect: Dialect) -> SealRun:
     plan = plan_seal(messages, keep_recent, dialect)
     if plan is None:
-        return {"messages": messages, "compacted": False}
+        return SealRun(messages, None, dialect)
     try:
         policy = router.admit_policy(policy_ir if policy_ir is not None else DEFAULT_CHAT_POLICY)
     except PolicyAdmissionError as exc:
-        raise InvalidPolicy(f"policy_ir rejected at admission: {exc}") from exc
-    tokens = max_tokens or DEFAULT_MAX_TOKENS
-    lines = render_lines(plan.aged, dialect)
+        raise InvalidPolicy.rejected(exc) from exc
+    return SealRun(messages, plan, dialect, policy, max_tokens or DEFAULT_MAX_TOKENS)
+
+
+async def _run(prepared: SealRun, router: Router, deadline: Deadline) -> Sealed | None:
+    """The seal's model calls. When the aged part does not fit the context of the summarizer offer the
+    policy ranks first, it is summarized in chunks, each call carrying the summary so far forward as an
+    earlier seal; the last summary is the seal."""
+    plan, policy, tokens = prepared.plan, prepared.policy, prepared.max_tokens
+    if plan is None:
+        return None
+    lines = render_lines(plan.aged, prepared.dialect)
     first_choice = getattr(router, "first_choice_context", None)
     context = first_choice("chat", policy) if first_choice is not None else None
     whole = "\n".join(lines)
@@ -195,8 +231,18 @@ async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any
         summary = reply.strip() if isinstance(reply, str) else ""
         if response is None or not summary or response.finish_reason == "length":
             break  # a chunk without a usable, complete summary: the seal returns the original
-    sealed_messages = [*plan.frozen, dialect.text_item("system", SEAL_MARKER + summary), *plan.recent]
-    reason = _not_sealed_reason(response, summary, sealed_messages, messages)
+    return Sealed(results, summary, response)
+
+
+def _report(prepared: SealRun, sealed: Sealed | None) -> CallRecord:
+    messages, plan = prepared.messages, prepared.plan
+    if plan is None or sealed is None:
+        size = dense_size(messages)
+        return CallRecord(status=200, body={"messages": messages, "compacted": False}, mode=NAME,
+                          bytes_in=size, bytes_out=size)
+    results = sealed.results
+    sealed_messages = [*plan.frozen, prepared.dialect.text_item("system", SEAL_MARKER + sealed.summary), *plan.recent]
+    reason = _not_sealed_reason(sealed.response, sealed.summary, sealed_messages, messages)
     if reason is None:
         body: dict[str, Any] = {"messages": sealed_messages, "compacted": True}
     else:
@@ -205,18 +251,28 @@ async def seal(messages: list[Message], *, keep_recent: int, policy_ir: list[Any
     if usage is not None:
         body["usage"] = usage
     body["x_router"] = route_x_router(results[-1])
+    costs = [billed_cost(result) for result in results]
+    cost = None if None in costs else round(sum(c for c in costs if c is not None), RESPONSE_DECIMALS)
     if len(results) > 1:
-        costs = [route_x_router(result)["cost_usd"] for result in results]
-        body["x_router"]["cost_usd"] = None if None in costs else round(sum(costs), 6)
-    return body
+        body["x_router"]["cost_usd"] = cost
+    answered = [result.response for result in results if result.response is not None]
+    return CallRecord(
+        status=200, body=body, mode=NAME, bytes_in=dense_size(messages), bytes_out=dense_size(body["messages"]),
+        model_calls=sum(attempts(result.trace) for result in results),
+        fallbacks=tuple(kind for result in results for kind in failovers(result.trace)), cost_usd=cost,
+        tokens_in=_sum_known([getattr(r, "tokens_in", None) for r in answered]),
+        tokens_out=_sum_known([getattr(r, "tokens_out", None) for r in answered]))
+
+
+def _sum_known(values: list[int | None]) -> int | None:
+    return None if not values or None in values else sum(v for v in values if v is not None)
 
 
 def _total_usage(results: list[RouteResult]) -> dict[str, Any] | None:
     """Usage of several seal calls added up (a field only when every call that answered reported it)."""
     responses = [result.response for result in results if result.response is not None]
     def total(name: str) -> int | None:
-        values = [getattr(response, name, None) for response in responses]
-        return None if not values or None in values else sum(values)
+        return _sum_known([getattr(response, name, None) for response in responses])
     return usage_block(total("tokens_in"), total("tokens_out"), total("tokens_total"), total("tokens_cached"))
 
 
@@ -230,3 +286,26 @@ def _not_sealed_reason(response: ChatResponse | None, summary: str, sealed: list
     if dense_size(sealed) >= dense_size(original):
         return NO_REDUCTION
     return None
+
+
+class SealMode:
+    """``seal``: the aged middle becomes one system summary (one model call, or one per chunk)."""
+
+    name = NAME
+
+    def prepare(self, request: CompactRequest, context: ModeContext) -> SealRun:
+        if request.restorable:
+            raise RestorableUnavailable("restorable needs decision mode")
+        if request.max_tokens is not None and request.max_tokens < 0:  # 0/null mean the default
+            raise InvalidMaxTokens("max_tokens must not be negative")
+        return _prepare(request.messages, request.keep_recent, request.policy_ir, request.max_tokens, context.router,
+                        get_dialect(request.format))
+
+    async def run(self, plan: SealRun, context: ModeContext) -> Sealed | None:
+        return await _run(plan, context.router, context.deadline)
+
+    def report(self, request: CompactRequest, plan: SealRun, ran: Sealed | None) -> CallRecord:
+        return _report(plan, ran)
+
+
+MODE = SealMode()

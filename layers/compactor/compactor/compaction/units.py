@@ -1,4 +1,4 @@
-"""Units and pins of decision mode (REFERENCE §3.2), in ``openai-chat``; other formats: docs/formats.md.
+"""Units and pins of decision mode (docs/behaviour.md#decision), in ``openai-chat``; other formats: docs/formats.md.
 
 A unit is a tool call with all its results (an assistant message with ``tool_calls`` and every
 immediately following ``tool`` message), or any other single message. Unit id = ``fragment_<start>``.

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.billing import model_calls
+from compactor.call_record import flow_facts
 from compactor.budget import Deadline
 from compactor.chat import Message, has_tool_calls, role_of
 from compactor.flow import admit_flow, run_flow
@@ -44,7 +44,7 @@ from compactor.compaction.preparation import (
     fit_batches,
     summary_budget,
 )
-from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.preset import default_decision_policy, materialise, question_template
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 
@@ -74,8 +74,9 @@ class Settings:
         pins = request.pinned_indices
         return cls(keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=None if pins is None else tuple(sorted(set(pins))),
-                   decision_policy_ir=request.decision_policy_ir, policy_ir=request.policy_ir,
-                   max_tokens=request.max_tokens)
+                   decision_policy_ir=(default_decision_policy() if request.decision_policy_ir is None
+                                       else request.decision_policy_ir),
+                   policy_ir=request.policy_ir, max_tokens=request.max_tokens)
 
     def flow_settings(self) -> dict[str, Any]:
         return {"decision_policy_ir": self.decision_policy_ir, "policy_ir": self.policy_ir,
@@ -279,7 +280,7 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
                                   on_event=on_event)
         values = flow.output if flow.ok and isinstance(flow.output, dict) else None
         result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
-                      cost_usd=flow.cost_usd, model_calls=model_calls(flow.flow_nodes))
+                      cost_usd=flow.cost_usd, model_calls=flow_facts(flow.flow_nodes)["model_calls"])
     items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
     output: list[Message] = []
     actions = {"keep": 0, "summarize": 0, "archive": 0}

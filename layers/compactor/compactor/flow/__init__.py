@@ -1,4 +1,4 @@
-"""The generic typed flow runtime (Σ_flow ``sigma-flow/v1`` with typed extensions, REFERENCE §4).
+"""The generic typed flow runtime (Σ_flow ``sigma-flow/v1`` with typed extensions, docs/behaviour.md#the-flow-ir).
 
 A flow is a finite DAG of ``input``, ``data``, ``decision``, ``llm`` and ``output`` nodes. It is
 admitted whole before any effect (:func:`admit_flow`), identified canonically (:func:`normalize_flow`)

@@ -1,4 +1,4 @@
-"""Admission of a flow term (REFERENCE §4.3): every check runs before any effect.
+"""Admission of a flow term (docs/behaviour.md#flow-admission): every check runs before any effect.
 
 Core rules (shape, kinds, options, arity, references, acyclicity, every node on an input→output
 path, policies, decision questions, decision routing of llm nodes) then the host rules for typed flows (term and ``flow_input``

@@ -1,4 +1,4 @@
-"""Canonical identity of a flow (REFERENCE §4.6): content keys, canonical ids, the ``sigma-flow/v1``
+"""Canonical identity of a flow (docs/behaviour.md#canonical-identity): content keys, canonical ids, the ``sigma-flow/v1``
 encoding with its typed option encoding, and the normalised term.
 
 Canonical ids: ``n0`` is the input node; then, repeatedly, the ready node (all inputs numbered) with

@@ -1,4 +1,4 @@
-"""The pure data operations of typed flows (REFERENCE §4.2): ``project``, ``select``, ``overlay``,
+"""The pure data operations of typed flows (docs/behaviour.md#the-flow-ir): ``project``, ``select``, ``overlay``,
 ``union``. Values are shared, never copied or mutated: outputs are new maps over the same values.
 """
 

@@ -1,4 +1,4 @@
-"""Decision routing on an llm node (REFERENCE §4.8): the route question, the bounded state the
+"""Decision routing on an llm node (docs/behaviour.md#decision-routing): the route question, the bounded state the
 routing decision sees, and how its answer picks the policy that runs the generation.
 
 Pure functions only; :mod:`.execute` makes the calls. One ``choice`` question named ``route`` asks

@@ -1,4 +1,4 @@
-"""Execution of one flow node (REFERENCE §4.4, §4.5): a function of the node, its input values, the
+"""Execution of one flow node (docs/behaviour.md#flow-execution and #budgets): a function of the node, its input values, the
 router and the shared deadline, returning the node's value and its trace entry. Nothing here knows
 about other nodes, so a node can run in any worker that has those four things.
 """
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ..budget import Deadline
+from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_payload
 from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
@@ -112,7 +113,7 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
         node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)
     assert node.policy is not None
     response = _record_route(entry, node.policy, result)
-    # Every transport's answer is checked against this node's questions (REFERENCE §6.3), whoever served it.
+    # Every transport's answer is checked against this node's questions (docs/behaviour.md#native-decisions), whoever served it.
     answer = {"model": response.model, "answers": response.answers, "usage": response.usage}
     try:
         validate_answers(questions, answer, model_family=result.chosen.family if result.chosen else None)
@@ -155,7 +156,7 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
 async def _route(routing: AdmittedRouting, entry: dict[str, Any], router: FlowRouter, deadline: Deadline,
                  node_deadline: Deadline | None, node_timeout_ms: int | None,
                  conversation: Sequence[Mapping[str, Any]], prompt: str) -> AdmittedPolicyLike:
-    """The routing decision of a decision-routed llm node (REFERENCE §4.8): one ``route`` choice
+    """The routing decision of a decision-routed llm node (docs/behaviour.md#decision-routing): one ``route`` choice
     question over a bounded projection of the conversation and the node's prompt. Fills
     ``entry["routing"]`` and returns the policy that runs the generation: the proposed choice's, or
     the fallback choice's when the decision failed, timed out, raised, was invalid or uncertain.
@@ -293,10 +294,7 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
 
 def _route_cost(result: RouteResult) -> float | None:
     """The USD cost of a successful routed call, billed failed attempts before it included."""
-    cost = result.cost_usd
-    if cost is not None and result.failed_cost_usd:
-        cost = round(cost + result.failed_cost_usd, 12)
-    return cost
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS)
 
 
 def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: RouteResult) -> Any:

@@ -35,7 +35,7 @@ class AdmittedPolicyLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AdmittedRouting:
-    """The admitted ``routing`` record of a decision-routed llm node (REFERENCE §4.8), defaults applied."""
+    """The admitted ``routing`` record of a decision-routed llm node (docs/behaviour.md#decision-routing), defaults applied."""
 
     policy: AdmittedPolicyLike  # the routing decision's policy (decisions protocol)
     instructions: str

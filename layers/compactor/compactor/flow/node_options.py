@@ -1,4 +1,4 @@
-"""Per-kind option validation of flow nodes (REFERENCE §4.2, §4.3 core rules).
+"""Per-kind option validation of flow nodes (docs/behaviour.md#flow-admission).
 
 Each check returns a problem text (without the node prefix) or ``None``; the admission module adds
 the node id and raises.
@@ -6,14 +6,14 @@ the node id and raises.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..jsonutil import is_finite_number
 from .graph import DATA, DECISION, INPUT, LLM, OUTPUT
 from .values import MAX_VALUE_BYTES, utf8_len
 
-# Options that make a flow typed and that enter the typed options encoding (REFERENCE §4.6).
+# Options that make a flow typed and that enter the typed options encoding (docs/behaviour.md#canonical-identity).
 TYPED_OPTION_KEYS: Final = (
     "operation", "path", "field", "equals", "questions", "output_format", "skip_empty", "on_error",
     "context", "max_tokens", "timeout_ms", "max_string_bytes", "min_string_bytes", "only_shrink",
@@ -53,7 +53,7 @@ MAX_QUESTION_NAME_BYTES: Final = 64
 MAX_TEXT_BYTES: Final = 2000
 MAX_CRITERIA: Final = 32
 
-# Decision routing on llm nodes (REFERENCE §4.8).
+# Decision routing on llm nodes (docs/behaviour.md#decision-routing).
 ROUTING_KEYS: Final = frozenset({"policy", "instructions", "choices", "fallback", "min_confidence", "timeout_ms"})
 ROUTING_CHOICE_KEYS: Final = frozenset({"description", "policy"})
 MIN_ROUTING_CHOICES: Final = 2
@@ -123,7 +123,7 @@ def llm_option_problem(node: Mapping[str, Any]) -> str | None:
 
 
 def routing_problem(routing: Any) -> str | None:
-    """The ``routing`` record of a decision-routed llm node (REFERENCE §4.8).
+    """The ``routing`` record of a decision-routed llm node (docs/behaviour.md#decision-routing).
 
     Keys: ``policy`` (the routing decision's policy, decisions protocol), ``instructions`` (1–2000
     bytes), ``choices`` (2–16 ids of 1–64 bytes, each ``{description, policy}`` with a 1–2000-byte
@@ -132,7 +132,7 @@ def routing_problem(routing: Any) -> str | None:
     :data:`DEFAULT_ROUTING_TIMEOUT_MS`) are optional. Unknown keys are rejected, in the record and in
     every choice. Policies are admitted afterwards, with the node's. The node's own ``policy`` stays
     required and part of its identity, but a routed node's generation always runs under a choice's
-    policy. Routing alone does not make a flow typed (it is not in the REFERENCE §4.3 list).
+    policy. Routing alone does not make a flow typed (it is not in the docs/behaviour.md#flow-admission list).
     """
     if not isinstance(routing, dict):
         return "routing must be an object"
@@ -175,8 +175,7 @@ def _routing_choice_problem(choice: Any) -> str | None:
 
 
 def _is_unit_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and 0 <= value <= 1)
+    return is_finite_number(value) and 0 <= value <= 1
 
 
 def data_option_problem(node: Mapping[str, Any]) -> str | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..cost import RESPONSE_DECIMALS
 from ..policy.trace import trim_decision_trace
 from ..response_blocks import usage_block
 
-FLOW_COST_DECIMALS: Final = 6
 FLOW_NODE_FAILED: Final = "flow_node_failed"
 
 
@@ -43,8 +43,12 @@ class FlowResult:
             trace["flow_error"] = FLOW_NODE_FAILED
         return trace
 
+    def public_cost(self) -> float | None:
+        """The flow's cost as a response shows it (``compactor.cost`` rounding), ``None`` when unknown."""
+        return None if self.cost_usd is None else round(self.cost_usd, RESPONSE_DECIMALS)
+
     def x_router(self) -> dict[str, Any]:
-        """The flow variant of the ``x_router`` block (REFERENCE §2.4), decision traces trimmed."""
+        """The flow variant of the ``x_router`` block (docs/behaviour.md#the-x_router-block-and-usage), decision traces trimmed."""
         family = f"flow:{self.fingerprint}"
         known = self.cost_usd is not None
         return {
@@ -54,7 +58,7 @@ class FlowResult:
             "served_by": None,
             "price_in": None,
             "price_out": None,
-            "cost_usd": round(self.cost_usd, FLOW_COST_DECIMALS) if known else None,
+            "cost_usd": self.public_cost(),
             "cost_basis": "reported" if known else None,
             "tokens_cached": self.tokens_cached,
             "policy_fingerprint": None,

@@ -1,5 +1,5 @@
 """The DAG executor: every node starts as soon as all its inputs are done, so independent branches
-run at the same time (REFERENCE §4.4 semantics, concurrent instead of one node at a time).
+run at the same time (docs/behaviour.md#flow-execution semantics, concurrent instead of one node at a time).
 
 Model nodes run as asyncio tasks; data nodes run inline the moment they are ready. A node that fails
 without ``on_error`` stops the flow: nothing new starts and in-flight calls are cancelled (their cost

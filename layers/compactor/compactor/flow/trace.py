@@ -1,9 +1,9 @@
-"""Costs and tokens of a flow from its ``flow_nodes`` entries (REFERENCE §2.4 flow variant, §4.7).
+"""Costs and tokens of a flow from its ``flow_nodes`` entries (docs/behaviour.md#cost-rules).
 
 The aggregate cost is known only if every traced node's cost is known (data and skipped nodes cost
 0; a model node costs its ``cost_reported`` when that is a non-negative number, else its prices ×
 tokens when both token counts are present) and every routing decision's cost is known (the
-``routing`` entry of a decision-routed llm node, REFERENCE §4.8); otherwise it is ``None``, never a
+``routing`` entry of a decision-routed llm node, docs/behaviour.md#decision-routing); otherwise it is ``None``, never a
 partial sum. Token sums include the routing decisions.
 """
 
@@ -12,14 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-CACHED_INPUT_PRICE_FACTOR: Final = 0.1
-COST_DECIMALS: Final = 12
+from compactor.cost import NODE_DECIMALS, priced, reported
+from compactor.jsonutil import is_finite_number
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+_is_number = is_finite_number
 
 
 def node_cost(entry: Mapping[str, Any]) -> float | None:
@@ -35,17 +33,14 @@ def node_cost(entry: Mapping[str, Any]) -> float | None:
 
 
 def _call_cost(entry: Mapping[str, Any]) -> float | None:
-    reported = entry.get("cost_reported")
-    if _is_number(reported) and reported >= 0:
-        return float(reported)
+    provider_cost = reported(entry.get("cost_reported"))
+    if provider_cost is not None:
+        return provider_cost
     price_in, price_out = entry.get("raw_price_in"), entry.get("raw_price_out")
     tokens_in, tokens_out = entry.get("tokens_in"), entry.get("tokens_out")
     if not all(_is_number(v) for v in (price_in, price_out, tokens_in, tokens_out)):
         return None
-    cached = min(entry.get("tokens_cached") or 0, tokens_in)
-    cost = ((tokens_in - cached) / 1e6 * price_in + cached / 1e6 * price_in * CACHED_INPUT_PRICE_FACTOR
-            + tokens_out / 1e6 * price_out)
-    return max(cost, 0.0)
+    return priced(price_in, price_out, tokens_in, tokens_out, entry.get("tokens_cached"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +69,7 @@ def aggregate(entries: Iterable[Mapping[str, Any]]) -> FlowTotals:
     costs = [node_cost(entry) for entry in listed]
     known = all(cost is not None for cost in costs)
     return FlowTotals(
-        cost_usd=round(math.fsum(c for c in costs if c is not None), COST_DECIMALS) if known else None,
+        cost_usd=round(math.fsum(c for c in costs if c is not None), NODE_DECIMALS) if known else None,
         tokens_in=_token_sum(listed, "tokens_in"),
         tokens_out=_token_sum(listed, "tokens_out"),
         tokens_cached=_token_sum(listed, "tokens_cached"),

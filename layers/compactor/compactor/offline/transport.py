@@ -1,4 +1,4 @@
-"""The ``builtin`` transport: offline, deterministic offers that cost nothing (CONTRACT §6).
+"""The ``builtin`` transport: offline, deterministic offers that cost nothing (docs/behaviour.md#catalog-and-transports).
 
 ``builtin-extractive-summarizer`` answers chat calls (JSON mode or the legacy seal) with
 :mod:`.builtin_summarizer`; ``builtin-rules-decider`` answers native decisions with

@@ -7,10 +7,10 @@ message starts with ``ir: `` followed by the JSON-path-like location of the offe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..jsonutil import is_finite_number
 from .fields import FieldDecl
 from .signature import (
     ACTIONS,
@@ -34,14 +34,6 @@ class PolicyAdmissionError(ValueError):
     """A term failed admission; ``str(error)`` starts with ``ir: `` (or ``ir.constrain: ``)."""
 
 
-def is_finite_number(value: Any) -> bool:
-    """True for an int or float (not a bool) that is finite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a double
-        return False
 
 
 def _non_negative(value: Any) -> bool:

@@ -43,21 +43,11 @@ class Policy:
         """The double-hash cache key surfaced as ``policy_fingerprint``."""
         return fingerprint(self.encoding)
 
-    @property
-    def pred(self) -> Term:
-        return self.term[1]
-
-    @property
-    def scorer(self) -> Term:
-        return self.term[2]
-
-    @property
-    def selector(self) -> Term:
-        return self.term[3]
-
-    @property
-    def xform(self) -> Term:
-        return self.term[4]
+    # The term's parts: ["policy", pred, scorer, selector, xform, fail plan].
+    pred = property(lambda self: self.term[1], doc="The filter predicate.")
+    scorer = property(lambda self: self.term[2], doc="The score expression.")
+    selector = property(lambda self: self.term[3], doc="The rank/selection term.")
+    xform = property(lambda self: self.term[4], doc="The tie-break transform.")
 
     @cached_property
     def fail_plan(self) -> FailPlan:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# REFERENCE §1 "cheapest healthy route": the default chat/generation policy.
+# docs/behaviour.md#requests-and-responses "cheapest healthy route": the default chat/generation policy.
 DEFAULT_CHAT_POLICY: list[Any] = [
     "policy",
     ["and", ["meets_req"], ["not", ["is", "disabled"]]],
@@ -14,7 +14,7 @@ DEFAULT_CHAT_POLICY: list[Any] = [
     ["always", {"action": "next_candidate"}],
 ]
 
-# REFERENCE §6.1: cheapest healthy decision offers, closed breakers first, at most four tried.
+# docs/behaviour.md#native-decisions: cheapest healthy decision offers, closed breakers first, at most four tried.
 DEFAULT_DECISIONS_POLICY: list[Any] = [
     "policy",
     ["and", ["meets_req"], ["not", ["is", "disabled"]]],

@@ -16,7 +16,7 @@ UNKNOWN_REASON = "unknown"
 
 @dataclass(frozen=True)
 class Action:
-    """One admitted Action record (REFERENCE §5.1)."""
+    """One admitted Action record (docs/behaviour.md#the-policy-language)."""
 
     action: str
     then_action: str = NEXT_CANDIDATE

@@ -1,4 +1,4 @@
-"""Reference semantics of a policy over offers: filter, score, select (REFERENCE §5.1–5.2).
+"""Reference semantics of a policy over offers: filter, score, select (docs/behaviour.md#the-policy-language).
 
 * **Pred** verdicts carry the reason of the first failure (``cmp:price_in:le``, ``not``, ``or``,
   ``missing_capability:json_mode`` …), which becomes the rejection reason.
@@ -97,7 +97,7 @@ def _tier_rank(tier: str) -> int:
 
 
 def meets_requirements(offer: Offer, requirements: Requirements) -> str | None:
-    """REFERENCE §5.2 ``meets_req``: ``None`` when satisfied, else the first failure's reason."""
+    """docs/behaviour.md#the-policy-language ``meets_req``: ``None`` when satisfied, else the first failure's reason."""
     for need in sorted(requirements.needs):
         flag = CAPABILITY_FLAGS.get(need)
         if flag is not None and not _flag(offer, flag):

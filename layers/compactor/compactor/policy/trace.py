@@ -1,4 +1,4 @@
-"""Trimming of decision traces for responses (REFERENCE §2.4 ``decision_trace``)."""
+"""Trimming of decision traces for responses (docs/behaviour.md#the-x_router-block-and-usage ``decision_trace``)."""
 
 from __future__ import annotations
 

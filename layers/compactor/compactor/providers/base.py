@@ -6,7 +6,6 @@ Everything that talks to a model (HTTP or built-in) implements :class:`Transport
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,22 +22,15 @@ NETWORK_ERROR = "network_error"
 # be billed, but it says nothing about the provider's health and another offer is not tried.
 INVALID_DECISION = "invalid_decision"
 
-# Usage a provider reports beyond these bounds is junk: the tokens and the cost are unknown, never a huge
-# number (docs/reliability.md).
+# A token count a provider reports beyond this is junk: unknown, never a huge number (docs/reliability.md);
+# reported costs are checked by ``compactor.cost.reported``.
 MAX_SANE_TOKENS = 100_000_000
-MAX_SANE_COST_USD = 1_000.0
 
 
 def sane_tokens(value: Any) -> int | None:
     """A reported token count when it is a JSON integer in [0, MAX_SANE_TOKENS], else None (unknown)."""
     return value if type(value) is int and 0 <= value <= MAX_SANE_TOKENS else None
 
-
-def sane_usd(value: Any) -> float | None:
-    """A reported USD cost when it is a finite number in [0, MAX_SANE_COST_USD], else None (unknown)."""
-    if type(value) in (int, float) and math.isfinite(value) and 0 <= value <= MAX_SANE_COST_USD:
-        return float(value)
-    return None
 
 
 class ProviderError(Exception):
@@ -57,7 +49,7 @@ class ProviderError(Exception):
 
 @dataclass(frozen=True)
 class Offer:
-    """One catalog entry (CONTRACT §4). ``observations`` holds every policy-visible field."""
+    """One catalog entry (docs/behaviour.md#catalog-and-transports). ``observations`` holds every policy-visible field."""
 
     id: str
     provider: str

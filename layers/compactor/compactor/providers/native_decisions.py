@@ -1,4 +1,4 @@
-"""The ``decisions`` transport: native decision endpoints (CONTRACT §5, REFERENCE §6.3).
+"""The ``decisions`` transport: native decision endpoints (docs/behaviour.md#catalog-and-transports, docs/behaviour.md#native-decisions).
 
 ``POST {base_url}/decisions`` with exactly ``{"model", "state", "questions"}``; the answer
 ``{"model", "answers", "usage"?}`` must be at most 131 072 bytes, free of duplicate keys and valid
@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from compactor.cost import reported
 from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
-    ProviderError, sane_tokens, sane_usd,
+    ProviderError, sane_tokens,
 )
 from compactor.providers.http import bearer_headers, error_for_status, post_json
 from compactor.providers.openai import endpoint
 
 
 def reported_cost(usage: Any) -> float | None:
-    """``usage.cost`` when it is a sane number (what the provider billed, see ``sane_usd``), else None."""
-    return sane_usd(usage.get("cost")) if isinstance(usage, dict) else None
+    """``usage.cost`` when it is a sane number (what the provider billed, see ``compactor.cost.reported``), else None."""
+    return reported(usage.get("cost")) if isinstance(usage, dict) else None
 
 
 def sane_usage(usage: Any) -> dict[str, Any] | None:
@@ -31,7 +32,7 @@ def sane_usage(usage: Any) -> dict[str, Any] | None:
         return None
     kept: dict[str, Any] = {key: usage[key] for key in ("input_tokens", "output_tokens", "total_tokens")
                             if sane_tokens(usage.get(key)) is not None}
-    if sane_usd(usage.get("cost")) is not None:
+    if reported(usage.get("cost")) is not None:
         kept["cost"] = usage["cost"]
     return kept or None
 

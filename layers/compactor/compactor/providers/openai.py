@@ -1,4 +1,4 @@
-"""The ``openai`` transport: OpenAI Chat Completions (CONTRACT §5).
+"""The ``openai`` transport: OpenAI Chat Completions (docs/behaviour.md#catalog-and-transports).
 
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
 ``response_format: {"type": "json_object"}``. :func:`complete_chat` is also what the
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from compactor.cost import reported
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
-    sane_tokens, sane_usd,
+    sane_tokens,
 )
 from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
 
@@ -53,7 +54,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
 
 
 count = sane_tokens
-_usd = sane_usd
+_usd = reported
 
 
 def _content_text(content: Any) -> str | None:
@@ -86,7 +87,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         problem = "response has no choices[0].message"
         if "error" in payload:
             problem += f"; provider error: {error_detail(body)}"
-        raise ProviderError(BAD_RESPONSE, problem, cost_reported=_usd(usage.get("cost")))
+        raise ProviderError(BAD_RESPONSE, problem, cost_reported=reported(usage.get("cost")))
     choice = choices[0]
     message = choice["message"]
     details = usage.get("prompt_tokens_details")
@@ -100,7 +101,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         tokens_out=count(usage.get("completion_tokens")),
         tokens_total=count(usage.get("total_tokens")),
         tokens_cached=count(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        cost_reported=_usd(usage.get("cost")),
+        cost_reported=reported(usage.get("cost")),
     )
 
 

@@ -9,7 +9,8 @@ from typing import Any, Final
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
-from compactor.http_api import JSON_CONTENT_TYPE, error_body
+from compactor.errors import UploadsUnavailable
+from compactor.http_api import JSON_CONTENT_TYPE
 from compactor.jsonutil import dense_dumps
 
 BUCKET_ENV: Final = "COMPACTOR_JOBS_BUCKET"
@@ -33,8 +34,7 @@ def presign(method: str, key: str, expires_s: int, content_type: str | None) -> 
 def _ready() -> tuple[str, Any] | Response[str]:
     bucket = os.environ.get(BUCKET_ENV)
     if not bucket:
-        return _json(503, error_body("uploads are not configured here", error_type="server_error",
-                                     code="uploads_unavailable"))
+        return _json(*UploadsUnavailable("uploads are not configured here").answer())
     from compactor_aws.caller import caller_of
     from compactor_aws.s3_store import S3Store
 

@@ -1,7 +1,0 @@
-"""``python -m compactor``: the same command as the ``compactor`` console script."""
-
-import sys
-
-from compactor_cli.main import main
-
-sys.exit(main())

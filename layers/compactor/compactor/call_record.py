@@ -1,0 +1,165 @@
+"""The typed record of one call (see docs/architecture.md, "The call record").
+
+The core returns a :class:`CallRecord` for every call of every route: the HTTP status and response
+body *and* the facts the adapters need (mode, bytes, model calls, fallbacks with their reasons, cost
+and whether it is known, per-node outcomes). Billing records, metrics, traces, the CLI report and the
+fan-out read these fields; nothing outside the response edge reads ``x_router`` or ``compaction``
+back out of a body.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+FLOW_MODE = "flow"
+"""``mode`` of a ``/v1/flows`` call (compactions carry their compaction mode's name)."""
+NO_MODE = "none"
+"""``mode`` of a call that runs nothing (``/v1/flows/normalize``)."""
+
+_KIND_PREFIX = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One flow node as it ended: ``outcome`` is ``ok``, ``skipped``, ``deadline`` (skipped after the
+    shared deadline), ``fallback`` or ``error``; ``error_kind`` is the leading token of the error only."""
+
+    node: str
+    kind: str
+    outcome: str
+    provider: str | None = None
+    error_kind: str | None = None
+    inputs: tuple[str, ...] = ()
+    latency_ms: float | None = None
+    fell_back: bool = False  # it fell back to its fallback value or carries an error (skipped ones too)
+    trace: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the node's trace entry
+
+    @classmethod
+    def from_trace(cls, entry: dict[str, Any]) -> NodeOutcome:
+        """From one entry of a flow's trace (``FlowResult.flow_nodes``)."""
+        error = entry.get("error")
+        if entry.get("skipped"):
+            outcome = "deadline" if error == "flow_deadline" else "skipped"
+        elif entry.get("fallback"):
+            outcome = "fallback"
+        elif "error" in entry:
+            outcome = "error"
+        else:
+            outcome = "ok"
+        kind_match = _KIND_PREFIX.match(error) if isinstance(error, str) else None
+        error_kind = kind_match.group(0) if kind_match else (None if error is None else "unknown")
+        latency = entry.get("latency_ms")
+        inputs = entry.get("inputs") if isinstance(entry.get("inputs"), list) else []
+        return cls(node=str(entry.get("node")), kind=str(entry.get("kind")), outcome=outcome,
+                   provider=entry.get("provider"), error_kind=error_kind, inputs=tuple(str(i) for i in inputs),
+                   latency_ms=float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool)
+                   else None, fell_back=bool(entry.get("fallback")) or "error" in entry, trace=entry)
+
+    @property
+    def model_call(self) -> bool:
+        return self.kind in MODEL_NODE_KINDS and self.outcome not in ("skipped", "deadline")
+
+    @property
+    def calls_made(self) -> int:
+        """Provider calls this node made (its routing decision included): the ``attempted`` events of its
+        traces, retries and failovers included; a model node without a trace (a call cut off by a
+        timeout) made one, unless it failed before sending anything. Billing counts these."""
+        if not self.model_call:
+            return 0
+        routing = self.trace.get("routing")
+        made = attempts(routing.get("decision_trace") if isinstance(routing, dict) else None)
+        if isinstance(self.trace.get("decision_trace"), dict):
+            return made + attempts(self.trace["decision_trace"])
+        nothing_sent = self.trace.get("cost_reported") == 0 and "error" in self.trace
+        return made + (0 if nothing_sent else 1)
+
+
+def attempts(decision_trace: Any) -> int:
+    """Provider calls one routed call made: the ``attempted`` events of its ``decision_path``."""
+    path = decision_trace.get("decision_path") if isinstance(decision_trace, dict) else None
+    return sum(1 for step in path if isinstance(step, dict) and step.get("event") == "attempted") \
+        if isinstance(path, list) else 0
+
+
+def failovers(decision_trace: Any) -> tuple[str, ...]:
+    """The error kind of every failed attempt of one routed call (what made it fall over)."""
+    path = decision_trace.get("decision_path") if isinstance(decision_trace, dict) else None
+    return tuple(str(step["error_kind"]) for step in path if isinstance(step, dict) and step.get("error_kind")) \
+        if isinstance(path, list) else ()
+
+
+
+MODEL_NODE_KINDS = frozenset({"llm", "decision"})
+"""Flow node kinds that call a model (``data`` nodes never do). The same set as the engine's
+``compactor.flow.graph.MODEL_KINDS`` (a test holds them equal); not imported from there, because
+importing the engine would load all of it into every handler's cold start."""
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One call: what was answered and what it took.
+
+    ``mode`` is a registered compaction mode name, ``flow`` (``/v1/flows``) or ``none``. ``bytes_in`` /
+    ``bytes_out`` are the dense JSON sizes of the messages in and out (compaction) or the request and
+    response bodies (flows). ``cost_usd`` is ``None`` when a model call's cost is unknown.
+    """
+
+    status: int
+    body: dict[str, Any]
+    mode: str
+    route: str = "compact"
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+    target_met: bool | None = None
+    model_calls: int = 0
+    fallbacks: tuple[str, ...] = ()  # one reason per fallback taken (error kinds of failed attempts/nodes)
+    cost_usd: float | None = 0.0
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    nodes: tuple[NodeOutcome, ...] = ()
+    flow_fingerprint: str | None = None
+    report: dict[str, Any] | None = field(default=None, compare=False)  # the mode's compaction report
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    @property
+    def cost_known(self) -> bool:
+        return self.cost_usd is not None
+
+    @property
+    def bytes_saved(self) -> int | None:
+        if self.bytes_in is None or self.bytes_out is None:
+            return None
+        return self.bytes_in - self.bytes_out
+
+    def with_route(self, route: str) -> CallRecord:
+        return replace(self, route=route)
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return self.status, self.body
+
+    def in_format(self, items_field: str) -> CallRecord:
+        """The record with the body's items under the format's own name (``input`` for Responses)."""
+        if items_field == "messages" or "messages" not in self.body:
+            return self
+        body = {(items_field if key == "messages" else key): value for key, value in self.body.items()}
+        return replace(self, body=body)
+
+
+def flow_facts(flow_nodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """``nodes``, ``model_calls`` and ``fallbacks`` of a flow from its trace entries: model calls are the
+    provider calls the ``llm``/``decision`` nodes made (:attr:`NodeOutcome.calls_made`), fallbacks the
+    nodes that fell back or failed."""
+    nodes = tuple(NodeOutcome.from_trace(entry) for entry in flow_nodes)
+    return {"nodes": nodes, "model_calls": sum(node.calls_made for node in nodes),
+            "fallbacks": tuple(node.error_kind or node.outcome for node in nodes if node.fell_back)}
+
+
+def refused(error: Any, *, mode: str, route: str = "compact") -> CallRecord:
+    """The record of a call the core refused (a ``compactor.errors.CompactorError``): no model call."""
+    status, body = error.answer()
+    return CallRecord(status=status, body=body, mode=mode, route=route)

@@ -1,0 +1,45 @@
+"""What a model call costs (see docs/behaviour.md, "Cost rules"): the one home of the price formula,
+the cached-input discount, billed failed attempts and rounding.
+
+Prices are USD per million tokens. A cost the provider reports (a finite number in [0, 1000]) wins over the
+computed one. Cached input tokens cost :data:`CACHED_INPUT_PRICE_FACTOR` of ``price_in``. A failed
+attempt the provider billed is added to the cost of the call that finally answered. Rounding rule:
+costs are computed at full precision and rounded once where they are recorded, to
+:data:`NODE_DECIMALS` in flow-node traces, decision calls and flow totals (decisions cost fractions of
+a micro-dollar) and to :data:`RESPONSE_DECIMALS` in a chat call and in a response's ``cost_usd``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from compactor.jsonutil import is_finite_number
+
+CACHED_INPUT_PRICE_FACTOR: Final = 0.1
+TOKENS_PER_PRICE_UNIT: Final = 1_000_000
+NODE_DECIMALS: Final = 12
+RESPONSE_DECIMALS: Final = 6
+# A reported cost beyond this is junk: unknown, never a huge number (docs/reliability.md).
+MAX_SANE_COST_USD: Final = 1_000.0
+
+
+def reported(value: Any) -> float | None:
+    """A provider-reported cost, when it is usable (finite, in [0, MAX_SANE_COST_USD]), else None."""
+    return float(value) if is_finite_number(value) and 0 <= value <= MAX_SANE_COST_USD else None
+
+
+def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, tokens_cached: int | None) -> float:
+    """Prices x tokens, cached input at the discount; never negative, not rounded."""
+    cached = min(tokens_cached or 0, tokens_in)
+    cost = ((tokens_in - cached) / TOKENS_PER_PRICE_UNIT * price_in
+            + cached / TOKENS_PER_PRICE_UNIT * price_in * CACHED_INPUT_PRICE_FACTOR
+            + tokens_out / TOKENS_PER_PRICE_UNIT * price_out)
+    return max(cost, 0.0)
+
+
+def with_failed_attempts(cost: float | None, failed: float | None, decimals: int) -> float | None:
+    """The answering call's cost plus what earlier, failed attempts were billed (a billed response keeps
+    its cost even when it was rejected); ``None`` when the answering call's cost is unknown."""
+    if cost is None or not failed:
+        return cost
+    return round(cost + failed, decimals)

@@ -1,0 +1,175 @@
+"""Every error the service answers with, as one exception hierarchy (see docs/behaviour.md, "Errors").
+
+Each class fixes the HTTP ``status``, the envelope ``type`` and ``code`` of its answers; an instance
+carries the client-facing message and renders the envelope ``{"error": {"message", "type", "code"}}``
+with :meth:`CompactorError.body`. The core raises these; the front doors (Lambda routes, the local
+server, the CLI, the S3 job) turn them into answers. The 422 validation answer has its own shape
+(``{"detail": [...]}``, see ``compactor.http_api.validation_detail``) and is not one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+ADMISSION_PREFIX = "rejected at admission: "
+
+
+class CompactorError(Exception):
+    """Base of the hierarchy: a 400 ``invalid_request_error`` without a code."""
+
+    status: ClassVar[int] = 400
+    type: ClassVar[str] = "invalid_request_error"
+    code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, extra: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra: dict[str, Any] = dict(extra or {})  # top-level keys next to "error" (x_router)
+
+    def body(self) -> dict[str, Any]:
+        """The JSON answer: the envelope, then any extra top-level keys."""
+        return {"error": {"message": self.message, "type": self.type, "code": self.code}, **self.extra}
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return self.status, self.body()
+
+
+class InvalidRequest(CompactorError):
+    """A request the service understands but refuses (400, no code)."""
+
+
+class InvalidMaxTokens(InvalidRequest):
+    code = "invalid_max_tokens"
+
+
+class RestorableUnavailable(InvalidRequest):
+    code = "restorable_unavailable"  # ``restorable`` in a mode that keeps no originals (docs/archives.md)
+
+
+class AdmissionRejected(InvalidRequest):
+    """A policy or flow term failed admission; ``field`` names the request field it came from."""
+
+    field: ClassVar[str]
+
+    @classmethod
+    def rejected(cls, reason: object) -> AdmissionRejected:
+        return cls(f"{cls.field} {ADMISSION_PREFIX}{reason}")
+
+
+class InvalidPolicy(AdmissionRejected):
+    field, code = "policy_ir", "invalid_policy"
+
+
+class InvalidFlow(AdmissionRejected):
+    field, code = "flow_ir", "invalid_flow"  # an operator's flow or the materialised compaction preset
+
+
+class Unprocessable(CompactorError):
+    """422: the request is well-formed JSON but its content cannot be used."""
+
+    status = 422
+
+
+class InvalidTranscript(Unprocessable):
+    code = "invalid_transcript"  # S3 path: the uploaded object is not a transcript
+
+
+class IdempotencyKeyReused(Unprocessable):
+    code = "idempotency_key_reused"  # the same Idempotency-Key came with another body
+
+
+class InvalidUsageRange(Unprocessable):
+    code = "invalid_usage_range"
+
+
+class InvalidIdempotencyKey(CompactorError):
+    code = "invalid_idempotency_key"
+
+
+class IdempotencyInProgress(CompactorError):
+    status, code = 409, "idempotency_in_progress"
+
+
+class IdempotencyUnavailable(CompactorError):
+    status, type, code = 503, "server_error", "idempotency_unavailable"
+
+
+class UploadsUnavailable(CompactorError):
+    status, type, code = 503, "server_error", "uploads_unavailable"
+
+
+class NotFound(CompactorError):
+    status = 404
+    code = "not_found"
+
+    @classmethod
+    def route(cls, method: str, path: str) -> NotFound:
+        return cls(f"no route for {method} {path}")
+
+
+class UnknownHandle(NotFound):
+    type, code = "not_found_error", "unknown_handle"  # the same answer for unknown and foreign handles
+
+
+class LengthRequired(CompactorError):
+    status = 411
+
+
+class RequestTooLarge(CompactorError):
+    status = 413
+    code = "request_too_large"
+
+    @classmethod
+    def over(cls, limit: int) -> RequestTooLarge:
+        return cls(f"request body exceeds {limit} bytes")
+
+
+class ResponseTooLarge(CompactorError):
+    status, code = 413, "response_too_large"  # the answer would not fit a Lambda response
+
+
+class InternalError(CompactorError):
+    """500: says nothing about the failure's internals."""
+
+    status = 500
+    type = "server_error"
+
+    def __init__(self, message: str = "internal server error", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+
+
+class RouterError(CompactorError):
+    """A routed model call or flow failed without a fallback; the status follows the error kind."""
+
+    type = "router_error"
+    _STATUS_BY_KIND: ClassVar[Mapping[str, int]] = {
+        "no_candidates": 503,
+        "timeout": 504,
+        "flow_deadline": 504,
+        "bad_request": 400,
+        "context_overflow": 400,
+        "auth_error": 401,
+        "rate_limit": 429,
+        # A data operation that does not fit the data it is given: the caller's flow or input is at fault,
+        # so 422 where the reference answers 502 (docs/differences.md).
+        "data_error": 422,
+    }
+    _EXHAUSTED_PREFIX: ClassVar[str] = "exhausted: "
+
+    def __init__(self, message: str, kind: str | None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.kind = kind
+
+    @classmethod
+    def status_of(cls, kind: str | None) -> int:
+        """HTTP status of an error kind (``exhausted: <kind>`` maps like ``<kind>``); 502 otherwise."""
+        return cls._STATUS_BY_KIND.get((kind or "").removeprefix(cls._EXHAUSTED_PREFIX), 502)
+
+    @property
+    def status(self) -> int:  # type: ignore[override]
+        return self.status_of(self.kind)
+
+    @property
+    def code(self) -> str | None:  # type: ignore[override]
+        return self.kind

@@ -1,0 +1,133 @@
+"""The shape of the code (docs/architecture.md): who may import what, thin handlers, docs citations,
+and what the Lambda layer ships. Each check reads the source itself (imports parsed with ``ast``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compactor_cli.sam_template import load_template
+
+REPO = Path(__file__).resolve().parents[2]
+LAYER = REPO / "layers" / "compactor"
+CORE = LAYER / "compactor"
+HANDLER_MAX_LINES = 120
+# Modules about compaction: the engine and the policy language must not depend on any of them.
+COMPACTION_MODULES = ("compactor.compaction", "compactor.offline", "compactor.transcripts",
+                      "compactor.transcript_stream", "compactor.object_jobs", "compactor.models",
+                      "compactor.service", "compactor.call_record", "compactor.container")
+AWS_MODULES = ("boto3", "botocore", "aws_lambda_powertools", "aws_xray_sdk", "compactor_aws")
+EMULATORS = {"serve.py", "invoke.py", "lambda_runtime.py", "sam_template.py"}
+
+
+def python_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports (absolute names; relative imports resolved against the package)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = ".".join(path.relative_to(LAYER).with_suffix("").parts[:-node.level])
+                base = f"{package}.{node.module}" if node.module else package
+            else:
+                base = node.module or ""
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def offending(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    return [f"{path.relative_to(REPO)} imports {name}" for path in paths for name in set(imports(path))
+            if any(name == f or name.startswith(f + ".") for f in forbidden)]
+
+
+@pytest.mark.parametrize("package", ["flow", "policy"])
+def test_the_engine_and_the_policy_language_know_nothing_of_compaction(package: str) -> None:
+    files = python_files(CORE / package)
+    assert files and offending(files, COMPACTION_MODULES) == []
+    # The words themselves stay out too (the package name ``compactor`` aside).
+    words = [f"{p.relative_to(REPO)}:{i}" for p in files
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"fragment|transcript|compact", line.replace("compactor", ""), re.IGNORECASE)]
+    assert words == []
+
+
+def test_the_policy_language_imports_only_itself_and_shared_basics() -> None:
+    allowed = ("compactor.policy", "compactor.identity", "compactor.providers.base", "compactor.jsonutil")
+    outside = [entry for entry in offending(python_files(CORE / "policy"), ("compactor",))
+               if not any(entry.split(" imports ")[1].startswith(name) for name in allowed)]
+    assert outside == []
+
+
+def test_the_core_has_no_aws_imports() -> None:
+    assert offending(python_files(CORE), AWS_MODULES) == []
+
+
+def test_nothing_in_the_layer_imports_the_cli() -> None:
+    assert offending(python_files(LAYER), ("compactor_cli",)) == []
+    assert offending(python_files(REPO / "functions"), ("compactor_cli",)) == []
+
+
+@pytest.mark.parametrize("handler", sorted((REPO / "functions").glob("*/*.py")), ids=lambda p: p.name)
+def test_handlers_stay_thin(handler: Path) -> None:
+    assert len(handler.read_text(encoding="utf-8").splitlines()) <= HANDLER_MAX_LINES
+
+
+def test_sources_cite_the_projects_own_docs() -> None:
+    citing = [f"{p.relative_to(REPO)}:{i}" for root in ("layers", "functions", "cli")
+              for p in python_files(REPO / root)
+              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+              if re.search(r"\b(REFERENCE|CONTRACT)\b|§", line)]
+    assert citing == []
+    cited = {m.group(1) for root in ("layers", "functions", "cli") for p in python_files(REPO / root)
+             for m in re.finditer(r"docs/([a-z_-]+\.md)", p.read_text(encoding="utf-8"))}
+    assert {"architecture.md", "behaviour.md"} <= cited
+    missing = sorted(name for name in cited if not (REPO / "docs" / name).is_file() and name != "scale.md")
+    assert missing == []  # scale.md is being written alongside (issue 14)
+
+
+def layer_content() -> list[Path]:
+    """What ``sam build`` copies for CompactorLayer: its ContentUri tree (BuildMethod python3.12 also
+    installs requirements.txt, which must not name this project)."""
+    layer = load_template(REPO / "template.yaml")["Resources"]["CompactorLayer"]
+    root = REPO / layer["Properties"]["ContentUri"]
+    assert root.resolve() == LAYER.resolve()
+    return [p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
+def test_the_layer_ships_no_cli_and_no_emulator() -> None:
+    files = layer_content()
+    names = {p.relative_to(LAYER).parts[0] for p in files}
+    assert {"compactor", "compactor_aws", "requirements.txt"} <= names and "compactor_cli" not in names
+    assert not [p for p in files if p.name in EMULATORS or p.name == "__main__.py"]
+    requirements = (LAYER / "requirements.txt").read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(compactor|-e|\.)", requirements, re.MULTILINE)
+    shipped_code = "\n".join(p.read_text(encoding="utf-8") for p in files if p.suffix == ".py")
+    assert "compactor_cli" not in shipped_code and "ThreadingHTTPServer" not in shipped_code
+    built = REPO / ".aws-sam" / "build" / "CompactorLayer" / "python"
+    if built.is_dir():  # after `make build`: the real build output too
+        assert not (built / "compactor_cli").exists()
+        assert not [p for p in built.rglob("*.py") if p.name in EMULATORS and "compactor" in p.parts[-2]]
+
+
+def test_the_call_record_and_the_engine_agree_on_model_node_kinds() -> None:
+    from compactor.call_record import MODEL_NODE_KINDS
+    from compactor.flow.graph import MODEL_KINDS
+
+    assert MODEL_NODE_KINDS == MODEL_KINDS
+
+
+def test_reporting_on_a_call_does_not_load_the_engine() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, compactor.call_record, compactor_aws.observability; print('compactor.flow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

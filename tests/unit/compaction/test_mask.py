@@ -1,0 +1,97 @@
+"""``mask`` mode: old tool outputs become placeholders naming their call; no model call; never grows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.compaction import modes
+from compactor.compaction.mask import mask, placeholder
+from compactor.jsonutil import dense_size
+from compactor.models import CompactRequest
+from compactor.transcripts import parse_transcript
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+BIG = "x" * 2000
+
+
+def call(call_id: str, name: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+
+
+def result(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+MESSAGES = [
+    {"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+    call("c1", "bash"), result("c1", BIG), call("c2", "read_file"), result("c2", "ok"),
+    call("c3", "grep"), result("c3", BIG), {"role": "assistant", "content": "done"},
+]
+
+
+class NoModel:
+    """A router that fails the test if anything asks it for a model call."""
+
+    def admit_policy(self, term: Any) -> Any:
+        raise AssertionError("mask admits no policy")
+
+    async def chat(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("mask makes no model call")
+
+    async def decide(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("mask makes no model call")
+
+
+def run(**fields: Any) -> tuple[int, dict[str, Any]]:
+    request = CompactRequest.model_validate({"mode": "mask", **fields})
+    return asyncio.run(service.compact(request, deadline=Deadline.after_ms(10_000), router=NoModel()))
+
+
+def test_old_tool_outputs_become_placeholders_naming_the_call() -> None:
+    status, body = run(messages=MESSAGES, keep_recent=2)
+    assert status == 200 and body["compacted"] is True
+    out = body["messages"]
+    assert out[3] == {"role": "tool", "tool_call_id": "c1", "content": placeholder("bash", "c1", dense_size(BIG))}
+    assert "bash" in out[3]["content"] and "c1" in out[3]["content"]
+    assert out[5] == MESSAGES[5]  # "ok" is smaller than any placeholder: kept, the transcript never grows
+    assert out[7] == MESSAGES[7]  # inside the protected tail (keep_recent=2)
+    assert [m for i, m in enumerate(out) if i != 3] == [m for i, m in enumerate(MESSAGES) if i != 3]
+    report = body["compaction"]
+    assert report["mode"] == "mask" and report["masked"] == [
+        {"index": 3, "tool_call_id": "c1", "name": "bash", "original_bytes": dense_size(BIG)}]
+    assert (report["original_bytes"], report["output_bytes"]) == (dense_size(MESSAGES), dense_size(out))
+    assert report["first_changed_index"] == 3
+    assert set(body) == {"messages", "compacted", "compaction"}  # no x_router, no usage: no model call
+
+
+def test_pins_protect_and_must_exist() -> None:
+    _, body = run(messages=MESSAGES, keep_recent=1, pinned_indices=[3])
+    assert body["messages"][3] == MESSAGES[3] and body["messages"][7] != MESSAGES[7]
+    status, body = run(messages=MESSAGES, pinned_indices=[99])
+    assert status == 400 and body["error"]["message"] == modes.PINS_MESSAGE
+
+
+def test_nothing_to_mask_is_unchanged() -> None:
+    status, body = run(messages=MESSAGES[:2])
+    assert status == 200 and body["messages"] == MESSAGES[:2] and body["compacted"] is False
+    assert body["compaction"]["masked"] == [] and body["compaction"]["first_changed_index"] is None
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.json*")), ids=lambda p: p.stem[:40])
+def test_corpus_never_grows_and_keeps_every_message(path: Path) -> None:
+    messages, _ = parse_transcript(path.read_text(encoding="utf-8"))
+    output, masked = mask(messages, keep_recent=6, pinned_indices=None)
+    assert len(output) == len(messages) and dense_size(output) <= dense_size(messages)
+    assert all(output[i] == messages[i] for i in range(len(messages)) if i not in {m.index for m in masked})
+    assert all(messages[m.index]["role"] == "tool" and m.index < len(messages) - 6 for m in masked)
+    assert all(json.loads(json.dumps(output[m.index]))["content"].startswith("[tool output of ") for m in masked)
+    if any(m.get("role") == "tool" and len(str(m.get("content"))) > 500 for m in messages[:-6]):
+        assert masked and dense_size(output) < dense_size(messages)

@@ -1,0 +1,36 @@
+"""The one error hierarchy: status, type and code are properties of the error; one envelope."""
+
+from __future__ import annotations
+
+import pytest
+
+from compactor import errors
+
+
+@pytest.mark.parametrize(("error", "status", "type_", "code"), [
+    (errors.InvalidRequest("m"), 400, "invalid_request_error", None),
+    (errors.InvalidPolicy.rejected("bad"), 400, "invalid_request_error", "invalid_policy"),
+    (errors.InvalidFlow.rejected("bad"), 400, "invalid_request_error", "invalid_flow"),
+    (errors.InvalidTranscript("m"), 422, "invalid_request_error", "invalid_transcript"),
+    (errors.NotFound.route("GET", "/x"), 404, "invalid_request_error", "not_found"),
+    (errors.LengthRequired("m"), 411, "invalid_request_error", None),
+    (errors.RequestTooLarge.over(10), 413, "invalid_request_error", "request_too_large"),
+    (errors.InternalError(), 500, "server_error", None),
+    (errors.RouterError("m", "exhausted: rate_limit"), 429, "router_error", "exhausted: rate_limit"),
+    (errors.RouterError("m", "node_exception"), 502, "router_error", "node_exception"),
+])
+def test_status_type_and_code_belong_to_the_error(error: errors.CompactorError, status: int, type_: str,
+                                                 code: str | None) -> None:
+    assert isinstance(error, errors.CompactorError)
+    answered_status, body = error.answer()
+    assert answered_status == error.status == status
+    assert body == {"error": {"message": error.message, "type": type_, "code": code}}
+
+
+def test_messages_and_extra_keys() -> None:
+    assert errors.InvalidPolicy.rejected("x").message == "policy_ir rejected at admission: x"
+    assert errors.InvalidFlow.rejected("y").message == "flow_ir rejected at admission: y"
+    assert errors.NotFound.route("GET", "/x").message == "no route for GET /x"
+    assert errors.RequestTooLarge.over(10).message == "request body exceeds 10 bytes"
+    body = errors.RouterError("failed", "timeout", extra={"x_router": {"a": 1}}).body()
+    assert list(body) == ["error", "x_router"] and body["x_router"] == {"a": 1}
