@@ -343,25 +343,6 @@ def trim(messages: list[Message], target_bytes: int) -> list[Message]:
     return messages[:head] + [m for unit in units[start:] for m in unit]
 
 
-MASK_KEEP_RECENT = 6
-MASK_TEXT = "[tool output omitted]"
-_TEXT_OBSERVATION = re.compile(r"<returncode>|<output>|^\s*OBSERVATION:|\(Current directory: ", re.MULTILINE)
-
-
-def mask(messages: list[Message], keep_recent: int = MASK_KEEP_RECENT) -> list[Message]:
-    """Observation masking, the harness's own baseline until a ``mask`` mode is registered: every tool
-    result (and text agent observation) outside the last ``keep_recent`` messages is replaced by a short
-    placeholder; everything else stays."""
-    out: list[Message] = []
-    for index, message in enumerate(messages):
-        old = index < len(messages) - keep_recent
-        observation = message.get("role") == "tool" or (
-            message.get("role") == "user" and index > 0 and messages[index - 1].get("role") == "assistant"
-            and _TEXT_OBSERVATION.search(message_text(message)) is not None)
-        out.append({**message, "content": MASK_TEXT} if old and observation else message)
-    return out
-
-
 # ---------------------------------------------------------------------------------------------
 # Running methods
 
@@ -433,8 +414,7 @@ def score(name: str, method: str, messages: list[Message], output: list[Message]
 
 async def evaluate(name: str, messages: list[Message], modes: list[str],
                    settings: dict[str, Any] | None = None) -> list[Row]:
-    """One row per mode plus ``trim`` at decision mode's output bytes (when decision is among the modes),
-    and the harness's ``mask`` baseline while no ``mask`` mode is registered."""
+    """One row per mode plus ``trim`` at decision mode's output bytes (when decision is among the modes)."""
     rows: list[Row] = []
     for mode in modes:
         output, calls, cost, note = await run_mode(mode, messages, settings)
@@ -442,8 +422,6 @@ async def evaluate(name: str, messages: list[Message], modes: list[str],
         if mode == "decision":
             trimmed = trim(messages, rows[-1].output_bytes)
             rows.append(score(name, "trim", messages, trimmed, 0, 0.0, "at decision's bytes"))
-    if "mask" not in modes and "mask" not in mode_names():
-        rows.append(score(name, "mask", messages, mask(messages), 0, 0.0, "harness baseline"))
     return rows
 
 

@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 
 from compactor.jsonutil import dense_size
-from compactor_cli.evaluation import MASK_TEXT, Item, changed_indexes, evidence, haystack, mask, trim
+from compactor_cli.evaluation import Item, changed_indexes, evidence, haystack, trim
 from compactor_cli.main import main
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
@@ -90,14 +90,3 @@ def test_eval_skips_what_is_not_a_transcript(tmp_path, capsys):
     (tmp_path / "notes.json").write_text("42")
     assert main(["eval", str(tmp_path)]) == 2
     assert "skipped" in capsys.readouterr().err
-
-
-def test_mask_replaces_old_observations_only():
-    out = mask(TRANSCRIPT, keep_recent=2)
-    assert out[3]["content"] == MASK_TEXT and out[5] == TRANSCRIPT[5]  # index 5 is within the last two
-    assert [m for i, m in enumerate(out) if i != 3] == [m for i, m in enumerate(TRANSCRIPT) if i != 3]
-    text_agent = [{"role": "user", "content": "task"}, {"role": "assistant", "content": "```bash\nls\n```"},
-                  {"role": "user", "content": "<returncode>0</returncode><output>a.py</output>"},
-                  {"role": "assistant", "content": "ok"}, {"role": "user", "content": "thanks"}]
-    assert [m["content"] for m in mask(text_agent, keep_recent=1)][2] == MASK_TEXT
-    assert mask(text_agent, keep_recent=1)[4] == text_agent[4]

@@ -13,6 +13,7 @@ from compactor import service
 from compactor.budget import Deadline
 from compactor.compaction import modes
 from compactor.compaction.mask import mask, placeholder
+from compactor.compaction.units import is_text_observation
 from compactor.jsonutil import dense_size
 from compactor.models import CompactRequest
 from compactor.transcripts import parse_transcript
@@ -91,7 +92,47 @@ def test_corpus_never_grows_and_keeps_every_message(path: Path) -> None:
     output, masked = mask(messages, keep_recent=6, pinned_indices=None)
     assert len(output) == len(messages) and dense_size(output) <= dense_size(messages)
     assert all(output[i] == messages[i] for i in range(len(messages)) if i not in {m.index for m in masked})
-    assert all(messages[m.index]["role"] == "tool" and m.index < len(messages) - 6 for m in masked)
-    assert all(json.loads(json.dumps(output[m.index]))["content"].startswith("[tool output of ") for m in masked)
+    assert all(messages[m.index]["role"] in ("tool", "user") and m.index < len(messages) - 6 for m in masked)
+    assert all(json.loads(json.dumps(output[m.index]))["content"].startswith(("[output of ", "[tool output omitted"))
+               for m in masked)
+    assert all(messages[m.index]["role"] != "user" or is_text_observation(messages, m.index) for m in masked)
     if any(m.get("role") == "tool" and len(str(m.get("content"))) > 500 for m in messages[:-6]):
         assert masked and dense_size(output) < dense_size(messages)
+
+
+def test_a_text_agents_old_observations_are_masked_its_task_is_not() -> None:
+    observation = "<returncode>0</returncode>\n<output>\n" + BIG + "\n</output>"
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "fix the bug " + BIG},
+                {"role": "assistant", "content": "ls"}, {"role": "user", "content": observation},
+                {"role": "assistant", "content": "cat x"}, {"role": "user", "content": observation},
+                {"role": "assistant", "content": "done"}]
+    _, body = run(messages=messages, keep_recent=2)
+    out = body["messages"]
+    assert out[1] == messages[1]  # the task: a genuine user input, pinned by default
+    assert out[3]["content"] == placeholder(None, None, dense_size(observation))
+    assert out[5] == messages[5]  # in the tail
+    assert [m["index"] for m in body["compaction"]["masked"]] == [3]
+
+
+def test_anthropic_tool_results_are_masked_in_their_own_shape() -> None:
+    messages = [{"role": "user", "content": "task"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": BIG}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
+    status, body = run(messages=messages, keep_recent=1, format="anthropic-messages")
+    assert status == 200
+    block = body["messages"][2]["content"][0]
+    assert block == {"type": "tool_result", "tool_use_id": "t1", "content": placeholder("Read", "t1", dense_size(BIG))}
+    assert body["messages"][:2] == messages[:2] and body["messages"][3] == messages[3]
+
+
+def test_responses_outputs_are_masked_under_input() -> None:
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "task"}]},
+             {"type": "function_call", "call_id": "f1", "name": "shell", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "f1", "output": BIG},
+             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+    status, body = run(input=items, keep_recent=1, format="openai-responses")
+    assert status == 200 and "messages" not in body
+    assert body["input"][2] == {"type": "function_call_output", "call_id": "f1",
+                                "output": placeholder("shell", "f1", dense_size(BIG))}
+    assert body["compaction"]["masked"][0]["name"] == "shell"

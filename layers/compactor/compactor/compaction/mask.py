@@ -1,18 +1,20 @@
 """``mask`` mode, observation masking (see docs/behaviour.md, "mask"): every tool output outside the
-protected tail and the pins is replaced by a one-line placeholder that names the call it answered.
-No model call; a placeholder is only used where it is smaller than the output it replaces, so the
-transcript never grows; every other message is returned exactly as it came."""
+protected tail and the pins is replaced by a one-line placeholder that names the call it answered (in
+``openai-chat`` also a text agent's observations, docs/differences.md). No model call; a placeholder is
+only used where it is smaller than the output it replaces, so the transcript never grows; every other
+item is returned exactly as it came, in the request's format."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compactor.call_record import CallRecord
-from compactor.chat import Message, role_of
 from compactor.compaction.modes import check_pins
 from compactor.compaction.reassembly import first_changed_index, preserved_prefix_bytes
 from compactor.compaction.units import tail_indexes
+from compactor.formats import get_dialect
+from compactor.formats.base import Dialect, Item
 from compactor.jsonutil import dense_size
 
 if TYPE_CHECKING:
@@ -20,7 +22,6 @@ if TYPE_CHECKING:
     from compactor.models import CompactRequest
 
 NAME = "mask"
-PLACEHOLDER = "[tool output of {call} omitted by compaction: {size} bytes]"
 
 
 @dataclass(frozen=True)
@@ -31,42 +32,35 @@ class Masked:
     original_bytes: int
 
 
-def _call_names(messages: list[Message]) -> dict[str, str]:
-    """``tool_call_id`` -> function name, from the assistants' ``tool_calls``."""
-    names: dict[str, str] = {}
-    for message in messages:
-        for call in message.get("tool_calls") or [] if isinstance(message, dict) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(call, dict) and isinstance(call.get("id"), str) and isinstance(function, dict):
-                names[call["id"]] = str(function.get("name"))
-    return names
-
-
 def placeholder(name: str | None, call_id: str | None, size: int) -> str:
-    call = f"{name or 'a tool'} (call {call_id})" if call_id else (name or "a tool")
-    return PLACEHOLDER.format(call=call, size=size)
+    """The one line that stands in for a masked output of ``size`` dense JSON bytes."""
+    if call_id is None:
+        return f"[tool output omitted by compaction: {size} bytes]"
+    return f"[output of {name or 'a tool'} (call {call_id}) omitted by compaction: {size} bytes]"
 
 
-def mask(messages: list[Message], *, keep_recent: int, pinned_indices: list[int] | None
-         ) -> tuple[list[Message], list[Masked]]:
-    """The masked messages and what was masked (in order)."""
-    protected = set(tail_indexes(len(messages), keep_recent)) | set(pinned_indices or ())
-    names = _call_names(messages)
-    output: list[Message] = []
+def mask(items: list[Item], *, keep_recent: int, pinned_indices: list[int] | None,
+         dialect: Dialect | None = None) -> tuple[list[Item], list[Masked]]:
+    """The masked items and what was masked (in order)."""
+    dialect = dialect or get_dialect(None)
+    protected = set(tail_indexes(len(items), keep_recent)) | set(pinned_indices or ()) | dialect.always_pinned(items)
+    names = dialect.call_names(items)
+    output: list[Item] = []
     masked: list[Masked] = []
-    for index, message in enumerate(messages):
-        if index in protected or role_of(message) != "tool":
-            output.append(message)
-            continue
-        call_id = message.get("tool_call_id") if isinstance(message.get("tool_call_id"), str) else None
-        name = names.get(call_id) if call_id else None
-        size = dense_size(message.get("content"))
-        replacement = {**message, "content": placeholder(name, call_id, size)}
-        if dense_size(replacement) < dense_size(message):
+    for index, item in enumerate(items):
+        seen: list[tuple[str | None, int]] = []
+
+        def stand_in(call_id: str | None, content: Any) -> str:
+            size = dense_size(content)
+            seen.append((call_id, size))
+            return placeholder(names.get(call_id) if call_id else None, call_id, size)
+
+        replacement = None if index in protected else dialect.masked(items, index, stand_in)
+        if replacement is not None and dense_size(replacement) < dense_size(item):
             output.append(replacement)
-            masked.append(Masked(index, call_id, name, size))
+            masked += [Masked(index, call_id, names.get(call_id) if call_id else None, size) for call_id, size in seen]
         else:
-            output.append(message)
+            output.append(item)
     return output, masked
 
 
@@ -82,10 +76,11 @@ class MaskMode:
         return None  # no model call
 
     def report(self, request: CompactRequest, plan: None, ran: None) -> CallRecord:
-        messages = request.messages
-        output, masked = mask(messages, keep_recent=request.keep_recent, pinned_indices=request.pinned_indices)
-        original_bytes, output_bytes = dense_size(messages), dense_size(output)
-        changed = first_changed_index(messages, output)
+        items = request.messages
+        output, masked = mask(items, keep_recent=request.keep_recent, pinned_indices=request.pinned_indices,
+                              dialect=get_dialect(request.format))
+        original_bytes, output_bytes = dense_size(items), dense_size(output)
+        changed = first_changed_index(items, output)
         compaction = {
             "mode": NAME,
             "original_bytes": original_bytes,
@@ -93,7 +88,7 @@ class MaskMode:
             "masked": [{"index": m.index, "tool_call_id": m.tool_call_id, "name": m.name,
                         "original_bytes": m.original_bytes} for m in masked],
             "first_changed_index": changed,
-            "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, original_bytes),
+            "preserved_prefix_bytes": preserved_prefix_bytes(items, changed, original_bytes),
         }
         body = {"messages": output, "compacted": bool(masked), "compaction": compaction}
         return CallRecord(status=200, body=body, mode=NAME, bytes_in=original_bytes, bytes_out=output_bytes,

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from compactor.compaction.units import Unit
-from compactor.formats.base import Dialect, Item, block_text, blocks, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, block_text, blocks, paired_units
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -100,6 +100,21 @@ class AnthropicMessages(Dialect):
             elif str(kind).endswith("tool_result"):
                 parts.append(f"[tool result] {_result_text(block.get('content'))}")
         return f"{item.get('role')}: " + "\n".join(p for p in parts if p)
+
+    def call_names(self, items: list[Item]) -> dict[str, str]:
+        return {b["id"]: str(b.get("name")) for item in items if item.get("role") == "assistant"
+                for b in blocks(item.get("content")) if b.get("type") in CALLS and isinstance(b.get("id"), str)}
+
+    def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
+        """A user message's ``tool_result`` blocks, each keeping its ``tool_use_id`` (and ``is_error``)."""
+        item = items[index]
+        content = item.get("content")
+        if item.get("role") != "user" or not isinstance(content, list):
+            return None
+        replaced = [{**b, "content": placeholder(b.get("tool_use_id") if isinstance(b.get("tool_use_id"), str)
+                                                 else None, b.get("content"))}
+                    if isinstance(b, dict) and str(b.get("type", "")).endswith("tool_result") else b for b in content]
+        return {**item, "content": replaced} if replaced != content else None
 
 
 def _result_text(content: Any) -> str:

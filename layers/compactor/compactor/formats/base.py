@@ -14,6 +14,8 @@ from typing import Any
 from compactor.compaction.units import Unit
 
 Item = dict[str, Any]
+Placeholder = Callable[[str | None, Any], str]
+"""``placeholder(call_id, output)``: the text standing in for a masked tool output."""
 
 
 class Dialect:
@@ -47,6 +49,15 @@ class Dialect:
     def render_line(self, item: Item) -> str:
         """One line of the seal summarizer's input for this item (hidden reasoning left out)."""
         raise NotImplementedError
+
+    def call_names(self, items: list[Item]) -> dict[str, str]:
+        """Call id -> tool name, for the tool calls among ``items``."""
+        return {}
+
+    def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
+        """``items[index]`` with every tool output it carries replaced by ``placeholder(call_id, output)``
+        (``mask`` mode), or ``None`` when it carries none."""
+        return None
 
 
 def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],

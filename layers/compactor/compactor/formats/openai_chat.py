@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from compactor.chat import content_text, role_of
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import Dialect, Item
+from compactor.formats.base import Dialect, Item, Placeholder
 
 
 class OpenAIChat(Dialect):
@@ -37,6 +37,26 @@ class OpenAIChat(Dialect):
             if isinstance(function, dict):
                 text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
         return f"{role_of(item)}: {text}"
+
+    def call_names(self, items: list[Item]) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for item in items:
+            calls = item.get("tool_calls")
+            for call in calls if isinstance(calls, list) else []:
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(call.get("id"), str) and isinstance(function, dict):
+                    names[call["id"]] = str(function.get("name"))
+        return names
+
+    def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
+        """A ``tool`` message, or a text agent's observation (a ``user`` message answering the assistant)."""
+        item = items[index]
+        if role_of(item) == "tool":
+            call_id = item.get("tool_call_id")
+            return {**item, "content": placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))}
+        if is_text_observation(items, index):
+            return {**item, "content": placeholder(None, item.get("content"))}
+        return None
 
 
 DIALECT = OpenAIChat()

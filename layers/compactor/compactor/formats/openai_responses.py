@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from compactor.compaction.units import Unit
-from compactor.formats.base import Dialect, Item, block_text, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
 
 HIDDEN = ("reasoning",)
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
@@ -85,6 +85,18 @@ class OpenAIResponses(Dialect):
             shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
             return f"assistant: [tool call {item.get('name', kind)}({shown})]"
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
+
+    def call_names(self, items: list[Item]) -> dict[str, str]:
+        return {item["call_id"]: str(item.get("name", kind_of(item))) for item in items
+                if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
+
+    def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
+        """A ``*_call_output`` item, its ``call_id`` kept."""
+        item = items[index]
+        if not kind_of(item).endswith("_call_output"):
+            return None
+        call_id = item.get("call_id")
+        return {**item, "output": placeholder(call_id if isinstance(call_id, str) else None, item.get("output"))}
 
 
 DIALECT = OpenAIResponses()
