@@ -93,6 +93,58 @@ def test_sources_cite_the_projects_own_docs() -> None:
     assert missing == []  # scale.md is being written alongside (issue 14)
 
 
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".json", ".toml", ".txt", ".cfg", ".ini", ".sh", ".html", ".js",
+                 ".css", ".jsonl", ".asl"}
+
+
+def tracked_text_files() -> list[Path]:
+    """The repository's source, test and documentation files (what git tracks; fixtures are data)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False)
+    if listed.returncode == 0:
+        names = [n for n in listed.stdout.decode("utf-8").split("\0") if n]
+    else:  # not a git checkout: the same files by walking, minus what git would not hold
+        skip = {".git", ".aws-sam", "node_modules", "__pycache__"}
+        names = [str(p.relative_to(REPO)) for p in REPO.rglob("*") if p.is_file()
+                 and not skip & set(p.relative_to(REPO).parts) and not p.relative_to(REPO).parts[0].startswith(".venv")]
+    return sorted(REPO / n for n in names
+                  if not n.startswith("tests/fixtures/")
+                  and (Path(n).suffix in TEXT_SUFFIXES or Path(n).name == "Makefile")
+                  and (REPO / n).is_file())
+
+
+def test_nothing_outside_the_fixtures_cites_documents_outside_the_repository() -> None:
+    files = tracked_text_files()
+    assert any(p.name == "test_corpus.py" for p in files) and any(p.name == "behaviour.md" for p in files)
+    here = Path(__file__).resolve()
+    citing = [f"{p.relative_to(REPO)}:{i}" for p in files if p.resolve() != here
+              for i, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+              if re.search(r"\b(REFERENCE|CONTRACT)\b|§", line)]
+    assert citing == []
+
+
+def anchors(doc: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#+ +(.+)$", doc.read_text(encoding="utf-8"), re.MULTILINE)}
+
+
+def test_every_cited_docs_section_exists() -> None:
+    docs = REPO / "docs"
+    cited: set[tuple[str, str]] = set()
+    for p in tracked_text_files():
+        text = p.read_text(encoding="utf-8", errors="replace")
+        cited |= {(m.group(1), m.group(2)) for m in re.finditer(r"docs/([\w-]+\.md)#([\w-]+)", text)}
+        if p.parent == docs:  # links between the docs themselves
+            cited |= {(m.group(1) or p.name, m.group(2))
+                      for m in re.finditer(r"\]\(([\w-]+\.md)?#([\w-]+)\)", text)}
+    assert ("behaviour.md", "worked-example-fixture-t") in cited
+    missing = sorted(f"docs/{name}#{anchor}" for name, anchor in cited
+                     if not (docs / name).is_file() or anchor not in anchors(docs / name))
+    assert missing == []
+
+
 def layer_content() -> list[Path]:
     """What ``sam build`` copies for CompactorLayer: its ContentUri tree (BuildMethod python3.12 also
     installs requirements.txt, which must not name this project)."""

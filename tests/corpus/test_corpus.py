@@ -152,7 +152,8 @@ def test_legacy_seal_on_real_transcripts(path: Path, keep_recent: int) -> None:
 
 
 def test_legacy_keeps_the_unit_the_reference_would_cut() -> None:
-    """At least one corpus case exercises the reference's anti-orphan drop (REFERENCE §3.1 step 4)."""
+    """At least one corpus case exercises the reference's anti-orphan drop (a tool result that would start the
+    tail; docs/differences.md: seal mode widens the tail instead)."""
     cases = [(p.name, k) for p in FILES for k in (5, 6) if load(p)[len(load(p)) - k].get("role") == "tool"]
     assert cases
 

@@ -104,7 +104,7 @@ async def test_a_failing_worker_degrades_only_its_batch_to_keep(fanout_aws: FanO
     assert status == 200
     actions = {f["id"]: f["action"] for f in fanned["compaction"]["fragments"]}
     inline_actions = {f["id"]: f["action"] for f in inline["compaction"]["fragments"]}
-    batch_1 = {"fragment_10", "fragment_11"}  # REFERENCE §3.6: batch 1 = fragments 10-11
+    batch_1 = {"fragment_10", "fragment_11"}  # docs/behaviour.md#worked-example-fixture-t
     assert all(actions[fid] == "keep" for fid in batch_1)
     assert {k: v for k, v in actions.items() if k not in batch_1} == {
         k: v for k, v in inline_actions.items() if k not in batch_1}

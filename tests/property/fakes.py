@@ -130,7 +130,7 @@ class ScriptedTransport:
     def _summary(self, kind: str, fid: str, item: str) -> Any:
         return {
             "short": f"S{fid}",
-            "evidence": f"Evidence {fid}",  # REFERENCE §3.6
+            "evidence": f"Evidence {fid}",  # fixture T's summaries
             "empty": "",
             "blank": "   \n",
             "unicode": f"résumé 😀 \U0001F9EA 中文 {fid}",

@@ -1,8 +1,8 @@
 """Invariants of a decision-mode ``/v1/compact`` body, written independently of the code under test.
 
 Shared by the property tests (generated transcripts, adversarial models) and the corpus tests (real
-transcripts, built-in offers). Everything here is recomputed from REFERENCE §2.2, §3.2 and §3.4 and
-CONTRACT §2.1, plus the documented difference of docs/differences.md (a text agent's observation is
+transcripts, built-in offers). Everything here is recomputed from docs/behaviour.md (Requests and responses,
+decision mode), plus the documented difference of docs/differences.md (a text agent's observation is
 not pinned by default); nothing is imported from ``compactor.compaction``.
 """
 
@@ -27,7 +27,7 @@ EVIDENCE_EXCERPT_OVER = 2000
 
 
 def cdump(value: Any) -> str:
-    """Compact JSON: ``,``/``:`` separators, non-ASCII raw (REFERENCE §0 "compact size")."""
+    """Compact JSON: ``,``/``:`` separators, non-ASCII raw (docs/behaviour.md#requests-and-responses)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -84,7 +84,7 @@ def excerpted(unit_messages: list[Message]) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """What the request protects, recomputed from REFERENCE §3.2."""
+    """What the request protects, recomputed from docs/behaviour.md#decision (pins)."""
 
     units: list[tuple[int, int]]
     protected: set[int]  # unit starts
@@ -237,6 +237,6 @@ def check_decision_body(messages: list[Message], body: dict[str, Any], *, keep_r
         assert output != messages
         # the serialised transcript up to the first change: "[m0,...,mk-1," (as long as the list's JSON), or "["
         assert report["preserved_prefix_bytes"] == (csize(messages[:changed]) if changed else 1)
-    if not plan.candidates:  # no call: no cost keys (REFERENCE §2.2)
+    if not plan.candidates:  # no call: no cost keys (docs/behaviour.md#requests-and-responses)
         assert "usage" not in body and "x_router" not in body
     return emitted

@@ -1,10 +1,10 @@
-"""Property tests of decision-mode compaction (REFERENCE §3.2–§3.4) on generated transcripts, with
+"""Property tests of decision-mode compaction (docs/behaviour.md#decision) on generated transcripts, with
 adversarial models behind the real Router, flow runtime and compaction code.
 
 The model is an in-memory :class:`ScriptedTransport`; everything between the request and the
 transport runs for real. Besides the structural invariants (``invariants.check_decision_body``), the
 main property recomputes the exact expected outcome of every unit from what the fake model was asked
-and answered (an oracle written from the REFERENCE, not from the code).
+and answered (an oracle written from docs/behaviour.md, not from the code).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def check(req: dict[str, Any], body: dict[str, Any], reasons: dict[str, str]) ->
 # -- the oracle ----------------------------------------------------------------------------------
 
 def decision_valid(transport: ScriptedTransport, call: Any) -> bool:
-    """REFERENCE §6.3 for what the script answered: every id answered with a listed choice."""
+    """Answer validation (docs/behaviour.md#native-decisions) for what the script answered: every id
+    answered with a listed choice."""
     if call.mode != "answer":
         return False
     for fid in call.ids:
@@ -89,13 +90,14 @@ def decision_valid(transport: ScriptedTransport, call: Any) -> bool:
 
 
 def acceptable(summary: Any, original: str, budget: int) -> bool:
-    """The patch overlay's test (REFERENCE §3.3 step 5)."""
+    """The patch overlay's test (docs/behaviour.md#data-operations, `overlay` with `only_shrink`)."""
     return isinstance(summary, str) and 1 <= utf8_len(summary) <= budget and utf8_len(summary) < utf8_len(original)
 
 
 def expected_outcome(messages: list[dict[str, Any]], plan: Plan, transport: ScriptedTransport
                      ) -> tuple[list[dict[str, Any]], dict[int, str]]:
-    """The output and per-unit actions REFERENCE §3.3–§3.4 imply for what the fake model answered."""
+    """The output and per-unit actions that docs/behaviour.md#decision (reassembly) implies for what
+    the fake model answered."""
     items = {f"fragment_{s}": cdump(messages[s:e]) for s, e in plan.units}
     values: dict[str, Any] = {}
     included: set[str] = set()

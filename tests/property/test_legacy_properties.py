@@ -1,4 +1,4 @@
-"""Property tests of legacy (seal) mode (REFERENCE §3.1, §2.1) on generated transcripts, with a
+"""Property tests of legacy (seal) mode (docs/behaviour.md#seal) on generated transcripts, with a
 scripted summarizer behind the real Router: no message is lost, the tail is intact and never starts
 with a tool result that has its call in the aged part, and failures return the original."""
 

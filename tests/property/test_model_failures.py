@@ -1,5 +1,5 @@
 """Hand-picked adversarial cases for decision mode, through the real Router and flow runtime with an
-in-memory model: timeouts, hangs, invalid answers, the REFERENCE §3.6 worked example, pins and
+in-memory model: timeouts, hangs, invalid answers, the worked example of fixture T, pins and
 request edges. Each body is also checked against every invariant."""
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ T_FIXTURE = ([{"role": "system", "content": "Keep instructions."}, {"role": "use
 
 
 async def test_reference_worked_example_fixture_t() -> None:
-    """REFERENCE §3.6: two batches, budget 128, every fragment summarised, 18 555 → 1 219 bytes."""
+    """docs/behaviour.md#worked-example-fixture-t: two batches, budget 128, every fragment summarised,
+    18 555 → 1 219 bytes."""
     transport = ScriptedTransport(script(["summarize"], summary_kind="evidence"))
     status, body = await compact(T_FIXTURE, transport, keep_recent=1, target_ratio=0.1, max_tokens=512)
     assert status == 200

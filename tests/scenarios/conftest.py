@@ -27,7 +27,7 @@ KEY_ENV = "SCENARIO_PROVIDER_KEY"
 SECRET = "sk-scenario-0123456789abcdef"
 OMIT = object()  # a summary responder returning this leaves the id out of its answer
 
-# The preset's policy shape (REFERENCE §3.2); any admissible policy switches on decision mode.
+# The preset's policy shape; any admissible policy switches on decision mode.
 DECISION_POLICY = ["policy", ["and", ["meets_req"], ["not", ["is", "disabled"]]], ["neg", ["field", "price_in"]],
                    ["top_k", 4, ["argmax"]], ["id"], ["always", {"action": "next_candidate"}]]
 
@@ -126,7 +126,7 @@ class Stack:
                                   headers={"Content-Type": "application/json"}, timeout=timeout)
         else:
             response = httpx.post(f"{self.url}/compact", json=body, timeout=timeout)
-        assert SECRET not in response.text  # CONTRACT §4: keys never appear in responses
+        assert SECRET not in response.text  # docs/behaviour.md#catalog-and-transports
         return response
 
     def compact(self, messages: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:

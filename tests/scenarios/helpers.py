@@ -1,4 +1,4 @@
-"""Transcripts and expectations shared by the scenario tests (fixture T is REFERENCE §3.6)."""
+"""Transcripts and expectations shared by the scenario tests (fixture T: docs/behaviour.md#worked-example-fixture-t)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ SUMMARY_MARKER = "[Summary of {id}; original retained by caller]\n"
 
 
 def size(value: Any) -> int:
-    """REFERENCE "compact size": compact separators, non-ASCII raw, UTF-8 bytes."""
+    """The dense size (docs/behaviour.md#requests-and-responses): compact separators, non-ASCII raw, UTF-8 bytes."""
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def ascii_size(value: Any) -> int:
-    """REFERENCE "ASCII wire size": default separators, non-ASCII escaped."""
+    """The ASCII wire size of a decision payload: default separators, non-ASCII escaped."""
     return len(json.dumps(value).encode("ascii"))
 
 

@@ -1,4 +1,4 @@
-"""Decision mode through ``compactor serve``: every per-fragment case of REFERENCE §3.2–§3.4."""
+"""Decision mode through ``compactor serve``: every per-fragment case of docs/behaviour.md#decision."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_unparseable_summary_keeps_the_batch_but_not_its_cost(stack: Stack) -> N
     assert body["messages"] == transcript(3) and body["compacted"] is False
     generate, = model_nodes(body, "llm")
     assert generate["fallback"] == "input" and "bad_response" in generate["error"]
-    # A billed response keeps its cost even if its JSON was rejected (REFERENCE §2.4).
+    # A billed response keeps its cost even if its JSON was rejected (docs/behaviour.md#cost-rules).
     assert generate["cost_reported"] == 0.004
     assert body["x_router"]["cost_usd"] == round(decision_cost() + 0.004, 6)
 

@@ -1,4 +1,5 @@
-"""Decision mode through ``compactor serve``: fixture T (REFERENCE §3.6) and the flow-variant ``x_router``."""
+"""Decision mode through ``compactor serve``: fixture T (docs/behaviour.md#worked-example-fixture-t) and the
+flow-variant ``x_router``."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_fixture_t_sends_two_decisions_and_two_summaries(stack: Stack) -> None:
     assert small["model"] == "summarizer-model" and small["max_tokens"] == 512
     assert small["response_format"] == {"type": "json_object"}
     assert [m["role"] for m in small["messages"]] == ["system", "user"]
-    assert "at most 128 UTF-8 bytes" in small["messages"][0]["content"]  # budget = 128 (REFERENCE §3.6)
+    assert "at most 128 UTF-8 bytes" in small["messages"][0]["content"]  # fixture T's budget
     assert json.loads(small["messages"][1]["content"]) == {
         f"fragment_{i}": compact_json([messages[i]]) for i in (10, 11)}
     assert small["messages"][1]["content"] == compact_json(json.loads(small["messages"][1]["content"]))

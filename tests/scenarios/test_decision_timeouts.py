@@ -1,5 +1,5 @@
 """Decision mode through ``compactor serve``: a model that does not answer within the shared flow budget
-(``COMPACTOR_FLOW_BUDGET_MS``, REFERENCE §4.5) keeps its batch's units and makes the cost unknown."""
+(``COMPACTOR_FLOW_BUDGET_MS``, docs/behaviour.md#budgets) keeps its batch's units and makes the cost unknown."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Legacy (seal) mode through ``compactor serve`` against the fake chat provider (REFERENCE §2.1, §3.1)."""
+"""Legacy (seal) mode through ``compactor serve`` against the fake chat provider (docs/behaviour.md#seal)."""
 
 from __future__ import annotations
 

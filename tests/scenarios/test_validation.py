@@ -1,4 +1,4 @@
-"""Request validation of ``POST /v1/compact`` through ``compactor serve`` (REFERENCE §1.1): every error
+"""Request validation of ``POST /v1/compact`` through ``compactor serve`` (docs/behaviour.md#errors): every error
 is answered before any model call."""
 
 from __future__ import annotations

@@ -388,7 +388,7 @@ def test_router_declared_fields() -> None:
             ["policy", ["is", "cache_hot"], ["zero"], ["argmax"], ["id"], ["always", {"action": "abort"}]])
 
 
-# -- costs (REFERENCE §2.4) -------------------------------------------------------------------
+# -- costs (docs/behaviour.md#cost-rules) ----------------------------------------------------------
 
 def test_cost_reported_wins_and_rounds() -> None:
     o = offer("a", price_in=3, price_out=15)

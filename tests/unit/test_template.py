@@ -1,4 +1,4 @@
-"""template.yaml: the resources, parameters and wiring CONTRACT §7 asks for, checked on the parsed YAML."""
+"""template.yaml: the resources, parameters and wiring docs/deploy.md describes, checked on the parsed YAML."""
 
 from __future__ import annotations
 

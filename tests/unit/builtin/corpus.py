@@ -36,7 +36,7 @@ def units(messages: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]
 
 
 def evidence_view(unit_messages: list[dict[str, Any]]) -> tuple[str, bool]:
-    """The decision evidence of a unit (REFERENCE §3.2) and whether it is an excerpt."""
+    """The decision evidence of a unit (docs/behaviour.md#decision, decision context) and whether it is an excerpt."""
     text = json.dumps(unit_messages)
     if len(text) > 2000:
         return text[:1000] + EVIDENCE_EXCERPT_MARKER + text[-1000:], True

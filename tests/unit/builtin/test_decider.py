@@ -26,7 +26,7 @@ def tool_unit(command: str, output: str, returncode: int = 0, call_id: str = "ca
 
 def compaction_payload(fragments: dict[str, list[dict[str, Any]]],
                        recent: list[list[dict[str, Any]]] = ()) -> dict[str, Any]:
-    """A decision payload shaped like the compaction preset's (REFERENCE §3.2)."""
+    """A decision payload shaped like the compaction preset's."""
     views = {fragment_id: evidence_view(messages) for fragment_id, messages in fragments.items()}
     state = {
         "instructions": [{"role": "system", "content": "Be careful."}, {"role": "user", "content": "Fix it."}],

@@ -1,4 +1,4 @@
-"""Transcripts used by the compaction tests (fixture T is REFERENCE §3.6)."""
+"""Transcripts used by the compaction tests (fixture T: docs/behaviour.md#worked-example-fixture-t)."""
 
 from __future__ import annotations
 

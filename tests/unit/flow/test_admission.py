@@ -1,4 +1,4 @@
-"""Admission (REFERENCE §4.3): every malformed flow is rejected before any effect."""
+"""Admission (docs/behaviour.md#flow-admission): every malformed flow is rejected before any effect."""
 
 from __future__ import annotations
 

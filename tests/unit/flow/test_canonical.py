@@ -1,4 +1,5 @@
-"""Canonical identity (REFERENCE §4.6): golden vector, typed options encoding, rename invariance."""
+"""Canonical identity (docs/behaviour.md#canonical-identity): golden vector, typed options encoding, rename
+invariance."""
 
 from __future__ import annotations
 

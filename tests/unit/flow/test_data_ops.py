@@ -1,4 +1,4 @@
-"""The data operations (REFERENCE §4.2): project, select, overlay, union and record-map bounds."""
+"""The data operations (docs/behaviour.md#data-operations): project, select, overlay, union and record-map bounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /v1/flows and /v1/flows/normalize (CONTRACT §2)."""
+"""POST /v1/flows and /v1/flows/normalize (docs/behaviour.md#requests-and-responses)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decision routing on llm nodes (REFERENCE §4.8): admission, identity, runtime, trace and costs."""
+"""Decision routing on llm nodes (docs/behaviour.md#decision-routing): admission, identity, runtime, trace and costs."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_routing_is_admitted_with_defaults() -> None:
     assert node.routing.policy.fingerprint == ROUTER.admit_policy(ROUTE_POLICY).fingerprint
     assert {k: p.fingerprint for k, p in node.routing.choices.items()} == {
         "fast": ROUTER.admit_policy(FAST_POLICY).fingerprint, "strong": ROUTER.admit_policy(STRONG_POLICY).fingerprint}
-    assert not admitted.typed  # routing alone does not make a flow typed (REFERENCE §4.3 list)
+    assert not admitted.typed  # routing alone does not make a flow typed (docs/behaviour.md#flow-admission)
 
 
 @pytest.mark.parametrize("changes", [

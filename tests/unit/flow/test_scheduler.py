@@ -1,4 +1,5 @@
-"""Scheduler semantics (REFERENCE §4.4–§4.5): concurrency, deadline, cancellation, values and prompts."""
+"""Scheduler semantics (docs/behaviour.md#flow-execution, #budgets): concurrency, deadline, cancellation, values
+and prompts."""
 
 from __future__ import annotations
 

@@ -113,7 +113,7 @@ def test_strings_records_and_arrays() -> None:
      '(and (is "has_tee") (is "no_log") (meets_req))'),
     (["not", ["not", ["is", "no_log"]]], '(is "no_log")'),
     (["not", ["not", ["not", ["is", "no_log"]]]], '(not (is "no_log"))'),
-    # Only the rewrites REFERENCE §5.1 lists: no constant folding under `not`, `scale` or `gate`.
+    # Only the rewrites docs/behaviour.md#the-policy-language lists: no constant folding under `not`, `scale` or `gate`.
     (["not", ["top"]], "(not (top))"),
     (["not", ["bot"]], "(not (bot))"),
     (["and", ["not", ["bot"]], ["meets_req"]], "(and (meets_req) (not (bot)))"),

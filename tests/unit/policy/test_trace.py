@@ -1,4 +1,4 @@
-"""Decision-trace trimming (REFERENCE §2.4)."""
+"""Decision-trace trimming (docs/behaviour.md#the-x_router-block-and-usage)."""
 
 from __future__ import annotations
 

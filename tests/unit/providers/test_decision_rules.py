@@ -1,4 +1,4 @@
-"""Native-decision payload (REFERENCE §6.2) and answer (§6.3) validation."""
+"""Native-decision payload and answer validation (docs/behaviour.md#native-decisions)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
 """The Σ_pol normal form: one canonical representative per equivalence class of terms.
 
-Equations (and nothing else; there is no arithmetic on numbers):
+Equations (and nothing else; there is no arithmetic on numbers and no other constant folding,
+docs/behaviour.md#the-policy-language):
 
 * AC ops (``and``, ``or``, ``add``) flatten, drop their unit, collapse on an absorbing element and
   sort children by canonical encoding; an empty result is the unit, a single child stands alone;
 * ``seq`` flattens and drops ``id`` (order kept);
-* ``not(not p) = p``, ``not(top) = bot``, ``not(bot) = top``;
-* ``scale(1, s) = s``; ``scale(0, s) = scale(a, zero) = zero``;
-* ``gate(top, s) = s``; ``gate(bot, s) = gate(p, zero) = zero``;
+* ``not(not p) = p``;
+* ``scale(1, s) = s``; ``scale(0, s) = zero``;
+* ``gate(top, s) = s``;
 * ``normalize(normalize(s)) = normalize(s)``;
 * a FailPlan becomes ``always(base)`` wrapped by overrides sorted by reason (outer override wins,
   overrides equal to the action they would fall back to dropped: the base, or the ``unknown``
