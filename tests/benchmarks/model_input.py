@@ -53,6 +53,7 @@ class RecordingProvider(ThreadingHTTPServer):
     """Native decisions and OpenAI chat on 127.0.0.1, answered by the built-in offline offers."""
 
     daemon_threads = True
+    request_queue_size = 128  # a request's batches connect at once: the default backlog (5) resets some
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -124,6 +125,11 @@ def measure(path: Path, provider: RecordingProvider) -> dict[str, Any]:
         status, body = asyncio.run(compact(request, deadline=Deadline.after_ms(120_000), router=router(provider.base_url)))
         if status != 200:
             raise SystemExit(f"{path.name} ({mode}): {status} {body}")
+        # A call that failed was not answered (and maybe not recorded): the figures would flatter.
+        failed = [node for node in body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes", [])
+                  if node.get("error")]
+        if failed:
+            raise SystemExit(f"{path.name} ({mode}): model calls failed: {failed}")
         sent = [raw for _, raw in provider.requests]
         result[mode] = {"sent": sum(map(len, sent)), "calls": len(sent)}
         if mode == "decision":

@@ -9,6 +9,7 @@ from compactor.formats import get_dialect
 from .validity import CLAUDE_CODE, CODEX, claude_code_messages, codex_items
 
 ANTHROPIC = get_dialect("anthropic-messages")
+CHAT = get_dialect("openai-chat")
 RESPONSES = get_dialect("openai-responses")
 
 
@@ -48,6 +49,25 @@ def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows
     assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 9), (9, 10)]
     assert RESPONSES.always_pinned(items) == {0} and RESPONSES.default_pins(items) == {1}
     assert all(i.get("type") != "reasoning" for i in RESPONSES.model_view(items))
+
+
+def test_chat_model_view_keeps_the_chat_fields_only() -> None:
+    """A harness's own fields (raw responses, costs, DeepSeek's hidden ``reasoning_content``) and empty
+    optional fields never reach a model; the chat fields keep their order and values."""
+    items = [
+        {"content": "run it", "role": "assistant", "reasoning_content": "hidden", "function_call": None,
+         "tool_calls": [{"index": 0, "function": {"arguments": "{}", "name": "bash"}, "id": "a", "type": "function"}],
+         "extra": {"response": {"usage": 1}}, "provider_specific_fields": None},
+        {"role": "tool", "tool_call_id": "a", "name": "bash", "content": "ok", "timestamp": 1.5},
+        {"role": "assistant", "content": None, "refusal": "no"},
+    ]
+    assert CHAT.model_view(items) == [
+        {"content": "run it", "role": "assistant",
+         "tool_calls": [{"function": {"arguments": "{}", "name": "bash"}, "id": "a", "type": "function"}]},
+        {"role": "tool", "tool_call_id": "a", "name": "bash", "content": "ok"},
+        {"role": "assistant", "content": None, "refusal": "no"},
+    ]
+    assert list(CHAT.model_view(items)[0]) == ["content", "role", "tool_calls"]
 
 
 def _results_with_their_calls(dialect: Any, items: list[dict[str, Any]], calls: Any, results: Any) -> None:

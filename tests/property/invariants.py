@@ -77,9 +77,22 @@ def default_pin(messages: list[Message], index: int) -> bool:
     return not observes
 
 
+CHAT_FIELDS = ("role", "name", "content", "refusal", "tool_calls", "tool_call_id", "function_call")
+
+
+def chat_view(message: Message) -> Message:
+    """What a model is shown of a chat message (docs/formats.md): the chat fields, optional ones when set,
+    each tool call's ``id``/``type``/``function``."""
+    view = {k: v for k, v in message.items() if k in CHAT_FIELDS and (v is not None or k in ("role", "content"))}
+    if isinstance(view.get("tool_calls"), list):
+        view["tool_calls"] = [{k: v for k, v in c.items() if k in ("id", "type", "function")}
+                              if isinstance(c, dict) else c for c in view["tool_calls"]]
+    return view
+
+
 def excerpted(unit_messages: list[Message]) -> bool:
-    """Whether the decision model sees only an excerpt of this unit (ASCII JSON over 2000 chars)."""
-    return len(json.dumps(unit_messages)) > EVIDENCE_EXCERPT_OVER
+    """Whether the decision model sees only an excerpt of this unit (ASCII JSON of its view over 2000 chars)."""
+    return len(json.dumps([chat_view(m) for m in unit_messages])) > EVIDENCE_EXCERPT_OVER
 
 
 @dataclass(frozen=True)

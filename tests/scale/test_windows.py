@@ -37,7 +37,7 @@ def plan(messages: list[dict[str, Any]], s: Settings) -> list[dict[str, Any]]:
 
 def test_windows_cover_the_transcript_in_order_on_unit_boundaries(sessions):
     tasks = plan(sessions, settings())
-    assert len(tasks) > 3
+    assert len(tasks) >= 3
     assert [m for t in tasks for m in t["messages"]] == sessions
     starts = {u.start for u in split_units(sessions)}
     assert all(t["offset"] in starts for t in tasks)
@@ -135,7 +135,7 @@ def test_in_memory_run_shrinks_and_keeps_invariants(sessions):
     assert compaction["output_bytes"] == dense_size(body["messages"]) < 0.5 * dense_size(sessions)
     assert compaction["original_bytes"] == dense_size(sessions)
     passes = compaction["windows"]["passes"]
-    assert 1 <= len(passes) <= MAX_PASSES and passes[0]["windows"] > 3
+    assert 1 <= len(passes) <= MAX_PASSES and passes[0]["windows"] >= 3
     first = compaction["first_changed_index"]
     assert body["messages"][:first] == sessions[:first] and body["messages"][first] != sessions[first]
     assert compaction["preserved_prefix_bytes"] == dense_size(sessions[:first])

@@ -179,8 +179,10 @@ def test_excerpted_fragments_are_summarised_from_the_full_item_but_never_archive
     decision, = stack.requests("decisions")
     evidence = json.dumps([big])
     assert decision["state"]["fragments"][0] == {
-        "id": "fragment_2", "evidence": evidence[:1000] + "[excerpt; full item goes only to summary]" + evidence[-1000:]}
-    assert decision["state"]["fragments"][1] == {"id": "fragment_3", "evidence": json.dumps([bulky(3)])}
+        "id": "fragment_2", "bytes": len(compact_json([big]).encode()),
+        "evidence": evidence[:1000] + "[excerpt; full item goes only to summary]" + evidence[-1000:]}
+    assert decision["state"]["fragments"][1] == {"id": "fragment_3", "bytes": len(compact_json([bulky(3)]).encode()),
+                                                 "evidence": json.dumps([bulky(3)])}
     assert set(decision["questions"]["fragment_2"]["criteria"]) == {"keep", "summarize"}
     assert set(decision["questions"]["fragment_3"]["criteria"]) == {"keep", "summarize", "archive"}
     summaries, = stack.requests("summaries")
@@ -211,7 +213,8 @@ def test_non_ascii_evidence_is_excerpted_by_its_ascii_length(stack: Stack) -> No
     evidence = json.dumps([accented])
     assert len(compact_json([accented])) < 2000 < len(evidence)
     assert decision["state"]["fragments"] == [
-        {"id": "fragment_2", "evidence": evidence[:1000] + "[excerpt; full item goes only to summary]" + evidence[-1000:]}]
+        {"id": "fragment_2", "bytes": len(compact_json([accented]).encode()),
+         "evidence": evidence[:1000] + "[excerpt; full item goes only to summary]" + evidence[-1000:]}]
     assert "archive" not in decision["questions"]["fragment_2"]["criteria"]
 
 

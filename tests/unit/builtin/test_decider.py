@@ -71,6 +71,16 @@ def test_bulky_fragment_is_summarized_even_without_excerpt() -> None:
     assert choices(compaction_payload({"fragment_2": messages})) == {"fragment_2": "summarize"}
 
 
+def test_the_size_rules_read_the_fragment_bytes_when_the_state_gives_them() -> None:
+    """Evidence shows the model view; ``bytes`` is what keeping the unit costs (harness fields included)."""
+    payload = compaction_payload({"fragment_2": tool_unit("ls", "a.py"),
+                                  "fragment_4": tool_unit("make", "error: no rule", returncode=2)})
+    assert choices(payload) == {"fragment_2": "keep", "fragment_4": "keep"}
+    for fragment in payload["state"]["fragments"]:
+        fragment["bytes"] = ERROR_KEEP_BYTES + 1
+    assert choices(payload) == {"fragment_2": "summarize", "fragment_4": "summarize"}
+
+
 def test_non_zero_exit_code_alone_keeps_a_fragment() -> None:
     messages = tool_unit("test -f setup.cfg", "x" * 900, returncode=1)
     assert choices(compaction_payload({"fragment_2": messages})) == {"fragment_2": "keep"}

@@ -1,9 +1,10 @@
 import json
 
 from compactor.compaction.preparation import (
-    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, prepare, summary_budget)
+    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, batch_state, prepare,
+    summary_budget)
 from compactor.compaction.preset import question_template
-from compactor.jsonutil import ascii_wire_size
+from compactor.jsonutil import ascii_wire_size, dense_size
 
 from .fixtures import fixture_t, tool_unit
 
@@ -26,6 +27,36 @@ def test_worked_example_fixture_t():
         [f"fragment_{i}" for i in range(2, 10)], ["fragment_10", "fragment_11"]]
     assert prep.recent_evidence == ['[{"role":"assistant","content":"Current state."}]']
     assert prep.reasons == []
+
+
+def test_models_see_the_model_view_and_fragments_carry_their_own_bytes():
+    """What a harness stores beside the chat fields (raw responses, hidden reasoning) reaches no model:
+    not the evidence, the item to summarize or the recent evidence; ``bytes`` counts the unit as it is,
+    and batches are cut on it (docs/performance.md)."""
+    secret = "HARNESS-ONLY"
+    extra = {"extra": {"response": secret * 50}, "reasoning_content": secret, "provider_specific_fields": None}
+    messages = [{"role": "user", "content": "task"}]
+    for i in range(6):
+        messages += [{"role": "assistant", "content": None, **extra,
+                      "tool_calls": [{"index": 0, "id": f"c{i}", "type": "function",
+                                      "function": {"name": "bash", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": f"out {i} " * 40, **extra}]
+    prep = _prepare(messages, keep_recent=2)
+    candidates = [c for b in prep.batches for c in b.candidates]
+    assert candidates and prep.recent_evidence
+    for text in [*(c.evidence for c in candidates), *(c.item for c in candidates), *prep.recent_evidence]:
+        assert secret not in text and "provider_specific_fields" not in text
+    for c in candidates:
+        call, result = messages[c.unit.start:c.unit.end]
+        assert json.loads(c.item) == [
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": call["tool_calls"][0]["id"], "type": "function",
+                             "function": {"name": "bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": result["tool_call_id"], "content": result["content"]}]
+        assert c.size == dense_size([call, result]) > len(c.item.encode())
+        assert c.bound_bytes > c.record_bytes
+    state = batch_state(prep.instructions, prep.recent_evidence, prep.batches[0].candidates)
+    assert [f["bytes"] for f in state["fragments"]] == [c.size for c in prep.batches[0].candidates]
 
 
 def test_budget_formula_floor_and_cap():
@@ -108,8 +139,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from compactor.compaction.preparation import (  # noqa: E402
-    BatchSizer, batch_items, batch_questions, batch_state)
-from compactor.jsonutil import dense_size  # noqa: E402
+    BatchSizer, batch_items, batch_questions)
+from compactor.jsonutil import dense_dumps  # noqa: E402
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3000)
 
@@ -126,7 +157,9 @@ def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pin
         payload = {"state": batch_state(prep.instructions, prep.recent_evidence, batch.candidates),
                    "questions": batch_questions(batch.candidates)}
         assert sizer.decision_payload(batch) == ascii_wire_size(payload) <= 32000
-        assert sizer.summary_record(batch) == dense_size(batch_items(batch.candidates)) <= 50000
+        assert sizer.summary_record(batch) == dense_size(batch_items(batch.candidates))
+        whole = {c.unit.id: dense_dumps(messages[c.unit.start:c.unit.end]) for c in batch.candidates}
+        assert sizer.summary_record(batch) <= sizer.summary_record(batch, bound=True) == dense_size(whole) <= 50000
         entry = {"state": payload["state"], "items": batch_items(batch.candidates)}
         assert sizer.flow_input_entry(f"batch_{index}", batch) == dense_size({f"batch_{index}": entry}) - 2
         flow_input[f"batch_{index}"] = entry

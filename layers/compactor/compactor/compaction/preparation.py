@@ -53,9 +53,11 @@ class Candidate:
     unit: Unit
     evidence: str
     question: dict[str, Any]
-    item: str  # compact JSON of the unit's messages: what the summarizer sees and what is replaced
+    item: str  # compact JSON of the model view of the unit's messages: what the summarizer sees
+    size: int  # compact bytes of the unit's messages as they are: what keeping them costs
     decision_bytes: int  # ASCII wire bytes of its fragment entry + question entry in a decision payload
     record_bytes: int  # compact bytes of its ``"id":"<item>"`` entry in the summary record
+    bound_bytes: int  # the same entry with the unit's own compact JSON: what batching counts (docs/performance.md)
     state_bytes: int  # compact bytes of its fragment entry in the flow input's state
 
 
@@ -64,6 +66,7 @@ class Batch:
     candidates: list[Candidate] = field(default_factory=list)
     decision_bytes: int = 0  # sums over the candidates
     record_bytes: int = 0
+    bound_bytes: int = 0
     state_bytes: int = 0
     names: list[str] = field(default_factory=list)  # salience hint: its names that later messages use
     later: dict[str, Any] = field(default_factory=dict)  # the state's ``later`` block (docs/offline-offers.md)
@@ -75,6 +78,7 @@ class Batch:
         self.candidates.append(cand)
         self.decision_bytes += cand.decision_bytes
         self.record_bytes += cand.record_bytes
+        self.bound_bytes += cand.bound_bytes
         self.state_bytes += cand.state_bytes
 
 
@@ -125,6 +129,12 @@ def instructions_view(messages: list[Message], pins: list[int]) -> list[Message]
             task_limit = max(1000, task_limit // 2)
 
 
+def recent_view(unit_messages: list[Message], dialect: Dialect | None = None) -> str:
+    """One recent-evidence entry: compact JSON of the unit's model view, excerpted over 1000 characters."""
+    view = (dialect or get_dialect(None)).model_view(unit_messages)
+    return excerpt(dense_dumps(view), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
+
+
 def evidence_view(unit_messages: list[Message]) -> tuple[str, bool]:
     """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over 2000 characters."""
     return excerpt(ascii_dumps(unit_messages), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
@@ -157,7 +167,7 @@ def batch_state(prep_instructions: list[Message], recent: list[str], batch: list
         "guidance": decision_guidance(),
         "instructions": prep_instructions,
         "recent_evidence": recent,
-        "fragments": [{"id": c.unit.id, "evidence": c.evidence} for c in batch],
+        "fragments": [{"id": c.unit.id, "bytes": c.size, "evidence": c.evidence} for c in batch],
     }
     if later:
         state["later"] = later
@@ -190,14 +200,16 @@ class BatchSizer:
         members = batch.decision_bytes + (extra.decision_bytes if extra else 0)
         return self.decision_base + members + (4 * (n - 1) if n else 0)
 
-    def summary_record(self, batch: Batch, extra: Candidate | None = None) -> int:
+    def summary_record(self, batch: Batch, extra: Candidate | None = None, *, bound: bool = False) -> int:
+        """Bytes of the batch's summary record; with ``bound``, as if each item were the unit's own JSON."""
         n = len(batch.candidates) + (extra is not None)
-        members = batch.record_bytes + (extra.record_bytes if extra else 0)
+        members = (batch.bound_bytes + (extra.bound_bytes if extra else 0) if bound
+                   else batch.record_bytes + (extra.record_bytes if extra else 0))
         return 2 + members + (n - 1 if n else 0)
 
     def admissible(self, batch: Batch, extra: Candidate | None = None) -> bool:
         return (self.decision_payload(batch, extra) <= self.payload_max_bytes
-                and self.summary_record(batch, extra) <= MAX_SUMMARY_RECORD_BYTES)
+                and self.summary_record(batch, extra, bound=True) <= MAX_SUMMARY_RECORD_BYTES)
 
     def flow_input_entry(self, key: str, batch: Batch) -> int:
         """Bytes of ``"<key>":{"state":…,"items":…}`` in the compact flow input."""
@@ -206,17 +218,26 @@ class BatchSizer:
         return len(key) + 3 + len('{"state":,"items":}') + state + self.summary_record(batch)
 
 
-def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]) -> Candidate:
-    """The candidate of ``unit`` (whose messages are ``unit_messages``) with its exact serialised sizes."""
-    evidence, excerpted = evidence_view(unit_messages)
+def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any],
+              dialect: Dialect | None = None) -> Candidate:
+    """The candidate of ``unit`` (whose messages are ``unit_messages``) with its exact serialised sizes.
+
+    The models see the dialect's model view (docs/performance.md): the evidence and the item to summarize
+    leave out what the agent's model never reads. The fragment's ``bytes`` and the summary record's bound
+    count the unit as it is, so what keeping it costs and how batches are cut do not depend on the view."""
+    view = (dialect or get_dialect(None)).model_view(unit_messages)
+    evidence, excerpted = evidence_view(view)
     question = fragment_question(template, excerpted)
-    item = dense_dumps(unit_messages)
-    fragment = {"id": unit.id, "evidence": evidence}
+    item = dense_dumps(view)
+    whole = item if view is unit_messages else dense_dumps(unit_messages)
+    size = len(whole.encode("utf-8"))
+    fragment = {"id": unit.id, "bytes": size, "evidence": evidence}
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     return Candidate(
-        unit, evidence, question, item,
+        unit, evidence, question, item, size,
         decision_bytes=ascii_wire_size(fragment) + key_bytes + 2 + ascii_wire_size(question),
         record_bytes=key_bytes + 1 + dense_size(item),
+        bound_bytes=key_bytes + 1 + dense_size(whole),
         state_bytes=dense_size(fragment),
     )
 
@@ -238,9 +259,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            text, _ = excerpt(dense_dumps(dialect.model_view(messages[unit.start:unit.end])), RECENT_EXCERPT_OVER, RECENT_HALF,
-                              RECENT_MARKER)
-            recent.append(text)
+            recent.append(recent_view(messages[unit.start:unit.end], dialect))
 
     original_bytes = dense_size(messages)
     target = int(original_bytes * target_ratio)
@@ -251,7 +270,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent, payload_max_bytes)
-    used = fit_batches((candidate(u, dialect.model_view(messages[u.start:u.end]), question_template)
+    used = fit_batches((candidate(u, messages[u.start:u.end], question_template, dialect)
                         for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]

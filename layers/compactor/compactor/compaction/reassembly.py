@@ -57,7 +57,7 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
     value = values[unit_id]
     if isinstance(value, str) and value != item and value.strip():
         candidate = summary_message(unit_id, value, dialect, handle)
-        if dense_size(candidate) < len(item.encode("utf-8")):
+        if dense_size(candidate) < dense_size(original):
             return "summarize", [candidate]
     return "keep", original
 

@@ -26,22 +26,19 @@ from compactor.call_record import flow_facts
 from compactor.budget import Deadline
 from compactor.chat import Message, has_tool_calls, role_of
 from compactor.flow import admit_flow, run_flow
-from compactor.jsonutil import dense_dumps, dense_size
+from compactor.jsonutil import dense_size
 from compactor.compaction.preparation import (
     BUDGET_FLOOR,
     MAX_BATCHES,
     MAX_CANDIDATES,
     MAX_FLOW_INPUT_BYTES,
     MAX_PER_BATCH,
-    RECENT_EXCERPT_OVER,
-    RECENT_HALF,
-    RECENT_MARKER,
     Batch,
     BatchSizer,
     Candidate,
     candidate,
-    excerpt,
     fit_batches,
+    recent_view,
     summary_budget,
 )
 from compactor.compaction.preset import default_decision_policy, materialise, question_template
@@ -164,8 +161,7 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     input_bytes = 2 + sum(sizes) + max(0, count - 1)
     retained = 2 + protected_bytes + max(0, protected_count - 1)
     target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
-    recent_evidence = [excerpt(dense_dumps(msgs), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
-                       for unit, msgs in recent if unit.end > tail_start]
+    recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions,
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
                        budget=summary_budget(target, retained, candidates), message_bytes=sizes)
@@ -201,8 +197,9 @@ class _Fit:
             open_batch = Batch()
             if not self.sizer.admissible(open_batch, cand):
                 return _Fit(self.sizer, closed, closed_bytes, open_batch, self.candidates)
-        grown = Batch(list(open_batch.candidates), open_batch.decision_bytes, open_batch.record_bytes,
-                      open_batch.state_bytes)
+        grown = Batch(list(open_batch.candidates), decision_bytes=open_batch.decision_bytes,
+                      record_bytes=open_batch.record_bytes, bound_bytes=open_batch.bound_bytes,
+                      state_bytes=open_batch.state_bytes)
         grown.add(cand)
         return _Fit(self.sizer, closed, closed_bytes, grown, self.candidates + 1)
 

@@ -11,6 +11,28 @@ from compactor.chat import content_text, role_of
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
 from compactor.formats.base import Dialect, Item, Placeholder
 
+# What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
+# harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
+# ``reasoning_content``) never reaches the decision or summary models.
+MODEL_FIELDS = frozenset({"role", "name", "content", "refusal", "tool_calls", "tool_call_id", "function_call"})
+CALL_FIELDS = frozenset({"id", "type", "function"})
+
+
+def _model_call(call: object) -> object:
+    return {k: v for k, v in call.items() if k in CALL_FIELDS} if isinstance(call, dict) else call
+
+
+def model_message(item: Item) -> Item:
+    """``item`` with only the format's fields, in their order; empty optional fields (``null``) dropped."""
+    if not isinstance(item, dict):
+        return item
+    view: Item = {}
+    for key, value in item.items():
+        if key not in MODEL_FIELDS or (value is None and key not in ("role", "content")):
+            continue
+        view[key] = [_model_call(c) for c in value] if key == "tool_calls" and isinstance(value, list) else value
+    return view
+
 
 class OpenAIChat(Dialect):
     name = "openai-chat"
@@ -24,6 +46,9 @@ class OpenAIChat(Dialect):
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if role_of(m) == "user" and not is_text_observation(items, i)}
+
+    def model_view(self, items: list[Item]) -> list[Item]:
+        return [model_message(item) for item in items]
 
     def text_item(self, role: str, text: str) -> Item:
         return {"role": role, "content": text}

@@ -10,11 +10,13 @@ of precedence (docs/offline-offers.md "The decider's rules"):
    same command or tool call run again, a file it read whole read again or rewritten, a file it
    rewrote rewritten again. A text agent's observation inherits the actions of the fragment before it;
 3. ``keep`` when it holds the last rewrite of a file that later messages still mention;
-4. a failure (a non-zero exit code; without any exit code, an error line): ``keep`` when the evidence
+4. a failure (a non-zero exit code; without any exit code, an error line): ``keep`` when the fragment
    is under ``ERROR_KEEP_BYTES``, else ``summarize`` (the summarizer keeps error lines first);
-5. ``keep`` when the evidence is small (under ``SMALL_EVIDENCE_BYTES``): summarizing it would not
+5. ``keep`` when the fragment is small (under ``SMALL_EVIDENCE_BYTES``): summarizing it would not
    pay for the summary marker;
 6. ``summarize`` otherwise (bulky evidence already acted on).
+
+A fragment's size is its ``bytes`` (what keeping it costs in the transcript), else its evidence's length.
 
 A label the question does not offer is replaced by ``keep`` (or the first criterion). Any other
 decision gets a conservative answer for every question: choice ``keep`` (or the first criterion),
@@ -174,6 +176,7 @@ class FragmentView:
     # An observation's command, taken from the fragment before it: used to judge this fragment,
     # never counted as something this fragment did.
     inherited_actions: list[Action] = field(default_factory=list)
+    size: int = 0  # what keeping the fragment costs (its ``bytes``, else the evidence's length)
 
     @property
     def judged_actions(self) -> list[Action]:
@@ -209,15 +212,17 @@ def _parse_messages(text: str) -> list[dict[str, Any]] | None:
         return None
 
 
-def view_fragment(fragment_id: str, evidence: Any) -> FragmentView:
-    """Parse one fragment's evidence (ASCII JSON of its messages, or an excerpt of it)."""
+def view_fragment(fragment_id: str, evidence: Any, size: Any = None) -> FragmentView:
+    """Parse one fragment's evidence (ASCII JSON of its messages, or an excerpt of it); ``size`` is its
+    ``bytes`` when the state gives them."""
     if not isinstance(evidence, str):
         return FragmentView(fragment_id, "", False, None, [])
+    size = size if type(size) is int and size >= 0 else len(evidence)
     if EVIDENCE_EXCERPT_MARKER in evidence:
-        return FragmentView(fragment_id, evidence, True, None, visible_actions(evidence))
+        return FragmentView(fragment_id, evidence, True, None, visible_actions(evidence), size=size)
     messages = _parse_messages(evidence)
     actions = [action for message in messages or [] for action in message_actions(message)]
-    return FragmentView(fragment_id, evidence, False, messages, actions)
+    return FragmentView(fragment_id, evidence, False, messages, actions, size=size)
 
 
 def recent_footprint(entries: list[Any]) -> Footprint:
@@ -261,7 +266,8 @@ def compaction_fragments(state: Any) -> tuple[list[FragmentView], list[Any], dic
         return None
     if not all(isinstance(item, dict) and isinstance(item.get("id"), str) for item in fragments):
         return None
-    return [view_fragment(item["id"], item.get("evidence")) for item in fragments], recent, later
+    views = [view_fragment(item["id"], item.get("evidence"), item.get("bytes")) for item in fragments]
+    return views, recent, later
 
 
 def _offered(label: str, criteria: Any, confidence: float) -> tuple[str, float]:
@@ -301,8 +307,8 @@ def classify(view: FragmentView, later: Footprint, mentioned_later: str = "") ->
     if view.latest_writes(later, mentioned_later):
         return "keep", "live_write"
     if view.has_error():
-        return ("keep", "error") if len(view.evidence) < ERROR_KEEP_BYTES else ("summarize", "bulky_error")
-    if len(view.evidence) < SMALL_EVIDENCE_BYTES:
+        return ("keep", "error") if view.size < ERROR_KEEP_BYTES else ("summarize", "bulky_error")
+    if view.size < SMALL_EVIDENCE_BYTES:
         return "keep", "small"
     return "summarize", "bulky"
 

@@ -1,0 +1,62 @@
+"""What decision mode sends to providers (docs/performance.md "Model input"): every decision request of
+one compaction starts with the same bytes, the shared state first (model, guidance, the pinned view, the
+recent evidence), so a provider's prompt cache can reuse it across the batches; through the real
+``decisions`` and ``chat-decisions`` transports to a fake provider on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.models import CompactRequest
+from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+from compactor.providers.base import Offer
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+from compactor.transcripts import parse_transcript
+from fakes.provider_server import FakeProviderServer
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
+TRANSCRIPT = CORPUS / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
+SHARED = ("guidance", "instructions", "recent_evidence")
+
+
+def router(fake: FakeProviderServer, decider_transport: str) -> Router:
+    common = {"base_url": fake.base_url, "price_in": 1.0, "price_out": 1.0,
+              "observations": {"supports_json_mode": True, "context": 1_000_000}}
+    return Router([Offer(id="p/dec", provider="p", family="dec", model="dec", protocol="decisions",
+                         transport=decider_transport, **common),
+                   Offer(id="p/chat", provider="p", family="chat", model="chat", protocol="chat",
+                         transport="openai", **common)], transport_for=transport_for)
+
+
+@pytest.mark.parametrize("decider_transport", ["decisions", "chat-decisions"])
+async def test_the_batches_of_a_request_share_one_prefix_holding_the_shared_state(
+        fake_provider: FakeProviderServer, decider_transport: str) -> None:
+    messages, fields = parse_transcript(TRANSCRIPT.read_text(encoding="utf-8"))
+    request = CompactRequest.model_validate({**fields, "messages": messages, "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000),
+                                         router=router(fake_provider, decider_transport))
+    assert status == 200
+    if decider_transport == "decisions":
+        sent = [r.body for r in fake_provider.requests if r.path.endswith("/decisions")]
+        states = [r.json["state"] for r in fake_provider.requests if r.path.endswith("/decisions")]
+    else:  # the decision prompt: a system message, then the payload as the user message
+        chats = [r for r in fake_provider.requests if r.path.endswith("/chat/completions") and r.json["model"] == "dec"]
+        sent = [r.body for r in chats]
+        states = [json.loads(r.json["messages"][1]["content"])["state"] for r in chats]
+    assert len(sent) >= 4
+    for state in states:  # the shared state comes first, then what is the batch's own
+        assert list(state)[:3] == list(SHARED) and set(state) - set(SHARED) <= {"fragments", "later"}
+        assert [state[key] for key in SHARED] == [states[0][key] for key in SHARED]
+    prefix = os.path.commonprefix(sent)
+    shared = json.dumps({key: states[0][key] for key in SHARED}, separators=(",", ":"), ensure_ascii=False)[1:-1]
+    if decider_transport == "chat-decisions":
+        shared = json.dumps(shared, ensure_ascii=False)[1:-1]  # the payload travels as a JSON string
+    assert shared.encode() in prefix
+    assert len(prefix) >= 0.3 * min(map(len, sent))
