@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.compaction.salience import is_code_identifier
 from compactor.jsonutil import dense_size
 
 Message = dict[str, Any]
@@ -134,14 +135,7 @@ MIN_IDENTIFIER = 4
 
 def is_identifier_like(token: str) -> bool:
     """Code-ish names: snake_case, camelCase/PascalCase with an inner capital, or dotted names."""
-    if len(token) < MIN_IDENTIFIER or token.isdigit():
-        return False
-    if "." in token:
-        return True
-    core = token.strip("_")
-    if "_" in core:
-        return any(c.isalpha() for c in core)
-    return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)
+    return len(token) >= MIN_IDENTIFIER and not token.isdigit() and is_code_identifier(token)
 
 
 def identifiers(text: str) -> set[str]:

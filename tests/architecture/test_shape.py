@@ -66,6 +66,31 @@ def test_the_policy_language_imports_only_itself_and_shared_basics() -> None:
     assert outside == []
 
 
+def test_the_offline_offers_take_shared_texts_from_the_core_not_from_compaction() -> None:
+    """The built-in offers read what the compaction modes write (excerpt markers, fragment ids, the seal
+    head, tool call lines) through ``compactor.markers``; they import no compaction module and copy none
+    of those strings."""
+    files = python_files(CORE / "offline")
+    assert files and offending(files, ("compactor.compaction",)) == []
+    from compactor import markers
+
+    texts = [markers.EVIDENCE_MARKER, markers.RECENT_MARKER, markers.SEAL_HEAD, "fragment_", "[tool call "]
+    copied = [f"{p.relative_to(REPO)} copies {text!r}" for p in files for literal in string_literals(p)
+              for text in texts if text in literal]
+    assert copied == []
+
+
+def string_literals(path: Path) -> list[str]:
+    """The string constants of a module, docstrings left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
 def test_the_core_has_no_aws_imports() -> None:
     assert offending(python_files(CORE), AWS_MODULES) == []
 

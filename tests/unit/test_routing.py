@@ -11,14 +11,7 @@ import pytest
 
 from compactor.budget import Deadline
 from compactor.policy import DEFAULT_CHAT_POLICY, DEFAULT_DECISIONS_POLICY, PolicyAdmissionError
-from compactor.providers.base import (
-    ChatRequest,
-    ChatResponse,
-    DecisionRequest,
-    DecisionResponse,
-    Offer,
-    ProviderError,
-)
+from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError
 from compactor.router import MAX_RETRIES_PER_OFFER, PROVIDER_DISABLE_TTL_S, Router, compute_cost
 
 Behaviour = Callable[[Offer, int], Any]

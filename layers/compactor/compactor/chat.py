@@ -17,13 +17,14 @@ def has_tool_calls(message: Message) -> bool:
     return isinstance(message, dict) and bool(message.get("tool_calls"))
 
 
-def content_text(content: Any) -> str:
-    """Text of a message content: strings as they are, list parts' ``text`` joined by spaces."""
+def content_text(content: Any, separator: str = " ") -> str:
+    """Text of a message content: strings as they are, list parts' ``text`` joined by ``separator``
+    (a space; the provider turns join them with nothing), anything else as dense JSON."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = [part.get("text") for part in content if isinstance(part, dict)]
-        return " ".join(part for part in parts if isinstance(part, str))
+        return separator.join(part for part in parts if isinstance(part, str))
     return dense_dumps(content)

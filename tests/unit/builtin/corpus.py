@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from compactor.markers import EVIDENCE_MARKER
+
 CORPUS_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 TRANSCRIPTS = sorted(CORPUS_DIR.glob("*.json"))
-EVIDENCE_EXCERPT_MARKER = "[excerpt; full item goes only to summary]"
 CRITERIA = {
     "keep": "Preserve verbatim",
     "summarize": "Preserve useful facts in a shorter summary",
@@ -39,7 +40,7 @@ def evidence_view(unit_messages: list[dict[str, Any]]) -> tuple[str, bool]:
     """The decision evidence of a unit (docs/behaviour.md#decision, decision context) and whether it is an excerpt."""
     text = json.dumps(unit_messages)
     if len(text) > 2000:
-        return text[:1000] + EVIDENCE_EXCERPT_MARKER + text[-1000:], True
+        return text[:1000] + EVIDENCE_MARKER + text[-1000:], True
     return text, False
 
 

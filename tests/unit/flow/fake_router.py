@@ -15,14 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compactor.policy import admit_policy
-from compactor.providers.base import (
-    ChatRequest,
-    ChatResponse,
-    DecisionRequest,
-    DecisionResponse,
-    Offer,
-    ProviderError,
-)
+from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError
 from compactor.router import AdmittedPolicy, RouteResult, compute_cost
 
 CHAT_OFFER = Offer(id="fake/writer", provider="fakechat", family="fake-writer", model="fake-writer-1",

@@ -12,6 +12,7 @@ from typing import Any
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
+from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.compaction.salience import action_message, batch_hint, later_block, later_names, message_names
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
@@ -25,10 +26,8 @@ MAX_FLOW_INPUT_BYTES = 900_000
 BUDGET_FLOOR, BUDGET_CAP = 128, 1_048_576
 EVIDENCE_EXCERPT_OVER = 2000
 EVIDENCE_HALF = 1000
-EVIDENCE_MARKER = "[excerpt; full item goes only to summary]"
 RECENT_EXCERPT_OVER = 1000
 RECENT_HALF = 500
-RECENT_MARKER = "[excerpt]"
 # The decision state's bounded view of the pinned messages (docs/differences.md): the task (the first
 # pinned user message) in full up to TASK_VIEW_CHARS, every other pin excerpted to PIN_VIEW_CHARS, and all
 # of it within INSTRUCTIONS_VIEW_BYTES so that pins alone never fill a decision payload.

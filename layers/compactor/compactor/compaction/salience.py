@@ -25,8 +25,12 @@ def _is_name(token: str) -> bool:
         return False
     if "/" in token:
         return "//" not in token and any(c.isalpha() for c in token)
-    if not _IDENTIFIER.fullmatch(token):
-        return False
+    return bool(_IDENTIFIER.fullmatch(token)) and is_code_identifier(token)
+
+
+def is_code_identifier(token: str) -> bool:
+    """Whether a word-like token reads as code: dotted, snake_case, or camelCase/PascalCase with an
+    inner capital (``x.y``, ``read_file``, ``parseArgs``); not an ordinary word."""
     if "." in token:
         return True
     core = token.strip("_")

@@ -21,6 +21,7 @@ from compactor.policy import PolicyAdmissionError
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_size
+from compactor.markers import SEAL_HEAD
 from compactor.providers.base import ChatRequest, ChatResponse
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
 from compactor.response_blocks import billed_cost, route_usage, route_x_router, usage_block
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 NAME = "seal"
 
-SEAL_MARKER = "[Earlier conversation, sealed summary]\n"
+SEAL_MARKER = SEAL_HEAD + "\n"
 DEFAULT_MAX_TOKENS = 512
 
 SEAL_INSTRUCTION = (

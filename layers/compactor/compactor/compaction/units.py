@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from compactor.chat import Message, content_text, has_tool_calls, role_of
+from compactor.markers import fragment_id
 
 if TYPE_CHECKING:
     from compactor.formats.base import Dialect
@@ -35,7 +36,7 @@ class Unit:
 
     @property
     def id(self) -> str:
-        return f"fragment_{self.start}"
+        return fragment_id(self.start)
 
     def indexes(self) -> range:
         return range(self.start, self.end)

@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from compactor.compaction.units import Unit
+from compactor.markers import tool_call_line
 from compactor.formats.base import Dialect, Item, Placeholder, block_text, blocks, paired_units
 
 ROLES = ("user", "assistant")
@@ -96,7 +97,7 @@ class AnthropicMessages(Dialect):
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append(block["text"])
             elif kind in CALLS:
-                parts.append(f"[tool call {block.get('name')}({_dumps(block.get('input'))})]")
+                parts.append(tool_call_line(block.get("name"), _dumps(block.get("input"))))
             elif str(kind).endswith("tool_result"):
                 parts.append(f"[tool result] {_result_text(block.get('content'))}")
         return f"{item.get('role')}: " + "\n".join(p for p in parts if p)

@@ -8,6 +8,7 @@ single message; ``system`` and ``developer`` messages are always protected, ``us
 from __future__ import annotations
 
 from compactor.chat import content_text, role_of
+from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
 from compactor.formats.base import Dialect, Item, Placeholder
 
@@ -60,7 +61,7 @@ class OpenAIChat(Dialect):
         for call in calls if isinstance(calls, list) else []:
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
-                text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
+                text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
         return f"{role_of(item)}: {text}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:

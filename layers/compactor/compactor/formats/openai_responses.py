@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from compactor.compaction.units import Unit
+from compactor.markers import tool_call_line
 from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
 
 HIDDEN = ("reasoning",)
@@ -83,7 +84,7 @@ class OpenAIResponses(Dialect):
         if kind.endswith("_call"):
             args = item.get("arguments", item.get("input", item.get("action")))
             shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            return f"assistant: [tool call {item.get('name', kind)}({shown})]"
+            return f"assistant: {tool_call_line(item.get('name', kind), shown)}"
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:

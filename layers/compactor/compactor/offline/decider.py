@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
 from compactor.offline.transcript_reading import (
     Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
     tool_call_action,
@@ -41,12 +42,9 @@ SMALL_EVIDENCE_BYTES = 600
 # An error output shorter than this is kept verbatim (it may be unresolved); a longer one is summarized,
 # and the summarizer keeps its error lines first.
 ERROR_KEEP_BYTES = 1500
-EVIDENCE_EXCERPT_MARKER = "[excerpt; full item goes only to summary]"
-RECENT_EXCERPT_MARKER = "[excerpt]"
 CONFIDENCE = {"error": 0.9, "superseded": 0.8, "small": 0.85, "bulky": 0.7, "unjudged": 0.3, "fallback": 0.1,
               "live_write": 0.85, "bulky_error": 0.6}
 
-_FRAGMENT_INDEX = re.compile(r"fragment_(\d+)")
 _CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
 _PATH_ARG = r"(['\"]?)([^\s'\"|;&<>()]+)"
 _WHOLE_READ = re.compile(r"^(?:cat(?:\s+-n)?|nl(?:\s+-ba)?|open)\s+" + _PATH_ARG + r"\1\s*$")
@@ -142,12 +140,12 @@ def visible_actions(excerpt: str) -> list[Action]:
     """Actions still readable in the JSON text of an excerpt (tool calls, fenced commands)."""
     actions: list[Action] = []
     for arguments, name in _VISIBLE_CALL.findall(excerpt):
-        if EVIDENCE_EXCERPT_MARKER in arguments:  # the cut runs through these arguments: not readable
+        if EVIDENCE_MARKER in arguments:  # the cut runs through these arguments: not readable
             continue
         found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
         actions.extend([found] if found else [])
     for name, arguments in _VISIBLE_CALL_NAME_FIRST.findall(excerpt):
-        if EVIDENCE_EXCERPT_MARKER in arguments:
+        if EVIDENCE_MARKER in arguments:
             continue
         found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
         actions.extend([found] if found else [])
@@ -218,7 +216,7 @@ def view_fragment(fragment_id: str, evidence: Any, size: Any = None) -> Fragment
     if not isinstance(evidence, str):
         return FragmentView(fragment_id, "", False, None, [])
     size = size if type(size) is int and size >= 0 else len(evidence)
-    if EVIDENCE_EXCERPT_MARKER in evidence:
+    if EVIDENCE_MARKER in evidence:
         return FragmentView(fragment_id, evidence, True, None, visible_actions(evidence), size=size)
     messages = _parse_messages(evidence)
     actions = [action for message in messages or [] for action in message_actions(message)]
@@ -231,7 +229,7 @@ def recent_footprint(entries: list[Any]) -> Footprint:
     for entry in entries:
         if not isinstance(entry, str):
             continue
-        messages = None if RECENT_EXCERPT_MARKER in entry else _parse_messages(entry)
+        messages = None if RECENT_MARKER in entry else _parse_messages(entry)
         if messages is None:
             actions = visible_actions(entry)
         else:
@@ -240,15 +238,10 @@ def recent_footprint(entries: list[Any]) -> Footprint:
     return footprint
 
 
-def _fragment_number(fragment_id: str) -> int | None:
-    match = _FRAGMENT_INDEX.fullmatch(fragment_id)
-    return int(match.group(1)) if match else None
-
-
 def _inherit_observation_actions(views: list[FragmentView]) -> None:
     """Give an action-less fragment the actions of the fragment right before it in the transcript."""
     for previous, current in zip(views, views[1:]):
-        before, after = _fragment_number(previous.id), _fragment_number(current.id)
+        before, after = fragment_start(previous.id), fragment_start(current.id)
         if current.actions or before is None or after != before + 1:
             continue
         if current.messages and all(message.get("role") in ("user", "tool") for message in current.messages):

@@ -20,6 +20,8 @@ import re
 from typing import Any
 
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
+from compactor.markers import SEAL_HEAD as _SEAL_HEAD
+from compactor.markers import TOOL_CALL_LINE as _TOOL_CALL_LINE
 from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
@@ -334,8 +336,6 @@ def _counted(commands: list[str]) -> list[str]:
     return [f"$ {command} ×{count}" if count > 1 else f"$ {command}" for command, count in counts.items()]
 
 
-_TOOL_CALL_LINE = re.compile(r"^\[tool call ([^(\n]*)\((.*)\)\]$", re.MULTILINE)
-_SEAL_HEAD = "[Earlier conversation, sealed summary]"
 _TASK_LINE = re.compile(r"^task: (.*)$", re.MULTILINE)
 
 

@@ -7,9 +7,11 @@ the turn they belong to; consecutive messages of one role merge; the first turn 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from compactor.chat import content_text
+from compactor.markers import tool_call_line
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # APIs without a JSON switch get this instruction in JSON mode; the answer is validated all the same.
@@ -22,24 +24,17 @@ class Turns:
     turns: tuple[tuple[str, str], ...]  # (role "user" | "assistant", text), alternating, user first
 
 
-def content_text(content: Any) -> str:
-    """A message's content as text: a string, the text parts of a part list, else its JSON."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part["text"] for part in content
-                       if isinstance(part, dict) and isinstance(part.get("text"), str))
-    return json.dumps(content, ensure_ascii=False)
+def _text(content: Any) -> str:
+    """A message's content as one text block: the text parts of a part list are joined as they are."""
+    return content_text(content, separator="")
 
 
 def _message_text(message: dict[str, Any]) -> str:
-    text = content_text(message.get("content"))
+    text = _text(message.get("content"))
     for call in message.get("tool_calls") or []:
         function = call.get("function") if isinstance(call, dict) else None
         if isinstance(function, dict):
-            text += f"\n[tool call {function.get('name')}({function.get('arguments')})]"
+            text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
     if message.get("role") == "tool":
         text = f"[tool result] {text}"
     return text
@@ -52,7 +47,7 @@ def to_turns(messages: list[dict[str, Any]], *, json_mode: bool = False) -> Turn
     for message in messages:
         role = message.get("role") if isinstance(message, dict) else None
         if role in _SYSTEM_ROLES:
-            system.append(content_text(message.get("content")))
+            system.append(_text(message.get("content")))
             continue
         role = "assistant" if role == "assistant" else "user"
         text = _message_text(message)

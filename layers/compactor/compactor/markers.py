@@ -1,0 +1,40 @@
+"""The texts Compactor writes into what a model reads and that other parts read back: one home each.
+
+The compaction modes write them (decision payloads, rendered conversations, sealed summaries); the
+built-in offline offers (``compactor.offline``) recognise them, importing them from here rather than
+copying the strings (docs/behaviour.md#decision, docs/behaviour.md#seal).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+# A candidate's evidence longer than its excerpt limit: head + EVIDENCE_MARKER + tail.
+EVIDENCE_MARKER: Final = "[excerpt; full item goes only to summary]"
+# A recent protected unit shown only in part in the decision state.
+RECENT_MARKER: Final = "[excerpt]"
+# The first line of the system message that replaces a sealed middle.
+SEAL_HEAD: Final = "[Earlier conversation, sealed summary]"
+
+_FRAGMENT_PREFIX: Final = "fragment_"
+_FRAGMENT_ID: Final = re.compile(re.escape(_FRAGMENT_PREFIX) + r"(\d+)")
+_TOOL_CALL_OPEN: Final = "[tool call "
+# A rendered tool call line: ``[tool call <name>(<arguments>)]`` (groups: name, arguments).
+TOOL_CALL_LINE: Final = re.compile(r"^" + re.escape(_TOOL_CALL_OPEN) + r"([^(\n]*)\((.*)\)\]$", re.MULTILINE)
+
+
+def fragment_id(start: int) -> str:
+    """The id of the unit whose first message has index ``start``: ``fragment_<start>``."""
+    return f"{_FRAGMENT_PREFIX}{start}"
+
+
+def fragment_start(identifier: str) -> int | None:
+    """The first message index a fragment id names, or None when ``identifier`` is not one."""
+    match = _FRAGMENT_ID.fullmatch(identifier)
+    return int(match.group(1)) if match else None
+
+
+def tool_call_line(name: Any, arguments: Any) -> str:
+    """How a rendered conversation shows one tool call."""
+    return f"{_TOOL_CALL_OPEN}{name}({arguments})]"
