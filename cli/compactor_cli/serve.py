@@ -6,12 +6,16 @@ For people it also serves, outside the stage, the report page at ``/`` (with ``P
 UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
 of the ``--api-key`` values (when set; in ``x-api-key`` or ``Authorization: Bearer``) and 413 for a body
 over the limit, before reading it. A presented key's id (``compactor_aws.caller.local_key_id``) goes
-into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id. Handler calls run
-one at a time on one long-lived worker thread, as a warm Lambda instance runs its events.
-The function's environment from ``template.yaml`` (Globals merged, parameters at their defaults unless
-``--param K=V``) is applied before the handler is imported, except variables already set in the shell
-and the names of the stack's tables and buckets: billing and idempotency run on local stores (the
-ledger in ``--ledger FILE``, else in memory) unless the shell names tables (docs/billing.md).
+into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id.
+
+Concurrent requests are answered concurrently, the way Lambda scales out: ``--workers N`` instances of
+the function, each a process of its own that imports the handler once and answers one event at a time
+(docs/performance.md). Processes, not threads: the handler's Powertools resolver keeps the current event
+in class attributes, so two events in one process would read each other's. A request goes to the least
+busy instance (among idle ones the one used last, which is warm); requests carrying the same
+``Idempotency-Key`` always go to the same one, whose in-memory idempotency store replays them, and the
+instances share one ledger file (``--ledger``, else a temporary one). ``create_server`` without
+``workers`` runs one instance in-process on one long-lived thread (tests).
 """
 
 from __future__ import annotations
@@ -20,10 +24,16 @@ import argparse
 import base64
 import hmac
 import json
+import multiprocessing
 import os
+import signal
 import sys
-from collections.abc import Mapping, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
+import threading
+import zlib
+from collections.abc import Callable, Mapping, MutableMapping
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -50,6 +60,8 @@ READ_TIMEOUT_S = 30.0
 """A client that sends nothing for this long is disconnected (a stalled upload cannot hold a thread)."""
 MAX_DRAIN_BYTES = 64 * 1024 * 1024
 """An oversized body up to this size is read and discarded before the 413, so the client sees the answer."""
+DEFAULT_WORKERS = 4
+"""Function instances ``compactor serve`` runs (``--workers``): concurrent requests answered at once."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
 _STAGE_PREFIX = f"/{http_api.STAGE}"
 
@@ -82,22 +94,137 @@ def apply_environment(variables: Mapping[str, str],
     return applied
 
 
+def invoke(handler: LambdaHandler, event: dict[str, Any]) -> dict[str, Any]:
+    """One invocation; the context's clock starts when an instance picks the event up."""
+    return handler(event, LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S))
+
+
+class InProcess:
+    """One instance of the function in this process, on one long-lived thread (as a warm Lambda
+    container runs its events one after another)."""
+
+    def __init__(self, handler: LambdaHandler):
+        self.handler = handler
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
+
+    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> dict[str, Any]:
+        return self._thread.submit(invoke, self.handler, event).result()
+
+    def report(self, payload: bytes) -> tuple[int, str, bytes]:
+        return self._thread.submit(serve_page.report, payload).result()
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+
+_worker_handler: LambdaHandler | None = None  # the handler of this process when it is a worker instance
+
+
+def _start_worker(code_dir: str, environment: dict[str, str]) -> None:
+    """A worker process's initializer: its environment, then the handler imported once."""
+    global _worker_handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops its workers
+    os.environ.update(environment)
+    _worker_handler = load_handler(Path(code_dir), FUNCTION_HANDLER)
+
+
+def _worker_invoke(event: dict[str, Any]) -> dict[str, Any]:
+    assert _worker_handler is not None, "not a worker process"
+    return invoke(_worker_handler, event)
+
+
+def _worker_ready() -> bool:
+    return _worker_handler is not None
+
+
+class WorkerPool:
+    """``size`` instances of the function, each a process of its own that imports the handler once and
+    answers one event at a time. All start before the server listens, so an import error stops
+    ``compactor serve`` at once and no request waits for an instance's cold start."""
+
+    def __init__(self, size: int, code_dir: Path, environment: Mapping[str, str] | None = None):
+        if size < 1:
+            raise ValueError("a worker pool needs at least one worker")
+        self._ledger_dir: tempfile.TemporaryDirectory[str] | None = None
+        environment = dict(environment or {})
+        if LEDGER_FILE_ENV not in environment and LEDGER_FILE_ENV not in os.environ:
+            # The instances share one ledger, so that GET /usage counts every instance's calls.
+            self._ledger_dir = tempfile.TemporaryDirectory(prefix="compactor-serve-")
+            environment[LEDGER_FILE_ENV] = str(Path(self._ledger_dir.name) / "ledger.jsonl")
+        self._start: Callable[[], Executor] = lambda: ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+            initargs=(str(code_dir), environment))
+        self._instances = [self._start() for _ in range(size)]
+        self._busy = [0] * size
+        self._used = [0] * size  # when each instance was last given a call (a count of calls)
+        self._calls = 0
+        self._lock = threading.Lock()
+        try:
+            for started in [instance.submit(_worker_ready) for instance in self._instances]:
+                started.result()
+        except BaseException:
+            self.close()
+            raise
+
+    def _run(self, affinity: str | None, function: Callable[..., Any], *args: Any) -> Any:
+        with self._lock:
+            if affinity is not None:
+                index = zlib.crc32(affinity.encode("utf-8", "surrogateescape")) % len(self._instances)
+            else:  # the least busy; among equals the one used last, which is warm (as Lambda reuses instances)
+                index = min(range(len(self._instances)), key=lambda i: (self._busy[i], -self._used[i]))
+            self._calls += 1
+            self._used[index] = self._calls
+            self._busy[index] += 1
+            instance = self._instances[index]
+        try:
+            return instance.submit(function, *args).result()
+        except BrokenProcessPool:  # the instance died (like a crashed container): replace it, fail this call
+            with self._lock:
+                if self._instances[index] is instance:
+                    self._instances[index] = self._start()
+            raise
+        finally:
+            with self._lock:
+                self._busy[index] -= 1
+
+    @property
+    def in_flight(self) -> int:
+        """Calls given to an instance and not answered yet (running or waiting for their instance)."""
+        with self._lock:
+            return sum(self._busy)
+
+    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._run(affinity, _worker_invoke, event)
+        return result
+
+    def report(self, payload: bytes) -> tuple[int, str, bytes]:
+        result: tuple[int, str, bytes] = self._run(None, serve_page.report, payload)
+        return result
+
+    def close(self) -> None:
+        for instance in self._instances:
+            instance.shutdown(wait=True, cancel_futures=True)
+        if self._ledger_dir is not None:
+            self._ledger_dir.cleanup()
+
+
 class CompactorServer(ThreadingHTTPServer):
-    """A threading HTTP server holding the handler, its worker thread and the accepted API keys (none: open)."""
+    """A threading HTTP server holding the function's instances (a handler: one, in-process) and the
+    accepted API keys (none: open)."""
 
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], handler: LambdaHandler, api_key: str | list[str] | None):
-        # Set before binding: a failed bind calls server_close(), which shuts the worker down.
-        self.lambda_handler = handler
+    def __init__(self, address: tuple[str, int], handler: LambdaHandler | WorkerPool | InProcess,
+                 api_key: str | list[str] | None):
+        # Set before binding: a failed bind calls server_close(), which shuts the instances down.
+        self.instances = handler if isinstance(handler, (WorkerPool, InProcess)) else InProcess(handler)
         self.api_keys = [api_key] if isinstance(api_key, str) else list(api_key or [])
-        self.lambda_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
         super().__init__(address, _RequestHandler)
 
     def server_close(self) -> None:
         super().server_close()
-        self.lambda_worker.shutdown(wait=True)
+        self.instances.close()
 
     @property
     def url(self) -> str:
@@ -153,8 +280,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._drain(length)
             self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
             return
-        if local:  # the report page's compaction, on the handler's worker thread
-            self._send(*self.server.lambda_worker.submit(serve_page.report, self.rfile.read(length)).result())
+        if local:  # the report page's compaction, on one of the function's instances
+            self._send(*self.server.instances.report(self.rfile.read(length)))
             return
         event = http_api.rest_proxy_event(
             method=self.command,
@@ -166,7 +293,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         if key is not None:
             event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
-        response = self._invoke(event)
+        response = self._invoke(event, affinity=self.headers.get("Idempotency-Key"))
         self._log_model_failures(response)
         self._send_proxy_response(response)
 
@@ -196,12 +323,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except OSError:  # timed out or reset: answer anyway
             pass
 
-    def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
-        def invocation() -> dict[str, Any]:  # the clock starts when the worker picks the event up
-            return self.server.lambda_handler(event, LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S))
-
+    def _invoke(self, event: dict[str, Any], affinity: str | None) -> dict[str, Any]:
         try:
-            return self.server.lambda_worker.submit(invocation).result()
+            return self.server.instances.invoke(event, affinity)
         except Exception:  # what API Gateway answers when the function itself fails
             self.log_error("handler raised; answering 502")
             return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY)
@@ -241,15 +365,26 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
 
 def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list[str] | None = None,
-                  code_dir: Path | None = None, environment: Mapping[str, str] | None = None) -> CompactorServer:
+                  code_dir: Path | None = None, environment: Mapping[str, str] | None = None,
+                  workers: int | None = None) -> CompactorServer:
     """A ready (not yet serving) server; ``port`` 0 picks a free port (see ``server_address``).
 
     ``environment`` (see :func:`template_environment`) is applied to this process, without overriding
-    what is already set, before the handler is imported."""
+    what is already set, before the handler is imported. ``workers``: that many instances in processes
+    of their own (:class:`WorkerPool`); None: one instance in this process."""
     if environment:
         apply_environment(environment)
-    handler = load_handler(code_dir or default_code_dir(), FUNCTION_HANDLER)
-    return CompactorServer((host, port), handler, api_key)
+    code_dir = code_dir or default_code_dir()
+    if workers is None:
+        return CompactorServer((host, port), load_handler(code_dir, FUNCTION_HANDLER), api_key)
+    return CompactorServer((host, port), WorkerPool(workers, code_dir), api_key)  # a failed bind closes the pool
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -262,6 +397,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", type=Path, metavar="FILE",
                         help="keep the usage ledger in this JSON-lines file (default: in memory); "
                              "read it with compactor usage --ledger FILE")
+    parser.add_argument("--workers", type=_positive, default=DEFAULT_WORKERS, metavar="N",
+                        help=f"instances of the function, each a process answering one request at a time "
+                             f"(default {DEFAULT_WORKERS})")
     parser.add_argument("--code-dir", type=Path, help="directory of compact.py (default: functions/compact)")
     parser.add_argument("-t", "--template", type=Path,
                         help="SAM template whose CompactFunction environment is applied (default: template.yaml)")
@@ -285,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ledger is not None:
         environment[LEDGER_FILE_ENV] = str(args.ledger)
     try:
-        server = create_server(args.host, args.port, args.api_key, args.code_dir, environment)
+        server = create_server(args.host, args.port, args.api_key, args.code_dir, environment, workers=args.workers)
     except OSError as exc:
         print(f"compactor serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2

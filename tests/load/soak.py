@@ -3,8 +3,9 @@
 Starts ``compactor serve`` on 127.0.0.1 with the bundled offline catalog (no network, no keys), lets
 ``SOAK_CLIENTS`` (default 50) clients post ``/v1/compact`` requests (legacy and decision mode, alternating)
 for ``SOAK_SECONDS`` (default 60), then stops the server and prints throughput, latency percentiles,
-errors and the server's RSS drift (after a warm-up, to the end). Exits 1 on any error, or when RSS grew by
-more than ``SOAK_MAX_RSS_DRIFT_MB`` (default 64): memory must stay flat under sustained load.
+errors and the RSS drift of the server and its worker instances (after a warm-up, to the end). Exits 1 on
+any error, or when RSS grew by more than ``SOAK_MAX_RSS_DRIFT_MB`` (default 64): memory must stay flat
+under sustained load.
 """
 
 from __future__ import annotations
@@ -44,10 +45,19 @@ def free_port() -> int:
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident memory of ``pid`` and all its descendants (the server and its worker instances)."""
+    total, pending = 0.0, [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending.extend(int(child) for child in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):  # exited meanwhile
+            continue
+    return total
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], limit_s: float = 60) -> None:

@@ -1,0 +1,123 @@
+"""``compactor serve`` with worker instances (``workers=N``): concurrent requests are answered
+concurrently, and what one caller's retries rely on (idempotent replay, the usage ledger) still holds
+across instances. No timing is asserted: overlap is proven by a barrier the fake provider waits on."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from compactor.catalog import reset_catalog_cache
+from compactor.container import reset_router
+from compactor_cli import serve
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
+
+from .test_serve import REPO, running
+
+SUMMARY = "The agent tried several fixes of the parser."
+KEY_ENV = "SERVE_WORKERS_TEST_KEY"
+
+
+def messages(tag: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"Fix the parser ({tag})."}] + [
+        {"role": "assistant", "content": f"{tag} step {i}: " + "tried something " * 40} for i in range(10)]
+
+
+@pytest.fixture
+def catalog_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """Point the server's catalog at one chat offer of ``provider`` (workers inherit the environment)."""
+    def configure(provider: FakeProviderServer) -> None:
+        catalog = tmp_path / "catalog.json"
+        catalog.write_text(json.dumps({"offers": [{
+            "id": "fake/summarizer", "provider": "fake", "family": "m", "model": "m", "protocol": "chat",
+            "transport": "openai", "base_url": provider.base_url, "api_key_env": KEY_ENV,
+            "price_in": 1.0, "price_out": 2.0, "supports_json_mode": True}]}))
+        monkeypatch.setenv(KEY_ENV, "sk-local")
+        monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog))
+        reset_catalog_cache()
+        reset_router()
+
+    yield configure
+    reset_catalog_cache()
+    reset_router()
+
+
+def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one_ledger(catalog_of) -> None:
+    both_in_flight = threading.Barrier(2)
+
+    def responder(request: RecordedRequest) -> Reply:
+        # A model call answers only once the other request's model call has arrived too: run one
+        # request after the other and the first call fails when the barrier gives up.
+        try:
+            both_in_flight.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            return Reply(500, {"error": {"message": "the two requests did not overlap"}})
+        return chat_reply(SUMMARY)
+
+    with FakeProviderServer() as provider:
+        provider.responder = responder
+        catalog_of(provider)
+        with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
+            with ThreadPoolExecutor(max_workers=2) as clients:
+                answers = list(clients.map(
+                    lambda tag: httpx.post(f"{url}/compact", json={"messages": messages(tag), "keep_recent": 2},
+                                           timeout=120),
+                    ["first", "second"]))
+            usage = httpx.get(f"{url}/usage", timeout=60).json()  # one instance: both calls are there
+
+    for answer in answers:
+        assert answer.status_code == 200
+        body = answer.json()
+        assert body["compacted"] is True
+        assert SUMMARY in json.dumps(body["messages"])
+    assert len(provider.requests) == 2
+    assert [day["calls"] for day in usage["days"]] == [2]
+
+
+def test_a_retry_sent_while_its_key_runs_waits_for_that_instance_and_is_replayed(catalog_of) -> None:
+    first_call_arrived, release = threading.Event(), threading.Event()
+
+    def responder(request: RecordedRequest) -> Reply:
+        first_call_arrived.set()
+        release.wait(timeout=60)
+        return chat_reply(SUMMARY)
+
+    body = {"messages": messages("retried"), "keep_recent": 2}
+    headers = {"Idempotency-Key": "retry-1"}
+    with FakeProviderServer() as provider:
+        provider.responder = responder
+        catalog_of(provider)
+        server = serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)
+        pool = server.instances
+        assert isinstance(pool, serve.WorkerPool)
+        with running(server) as url:
+            with ThreadPoolExecutor(max_workers=2) as clients:
+                first = clients.submit(httpx.post, f"{url}/compact", json=body, headers=headers, timeout=120)
+                assert first_call_arrived.wait(timeout=60)
+                # The other instance is idle: only the key's affinity keeps the retry off it (there it
+                # would compact the body a second time, its idempotency store being its own).
+                retry = clients.submit(httpx.post, f"{url}/compact", json=body, headers=headers, timeout=120)
+                while pool.in_flight < 2 and not retry.done():  # the retry is given to an instance
+                    threading.Event().wait(0.01)
+                release.set()
+                first_answer, retry_answer = first.result(), retry.result()
+
+    assert first_answer.status_code == retry_answer.status_code == 200
+    assert "Idempotent-Replayed" not in first_answer.headers
+    assert retry_answer.headers["Idempotent-Replayed"] == "true"
+    assert retry_answer.content == first_answer.content
+    assert len(provider.requests) == 1
+
+
+def test_workers_must_be_positive() -> None:
+    from compactor_cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--workers", "0"])
+    assert build_parser().parse_args(["serve"]).workers == serve.DEFAULT_WORKERS
