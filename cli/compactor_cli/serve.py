@@ -25,6 +25,7 @@ import base64
 import hmac
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
@@ -124,8 +125,16 @@ def _start_worker(code_dir: str, environment: dict[str, str]) -> None:
     """A worker process's initializer: its environment, then the handler imported once."""
     global _worker_handler
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the server, which stops its workers
+    parent = multiprocessing.parent_process()
+    if parent is not None:  # a server killed outright leaves no instance behind
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), name="parent-watch", daemon=True).start()
     os.environ.update(environment)
     _worker_handler = load_handler(Path(code_dir), FUNCTION_HANDLER)
+
+
+def _exit_with(parent_sentinel: int) -> None:
+    multiprocessing.connection.wait([parent_sentinel])
+    os._exit(0)
 
 
 def _worker_invoke(event: dict[str, Any]) -> dict[str, Any]:
@@ -431,6 +440,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"compactor serving {server.url} ({key_note}); Ctrl-C to stop", file=sys.stderr)
     root = server.url[:-len(_STAGE_PREFIX) - 1]
     print(f"  report page: {root}/   API reference: {root}/docs", file=sys.stderr)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the worker instances too, like Ctrl-C
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -438,3 +448,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the server is closing
+    raise KeyboardInterrupt
