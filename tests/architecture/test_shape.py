@@ -208,3 +208,21 @@ def test_reporting_on_a_call_does_not_load_the_engine() -> None:
     probe = "import sys, compactor.call_record, compactor_aws.observability; print('compactor.flow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_the_transport_names_have_one_home_and_the_docs_list_them() -> None:
+    """``compactor.providers.registry.TRANSPORTS`` is the only list of transport names: the catalog's
+    schema comes from it, and docs/providers.md's table names the same transports and protocols."""
+    from compactor.catalog import OfferSpec
+    from compactor.providers.registry import TRANSPORTS
+
+    schema = OfferSpec.model_json_schema()["properties"]["transport"]
+    assert tuple(schema["enum"]) == tuple(TRANSPORTS)
+    table = (REPO / "docs" / "providers.md").read_text(encoding="utf-8")
+    documented = {m.group(1): frozenset(re.findall(r"`(\w+)`", m.group(2)))
+                  for m in re.finditer(r"^\| `([\w-]+)` \| ((?:`\w+`(?:, )?)+) \|", table, re.MULTILINE)}
+    assert documented == {name: kind.protocols for name, kind in TRANSPORTS.items()}
+    sources = [p for root in ("layers", "cli") for p in python_files(REPO / root)]
+    listing = [f"{p.relative_to(REPO)}" for p in sources if p.name != "registry.py"
+               and sum(f'"{name}"' in p.read_text(encoding="utf-8") for name in TRANSPORTS) >= 4]
+    assert listing == []

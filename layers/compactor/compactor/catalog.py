@@ -20,19 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
+from compactor.providers.registry import TRANSPORTS
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
-# Transports that need a base_url (bedrock takes an optional one: a private endpoint).
-HTTP_TRANSPORTS = frozenset({"openai", "anthropic", "decisions", "chat-decisions"})
-# Which protocol each transport can serve (docs/providers.md).
-_TRANSPORT_PROTOCOLS = {
-    "openai": {"chat"},
-    "anthropic": {"chat", "decisions"},
-    "bedrock": {"chat", "decisions"},
-    "decisions": {"decisions"},
-    "chat-decisions": {"decisions"},
-    "builtin": {"chat", "decisions"},
-}
 # Offer keys that are wiring, not observations.
 _WIRING_KEYS = frozenset({"id", "provider", "family", "model", "protocol", "transport", "base_url",
                           "api_key_env", "api_key_secret", "region", "max_concurrency", "price_in",
@@ -55,7 +45,7 @@ class OfferSpec(BaseModel):
     family: str = Field(min_length=1, max_length=200)
     model: str = Field(min_length=1, max_length=200)
     protocol: Literal["chat", "decisions"]
-    transport: Literal["openai", "anthropic", "bedrock", "decisions", "chat-decisions", "builtin"]
+    transport: Literal[tuple(TRANSPORTS)]  # type: ignore[valid-type]  # the names of the one transport table
     base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     # A Secrets Manager name or ARN (the characters both allow).
@@ -89,16 +79,18 @@ class OfferSpec(BaseModel):
         for key, value in (self.model_extra or {}).items():
             if not (value is None or isinstance(value, bool) or is_finite_number(value)):
                 raise ValueError(f"unknown field {key!r}: extra offer fields must be booleans, finite numbers or null")
-        if self.protocol not in _TRANSPORT_PROTOCOLS[self.transport]:
+        kind = TRANSPORTS[self.transport]
+        if self.protocol not in kind.protocols:
             raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")
-        if self.transport in HTTP_TRANSPORTS and not self.base_url:
+        if kind.base_url == "required" and not self.base_url:
             raise ValueError(f"transport {self.transport!r} needs a base_url")
-        if self.transport == "builtin" and (self.base_url or self.api_key_env or self.api_key_secret):
-            raise ValueError("builtin offers take no base_url, api_key_env or api_key_secret")
-        if self.transport == "bedrock" and (self.api_key_env or self.api_key_secret):
-            raise ValueError("bedrock offers take no key: the function's IAM role signs the calls")
-        if self.region and self.transport != "bedrock":
-            raise ValueError("only bedrock offers take a region")
+        if kind.base_url == "none" and (self.base_url or self.api_key_env or self.api_key_secret):
+            raise ValueError(f"{self.transport} offers take no base_url, api_key_env or api_key_secret")
+        if not kind.keys and (self.api_key_env or self.api_key_secret):
+            raise ValueError(f"{self.transport} offers take no key: the function's IAM role signs the calls")
+        if self.region and not kind.regional:
+            regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
+            raise ValueError(f"only {regional} offers take a region")
         return self
 
     def to_offer(self) -> Offer:

@@ -56,7 +56,7 @@ class Offer:
     family: str
     model: str
     protocol: str  # "chat" | "decisions"
-    # "openai" | "anthropic" | "bedrock" | "decisions" | "chat-decisions" | "builtin" (docs/providers.md)
+    # a name of compactor.providers.registry.TRANSPORTS (docs/providers.md)
     transport: str
     base_url: str | None = None
     api_key_env: str | None = None

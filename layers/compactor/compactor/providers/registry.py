@@ -1,15 +1,43 @@
-"""Which :class:`~compactor.providers.base.Transport` serves an offer (its ``transport`` field).
+"""The transports: what each name means in a catalog, and which
+:class:`~compactor.providers.base.Transport` serves an offer (its ``transport`` field).
 
-The core's own transports are built in; adapters plug theirs in with :func:`register_transport`
+:data:`TRANSPORTS` is the one list of transport names (docs/providers.md "``protocol`` and
+``transport`` values"); the catalog's schema and checks are derived from it. The core's own
+transports are built in; adapters plug theirs in with :func:`register_transport`
 (``compactor_aws.providers`` registers ``bedrock``, so the core never imports an AWS library).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
+from types import MappingProxyType
+from typing import Final, Literal
 
 from compactor.providers.base import Offer, Transport
+
+
+@dataclass(frozen=True, slots=True)
+class TransportKind:
+    """What a catalog offer with this transport may and must carry."""
+
+    protocols: frozenset[str]  # the protocols it serves: "chat", "decisions"
+    base_url: Literal["required", "optional", "none"]
+    keys: bool  # takes api_key_env / api_key_secret
+    regional: bool = False  # takes a region
+
+
+_BOTH = frozenset({"chat", "decisions"})
+TRANSPORTS: Final[Mapping[str, TransportKind]] = MappingProxyType({
+    "openai": TransportKind(frozenset({"chat"}), "required", keys=True),
+    "anthropic": TransportKind(_BOTH, "required", keys=True),
+    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True),
+    "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True),
+    "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True),
+    "builtin": TransportKind(_BOTH, "none", keys=False),
+})
+BUILTIN: Final = "builtin"
 
 
 @cache
@@ -34,7 +62,10 @@ _built: dict[str, Transport] = {}
 
 
 def register_transport(name: str, factory: Callable[[], Transport]) -> None:
-    """Serve offers whose ``transport`` is ``name`` with ``factory()`` (built once, on first use)."""
+    """Serve offers whose ``transport`` is ``name`` (one of :data:`TRANSPORTS`) with ``factory()``
+    (built once, on first use)."""
+    if name not in TRANSPORTS:
+        raise ValueError(f"unknown transport {name!r}: add it to TRANSPORTS first")
     _factories[name] = factory
     _built.pop(name, None)
 
@@ -49,7 +80,7 @@ def _builtin_transport() -> Transport:
 
 def transport_for(offer: Offer) -> Transport:
     """The shared, stateless transport for ``offer``; unknown names raise ``ValueError``."""
-    if offer.transport == "builtin":
+    if offer.transport == BUILTIN:
         return _builtin_transport()
     known = _http_transports().get(offer.transport) or _built.get(offer.transport)
     if known is not None:
