@@ -7,11 +7,14 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
 from compactor.formats import FORMAT_NAMES
 from compactor.transcripts import TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
+
+if TYPE_CHECKING:
+    from compactor.call_record import CallRecord
 
 
 def _json_arg(value: str) -> Any:
@@ -121,24 +124,25 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else Progress(sys.stderr)
     started = time.monotonic()
     try:
-        status, body, units = compact_locally(request, progress, _archive() if request.restorable else None)
+        record, units = compact_locally(request, progress, _archive() if request.restorable else None)
     except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
     if progress:
         progress.finish()
-    if status != 200:
-        print(f"compactor compact: HTTP {status}: {json.dumps(body)}", file=sys.stderr)
+    body = record.body
+    if not record.ok:
+        print(f"compactor compact: HTTP {record.status}: {json.dumps(body)}", file=sys.stderr)
         return 1
     seconds = time.monotonic() - started
     if not args.quiet:
-        sys.stderr.write(render_report(request, body, seconds, units))
-    if args.show_summaries and body.get("compaction") and not args.quiet:
+        sys.stderr.write(render_report(request, record, seconds, units))
+    if args.show_summaries and record.report is not None and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     if args.html:
-        _write_html(args, request.messages, body, units, request.keep_recent, seconds, request.mode_name)
+        _write_html(args, request.messages, record, units, request.keep_recent, seconds)
     items_field = "input" if request.format == "openai-responses" else "messages"
-    session = None if args.json else transcript.write_back(body)
+    session = None if args.json else transcript.write_back(record)
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
@@ -156,20 +160,20 @@ def run(args: argparse.Namespace) -> int:
     if args.strict:
         from compactor.provider_failures import fallback_count
 
-        if fallback_count(body):
-            print(f"compactor compact: --strict: {fallback_count(body)} model call(s) fell back", file=sys.stderr)
+        fell_back = fallback_count(record.nodes)
+        if fell_back:
+            print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
             return STRICT_EXIT
     return 0
 
 
-def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], body: dict[str, Any],
-                units: list[dict[str, Any]], keep_recent: int, seconds: float, mode: str) -> None:
+def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], record: CallRecord,
+                units: list[dict[str, Any]], keep_recent: int, seconds: float) -> None:
     from compactor_cli.html_report import render_html
 
     title = "stdin" if args.file == "-" else os.path.basename(args.file)
     with open(args.html, "w", encoding="utf-8") as handle:
-        handle.write(render_html(messages, body, units, title=title, mode=mode, keep_recent=keep_recent,
-                                 seconds=seconds))
+        handle.write(render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds))
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
 
@@ -188,8 +192,9 @@ def _output_problem(args: argparse.Namespace) -> str | None:
 
 
 def compact_locally(request: Any, progress: Any = None, archive: Any = None
-                    ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
-    """Compact in-process: status, body and the whole manifest, each unit with its reason (docs/report.md)."""
+                    ) -> tuple[CallRecord, list[dict[str, Any]]]:
+    """Compact in-process: the call's record and the whole manifest, each unit with its reason
+    (docs/report.md)."""
     from compactor.container import run_sync
     from compactor.service import compact_call, compact_large, request_deadline
 
@@ -205,11 +210,8 @@ def compact_locally(request: Any, progress: Any = None, archive: Any = None
         from compactor.compaction.windowed import exceeds_one_request
 
         if exceeds_one_request(request):
-            status, body = run_sync(compact_large(request, on_event=on_event)).answer()
-            return status, body, units
-    status, body = run_sync(compact_call(request, deadline=request_deadline(), on_event=on_event,
-                                         archive=archive)).answer()
-    return status, body, units
+            return run_sync(compact_large(request, on_event=on_event)), units
+    return run_sync(compact_call(request, deadline=request_deadline(), on_event=on_event, archive=archive)), units
 
 
 def _archive() -> Any:
@@ -260,7 +262,7 @@ def _run_streamed(args: argparse.Namespace) -> int:
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         router = get_router()
-        summary = run_sync(compact_stream(
+        record = run_sync(compact_stream(
             source, Settings.from_request(request), router=router,
             run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
             messages_only=not args.json, workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
@@ -273,9 +275,9 @@ def _run_streamed(args: argparse.Namespace) -> int:
             out.close()
     seconds = time.monotonic() - started
     if args.html:
-        _write_html(args, [], summary, [], request.keep_recent, seconds, "decision")
+        _write_html(args, [], record, [], request.keep_recent, seconds)
     if not args.quiet:
-        sys.stderr.write(render_windowed_report(summary, seconds))
+        sys.stderr.write(render_windowed_report(record, seconds))
         if args.output:
             print(f"wrote {args.output}", file=sys.stderr)
     return 0

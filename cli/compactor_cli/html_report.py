@@ -14,6 +14,7 @@ from collections import Counter
 from html import escape
 from typing import Any
 
+from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
@@ -115,37 +116,35 @@ def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent:
     return rows
 
 
-def _model_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+OUTCOME_WORDS = {"ok": "ok", "skipped": "skipped", "deadline": "skipped", "fallback": "fell back", "error": "failed"}
+"""How the page names each ``NodeOutcome.outcome``."""
+
+
+def _model_calls(record: CallRecord) -> list[dict[str, Any]]:
     """Each model call: what served it, its tokens and cost, and what went wrong (fallbacks and causes)."""
-    x_router = body.get("x_router") or {}
-    trace = x_router.get("decision_trace") or {}
-    nodes = trace.get("flow_nodes")
-    if nodes is None and x_router:  # a single routed call (seal mode)
-        nodes = [{**x_router, "node": "seal", "kind": "llm", "decision_trace": trace}]
     calls = []
-    for node in nodes or []:
-        if node.get("kind") not in ("llm", "decision"):
+    for node in record.nodes:
+        if node.kind not in MODEL_NODE_KINDS:
             continue
+        trace = node.trace
         causes = [f"{step.get('offer')}: {step.get('error_kind')}"
                   + (f" (HTTP {step['http_status']})" if step.get("http_status") else "")
-                  for step in (node.get("decision_trace") or {}).get("decision_path") or []
+                  for step in (trace.get("decision_trace") or {}).get("decision_path") or []
                   if step.get("error_kind")]
-        if node.get("error"):
-            causes.append(str(node["error"]))
-        outcome = ("skipped" if node.get("skipped") else "fell back" if node.get("fallback")
-                   else "failed" if node.get("error") else "ok")
-        calls.append({"node": node.get("node"), "kind": node.get("kind"), "model": node.get("served_model_id"),
-                      "tokens_in": node.get("tokens_in"), "tokens_out": node.get("tokens_out"),
-                      "cost": node.get("cost_reported", node.get("cost_usd")), "latency_ms": node.get("latency_ms"),
-                      "outcome": outcome, "causes": causes})
+        if trace.get("error"):
+            causes.append(str(trace["error"]))
+        calls.append({"node": node.node, "kind": node.kind, "model": trace.get("served_model_id"),
+                      "tokens_in": trace.get("tokens_in"), "tokens_out": trace.get("tokens_out"),
+                      "cost": trace.get("cost_reported"), "latency_ms": trace.get("latency_ms"),
+                      "outcome": OUTCOME_WORDS[node.outcome], "causes": causes})
     return calls
 
 
-def render_html(messages: list[dict[str, Any]], body: dict[str, Any], units: list[dict[str, Any]], *,
-                title: str, mode: str, keep_recent: int, seconds: float | None = None) -> str:
-    """The whole report page for one compaction (``body`` as ``POST /v1/compact`` answers, ``units`` as the
-    core's ``units`` event gives them)."""
-    compaction = body.get("compaction")
+def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[dict[str, Any]], *,
+                title: str, keep_recent: int, seconds: float | None = None) -> str:
+    """The whole report page for one compaction (``record`` as the core returns it, ``units`` as the core's
+    ``units`` event gives them)."""
+    body, mode, compaction = record.body, record.mode, record.report
     windows = (compaction or {}).get("windows")
     if windows is not None:  # a windowed run: units change between passes, so there is no per-unit manifest
         rows = []
@@ -157,7 +156,7 @@ def render_html(messages: list[dict[str, Any]], body: dict[str, Any], units: lis
     original = compaction["original_bytes"] if compaction else dense_size(messages)
     output = compaction["output_bytes"] if compaction else dense_size(body["input"] if "input" in body else body["messages"])
     target = compaction["target_bytes"] if compaction else None
-    calls = _model_calls(body)
+    calls = _model_calls(record)
     widest = max([r["before"] for r in rows] + [1])
     counts = Counter(r["action"] for r in rows)
 
@@ -173,7 +172,7 @@ def render_html(messages: list[dict[str, Any]], body: dict[str, Any], units: lis
                + (f" · {seconds:.2f} s" if seconds is not None else "") + "</p></header>")
     out.append("<main>")
     out.append(_overview(original, output, target, compaction, rows))
-    out.append(_calls_section(body, calls))
+    out.append(_calls_section(record, calls))
     out.append(_passes_section(windows) if windows is not None else _units_section(rows, widest, glossary))
     out.append(_glossary(glossary))
     out.append("</main>")
@@ -235,14 +234,13 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
     return "".join(parts)
 
 
-def _calls_section(body: dict[str, Any], calls: list[dict[str, Any]]) -> str:
-    x_router = body.get("x_router")
+def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
     parts = ['<section aria-labelledby="calls-h"><h2 id="calls-h">Cost and model calls</h2><dl class="facts">']
-    if x_router is None:
+    if not record.nodes:
         parts.append('<dt>Cost</dt><dd id="cost">none: no model was called</dd>')
     else:
-        cost = x_router.get("cost_usd")
-        basis = x_router.get("cost_basis") or "no basis"
+        cost = record.cost_usd
+        basis = record.cost_basis or "no basis"
         parts.append(f'<dt>Cost</dt><dd id="cost">{"unknown" if cost is None else f"${cost:.6f}"} '
                      f'({escape(str(basis))})</dd>')
     troubled = [c for c in calls if c["outcome"] != "ok"]

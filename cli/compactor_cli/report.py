@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import Any, TextIO
 
-from compactor.call_record import MODEL_NODE_KINDS
+from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import failure_causes, fallback_count
@@ -82,9 +82,9 @@ class WindowProgress(_StreamProgress):
         self.stream.flush()
 
 
-def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
+def render_windowed_report(record: CallRecord, seconds: float) -> str:
     """The report of a windowed run (no per-fragment table: units change between passes)."""
-    compaction = summary["compaction"]
+    compaction = record.report or {}
     lines: list[str] = []
     for number, entry in enumerate(compaction["windows"]["passes"], start=1):
         lines.append(f"pass {number}: {entry['windows']} windows ({entry['failed_windows']} failed);"
@@ -96,8 +96,7 @@ def render_windowed_report(summary: dict[str, Any], seconds: float) -> str:
                  f" {'met' if compaction['target_met'] else 'not met'}")
     if compaction["reasons"]:
         lines.append("reasons: " + ", ".join(compaction["reasons"]))
-    usage = summary.get("usage") or {}
-    lines.append(f"tokens: {usage.get('prompt_tokens', 0)} in, {usage.get('completion_tokens', 0)} out")
+    lines.append(f"tokens: {record.tokens_in or 0} in, {record.tokens_out or 0} out")
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
 
@@ -131,14 +130,15 @@ def unit_rows(messages: list[dict[str, Any]], body: dict[str, Any], units: list[
     return rows
 
 
-def render_report(request: Any, body: dict[str, Any], seconds: float, units: list[dict[str, Any]]) -> str:
-    if "windows" in (body.get("compaction") or {}):
-        return render_windowed_report(body, seconds)
-    messages = request.messages
+def render_report(request: Any, record: CallRecord, seconds: float, units: list[dict[str, Any]]) -> str:
+    """The report of one compaction, from its record (and ``units``, the whole manifest with reasons)."""
+    compaction = record.report or {}
+    if "windows" in compaction:
+        return render_windowed_report(record, seconds)
+    messages, body = request.messages, record.body
     output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     lines: list[str] = []
-    compaction = body.get("compaction")
-    if compaction is not None and "fragments" in compaction:  # decision mode
+    if "fragments" in compaction:  # decision mode
         rows = unit_rows(messages, body, units)
         lines.append(f"{'fragment':<16} {'messages':>9}  {'roles':<28} {'action':<9} {'bytes':>8} {'after':>8}  reason")
         for row in rows:
@@ -164,7 +164,7 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
         if compaction["reasons"]:
             counts = Counter(compaction["reasons"])
             lines.append("limits: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
-            if counts.get("fragment_or_decision_context_limit") and not body.get("x_router"):
+            if counts.get("fragment_or_decision_context_limit") and not record.nodes:
                 lines.append("hint: some units did not fit a 32 000-byte decision payload; pin fewer messages "
                              "with --pin or --pin-task")
         limits = compaction.get("limits")
@@ -185,22 +185,19 @@ def render_report(request: Any, body: dict[str, Any], seconds: float, units: lis
         lines.append(f"{request.mode_name}: {'compacted' if body['compacted'] else 'unchanged'};"
                      f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
                      f" ({_pct(after, before)})")
-    x_router = body.get("x_router")
-    if x_router is not None:
-        cost = x_router.get("cost_usd")
-        lines.append(f"cost: {'unknown' if cost is None else f'${cost:.6f}'}"
-                     f" ({x_router.get('cost_basis') or 'no basis'})")
-        nodes = (x_router.get("decision_trace") or {}).get("flow_nodes") or []
-        fallbacks = sum(1 for n in nodes if n.get("fallback") or n.get("error"))
-        if nodes:
-            lines.append(f"flow nodes: {len(nodes)}, fallbacks/errors: {fallbacks}")
-            served = Counter(f"{n.get('served_model_id')} ({n['kind']})" for n in nodes
-                             if n.get("kind") in ("llm", "decision") and n.get("served_model_id"))
+    if record.nodes:
+        cost = record.cost_usd
+        lines.append(f"cost: {'unknown' if cost is None else f'${cost:.6f}'} ({record.cost_basis or 'no basis'})")
+        if record.flow_fingerprint is not None:  # a flow ran: its nodes
+            nodes = record.nodes
+            lines.append(f"flow nodes: {len(nodes)}, fallbacks/errors: {sum(1 for n in nodes if n.fell_back)}")
+            served = Counter(f"{n.trace.get('served_model_id')} ({n.kind})" for n in nodes
+                             if n.kind in MODEL_NODE_KINDS and n.trace.get("served_model_id"))
             if served:
                 lines.append("models: " + ", ".join(f"{name} x{count}" for name, count in sorted(served.items())))
     else:
         lines.append("cost: none (no model call)")
-    lines.extend(problem_lines(body))
+    lines.extend(problem_lines(record))
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
 
@@ -215,12 +212,12 @@ def base_url_of(offer_id: str) -> str | None:
     return offer.base_url if offer is not None else None
 
 
-def problem_lines(body: dict[str, Any]) -> list[str]:
+def problem_lines(record: CallRecord) -> list[str]:
     """The fallbacks and failed calls grouped by cause, in plain words with the offer and the fix."""
-    causes = failure_causes(body, base_url_of)
+    causes = failure_causes(record.nodes, base_url_of)
     if not causes:
         return []
-    fallbacks = fallback_count(body)
+    fallbacks = fallback_count(record.nodes)
     lines = [f"problems: {fallbacks} model call{'s' if fallbacks != 1 else ''} fell back"]
     for cause, count in causes:
         lines.append(f"  {cause.cause} (offer {cause.offer}, x{count})")

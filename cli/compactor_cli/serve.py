@@ -42,9 +42,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
 from compactor.errors import InvalidRequest, LengthRequired, NotFound, RequestTooLarge
-from compactor.provider_failures import failure_causes
+from compactor.provider_failures import Cause, failure_causes
 from compactor_aws.caller import local_key_id, presented_key
 from compactor_aws.ledger import LEDGER_FILE_ENV
+from compactor_aws.observability import watching_calls
 from compactor_cli import serve_page
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
@@ -95,9 +96,16 @@ def apply_environment(variables: Mapping[str, str],
     return applied
 
 
-def invoke(handler: LambdaHandler, event: dict[str, Any]) -> dict[str, Any]:
-    """One invocation; the context's clock starts when an instance picks the event up."""
-    return handler(event, LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S))
+Answered = tuple[dict[str, Any], list[tuple[Cause, int]]]
+"""An invocation's proxy response, and why its model calls fell back (``compactor.provider_failures``)."""
+
+
+def invoke(handler: LambdaHandler, event: dict[str, Any]) -> Answered:
+    """One invocation; the context's clock starts when an instance picks the event up. The causes of
+    failed model calls come from the records of the calls the handler made (never from its response)."""
+    causes: list[tuple[Cause, int]] = []
+    with watching_calls(lambda record: causes.extend(failure_causes(record.nodes, base_url_of))):
+        return handler(event, LocalLambdaContext(FUNCTION_LOGICAL_ID, FUNCTION_TIMEOUT_S)), causes
 
 
 class InProcess:
@@ -108,7 +116,7 @@ class InProcess:
         self.handler = handler
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
 
-    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> dict[str, Any]:
+    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> Answered:
         return self._thread.submit(invoke, self.handler, event).result()
 
     def report(self, payload: bytes) -> tuple[int, str, bytes]:
@@ -137,7 +145,7 @@ def _exit_with(parent_sentinel: int) -> None:
     os._exit(0)
 
 
-def _worker_invoke(event: dict[str, Any]) -> dict[str, Any]:
+def _worker_invoke(event: dict[str, Any]) -> Answered:
     assert _worker_handler is not None, "not a worker process"
     return invoke(_worker_handler, event)
 
@@ -202,8 +210,8 @@ class WorkerPool:
         with self._lock:
             return sum(self._busy)
 
-    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self._run(affinity, _worker_invoke, event)
+    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> Answered:
+        result: Answered = self._run(affinity, _worker_invoke, event)
         return result
 
     def report(self, payload: bytes) -> tuple[int, str, bytes]:
@@ -302,22 +310,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         if key is not None:
             event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
-        response = self._invoke(event, affinity=self.headers.get("Idempotency-Key"))
-        self._log_model_failures(response)
+        response, causes = self._invoke(event, affinity=self.headers.get("Idempotency-Key"))
+        for cause, count in causes:  # why model calls fell back (the words never hold a key; docs/providers.md)
+            self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause, cause.offer,
+                             cause.fix)
         self._send_proxy_response(response)
-
-    def _log_model_failures(self, response: dict[str, Any]) -> None:
-        """Why model calls fell back, grouped by cause (the words never hold a key; docs/providers.md)."""
-        if response.get("isBase64Encoded"):
-            return
-        try:
-            body = json.loads(response.get("body") or "")
-        except ValueError:
-            return
-        if isinstance(body, dict):
-            for cause, count in failure_causes(body, base_url_of):
-                self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause,
-                                 cause.offer, cause.fix)
 
     def _drain(self, length: int) -> None:
         """Read and discard an oversized body (up to MAX_DRAIN_BYTES), so that the client, still sending,
@@ -332,12 +329,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except OSError:  # timed out or reset: answer anyway
             pass
 
-    def _invoke(self, event: dict[str, Any], affinity: str | None) -> dict[str, Any]:
+    def _invoke(self, event: dict[str, Any], affinity: str | None) -> Answered:
         try:
             return self.server.instances.invoke(event, affinity)
         except Exception:  # what API Gateway answers when the function itself fails
             self.log_error("handler raised; answering 502")
-            return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY)
+            return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY), []
 
     def _send_proxy_response(self, response: dict[str, Any]) -> None:
         body = response.get("body") or ""

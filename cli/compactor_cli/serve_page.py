@@ -63,11 +63,11 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
         request = CompactRequest.model_validate(build_request_body(args, transcript))
     except (ValueError, TranscriptError, ValidationError) as exc:  # JSONDecodeError is a ValueError
         return _error(400 if not isinstance(exc, ValidationError) else 422, str(exc))
-    status, body, units = compact_locally(request)
-    if status != 200:
-        return status, "application/json", json.dumps(body).encode("utf-8")
+    record, units = compact_locally(request)
+    if not record.ok:
+        return record.status, "application/json", json.dumps(record.body).encode("utf-8")
     title = str(form.get("name") or "pasted transcript")
-    page = render_html(request.messages, body, units, title=title, mode=mode, keep_recent=request.keep_recent)
+    page = render_html(request.messages, record, units, title=title, keep_recent=request.keep_recent)
     return 200, "text/html; charset=utf-8", page.encode("utf-8")
 
 

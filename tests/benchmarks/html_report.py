@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_size
 from compactor_cli.html_report import render_html
 
@@ -44,7 +45,7 @@ def transcript(megabytes: float) -> list[dict[str, Any]]:
     return messages
 
 
-def body_for(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def record_for(messages: list[dict[str, Any]]) -> tuple[CallRecord, list[dict[str, Any]]]:
     output: list[dict[str, Any]] = messages[:2]
     units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
              {"id": "fragment_1", "start": 1, "end": 2, "action": "keep", "reason": "pinned"}]
@@ -65,7 +66,8 @@ def body_for(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[
                   "target_ratio": 0.1, "target_met": out <= original // 10, "reasons": [],
                   "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units],
                   "first_changed_index": 2, "preserved_prefix_bytes": dense_size(messages[:2])}
-    return {"messages": output, "compacted": True, "compaction": compaction}, units
+    body = {"messages": output, "compacted": True, "compaction": compaction}
+    return CallRecord(status=200, body=body, mode="decision", report=compaction), units
 
 
 def main() -> int:
@@ -73,12 +75,12 @@ def main() -> int:
     parser.add_argument("--mb", type=float, default=50)
     args = parser.parse_args()
     messages = transcript(args.mb)
-    body, units = body_for(messages)
+    record, units = record_for(messages)
     started = time.perf_counter()
     dumped = json.dumps(messages)
     dump_s = time.perf_counter() - started
     started = time.perf_counter()
-    page = render_html(messages, body, units, title="synthetic.json", mode="decision", keep_recent=6)
+    page = render_html(messages, record, units, title="synthetic.json", keep_recent=6)
     render_s = time.perf_counter() - started
     size = len(page.encode("utf-8"))
     print(f"transcript: {len(dumped.encode()) / 1e6:.1f} MB, {len(messages)} messages, {len(units)} units")

@@ -9,6 +9,7 @@ from typing import Any
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
+from compactor.call_record import CallRecord, NodeOutcome
 from compactor.transcripts import parse_transcript
 from compactor_cli.html_report import TEXT_HEAD, TEXT_TAIL, render_html
 from compactor_cli.main import main
@@ -104,20 +105,21 @@ def test_archives_fallbacks_and_long_outputs(browser: Any, screenshot: Any, tmp_
                 "cost_reported": 0.00001, "latency_ms": 30, "fallback": True, "error": "timeout after 20000 ms",
                 "decision_trace": {"decision_path": [{"offer": "acme/cheap", "error_kind": "rate_limit",
                                                       "http_status": 429}]}}
-    body = {"messages": output, "compacted": True, "x_router": {
-        "cost_usd": 0.00001, "cost_basis": "reported", "decision_trace": {"flow_nodes": [fallback]}},
-        "compaction": {
+    report = {
         "original_bytes": dense(messages), "output_bytes": dense(output), "target_bytes": 500, "target_ratio": 0.1,
         "target_met": False, "reasons": [], "first_changed_index": 2, "preserved_prefix_bytes": dense(messages[:2]),
-        "fragments": []}}
+        "fragments": []}
     units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
              {"id": "fragment_1", "start": 1, "end": 2, "action": "keep", "reason": "pinned"},
              {"id": "fragment_2", "start": 2, "end": 4, "action": "summarize", "reason": "summarized"},
              {"id": "fragment_4", "start": 4, "end": 5, "action": "archive", "reason": "archived"},
              {"id": "fragment_5", "start": 5, "end": 6, "action": "keep", "reason": "recent_tail"}]
-    body["compaction"]["fragments"] = [{k: v for k, v in u.items() if k != "reason"} for u in units]
+    report["fragments"] = [{k: v for k, v in u.items() if k != "reason"} for u in units]
+    record = CallRecord(status=200, body={"messages": output, "compacted": True, "compaction": report},
+                        mode="decision", cost_usd=0.00001, cost_basis="reported", flow_fingerprint="f",
+                        nodes=(NodeOutcome.from_trace(fallback),), report=report)
     page = tmp_path / "report.html"
-    html = render_html(messages, body, units, title="synthetic.json", mode="decision", keep_recent=1)
+    html = render_html(messages, record, units, title="synthetic.json", keep_recent=1)
     page.write_text(html, encoding="utf-8")
     assert len(html) < dense(messages) / 20  # the 420 KB output is cut, not copied
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from compactor.call_record import CallRecord
 from compactor.container import run_sync
 from compactor.models import CompactRequest
-from compactor.service import compact, request_deadline
+from compactor.service import compact_call, request_deadline
 from compactor.transcripts import CLAUDE_CODE, CODEX, parse_transcript, read_transcript
 from compactor_cli.main import main
 
@@ -66,13 +67,13 @@ def test_session_round_trip_is_byte_identical(session: str) -> None:
     transcript = read_transcript(text)
 
     assert transcript.session == session and transcript.items == _items_of(session, text)
-    assert transcript.write_back({"compacted": False}) == text
+    assert transcript.write_back(CallRecord(status=200, body={"compacted": False}, mode="seal")) == text
     field = "input" if transcript.format == "openai-responses" else "messages"
     request = CompactRequest.model_validate({"format": transcript.format, field: transcript.items,
                                              "keep_recent": len(transcript.items),
                                              "decision_policy_ir": decision_policy()})
-    status, body = run_sync(compact(request, deadline=request_deadline()))
-    assert status == 200 and transcript.write_back(body) == text
+    record = run_sync(compact_call(request, deadline=request_deadline()))
+    assert record.status == 200 and transcript.write_back(record) == text
 
 
 @pytest.mark.parametrize("session", list(SESSIONS))

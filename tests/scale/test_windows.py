@@ -7,6 +7,7 @@ import asyncio
 import io
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -130,8 +131,10 @@ def _check_invariants(original: list[dict[str, Any]], output: list[dict[str, Any
 def test_in_memory_run_shrinks_and_keeps_invariants(sessions):
     request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy()})
     router = frozen_router()
-    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
-    compaction = body["compaction"]
+    record = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    body, compaction = record.body, record.report
+    assert body["compaction"] == compaction and record.model_calls > 0 and record.cost_known
+    assert (record.bytes_in, record.bytes_out) == (compaction["original_bytes"], compaction["output_bytes"])
     assert compaction["output_bytes"] == dense_size(body["messages"]) < 0.5 * dense_size(sessions)
     assert compaction["original_bytes"] == dense_size(sessions)
     passes = compaction["windows"]["passes"]
@@ -147,7 +150,7 @@ def test_explicit_pins_survive_every_pass(sessions):
     request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy(),
                                              "pinned_indices": pins, "keep_recent": 2})
     router = frozen_router()
-    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000))).body
     assert len(body["compaction"]["windows"]["passes"]) >= 2
     _check_invariants(sessions, body["messages"], 2, pins)
 
@@ -226,16 +229,17 @@ def test_passes_stop_without_progress(sessions):
 def test_streamed_run_writes_what_the_in_memory_run_returns(sessions, tmp_path):
     request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy()})
     router = frozen_router()
-    body = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    record = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
     path = tmp_path / "in.json"
     path.write_text(json.dumps(sessions))
     out = io.StringIO()
-    summary = run(compact_stream(lambda: open(path, "rb"), Settings.from_request(request), router=router,
-                                 run_window=inline_runner(router, window_budget_ms=60_000), out=out,
-                                 messages_only=False, workdir=str(tmp_path)))
+    streamed_record = run(compact_stream(lambda: open(path, "rb"), Settings.from_request(request), router=router,
+                                         run_window=inline_runner(router, window_budget_ms=60_000), out=out,
+                                         messages_only=False, workdir=str(tmp_path)))
     streamed = json.loads(out.getvalue())
-    assert streamed == body
-    assert summary["compaction"] == body["compaction"]
+    assert streamed == record.body
+    assert streamed_record.report == record.report and "messages" not in streamed_record.body
+    assert streamed_record == replace(record, body=streamed_record.body)  # the same facts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"]  # pass files are gone
 
 

@@ -103,7 +103,9 @@ class CallRecord:
 
     ``mode`` is a registered compaction mode name, ``flow`` (``/v1/flows``) or ``none``. ``bytes_in`` /
     ``bytes_out`` are the dense JSON sizes of the messages in and out (compaction) or the request and
-    response bodies (flows). ``cost_usd`` is ``None`` when a model call's cost is unknown.
+    response bodies (flows). ``cost_usd`` is ``None`` when a model call's cost is unknown. ``nodes`` are
+    the flow's nodes, or one ``llm`` node per model call of a seal; ``report`` is the mode's own report
+    (the body's ``compaction`` block, for the modes that have one).
     """
 
     status: int
@@ -116,6 +118,7 @@ class CallRecord:
     model_calls: int = 0
     fallbacks: tuple[str, ...] = ()  # one reason per fallback taken (error kinds of failed attempts/nodes)
     cost_usd: float | None = 0.0
+    cost_basis: str | None = None  # how cost_usd was arrived at (docs/behaviour.md#cost-rules); None: no model call
     tokens_in: int | None = None
     tokens_out: int | None = None
     nodes: tuple[NodeOutcome, ...] = ()

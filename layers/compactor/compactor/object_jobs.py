@@ -367,7 +367,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if status != 200:
         return _write_failure(store, source, stored, rel, Failure(status, body["error"]), seen)
     key = result_key(rel)
-    session = transcript.write_back(body)  # a session file is answered by the session, compacted
+    session = transcript.write_back(record)  # a session file is answered by the session, compacted
     if not store.put_if(source.bucket, key, encode(body) if session is None else session.encode("utf-8"),
                         content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
                         metadata=result_metadata(source, stored, status), replacing=seen[key]):

@@ -1,16 +1,18 @@
-"""Why model calls failed, in plain words with the fix (docs/providers.md): read from a response's
-``x_router`` trace, grouped by offer and cause. The CLI report, ``compactor serve`` and
-``compactor doctor`` print these; nothing here ever sees a key.
+"""Why model calls failed, in plain words with the fix (docs/providers.md): read from the routing
+traces of a call's model nodes (``CallRecord.nodes``), grouped by offer and cause. The CLI report,
+``compactor serve`` and ``compactor doctor`` print these; nothing here ever sees a key.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from compactor.call_record import MODEL_NODE_KINDS, NodeOutcome
 
 _KEY_NOT_SET = re.compile(r"API key variable (\w+) is not set")
 
@@ -74,31 +76,22 @@ def _attempt_failures(trace: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             yield event
 
 
-def _route_traces(body: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, Any], str | None]]:
-    """Every routed call's trace with its final error (None when it succeeded)."""
-    x_router = body.get("x_router")
-    if not isinstance(x_router, dict):
-        return
-    trace = x_router.get("decision_trace")
-    if not isinstance(trace, dict):
-        return
-    nodes = trace.get("flow_nodes")
-    if isinstance(nodes, list):
-        for node in nodes:
-            if isinstance(node, dict) and node.get("kind") in ("llm", "decision"):
-                yield node.get("decision_trace") or {}, node.get("error")
-    else:  # a single routed call (legacy seal); no ranked offer and nobody served it: no candidates
-        unserved = not trace.get("ranked") and x_router.get("provider") is None
-        yield trace, x_router.get("error") or ("no_candidates" if unserved else None)
+def _model_calls(nodes: Iterable[NodeOutcome]) -> Iterator[tuple[Mapping[str, Any], str | None]]:
+    """Every model call's routing trace with its final error (None when it succeeded)."""
+    for node in nodes:
+        if node.kind in MODEL_NODE_KINDS:
+            trace = node.trace.get("decision_trace")
+            yield trace if isinstance(trace, dict) else {}, node.trace.get("error")
 
 
-def failure_causes(body: Mapping[str, Any], base_url_of: Callable[[str], str | None] = lambda _: None
+def failure_causes(nodes: Iterable[NodeOutcome], base_url_of: Callable[[str], str | None] = lambda _: None
                    ) -> list[tuple[Cause, int]]:
-    """``[(cause, count)]`` of every failed attempt and every call that ended failed, most frequent first.
+    """``[(cause, count)]`` of every failed attempt and every call that ended failed, most frequent first,
+    from a call's nodes (``CallRecord.nodes``).
 
     ``base_url_of(offer_id)`` names the host in the words (the catalog's ``base_url``)."""
     counts: Counter[Cause] = Counter()
-    for trace, final_error in _route_traces(body):
+    for trace, final_error in _model_calls(nodes):
         attempts = list(_attempt_failures(trace))
         for event in attempts:
             offer = str(event.get("offer"))
@@ -112,14 +105,7 @@ def failure_causes(body: Mapping[str, Any], base_url_of: Callable[[str], str | N
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
-def fallback_count(body: Mapping[str, Any]) -> int:
-    """How many model calls fell back (their node used its fallback, or the seal did not happen)."""
-    x_router = body.get("x_router")
-    trace = x_router.get("decision_trace") if isinstance(x_router, dict) else None
-    nodes = trace.get("flow_nodes") if isinstance(trace, dict) else None
-    if isinstance(nodes, list):
-        return sum(1 for node in nodes if isinstance(node, dict) and node.get("kind") in ("llm", "decision")
-                   and (node.get("fallback") or node.get("error")))
-    if "compaction" not in body and body.get("compacted") is False and isinstance(x_router, dict):
-        return 1 if any(True for _ in _attempt_failures(trace or {})) or x_router.get("error") else 0
-    return 0
+def fallback_count(nodes: Iterable[NodeOutcome]) -> int:
+    """How many model calls fell back: a flow node used its fallback or failed, or a seal call failed
+    (the seal then returns the original)."""
+    return sum(1 for node in nodes if node.kind in MODEL_NODE_KINDS and node.fell_back)

@@ -78,12 +78,9 @@ async def compact_large(request: CompactRequest, *, router: Any = None, on_event
     router = router or get_router()
     runner = inline_runner(router, window_budget_ms=flow_budget_ms(), deadline=deadline)
     try:
-        body = await compact_in_memory(request, router=router, run_window=runner, on_event=on_event)
+        return await compact_in_memory(request, router=router, run_window=runner, on_event=on_event)
     except FlowAdmissionError as exc:
         return refused(InvalidFlow.rejected(exc), mode="decision")
-    report = body["compaction"]  # the windowed run's own report, built just above
-    return CallRecord(status=200, body=body, mode="decision", bytes_in=report["original_bytes"],
-                      bytes_out=report["output_bytes"], target_met=report["target_met"], report=report)
 
 
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None, flow_runner: Any = None,

@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+
+if TYPE_CHECKING:
+    from compactor.call_record import CallRecord
 
 REQUEST_FIELDS = ("mode", "keep_recent", "policy_ir", "max_tokens", "decision_policy_ir", "target_ratio",
                   "pinned_indices")
@@ -63,19 +66,19 @@ class Transcript:
             body["mode"] = TRANSCRIPT_MODE
         return body
 
-    def write_back(self, body: dict[str, Any]) -> str | None:
-        """A session file holding the compacted items of ``body`` (a ``/v1/compact`` answer for these
-        items), every other line in place; ``None`` for transcripts that are not session files.
+    def write_back(self, record: CallRecord) -> str | None:
+        """A session file holding the compacted items of ``record`` (a compaction of these items),
+        every other line in place; ``None`` for transcripts that are not session files.
 
         A Claude Code record chains to its parent by ``parentUuid``: a new record takes the ``uuid`` of
         the last record it replaces and the ``parentUuid`` of the first, and a kept line whose parent
         was replaced points to what replaced it (only that field of the line changes)."""
         if self.session is None:
             return None
-        if not body.get("compacted"):
+        if not record.body.get("compacted"):
             return "".join(self.lines)
-        output = body["input" if self.format == "openai-responses" else "messages"]
-        replaced = _replacements(self.items, output, (body.get("compaction") or {}).get("fragments"))
+        output = record.body[self.items_field]
+        replaced = _replacements(self.items, output, (record.report or {}).get("fragments"))
         dropped = {i for start, end, _ in replaced for i in range(start, end)}
         by_first = {start: (end, new) for start, end, new in replaced}
         relink = self._relinks(replaced) if self.session == CLAUDE_CODE else {}

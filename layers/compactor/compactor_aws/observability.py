@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,6 +28,8 @@ BILLING_VERSION = 1
 
 FLOW_SUBSEGMENT = "compactor flow"
 XRAY_NAMESPACE = "compactor"
+
+_watcher: ContextVar[Callable[[CallRecord], None] | None] = ContextVar("compactor_call_watcher", default=None)
 
 
 @dataclass(frozen=True)
@@ -234,11 +238,25 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
         if started_at is not None:
             trace_flow_nodes(tracer, summary, record.nodes, started_at=started_at,
                              ended_at=ended_at if ended_at is not None else time.time())
+        watcher = _watcher.get()
+        if watcher is not None:
+            watcher(record)
         return summary
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
         logger.warning("observability failed: %s", type(error).__name__,
                        extra={"record_type": "observability_error", "route": record.route, "request_id": request_id})
         return None
+
+
+@contextmanager
+def watching_calls(watcher: Callable[[CallRecord], None]) -> Iterator[None]:
+    """Also hand every record :func:`record_call` observes in this context to ``watcher``: how local
+    tooling that runs a handler in-process (``compactor serve``) reads the records of its calls."""
+    token = _watcher.set(watcher)
+    try:
+        yield
+    finally:
+        _watcher.reset(token)
 
 
 def record_request(metrics: Any, status: int) -> None:

@@ -98,6 +98,7 @@ class DecisionMode:
         return CallRecord(
             status=200, body=body, mode=NAME, bytes_in=prep.original_bytes, bytes_out=output_bytes,
             target_met=compaction["target_met"], cost_usd=ran.public_cost() if ran.flow_nodes else 0.0,
+            cost_basis=ran.cost_basis if ran.flow_nodes else None,
             tokens_in=ran.tokens_in, tokens_out=ran.tokens_out, flow_fingerprint=ran.fingerprint,
             report=compaction, **flow_facts(ran.flow_nodes))
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compactor.budget import Deadline
-from compactor.call_record import CallRecord, attempts, failovers
+from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
 from compactor.chat import Message, has_tool_calls, role_of
 from compactor.errors import InvalidMaxTokens, InvalidPolicy, RestorableUnavailable
 from compactor.formats import DEFAULT_FORMAT, get_dialect
@@ -261,8 +261,26 @@ def _report(prepared: SealRun, sealed: Sealed | None) -> CallRecord:
         status=200, body=body, mode=NAME, bytes_in=dense_size(messages), bytes_out=dense_size(body["messages"]),
         model_calls=sum(attempts(result.trace) for result in results),
         fallbacks=tuple(kind for result in results for kind in failovers(result.trace)), cost_usd=cost,
+        cost_basis=results[-1].cost_basis, nodes=_call_nodes(results),
         tokens_in=_sum_known([getattr(r, "tokens_in", None) for r in answered]),
         tokens_out=_sum_known([getattr(r, "tokens_out", None) for r in answered]))
+
+
+def _call_nodes(results: list[RouteResult]) -> tuple[NodeOutcome, ...]:
+    """One ``llm`` node per seal call (``seal``, or ``seal_1``… for chunks, each after the one before),
+    traced as a flow's model nodes are: the call's block, tokens, billed cost, latency and error."""
+    nodes: list[NodeOutcome] = []
+    for number, result in enumerate(results, start=1):
+        block, response = route_x_router(result), result.response
+        entry = {**block, "node": "seal" if len(results) == 1 else f"seal_{number}", "kind": "llm",
+                 "inputs": [nodes[-1].node] if nodes else [], "cost_reported": block["cost_usd"],
+                 "tokens_in": getattr(response, "tokens_in", None), "tokens_out": getattr(response, "tokens_out", None),
+                 "latency_ms": result.latency_ms}
+        if not result.ok:
+            kind = result.error_kind or "upstream_error"
+            entry["error"] = f"{kind}: {result.error_message}" if result.error_message else kind
+        nodes.append(NodeOutcome.from_trace(entry))
+    return tuple(nodes)
 
 
 def _sum_known(values: list[int | None]) -> int | None:

@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from compactor.budget import Deadline
+from compactor.call_record import CallRecord
 from compactor.chat import Message
+from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_dumps
 from compactor.response_blocks import usage_block
 from compactor.transcript_stream import ArrayWriter, iter_messages
@@ -22,12 +24,13 @@ from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
     RunState,
     Settings,
-    WindowedRun,
     admission_probe,
     compact_window,
     compact_windowed,
 )
 
+DECISION = "decision"
+"""Windowed runs are decision-mode compactions (docs/scale.md)."""
 LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
 
 
@@ -64,9 +67,16 @@ def body_summary(state: RunState) -> dict[str, Any]:
     return body
 
 
-def response_body(run: WindowedRun, messages: list[Message]) -> dict[str, Any]:
-    """The ``/v1/compact`` response body of a windowed run whose final messages are ``messages``."""
-    return {"messages": messages, **body_summary(run.state)}
+def run_record(state: RunState, messages: list[Message] | None = None) -> CallRecord:
+    """The record of a finished run: its ``/v1/compact`` response body with the final ``messages``
+    (without them when they were streamed out) and the run's totals."""
+    summary = body_summary(state)
+    report = summary["compaction"]
+    cost = None if state.cost_usd is None else round(state.cost_usd, RESPONSE_DECIMALS)
+    return CallRecord(status=200, body=summary if messages is None else {"messages": messages, **summary},
+                      mode=DECISION, bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
+                      target_met=report["target_met"], model_calls=state.model_calls, cost_usd=cost,
+                      tokens_in=state.tokens_in or None, tokens_out=state.tokens_out or None, report=report)
 
 
 def write_body(out: IO[str], messages: Iterable[Message], summary: dict[str, Any], *, messages_only: bool) -> None:
@@ -87,15 +97,15 @@ def write_body(out: IO[str], messages: Iterable[Message], summary: dict[str, Any
 
 async def compact_in_memory(request: Any, *, router: Any, run_window: Callable[[dict[str, Any]], Any],
                             concurrency: int = DEFAULT_CONCURRENCY,
-                            on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Windowed compaction of a validated ``CompactRequest``; the response body. Raises
+                            on_event: Callable[[dict[str, Any]], None] | None = None) -> CallRecord:
+    """Windowed compaction of a validated ``CompactRequest``; the call's record. Raises
     ``FlowAdmissionError`` before any window runs when the request's policies are not admissible."""
     settings = Settings.from_request(request)
     admission_probe(settings, router)
     messages = request.messages
     run = await compact_windowed(lambda: messages, settings, run_window=run_window, concurrency=concurrency,
                                  on_event=on_event)
-    return response_body(run, list(run.source()))
+    return run_record(run.state, list(run.source()))
 
 
 class FileSink:
@@ -126,10 +136,10 @@ def _file_messages(path: str) -> Iterable[Message]:
 async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Settings, *, router: Any,
                          run_window: Callable[[dict[str, Any]], Any], out: IO[str], messages_only: bool,
                          workdir: str | None = None, concurrency: int = DEFAULT_CONCURRENCY,
-                         on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                         on_event: Callable[[dict[str, Any]], None] | None = None) -> CallRecord:
     """Windowed compaction read from ``open_source()`` (opened once per read) and written to ``out``:
     the messages array, or the whole response body. Memory holds a few windows, never the transcript.
-    Returns the response body without its messages."""
+    Returns the call's record, its body without the messages."""
     admission_probe(settings, router)
     created: list[str] = []
 
@@ -141,9 +151,9 @@ async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Setting
         run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
                                      new_sink=lambda: FileSink(workdir or tempfile.gettempdir(), created),
                                      on_event=on_event)
-        summary = body_summary(run.state)
-        write_body(out, run.source(), summary, messages_only=messages_only)
-        return summary
+        record = run_record(run.state)
+        write_body(out, run.source(), record.body, messages_only=messages_only)
+        return record
     finally:
         for path in created:
             try:

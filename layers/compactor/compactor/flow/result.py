@@ -47,10 +47,14 @@ class FlowResult:
         """The flow's cost as a response shows it (``compactor.cost`` rounding), ``None`` when unknown."""
         return None if self.cost_usd is None else round(self.cost_usd, RESPONSE_DECIMALS)
 
+    @property
+    def cost_basis(self) -> str | None:
+        """``reported`` when the flow's cost is known (summed from its nodes), else ``None``."""
+        return "reported" if self.cost_usd is not None else None
+
     def x_router(self) -> dict[str, Any]:
         """The flow variant of the ``x_router`` block (docs/behaviour.md#the-x_router-block-and-usage), decision traces trimmed."""
         family = f"flow:{self.fingerprint}"
-        known = self.cost_usd is not None
         return {
             "provider": "flow",
             "model_family": family,
@@ -59,7 +63,7 @@ class FlowResult:
             "price_in": None,
             "price_out": None,
             "cost_usd": self.public_cost(),
-            "cost_basis": "reported" if known else None,
+            "cost_basis": self.cost_basis,
             "tokens_cached": self.tokens_cached,
             "policy_fingerprint": None,
             "decision_trace": trim_decision_trace(self.decision_trace()),
