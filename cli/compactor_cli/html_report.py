@@ -30,6 +30,10 @@ SEAL_REASONS = {
     "sealed": "summarize: the aged middle of the conversation, sealed into one summary",
     "not_sealed": "keep: nothing was sealed (too short, or the summary was not smaller)",
 }
+MASK_REASONS = {
+    "masked": "summarize: an old tool output, replaced by a one-line placeholder that names its call",
+    "not_masked": "keep: no tool output, or one inside the protected recent tail or pinned",
+}
 PROTECTED = ("pinned", "recent_tail")
 
 
@@ -98,9 +102,7 @@ def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent:
 
     plan = plan_seal(messages, keep_recent) if body.get("compacted") else None
     if plan is None:
-        return [{"id": "conversation", "start": 0, "end": len(messages), "action": "keep", "reason": "not_sealed",
-                 "original": messages, "emitted": messages, "before": dense_size(messages) - 2,
-                 "after": dense_size(messages) - 2}]
+        return [{**_row(0, messages, messages, "keep", "not_sealed"), "id": "conversation"}]
     rows = []
     start = 0
     output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
@@ -109,11 +111,30 @@ def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent:
             (plan.aged, "summarize", "sealed", output[len(plan.frozen):len(plan.frozen) + 1]),
             (plan.recent, "keep", "recent_tail", plan.recent)):
         if part:
-            rows.append({"id": f"messages_{start}", "start": start, "end": start + len(part), "action": action,
-                         "reason": reason, "original": part, "emitted": emitted,
-                         "before": dense_size(part) - 2, "after": dense_size(emitted) - 2 if emitted else 0})
+            rows.append(_row(start, part, emitted, action, reason))
         start += len(part)
     return rows
+
+
+def mask_rows(messages: list[dict[str, Any]], body: dict[str, Any], report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows of a mask-mode body: each masked item, and the runs of items between them."""
+    output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
+    rows, start = [], 0
+    for index in [*sorted({entry["index"] for entry in report["masked"]}), len(messages)]:
+        if index > start:
+            rows.append(_row(start, messages[start:index], output[start:index], "keep", "not_masked"))
+        if index < len(messages):
+            rows.append(_row(index, messages[index:index + 1], output[index:index + 1], "summarize", "masked"))
+        start = index + 1
+    return rows
+
+
+def _row(start: int, original: list[dict[str, Any]], emitted: list[dict[str, Any]], action: str,
+         reason: str) -> dict[str, Any]:
+    """One row of the page: messages ``start``… and what the output holds for them, with their dense bytes."""
+    return {"id": f"messages_{start}", "start": start, "end": start + len(original), "action": action,
+            "reason": reason, "original": original, "emitted": emitted,
+            "before": dense_size(original) - 2, "after": dense_size(emitted) - 2 if emitted else 0}
 
 
 OUTCOME_WORDS = {"ok": "ok", "skipped": "skipped", "deadline": "skipped", "fallback": "fell back", "error": "failed"}
@@ -144,18 +165,17 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
                 title: str, keep_recent: int, seconds: float | None = None) -> str:
     """The whole report page for one compaction (``record`` as the core returns it, ``units`` as the core's
     ``units`` event gives them)."""
-    body, mode, compaction = record.body, record.mode, record.report
-    windows = (compaction or {}).get("windows")
+    body, mode, compaction = record.body, record.mode, record.report or {}
+    windows = compaction.get("windows")
     if windows is not None:  # a windowed run: units change between passes, so there is no per-unit manifest
-        rows = []
-    elif compaction is not None:
-        rows = unit_rows(messages, body, units)
+        rows, glossary = [], UNIT_REASONS
+    elif "fragments" in compaction:
+        rows, glossary = unit_rows(messages, body, units), UNIT_REASONS
+    elif "masked" in compaction:
+        rows, glossary = mask_rows(messages, body, compaction), MASK_REASONS
     else:
-        rows = seal_rows(messages, body, keep_recent)
-    glossary = UNIT_REASONS if compaction is not None else SEAL_REASONS
-    original = compaction["original_bytes"] if compaction else dense_size(messages)
-    output = compaction["output_bytes"] if compaction else dense_size(body["input"] if "input" in body else body["messages"])
-    target = compaction["target_bytes"] if compaction else None
+        rows, glossary = seal_rows(messages, body, keep_recent), SEAL_REASONS
+    original, output, target = record.bytes_in or 0, record.bytes_out or 0, compaction.get("target_bytes")
     calls = _model_calls(record)
     widest = max([r["before"] for r in rows] + [1])
     counts = Counter(r["action"] for r in rows)
@@ -180,7 +200,7 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
     return "".join(out)
 
 
-def _overview(original: int, output: int, target: int | None, compaction: dict[str, Any] | None,
+def _overview(original: int, output: int, target: int | None, compaction: dict[str, Any],
               rows: list[dict[str, Any]]) -> str:
     parts = ['<section aria-labelledby="overview-h"><h2 id="overview-h">Size</h2>']
     parts.append('<div class="sizes" role="img" aria-label="'
@@ -195,7 +215,7 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
                          f'{label}" style="width:{width:.2f}%"></span></span><span class="num">{_n(size)} B</span></div>')
     parts.append("</div>")
     parts.append("<dl class=\"facts\">")
-    if compaction is not None:
+    if target is not None:  # decision mode, in one request or in windows
         protected = sum(r["before"] for r in rows if r["reason"] in PROTECTED)
         met = compaction["target_met"]
         why = ""
@@ -226,7 +246,7 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         if compaction.get("reasons"):
             limits = ", ".join(f"<code>{escape(r)}</code> ×{n}" for r, n in Counter(compaction["reasons"]).items())
             parts.append(f"<dt>Preparation limits</dt><dd>{limits}</dd>")
-    if compaction is not None:
+    if target is not None:
         parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
                      "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers "
                      "of the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")

@@ -67,7 +67,7 @@ def record_for(messages: list[dict[str, Any]]) -> tuple[CallRecord, list[dict[st
                   "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units],
                   "first_changed_index": 2, "preserved_prefix_bytes": dense_size(messages[:2])}
     body = {"messages": output, "compacted": True, "compaction": compaction}
-    return CallRecord(status=200, body=body, mode="decision", report=compaction), units
+    return CallRecord(status=200, body=body, mode="decision", bytes_in=original, bytes_out=out, report=compaction), units
 
 
 def main() -> int:

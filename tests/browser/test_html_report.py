@@ -88,6 +88,24 @@ def test_the_page_shows_every_unit_as_the_json_says(browser: Any, screenshot: An
     assert len(visible(browser)) == len(rows)
 
 
+def test_a_mask_page_shows_each_masked_output_beside_its_placeholder(browser: Any, tmp_path: Path) -> None:
+    body_path, page = tmp_path / "body.json", tmp_path / "report.html"
+    assert main(["compact", str(DEMO), "--mode", "mask", "--json", "-q", "-o", str(body_path), "--html", str(page)]) == 0
+    body = json.loads(body_path.read_text())
+    masked = sorted({entry["index"] for entry in body["compaction"]["masked"]})
+
+    browser.get(page.as_uri())
+
+    rows = units(browser)
+    assert masked and [int(r.get_attribute("id").split("_")[1]) for r in rows
+                       if r.get_attribute("data-reason") == "masked"] == masked
+    assert sum(int(r.get_attribute("data-after")) for r in rows) + len(rows) - 1 + 2 == dense(body["messages"])
+    first = browser.find_element(By.ID, f"messages_{masked[0]}")
+    first.find_element(By.CSS_SELECTOR, "details summary").click()
+    assert "omitted by compaction" in first.find_elements(By.CSS_SELECTOR, ".col")[0].text
+    assert browser.find_element(By.ID, "cost").text.startswith("none")
+
+
 def test_archives_fallbacks_and_long_outputs(browser: Any, screenshot: Any, tmp_path: Path) -> None:
     huge = "line of build output\n" * 20_000  # 420 KB: shown as a head and a tail
     messages = [
@@ -116,7 +134,8 @@ def test_archives_fallbacks_and_long_outputs(browser: Any, screenshot: Any, tmp_
              {"id": "fragment_5", "start": 5, "end": 6, "action": "keep", "reason": "recent_tail"}]
     report["fragments"] = [{k: v for k, v in u.items() if k != "reason"} for u in units]
     record = CallRecord(status=200, body={"messages": output, "compacted": True, "compaction": report},
-                        mode="decision", cost_usd=0.00001, cost_basis="reported", flow_fingerprint="f",
+                        mode="decision", bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
+                        cost_usd=0.00001, cost_basis="reported", flow_fingerprint="f",
                         nodes=(NodeOutcome.from_trace(fallback),), report=report)
     page = tmp_path / "report.html"
     html = render_html(messages, record, units, title="synthetic.json", keep_recent=1)

@@ -77,6 +77,17 @@ def test_session_round_trip_is_byte_identical(session: str) -> None:
 
 
 @pytest.mark.parametrize("session", list(SESSIONS))
+def test_mask_writes_every_masked_item_back(session: str) -> None:
+    transcript = read_transcript(SESSIONS[session].read_text(encoding="utf-8"))
+    request = CompactRequest.model_validate(transcript.compact_body(mode="mask"))
+    record = run_sync(compact_call(request, deadline=request_deadline()))
+    written = transcript.write_back(record)
+
+    assert written is not None and len({entry["index"] for entry in record.report["masked"]}) > 1
+    assert _items_of(session, written) == record.body[transcript.items_field]
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
 @pytest.mark.parametrize("mode", ["decision", "seal"])
 def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mode: str) -> None:
     source = SESSIONS[session]

@@ -78,7 +78,7 @@ class Transcript:
         if not record.body.get("compacted"):
             return "".join(self.lines)
         output = record.body[self.items_field]
-        replaced = _replacements(self.items, output, (record.report or {}).get("fragments"))
+        replaced = _replacements(self.items, output, record.report or {})
         dropped = {i for start, end, _ in replaced for i in range(start, end)}
         by_first = {start: (end, new) for start, end, new in replaced}
         relink = self._relinks(replaced) if self.session == CLAUDE_CODE else {}
@@ -135,9 +135,13 @@ def _relinked(line: str, relink: dict[str, str | None]) -> str:
     return line.replace(f'"parentUuid":{json.dumps(parent)}', f'"parentUuid":{json.dumps(relink[parent])}', 1)
 
 
-def _replacements(items: list[Any], output: list[Any], fragments: list[dict[str, Any]] | None
+def _replacements(items: list[Any], output: list[Any], report: Mapping[str, Any]
                   ) -> list[tuple[int, int, list[Any]]]:
-    """``(start, end, new_items)`` of every run of input items the output replaced."""
+    """``(start, end, new_items)`` of every run of input items the output replaced (``report``: the
+    mode's report, ``CallRecord.report``)."""
+    if "masked" in report:  # mask mode: items changed in place
+        return [(index, index + 1, [output[index]]) for index in sorted({entry["index"] for entry in report["masked"]})]
+    fragments = report.get("fragments")
     if fragments is None:  # seal mode: a kept head, one sealed item, a kept tail
         head = 0
         while head < min(len(items), len(output)) and items[head] == output[head]:
