@@ -288,11 +288,16 @@ class Router:
         return await self._route("decisions", policy, Requirements(), invoke,
                                  deadline, timeout_s, NODE_DECIMALS, decision_request_tokens(request))
 
-    def smallest_context(self, protocol: str) -> int | None:
-        """The smallest ``context`` (tokens) among the enabled offers of ``protocol``; None when none says."""
-        contexts = [offer.observations["context"] for offer in self._offers
-                    if offer.protocol == protocol and offer.observations.get("disabled") is not True
-                    and type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
+    def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
+        """The smallest ``context`` (tokens) among the offers of ``protocol`` a call may be routed to: the
+        ones ``policy`` ranks (its whole failover order, over the catalog as declared, so an offer disabled
+        for now still counts), else every enabled one; None when none of them states a context."""
+        offers = [offer for offer in self._offers
+                  if offer.protocol == protocol and offer.observations.get("disabled") is not True]
+        if policy is not None:
+            offers = [entry.offer for entry in rank(policy.policy, offers, Requirements()).ranked]
+        contexts = [offer.observations["context"] for offer in offers
+                    if type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
         return min(contexts, default=None)
 
     def first_choice_context(self, protocol: str, policy: AdmittedPolicy) -> int | None:

@@ -8,13 +8,16 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from compactor.archives import store_originals
 from compactor.call_record import CallRecord, flow_facts
 from compactor.compaction.modes import check_pins
-from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, Preparation, prepare
-from compactor.compaction.preset import default_decision_policy, materialise, question_template
+from compactor.compaction.preparation import (
+    DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, Preparation, prepare)
+from compactor.compaction.preset import default_decision_policy, generation_tokens, materialise, question_template
 from compactor.compaction.reassembly import compaction_report, reassemble
 from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from compactor.formats import get_dialect
 from compactor.response_blocks import compact_hint
+from compactor.policy import PolicyAdmissionError
+from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, DECISION_PROMPT_TOKENS
 
 if TYPE_CHECKING:
@@ -34,14 +37,42 @@ class DecisionPlan(NamedTuple):
     archive: Any = None  # a restorable request's ``compactor.archives.Archive`` (docs/archives.md)
 
 
-def decision_payload_limit(router: Any) -> int:
-    """Bytes one batch's decision payload may take: 32 000, or less when the smallest context among the
-    catalog's deciders cannot hold that much (docs/providers.md)."""
+# What the summary prompt adds around a batch's summary record: the system prompt with its names hint.
+SUMMARY_PROMPT_TOKENS = 1000
+# The record travels as a JSON string inside the chat request, whose escapes the router's estimate counts.
+_ESCAPED_SHARE = (4, 5)
+
+
+def smallest_context(router: Any, protocol: str, policy_ir: Any) -> int | None:
+    """The smallest context among the ``protocol`` offers ``policy_ir`` may pick (docs/performance.md);
+    every enabled offer's when the policy does not admit (the flow's admission then says why)."""
     smallest = getattr(router, "smallest_context", None)
-    context = smallest("decisions") if smallest is not None else None
+    if smallest is None:
+        return None
+    try:
+        policy = router.admit_policy(policy_ir)
+    except PolicyAdmissionError:
+        return smallest(protocol)
+    return smallest(protocol, policy)
+
+
+def decision_payload_limit(router: Any, policy_ir: Any = None) -> int:
+    """Bytes one batch's decision payload may take: 32 000, or less when the smallest context among the
+    deciders the decision policy may pick cannot hold that much (docs/providers.md)."""
+    context = smallest_context(router, "decisions", default_decision_policy() if policy_ir is None else policy_ir)
     if context is None:
         return DECISION_PAYLOAD_MAX_BYTES
     return max(0, min(DECISION_PAYLOAD_MAX_BYTES, (context - DECISION_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE))
+
+
+def summary_record_limit(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> int:
+    """Bytes one batch's summary record may take: 50 000, or less when the smallest context among the
+    summarizers the generation policy may pick cannot hold it with the prompt and the output room."""
+    context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir)
+    if context is None:
+        return MAX_SUMMARY_RECORD_BYTES
+    room = (context - generation_tokens(max_tokens) - SUMMARY_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE
+    return max(0, min(MAX_SUMMARY_RECORD_BYTES, room * _ESCAPED_SHARE[0] // _ESCAPED_SHARE[1]))
 
 
 class DecisionMode:
@@ -56,7 +87,9 @@ class DecisionMode:
             raise RestorableUnavailable("restorable is not available here")
         prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                        pinned_indices=request.pinned_indices, question_template=question_template(),
-                       payload_max_bytes=decision_payload_limit(context.router), dialect=get_dialect(request.format))
+                       payload_max_bytes=decision_payload_limit(context.router, request.decision_policy_ir),
+                       summary_max_bytes=summary_record_limit(context.router, request.policy_ir, request.max_tokens),
+                       dialect=get_dialect(request.format))
         decision_policy = request.decision_policy_ir
         flow_ir, flow_input = materialise(
             prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,

@@ -189,8 +189,10 @@ class BatchSizer:
     """
 
     def __init__(self, instructions: list[Message], recent: list[str],
-                 payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES) -> None:
+                 payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
+                 summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES) -> None:
         self.payload_max_bytes = payload_max_bytes
+        self.summary_max_bytes = summary_max_bytes
         self.decision_base = ascii_wire_size({"state": batch_state(instructions, recent, []), "questions": {}})
         self.state_base = dense_size(batch_state(instructions, recent, []))
 
@@ -208,7 +210,8 @@ class BatchSizer:
 
     def admissible(self, batch: Batch, extra: Candidate | None = None) -> bool:
         return (self.decision_payload(batch, extra) <= self.payload_max_bytes
-                and self.summary_record(batch, extra, bound=True) <= MAX_SUMMARY_RECORD_BYTES)
+                and self.summary_record(batch, extra, bound=True) <= MAX_SUMMARY_RECORD_BYTES
+                and self.summary_record(batch, extra) <= self.summary_max_bytes)
 
     def flow_input_entry(self, key: str, batch: Batch) -> int:
         """Bytes of ``"<key>":{"state":…,"items":…}`` in the compact flow input."""
@@ -243,10 +246,11 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 
 def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             pinned_indices: list[int] | None, question_template: dict[str, Any],
-            payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES, dialect: Dialect | None = None) -> Preparation:
+            payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
+            summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, dialect: Dialect | None = None) -> Preparation:
     """``messages`` are the items of ``dialect``'s format (default ``openai-chat``, docs/formats.md);
-    ``payload_max_bytes`` bounds each batch's decision payload (smaller for deciders with a small
-    context, docs/providers.md)."""
+    ``payload_max_bytes`` bounds each batch's decision payload and ``summary_max_bytes`` its summary
+    record (smaller for deciders and summarizers with a small context, docs/providers.md)."""
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
@@ -268,7 +272,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     reasons: list[str] = []
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
-    sizer = BatchSizer(instructions, recent, payload_max_bytes)
+    sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes)
     used = fit_batches((candidate(u, messages[u.start:u.end], question_template, dialect)
                         for u in candidates[:MAX_CANDIDATES]),
                        sizer, reasons)

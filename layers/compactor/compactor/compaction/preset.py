@@ -32,6 +32,11 @@ def summary_system(template: str, budget: int, batch: Batch) -> tuple[str, int]:
     return text, cap
 
 
+def generation_tokens(max_tokens: int | None) -> int:
+    """The summary node's ``max_tokens``: the request's (512 when unset), at most 4096."""
+    return min(max_tokens or 512, MAX_GENERATION_TOKENS)
+
+
 @lru_cache(maxsize=1)
 def load_preset() -> dict[str, Any]:
     with PRESET_PATH.open(encoding="utf-8") as handle:
@@ -49,7 +54,7 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     template_nodes: dict[str, dict[str, Any]] = load_preset()["flow"][1]
     nodes: dict[str, Any] = {"input": {"kind": "input"}}
     flow_input: dict[str, Any] = {}
-    generation_tokens = min(max_tokens or 512, MAX_GENERATION_TOKENS)
+    tokens = generation_tokens(max_tokens)
     patches: list[str] = []
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
@@ -68,7 +73,7 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
             elif name == "generate":
                 node["policy"] = copy.deepcopy(generation_policy if generation_policy is not None
                                                else DEFAULT_CHAT_POLICY)
-                node["max_tokens"] = generation_tokens
+                node["max_tokens"] = tokens
                 node["system"], cap = summary_system(template["system"], budget, batch)
             elif name == "patch":
                 node["max_string_bytes"] = cap
