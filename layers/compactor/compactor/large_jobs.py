@@ -181,13 +181,14 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def billing_facts(state: Any) -> dict[str, Any]:
-    """What a finished job's ledger entry records (docs/billing.md), as the inline S3 path does:
-    dense bytes of the messages in and out, model calls made, cost (None when unknown)."""
+    """What a finished job's ledger entry records (docs/billing.md), from the run's record as the inline
+    S3 path does: dense bytes of the messages in and out, model calls made, cost (None when unknown)."""
     from compactor.billing import billing_facts as facts
+    from compactor.compaction.windowed import run_record
 
-    compaction = state.compaction()
-    return facts(route="s3_compact", mode="decision", bytes_in=compaction["original_bytes"],
-                 bytes_out=compaction["output_bytes"], model_calls=state.model_calls, cost_usd=state.cost_usd)
+    record = run_record(state)
+    return facts(route="s3_compact", mode=record.mode, bytes_in=record.bytes_in, bytes_out=record.bytes_out,
+                 model_calls=record.model_calls, cost_usd=record.cost_usd)
 
 
 def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
@@ -198,7 +199,7 @@ def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
 
 def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
                   input_version: str | None) -> str:
-    from compactor.compaction.windowed import body_summary, write_body
+    from compactor.compaction.windowed import run_record, write_body
 
     source = source_of(job)
     rel = relative_key(source.key)
@@ -206,7 +207,7 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
     key = result_key(rel)
     metadata = result_metadata(source, StoredObject(b"", source.version_id, source.etag), 200)
     with store.open_writer(source.bucket, key, content_type=JSON_CONTENT_TYPE, metadata=metadata) as out:
-        write_body(out, _messages(store, source.bucket, input_key, input_version), body_summary(state),
+        write_body(out, _messages(store, source.bucket, input_key, input_version), run_record(state).body,
                    messages_only=False)
     return key
 

@@ -58,20 +58,14 @@ def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline:
     return run
 
 
-def body_summary(state: RunState) -> dict[str, Any]:
-    """The response body of a finished run, without its messages (``compacted``, ``compaction``,
-    ``usage`` when models reported tokens)."""
-    body: dict[str, Any] = {"compacted": state.first_changed is not None, "compaction": state.compaction()}
-    if state.tokens_in or state.tokens_out:
-        body["usage"] = usage_block(state.tokens_in, state.tokens_out, state.tokens_in + state.tokens_out, None)
-    return body
-
-
 def run_record(state: RunState, messages: list[Message] | None = None) -> CallRecord:
-    """The record of a finished run: its ``/v1/compact`` response body with the final ``messages``
-    (without them when they were streamed out) and the run's totals."""
-    summary = body_summary(state)
-    report = summary["compaction"]
+    """The record of a finished run: its ``/v1/compact`` response body (``compacted``, ``compaction``,
+    ``usage`` when models reported tokens) with the final ``messages``, or without them when they are
+    streamed out (:func:`write_body`), and the run's totals over every window."""
+    report = state.compaction()
+    summary: dict[str, Any] = {"compacted": state.first_changed is not None, "compaction": report}
+    if state.tokens_in or state.tokens_out:
+        summary["usage"] = usage_block(state.tokens_in, state.tokens_out, state.tokens_in + state.tokens_out, None)
     cost = None if state.cost_usd is None else round(state.cost_usd, RESPONSE_DECIMALS)
     return CallRecord(status=200, body=summary if messages is None else {"messages": messages, **summary},
                       mode=DECISION, bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
