@@ -186,3 +186,21 @@ async def test_a_large_context_seals_in_one_call_and_a_cut_off_chunk_returns_the
                       router=_small_router(truncated, 3_000), deadline=Deadline.after_ms(5000))
     assert len(truncated.texts) == 1  # the first chunk was cut off: no further calls, nothing sealed
     assert body["messages"] == messages and body["compacted"] is False and body["reason"] == "summary_truncated"
+
+
+async def test_the_record_holds_each_seal_call_as_a_node_in_order():
+    from compactor.models import CompactRequest
+    from compactor.service import compact_call
+
+    fake = _Chunked([])
+    request = CompactRequest.model_validate({"messages": _long_transcript(), "keep_recent": 1, "max_tokens": 200,
+                                             "mode": "seal"})
+    record = await compact_call(request, deadline=Deadline.after_ms(5000), router=_small_router(fake, 3_000))
+    names = [f"seal_{number}" for number in range(1, len(fake.texts) + 1)]
+    assert len(names) > 2 and [node.node for node in record.nodes] == names
+    assert [node.inputs for node in record.nodes] == [(), *[(name,) for name in names[:-1]]]  # one after another
+    assert all(node.kind == "llm" and node.outcome == "ok" and node.trace["tokens_in"] == 100 for node in record.nodes)
+    assert record.model_calls == sum(node.calls_made for node in record.nodes) == len(names)
+    assert sum(node.trace["cost_reported"] for node in record.nodes) == pytest.approx(record.cost_usd)
+    assert (record.cost_usd, record.cost_basis) == (record.body["x_router"]["cost_usd"],
+                                                    record.body["x_router"]["cost_basis"])
