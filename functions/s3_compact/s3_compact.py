@@ -12,7 +12,7 @@ import os
 from typing import Any
 from urllib.parse import unquote_plus
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
@@ -25,7 +25,7 @@ from compactor_aws import snapstart
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
-tracer = Tracer()
+tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 store = S3Store()
 

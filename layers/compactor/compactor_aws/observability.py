@@ -6,18 +6,22 @@ concerns, and these adapters never re-derive what the core already knows. Nothin
 transcript text, prompts, summaries or keys: only counts, sizes, ids, provider and model names.
 
 One entry point per handler: :func:`record_call`. It never raises (a failure to observe must not fail the
-request) and imports nothing heavy: Powertools and the X-Ray SDK are already loaded by the handler.
+request) and imports nothing heavy: Powertools (and the X-Ray SDK where tracing is on) are already loaded
+by the handler. :func:`new_tracer` is the handlers' Powertools tracer.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from aws_lambda_powertools import Tracer  # the X-Ray SDK stays lazy until a tracer is enabled
+from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 
 from compactor.call_record import FLOW_MODE, CallRecord, NodeOutcome
 
@@ -266,3 +270,42 @@ def record_request(metrics: Any, status: int) -> None:
     metrics.add_metric(name="Requests", unit=MetricUnit.Count, value=1)
     metrics.add_metric(name="ClientErrors", unit=MetricUnit.Count, value=int(400 <= status < 500))
     metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
+
+
+# ----------------------------------------------------------------------------------------------- tracer
+
+class _Untraced(BaseSegment):
+    """The segment of a tracer that traces nothing."""
+
+    def close(self, end_time: int | None = None) -> None: ...
+    def add_subsegment(self, subsegment: Any) -> None: ...
+    def remove_subsegment(self, subsegment: Any) -> None: ...
+    def put_annotation(self, key: str, value: Any) -> None: ...
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None: ...
+    def add_exception(self, exception: BaseException, stack: Any, remote: bool = False) -> None: ...
+
+
+class _NoTracing(BaseProvider):
+    """A Powertools tracing provider that traces nothing (and imports nothing)."""
+
+    @contextmanager
+    def in_subsegment(self, name: Any = None, **kwargs: Any) -> Iterator[BaseSegment]:
+        yield _Untraced()
+
+    @asynccontextmanager
+    async def in_subsegment_async(self, name: Any = None, **kwargs: Any) -> AsyncIterator[BaseSegment]:
+        yield _Untraced()
+
+    def put_annotation(self, key: str, value: Any) -> None: ...
+    def put_metadata(self, key: str, value: Any, namespace: str = "default") -> None: ...
+    def patch(self, modules: Any) -> None: ...
+    def patch_all(self) -> None: ...
+
+
+def new_tracer() -> Tracer:
+    """The Powertools tracer of a handler. Where Powertools finds tracing off (outside Lambda, SAM local,
+    ``POWERTOOLS_TRACE_DISABLED``) it is a disabled tracer whose provider does nothing, so the X-Ray SDK is
+    never imported: importing it builds two botocore X-Ray clients for its sampler (docs/performance.md)."""
+    if not Tracer._is_tracer_disabled():  # Powertools' own rule, so that both agree
+        return Tracer()
+    return Tracer(disabled=True, auto_patch=False, provider=_NoTracing())

@@ -7,17 +7,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from compactor import http_api
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
+from compactor_aws import observability
 
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
-tracer = Tracer()
+tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 
 
