@@ -124,7 +124,7 @@ summarized or archived and why. Runs on this machine with the server's catalog.
 <option value="seal">seal: one summary of the aged middle</option></select></div>
 <div><label for="target">Target ratio <span class="hint">decision mode</span></label>
 <input type="number" id="target" name="target_ratio" min="0.01" max="1" step="0.01" value="0.1"></div>
-<div><label for="keep">Keep recent</label><input type="number" id="keep" name="keep_recent" min="1" step="1" value="6"></div>
+<div><label for="keep">Keep recent <span class="hint">empty: the last 6 as far as they fit</span></label><input type="number" id="keep" name="keep_recent" min="1" step="1" placeholder="default"></div>
 <div><label><input type="checkbox" id="pin-task" name="pin_task"> pin only the first user message</label></div>
 </div>
 <div><label for="key">API key <span class="hint">$KEY_NOTE</span></label>

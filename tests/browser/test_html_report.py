@@ -10,6 +10,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from compactor.call_record import CallRecord, NodeOutcome
+from compactor.compaction.preparation import TAIL_TARGET_SHARE, tail_length
 from compactor.transcripts import parse_transcript
 from compactor_cli.html_report import TEXT_HEAD, TEXT_TAIL, render_html
 from compactor_cli.main import main
@@ -43,7 +44,9 @@ def test_the_page_shows_every_unit_as_the_json_says(browser: Any, screenshot: An
     assert [r.get_attribute("data-id") for r in rows] == [f["id"] for f in compaction["fragments"]]
     assert [r.get_attribute("data-action") for r in rows] == [f["action"] for f in compaction["fragments"]]
     reasons = [r.get_attribute("data-reason") for r in rows]
-    tail = len(messages) - 6  # the default keep_recent
+    # the default tail: the last 6 messages as far as they fit in their share of the target (docs/differences.md)
+    tail = len(messages) - tail_length([dense(m) for m in messages[-6:]],
+                                       int(compaction["target_bytes"] * TAIL_TARGET_SHARE))
     assert reasons == [  # the system prompt and the task are pinned; units reaching the tail are protected
         "pinned" if f["end"] <= 2 else "recent_tail" if f["end"] > tail
         else {"summarize": "summarized", "archive": "archived"}.get(f["action"], r)

@@ -72,12 +72,13 @@ def test_every_window_fits_one_request_and_the_planner_packs_them(sessions):
         assert len(cands) > MAX_CANDIDATES or set(reasons) - {"fragment_or_decision_context_limit"}
 
 
-def test_scan_agrees_with_single_request_preparation(sessions):
+@pytest.mark.parametrize("bounded", [False, True])
+def test_scan_agrees_with_single_request_preparation(sessions, bounded):
     messages = sessions[:40]
-    s = settings(keep_recent=3)
+    s = settings(keep_recent=3, bounded_tail=bounded)
     context = scan(messages, s)
     prep = prepare(messages, keep_recent=3, target_ratio=0.1, pinned_indices=None,
-                   question_template=question_template())
+                   question_template=question_template(), bounded=bounded)
     assert context.input_bytes == prep.original_bytes == dense_size(messages)
     assert context.target_bytes == prep.target_bytes
     assert context.recent_evidence == prep.recent_evidence

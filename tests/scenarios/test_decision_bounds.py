@@ -48,8 +48,9 @@ def test_decision_bound_is_measured_on_ascii_escaped_text(stack: Stack) -> None:
 
 
 def test_more_than_128_candidates_keeps_the_extra_ones(stack: Stack) -> None:
+    # Candidates of one size: the largest 128 (docs/differences.md) are the first 128.
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Go."},
-                *({"role": "assistant", "content": f"step {i} " + "s" * 200} for i in range(2, 132)),
+                *({"role": "assistant", "content": f"step {i:03d} " + "s" * 200} for i in range(2, 132)),
                 {"role": "assistant", "content": "Done."}]
     stack.script.default_choice = "archive"
 

@@ -48,11 +48,11 @@ def test_bad_or_expanding_summaries_keep_their_units(stack: Stack) -> None:
     expanding = "n" * (size(note["content"]) - 2)  # shorter than the item, but the summary message is larger
     answers: dict[str, Any] = {
         "fragment_2": "a" * 5000,  # longer than the original
-        "fragment_3": "b" * 200,  # over the 128-byte budget
+        "fragment_3": "b" * 1025,  # over the cap: 8 items × the 128-byte budget (docs/differences.md)
         "fragment_4": "   ",  # blank
         "fragment_5": 42,  # not a string
         "fragment_6": "",  # empty
-        "fragment_7": "c" * 128,  # exactly the budget: accepted
+        "fragment_7": "c" * 1024,  # exactly the cap: accepted
         "fragment_8": OMIT,  # not answered
         "fragment_9": expanding,
     }
@@ -61,9 +61,9 @@ def test_bad_or_expanding_summaries_keep_their_units(stack: Stack) -> None:
     body = stack.compact(messages, keep_recent=1)
 
     summaries, = stack.requests("summaries")
-    assert "at most 128 UTF-8 bytes" in summaries["messages"][0]["content"]
+    assert "at most 1024 UTF-8 bytes, and all summaries together at most 1024" in summaries["messages"][0]["content"]
     assert len(expanding) < len(compact_json([note])) and size(summary("fragment_9", expanding)) >= size([note])
-    assert body["messages"] == [*messages[:7], summary("fragment_7", "c" * 128), *messages[8:]]
+    assert body["messages"] == [*messages[:7], summary("fragment_7", "c" * 1024), *messages[8:]]
     assert [f["action"] for f in body["compaction"]["fragments"]] == [
         "keep", "keep", "keep", "keep", "keep", "keep", "keep", "summarize", "keep", "keep", "keep"]
     assert body["compacted"] is True and body["x_router"]["cost_usd"] is not None

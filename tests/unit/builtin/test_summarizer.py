@@ -118,6 +118,37 @@ def test_names_used_later_are_kept() -> None:
     assert "def helper_77(x):" in summary and "def helper_150(x):" in summary
 
 
+def test_each_name_is_shown_once_per_batch_and_the_densest_lines_first() -> None:
+    listing = "".join(f"filler {i} with nothing to say at all\n" for i in range(50))
+    first = tool_unit("cat src/a.py", listing + "alpha_one = beta_two + gamma_three\nuse(alpha_one)\n")
+    second = tool_unit("cat src/b.py", listing + "print(alpha_one)\ndelta_four = 1\n")
+    names = frozenset({"alpha_one", "beta_two", "gamma_three", "delta_four"})
+    summaries = summarize_items({"a": first, "b": second}, 256, names=names)
+    assert "alpha_one = beta_two + gamma_three" in summaries["a"] and "use(alpha_one)" not in summaries["a"]
+    assert "delta_four = 1" in summaries["b"] and "print(alpha_one)" not in summaries["b"]
+
+
+def test_a_script_shows_its_start_and_the_named_lines_of_its_body() -> None:
+    script = "python - <<'PY'\nimport sys\n" + "x = 1\n" * 40 + "result = compute_total(x)\nPY"
+    summary = summarize_item(tool_unit(script, "ok\n"), 256, names=frozenset({"compute_total"}))
+    lines = summary.split("\n")
+    assert lines[0].startswith("$ python - <<'PY' import sys x = 1") and lines[0].endswith("(44 lines) → exit 0")
+    assert "result = compute_total(x)" in lines
+
+
+def test_an_edit_call_is_shown_short_and_its_new_text_judged_by_line() -> None:
+    new_text = "def keep_me():\n    return helper_value\n" + "# routine comment\n" * 30
+    arguments = json.dumps({"command": "str_replace", "path": "src/mod.py", "old_str": "pass", "new_str": new_text})
+    item = dense_dumps([
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "str_replace_editor", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "The file src/mod.py has been edited."},
+    ])
+    summary = summarize_item(item, 300, names=frozenset({"helper_value"}))
+    assert summary.startswith("str_replace_editor(command=str_replace, path=src/mod.py, old_str=pass, new_str=def keep_me(): …)")
+    assert "return helper_value" in summary and "routine comment" not in summary
+
+
 @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"a": 1, "a": 2}'])
 def test_unparseable_user_content_is_rejected(content: str) -> None:
     with pytest.raises(ValueError):

@@ -1,8 +1,9 @@
 import json
 
 from compactor.compaction.preparation import (
-    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, batch_state, prepare,
-    summary_budget)
+    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, batch_state, bounded_tail, prepare,
+    summary_budget, tail_length)
+from compactor.models import CompactRequest
 from compactor.compaction.preset import question_template
 from compactor.jsonutil import ascii_wire_size, dense_size
 
@@ -122,6 +123,40 @@ def test_fragment_and_batch_limits():
     prep = _prepare(big + [{"role": "assistant", "content": "tail"}])
     # 128 candidates of ~7 KB: the 50 000-byte summary record fits 7 per batch -> 19 batches (no batch_limit)
     assert REASON_BATCHES not in prep.reasons or len(prep.batches) == 32
+
+
+def test_the_default_tail_keeps_what_fits_in_its_share_of_the_target_and_always_the_last_message():
+    assert tail_length([10, 10, 10], None) == 3
+    assert tail_length([10, 10, 10], 22) == 2  # each message counts with its comma
+    assert tail_length([10, 10, 10], 21) == 1
+    assert tail_length([500, 10], 5) == 1  # the last one even when it alone is over
+    assert tail_length([], 100) == 0
+    messages = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"{i}" + "x" * 2000} for i in range(20)] + [
+        {"role": "assistant", "content": "y" * 1000}, {"role": "assistant", "content": "done"}]
+    exact = _prepare(messages, keep_recent=6)
+    bounded = _prepare(messages, keep_recent=6, bounded=True)  # target ~4.1 KB: the tail may take ~1.2 KB
+    assert {"fragment_17", "fragment_21", "fragment_22"} <= exact.protected and "fragment_16" not in exact.protected
+    assert bounded.protected == {"fragment_0", "fragment_21", "fragment_22"}
+    assert len(bounded.recent_evidence) == 2
+
+
+def test_only_a_request_without_keep_recent_gets_the_bounded_tail():
+    messages = [{"role": "user", "content": "task"}]
+    assert bounded_tail(CompactRequest.model_validate({"messages": messages}))
+    assert not bounded_tail(CompactRequest.model_validate({"messages": messages, "keep_recent": 6}))
+
+
+def test_past_the_fragment_limit_the_largest_candidates_are_sent_in_order():
+    messages = [{"role": "user", "content": "task"}]
+    messages += [{"role": "assistant", "content": f"m{i:03d}" + ("b" * 900 if i % 3 == 0 else "")} for i in range(200)]
+    messages.append({"role": "assistant", "content": "tail"})
+    prep = _prepare(messages)
+    sent = [c.unit.start for b in prep.batches for c in b.candidates]
+    assert REASON_FRAGMENTS in prep.reasons and len(sent) == 128 and sent == sorted(sent)
+    large = [i + 1 for i in range(200) if i % 3 == 0]
+    small = [i + 1 for i in range(200) if i % 3]
+    assert set(sent) == set(large) | set(small[:128 - len(large)])  # every large one, then the oldest small ones
 
 
 def test_flow_input_limit_stops_adding_batches():

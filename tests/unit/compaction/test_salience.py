@@ -38,7 +38,8 @@ def test_batches_carry_the_names_later_messages_use_and_stay_within_the_payload_
                  {"role": "assistant", "content": "Done."}]
     prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template())
     names = {name for batch in prep.batches for name in batch.names}
-    assert {"helper_3_7", "src/mod_3.py"} <= names  # helper_9_1 is only used inside its own batch
+    assert {"helper_3_7", "src/mod_3.py", "helper_9_1"} <= names  # helper_9_1: used again inside its own batch
+    assert "helper_9_2" not in names and "helper_3_8" not in names  # never used again
     for batch in prep.batches:
         state = batch_state(prep.instructions, prep.recent_evidence, batch.candidates, batch.later)
         assert ascii_wire_size({"state": state, "questions": batch_questions(batch.candidates)}) <= DECISION_PAYLOAD_MAX_BYTES
@@ -46,3 +47,36 @@ def test_batches_carry_the_names_later_messages_use_and_stay_within_the_payload_
                                       budget=prep.budget, decision_policy=None, generation_policy=None, max_tokens=None)
     system = flow_ir[1]["batch_0_generate"]["system"]
     assert "Names used again later in the transcript" in system and "together at most" in system
+
+
+def test_a_batch_may_spend_more_than_the_budget_where_the_names_used_later_are():
+    from compactor.compaction.preset import reply_tokens, summary_limits
+
+    assert summary_limits(128, 8, []) == (1024, 1024)  # 8 items at the floor budget; one may take them all
+    assert summary_limits(128, 8, ["helper_one", "src/a.py"]) == (1024 + 44, 1024 + 44)  # 2 bytes a hint byte (each name with its ", ")
+    assert summary_limits(128, 40, []) == (2048, 5120)  # the cap stops at 2048
+    assert summary_limits(5000, 4, []) == (5000, 20_000)  # a loose target's budget is used as it is
+    assert reply_tokens(2048) == 704 and reply_tokens(100) == 512 and reply_tokens(100_000) == 4096
+    messages = [{"role": "user", "content": "task"}]
+    for i in range(8):
+        messages += tool_unit(f"c{i}", f"cat src/mod_{i}.py", "x\n" * 600)
+    messages.append({"role": "assistant", "content": "done"})
+    prep = prepare(messages, keep_recent=1, target_ratio=0.01, pinned_indices=None, question_template=question_template())
+    assert prep.budget == 128 and prep.batches[0].names == []
+    flow_ir, _ = materialise(prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence,
+                             budget=prep.budget, decision_policy=None, generation_policy=None, max_tokens=None)
+    nodes = flow_ir[1]
+    assert "at most 1024 UTF-8 bytes, and all summaries together at most 1024" in nodes["batch_0_generate"]["system"]
+    assert nodes["batch_0_generate"]["max_tokens"] == 512 and nodes["batch_0_patch"]["max_string_bytes"] == 1024
+    flow_ir, _ = materialise(prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence,
+                             budget=prep.budget, decision_policy=None, generation_policy=None, max_tokens=300)
+    assert flow_ir[1]["batch_0_generate"]["max_tokens"] == 300  # the caller's max_tokens wins
+
+
+def test_a_request_that_does_not_set_max_tokens_gets_summary_calls_sized_to_their_batch():
+    from compactor.compaction.preset import requested_max_tokens
+    from compactor.models import CompactRequest
+
+    messages = [{"role": "user", "content": "task"}]
+    assert requested_max_tokens(CompactRequest.model_validate({"messages": messages})) is None
+    assert requested_max_tokens(CompactRequest.model_validate({"messages": messages, "max_tokens": 512})) == 512

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from compactor.budget import Deadline
-from compactor.compaction.decision import SUMMARY_PROMPT_TOKENS, decision_payload_limit, summary_record_limit
+from compactor.compaction.decision import (
+    SUMMARY_PROMPT_TOKENS, decision_payload_limit, summary_record_limit, summary_reply_limit)
 from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, BatchSizer, prepare
-from compactor.compaction.preset import load_preset, question_template
+from compactor.compaction.preset import generation_tokens, load_preset, question_template
 from compactor.models import CompactRequest
 from compactor.providers.base import Offer
 from compactor.providers.registry import transport_for
@@ -65,9 +66,13 @@ def test_limits_follow_the_offers_the_policy_may_pick() -> None:
     assert decision_payload_limit(router, only("big")) == DECISION_PAYLOAD_MAX_BYTES
     assert decision_payload_limit(router, only("small")) == (CONTEXT - 600) * 3
     assert decision_payload_limit(router, ["not", "a policy"]) == (CONTEXT - 600) * 3  # admission says why later
-    assert summary_record_limit(router) == summary_room(SUMMARIZER_CONTEXT)
+    # without max_tokens the summary calls may take a quarter of the smallest context
+    assert summary_record_limit(router) == summary_room(SUMMARIZER_CONTEXT, SUMMARIZER_CONTEXT // 4)
     assert summary_record_limit(router, only("big")) == MAX_SUMMARY_RECORD_BYTES
     assert summary_record_limit(router, only("small"), max_tokens=1024) == summary_room(SUMMARIZER_CONTEXT, 1024)
+    assert summary_reply_limit(router) == SUMMARIZER_CONTEXT // 4 and summary_reply_limit(router, only("big")) == 4096
+    assert summary_reply_limit(router, max_tokens=300) == 300
+    assert generation_tokens(None, 100_000, SUMMARIZER_CONTEXT // 4) == SUMMARIZER_CONTEXT // 4  # a batch's room stops there
 
 
 def summarize_everything(request: RecordedRequest) -> Reply:
@@ -92,7 +97,7 @@ async def test_small_summarizer_context_summary_calls_all_fit(fake_provider: Fak
     assert any(sizer.summary_record(batch) > limit for batch in default.batches)  # the default would overflow
     assert all(sizer.summary_record(batch) <= limit for batch in small.batches)
     policy = load_preset()["flow"][1]["classify"]["policy"]
-    request = CompactRequest(messages=messages, decision_policy_ir=policy, pinned_indices=[1])
+    request = CompactRequest(messages=messages, decision_policy_ir=policy, pinned_indices=[1], keep_recent=6)
     status, body = await compact(request, deadline=Deadline.after_ms(60_000), router=router)
     assert status == 200
     generations = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "llm"]
@@ -112,7 +117,7 @@ async def test_small_context_batches_are_all_sent(fake_provider: FakeProviderSer
                     question_template=question_template(), payload_max_bytes=limit)
     assert len(small.batches) > len(default.batches)
     policy = load_preset()["flow"][1]["classify"]["policy"]
-    request = CompactRequest(messages=messages, decision_policy_ir=policy, pinned_indices=[1])
+    request = CompactRequest(messages=messages, decision_policy_ir=policy, pinned_indices=[1], keep_recent=6)
     status, body = await compact(request, deadline=Deadline.after_ms(60_000), router=router)
     assert status == 200
     decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]

@@ -9,8 +9,9 @@ from compactor.archives import store_originals
 from compactor.call_record import CallRecord, flow_facts
 from compactor.compaction.modes import check_pins
 from compactor.compaction.preparation import (
-    DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, Preparation, prepare)
-from compactor.compaction.preset import default_decision_policy, generation_tokens, materialise, question_template
+    DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, Preparation, bounded_tail, prepare)
+from compactor.compaction.preset import (
+    default_decision_policy, generation_tokens, materialise, question_template, requested_max_tokens)
 from compactor.compaction.reassembly import compaction_report, reassemble
 from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
@@ -37,8 +38,9 @@ class DecisionPlan(NamedTuple):
     archive: Any = None  # a restorable request's ``compactor.archives.Archive`` (docs/archives.md)
 
 
-# What the summary prompt adds around a batch's summary record: the system prompt with its names hint.
-SUMMARY_PROMPT_TOKENS = 1000
+# What the summary prompt adds around a batch's summary record: the system prompt with its names hint
+# (up to 3,000 bytes, compaction/salience.py).
+SUMMARY_PROMPT_TOKENS = 1500
 # The record travels as a JSON string inside the chat request, whose escapes the router's estimate counts.
 _ESCAPED_SHARE = (4, 5)
 
@@ -65,13 +67,24 @@ def decision_payload_limit(router: Any, policy_ir: Any = None) -> int:
     return max(0, min(DECISION_PAYLOAD_MAX_BYTES, (context - DECISION_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE))
 
 
+def summary_reply_limit(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> int:
+    """The most ``max_tokens`` a summary call gets: the request's (at most 4096); when the request does not
+    set it, a quarter of the smallest context among the summarizers the generation policy may pick
+    (512 to 4096; 4096 when no context is stated), so the summary record keeps most of the room."""
+    if max_tokens:
+        return generation_tokens(max_tokens)
+    context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir)
+    return generation_tokens(None) if context is None else min(generation_tokens(None), max(512, context // 4))
+
+
 def summary_record_limit(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> int:
     """Bytes one batch's summary record may take: 50 000, or less when the smallest context among the
     summarizers the generation policy may pick cannot hold it with the prompt and the output room."""
     context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir)
     if context is None:
         return MAX_SUMMARY_RECORD_BYTES
-    room = (context - generation_tokens(max_tokens) - SUMMARY_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE
+    reply = summary_reply_limit(router, policy_ir, max_tokens)
+    room = (context - reply - SUMMARY_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE
     return max(0, min(MAX_SUMMARY_RECORD_BYTES, room * _ESCAPED_SHARE[0] // _ESCAPED_SHARE[1]))
 
 
@@ -85,16 +98,18 @@ class DecisionMode:
         check_pins(request)
         if request.restorable and context.archive is None:
             raise RestorableUnavailable("restorable is not available here")
+        max_tokens = requested_max_tokens(request)
         prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                        pinned_indices=request.pinned_indices, question_template=question_template(),
                        payload_max_bytes=decision_payload_limit(context.router, request.decision_policy_ir),
-                       summary_max_bytes=summary_record_limit(context.router, request.policy_ir, request.max_tokens),
-                       dialect=get_dialect(request.format))
+                       summary_max_bytes=summary_record_limit(context.router, request.policy_ir, max_tokens),
+                       dialect=get_dialect(request.format), bounded=bounded_tail(request))
         decision_policy = request.decision_policy_ir
         flow_ir, flow_input = materialise(
             prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
             decision_policy=default_decision_policy() if decision_policy is None else decision_policy,
-            generation_policy=request.policy_ir, max_tokens=request.max_tokens)
+            generation_policy=request.policy_ir, max_tokens=max_tokens,
+            reply_max=summary_reply_limit(context.router, request.policy_ir, max_tokens))
         try:
             admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input)
         except FlowAdmissionError as exc:

@@ -5,7 +5,7 @@ Pure and deterministic: no I/O and no model calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +13,7 @@ from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
-from compactor.compaction.salience import action_message, batch_hint, later_block, later_names, message_names
+from compactor.compaction.salience import action_message, batch_hint, last_uses, later_block, message_names
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -39,6 +39,9 @@ INSTRUCTIONS_VIEW_BYTES = 5_000
 # room the batch leaves under the payload and flow-input limits (batching never changes for it).
 LATER_MAX_BYTES = 3000
 _LATER_KEY_BYTES = 16  # ``, "later": `` on the wire
+# The default recent tail (no ``keep_recent`` in the request, docs/differences.md): the last
+# ``keep_recent`` messages, but only as many of them (at least the last) as fit in this share of the target.
+TAIL_TARGET_SHARE = 0.3
 PIN_MARKER = " [... {omitted} of {total} characters of this pinned message omitted here; it is kept verbatim] "
 
 REASON_CONTEXT = "fragment_or_decision_context_limit"
@@ -244,17 +247,41 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     )
 
 
+def bounded_tail(request: Any) -> bool:
+    """Whether ``request`` (a ``CompactRequest``) gets the default tail bounded by bytes: it did not set
+    ``keep_recent`` (an explicit value is followed exactly)."""
+    return "keep_recent" not in request.model_fields_set
+
+
+def tail_length(last_sizes: Sequence[int], limit: int | None) -> int:
+    """How many of the last messages (``last_sizes``: their dense sizes, in order) the tail protects: all of
+    them, or with a byte ``limit`` only as many as fit in it (each with its comma), and always the last one."""
+    if limit is None or not last_sizes:
+        return len(last_sizes)
+    count, used = 1, last_sizes[-1] + 1
+    while count < len(last_sizes) and used + last_sizes[-count - 1] + 1 <= limit:
+        count += 1
+        used += last_sizes[-count] + 1
+    return count
+
+
 def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             pinned_indices: list[int] | None, question_template: dict[str, Any],
             payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
-            summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, dialect: Dialect | None = None) -> Preparation:
+            summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, dialect: Dialect | None = None,
+            bounded: bool = False) -> Preparation:
     """``messages`` are the items of ``dialect``'s format (default ``openai-chat``, docs/formats.md);
     ``payload_max_bytes`` bounds each batch's decision payload and ``summary_max_bytes`` its summary
-    record (smaller for deciders and summarizers with a small context, docs/providers.md)."""
+    record (smaller for deciders and summarizers with a small context, docs/providers.md); ``bounded``:
+    the tail is the default one, bounded by bytes (:func:`bounded_tail`)."""
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
-    tail = tail_indexes(len(messages), keep_recent)
+    original_bytes = dense_size(messages)
+    target = int(original_bytes * target_ratio)
+    last = messages[-max(1, keep_recent):]
+    tail = tail_indexes(len(messages), tail_length([dense_size(m) for m in last], int(target * TAIL_TARGET_SHARE))
+                        if bounded else len(last))
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
     candidates = [u for u in units if u.id not in protected]
@@ -264,8 +291,6 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         if unit.id in protected and unit.end > tail.start:
             recent.append(recent_view(messages[unit.start:unit.end], dialect))
 
-    original_bytes = dense_size(messages)
-    target = int(original_bytes * target_ratio)
     retained = dense_size([m for u in units if u.id in protected for m in messages[u.start:u.end]])
     budget = summary_budget(target, retained, len(candidates))
 
@@ -274,7 +299,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes)
     used = fit_batches((candidate(u, messages[u.start:u.end], question_template, dialect)
-                        for u in candidates[:MAX_CANDIDATES]),
+                        for u in largest_candidates(messages, candidates)),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, used, kept, sizer, dialect)
@@ -283,6 +308,16 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
                        budget=budget, batches=used, reasons=reasons)
+
+
+def largest_candidates(messages: list[Message], candidates: list[Unit]) -> list[Unit]:
+    """The candidates one request considers, in order: all of them, or past ``MAX_CANDIDATES`` the
+    largest (the ones left out are the smallest, which summarizing would barely shrink; docs/differences.md)."""
+    if len(candidates) <= MAX_CANDIDATES:
+        return candidates
+    sizes = {u.id: dense_size(messages[u.start:u.end]) for u in candidates}
+    chosen = set(sorted(candidates, key=lambda u: (-sizes[u.id], u.start))[:MAX_CANDIDATES])
+    return [u for u in candidates if u in chosen]
 
 
 def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:
@@ -306,15 +341,15 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
 
 def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int], sizer: BatchSizer,
                   dialect: Dialect) -> None:
-    """Each batch's salience hint (its names that messages after the batch use again, less those the
-    kept messages already carry) and its ``later`` block: those names and the later actions that touch
-    them (a re-read, a re-run, a rewrite)."""
+    """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
+    less those the kept messages already carry) and its ``later`` block: those names and the actions
+    after the batch that touch its names (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
     # each message scanned once, hidden reasoning left out (docs/formats.md)
     names = [set().union(*map(message_names, dialect.model_view([m]))) for m in messages]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
-    after = later_names(names, set(lasts))
+    last_use = last_uses(names)
     carried = set().union(*(names[i] for i in kept)) if kept else set()
     flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
                                                for i, b in enumerate(batches))
@@ -323,7 +358,8 @@ def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int]
     texts: dict[int, str] = {}  # an action's JSON, encoded once however many batches it touches
     for batch, last in zip(batches, lasts):
         found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
-        used = (found & after[last]) - carried
+        used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]
+                if last_use[name] > i} - carried
         batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
         touching = [texts[i] if i in texts else texts.setdefault(i, dense_dumps(m))
                     for i, m, names in actions if i > last and names & found]

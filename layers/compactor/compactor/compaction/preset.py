@@ -19,22 +19,53 @@ PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-co
 MAX_GENERATION_TOKENS = 4096
 CAP_PLACEHOLDER, TOTAL_PLACEHOLDER, NAMES_PLACEHOLDER = "$CAP", "$TOTAL", "$NAMES"
 NAMES_LINE = "\nNames used again later in the transcript (keep them where the item mentions them): "
+# A batch's summaries may take, together, the budget for each item plus NAME_BYTES times the bytes of the
+# names later messages use again (the salience hint), and one summary up to SUMMARY_CAP_MIN of that total
+# whatever the budget: the summarizer spends the bytes where the errors and the names used later are
+# (docs/offline-offers.md "Targets").
+NAME_BYTES, SUMMARY_CAP_MIN = 2, 2048
+# Tokens of a summary reply per byte of its summaries: 1/4 token a byte, plus JSON keys and escaping.
+_REPLY_TOKENS_PER_BYTE = 5 / 16
+_REPLY_TOKENS_OVERHEAD = 64
 
 
-def summary_system(template: str, budget: int, batch: Batch) -> tuple[str, int]:
-    """The summary prompt of one batch and its per-summary cap (the budget): the batch's byte total, the
-    cap, and the salience hint (docs/offline-offers.md)."""
-    total = budget * len(batch.candidates)
-    cap = budget
+def summary_limits(budget: int, items: int, names: list[str]) -> tuple[int, int]:
+    """``(cap, total)`` of a batch of ``items`` summaries whose hint lists ``names``: the per-summary cap
+    and the batch's byte total."""
+    total = budget * items + NAME_BYTES * sum(len(name.encode("utf-8")) + 2 for name in names)
+    return max(budget, min(SUMMARY_CAP_MIN, total)), total
+
+
+def reply_tokens(total: int) -> int:
+    """``max_tokens`` of a summary call whose summaries may take ``total`` bytes (at least the preset's
+    512, at most 4096)."""
+    return min(MAX_GENERATION_TOKENS, max(512, int(total * _REPLY_TOKENS_PER_BYTE) + _REPLY_TOKENS_OVERHEAD))
+
+
+def requested_max_tokens(request: Any) -> int | None:
+    """The summary calls' ``max_tokens`` a ``CompactRequest`` asks for; None when it does not set it (each
+    call then gets room for its batch's total, :func:`reply_tokens`)."""
+    return request.max_tokens if "max_tokens" in request.model_fields_set else None
+
+
+def summary_system(template: str, budget: int, batch: Batch) -> tuple[str, int, int]:
+    """The summary prompt of one batch, its per-summary cap and its total: the prompt states the total,
+    the cap and the salience hint (docs/offline-offers.md)."""
+    cap, total = summary_limits(budget, len(batch.candidates), batch.names)
     names = NAMES_LINE + ", ".join(batch.names) if batch.names else ""
     text = (template.replace(CAP_PLACEHOLDER, str(cap)).replace(TOTAL_PLACEHOLDER, str(total))
             .replace(NAMES_PLACEHOLDER, names))
-    return text, cap
+    return text, cap, total
 
 
-def generation_tokens(max_tokens: int | None) -> int:
-    """The summary node's ``max_tokens``: the request's (512 when unset), at most 4096."""
-    return min(max_tokens or 512, MAX_GENERATION_TOKENS)
+def generation_tokens(max_tokens: int | None, total: int | None = None, reply_max: int = MAX_GENERATION_TOKENS
+                      ) -> int:
+    """The summary node's ``max_tokens``: the request's, at most 4096; when the request does not set it
+    (:func:`requested_max_tokens`), room for a batch whose summaries may take ``total`` bytes
+    (:func:`reply_tokens`) up to ``reply_max``, or with no batch at hand ``reply_max``."""
+    if max_tokens:
+        return min(max_tokens, MAX_GENERATION_TOKENS)
+    return min(reply_max, reply_tokens(total)) if total is not None else min(reply_max, MAX_GENERATION_TOKENS)
 
 
 @lru_cache(maxsize=1)
@@ -48,13 +79,13 @@ def question_template() -> dict[str, Any]:
 
 
 def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidence: list[str], budget: int,
-                decision_policy: Any, generation_policy: Any, max_tokens: int | None
-                ) -> tuple[list[Any], dict[str, Any]]:
-    """The flow term and flow input for these batches (docs/behaviour.md#decision "Flow graph")."""
+                decision_policy: Any, generation_policy: Any, max_tokens: int | None,
+                reply_max: int = MAX_GENERATION_TOKENS) -> tuple[list[Any], dict[str, Any]]:
+    """The flow term and flow input for these batches (docs/behaviour.md#decision "Flow graph"); each summary
+    node's ``max_tokens`` is the request's, else room for its batch's total up to ``reply_max``."""
     template_nodes: dict[str, dict[str, Any]] = load_preset()["flow"][1]
     nodes: dict[str, Any] = {"input": {"kind": "input"}}
     flow_input: dict[str, Any] = {}
-    tokens = generation_tokens(max_tokens)
     patches: list[str] = []
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
@@ -73,8 +104,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
             elif name == "generate":
                 node["policy"] = copy.deepcopy(generation_policy if generation_policy is not None
                                                else DEFAULT_CHAT_POLICY)
-                node["max_tokens"] = tokens
-                node["system"], cap = summary_system(template["system"], budget, batch)
+                node["system"], cap, total = summary_system(template["system"], budget, batch)
+                node["max_tokens"] = generation_tokens(max_tokens, total, reply_max)
             elif name == "patch":
                 node["max_string_bytes"] = cap
                 patches.append(f"{key}_{name}")

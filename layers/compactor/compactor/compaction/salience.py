@@ -1,6 +1,6 @@
-"""Salience hints of decision mode: the names (identifiers and paths) of a batch that later messages use
-again. They go into the summary prompt so that any summarizer, model or built-in, keeps them
-(docs/offline-offers.md)."""
+"""Salience hints of decision mode: the names (identifiers and paths) of a batch that a later message uses
+again (later than the message where the name occurs, inside the batch or after it). They go into the
+summary prompt so that any summarizer, model or built-in, keeps them (docs/offline-offers.md)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 from compactor.chat import Message, content_text
 from compactor.jsonutil import ascii_wire_size, dense_dumps
 
-MAX_NAMES = 80
-MAX_NAMES_BYTES = 1500
+MAX_NAMES = 160
+MAX_NAMES_BYTES = 3000
 _TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
@@ -56,15 +56,9 @@ def message_names(message: Message) -> set[str]:
     return names_in(text)
 
 
-def later_names(names: list[set[str]], at: set[int]) -> dict[int, set[str]]:
-    """For each index in ``at``, the names of every message after it (``names[i]``: message i's names)."""
-    after: dict[int, set[str]] = {}
-    running: set[str] = set()
-    for index in range(len(names) - 1, -1, -1):
-        if index in at:
-            after[index] = set(running)
-        running |= names[index]
-    return after
+def last_uses(names: list[set[str]]) -> dict[str, int]:
+    """The index of the last message using each name (``names[i]``: message i's names)."""
+    return {name: index for index, found in enumerate(names) for name in found}
 
 
 def batch_hint(names: list[str]) -> list[str]:

@@ -18,7 +18,9 @@ from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_dumps
 from compactor.response_blocks import usage_block
 from compactor.transcript_stream import ArrayWriter, iter_messages
-from compactor.compaction.preparation import REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS, prepare
+from compactor.compaction.preparation import (
+    REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS, bounded_tail, prepare,
+)
 from compactor.compaction.preset import question_template
 from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
@@ -44,7 +46,8 @@ def exceeds_one_request(request: Any) -> bool:
     if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
         return False
     prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
-                   pinned_indices=request.pinned_indices, question_template=question_template())
+                   pinned_indices=request.pinned_indices, question_template=question_template(),
+                   bounded=bounded_tail(request))
     return any(reason in LIMIT_REASONS for reason in prep.reasons)
 
 

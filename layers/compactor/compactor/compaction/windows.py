@@ -33,15 +33,18 @@ from compactor.compaction.preparation import (
     MAX_CANDIDATES,
     MAX_FLOW_INPUT_BYTES,
     MAX_PER_BATCH,
+    TAIL_TARGET_SHARE,
     Batch,
     BatchSizer,
     Candidate,
+    bounded_tail,
     candidate,
     fit_batches,
     recent_view,
     summary_budget,
+    tail_length,
 )
-from compactor.compaction.preset import default_decision_policy, materialise, question_template
+from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 
@@ -64,7 +67,8 @@ class Settings:
     pinned_indices: tuple[int, ...] | None = None
     decision_policy_ir: Any = None
     policy_ir: Any = None
-    max_tokens: int | None = 512
+    max_tokens: int | None = None  # None: each summary call sized to its batch (preset.requested_max_tokens)
+    bounded_tail: bool = True  # the default tail, bounded by bytes (compaction.preparation.bounded_tail)
 
     @classmethod
     def from_request(cls, request: Any) -> "Settings":
@@ -73,7 +77,8 @@ class Settings:
                    pinned_indices=None if pins is None else tuple(sorted(set(pins))),
                    decision_policy_ir=(default_decision_policy() if request.decision_policy_ir is None
                                        else request.decision_policy_ir),
-                   policy_ir=request.policy_ir, max_tokens=request.max_tokens)
+                   policy_ir=request.policy_ir, max_tokens=requested_max_tokens(request),
+                   bounded_tail=bounded_tail(request))
 
     def flow_settings(self) -> dict[str, Any]:
         return {"decision_policy_ir": self.decision_policy_ir, "policy_ir": self.policy_ir,
@@ -148,7 +153,10 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
         recent.append((unit, unit_messages))
         while len(recent) > 1 and recent[1][0].start <= count - keep:
             recent.popleft()
-    tail_start = max(0, count - keep)
+    input_bytes = 2 + sum(sizes) + max(0, count - 1)
+    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
+    last = sizes[max(0, count - keep):]
+    tail_start = count - (tail_length(last, int(target * TAIL_TARGET_SHARE)) if settings.bounded_tail else len(last))
     protected_bytes, protected_count, candidates = 0, 0, 0
     start = 0
     for end, size, pinned in zip(unit_end, unit_bytes, unit_pinned):
@@ -158,9 +166,7 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
         else:
             candidates += 1
         start = end
-    input_bytes = 2 + sum(sizes) + max(0, count - 1)
     retained = 2 + protected_bytes + max(0, protected_count - 1)
-    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
     recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions,
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,

@@ -15,6 +15,7 @@ sentences that announce decisions or next steps, within ``max_tokens × 4`` byte
 
 from __future__ import annotations
 
+import heapq
 import json
 import re
 from typing import Any
@@ -26,7 +27,7 @@ from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
 from compactor.offline.transcript_reading import (
-    as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
+    Action, as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
     prose_text, return_codes, strip_output_tags, tool_call_action,
 )
 
@@ -63,10 +64,10 @@ _NAME_TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
 # Salience of a summary line (docs/offline-offers.md): the call and its exit code first, then errors,
 # edit results, lines naming what later messages use, paths, the agent's reasoning, the ends of outputs.
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
-_LEVELS = (SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END)
 LINE_BYTES = 240
 _MIN_CUT = 40  # a cut call or error line shorter than this says too little
-_CALL_BYTES = 300
+_CALL_BYTES = 200
+_ARGUMENT_BYTES = 80  # a call's argument longer than this is shown cut; its lines are judged one by one
 
 
 def batch_total(system_text: str) -> int | None:
@@ -84,19 +85,26 @@ def salient_names(system_text: str) -> frozenset[str]:
 
 
 class _Line:
-    __slots__ = ("text", "score", "order", "size")
+    __slots__ = ("text", "score", "order", "size", "names", "paths")
 
-    def __init__(self, text: str, score: float, order: int) -> None:
+    def __init__(self, text: str, score: float, order: int, names: frozenset[str] = frozenset(),
+                 paths: frozenset[str] = frozenset()) -> None:
         self.text = text
         self.score = score
         self.order = order
         self.size = utf8_len(text) + 1
+        self.names = names  # the names used later that the line carries
+        self.paths = paths
+
+    def retext(self, text: str) -> None:
+        self.text = text
+        self.size = utf8_len(text) + 1
 
 
-def _named(text: str, names: frozenset[str]) -> int:
+def _names_of(text: str, names: frozenset[str]) -> frozenset[str]:
     if not names:
-        return 0
-    return sum(1 for token in set(_NAME_TOKEN.findall(text)) if token.strip(".") in names)
+        return frozenset()
+    return frozenset(token.strip(".") for token in _NAME_TOKEN.findall(text) if token.strip(".") in names)
 
 
 def _exit_codes(text: str) -> list[int]:
@@ -107,39 +115,61 @@ def _exit_codes(text: str) -> list[int]:
 
 
 def _call_line(description: str, code: int | None) -> str:
-    head = description.split("\n", 1)
-    text = squeeze(head[0])
-    if len(head) > 1:
-        text += f" … ({description.count(chr(10)) + 1} lines)"
-    line = fit_end(text, _CALL_BYTES)
+    """``$ command`` (whitespace squeezed, so a multi-line script shows its start) cut to ``_CALL_BYTES``,
+    with its line count when it has several lines and ``→ exit N`` once the exit code is known."""
+    lines = description.count("\n") + 1
+    suffix = f" ({lines} lines)" if lines > 1 else ""
+    text = squeeze(description)
+    line = fit_end(text, _CALL_BYTES - utf8_len(suffix)) + suffix if utf8_len(text) > _CALL_BYTES or suffix \
+        else text
     return line + (f" → exit {code}" if code is not None else "")
 
 
-def _text_lines(text: str, names: frozenset[str], order: int, lines: list[_Line]) -> int:
-    """Score every line of an observation or plain text; returns the next order number."""
-    errors = set(error_lines(text))
-    raw = [line for line in text.splitlines() if line.strip()]
-    seen: set[str] = set()
+def _short_value(value: Any) -> str:
+    text = value if isinstance(value, str) else dense_dumps(value)
+    return fit_end(squeeze(text.split("\n", 1)[0]), _ARGUMENT_BYTES) + (" …" if "\n" in text.strip() else "")
+
+
+def _action_lines(action: Action) -> tuple[str, list[str]]:
+    """The call's one-line description and the long texts it carries (a script's body, a file's new
+    content), whose lines are judged like output lines."""
+    if action.command is not None:
+        return action.describe(), action.command.split("\n")[1:]
+    if not isinstance(action.arguments, dict):
+        return action.describe(), []
+    bodies = [value for value in action.arguments.values()
+              if isinstance(value, str) and (len(value) > _ARGUMENT_BYTES or "\n" in value.strip())]
+    inner = ", ".join(f"{key}={_short_value(value)}" for key, value in action.arguments.items())
+    return f"{action.tool}({inner})", [line for body in bodies for line in body.split("\n")]
+
+
+def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines: list[_Line],
+                seen: set[str], body: bool = False) -> int:
+    """Score every line of an observation, a plain text or (``body``) the long argument of a call;
+    returns the next order number. ``seen`` holds the squeezed lines already taken."""
+    raw = [line for line in (text.splitlines() if isinstance(text, str) else text) if line.strip()]
+    errors = set() if body else set(error_lines("\n".join(raw)))
     for position, line in enumerate(raw):
         stripped = line.strip()
         squeezed = squeeze(line)
         if squeezed in seen:
             continue
         seen.add(squeezed)
-        named = _named(squeezed, names)
+        shown = fit_end(squeezed, LINE_BYTES)
+        found, line_paths = _names_of(shown, names), frozenset(paths_in(shown))
         if stripped in errors:
             score = SCORE_ERROR
-        elif _EDIT_RESULT.search(squeezed) and paths_in(squeezed):
+        elif not body and _EDIT_RESULT.search(squeezed) and line_paths:
             score = SCORE_EDIT
-        elif named:
-            score = SCORE_NAMED + min(named, 3) / 4
-        elif paths_in(squeezed):
+        elif found:
+            score = SCORE_NAMED
+        elif line_paths:
             score = SCORE_PATH
-        elif position in (0, len(raw) - 1):
+        elif not body and position in (0, len(raw) - 1):
             score = SCORE_END
         else:
             continue
-        lines.append(_Line(fit_end(squeezed, LINE_BYTES), score, order))
+        lines.append(_Line(shown, score, order, found, line_paths))
         order += 1
     return order
 
@@ -147,34 +177,37 @@ def _text_lines(text: str, names: frozenset[str], order: int, lines: list[_Line]
 def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> list[_Line]:
     lines: list[_Line] = []
     order = 0
+    seen: set[str] = set()
     pending: list[tuple[_Line, str]] = []  # call lines still waiting for their exit code
     for message in messages:
         actions = message_actions(message)
         if actions:
             for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
                 if sentence:
-                    score = SCORE_NOTE + min(_named(sentence, names), 3) / 4 + (
-                        0.5 if _DECISION_WORDS.search(sentence) else 0)
-                    lines.append(_Line(fit_end(sentence, LINE_BYTES), score, order))
+                    shown = fit_end(sentence, LINE_BYTES)
+                    score = SCORE_NOTE + (0.5 if _DECISION_WORDS.search(sentence) else 0)
+                    lines.append(_Line(shown, score, order, _names_of(shown, names), frozenset(paths_in(shown))))
                     order += 1
             for action in actions:
-                line = _Line(_call_line(action.describe(), None), SCORE_CALL, order)
+                description, body = _action_lines(action)
+                line = _Line(_call_line(description, None), SCORE_CALL, order)
+                line.names, line.paths = _names_of(line.text, names), frozenset(paths_in(line.text))
+                seen.add(squeeze(description.split("\n", 1)[0]))
                 lines.append(line)
-                pending.append((line, action.describe()))
-                order += 1
+                pending.append((line, description))
+                order = _text_lines(body, names, order + 1, lines, seen, body=True)
             continue
         text = content_text(message.get("content"))
         if is_observation(message):
             codes = _exit_codes(text)
             if codes and pending:
                 line, description = pending.pop(0)
-                line.text = _call_line(description, codes[0])
-                line.size = utf8_len(line.text) + 1
+                line.retext(_call_line(description, codes[0]))
             elif codes:  # the observation of a call in another item: its exit code leads
                 lines.append(_Line(f"exit {codes[0]}", SCORE_CALL, order))
                 order += 1
             text = strip_output_tags(text)
-        order = _text_lines(text, names, order, lines)
+        order = _text_lines(text, names, order, lines, seen)
     return lines
 
 
@@ -186,19 +219,84 @@ def _item_lines(text: str, names: frozenset[str]) -> list[_Line]:
     if messages:
         return _message_lines(messages, names)
     lines: list[_Line] = []
-    _text_lines(text, names, 0, lines)
+    _text_lines(text, names, 0, lines, set())
     return lines
 
 
-def _render(lines: list[_Line], limit: int) -> str:
-    """The most salient lines that fit in ``limit`` bytes, in their original order."""
+# Phases of a summary's priority order (docs/offline-offers.md): calls with their exit codes, errors,
+# edit results, then the lines naming what later messages use (each name once, most new names per byte
+# first), then lines with paths not yet shown, the agent's notes, the ends of outputs.
+_PHASES = 7
+_CALLS, _ERRORS, _EDITS, _NAMED, _PATHS, _NOTES, _ENDS = range(_PHASES)
+
+
+def _cover(pool: list[_Line], covered: set[str], key: str) -> list[_Line]:
+    """Greedy cover: the lines of ``pool`` that add an uncovered name (``key``: ``names`` or ``paths``),
+    the most new ones per byte first (lazy re-evaluation keeps it near-linear)."""
+    heap = [(-len(getattr(line, key)) / line.size, line.order, line) for line in pool if getattr(line, key)]
+    heapq.heapify(heap)
+    chosen: list[_Line] = []
+    while heap:
+        stale, order, line = heapq.heappop(heap)
+        fresh = getattr(line, key) - covered
+        if not fresh:
+            continue
+        gain = -len(fresh) / line.size
+        if gain > stale and heap and (gain, order) > heap[0][:2]:
+            heapq.heappush(heap, (gain, order, line))
+            continue
+        chosen.append(line)
+        covered |= fresh
+    return chosen
+
+
+class _Plan:
+    """One item's lines in priority order, with the bytes each phase needs (cumulative)."""
+
+    __slots__ = ("ordered", "needs")
+
+    def __init__(self, lines: list[_Line], shown: set[str]) -> None:
+        """``shown``: names already shown elsewhere, not worth a line again."""
+        phases: list[list[_Line]] = [[] for _ in range(_PHASES)]
+        for line in lines:
+            if line.score >= SCORE_CALL:
+                phases[_CALLS].append(line)
+            elif line.score >= SCORE_ERROR:
+                phases[_ERRORS].append(line)
+            elif line.score >= SCORE_EDIT:
+                phases[_EDITS].append(line)
+        fixed = [line for phase in phases[:_NAMED] for line in phase]
+        names = set().union(*(line.names for line in fixed)) if fixed else set()
+        paths = set().union(*(line.paths for line in fixed)) if fixed else set()
+        rest = [line for line in lines if line.score < SCORE_EDIT]
+        phases[_NAMED] = _cover(rest, names | shown, "names")
+        taken = {id(line) for line in phases[_NAMED]}
+        for line in phases[_NAMED]:
+            paths |= line.paths
+        phases[_PATHS] = _cover([line for line in rest if id(line) not in taken], paths, "paths")
+        taken |= {id(line) for line in phases[_PATHS]}
+        left = [line for line in rest if id(line) not in taken]
+        phases[_NOTES] = sorted((line for line in left if SCORE_NOTE <= line.score < SCORE_PATH),
+                                key=lambda line: (-line.score, line.order))
+        phases[_ENDS] = [line for line in left if line.score == SCORE_END]
+        self.ordered = [(phase, line) for phase, members in enumerate(phases) for line in members]
+        self.needs = []
+        total = 0
+        for members in phases:
+            total += sum(line.size for line in members)
+            self.needs.append(total)
+
+
+def _render(plan: _Plan, limit: int) -> str:
+    """The lines of ``plan`` that fit in ``limit`` bytes, taken in priority order, shown in their
+    original order."""
     chosen: list[tuple[int, str]] = []
     room = limit + 1
-    for line in sorted(lines, key=lambda item: (-item.score, item.order)):
+    for phase, line in plan.ordered:
         if line.size <= room:
             chosen.append((line.order, line.text))
             room -= line.size
-        elif line.score >= SCORE_ERROR and room > _MIN_CUT:  # a call or error line is cut rather than lost
+        elif phase <= _ERRORS and room > _MIN_CUT:  # a call or error line is cut rather than lost
             text = _cut(line.text, room - 1)
             chosen.append((line.order, text))
             room -= utf8_len(text) + 1
@@ -214,10 +312,6 @@ def _cut(text: str, limit: int) -> str:
     return fit_end(text, limit)
 
 
-def _need(lines: list[_Line], threshold: float) -> int:
-    return sum(line.size for line in lines if line.score >= threshold)
-
-
 def _limit(text: str, cap: int) -> int:
     return min(cap, utf8_len(text) - 1)
 
@@ -228,16 +322,16 @@ def summarize_item(text: str, budget: int, names: frozenset[str] = frozenset()) 
     limit = _limit(text, budget)
     if limit <= 0:
         return ""
-    summary = _render(_item_lines(text, names), limit)
+    summary = _render(_Plan(_item_lines(text, names), set()), limit)
     return summary or fit_end(squeezed_window(text, limit), limit)
 
 
 def _allocate(needs: list[list[int]], caps: list[int], total: int) -> list[int]:
-    """Bytes per item: level by level (most salient lines first), every item's need at that level is met
+    """Bytes per item: phase by phase (most salient lines first), every item's need at that phase is met
     when the rest of ``total`` allows, else the rest is shared max-min fairly."""
     granted = [0] * len(caps)
     remaining = total
-    for level in range(len(_LEVELS)):
+    for level in range(_PHASES):
         wants = [max(0, min(caps[i], needs[i][level]) - granted[i]) for i in range(len(caps))]
         if sum(wants) <= remaining:
             for i, want in enumerate(wants):
@@ -278,14 +372,21 @@ def summarize_items(items: dict[str, Any], budget: int, max_output_bytes: int | 
     keys = list(texts)
     lines = [_item_lines(texts[key], names) for key in keys]
     caps = [max(0, _limit(texts[key], budget)) for key in keys]
-    needs = [[_need(item, level) for level in _LEVELS] for item in lines]
+    expected: set[str] = set()  # names the items before show when granted their cap
+    needs = []
+    for item, cap in zip(lines, caps):
+        plan = _Plan(item, expected)
+        needs.append(plan.needs)
+        expected |= _names_of(_render(plan, cap), names)
     granted = _allocate(needs, caps, total)
+    shown: set[str] = set()  # names the summaries so far do show
     out: dict[str, str] = {}
-    for key, item, limit in zip(keys, lines, granted):
-        summary = _render(item, limit) if limit > 0 else ""
-        if not summary and caps[keys.index(key)] > 0:
-            fallback = max(1, min(caps[keys.index(key)], 48))
+    for key, item, limit, cap in zip(keys, lines, granted, caps):
+        summary = _render(_Plan(item, set(shown)), limit) if limit > 0 else ""
+        if not summary and cap > 0:
+            fallback = max(1, min(cap, 48))
             summary = fit_end(squeezed_window(texts[key], fallback), fallback)
+        shown |= _names_of(summary, names)
         out[key] = summary
     return out
 
