@@ -256,3 +256,10 @@ def test_a_second_seal_carries_the_first_forward_and_reads_tool_calls() -> None:
     assert "commands: $ pytest -q tests (exit 1)" in lines
     assert any("FAILED tests/test_core.py::test_empty" in line for line in lines if line.startswith("errors: "))
     assert "requests: Also add a test, please." in lines
+
+
+def test_go_package_failures_are_error_lines() -> None:
+    output = "".join(f"ok  \texample.com/pkg/m{i}\t0.01s\n" for i in range(100))
+    output += "FAIL\texample.com/pkg/store [setup failed]\nFAIL\texample.com/pkg/sync\t0.013s\n"
+    summary = summarize_item(tool_unit("go test ./...", output, returncode=1), 200)
+    assert "FAIL example.com/pkg/store [setup failed]" in summary and "FAIL example.com/pkg/sync 0.013s" in summary

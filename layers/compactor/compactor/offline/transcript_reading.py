@@ -43,6 +43,7 @@ _ERROR_LINE = re.compile(
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
     r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
     r"|FAIL(?:ED)?[ \t]*(?:\S+[ \t]*)?$"
+    r"|FAIL[ \t]+\S+[ \t]+(?:\[[^\]\n]*\]|[\d.]+s)[ \t]*$"  # go test: FAIL <package> [build failed] / 0.01s
     r"|\S+:\d+(?::\d+)?:[ \t]*(?:error|fatal)\b"
     r")"
 )
