@@ -1,5 +1,5 @@
 """Cold start as a user feels it: a new process imports a function's handler and answers its first
-real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N]``.
+real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N] [--tracing on|off]``.
 
 The code is what Lambda runs: the layer's packages built into a temporary directory by the layer's
 own recipe (``make -C layers/compactor code``: copied without any ``__pycache__`` of the checkout and
@@ -14,6 +14,12 @@ interpreter that times
   proxy event, an S3 ``ObjectCreated`` event whose object is read from and written to S3, and a fan-out
   worker event whose flow payload is read from S3. S3 is a ``moto_server`` on 127.0.0.1, so the
   botocore client the function builds on its first request is part of what is timed.
+
+Tracing is on by default, as deployed (``Tracing: Active`` in template.yaml): the samples see the
+environment Lambda gives a traced invocation (``LAMBDA_TASK_ROOT``, a sampled ``_X_AMZN_TRACE_ID``;
+segments go by UDP to a loopback port where nothing listens), so Powertools' tracer loads the X-Ray SDK
+and patches what it patches. ``--tracing off`` is a function without tracing (and what ``compactor
+serve`` runs): the handlers then never import the X-Ray SDK.
 
 Two baselines run in the same loop, interleaved with the samples so they see the same machine:
 
@@ -110,14 +116,22 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("moto_server did not start")
 
 
-def child_env(endpoint: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "COMPACTOR_"))}
+def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, str]:
+    skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
     env.update({
         "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "POWERTOOLS_METRICS_NAMESPACE": "Bench",
         "POWERTOOLS_SERVICE_NAME": "compactor", "COMPACTOR_FLOW_BUDGET_MS": "20000",
         "POWERTOOLS_DEV": "false", "PYTHONDONTWRITEBYTECODE": "1",
     })
+    if tracing:  # what Lambda sets for a traced invocation of this function
+        env.update({
+            "LAMBDA_TASK_ROOT": function.paths[0], "AWS_LAMBDA_FUNCTION_NAME": function.name,
+            "_X_AMZN_TRACE_ID": f"Root=1-{int(time.time()):08x}-{os.urandom(12).hex()};"
+                                f"Parent={os.urandom(8).hex()};Sampled=1",
+            "AWS_XRAY_DAEMON_ADDRESS": f"127.0.0.1:{free_port()}",
+        })
     return env
 
 
@@ -206,19 +220,22 @@ def third_party(loaded: list[str]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7, help="fresh processes per measurement (default 7)")
+    parser.add_argument("--tracing", choices=["on", "off"], default="on",
+                        help="X-Ray tracing of the functions: on as deployed (default), or off")
     args = parser.parse_args()
 
     server, endpoint = start_moto()
     failed = False
     build = tempfile.TemporaryDirectory(prefix="cold-start-")
     try:
-        env = child_env(endpoint)
         functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}",
                                       code=build_code(Path(build.name)))
         print(f"{'function':<12} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6}   "
-              f"{'restored':>8} {'ratio':>6} {'hook':>7}   (ms, medians of {args.runs} fresh processes)")
+              f"{'restored':>8} {'ratio':>6} {'hook':>7}   (ms, medians of {args.runs} fresh processes; "
+              f"tracing {args.tracing})")
         sample = 0
         for function in functions:
+            env = child_env(endpoint, function, tracing=args.tracing == "on")
             cold, restored, hooks, deps, floor = [], [], [], [], []
             names: list[str] = []
             for _ in range(args.runs):
