@@ -13,7 +13,7 @@ from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.providers.base import BAD_REQUEST, ChatRequest, DecisionRequest, Offer, ProviderError
 from compactor.offline.transport import BuiltinTransport
 
-SUMMARY_PROMPT = "Summarise each item. Each summary must use at most 128 UTF-8 bytes. Do not add ids."
+SUMMARY_PROMPT = "Summarise each item. Do not add ids."
 ITEM = dense_dumps([{"role": "assistant", "content": "long output follows " + "data " * 200}])
 
 
@@ -43,10 +43,11 @@ def test_bundled_catalog_lists_the_two_builtin_offers() -> None:
     assert catalog.policy_envelope is None
 
 
-async def test_json_mode_chat_answers_every_id_within_the_prompt_budget() -> None:
+async def test_json_mode_chat_answers_every_id_within_the_requests_byte_bound() -> None:
     user = dense_dumps({"fragment_2": ITEM, "fragment_3": "plain " * 100})
     request = ChatRequest(messages=[{"role": "system", "content": SUMMARY_PROMPT},
-                                    {"role": "user", "content": user}], max_tokens=512, json_mode=True)
+                                    {"role": "user", "content": user}], max_tokens=512, json_mode=True,
+                          max_string_bytes=128)
     response = await BuiltinTransport().chat(SUMMARIZER, request, 20.0)
     reply = strict_loads(response.text)
     assert set(reply) == {"fragment_2", "fragment_3"}
@@ -57,6 +58,21 @@ async def test_json_mode_chat_answers_every_id_within_the_prompt_budget() -> Non
     assert response.tokens_in == math.ceil((len(SUMMARY_PROMPT) + len(user.encode("utf-8"))) / 4)
     assert response.tokens_out == math.ceil(len(response.text.encode("utf-8")) / 4)
     assert response.tokens_total == response.tokens_in + response.tokens_out
+
+
+async def test_the_byte_bounds_are_the_requests_not_the_prompts_words() -> None:
+    user = dense_dumps({"fragment_2": ITEM})
+    worded = [{"role": "system", "content": "Each summary must use at most 40 UTF-8 bytes."},
+              {"role": "user", "content": user}]
+
+    async def longest(**bounds: int) -> int:
+        request = ChatRequest(messages=worded, max_tokens=512, json_mode=True, **bounds)
+        reply = strict_loads((await BuiltinTransport().chat(SUMMARIZER, request, 20.0)).text)
+        return max(len(summary.encode("utf-8")) for summary in reply.values())
+
+    assert 40 < await longest(max_string_bytes=128) <= 128
+    assert 128 < await longest() <= 256  # no bound given: the built-in default, whatever the prompt says
+    assert await longest(max_string_bytes=128, max_total_string_bytes=60) <= 60
 
 
 async def test_plain_chat_seals_within_max_tokens() -> None:

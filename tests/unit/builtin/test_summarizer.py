@@ -9,7 +9,7 @@ import pytest
 
 from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.offline.summarizer import (
-    item_budget, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
+    split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
 from compactor.offline.text_fit import utf8_len
 
@@ -24,11 +24,6 @@ def tool_unit(command: str, output: str, returncode: int = 0, note: str = "") ->
         {"role": "tool", "tool_call_id": "call_1",
          "content": f"<returncode>{returncode}</returncode>\n<output>\n{output}</output>"},
     ])
-
-
-def test_budget_comes_from_the_prompt_phrase() -> None:
-    assert item_budget("Each summary must use at most 128 UTF-8 bytes. Do not merge ids.") == 128
-    assert item_budget("no budget here") == 256
 
 
 def test_tool_call_summary_leads_with_the_call_and_its_exit_code_then_errors() -> None:

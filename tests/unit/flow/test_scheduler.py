@@ -157,6 +157,16 @@ async def test_prompt_views_sections_and_templates() -> None:
     assert "[input 1]\ndone\n\n[input 2]\ndone" in prompts
 
 
+async def test_a_json_nodes_reply_bounds_reach_the_chat_request_as_data() -> None:
+    router = FakeRouter(chat=lambda request: ChatResponse(text='{"a": "x"}'))
+    bounded = {**LLM, "inputs": ["input"], "output_format": "json", "max_string_bytes": 40,
+               "max_total_string_bytes": 70}
+    await run(router, flow_of(a=bounded, output={"kind": "output", "inputs": ["a"]}), "hello")
+    (call,) = router.calls
+    assert (call.request.json_mode, call.request.max_string_bytes, call.request.max_total_string_bytes) == (True, 40, 70)
+    assert call.request.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
+
+
 async def test_proposed_tool_calls_are_shown_to_readers() -> None:
     calls = [{"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]
     replies = iter([ChatResponse(text="run it", tool_calls=calls), ChatResponse(text="ok")])

@@ -106,6 +106,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
                                                else DEFAULT_CHAT_POLICY)
                 node["system"], cap, total = summary_system(template["system"], budget, batch)
                 node["max_tokens"] = generation_tokens(max_tokens, total, reply_max)
+                # The same limits as data, for transports that take them (the built-in summarizer).
+                node["max_string_bytes"], node["max_total_string_bytes"] = cap, total
             elif name == "patch":
                 node["max_string_bytes"] = cap
                 patches.append(f"{key}_{name}")

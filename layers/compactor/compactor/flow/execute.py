@@ -130,7 +130,9 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
     messages.append({"role": "system", "content": node.spec["system"]})
     messages.append({"role": "user", "content": prompt})
     json_mode = node.option("output_format") == "json"
-    request = ChatRequest(messages=messages, max_tokens=node.option("max_tokens"), json_mode=json_mode)
+    request = ChatRequest(messages=messages, max_tokens=node.option("max_tokens"), json_mode=json_mode,
+                          max_string_bytes=node.option("max_string_bytes"),
+                          max_total_string_bytes=node.option("max_total_string_bytes"))
     timeout_ms = node.option("timeout_ms")
     # A routed node's timeout covers the routing decision and the generation together.
     node_deadline = None if timeout_ms is None or node.routing is None else Deadline.after_ms(timeout_ms)

@@ -17,10 +17,12 @@ from .values import MAX_VALUE_BYTES, utf8_len
 TYPED_OPTION_KEYS: Final = (
     "operation", "path", "field", "equals", "questions", "output_format", "skip_empty", "on_error",
     "context", "max_tokens", "timeout_ms", "max_string_bytes", "min_string_bytes", "only_shrink",
+    "max_total_string_bytes",
 )
 # Options whose presence on an llm node makes the flow typed.
 TYPING_LLM_OPTIONS: Final = frozenset(
-    {"output_format", "skip_empty", "on_error", "context", "max_tokens", "timeout_ms"})
+    {"output_format", "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
+     "max_total_string_bytes"})
 
 OPERATION_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "project": frozenset({"path"}),
@@ -37,7 +39,8 @@ _BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     INPUT: frozenset({"kind", "inputs"}),
     OUTPUT: frozenset({"kind", "inputs"}),
     LLM: frozenset({"kind", "inputs", "system", "policy", "template", "routing", "output_format",
-                    "skip_empty", "on_error", "context", "max_tokens", "timeout_ms"}),
+                    "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
+                    "max_total_string_bytes"}),
     DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms"}),
     DATA: frozenset({"kind", "inputs", "operation", "on_error"}),
 }
@@ -46,6 +49,8 @@ MAX_INPUTS: Final = 32
 MAX_PATH_STEPS: Final = 16
 MAX_NAME_BYTES: Final = 128
 MAX_TOKENS_RANGE: Final = (1, 4096)
+# JSON-mode llm nodes: the byte bounds of the reply's string values, passed to the transport as data.
+REPLY_BYTES_OPTIONS: Final = ("max_string_bytes", "max_total_string_bytes")
 TIMEOUT_MS_RANGE: Final = (1, 40_000)
 
 MAX_QUESTIONS: Final = 32
@@ -106,7 +111,8 @@ def common_option_problem(node: Mapping[str, Any]) -> str | None:
 
 
 def llm_option_problem(node: Mapping[str, Any]) -> str | None:
-    """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, ``routing``."""
+    """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, the reply's
+    string bounds, ``routing``."""
     if not isinstance(node.get("system"), str):
         return "system must be a string"
     if "template" in node and not isinstance(node["template"], str):
@@ -117,6 +123,11 @@ def llm_option_problem(node: Mapping[str, Any]) -> str | None:
         return 'context must be "inputs"'
     if "max_tokens" in node and not _is_int_in(node["max_tokens"], *MAX_TOKENS_RANGE):
         return "max_tokens must be an integer 1–4096"
+    for key in REPLY_BYTES_OPTIONS:
+        if key in node and not _is_int_in(node[key], 1, MAX_VALUE_BYTES):
+            return f"{key} must be an integer 1–{MAX_VALUE_BYTES}"
+        if key in node and node.get("output_format") != "json":
+            return f'{key} needs output_format "json"'
     if "routing" in node:
         return routing_problem(node["routing"])
     return None

@@ -35,7 +35,6 @@ SUMMARIZER_MODEL = "builtin-extractive-summarizer"
 DEFAULT_ITEM_BUDGET = 256
 DEFAULT_SEAL_MAX_TOKENS = 512
 BYTES_PER_TOKEN = 4
-_BUDGET_PHRASE = re.compile(r"at most\s+(\d+)\s+UTF-8 bytes", re.IGNORECASE)
 _ROLE_PREFIX = re.compile(r"^(system|developer|user|assistant|tool|function|exit): ", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _DECISION_WORDS = re.compile(
@@ -48,13 +47,6 @@ _SEAL_ENTRY_BYTES = 200
 _MAX_PATHS = 24
 
 
-def item_budget(system_text: str) -> int:
-    """The per-summary byte budget named by ``at most <N> UTF-8 bytes`` in ``system_text`` (else 256)."""
-    match = _BUDGET_PHRASE.search(system_text)
-    return int(match.group(1)) if match else DEFAULT_ITEM_BUDGET
-
-
-_BATCH_PHRASE = re.compile(r"together\s+at most\s+(\d+)\s+UTF-8 bytes", re.IGNORECASE)
 _NAMES_PHRASE = re.compile(r"^Names used again later[^:\n]*:[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
 _EXIT_PHRASE = re.compile(r"(?:Process exited with code|exit(?:ed)? (?:code|status)|Exit code:?)\s*(-?\d+)",
                           re.IGNORECASE)
@@ -68,12 +60,6 @@ LINE_BYTES = 240
 _MIN_CUT = 40  # a cut call or error line shorter than this says too little
 _CALL_BYTES = 200
 _ARGUMENT_BYTES = 80  # a call's argument longer than this is shown cut; its lines are judged one by one
-
-
-def batch_total(system_text: str) -> int | None:
-    """The byte budget of all summaries together (``together at most <N> UTF-8 bytes``), if stated."""
-    match = _BATCH_PHRASE.search(system_text)
-    return int(match.group(1)) if match else None
 
 
 def salient_names(system_text: str) -> frozenset[str]:

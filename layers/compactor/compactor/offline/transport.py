@@ -1,8 +1,8 @@
 """The ``builtin`` transport: offline, deterministic offers that cost nothing (docs/behaviour.md#catalog-and-transports).
 
 ``builtin-extractive-summarizer`` answers chat calls (JSON mode or the legacy seal) with
-:mod:`.builtin_summarizer`; ``builtin-rules-decider`` answers native decisions with
-:mod:`.builtin_decider`. Usage is estimated as ``ceil(bytes / 4)`` tokens each way and the reported
+:mod:`.summarizer`, within the request's ``max_string_bytes`` / ``max_total_string_bytes`` (JSON mode)
+or ``max_tokens``; ``builtin-rules-decider`` answers native decisions with :mod:`.decider`. Usage is estimated as ``ceil(bytes / 4)`` tokens each way and the reported
 cost is 0. Any other model, or the wrong call for the model, is a ``bad_request``.
 """
 
@@ -17,7 +17,7 @@ from compactor.providers.base import (
 )
 from compactor.offline.decider import DECIDER_MODEL, decide
 from compactor.offline.summarizer import (
-    BYTES_PER_TOKEN, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, batch_total, item_budget, salient_names,
+    BYTES_PER_TOKEN, DEFAULT_ITEM_BUDGET, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, salient_names,
     summarize_conversation, summarize_json_request,
 )
 from compactor.chat import content_text
@@ -66,12 +66,13 @@ class BuiltinTransport:
             raise ProviderError(BAD_REQUEST, "the summarizer needs a user message")
         max_tokens = request.max_tokens
         if request.json_mode:
-            system = _system_text(request.messages)
-            budget = item_budget(system)
+            # The byte limits arrive as data (the llm node's options); only the names hint is read
+            # from the prompt, as a model would.
+            budget = request.max_string_bytes or DEFAULT_ITEM_BUDGET
             max_output_bytes = max_tokens * BYTES_PER_TOKEN if max_tokens else None
             try:
-                text = summarize_json_request(user_content, budget, max_output_bytes, batch_total(system),
-                                              salient_names(system))
+                text = summarize_json_request(user_content, budget, max_output_bytes, request.max_total_string_bytes,
+                                              salient_names(_system_text(request.messages)))
             except ValueError as exc:  # includes StrictJSONError
                 raise ProviderError(BAD_REQUEST, f"user content is not a JSON object of items: {exc}") from exc
         else:

@@ -73,6 +73,11 @@ class ChatRequest:
     messages: list[dict[str, Any]]
     max_tokens: int | None = None
     json_mode: bool = False
+    # JSON mode: each string value of the reply at most this many UTF-8 bytes, all of them together at
+    # most the total (an llm node's options, docs/behaviour.md#the-flow-ir). A transport that cannot
+    # pass them on relies on the prompt, which states them in words.
+    max_string_bytes: int | None = None
+    max_total_string_bytes: int | None = None
 
 
 @dataclass
