@@ -16,6 +16,12 @@ busy instance (among idle ones the one used last, which is warm); requests carry
 ``Idempotency-Key`` always go to the same one, whose in-memory idempotency store replays them, and the
 instances share one ledger file (``--ledger``, else a temporary one). ``create_server`` without
 ``workers`` runs one instance in-process on one long-lived thread (tests).
+
+The function's environment from ``template.yaml`` (Globals merged, parameters at their defaults unless
+``--param K=V``) is applied before the handler is imported, except variables already set in the shell
+and the names of the stack's tables and buckets: billing and idempotency run on local stores (the
+ledger in ``--ledger FILE``, else in a temporary file, or in memory in-process) unless the shell names
+tables (docs/billing.md).
 """
 
 from __future__ import annotations
@@ -159,12 +165,12 @@ class WorkerPool:
     answers one event at a time. All start before the server listens, so an import error stops
     ``compactor serve`` at once and no request waits for an instance's cold start."""
 
-    def __init__(self, size: int, code_dir: Path, environment: Mapping[str, str] | None = None):
+    def __init__(self, size: int, code_dir: Path):
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
         self._ledger_dir: tempfile.TemporaryDirectory[str] | None = None
-        environment = dict(environment or {})
-        if LEDGER_FILE_ENV not in environment and LEDGER_FILE_ENV not in os.environ:
+        environment: dict[str, str] = {}  # set in each instance
+        if LEDGER_FILE_ENV not in os.environ:
             # The instances share one ledger, so that GET /usage counts every instance's calls.
             self._ledger_dir = tempfile.TemporaryDirectory(prefix="compactor-serve-")
             environment[LEDGER_FILE_ENV] = str(Path(self._ledger_dir.name) / "ledger.jsonl")
