@@ -44,6 +44,7 @@ from compactor.compaction.preparation import (
     summary_budget,
     tail_length,
 )
+from compactor.compaction.decision import summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
@@ -305,7 +306,8 @@ async def _run_batches(batches: list[Batch], task: dict[str, Any], *, router: An
     flow_ir, flow_input = materialise(
         batches, instructions=task["instructions"], recent_evidence=task["recent_evidence"], budget=task["budget"],
         decision_policy=settings["decision_policy_ir"], generation_policy=settings["policy_ir"],
-        max_tokens=settings["max_tokens"])
+        max_tokens=settings["max_tokens"],
+        reply_max=summary_reply_limit(router, settings["policy_ir"], settings["max_tokens"]))
     admitted = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
     runner = flow_runner or run_flow
     return await runner(admitted, flow_input, router=router, deadline=deadline, on_event=on_event)
