@@ -13,7 +13,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from compactor.compaction.salience import is_code_identifier
 from compactor.jsonutil import dense_size
 
 Message = dict[str, Any]
@@ -133,9 +132,20 @@ EXIT_WINDOW = 400
 MIN_IDENTIFIER = 4
 
 
+# The metric's own rules (docs/evaluation.md), deliberately not shared with the compactor's salience code:
+# the metric must not move when the compactor's notion of a name changes.
+_DOTTED_OR_SNAKE = re.compile(r"\.|[A-Za-z0-9]_+[A-Za-z0-9]")
+_INNER_CAPITAL = re.compile(r"^_*[A-Za-z0-9]+[A-Z]")
+_LETTER, _LOWER = re.compile(r"[A-Za-z]"), re.compile(r"[a-z]")
+
+
 def is_identifier_like(token: str) -> bool:
     """Code-ish names: snake_case, camelCase/PascalCase with an inner capital, or dotted names."""
-    return len(token) >= MIN_IDENTIFIER and not token.isdigit() and is_code_identifier(token)
+    if len(token) < MIN_IDENTIFIER or token.isdigit():
+        return False
+    if _DOTTED_OR_SNAKE.search(token):
+        return "." in token or _LETTER.search(token) is not None
+    return _INNER_CAPITAL.match(token) is not None and _LOWER.search(token) is not None
 
 
 def identifiers(text: str) -> set[str]:
@@ -366,13 +376,10 @@ class Row:
 
 
 def mode_names() -> list[str]:
-    """The compaction modes the service offers (the registry when present, else decision and seal)."""
-    try:
-        from compactor.compaction import modes  # type: ignore[attr-defined]
-    except ImportError:
-        return ["decision", "seal"]
-    names = getattr(modes, "names", None)
-    return list(names()) if callable(names) else ["decision", "seal"]
+    """The compaction modes the service registers."""
+    from compactor.compaction.modes import names
+
+    return list(names())
 
 
 def request_body(mode: str, messages: list[Message], settings: dict[str, Any] | None = None) -> dict[str, Any]:

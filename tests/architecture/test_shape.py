@@ -226,3 +226,13 @@ def test_the_transport_names_have_one_home_and_the_docs_list_them() -> None:
     listing = [f"{p.relative_to(REPO)}" for p in sources if p.name != "registry.py"
                and sum(f'"{name}"' in p.read_text(encoding="utf-8") for name in TRANSPORTS) >= 4]
     assert listing == []
+
+
+def test_the_evaluation_metric_shares_no_heuristics_with_the_compactor() -> None:
+    """docs/evaluation.md: evidence is computed from input and output only, by the harness's own rules;
+    importing the compactor's salience or offline heuristics would let the metric move with them."""
+    source = (REPO / "cli" / "compactor_cli" / "evaluation.py").read_text(encoding="utf-8")
+    imported = set(re.findall(r"^\s*(?:from|import) (compactor[\w.]*)", source, re.MULTILINE))
+    assert not {name for name in imported if name.startswith(("compactor.compaction.salience", "compactor.offline",
+                                                               "compactor.markers"))}
+    assert "is_code_identifier" not in source
