@@ -26,6 +26,29 @@ def dense_size(value: Any) -> int:
     return len(dense_dumps(value).encode("utf-8"))
 
 
+def utf8_len(text: str) -> int:
+    """UTF-8 byte length of a string (ASCII fast path)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def json_text_size(text: str) -> int:
+    """:func:`dense_size` of ``text`` when ``text`` is JSON text from :func:`dense_dumps` or
+    :func:`ascii_dumps` (or cut from it), computed instead of re-encoded: the encoders escape every
+    control character, so quoting it only adds its two quotes and a backslash before each ``"`` and ``\\``.
+    For ASCII text it is also the :func:`ascii_wire_size` (docs/performance.md)."""
+    return utf8_len(text) + 2 + text.count('"') + text.count("\\")
+
+
+def dense_join(texts: list[str]) -> str:
+    """:func:`dense_dumps` of a list, from the dense texts of its elements."""
+    return "[" + ",".join(texts) + "]"
+
+
+def dense_join_size(sizes: list[int]) -> int:
+    """:func:`dense_size` of a list, from the dense sizes of its elements."""
+    return 2 + sum(sizes) + max(0, len(sizes) - 1)
+
+
 def ascii_dumps(value: Any) -> str:
     """JSON with default separators and all non-ASCII escaped (``json.dumps`` defaults)."""
     return _WIRE.encode(value)

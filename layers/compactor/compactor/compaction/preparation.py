@@ -11,7 +11,8 @@ from typing import Any
 
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
-from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size
+from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
+                                json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.compaction.salience import action_message, batch_hint, last_uses, later_block, message_names
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
@@ -98,6 +99,7 @@ class Preparation:
     reasons: list[str]
     pinned: set[str] = field(default_factory=set)  # unit ids holding a pinned message (the rest of
     # ``protected`` is the kept tail)
+    message_sizes: list[int] = field(default_factory=list)  # dense size of each message, measured once
 
 
 def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
@@ -223,7 +225,28 @@ class BatchSizer:
         return len(key) + 3 + len('{"state":,"items":}') + state + self.summary_record(batch)
 
 
-def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any],
+# The fragment entry ``{"id":…,"bytes":…,"evidence":…}`` around its values, in each form.
+_FRAGMENT_WIRE = len('{"id": , "bytes": , "evidence": }')
+_FRAGMENT_DENSE = len('{"id":,"bytes":,"evidence":}')
+
+
+@dataclass(frozen=True)
+class Questions:
+    """A question template's question for a whole fragment and for an excerpted one, each with its ASCII
+    wire size: built once per preparation, shared by its candidates."""
+
+    whole: dict[str, Any]
+    whole_bytes: int
+    excerpted: dict[str, Any]
+    excerpted_bytes: int
+
+    @classmethod
+    def of(cls, template: dict[str, Any]) -> Questions:
+        excerpted = fragment_question(template, True)
+        return cls(template, ascii_wire_size(template), excerpted, ascii_wire_size(excerpted))
+
+
+def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any] | Questions,
               dialect: Dialect | None = None) -> Candidate:
     """The candidate of ``unit`` (whose messages are ``unit_messages``) with its exact serialised sizes.
 
@@ -231,19 +254,27 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     leave out what the agent's model never reads. The fragment's ``bytes`` and the summary record's bound
     count the unit as it is, so what keeping it costs and how batches are cut do not depend on the view."""
     view = (dialect or get_dialect(None)).model_view(unit_messages)
-    evidence, excerpted = evidence_view(view)
-    question = fragment_question(template, excerpted)
     item = dense_dumps(view)
     whole = item if view is unit_messages else dense_dumps(unit_messages)
-    size = len(whole.encode("utf-8"))
-    fragment = {"id": unit.id, "bytes": size, "evidence": evidence}
+    questions = template if isinstance(template, Questions) else Questions.of(template)
+    return measured_candidate(unit, view, item, whole, questions)
+
+
+def measured_candidate(unit: Unit, view: list[Message], item: str, whole: str, questions: Questions) -> Candidate:
+    """The candidate of ``unit`` from its model ``view``, the dense JSON of the view (``item``) and of the unit
+    as it is (``whole``): its sizes are computed from those texts, never by encoding them again."""
+    evidence, excerpted = evidence_view(view)
+    question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
+                                else (questions.whole, questions.whole_bytes))
+    size = utf8_len(whole)
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
+    value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
     return Candidate(
         unit, evidence, question, item, size,
-        decision_bytes=ascii_wire_size(fragment) + key_bytes + 2 + ascii_wire_size(question),
-        record_bytes=key_bytes + 1 + dense_size(item),
-        bound_bytes=key_bytes + 1 + dense_size(whole),
-        state_bytes=dense_size(fragment),
+        decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
+        record_bytes=key_bytes + 1 + json_text_size(item),
+        bound_bytes=key_bytes + 1 + json_text_size(whole),
+        state_bytes=_FRAGMENT_DENSE + value_bytes,
     )
 
 
@@ -277,29 +308,41 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
-    original_bytes = dense_size(messages)
+    # Each message is serialised once: its dense text gives every size and item below (docs/performance.md).
+    texts = [dense_dumps(m) for m in messages]
+    sizes = [utf8_len(text) for text in texts]
+    original_bytes = dense_join_size(sizes)
     target = int(original_bytes * target_ratio)
-    last = messages[-max(1, keep_recent):]
-    tail = tail_indexes(len(messages), tail_length([dense_size(m) for m in last], int(target * TAIL_TARGET_SHARE))
-                        if bounded else len(last))
+    last = sizes[-max(1, keep_recent):]
+    tail = tail_indexes(len(messages), tail_length(last, int(target * TAIL_TARGET_SHARE)) if bounded else len(last))
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
     candidates = [u for u in units if u.id not in protected]
     instructions = instructions_view(messages, pins)
+    views = [dialect.model_view([m]) for m in messages]  # what the models see, item by item
+    # A view item equal to its message is the message with nothing left out: the same JSON (formats/base.py).
+    view_texts = [[texts[i]] if len(view) == 1 and (view[0] is messages[i] or _same_json(view[0], messages[i]))
+                  else [dense_dumps(v) for v in view] for i, view in enumerate(views)]
+
+    def view_json(unit: Unit) -> str:
+        return dense_join([text for i in unit.indexes() for text in view_texts[i]])
+
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            recent.append(recent_view(messages[unit.start:unit.end], dialect))
+            recent.append(excerpt(view_json(unit), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0])
 
-    retained = dense_size([m for u in units if u.id in protected for m in messages[u.start:u.end]])
+    retained = dense_join_size([sizes[i] for u in units if u.id in protected for i in u.indexes()])
     budget = summary_budget(target, retained, len(candidates))
 
     reasons: list[str] = []
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes)
-    used = fit_batches((candidate(u, messages[u.start:u.end], question_template, dialect)
-                        for u in largest_candidates(messages, candidates)),
+    questions = Questions.of(question_template)
+    used = fit_batches((measured_candidate(u, [v for i in u.indexes() for v in views[i]], view_json(u),
+                                           dense_join(texts[u.start:u.end]), questions)
+                        for u in largest_candidates(messages, candidates, sizes)),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, used, kept, sizer, dialect)
@@ -307,15 +350,23 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
                        instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
-                       budget=budget, batches=used, reasons=reasons)
+                       budget=budget, batches=used, reasons=reasons, message_sizes=sizes)
 
 
-def largest_candidates(messages: list[Message], candidates: list[Unit]) -> list[Unit]:
+def _same_json(view_item: Message, message: Message) -> bool:
+    """Whether a view item, which keeps its message's key order, serialises as the message does."""
+    return view_item == message and list(view_item) == list(message)
+
+
+def largest_candidates(messages: list[Message], candidates: list[Unit], message_sizes: list[int] | None = None
+                       ) -> list[Unit]:
     """The candidates one request considers, in order: all of them, or past ``MAX_CANDIDATES`` the
-    largest (the ones left out are the smallest, which summarizing would barely shrink; docs/differences.md)."""
+    largest (the ones left out are the smallest, which summarizing would barely shrink; docs/differences.md).
+    ``message_sizes``: the messages' dense sizes when the caller has them."""
     if len(candidates) <= MAX_CANDIDATES:
         return candidates
-    sizes = {u.id: dense_size(messages[u.start:u.end]) for u in candidates}
+    sizes = {u.id: dense_size(messages[u.start:u.end]) if message_sizes is None
+             else dense_join_size(message_sizes[u.start:u.end]) for u in candidates}
     chosen = set(sorted(candidates, key=lambda u: (-sizes[u.id], u.start))[:MAX_CANDIDATES])
     return [u for u in candidates if u in chosen]
 

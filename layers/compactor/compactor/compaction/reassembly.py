@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactor.chat import Message
-from compactor.jsonutil import dense_size
+from compactor.jsonutil import dense_join_size, dense_size
 from compactor.compaction.preparation import Preparation
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -93,8 +93,10 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
     from compactor.archives import handle_of
 
     dialect = dialect or get_dialect(None)
+    sizes = message_sizes(messages, prep)
     items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates}
     output: list[Message] = []
+    output_sizes: list[int] = []  # dense size of each output message: the originals' are known already
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
         original = messages[unit.start:unit.end]
@@ -103,13 +105,14 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         action, emitted = unit_outcome(unit.id, original, item, values, dialect, handle)
         reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
+        output_sizes.extend(sizes[unit.start:unit.end] if emitted is original else map(dense_size, emitted))
         entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason}
         if handle and action != "keep":
             entry["handle"] = handle
         if item is not None and values is not None and decided and unit.id in decided:
             entry["decider_reason"] = decided[unit.id]
         manifest.append(entry)
-    output_bytes = dense_size(output)
+    output_bytes = dense_join_size(output_sizes)
     if output_bytes >= prep.original_bytes:  # expansion guard
         output, output_bytes = messages, prep.original_bytes
         for entry in manifest:
@@ -117,6 +120,13 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
                 entry["action"], entry["reason"] = "keep", "expansion_guard"
             entry.pop("handle", None)
     return output, manifest, output_bytes
+
+
+def message_sizes(messages: list[Message], prep: Preparation) -> list[int]:
+    """The dense size of each message: measured once by the preparation (docs/performance.md)."""
+    if len(prep.message_sizes) == len(messages):
+        return prep.message_sizes
+    return [dense_size(m) for m in messages]
 
 
 def first_changed_index(original: list[Message], output: list[Message]) -> int | None:
@@ -128,12 +138,16 @@ def first_changed_index(original: list[Message], output: list[Message]) -> int |
     return min(len(original), len(output))
 
 
-def preserved_prefix_bytes(messages: list[Message], changed: int | None, original_bytes: int) -> int:
+def preserved_prefix_bytes(messages: list[Message], changed: int | None, original_bytes: int,
+                           sizes: list[int] | None = None) -> int:
     """Bytes of the dense JSON transcript shared with the output: ``[m0,…,mk-1,`` (as long as the JSON
-    of those k messages), ``[`` alone when the first message changed, everything when nothing did."""
+    of those k messages; ``sizes``: the messages' dense sizes when known), ``[`` alone when the first
+    message changed, everything when nothing did."""
     if changed is None:
         return original_bytes
-    return dense_size(messages[:changed]) if changed else 1
+    if not changed:
+        return 1
+    return dense_join_size(sizes[:changed]) if sizes is not None else dense_size(messages[:changed])
 
 
 def compaction_report(messages: list[Message], output: list[Message], output_bytes: int, prep: Preparation,
@@ -151,7 +165,8 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "reasons": list(prep.reasons)[:MAX_REASONS],
         "flow_fingerprint": fingerprint,
         "first_changed_index": changed,
-        "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes),
+        "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes,
+                                                         message_sizes(messages, prep)),
         "limits": ratio_limits(messages, output, prep, manifest),
     }
     if len(fragments) < len(manifest):
@@ -164,8 +179,9 @@ def ratio_limits(messages: list[Message], output: list[Message], prep: Preparati
     """What the output's bytes are made of, and the smallest ratio this request could reach (every
     candidate archived): docs/offline-offers.md "Targets"."""
     parts = {"pins": 0, "tail": 0, "kept_units": 0, "summaries": 0}
+    sizes = message_sizes(messages, prep)
     for unit, entry in zip(prep.units, manifest):
-        size = sum(dense_size(m) + 1 for m in messages[unit.start:unit.end])
+        size = sum(sizes[unit.start:unit.end]) + len(unit.indexes())
         if unit.id in prep.pinned:
             parts["pins"] += size
         elif unit.id in prep.protected:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .values import MAX_VALUE_BYTES, utf8_len
+from ..jsonutil import utf8_len
+from .values import MAX_VALUE_BYTES
 
 MAX_RECORD_KEYS: Final = 128
 MAX_RECORD_KEY_BYTES: Final = 128

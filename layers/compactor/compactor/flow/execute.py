@@ -14,12 +14,12 @@ from typing import Any, Final, Protocol
 from ..budget import Deadline
 from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_payload
-from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads
+from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..router import RouteResult
 from . import data_ops, decision_routing as routed
 from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
-from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, utf8_len, view_of
+from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, view_of
 
 DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
 

@@ -11,7 +11,8 @@ from typing import Any, Final
 
 from ..jsonutil import is_finite_number
 from .graph import DATA, DECISION, INPUT, LLM, OUTPUT
-from .values import MAX_VALUE_BYTES, utf8_len
+from ..jsonutil import utf8_len
+from .values import MAX_VALUE_BYTES
 
 # Options that make a flow typed and that enter the typed options encoding (docs/behaviour.md#canonical-identity).
 TYPED_OPTION_KEYS: Final = (

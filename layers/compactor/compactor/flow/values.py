@@ -24,11 +24,6 @@ class Missing(enum.Enum):
 MISSING: Final = Missing.MISSING
 
 
-def utf8_len(text: str) -> int:
-    """UTF-8 byte length of a string (ASCII fast path)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8"))
-
-
 def bounds_problem(value: Any, what: str) -> str | None:
     """Why ``value`` breaks the 1 MiB / depth-32 bounds of flow data, or ``None`` when it fits."""
     try:

@@ -39,7 +39,8 @@ class Dialect:
         return set()
 
     def model_view(self, items: list[Item]) -> list[Item]:
-        """What the decision and summary models see of these items (hidden reasoning left out)."""
+        """What the decision and summary models see of these items (hidden reasoning left out), item by item:
+        fields and blocks are only left out, so a view item keeps its item's key order."""
         return items
 
     def text_item(self, role: str, text: str) -> Item:
