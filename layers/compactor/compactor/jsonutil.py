@@ -45,7 +45,7 @@ def dense_join(texts: list[str]) -> str:
 
 
 def dense_join_size(sizes: list[int]) -> int:
-    """:func:`dense_size` of a list, from the dense sizes of its elements."""
+    """:func:`dense_size` of a list (or an object), from the dense sizes of its elements (members)."""
     return 2 + sum(sizes) + max(0, len(sizes) - 1)
 
 
@@ -179,15 +179,13 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
 
 def depth_exceeds(value: Any, limit: int) -> bool:
     """True when a container sits at a level deeper than ``limit`` (the root is level 0)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, dict):
-            if level > limit:
-                return True
-            stack.extend((child, level + 1) for child in node.values())
-        elif isinstance(node, list):
-            if level > limit:
-                return True
-            stack.extend((child, level + 1) for child in node)
+    level, containers = 0, [value] if isinstance(value, (dict, list)) else []
+    while containers:  # one level at a time: only containers are looked into
+        if level > limit:
+            return True
+        children: list[Any] = []
+        for node in containers:
+            children.extend(node.values() if isinstance(node, dict) else node)
+        containers = [child for child in children if isinstance(child, (dict, list))]
+        level += 1
     return False

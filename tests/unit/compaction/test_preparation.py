@@ -199,3 +199,48 @@ def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pin
         assert sizer.flow_input_entry(f"batch_{index}", batch) == dense_size({f"batch_{index}": entry}) - 2
         flow_input[f"batch_{index}"] = entry
     assert dense_size(flow_input) <= 900_000
+
+
+from compactor.compaction.preset import materialise  # noqa: E402
+from compactor.formats import get_dialect  # noqa: E402
+from compactor.jsonutil import ascii_dumps, dense_dumps, json_text_size  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(_text, min_size=2, max_size=20), st.integers(min_value=1, max_value=4), _text)
+def test_sizes_measured_once_equal_the_serialised_sizes(contents, keep_recent, pinned):
+    """The preparation serialises each message once (docs/performance.md): every size it derives from
+    those texts is the size of serialising the whole again."""
+    messages = [{"role": "user", "content": pinned}] + [  # every other one with a field models never see
+        {"role": "assistant", "content": text, **({"n": i} if i % 2 else {})} for i, text in enumerate(contents)]
+    prep = _prepare(messages, keep_recent=keep_recent)
+    assert prep.original_bytes == dense_size(messages)
+    assert prep.message_sizes == [dense_size(m) for m in messages]
+    for batch in prep.batches:
+        for cand in batch.candidates:
+            unit_messages = messages[cand.unit.start:cand.unit.end]
+            assert cand.item == dense_dumps(get_dialect(None).model_view(unit_messages))
+            assert cand.size == dense_size(unit_messages)
+            assert json_text_size(cand.item) == dense_size(cand.item)
+            assert json_text_size(cand.evidence) == dense_size(cand.evidence) == len(ascii_dumps(cand.evidence))
+    _, flow_input = materialise(prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence,
+                                budget=prep.budget, decision_policy=["policy"], generation_policy=None,
+                                max_tokens=None)
+    assert prep.flow_input_bytes == dense_size(flow_input)
+
+
+def test_flow_input_size_counts_the_later_blocks_on_the_corpus():
+    from .fixtures import CORPUS_FILES, corpus_messages
+
+    later_blocks = 0
+    for name in CORPUS_FILES:
+        messages = corpus_messages(name)
+        messages = messages["messages"] if isinstance(messages, dict) else messages
+        prep = _prepare(messages, keep_recent=4)
+        _, flow_input = materialise(prep.batches, instructions=prep.instructions,
+                                    recent_evidence=prep.recent_evidence, budget=prep.budget,
+                                    decision_policy=["policy"], generation_policy=None, max_tokens=None)
+        assert prep.flow_input_bytes == dense_size(flow_input), name
+        assert prep.original_bytes == dense_size(messages), name
+        later_blocks += sum(1 for batch in prep.batches if batch.later)
+    assert later_blocks

@@ -111,7 +111,8 @@ class DecisionMode:
             generation_policy=request.policy_ir, max_tokens=max_tokens,
             reply_max=summary_reply_limit(context.router, request.policy_ir, max_tokens))
         try:
-            admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input)
+            admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input,
+                                  flow_input_bytes=prep.flow_input_bytes)
         except FlowAdmissionError as exc:
             raise InvalidFlow.rejected(exc) from exc
         if context.on_event is not None:

@@ -40,6 +40,7 @@ INSTRUCTIONS_VIEW_BYTES = 5_000
 # room the batch leaves under the payload and flow-input limits (batching never changes for it).
 LATER_MAX_BYTES = 3000
 _LATER_KEY_BYTES = 16  # ``, "later": `` on the wire
+_LATER_DENSE_KEY_BYTES = 9  # ``,"later":`` in the dense form
 # The default recent tail (no ``keep_recent`` in the request, docs/differences.md): the last
 # ``keep_recent`` messages, but only as many of them (at least the last) as fit in this share of the target.
 TAIL_TARGET_SHARE = 0.3
@@ -100,6 +101,7 @@ class Preparation:
     pinned: set[str] = field(default_factory=set)  # unit ids holding a pinned message (the rest of
     # ``protected`` is the kept tail)
     message_sizes: list[int] = field(default_factory=list)  # dense size of each message, measured once
+    flow_input_bytes: int | None = None  # dense size of the flow input the batches make (preset.materialise)
 
 
 def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
@@ -350,7 +352,17 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
                        instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
-                       budget=budget, batches=used, reasons=reasons, message_sizes=sizes)
+                       budget=budget, batches=used, reasons=reasons, message_sizes=sizes,
+                       flow_input_bytes=flow_input_size(used, sizer))
+
+
+def flow_input_size(batches: list[Batch], sizer: BatchSizer) -> int:
+    """Dense bytes of the flow input of ``batches`` (``{"batch_<i>": {"state": …, "items": …}}``, each state
+    with its ``later`` block when it has one), from the sizes measured while batching."""
+    return dense_join_size([sizer.flow_input_entry(f"batch_{i}", batch)
+                            + (_LATER_DENSE_KEY_BYTES + dense_size(batch.later) if batch.later else 0)
+                            for i, batch in enumerate(batches)])
+
 
 
 def _same_json(view_item: Message, message: Message) -> bool:

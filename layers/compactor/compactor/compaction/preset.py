@@ -100,10 +100,9 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
                 node["path"] = [key, *template["path"]]
             if name == "classify":
                 node["questions"] = batch_questions(batch.candidates)
-                node["policy"] = copy.deepcopy(decision_policy)
+                node["policy"] = decision_policy  # shared, never copied: admission only reads the term
             elif name == "generate":
-                node["policy"] = copy.deepcopy(generation_policy if generation_policy is not None
-                                               else DEFAULT_CHAT_POLICY)
+                node["policy"] = generation_policy if generation_policy is not None else DEFAULT_CHAT_POLICY
                 node["system"], cap, total = summary_system(template["system"], budget, batch)
                 node["max_tokens"] = generation_tokens(max_tokens, total, reply_max)
                 # The same limits as data, for transports that take them (the built-in summarizer).

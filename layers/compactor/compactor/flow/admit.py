@@ -17,7 +17,7 @@ from ..identity import fingerprint, sha256_identity
 from ..jsonutil import dense_dumps, ensure_utf8_encodable
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
-from .canonical import canonical_order, content_key, flow_encoding, node_encoding, routing_key
+from .canonical import Memo, canonical_order, content_key, flow_encoding, node_encoding, routing_key
 from .graph import (
     DATA,
     DECISION,
@@ -50,9 +50,11 @@ def _node_error(label: str, problem: str) -> FlowAdmissionError:
 
 
 def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike],
-               flow_input: Any = MISSING) -> AdmittedFlow:
+               flow_input: Any = MISSING, flow_input_bytes: int | None = None) -> AdmittedFlow:
     """Validate ``flow_ir`` (and ``flow_input`` when given), admit every node policy with
-    ``admit_policy`` and compute the canonical identity. Raises :class:`FlowAdmissionError`."""
+    ``admit_policy`` and compute the canonical identity. Raises :class:`FlowAdmissionError`.
+    ``flow_input_bytes``: the dense size of a ``flow_input`` the host built from JSON values it measured
+    itself, so that its size bound is checked without encoding it again (docs/performance.md)."""
     nodes = _nodes_of(flow_ir)
     inputs: dict[str, list[str]] = {}
     for label, node in nodes.items():
@@ -68,7 +70,7 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
         except ValueError as exc:
             raise FlowAdmissionError(f"flow_ir: {exc}") from None
     if flow_input is not MISSING:
-        _check_flow_input(flow_input)
+        _check_flow_input(flow_input, flow_input_bytes)
     input_label = _check_graph(nodes, inputs)
     admit = _PolicyAdmitter(admit_policy)
     policies = _admit_policies(nodes, admit)
@@ -117,10 +119,10 @@ def _makes_typed(node: Mapping[str, Any]) -> bool:
     return node["kind"] in (DATA, DECISION) or any(key in node for key in opts.TYPING_LLM_OPTIONS)
 
 
-def _check_flow_input(flow_input: Any) -> None:
+def _check_flow_input(flow_input: Any, size: int | None) -> None:
     if not isinstance(flow_input, (dict, list, str)):
         raise FlowAdmissionError("flow_input must be an object, an array or a string")
-    problem = bounds_problem(flow_input, "flow_input")
+    problem = bounds_problem(flow_input, "flow_input", size)
     if problem:
         raise FlowAdmissionError(problem)
 
@@ -242,8 +244,9 @@ def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
 def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], input_label: str,
                   policies: Mapping[str, AdmittedPolicyLike], routings: Mapping[str, AdmittedRouting],
                   typed: bool) -> AdmittedFlow:
+    memo: Memo = {}  # tables shared between nodes are encoded once
     keys = {label: content_key(node["kind"], node, policies[label].encoding if label in policies else None,
-                               routings[label].key if label in routings else None)
+                               routings[label].key if label in routings else None, memo)
             for label, node in nodes.items()}
     order = canonical_order(keys, inputs, input_label)
     number = {label: index for index, label in enumerate(order)}

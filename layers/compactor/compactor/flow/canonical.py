@@ -37,25 +37,36 @@ def lua_number(value: int | float) -> str:
     return text
 
 
-def encode_typed(value: Any) -> str:
+Memo = dict[int, tuple[Any, str]]
+
+
+def encode_typed(value: Any, memo: Memo | None = None) -> str:
     """The type-tagged length-delimited encoding: ``s<len>:<bytes>``, ``b1``/``b0``, ``n<num>:``, and
     ``t<count>:`` followed by key/value encodings sorted by encoded key (arrays keyed ``1..n``).
-    JSON ``null`` entries are absent, as in a Lua table."""
+    JSON ``null`` entries are absent, as in a Lua table. ``memo`` (one per admission, while the term is
+    not changed) encodes a table that occurs several times in the term once (docs/performance.md)."""
     if isinstance(value, str):
         return f"s{len(value.encode('utf-8'))}:{value}"
     if isinstance(value, bool):
         return "b1" if value else "b0"
     if isinstance(value, (int, float)):
         return f"n{lua_number(value)}:"
+    if memo is not None:
+        known = memo.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
     if isinstance(value, Mapping):
-        pairs = [(encode_typed(key), encode_typed(item)) for key, item in value.items() if item is not None]
+        pairs = [(encode_typed(key), encode_typed(item, memo)) for key, item in value.items() if item is not None]
     elif isinstance(value, Sequence):
-        pairs = [(encode_typed(position), encode_typed(item))
+        pairs = [(encode_typed(position), encode_typed(item, memo))
                  for position, item in enumerate(value, start=1) if item is not None]
     else:
         raise TypeError(f"cannot encode {type(value).__name__} in typed options")
     pairs.sort()
-    return f"t{len(pairs)}:" + "".join(key + item for key, item in pairs)
+    encoding = f"t{len(pairs)}:" + "".join(key + item for key, item in pairs)
+    if memo is not None:
+        memo[id(value)] = (value, encoding)  # the value is kept alive, so its id is not reused meanwhile
+    return encoding
 
 
 def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,10 +87,10 @@ def routing_key(routing: Mapping[str, Any], policy_encoding: str, choice_encodin
 
 
 def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None,
-                routing: str | None = None) -> str:
+                routing: str | None = None, memo: Memo | None = None) -> str:
     """Everything that identifies a node except its id and inputs: ``kind`` followed by the
     `` system=… policy=… template=… routing=… data=…`` parts of its encoding (``routing`` is the
-    node's routing key, llm nodes only)."""
+    node's routing key, llm nodes only; ``memo`` as in :func:`encode_typed`)."""
     parts = [kind]
     if kind == LLM:
         parts.append(f" system={quote(spec['system'])}")
@@ -91,7 +102,7 @@ def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None,
         parts.append(f" routing={routing}")
     options = typed_options(spec)
     if options:
-        parts.append(f" data={encode_typed(options)}")
+        parts.append(f" data={encode_typed(options, memo)}")
     return "".join(parts)
 
 

@@ -24,12 +24,14 @@ class Missing(enum.Enum):
 MISSING: Final = Missing.MISSING
 
 
-def bounds_problem(value: Any, what: str) -> str | None:
-    """Why ``value`` breaks the 1 MiB / depth-32 bounds of flow data, or ``None`` when it fits."""
-    try:
-        size = dense_size(value)
-    except (TypeError, ValueError) as exc:
-        return f"{what} is not finite JSON ({exc})"
+def bounds_problem(value: Any, what: str, size: int | None = None) -> str | None:
+    """Why ``value`` breaks the 1 MiB / depth-32 bounds of flow data, or ``None`` when it fits. ``size``:
+    its dense size when the caller measured it already (then it is not encoded again)."""
+    if size is None:
+        try:
+            size = dense_size(value)
+        except (TypeError, ValueError) as exc:
+            return f"{what} is not finite JSON ({exc})"
     if size > MAX_VALUE_BYTES:
         return f"{what} exceeds {MAX_VALUE_BYTES} bytes ({size})"
     if depth_exceeds(value, MAX_VALUE_DEPTH):
