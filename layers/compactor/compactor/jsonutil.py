@@ -49,6 +49,40 @@ def dense_join_size(sizes: list[int]) -> int:
     return 2 + sum(sizes) + max(0, len(sizes) - 1)
 
 
+def dense_size_bound(value: Any) -> int | None:
+    """An upper bound of :func:`dense_size` found without encoding: at most 6 bytes a string character
+    (a ``\\u`` escape), plus quotes, separators and the numbers' and literals' text. None when ``value`` holds
+    anything but strings, finite numbers, booleans, null, lists and string-keyed objects."""
+    total, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            total += 6 * len(node) + 2
+        elif node is None or isinstance(node, bool):
+            total += 5
+        elif isinstance(node, int):
+            if not -10**20 < node < 10**20:
+                return None
+            total += 21
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                return None
+            total += 24  # the longest float repr, e.g. -2.2250738585072014e-308
+        elif isinstance(node, dict):
+            total += 2 + 2 * len(node)
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    return None
+                total += 6 * len(key) + 2
+                stack.append(item)
+        elif isinstance(node, list):
+            total += 2 + len(node)
+            stack.extend(node)
+        else:
+            return None
+    return total
+
+
 def ascii_dumps(value: Any) -> str:
     """JSON with default separators and all non-ASCII escaped (``json.dumps`` defaults)."""
     return _WIRE.encode(value)
@@ -186,6 +220,7 @@ def depth_exceeds(value: Any, limit: int) -> bool:
         children: list[Any] = []
         for node in containers:
             children.extend(node.values() if isinstance(node, dict) else node)
-        containers = [child for child in children if isinstance(child, (dict, list))]
+        # a container held several times at one level (shared subterms) is looked into once
+        containers = list({id(child): child for child in children if isinstance(child, (dict, list))}.values())
         level += 1
     return False

@@ -26,7 +26,7 @@ from typing import Any
 from compactor.budget import Deadline
 from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
 from compactor.cost import reported as reported_cost
-from compactor.jsonutil import dense_dumps, is_finite_number
+from compactor.jsonutil import dense_dumps, dense_size_bound, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
@@ -204,14 +204,32 @@ def estimate_tokens(value: Any) -> int:
     return -(-len(text.encode("utf-8", errors="replace")) // BYTES_PER_TOKEN_ESTIMATE)
 
 
+def tokens_bound(value: Any) -> int | None:
+    """An upper bound of :func:`estimate_tokens` found without encoding ``value`` (None: no cheap bound)."""
+    size = 4 * len(value) if isinstance(value, str) else dense_size_bound(value)
+    return None if size is None else -(-size // BYTES_PER_TOKEN_ESTIMATE)
+
+
 def chat_request_tokens(request: ChatRequest) -> int:
     """Estimated context a chat request takes: its messages plus the output allowance."""
     return estimate_tokens(request.messages) + (request.max_tokens or 0)
 
 
+def chat_request_bound(request: ChatRequest) -> int | None:
+    """An upper bound of :func:`chat_request_tokens` found without encoding the request."""
+    bound = tokens_bound(request.messages)
+    return None if bound is None else bound + (request.max_tokens or 0)
+
+
 def decision_request_tokens(request: DecisionRequest) -> int:
     """Estimated context a decision takes when a chat model answers it (the largest of the transports)."""
     return estimate_tokens({"state": request.state, "questions": request.questions}) + DECISION_PROMPT_TOKENS
+
+
+def decision_request_bound(request: DecisionRequest) -> int | None:
+    """An upper bound of :func:`decision_request_tokens` found without encoding the request."""
+    bound = tokens_bound({"state": request.state, "questions": request.questions})
+    return None if bound is None else bound + DECISION_PROMPT_TOKENS
 
 
 def _fits(offer: Offer, tokens: int) -> bool:
@@ -275,8 +293,9 @@ class Router:
         async def invoke(transport: Transport, offer: Offer, timeout: float) -> Response:
             return await transport.chat(offer, request, timeout)
 
+        tokens = self._request_tokens("chat", lambda: chat_request_tokens(request), lambda: chat_request_bound(request))
         return await self._route("chat", policy, Requirements(needs=frozenset(needs)), invoke,
-                                 deadline, timeout_s, RESPONSE_DECIMALS, chat_request_tokens(request))
+                                 deadline, timeout_s, RESPONSE_DECIMALS, tokens)
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *,
                      deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult:
@@ -285,8 +304,24 @@ class Router:
         async def invoke(transport: Transport, offer: Offer, timeout: float) -> Response:
             return await transport.decide(offer, request, timeout)
 
+        tokens = self._request_tokens("decisions", lambda: decision_request_tokens(request),
+                                      lambda: decision_request_bound(request))
         return await self._route("decisions", policy, Requirements(), invoke,
-                                 deadline, timeout_s, NODE_DECIMALS, decision_request_tokens(request))
+                                 deadline, timeout_s, NODE_DECIMALS, tokens)
+
+    def _request_tokens(self, protocol: str, exact: Callable[[], int], bound: Callable[[], int | None]) -> int:
+        """The tokens the ``protocol`` offers' contexts are checked against: the estimate (``exact``), unless
+        no offer states a context or the cheap upper ``bound`` fits the smallest, when the request is not
+        encoded for it at all (docs/performance.md)."""
+        contexts = [context for offer in self._offers if offer.protocol == protocol
+                    for context in (offer.observations.get("context"),)
+                    if isinstance(context, int) and not isinstance(context, bool) and context > 0]
+        if not contexts:
+            return 0
+        upper = bound()
+        if upper is not None and upper <= min(contexts):
+            return upper
+        return exact()
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
         """The smallest ``context`` (tokens) among the offers of ``protocol`` a call may be routed to: the

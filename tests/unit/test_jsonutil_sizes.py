@@ -1,0 +1,62 @@
+"""The sizes the hot path computes instead of encoding (docs/performance.md) equal, or bound, the encodings."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.jsonutil import ascii_dumps, dense_dumps, dense_size, dense_size_bound, json_text_size
+from compactor.router import tokens_bound, estimate_tokens
+
+_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-10**19, max_value=10**19)
+    | st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda inner: st.lists(inner, max_size=6) | st.dictionaries(_text, inner, max_size=6),
+    max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_json)
+def test_json_text_size_is_the_size_of_quoting_json_text(value):
+    for text in (dense_dumps(value), ascii_dumps(value)):
+        assert json_text_size(text) == dense_size(text)
+        assert json_text_size(text[: len(text) // 2]) == dense_size(text[: len(text) // 2])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_json)
+def test_the_size_bound_is_never_below_the_size(value):
+    assert dense_size(value) <= dense_size_bound(value)
+    assert estimate_tokens(value) <= tokens_bound(value)
+    if isinstance(value, str):
+        assert estimate_tokens(value) <= tokens_bound(value)
+
+
+def test_no_bound_for_what_is_not_plain_json():
+    assert dense_size_bound({1: "a"}) is None
+    assert dense_size_bound([float("nan")]) is None
+    assert dense_size_bound(("a",)) is None
+    assert dense_size_bound(10**30) is None
+    assert dense_size_bound({"a": ["b", 1, 2.5, None, True]}) >= dense_size({"a": ["b", 1, 2.5, None, True]})
+
+
+async def test_the_context_check_uses_the_estimate_wherever_the_bound_does_not_settle_it():
+    from compactor.policy import DEFAULT_CHAT_POLICY
+    from compactor.providers.base import ChatRequest, ChatResponse, Offer
+    from compactor.router import CONTEXT_REJECTION, Router, chat_request_bound, chat_request_tokens
+
+    class Transport:
+        async def chat(self, offer, request, timeout_s):
+            return ChatResponse(text="ok", finish_reason="stop", tokens_in=1, tokens_out=1)
+
+    request = ChatRequest([{"role": "user", "content": "word " * 1000}], max_tokens=50)
+    exact, bound = chat_request_tokens(request), chat_request_bound(request)
+    assert exact < bound
+    for context, fits in ((bound, True), ((exact + bound) // 2, True), (exact, True), (exact - 1, False)):
+        offer = Offer(id="o", provider="p", family="f", model="m", protocol="chat", transport="t",
+                      price_in=0.0, price_out=0.0, observations={"context": context})
+        router = Router([offer], transport_for=lambda offer: Transport())
+        result = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY), request)
+        assert result.ok is fits, context
+        if not fits:
+            assert result.trace["rejected"] == [{"offer": "o", "reason": CONTEXT_REJECTION, "estimated_tokens": exact}]
+
