@@ -135,10 +135,12 @@ def instructions_view(messages: list[Message], pins: list[int]) -> list[Message]
             task_limit = max(1000, task_limit // 2)
 
 
-def recent_view(unit_messages: list[Message], dialect: Dialect | None = None) -> str:
-    """One recent-evidence entry: compact JSON of the unit's model view, excerpted over 1000 characters."""
-    view = (dialect or get_dialect(None)).model_view(unit_messages)
-    return excerpt(dense_dumps(view), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
+def recent_view(unit_messages: list[Message], dialect: Dialect | None = None, view_json: str | None = None) -> str:
+    """One recent-evidence entry: compact JSON of the unit's model view (``view_json`` when the caller has
+    it), excerpted over 1000 characters."""
+    if view_json is None:
+        view_json = dense_dumps((dialect or get_dialect(None)).model_view(unit_messages))
+    return excerpt(view_json, RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
 
 
 def evidence_view(unit_messages: list[Message]) -> tuple[str, bool]:
@@ -271,11 +273,12 @@ def measured_candidate(unit: Unit, view: list[Message], item: str, whole: str, q
     size = utf8_len(whole)
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
+    item_bytes = json_text_size(item)
     return Candidate(
         unit, evidence, question, item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
-        record_bytes=key_bytes + 1 + json_text_size(item),
-        bound_bytes=key_bytes + 1 + json_text_size(whole),
+        record_bytes=key_bytes + 1 + item_bytes,
+        bound_bytes=key_bytes + 1 + (item_bytes if whole is item else json_text_size(whole)),
         state_bytes=_FRAGMENT_DENSE + value_bytes,
     )
 
@@ -329,10 +332,16 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     def view_json(unit: Unit) -> str:
         return dense_join([text for i in unit.indexes() for text in view_texts[i]])
 
+    def unit_texts(unit: Unit) -> tuple[str, str]:
+        """The dense JSON of the unit's model view and of the unit as it is (one text when they are the same)."""
+        whole = dense_join(texts[unit.start:unit.end])
+        same = all(len(view_texts[i]) == 1 and view_texts[i][0] is texts[i] for i in unit.indexes())
+        return (whole if same else view_json(unit)), whole
+
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            recent.append(excerpt(view_json(unit), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0])
+            recent.append(recent_view(messages[unit.start:unit.end], view_json=view_json(unit)))
 
     retained = dense_join_size([sizes[i] for u in units if u.id in protected for i in u.indexes()])
     budget = summary_budget(target, retained, len(candidates))
@@ -342,12 +351,12 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         reasons.append(REASON_FRAGMENTS)
     sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes)
     questions = Questions.of(question_template)
-    used = fit_batches((measured_candidate(u, [v for i in u.indexes() for v in views[i]], view_json(u),
-                                           dense_join(texts[u.start:u.end]), questions)
+    used = fit_batches((measured_candidate(u, [v for i in u.indexes() for v in views[i]], *unit_texts(u),
+                                           questions)
                         for u in largest_candidates(messages, candidates, sizes)),
                        sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
-    _add_salience(messages, used, kept, sizer, dialect)
+    _add_salience(messages, views, used, kept, sizer)
     pinned_units = {u.id for u in units if any(i in pins for i in u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
                        instructions=instructions,
@@ -362,7 +371,6 @@ def flow_input_size(batches: list[Batch], sizer: BatchSizer) -> int:
     return dense_join_size([sizer.flow_input_entry(f"batch_{i}", batch)
                             + (_LATER_DENSE_KEY_BYTES + dense_size(batch.later) if batch.later else 0)
                             for i, batch in enumerate(batches)])
-
 
 
 def _same_json(view_item: Message, message: Message) -> bool:
@@ -402,15 +410,15 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
-def _add_salience(messages: list[Message], batches: list[Batch], kept: list[int], sizer: BatchSizer,
-                  dialect: Dialect) -> None:
+def _add_salience(messages: list[Message], views: list[list[Message]], batches: list[Batch], kept: list[int],
+                  sizer: BatchSizer) -> None:
     """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
     less those the kept messages already carry) and its ``later`` block: those names and the actions
     after the batch that touch its names (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
-    # each message scanned once, hidden reasoning left out (docs/formats.md)
-    names = [set().union(*map(message_names, dialect.model_view([m]))) for m in messages]
+    # each message scanned once, hidden reasoning left out (``views``: docs/formats.md)
+    names = [set().union(*map(message_names, view)) for view in views]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     last_use = last_uses(names)
     carried = set().union(*(names[i] for i in kept)) if kept else set()

@@ -45,9 +45,11 @@ def summary_message(fragment_id: str, text: str, dialect: Dialect | None = None,
 
 
 def unit_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
-                 dialect: Dialect | None = None, handle: str | None = None) -> tuple[str, list[Message]]:
+                 dialect: Dialect | None = None, handle: str | None = None,
+                 original_bytes: int | None = None) -> tuple[str, list[Message]]:
     """What one unit becomes: ``keep`` (its messages), ``archive`` (nothing, or with a ``handle`` a short
-    placeholder naming it) or ``summarize`` (one summary message, only when smaller than the unit).
+    placeholder naming it) or ``summarize`` (one summary message, only when smaller than the unit, whose
+    dense size is ``original_bytes`` when the caller knows it).
     ``item`` is the unit's text when it was a candidate of a flow that answered ``values``."""
     if item is None or values is None:
         return "keep", original
@@ -57,7 +59,7 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
     value = values[unit_id]
     if isinstance(value, str) and value != item and value.strip():
         candidate = summary_message(unit_id, value, dialect, handle)
-        if dense_size(candidate) < dense_size(original):
+        if dense_size(candidate) < (dense_size(original) if original_bytes is None else original_bytes):
             return "summarize", [candidate]
     return "keep", original
 
@@ -102,7 +104,8 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         original = messages[unit.start:unit.end]
         item = items.get(unit.id)
         handle = handle_of(original) if item is not None and values is not None and restorable else None
-        action, emitted = unit_outcome(unit.id, original, item, values, dialect, handle)
+        action, emitted = unit_outcome(unit.id, original, item, values, dialect, handle,
+                                       dense_join_size(sizes[unit.start:unit.end]))
         reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
         output_sizes.extend(sizes[unit.start:unit.end] if emitted is original else map(dense_size, emitted))

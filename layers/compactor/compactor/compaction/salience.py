@@ -15,6 +15,7 @@ from compactor.jsonutil import ascii_wire_size, dense_dumps
 MAX_NAMES = 160
 MAX_NAMES_BYTES = 3000
 _TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
+_ASCII_TOKEN = re.compile(_TOKEN.pattern, re.ASCII)  # the same on ASCII text, without Unicode class lookups
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
@@ -46,7 +47,8 @@ def names_in(text: str) -> set[str]:
     if "<" in text:
         text = _TAG.sub(" ", text)
     # Each distinct token is judged once: a long tool output repeats the same few hundred tokens.
-    return {token for token in {raw.rstrip(".,:;") for raw in set(_TOKEN.findall(text))} if _is_name(token)}
+    tokens = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text)
+    return {token for token in {raw.rstrip(".,:;") for raw in set(tokens)} if _is_name(token)}
 
 
 def message_names(message: Message) -> set[str]:

@@ -37,6 +37,7 @@ from compactor.compaction.preparation import (
     Batch,
     BatchSizer,
     Candidate,
+    Questions,
     bounded_tail,
     candidate,
     fit_batches,
@@ -224,7 +225,7 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
     A task is JSON: ``index``, ``offset`` (index of its first message in the pass input), ``messages``,
     ``protected`` (start indexes of its protected units), the pass's ``instructions``,
     ``recent_evidence`` and ``budget``, and the run's flow ``settings``."""
-    template = question_template()
+    template = Questions.of(question_template())
     sizer = BatchSizer(context.instructions, context.recent_evidence)
     index = 0
     offset, held, protected, held_bytes = 0, [], [], 0
@@ -270,7 +271,7 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
     messages, offset = task["messages"], task["offset"]
     protected = set(task["protected"])
     units = [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
-    template = question_template()
+    template = Questions.of(question_template())
     sizer = BatchSizer(task["instructions"], task["recent_evidence"])
     reasons: list[str] = []
     cands = (candidate(u, messages[u.start - offset:u.end - offset], template)
