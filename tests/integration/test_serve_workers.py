@@ -43,9 +43,7 @@ def catalog_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obje
         reset_catalog_cache()
         reset_router()
 
-    yield configure
-    reset_catalog_cache()
-    reset_router()
+    yield configure  # tests/conftest.py restores the environment and drops the cached catalog and router
 
 
 def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one_ledger(catalog_of) -> None:
