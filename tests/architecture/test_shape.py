@@ -52,10 +52,11 @@ def offending(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
 def test_the_engine_and_the_policy_language_know_nothing_of_compaction(package: str) -> None:
     files = python_files(CORE / package)
     assert files and offending(files, COMPACTION_MODULES) == []
-    # The words themselves stay out too (the package name ``compactor`` aside).
+    # The words themselves stay out too, the package's own name included: the engine and the policy
+    # language import their siblings relatively (``from ..cost import``), so they read as generic code.
     words = [f"{p.relative_to(REPO)}:{i}" for p in files
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-             if re.search(r"fragment|transcript|compact", line.replace("compactor", ""), re.IGNORECASE)]
+             if re.search(r"fragment|transcript|compact", line, re.IGNORECASE)]
     assert words == []
 
 

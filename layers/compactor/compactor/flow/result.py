@@ -44,7 +44,7 @@ class FlowResult:
         return trace
 
     def public_cost(self) -> float | None:
-        """The flow's cost as a response shows it (``compactor.cost`` rounding), ``None`` when unknown."""
+        """The flow's cost as a response shows it (the cost module's rounding), ``None`` when unknown."""
         return None if self.cost_usd is None else round(self.cost_usd, RESPONSE_DECIMALS)
 
     @property

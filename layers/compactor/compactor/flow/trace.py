@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from compactor.cost import NODE_DECIMALS, priced, reported
-from compactor.jsonutil import is_finite_number
+from ..cost import NODE_DECIMALS, priced, reported
+from ..jsonutil import is_finite_number
 
 _is_number = is_finite_number
 
