@@ -16,6 +16,21 @@ from fakes.provider_server import FakeProviderServer
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture
+def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The bundled offline offers, whatever an earlier test configured (the cached catalog and router
+    are dropped before and after)."""
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+
+    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
+    reset_catalog_cache()
+    reset_router()
+    yield
+    reset_catalog_cache()
+    reset_router()
+
+
 @pytest.fixture(autouse=True)
 def fresh_billing_state() -> Iterator[None]:
     """Every test starts with empty local idempotency records and ledger (docs/billing.md): an S3 job or

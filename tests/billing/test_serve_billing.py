@@ -17,7 +17,7 @@ from compactor_cli import serve
 from compactor_cli.main import main
 from fakes.provider_server import FakeProviderServer
 
-from ..integration.test_serve import REPO, running
+from fakes.local_serve import REPO, running
 from .conftest import USAGE_TABLE
 
 KEY_ENV = "COMPACTOR_BILLING_TEST_KEY"

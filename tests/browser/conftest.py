@@ -21,17 +21,8 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "browser"
 
 
 @pytest.fixture(autouse=True)
-def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _pages_use_the_bundled_catalog(bundled_catalog: None) -> None:
     """The pages are built with the bundled offline offers, whatever an earlier test configured."""
-    from compactor.catalog import reset_catalog_cache
-    from compactor.container import reset_router
-
-    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
-    reset_catalog_cache()
-    reset_router()
-    yield
-    reset_catalog_cache()
-    reset_router()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ API key, and Swagger UI renders the API document with nothing fetched from the n
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ready
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from compactor_cli import serve
+from fakes.local_serve import api_server
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
@@ -25,15 +24,8 @@ WAIT_S = 60  # a generous bound for a page to finish, not a speed assertion
 
 @pytest.fixture(scope="module")
 def root() -> Iterator[str]:
-    server = serve.create_server(port=0, api_key=API_KEY, code_dir=REPO / "functions" / "compact")
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.url.rstrip("/").removesuffix("/v1")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with api_server(API_KEY) as base:
+        yield base.removesuffix("/v1")
 
 
 def submit(browser: Any, transcript: str, key: str | None, mode: str = "decision") -> str:

@@ -17,7 +17,7 @@ from fakes.provider_server import FakeProviderServer
 
 from ..unit.flow.test_real_router import respond
 from ..unit.flow.triage import FLOW_INPUT, triage_flow
-from .test_serve import REPO, running
+from fakes.local_serve import REPO, running
 
 KEY_ENV = "COMPACTOR_FLOWS_HTTP_KEY"
 SECRET = "sk-flows-http-secret-9999"

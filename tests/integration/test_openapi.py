@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,38 +14,20 @@ import pytest
 from pydantic import TypeAdapter
 
 from compactor_aws import openapi
-from compactor_cli import serve
 from compactor_cli.openapi_doc import DOC_PATH, current_document, main
+from fakes.local_serve import api_server
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "openapi-test-key"
 
 
-@pytest.fixture(autouse=True)
-def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The examples run on the bundled offline offers, whatever an earlier test configured."""
-    from compactor.catalog import reset_catalog_cache
-    from compactor.container import reset_router
-
-    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
-    reset_catalog_cache()
-    reset_router()
-    yield
-    reset_catalog_cache()
-    reset_router()
+pytestmark = pytest.mark.usefixtures("bundled_catalog")  # the examples run on the bundled offline offers
 
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    server = serve.create_server(port=0, api_key=API_KEY, code_dir=REPO / "functions" / "compact")
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.url.rstrip("/")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with api_server(API_KEY) as base:
+        yield base
 
 
 def test_the_checked_in_document_is_current() -> None:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +17,11 @@ from compactor.budget import flow_budget_ms
 from compactor_cli import serve
 from compactor_cli.main import build_parser
 from compactor.http_api import MAX_BODY_BYTES, proxy_response, rest_proxy_event
+from fakes.local_serve import running
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "local-test-key"
 TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
-
-
-@contextmanager
-def running(server: serve.CompactorServer) -> Iterator[str]:
-    """Serve in a background thread; yield the base URL of stage v1."""
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server.url.rstrip("/")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture

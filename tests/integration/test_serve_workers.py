@@ -18,7 +18,7 @@ from compactor.container import reset_router
 from compactor_cli import serve
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
 
-from .test_serve import REPO, running
+from fakes.local_serve import REPO, running
 
 SUMMARY = "The agent tried several fixes of the parser."
 KEY_ENV = "SERVE_WORKERS_TEST_KEY"

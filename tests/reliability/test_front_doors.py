@@ -21,7 +21,7 @@ from compactor.container import reset_router
 from compactor_cli import serve
 from compactor_cli.main import main
 
-from ..integration.test_serve import REPO, running
+from fakes.local_serve import REPO, running
 
 TRANSCRIPT = [{"role": "system", "content": "You are a coding agent."},
               *[{"role": ("user", "assistant")[i % 2], "content": f"turn {i}: " + "details " * 40} for i in range(10)]]

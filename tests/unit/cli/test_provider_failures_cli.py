@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from compactor.catalog import reset_catalog_cache
 from compactor.container import reset_router
 from compactor.provider_failures import explain
 from compactor_cli.main import main
@@ -20,14 +18,7 @@ TRANSCRIPT = str(CORPUS / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json")
 SECRET = "sk-never-print-this-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def fresh_catalog(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("COMPACTOR_CATALOG", raising=False)
-    reset_catalog_cache()
-    reset_router()
-    yield
-    reset_catalog_cache()
-    reset_router()
+pytestmark = pytest.mark.usefixtures("bundled_catalog")  # a fresh catalog cache around every test
 
 
 def catalog(tmp_path: Path, base_url: str, key_env: str | None = None) -> str:
