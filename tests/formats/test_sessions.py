@@ -14,9 +14,9 @@ import pytest
 
 from compactor.call_record import CallRecord
 from compactor.container import run_sync
-from compactor.models import CompactRequest
+from compactor.models import COMPACT_FIELDS, CompactRequest
 from compactor.service import compact_call, request_deadline
-from compactor.transcripts import CLAUDE_CODE, CODEX, parse_transcript, read_transcript
+from compactor.transcripts import CLAUDE_CODE, CODEX, FILE_FIELDS, REQUEST_FIELDS, parse_transcript, read_transcript
 from compactor_cli.main import main
 
 from .conftest import decision_policy
@@ -145,3 +145,10 @@ def test_s3_path_writes_the_session_back(s3: Any, s3_module: ModuleType, s3_cont
     written = s3.get_object(Bucket=result["source"]["bucket"], Key=result["key"])
     assert written["ContentType"] == "application/x-ndjson"
     _check_session(session, text, written["Body"].read().decode("utf-8"))
+
+
+def test_a_file_may_carry_exactly_the_request_fields_of_the_api() -> None:
+    """``compactor.transcripts`` spells the field names out (importing the pydantic models would add to
+    the window jobs' cold start); they must stay the ``/v1/compact`` fields besides the items."""
+    assert sorted(FILE_FIELDS) == sorted(COMPACT_FIELDS)
+    assert set(FILE_FIELDS) - set(REQUEST_FIELDS) == {"format", "restorable"}
