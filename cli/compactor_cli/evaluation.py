@@ -383,15 +383,11 @@ def mode_names() -> list[str]:
 
 
 def request_body(mode: str, messages: list[Message], settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ``/v1/compact`` body for ``mode``: default settings unless ``settings`` (decision mode's) say otherwise."""
-    from compactor.compaction.preset import load_preset
-
-    body: dict[str, Any] = {"messages": messages}
+    """A ``/v1/compact`` body for ``mode``: default settings unless ``settings`` (decision mode's) say
+    otherwise; decision mode uses the preset's own decision policy, as a request naming none does."""
+    body: dict[str, Any] = {"messages": messages, "mode": mode}
     if mode == "decision":
         body.update(settings or {})
-        body["decision_policy_ir"] = load_preset()["flow"][1]["classify"]["policy"]
-    elif mode != "seal":
-        body["mode"] = mode
     return body
 
 

@@ -185,9 +185,9 @@ EXAMPLE_FLOW = ["flow", {
 
 def request_examples() -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
     """Request examples per ``(method, path)``; each runs with the built-in offline offers (a test does)."""
-    from compactor.compaction.preset import load_preset
+    from compactor.compaction.preset import default_decision_policy
 
-    decision_policy = load_preset()["flow"][1]["classify"]["policy"]
+    decision_policy = default_decision_policy()
     return {
         ("post", "/compact"): {
             "decision": {"summary": "Decision mode: each unit kept, summarized or archived toward a 10% target",
