@@ -45,12 +45,13 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
     )
 
 
-def observer(request_id: str | None, billed: list[Any]) -> object_jobs.Observer:
-    """Metrics, billing record and flow-node subsegments of each compaction run (never raises); the
-    run's observed summary is appended to ``billed``."""
+def observer(request_id: str | None, api_key_id: str, billed: list[Any]) -> object_jobs.Observer:
+    """Metrics, billing record (naming ``api_key_id``, who is billed) and flow-node subsegments of each
+    compaction run (never raises); the run's observed summary is appended to ``billed``."""
     def observe(record: Any, started_at: float, ended_at: float) -> None:
         billed.append(observability.record_call(record, logger=logger, metrics=metrics, tracer=tracer,
-                                                request_id=request_id, started_at=started_at, ended_at=ended_at))
+                                                request_id=request_id, api_key_id=api_key_id,
+                                                started_at=started_at, ended_at=ended_at))
     return observe
 
 
@@ -66,18 +67,20 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
     if not record.event_name.startswith("ObjectCreated:"):
         outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
     else:
+        rel = object_jobs.relative_key(source.key)
+        caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
+        request_id = getattr(context, "aws_request_id", None)
+
         def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
             billed: list[Any] = []
             launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
             done = run_sync(object_jobs.run_job(
                 source, store=store, defaults=defaults, deadline=service.request_deadline(context),
-                observe=observer(getattr(context, "aws_request_id", None), billed),
+                observe=observer(request_id, billing.billed_caller(source, caller), billed),
                 launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
             facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
             return done.as_dict(), facts
 
-        rel = object_jobs.relative_key(source.key)
-        caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
         outcome = billing.run_object_job(source, job, context, caller)
     tracer.put_annotation("s3_result", outcome["result"])
     logger.info("s3 object %s", outcome["result"], extra={

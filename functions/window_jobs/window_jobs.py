@@ -6,7 +6,7 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
 * ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
   batch (a window each), compacted under this invocation's remaining time;
 * ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result
-  (billed once, docs/billing.md);
+  (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
 
 Each is one call into ``compactor.large_jobs``; transcripts are never logged.
@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import large_jobs, object_jobs
+from compactor.call_record import CallRecord
 from compactor_aws.s3_store import S3Store
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace
 store = S3Store()
 
 
@@ -38,15 +40,18 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return {"windows": len(event["Items"])}
 
 
-def bill(job: dict[str, Any], facts: dict[str, Any], context: LambdaContext) -> None:
-    """One ledger entry per job, after its result is stored, to the uploading key (docs/billing.md)."""
+def bill(job: dict[str, Any], record: CallRecord, context: LambdaContext) -> None:
+    """After the result is stored: the job's metrics and billing log line, once, and one ledger entry from
+    them, to the uploading key (docs/billing.md)."""
     from compactor import jobs
-    from compactor_aws import billing
+    from compactor_aws import billing, observability
 
     source = large_jobs.source_of(job)
     rel = object_jobs.relative_key(source.key)
     caller = jobs.upload_caller(store, source.bucket, rel) if rel else None
-    billing.bill_windowed_job(source, facts, caller, context)
+    billing.bill_windowed_job(source, lambda: observability.record_call(
+        record, logger=logger, metrics=metrics, tracer=None, request_id=getattr(context, "aws_request_id", None),
+        api_key_id=billing.billed_caller(source, caller)), caller, context)
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -59,7 +64,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job)
         if outcome.get("result") == "compacted":
-            bill(job, outcome.pop("facts"), context)
+            bill(job, outcome.pop("record"), context)
     elif step == "fail":
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:

@@ -79,7 +79,12 @@ def ledger(aws: dict[str, Any]) -> list[Any]:
     return [_entry(item) for item in aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]]
 
 
-def test_a_windowed_job_bills_once(aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes) -> None:
+def billing_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [record.billing for record in caplog.records if getattr(record, "record_type", None) == "billing"]
+
+
+def test_a_windowed_job_bills_once(aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes,
+                                   caplog: pytest.LogCaptureFixture) -> None:
     job = start(bucket, "incoming/big.json", big)
     run_to_assemble(worker, job)
     worker.handler({"step": "assemble", "job": job}, context())  # a retried (or redelivered) assemble
@@ -92,11 +97,15 @@ def test_a_windowed_job_bills_once(aws: dict[str, Any], bucket: Any, worker: Mod
     assert entry.bytes_in == body["compaction"]["original_bytes"] > entry.bytes_out == body["compaction"]["output_bytes"]
     assert entry.model_calls > 0
     assert entry.entry_id.startswith("s3:")
+    (line,) = billing_lines(caplog)  # the billing log line too: once, with the entry's figures
+    assert (line["api_key_id"], line["bytes_in"], line["bytes_out"], line["model_calls"]) == (
+        entry.api_key_id, entry.bytes_in, entry.bytes_out, entry.model_calls)
 
 
 def test_a_ledger_failure_fails_assemble_and_its_retry_bills_once(aws: dict[str, Any], bucket: Any,
                                                                   worker: ModuleType, big: bytes,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     from compactor_aws import billing
 
     job = start(bucket, "incoming/retried.json", big)
@@ -118,6 +127,7 @@ def test_a_ledger_failure_fails_assemble_and_its_retry_bills_once(aws: dict[str,
     for _ in range(2):
         assert worker.handler({"step": "assemble", "job": job}, context())["result"] == "compacted"
     assert len(ledger(aws)) == 1
+    assert len(billing_lines(caplog)) == 1  # observed once, by the first attempt
 
 
 def test_an_upload_bills_its_key_and_the_ledger_total_is_the_sum(aws: dict[str, Any], bucket: Any,

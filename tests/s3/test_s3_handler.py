@@ -53,6 +53,7 @@ def test_each_compaction_run_writes_one_billing_record(
     assert len(billing) == 1
     assert billing[0]["route"] == "s3_compact" and billing[0]["mode"] == "decision" and billing[0]["status"] == 200
     assert billing[0]["request_id"] == lambda_context.aws_request_id
+    assert billing[0]["api_key_id"] == f"s3:{BUCKET}"  # who the ledger entry bills (docs/billing.md)
 
 
 def test_legacy_request_body_runs_the_seal(s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext) -> None:

@@ -5,6 +5,7 @@ Express fan-out): its ``compacted/`` object is byte for byte what the inline run
 from __future__ import annotations
 
 import io
+import logging
 import json
 import sys
 import threading
@@ -201,3 +202,53 @@ def test_s3_event_for_a_large_object_starts_the_job_once(aws, big, monkeypatch):
         assert time.monotonic() < stop
         time.sleep(0.05)
     assert aws["s3"].get_object(Bucket=BUCKET, Key="compacted/large.json")["Body"].read() == inline_bytes(big)
+
+
+def test_the_last_step_meters_and_bills_each_job_from_its_record(aws, worker, caplog, capsys):
+    """The assemble step that writes ``compacted/`` writes the job's call metrics (EMF) and its billing
+    log line, once, from the job's call record, as the inline S3 job does: each execution's line names
+    the caller it is billed to and carries that job's figures only; the ledger holds the same figures."""
+    from compactor import jobs
+    from compactor.billing import usage_body, utc_now_iso
+    from compactor_aws import billing
+    from observability.conftest import Output, dimension_sets, value
+
+    caller = "abc123keyid"
+    status, created = jobs.create_upload(worker.store, BUCKET, caller, lambda *args: "https://presigned")
+    assert status == 201
+    runs = {caller: ("incoming/" + jobs.upload_rel(caller, created["job_id"]), transcripts.messages(400_000)),
+            f"s3:{BUCKET}": ("incoming/direct.json", transcripts.messages(250_000))}
+    seen: dict[str, tuple[dict[str, Any], dict[str, Any], Output]] = {}
+    for who, (key, messages) in runs.items():
+        aws["s3"].put_object(Bucket=BUCKET, Key=key, Body=json.dumps(list(messages)).encode())
+        capsys.readouterr()
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            assert execute(aws, key)["status"] == "SUCCEEDED"
+        output = Output(worker, caplog, capsys)
+        body = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/" + key[len("incoming/"):])["Body"]
+                          .read())
+        (line,) = output.billing()
+        seen[who] = body["compaction"], line, output
+
+    today = utc_now_iso()[:10]
+    for who, (report, line, output) in seen.items():
+        assert line["api_key_id"] == who and line["request_id"]
+        assert (line["route"], line["mode"], line["status"]) == ("s3_compact", "decision", 200)
+        assert (line["bytes_in"], line["bytes_out"]) == (report["original_bytes"], report["output_bytes"])
+        assert line["bytes_saved"] == line["bytes_in"] - line["bytes_out"] > 0
+        assert line["target_met"] is report["target_met"] and line["model_calls"] > 0
+        assert line["cost_usd"] == 0.0 and line["cost_known"] is True  # the built-in offers are free
+        blob = output.call_blob()
+        assert dimension_sets(blob) == [["mode", "route", "service"]]
+        assert (blob["route"], blob["mode"], value(blob, "Calls")) == ("s3_compact", "decision", 1)
+        assert (value(blob, "BytesIn"), value(blob, "BytesOut"), value(blob, "ModelCalls"), value(blob, "CostUsd")) \
+            == (line["bytes_in"], line["bytes_out"], line["model_calls"], 0.0)
+        assert value(blob, "TargetMet") == int(report["target_met"]) and value(blob, "Fallbacks") == 0
+        (day,) = usage_body(who, today, today, billing.backends().ledger)["days"]
+        assert (day["calls"], day["bytes_in"], day["model_calls"]) == (1, line["bytes_in"], line["model_calls"])
+        # nothing of the other caller's job in this one's lines
+        other = next(report for name, (report, _, _) in seen.items() if name != who)
+        assert other["original_bytes"] != report["original_bytes"]
+        assert other["original_bytes"] not in (line["bytes_in"], value(blob, "BytesIn"))
+        assert [name for name in seen if name != who and name in output.everything] == []

@@ -7,9 +7,9 @@ worker per item compacts a task (:func:`compactor.compaction.windows.compact_win
 runs inline); ``assemble`` concatenates the results in order (a window without a result keeps its
 original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
-returns the job's billing facts (the adapter bills them once, docs/billing.md). ``fail``
-records ``failed/<rel>`` when the execution itself fails. Every step streams: memory holds one
-window, never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
+returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
+docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
+streams: memory holds one window, never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import IO, Any, Protocol
 
 from compactor.object_jobs import (
     JSON_CONTENT_TYPE,
+    ROUTE,
     Defaults,
     Failure,
     ObjectStore,
@@ -33,6 +34,7 @@ from compactor.object_jobs import (
     result_key,
     result_metadata,
 )
+from compactor.call_record import CallRecord
 from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
 from compactor.errors import RequestTooLarge
 from compactor.transcripts import TranscriptError
@@ -177,18 +179,15 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
     key = _write_result(store, job, state, input_key, input_version)
-    return {"done": True, "result": "compacted", "key": key, "facts": billing_facts(state)}
+    return {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
 
 
-def billing_facts(state: Any) -> dict[str, Any]:
-    """What a finished job's ledger entry records (docs/billing.md), from the run's record as the inline
-    S3 path does: dense bytes of the messages in and out, model calls made, cost (None when unknown)."""
-    from compactor.billing import billing_facts as facts
+def call_record(state: Any) -> CallRecord:
+    """The finished job's record, what its metrics, billing line and ledger entry read (docs/billing.md):
+    the run's totals over every window and pass, on the S3 path's route as the inline job's record."""
     from compactor.compaction.windowed import run_record
 
-    record = run_record(state)
-    return facts(route="s3_compact", mode=record.mode, bytes_in=record.bytes_in, bytes_out=record.bytes_out,
-                 model_calls=record.model_calls, cost_usd=record.cost_usd)
+    return run_record(state).with_route(ROUTE)
 
 
 def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:

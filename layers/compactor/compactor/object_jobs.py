@@ -41,6 +41,8 @@ MAX_OBJECT_BYTES = 64 * 1024 * 1024
 
 DEFAULTS_ENV = "COMPACTOR_S3_DEFAULTS"
 JSON_CONTENT_TYPE = "application/json"
+ROUTE = "s3_compact"
+"""The route S3 jobs are metered and billed under, inline or windowed (docs/billing.md)."""
 JSONL_CONTENT_TYPE = "application/x-ndjson"
 
 # User metadata (x-amz-meta-*) of result objects: which source version they were computed from.
@@ -358,7 +360,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         record = await compact_large(request, router=router, deadline=deadline)
     else:
         record = await compact_call(request, deadline=deadline, router=router)
-    record = record.with_route("s3_compact")
+    record = record.with_route(ROUTE)
     if observe is not None:
         observe(record, started_at, time.time())
     status, body = record.answer()

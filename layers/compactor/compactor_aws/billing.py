@@ -237,7 +237,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         return {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
 
     record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
-    _bill(f"s3:{scope}", caller or S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
+    _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
           record.get("request_id"), None)
     if fresh or record["outcome"].get("result") == "skipped":
         return record["outcome"]
@@ -250,21 +250,29 @@ def _object_scope(source: Any) -> str:
     return idempotency.digest("s3", source.bucket, source.key, version)
 
 
-def bill_windowed_job(source: Any, facts: Mapping[str, Any] | None, caller: str | None,
+def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | None,
                       lambda_context: Any = None) -> None:
     """Bill a windowed job (docs/scale.md) once, after its result is stored: the entry the inline job
     of the same object version would have written (``s3:<version hash>``; the inline job that started
-    the windowed one billed nothing), under ``caller`` (an API upload's key id) or ``s3:<bucket>``. Its
-    time and facts are kept under the object version's own idempotency scope, so a retried assemble
-    step writes the same entry (the conditional write keeps one) and never a second."""
+    the windowed one billed nothing), under ``caller`` (an API upload's key id) or ``s3:<bucket>``.
+    ``observe()`` writes the job's metrics and billing log line and returns their summary
+    (``compactor_aws.observability.record_call``), as the inline job's observer does; it runs once, and
+    the entry's facts are read from its summary. Time and facts are kept under the object version's own
+    idempotency scope, so a retried assemble step writes the same entry (the conditional write keeps
+    one) and never a second, and never observes the job again."""
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
     windowed = idempotency.digest("s3-windowed", scope)
-    record = idempotency_run(lambda: {"facts": dict(facts) if facts else None, "time": billing.utc_now_iso(),
+    record = idempotency_run(lambda: {"facts": facts_of(observe()), "time": billing.utc_now_iso(),
                                       "request_id": request_id},
                              scope=windowed, body=windowed, lambda_context=lambda_context)
-    _bill(f"s3:{scope}", caller or S3_CALLER_PREFIX + source.bucket, record.get("facts"), record["time"],
+    _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
           record.get("request_id"), None)
+
+
+def billed_caller(source: Any, caller: str | None) -> str:
+    """Who an S3 object's job is billed to: ``caller`` (an API upload's key id) or ``s3:<bucket>``."""
+    return caller or S3_CALLER_PREFIX + source.bucket
 
 
 def usage_answer(event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
