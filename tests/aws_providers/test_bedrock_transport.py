@@ -108,3 +108,44 @@ async def test_decisions_are_validated(fake_provider: FakeProviderServer, offer:
     with pytest.raises(ProviderError) as caught:
         await BedrockTransport().decide(decider, request, 10)
     assert caught.value.kind == BAD_RESPONSE
+
+
+LONG = "x" * 4000  # past the default 1024-token minimum by the router's estimate (3 bytes a token)
+
+
+@pytest.mark.parametrize(("model", "observations", "marked"), [
+    ("us.amazon.nova-micro-v1:0", {}, True),
+    ("anthropic.claude-sonnet-4-20250514-v1:0", {}, True),
+    # Bedrock refuses a cachePoint for models without prompt caching: none unless the offer says so.
+    ("meta.llama3-1-70b-instruct-v1:0", {}, False),
+    ("anthropic.claude-3-haiku-20240307-v1:0", {}, False),
+    ("meta.llama3-1-70b-instruct-v1:0", {"prompt_cache": True}, True),
+    ("us.amazon.nova-micro-v1:0", {"prompt_cache": False}, False),
+])
+async def test_a_cache_point_follows_the_shared_prefix_for_models_that_cache(
+        fake_provider: FakeProviderServer, offer: Offer, model: str, observations: dict, marked: bool) -> None:
+    decider = dataclasses.replace(offer, protocol="decisions", model=model, observations=observations)
+    good = {"answers": {"f1": {"type": "noul", "noul": 0.25}}}
+    fake_provider.enqueue(converse_reply(json.dumps(good), input_tokens=20, output_tokens=7, cache_write=1500))
+    request = DecisionRequest(state={"rules": LONG, "f1": "a"}, questions=QUESTIONS, cache_prefix=("rules",))
+    response = await BedrockTransport().decide(decider, request, 10)
+    content = fake_provider.requests[0].json["messages"][0]["content"]
+    texts = [block["text"] for block in content if "text" in block]
+    assert json.loads("".join(texts)) == {"state": request.state, "questions": QUESTIONS}
+    if marked:
+        assert content[1] == {"cachePoint": {"type": "default"}} and len(content) == 3
+        assert texts[0] == '{"state":{"rules":"' + LONG + '"'
+    else:
+        assert len(content) == 1
+    # Cache writes are input too, priced at 125 % of price_in.
+    assert (response.tokens_in, response.tokens_cached, response.tokens_cache_written) == (1520, None, 1500)
+    cost, _ = compute_cost(decider, response, 12)
+    assert cost == pytest.approx((20 * 0.8 + 1500 * 0.8 * 1.25 + 7 * 4.0) / 1e6)
+
+
+async def test_a_short_prefix_gets_no_cache_point(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    decider = dataclasses.replace(offer, protocol="decisions", model="us.amazon.nova-micro-v1:0")
+    fake_provider.enqueue(converse_reply(json.dumps({"answers": {"f1": {"type": "noul", "noul": 0.25}}})))
+    request = DecisionRequest(state={"rules": "short", "f1": "a"}, questions=QUESTIONS, cache_prefix=("rules",))
+    await BedrockTransport().decide(decider, request, 10)
+    assert len(fake_provider.requests[0].json["messages"][0]["content"]) == 1

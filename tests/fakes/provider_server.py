@@ -128,12 +128,15 @@ def anthropic_reply(text: str = "ok", *, stop_reason: str = "end_turn", model: s
 
 
 def converse_reply(text: str = "ok", *, stop_reason: str = "end_turn", input_tokens: int = 10,
-                   output_tokens: int = 5, cache_read: int | None = None, delay_s: float = 0.0) -> Reply:
+                   output_tokens: int = 5, cache_read: int | None = None, cache_write: int | None = None,
+                   delay_s: float = 0.0) -> Reply:
     """A Bedrock Converse answer (the REST shape boto3 parses)."""
     usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens,
-                             "totalTokens": input_tokens + output_tokens + (cache_read or 0)}
+                             "totalTokens": input_tokens + output_tokens + (cache_read or 0) + (cache_write or 0)}
     if cache_read is not None:
         usage["cacheReadInputTokens"] = cache_read
+    if cache_write is not None:
+        usage["cacheWriteInputTokens"] = cache_write
     body = {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
             "stopReason": stop_reason, "usage": usage, "metrics": {"latencyMs": 12}}
     return Reply(200, body, delay_s)

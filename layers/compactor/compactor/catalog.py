@@ -68,6 +68,10 @@ class OfferSpec(BaseModel):
     success_rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     credits: float | None = Field(default=None, allow_inf_nan=False)
     tier: str | int | None = None
+    # Prompt-cache markers (docs/providers.md "Prompt caching"): on or off for this offer (default: the
+    # transport's), and the fewest prompt tokens worth a marker (default 1024).
+    prompt_cache: bool | None = None
+    cache_min_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
 
     @field_validator("base_url")
     @classmethod

@@ -2,7 +2,9 @@
 the cached-input discount, billed failed attempts and rounding.
 
 Prices are USD per million tokens. A cost the provider reports (a finite number in [0, 1000]) wins over the
-computed one. Cached input tokens cost :data:`CACHED_INPUT_PRICE_FACTOR` of ``price_in``. A failed
+computed one. Input tokens read from a provider's prompt cache cost :data:`CACHED_INPUT_PRICE_FACTOR` of
+``price_in``, input tokens written to it :data:`CACHE_WRITE_PRICE_FACTOR` of ``price_in`` (what Anthropic and
+Bedrock bill for a five-minute cache entry, docs/providers.md "Prompt caching"). A failed
 attempt the provider billed is added to the cost of the call that finally answered. Rounding rule:
 costs are computed at full precision and rounded once where they are recorded, to
 :data:`NODE_DECIMALS` in flow-node traces, decision calls and flow totals (decisions cost fractions of
@@ -16,6 +18,7 @@ from typing import Any, Final
 from compactor.jsonutil import is_finite_number
 
 CACHED_INPUT_PRICE_FACTOR: Final = 0.1
+CACHE_WRITE_PRICE_FACTOR: Final = 1.25
 TOKENS_PER_PRICE_UNIT: Final = 1_000_000
 NODE_DECIMALS: Final = 12
 RESPONSE_DECIMALS: Final = 6
@@ -28,11 +31,15 @@ def reported(value: Any) -> float | None:
     return float(value) if is_finite_number(value) and 0 <= value <= MAX_SANE_COST_USD else None
 
 
-def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, tokens_cached: int | None) -> float:
-    """Prices x tokens, cached input at the discount; never negative, not rounded."""
+def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, tokens_cached: int | None,
+           tokens_cache_written: int | None = None) -> float:
+    """Prices x tokens, cache reads at the discount and cache writes at the surcharge (both are part of
+    ``tokens_in``); never negative, not rounded."""
     cached = min(tokens_cached or 0, tokens_in)
-    cost = ((tokens_in - cached) / TOKENS_PER_PRICE_UNIT * price_in
+    written = min(tokens_cache_written or 0, tokens_in - cached)
+    cost = ((tokens_in - cached - written) / TOKENS_PER_PRICE_UNIT * price_in
             + cached / TOKENS_PER_PRICE_UNIT * price_in * CACHED_INPUT_PRICE_FACTOR
+            + written / TOKENS_PER_PRICE_UNIT * price_in * CACHE_WRITE_PRICE_FACTOR
             + tokens_out / TOKENS_PER_PRICE_UNIT * price_out)
     return max(cost, 0.0)
 

@@ -181,7 +181,7 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     """docs/behaviour.md#the-x_router-block-and-usage ``(cost_usd, cost_basis)`` of one response from ``offer``.
 
     Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input at 10 % of
-    ``price_in``; an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
+    ``price_in`` and cache writes at 125 % (``compactor.cost.priced``); an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
     """
     provider_cost = reported_cost(response.cost_reported)
     if provider_cost is not None:
@@ -194,7 +194,8 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
         return None, None
-    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None))
+    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None),
+                      getattr(response, "tokens_cache_written", None))
     return round(computed, decimals), "computed"
 
 

@@ -1,11 +1,14 @@
 """The ``bedrock`` transport (docs/providers.md): the Converse API through boto3, signed with the
 function's role. Summaries are chat; decisions take the same prompt-and-validate path as
-``chat-decisions``; usage comes from the answer and cost from the catalog prices.
+``chat-decisions``; usage comes from the answer and cost from the catalog prices. A request's cacheable
+prefix is followed by a ``cachePoint`` block for the models that take one
+(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -16,6 +19,7 @@ from compactor.providers.base import (
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
 from compactor.providers.openai import count
+from compactor.providers.prompt_cache import cache_split
 from compactor.providers.turns import to_turns
 
 DEFAULT_MAX_TOKENS = 1024
@@ -39,6 +43,10 @@ _ERROR_KINDS = {
     "ServiceUnavailableException": UPSTREAM_ERROR,
     "InternalServerException": UPSTREAM_ERROR,
 }
+# Model ids (and inference profiles naming them) Bedrock caches prompts for: Amazon Nova, Claude 3.7 Sonnet,
+# 3.5 Haiku and the Claude 4 generations on. Bedrock refuses a cachePoint for other models, so an offer
+# of any other model sends one only with ``"prompt_cache": true`` (docs/providers.md "Prompt caching").
+CACHE_POINT_MODELS = re.compile(r"amazon\.nova-|anthropic\.claude-(?:3-7-sonnet|3-5-haiku|(?:sonnet|opus|haiku)-\d)")
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
                    "model_context_window_exceeded": "length"}
@@ -58,10 +66,16 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
 
 def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     """The Converse call's arguments for ``request`` (JSON mode: the system prompt asks for JSON)."""
-    turns = to_turns(request.messages, json_mode=request.json_mode)
+    turns = to_turns(request.messages, json_mode=request.json_mode, cache_boundary=request.cache_boundary)
+    messages: list[dict[str, Any]] = [{"role": role, "content": [{"text": text}]} for role, text in turns.turns]
+    split = cache_split(offer, turns, default=CACHE_POINT_MODELS.search(offer.model) is not None)
+    if split is not None:
+        index, head, tail = split
+        messages[index]["content"] = [{"text": head}, {"cachePoint": {"type": "default"}},
+                                      *([{"text": tail}] if tail else [])]
     arguments: dict[str, Any] = {
         "modelId": offer.model,
-        "messages": [{"role": role, "content": [{"text": text}]} for role, text in turns.turns],
+        "messages": messages,
         "inferenceConfig": {"maxTokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS},
     }
     if turns.system:
@@ -71,7 +85,7 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
 
 def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Converse answer. Bedrock's ``inputTokens`` leaves out cache reads
-    and writes, which are added back (cache reads are the cached tokens)."""
+    and writes, which are added back (and reported as read and written)."""
     message = (output.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
@@ -93,6 +107,7 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
         tokens_out=out,
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,
         tokens_cached=cache_read,
+        tokens_cache_written=cache_write,
     )
 
 

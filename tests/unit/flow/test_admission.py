@@ -143,6 +143,11 @@ DECISION_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("bad skip_empty", {"skip_empty": "yes"}, "skip_empty must be a boolean"),
     ("timeout too large", {"timeout_ms": 50000}, "timeout_ms must be an integer 1–40000"),
     ("policy missing", {"policy": None}, "a decision node needs a policy"),
+    ("cache_prefix not a list", {"cache_prefix": "t1"}, "cache_prefix must be an array of 1–16 distinct names"),
+    ("cache_prefix empty", {"cache_prefix": []}, "cache_prefix must be an array"),
+    ("cache_prefix repeats", {"cache_prefix": ["t1", "t1"]}, "cache_prefix must be an array"),
+    ("cache_prefix empty name", {"cache_prefix": [""]}, "cache_prefix must be an array"),
+    ("cache_prefix 17 names", {"cache_prefix": [f"m{i}" for i in range(17)]}, "cache_prefix must be an array"),
 ]
 
 
@@ -266,3 +271,10 @@ def test_exactly_32_inputs_and_256_nodes_are_admitted() -> None:
     chain["output"] = {"kind": "output", "inputs": [previous]}
     assert len(chain) == 256
     admit(["flow", chain])
+
+
+def test_cache_prefix_is_a_hint_outside_the_identity() -> None:
+    """Where a provider's prompt cache may end changes what is sent, never what the flow computes."""
+    hinted = admit(triage_flow(classify={"cache_prefix": ["t1", "t2"]}), flow_input=FLOW_INPUT)
+    plain = admit(triage_flow(), flow_input=FLOW_INPUT)
+    assert hinted.identity == plain.identity and hinted.fingerprint == plain.fingerprint

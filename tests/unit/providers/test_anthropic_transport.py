@@ -49,10 +49,11 @@ async def test_request_shape_and_usage(fake_provider: FakeProviderServer, anthro
     assert response.text == "done" and response.finish_reason == "stop"
     assert response.served_model_id == "claude-x-20250101"
     # input_tokens leaves out cache reads and writes: all three are input.
-    assert (response.tokens_in, response.tokens_out, response.tokens_total, response.tokens_cached) == (1150, 20, 1170, 1000)
+    assert (response.tokens_in, response.tokens_out, response.tokens_total, response.tokens_cached,
+            response.tokens_cache_written) == (1150, 20, 1170, 1000, 50)
     cost, basis = compute_cost(anthropic_offer, response, 6)
-    assert basis == "computed"
-    assert cost == pytest.approx((150 * 3.0 + 1000 * 3.0 * 0.1 + 20 * 15.0) / 1e6)
+    assert basis == "computed"  # cache reads at 10 % of price_in, cache writes at 125 %
+    assert cost == pytest.approx(round((100 * 3.0 + 1000 * 3.0 * 0.1 + 50 * 3.0 * 1.25 + 20 * 15.0) / 1e6, 6))
 
 
 async def test_max_tokens_is_always_sent_and_stop_reason_maps(fake_provider: FakeProviderServer,

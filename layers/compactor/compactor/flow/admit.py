@@ -106,7 +106,7 @@ def _check_node(label: str, node: Any) -> list[str]:
                or (opts.common_option_problem(node) if kind in (LLM, DECISION, DATA) else None)
                or (opts.llm_option_problem(node) if kind == LLM else None)
                or (opts.data_option_problem(node) if kind == DATA else None)
-               or (opts.question_problem(node.get("questions")) if kind == DECISION else None)
+               or (opts.decision_option_problem(node) if kind == DECISION else None)
                or opts.arity_problem(kind, node, len(raw_inputs)))
     if kind in MODEL_KINDS and "policy" not in node:
         problem = problem or f"{opts.a_kind(kind)} needs a policy"

@@ -107,7 +107,7 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc
-    request = DecisionRequest(state=state, questions=questions)
+    request = DecisionRequest(state=state, questions=questions, cache_prefix=tuple(node.option("cache_prefix", ())))
     result = await _bounded(
         lambda timeout_s: router.decide(node.policy, request, deadline=deadline, timeout_s=timeout_s),
         node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)

@@ -42,7 +42,8 @@ _BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     LLM: frozenset({"kind", "inputs", "system", "policy", "template", "routing", "output_format",
                     "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
                     "max_total_string_bytes"}),
-    DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms"}),
+    DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms",
+                         "cache_prefix"}),
     DATA: frozenset({"kind", "inputs", "operation", "on_error"}),
 }
 
@@ -53,6 +54,10 @@ MAX_TOKENS_RANGE: Final = (1, 4096)
 # JSON-mode llm nodes: the byte bounds of the reply's string values, passed to the transport as data.
 REPLY_BYTES_OPTIONS: Final = ("max_string_bytes", "max_total_string_bytes")
 TIMEOUT_MS_RANGE: Final = (1, 40_000)
+
+# A decision node's ``cache_prefix``: names of the state's leading members that every call of the node's
+# kind repeats unchanged, where the provider's prompt cache may end (a hint: no part of the identity).
+MAX_CACHE_PREFIX_NAMES: Final = 16
 
 MAX_QUESTIONS: Final = 32
 MAX_QUESTION_NAME_BYTES: Final = 64
@@ -237,6 +242,16 @@ def arity_problem(kind: str, node: Mapping[str, Any], count: int) -> str | None:
             wanted = str(low) if low == high else f"{low}–{high}"
             return f"{operation} takes {wanted} inputs, got {count}"
     return None
+
+
+def decision_option_problem(node: Mapping[str, Any]) -> str | None:
+    """decision nodes: ``cache_prefix`` (1–16 distinct names of 1–128 bytes), then the questions."""
+    names = node.get("cache_prefix")
+    if "cache_prefix" in node and not (
+            isinstance(names, list) and 1 <= len(names) <= MAX_CACHE_PREFIX_NAMES
+            and all(_is_name(name, MAX_NAME_BYTES) for name in names) and len(set(names)) == len(names)):
+        return f"cache_prefix must be an array of 1–{MAX_CACHE_PREFIX_NAMES} distinct names of 1–{MAX_NAME_BYTES} bytes"
+    return question_problem(node.get("questions"))
 
 
 def question_problem(questions: Any) -> str | None:

@@ -2,9 +2,11 @@
 
 ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the system prompt is a
 top-level field, turns alternate (:mod:`compactor.providers.turns`), ``max_tokens`` is required. The
-answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. Usage:
-``input_tokens`` excludes cached input, so cache reads and writes are added back (cache reads are the
-cached tokens). Decisions go through the same prompt-and-validate path as ``chat-decisions``.
+answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. A
+request's cacheable prefix ends in a text block marked ``cache_control: {"type": "ephemeral"}``
+(:mod:`compactor.providers.prompt_cache`). Usage: ``input_tokens`` excludes cached input, so cache reads
+and writes are added back (and reported as read and written). Decisions go through the same
+prompt-and-validate path as ``chat-decisions``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import error_for_status, post_json, safe_message
 from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
+from compactor.providers.prompt_cache import cache_split
 from compactor.providers.turns import to_turns
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -30,11 +33,17 @@ _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "l
 
 def messages_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     """The JSON body sent for ``request``. JSON mode has no switch here: the system prompt asks for JSON."""
-    turns = to_turns(request.messages, json_mode=request.json_mode)
+    turns = to_turns(request.messages, json_mode=request.json_mode, cache_boundary=request.cache_boundary)
+    messages: list[dict[str, Any]] = [{"role": role, "content": text} for role, text in turns.turns]
+    split = cache_split(offer, turns, default=True)
+    if split is not None:
+        index, head, tail = split
+        messages[index]["content"] = [{"type": "text", "text": head, "cache_control": {"type": "ephemeral"}},
+                                      *([{"type": "text", "text": tail}] if tail else [])]
     body: dict[str, Any] = {
         "model": offer.model,
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
-        "messages": [{"role": role, "content": text} for role, text in turns.turns],
+        "messages": messages,
     }
     if turns.system:
         body["system"] = turns.system
@@ -69,6 +78,7 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
         tokens_out=out,
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,
         tokens_cached=cache_read,
+        tokens_cache_written=cache_write,
     )
 
 

@@ -68,6 +68,18 @@ class Offer:
     observations: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CacheBoundary:
+    """Where a request's cacheable prefix ends: after the first ``chars`` characters of the text of
+    message ``message`` (a string content), every message before it included. Related requests repeat
+    that prefix byte for byte, so a provider's prompt cache may keep it. Transports whose provider needs
+    a marker put it there when the offer allows (``compactor.providers.prompt_cache``); the others send
+    the request as it is (docs/providers.md "Prompt caching")."""
+
+    message: int
+    chars: int
+
+
 @dataclass
 class ChatRequest:
     messages: list[dict[str, Any]]
@@ -78,6 +90,7 @@ class ChatRequest:
     # pass them on relies on the prompt, which states them in words.
     max_string_bytes: int | None = None
     max_total_string_bytes: int | None = None
+    cache_boundary: CacheBoundary | None = None
 
 
 @dataclass
@@ -89,7 +102,8 @@ class ChatResponse:
     tokens_in: int | None = None
     tokens_out: int | None = None
     tokens_total: int | None = None
-    tokens_cached: int | None = None
+    tokens_cached: int | None = None  # input tokens read from the provider's prompt cache
+    tokens_cache_written: int | None = None  # input tokens written to it (billed above price_in, compactor.cost)
     cost_reported: float | None = None  # provider-reported USD, wins over prices
 
 
@@ -97,6 +111,9 @@ class ChatResponse:
 class DecisionRequest:
     state: Any
     questions: dict[str, Any]
+    # Names of the state's leading members that related requests repeat unchanged: a transport that
+    # writes a prompt marks its cacheable prefix after them (docs/providers.md "Prompt caching").
+    cache_prefix: tuple[str, ...] = ()
 
 
 @dataclass
@@ -107,6 +124,8 @@ class DecisionResponse:
     tokens_in: int | None = None
     tokens_out: int | None = None
     tokens_total: int | None = None
+    tokens_cached: int | None = None
+    tokens_cache_written: int | None = None
     cost_reported: float | None = None
 
 

@@ -5,6 +5,8 @@ explains the question types and the exact answer shape, and a user message holdi
 questions as JSON. The reply must be strict JSON ``{"answers": {...}}``; it is wrapped as
 ``{"model": offer.model, "answers": …, "usage": …}`` and validated like a native decision
 (docs/providers.md). :func:`decide_by_chat` is the same path for every chat transport. Anything else is ``bad_response`` (still carrying the billed cost).
+The request's ``cache_prefix`` becomes the chat request's cache boundary: the end of those state members
+in the user message, after which nothing is shared between related requests.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from typing import Any
 
 from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads
 from compactor.providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+    BAD_REQUEST, BAD_RESPONSE, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
+    ProviderError,
 )
 from compactor.providers.native_decisions import checked_decision, checked_payload
 from compactor.providers.openai import complete_chat
@@ -46,6 +49,25 @@ def decision_messages(payload: dict[str, Any]) -> list[dict[str, str]]:
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": dense_dumps(payload)},
     ]
+
+
+def cache_boundary(messages: list[dict[str, str]], payload: dict[str, Any],
+                   cache_prefix: tuple[str, ...]) -> CacheBoundary | None:
+    """Where the state's leading members named in ``cache_prefix`` end in the user message of
+    :func:`decision_messages` (``None`` when the state does not start with any of them)."""
+    state = payload["state"]
+    if not cache_prefix or not isinstance(state, dict):
+        return None
+    shared: dict[str, Any] = {}
+    for name, value in state.items():
+        if name not in cache_prefix:
+            break
+        shared[name] = value
+    if not shared:
+        return None
+    head = dense_dumps({"state": shared})[:-2]  # the text up to the last shared member's value
+    text = messages[1]["content"]
+    return CacheBoundary(1, len(head)) if text.startswith(head) else None
 
 
 def _reply_answers(chat: ChatResponse) -> Any:
@@ -89,10 +111,14 @@ async def decide_by_chat(send: SendChat, offer: Offer, request: DecisionRequest,
     The path every chat model's decisions take (``chat-decisions``, ``anthropic``, ``bedrock``)."""
     payload = checked_payload(offer, request)
     max_tokens = min(_MAX_TOKENS_CAP, _BASE_MAX_TOKENS + _MAX_TOKENS_PER_QUESTION * len(request.questions))
-    chat = await send(offer, ChatRequest(decision_messages(payload), max_tokens=max_tokens, json_mode=True),
+    messages = decision_messages(payload)
+    chat = await send(offer, ChatRequest(messages, max_tokens=max_tokens, json_mode=True,
+                                         cache_boundary=cache_boundary(messages, payload, request.cache_prefix)),
                       timeout_s)
     answer = {"model": offer.model, "answers": _reply_answers(chat), "usage": _decision_usage(chat)}
-    return checked_decision(request, answer, model_family=offer.family)
+    decision = checked_decision(request, answer, model_family=offer.family)
+    decision.tokens_cached, decision.tokens_cache_written = chat.tokens_cached, chat.tokens_cache_written
+    return decision
 
 
 class ChatDecisionsTransport:
