@@ -3,8 +3,9 @@ real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N] 
 
 The code is what Lambda runs: the layer's packages built into a temporary directory by the layer's
 own recipe (``make -C layers/compactor code``: copied without any ``__pycache__`` of the checkout and
-compiled to unchecked-hash bytecode, as ``sam build`` ships them) and the function's handler file
-copied alone (Lambda compiles it at every cold start, and so does each sample).
+compiled to unchecked-hash bytecode, as ``sam build`` ships them), botocore trimmed by the same
+recipe to the services the layer calls, and the function's handler file copied alone (Lambda compiles
+it at every cold start, and so does each sample).
 
 For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
 interpreter that times
@@ -78,12 +79,14 @@ class Context:
     def get_remaining_time_in_millis(self): return 40000
 answer = handler_module.handler(event, Context())
 t3 = time.perf_counter()
-assert sys.modules["compactor"].__file__.startswith({paths[1]!r}), "the built layer is not what ran"
+assert all(sys.modules[name].__file__.startswith({paths[1]!r}) for name in ("compactor", "botocore")
+           if name in sys.modules), "the built layer is not what ran"
 loaded = sorted(name for name in set(sys.modules) - before)
 print(json.dumps({{"import": t1 - t0, "hook": t2 - t1, "first": t3 - t2, "answer": answer, "loaded": loaded}}))
 """
 _IMPORTS = """\
 import sys, time
+sys.path[:0] = {paths!r}
 names = {names!r}
 t0 = time.perf_counter()
 for name in names:
@@ -137,9 +140,19 @@ def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, 
 
 def build_code(root: Path) -> Path:
     """The layer's packages as ``sam build`` ships them, under ``root/layer/python``; each function's
-    handler file alone under ``root/functions/<name>``. Returns ``root``."""
-    subprocess.run(["make", "-s", "-C", str(LAYER), "code", f"ARTIFACTS_DIR={root / 'layer'}",
-                    f"PYTHON={sys.executable}"], check=True)
+    handler file alone under ``root/functions/<name>``. Returns ``root``.
+
+    botocore is the one dependency the layer's recipe changes (it keeps the data of the services the
+    layer calls): the installed botocore is copied in and trimmed by the same recipe, so samples and
+    baselines import it from there. The other dependencies are imported from this interpreter."""
+    import botocore
+
+    python = root / "layer" / "python"
+    shutil.copytree(Path(botocore.__file__).parent, python / "botocore",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for target in ("botocore-data", "code"):
+        subprocess.run(["make", "-s", "-C", str(LAYER), target, f"ARTIFACTS_DIR={root / 'layer'}",
+                        f"PYTHON={sys.executable}"], check=True)
     for handler in (REPO / "functions").glob("*/*.py"):
         target = root / "functions" / handler.parent.name
         target.mkdir(parents=True, exist_ok=True)
@@ -206,9 +219,10 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
     return result
 
 
-def time_imports(names: list[str], env: dict[str, str]) -> float:
-    done = subprocess.run([sys.executable, "-c", _IMPORTS.format(names=names)], capture_output=True, text=True,
-                          env=env, cwd=REPO, check=True)
+def time_imports(names: list[str], env: dict[str, str], paths: list[str]) -> float:
+    """Import ``names`` alone, from the same places as a sample (``paths`` first)."""
+    done = subprocess.run([sys.executable, "-c", _IMPORTS.format(names=names, paths=paths)], capture_output=True,
+                          text=True, env=env, cwd=REPO, check=True)
     return float(done.stdout.split()[-1])
 
 
@@ -247,8 +261,8 @@ def main() -> int:
                 cold.append(plain["import"] + plain["first"])
                 restored.append(snap["import"] + snap["first"])
                 hooks.append(snap["hook"])
-                deps.append(time_imports(names, env))
-                floor.append(time_imports(["json"], env))
+                deps.append(time_imports(names, env, function.paths))
+                floor.append(time_imports(["json"], env, function.paths))
             med = {k: statistics.median(v) * 1000 for k, v in
                    {"cold": cold, "restored": restored, "hook": hooks, "deps": deps, "json": floor}.items()}
             ratio_cold, ratio_restored = med["cold"] / med["deps"], med["restored"] / med["deps"]

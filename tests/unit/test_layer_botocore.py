@@ -1,0 +1,78 @@
+"""The layer keeps botocore's data only for the AWS services it calls (layers/compactor/Makefile,
+docs/performance.md#botocore-data): every client the layer's code or its dependencies create must find
+its service there."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import botocore
+import botocore.session
+import pytest
+from botocore.exceptions import UnknownServiceError
+from botocore.loaders import Loader
+
+REPO = Path(__file__).resolve().parents[2]
+LAYER = REPO / "layers" / "compactor"
+CLIENT_CALL = re.compile(r"""client\(\s*["']([a-z0-9-]+)["']""")
+# The dependency modules the layer uses that create AWS clients of their own.
+DEPENDENCY_CLIENTS = ("aws_lambda_powertools.utilities.idempotency.persistence.dynamodb",
+                      "aws_lambda_powertools.utilities.parameters.secrets",
+                      "aws_xray_sdk.core.sampling.connector")
+
+
+def kept_services() -> set[str]:
+    match = re.search(r"^BOTOCORE_SERVICES := (.+)$", (LAYER / "Makefile").read_text(), re.MULTILINE)
+    assert match, "the layer's Makefile names the botocore services it keeps"
+    return set(match.group(1).split())
+
+
+def called_services() -> set[str]:
+    sources = [*LAYER.rglob("*.py"), *(REPO / "functions").rglob("*.py")]
+    for module in DEPENDENCY_CLIENTS:
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and spec.origin, module
+        sources.append(Path(spec.origin))
+    return {name for path in sources for name in CLIENT_CALL.findall(path.read_text(encoding="utf-8"))}
+
+
+def test_every_service_a_client_is_created_for_is_kept() -> None:
+    called = called_services()
+    assert {"s3", "dynamodb", "stepfunctions", "bedrock-runtime", "secretsmanager", "xray"} <= called
+    assert called <= kept_services()
+
+
+@pytest.fixture(scope="module")
+def trimmed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The installed botocore's data, trimmed by the layer's own recipe."""
+    root = tmp_path_factory.mktemp("layer")
+    data = root / "python" / "botocore" / "data"
+    shutil.copytree(Path(botocore.__file__).parent / "data", data)
+    subprocess.run(["make", "-s", "-C", str(LAYER), "botocore-data", f"ARTIFACTS_DIR={root}",
+                    f"PYTHON={sys.executable}"], check=True)
+    return data
+
+
+def test_the_trimmed_data_builds_a_client_for_each_kept_service_and_no_other(trimmed: Path) -> None:
+    loader = Loader(extra_search_paths=[str(trimmed)], include_default_search_paths=False)
+    assert set(loader.list_available_services("service-2")) == kept_services()
+    session = botocore.session.Session()
+    session.register_component("data_loader", loader)
+    for service in kept_services():
+        client = session.create_client(service, region_name="eu-west-3", aws_access_key_id="k",
+                                       aws_secret_access_key="s")
+        assert client.meta.service_model.service_name == service
+    with pytest.raises(UnknownServiceError):
+        session.create_client("sqs", region_name="eu-west-3", aws_access_key_id="k", aws_secret_access_key="s")
+
+
+def test_the_recipe_refuses_a_service_botocore_does_not_know(tmp_path: Path) -> None:
+    (tmp_path / "python" / "botocore" / "data" / "s3").mkdir(parents=True)
+    done = subprocess.run(["make", "-s", "-C", str(LAYER), "botocore-data", f"ARTIFACTS_DIR={tmp_path}",
+                           "BOTOCORE_SERVICES=s3 no-such-service"], capture_output=True, text=True)
+    assert done.returncode != 0 and "no-such-service" in done.stderr
