@@ -244,3 +244,22 @@ def test_flow_input_size_counts_the_later_blocks_on_the_corpus():
         assert prep.original_bytes == dense_size(messages), name
         later_blocks += sum(1 for batch in prep.batches if batch.later)
     assert later_blocks
+
+
+from compactor.compaction.preparation import EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, evidence_view, excerpt  # noqa: E402
+from compactor.markers import EVIDENCE_MARKER  # noqa: E402
+
+_long_text = st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=6000) | st.sampled_from(
+    ["x" * 2002, "é" * 2003, "😀" * 1990, "a" * 4001 + "\n" * 3, "\x00" * 2500])
+_json_value = st.recursive(st.none() | st.booleans() | st.integers() | _long_text,
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                           max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(_json_value, min_size=1, max_size=3))
+def test_the_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whole(unit):
+    """The evidence encodes long strings cut to their ends (docs/performance.md): the same excerpt."""
+    expected = excerpt(ascii_dumps(unit), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+    assert evidence_view(unit) == expected
+    assert evidence_view(unit, dense_dumps(unit)) == expected

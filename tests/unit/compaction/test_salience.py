@@ -1,11 +1,16 @@
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.chat import content_text
+from compactor.compaction import salience
 from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, batch_questions, batch_state, prepare
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.salience import action_message, later_block, names_in
 from compactor.jsonutil import ascii_wire_size
 
-from .fixtures import tool_unit
+from .fixtures import CORPUS_FILES, corpus_messages, tool_unit
 
 
 def test_names_are_paths_and_code_identifiers_not_words_or_tags():
@@ -80,3 +85,32 @@ def test_a_request_that_does_not_set_max_tokens_gets_summary_calls_sized_to_thei
     messages = [{"role": "user", "content": "task"}]
     assert requested_max_tokens(CompactRequest.model_validate({"messages": messages})) is None
     assert requested_max_tokens(CompactRequest.model_validate({"messages": messages, "max_tokens": 512})) == 512
+
+
+# The names scan cuts texts into runs with translate/split instead of a regex over the whole text
+# (docs/performance.md); it must find exactly what the regex definition finds.
+def _names_by_regex(text: str) -> set[str]:
+    if "<" in text:
+        text = salience._TAG.sub(" ", text)
+    return {name for name in (raw.rstrip(".,:;") for raw in salience._TOKEN.findall(text)) if salience._is_name(name)}
+
+
+_PIECES = ["src/app.py", "parse_header", "DataElement", "os.path.join", "a/b", "x", "_", "__init__", "12", "3a_b",
+           "-foo_bar", "@user_id", "+x.y", "~/.bashrc", "..", ".", "/", "//", "foo.", "bar:", "baz;", "q,", "é",
+           "café_x", "x_é", "٣a_b", "…", "✓", "\u00a0", "\u2028", "\u3000", "\x1c", "\x0b", "😀", "Ωmega_x", "<output>",
+           "</tool_result>", "<a-b>", "<", ">", "\\", '"', "'", "\n", "\t", " ", "(", ")", "=", "#", "$", "%", "ſ_x",
+           "K_x", "ﬁle_name", "\ud800", "ALLCAPS", "camelCase", "A1_b", "a-b-c_d", "x@y.z"]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=40))
+def test_the_names_scan_finds_what_the_token_regex_finds(pieces):
+    text = "".join(pieces)
+    assert names_in(text) == _names_by_regex(text)
+
+
+def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
+    for name in CORPUS_FILES:
+        for message in corpus_messages(name):
+            text = content_text(message.get("content")) + " " + json.dumps(message.get("tool_calls"))
+            assert names_in(text) == _names_by_regex(text), name

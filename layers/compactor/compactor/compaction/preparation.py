@@ -143,9 +143,28 @@ def recent_view(unit_messages: list[Message], dialect: Dialect | None = None, vi
     return excerpt(view_json, RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
 
 
-def evidence_view(unit_messages: list[Message]) -> tuple[str, bool]:
-    """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over 2000 characters."""
-    return excerpt(ascii_dumps(unit_messages), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+# Strings longer than twice this are cut to their first and last _EVIDENCE_KEEP characters before the
+# evidence is encoded: every character encodes to at least one, so the JSON keeps its first and last
+# EVIDENCE_HALF characters, and it is still over EVIDENCE_EXCERPT_OVER (docs/performance.md).
+_EVIDENCE_KEEP = max(EVIDENCE_HALF, EVIDENCE_EXCERPT_OVER // 2 + 1)
+
+
+def _clipped(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= 2 * _EVIDENCE_KEEP else value[:_EVIDENCE_KEEP] + value[-_EVIDENCE_KEEP:]
+    if isinstance(value, dict):
+        return {key: _clipped(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clipped(item) for item in value]
+    return value
+
+
+def evidence_view(unit_messages: list[Message], dense_json: str | None = None) -> tuple[str, bool]:
+    """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over 2000 characters.
+    ``dense_json``: the unit's dense JSON when the caller has it (when short, no string needs cutting)."""
+    short = dense_json is not None and len(dense_json) <= 2 * _EVIDENCE_KEEP
+    text = ascii_dumps(unit_messages if short else _clipped(unit_messages))
+    return excerpt(text, EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
 
 
 def fragment_question(template: dict[str, Any], excerpted: bool) -> dict[str, Any]:
@@ -267,7 +286,7 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 def measured_candidate(unit: Unit, view: list[Message], item: str, whole: str, questions: Questions) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of the view (``item``) and of the unit
     as it is (``whole``): its sizes are computed from those texts, never by encoding them again."""
-    evidence, excerpted = evidence_view(view)
+    evidence, excerpted = evidence_view(view, item)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 from compactor.chat import Message, content_text
@@ -15,11 +17,9 @@ from compactor.jsonutil import ascii_wire_size, dense_dumps
 MAX_NAMES = 160
 MAX_NAMES_BYTES = 3000
 _TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
-_ASCII_TOKEN = re.compile(_TOKEN.pattern, re.ASCII)  # the same on ASCII text, without Unicode class lookups
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
-@lru_cache(maxsize=1 << 16)  # the same tokens recur across the messages of a transcript
 def _is_name(token: str) -> bool:
     """Paths (``a/b``, ``x.py``) and code-like identifiers (snake_case, camelCase, dotted); not words."""
     if len(token) < 4 or len(token) > 120:
@@ -43,12 +43,38 @@ def is_code_identifier(token: str) -> bool:
 _TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
 
 
+# The tokens are what ``_TOKEN.findall`` finds: in each run of _RUN_CHARS, the run without the characters
+# no token starts with (_NOT_START) at its front. ``translate`` and ``split`` cut a text into those runs at
+# C speed, without the regex engine's work per character, and each distinct run is judged once
+# (docs/performance.md).
+_RUN_CHARS = frozenset(string.ascii_letters + string.digits + "_./~@+-")
+_NOT_START = "0123456789@+-"
+_TEXT_SEPARATORS = {code: " " for code in range(128) if chr(code) not in _RUN_CHARS}
+_BYTE_SEPARATORS = bytes(code if code >= 0x80 or chr(code) in _RUN_CHARS else 0x20 for code in range(256))
+
+
+@lru_cache(maxsize=1 << 16)  # the same runs recur across the messages of a transcript and across requests
+def _run_names(run: str | bytes) -> tuple[str, ...]:
+    """The names of the tokens in one run (an ASCII run holds at most one token; a run with non-ASCII
+    characters, which may or may not be word characters, is read with ``_TOKEN``)."""
+    if isinstance(run, bytes):
+        if not run.isascii():
+            return tuple(name for name in (token.rstrip(".,:;") for token in
+                                           _TOKEN.findall(run.decode("utf-8", "surrogatepass"))) if _is_name(name))
+        run = run.decode("ascii")
+    name = run.lstrip(_NOT_START).rstrip(".,:;")
+    return (name,) if _is_name(name) else ()
+
+
 def names_in(text: str) -> set[str]:
+    """The paths and code identifiers in ``text`` (HTML/XML-like tags left out)."""
     if "<" in text:
         text = _TAG.sub(" ", text)
-    # Each distinct token is judged once: a long tool output repeats the same few hundred tokens.
-    tokens = (_ASCII_TOKEN if text.isascii() else _TOKEN).findall(text)
-    return {token for token in {raw.rstrip(".,:;") for raw in set(tokens)} if _is_name(token)}
+    if text.isascii():
+        runs: set[str | bytes] = set(text.translate(_TEXT_SEPARATORS).split())
+    else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
+        runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
+    return set(chain.from_iterable(map(_run_names, runs)))
 
 
 def message_names(message: Message) -> set[str]:
