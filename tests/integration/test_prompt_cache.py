@@ -1,14 +1,16 @@
 """Prompt-cache markers (docs/providers.md "Prompt caching") through the real ``anthropic`` and ``bedrock``
 transports, a decision-mode compaction against a fake provider on 127.0.0.1 (Bedrock: boto3 with
-``endpoint_url`` = the fake, speaking Converse) that plays a prompt cache: the first request with a marked
-prefix writes it, the later ones read it. Every batch's request carries one marker, at the end of the
-shared state the batches repeat; the cache reads and writes the provider reports are priced as billed."""
+``endpoint_url`` = the fake, speaking Converse) that plays a prompt cache as the providers describe it: a
+marked prefix is readable once the call that wrote it has answered, and every call that misses writes it.
+Every batch's request carries one marker, at the end of the shared state the batches repeat; the batches
+write it once and read it after; the cache reads and writes the provider reports are priced as billed."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,8 +51,8 @@ def _tokens(text: str) -> int:
 
 
 class CachingProvider:
-    """Answers decision prompts with valid answers; a marked prefix is written on its first request and
-    read on the later ones (under a lock, so exactly one request writes it). Keeps each call's usage."""
+    """Answers decision prompts with valid answers; a marked prefix is read when a call that wrote it has
+    answered, else written (taking a moment, so that concurrent misses all write). Keeps each call's usage."""
 
     def __init__(self, wire: str) -> None:
         self.wire = wire  # "anthropic" | "bedrock"
@@ -76,7 +78,10 @@ class CachingProvider:
         head = system + "".join(texts[:marked[0] + 1]) if marked else ""
         with self.lock:
             hit = head in self.seen
-            self.seen.add(head)
+        if head and not hit:
+            time.sleep(0.05)
+            with self.lock:
+                self.seen.add(head)
         cached = _tokens(head)
         fresh = _tokens(system + "".join(texts)) - cached
         read, write = (cached, 0) if hit else (0, cached)
@@ -143,7 +148,8 @@ async def test_every_batch_marks_the_end_of_the_shared_state_and_cache_reads_are
     first_ids = [json.loads(text)["state"]["fragments"][0]["id"] for text in texts]
     assert os.path.commonprefix(texts) == calls[0]["texts"][0] + ',"fragments":[{"id":"' + os.path.commonprefix(first_ids)
     reads, writes = sum(call["read"] for call in calls), sum(call["write"] for call in calls)
-    assert writes == calls[0]["write"] == max(call["write"] for call in calls) > 0  # written once, then read
+    # The first call with the prefix went alone: one write, every other batch read it.
+    assert writes == calls[0]["write"] == max(call["write"] for call in calls) > 0
     assert reads == (len(calls) - 1) * writes
     router = body["x_router"]
     assert router["tokens_cached"] == reads  # the summary calls report no cache

@@ -19,7 +19,7 @@ from compactor.providers.base import (
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
 from compactor.providers.openai import count
-from compactor.providers.prompt_cache import cache_split
+from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
 
 DEFAULT_MAX_TOKENS = 1024
@@ -64,15 +64,15 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
     return boto3.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
-def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The Converse call's arguments for ``request`` (JSON mode: the system prompt asks for JSON)."""
+def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:
+    """The Converse call's arguments for ``request`` (JSON mode: the system prompt asks for JSON) and the
+    key of its marked prefix (``None``: no cache point)."""
     turns = to_turns(request.messages, json_mode=request.json_mode, cache_boundary=request.cache_boundary)
     messages: list[dict[str, Any]] = [{"role": role, "content": [{"text": text}]} for role, text in turns.turns]
     split = cache_split(offer, turns, default=CACHE_POINT_MODELS.search(offer.model) is not None)
     if split is not None:
-        index, head, tail = split
-        messages[index]["content"] = [{"text": head}, {"cachePoint": {"type": "default"}},
-                                      *([{"text": tail}] if tail else [])]
+        messages[split.index]["content"] = [{"text": split.head}, {"cachePoint": {"type": "default"}},
+                                            *([{"text": split.tail}] if split.tail else [])]
     arguments: dict[str, Any] = {
         "modelId": offer.model,
         "messages": messages,
@@ -80,7 +80,7 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     }
     if turns.system:
         arguments["system"] = [{"text": turns.system}]
-    return arguments
+    return arguments, None if split is None else split.key
 
 
 def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatResponse:
@@ -139,7 +139,8 @@ def provider_error(exc: Exception) -> ProviderError:
 
 
 class BedrockTransport:
-    """Chat and decision offers served through the Bedrock Converse API. Stateless.
+    """Chat and decision offers served through the Bedrock Converse API. Stateless (beside the prompt-cache
+    gate of :func:`~compactor.providers.prompt_cache.written_first`).
 
     boto3 is synchronous: each call runs in a worker thread whose read timeout is the first step of
     ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after
@@ -150,9 +151,10 @@ class BedrockTransport:
             raise ProviderError(TIMEOUT, "no time left for the call")
         step = next((s for s in READ_TIMEOUT_STEPS_S if s >= timeout_s), READ_TIMEOUT_STEPS_S[-1])
         client = _bedrock_client(offer.region, offer.base_url, step)
-        arguments = converse_arguments(offer, request)
+        arguments, prefix = converse_arguments(offer, request)
         try:
-            output = await asyncio.to_thread(client.converse, **arguments)
+            async with written_first(prefix):
+                output = await asyncio.to_thread(client.converse, **arguments)
         except Exception as exc:
             raise provider_error(exc) from None
         return parse_converse(output, default_model=offer.model)

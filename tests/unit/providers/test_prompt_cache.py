@@ -4,6 +4,7 @@ it (through the transport, against the local fake provider)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 
@@ -12,7 +13,7 @@ import pytest
 from compactor.providers.anthropic import AnthropicTransport
 from compactor.providers.base import CacheBoundary, ChatRequest, DecisionRequest, Offer
 from compactor.providers.chat_decisions import cache_boundary, decision_messages
-from compactor.providers.prompt_cache import DEFAULT_CACHE_MIN_TOKENS
+from compactor.providers.prompt_cache import CACHE_TTL_S, DEFAULT_CACHE_MIN_TOKENS, written_first
 from compactor.providers.turns import to_turns
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE
 from fakes.provider_server import FakeProviderServer, anthropic_reply
@@ -94,3 +95,30 @@ async def test_chat_requests_without_a_boundary_are_sent_as_before(
     fake_provider.enqueue(anthropic_reply("ok"))
     await AnthropicTransport().chat(anthropic_offer, ChatRequest([{"role": "user", "content": LONG}]), 10)
     assert fake_provider.requests[0].json["messages"] == [{"role": "user", "content": LONG}]
+
+
+async def test_the_first_call_with_a_prefix_goes_alone_and_a_failed_one_lets_the_next_write() -> None:
+    now = [0.0]
+    order: list[str] = []
+
+    async def call(name: str, fail: bool = False) -> None:
+        async with written_first("k", clock=lambda: now[0]):
+            order.append(f"{name} start")
+            await asyncio.sleep(0)
+            order.append(f"{name} end")
+            if fail:
+                raise RuntimeError("upstream")
+
+    results = await asyncio.gather(call("a", fail=True), call("b"), call("c"), return_exceptions=True)
+    assert isinstance(results[0], RuntimeError) and results[1:] == [None, None]
+    # a wrote alone and failed; b then wrote alone; c read after b had answered.
+    assert order == ["a start", "a end", "b start", "b end", "c start", "c end"]
+    order.clear()
+    await asyncio.gather(call("d"), call("e"))  # written within the TTL: no wait
+    assert order == ["d start", "e start", "d end", "e end"]
+    order.clear()
+    now[0] += CACHE_TTL_S + 1  # the provider has dropped it: the next call writes alone again
+    await asyncio.gather(call("f"), call("g"))
+    assert order == ["f start", "f end", "g start", "g end"]
+    async with written_first(None):  # no marker, no gate
+        pass

@@ -101,6 +101,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
             if name == "classify":
                 node["questions"] = batch_questions(batch.candidates)
                 node["policy"] = decision_policy  # shared, never copied: admission only reads the term
+                if len(batches) == 1:  # no other call repeats its prefix: caching it would only cost the write
+                    node.pop("cache_prefix", None)
             elif name == "generate":
                 node["policy"] = generation_policy if generation_policy is not None else DEFAULT_CHAT_POLICY
                 node["system"], cap, total = summary_system(template["system"], budget, batch)

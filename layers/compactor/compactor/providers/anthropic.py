@@ -21,7 +21,7 @@ from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import error_for_status, post_json, safe_message
 from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
-from compactor.providers.prompt_cache import cache_split
+from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -31,15 +31,16 @@ _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "l
                    "refusal": "content_filter", "model_context_window_exceeded": "length"}
 
 
-def messages_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The JSON body sent for ``request``. JSON mode has no switch here: the system prompt asks for JSON."""
+def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:
+    """The JSON body sent for ``request`` and the key of its marked prefix (``None``: no marker). JSON
+    mode has no switch here: the system prompt asks for JSON."""
     turns = to_turns(request.messages, json_mode=request.json_mode, cache_boundary=request.cache_boundary)
     messages: list[dict[str, Any]] = [{"role": role, "content": text} for role, text in turns.turns]
     split = cache_split(offer, turns, default=True)
     if split is not None:
-        index, head, tail = split
-        messages[index]["content"] = [{"type": "text", "text": head, "cache_control": {"type": "ephemeral"}},
-                                      *([{"type": "text", "text": tail}] if tail else [])]
+        messages[split.index]["content"] = [
+            {"type": "text", "text": split.head, "cache_control": {"type": "ephemeral"}},
+            *([{"type": "text", "text": split.tail}] if split.tail else [])]
     body: dict[str, Any] = {
         "model": offer.model,
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
@@ -47,7 +48,7 @@ def messages_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     }
     if turns.system:
         body["system"] = turns.system
-    return body
+    return body, None if split is None else split.key
 
 
 def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
@@ -83,13 +84,16 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
 
 
 class AnthropicTransport:
-    """Chat and decision offers reached over the Anthropic Messages API. Stateless."""
+    """Chat and decision offers reached over the Anthropic Messages API. Stateless (beside the prompt-cache
+    gate of :func:`~compactor.providers.prompt_cache.written_first`)."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         key = await resolve_key(offer)
         headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
-        reply = await post_json(endpoint(offer, "v1/messages"), messages_body(offer, request), headers=headers,
-                                timeout_s=timeout_s, max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
+        body, prefix = messages_body(offer, request)
+        async with written_first(prefix):
+            reply = await post_json(endpoint(offer, "v1/messages"), body, headers=headers, timeout_s=timeout_s,
+                                    max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
         error = error_for_status(reply.status, reply.body, (key,))
         if error is not None:
             raise error

@@ -6,12 +6,23 @@ A marker is sent when the offer allows it (its ``prompt_cache`` observation, els
 default) and the prefix reaches the offer's ``cache_min_tokens`` (else :data:`DEFAULT_CACHE_MIN_TOKENS`)
 by the router's token estimate. That estimate errs on the large side, which is the harmless side: a
 marker before a model's real minimum is accepted and simply caches nothing.
+
+A provider can read a prefix only once a call has written it, and concurrent calls that all miss all pay
+the write. So the first call with a marked prefix goes alone (:func:`written_first`): calls with the same
+prefix wait for it within the container, then read what it wrote.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import math
-from typing import Final
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Final, NamedTuple
 
 from compactor.providers.base import Offer
 from compactor.providers.turns import Turns
@@ -23,10 +34,26 @@ from compactor.router import BYTES_PER_TOKEN_ESTIMATE
 DEFAULT_CACHE_MIN_TOKENS: Final = 1024
 
 
-def cache_split(offer: Offer, turns: Turns, *, default: bool) -> tuple[int, str, str] | None:
-    """``(turn index, head, tail)``: the turn holding the cache boundary cut there, when a marker goes
-    after ``head``; ``None`` when the request has no boundary, the offer does not cache (``default``: the
-    transport's choice when the offer does not say) or the prefix is too short to be cached."""
+# How long a provider keeps a prefix after its last use (Anthropic's and Bedrock's default cache), and how
+# many written prefixes a container remembers.
+CACHE_TTL_S: Final = 300.0
+_WARM_MAX: Final = 1024
+
+
+class CacheSplit(NamedTuple):
+    """The turn holding the cache boundary, cut there: the marker goes between ``head`` and ``tail``.
+    ``key`` names the whole prefix (offer, system prompt, turns, head) for :func:`written_first`."""
+
+    index: int
+    head: str
+    tail: str
+    key: str
+
+
+def cache_split(offer: Offer, turns: Turns, *, default: bool) -> CacheSplit | None:
+    """Where the marker goes, or ``None`` when the request has no boundary, the offer does not cache
+    (``default``: the transport's choice when the offer does not say) or the prefix is too short to be
+    cached."""
     if turns.cache_at is None:
         return None
     enabled = offer.observations.get("prompt_cache")
@@ -37,4 +64,53 @@ def cache_split(offer: Offer, turns: Turns, *, default: bool) -> tuple[int, str,
         return None
     index, chars = turns.cache_at
     text = turns.turns[index][1]
-    return index, text[:chars], text[chars:]
+    digest = hashlib.sha256()
+    for part in (offer.id, turns.system, *(f"{role}:{turn}" for role, turn in turns.turns[:index]), text[:chars]):
+        digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    return CacheSplit(index, text[:chars], text[chars:], digest.hexdigest())
+
+
+class _Gate:
+    """The prefixes being written (one call each) and those written recently, in one event loop."""
+
+    def __init__(self) -> None:
+        self.writing: dict[str, asyncio.Event] = {}
+        self.written: OrderedDict[str, float] = OrderedDict()
+
+    def warm(self, key: str, now: float) -> bool:
+        at = self.written.get(key)
+        return at is not None and now - at < CACHE_TTL_S
+
+    def mark(self, key: str, now: float) -> None:
+        self.written[key] = now
+        self.written.move_to_end(key)
+        while len(self.written) > _WARM_MAX:
+            self.written.popitem(last=False)
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Gate] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def written_first(key: str | None, clock: Callable[[], float] = time.monotonic) -> AsyncIterator[None]:
+    """Around one call with a marked prefix (``key``; ``None``: no marker, no wait): the first call with
+    that prefix runs alone; the others wait until it has answered, then run together and read the
+    cache. A failed first call lets the next one write. A prefix written within :data:`CACHE_TTL_S` is
+    not waited for. The wait is part of the call's own time (its timeout covers it)."""
+    if key is None:
+        yield
+        return
+    gate = _gates.setdefault(asyncio.get_running_loop(), _Gate())
+    while not gate.warm(key, clock()) and key in gate.writing:
+        await gate.writing[key].wait()
+    if gate.warm(key, clock()):
+        gate.mark(key, clock())  # a read keeps the provider's entry alive
+        yield
+        return
+    done = gate.writing[key] = asyncio.Event()
+    try:
+        yield
+        gate.mark(key, clock())
+    finally:
+        del gate.writing[key]
+        done.set()
