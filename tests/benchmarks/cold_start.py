@@ -16,7 +16,8 @@ interpreter that times
   worker event whose flow payload is read from S3. S3 is a ``moto_server`` on 127.0.0.1, so the
   botocore client the function builds on its first request is part of what is timed.
 
-Tracing is on by default, as deployed (``Tracing: Active`` in template.yaml): the samples see the
+Every sample gets the fixed environment variables template.yaml gives the functions and, as on
+Lambda, its credentials in environment variables. Tracing is on by default, as deployed (``Tracing: Active`` in template.yaml): the samples see the
 environment Lambda gives a traced invocation (``LAMBDA_TASK_ROOT``, a sampled ``_X_AMZN_TRACE_ID``;
 segments go by UDP to a loopback port where nothing listens), so Powertools' tracer loads the X-Ray SDK
 and patches what it patches. ``--tracing off`` is a function without tracing (and what ``compactor
@@ -119,9 +120,18 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("moto_server did not start")
 
 
+def deployed_environment() -> dict[str, str]:
+    """The functions' environment variables that template.yaml sets to fixed values (its Globals)."""
+    from compactor_cli.sam_template import load_template
+
+    variables = load_template(REPO / "template.yaml")["Globals"]["Function"]["Environment"]["Variables"]
+    return {name: value for name, value in variables.items() if isinstance(value, str)}
+
+
 def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, str]:
-    skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_")
+    skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_", "PYDANTIC_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
+    env.update(deployed_environment())
     env.update({
         "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "POWERTOOLS_METRICS_NAMESPACE": "Bench",

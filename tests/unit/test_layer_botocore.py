@@ -10,12 +10,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import botocore
 import botocore.session
 import pytest
 from botocore.exceptions import UnknownServiceError
 from botocore.loaders import Loader
+from botocore.regions import EndpointResolver
 
 REPO = Path(__file__).resolve().parents[2]
 LAYER = REPO / "layers" / "compactor"
@@ -71,8 +73,43 @@ def test_the_trimmed_data_builds_a_client_for_each_kept_service_and_no_other(tri
         session.create_client("sqs", region_name="eu-west-3", aws_access_key_id="k", aws_secret_access_key="s")
 
 
+def outcome(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """What botocore answers, or the error it raises (the same error on both sides is the same answer)."""
+    try:
+        return call(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+
+
+def test_the_trimmed_endpoints_resolve_every_kept_service_as_the_full_ones(trimmed: Path) -> None:
+    full_loader = Loader()
+    trimmed_loader = Loader(extra_search_paths=[str(trimmed)], include_default_search_paths=False)
+    full = EndpointResolver(full_loader.load_data("endpoints"))
+    short = EndpointResolver(trimmed_loader.load_data("endpoints"))
+    assert (trimmed / "endpoints.json").stat().st_size < (Path(botocore.__file__).parent / "data" / "endpoints.json").stat().st_size / 10
+    prefixes = {full_loader.load_service_model(name, "service-2")["metadata"]["endpointPrefix"]
+                for name in kept_services()}
+    regions = {region for partition in full_loader.load_data("endpoints")["partitions"] for region in partition["regions"]}
+    regions |= {"us-iso-west-9", "eu-central-3", "aws-global"}  # unknown regions fall back the same way
+    checked = 0
+    for prefix in prefixes:
+        assert short.get_available_endpoints(prefix) == full.get_available_endpoints(prefix)
+        for region in sorted(regions | set(full.get_available_endpoints(prefix))):
+            for fips in (False, True):
+                for dualstack in (False, True):
+                    options = {"use_fips_endpoint": fips, "use_dualstack_endpoint": dualstack}
+                    assert outcome(short.construct_endpoint, prefix, region, **options) == \
+                        outcome(full.construct_endpoint, prefix, region, **options)
+                    checked += 1
+    assert checked > 7 * 30 * 4
+    assert short.get_available_partitions() == full.get_available_partitions()
+    assert all(outcome(short.get_partition_for_region, region) == outcome(full.get_partition_for_region, region)
+               for region in regions)
+
+
 def test_the_recipe_refuses_a_service_botocore_does_not_know(tmp_path: Path) -> None:
     (tmp_path / "python" / "botocore" / "data" / "s3").mkdir(parents=True)
     done = subprocess.run(["make", "-s", "-C", str(LAYER), "botocore-data", f"ARTIFACTS_DIR={tmp_path}",
-                           "BOTOCORE_SERVICES=s3 no-such-service"], capture_output=True, text=True)
+                           f"PYTHON={sys.executable}", "BOTOCORE_SERVICES=s3 no-such-service"],
+                          capture_output=True, text=True)
     assert done.returncode != 0 and "no-such-service" in done.stderr
