@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
 from compactor.formats import FORMAT_NAMES
-from compactor.transcripts import TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
+from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -153,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"compactor compact: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
             return 2
         if not args.quiet:
-            print(f"wrote {args.output} ({len(text.encode('utf-8'))} bytes on disk: pretty-printed JSON, so larger"
-                  " than the dense size above)", file=sys.stderr)
+            _report_written(args.output, len(text.encode("utf-8")), written_as(
+                session=transcript.session if session is not None else None, whole_body=args.json,
+                items_field=items_field, streamed=False))
     else:
         sys.stdout.write(text)
     if args.strict:
@@ -165,6 +166,26 @@ def run(args: argparse.Namespace) -> int:
             print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
             return STRICT_EXIT
     return 0
+
+
+SESSION_FILES = {CLAUDE_CODE: "a Claude Code session", CODEX: "a Codex rollout"}
+
+
+def written_as(*, session: str | None, whole_body: bool, items_field: str, streamed: bool) -> str:
+    """What ``--output`` holds, in the words of the line that names it: a session file goes back as
+    JSONL in its own kind; otherwise the response body (``--json``) or the items array, as JSON
+    pretty-printed (in memory) or one dense message per line (streamed, docs/scale.md). Neither is the
+    dense size the report measures."""
+    if session is not None:
+        return f"{SESSION_FILES[session]} as JSONL, its other records kept, so not the dense size above"
+    what = "the /v1/compact response body" if whole_body else f"the {items_field} array"
+    if streamed:
+        return f"{what} as JSON, one dense message per line"
+    return f"{what} as pretty-printed JSON, so larger than the dense size above"
+
+
+def _report_written(path: str, size: int, what: str) -> None:
+    print(f"wrote {path} ({size} bytes on disk: {what})", file=sys.stderr)
 
 
 def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], record: CallRecord,
@@ -279,7 +300,8 @@ def _run_streamed(args: argparse.Namespace) -> int:
     if not args.quiet:
         sys.stderr.write(render_windowed_report(record, seconds))
         if args.output:
-            print(f"wrote {args.output}", file=sys.stderr)
+            _report_written(args.output, _size(args.output), written_as(
+                session=None, whole_body=args.json, items_field="messages", streamed=True))
     return 0
 
 

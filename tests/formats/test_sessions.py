@@ -89,14 +89,34 @@ def test_mask_writes_every_masked_item_back(session: str) -> None:
 
 @pytest.mark.parametrize("session", list(SESSIONS))
 @pytest.mark.parametrize("mode", ["decision", "seal"])
-def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mode: str) -> None:
+def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mode: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     source = SESSIONS[session]
     out = tmp_path / "out.jsonl"
 
-    assert main(["compact", str(source), "--mode", mode, "-q", "-o", str(out)]) == 0
+    assert main(["compact", str(source), "--mode", mode, "-o", str(out)]) == 0
 
-    _check_session(session, source.read_text(encoding="utf-8"), out.read_text(encoding="utf-8"))
+    written = out.read_text(encoding="utf-8")
+    _check_session(session, source.read_text(encoding="utf-8"), written)
     assert out.stat().st_size < source.stat().st_size
+    # the line after the report says what is on disk: the session, as JSONL (one record a line)
+    kind = {CLAUDE_CODE: "a Claude Code session", CODEX: "a Codex rollout"}[session]
+    err = capsys.readouterr().err
+    assert f"wrote {out} ({out.stat().st_size} bytes on disk: {kind} as JSONL," in err
+    assert "pretty-printed" not in err
+    assert all(isinstance(json.loads(line), dict) for line in written.splitlines())
+
+
+def test_cli_says_a_session_compacted_with_json_is_written_as_the_response_body(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "body.json"
+
+    assert main(["compact", str(SMALL_CLAUDE_CODE), "--json", "-o", str(out)]) == 0
+
+    body = json.loads(out.read_text(encoding="utf-8"))  # one JSON document, not JSONL
+    assert "messages" in body and "compaction" in body and out.read_text(encoding="utf-8").startswith('{\n  "')
+    assert (f"wrote {out} ({out.stat().st_size} bytes on disk: the /v1/compact response body as pretty-printed "
+            "JSON, so larger than the dense size above)") in capsys.readouterr().err
 
 
 def test_cli_format_detection_and_override(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,6 +127,11 @@ def test_cli_format_detection_and_override(tmp_path: Path, capsys: pytest.Captur
     assert main(["compact", str(array), "-q", "--json"]) == 0
     body = json.loads(capsys.readouterr().out)
     assert "input" in body and PROBLEMS["openai-responses"](body["input"]) == []
+    out = tmp_path / "out.json"
+    assert main(["compact", str(array), "-o", str(out)]) == 0  # the items alone, under their own name
+    assert PROBLEMS["openai-responses"](json.loads(out.read_text(encoding="utf-8"))) == []
+    assert f"wrote {out} ({out.stat().st_size} bytes on disk: the input array as pretty-printed JSON" \
+        in capsys.readouterr().err
 
     assert main(["compact", str(CODEX_FILE), "-q", "--format", "anthropic-messages"]) == 2
     assert "openai-responses, not anthropic-messages" in capsys.readouterr().err

@@ -72,6 +72,13 @@ def test_cli_streams_large_files_with_the_in_memory_result(tmp_path, monkeypatch
     assert main(["compact", str(source), "-o", str(tmp_path / "stream.json"), "--json"]) == 0
     report = capsys.readouterr().err
     assert "pass 1: window 1 at message 0/" in report and "pass 1:" in report and "of original" in report
+    stream_out = tmp_path / "stream.json"
+    assert (f"wrote {stream_out} ({stream_out.stat().st_size} bytes on disk: the /v1/compact response body as "
+            "JSON, one dense message per line)") in report
+    lines = stream_out.read_text().splitlines()
+    assert lines[0] == '{"messages":[' and all(line.rstrip(",") == json.dumps(json.loads(line.rstrip(",")),
+                                                                             ensure_ascii=False, separators=(",", ":"))
+                                               for line in lines[1:-1])
     in_memory = json.loads((tmp_path / "mem.json").read_text())
     streamed = json.loads((tmp_path / "stream.json").read_text())
     assert in_memory["compaction"]["windows"]["passes"][0]["windows"] > 1

@@ -49,6 +49,17 @@ def test_text_agents_compact_by_default_and_keep_their_pins(tmp_path, capsys):
     assert pinned_task["messages"][:2] == original[:2]
 
 
+def test_a_jsonl_of_messages_is_written_and_named_as_a_pretty_printed_array(tmp_path, capsys):
+    messages = json.loads((CORPUS / "swe-agent-v0-text_gpt-4_pydicom-1458.json").read_text())
+    source, out = tmp_path / "messages.jsonl", tmp_path / "out.json"
+    source.write_text("".join(json.dumps(message) + "\n" for message in messages))
+    assert main(["compact", str(source), "-o", str(out)]) == 0
+    written = out.read_text()
+    assert isinstance(json.loads(written), list) and written.startswith("[\n  {")  # not JSONL: one array
+    assert (f"wrote {out} ({out.stat().st_size} bytes on disk: the messages array as pretty-printed JSON, so "
+            "larger than the dense size above)") in capsys.readouterr().err
+
+
 def test_unreadable_file_is_exit_2(tmp_path, capsys):
     assert main(["compact", str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
@@ -63,7 +74,8 @@ def test_the_report_explains_and_shows_summaries_beside_originals(tmp_path, caps
     compaction = body["compaction"]
     assert f"compacted: {compaction['original_bytes']} -> {compaction['output_bytes']} bytes" in report
     assert f"the first changed message is {compaction['first_changed_index']}" in report
-    assert f"({out.stat().st_size} bytes on disk" in report
+    assert (f"wrote {out} ({out.stat().st_size} bytes on disk: the /v1/compact response body as pretty-printed "
+            "JSON, so larger than the dense size above)") in report
     shown = [line.split()[1] for line in report.splitlines() if line.startswith("--- fragment_")]
     assert len(shown) == 2
     for fragment_id in shown:
