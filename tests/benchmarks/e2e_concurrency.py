@@ -1,7 +1,7 @@
 """End-to-end concurrency: one decision-mode request through ``compactor serve`` and the real HTTP
 transports. Run: ``.venv/bin/python tests/benchmarks/e2e_concurrency.py [--runs N]``.
 
-A threaded fake provider on 127.0.0.1 answers ``/v1/decisions`` (native ``decisions`` transport) and
+The fake provider of tests/fakes on 127.0.0.1 answers ``/v1/decisions`` (native ``decisions`` transport) and
 ``/v1/chat/completions`` (``openai`` transport) after a latency L, every fragment ``summarize`` and every
 summary a short line. ``compactor serve`` runs in its own process with a catalog of those two offers;
 the client posts a request of single-fragment batches (at least 24 of its 32 fragments fit the flow input:
@@ -21,67 +21,43 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compact_overhead import BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, request_body, transcript  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
+from compact_overhead import BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, request_body, transcript  # noqa: E402
+from fakes.provider_server import (  # noqa: E402
+    FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply,
+)
+
 GOALS = {0.2: 1.5, 1.0: 1.15}
 
 
-class FakeProvider(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
+def fake_provider(latency_s: float) -> FakeProviderServer:
+    """The provider on 127.0.0.1: every fragment ``summarize``, every summary a short line, each answer
+    after ``latency_s``; it records every request."""
+    def answer(request: RecordedRequest) -> Reply:
+        body = request.json
+        if request.path.endswith("/decisions"):
+            return decision_reply({name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
+                                   for name in body["questions"]}, model=body["model"], input_tokens=1000,
+                                  output_tokens=20, delay_s=latency_s)
+        items = json.loads(body["messages"][-1]["content"])
+        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
+                          model=body["model"], prompt_tokens=1000, completion_tokens=50, delay_s=latency_s)
 
-    def __init__(self, latency_s: float) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.latency_s = latency_s
-        self.calls = {"decisions": 0, "chat": 0}
-        self.lock = threading.Lock()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+    provider = FakeProviderServer().start()
+    provider.responder = answer
+    return provider
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: FakeProvider
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-        time.sleep(self.server.latency_s)
-        if self.path.endswith("/decisions"):
-            kind = "decisions"
-            answers = {name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
-                       for name in body["questions"]}
-            reply = {"model": body["model"], "answers": answers,
-                     "usage": {"input_tokens": 1000, "output_tokens": 20, "total_tokens": 1020}}
-        else:
-            kind = "chat"
-            items = json.loads(body["messages"][-1]["content"])
-            content = json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items})
-            reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": content}}],
-                     "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}}
-        with self.server.lock:
-            self.server.calls[kind] += 1
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def calls(provider: FakeProviderServer) -> dict[str, int]:
+    """The provider's decision and chat calls so far."""
+    decisions = sum(request.path.endswith("/decisions") for request in provider.requests)
+    return {"decisions": decisions, "chat": len(provider.requests) - decisions}
 
 
 def free_port() -> int:
@@ -137,8 +113,7 @@ def main() -> int:
     failed = False
     with tempfile.TemporaryDirectory() as scratch:
         for latency_s, goal in GOALS.items():
-            provider = FakeProvider(latency_s)
-            threading.Thread(target=provider.serve_forever, daemon=True).start()
+            provider = fake_provider(latency_s)
             catalog_path = Path(scratch) / "catalog.json"
             catalog_path.write_text(json.dumps(catalog(provider.base_url)))
             server, url = start_serve(catalog_path)
@@ -146,19 +121,19 @@ def main() -> int:
                 post(url, body)  # the first request pays the imports: measured by cold_start.py
                 ratios = []
                 for _ in range(args.runs):
-                    provider.calls = {"decisions": 0, "chat": 0}
+                    provider.requests.clear()
                     elapsed, answer = post(url, body)
                     report = answer["compaction"]
-                    batches = provider.calls["decisions"]
-                    if batches < MIN_BATCHES or provider.calls["chat"] != batches or not answer["compacted"]:
-                        print(f"unexpected run: calls {provider.calls}, reasons {report['reasons']}")
+                    made = calls(provider)
+                    batches = made["decisions"]
+                    if batches < MIN_BATCHES or made["chat"] != batches or not answer["compacted"]:
+                        print(f"unexpected run: calls {made}, reasons {report['reasons']}")
                         failed = True
                     ratios.append(elapsed / (2 * latency_s))
             finally:
                 server.terminate()
                 server.wait(timeout=10)
-                provider.shutdown()
-                provider.server_close()
+                provider.stop()
             median = statistics.median(ratios)
             verdict = "OK" if median <= goal else "ABOVE GOAL"
             print(f"e2e_concurrency: {batches} batches through compactor serve + openai/decisions transports, "

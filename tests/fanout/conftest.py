@@ -2,10 +2,9 @@
 
 * moto runs the real ``infra/statemachine/batch_fanout.asl.json`` (``DefinitionSubstitutions``
   applied as CloudFormation would) when opted in with ``execute_state_machine``.
-* moto never runs Lambda code: its Step Functions interpreter calls ``lambda_eval_utils.
-  _invoke_lambda_function``, which is patched here to call ``flow_worker.handler`` (the real handler,
-  imported as Lambda imports it) and to answer like Lambda (``FunctionError`` + error payload when it
-  raises).
+* moto never runs Lambda code: its Step Functions interpreter's Lambda invokes go to
+  ``flow_worker.handler`` (the real handler, imported as Lambda imports it), answered like Lambda
+  (``FunctionError`` + error payload when it raises), through ``tests/fakes/lambda_dispatch.py``.
 * moto has no ``StartSyncExecution``: :class:`MotoSyncStepFunctions` gives the runner that method by
   ``start_execution`` + polling ``describe_execution`` until the execution stops, and answers in the
   ``StartSyncExecution`` shape. Production uses the real ``start_sync_execution``.
@@ -17,11 +16,9 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,9 +29,10 @@ from moto import mock_aws
 from compactor import container
 from compactor_aws import s3_store
 from compactor.catalog import get_catalog
-from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+from compactor_cli.lambda_runtime import load_handler
 from compactor.providers.registry import transport_for
 from compactor.router import Router
+from fakes.lambda_dispatch import LambdaDispatch
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "infra" / "statemachine" / "batch_fanout.asl.json"
@@ -93,41 +91,13 @@ class MotoSyncStepFunctions:
 
 
 @dataclass
-class WorkerDispatch:
-    """Routes the interpreter's Lambda invokes of ``WORKER_ARN`` to the handler; records the calls.
-
-    ``fail`` (payload -> bool) makes chosen invocations raise, as a crashing worker would."""
-
-    module: ModuleType
-    events: list[dict[str, Any]] = field(default_factory=list)
-    deadlines_ms: list[int] = field(default_factory=list)
-    fail: Callable[[dict[str, Any]], bool] = lambda event: False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-        assert parameters["FunctionName"] == WORKER_ARN
-        event = json.loads(parameters["Payload"])
-        with self.lock:
-            self.events.append(event)
-        try:
-            if self.fail(event):
-                raise RuntimeError("worker crashed")
-            payload = self.module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
-        except Exception as exc:  # what Lambda reports for an unhandled error
-            return {"StatusCode": 200, "FunctionError": "Unhandled",
-                    "Payload": {"errorMessage": str(exc), "errorType": type(exc).__name__,
-                                "stackTrace": traceback.format_tb(exc.__traceback__)}}
-        return {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": json.loads(json.dumps(payload))}
-
-
-@dataclass
 class FanOutAws:
     """The mocked account: bucket, state machine, sync client, and the worker dispatch."""
 
     s3: Any
     stepfunctions: MotoSyncStepFunctions
     state_machine_arn: str
-    dispatch: WorkerDispatch
+    dispatch: LambdaDispatch
     router: Router
 
 
@@ -136,8 +106,6 @@ def fanout_aws(monkeypatch: pytest.MonkeyPatch, worker_module: ModuleType) -> It
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
         monkeypatch.setenv(name, value)
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
-
     with mock_aws(config=MOTO_CONFIG):
         import boto3
 
@@ -147,8 +115,7 @@ def fanout_aws(monkeypatch: pytest.MonkeyPatch, worker_module: ModuleType) -> It
         arn = sfn.create_state_machine(
             name="compactor-BatchFanOut", definition=asl_definition(), type="EXPRESS",
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/compactor-BatchFanOutRole")["stateMachineArn"]
-        dispatch = WorkerDispatch(worker_module)
-        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
+        dispatch = LambdaDispatch(worker_module, WORKER_ARN, "FlowWorkerFunction", timeout_s=60).install(monkeypatch)
         s3_store.reset_client()  # a client created inside the mock
         router = frozen_router()
         monkeypatch.setattr(container.ROUTER, "value", router)

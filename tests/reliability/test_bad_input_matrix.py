@@ -18,6 +18,8 @@ from compactor.compaction.preset import load_preset
 from compactor.jsonutil import MAX_BODY_DEPTH, dense_size
 from compactor.object_jobs import Defaults, Source, run_job
 
+from fakes.transcripts import agent_transcript
+
 from ..s3.test_object_jobs import MemoryStore
 from ..unit.flow.triage import FLOW_INPUT, triage_flow
 from .conftest import assert_well_answered, post
@@ -27,14 +29,6 @@ pytestmark = pytest.mark.usefixtures("bundled_catalog")
 ROUTES = ("compact", "flows", "flows/normalize")
 LONG = "The agent ran the test suite; 3 failures in test_io.py remain. " * 8
 DECISION_POLICY = load_preset()["flow"][1]["classify"]["policy"]
-
-
-def transcript() -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for turn in range(6):
-        messages += [{"role": "user", "content": f"step {turn}: {LONG}"},
-                     {"role": "assistant", "content": f"done {turn}: {LONG}"}]
-    return messages
 
 
 # Raw bodies every route must refuse with a 4xx (syntax, limits, wrong top-level types).
@@ -74,7 +68,7 @@ def test_raw_bodies_get_a_clear_4xx(compact_module: ModuleType, route: str, name
 
 
 def compact_cases() -> dict[str, dict[str, Any]]:
-    good = transcript()
+    good = agent_transcript(LONG)
     cases: dict[str, dict[str, Any]] = {
         # wrong types and ranges of every field
         "messages_string": {"messages": "hi"},

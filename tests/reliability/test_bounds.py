@@ -16,6 +16,7 @@ from compactor.compaction.reassembly import MAX_MANIFEST_ENTRIES
 from compactor.compaction.seal import NO_REDUCTION, SUMMARY_TRUNCATED, seal
 from compactor.providers.base import ChatResponse, Offer
 from compactor.router import Router
+from fakes.transcripts import agent_transcript
 
 from .conftest import RESPONSE_OVERHEAD_BYTES, assert_well_answered, post
 
@@ -24,11 +25,7 @@ LONG = "The agent read config.py and found the retry limit hard-coded to 3 in lo
 
 
 def long_transcript(turns: int = 6) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for turn in range(turns):
-        messages += [{"role": "user", "content": f"step {turn}: {LONG}"},
-                     {"role": "assistant", "content": f"done {turn}: {LONG}"}]
-    return messages
+    return agent_transcript(LONG, turns)
 
 
 # -- strict types and ranges (finding 7) ------------------------------------------------------------

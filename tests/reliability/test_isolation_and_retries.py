@@ -25,6 +25,7 @@ from compactor.router import (
     request_call_budget,
 )
 from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+from fakes.transcripts import agent_transcript
 
 OVERFLOW = Reply(400, {"error": {"message": "This model's maximum context length is 8192 tokens",
                                  "code": "context_length_exceeded"}})
@@ -32,11 +33,7 @@ LONG = "The agent ran the migration; two tables still lack indexes and the cron 
 
 
 def transcript() -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for turn in range(6):
-        messages += [{"role": "user", "content": f"step {turn}: {LONG}"},
-                     {"role": "assistant", "content": f"done {turn}: {LONG}"}]
-    return messages
+    return agent_transcript(LONG)
 
 
 def chat_offer(fake: FakeProviderServer, offer_id: str, provider: str, price_in: float) -> Offer:

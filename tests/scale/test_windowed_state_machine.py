@@ -1,16 +1,14 @@
 """The windowed-job state machine (``infra/statemachine/windowed_job.asl.json``) executed by moto,
-every Lambda task dispatched in-process to ``functions/window_jobs`` (as tests/fanout does for the
-Express fan-out): its ``compacted/`` object is byte for byte what the inline run writes."""
+every Lambda task dispatched in-process to ``functions/window_jobs`` (``tests/fakes/lambda_dispatch.py``,
+as for the Express fan-out): its ``compacted/`` object is byte for byte what the inline run writes."""
 
 from __future__ import annotations
 
 import io
-import logging
 import json
+import logging
 import sys
-import threading
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +24,7 @@ from compactor.container import run_sync
 from compactor.large_jobs import job_id, job_input
 from compactor.object_jobs import Source
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
+from fakes.lambda_dispatch import LambdaDispatch
 
 from scale import transcripts
 
@@ -56,40 +55,12 @@ def worker() -> ModuleType:
     return sys.modules["window_jobs"]
 
 
-class Dispatch:
-    def __init__(self, module: ModuleType, fail_window: int | None = None) -> None:
-        self.module, self.fail_window = module, fail_window
-        self.fail_step: str | None = None
-        self.events: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def invoke(self, parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-        assert parameters["FunctionName"] == WORKER_ARN
-        event = json.loads(parameters["Payload"])
-        with self.lock:
-            self.events.append(event)
-        try:
-            if self.fail_step is not None and event.get("step") == self.fail_step:
-                raise RuntimeError("step crashed")
-            if self.fail_window is not None and "Items" in event and any(
-                    item["task_key"].endswith(f"/p1/w{self.fail_window}.json") for item in event["Items"]):
-                raise RuntimeError("worker crashed")
-            payload = self.module.handler(event, LocalLambdaContext("WindowJobFunction", timeout_s=900))
-        except Exception as exc:
-            return {"StatusCode": 200, "FunctionError": "Unhandled",
-                    "Payload": {"errorMessage": str(exc), "errorType": type(exc).__name__,
-                                "stackTrace": traceback.format_tb(exc.__traceback__)}}
-        return {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": json.loads(json.dumps(payload))}
-
-
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch, worker: ModuleType) -> Iterator[dict[str, Any]]:
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("COMPACTOR_S3_DEFAULTS", raising=False)
-    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
-
     from compactor_aws import s3_store
 
     with mock_aws(config=MOTO_CONFIG):
@@ -101,8 +72,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, worker: ModuleType) -> Iterator[dict[st
         sfn = boto3.client("stepfunctions", region_name=REGION)
         arn = sfn.create_state_machine(name="compactor-WindowedJob", definition=definition(), type="STANDARD",
                                        roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
-        dispatch = Dispatch(worker)
-        monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", dispatch.invoke)
+        dispatch = LambdaDispatch(worker, WORKER_ARN, "WindowJobFunction", timeout_s=900).install(monkeypatch)
         monkeypatch.setattr(container.ROUTER, "value", frozen_router())
         yield {"s3": s3, "sfn": sfn, "arn": arn, "dispatch": dispatch}
         s3_store.reset_client()
@@ -150,7 +120,8 @@ def test_distributed_map_result_is_the_inline_result(aws, big):
 
 
 def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worker):
-    aws["dispatch"].fail_window = 1
+    aws["dispatch"].fail = lambda event: any(item["task_key"].endswith("/p1/w1.json")
+                                             for item in event.get("Items", ()))
     aws["s3"].put_object(Bucket=BUCKET, Key="incoming/big.json", Body=json.dumps(big).encode())
     described = execute(aws, "incoming/big.json")
     assert described["status"] == "SUCCEEDED", described
@@ -159,7 +130,7 @@ def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worke
 
 
 def test_a_failing_step_records_the_job_in_failed(aws, big):
-    aws["dispatch"].fail_step = "assemble"
+    aws["dispatch"].fail = lambda event: event.get("step") == "assemble"
     aws["s3"].put_object(Bucket=BUCKET, Key="incoming/big.json", Body=json.dumps(big).encode())
     described = execute(aws, "incoming/big.json")
     assert described["status"] == "FAILED"
