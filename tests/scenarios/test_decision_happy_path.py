@@ -44,9 +44,8 @@ def test_fixture_t_sends_two_decisions_and_two_summaries(stack: Stack) -> None:
     assert first["state"]["fragments"][0]["evidence"] == json.dumps([messages[2]])
     question = first["questions"]["fragment_2"]
     assert question["type"] == "choice"
-    assert question["criteria"] == {"keep": "Preserve verbatim",
-                                    "summarize": "Preserve useful facts in a shorter summary",
-                                    "archive": "Remove from active context; caller retains original"}
+    assert question["criteria"] == {"keep": "Preserve verbatim", "summarize": "Shorter summary of the useful facts",
+                                    "archive": "Remove; the caller keeps the original"}
     assert 18_000 < ascii_size({"state": first["state"], "questions": first["questions"]}) <= 32_000
 
     summaries = sorted(stack.requests("summaries"), key=lambda s: len(s["messages"][1]["content"]))

@@ -12,8 +12,8 @@ CORPUS_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
 TRANSCRIPTS = sorted(CORPUS_DIR.glob("*.json"))
 CRITERIA = {
     "keep": "Preserve verbatim",
-    "summarize": "Preserve useful facts in a shorter summary",
-    "archive": "Remove from active context; caller retains original",
+    "summarize": "Shorter summary of the useful facts",
+    "archive": "Remove; the caller keeps the original",
 }
 
 
