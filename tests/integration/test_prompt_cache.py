@@ -11,7 +11,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.transcripts import parse_transcript
 from fakes.provider_server import (
-    FakeProviderServer, RecordedRequest, Reply, anthropic_reply, converse_reply, default_answers)
+    FakeProviderServer, RecordedRequest, Reply, anthropic_reply, chat_reply, converse_reply, default_answers)
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 TRANSCRIPT = CORPUS / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
@@ -58,7 +57,7 @@ class CachingProvider:
         self.wire = wire  # "anthropic" | "bedrock"
         self.seen: set[str] = set()
         self.lock = threading.Lock()
-        self.calls: list[dict[str, Any]] = []  # {"blocks", "system", "fresh", "read", "write"}
+        self.calls: list[dict[str, Any]] = []  # per call: its text blocks, marked blocks, system prompt, usage
 
     def user_blocks(self, request: RecordedRequest) -> list[Any]:
         content = request.json["messages"][0]["content"]
@@ -85,8 +84,9 @@ class CachingProvider:
         cached = _tokens(head)
         fresh = _tokens(system + "".join(texts)) - cached
         read, write = (cached, 0) if hit else (0, cached)
-        self.calls.append({"blocks": blocks, "texts": texts, "marked": marked, "system": system,
-                           "fresh": fresh, "read": read, "write": write})
+        with self.lock:
+            self.calls.append({"texts": texts, "marked": marked, "system": system, "fresh": fresh, "read": read,
+                               "write": write})
         answer = json.dumps({"answers": default_answers(json.loads("".join(texts))["questions"])})
         if self.wire == "anthropic":
             return anthropic_reply(answer, input_tokens=fresh, output_tokens=OUTPUT_TOKENS,
@@ -98,11 +98,7 @@ class CachingProvider:
 def provider_for(fake: FakeProviderServer, wire: str) -> CachingProvider:
     caching = CachingProvider(wire)
     route = "/v1/messages" if wire == "anthropic" else "/converse"
-    fallback: Callable[[RecordedRequest], Reply] = lambda request: Reply(  # noqa: E731
-        200, {"id": "c", "object": "chat.completion", "model": "chat", "usage": {
-            "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}]})
-    fake.responder = lambda request: caching(request) if request.path.endswith(route) else fallback(request)
+    fake.responder = lambda request: caching(request) if request.path.endswith(route) else chat_reply("{}")
     return caching
 
 

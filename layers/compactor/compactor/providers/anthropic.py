@@ -91,12 +91,12 @@ class AnthropicTransport:
         key = await resolve_key(offer)
         headers = {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
         body, prefix = messages_body(offer, request)
-        async with written_first(prefix):
+        async with written_first(prefix):  # an error status has written nothing: the next call writes
             reply = await post_json(endpoint(offer, "v1/messages"), body, headers=headers, timeout_s=timeout_s,
                                     max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-        error = error_for_status(reply.status, reply.body, (key,))
-        if error is not None:
-            raise error
+            error = error_for_status(reply.status, reply.body, (key,))
+            if error is not None:
+                raise error
         try:
             return parse_message(reply.body, default_model=offer.model)
         except ProviderError as exc:
