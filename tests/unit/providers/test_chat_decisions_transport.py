@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
 from compactor.providers.chat_decisions import ChatDecisionsTransport
+from compactor.router import compute_cost
 from fakes.provider_server import FakeProviderServer, Reply, chat_reply
 
 TRANSPORT = ChatDecisionsTransport()
@@ -44,6 +46,20 @@ async def test_success_prompt_and_usage(fake_provider: FakeProviderServer, chat_
     system, user = body["messages"]
     assert system["role"] == "system" and '"answers"' in system["content"]
     assert user["role"] == "user"
+    assert json.loads(user["content"]) == {"state": REQUEST.state, "questions": QUESTIONS}
+
+
+async def test_a_decision_keeps_the_cached_tokens_and_the_request_body_is_unchanged_by_a_cache_prefix(
+        fake_provider: FakeProviderServer, chat_decision_offer: Offer) -> None:
+    """OpenAI caches on its own: nothing marks the prefix, and the cached tokens it reports are priced
+    at the discount (compactor.cost)."""
+    fake_provider.enqueue(chat_reply(json.dumps(GOOD), prompt_tokens=3000, completion_tokens=20, cached_tokens=2048))
+    priced = dataclasses.replace(chat_decision_offer, price_in=1.0, price_out=2.0)
+    hinted = DecisionRequest(state=REQUEST.state, questions=QUESTIONS, cache_prefix=("f1",))
+    response = await TRANSPORT.decide(priced, hinted, 10)
+    assert (response.tokens_in, response.tokens_cached) == (3000, 2048)
+    assert compute_cost(priced, response, 12)[0] == pytest.approx((952 + 2048 * 0.1 + 20 * 2.0) / 1e6)
+    user = fake_provider.requests[0].json["messages"][1]
     assert json.loads(user["content"]) == {"state": REQUEST.state, "questions": QUESTIONS}
 
 
