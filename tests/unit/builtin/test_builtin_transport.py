@@ -75,6 +75,23 @@ async def test_the_byte_bounds_are_the_requests_not_the_prompts_words() -> None:
     assert await longest(max_string_bytes=128, max_total_string_bytes=60) <= 60
 
 
+async def test_the_names_to_keep_are_the_requests_not_the_prompts_words() -> None:
+    listing = "".join(f"def helper_{i}(x):\n    return x\n" for i in range(200))
+    user = dense_dumps({"fragment_2": dense_dumps([{"role": "assistant", "content": listing}])})
+    hinted = [{"role": "system", "content": "Summarise.\nNames used again later in the transcript (keep them where "
+                                            "the item mentions them): helper_77, helper_150"},
+              {"role": "user", "content": user}]
+
+    async def summary(**names: tuple[str, ...]) -> str:
+        request = ChatRequest(messages=hinted, max_tokens=512, json_mode=True, max_string_bytes=256, **names)
+        return strict_loads((await BuiltinTransport().chat(SUMMARIZER, request, 20.0)).text)["fragment_2"]
+
+    kept = await summary(keep_names=("helper_77", "helper_150"))
+    assert "def helper_77(x):" in kept and "def helper_150(x):" in kept
+    unhinted = await summary()  # the prompt's list alone is for models: the built-in does not parse it
+    assert "def helper_77(x):" not in unhinted and "def helper_150(x):" not in unhinted
+
+
 async def test_plain_chat_seals_within_max_tokens() -> None:
     conversation = "\n".join(f"assistant: step {i} I will check src/mod_{i}.py next." for i in range(200))
     request = ChatRequest(messages=[{"role": "system", "content": "Summarise the conversation."},

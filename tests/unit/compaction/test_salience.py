@@ -52,6 +52,10 @@ def test_batches_carry_the_names_later_messages_use_and_stay_within_the_payload_
                                       budget=prep.budget, decision_policy=None, generation_policy=None, max_tokens=None)
     system = flow_ir[1]["batch_0_generate"]["system"]
     assert "Names used again later in the transcript" in system and "together at most" in system
+    for index, batch in enumerate(prep.batches):  # the names as data too, for the built-in summarizer
+        node = flow_ir[1][f"batch_{index}_generate"]
+        assert node.get("keep_names") == (batch.names or None)
+        assert not batch.names or ", ".join(batch.names) in node["system"]  # and in words, for models
 
 
 def test_a_batch_may_spend_more_than_the_budget_where_the_names_used_later_are():

@@ -160,10 +160,11 @@ async def test_prompt_views_sections_and_templates() -> None:
 async def test_a_json_nodes_reply_bounds_reach_the_chat_request_as_data() -> None:
     router = FakeRouter(chat=lambda request: ChatResponse(text='{"a": "x"}'))
     bounded = {**LLM, "inputs": ["input"], "output_format": "json", "max_string_bytes": 40,
-               "max_total_string_bytes": 70}
+               "max_total_string_bytes": 70, "keep_names": ["src/a.py", "read_file"]}
     await run(router, flow_of(a=bounded, output={"kind": "output", "inputs": ["a"]}), "hello")
     (call,) = router.calls
     assert (call.request.json_mode, call.request.max_string_bytes, call.request.max_total_string_bytes) == (True, 40, 70)
+    assert call.request.keep_names == ("src/a.py", "read_file")
     assert call.request.messages == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}]
 
 

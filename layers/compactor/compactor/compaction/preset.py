@@ -107,8 +107,10 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
                 node["policy"] = generation_policy if generation_policy is not None else DEFAULT_CHAT_POLICY
                 node["system"], cap, total = summary_system(template["system"], budget, batch)
                 node["max_tokens"] = generation_tokens(max_tokens, total, reply_max)
-                # The same limits as data, for transports that take them (the built-in summarizer).
+                # The same limits and names as data, for transports that take them (the built-in summarizer).
                 node["max_string_bytes"], node["max_total_string_bytes"] = cap, total
+                if batch.names:
+                    node["keep_names"] = batch.names
             elif name == "patch":
                 node["max_string_bytes"] = cap
                 patches.append(f"{key}_{name}")

@@ -132,7 +132,8 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
     json_mode = node.option("output_format") == "json"
     request = ChatRequest(messages=messages, max_tokens=node.option("max_tokens"), json_mode=json_mode,
                           max_string_bytes=node.option("max_string_bytes"),
-                          max_total_string_bytes=node.option("max_total_string_bytes"))
+                          max_total_string_bytes=node.option("max_total_string_bytes"),
+                          keep_names=tuple(node.option("keep_names", ())))
     timeout_ms = node.option("timeout_ms")
     # A routed node's timeout covers the routing decision and the generation together.
     node_deadline = None if timeout_ms is None or node.routing is None else Deadline.after_ms(timeout_ms)

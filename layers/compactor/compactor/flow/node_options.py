@@ -18,12 +18,12 @@ from .values import MAX_VALUE_BYTES
 TYPED_OPTION_KEYS: Final = (
     "operation", "path", "field", "equals", "questions", "output_format", "skip_empty", "on_error",
     "context", "max_tokens", "timeout_ms", "max_string_bytes", "min_string_bytes", "only_shrink",
-    "max_total_string_bytes",
+    "max_total_string_bytes", "keep_names",
 )
 # Options whose presence on an llm node makes the flow typed.
 TYPING_LLM_OPTIONS: Final = frozenset(
     {"output_format", "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
-     "max_total_string_bytes"})
+     "max_total_string_bytes", "keep_names"})
 
 OPERATION_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "project": frozenset({"path"}),
@@ -41,7 +41,7 @@ _BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     OUTPUT: frozenset({"kind", "inputs"}),
     LLM: frozenset({"kind", "inputs", "system", "policy", "template", "routing", "output_format",
                     "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
-                    "max_total_string_bytes"}),
+                    "max_total_string_bytes", "keep_names"}),
     DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms",
                          "cache_prefix"}),
     DATA: frozenset({"kind", "inputs", "operation", "on_error"}),
@@ -53,6 +53,9 @@ MAX_NAME_BYTES: Final = 128
 MAX_TOKENS_RANGE: Final = (1, 4096)
 # JSON-mode llm nodes: the byte bounds of the reply's string values, passed to the transport as data.
 REPLY_BYTES_OPTIONS: Final = ("max_string_bytes", "max_total_string_bytes")
+# JSON-mode llm nodes: ``keep_names``, names the reply should keep, passed to the transport as data.
+MAX_KEEP_NAMES: Final = 256
+MAX_KEEP_NAME_BYTES: Final = 512
 TIMEOUT_MS_RANGE: Final = (1, 40_000)
 
 # A decision node's ``cache_prefix``: names of the state's leading members that every call of the node's
@@ -118,7 +121,7 @@ def common_option_problem(node: Mapping[str, Any]) -> str | None:
 
 def llm_option_problem(node: Mapping[str, Any]) -> str | None:
     """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, the reply's
-    string bounds, ``routing``."""
+    string bounds and names to keep, ``routing``."""
     if not isinstance(node.get("system"), str):
         return "system must be a string"
     if "template" in node and not isinstance(node["template"], str):
@@ -134,6 +137,13 @@ def llm_option_problem(node: Mapping[str, Any]) -> str | None:
             return f"{key} must be an integer 1–{MAX_VALUE_BYTES}"
         if key in node and node.get("output_format") != "json":
             return f'{key} needs output_format "json"'
+    if "keep_names" in node:
+        names = node["keep_names"]
+        if not (isinstance(names, list) and 1 <= len(names) <= MAX_KEEP_NAMES
+                and all(_is_name(name, MAX_KEEP_NAME_BYTES) for name in names)):
+            return f"keep_names must be 1–{MAX_KEEP_NAMES} strings of 1–{MAX_KEEP_NAME_BYTES} bytes"
+        if node.get("output_format") != "json":
+            return 'keep_names needs output_format "json"'
     if "routing" in node:
         return routing_problem(node["routing"])
     return None

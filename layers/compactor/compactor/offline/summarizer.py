@@ -3,9 +3,9 @@
 JSON mode (the compaction preset's summary node): the user message maps ids to item texts (usually
 the compact JSON of a tool call with its results, or of one message). Each item becomes its most
 salient lines in their original order: the call with its exit code (``$ command → exit N``), error
-lines, results of edits, lines naming what later messages use (the prompt's ``Names used again
-later…`` hint), paths, the agent's own sentences, the ends of outputs. The batch's byte total is spent
-across the items by salience; each summary stays within the per-summary budget. Lines are cut with
+lines, results of edits, lines naming what later messages use (the request's ``keep_names``, which
+the prompt also lists for models), paths, the agent's own sentences, the ends of outputs. The
+batch's byte total is spent across the items by salience; each summary stays within the per-summary budget. Lines are cut with
 ``…``; nothing is paraphrased or invented (docs/offline-offers.md).
 
 Plain mode (legacy seal): the rendered conversation (``<role>: <content>`` lines) becomes a digest
@@ -47,7 +47,6 @@ _SEAL_ENTRY_BYTES = 200
 _MAX_PATHS = 24
 
 
-_NAMES_PHRASE = re.compile(r"^Names used again later[^:\n]*:[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
 _EXIT_PHRASE = re.compile(r"(?:Process exited with code|exit(?:ed)? (?:code|status)|Exit code:?)\s*(-?\d+)",
                           re.IGNORECASE)
 _EDIT_RESULT = re.compile(
@@ -60,14 +59,6 @@ LINE_BYTES = 240
 _MIN_CUT = 40  # a cut call or error line shorter than this says too little
 _CALL_BYTES = 200
 _ARGUMENT_BYTES = 80  # a call's argument longer than this is shown cut; its lines are judged one by one
-
-
-def salient_names(system_text: str) -> frozenset[str]:
-    """The names the prompt says later messages use again (``Names used again later…: a, b``)."""
-    match = _NAMES_PHRASE.search(system_text)
-    if match is None:
-        return frozenset()
-    return frozenset(name.strip() for name in match.group(1).split(",") if name.strip())
 
 
 class _Line:

@@ -1,9 +1,10 @@
 """The ``builtin`` transport: offline, deterministic offers that cost nothing (docs/behaviour.md#catalog-and-transports).
 
 ``builtin-extractive-summarizer`` answers chat calls (JSON mode or the legacy seal) with
-:mod:`.summarizer`, within the request's ``max_string_bytes`` / ``max_total_string_bytes`` (JSON mode)
-or ``max_tokens``; ``builtin-rules-decider`` answers native decisions with :mod:`.decider`. Usage is estimated as ``ceil(bytes / 4)`` tokens each way and the reported
-cost is 0. Any other model, or the wrong call for the model, is a ``bad_request``.
+:mod:`.summarizer`, within the request's ``max_string_bytes`` / ``max_total_string_bytes`` and keeping
+its ``keep_names`` (JSON mode), or within ``max_tokens``; ``builtin-rules-decider`` answers native
+decisions with :mod:`.decider`. Usage is estimated as ``ceil(bytes / 4)`` tokens each way and the
+reported cost is 0. Any other model, or the wrong call for the model, is a ``bad_request``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from compactor.providers.base import (
 )
 from compactor.offline.decider import DECIDER_MODEL, decide
 from compactor.offline.summarizer import (
-    BYTES_PER_TOKEN, DEFAULT_ITEM_BUDGET, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL, salient_names,
+    BYTES_PER_TOKEN, DEFAULT_ITEM_BUDGET, DEFAULT_SEAL_MAX_TOKENS, SUMMARIZER_MODEL,
     summarize_conversation, summarize_json_request,
 )
 from compactor.chat import content_text
@@ -45,11 +46,6 @@ def _last_content(messages: list[dict[str, Any]], role: str) -> str | None:
     return None
 
 
-def _system_text(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(content_text(message.get("content")) for message in messages
-                     if isinstance(message, dict) and message.get("role") == "system")
-
-
 def _messages_bytes(messages: list[dict[str, Any]]) -> int:
     return sum(len(content_text(message.get("content")).encode("utf-8")) for message in messages
                if isinstance(message, dict))
@@ -66,13 +62,13 @@ class BuiltinTransport:
             raise ProviderError(BAD_REQUEST, "the summarizer needs a user message")
         max_tokens = request.max_tokens
         if request.json_mode:
-            # The byte limits arrive as data (the llm node's options); only the names hint is read
-            # from the prompt, as a model would.
+            # The byte limits and the names to keep arrive as data (the llm node's options); the
+            # prompt, which states them in words for models, is not parsed.
             budget = request.max_string_bytes or DEFAULT_ITEM_BUDGET
             max_output_bytes = max_tokens * BYTES_PER_TOKEN if max_tokens else None
             try:
                 text = summarize_json_request(user_content, budget, max_output_bytes, request.max_total_string_bytes,
-                                              salient_names(_system_text(request.messages)))
+                                              frozenset(request.keep_names))
             except ValueError as exc:  # includes StrictJSONError
                 raise ProviderError(BAD_REQUEST, f"user content is not a JSON object of items: {exc}") from exc
         else:

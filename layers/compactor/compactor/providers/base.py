@@ -90,6 +90,9 @@ class ChatRequest:
     # pass them on relies on the prompt, which states them in words.
     max_string_bytes: int | None = None
     max_total_string_bytes: int | None = None
+    # JSON mode: names the reply should keep where its input mentions them (an llm node's ``keep_names``);
+    # likewise stated in the prompt for transports that cannot pass them on.
+    keep_names: tuple[str, ...] = ()
     cache_boundary: CacheBoundary | None = None
 
 
