@@ -284,6 +284,36 @@ async def test_open_breaker_ms_opens_immediately() -> None:
     assert router._observed(offers[0]).observations["breaker_open"] is True
 
 
+def test_a_policy_term_is_admitted_once_per_router() -> None:
+    router, _, _, _ = make_router([offer("a")], {"a": ok()})
+    first = router.admit_policy(DEFAULT_CHAT_POLICY)
+    assert router.admit_policy(json.loads(json.dumps(DEFAULT_CHAT_POLICY))) is first
+    assert router.admit_policy(DEFAULT_DECISIONS_POLICY) is not first
+    with pytest.raises(PolicyAdmissionError):
+        router.admit_policy(["policy", "not a term"])
+    other, _, _, _ = make_router([offer("a")], {"a": ok()})
+    assert other.admit_policy(DEFAULT_CHAT_POLICY) is not first
+
+
+async def test_rankings_are_reused_until_the_router_state_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor import router as routing
+
+    offers = [offer("a", price_in=1), offer("b", price_in=2)]
+    router, _, clock, _ = make_router(offers, {"a": fail("network_error"), "b": ok()})
+    ranked: list[int] = []
+    real_rank = routing.rank
+    monkeypatch.setattr(routing, "rank", lambda *args, **kwargs: ranked.append(1) or real_rank(*args, **kwargs))
+    policy = router.admit_policy(DEFAULT_DECISIONS_POLICY)  # prefer(not breaker_open, argmax)
+    orders = []
+    for _ in range(5):  # the third fault opens a's breaker: the last two calls rank b first
+        orders.append([r["offer"] for r in (await router.chat(policy, ChatRequest(messages=[]))).trace["ranked"]])
+    assert orders == [["a", "b"]] * 3 + [["b", "a"]] * 2
+    assert len(ranked) == 2  # once per breaker state
+    clock.now += 31
+    result = await router.chat(router.admit_policy(DEFAULT_DECISIONS_POLICY), ChatRequest(messages=[]))
+    assert [r["offer"] for r in result.trace["ranked"]] == ["a", "b"] and len(ranked) == 2  # known state again
+
+
 async def test_attempt_timeout_is_min_of_timeout_and_deadline() -> None:
     offers = [offer("a")]
     router, transport, _, _ = make_router(offers, {"a": ok()})

@@ -62,10 +62,28 @@ def validate_payload(payload: Any) -> None:
     questions = payload["questions"]
     if not isinstance(questions, dict) or not 1 <= len(questions) <= MAX_QUESTIONS:
         _fail("Provide between 1 and 32 questions.")
+    checked: set[int] = set()  # a question object several names share is checked once
     for name, question in questions.items():
+        if id(question) in checked:
+            if not _is_name(name):
+                _fail("Invalid question.")
+            continue
         _validate_question(name, question)
+        checked.add(id(question))
+    _check_size(payload["state"], questions)
+
+
+def validate_state(state: Any, questions: dict[str, Any]) -> None:
+    """The checks of :func:`validate_payload` that depend on the state, for ``questions`` that passed it
+    already (a flow's decision node, admitted with them: docs/performance.md). Same messages."""
+    if not isinstance(state, (str, dict, list)):
+        _fail("state must be text, an object or an array.")
+    _check_size(state, questions)
+
+
+def _check_size(state: Any, questions: dict[str, Any]) -> None:
     try:
-        size = ascii_wire_size({"state": payload["state"], "questions": questions})
+        size = ascii_wire_size({"state": state, "questions": questions})
     except (TypeError, ValueError):  # non-JSON values or NaN/Infinity inside the state
         _fail("state must be text, an object or an array.")
     if size > DECISION_REQUEST_MAX_BYTES:

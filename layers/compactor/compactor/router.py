@@ -80,6 +80,9 @@ BYTES_PER_TOKEN_ESTIMATE = 3
 # What Compactor's decision prompt adds around the state and questions (system prompt + output room).
 DECISION_PROMPT_TOKENS = 600
 CONTEXT_REJECTION = "context_too_small"
+# Admitted policies and rankings (policies × offer states) a router remembers; all are dropped when full.
+_POLICIES_KEPT = 256
+_RANKINGS_KEPT = 256
 
 _BEARER = re.compile(r"(?i)bearer\s+\S+")
 Response = ChatResponse | DecisionResponse
@@ -274,6 +277,9 @@ class Router:
         self._random = random
         self._disabled_until: dict[str, float] = {}
         self._breakers: dict[tuple[str, str], _Breaker] = {}
+        self._observed_copies: dict[tuple[int, bool, bool], Offer] = {}
+        self._admitted: dict[str, AdmittedPolicy] = {}
+        self._rankings: dict[tuple[str, Requirements, tuple[int, ...]], tuple[Any, Ranking]] = {}
         # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \
             weakref.WeakKeyDictionary()
@@ -281,9 +287,22 @@ class Router:
     def admit_policy(self, term: Any) -> AdmittedPolicy:
         """Admit a per-call policy term and ∧-compose the host envelope onto its filter.
 
-        Raises :class:`compactor.policy.PolicyAdmissionError`.
+        Raises :class:`compactor.policy.PolicyAdmissionError`. A term admitted before (the same JSON text)
+        is not admitted again: the router keeps the last few hundred (docs/performance.md).
         """
-        return AdmittedPolicy(with_envelope(admit_policy(term, fields=self._fields), self._envelope))
+        try:
+            text: str | None = dense_dumps(term)
+        except (TypeError, ValueError):
+            text = None  # not JSON: admission says why
+        known = self._admitted.get(text) if text is not None else None
+        if known is not None:
+            return known
+        admitted = AdmittedPolicy(with_envelope(admit_policy(term, fields=self._fields), self._envelope))
+        if text is not None:  # admission is a pure function of the term's JSON: the same text, the same policy
+            if len(self._admitted) >= _POLICIES_KEPT:
+                self._admitted.clear()
+            self._admitted[text] = admitted
+        return admitted
 
     async def chat(self, policy: AdmittedPolicy, request: ChatRequest, *, needs: frozenset[str] = frozenset(),
                    deadline: Deadline | None = None, timeout_s: float | None = None) -> RouteResult:
@@ -331,7 +350,7 @@ class Router:
         offers = [offer for offer in self._offers
                   if offer.protocol == protocol and offer.observations.get("disabled") is not True]
         if policy is not None:
-            offers = [entry.offer for entry in rank(policy.policy, offers, Requirements()).ranked]
+            offers = [entry.offer for entry in self._ranking(policy.policy, offers, Requirements()).ranked]
         contexts = [offer.observations["context"] for offer in offers
                     if type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
         return min(contexts, default=None)
@@ -340,7 +359,7 @@ class Router:
         """The ``context`` (tokens) of the offer ``policy`` ranks first among the ``protocol`` offers (the
         one a call would try first); None when no offer passes or the first states no context."""
         offers = [self._observed(offer) for offer in self._offers if offer.protocol == protocol]
-        for entry in rank(policy.policy, offers, Requirements()).ranked[:1]:
+        for entry in self._ranking(policy.policy, offers, Requirements()).ranked[:1]:
             context = entry.offer.observations.get("context")
             if type(context) is int and context > 0:
                 return context
@@ -358,11 +377,32 @@ class Router:
         return self._breakers.setdefault((offer.provider, offer.family), _Breaker())
 
     def _observed(self, offer: Offer) -> Offer:
-        """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations."""
-        observations = dict(offer.observations)
-        observations["disabled"] = observations.get("disabled") is True or self._provider_disabled(offer.provider)
-        observations["breaker_open"] = self._clock() < self._breaker(offer).open_until
-        return replace(offer, observations=observations)
+        """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations: one copy
+        per offer and state, made once (docs/performance.md); read it, never change it."""
+        disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider)
+        breaker_open = self._clock() < self._breaker(offer).open_until
+        key = (id(offer), disabled, breaker_open)  # the offer is one of self._offers, alive as long as the router
+        observed = self._observed_copies.get(key)
+        if observed is None:
+            observations = {**offer.observations, "disabled": disabled, "breaker_open": breaker_open}
+            # setdefault: threads that race here keep one copy, and copies are never dropped, so the ids
+            # in the rankings' keys stay theirs
+            observed = self._observed_copies.setdefault(key, replace(offer, observations=observations))
+        return observed
+
+    def _ranking(self, policy: Policy, observed: list[Offer], requirements: Requirements) -> Ranking:
+        """``rank`` of the observed offers, computed once per policy, offers and state: ranking is a pure
+        function of them (a ``sample`` selector draws from a fixed seed), and the batches of a request
+        route the same policy over the same offers (docs/performance.md)."""
+        key = (policy.encoding, requirements, tuple(id(offer) for offer in observed))
+        known = self._rankings.get(key)
+        if known is not None and (known[0] is policy.fields or known[0] == policy.fields):
+            return known[1]
+        ranking = rank(policy, observed, requirements)
+        if len(self._rankings) >= _RANKINGS_KEPT:
+            self._rankings.clear()
+        self._rankings[key] = (policy.fields, ranking)
+        return ranking
 
     def _record_outcome(self, offer: Offer, failure: _Failure | None, action: Action | None) -> None:
         breaker = self._breaker(offer)
@@ -436,7 +476,7 @@ class Router:
         # Offers whose context the request does not fit are never sent it (docs/providers.md).
         too_small = [offer for offer in offers if not _fits(offer, tokens)]
         pairs = [(self._observed(offer), offer) for offer in offers if _fits(offer, tokens)]
-        ranking = rank(policy.policy, [observed for observed, _ in pairs], requirements)
+        ranking = self._ranking(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
         run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,

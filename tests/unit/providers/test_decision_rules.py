@@ -10,6 +10,7 @@ import pytest
 
 from compactor.decision_validation import (
     DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, is_jev_family, validate_answers, validate_payload,
+    validate_state,
 )
 from compactor.jsonutil import ascii_wire_size
 
@@ -92,6 +93,28 @@ def test_size_bound_uses_ascii_wire_size() -> None:
     validate_payload(exact)
     assert message_for({"state": "a" * (32001 - overhead), "questions": questions}) == \
         "Decision request exceeds 32000 bytes."
+
+
+def test_a_question_shared_by_several_names_is_checked_for_every_name() -> None:
+    shared = {"type": "noul", "instructions": "x"}
+    validate_payload({"state": "s", "questions": {"a": shared, "b": shared}})
+    assert message_for({"state": "s", "questions": {"a": shared, "x" * 65: shared}}) == "Invalid question."
+    bad = {"type": "noul"}
+    assert message_for({"state": "s", "questions": {"a": bad, "b": bad}}) == \
+        "Each question needs instructions (1–2000 characters)."
+
+
+@pytest.mark.parametrize(("state", "message"), [
+    (5, "state must be text, an object or an array."),
+    ({"x": math.nan}, "state must be text, an object or an array."),
+    ("a" * 32000, "Decision request exceeds 32000 bytes."),
+])
+def test_validate_state_gives_the_payload_messages(state: Any, message: str) -> None:
+    questions = {"n": {"type": "noul", "instructions": "x"}}
+    with pytest.raises(DecisionValidationError) as caught:
+        validate_state(state, questions)
+    assert caught.value.message == message == message_for({"state": state, "questions": questions})
+    validate_state({"fragment": "text"}, questions)
 
 
 def answers(**overrides: Any) -> dict[str, Any]:

@@ -99,15 +99,17 @@ class DecisionMode:
         if request.restorable and context.archive is None:
             raise RestorableUnavailable("restorable is not available here")
         max_tokens = requested_max_tokens(request)
+        decision_policy = request.decision_policy_ir
+        if decision_policy is None:
+            decision_policy = default_decision_policy()
         prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                        pinned_indices=request.pinned_indices, question_template=question_template(),
-                       payload_max_bytes=decision_payload_limit(context.router, request.decision_policy_ir),
+                       payload_max_bytes=decision_payload_limit(context.router, decision_policy),
                        summary_max_bytes=summary_record_limit(context.router, request.policy_ir, max_tokens),
                        dialect=get_dialect(request.format), bounded=bounded_tail(request))
-        decision_policy = request.decision_policy_ir
         flow_ir, flow_input = materialise(
             prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
-            decision_policy=default_decision_policy() if decision_policy is None else decision_policy,
+            decision_policy=decision_policy,
             generation_policy=request.policy_ir, max_tokens=max_tokens,
             reply_max=summary_reply_limit(context.router, request.policy_ir, max_tokens))
         try:

@@ -186,8 +186,14 @@ class _PolicyAdmitter:
     def __init__(self, admit_policy: Callable[[Any], AdmittedPolicyLike]) -> None:
         self.admit_policy = admit_policy
         self.by_text: dict[str, AdmittedPolicyLike] = {}
+        # A term object that several nodes share is not even serialised again (the term is not changed
+        # during admission; it is kept here, so its id is not reused meanwhile).
+        self.by_id: dict[int, tuple[Any, AdmittedPolicyLike]] = {}
 
     def __call__(self, label: str, term: Any, what: str = "policy") -> AdmittedPolicyLike:
+        known = self.by_id.get(id(term))
+        if known is not None and known[0] is term:
+            return known[1]
         try:
             text = dense_dumps(term)
         except (TypeError, ValueError) as exc:
@@ -197,6 +203,7 @@ class _PolicyAdmitter:
                 self.by_text[text] = self.admit_policy(term)
             except PolicyAdmissionError as exc:
                 raise _node_error(label, f"{what} rejected: {exc}") from exc
+        self.by_id[id(term)] = (term, self.by_text[text])
         return self.by_text[text]
 
 

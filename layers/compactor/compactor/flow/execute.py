@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 
 from ..budget import Deadline
 from ..cost import NODE_DECIMALS, with_failed_attempts
-from ..decision_validation import DecisionValidationError, validate_answers, validate_payload
+from ..decision_validation import DecisionValidationError, validate_answers, validate_state
 from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..router import RouteResult
@@ -102,8 +102,8 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
                         deadline: Deadline) -> NodeOutcome:
     state = values[0] if len(values) == 1 else list(values)
     questions = node.spec["questions"]
-    try:
-        validate_payload({"state": state, "questions": questions})
+    try:  # the questions passed the host decision validation at admission: only the state is new
+        validate_state(state, questions)
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc

@@ -268,14 +268,18 @@ def question_problem(questions: Any) -> str | None:
     """Core question rules (byte-measured); the host's decision validation runs afterwards."""
     if not isinstance(questions, dict) or not 1 <= len(questions) <= MAX_QUESTIONS:
         return "questions must be an object with 1–32 questions"
+    checked: set[int] = set()  # a question object several names share is checked once
     for name, question in questions.items():
         if not _is_name(name, MAX_QUESTION_NAME_BYTES):
             return "question names must be 1–64 bytes"
+        if id(question) in checked:
+            continue
         if not isinstance(question, dict):
             return f"question {name!r} must be an object"
         problem = _one_question_problem(question)
         if problem:
             return f"question {name!r}: {problem}"
+        checked.add(id(question))
     return None
 
 
