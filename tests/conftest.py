@@ -62,6 +62,15 @@ def _environment_restored() -> Iterator[None]:
 
 
 @pytest.fixture
+def batches_of_eight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision batches of at most 8 fragments, as before they could grow to 16 (docs/performance.md
+    "Fewer, larger batches"): for tests whose transcripts are built to make several batches."""
+    from compactor.compaction import preparation
+
+    monkeypatch.setattr(preparation, "MAX_PER_BATCH", 8)
+
+
+@pytest.fixture
 def fake_provider() -> Iterator[FakeProviderServer]:
     """A running fake OpenAI-compatible / native-decisions provider on 127.0.0.1.
 

@@ -25,6 +25,8 @@ from scenarios.helpers import fixture_t
 
 from .conftest import BUCKET, FanOutAws
 
+pytestmark = pytest.mark.usefixtures("batches_of_eight")  # a fan-out of several batches, one per worker
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
 POLICY = ["policy", ["and", ["meets_req"], ["not", ["is", "disabled"]]], ["neg", ["field", "price_in"]],

@@ -73,6 +73,7 @@ class ChatCall:
     items: dict[str, str]  # the selected items it was sent
     mode: str
     value: Any  # the JSON value it answered (meaningful unless mode is failing)
+    cap: int | None = None  # the per-summary byte cap the request carried (the patch overlay's too)
 
 
 @dataclass
@@ -168,7 +169,7 @@ class ScriptedTransport:
             for _ in range(40):
                 nested = [nested]
             value = {fid: nested for fid in items}
-        self.chats.append(ChatCall(items=items, mode=mode, value=value))
+        self.chats.append(ChatCall(items=items, mode=mode, value=value, cap=request.max_string_bytes))
         text: str | None = json.dumps(value, ensure_ascii=False)
         finish, tool_calls = "stop", None
         if mode == "non_json":

@@ -17,6 +17,7 @@ from hypothesis import event, given, strategies as st
 
 from compactor import service
 from compactor.budget import Deadline
+from compactor.compaction.preparation import EVIDENCE_EXCERPT_OVER
 from compactor.compaction.preset import load_preset
 from compactor.models import CompactRequest
 
@@ -112,6 +113,7 @@ def expected_outcome(messages: list[dict[str, Any]], plan: Plan, transport: Scri
         choice = {fid: call.answers[fid]["choice"] for fid in batch}
         selected = {fid for fid in batch if choice[fid] == "summarize"}
         replacements: dict[str, Any] = {}
+        cap = plan.budget
         if selected:
             chat = next((c for c in transport.chats if set(c.items) == selected), None)
             if chat is not None and chat.mode not in FAILING_SUMMARY_MODES:
@@ -119,11 +121,13 @@ def expected_outcome(messages: list[dict[str, Any]], plan: Plan, transport: Scri
                     values.update(patch)  # the overlay fails: the whole batch is kept, archives too
                     continue
                 replacements = chat.value
+                # the batch's cap: its budget, or more with the batch's total and names (compaction/preset.py)
+                cap = chat.cap or plan.budget
             # else generate fell back to the selected originals, which the overlay rejects
         for fid in batch:
             if choice[fid] == "archive":
                 del patch[fid]
-            elif fid in replacements and acceptable(replacements[fid], items[fid], plan.budget):
+            elif fid in replacements and acceptable(replacements[fid], items[fid], cap):
                 patch[fid] = replacements[fid]
         values.update(patch)
 
@@ -163,7 +167,7 @@ def test_adversarial_models_never_break_the_invariants_and_the_outcome_is_exact(
         for fid in call.ids:
             s, e = next(u for u in plan.units if u[0] == start_of(fid))
             has_archive = "archive" in call.questions[fid]["criteria"]
-            assert has_archive is (len(json.dumps(req["messages"][s:e])) <= 2000)
+            assert has_archive is (len(json.dumps(req["messages"][s:e])) <= EVIDENCE_EXCERPT_OVER)
     output, actions = expected_outcome(req["messages"], plan, transport)
     assert {e["start"]: e["action"] for e in body["compaction"]["fragments"]} == actions
     for action in sorted(set(actions.values())):

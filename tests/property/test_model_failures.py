@@ -65,6 +65,7 @@ T_FIXTURE = ([{"role": "system", "content": "Keep instructions."}, {"role": "use
              + [{"role": "assistant", "content": "Current state."}])
 
 
+@pytest.mark.usefixtures("batches_of_eight")  # its premise: several batches
 async def test_reference_worked_example_fixture_t() -> None:
     """docs/behaviour.md#worked-example-fixture-t: two batches, budget 128, every fragment summarised,
     18 555 → 1 219 bytes."""
@@ -219,6 +220,7 @@ def test_a_lone_surrogate_is_refused_at_validation_not_a_crash() -> None:
         CompactRequest.model_validate(json.loads('{"messages": [{"role": "user", "content": "a\\ud800b"}]}'))
 
 
+@pytest.mark.usefixtures("batches_of_eight")  # its premise: several batches
 async def test_concurrent_batches_are_independent() -> None:
     """Many batches at once (one per 8 fragments): one batch's failure never spills into another."""
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]

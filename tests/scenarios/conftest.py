@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from compactor.catalog import reset_catalog_cache
+from compactor.compaction import preparation
 from compactor_cli import serve
 from compactor.container import reset_router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
@@ -157,7 +158,13 @@ def provider() -> Iterator[FakeProviderServer]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: FakeProviderServer) -> Iterator[Stack]:
+def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: FakeProviderServer,
+          batches_of_eight: None) -> Iterator[Stack]:
+    # The scenarios' transcripts are built for batches of 8 fragments and evidence excerpted over 2,000
+    # characters to its first and last 1,000 (their premises: several batches, whole 1,500-character
+    # fragments that may be archived); the current sizes are held by tests/unit/compaction and the goldens.
+    for name, value in (("EVIDENCE_EXCERPT_OVER", 2000), ("EVIDENCE_HALF", 1000), ("_EVIDENCE_KEEP", 1001)):
+        monkeypatch.setattr(preparation, name, value)
     catalog_path = tmp_path / "catalog.json"
     monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog_path))
     monkeypatch.setenv(KEY_ENV, SECRET)

@@ -1,10 +1,10 @@
 import json
 
 from compactor.compaction.preparation import (
-    EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, REASON_BATCHES, REASON_FRAGMENTS, batch_state, bounded_tail, prepare,
-    summary_budget, tail_length)
+    EVIDENCE_HALF, EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, MAX_PER_BATCH, PER_BATCH, REASON_BATCHES, REASON_FRAGMENTS,
+    batch_size_limit, batch_state, bounded_tail, prepare, summary_budget, tail_length)
 from compactor.models import CompactRequest
-from compactor.compaction.preset import question_template
+from compactor.compaction.preset import question_template, reply_bytes
 from compactor.jsonutil import ascii_wire_size, dense_size
 
 from .fixtures import fixture_t, tool_unit
@@ -80,7 +80,7 @@ def test_excerpted_fragment_has_no_archive_choice():
     cand = prep.batches[0].candidates[0]
     assert EVIDENCE_MARKER in cand.evidence
     assert set(cand.question["criteria"]) == {"keep", "summarize"}
-    assert len(cand.evidence) == 2000 + len(EVIDENCE_MARKER)
+    assert len(cand.evidence) == 2 * EVIDENCE_HALF + len(EVIDENCE_MARKER)
 
 
 def test_non_ascii_counts_escaped_for_the_32k_bound():
@@ -263,3 +263,19 @@ def test_the_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whole(unit)
     expected = excerpt(ascii_dumps(unit), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
     assert evidence_view(unit) == expected
     assert evidence_view(unit, dense_dumps(unit)) == expected
+
+
+def test_batches_grow_past_eight_fragments_only_while_one_summary_reply_holds_their_summaries():
+    assert batch_size_limit(800, None) == PER_BATCH == 8
+    assert batch_size_limit(800, reply_bytes(4096)) == MAX_PER_BATCH == 16  # 12,902 bytes: 16 summaries of 800
+    assert batch_size_limit(1300, reply_bytes(4096)) == 9
+    assert batch_size_limit(2000, reply_bytes(4096)) == PER_BATCH  # never fewer than before
+    messages = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"{i}" + "x" * 700} for i in range(30)] + [
+        {"role": "assistant", "content": "done"}]
+    unknown = _prepare(messages, target_ratio=0.3)
+    grown = _prepare(messages, target_ratio=0.3, reply_bytes=reply_bytes(4096))
+    assert grown.budget == unknown.budget and grown.budget * 16 <= reply_bytes(4096)
+    assert [len(b.candidates) for b in unknown.batches] == [8, 8, 8, 6]
+    assert [len(b.candidates) for b in grown.batches] == [16, 14]
+    assert [c.unit.id for b in grown.batches for c in b.candidates] == [u.id for u in unknown.candidates]

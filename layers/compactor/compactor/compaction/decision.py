@@ -11,7 +11,7 @@ from compactor.compaction.modes import check_pins
 from compactor.compaction.preparation import (
     DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, Preparation, bounded_tail, prepare)
 from compactor.compaction.preset import (
-    default_decision_policy, generation_tokens, materialise, question_template, requested_max_tokens)
+    default_decision_policy, generation_tokens, materialise, question_template, reply_bytes, requested_max_tokens)
 from compactor.compaction.reassembly import compaction_report, reassemble
 from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
@@ -102,16 +102,18 @@ class DecisionMode:
         decision_policy = request.decision_policy_ir
         if decision_policy is None:
             decision_policy = default_decision_policy()
+        reply_max = summary_reply_limit(context.router, request.policy_ir, max_tokens)
         prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                        pinned_indices=request.pinned_indices, question_template=question_template(),
                        payload_max_bytes=decision_payload_limit(context.router, decision_policy),
                        summary_max_bytes=summary_record_limit(context.router, request.policy_ir, max_tokens),
-                       dialect=get_dialect(request.format), bounded=bounded_tail(request))
+                       dialect=get_dialect(request.format), bounded=bounded_tail(request),
+                       reply_bytes=reply_bytes(reply_max))
         flow_ir, flow_input = materialise(
             prep.batches, instructions=prep.instructions, recent_evidence=prep.recent_evidence, budget=prep.budget,
             decision_policy=decision_policy,
             generation_policy=request.policy_ir, max_tokens=max_tokens,
-            reply_max=summary_reply_limit(context.router, request.policy_ir, max_tokens))
+            reply_max=reply_max)
         try:
             admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input,
                                   flow_input_bytes=prep.flow_input_bytes)

@@ -21,12 +21,17 @@ from compactor.formats.base import Dialect
 
 MAX_CANDIDATES = 128
 MAX_BATCHES = 32
-MAX_PER_BATCH = 8
+# Fragments a batch takes: PER_BATCH always; up to MAX_PER_BATCH while one summary reply holds the summaries
+# of them all (batch_size_limit). Fewer, larger batches repeat the shared state less (docs/performance.md).
+PER_BATCH = 8
+MAX_PER_BATCH = 16
 MAX_SUMMARY_RECORD_BYTES = 50_000
 MAX_FLOW_INPUT_BYTES = 900_000
 BUDGET_FLOOR, BUDGET_CAP = 128, 1_048_576
-EVIDENCE_EXCERPT_OVER = 2000
-EVIDENCE_HALF = 1000
+# A fragment's evidence over EVIDENCE_EXCERPT_OVER characters is excerpted to its first and last
+# EVIDENCE_HALF: the call and the start of its output, the end of the output with its exit code and errors.
+EVIDENCE_EXCERPT_OVER = 1200
+EVIDENCE_HALF = 600
 RECENT_EXCERPT_OVER = 1000
 RECENT_HALF = 500
 # The decision state's bounded view of the pinned messages (docs/differences.md): the task (the first
@@ -160,7 +165,7 @@ def _clipped(value: Any) -> Any:
 
 
 def evidence_view(unit_messages: list[Message], dense_json: str | None = None) -> tuple[str, bool]:
-    """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over 2000 characters.
+    """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over EVIDENCE_EXCERPT_OVER characters.
     ``dense_json``: the unit's dense JSON when the caller has it (when short, no string needs cutting)."""
     short = dense_json is not None and len(dense_json) <= 2 * _EVIDENCE_KEEP
     text = ascii_dumps(unit_messages if short else _clipped(unit_messages))
@@ -218,9 +223,10 @@ class BatchSizer:
 
     def __init__(self, instructions: list[Message], recent: list[str],
                  payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
-                 summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES) -> None:
+                 summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, per_batch: int = PER_BATCH) -> None:
         self.payload_max_bytes = payload_max_bytes
         self.summary_max_bytes = summary_max_bytes
+        self.per_batch = per_batch  # the most fragments a batch takes
         self.decision_base = ascii_wire_size({"state": batch_state(instructions, recent, []), "questions": {}})
         self.state_base = dense_size(batch_state(instructions, recent, []))
 
@@ -302,6 +308,15 @@ def measured_candidate(unit: Unit, view: list[Message], item: str, whole: str, q
     )
 
 
+def batch_size_limit(budget: int, reply_bytes: int | None) -> int:
+    """The most fragments a batch takes: ``PER_BATCH``, or more (up to ``MAX_PER_BATCH``) while one summary
+    reply of ``reply_bytes`` holds their summaries at ``budget`` bytes each; ``PER_BATCH`` when the reply's
+    room is not known."""
+    if reply_bytes is None:
+        return PER_BATCH
+    return max(PER_BATCH, min(MAX_PER_BATCH, reply_bytes // max(1, budget)))
+
+
 def bounded_tail(request: Any) -> bool:
     """Whether ``request`` (a ``CompactRequest``) gets the default tail bounded by bytes: it did not set
     ``keep_recent`` (an explicit value is followed exactly)."""
@@ -324,11 +339,12 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             pinned_indices: list[int] | None, question_template: dict[str, Any],
             payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
             summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, dialect: Dialect | None = None,
-            bounded: bool = False) -> Preparation:
+            bounded: bool = False, reply_bytes: int | None = None) -> Preparation:
     """``messages`` are the items of ``dialect``'s format (default ``openai-chat``, docs/formats.md);
     ``payload_max_bytes`` bounds each batch's decision payload and ``summary_max_bytes`` its summary
     record (smaller for deciders and summarizers with a small context, docs/providers.md); ``bounded``:
-    the tail is the default one, bounded by bytes (:func:`bounded_tail`)."""
+    the tail is the default one, bounded by bytes (:func:`bounded_tail`); ``reply_bytes``: the summaries
+    one summary reply can hold, which lets batches grow past ``PER_BATCH`` (:func:`batch_size_limit`)."""
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
@@ -368,7 +384,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     reasons: list[str] = []
     if len(candidates) > MAX_CANDIDATES:
         reasons.append(REASON_FRAGMENTS)
-    sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes)
+    sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes,
+                       batch_size_limit(budget, reply_bytes))
     questions = Questions.of(question_template)
     used = fit_batches((measured_candidate(u, [v for i in u.indexes() for v in views[i]], *unit_texts(u),
                                            questions)
@@ -463,7 +480,7 @@ def _greedy_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons:
     batches: list[Batch] = []
     open_batch = Batch()
     for cand in candidates:
-        if len(open_batch.candidates) >= MAX_PER_BATCH:
+        if len(open_batch.candidates) >= sizer.per_batch:
             batches.append(open_batch)
             open_batch = Batch()
         if sizer.admissible(open_batch, cand):

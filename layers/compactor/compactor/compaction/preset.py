@@ -42,6 +42,11 @@ def reply_tokens(total: int) -> int:
     return min(MAX_GENERATION_TOKENS, max(512, int(total * _REPLY_TOKENS_PER_BYTE) + _REPLY_TOKENS_OVERHEAD))
 
 
+def reply_bytes(tokens: int) -> int:
+    """Bytes of summaries a summary reply of ``tokens`` tokens holds (the inverse of :func:`reply_tokens`)."""
+    return max(0, int((tokens - _REPLY_TOKENS_OVERHEAD) / _REPLY_TOKENS_PER_BYTE))
+
+
 def requested_max_tokens(request: Any) -> int | None:
     """The summary calls' ``max_tokens`` a ``CompactRequest`` asks for; None when it does not set it (each
     call then gets room for its batch's total, :func:`reply_tokens`)."""

@@ -32,7 +32,6 @@ from compactor.compaction.preparation import (
     MAX_BATCHES,
     MAX_CANDIDATES,
     MAX_FLOW_INPUT_BYTES,
-    MAX_PER_BATCH,
     TAIL_TARGET_SHARE,
     Batch,
     BatchSizer,
@@ -198,7 +197,7 @@ class _Fit:
         """The state after ``cand``, exactly as :func:`fit_batches` goes (a candidate that fits no batch
         even alone is left out: it stays a kept unit)."""
         closed, closed_bytes, open_batch = self.closed, self.closed_bytes, self.open
-        if len(open_batch.candidates) >= MAX_PER_BATCH or not self.sizer.admissible(open_batch, cand):
+        if len(open_batch.candidates) >= self.sizer.per_batch or not self.sizer.admissible(open_batch, cand):
             if open_batch.candidates:
                 closed_bytes += self.sizer.flow_input_entry(f"batch_{closed}", open_batch)
                 closed += 1
