@@ -153,7 +153,7 @@ def measure(path: Path, provider: RecordingProvider) -> dict[str, Any]:
         result[mode] = {"sent": sum(map(len, sent)), "calls": len(sent),
                         "billed": sum(cache_billed(bodies) for bodies in by_kind)}
         if mode == "decision":
-            decisions = [raw for kind, raw in provider.requests if kind == "decisions"]
+            decisions = by_kind[0]
             mean = statistics.mean(map(len, decisions)) if decisions else 0
             result[mode]["prefix"] = shared_prefix(decisions) / mean if mean and len(decisions) > 1 else None
     return result
