@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +45,9 @@ from compactor.service import compact
 from compactor.transcripts import TranscriptError, parse_transcript
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply  # noqa: E402
+
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
 GOAL = 1.5
 KEY_ENV = "COMPACTOR_BENCH_KEY"
@@ -58,54 +58,29 @@ _DECIDER = Offer(id="o/d", provider="o", family="d", model=DECIDER_MODEL, protoc
 _SUMMARIZER = Offer(id="o/s", provider="o", family="s", model=SUMMARIZER_MODEL, protocol="chat", transport="builtin")
 
 
-class RecordingProvider(ThreadingHTTPServer):
-    """Native decisions and OpenAI chat on 127.0.0.1, answered by the built-in offline offers."""
+def recording_provider() -> FakeProviderServer:
+    """Native decisions and OpenAI chat on 127.0.0.1 (tests/fakes), answered by the built-in offline offers;
+    it records every request."""
+    def answer(request: RecordedRequest) -> Reply:
+        body = request.json
+        if request.path.endswith("/decisions"):
+            decided = asyncio.run(_OFFLINE.decide(_DECIDER, DecisionRequest(body["state"], body["questions"]), 30))
+            return Reply(200, {"model": body["model"], "answers": decided.answers, "usage": decided.usage})
+        json_mode = (body.get("response_format") or {}).get("type") == "json_object"
+        chat = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"), json_mode),
+                                         30))
+        return chat_reply(chat.text, finish_reason=chat.finish_reason or "stop", model=body["model"],
+                          prompt_tokens=chat.tokens_in, completion_tokens=chat.tokens_out)
 
-    daemon_threads = True
-    request_queue_size = 128  # a request's batches connect at once: the default backlog (5) resets some
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[tuple[str, bytes]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+    provider = FakeProviderServer().start()
+    provider.responder = answer
+    return provider
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: RecordingProvider
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-        raw = self.rfile.read(int(self.headers.get("content-length", 0)))
-        body = json.loads(raw)
-        if self.path.endswith("/decisions"):
-            kind = "decisions"
-            answer = asyncio.run(_OFFLINE.decide(_DECIDER, DecisionRequest(body["state"], body["questions"]), 30))
-            reply: dict[str, Any] = {"model": body["model"], "answers": answer.answers, "usage": answer.usage}
-        else:
-            kind = "chat"
-            json_mode = (body.get("response_format") or {}).get("type") == "json_object"
-            answer = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"),
-                                                                         json_mode), 30))
-            reply = {"id": "x", "object": "chat.completion", "model": body["model"],
-                     "choices": [{"index": 0, "finish_reason": answer.finish_reason,
-                                  "message": {"role": "assistant", "content": answer.text}}],
-                     "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out,
-                               "total_tokens": answer.tokens_total}}
-        with self.server.lock:
-            self.server.requests.append((kind, raw))
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def sent(provider: FakeProviderServer, kind: str | None = None) -> list[bytes]:
+    """The request bodies the provider received, all or of one kind (``decisions``, ``chat``)."""
+    return [request.body for request in provider.requests
+            if kind is None or request.path.endswith("/decisions") == (kind == "decisions")]
 
 
 def router(base_url: str) -> Router:
@@ -133,7 +108,7 @@ def cache_billed(bodies: list[bytes]) -> float:
     return sum(map(len, bodies)) - (len(bodies) - 1) * prefix * (1 - CACHED_INPUT_PRICE_FACTOR)
 
 
-def measure(path: Path, provider: RecordingProvider) -> dict[str, Any]:
+def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
     messages, fields = parse_transcript(path.read_text(encoding="utf-8"))
     size = dense_size(messages)
     result: dict[str, Any] = {"name": path.name, "bytes": size}
@@ -148,12 +123,11 @@ def measure(path: Path, provider: RecordingProvider) -> dict[str, Any]:
                   if node.get("error")]
         if failed:
             raise SystemExit(f"{path.name} ({mode}): model calls failed: {failed}")
-        sent = [raw for _, raw in provider.requests]
-        by_kind = [[raw for kind, raw in provider.requests if kind == k] for k in ("decisions", "chat")]
-        result[mode] = {"sent": sum(map(len, sent)), "calls": len(sent),
-                        "billed": sum(cache_billed(bodies) for bodies in by_kind)}
+        every = sent(provider)
+        result[mode] = {"sent": sum(map(len, every)), "calls": len(every),
+                        "billed": sum(cache_billed(sent(provider, kind)) for kind in ("decisions", "chat"))}
         if mode == "decision":
-            decisions = by_kind[0]
+            decisions = sent(provider, "decisions")
             mean = statistics.mean(map(len, decisions)) if decisions else 0
             result[mode]["prefix"] = shared_prefix(decisions) / mean if mean and len(decisions) > 1 else None
     return result
@@ -181,8 +155,7 @@ def main() -> int:
     parser.add_argument("paths", nargs="*")
     args = parser.parse_args()
     os.environ.setdefault(KEY_ENV, "bench-key")
-    provider = RecordingProvider()
-    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    provider = recording_provider()
     rows = []
     try:
         print(f"{'transcript':<52} {'bytes':>8} {'decision sent':>13} {'ratio':>6} {'calls':>5} "
@@ -196,8 +169,7 @@ def main() -> int:
                   f"{d['calls']:5d} {prefix:>6} {d['billed']:13.0f} {d['billed'] / row['bytes']:6.2f} "
                   f"{s['sent']:9d} {s['sent'] / row['bytes']:6.2f}")
     finally:
-        provider.shutdown()
-        provider.server_close()
+        provider.stop()
     # Transcripts where decision mode made no call cost nothing: averaging them in would flatter the figure.
     called = [r for r in rows if r["decision"]["calls"]]
     if not called:
