@@ -5,8 +5,8 @@ the compact JSON of a tool call with its results, or of one message). Each item 
 salient lines in their original order: the call with its exit code (``$ command → exit N``), error
 lines, results of edits, lines naming what later messages use (the request's ``keep_names``, which
 the prompt also lists for models), paths, the agent's own sentences, the ends of outputs. The
-batch's byte total is spent across the items by salience; each summary stays within the per-summary budget. Lines are cut with
-``…``; nothing is paraphrased or invented (docs/offline-offers.md).
+batch's byte total is spent across the items by salience; each summary stays within the per-summary
+budget. Lines are cut with ``…``; nothing is paraphrased or invented (docs/offline-offers.md).
 
 Plain mode (legacy seal): the rendered conversation (``<role>: <content>`` lines) becomes a digest
 of the task, the latest assistant statement, errors, commands with their exit codes, files and
