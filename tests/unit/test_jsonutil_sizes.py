@@ -31,6 +31,18 @@ def test_the_size_bound_is_never_below_the_size(value):
         assert estimate_tokens(value) <= tokens_bound(value)
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_json)
+def test_a_decision_request_s_wire_size_bounds_its_token_estimate(state):
+    from compactor.providers.base import DecisionRequest
+    from compactor.router import decision_request_bound, decision_request_tokens
+
+    questions = {"q": {"type": "noul", "instructions": "Is it so?"}}
+    request = DecisionRequest(state=state, questions=questions,
+                              wire_bytes=len(ascii_dumps({"state": state, "questions": questions})))
+    assert decision_request_tokens(request) <= decision_request_bound(request)
+
+
 def test_no_bound_for_what_is_not_plain_json():
     assert dense_size_bound({1: "a"}) is None
     assert dense_size_bound([float("nan")]) is None

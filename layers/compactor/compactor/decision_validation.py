@@ -73,21 +73,23 @@ def validate_payload(payload: Any) -> None:
     _check_size(payload["state"], questions)
 
 
-def validate_state(state: Any, questions: dict[str, Any]) -> None:
+def validate_state(state: Any, questions: dict[str, Any]) -> int:
     """The checks of :func:`validate_payload` that depend on the state, for ``questions`` that passed it
-    already (a flow's decision node, admitted with them: docs/performance.md). Same messages."""
+    already (a flow's decision node, admitted with them: docs/performance.md). Same messages. Returns the
+    payload's ASCII wire size."""
     if not isinstance(state, (str, dict, list)):
         _fail("state must be text, an object or an array.")
-    _check_size(state, questions)
+    return _check_size(state, questions)
 
 
-def _check_size(state: Any, questions: dict[str, Any]) -> None:
+def _check_size(state: Any, questions: dict[str, Any]) -> int:
     try:
         size = ascii_wire_size({"state": state, "questions": questions})
     except (TypeError, ValueError):  # non-JSON values or NaN/Infinity inside the state
         _fail("state must be text, an object or an array.")
     if size > DECISION_REQUEST_MAX_BYTES:
         _fail("Decision request exceeds 32000 bytes.")
+    return size
 
 
 def _validate_question(name: Any, question: Any) -> None:

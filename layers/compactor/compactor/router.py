@@ -231,7 +231,11 @@ def decision_request_tokens(request: DecisionRequest) -> int:
 
 
 def decision_request_bound(request: DecisionRequest) -> int | None:
-    """An upper bound of :func:`decision_request_tokens` found without encoding the request."""
+    """An upper bound of :func:`decision_request_tokens` found without encoding the request: its measured
+    ASCII wire size when it carries one (never below the dense size: the same text with wider escapes and
+    separators), else a bound from the string lengths."""
+    if request.wire_bytes is not None:
+        return -(-request.wire_bytes // BYTES_PER_TOKEN_ESTIMATE) + DECISION_PROMPT_TOKENS
     bound = tokens_bound({"state": request.state, "questions": request.questions})
     return None if bound is None else bound + DECISION_PROMPT_TOKENS
 

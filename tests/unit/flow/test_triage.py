@@ -11,6 +11,7 @@ import pytest
 
 from compactor.budget import Deadline
 from compactor.flow import admit_flow, run_flow
+from compactor.jsonutil import ascii_wire_size
 from compactor.providers.base import ChatResponse, DecisionRequest, DecisionResponse, ProviderError
 from compactor.router import RouteResult
 
@@ -57,6 +58,8 @@ async def test_happy_path() -> None:
     assert result.ok and result.output == REPLIES
     decide, chat = router.calls
     assert decide.request.state == TICKETS and set(decide.request.questions) == set(TICKETS)
+    # the size the runtime checked against the 32 000-byte bound travels with the request (the router's bound)
+    assert decide.request.wire_bytes == ascii_wire_size({"state": TICKETS, "questions": decide.request.questions})
     assert decide.timeout_s == 7.0
     assert chat.request.messages == [
         {"role": "system", "content": DRAFT_SYSTEM},
@@ -86,6 +89,7 @@ BAD_JSON = [
     ("too large", replying(json.dumps({"t1": "x" * 1_048_576})), "exceeds 1048576 bytes"),
     ("raw lone surrogate", replying('{"t1": "a\ud800"}'), "not valid Unicode"),
     ("escaped lone surrogate", replying('{"t1": "a\\ud800"}'), "lone surrogate"),
+    ("escaped lone surrogate in a key", replying('{"t1": "a", "\\uDFFF": "b"}'), "lone surrogate"),
 ]
 
 

@@ -31,6 +31,8 @@ NODE_EXCEPTION: Final = "node_exception"
 DATA_ERROR: Final = "data_error"
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
+# The escape of a UTF-16 surrogate: the only way parsed JSON text that is valid UTF-8 holds a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 class FlowRouter(Protocol):
@@ -103,11 +105,12 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     state = values[0] if len(values) == 1 else list(values)
     questions = node.spec["questions"]
     try:  # the questions passed the host decision validation at admission: only the state is new
-        validate_state(state, questions)
+        wire_bytes = validate_state(state, questions)
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc
-    request = DecisionRequest(state=state, questions=questions, cache_prefix=tuple(node.option("cache_prefix", ())))
+    request = DecisionRequest(state=state, questions=questions, cache_prefix=tuple(node.option("cache_prefix", ())),
+                              wire_bytes=wire_bytes)
     result = await _bounded(
         lambda timeout_s: router.decide(node.policy, request, deadline=deadline, timeout_s=timeout_s),
         node.option("timeout_ms", DEFAULT_DECISION_TIMEOUT_MS), deadline)
@@ -258,10 +261,11 @@ def parse_json_output(response: ChatResponse) -> Any:
         raise _NodeFailure(BAD_RESPONSE, f"invalid JSON output ({exc})") from exc
     if depth_exceeds(value, MAX_VALUE_DEPTH):
         raise _NodeFailure(BAD_RESPONSE, f"JSON output nested deeper than {MAX_VALUE_DEPTH} levels")
-    try:
-        ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
-    except ValueError as exc:
-        raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
+    if _SURROGATE_ESCAPE.search(text) is not None:  # else no string in the value can hold one
+        try:
+            ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
+        except ValueError as exc:
+            raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
     return value
 
 
