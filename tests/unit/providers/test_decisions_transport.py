@@ -53,6 +53,22 @@ async def test_invalid_payload_is_refused_before_any_call(fake_provider: FakePro
     assert fake_provider.requests == []
 
 
+async def test_a_payload_the_flow_runtime_checked_is_not_checked_again(
+        fake_provider: FakeProviderServer, decision_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor.jsonutil import ascii_wire_size
+    from compactor.providers import native_decisions
+
+    checks: list[object] = []
+    real = native_decisions.validate_payload
+    monkeypatch.setattr(native_decisions, "validate_payload", lambda payload: checks.append(payload) or real(payload))
+    checked = dataclasses.replace(REQUEST, wire_bytes=ascii_wire_size({"state": REQUEST.state, "questions": QUESTIONS}))
+    for request in (REQUEST, checked):
+        fake_provider.enqueue(decision_reply({"f1": {"type": "choice", "choice": "keep", "confidence": 0.9}}))
+        await TRANSPORT.decide(decision_offer, request, 10)
+    assert len(checks) == 1  # the request without wire_bytes only
+    assert fake_provider.requests[0].json == fake_provider.requests[1].json  # the same body either way
+
+
 @pytest.mark.parametrize(
     "body",
     [

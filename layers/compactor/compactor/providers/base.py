@@ -117,9 +117,10 @@ class DecisionRequest:
     # Names of the state's leading members that related requests repeat unchanged: a transport that
     # writes a prompt marks its cacheable prefix after them (docs/providers.md "Prompt caching").
     cache_prefix: tuple[str, ...] = ()
-    # The ASCII wire size of ``{"state": …, "questions": …}`` when the caller measured it (the flow runtime
-    # does, checking the 32 000-byte bound): the router's context check takes it as its bound instead of
-    # walking the state (docs/performance.md).
+    # The ASCII wire size of ``{"state": …, "questions": …}``, set only by a caller that checked the payload
+    # with ``decision_validation`` (the flow runtime, which measures it for the 32 000-byte bound): the
+    # router's context check takes it as its bound instead of walking the state, and the transports do not
+    # check the payload again (docs/performance.md).
     wire_bytes: int | None = None
 
 

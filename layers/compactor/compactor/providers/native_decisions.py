@@ -67,8 +67,12 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
 
 
 def checked_payload(offer: Offer, request: DecisionRequest) -> dict[str, Any]:
-    """The ``{state, questions}`` payload, refused (``bad_request``) before any spend when invalid."""
+    """The ``{state, questions}`` payload, refused (``bad_request``) before any spend when invalid. A request
+    that carries its ``wire_bytes`` was checked by the flow runtime that measured them: not again
+    (docs/performance.md)."""
     payload = {"state": request.state, "questions": request.questions}
+    if request.wire_bytes is not None:
+        return payload
     try:
         validate_payload(payload)
     except DecisionValidationError as exc:
