@@ -29,6 +29,12 @@ def test_chunk_boundaries():
         assert fingerprint(text) == _reference(text)
 
 
+def test_largest_bytes_stay_exact_in_floating_point():
+    # 0xF4 and 0xBF are about the largest bytes UTF-8 has: the chunk sums come closest to 2**53 here
+    for text in ("\U0010FFFF" * 3000, "\U0010FFFF" * 1024 + "\u07FF" * 7):
+        assert fingerprint(text) == _reference(text)
+
+
 def test_sha256_identity():
     assert sha256_identity("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 

@@ -32,7 +32,7 @@ def _sumprod(values: bytes, weights: Iterable[float]) -> float:
 
 
 # math.sumprod (Python 3.12+) does the chunk's multiply-add in C, about ten times faster; on float weights it
-# takes its floating-point path, about three times faster than its integer one (docs/performance.md).
+# takes its floating-point path, about twice as fast as its integer one (docs/performance.md).
 _dot = getattr(math, "sumprod", _sumprod)
 
 
