@@ -107,6 +107,55 @@ def test_the_trimmed_endpoints_resolve_every_kept_service_as_the_full_ones(trimm
                for region in regions)
 
 
+def test_the_trimmed_models_are_the_full_ones_with_their_documentation_emptied(trimmed: Path) -> None:
+    full_loader = Loader()
+    trimmed_loader = Loader(extra_search_paths=[str(trimmed)], include_default_search_paths=False)
+    for service in kept_services():
+        full, short = (loader.load_service_model(service, "service-2") for loader in (full_loader, trimmed_loader))
+        assert short == without_documentation(full) and short != full
+
+
+def without_documentation(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "" if k in ("documentation", "documentationUrl") else without_documentation(v)
+                for k, v in value.items()}
+    return [without_documentation(v) for v in value] if isinstance(value, list) else value
+
+
+def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from moto import mock_aws
+
+    from compactor_aws import s3_store
+
+    monkeypatch.setattr(s3_store, "PART_BYTES", 5 * 1024 * 1024)  # S3's smallest part: two parts below
+    session = botocore.session.Session()
+    session.register_component("data_loader", Loader(extra_search_paths=[str(trimmed)],
+                                                      include_default_search_paths=False))
+    with mock_aws():
+        client = session.create_client("s3", region_name="eu-west-3", aws_access_key_id="k",
+                                       aws_secret_access_key="s")
+        client.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "eu-west-3"})
+        store = s3_store.S3Store(client)
+        store.put("bucket", "k", b"{}", content_type="application/json", metadata={"Source-Etag": "e"})
+        head = store.head("bucket", "k")
+        assert head is not None and head.metadata == {"source-etag": "e"} and store.head("bucket", "missing") is None
+        assert store.get("bucket", "k", version_id=None, max_bytes=10).body == b"{}"
+        assert not store.put_if("bucket", "k", b"[]", content_type="application/json", metadata={}, replacing=None)
+        assert store.put_if("bucket", "k", b"[]", content_type="application/json", metadata={}, replacing=head.etag)
+        with store.open_writer("bucket", "big", content_type="text/plain", metadata={}) as writer:
+            writer.write("x" * (6 * 1024 * 1024))
+        with store.open("bucket", "big") as body:
+            assert len(body.read()) == 6 * 1024 * 1024
+        calls = {"dynamodb": ("list_tables", "TableNames"), "stepfunctions": ("list_state_machines", "stateMachines"),
+                 "secretsmanager": ("list_secrets", "SecretList"), "sts": ("get_caller_identity", "Account"),
+                 "xray": ("get_trace_summaries", "TraceSummaries")}
+        for service, (operation, key) in calls.items():  # one request each (moto has no Bedrock Runtime)
+            other = session.create_client(service, region_name="eu-west-3", aws_access_key_id="k",
+                                          aws_secret_access_key="s")
+            kwargs = {"StartTime": 0, "EndTime": 1} if service == "xray" else {}
+            assert key in getattr(other, operation)(**kwargs)
+
+
 def test_the_recipe_refuses_a_service_botocore_does_not_know(tmp_path: Path) -> None:
     (tmp_path / "python" / "botocore" / "data" / "s3").mkdir(parents=True)
     done = subprocess.run(["make", "-s", "-C", str(LAYER), "botocore-data", f"ARTIFACTS_DIR={tmp_path}",
