@@ -120,22 +120,68 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("moto_server did not start")
 
 
-def deployed_environment() -> dict[str, str]:
-    """The functions' environment variables that template.yaml sets to fixed values (its Globals)."""
-    from compactor_cli.sam_template import load_template
+class Deployment:
+    """What template.yaml gives each function: its environment variables (the Globals' and its own),
+    with the stack's tables, bucket and state machine replaced by the benchmark's (the tables are
+    created on moto with the template's keys) and parameters at their defaults. As deployed, the API
+    and S3 functions write the usage ledger and keep idempotency records in DynamoDB."""
 
-    variables = load_template(REPO / "template.yaml")["Globals"]["Function"]["Environment"]["Variables"]
-    return {name: value for name, value in variables.items() if isinstance(value, str)}
+    NO_VALUE = object()
+
+    def __init__(self, dynamodb: Any) -> None:
+        from compactor_cli.sam_template import load_template
+
+        self.template = load_template(REPO / "template.yaml")
+        self.refs: dict[str, str] = {name: str(spec.get("Default", ""))
+                                     for name, spec in self.template["Parameters"].items()}
+        self.refs |= {"AWS::Region": "us-east-1", "TranscriptBucket": BUCKET,
+                      "WindowedJobStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:bench",
+                      "BatchFanOutStateMachine": "arn:aws:states:us-east-1:123456789012:stateMachine:fanout"}
+        for table in ("UsageTable", "IdempotencyTable"):
+            spec = self.template["Resources"][table]["Properties"]
+            name = self.refs[table] = f"compactor-bench-{table.lower()}"
+            try:
+                dynamodb.create_table(TableName=name, KeySchema=spec["KeySchema"], BillingMode=spec["BillingMode"],
+                                      AttributeDefinitions=spec["AttributeDefinitions"])
+            except dynamodb.exceptions.ResourceInUseException:
+                pass
+
+    def environment(self, handler_module: str) -> dict[str, str]:
+        functions = [spec["Properties"] for spec in self.template["Resources"].values()
+                     if spec["Type"] == "AWS::Serverless::Function"
+                     and spec["Properties"]["Handler"].split(".")[0] == handler_module]
+        variables = {**self.template["Globals"]["Function"]["Environment"]["Variables"],
+                     **functions[0].get("Environment", {}).get("Variables", {})}
+        resolved = {name: self.resolve(value) for name, value in variables.items()}
+        return {name: value for name, value in resolved.items() if value is not self.NO_VALUE}
+
+    def resolve(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return str(value)
+        (function, argument), = value.items()
+        if function == "Ref":
+            return self.NO_VALUE if argument == "AWS::NoValue" else self.refs[argument]
+        if function == "Fn::If":
+            condition, then, otherwise = argument
+            return self.resolve(then if self.holds(self.template["Conditions"][condition]) else otherwise)
+        raise SystemExit(f"cold_start.py cannot resolve {value} of template.yaml")
+
+    def holds(self, condition: dict[str, Any]) -> bool:
+        (function, argument), = condition.items()
+        if function == "Fn::Equals":
+            return self.resolve(argument[0]) == self.resolve(argument[1])
+        if function == "Fn::Not":
+            return not self.holds(argument[0])
+        raise SystemExit(f"cold_start.py cannot evaluate {condition} of template.yaml")
 
 
 def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, str]:
     skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_", "PYDANTIC_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
-    env.update(deployed_environment())
+    env.update(function.environment)
     env.update({
         "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "POWERTOOLS_METRICS_NAMESPACE": "Bench",
-        "POWERTOOLS_SERVICE_NAME": "compactor", "COMPACTOR_FLOW_BUDGET_MS": "20000",
+        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
         "POWERTOOLS_DEV": "false", "PYTHONDONTWRITEBYTECODE": "1",
     })
     if tracing:  # what Lambda sets for a traced invocation of this function
@@ -173,9 +219,10 @@ def build_code(root: Path) -> Path:
 class Function:
     """One function's handler module, the event of its first request and the check of its answer."""
 
-    def __init__(self, name: str, event: dict[str, Any], ok: Any, code: Path) -> None:
+    def __init__(self, name: str, event: dict[str, Any], ok: Any, code: Path, deployment: Deployment) -> None:
         self.name, self.event, self.ok = name, event, ok
         self.paths = [str(code / "functions" / name), str(code / "layer" / "python")]
+        self.environment = deployment.environment(name)
 
 
 def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
@@ -187,6 +234,8 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         s3.create_bucket(Bucket=BUCKET)
     except s3.exceptions.BucketAlreadyOwnedByYou:
         pass
+    deployment = Deployment(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+                                         aws_access_key_id="bench", aws_secret_access_key="bench"))
     compact_event = json.loads((EVENTS / "compact-decision.json").read_text())
     transcript = compact_event["body"].encode()  # the same small decision request as the API's first one
     flows_event = json.loads((EVENTS / "flows.json").read_text())
@@ -209,10 +258,10 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         return event
 
     return [
-        Function("compact", compact_event, lambda a: a.get("statusCode") == 200, code),
+        Function("compact", compact_event, lambda a: a.get("statusCode") == 200, code, deployment),
         Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"],
-                 code),
-        Function("flow_worker", worker_event, lambda a: a.get("status") == "done", code),
+                 code, deployment),
+        Function("flow_worker", worker_event, lambda a: a.get("status") == "done", code, deployment),
     ]
 
 
