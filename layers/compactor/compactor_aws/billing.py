@@ -92,8 +92,14 @@ class Backends:
 
 BACKENDS: PerContainer[Backends] = PerContainer(Backends)
 backends = BACKENDS.get
-reset_backends = BACKENDS.reset
-"""Forget the backends (tests that switch environments or mocks)."""
+
+
+def reset_backends() -> None:
+    """Forget the backends and their DynamoDB client (tests that switch environments or mocks)."""
+    from compactor_aws import ledger
+
+    BACKENDS.reset()
+    ledger.reset_client()
 
 
 class _NotStored(Exception):

@@ -108,7 +108,9 @@ def persistence_layer(environ: Mapping[str, str] | None = None) -> BasePersisten
     if table:
         from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
 
-        return DynamoDBPersistenceLayer(table_name=table)
+        from compactor_aws.ledger import dynamodb_client
+
+        return DynamoDBPersistenceLayer(table_name=table, boto3_client=dynamodb_client())
     return RecordStoreLayer()
 
 

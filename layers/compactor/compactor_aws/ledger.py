@@ -14,11 +14,26 @@ from decimal import Decimal
 from typing import Any
 
 from compactor.billing import LedgerEntry, LocalLedger, UsageLedger
+from compactor.container import PerContainer
 
 TABLE_ENV = "COMPACTOR_USAGE_TABLE"
 LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 _NUMBERS = ("bytes_in", "bytes_out", "model_calls", "cost_usd")
 _TEXTS = ("entry_id", "request_id", "time", "route", "mode", "idempotency_key")
+
+
+def _new_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+
+
+CLIENT: PerContainer[Any] = PerContainer(_new_client)
+dynamodb_client = CLIENT.get
+"""The container's one DynamoDB client (the ledger, the idempotency records), created on first use: one
+botocore session and one load of the service model for both (docs/performance.md#where-the-time-goes)."""
+reset_client = CLIENT.reset
 
 
 class DynamoLedger:
@@ -30,12 +45,7 @@ class DynamoLedger:
 
     @property
     def client(self) -> Any:
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            self._client = boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 5}))
-        return self._client
+        return self._client if self._client is not None else dynamodb_client()
 
     def record(self, entry: LedgerEntry) -> bool:
         from botocore.exceptions import ClientError

@@ -56,11 +56,12 @@ def before_snapshot() -> None:
 def after_restore() -> None:
     """Fresh randomness and fresh connections in every restored container."""
     from compactor.providers import http
-    from compactor_aws import s3_store
+    from compactor_aws import ledger, s3_store
 
     random.seed(os.urandom(32))
     http.drop_clients()
     s3_store.reset_client()
+    ledger.reset_client()
 
 
 def register() -> bool:
