@@ -9,14 +9,16 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from compactor.container import PerContainer
-from compactor.object_jobs import ObjectHead, ObjectTooLarge, StoredObject
+
+if TYPE_CHECKING:  # imported where used: the fan-out worker needs only the client (docs/performance.md#where-the-time-goes)
+    from compactor.object_jobs import ObjectHead, StoredObject
 
 PART_BYTES = 8 * 1024 * 1024
 """Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
@@ -42,6 +44,8 @@ class S3Store:
 
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
         """The object's bytes; :class:`ObjectTooLarge` (without reading the body) past ``max_bytes``."""
+        from compactor.object_jobs import ObjectTooLarge, StoredObject
+
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if version_id:
             params["VersionId"] = version_id
@@ -60,6 +64,8 @@ class S3Store:
 
     def head(self, bucket: str, key: str) -> ObjectHead | None:
         """User metadata (lower-case names, no ``x-amz-meta-``) and ETag of ``key``; None when it does not exist."""
+        from compactor.object_jobs import ObjectHead
+
         try:
             response = self.client.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:

@@ -40,7 +40,7 @@ def before_snapshot() -> None:
     from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
     from compactor.providers.registry import transport_for
     from compactor.router import Router
-    from compactor_aws import s3_store
+    from compactor_aws import idempotency, ledger, s3_store
 
     get_router()  # the configured catalog: parsed and validated, no provider is called
     offline = load_catalog(str(bundled_catalog_path()))
@@ -48,9 +48,11 @@ def before_snapshot() -> None:
     for extra in ({"decision_policy_ir": DEFAULT_DECISIONS_POLICY}, {}):
         request = CompactRequest.model_validate({"messages": _WARM_MESSAGES, "keep_recent": 1, **extra})
         run_sync(service.compact(request, deadline=service.request_deadline(), router=router))
-    # botocore loads and caches the service model on the first client (about 0.3 s); the client itself is
-    # dropped after the restore, and rebuilding it from the cached model takes about 20 ms.
+    # botocore loads and caches the service models on a session's first clients; the clients themselves
+    # are dropped after the restore and rebuilt from the cached models in a few ms.
     s3_store.s3_client()
+    if os.environ.get(ledger.TABLE_ENV) or os.environ.get(idempotency.TABLE_ENV):
+        ledger.dynamodb_client()  # the usage ledger and the idempotency records
 
 
 def after_restore() -> None:

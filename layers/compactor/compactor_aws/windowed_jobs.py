@@ -9,7 +9,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
-from compactor import large_jobs
 from compactor.object_jobs import Launcher, Outcome, Source
 
 STATE_MACHINE_ENV: Final = "COMPACTOR_WINDOWED_STATE_MACHINE_ARN"
@@ -30,6 +29,8 @@ def launcher(env: Mapping[str, str] | None = None, client: Any = None) -> Launch
 
     def launch(source: Source) -> Outcome:
         import boto3
+
+        from compactor import large_jobs  # only a large object needs it (docs/performance.md#where-the-time-goes)
 
         sfn = client or boto3.client("stepfunctions")
         name = large_jobs.job_id(source)

@@ -32,12 +32,16 @@ def test_before_snapshot_warms_without_any_network(monkeypatch: pytest.MonkeyPat
     for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
                         "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}.items():
         monkeypatch.setenv(name, value)
-    from compactor_aws import s3_store
+    monkeypatch.setenv("COMPACTOR_USAGE_TABLE", "usage")
+    from compactor_aws import ledger, s3_store
 
     s3_store.reset_client()
+    ledger.reset_client()
     snapstart.before_snapshot()
-    assert s3_store.CLIENT.value is not None  # botocore's service model is loaded before the snapshot
+    # botocore's service models are loaded before the snapshot
+    assert s3_store.CLIENT.value is not None and ledger.CLIENT.value is not None
     s3_store.reset_client()
+    ledger.reset_client()
 
 
 def test_before_snapshot_never_calls_the_configured_providers(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +64,7 @@ def test_before_snapshot_never_calls_the_configured_providers(tmp_path, monkeypa
 
 def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor.providers import http
-    from compactor_aws import s3_store
+    from compactor_aws import ledger, s3_store
 
     random.seed(7)
     expected_without_reseed = random.Random(7)
@@ -68,9 +72,10 @@ def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.Monk
     loop = asyncio.new_event_loop()
     http._clients[loop] = object()  # type: ignore[assignment]
     s3_store.CLIENT.value = object()
+    ledger.CLIENT.value = object()
     snapstart.after_restore()
     loop.close()
-    assert len(http._clients) == 0 and s3_store.CLIENT.value is None
+    assert len(http._clients) == 0 and s3_store.CLIENT.value is None and ledger.CLIENT.value is None
     assert random.random() != expected_without_reseed.random()
 
 
