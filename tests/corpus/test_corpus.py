@@ -190,6 +190,7 @@ def test_target_ratio_orders_the_results_and_the_report_says_what_limits_them() 
             limits = report["limits"]
             parts = sum(limits[f"{name}_bytes"] for name in ("pins", "tail", "kept_units", "summaries"))
             assert parts == report["output_bytes"] - 2 + 1  # each message counted with its comma, no brackets
+            assert report["output_bytes"] == csize(body["messages"])  # measured from the known sizes
             assert limits["smallest_ratio"] * report["original_bytes"] <= report["output_bytes"]
             assert limits["limited_by"] in ("pins", "tail", "kept_units", "summaries")
             sizes.append(report["output_bytes"])

@@ -250,7 +250,7 @@ from compactor.compaction.preparation import EVIDENCE_EXCERPT_OVER, EVIDENCE_HAL
 from compactor.markers import EVIDENCE_MARKER  # noqa: E402
 
 _long_text = st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=6000) | st.sampled_from(
-    ["x" * 2002, "é" * 2003, "😀" * 1990, "a" * 4001 + "\n" * 3, "\x00" * 2500])
+    ["x" * 2002, "é" * 2003, "😀" * 1990, "a" * 4001 + "\n" * 3, "\x00" * 2500, "b" * 9000 + "é"])
 _json_value = st.recursive(st.none() | st.booleans() | st.integers() | _long_text,
                            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
                            max_leaves=8)

@@ -7,7 +7,7 @@ from compactor.chat import content_text
 from compactor.compaction import salience
 from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, batch_questions, batch_state, prepare
 from compactor.compaction.preset import materialise, question_template
-from compactor.compaction.salience import action_message, later_block, names_in
+from compactor.compaction.salience import action_message, hint_order, later_block, names_in
 from compactor.jsonutil import ascii_wire_size
 
 from .fixtures import CORPUS_FILES, corpus_messages, tool_unit
@@ -118,3 +118,33 @@ def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
         for message in corpus_messages(name):
             text = content_text(message.get("content")) + " " + json.dumps(message.get("tool_calls"))
             assert names_in(text) == _names_by_regex(text), name
+
+
+def _later_block_by_trials(names, actions, limit):
+    """The later block as first written: every trial block encoded whole."""
+    block = {"names_used_later": list(names)} if names else {}
+    while block.get("names_used_later") and ascii_wire_size(block) > limit // 2:
+        block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
+    chosen = []
+    for action in reversed(actions):
+        if ascii_wire_size({**block, "later_actions": [action, *chosen]}) > limit:
+            break
+        chosen.insert(0, action)
+    if chosen:
+        block["later_actions"] = chosen
+    if not block.get("names_used_later"):
+        block.pop("names_used_later", None)
+    return block if ascii_wire_size(block) <= limit else {}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.text(max_size=30), max_size=40), st.lists(st.text(max_size=300), max_size=30),
+       st.integers(min_value=0, max_value=4000))
+def test_the_later_block_measures_each_action_once_and_chooses_as_whole_trials_do(names, actions, limit):
+    assert later_block(names, actions, limit) == _later_block_by_trials(names, actions, limit)
+
+
+@given(st.sets(st.text(alphabet="ab./_", max_size=6), max_size=30))
+@settings(deadline=None, derandomize=True)
+def test_the_hint_order_puts_paths_and_dotted_names_first(names):
+    assert hint_order(names) == sorted(names, key=lambda name: ("/" not in name and "." not in name, name))

@@ -14,7 +14,7 @@ from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
                                 json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
-from compactor.compaction.salience import action_message, batch_hint, last_uses, later_block, message_names
+from compactor.compaction.salience import batch_hint, hint_order, last_uses, later_block, message_names, quoted_action
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -166,8 +166,8 @@ def _clipped(value: Any) -> Any:
 
 def evidence_view(unit_messages: list[Message], dense_json: str | None = None) -> tuple[str, bool]:
     """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over EVIDENCE_EXCERPT_OVER characters.
-    ``dense_json``: the unit's dense JSON when the caller has it (when short, no string needs cutting)."""
-    short = dense_json is not None and len(dense_json) <= 2 * _EVIDENCE_KEEP
+    ``dense_json``: the unit's dense JSON when the caller has it (when short, cutting saves too little)."""
+    short = dense_json is not None and len(dense_json) <= 4 * _EVIDENCE_KEEP
     text = ascii_dumps(unit_messages if short else _clipped(unit_messages))
     return excerpt(text, EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
 
@@ -453,23 +453,27 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
     after the batch that touch its names (a re-read, a re-run, a rewrite)."""
     if not batches:
         return
-    # each message scanned once, hidden reasoning left out (``views``: docs/formats.md)
-    names = [set().union(*map(message_names, view)) for view in views]
+    # Each message scanned once, hidden reasoning left out (``views``: docs/formats.md); not those before the
+    # first batch that are not kept: a name there is either in a batch message too, whose own index it
+    # never exceeds, or in none (docs/performance.md).
+    first = min(c.unit.start for batch in batches for c in batch.candidates)
+    kept_set = set(kept)
+    names = [set().union(*map(message_names, view)) if i >= first or i in kept_set else set()
+             for i, view in enumerate(views)]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     last_use = last_uses(names)
     carried = set().union(*(names[i] for i in kept)) if kept else set()
     flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
                                                for i, b in enumerate(batches))
-    actions = [(i, action_message(m)) for i, m in enumerate(messages)]
-    actions = [(i, m, message_names(m)) for i, m in actions if m is not None]
-    texts: dict[int, str] = {}  # an action's JSON, encoded once however many batches it touches
+    # the actions after a batch (the only ones quoted), each with its JSON and its names
+    actions = [(i, quoted_action(messages[i])) for i in range(min(lasts) + 1, len(messages))]
+    actions = [(i, action[0], message_names(action[1])) for i, action in actions if action is not None]
     for batch, last in zip(batches, lasts):
         found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
         used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]
                 if last_use[name] > i} - carried
-        batch.names = batch_hint(sorted(used, key=lambda name: ("/" not in name and "." not in name, name)))
-        touching = [texts[i] if i in texts else texts.setdefault(i, dense_dumps(m))
-                    for i, m, names in actions if i > last and names & found]
+        batch.names = batch_hint(hint_order(used))
+        touching = [quoted for i, quoted, names in actions if i > last and names & found]
         room = min(LATER_MAX_BYTES, sizer.payload_max_bytes - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
         batch.later = later_block(batch.names, touching, room) if room > 0 else {}

@@ -51,17 +51,26 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
     placeholder naming it) or ``summarize`` (one summary message, only when smaller than the unit, whose
     dense size is ``original_bytes`` when the caller knows it).
     ``item`` is the unit's text when it was a candidate of a flow that answered ``values``."""
+    action, emitted, _ = _measured_outcome(unit_id, original, item, values, dialect, handle, original_bytes)
+    return action, emitted
+
+
+def _measured_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
+                      dialect: Dialect | None, handle: str | None, original_bytes: int | None
+                      ) -> tuple[str, list[Message], int | None]:
+    """:func:`unit_outcome` with the dense size of a summary message (measured to compare it), else None."""
     if item is None or values is None:
-        return "keep", original
+        return "keep", original, None
     if unit_id not in values:
         placeholder = RESTORABLE_PLACEHOLDER.format(id=unit_id, handle=handle)
-        return "archive", [(dialect or get_dialect(None)).text_item("assistant", placeholder)] if handle else []
+        return "archive", [(dialect or get_dialect(None)).text_item("assistant", placeholder)] if handle else [], None
     value = values[unit_id]
     if isinstance(value, str) and value != item and value.strip():
         candidate = summary_message(unit_id, value, dialect, handle)
-        if dense_size(candidate) < (dense_size(original) if original_bytes is None else original_bytes):
-            return "summarize", [candidate]
-    return "keep", original
+        size = dense_size(candidate)
+        if size < (dense_size(original) if original_bytes is None else original_bytes):
+            return "summarize", [candidate], size
+    return "keep", original, None
 
 
 def unit_reason(unit_id: str, item: str | None, values: dict[str, Any] | None, action: str) -> str | None:
@@ -104,11 +113,12 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         original = messages[unit.start:unit.end]
         item = items.get(unit.id)
         handle = handle_of(original) if item is not None and values is not None and restorable else None
-        action, emitted = unit_outcome(unit.id, original, item, values, dialect, handle,
-                                       dense_join_size(sizes[unit.start:unit.end]))
+        action, emitted, summary_bytes = _measured_outcome(unit.id, original, item, values, dialect, handle,
+                                                           dense_join_size(sizes[unit.start:unit.end]))
         reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
-        output_sizes.extend(sizes[unit.start:unit.end] if emitted is original else map(dense_size, emitted))
+        output_sizes.extend(sizes[unit.start:unit.end] if emitted is original
+                            else [summary_bytes] if summary_bytes is not None else map(dense_size, emitted))
         entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason}
         if handle and action != "keep":
             entry["handle"] = handle

@@ -89,6 +89,12 @@ def last_uses(names: list[set[str]]) -> dict[str, int]:
     return {name: index for index, found in enumerate(names) for name in found}
 
 
+def hint_order(names: set[str]) -> list[str]:
+    """Paths and dotted names first, then the other names, each in alphabetical order."""
+    paths = {name for name in names if "/" in name or "." in name}
+    return sorted(paths) + sorted(names - paths)
+
+
 def batch_hint(names: list[str]) -> list[str]:
     """The names that fit the hint's bounds, in the given order."""
     chosen: list[str] = []
@@ -131,6 +137,12 @@ def _short_call(call: dict[str, Any]) -> dict[str, Any]:
 def action_message(message: Message) -> Message | None:
     """An assistant message reduced to what it did: its tool calls (without ids, long arguments cut to
     their first line), or its fenced commands; None when it did nothing or is still too long to quote."""
+    action = quoted_action(message)
+    return action[1] if action else None
+
+
+def quoted_action(message: Message) -> tuple[str, Message] | None:
+    """:func:`action_message` with its dense JSON, which the ``later`` block quotes (measured once)."""
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return None
     calls = message.get("tool_calls")
@@ -144,7 +156,8 @@ def action_message(message: Message) -> Message | None:
             return None
         cut = [block if len(block) <= MAX_ARGUMENT_CHARS else _shortened(block) + "\n```" for block in blocks]
         reduced = {"role": "assistant", "content": "\n".join(cut)}
-    return reduced if len(dense_dumps(reduced)) <= MAX_ACTION_CHARS else None
+    quoted = dense_dumps(reduced)
+    return (quoted, reduced) if len(quoted) <= MAX_ACTION_CHARS else None
 
 
 def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, Any]:
@@ -155,14 +168,15 @@ def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, A
         block["names_used_later"] = list(names)
     while block.get("names_used_later") and ascii_wire_size(block) > limit // 2:
         block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
-    chosen: list[str] = []
+    # Each action measured once: the block with k actions is the block with none, the actions and k-1 ", ".
+    size, count = ascii_wire_size({**block, "later_actions": []}), 0
     for action in reversed(actions):
-        trial = {**block, "later_actions": [action, *chosen]}
-        if ascii_wire_size(trial) > limit:
+        added = ascii_wire_size(action) + (2 if count else 0)
+        if size + added > limit:
             break
-        chosen.insert(0, action)
-    if chosen:
-        block["later_actions"] = chosen
+        size, count = size + added, count + 1
+    if count:
+        block["later_actions"] = actions[len(actions) - count:]
     if not block.get("names_used_later"):
         block.pop("names_used_later", None)
     return block if ascii_wire_size(block) <= limit else {}
