@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--latency-ms L] [--profile]``
 
 1. CPU overhead: the largest admissible request (about 900 KB, 128 candidate fragments, tool-call
-   units with bulky outputs, every candidate in a batch, and a large protected tail) against instant in-process fake transports behind a real ``Router``.
+   units with bulky outputs that later units re-read, every candidate in a batch, and a large protected
+   tail) against instant in-process fake transports behind a real ``Router``.
    Prints the wall time of ``service.compact`` (preparation, materialisation, flow admission, the run,
    reassembly) as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body; median of
    N runs. Goal ≤ 6. It also prints the same ratio in the thread's CPU time, which the load of other
@@ -43,6 +44,7 @@ TAIL_OUTPUT_CHARS = 332_000
 # Items of ~25.3 KB: two never fit one batch's 50 000-byte summary record, so every fragment is a batch of
 # its own; with the state every batch carries, the 900 000-byte flow input admits about 28 of the 32.
 BATCH_OUTPUT_CHARS = 25_000
+REREAD_AFTER = 8
 MIN_BATCHES = 24
 OFFERS = (
     Offer(id="bench/decider", provider="bench", family="decider", model="decider-1", protocol="decisions",
@@ -80,28 +82,40 @@ def router_for(transport: FakeTransport) -> Router:
     return Router(OFFERS, transport_for=lambda offer: transport)
 
 
-def tool_unit(i: int, output_chars: int) -> list[dict[str, Any]]:
+def source_file(i: int) -> str:
+    return f"src/module_{i % 17}/file_{i}.py"
+
+
+def tool_unit(i: int, output_chars: int, reread: int | None = None) -> list[dict[str, Any]]:
+    """A test run whose output names one source file; with ``reread``, the command first reads the file
+    an earlier unit's output named (as agents re-read what they saw)."""
     call_id = f"call_{i}"
-    line = f"{i:04d} src/module_{i % 17}/file_{i}.py: ok "
+    line = f"{i:04d} {source_file(i)}: ok "
     output = (line * (output_chars // len(line) + 1))[:output_chars]
+    command = f"pytest -q tests/test_{i}.py"
+    if reread is not None:
+        command = f"cat {source_file(reread)} && {command}"
     return [
         {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
-            "name": "bash", "arguments": json.dumps({"command": f"pytest -q tests/test_{i}.py"})}}]},
+            "name": "bash", "arguments": json.dumps({"command": command})}}]},
         {"role": "tool", "tool_call_id": call_id, "content": output},
     ]
 
 
 def transcript(fragments: int, output_chars: int, tail_chars: int = 0,
-               instructions_chars: int = 400) -> list[dict[str, Any]]:
+               instructions_chars: int = 400, reread_after: int = 0) -> list[dict[str, Any]]:
     """System prompt, task, ``fragments`` tool-call units (the candidates), then, when ``tail_chars``,
-    one more tool-call unit with that much output in the protected tail, and a final answer."""
+    one more tool-call unit with that much output in the protected tail, and a final answer. With
+    ``reread_after`` = k, unit i first re-reads the file unit i - k saw, so that the salience scan finds
+    names used again later and each batch's ``later`` block quotes the actions that touch them (real
+    transcripts have both; docs/offline-offers.md)."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent. " + "Follow the repository rules. " * (
             instructions_chars // 28)},
         {"role": "user", "content": "Make the test suite pass."},
     ]
     for i in range(fragments):
-        messages.extend(tool_unit(i, output_chars))
+        messages.extend(tool_unit(i, output_chars, i - reread_after if reread_after and i >= reread_after else None))
     if tail_chars:
         messages.extend(tool_unit(fragments, tail_chars))
     messages.append({"role": "assistant", "content": "All tests pass now; summarising the changes."})
@@ -134,10 +148,12 @@ def round_trip_s(body: str, repeats: int = 5, clock: Any = time.perf_counter) ->
 
 
 def overhead(runs: int, profile: bool) -> bool:
-    # 128 candidates as large as they can be with every one of them in a batch (tool outputs of 4 200
-    # characters: 16 batches, flow input just under 900 000 bytes), plus a 332 KB tool output in the
-    # protected tail (it reaches the flow only as a 1 000-character excerpt): about 900 KB in all.
-    body = request_body(transcript(128, FRAGMENT_OUTPUT_CHARS, tail_chars=TAIL_OUTPUT_CHARS), keep_recent=3)
+    # 128 candidates with every one of them in a batch (tool outputs of 4 200 characters: 16 batches of 8,
+    # a flow input of about 820 000 bytes), plus a 332 KB tool output in the protected tail (it reaches the
+    # flow only as a 1 000-character excerpt): about 900 KB in all. Each unit re-reads the file the unit
+    # 8 places earlier saw: names used later and later actions to quote, as in a real transcript.
+    body = request_body(transcript(128, FRAGMENT_OUTPUT_CHARS, tail_chars=TAIL_OUTPUT_CHARS,
+                                   reread_after=REREAD_AFTER), keep_recent=3)
     baseline, cpu_baseline = round_trip_s(body), round_trip_s(body, clock=time.thread_time)
     samples, cpu_samples, answer, transport = [], [], {}, FakeTransport()
     for _ in range(runs):
