@@ -1,5 +1,8 @@
 """The sizes the hot path computes instead of encoding (docs/performance.md) equal, or bound, the encodings."""
 
+import json
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,6 +15,25 @@ _json = st.recursive(
     | st.floats(allow_nan=False, allow_infinity=False) | _text,
     lambda inner: st.lists(inner, max_size=6) | st.dictionaries(_text, inner, max_size=6),
     max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(_json)
+def test_the_reused_encoders_write_what_json_dumps_writes(value):
+    assert dense_dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert ascii_dumps(value) == json.dumps(value, allow_nan=False)
+    assert dense_size(value) == len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def test_the_reused_encoders_refuse_what_json_dumps_refuses():
+    shared = {"a": 1}
+    assert dense_dumps([shared, shared, {"b": shared}]) == '[{"a":1},{"a":1},{"b":{"a":1}}]'
+    for bad, error in ((float("nan"), ValueError), ([float("inf")], ValueError), ({"a": {1, 2}}, TypeError),
+                       ({("k",): 1}, TypeError)):
+        for encode in (dense_dumps, ascii_dumps):
+            with pytest.raises(error):
+                encode(bad)
+    assert dense_dumps({1: "é", None: 2.5}) == '{"1":"é","null":2.5}' and ascii_dumps("é") == '"\\u00e9"'
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -8,22 +8,47 @@
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
 from collections.abc import Callable
 from typing import Any
 
-_DENSE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_WIRE = json.JSONEncoder(ensure_ascii=True, allow_nan=False)
+
+def _encoder(item_separator: str, key_separator: str, ensure_ascii: bool) -> Callable[[Any], str]:
+    """``json.JSONEncoder(...).encode`` with those settings and ``allow_nan=False``, made once.
+
+    ``JSONEncoder.encode`` builds a new C encoder (and a closure) on every call, which costs more than
+    encoding a small value; the hot path encodes about a thousand values per request (docs/performance.md).
+    The encoder made here is reused: its output is the same text, and the same ``ValueError`` (NaN,
+    Infinity) and ``TypeError`` (what JSON cannot hold). It does not look for reference cycles (the values
+    are trees: parsed JSON and what the code builds from it), so a cycle raises ``RecursionError``."""
+    reference = json.JSONEncoder(separators=(item_separator, key_separator), ensure_ascii=ensure_ascii,
+                                 allow_nan=False, check_circular=False)
+    make = json.encoder.c_make_encoder
+    if make is None:  # an interpreter without the C accelerator
+        return reference.encode
+    escape = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    encode = make(None, reference.default, escape, None, key_separator, item_separator, False, False, False)
+    join = "".join
+
+    def encoded(value: Any) -> str:
+        return join(encode(value, 0))
+
+    return encoded
+
+
+_dense = _encoder(",", ":", ensure_ascii=False)
+_wire = _encoder(", ", ": ", ensure_ascii=True)
 
 
 def dense_dumps(value: Any) -> str:
     """Dense JSON text (separators ``,``/``:``, non-ASCII raw, NaN/Infinity rejected)."""
-    return _DENSE.encode(value)
+    return _dense(value)
 
 
 def dense_size(value: Any) -> int:
     """UTF-8 byte length of :func:`dense_dumps`."""
-    return len(dense_dumps(value).encode("utf-8"))
+    return utf8_len(_dense(value))
 
 
 def utf8_len(text: str) -> int:
@@ -85,12 +110,12 @@ def dense_size_bound(value: Any) -> int | None:
 
 def ascii_dumps(value: Any) -> str:
     """JSON with default separators and all non-ASCII escaped (``json.dumps`` defaults)."""
-    return _WIRE.encode(value)
+    return _wire(value)
 
 
 def ascii_wire_size(value: Any) -> int:
     """Byte length of :func:`ascii_dumps` (pure ASCII, so characters == bytes)."""
-    return len(ascii_dumps(value))
+    return len(_wire(value))
 
 
 def ensure_utf8_encodable(value: Any) -> None:
