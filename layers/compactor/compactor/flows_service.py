@@ -50,7 +50,8 @@ async def run_flows_request(body: dict[str, Any], *, router: FlowsRouter, deadli
     if flow_input is None:
         flow_input = MISSING
     try:
-        admitted = admit_flow(body.get("flow_ir"), admit_policy=router.admit_policy, flow_input=flow_input)
+        admitted = admit_flow(body.get("flow_ir"), admit_policy=router.admit_policy, flow_input=flow_input,
+                              cache=getattr(router, "flow_admissions", None))
     except FlowAdmissionError as exc:
         return refused(InvalidFlow.rejected(exc.message), mode=FLOW_MODE, route="flows")
     from compactor.router import request_call_budget

@@ -283,6 +283,10 @@ class Router:
         self._breakers: dict[tuple[str, str], _Breaker] = {}
         self._observed_copies: dict[tuple[int, bool, bool], Offer] = {}
         self._admitted: dict[str, AdmittedPolicy] = {}
+        from compactor.flow.admit import AdmissionCache  # here: the flow runtime imports this module
+
+        # Flows admitted with this router's policy admission, by their terms' content (docs/performance.md).
+        self.flow_admissions = AdmissionCache()
         self._rankings: dict[tuple[str, Requirements, tuple[int, ...]], tuple[Any, Ranking]] = {}
         # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \

@@ -116,7 +116,8 @@ class DecisionMode:
             reply_max=reply_max)
         try:
             admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input,
-                                  flow_input_bytes=prep.flow_input_bytes)
+                                  flow_input_bytes=prep.flow_input_bytes,
+                                  cache=getattr(context.router, "flow_admissions", None))
         except FlowAdmissionError as exc:
             raise InvalidFlow.rejected(exc) from exc
         if context.on_event is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .admit import FlowAdmissionError, admit_flow
+from .admit import AdmissionCache, FlowAdmissionError, admit_flow
 from .canonical import VERSION, normalized_term
 from .execute import FlowRouter, NodeOutcome, execute_node
 from .graph import AdmittedFlow, FlowNode
@@ -27,6 +27,7 @@ def normalize_flow(admitted: AdmittedFlow) -> dict[str, Any]:
 __all__ = [
     "MISSING",
     "VERSION",
+    "AdmissionCache",
     "AdmittedFlow",
     "FlowAdmissionError",
     "FlowNode",

@@ -9,12 +9,15 @@ path, policies, decision questions, decision routing of llm nodes) then the host
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from ..decision_validation import DecisionValidationError, validate_payload
 from ..identity import fingerprint, sha256_identity
-from ..jsonutil import dense_dumps, ensure_utf8_encodable
+from ..jsonutil import dense_dumps, ensure_utf8_encodable, utf8_len
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
 from .canonical import Memo, canonical_order, content_key, flow_encoding, node_encoding, routing_key
@@ -50,21 +53,51 @@ def _node_error(label: str, problem: str) -> FlowAdmissionError:
 
 
 def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike],
-               flow_input: Any = MISSING, flow_input_bytes: int | None = None) -> AdmittedFlow:
+               flow_input: Any = MISSING, flow_input_bytes: int | None = None,
+               cache: AdmissionCache | None = None) -> AdmittedFlow:
     """Validate ``flow_ir`` (and ``flow_input`` when given), admit every node policy with
     ``admit_policy`` and compute the canonical identity. Raises :class:`FlowAdmissionError`.
     ``flow_input_bytes``: the dense size of a ``flow_input`` the host built from JSON values it measured
-    itself, so that its size bound is checked without encoding it again (docs/performance.md)."""
+    itself, so that its size bound is checked without encoding it again (docs/performance.md).
+    ``cache``: the host's :class:`AdmissionCache` (one per ``admit_policy``): a term admitted before is
+    not admitted again, only the flow input is checked (docs/performance.md)."""
+    text = _exact_text(flow_ir) if cache is not None else None
+    if text is None:
+        return _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, None)
+    key = (flow_input is not MISSING, text[0])
+    known = cache.get(key, flow_ir)
+    if known is not None:
+        if flow_input is not MISSING:  # the term passed every check before this one when it was admitted
+            _check_flow_input(flow_input, flow_input_bytes)
+        return known
+    admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1])
+    assert cache is not None
+    cache.put(key, admitted)
+    return admitted
+
+
+def _exact_text(flow_ir: Any) -> tuple[str, int] | None:
+    """The dense JSON text of a term and its UTF-8 size, or None when it has none (admission says why)."""
+    try:
+        text = dense_dumps(flow_ir)
+        return text, utf8_len(text)
+    except (TypeError, ValueError):  # not JSON, NaN/Infinity, or a lone surrogate (UnicodeEncodeError)
+        return None
+
+
+def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow_input: Any,
+           flow_input_bytes: int | None, flow_ir_bytes: int | None) -> AdmittedFlow:
+    """Admission itself; ``flow_ir_bytes``: the term's dense size when it was measured already."""
     nodes = _nodes_of(flow_ir)
     inputs: dict[str, list[str]] = {}
     for label, node in nodes.items():
         inputs[label] = _check_node(label, node)
     typed = flow_input is not MISSING or any(_makes_typed(node) for node in nodes.values())
     if typed:
-        problem = bounds_problem(flow_ir, "flow_ir")
+        problem = bounds_problem(flow_ir, "flow_ir", flow_ir_bytes)
         if problem:
             raise FlowAdmissionError(problem)
-    else:
+    elif flow_ir_bytes is None:  # a measured term was encoded to UTF-8 already
         try:
             ensure_utf8_encodable(flow_ir)
         except ValueError as exc:
@@ -223,7 +256,9 @@ def _admit_routings(nodes: Mapping[str, Any], admit: _PolicyAdmitter) -> dict[st
         policy = admit(label, routing["policy"], "routing policy")
         choices = {choice_id: admit(label, choice["policy"], f"routing choice {choice_id!r} policy")
                    for choice_id, choice in routing["choices"].items()}
-        descriptions = {choice_id: choice["description"] for choice_id, choice in routing["choices"].items()}
+        # read-only: an admitted flow may be handed to several callers (AdmissionCache)
+        descriptions = MappingProxyType({choice_id: choice["description"]
+                                         for choice_id, choice in routing["choices"].items()})
         try:
             validate_payload({"state": {}, "questions": {
                 ROUTE_QUESTION: route_question(routing["instructions"], descriptions)}})
@@ -231,7 +266,8 @@ def _admit_routings(nodes: Mapping[str, Any], admit: _PolicyAdmitter) -> dict[st
             raise _node_error(label, f"routing question: {exc.message}") from exc
         key = routing_key(routing, policy.encoding, {choice_id: p.encoding for choice_id, p in choices.items()})
         routings[label] = AdmittedRouting(
-            policy=policy, instructions=routing["instructions"], descriptions=descriptions, choices=choices,
+            policy=policy, instructions=routing["instructions"], descriptions=descriptions,
+            choices=MappingProxyType(choices),
             fallback=routing["fallback"], min_confidence=routing.get("min_confidence", opts.DEFAULT_MIN_CONFIDENCE),
             timeout_ms=routing.get("timeout_ms", opts.DEFAULT_ROUTING_TIMEOUT_MS), key=key)
     return routings
@@ -271,3 +307,87 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
         encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding))
+
+
+_NO_SPEC: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+class AdmissionCache:
+    """Admitted flows of one host, by the exact content of their term (docs/performance.md).
+
+    Admission is a pure function of the term, of whether a flow input comes with it (the input itself is
+    checked on every call) and of the host's policy admission, which is fixed for the host that owns the
+    cache (its catalog's router). An entry is found by the term's dense JSON text and used only when the
+    stored term equals the caller's (so a tuple or an integer key, which the text does not tell apart
+    from a list or a string key, misses). A hit returns a new :class:`AdmittedFlow` whose nodes carry
+    the caller's own node objects; what it shares with other callers is immutable. Bounded: the least
+    recently used entries go first beyond ``entries`` flows or ``text_chars`` characters of terms.
+    """
+
+    def __init__(self, entries: int = 32, text_chars: int = 4_000_000) -> None:
+        self.entries, self.text_chars = entries, text_chars
+        self.hits = self.misses = 0
+        self._flows: OrderedDict[tuple[bool, str], _Entry] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def get(self, key: tuple[bool, str], flow_ir: Any) -> AdmittedFlow | None:
+        with self._lock:
+            entry = self._flows.get(key)
+            if entry is not None:
+                self._flows.move_to_end(key)
+        found = entry is not None and entry.matches(key[1], flow_ir)
+        with self._lock:
+            if found:
+                self.hits += 1
+            else:
+                self.misses += 1
+        return entry.for_caller(flow_ir[1]) if found and entry is not None else None
+
+    def put(self, key: tuple[bool, str], admitted: AdmittedFlow) -> None:
+        size = len(key[1])
+        if size > self.text_chars:
+            return
+        entry = _Entry(admitted)
+        with self._lock:
+            if key in self._flows:
+                return
+            self._flows[key] = entry
+            self._chars += size
+            while len(self._flows) > self.entries or self._chars > self.text_chars:
+                old, _ = self._flows.popitem(last=False)
+                self._chars -= len(old[1])
+
+
+class _Entry:
+    """One admitted flow without the caller's node objects, and the term it was admitted from: its own
+    copy, parsed from the text when the text is first seen again."""
+
+    __slots__ = ("flow", "term")
+
+    def __init__(self, admitted: AdmittedFlow) -> None:
+        self.flow = AdmittedFlow(
+            nodes=tuple(FlowNode(index=node.index, label=node.label, kind=node.kind, inputs=node.inputs,
+                                 spec=_NO_SPEC, policy=node.policy, encoding=node.encoding, routing=node.routing)
+                        for node in admitted.nodes),
+            successors=admitted.successors, typed=admitted.typed, encoding=admitted.encoding,
+            identity=admitted.identity, fingerprint=admitted.fingerprint)
+        self.term: Any = None
+
+    def matches(self, text: str, flow_ir: Any) -> bool:
+        if self.term is None:
+            self.term = json.loads(text)  # never handed out: no caller can change it
+        return bool(self.term == flow_ir)
+
+    def for_caller(self, nodes: Mapping[str, Any]) -> AdmittedFlow:
+        flow = self.flow
+        return AdmittedFlow(
+            nodes=tuple(FlowNode(index=node.index, label=node.label, kind=node.kind, inputs=node.inputs,
+                                 spec=nodes[node.label], policy=node.policy, encoding=node.encoding,
+                                 routing=node.routing)
+                        for node in flow.nodes),
+            successors=flow.successors, typed=flow.typed, encoding=flow.encoding, identity=flow.identity,
+            fingerprint=flow.fingerprint)
