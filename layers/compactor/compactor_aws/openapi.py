@@ -2,8 +2,9 @@
 request models; this module adds what the routes' ``Response[str]`` cannot say (the response bodies and
 the error bodies, as pydantic models), examples that run as they are, and the API key schemes.
 
-``GET /v1/openapi.json`` answers it; ``docs/openapi.json`` is the same document checked in
-(``make openapi`` writes it, a test keeps it in sync).
+``GET /v1/openapi.json`` answers it (the handler imports this module on that route's first call: its
+models are of no use to any other route; docs/performance.md#lean-imports); ``docs/openapi.json`` is the
+same document checked in (``make openapi`` writes it, a test keeps it in sync).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 from functools import lru_cache
 from typing import Any, Literal
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer, Server
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -323,10 +323,3 @@ def document_text(app: Any) -> str:
     """The document as ``docs/openapi.json`` holds it (indented, sorted keys, final newline)."""
     return json.dumps(document(app), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
-
-def register(app: Any) -> None:
-    """Add ``GET /openapi.json`` (left out of the document itself) to ``app``."""
-
-    @app.get("/openapi.json", include_in_schema=False)
-    def openapi_json() -> Response[str]:
-        return Response(status_code=200, content_type=http_api.JSON_CONTENT_TYPE, body=document_text(app))
