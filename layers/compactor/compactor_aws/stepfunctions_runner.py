@@ -22,22 +22,17 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from compactor.budget import Deadline
 from compactor.flow import AdmittedFlow, FlowResult, run_flow
-from compactor.flow.partition import (
-    Component,
-    merge_results,
-    partition_flow,
-    result_from_json,
-    start_value,
-    unavailable_result,
-)
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
+
+if TYPE_CHECKING:  # the partition and the upload threads load with the first fan-out, not with the
+    # API function's routes, which import this module to learn that fan-out is off (docs/performance.md)
+    from compactor.flow.partition import Component
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +112,8 @@ class StepFunctionsFlowRunner:
     async def __call__(self, admitted: AdmittedFlow, flow_input: Any = MISSING, *, router: Any, deadline: Deadline,
                        on_event: Callable[[dict[str, Any]], None] | None = None,
                        conversation: Sequence[Mapping[str, Any]] = ()) -> FlowResult:
+        from compactor.flow.partition import merge_results, partition_flow, start_value
+
         partition = partition_flow(admitted, router.admit_policy) if not deadline.expired else None
         if partition is None:
             return await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event,
@@ -146,6 +143,8 @@ class StepFunctionsFlowRunner:
         return self._execute(run, components, deadline)
 
     def _upload(self, payloads: Mapping[str, str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         def put(item: tuple[str, str]) -> None:
             self.s3.put_object(Bucket=self.bucket, Key=item[0], Body=item[1].encode("utf-8"),
                                ContentType="application/json")
@@ -177,6 +176,8 @@ class StepFunctionsFlowRunner:
     async def _result(self, component: Component, item: Any, value: Any,
                       conversation: Sequence[Mapping[str, Any]]) -> FlowResult:
         """The component's result from its Map item, or the unavailable run when there is none."""
+        from compactor.flow.partition import result_from_json, unavailable_result
+
         reason = "worker failed"
         try:
             if isinstance(item, dict) and item.get("status") == "done":
