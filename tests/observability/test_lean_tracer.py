@@ -22,8 +22,11 @@ from compactor_aws.routes.common import tracer as api_tracer
 tracer = getattr(handler_module, "tracer", api_tracer)
 with tracer.provider.in_subsegment("## probe") as subsegment:
     subsegment.put_annotation("probe", True)
+patcher = sys.modules.get("aws_xray_sdk.core.patcher")
 print(json.dumps({{"xray": "aws_xray_sdk.core" in sys.modules, "disabled": bool(tracer.disabled),
-                  "provider": type(tracer.provider).__module__}}))
+                  "provider": type(tracer.provider).__module__,
+                  "patched": sorted(patcher._PATCHED_MODULES) if patcher else [],
+                  "loaded": sorted(name for name in ("requests", "sqlite3") if name in sys.modules)}}))
 """
 
 
@@ -40,7 +43,8 @@ def probe(module: str, **env: str) -> dict[str, object]:
 def test_outside_lambda_the_handler_never_imports_the_xray_sdk(module: str) -> None:
     seen = probe(module)
 
-    assert seen == {"xray": False, "disabled": True, "provider": "compactor_aws.observability"}
+    assert seen == {"xray": False, "disabled": True, "provider": "compactor_aws.observability", "patched": [],
+                    "loaded": []}
 
 
 def test_trace_disabled_in_lambda_never_imports_the_xray_sdk() -> None:
@@ -52,3 +56,5 @@ def test_in_lambda_the_tracer_is_powertools_on_the_xray_recorder() -> None:
 
     assert seen["xray"] is True and seen["disabled"] is False
     assert str(seen["provider"]).startswith("aws_xray_sdk")
+    # Only what the functions call out with is patched: no other library the SDK knows is imported for it.
+    assert seen["patched"] == ["botocore", "httpx"] and seen["loaded"] == []

@@ -302,10 +302,16 @@ class _NoTracing(BaseProvider):
     def patch_all(self) -> None: ...
 
 
+# What the functions call out with: AWS (botocore) and the model providers (httpx). Powertools would
+# otherwise patch every library the X-Ray SDK knows, importing each one installed (docs/performance.md).
+TRACED_LIBRARIES = ("botocore", "httpx")
+
+
 def new_tracer() -> Tracer:
     """The Powertools tracer of a handler. Where Powertools finds tracing off (outside Lambda, SAM local,
     ``POWERTOOLS_TRACE_DISABLED``) it is a disabled tracer whose provider does nothing, so the X-Ray SDK is
-    never imported: importing it builds two botocore X-Ray clients for its sampler (docs/performance.md)."""
+    never imported: importing it builds two botocore X-Ray clients for its sampler (docs/performance.md).
+    Where it is on, it patches :data:`TRACED_LIBRARIES` only."""
     if not Tracer._is_tracer_disabled():  # Powertools' own rule, so that both agree
-        return Tracer()
+        return Tracer(patch_modules=TRACED_LIBRARIES)
     return Tracer(disabled=True, auto_patch=False, provider=_NoTracing())
