@@ -34,17 +34,23 @@ class MemoryStore:
         self.objects: dict[tuple[str, str], tuple[bytes, dict[str, str]]] = {}
         self.etags: dict[tuple[str, str], str] = {}
         self.puts: list[str] = []
+        self.calls: list[tuple[str, str]] = []  # (operation, key) of every request a job made
 
     def add(self, key: str, body: bytes) -> None:
         self.objects[("b", key)] = (body, {})
 
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
+        self.calls.append(("get", key))
         body, _ = self.objects[(bucket, key)]
         if len(body) > max_bytes:
             raise ObjectTooLarge(len(body), max_bytes)
         return StoredObject(body, version_id, '"etag-1"')
 
     def head(self, bucket: str, key: str) -> ObjectHead | None:
+        self.calls.append(("head", key))
+        return self._head(bucket, key)
+
+    def _head(self, bucket: str, key: str) -> ObjectHead | None:
         found = self.objects.get((bucket, key))
         return None if found is None else ObjectHead(found[1], self.etags.get((bucket, key), '"source"'))
 
@@ -60,7 +66,8 @@ class MemoryStore:
 
     def put_if(self, bucket: str, key: str, body: bytes, *, content_type: str, metadata: Mapping[str, str],
                replacing: str | None) -> bool:
-        current = self.head(bucket, key)
+        self.calls.append(("put_if " + str(replacing), key))
+        current = self._head(bucket, key)
         if (current.etag if current is not None else None) != replacing:
             return False
         self.put(bucket, key, body, content_type=content_type, metadata=metadata)
@@ -157,6 +164,38 @@ async def test_run_job_writes_once_and_deterministically() -> None:
     assert meta == {"source-version-id": "v1", "source-etag": "etag-1", "compactor-status": "200",
                     "source-sequencer": "01"}
     assert body == object_jobs.encode(json.loads(body))  # compact JSON, re-encodes to the same bytes
+
+
+async def test_a_job_reads_the_object_and_writes_once_without_looking_first() -> None:
+    """The usual path is two requests (docs/performance.md#cold-start); an existing object is looked at only
+    when the conditional write is refused: an older version's result is replaced on its ETag, a newer
+    version's stays, and so does this version's."""
+    store = MemoryStore()
+    store.add("incoming/t.json", json.dumps({"messages": transcript(), "mode": "seal"}).encode())
+    store.add("incoming/bad.json", b"not json")
+
+    async def job(key: str, version: str, sequencer: str) -> Any:
+        store.calls.clear()
+        return await run_job(Source("b", key, version, "etag-1", sequencer), store=store,
+                             defaults=Defaults(), deadline=Deadline.after_ms(10_000))
+
+    first = await job("incoming/t.json", "v1", "01")
+    assert first.result == "compacted"
+    assert store.calls == [("get", "incoming/t.json"), ("put_if None", "compacted/t.json")]
+    failed = await job("incoming/bad.json", "v1", "01")
+    assert (failed.result, failed.status) == ("failed", 422)
+    assert store.calls == [("get", "incoming/bad.json"), ("put_if None", "failed/bad.json")]
+
+    newer = await job("incoming/t.json", "v3", "03")
+    assert newer.result == "compacted"
+    assert store.calls[1:] == [("put_if None", "compacted/t.json"), ("head", "compacted/t.json"),
+                               ('put_if "w1"', "compacted/t.json")]
+    assert store.objects[("b", "compacted/t.json")][1]["source-version-id"] == "v3"
+    late = await job("incoming/t.json", "v2", "02")
+    again = await job("incoming/t.json", "v3", "03")
+    assert (late.result, late.reason) == ("skipped", "a newer version was processed")
+    assert (again.result, again.reason) == ("skipped", "already processed")
+    assert store.puts == ["compacted/t.json", "failed/bad.json", "compacted/t.json"]
 
 
 async def test_run_job_records_too_large_objects() -> None:

@@ -1,5 +1,6 @@
 """The S3 path stores one result per object version (docs/reliability.md): concurrent deliveries of one
-event race on a conditional write and only the first one stores; the stored bytes carry no timings."""
+event race on a conditional write and only the first one stores, the others find this version's result
+there; the stored bytes carry no timings."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import threading
 from typing import Any
 
 from compactor.budget import Deadline
-from compactor.object_jobs import CONCURRENT, Defaults, Source, run_job
+from compactor.object_jobs import Defaults, Source, run_job
 from compactor_aws.s3_store import S3Store
 
 from .conftest import BUCKET, put_and_event, transcript
 
 
 class BarrierStore(S3Store):
-    """An S3 store whose reads wait for every delivery: all of them pass the "already processed" check
+    """An S3 store whose reads wait for every delivery: all of them have read the object and compact it
     before any of them writes, the worst interleaving of concurrent deliveries."""
 
     def __init__(self, client: Any, parties: int) -> None:
@@ -60,7 +61,7 @@ def deliver_concurrently(client: Any, body: bytes, parties: int = 3) -> tuple[li
 def test_concurrent_deliveries_store_one_result(s3: Any) -> None:
     outcomes, store = deliver_concurrently(s3, json.dumps({"messages": transcript(), "keep_recent": 2}).encode())
     assert sorted(o.result for o in outcomes) == ["compacted", "skipped", "skipped"]
-    assert {o.reason for o in outcomes if o.result == "skipped"} == {CONCURRENT}
+    assert {o.reason for o in outcomes if o.result == "skipped"} == {"already processed"}
     assert store.writes.count(True) == 1
     versions = s3.list_object_versions(Bucket=BUCKET, Prefix="compacted/")["Versions"]
     assert len(versions) == 1  # one stored result, never overwritten
@@ -69,6 +70,8 @@ def test_concurrent_deliveries_store_one_result(s3: Any) -> None:
 def test_concurrent_deliveries_of_bad_content_store_one_failure(s3: Any) -> None:
     outcomes, store = deliver_concurrently(s3, b'{"messages": "not a list"}')
     assert sorted(o.result for o in outcomes) == ["failed", "skipped", "skipped"]
+    assert {o.reason for o in outcomes if o.result == "skipped"} == {"already processed"}
+    assert store.writes.count(True) == 1
     assert len(s3.list_object_versions(Bucket=BUCKET, Prefix="failed/")["Versions"]) == 1
 
 

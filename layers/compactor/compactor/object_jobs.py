@@ -7,13 +7,15 @@ compacted, every other line unchanged), or
 ``failed/<rel>`` holding ``{"error", "status", "detail"?, "source"}`` when its content is bad. Pure
 Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on AWS, a dict in tests).
 
-Idempotency: every result carries the source's version id and ETag in its metadata; a job whose
-result already exists for the same source version is not run again, so the stored bytes never
-change, and results are serialised deterministically (compact JSON, keys in the service's order,
-timings left out). Writes are conditional on the result key being as the job found it (absent, or
-the ETag it saw), so concurrent deliveries of one event store one result: the later ones skip.
-A result written for a newer version of the same key (S3 ``sequencer``) is never overwritten by an
-older one.
+Idempotency: every result carries the source's version id and ETag in its metadata, and results are
+serialised deterministically (compact JSON, keys in the service's order, timings left out). A result
+is written only where none is: a conditional write (``If-None-Match: *``), so concurrent deliveries of
+one event store one result and the stored bytes never change. Only when that write is refused is the
+existing object looked at: one of the same source version (``already processed``) or of a newer
+version of the key (S3 ``sequencer``) stays, an older version's is replaced conditionally on its
+ETag. On the deployed path a redelivered event never gets here: the version's idempotency record
+answers it before the object is read (``compactor_aws.billing.run_object_job``,
+docs/performance.md#cold-start).
 
 Defaults (``COMPACTOR_S3_DEFAULTS``): a JSON object of ``/v1/compact`` request fields (``mode``,
 ``keep_recent``, ``target_ratio``, …). Fields in the object win over the defaults. The mode is chosen
@@ -334,15 +336,6 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     rel = relative_key(source.key)
     if rel is None:
         return Outcome("skipped", source, reason="outside incoming/")
-    seen: dict[str, str | None] = {}  # ETag of each target as found now: the conditional writes expect it
-    for target in (result_key(rel), failure_key(rel)):
-        head = store.head(source.bucket, target)
-        existing = head.metadata if head is not None else None
-        if same_version(existing, source):
-            return Outcome("skipped", source, key=target, reason="already processed")
-        if newer_exists(existing, source):
-            return Outcome("skipped", source, key=target, reason="a newer version was processed")
-        seen[target] = head.etag if head is not None else None
     try:
         limit = MAX_OBJECT_BYTES if max_bytes is None else max_bytes
         stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=limit)
@@ -350,11 +343,11 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         if launch is not None:
             return launch(source)
         stored = StoredObject(b"", source.version_id, source.etag)
-        failure = Failure(413, RequestTooLarge(str(exc)).body()["error"])
-        return _write_failure(store, source, stored, rel, failure, seen)
+        return _write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(str(exc)).body()["error"]),
+                              conditional=True)
     request, transcript = _build(stored.body, defaults)
     if isinstance(request, Failure):
-        return _write_failure(store, source, stored, rel, request, seen)
+        return _write_failure(store, source, stored, rel, request, conditional=True)
     started_at = time.time()
     if request.mode_name == "decision" and _exceeds_one_request(request):
         record = await compact_large(request, router=router, deadline=deadline)
@@ -367,14 +360,13 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if status >= 500:
         raise RuntimeError(f"compaction failed with status {status}: {body.get('error', {}).get('code')}")
     if status != 200:
-        return _write_failure(store, source, stored, rel, Failure(status, body["error"]), seen)
+        return _write_failure(store, source, stored, rel, Failure(status, body["error"]), conditional=True)
     key = result_key(rel)
     session = transcript.write_back(record)  # a session file is answered by the session, compacted
-    if not store.put_if(source.bucket, key, encode(body) if session is None else session.encode("utf-8"),
+    skipped = _put_once(store, source, key, encode(body) if session is None else session.encode("utf-8"),
                         content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
-                        metadata=result_metadata(source, stored, status), replacing=seen[key]):
-        return Outcome("skipped", source, key=key, reason=CONCURRENT)
-    return Outcome("compacted", source, key=key, status=status)
+                        metadata=result_metadata(source, stored, status))
+    return skipped or Outcome("compacted", source, key=key, status=status)
 
 
 def _exceeds_one_request(request: Any) -> bool:
@@ -386,15 +378,33 @@ def _exceeds_one_request(request: Any) -> bool:
 CONCURRENT = "another delivery wrote the result first"
 
 
-def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure,
-                   seen: Mapping[str, str | None] | None = None) -> Outcome:
-    """Write ``failed/<rel>``: conditionally on what the job ``seen`` there (see :func:`run_job`), else as is."""
+def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, content_type: str,
+              metadata: Mapping[str, str]) -> Outcome | None:
+    """Write ``key`` where no object is (one request on the usual path); when one is, keep it if it comes
+    from this source version or a newer one, else replace it on the condition that it is still the one
+    looked at. None when written, else the ``skipped`` outcome."""
+    if store.put_if(source.bucket, key, body, content_type=content_type, metadata=metadata, replacing=None):
+        return None
+    head = store.head(source.bucket, key)
+    existing = head.metadata if head is not None else None
+    if same_version(existing, source):
+        return Outcome("skipped", source, key=key, reason="already processed")
+    if newer_exists(existing, source):
+        return Outcome("skipped", source, key=key, reason="a newer version was processed")
+    if store.put_if(source.bucket, key, body, content_type=content_type, metadata=metadata,
+                    replacing=head.etag if head is not None else None):
+        return None
+    return Outcome("skipped", source, key=key, reason=CONCURRENT)
+
+
+def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure, *,
+                   conditional: bool = False) -> Outcome:
+    """Write ``failed/<rel>``: ``conditional``ly as results are written (see :func:`_put_once`), else as is."""
     identified = Source(source.bucket, source.key, stored.version_id, normalize_etag(stored.etag), source.sequencer)
     key = failure_key(rel)
     body, metadata = encode(failure_body(failure, identified)), result_metadata(source, stored, failure.status)
-    if seen is None:
+    if not conditional:
         store.put(source.bucket, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata)
-    elif not store.put_if(source.bucket, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata,
-                          replacing=seen[key]):
-        return Outcome("skipped", source, key=key, reason=CONCURRENT)
-    return Outcome("failed", source, key=key, status=failure.status)
+        return Outcome("failed", source, key=key, status=failure.status)
+    return _put_once(store, source, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata) or Outcome(
+        "failed", source, key=key, status=failure.status)
