@@ -167,7 +167,7 @@ async def test_run_job_writes_once_and_deterministically() -> None:
 
 
 async def test_a_job_reads_the_object_and_writes_once_without_looking_first() -> None:
-    """The usual path is two requests (docs/performance.md#cold-start); an existing object is looked at only
+    """The usual path is two requests (docs/performance.md#where-the-time-goes); an existing object is looked at only
     when the conditional write is refused: an older version's result is replaced on its ETag, a newer
     version's stays, and so does this version's."""
     store = MemoryStore()

@@ -15,7 +15,7 @@ existing object looked at: one of the same source version (``already processed``
 version of the key (S3 ``sequencer``) stays, an older version's is replaced conditionally on its
 ETag. On the deployed path a redelivered event never gets here: the version's idempotency record
 answers it before the object is read (``compactor_aws.billing.run_object_job``,
-docs/performance.md#cold-start).
+docs/performance.md#where-the-time-goes).
 
 Defaults (``COMPACTOR_S3_DEFAULTS``): a JSON object of ``/v1/compact`` request fields (``mode``,
 ``keep_recent``, ``target_ratio``, …). Fields in the object win over the defaults. The mode is chosen
