@@ -81,7 +81,7 @@ def _exact_text(flow_ir: Any) -> tuple[str, int] | None:
     try:
         text = dense_dumps(flow_ir)
         return text, utf8_len(text)
-    except (TypeError, ValueError):  # not JSON, NaN/Infinity, or a lone surrogate (UnicodeEncodeError)
+    except (TypeError, ValueError, RecursionError):  # not JSON, NaN/Infinity, a lone surrogate, a cycle
         return None
 
 
@@ -309,9 +309,6 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
         encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding))
 
 
-_NO_SPEC: Final[Mapping[str, Any]] = MappingProxyType({})
-
-
 class AdmissionCache:
     """Admitted flows of one host, by the exact content of their term (docs/performance.md).
 
@@ -363,18 +360,14 @@ class AdmissionCache:
 
 
 class _Entry:
-    """One admitted flow without the caller's node objects, and the term it was admitted from: its own
-    copy, parsed from the text when the text is first seen again."""
+    """One admitted flow and the term it was admitted from: the cache's own copy, parsed from the text
+    when the text is first seen again. The flow's node objects are the first caller's: never handed out
+    again (a hit takes the hitting caller's) and never read."""
 
     __slots__ = ("flow", "term")
 
     def __init__(self, admitted: AdmittedFlow) -> None:
-        self.flow = AdmittedFlow(
-            nodes=tuple(FlowNode(index=node.index, label=node.label, kind=node.kind, inputs=node.inputs,
-                                 spec=_NO_SPEC, policy=node.policy, encoding=node.encoding, routing=node.routing)
-                        for node in admitted.nodes),
-            successors=admitted.successors, typed=admitted.typed, encoding=admitted.encoding,
-            identity=admitted.identity, fingerprint=admitted.fingerprint)
+        self.flow = admitted
         self.term: Any = None
 
     def matches(self, text: str, flow_ir: Any) -> bool:
