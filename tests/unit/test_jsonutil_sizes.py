@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.jsonutil import ascii_dumps, dense_dumps, dense_size, dense_size_bound, json_text_size
+from compactor.jsonutil import ascii_dumps, dense_dumps, dense_size, dense_size_bound, json_text_size, spaced_dumps
 from compactor.router import tokens_bound, estimate_tokens
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200)
@@ -22,6 +22,7 @@ _json = st.recursive(
 def test_the_reused_encoders_write_what_json_dumps_writes(value):
     assert dense_dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     assert ascii_dumps(value) == json.dumps(value, allow_nan=False)
+    assert spaced_dumps(value) == json.dumps(value, ensure_ascii=False)
     assert dense_size(value) == len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
@@ -33,6 +34,7 @@ def test_the_reused_encoders_refuse_what_json_dumps_refuses():
         for encode in (dense_dumps, ascii_dumps):
             with pytest.raises(error):
                 encode(bad)
+    assert spaced_dumps([float("nan"), -float("inf"), "é"]) == '[NaN, -Infinity, "é"]'
     assert dense_dumps({1: "é", None: 2.5}) == '{"1":"é","null":2.5}' and ascii_dumps("é") == '"\\u00e9"'
 
 

@@ -14,21 +14,22 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _encoder(item_separator: str, key_separator: str, ensure_ascii: bool) -> Callable[[Any], str]:
-    """``json.JSONEncoder(...).encode`` with those settings and ``allow_nan=False``, made once.
+def _encoder(item_separator: str, key_separator: str, ensure_ascii: bool, allow_nan: bool = False
+             ) -> Callable[[Any], str]:
+    """``json.JSONEncoder(...).encode`` with those settings, made once.
 
     ``JSONEncoder.encode`` builds a new C encoder (and a closure) on every call, which costs more than
     encoding a small value; the hot path encodes about a thousand values per request (docs/performance.md).
     The encoder made here is reused: its output is the same text, and the same ``ValueError`` (NaN,
-    Infinity) and ``TypeError`` (what JSON cannot hold). It does not look for reference cycles (the values
+    Infinity, unless allowed) and ``TypeError`` (what JSON cannot hold). It does not look for reference cycles (the values
     are trees: parsed JSON and what the code builds from it), so a cycle raises ``RecursionError``."""
     reference = json.JSONEncoder(separators=(item_separator, key_separator), ensure_ascii=ensure_ascii,
-                                 allow_nan=False, check_circular=False)
+                                 allow_nan=allow_nan, check_circular=False)
     make = json.encoder.c_make_encoder
     if make is None:  # an interpreter without the C accelerator
         return reference.encode
     escape = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    encode = make(None, reference.default, escape, None, key_separator, item_separator, False, False, False)
+    encode = make(None, reference.default, escape, None, key_separator, item_separator, False, False, allow_nan)
     join = "".join
 
     def encoded(value: Any) -> str:
@@ -39,6 +40,7 @@ def _encoder(item_separator: str, key_separator: str, ensure_ascii: bool) -> Cal
 
 _dense = _encoder(",", ":", ensure_ascii=False)
 _wire = _encoder(", ", ": ", ensure_ascii=True)
+_spaced = _encoder(", ", ": ", ensure_ascii=False, allow_nan=True)
 
 
 def dense_dumps(value: Any) -> str:
@@ -116,6 +118,11 @@ def ascii_dumps(value: Any) -> str:
 def ascii_wire_size(value: Any) -> int:
     """Byte length of :func:`ascii_dumps` (pure ASCII, so characters == bytes)."""
     return len(_wire(value))
+
+
+def spaced_dumps(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``: default separators, non-ASCII raw, NaN written as such."""
+    return _spaced(value)
 
 
 def ensure_utf8_encodable(value: Any) -> None:

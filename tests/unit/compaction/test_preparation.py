@@ -262,7 +262,7 @@ def test_the_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whole(unit)
     """The evidence encodes long strings cut to their ends (docs/performance.md): the same excerpt."""
     expected = excerpt(ascii_dumps(unit), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
     assert evidence_view(unit) == expected
-    assert evidence_view(unit, dense_dumps(unit)) == expected
+    assert evidence_view(unit, [dense_dumps(message) for message in unit]) == expected
 
 
 def test_batches_grow_past_eight_fragments_only_while_one_summary_reply_holds_their_summaries():

@@ -148,3 +148,25 @@ def test_the_later_block_measures_each_action_once_and_chooses_as_whole_trials_d
 @settings(deadline=None, derandomize=True)
 def test_the_hint_order_puts_paths_and_dotted_names_first(names):
     assert hint_order(names) == sorted(names, key=lambda name: ("/" not in name and "." not in name, name))
+
+
+_ARGUMENT = st.text(max_size=20) | st.sampled_from(["src/app.py", 'a "quoted_name" x', "line\nnext_line", "é_x/y", "\\n_x"])
+_CALL = st.fixed_dictionaries({"id": st.sampled_from(["call_1", "x"]), "type": st.just("function"), "function":
+                               st.fixed_dictionaries({"name": st.sampled_from(["bash", "read_file"]), "arguments": (
+                                   st.dictionaries(st.sampled_from(["command", "path", "x_y"]), _ARGUMENT, max_size=3)
+                                   .map(json.dumps) | _ARGUMENT | st.dictionaries(st.text(max_size=4), _ARGUMENT))})})
+_ACTION = (st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none() | st.text(max_size=20),
+                                  "tool_calls": st.lists(_CALL | st.just("not a call"), max_size=3)})
+           | st.builds(lambda text: {"role": "assistant", "content": text}, st.lists(
+               st.sampled_from(["```bash\ncat src/x_y.py\n```", "```\n" + "a_b " * 80 + "\n```", "see os.path", "\n"]),
+               max_size=4).map("".join))
+           | st.just({"role": "user", "content": "```bash\nls src/a.py\n```"}))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_ACTION, max_size=6), st.integers(min_value=0, max_value=3))
+def test_quoted_actions_read_each_action_s_names_from_its_json(messages, start):
+    """The names of an action come from its quoted JSON (docs/performance.md): what encoding it again gives."""
+    expected = [(i, salience.quoted_action(m)[0], salience.message_names(salience.action_message(m)))
+                for i, m in enumerate(messages) if i >= start and salience.action_message(m) is not None]
+    assert salience.quoted_actions(messages, start) == expected

@@ -14,7 +14,7 @@ from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
                                 json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
-from compactor.compaction.salience import batch_hint, hint_order, last_uses, later_block, message_names, quoted_action
+from compactor.compaction.salience import batch_hint, hint_order, last_uses, later_block, message_names, quoted_actions
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -164,12 +164,16 @@ def _clipped(value: Any) -> Any:
     return value
 
 
-def evidence_view(unit_messages: list[Message], dense_json: str | None = None) -> tuple[str, bool]:
+def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None) -> tuple[str, bool]:
     """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over EVIDENCE_EXCERPT_OVER characters.
-    ``dense_json``: the unit's dense JSON when the caller has it (when short, cutting saves too little)."""
-    short = dense_json is not None and len(dense_json) <= 4 * _EVIDENCE_KEEP
-    text = ascii_dumps(unit_messages if short else _clipped(unit_messages))
-    return excerpt(text, EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+    ``dense_texts``: each message's dense JSON when the caller has it; a message whose JSON is no longer than
+    a string that gets cut holds none and is encoded as it is, without looking into it."""
+    if dense_texts is None:
+        clipped = _clipped(unit_messages)
+    else:
+        clipped = [message if len(text) <= 2 * _EVIDENCE_KEEP else _clipped(message)
+                   for message, text in zip(unit_messages, dense_texts, strict=True)]
+    return excerpt(ascii_dumps(clipped), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
 
 
 def fragment_question(template: dict[str, Any], excerpted: bool) -> dict[str, Any]:
@@ -283,16 +287,19 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     leave out what the agent's model never reads. The fragment's ``bytes`` and the summary record's bound
     count the unit as it is, so what keeping it costs and how batches are cut do not depend on the view."""
     view = (dialect or get_dialect(None)).model_view(unit_messages)
-    item = dense_dumps(view)
+    view_texts = [dense_dumps(v) for v in view]
+    item = dense_join(view_texts)
     whole = item if view is unit_messages else dense_dumps(unit_messages)
     questions = template if isinstance(template, Questions) else Questions.of(template)
-    return measured_candidate(unit, view, item, whole, questions)
+    return measured_candidate(unit, view, view_texts, item, whole, questions)
 
 
-def measured_candidate(unit: Unit, view: list[Message], item: str, whole: str, questions: Questions) -> Candidate:
-    """The candidate of ``unit`` from its model ``view``, the dense JSON of the view (``item``) and of the unit
-    as it is (``whole``): its sizes are computed from those texts, never by encoding them again."""
-    evidence, excerpted = evidence_view(view, item)
+def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
+                       questions: Questions) -> Candidate:
+    """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
+    the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
+    by encoding them again."""
+    evidence, excerpted = evidence_view(view, view_texts)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
@@ -367,11 +374,14 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     def view_json(unit: Unit) -> str:
         return dense_join([text for i in unit.indexes() for text in view_texts[i]])
 
-    def unit_texts(unit: Unit) -> tuple[str, str]:
-        """The dense JSON of the unit's model view and of the unit as it is (one text when they are the same)."""
+    def measured(unit: Unit) -> Candidate:
+        """The unit's candidate from the dense JSON of its view items, of its view and of the unit as it is
+        (one text when they are the same)."""
         whole = dense_join(texts[unit.start:unit.end])
+        item_texts = [text for i in unit.indexes() for text in view_texts[i]]
         same = all(len(view_texts[i]) == 1 and view_texts[i][0] is texts[i] for i in unit.indexes())
-        return (whole if same else view_json(unit)), whole
+        return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
+                                  whole if same else dense_join(item_texts), whole, questions)
 
     recent: list[str] = []
     for unit in units:
@@ -387,10 +397,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     sizer = BatchSizer(instructions, recent, payload_max_bytes, summary_max_bytes,
                        batch_size_limit(budget, reply_bytes))
     questions = Questions.of(question_template)
-    used = fit_batches((measured_candidate(u, [v for i in u.indexes() for v in views[i]], *unit_texts(u),
-                                           questions)
-                        for u in largest_candidates(messages, candidates, sizes)),
-                       sizer, reasons)
+    used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, views, used, kept, sizer)
     pinned_units = {u.id for u in units if any(i in pins for i in u.indexes())}
@@ -466,8 +473,7 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
     flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
                                                for i, b in enumerate(batches))
     # the actions after a batch (the only ones quoted), each with its JSON and its names
-    actions = [(i, quoted_action(messages[i])) for i in range(min(lasts) + 1, len(messages))]
-    actions = [(i, action[0], message_names(action[1])) for i, action in actions if action is not None]
+    actions = quoted_actions(messages, min(lasts) + 1)
     for batch, last in zip(batches, lasts):
         found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
         used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]

@@ -12,7 +12,7 @@ from itertools import chain
 from typing import Any
 
 from compactor.chat import Message, content_text
-from compactor.jsonutil import ascii_wire_size, dense_dumps
+from compactor.jsonutil import ascii_wire_size, dense_dumps, spaced_dumps
 
 MAX_NAMES = 160
 MAX_NAMES_BYTES = 3000
@@ -131,7 +131,7 @@ def _short_call(call: dict[str, Any]) -> dict[str, Any]:
     elif isinstance(parsed, str):
         parsed = _shortened(parsed)
     return {"type": "function", "function": {"name": function.get("name"),
-                                             "arguments": json.dumps(parsed, ensure_ascii=False)}}
+                                             "arguments": spaced_dumps(parsed)}}
 
 
 def action_message(message: Message) -> Message | None:
@@ -158,6 +158,30 @@ def quoted_action(message: Message) -> tuple[str, Message] | None:
         reduced = {"role": "assistant", "content": "\n".join(cut)}
     quoted = dense_dumps(reduced)
     return (quoted, reduced) if len(quoted) <= MAX_ACTION_CHARS else None
+
+
+# The dense JSON of a reduced tool-call action up to its calls: what ``message_names`` would encode again.
+_CALLS_PREFIX = '{"role":"assistant","content":null,"tool_calls":'
+
+
+def quoted_actions(messages: list[Message], start: int) -> list[tuple[int, str, set[str]]]:
+    """The actions among ``messages[start:]``: each one's index, dense JSON (:func:`quoted_action`) and
+    names (:func:`message_names` of the action), the names read from that JSON instead of encoding the calls
+    again (docs/performance.md)."""
+    actions = []
+    for index in range(start, len(messages)):
+        action = quoted_action(messages[index])
+        if action is None:
+            continue
+        quoted, reduced = action
+        if "tool_calls" not in reduced:
+            names = names_in(reduced["content"])
+        elif reduced["tool_calls"]:
+            names = names_in(" " + quoted[len(_CALLS_PREFIX):-1].replace("\\n", " ").replace('\\"', '"'))
+        else:
+            names = set()
+        actions.append((index, quoted, names))
+    return actions
 
 
 def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, Any]:
