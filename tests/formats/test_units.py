@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.formats import get_dialect
 
@@ -68,6 +72,34 @@ def test_chat_model_view_keeps_the_chat_fields_only() -> None:
         {"role": "assistant", "content": None, "refusal": "no"},
     ]
     assert list(CHAT.model_view(items)[0]) == ["content", "role", "tool_calls"]
+
+
+def _model_message_by_copy(item: Any) -> Any:
+    """The chat model view of one message as first written: always a copy."""
+    from compactor.formats.openai_chat import CALL_FIELDS, MODEL_FIELDS
+
+    if not isinstance(item, dict):
+        return item
+    return {key: [{k: v for k, v in c.items() if k in CALL_FIELDS} if isinstance(c, dict) else c for c in value]
+            if key == "tool_calls" and isinstance(value, list) else value
+            for key, value in item.items() if key in MODEL_FIELDS and (value is not None or key in ("role", "content"))}
+
+
+_CHAT_KEYS = st.sampled_from(["role", "content", "tool_calls", "name", "tool_call_id", "refusal", "extra",
+                              "reasoning_content", "function_call"])
+_CALL = st.dictionaries(st.sampled_from(["id", "type", "function", "index"]), st.none() | st.text(max_size=3),
+                        max_size=4) | st.just("call")
+_CHAT_ITEM = st.dictionaries(_CHAT_KEYS, st.none() | st.text(max_size=3) | st.lists(_CALL, max_size=3), max_size=6) | st.just(
+    "not a message")
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(_CHAT_ITEM, max_size=4))
+def test_the_chat_model_view_is_the_copy_s_json_and_the_item_itself_when_nothing_is_left_out(items) -> None:
+    for item, view in zip(items, CHAT.model_view(items), strict=True):
+        expected = _model_message_by_copy(item)
+        assert json.dumps(view) == json.dumps(expected)
+        assert (view is item) == (expected == item and list(expected) == list(item)) or not isinstance(item, dict)
 
 
 def _results_with_their_calls(dialect: Any, items: list[dict[str, Any]], calls: Any, results: Any) -> None:

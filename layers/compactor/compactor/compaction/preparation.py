@@ -465,8 +465,8 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
     # never exceeds, or in none (docs/performance.md).
     first = min(c.unit.start for batch in batches for c in batch.candidates)
     kept_set = set(kept)
-    names = [set().union(*map(message_names, view)) if i >= first or i in kept_set else set()
-             for i, view in enumerate(views)]
+    names = [(message_names(view[0]) if len(view) == 1 else set().union(*map(message_names, view)))
+             if i >= first or i in kept_set else set() for i, view in enumerate(views)]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     last_use = last_uses(names)
     carried = set().union(*(names[i] for i in kept)) if kept else set()

@@ -23,9 +23,19 @@ def _model_call(call: object) -> object:
     return {k: v for k, v in call.items() if k in CALL_FIELDS} if isinstance(call, dict) else call
 
 
+def _left_as_is(item: dict) -> bool:
+    """Whether :func:`model_message` leaves nothing out of ``item`` (the common case)."""
+    for key, value in item.items():
+        if key not in MODEL_FIELDS or (value is None and key not in ("role", "content")):
+            return False
+    calls = item.get("tool_calls")
+    return not isinstance(calls, list) or all(not isinstance(c, dict) or c.keys() <= CALL_FIELDS for c in calls)
+
+
 def model_message(item: Item) -> Item:
-    """``item`` with only the format's fields, in their order; empty optional fields (``null``) dropped."""
-    if not isinstance(item, dict):
+    """``item`` with only the format's fields, in their order; empty optional fields (``null``) dropped.
+    ``item`` itself when that leaves nothing out (no copy of every message per request, docs/performance.md)."""
+    if not isinstance(item, dict) or _left_as_is(item):
         return item
     view: Item = {}
     for key, value in item.items():
