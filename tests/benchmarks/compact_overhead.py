@@ -7,10 +7,11 @@ Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--laten
    tail) against instant in-process fake transports behind a real ``Router``.
    Prints the wall time of ``service.compact`` (preparation, materialisation, flow admission, the run,
    reassembly) as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body; median of
-   N runs, each on a new router. Goal ≤ 6. It also prints the same ratio in the thread's CPU time, which
-   the load of other processes on a shared machine inflates far less than wall time (the path runs in one
-   thread: the fake transports are in-process); then, not for the goal, a warm router's other sessions,
-   the same request again (admitted from the router's cache) and a new process's first request.
+   N runs, each on a new router. Goal ≤ 6, met only when the same ratio in the thread's CPU time (which
+   the load of other processes on a shared machine inflates far less than wall time: the path runs in one
+   thread, the fake transports are in-process) meets it too; then, not for the goal, a warm router's
+   other sessions, the same request again (admitted from the router's cache) and a new process's first
+   request.
    ``--profile`` prints the cProfile top hotspots of one run.
 2. Concurrency: the fake transports answer after a latency L (``asyncio.sleep``); a request that makes
    32 batches (32 decision calls, then 32 summary calls) should take about 2·L. Prints wall / (2·L);
@@ -194,10 +195,15 @@ def overhead(runs: int, profile: bool) -> bool:
     print(f"  service.compact: median {median * 1000:.1f} ms (min {min(samples) * 1000:.1f}, n={runs}); "
           f"json.loads+dumps round trip {baseline * 1000:.1f} ms")
     ratio = median / baseline
-    print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g})  {'OK' if ratio <= OVERHEAD_GOAL else 'ABOVE GOAL'}")
     cpu_median = statistics.median(cpu_samples)  # what other processes on a shared machine add least to
+    cpu_ratio = cpu_median / cpu_baseline
+    # Both must meet the goal: other processes' load can inflate the wall-clock baseline alone (a 2.3 ms
+    # round trip measured 6.4 ms on a loaded machine, which nearly passed a 9× overhead).
+    met = ratio <= OVERHEAD_GOAL and cpu_ratio <= OVERHEAD_GOAL
+    print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g}, in wall and thread CPU time)  "
+          f"{'OK' if met else 'ABOVE GOAL'}")
     print(f"  thread CPU time: service.compact median {cpu_median * 1000:.1f} ms, round trip "
-          f"{cpu_baseline * 1000:.1f} ms, ratio {cpu_median / cpu_baseline:.1f}")
+          f"{cpu_baseline * 1000:.1f} ms, ratio {cpu_ratio:.1f}")
     warm_router = router_for(transport)
     bodies = [overhead_body(f"_{run}") for run in range(runs + 1)]
     asyncio.run(run_compact(bodies[-1], transport, warm_router))  # the router's first request
@@ -216,9 +222,9 @@ def overhead(runs: int, profile: bool) -> bool:
     print(f"  a new process's first request (its imports done): median {wall * 1000:.1f} ms, ratio "
           f"{wall / baseline:.1f}; thread CPU {cpu * 1000:.1f} ms, ratio {cpu / cpu_baseline:.1f} "
           f"(n={FIRST_REQUESTS}; not the goal's figure)")
-    if profile or ratio > OVERHEAD_GOAL:
+    if profile or not met:
         print_profile(body)
-    return ratio <= OVERHEAD_GOAL
+    return met
 
 
 def first_request() -> None:
