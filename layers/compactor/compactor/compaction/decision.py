@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from compactor.archives import store_originals
 from compactor.call_record import CallRecord, flow_facts
 from compactor.compaction.modes import check_pins
 from compactor.compaction.preparation import (
@@ -138,6 +137,8 @@ class DecisionMode:
         output, manifest, output_bytes = reassemble(messages, prep, values, get_dialect(request.format),
                                                     restorable=request.restorable, decided=ran.answer_reasons)
         if plan.archive is not None:  # the originals of the changed units (docs/archives.md)
+            from compactor.archives import store_originals  # restorable requests only: lean cold starts
+
             store_originals(plan.archive, messages, manifest)
         if plan.on_event is not None:  # every manifest entry, unbounded, with its reason (docs/report.md)
             plan.on_event({"event": "units", "units": manifest})
