@@ -257,8 +257,16 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         record["object"].pop("versionId", None)
         return event
 
+    def compact_event_for(sample: int) -> dict[str, Any]:
+        # API Gateway gives every request its own id, which names the request's usage ledger entry: with
+        # the event's fixed id, every sample but the first found its entry written (a failed conditional
+        # write, an error path no deployed request takes).
+        event = json.loads(json.dumps(compact_event))
+        event["requestContext"]["requestId"] = f"{run_id}-{sample}"
+        return event
+
     return [
-        Function("compact", compact_event, lambda a: a.get("statusCode") == 200, code, deployment),
+        Function("compact", compact_event_for, lambda a: a.get("statusCode") == 200, code, deployment),
         Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"],
                  code, deployment),
         Function("flow_worker", worker_event, lambda a: a.get("status") == "done", code, deployment),
