@@ -283,14 +283,22 @@ class Router:
         self._breakers: dict[tuple[str, str], _Breaker] = {}
         self._observed_copies: dict[tuple[int, bool, bool], Offer] = {}
         self._admitted: dict[str, AdmittedPolicy] = {}
-        from compactor.flow.admit import AdmissionCache  # here: the flow runtime imports this module
-
-        # Flows admitted with this router's policy admission, by their terms' content (docs/performance.md).
-        self.flow_admissions = AdmissionCache()
+        self._flow_admissions: Any = None
         self._rankings: dict[tuple[str, Requirements, tuple[int, ...]], tuple[Any, Ranking]] = {}
         # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \
             weakref.WeakKeyDictionary()
+
+    @property
+    def flow_admissions(self) -> Any:
+        """The flows admitted with this router's policy admission, by their terms' content (a
+        ``compactor.flow.AdmissionCache``, docs/performance.md); made on first use, so that a router that
+        never admits a flow does not import the flow runtime (which imports this module)."""
+        if self._flow_admissions is None:
+            from compactor.flow.admit import AdmissionCache
+
+            self._flow_admissions = AdmissionCache()
+        return self._flow_admissions
 
     def admit_policy(self, term: Any) -> AdmittedPolicy:
         """Admit a per-call policy term and ∧-compose the host envelope onto its filter.

@@ -61,8 +61,8 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
     itself, so that its size bound is checked without encoding it again (docs/performance.md).
     ``cache``: the host's :class:`AdmissionCache` (one per ``admit_policy``): a term admitted before is
     not admitted again, only the flow input is checked (docs/performance.md)."""
-    text = _exact_text(flow_ir) if cache is not None else None
-    if text is None:
+    text = None if cache is None else _exact_text(flow_ir)
+    if cache is None or text is None:
         return _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, None)
     key = (flow_input is not MISSING, text[0])
     known = cache.get(key, flow_ir)
@@ -71,7 +71,6 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
             _check_flow_input(flow_input, flow_input_bytes)
         return known
     admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1])
-    assert cache is not None
     cache.put(key, admitted)
     return admitted
 
