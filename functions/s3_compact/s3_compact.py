@@ -55,33 +55,44 @@ def observer(request_id: str | None, api_key_id: str, billed: list[Any]) -> obje
     return observe
 
 
-@tracer.capture_method(capture_response=False)
-def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """Run one record's job under the Lambda's remaining time (docs/behaviour.md#configuration flow budget), once per object
-    version, billed once after its result is stored (docs/billing.md)."""
+def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.Defaults,
+            context: LambdaContext) -> dict[str, Any]:
+    """The object's job under the Lambda's remaining time (docs/behaviour.md#configuration flow budget), once per
+    object version, billed once after its result is stored (docs/billing.md)."""
     from compactor import service
     from compactor.container import run_sync
     from compactor_aws import billing
 
+    caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
+    request_id = getattr(context, "aws_request_id", None)
+
+    def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        billed: list[Any] = []
+        launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
+        done = run_sync(object_jobs.run_job(
+            source, store=store, defaults=defaults, deadline=service.request_deadline(context),
+            observe=observer(request_id, billing.billed_caller(source, caller), billed),
+            launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
+        facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
+        return done.as_dict(), facts
+
+    return billing.run_object_job(source, job, context, caller)
+
+
+@tracer.capture_method(capture_response=False)
+def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
+    """One record: its object's job (:func:`run_job`), logged and counted."""
     source = source_of(record)
     if not record.event_name.startswith("ObjectCreated:"):
         outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
     else:
         rel = object_jobs.relative_key(source.key)
-        caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
-        request_id = getattr(context, "aws_request_id", None)
-
-        def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
-            billed: list[Any] = []
-            launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
-            done = run_sync(object_jobs.run_job(
-                source, store=store, defaults=defaults, deadline=service.request_deadline(context),
-                observe=observer(request_id, billing.billed_caller(source, caller), billed),
-                launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
-            facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
-            return done.as_dict(), facts
-
-        outcome = billing.run_object_job(source, job, context, caller)
+        if rel:  # read while the idempotency record is written (docs/performance.md#where-the-time-goes)
+            store.prefetch(source.bucket, source.key, version_id=source.version_id)
+        try:
+            outcome = run_job(source, rel, defaults, context)
+        finally:
+            store.discard()  # the object if the job did not read it (a redelivered event)
     tracer.put_annotation("s3_result", outcome["result"])
     logger.info("s3 object %s", outcome["result"], extra={
         "bucket": source.bucket, "key": source.key, "version_id": source.version_id,

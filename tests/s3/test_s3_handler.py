@@ -284,3 +284,20 @@ def test_mask_mode_through_the_s3_path(
     assert output["compaction"]["mode"] == "mask" and output["compaction"]["masked"]
     assert output["compaction"]["output_bytes"] < output["compaction"]["original_bytes"]
     assert "x_router" not in output
+
+
+def test_each_delivery_reads_the_object_once(s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """The handler sends the GetObject before the idempotency record is written and the job takes that
+    answer; a redelivered event, answered by the record, closes it unread."""
+    from compactor_aws import s3_store
+
+    event = put_and_event(s3, "incoming/once.json", json.dumps(transcript()))
+    gets: list[str] = []
+    s3_store.s3_client().meta.events.register("provide-client-params.s3.GetObject",
+                                              lambda params, **_: gets.append(params["Key"]))
+
+    first = run(s3_module, event, lambda_context)
+    again = run(s3_module, event, lambda_context)
+
+    assert [first[0]["result"], again[0]["result"]] == ["compacted", "skipped"]
+    assert gets == ["incoming/once.json"] * 2

@@ -13,6 +13,7 @@ the call (500 / the Lambda retry), so what was delivered is what is billed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -29,6 +30,7 @@ from compactor.errors import (
     InvalidUsageRange,
 )
 from compactor.jsonutil import dense_dumps
+from compactor_aws import background
 from compactor_aws.caller import caller_of
 
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -234,17 +236,27 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     """
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
+    entry_id, billed_to = f"s3:{scope}", billed_caller(source, caller)
 
     fresh: list[bool] = []
+    billing_now: list[Future[None]] = []
 
     def run() -> dict[str, Any]:
         outcome, facts = job()
         fresh.append(True)
-        return {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
+        record = {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
+        if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
+            # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
+            billing_now.append(background.start(_bill, entry_id, billed_to, facts, record["time"], request_id, None))
+        return record
 
-    record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
-    _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
-          record.get("request_id"), None)
+    try:
+        record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
+    finally:
+        for billed in billing_now:
+            billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
+    if not fresh:
+        _bill(entry_id, billed_to, record.get("facts"), record["time"], record.get("request_id"), None)
     if fresh or record["outcome"].get("result") == "skipped":
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.

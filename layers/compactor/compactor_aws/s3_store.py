@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from typing import IO, TYPE_CHECKING, Any
 
 import boto3
@@ -16,6 +17,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from compactor.container import PerContainer
+from compactor_aws import background
 
 if TYPE_CHECKING:  # imported where used: the fan-out worker needs only the client (docs/performance.md#where-the-time-goes)
     from compactor.object_jobs import ObjectHead, StoredObject
@@ -32,24 +34,46 @@ s3_client = CLIENT.get
 reset_client = CLIENT.reset
 
 
+def _object(bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+    if version_id:
+        params["VersionId"] = version_id
+    return params
+
+
 class S3Store:
     """get / head / put on S3; every other error propagates (the invocation is retried)."""
 
     def __init__(self, client: Any = None):
         self._client = client
+        self._prefetched: dict[tuple[str, str, str | None], Future[Any]] = {}
 
     @property
     def client(self) -> Any:
         return self._client if self._client is not None else s3_client()
 
+    def prefetch(self, bucket: str, key: str, *, version_id: str | None) -> None:
+        """Send the object's GetObject now, on a thread (``compactor_aws.background``), and go on: the
+        next :meth:`get` of this object version takes its answer (status and headers; the body is read
+        then). :meth:`discard` closes one no :meth:`get` took."""
+        client = self.client  # built on this thread
+        self._prefetched[(bucket, key, version_id)] = background.start(
+            client.get_object, **_object(bucket, key, version_id))
+
+    def discard(self) -> None:
+        """Close every prefetched answer that no :meth:`get` took (its error, if any, is dropped)."""
+        pending, self._prefetched = self._prefetched, {}
+        for future in pending.values():
+            with contextlib.suppress(Exception):
+                future.result()["Body"].close()
+
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
         """The object's bytes; :class:`ObjectTooLarge` (without reading the body) past ``max_bytes``."""
         from compactor.object_jobs import ObjectTooLarge, StoredObject
 
-        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version_id:
-            params["VersionId"] = version_id
-        response = self.client.get_object(**params)
+        prefetched = self._prefetched.pop((bucket, key, version_id), None)
+        response = (prefetched.result() if prefetched is not None
+                    else self.client.get_object(**_object(bucket, key, version_id)))
         stream = response["Body"]
         try:
             size = int(response.get("ContentLength", 0))
@@ -100,10 +124,7 @@ class S3Store:
     @contextlib.contextmanager
     def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[IO[bytes]]:
         """The object's body as a stream (read in chunks, never whole)."""
-        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
-        if version_id:
-            params["VersionId"] = version_id
-        body = self.client.get_object(**params)["Body"]
+        body = self.client.get_object(**_object(bucket, key, version_id))["Body"]
         try:
             yield body
         finally:
