@@ -96,3 +96,38 @@ async def test_the_context_check_uses_the_estimate_wherever_the_bound_does_not_s
         if not fits:
             assert result.trace["rejected"] == [{"offer": "o", "reason": CONTEXT_REJECTION, "estimated_tokens": exact}]
 
+
+
+def _utf8_check_by_encoding(value):
+    """The lone-surrogate check as first written: the whole value serialised and encoded."""
+    try:
+        dense_dumps(value).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("text must be valid Unicode: it contains a lone surrogate "
+                         f"(\\u{ord(exc.object[exc.start]):04x})") from None
+
+
+def _outcome(check, value):
+    try:
+        check(value)
+    except Exception as exc:  # noqa: BLE001 - the exception itself is what is compared
+        return type(exc), str(exc)
+    return None
+
+
+_any_text = st.text(max_size=8) | st.sampled_from(["\ud800", "a\udfff", "é", "😀", "x"])
+_anything = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | _any_text | st.just(("a", "\udc00")) | st.just({1}),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_any_text | st.integers() | st.none(), inner,
+                                                                max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(_anything)
+def test_the_lone_surrogate_check_looks_at_strings_and_raises_what_encoding_raises(value):
+    from compactor.jsonutil import ensure_utf8_encodable
+
+    assert _outcome(ensure_utf8_encodable, value) == _outcome(_utf8_check_by_encoding, value)
+    shared = {"k": value}
+    assert _outcome(ensure_utf8_encodable, [shared, shared]) == _outcome(_utf8_check_by_encoding, [shared, shared])

@@ -127,12 +127,56 @@ def spaced_dumps(value: Any) -> str:
 
 def ensure_utf8_encodable(value: Any) -> None:
     """Raise ``ValueError`` when a string in ``value`` holds a lone surrogate (a valid JSON escape such as
-    ``"\\ud800"`` that no UTF-8 text can carry, so no size can be measured and no answer written)."""
+    ``"\\ud800"`` that no UTF-8 text can carry, so no size can be measured and no answer written).
+
+    Plain JSON is checked string by string (an ASCII string holds none) instead of being serialised once
+    more (docs/performance.md); anything else is encoded and raises what encoding raises."""
+    if _plain_and_encodable(value):
+        return
     try:
         dense_dumps(value).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError("text must be valid Unicode: it contains a lone surrogate "
                          f"(\\u{ord(exc.object[exc.start]):04x})") from None
+
+
+def _plain_and_encodable(value: Any) -> bool:
+    """True when ``value`` is plain JSON (string keys, finite floats, each container held once) whose every
+    string encodes to UTF-8, found by looking at each string instead of encoding the whole value; False
+    when it is not, or may not be (the caller then encodes it and raises what encoding raises)."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is str:
+            if not node.isascii() and not _encodable(node):
+                return False
+        elif kind is dict or kind is list:
+            if id(node) in seen:  # shared (or a cycle): let the encoder judge
+                return False
+            seen.add(id(node))
+            if kind is dict:
+                for key in node:
+                    if type(key) is not str or not (key.isascii() or _encodable(key)):
+                        return False
+                stack.extend(node.values())
+            else:
+                stack.extend(node)
+        elif kind is float:
+            if not math.isfinite(node):
+                return False
+        elif node is not None and kind is not int and kind is not bool:
+            return False
+    return True
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class StrictJSONError(ValueError):
