@@ -117,7 +117,8 @@ def _outcome(check, value):
 
 _any_text = st.text(max_size=8) | st.sampled_from(["\ud800", "a\udfff", "é", "😀", "x"])
 _anything = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | _any_text | st.just(("a", "\udc00")) | st.just({1}),
+    st.none() | st.booleans() | st.integers() | st.floats() | _any_text | st.just(("a", "\udc00")) | st.just({1})
+    | st.sampled_from([10**1204, -(10**1204), 2**4000, 2**4001]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_any_text | st.integers() | st.none(), inner,
                                                                 max_size=4),
     max_leaves=20)
@@ -131,3 +132,11 @@ def test_the_lone_surrogate_check_looks_at_strings_and_raises_what_encoding_rais
     assert _outcome(ensure_utf8_encodable, value) == _outcome(_utf8_check_by_encoding, value)
     shared = {"k": value}
     assert _outcome(ensure_utf8_encodable, [shared, shared]) == _outcome(_utf8_check_by_encoding, [shared, shared])
+
+
+def test_an_int_past_the_digit_limit_is_refused_as_encoding_refuses_it():
+    from compactor.jsonutil import ensure_utf8_encodable
+
+    for value in ([10**5000], {"k": -(10**4400)}, [2**4001, "é"]):
+        assert _outcome(ensure_utf8_encodable, value) == _outcome(_utf8_check_by_encoding, value)
+    assert _outcome(ensure_utf8_encodable, [10**5000])[0] is ValueError

@@ -140,10 +140,15 @@ def ensure_utf8_encodable(value: Any) -> None:
                          f"(\\u{ord(exc.object[exc.start]):04x})") from None
 
 
+# Ints of up to this many bits have far fewer decimal digits than Python's conversion limit (4300 by default).
+_PLAIN_INT_BITS = 4000
+
+
 def _plain_and_encodable(value: Any) -> bool:
-    """True when ``value`` is plain JSON (string keys, finite floats, each container held once) whose every
-    string encodes to UTF-8, found by looking at each string instead of encoding the whole value; False
-    when it is not, or may not be (the caller then encodes it and raises what encoding raises)."""
+    """True when ``value`` is plain JSON (string keys, finite floats, ints of a few thousand bits, each
+    container held once) whose every string encodes to UTF-8, found by looking at each string instead of
+    encoding the whole value; False when it is not, or may not be (the caller then encodes it and raises
+    what encoding raises)."""
     seen: set[int] = set()
     stack = [value]
     while stack:
@@ -166,7 +171,10 @@ def _plain_and_encodable(value: Any) -> bool:
         elif kind is float:
             if not math.isfinite(node):
                 return False
-        elif node is not None and kind is not int and kind is not bool:
+        elif kind is int:
+            if node.bit_length() > _PLAIN_INT_BITS:  # past it, the encoder may refuse the int's digits
+                return False
+        elif node is not None and kind is not bool:
             return False
     return True
 
