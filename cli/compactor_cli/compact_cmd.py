@@ -228,7 +228,7 @@ def compact_locally(request: Any, progress: Any = None, archive: Any = None
             progress.on_event(event)
 
     if request.mode_name == "decision":
-        from compactor.compaction.windowed import exceeds_one_request
+        from compactor.compaction.decision import exceeds_one_request
 
         if exceeds_one_request(request):
             return run_sync(compact_large(request, on_event=on_event)), units

@@ -370,7 +370,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
 
 
 def _exceeds_one_request(request: Any) -> bool:
-    from compactor.compaction.windowed import exceeds_one_request
+    from compactor.compaction.decision import exceeds_one_request  # not the windowed module (docs/performance.md#where-the-time-goes)
 
     return exceeds_one_request(request)
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from compactor.call_record import CallRecord, flow_facts
 from compactor.compaction.modes import check_pins
 from compactor.compaction.preparation import (
-    DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, Preparation, bounded_tail, prepare)
+    DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS,
+    Preparation, bounded_tail, prepare)
 from compactor.compaction.preset import (
     default_decision_policy, generation_tokens, materialise, question_template, reply_bytes, requested_max_tokens)
 from compactor.compaction.reassembly import compaction_report, reassemble
@@ -159,3 +160,24 @@ class DecisionMode:
 
 
 MODE = DecisionMode()
+
+LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
+"""The limits of one request that leave candidates out; a transcript over them is compacted in windows
+(``compactor.compaction.windowed``, docs/scale.md)."""
+
+
+def exceeds_one_request(request: CompactRequest) -> bool:
+    """Whether one ``/v1/compact`` request would leave candidates out for its limits (False for a request
+    the single-request path rejects, so it answers it). Windows read ``openai-chat`` and keep no
+    originals: other formats and restorable requests run as one request (docs/formats.md). Here, not in
+    the windowed module, so that the S3 path asks without importing what windows need
+    (docs/performance.md#where-the-time-goes)."""
+    if request.format != "openai-chat" or request.restorable:
+        return False
+    pins = request.pinned_indices
+    if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
+        return False
+    prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
+                   pinned_indices=request.pinned_indices, question_template=question_template(),
+                   bounded=bounded_tail(request))
+    return any(reason in LIMIT_REASONS for reason in prep.reasons)

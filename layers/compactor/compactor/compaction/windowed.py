@@ -18,10 +18,6 @@ from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_dumps
 from compactor.response_blocks import usage_block
 from compactor.transcript_stream import ArrayWriter, iter_messages
-from compactor.compaction.preparation import (
-    REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS, bounded_tail, prepare,
-)
-from compactor.compaction.preset import question_template
 from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
     RunState,
@@ -33,22 +29,6 @@ from compactor.compaction.windows import (
 
 DECISION = "decision"
 """Windowed runs are decision-mode compactions (docs/scale.md)."""
-LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
-
-
-def exceeds_one_request(request: Any) -> bool:
-    """Whether one ``/v1/compact`` request would leave candidates out for its limits (False for a request
-    the single-request path rejects, so it answers it). Windows read ``openai-chat`` and keep no
-    originals: other formats and restorable requests run as one request (docs/formats.md)."""
-    if request.format != "openai-chat" or request.restorable:
-        return False
-    pins = request.pinned_indices
-    if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
-        return False
-    prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
-                   pinned_indices=request.pinned_indices, question_template=question_template(),
-                   bounded=bounded_tail(request))
-    return any(reason in LIMIT_REASONS for reason in prep.reasons)
 
 
 def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline: Deadline | None = None,
