@@ -371,14 +371,14 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     view_texts = [[texts[i]] if len(view) == 1 and (view[0] is messages[i] or _same_json(view[0], messages[i]))
                   else [dense_dumps(v) for v in view] for i, view in enumerate(views)]
 
-    def view_json(unit: Unit) -> str:
-        return dense_join([text for i in unit.indexes() for text in view_texts[i]])
+    def unit_view_texts(unit: Unit) -> list[str]:
+        return [text for i in unit.indexes() for text in view_texts[i]]
 
     def measured(unit: Unit) -> Candidate:
         """The unit's candidate from the dense JSON of its view items, of its view and of the unit as it is
         (one text when they are the same)."""
         whole = dense_join(texts[unit.start:unit.end])
-        item_texts = [text for i in unit.indexes() for text in view_texts[i]]
+        item_texts = unit_view_texts(unit)
         same = all(len(view_texts[i]) == 1 and view_texts[i][0] is texts[i] for i in unit.indexes())
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
                                   whole if same else dense_join(item_texts), whole, questions)
@@ -386,7 +386,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            recent.append(recent_view(messages[unit.start:unit.end], view_json=view_json(unit)))
+            recent.append(recent_view(messages[unit.start:unit.end], view_json=dense_join(unit_view_texts(unit))))
 
     retained = dense_join_size([sizes[i] for u in units if u.id in protected for i in u.indexes()])
     budget = summary_budget(target, retained, len(candidates))
