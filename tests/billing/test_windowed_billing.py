@@ -21,7 +21,7 @@ from compactor_aws.s3_store import S3Store
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 
 from scale import transcripts
-from scale.conftest import frozen_router
+from fakes.routers import frozen_router
 
 from .conftest import USAGE_TABLE
 

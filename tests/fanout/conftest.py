@@ -28,11 +28,10 @@ from moto import mock_aws
 
 from compactor import container
 from compactor_aws import s3_store
-from compactor.catalog import get_catalog
 from compactor_cli.lambda_runtime import load_handler
-from compactor.providers.registry import transport_for
 from compactor.router import Router
 from fakes.lambda_dispatch import LambdaDispatch
+from fakes.routers import frozen_router
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "infra" / "statemachine" / "batch_fanout.asl.json"
@@ -41,13 +40,6 @@ ACCOUNT = "123456789012"
 BUCKET = "compactor-transcripts-test"
 WORKER_ARN = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:compactor-FlowWorkerFunction"
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-
-
-def frozen_router() -> Router:
-    """The bundled catalog's router with a clock that never moves (``latency_ms`` always 0)."""
-    catalog = get_catalog()
-    return Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for,
-                  clock=lambda: 0.0)
 
 
 def asl_definition(worker_arn: str = WORKER_ARN) -> str:

@@ -25,7 +25,7 @@ from compactor.flow.partition import (
 from compactor.router import Router
 from scenarios.helpers import fixture_t
 
-from .conftest import frozen_router
+from fakes.routers import frozen_router
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"

@@ -7,20 +7,10 @@ from typing import Any
 
 import pytest
 
-from compactor.catalog import get_catalog
 from compactor.compaction.preset import load_preset
-from compactor.providers.registry import transport_for
-from compactor.router import Router
 
 from scale import transcripts
 from s3.conftest import s3_module  # noqa: F401  (the S3 handler fixture, shared)
-
-
-def frozen_router() -> Router:
-    """The bundled offline offers with a clock that never moves: equal inputs, equal bytes out."""
-    catalog = get_catalog()
-    return Router(catalog.offers, envelope=catalog.policy_envelope, transport_for=transport_for,
-                  clock=lambda: 0.0)
 
 
 def decision_policy() -> Any:

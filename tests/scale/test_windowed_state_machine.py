@@ -25,10 +25,11 @@ from compactor.large_jobs import job_id, job_input
 from compactor.object_jobs import Source
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from fakes.lambda_dispatch import LambdaDispatch
+from fakes.routers import frozen_router
 
 from scale import transcripts
 
-from .conftest import decision_policy, frozen_router
+from .conftest import decision_policy
 
 REPO = Path(__file__).resolve().parents[2]
 ASL = REPO / "infra" / "statemachine" / "windowed_job.asl.json"

@@ -25,7 +25,9 @@ from compactor.compaction.windows import (
 from compactor.jsonutil import dense_size
 from compactor.models import CompactRequest
 
-from .conftest import decision_policy, frozen_router
+from fakes.routers import frozen_router
+
+from .conftest import decision_policy
 
 
 def settings(**kw: Any) -> Settings:
