@@ -62,25 +62,39 @@ OFFERS = (
 
 
 class FakeTransport:
-    """Answers after ``latency_s``: every fragment ``summarize``, every summary a short string."""
+    """Answers after ``latency_s``: every fragment ``summarize``, every summary a short string.
+
+    A real provider parses the prompt in its own process, so the fake does not parse it either (about
+    0.5 ms of JSON per request would otherwise count as Compactor's overhead): a summary prompt is the
+    batch's items as a JSON object (docs/performance.md), whose first key is one of the fragment ids of a
+    decision this transport answered, so the reply is the batch's answer built from those ids. A prompt
+    it cannot place (it never happens here) is parsed. Compactor's own work on the answers (parsing the
+    reply, checking it, overlaying the summaries) is the same as with a parsing fake."""
 
     def __init__(self, latency_s: float = 0.0) -> None:
         self.latency_s = latency_s
         self.decisions = 0
         self.chats = 0
+        self.batches: dict[str, list[str]] = {}  # first fragment id of a decided batch -> its ids
 
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
         self.decisions += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         answers = {fid: {"type": "choice", "choice": "summarize", "confidence": 0.9} for fid in request.questions}
+        ids = list(request.questions)
+        self.batches[ids[0]] = ids
         return DecisionResponse(model=offer.model, answers=answers, tokens_in=5000, tokens_out=40)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         self.chats += 1
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        items = json.loads(request.messages[-1]["content"])
+        prompt = request.messages[-1]["content"]
+        first = prompt[2:prompt.find('"', 2)] if prompt.startswith('{"') else None
+        items = self.batches.get(first) if first else None  # every fragment of a batch is summarised
+        if items is None:
+            items = list(json.loads(prompt))
         text = json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items})
         return ChatResponse(text=text, finish_reason="stop", tokens_in=20000, tokens_out=300)
 
