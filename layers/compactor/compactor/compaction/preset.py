@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
-from compactor.compaction.preparation import Batch, batch_items, batch_questions, batch_state
+from compactor.compaction.preparation import Batch, batch_questions, batch_state
+from compactor.flow.values import JSONText
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
 MAX_GENERATION_TOKENS = 4096
@@ -94,8 +95,10 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     patches: list[str] = []
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
+        # An item is the dense JSON text of the unit's model view: the summary prompt quotes it without
+        # the encoder's escape of every character (docs/performance.md).
         flow_input[key] = {"state": batch_state(instructions, recent_evidence, batch.candidates, batch.later),
-                           "items": batch_items(batch.candidates)}
+                           "items": {c.unit.id: JSONText(c.item) for c in batch.candidates}}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
                 continue

@@ -39,9 +39,33 @@ def bounds_problem(value: Any, what: str, size: int | None = None) -> str | None
     return None
 
 
+class JSONText(str):
+    """A string that is itself JSON text from an encoder that escapes every control character (dense or
+    ASCII JSON, or a join or a cut of such texts), so that quoting it as a JSON string only escapes ``"``
+    and ``\\``. A host that built a value from such texts marks it (it cannot be checked without the scan it
+    saves); a prompt then quotes it with two ``str.replace`` instead of the JSON encoder's escape of every
+    character, for the same text (docs/performance.md). Otherwise a plain string."""
+
+    def quoted(self) -> str:
+        """``dense_dumps(self)``, without looking for control characters."""
+        return '"' + self.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _quoted_key(key: str) -> str:
+    if key.isascii() and key.isprintable() and '"' not in key and "\\" not in key:
+        return '"' + key + '"'
+    return dense_dumps(key)
+
+
 def view_of(value: Any) -> str:
-    """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON."""
-    return value if isinstance(value, str) else dense_dumps(value)
+    """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON (an
+    object of :class:`JSONText` values with string keys quoted member by member: the same text)."""
+    if isinstance(value, str):
+        return value
+    if (type(value) is dict and value and all(type(item) is JSONText for item in value.values())
+            and all(type(key) is str for key in value)):
+        return "{" + ",".join(_quoted_key(key) + ":" + item.quoted() for key, item in value.items()) + "}"
+    return dense_dumps(value)
 
 
 def is_empty_container(value: Any) -> bool:
