@@ -73,13 +73,22 @@ def validate_payload(payload: Any) -> None:
     _check_size(payload["state"], questions)
 
 
-def validate_state(state: Any, questions: dict[str, Any]) -> int:
+def validate_state(state: Any, questions: dict[str, Any], state_bytes: int | None = None) -> int:
     """The checks of :func:`validate_payload` that depend on the state, for ``questions`` that passed it
     already (a flow's decision node, admitted with them: docs/performance.md). Same messages. Returns the
-    payload's ASCII wire size."""
+    payload's ASCII wire size. ``state_bytes``: the state's own ASCII wire size when its maker measured it
+    (then only the questions are encoded)."""
     if not isinstance(state, (str, dict, list)):
         _fail("state must be text, an object or an array.")
-    return _check_size(state, questions)
+    if state_bytes is None:
+        return _check_size(state, questions)
+    size = _PAYLOAD_WIRE + state_bytes + ascii_wire_size(questions)
+    if size > DECISION_REQUEST_MAX_BYTES:
+        _fail("Decision request exceeds 32000 bytes.")
+    return size
+
+
+_PAYLOAD_WIRE = len('{"state": , "questions": }')  # the payload around its two values on the ASCII wire
 
 
 def _check_size(state: Any, questions: dict[str, Any]) -> int:

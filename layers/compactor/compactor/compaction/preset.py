@@ -14,7 +14,8 @@ from typing import Any
 
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.compaction.preparation import Batch, batch_questions, batch_state
-from compactor.flow.values import JSONText
+from compactor.flow.values import JSONText, WireSized
+from compactor.jsonutil import ascii_wire_size
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
 MAX_GENERATION_TOKENS = 4096
@@ -93,11 +94,13 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     nodes: dict[str, Any] = {"input": {"kind": "input"}}
     flow_input: dict[str, Any] = {}
     patches: list[str] = []
+    state_wire = _StateWire(instructions, recent_evidence)
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
         # An item is the dense JSON text of the unit's model view: the summary prompt quotes it without
         # the encoder's escape of every character (docs/performance.md).
-        flow_input[key] = {"state": batch_state(instructions, recent_evidence, batch.candidates, batch.later),
+        flow_input[key] = {"state": WireSized(batch_state(instructions, recent_evidence, batch.candidates, batch.later),
+                                              state_wire.of(batch)),
                            "items": {c.unit.id: JSONText(c.item) for c in batch.candidates}}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
@@ -129,6 +132,32 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     else:
         nodes["output"] = {"kind": "output", "inputs": ["input"]}
     return ["flow", nodes], flow_input
+
+
+class _StateWire:
+    """The ASCII wire size of a batch's decision state from the sizes the preparation measured, so that the
+    decision node does not encode the state again for its byte bound (docs/performance.md)."""
+
+    _LATER = len(', "later": ')
+
+    def __init__(self, instructions: list[Any], recent_evidence: list[str]) -> None:
+        self.base = ascii_wire_size(batch_state(instructions, recent_evidence, []))  # "fragments": [] included
+        self.questions: dict[int, tuple[Any, int]] = {}  # the preparation's question objects, by id
+
+    def of(self, batch: Batch) -> int:
+        """A candidate's ``decision_bytes`` are its fragment entry and its question entry (``"<id>": <question>``)."""
+        size = self.base + 2 * max(0, len(batch.candidates) - 1)
+        for cand in batch.candidates:
+            size += cand.decision_bytes - len(cand.unit.id) - 4 - self._question_bytes(cand.question)
+        if batch.later:
+            size += self._LATER + ascii_wire_size(batch.later)
+        return size
+
+    def _question_bytes(self, question: Any) -> int:
+        known = self.questions.get(id(question))
+        if known is None or known[0] is not question:
+            known = self.questions[id(question)] = (question, ascii_wire_size(question))
+        return known[1]
 
 
 def default_decision_policy() -> Any:

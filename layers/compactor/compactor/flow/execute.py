@@ -19,7 +19,7 @@ from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, Ch
 from ..router import RouteResult
 from . import data_ops, decision_routing as routed
 from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
-from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, is_empty_container, view_of
+from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, WireSized, is_empty_container, view_of
 
 DEFAULT_DECISION_TIMEOUT_MS: Final = 7000
 
@@ -105,7 +105,7 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     state = values[0] if len(values) == 1 else list(values)
     questions = node.spec["questions"]
     try:  # the questions passed the host decision validation at admission: only the state is new
-        wire_bytes = validate_state(state, questions)
+        wire_bytes = validate_state(state, questions, state.wire_bytes if type(state) is WireSized else None)
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc

@@ -51,6 +51,20 @@ class JSONText(str):
         return '"' + self.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+class WireSized(dict):  # type: ignore[type-arg]
+    """An object that carries its ASCII wire size (``jsonutil.ascii_wire_size``: default separators, every
+    non-ASCII character escaped) as ``wire_bytes``, computed by the host that built it from the measured
+    sizes of its parts. A decision node whose state carries it checks the request's byte bound without
+    encoding the state again (docs/performance.md); the runtime never changes a value, so the size stays
+    true. Otherwise a plain object."""
+
+    __slots__ = ("wire_bytes",)
+
+    def __init__(self, value: dict[str, Any], wire_bytes: int) -> None:
+        super().__init__(value)
+        self.wire_bytes = wire_bytes
+
+
 def _quoted_key(key: str) -> str:
     if key.isascii() and key.isprintable() and '"' not in key and "\\" not in key:
         return '"' + key + '"'

@@ -1,0 +1,54 @@
+"""What the preset's flow input carries for the flow run (docs/performance.md, "After the preparation"): each
+batch's decision state with its ASCII wire size computed from the preparation's sizes, and the items marked as
+JSON text. Both must be exactly what encoding them gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.compaction.preparation import prepare
+from compactor.compaction.preset import materialise, question_template
+from compactor.decision_validation import validate_payload, validate_state
+from compactor.flow.values import JSONText, WireSized, view_of
+from compactor.jsonutil import ascii_wire_size, dense_dumps
+
+from .fixtures import CORPUS_FILES, corpus_messages
+
+_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3000)
+
+
+def _check(messages: list[Any], keep_recent: int) -> int:
+    prep = prepare(messages, keep_recent=keep_recent, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    flow_ir, flow_input = materialise(prep.batches, instructions=prep.instructions,
+                                      recent_evidence=prep.recent_evidence, budget=prep.budget,
+                                      decision_policy=["policy"], generation_policy=None, max_tokens=None)
+    for key, entry in flow_input.items():
+        state, questions = entry["state"], flow_ir[1][f"{key}_classify"]["questions"]
+        assert type(state) is WireSized and state.wire_bytes == ascii_wire_size(state)
+        payload = {"state": state, "questions": questions}
+        validate_payload(payload)
+        assert validate_state(state, questions, state.wire_bytes) == ascii_wire_size(payload)
+        assert all(type(item) is JSONText for item in entry["items"].values())
+        assert view_of(entry["items"]) == dense_dumps({k: str(v) for k, v in entry["items"].items()})
+    return len(flow_input)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(_text, min_size=2, max_size=20), st.integers(min_value=1, max_value=4), _text)
+def test_the_state_size_and_the_items_view_equal_their_encodings(contents: list[str], keep_recent: int,
+                                                                  pinned: str) -> None:
+    messages = [{"role": "user", "content": pinned}] + [
+        {"role": "assistant", "content": text, **({"n": i} if i % 2 else {})} for i, text in enumerate(contents)]
+    _check(messages, keep_recent)
+
+
+def test_the_state_size_and_the_items_view_equal_their_encodings_on_the_corpus() -> None:
+    batches = 0
+    for name in CORPUS_FILES:
+        messages = corpus_messages(name)
+        batches += _check(messages["messages"] if isinstance(messages, dict) else messages, keep_recent=4)
+    assert batches
