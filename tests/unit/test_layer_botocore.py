@@ -107,12 +107,15 @@ def test_the_trimmed_endpoints_resolve_every_kept_service_as_the_full_ones(trimm
                for region in regions)
 
 
-def test_the_trimmed_models_are_the_full_ones_with_their_documentation_emptied(trimmed: Path) -> None:
+def test_the_trimmed_models_are_the_full_ones_with_their_documentation_emptied_and_the_rule_sets_equal(trimmed: Path) -> None:
     full_loader = Loader()
     trimmed_loader = Loader(extra_search_paths=[str(trimmed)], include_default_search_paths=False)
     for service in kept_services():
         full, short = (loader.load_service_model(service, "service-2") for loader in (full_loader, trimmed_loader))
         assert short == without_documentation(full) and short != full
+        rules = [loader.load_service_model(service, "endpoint-rule-set-1") for loader in (full_loader, trimmed_loader)]
+        assert rules[1] == rules[0]
+        assert not list(trimmed.glob(f"{service}/*/*.gz")), "kept as compact plain JSON"
 
 
 def without_documentation(value: Any) -> Any:
