@@ -14,7 +14,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from compactor import http_api
+from compactor import container, http_api
 from compactor.errors import RequestTooLarge
 from compactor.jsonutil import bounded_loads
 from compactor_aws import observability, snapstart
@@ -54,3 +54,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         response = http_api.bounded_response(app.resolve(event, context))
     observability.record_request(metrics, int(response["statusCode"]))
     return response
+
+
+container.freeze_init_objects()  # the last line of init: what it loaded is no longer scanned by the collector
