@@ -1,6 +1,7 @@
-"""The handlers end their init with ``compactor.container.freeze_init_objects`` (docs/performance.md#the-
-collector-after-init): what init loaded leaves the cyclic collector's generations, so the full collection
-a first request triggers no longer scans every imported package. Each case runs in a fresh interpreter."""
+"""The handlers end their init with ``compactor.container.freeze_init_objects``
+(docs/performance.md#the-collector-after-init): what init loaded leaves the cyclic collector's
+generations, so the full collection a first request triggers no longer scans every imported package.
+Each case runs in a fresh interpreter."""
 
 from __future__ import annotations
 
