@@ -52,3 +52,31 @@ def test_the_state_size_and_the_items_view_equal_their_encodings_on_the_corpus()
         messages = corpus_messages(name)
         batches += _check(messages["messages"] if isinstance(messages, dict) else messages, keep_recent=4)
     assert batches
+
+
+from compactor.compaction.reassembly import compaction_report, reassemble  # noqa: E402
+from compactor.jsonutil import dense_size  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(_text, min_size=2, max_size=20), st.lists(st.sampled_from(["keep", "summary", "archive", "long"])),
+       st.booleans())
+def test_the_output_sizes_reassembly_gives_the_report_are_the_items_sizes(contents: list[str], answers: list[str],
+                                                                          restorable: bool) -> None:
+    """Reassembly measures each output item once; the report reads those sizes (docs/performance.md)."""
+    messages = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": text} for text in contents] + [
+        {"role": "assistant", "content": "[Summary of an earlier step] kept as it is"}]
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    values: dict[str, Any] = {}
+    for index, cand in enumerate(c for batch in prep.batches for c in batch.candidates):
+        answer = answers[index % len(answers)] if answers else "summary"
+        if answer != "archive":
+            values[cand.unit.id] = {"keep": cand.item, "summary": f"ran {index}; ok é\n\"q\"",
+                                    "long": cand.item + "x" * 3000}[answer]
+    for flow_values in (values, None):
+        output, manifest, output_bytes, sizes = reassemble(messages, prep, flow_values, restorable=restorable)
+        assert sizes == [dense_size(m) for m in output] and output_bytes == dense_size(output)
+        assert (compaction_report(messages, output, output_bytes, prep, manifest, 0.1, "f", sizes)
+                == compaction_report(messages, output, output_bytes, prep, manifest, 0.1, "f"))

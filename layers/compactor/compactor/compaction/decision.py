@@ -135,7 +135,7 @@ class DecisionMode:
     def report(self, request: CompactRequest, plan: DecisionPlan, ran: FlowResult) -> CallRecord:
         messages, prep = request.messages, plan.prep
         values = ran.output if ran.ok and isinstance(ran.output, dict) else None
-        output, manifest, output_bytes = reassemble(messages, prep, values, get_dialect(request.format),
+        output, manifest, output_bytes, output_sizes = reassemble(messages, prep, values, get_dialect(request.format),
                                                     restorable=request.restorable, decided=ran.answer_reasons)
         if plan.archive is not None:  # the originals of the changed units (docs/archives.md)
             from compactor.archives import store_originals  # restorable requests only: lean cold starts
@@ -144,7 +144,7 @@ class DecisionMode:
         if plan.on_event is not None:  # every manifest entry, unbounded, with its reason (docs/report.md)
             plan.on_event({"event": "units", "units": manifest})
         compaction = compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
-                                       ran.fingerprint)
+                                       ran.fingerprint, output_sizes)
         body: dict[str, Any] = {"messages": output, "compacted": output != messages, "compaction": compaction}
         if ran.flow_nodes:
             usage = ran.usage()

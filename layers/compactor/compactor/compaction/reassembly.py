@@ -94,10 +94,10 @@ def _unsent_reason(unit_id: str, prep: Preparation) -> str:
 def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any] | None,
                dialect: Dialect | None = None, restorable: bool = False,
                decided: dict[str, str] | None = None
-               ) -> tuple[list[Message], list[dict[str, Any]], int]:
+               ) -> tuple[list[Message], list[dict[str, Any]], int, list[int]]:
     """Output items, the manifest (one entry per unit, in order, each with its ``reason``, and its
-    ``decider_reason`` from ``decided`` (by unit id) when a decision covered it) and the output's compact
-    size.
+    ``decider_reason`` from ``decided`` (by unit id) when a decision covered it), the output's compact
+    size and the compact size of each output item (the report reads them instead of measuring again).
 
     ``restorable``: a summarized unit's marker and an archived unit's placeholder carry the handle of
     its original, also in its manifest entry (``handle``); storing the originals is the caller's part."""
@@ -127,12 +127,12 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         manifest.append(entry)
     output_bytes = dense_join_size(output_sizes)
     if output_bytes >= prep.original_bytes:  # expansion guard
-        output, output_bytes = messages, prep.original_bytes
+        output, output_bytes, output_sizes = messages, prep.original_bytes, sizes
         for entry in manifest:
             if entry["action"] != "keep":
                 entry["action"], entry["reason"] = "keep", "expansion_guard"
             entry.pop("handle", None)
-    return output, manifest, output_bytes
+    return output, manifest, output_bytes, output_sizes
 
 
 def message_sizes(messages: list[Message], prep: Preparation) -> list[int]:
@@ -165,7 +165,9 @@ def preserved_prefix_bytes(messages: list[Message], changed: int | None, origina
 
 def compaction_report(messages: list[Message], output: list[Message], output_bytes: int, prep: Preparation,
                       manifest: list[dict[str, Any]], target_ratio: float,
-                      fingerprint: str | None) -> dict[str, Any]:
+                      fingerprint: str | None, output_sizes: list[int] | None = None) -> dict[str, Any]:
+    """The ``compaction`` block; ``output_sizes``: the compact size of each output item when the caller
+    measured them (:func:`reassemble`)."""
     changed = first_changed_index(messages, output)
     fragments = bounded_manifest(manifest)
     report = {
@@ -180,7 +182,7 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
         "first_changed_index": changed,
         "preserved_prefix_bytes": preserved_prefix_bytes(messages, changed, prep.original_bytes,
                                                          message_sizes(messages, prep)),
-        "limits": ratio_limits(messages, output, prep, manifest),
+        "limits": ratio_limits(messages, output, prep, manifest, output_sizes),
     }
     if len(fragments) < len(manifest):
         report["fragments_omitted"] = len(manifest) - len(fragments)
@@ -188,9 +190,9 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
 
 
 def ratio_limits(messages: list[Message], output: list[Message], prep: Preparation,
-                 manifest: list[dict[str, Any]]) -> dict[str, Any]:
+                 manifest: list[dict[str, Any]], output_sizes: list[int] | None = None) -> dict[str, Any]:
     """What the output's bytes are made of, and the smallest ratio this request could reach (every
-    candidate archived): docs/offline-offers.md "Targets"."""
+    candidate archived): docs/offline-offers.md "Targets". ``output_sizes`` as in :func:`compaction_report`."""
     parts = {"pins": 0, "tail": 0, "kept_units": 0, "summaries": 0}
     sizes = message_sizes(messages, prep)
     for unit, entry in zip(prep.units, manifest):
@@ -201,7 +203,9 @@ def ratio_limits(messages: list[Message], output: list[Message], prep: Preparati
             parts["tail"] += size
         elif entry["action"] == "keep":
             parts["kept_units"] += size
-    parts["summaries"] = sum(dense_size(m) + 1 for m in output
+    if output_sizes is None or len(output_sizes) != len(output):
+        output_sizes = [dense_size(m) for m in output]
+    parts["summaries"] = sum(size + 1 for m, size in zip(output, output_sizes)
                              if isinstance(m.get("content"), str) and m["content"].startswith("[Summary of "))
     floor = 2 + parts["pins"] + parts["tail"]
     return {**{f"{name}_bytes": size for name, size in parts.items()},
