@@ -14,7 +14,7 @@ from typing import Any
 
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.compaction.preparation import Batch, batch_questions, batch_state
-from compactor.flow.values import JSONText, WireSized
+from compactor.flow.values import JSONTextMap, WireSized
 from compactor.jsonutil import ascii_wire_size
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
@@ -97,11 +97,11 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     state_wire = _StateWire(instructions, recent_evidence)
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
-        # An item is the dense JSON text of the unit's model view: the summary prompt quotes it without
-        # the encoder's escape of every character (docs/performance.md).
+        # An item is the dense JSON text of the unit's model view: the summary prompt quotes the items
+        # without the encoder's escape of every character (docs/performance.md).
         flow_input[key] = {"state": WireSized(batch_state(instructions, recent_evidence, batch.candidates, batch.later),
                                               state_wire.of(batch)),
-                           "items": {c.unit.id: JSONText(c.item) for c in batch.candidates}}
+                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates})}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
                 continue

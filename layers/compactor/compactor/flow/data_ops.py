@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..jsonutil import utf8_len
-from .values import MAX_VALUE_BYTES
+from .values import MAX_VALUE_BYTES, JSONTextMap
 
 MAX_RECORD_KEYS: Final = 128
 MAX_RECORD_KEY_BYTES: Final = 128
@@ -47,10 +47,11 @@ def project(value: Any, path: Sequence[str]) -> Any:
 
 
 def select(records: Any, answers: Any, field: str, equals: str) -> dict[str, Any]:
-    """``records[k]`` for every k whose ``answers[k]`` is an object with ``answers[k][field] == equals``."""
+    """``records[k]`` for every k whose ``answers[k]`` is an object with ``answers[k][field] == equals`` (a
+    :class:`~compactor.flow.values.JSONTextMap` of records gives one)."""
     records = record_map(records, "select records")
     answers = record_map(answers, "select answers")
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = JSONTextMap() if type(records) is JSONTextMap else {}
     for key, record in records.items():
         answer = answers.get(key)
         if isinstance(answer, dict) and answer.get(field) == equals:

@@ -39,16 +39,15 @@ def bounds_problem(value: Any, what: str, size: int | None = None) -> str | None
     return None
 
 
-class JSONText(str):
-    """A string that is itself JSON text from an encoder that escapes every control character (dense or
-    ASCII JSON, or a join or a cut of such texts), so that quoting it as a JSON string only escapes ``"``
-    and ``\\``. A host that built a value from such texts marks it (it cannot be checked without the scan it
-    saves); a prompt then quotes it with two ``str.replace`` instead of the JSON encoder's escape of every
-    character, for the same text (docs/performance.md). Otherwise a plain string."""
+class JSONTextMap(dict):  # type: ignore[type-arg]
+    """An object whose values are strings that are themselves JSON text from an encoder that escapes every
+    control character (dense or ASCII JSON, or joins or cuts of such texts), so that quoting one as a JSON
+    string only escapes ``"`` and ``\\``. A host that built the map from such texts marks it (it cannot be
+    checked without the scan it saves); a prompt then quotes its values with two ``str.replace`` instead of
+    the JSON encoder's escape of every character, for the same text, and ``select`` keeps the mark (a
+    subset of the values). Otherwise a plain object (docs/performance.md)."""
 
-    def quoted(self) -> str:
-        """``dense_dumps(self)``, without looking for control characters."""
-        return '"' + self.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    __slots__ = ()
 
 
 class WireSized(dict):  # type: ignore[type-arg]
@@ -71,14 +70,19 @@ def _quoted_key(key: str) -> str:
     return dense_dumps(key)
 
 
+def _quoted_text(text: str) -> str:
+    """``dense_dumps(text)`` of JSON text (no control characters)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def view_of(value: Any) -> str:
-    """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON (an
-    object of :class:`JSONText` values with string keys quoted member by member: the same text)."""
+    """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON (a
+    :class:`JSONTextMap` quoted member by member: the same text)."""
     if isinstance(value, str):
         return value
-    if (type(value) is dict and value and all(type(item) is JSONText for item in value.values())
-            and all(type(key) is str for key in value)):
-        return "{" + ",".join(_quoted_key(key) + ":" + item.quoted() for key, item in value.items()) + "}"
+    if (type(value) is JSONTextMap and all(type(key) is str for key in value)
+            and all(type(item) is str for item in value.values())):
+        return "{" + ",".join(_quoted_key(key) + ":" + _quoted_text(item) for key, item in value.items()) + "}"
     return dense_dumps(value)
 
 
