@@ -48,7 +48,7 @@ def project(value: Any, path: Sequence[str]) -> Any:
 
 def select(records: Any, answers: Any, field: str, equals: str) -> dict[str, Any]:
     """``records[k]`` for every k whose ``answers[k]`` is an object with ``answers[k][field] == equals`` (a
-    :class:`~compactor.flow.values.JSONTextMap` of records gives one)."""
+    :class:`JSONTextMap` of records gives one)."""
     records = record_map(records, "select records")
     answers = record_map(answers, "select answers")
     out: dict[str, Any] = JSONTextMap() if type(records) is JSONTextMap else {}
