@@ -113,6 +113,21 @@ def test_the_names_scan_finds_what_the_token_regex_finds(pieces):
     assert names_in(text) == _names_by_regex(text)
 
 
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=20), max_size=8))
+def test_the_names_scan_is_the_same_when_its_kept_verdicts_start_again(texts):
+    """The verdicts on runs are kept across texts and replaced when full (docs/performance.md): with room
+    for only a few runs, every text still gets exactly the regex definition's names."""
+    saved = salience._JUDGED_MAX, salience._verdicts
+    salience._JUDGED_MAX, salience._verdicts = 5, salience._Verdicts()
+    try:
+        for pieces in texts:
+            text = " ".join(pieces)
+            assert names_in(text) == _names_by_regex(text)
+    finally:
+        salience._JUDGED_MAX, salience._verdicts = saved
+
+
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
     for name in CORPUS_FILES:
         for message in corpus_messages(name):

@@ -371,17 +371,24 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     view_texts = [[texts[i]] if len(view) == 1 and (view[0] is messages[i] or _same_json(view[0], messages[i]))
                   else [dense_dumps(v) for v in view] for i, view in enumerate(views)]
 
+    # messages whose one view item has the message's own text (the common case): their unit's item is its JSON
+    plain = [len(texts_i) == 1 and texts_i[0] is texts[i] for i, texts_i in enumerate(view_texts)]
+
     def unit_view_texts(unit: Unit) -> list[str]:
         return [text for i in unit.indexes() for text in view_texts[i]]
 
     def measured(unit: Unit) -> Candidate:
         """The unit's candidate from the dense JSON of its view items, of its view and of the unit as it is
         (one text when they are the same)."""
-        whole = dense_join(texts[unit.start:unit.end])
+        start, end = unit.start, unit.end
+        own = texts[start:end]
+        whole = dense_join(own)
+        if all(plain[start:end]):
+            return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], own, whole, whole,
+                                      questions)
         item_texts = unit_view_texts(unit)
-        same = all(len(view_texts[i]) == 1 and view_texts[i][0] is texts[i] for i in unit.indexes())
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
-                                  whole if same else dense_join(item_texts), whole, questions)
+                                  dense_join(item_texts), whole, questions)
 
     recent: list[str] = []
     for unit in units:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import string
-from functools import lru_cache
-from itertools import chain
 from typing import Any
 
 from compactor.chat import Message, content_text
@@ -53,7 +51,6 @@ _NOT_START = "0123456789@+-"
 _BYTE_SEPARATORS = bytes(code if code >= 0x80 or chr(code) in _RUN_CHARS else 0x20 for code in range(256))
 
 
-@lru_cache(maxsize=1 << 16)  # the same runs recur across the messages of a transcript and across requests
 def _run_names(run: str | bytes) -> tuple[str, ...]:
     """The names of the tokens in one run (an ASCII run holds at most one token; a run with non-ASCII
     characters, which may or may not be word characters, is read with ``_TOKEN``)."""
@@ -66,15 +63,56 @@ def _run_names(run: str | bytes) -> tuple[str, ...]:
     return (name,) if _is_name(name) else ()
 
 
+# Each distinct run is judged once and the verdicts are kept as sets, so that a text's names come from set
+# operations in C instead of a call per run (docs/performance.md): every run judged, those that are a name
+# as they are, and the other runs that hold names with their names. The same runs recur across the messages
+# of a transcript and across requests; past _JUDGED_MAX runs, new empty verdicts replace them (a pure
+# function of the run; a scan in another thread keeps the verdicts it started with).
+_JUDGED_MAX = 1 << 16
+
+
+class _Verdicts:
+    __slots__ = ("judged", "self_named", "other")
+
+    def __init__(self) -> None:
+        self.judged: set[str | bytes] = set()
+        self.self_named: set[str | bytes] = set()
+        self.other: dict[str | bytes, tuple[str, ...]] = {}
+
+    def judge(self, runs: set[str | bytes]) -> None:
+        for run in runs:
+            names = _run_names(run)
+            if isinstance(run, str) and names == (run,):
+                self.self_named.add(run)
+            elif names:
+                self.other[run] = names
+        self.judged.update(runs)
+
+
+_verdicts = _Verdicts()
+
+
 def names_in(text: str) -> set[str]:
     """The paths and code identifiers in ``text`` (HTML/XML-like tags left out)."""
+    global _verdicts
     if "<" in text:
         text = _TAG.sub(" ", text)
     if text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
         runs: set[str | bytes] = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
     else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
         runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
-    return set(chain.from_iterable(map(_run_names, runs)))
+    verdicts = _verdicts
+    unjudged = runs - verdicts.judged
+    if unjudged:
+        if len(verdicts.judged) + len(unjudged) > _JUDGED_MAX:
+            verdicts = _verdicts = _Verdicts()
+            unjudged = runs
+        verdicts.judge(unjudged)
+    found = runs & verdicts.self_named  # str runs only: a bytes run's names are among the other runs'
+    if verdicts.other:
+        for run in verdicts.other.keys() & runs:
+            found.update(verdicts.other[run])
+    return found  # type: ignore[return-value]
 
 
 def message_names(message: Message) -> set[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from compactor.chat import Message, content_text, has_tool_calls, role_of
@@ -34,7 +35,7 @@ class Unit:
     start: int
     end: int  # exclusive
 
-    @property
+    @cached_property  # read for every unit in several passes of a request (docs/performance.md)
     def id(self) -> str:
         return fragment_id(self.start)
 
