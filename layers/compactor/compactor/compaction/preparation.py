@@ -363,7 +363,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     last = sizes[-max(1, keep_recent):]
     tail = tail_indexes(len(messages), tail_length(last, int(target * TAIL_TARGET_SHARE)) if bounded else len(last))
     protected_idx = set(pins) | set(tail)
-    protected = {u.id for u in units if any(i in protected_idx for i in u.indexes())}
+    protected = {u.id for u in units if not protected_idx.isdisjoint(u.indexes())}
     candidates = [u for u in units if u.id not in protected]
     instructions = instructions_view(messages, pins)
     views = [dialect.model_view([m]) for m in messages]  # what the models see, item by item
@@ -407,7 +407,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
     kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, views, used, kept, sizer)
-    pinned_units = {u.id for u in units if any(i in pins for i in u.indexes())}
+    pin_set = set(pins)
+    pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
                        instructions=instructions,
                        recent_evidence=recent, original_bytes=original_bytes, target_bytes=target,
@@ -486,7 +487,7 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
         used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]
                 if last_use[name] > i} - carried
         batch.names = batch_hint(hint_order(used))
-        touching = [quoted for i, quoted, names in actions if i > last and names & found]
+        touching = [quoted for i, quoted, names in actions if i > last and not found.isdisjoint(names)]
         room = min(LATER_MAX_BYTES, sizer.payload_max_bytes - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
         batch.later = later_block(batch.names, touching, room) if room > 0 else {}
