@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.jsonutil import ascii_dumps, dense_dumps, dense_size, dense_size_bound, json_text_size, spaced_dumps
+from compactor.jsonutil import (ascii_dumps, dense_dumps, dense_size, dense_size_bound, dense_str_size, json_text_size,
+                                spaced_dumps)
 from compactor.router import tokens_bound, estimate_tokens
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=200)
@@ -140,3 +141,15 @@ def test_an_int_past_the_digit_limit_is_refused_as_encoding_refuses_it():
     for value in ([10**5000], {"k": -(10**4400)}, [2**4001, "é"]):
         assert _outcome(ensure_utf8_encodable, value) == _outcome(_utf8_check_by_encoding, value)
     assert _outcome(ensure_utf8_encodable, [10**5000])[0] is ValueError
+
+
+_escapes = st.text(alphabet=st.sampled_from(['a', ' ', '"', "\\", "\n", "\t", "\r", "\b", "\f", "\x00", "\x01", "\x1f",
+                                             "\x7f", "/", "é", "😀"]), max_size=300)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_escapes | _text)
+def test_the_size_of_a_string_measured_without_encoding_it_is_its_dense_size(text):
+    """``dense_str_size`` counts the escapes of an ASCII string instead of encoding it (docs/performance.md)."""
+    assert dense_str_size(text) == dense_size(text) == len(json.dumps(text, separators=(",", ":"),
+                                                                       ensure_ascii=False).encode("utf-8"))

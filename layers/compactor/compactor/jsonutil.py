@@ -58,6 +58,26 @@ def utf8_len(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
+# What the dense encoder writes as it is among the ASCII characters: all but the control characters, ``"``
+# and ``\\``. Of those, ``"``, ``\\``, backspace, form feed, newline, return and tab take a two-character
+# escape, every other control character a six-character ``\\u00XX``.
+_UNESCAPED_ASCII = bytes(code for code in range(0x20, 0x80) if code not in b'"\\')
+_SHORT_ESCAPED = b'"\\\b\f\n\r\t'
+
+
+def dense_str_size(text: str) -> int:
+    """:func:`dense_size` of a string, without encoding it when it is ASCII: its length, the two quotes, one
+    more byte for each character with a short escape and five more for each other control character
+    (docs/performance.md)."""
+    if not text.isascii():
+        return utf8_len(_dense(text))
+    escaped = text.encode("ascii").translate(None, _UNESCAPED_ASCII)
+    if not escaped:
+        return len(text) + 2
+    long_escaped = len(escaped.translate(None, _SHORT_ESCAPED))
+    return len(text) + 2 + len(escaped) + 4 * long_escaped
+
+
 def json_text_size(text: str) -> int:
     """:func:`dense_size` of ``text`` when ``text`` is JSON text from :func:`dense_dumps` or
     :func:`ascii_dumps` (or cut from it), computed instead of re-encoded: the encoders escape every

@@ -279,3 +279,50 @@ def test_batches_grow_past_eight_fragments_only_while_one_summary_reply_holds_th
     assert [len(b.candidates) for b in unknown.batches] == [8, 8, 8, 6]
     assert [len(b.candidates) for b in grown.batches] == [16, 14]
     assert [c.unit.id for b in grown.batches for c in b.candidates] == [u.id for u in unknown.candidates]
+
+
+from compactor.compaction import preparation  # noqa: E402
+from compactor.compaction.preparation import RECENT_EXCERPT_OVER, RECENT_HALF, recent_view  # noqa: E402
+from compactor.markers import RECENT_MARKER  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(_json_value, min_size=1, max_size=3))
+def test_the_recent_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whole(unit):
+    """The recent evidence encodes long strings cut to their ends when it encodes the unit (docs/performance.md)."""
+    view = get_dialect(None).model_view(unit)
+    assert recent_view(unit) == excerpt(dense_dumps(view), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
+
+
+def _with_long_content(limit, messages, **kw):
+    saved, preparation.LONG_CONTENT = preparation.LONG_CONTENT, limit
+    try:
+        return _prepare(messages, **kw)
+    finally:
+        preparation.LONG_CONTENT = saved
+
+
+_long_message = st.builds(lambda role, text, extra: {"role": role, "content": text, **extra},
+                          st.sampled_from(["system", "user", "assistant"]), _long_text,
+                          st.sampled_from([{}, {"n": 1}, {"reasoning_content": "x" * 1500}]))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(_long_message, min_size=1, max_size=8), st.integers(min_value=1, max_value=4), st.booleans())
+def test_long_contents_measured_without_encoding_prepare_the_same(messages, keep_recent, bounded):
+    """A long ASCII content is measured and encoded only in a candidate (docs/performance.md): with every
+    content treated so, and with none, the preparation is the same."""
+    messages = [*messages, *tool_unit("call_0", "cat src/app.py", "x" * 2500), *messages]
+    kw = {"keep_recent": keep_recent, "bounded": bounded, "target_ratio": 0.2}
+    assert _with_long_content(-1, messages, **kw) == _with_long_content(10**9, messages, **kw)
+
+
+def test_long_contents_measured_without_encoding_prepare_the_same_on_the_corpus():
+    from .fixtures import CORPUS_FILES, corpus_messages
+
+    for name in CORPUS_FILES:
+        messages = corpus_messages(name)
+        messages = messages["messages"] if isinstance(messages, dict) else messages
+        for keep_recent in (1, 6):
+            assert (_with_long_content(-1, messages, keep_recent=keep_recent)
+                    == _with_long_content(10**9, messages, keep_recent=keep_recent)), name

@@ -12,7 +12,7 @@ from typing import Any
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
-                                json_text_size, utf8_len)
+                                dense_str_size, json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.compaction.salience import batch_hint, hint_order, last_uses, later_block, message_names, quoted_actions
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
@@ -142,26 +142,45 @@ def instructions_view(messages: list[Message], pins: list[int]) -> list[Message]
 
 def recent_view(unit_messages: list[Message], dialect: Dialect | None = None, view_json: str | None = None) -> str:
     """One recent-evidence entry: compact JSON of the unit's model view (``view_json`` when the caller has
-    it), excerpted over 1000 characters."""
+    it), excerpted over 1000 characters. Without ``view_json``, the view is encoded with its long strings cut
+    to their ends (:func:`_clipped`): the same excerpt."""
     if view_json is None:
-        view_json = dense_dumps((dialect or get_dialect(None)).model_view(unit_messages))
+        view = (dialect or get_dialect(None)).model_view(unit_messages)
+        view_json = dense_dumps(_clipped(view, _RECENT_KEEP))
     return excerpt(view_json, RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
 
 
 # Strings longer than twice this are cut to their first and last _EVIDENCE_KEEP characters before the
 # evidence is encoded: every character encodes to at least one, so the JSON keeps its first and last
-# EVIDENCE_HALF characters, and it is still over EVIDENCE_EXCERPT_OVER (docs/performance.md).
+# EVIDENCE_HALF characters, and it is still over EVIDENCE_EXCERPT_OVER (docs/performance.md). The same for
+# the recent evidence's excerpt (_RECENT_KEEP).
 _EVIDENCE_KEEP = max(EVIDENCE_HALF, EVIDENCE_EXCERPT_OVER // 2 + 1)
+_RECENT_KEEP = max(RECENT_HALF, RECENT_EXCERPT_OVER // 2 + 1)
 
 
-def _clipped(value: Any) -> Any:
+def _clipped(value: Any, keep: int = _EVIDENCE_KEEP) -> Any:
     if isinstance(value, str):
-        return value if len(value) <= 2 * _EVIDENCE_KEEP else value[:_EVIDENCE_KEEP] + value[-_EVIDENCE_KEEP:]
+        return value if len(value) <= 2 * keep else value[:keep] + value[-keep:]
     if isinstance(value, dict):
-        return {key: _clipped(item) for key, item in value.items()}
+        return {key: _clipped(item, keep) for key, item in value.items()}
     if isinstance(value, list):
-        return [_clipped(item) for item in value]
+        return [_clipped(item, keep) for item in value]
     return value
+
+
+# A message whose content is an ASCII string over this many characters is measured without encoding it
+# (jsonutil.dense_str_size), and encoded only when it is in a candidate: a kept one (a large pinned prompt,
+# the last tool output) needs only its size and, in the recent tail, the ends of its JSON (docs/performance.md).
+LONG_CONTENT = 16_384
+
+
+def _long_content_size(message: Message) -> int | None:
+    """The dense size of ``message`` when its content is a long ASCII string, computed without encoding the
+    content; None otherwise."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str) or len(content) <= LONG_CONTENT or not content.isascii():
+        return None
+    return utf8_len(dense_dumps({**message, "content": ""})) - 2 + dense_str_size(content)
 
 
 def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None) -> tuple[str, bool]:
@@ -355,9 +374,11 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
-    # Each message is serialised once: its dense text gives every size and item below (docs/performance.md).
-    texts = [dense_dumps(m) for m in messages]
-    sizes = [utf8_len(text) for text in texts]
+    # Each message is serialised once: its dense text gives every size and item below (docs/performance.md);
+    # a long ASCII content is measured, and encoded below only when its message is in a candidate.
+    long_sizes = [_long_content_size(m) for m in messages]
+    texts: list[Any] = [dense_dumps(m) if long is None else None for m, long in zip(messages, long_sizes)]
+    sizes = [utf8_len(text) if long is None else long for text, long in zip(texts, long_sizes)]
     original_bytes = dense_join_size(sizes)
     target = int(original_bytes * target_ratio)
     last = sizes[-max(1, keep_recent):]
@@ -365,10 +386,18 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if not protected_idx.isdisjoint(u.indexes())}
     candidates = [u for u in units if u.id not in protected]
+    kept = [i for u in units if u.id in protected for i in u.indexes()]
+    unencoded = {i for i, text in enumerate(texts) if text is None}
+    if unencoded:
+        unencoded.intersection_update(kept)  # the kept ones stay unencoded; a candidate's are encoded
+        for i, text in enumerate(texts):
+            if text is None and i not in unencoded:
+                texts[i] = dense_dumps(messages[i])
     instructions = instructions_view(messages, pins)
     views = [dialect.model_view([m]) for m in messages]  # what the models see, item by item
     # A view item equal to its message is the message with nothing left out: the same JSON (formats/base.py).
-    view_texts = [[texts[i]] if len(view) == 1 and (view[0] is messages[i] or _same_json(view[0], messages[i]))
+    view_texts = [[] if i in unencoded
+                  else [texts[i]] if len(view) == 1 and (view[0] is messages[i] or _same_json(view[0], messages[i]))
                   else [dense_dumps(v) for v in view] for i, view in enumerate(views)]
 
     # messages whose one view item has the message's own text (the common case): their unit's item is its JSON
@@ -393,7 +422,10 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
-            recent.append(recent_view(messages[unit.start:unit.end], view_json=dense_join(unit_view_texts(unit))))
+            if unencoded and not unencoded.isdisjoint(unit.indexes()):
+                recent.append(recent_view(messages[unit.start:unit.end], dialect))
+            else:
+                recent.append(recent_view(messages[unit.start:unit.end], view_json=dense_join(unit_view_texts(unit))))
 
     retained = dense_join_size([sizes[i] for u in units if u.id in protected for i in u.indexes()])
     budget = summary_budget(target, retained, len(candidates))
@@ -405,7 +437,6 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        batch_size_limit(budget, reply_bytes))
     questions = Questions.of(question_template)
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
-    kept = [i for u in units if u.id in protected for i in u.indexes()]
     _add_salience(messages, views, used, kept, sizer)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
