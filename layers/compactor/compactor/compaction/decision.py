@@ -135,8 +135,9 @@ class DecisionMode:
     def report(self, request: CompactRequest, plan: DecisionPlan, ran: FlowResult) -> CallRecord:
         messages, prep = request.messages, plan.prep
         values = ran.output if ran.ok and isinstance(ran.output, dict) else None
-        output, manifest, output_bytes, output_sizes = reassemble(messages, prep, values, get_dialect(request.format),
-                                                    restorable=request.restorable, decided=ran.answer_reasons)
+        output, manifest, output_bytes, output_sizes = reassemble(
+            messages, prep, values, get_dialect(request.format), restorable=request.restorable,
+            decided=ran.answer_reasons)
         if plan.archive is not None:  # the originals of the changed units (docs/archives.md)
             from compactor.archives import store_originals  # restorable requests only: lean cold starts
 

@@ -105,7 +105,8 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     state = values[0] if len(values) == 1 else list(values)
     questions = node.spec["questions"]
     try:  # the questions passed the host decision validation at admission: only the state is new
-        wire_bytes = validate_state(state, questions, state.wire_bytes if type(state) is WireSized else None)
+        measured = state.wire_bytes if type(state) is WireSized else None  # its maker measured it
+        wire_bytes = validate_state(state, questions, measured)
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc
