@@ -17,6 +17,7 @@ import botocore.session
 import pytest
 from botocore.exceptions import UnknownServiceError
 from botocore.loaders import Loader
+from botocore.model import ServiceModel
 from botocore.regions import EndpointResolver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +35,14 @@ def kept_services() -> set[str]:
     return set(match.group(1).split())
 
 
+def kept_operations() -> dict[str, set[str]]:
+    """``BOTOCORE_OPERATIONS`` of the layer's Makefile: the operations kept of the services it names."""
+    match = re.search(r"^BOTOCORE_OPERATIONS := ((?:.*\\\n)*.*)$", (LAYER / "Makefile").read_text(), re.MULTILINE)
+    assert match, "the layer's Makefile names the operations it keeps"
+    pairs = (item.partition("=") for item in match.group(1).replace("\\\n", " ").split())
+    return {service: set(names.split(",")) for service, _, names in pairs}
+
+
 def called_services() -> set[str]:
     sources = [*LAYER.rglob("*.py"), *(REPO / "functions").rglob("*.py")]
     for module in DEPENDENCY_CLIENTS:
@@ -47,6 +56,36 @@ def test_every_service_a_client_is_created_for_is_kept() -> None:
     called = called_services()
     assert {"s3", "dynamodb", "stepfunctions", "bedrock-runtime", "secretsmanager", "xray"} <= called
     assert called <= kept_services()
+
+
+# Where an operation may be called from: the layer, the handlers, and the packages that make calls of their
+# own on the layer's clients (botocore's redirects and S3 Express sessions, boto3's and s3transfer's
+# injected S3 methods, the Powertools utilities).
+CALLERS = ("botocore", "boto3", "s3transfer", "aws_lambda_powertools")
+
+
+def test_every_operation_the_code_calls_or_names_is_kept() -> None:
+    """An operation left out of a trimmed model is a method its client lacks: every call ``.op(`` and
+    every name of an operation in a string (presigned URLs, paginators, botocore's own handlers) found
+    in the code that runs in the layer must be kept."""
+    from botocore import xform_name
+
+    sources = [*LAYER.rglob("*.py"), *(REPO / "functions").rglob("*.py")]
+    for package in CALLERS:
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.origin, package
+        sources += Path(spec.origin).parent.rglob("*.py")
+    text = "\n".join(path.read_text(encoding="utf-8", errors="replace") for path in sources)
+    kept = kept_operations()
+    assert set(kept) == {"s3", "dynamodb"} and set(kept) <= kept_services()
+    for service, operations in kept.items():
+        model = Loader().load_service_model(service, "service-2")
+        assert operations <= set(model["operations"])
+        used = {name for name in model["operations"]
+                if re.search(rf"""\.{xform_name(name)}\(|["']({xform_name(name)}|{name})["']""", text)}
+        assert used - operations == set(), f"{service}: operations called but not kept"
+    assert {"GetObject", "PutObject", "HeadObject", "UploadPart", "HeadBucket", "CreateSession"} <= kept["s3"]
+    assert {"PutItem", "GetItem", "UpdateItem", "DeleteItem", "Query", "Scan"} <= kept["dynamodb"]
 
 
 @pytest.fixture(scope="module")
@@ -110,12 +149,39 @@ def test_the_trimmed_endpoints_resolve_every_kept_service_as_the_full_ones(trimm
 def test_the_trimmed_models_are_the_full_ones_with_their_documentation_emptied_and_the_rule_sets_equal(trimmed: Path) -> None:
     full_loader = Loader()
     trimmed_loader = Loader(extra_search_paths=[str(trimmed)], include_default_search_paths=False)
+    operations = kept_operations()
     for service in kept_services():
         full, short = (loader.load_service_model(service, "service-2") for loader in (full_loader, trimmed_loader))
+        if service in operations:  # only the kept operations, each as it was, with every shape it reaches
+            assert set(short["operations"]) == operations[service] and short["shapes"].keys() < full["shapes"].keys()
+            full = {**full, "operations": {name: full["operations"][name] for name in operations[service]},
+                    "shapes": {name: full["shapes"][name] for name in short["shapes"]}}
+            reach_every_shape(ServiceModel(short, service_name=service))
         assert short == without_documentation(full) and short != full
         rules = [loader.load_service_model(service, "endpoint-rule-set-1") for loader in (full_loader, trimmed_loader)]
         assert rules[1] == rules[0]
         assert not list(trimmed.glob(f"{service}/*/*.gz")), "kept as compact plain JSON"
+
+
+def reach_every_shape(model: ServiceModel) -> None:
+    """Resolve every shape each operation's input, output and errors reach (botocore raises for a
+    shape the model lacks)."""
+    seen: set[str] = set()
+
+    def walk(shape: Any) -> None:
+        if shape is None or shape.name in seen:
+            return
+        seen.add(shape.name)
+        for member in getattr(shape, "members", {}).values():
+            walk(member)
+        for attribute in ("member", "key", "value"):
+            walk(getattr(shape, attribute, None))
+
+    for name in model.operation_names:
+        operation = model.operation_model(name)
+        for shape in (operation.input_shape, operation.output_shape, *operation.error_shapes):
+            walk(shape)
+    assert seen
 
 
 def without_documentation(value: Any) -> Any:
@@ -149,7 +215,7 @@ def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monke
             writer.write("x" * (6 * 1024 * 1024))
         with store.open("bucket", "big") as body:
             assert len(body.read()) == 6 * 1024 * 1024
-        calls = {"dynamodb": ("list_tables", "TableNames"), "stepfunctions": ("list_state_machines", "stateMachines"),
+        calls = {"stepfunctions": ("list_state_machines", "stateMachines"),
                  "secretsmanager": ("list_secrets", "SecretList"), "sts": ("get_caller_identity", "Account"),
                  "xray": ("get_trace_summaries", "TraceSummaries")}
         for service, (operation, key) in calls.items():  # one request each (moto has no Bedrock Runtime)
@@ -157,6 +223,20 @@ def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monke
                                           aws_secret_access_key="s")
             kwargs = {"StartTime": 0, "EndTime": 1} if service == "xray" else {}
             assert key in getattr(other, operation)(**kwargs)
+        dynamodb = session.create_client("dynamodb", region_name="eu-west-3", aws_access_key_id="k",
+                                         aws_secret_access_key="s")
+        dynamodb.create_table(TableName="t", KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+                              AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                              BillingMode="PAY_PER_REQUEST")
+        dynamodb.put_item(TableName="t", Item={"id": {"S": "a"}}, ConditionExpression="attribute_not_exists(id)")
+        dynamodb.update_item(TableName="t", Key={"id": {"S": "a"}}, UpdateExpression="SET n = :n",
+                             ExpressionAttributeValues={":n": {"N": "1"}})
+        assert dynamodb.get_item(TableName="t", Key={"id": {"S": "a"}})["Item"]["n"] == {"N": "1"}
+        pages = dynamodb.get_paginator("query").paginate(TableName="t", KeyConditionExpression="id = :a",
+                                                         ExpressionAttributeValues={":a": {"S": "a"}})
+        assert [item["id"]["S"] for page in pages for item in page["Items"]] == ["a"]
+        dynamodb.delete_item(TableName="t", Key={"id": {"S": "a"}})
+        assert not hasattr(dynamodb, "list_tables") and not hasattr(client, "list_object_versions")
 
 
 def test_the_recipe_refuses_a_service_botocore_does_not_know(tmp_path: Path) -> None:
