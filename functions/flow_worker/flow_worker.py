@@ -28,7 +28,7 @@ from compactor.flow import admit_flow, run_flow
 from compactor.flow.partition import result_to_json
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
-from compactor_aws import snapstart
+from compactor_aws import background, snapstart
 from compactor_aws.s3_store import s3_client
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
@@ -61,8 +61,10 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     deadline = worker_deadline(event, context)
     bucket, key = event["bucket"], event["key"]
-    payload = json.loads(s3_client().get_object(Bucket=bucket, Key=key)["Body"].read())
-    result = run_sync(run_payload(payload, deadline))
+    client = s3_client()
+    body = background.start(lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    get_router()  # the catalog loads while the payload is read (docs/performance.md#the-workers-payload)
+    result = run_sync(run_payload(json.loads(body.result()), deadline))
     logger.info("flow ran", extra={"key": key, "ok": result["ok"], "nodes": len(result["flow_nodes"]),
                                    "remaining_ms": deadline.remaining_ms()})
     text = dense_dumps(result)
