@@ -158,7 +158,10 @@ _EVIDENCE_KEEP = max(EVIDENCE_HALF, EVIDENCE_EXCERPT_OVER // 2 + 1)
 _RECENT_KEEP = max(RECENT_HALF, RECENT_EXCERPT_OVER // 2 + 1)
 
 
-def _clipped(value: Any, keep: int = _EVIDENCE_KEEP) -> Any:
+def _clipped(value: Any, keep: int | None = None) -> Any:
+    """``value`` with each string over twice ``keep`` (default _EVIDENCE_KEEP) characters cut to its ends."""
+    if keep is None:
+        keep = _EVIDENCE_KEEP
     if isinstance(value, str):
         return value if len(value) <= 2 * keep else value[:keep] + value[-keep:]
     if isinstance(value, dict):
