@@ -18,7 +18,8 @@ FLOW_MODE = "flow"
 NO_MODE = "none"
 """``mode`` of a call that runs nothing (``/v1/flows/normalize``)."""
 
-_KIND_PREFIX = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_KIND_PREFIX = r"[A-Za-z0-9_.-]{1,64}"
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class NodeOutcome:
             outcome = "error"
         else:
             outcome = "ok"
-        kind_match = _KIND_PREFIX.match(error) if isinstance(error, str) else None
+        kind_match = re.match(_KIND_PREFIX, error) if isinstance(error, str) else None
         error_kind = kind_match.group(0) if kind_match else (None if error is None else "unknown")
         latency = entry.get("latency_ms")
         inputs = entry.get("inputs") if isinstance(entry.get("inputs"), list) else []

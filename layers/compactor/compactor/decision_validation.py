@@ -25,7 +25,8 @@ _QUESTION_FIELDS = frozenset({"type", "instructions", "criteria"})
 _MASS_TOL = 1e-6
 _ARGMAX_TOL = 1e-9
 # Jev models round each probability to two decimals independently.
-_JEV_FAMILY = re.compile(r"jev-(?:latest|\d.*)", re.IGNORECASE)
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_JEV_FAMILY = r"(?i)jev-(?:latest|\d.*)"
 _JEV_HALF_STEP = 0.005
 
 
@@ -137,7 +138,7 @@ def is_jev_family(model_family: str | None) -> bool:
     """True for ``jev-latest`` / ``jev-<digit>…`` families, with or without a vendor prefix."""
     if not model_family:
         return False
-    return bool(_JEV_FAMILY.fullmatch(model_family.rsplit("/", 1)[-1]))
+    return bool(re.fullmatch(_JEV_FAMILY, model_family.rsplit("/", 1)[-1]))
 
 
 def _is_two_decimal(value: float) -> bool:

@@ -86,10 +86,12 @@ COMPACT_FIELDS = tuple(name for name in CompactRequest.model_fields if name != "
 """The request fields of ``POST /v1/compact`` besides ``messages``."""
 
 
+# The bodies of the other routes build their validators on first use (``defer_build``), not at import:
+# the API function's cold start answers one route (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 class FlowsRequest(BaseModel):
     """Body of ``POST /v1/flows`` (docs/behaviour.md#requests-and-responses)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     flow_ir: Any
     flow_input: dict[str, Any] | list[Any] | str | None = None
@@ -104,7 +106,7 @@ class FlowsRequest(BaseModel):
 class NormalizeRequest(BaseModel):
     """Body of ``POST /v1/flows/normalize``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     flow_ir: Any
 
@@ -112,6 +114,6 @@ class NormalizeRequest(BaseModel):
 class ExpandRequest(BaseModel):
     """Body of ``POST /v1/expand`` (docs/archives.md)."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True, defer_build=True)
 
     handles: list[str] = Field(min_length=1, max_length=256, fail_fast=True)

@@ -84,13 +84,16 @@ CONTEXT_REJECTION = "context_too_small"
 _POLICIES_KEPT = 256
 _RANKINGS_KEPT = 256
 
-_BEARER = re.compile(r"(?i)bearer\s+\S+")
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_BEARER = r"(?i)bearer\s+\S+"
 Response = ChatResponse | DecisionResponse
 Invoke = Callable[[Transport, Offer, float], Awaitable[Response]]
 
 
 @dataclass
 class RouteResult:
+    """The outcome of routing one call: the response and the offer that gave it, or the error."""
+
     ok: bool
     response: ChatResponse | DecisionResponse | None
     chosen: Offer | None
@@ -131,6 +134,8 @@ class AdmittedPolicy:
 
 @dataclass(frozen=True)
 class _Failure:
+    """One failed attempt, as failover reads it."""
+
     kind: str
     message: str
     http_status: int | None = None
@@ -176,6 +181,8 @@ def request_call_budget() -> Iterator[CallBudget]:
 
 @dataclass
 class _Breaker:
+    """An offer's circuit breaker: faults in a row and until when it stays open."""
+
     consecutive_faults: int = 0
     open_until: float = -math.inf
 
@@ -250,7 +257,7 @@ def _redact(message: str, offer: Offer) -> str:
     secret = os.environ.get(offer.api_key_env) if offer.api_key_env else None
     if secret and len(secret) >= 4:
         message = message.replace(secret, "***")
-    return _BEARER.sub("Bearer ***", message)[:ERROR_MESSAGE_LIMIT]
+    return re.sub(_BEARER, "Bearer ***", message)[:ERROR_MESSAGE_LIMIT]
 
 
 def _trace_score(score: float) -> float | None:

@@ -48,6 +48,8 @@ class Computed:
 
 @dataclass(frozen=True)
 class Answer:
+    """An HTTP answer: status, body and headers."""
+
     status: int
     body: str
     headers: dict[str, str]

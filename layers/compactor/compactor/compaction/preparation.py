@@ -59,6 +59,8 @@ REASON_FLOW_INPUT = "flow_input_limit"
 
 @dataclass(frozen=True)
 class Candidate:
+    """A unit that may go, with what sending and keeping it costs."""
+
     unit: Unit
     evidence: str
     question: dict[str, Any]
@@ -72,6 +74,8 @@ class Candidate:
 
 @dataclass
 class Batch:
+    """Candidates asked about in one decision call, and their sizes."""
+
     candidates: list[Candidate] = field(default_factory=list)
     decision_bytes: int = 0  # sums over the candidates
     record_bytes: int = 0
@@ -93,6 +97,8 @@ class Batch:
 
 @dataclass
 class Preparation:
+    """A request taken apart for the decision: units, what is protected, candidates and budgets."""
+
     units: list[Unit]
     protected: set[str]  # unit ids
     candidates: list[Unit]

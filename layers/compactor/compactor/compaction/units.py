@@ -22,16 +22,18 @@ ALWAYS_PINNED_ROLES = ("system", "developer")
 # (docs/differences.md): mini-swe-agent's ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` and
 # ``(Current directory: …)`` footer, OpenHands' ``EXECUTION RESULT of [...]`` and exit-code footer, and the
 # ``<tool_response>``-style wrappers of prompt-based tool calling.
-_OBSERVATION = re.compile(
-    r"<returncode>|<output>|<output_head>|^\s*(?:OBSERVATION|Observation)\s*:|\(Current directory: [^)\n]*\)"
+# Compiled on first use by ``re``'s cache (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_OBSERVATION = (
+    r"(?m)<returncode>|<output>|<output_head>|^\s*(?:OBSERVATION|Observation)\s*:|\(Current directory: [^)\n]*\)"
     r"|^\s*EXECUTION RESULT of \[|\[Command finished with exit code|<tool_response>|<tool_result>"
-    r"|<function_results>|^\s*Tool (?:result|output)\s*:",
-    re.MULTILINE,
+    r"|<function_results>|^\s*Tool (?:result|output)\s*:"
 )
 
 
 @dataclass(frozen=True)
 class Unit:
+    """Messages ``start`` up to ``end`` (exclusive) that stay or go together."""
+
     start: int
     end: int  # exclusive
 
@@ -60,7 +62,7 @@ def observes(message: Message, previous: Message | None) -> bool:
     """True for a ``user`` message that answers the assistant turn ``previous`` with a tool observation."""
     if role_of(message) != "user" or previous is None or role_of(previous) != "assistant":
         return False
-    return _OBSERVATION.search(content_text(message.get("content"))) is not None
+    return re.search(_OBSERVATION, content_text(message.get("content"))) is not None
 
 
 def is_default_pin(message: Message, previous: Message | None) -> bool:

@@ -30,7 +30,8 @@ FLOW_DEADLINE: Final = "flow_deadline"
 NODE_EXCEPTION: Final = "node_exception"
 DATA_ERROR: Final = "data_error"
 
-_PLACEHOLDER = re.compile(r"\$(\d+)")
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_PLACEHOLDER = r"\$(\d+)"
 # The escape of a UTF-16 surrogate: the only way parsed JSON text that is valid UTF-8 holds a lone one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
@@ -232,7 +233,7 @@ def build_prompt(template: str | None, values: Sequence[Any],
                 views[position] = view_of(values[position - 1])
             return views[position]
 
-        text = _PLACEHOLDER.sub(substitute, template)
+        text = re.sub(_PLACEHOLDER, substitute, template)
     elif len(values) == 1:
         text = view_of(values[0])
     else:

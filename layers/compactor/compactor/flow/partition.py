@@ -34,7 +34,8 @@ from .values import MISSING
 
 # The local run standing in for an unavailable component has no real calls to wait for.
 UNAVAILABLE_RUN_BUDGET_MS: Final = 60_000
-_CANCELLED_AT = re.compile(r"(flow stopped at node )(n\d+)")
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_CANCELLED_AT = r"(flow stopped at node )(n\d+)"
 
 
 class ComponentUnavailable(Exception):
@@ -237,7 +238,7 @@ def remap_entry(entry: Mapping[str, Any], to_whole: Mapping[str, str]) -> dict[s
     mapped["inputs"] = [to_whole.get(source, source) for source in entry.get("inputs", [])]
     error = mapped.get("error")
     if isinstance(error, str):
-        mapped["error"] = _CANCELLED_AT.sub(lambda m: m.group(1) + to_whole.get(m.group(2), m.group(2)), error)
+        mapped["error"] = re.sub(_CANCELLED_AT, lambda m: m.group(1) + to_whole.get(m.group(2), m.group(2)), error)
     return mapped
 
 

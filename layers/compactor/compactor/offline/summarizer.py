@@ -35,12 +35,12 @@ SUMMARIZER_MODEL = "builtin-extractive-summarizer"
 DEFAULT_ITEM_BUDGET = 256
 DEFAULT_SEAL_MAX_TOKENS = 512
 BYTES_PER_TOKEN = 4
-_ROLE_PREFIX = re.compile(r"^(system|developer|user|assistant|tool|function|exit): ", re.MULTILINE)
+# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_ROLE_PREFIX = r"(?m)^(system|developer|user|assistant|tool|function|exit): "
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_DECISION_WORDS = re.compile(
-    r"\b(?:I'll|I will|we will|let me|decided?|need to|should|must|plan|next|todo|fix(?:ed|es)?"
-    r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b",
-    re.IGNORECASE,
+_DECISION_WORDS = (
+    r"(?i)\b(?:I'll|I will|we will|let me|decided?|need to|should|must|plan|next|todo|fix(?:ed|es)?"
+    r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b"
 )
 # Each command, error line or decision sentence of a seal digest is cut to this many bytes.
 _SEAL_ENTRY_BYTES = 200
@@ -162,7 +162,7 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
             for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
                 if sentence:
                     shown = fit_end(sentence, LINE_BYTES)
-                    score = SCORE_NOTE + (0.5 if _DECISION_WORDS.search(sentence) else 0)
+                    score = SCORE_NOTE + (0.5 if re.search(_DECISION_WORDS, sentence) else 0)
                     lines.append(_Line(shown, score, order, _names_of(shown, names), frozenset(paths_in(shown))))
                     order += 1
             for action in actions:
@@ -387,7 +387,7 @@ def split_rendered(rendered: str) -> list[tuple[str, str]]:
     current one (text before the first role line counts as ``user``).
     """
     pieces: list[tuple[str, str]] = []
-    starts = list(_ROLE_PREFIX.finditer(rendered))
+    starts = list(re.finditer(_ROLE_PREFIX, rendered))
     if not starts or starts[0].start() > 0:
         head_end = starts[0].start() if starts else len(rendered)
         pieces.append(("user", rendered[:head_end].rstrip("\n")))
@@ -403,7 +403,7 @@ def _entries(lines: list[str]) -> list[str]:
 
 def _decision_sentences(prose: str) -> list[str]:
     return [fit_end(squeeze(sentence), _SEAL_ENTRY_BYTES)
-            for sentence in _SENTENCE_END.split(prose) if _DECISION_WORDS.search(sentence)]
+            for sentence in _SENTENCE_END.split(prose) if re.search(_DECISION_WORDS, sentence)]
 
 
 def _counted(commands: list[str]) -> list[str]:

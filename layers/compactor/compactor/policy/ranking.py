@@ -56,12 +56,16 @@ class Requirements:
 
 @dataclass(frozen=True)
 class RankedOffer:
+    """An offer the filter kept and its score."""
+
     offer: Offer
     score: float
 
 
 @dataclass(frozen=True)
 class Rejection:
+    """An offer the filter refused and why."""
+
     offer: Offer
     reason: str
 
@@ -76,6 +80,8 @@ class Ranking:
 
 @dataclass(frozen=True)
 class _Context:
+    """What a policy term reads an offer's fields with."""
+
     fields: Mapping[str, FieldDecl]
     requirements: Requirements
 

@@ -82,6 +82,8 @@ class CacheBoundary:
 
 @dataclass
 class ChatRequest:
+    """One chat call: the messages and what the reply may be."""
+
     messages: list[dict[str, Any]]
     max_tokens: int | None = None
     json_mode: bool = False
@@ -98,6 +100,8 @@ class ChatRequest:
 
 @dataclass
 class ChatResponse:
+    """A chat call's reply and the usage the provider reported."""
+
     text: str | None
     finish_reason: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
@@ -112,6 +116,8 @@ class ChatResponse:
 
 @dataclass
 class DecisionRequest:
+    """One decision call: the shared state and the questions to answer."""
+
     state: Any
     questions: dict[str, Any]
     # Names of the state's leading members that related requests repeat unchanged: a transport that
@@ -126,6 +132,8 @@ class DecisionRequest:
 
 @dataclass
 class DecisionResponse:
+    """A decision call's answers and the usage the provider reported."""
+
     model: str
     answers: dict[str, Any]
     usage: dict[str, Any] | None = None
