@@ -101,7 +101,9 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
 
     ``restorable``: a summarized unit's marker and an archived unit's placeholder carry the handle of
     its original, also in its manifest entry (``handle``); storing the originals is the caller's part."""
-    from compactor.archives import handle_of
+    # The archives only where handles are written (docs/performance.md#request-models-regexes-and-docstrings-issue-11)
+    if restorable:
+        from compactor.archives import handle_of
 
     dialect = dialect or get_dialect(None)
     sizes = message_sizes(messages, prep)
