@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -145,8 +144,10 @@ class Catalog:
 
 
 def bundled_catalog_path() -> Path:
-    """The catalog shipped with the package (built-in offline offers)."""
-    return Path(str(resources.files("compactor") / "presets" / "catalog.json"))
+    """The catalog shipped with the package (built-in offline offers), beside this module: the package is
+    installed as files (as ``Path`` needs), and ``importlib.resources`` would load its readers on the first
+    request (docs/performance.md#request-models-regexes-and-docstrings-issue-11)."""
+    return Path(__file__).parent / "presets" / "catalog.json"
 
 
 def _describe(error: ValidationError) -> str:
