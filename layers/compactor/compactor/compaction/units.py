@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
 from compactor.chat import Message, content_text, has_tool_calls, role_of
@@ -22,12 +22,13 @@ ALWAYS_PINNED_ROLES = ("system", "developer")
 # (docs/differences.md): mini-swe-agent's ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` and
 # ``(Current directory: …)`` footer, OpenHands' ``EXECUTION RESULT of [...]`` and exit-code footer, and the
 # ``<tool_response>``-style wrappers of prompt-based tool calling.
-# Compiled on first use by ``re``'s cache (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
-_OBSERVATION = (
-    r"(?m)<returncode>|<output>|<output_head>|^\s*(?:OBSERVATION|Observation)\s*:|\(Current directory: [^)\n]*\)"
+# Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_observation = cache(lambda: re.compile(
+    r"<returncode>|<output>|<output_head>|^\s*(?:OBSERVATION|Observation)\s*:|\(Current directory: [^)\n]*\)"
     r"|^\s*EXECUTION RESULT of \[|\[Command finished with exit code|<tool_response>|<tool_result>"
-    r"|<function_results>|^\s*Tool (?:result|output)\s*:"
-)
+    r"|<function_results>|^\s*Tool (?:result|output)\s*:",
+    re.MULTILINE,
+))
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def observes(message: Message, previous: Message | None) -> bool:
     """True for a ``user`` message that answers the assistant turn ``previous`` with a tool observation."""
     if role_of(message) != "user" or previous is None or role_of(previous) != "assistant":
         return False
-    return re.search(_OBSERVATION, content_text(message.get("content"))) is not None
+    return _observation().search(content_text(message.get("content"))) is not None
 
 
 def is_default_pin(message: Message, previous: Message | None) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
+from functools import cache
 from typing import Any
 
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
@@ -38,10 +39,11 @@ BYTES_PER_TOKEN = 4
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _ROLE_PREFIX = r"(?m)^(system|developer|user|assistant|tool|function|exit): "
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_DECISION_WORDS = (
-    r"(?i)\b(?:I'll|I will|we will|let me|decided?|need to|should|must|plan|next|todo|fix(?:ed|es)?"
-    r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b"
-)
+_decision_words = cache(lambda: re.compile(  # compiled on first use, as _ROLE_PREFIX
+    r"\b(?:I'll|I will|we will|let me|decided?|need to|should|must|plan|next|todo|fix(?:ed|es)?"
+    r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b",
+    re.IGNORECASE,
+))
 # Each command, error line or decision sentence of a seal digest is cut to this many bytes.
 _SEAL_ENTRY_BYTES = 200
 _MAX_PATHS = 24
@@ -162,7 +164,7 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
             for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
                 if sentence:
                     shown = fit_end(sentence, LINE_BYTES)
-                    score = SCORE_NOTE + (0.5 if re.search(_DECISION_WORDS, sentence) else 0)
+                    score = SCORE_NOTE + (0.5 if _decision_words().search(sentence) else 0)
                     lines.append(_Line(shown, score, order, _names_of(shown, names), frozenset(paths_in(shown))))
                     order += 1
             for action in actions:
@@ -403,7 +405,7 @@ def _entries(lines: list[str]) -> list[str]:
 
 def _decision_sentences(prose: str) -> list[str]:
     return [fit_end(squeeze(sentence), _SEAL_ENTRY_BYTES)
-            for sentence in _SENTENCE_END.split(prose) if re.search(_DECISION_WORDS, sentence)]
+            for sentence in _SENTENCE_END.split(prose) if _decision_words().search(sentence)]
 
 
 def _counted(commands: list[str]) -> list[str]:

@@ -15,20 +15,21 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from compactor.chat import content_text
 from compactor.jsonutil import dense_dumps
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
-# Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
-_FENCE = r"(?s)```(bash|sh|shell|console|)[ \t]*\n(.*?)```"
-_RETURN_CODE = r"<returncode>\s*(-?\d+)\s*</returncode>"
+# Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
+_fence = cache(lambda: re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL))
+_return_code = cache(lambda: re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>"))
 _EXIT_STATEMENT = re.compile(
     r"(?:^|\n)\s*(?:Process exited with code|Exit code:?|exit code:?|Exit status:?|\[Command finished with exit code)"
     r"\s*(-?\d+)")
 _EXIT_STATEMENT_SPAN = 400
-_OUTPUT_TAGS = r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>"
+_output_tags = cache(lambda: re.compile(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>"))
 # Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
 # compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
 # usual shell failures. Source code that merely mentions an exception class does not match.
@@ -62,7 +63,7 @@ _BARE_FILE = re.compile(
     r"[\w-]+\.(?:py|pyi|pyx|c|h|cc|cpp|hpp|rs|go|java|kt|js|jsx|ts|tsx|rb|php|sh|cfg|ini"
     r"|toml|yaml|yml|json|md|rst|txt|xml|html|css|sql|lock)"
 )
-_SHELL_NAME = r"(?i)(?:^|_)(?:exec|shell|bash|command|terminal)(?:_|$)"  # compiled on first use, as _FENCE
+_shell_name = cache(lambda: re.compile(r"(?:^|_)(?:exec|shell|bash|command|terminal)(?:_|$)", re.IGNORECASE))
 _SHELL_TOOLS = frozenset({"bash", "shell", "sh", "terminal", "execute_bash", "run", "run_command", "exec"})
 
 
@@ -117,7 +118,7 @@ def tool_call_action(call: Any) -> Action | None:
         if isinstance(command, list) and all(isinstance(part, str) for part in command):
             command = " ".join(command)
     if isinstance(command, str) and (name in _SHELL_TOOLS or set(arguments) <= {"command", "cmd"}
-                                     or re.search(_SHELL_NAME, name)):
+                                     or _shell_name().search(name)):
         return Action(name, arguments, command.strip())
     return Action(name, arguments)
 
@@ -126,7 +127,7 @@ def fenced_commands(text: str) -> list[str]:
     """Commands in shell-like fenced code blocks of ``text``, in order."""
     if "```" not in text:
         return []
-    return [body.strip() for _, body in re.findall(_FENCE, text) if body.strip()]
+    return [body.strip() for _, body in _fence().findall(text) if body.strip()]
 
 
 def message_actions(message: dict[str, Any]) -> list[Action]:
@@ -145,7 +146,7 @@ def message_actions(message: dict[str, Any]) -> list[Action]:
 def prose_text(message: dict[str, Any]) -> str:
     """The content of an assistant message without its fenced command blocks."""
     text = content_text(message.get("content"))
-    return re.sub(_FENCE, " ", text) if "```" in text else text
+    return _fence().sub(" ", text) if "```" in text else text
 
 
 def is_observation(message: dict[str, Any]) -> bool:
@@ -162,14 +163,14 @@ def return_codes(text: str) -> list[int]:
     if "<returncode>" not in text:
         match = _EXIT_STATEMENT.search(text[:_EXIT_STATEMENT_SPAN])
         return [int(match.group(1))] if match else []
-    return [int(value) for value in re.findall(_RETURN_CODE, text)]
+    return [int(value) for value in _return_code().findall(text)]
 
 
 def strip_output_tags(text: str) -> str:
     """``text`` without the ``<returncode>…</returncode>`` block and ``<output>``-style tags."""
     if "<" not in text:
         return text
-    return re.sub(_OUTPUT_TAGS, " ", re.sub(_RETURN_CODE, " ", text))
+    return _output_tags().sub(" ", _return_code().sub(" ", text))
 
 
 def error_lines(text: str) -> list[str]:
