@@ -13,8 +13,10 @@ interpreter that times
 * ``import <handler module>`` (what Lambda's init phase runs), then
 * the first invocation with a real event: a decision-mode ``POST /v1/compact`` through API Gateway's
   proxy event, an S3 ``ObjectCreated`` event whose object is read from and written to S3, and a fan-out
-  worker event whose flow payload is read from S3. S3 is a ``moto_server`` on 127.0.0.1, so the
-  botocore client the function builds on its first request is part of what is timed.
+  worker event whose flow payload is read from S3: one batch of the API request's decision flow (its
+  decision and summary calls on the bundled offers), as the fan-out runner cuts and uploads it. S3 is a
+  ``moto_server`` on 127.0.0.1, so the botocore client the function builds on its first request is part
+  of what is timed.
 
 Every sample gets the fixed environment variables template.yaml gives the functions and, as on
 Lambda, its credentials in environment variables. Tracing is on by default, as deployed (``Tracing: Active`` in template.yaml): the samples see the
@@ -225,6 +227,41 @@ class Function:
         self.environment = deployment.environment(name)
 
 
+def fanout_payload(compact_body: str) -> dict[str, Any]:
+    """What the fan-out runner uploads for a worker: the first component (one batch: its decision and
+    its summary call, with the data nodes around them) of the decision flow the API's first request runs,
+    cut by the runner's own partition. A worker's real first request, not a data-only flow."""
+    import asyncio
+
+    from compactor import service
+    from compactor.budget import Deadline
+    from compactor.container import get_router
+    from compactor.flow import run_flow
+    from compactor.flow.partition import partition_flow, start_value
+    from compactor.models import CompactRequest
+
+    payloads: list[dict[str, Any]] = []
+
+    async def capture(admitted: Any, flow_input: Any, *, router: Any, deadline: Any, on_event: Any = None,
+                      conversation: Any = ()) -> Any:
+        partition = partition_flow(admitted, router.admit_policy)
+        if partition is not None:
+            value = start_value(flow_input, conversation)
+            payloads.extend(component.payload(value, conversation) for component in partition.components)
+        return await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event,
+                              conversation=conversation)
+
+    request = CompactRequest.model_validate_json(compact_body)
+    status, _ = asyncio.run(service.compact(request, deadline=Deadline.after_ms(30_000), router=get_router(),
+                                            flow_runner=capture))
+    if status != 200 or not payloads:
+        raise SystemExit("cold_start.py: the API's decision request made no fan-out component")
+    kinds = {node.get("kind") for node in payloads[0]["flow_ir"][1].values()}
+    if not {"decision", "llm"} <= kinds:
+        raise SystemExit(f"cold_start.py: the worker's component holds no model call ({sorted(kinds)})")
+    return json.loads(json.dumps(payloads[0]))
+
+
 def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
     import boto3
 
@@ -238,8 +275,7 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
                                          aws_access_key_id="bench", aws_secret_access_key="bench"))
     compact_event = json.loads((EVENTS / "compact-decision.json").read_text())
     transcript = compact_event["body"].encode()  # the same small decision request as the API's first one
-    flows_event = json.loads((EVENTS / "flows.json").read_text())
-    payload = json.loads(flows_event["body"])
+    payload = fanout_payload(compact_event["body"])
     s3.put_object(Bucket=BUCKET, Key=f"fanout/{run_id}/0.json", Body=json.dumps(payload).encode())
 
     s3_event = json.loads((EVENTS / "s3-put.json").read_text())
@@ -265,11 +301,18 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         event["requestContext"]["requestId"] = f"{run_id}-{sample}"
         return event
 
+    def worker_ran(answer: dict[str, Any]) -> bool:
+        """The component ran to its end (its result inline, or in S3 when large)."""
+        result = answer.get("result")
+        if result is None:
+            result = json.loads(s3.get_object(Bucket=BUCKET, Key=answer["result_key"])["Body"].read())
+        return result.get("ok") is True and result.get("failed_node") is None
+
     return [
         Function("compact", compact_event_for, lambda a: a.get("statusCode") == 200, code, deployment),
         Function("s3_compact", s3_event_for, lambda a: [r.get("result") for r in a.get("results", [])] == ["compacted"],
                  code, deployment),
-        Function("flow_worker", worker_event, lambda a: a.get("status") == "done", code, deployment),
+        Function("flow_worker", worker_event, lambda a: a.get("status") == "done" and worker_ran(a), code, deployment),
     ]
 
 
