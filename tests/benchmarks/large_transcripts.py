@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
-import json
 import os
 import resource
 import subprocess
