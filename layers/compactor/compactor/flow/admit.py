@@ -70,28 +70,78 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
         if flow_input is not MISSING:  # the term passed every check before this one when it was admitted
             _check_flow_input(flow_input, flow_input_bytes)
         return known
-    admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1])
+    admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1], text[2])
     cache.put(key, admitted)
     return admitted
 
 
-def _exact_text(flow_ir: Any) -> tuple[str, int] | None:
-    """The dense JSON text of a term and its UTF-8 size, or None when it has none (admission says why)."""
+def _exact_text(flow_ir: Any) -> tuple[str, int, dict[str, str] | None] | None:
+    """The dense JSON text of a term, its UTF-8 size and, for a term of the usual shape (``["flow", {<id>:
+    <node>}]`` with string ids), the text of each node, of which the term's is made; None when the term has
+    no text (admission says why)."""
     try:
+        if (type(flow_ir) is list and len(flow_ir) == 2 and type(flow_ir[0]) is str and flow_ir[0] == "flow"
+                and type(flow_ir[1]) is dict and all(type(label) is str for label in flow_ir[1])):
+            node_texts = {label: dense_dumps(node) for label, node in flow_ir[1].items()}
+            text = '["flow",{' + ",".join([_quoted(label) + ":" + node_text
+                                           for label, node_text in node_texts.items()]) + "}]"
+            return text, utf8_len(text), node_texts
         text = dense_dumps(flow_ir)
-        return text, utf8_len(text)
+        return text, utf8_len(text), None
     except (TypeError, ValueError, RecursionError):  # not JSON, NaN/Infinity, a lone surrogate, a cycle
         return None
 
 
+def _quoted(label: str) -> str:
+    """``dense_dumps(label)``; a printable ASCII id without quotes or backslashes needs no encoder."""
+    if label.isascii() and label.isprintable() and '"' not in label and "\\" not in label:
+        return '"' + label + '"'
+    return dense_dumps(label)
+
+
+class _NodeFacts:
+    """What admission learnt of a node that carries no policy (an input, output or data node), a pure
+    function of the node's content whatever its flow or host: that it passed the node checks, whether it
+    makes a flow typed, and its content key (docs/performance.md). ``node``: the node parsed from its
+    text, never handed out; a hit needs an equal node (the text does not tell a tuple from a list)."""
+
+    __slots__ = ("node", "typed", "key")
+
+    def __init__(self, text: str, typed: bool, key: str) -> None:
+        self.node, self.typed, self.key = json.loads(text), typed, key
+
+
+# The facts of the policy-free nodes this process admitted, by the node's dense JSON text: the nodes a host's
+# flows repeat (per-batch projections, selections and overlays) are checked and keyed once. Bounded: emptied
+# when full.
+_NODE_FACTS: dict[str, _NodeFacts] = {}
+_NODE_FACTS_KEPT: Final = 4096
+
+
+def _known_facts(node_texts: Mapping[str, str] | None, label: str, node: Any) -> _NodeFacts | None:
+    if node_texts is None:
+        return None
+    facts = _NODE_FACTS.get(node_texts[label])
+    return facts if facts is not None and facts.node == node else None
+
+
 def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow_input: Any,
-           flow_input_bytes: int | None, flow_ir_bytes: int | None) -> AdmittedFlow:
-    """Admission itself; ``flow_ir_bytes``: the term's dense size when it was measured already."""
+           flow_input_bytes: int | None, flow_ir_bytes: int | None,
+           node_texts: Mapping[str, str] | None = None) -> AdmittedFlow:
+    """Admission itself; ``flow_ir_bytes``: the term's dense size when it was measured already;
+    ``node_texts``: each node's dense JSON text, when the term's was made of them."""
     nodes = _nodes_of(flow_ir)
     inputs: dict[str, list[str]] = {}
+    known: dict[str, _NodeFacts] = {}
     for label, node in nodes.items():
-        inputs[label] = _check_node(label, node)
-    typed = flow_input is not MISSING or any(_makes_typed(node) for node in nodes.values())
+        facts = _known_facts(node_texts, label, node)
+        if facts is not None:  # an equal node passed these checks before
+            known[label] = facts
+            inputs[label] = node.get("inputs", [])
+        else:
+            inputs[label] = _check_node(label, node)
+    typed = flow_input is not MISSING or any(
+        known[label].typed if label in known else _makes_typed(node) for label, node in nodes.items())
     if typed:
         problem = bounds_problem(flow_ir, "flow_ir", flow_ir_bytes)
         if problem:
@@ -108,7 +158,23 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
     policies = _admit_policies(nodes, admit)
     routings = _admit_routings(nodes, admit)
     _check_questions_for_host(nodes)
-    return _canonicalise(nodes, inputs, input_label, policies, routings, typed)
+    admitted, keys = _canonicalise(nodes, inputs, input_label, policies, routings, typed,
+                                   {label: facts.key for label, facts in known.items()})
+    if node_texts is not None:
+        _remember_facts(nodes, node_texts, known, keys)
+    return admitted
+
+
+def _remember_facts(nodes: Mapping[str, Any], node_texts: Mapping[str, str], known: Mapping[str, _NodeFacts],
+                    keys: Mapping[str, str]) -> None:
+    """Keep the facts of the admitted flow's policy-free nodes that were not known yet (``keys``: every
+    node's content key)."""
+    for label, node in nodes.items():
+        if node["kind"] in MODEL_KINDS or label in known:
+            continue
+        if len(_NODE_FACTS) >= _NODE_FACTS_KEPT:
+            _NODE_FACTS.clear()
+        _NODE_FACTS[node_texts[label]] = _NodeFacts(node_texts[label], _makes_typed(node), keys[label])
 
 
 def _nodes_of(flow_ir: Any) -> dict[str, Any]:
@@ -285,10 +351,13 @@ def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
 
 def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], input_label: str,
                   policies: Mapping[str, AdmittedPolicyLike], routings: Mapping[str, AdmittedRouting],
-                  typed: bool) -> AdmittedFlow:
+                  typed: bool, known_keys: Mapping[str, str]) -> tuple[AdmittedFlow, dict[str, str]]:
+    """The admitted flow and each node's content key; ``known_keys``: those known already (of nodes equal
+    to nodes admitted before)."""
     memo: Memo = {}  # tables shared between nodes are encoded once
-    keys = {label: content_key(node["kind"], node, policies[label].encoding if label in policies else None,
-                               routings[label].key if label in routings else None, memo)
+    keys = {label: known_keys[label] if label in known_keys else
+            content_key(node["kind"], node, policies[label].encoding if label in policies else None,
+                        routings[label].key if label in routings else None, memo)
             for label, node in nodes.items()}
     order = canonical_order(keys, inputs, input_label)
     number = {label: index for index, label in enumerate(order)}
@@ -305,7 +374,7 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
     encoding = flow_encoding([node.encoding for node in flow_nodes])
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
-        encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding))
+        encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding)), keys
 
 
 class AdmissionCache:
