@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.jsonutil import (ascii_dumps, dense_dumps, dense_size, dense_size_bound, dense_str_size, json_text_size,
+from compactor.jsonutil import (ascii_dumps, dense_dumps, dense_size, dense_size_bound, dense_str_size, json_text_escaped, json_text_size,
                                 spaced_dumps)
 from compactor.router import tokens_bound, estimate_tokens
 
@@ -45,6 +45,8 @@ def test_json_text_size_is_the_size_of_quoting_json_text(value):
     for text in (dense_dumps(value), ascii_dumps(value)):
         assert json_text_size(text) == dense_size(text)
         assert json_text_size(text[: len(text) // 2]) == dense_size(text[: len(text) // 2])
+        for cut in (text, text[: len(text) // 2]):
+            assert '"' + json_text_escaped(cut) + '"' == dense_dumps(cut)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.flow.data_ops import DataOpError, apply, overlay, project, record_map, select, union
 
@@ -46,6 +48,21 @@ def test_select_with_a_non_answer_object_selects_nothing() -> None:
 def test_select_checks_record_maps(records: Any, answers: Any, what: str) -> None:
     with pytest.raises(DataOpError, match=what):
         select(records, answers, "choice", "yes")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.one_of(st.text(max_size=130), st.sampled_from(["", "a" * 128, "a" * 129, "é" * 64, "é" * 65]),
+                                 st.integers(), st.none()), st.none(), max_size=5))
+def test_record_map_keys_are_checked_as_the_definition_says(value: dict[Any, Any]) -> None:
+    """The keys' check (lengths in C for ASCII keys) accepts exactly what checking each key does."""
+    expected = all(isinstance(key, str) and 1 <= len(key.encode("utf-8", "surrogatepass")) <= 128 for key in value)
+    try:
+        record_map(value, "x")
+        accepted = True
+    except DataOpError as exc:
+        assert exc.message == "x has a key that is not 1–128 bytes"
+        accepted = False
+    assert accepted == expected
 
 
 def test_record_map_bounds_are_inclusive() -> None:

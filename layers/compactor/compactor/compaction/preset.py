@@ -101,7 +101,8 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
         # without the encoder's escape of every character (docs/performance.md).
         flow_input[key] = {"state": WireSized(batch_state(instructions, recent_evidence, batch.candidates, batch.later),
                                               state_wire.of(batch)),
-                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates})}
+                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates},
+                                                {c.unit.id: c.escaped_item for c in batch.candidates})}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
                 continue

@@ -7,9 +7,10 @@ serialisation behind every byte bound of the flow IR.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, Final
 
-from ..jsonutil import dense_dumps, dense_size, depth_exceeds
+from ..jsonutil import dense_dumps, dense_size, depth_exceeds, json_text_escaped
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32
@@ -45,9 +46,16 @@ class JSONTextMap(dict):  # type: ignore[type-arg]
     string only escapes ``"`` and ``\\``. A host that built the map from such texts marks it (it cannot be
     checked without the scan it saves); a prompt then quotes its values with two ``str.replace`` instead of
     the JSON encoder's escape of every character, for the same text, and ``select`` keeps the mark (a
-    subset of the values). Otherwise a plain object (docs/performance.md)."""
+    subset of the values). Otherwise a plain object (docs/performance.md).
 
-    __slots__ = ()
+    ``escaped``: by key, the value with ``"`` and ``\\`` escaped (``jsonutil.json_text_escaped``), when the
+    host made it already (measuring a value's size as a JSON string does): a prompt takes it as it is."""
+
+    __slots__ = ("escaped",)
+
+    def __init__(self, value: Any = (), escaped: Mapping[str, str] | None = None) -> None:
+        super().__init__(value)
+        self.escaped = escaped
 
 
 class WireSized(dict):  # type: ignore[type-arg]
@@ -70,11 +78,6 @@ def _quoted_key(key: str) -> str:
     return dense_dumps(key)
 
 
-def _quoted_text(text: str) -> str:
-    """``dense_dumps(text)`` of JSON text (no control characters)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def view_of(value: Any) -> str:
     """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON (a
     :class:`JSONTextMap` quoted member by member: the same text)."""
@@ -82,7 +85,13 @@ def view_of(value: Any) -> str:
         return value
     if (type(value) is JSONTextMap and all(type(key) is str for key in value)
             and all(type(item) is str for item in value.values())):
-        return "{" + ",".join(_quoted_key(key) + ":" + _quoted_text(item) for key, item in value.items()) + "}"
+        escaped = value.escaped or {}
+        parts = ["{"]
+        for key, item in value.items():
+            parts += (",", _quoted_key(key), ':"', escaped.get(key) or json_text_escaped(item), '"')
+        parts[1:2] = []  # no comma before the first member (an empty map is "{}")
+        parts.append("}")
+        return "".join(parts)
     return dense_dumps(value)
 
 
