@@ -15,11 +15,11 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from compactor.jsonutil import dense_dumps
+from compactor.records import record
 
 HANDLE_PREFIX = "cmp_"
 HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
@@ -45,7 +45,7 @@ class ArchiveStore(Protocol):
     def get(self, owner: str, handle: str) -> bytes | None: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Archive:
     """Where one request's originals go: a store and the caller they belong to."""
 

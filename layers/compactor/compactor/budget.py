@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from compactor.records import record
 
 DEFAULT_FLOW_BUDGET_MS = 40_000
 # Time kept back from the Lambda context so the handler can still answer after the flow stops.
 LAMBDA_SAFETY_MARGIN_MS = 1_500
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Deadline:
     """An absolute point on the monotonic clock."""
 

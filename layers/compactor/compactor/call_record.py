@@ -10,8 +10,10 @@ back out of a body.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
+
+from compactor.records import record
 
 FLOW_MODE = "flow"
 """``mode`` of a ``/v1/flows`` call (compactions carry their compaction mode's name)."""
@@ -22,7 +24,7 @@ NO_MODE = "none"
 _KIND_PREFIX = r"[A-Za-z0-9_.-]{1,64}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeOutcome:
     """One flow node as it ended: ``outcome`` is ``ok``, ``skipped``, ``deadline`` (skipped after the
     shared deadline), ``fallback`` or ``error``; ``error_kind`` is the leading token of the error only."""
@@ -98,7 +100,7 @@ MODEL_NODE_KINDS = frozenset({"llm", "decision"})
 importing the engine would load all of it into every handler's cold start."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CallRecord:
     """One call: what was answered and what it took.
 

@@ -9,7 +9,6 @@ carries besides its identity, wiring and prices (``supports_json_mode``, ``conte
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
 from compactor.providers.registry import TRANSPORTS
+from compactor.records import record
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
 # Offer keys that are wiring, not observations.
@@ -127,7 +127,7 @@ class CatalogSpec(BaseModel):
         return self
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Catalog:
     """The loaded catalog: offers in file order and the policy envelope."""
 

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from compactor.budget import Deadline
@@ -49,6 +49,7 @@ from compactor.providers.base import (
     ProviderError,
     Transport,
 )
+from compactor.records import record
 
 PROVIDER_DISABLE_TTL_S = 300.0
 BREAKER_FAILURE_THRESHOLD = 3  # consecutive provider faults that open a breaker
@@ -90,7 +91,7 @@ Response = ChatResponse | DecisionResponse
 Invoke = Callable[[Transport, Offer, float], Awaitable[Response]]
 
 
-@dataclass
+@record
 class RouteResult:
     """The outcome of routing one call: the response and the offer that gave it, or the error."""
 
@@ -117,7 +118,7 @@ class RouteResult:
         return (self.failed_cost_usd or 0.0) if self.failed_cost_known else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AdmittedPolicy:
     """A per-call policy with the host envelope composed in (what the router executes)."""
 
@@ -132,7 +133,7 @@ class AdmittedPolicy:
         return self.policy.fingerprint
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Failure:
     """One failed attempt, as failover reads it."""
 
@@ -158,7 +159,7 @@ class _Failure:
         return self.kind not in CLIENT_ERROR_KINDS
 
 
-@dataclass
+@record
 class CallBudget:
     """What one request may still spend upstream (see :func:`request_call_budget`)."""
 
@@ -179,7 +180,7 @@ def request_call_budget() -> Iterator[CallBudget]:
         _request_budget.reset(token)
 
 
-@dataclass
+@record
 class _Breaker:
     """An offer's circuit breaker: faults in a row and until when it stays open."""
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+from compactor.records import record
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -38,7 +39,7 @@ class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
 
-@dataclass
+@record
 class Transcript:
     """The items of a transcript in ``format``; ``session`` files also keep every line to write back."""
 

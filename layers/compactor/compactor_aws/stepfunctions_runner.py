@@ -22,13 +22,13 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from compactor.budget import Deadline
 from compactor.flow import AdmittedFlow, FlowResult, run_flow
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
+from compactor.records import record
 
 if TYPE_CHECKING:  # the partition and the upload threads load with the first fan-out, not with the
     # API function's routes, which import this module to learn that fan-out is off (docs/performance.md)
@@ -55,7 +55,7 @@ WORKER_STOP_MARGIN_MS: Final = 500
 UPLOAD_THREADS: Final = 16
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FanOutTiming:
     """How long the caller waits, each Task's timeout, the workers' budget and whether Lambda service
     errors are retried, for ``remaining_ms`` of budget left. Always ``timeout_s (+ RETRY_WAIT_S when

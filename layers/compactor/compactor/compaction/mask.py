@@ -6,7 +6,6 @@ item is returned exactly as it came, in the request's format."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compactor.call_record import CallRecord
@@ -16,6 +15,7 @@ from compactor.compaction.units import tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect, Item
 from compactor.jsonutil import dense_size
+from compactor.records import record
 
 if TYPE_CHECKING:
     from compactor.compaction.modes import ModeContext
@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 NAME = "mask"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Masked:
+    """One masked tool output: where it was and how large."""
+
     index: int
     tool_call_id: str | None
     name: str | None

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from compactor.records import record
 
 if TYPE_CHECKING:
     from compactor.budget import Deadline
@@ -27,7 +28,7 @@ REGISTRY: Mapping[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModeContext:
     """What a mode may use while it runs: the router, the request's shared deadline, a progress callback
     (the CLI's), the flow runner (the batch fan-out replaces the inline one) and the caller's archive of

@@ -8,7 +8,6 @@ with ``tool_calls`` and all its results), so no message is ever lost and no resu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from compactor.budget import Deadline
@@ -23,6 +22,7 @@ from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_size
 from compactor.markers import SEAL_HEAD
 from compactor.providers.base import ChatRequest, ChatResponse
+from compactor.records import record
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
 from compactor.response_blocks import billed_cost, route_usage, route_x_router, usage_block
 
@@ -52,8 +52,10 @@ SUMMARY_TRUNCATED = "summary_truncated"  # the model stopped at max_tokens (fini
 NO_REDUCTION = "no_reduction"  # the sealed transcript would not be smaller than the original
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SealPlan:
+    """The messages of a seal: those sealed, those aged out of the recent window, the recent ones."""
+
     frozen: list[Message]
     aged: list[Message]
     recent: list[Message]
@@ -160,7 +162,7 @@ def chunk_room(context: int | None, max_tokens: int, carried: str) -> int | None
     return room if room >= MIN_CHUNK_BYTES else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SealRun:
     """A prepared seal: the split (``None``: nothing to seal), the admitted policy, the summary size."""
 
@@ -171,7 +173,7 @@ class SealRun:
     max_tokens: int = DEFAULT_MAX_TOKENS
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Sealed:
     """What the seal's model calls gave: every routed call (one per chunk), the last summary and answer."""
 

@@ -19,7 +19,7 @@ import asyncio
 from array import array
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from compactor.call_record import flow_facts
@@ -44,6 +44,7 @@ from compactor.compaction.preparation import (
     summary_budget,
     tail_length,
 )
+from compactor.records import record
 from compactor.compaction.decision import summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
@@ -59,7 +60,7 @@ WINDOW_MAX_BYTES = 4_000_000
 DEFAULT_CONCURRENCY = 4
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Settings:
     """The request fields every window and pass of one run shares."""
 
@@ -86,7 +87,7 @@ class Settings:
                 "max_tokens": self.max_tokens}
 
 
-@dataclass
+@record
 class PassContext:
     """What :func:`scan` learns from one read of a pass's input."""
 
@@ -183,7 +184,7 @@ def _counted(messages: Iterable[Message], sizes: array) -> Iterator[Message]:
 # --------------------------------------------------------------------------------------- planning
 
 
-@dataclass
+@record
 class _Fit:
     """The batches a window's candidates make so far, as :func:`fit_batches` would build them."""
 
@@ -327,7 +328,7 @@ def admission_probe(settings: Settings, router: Any) -> None:
 # ------------------------------------------------------------------------------------- assembly
 
 
-@dataclass
+@record
 class PassAssembly:
     """Concatenates one pass's window results in order: writes the messages to ``write``, follows
     explicit pins to their new indexes, and counts what happened."""
@@ -435,7 +436,7 @@ class ListSink:
         return lambda: messages
 
 
-@dataclass
+@record
 class RunState:
     """Where a windowed run stands between passes; JSON (``as_dict``/``from_dict``) so the steps of
     the S3 path's state machine carry it from one invocation to the next."""
@@ -529,7 +530,7 @@ class RunState:
         return cls(**{**data, "settings": Settings(**settings)})
 
 
-@dataclass
+@record
 class WindowedRun:
     """The outcome of :func:`compact_windowed`: where the final messages are and the run's state."""
 

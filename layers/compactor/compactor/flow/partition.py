@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ..budget import Deadline
+from ..records import record
 from .admit import admit_flow
 from .execute import FAILED, execute_node
 from .graph import DATA, INPUT, OUTPUT, AdmittedFlow, AdmittedPolicyLike, FlowNode
@@ -42,7 +42,7 @@ class ComponentUnavailable(Exception):
     """Raised for every model call of a component that could not be run where it was sent."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Component:
     """One independent sub-graph as a self-contained flow."""
 
@@ -65,7 +65,7 @@ class Component:
         return body
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Partition:
     """A flow cut at its join into independent components."""
 

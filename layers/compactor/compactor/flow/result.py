@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Final
 
 from ..cost import RESPONSE_DECIMALS
 from ..policy.trace import trim_decision_trace
+from ..records import record
 from ..response_blocks import usage_block
 
 FLOW_NODE_FAILED: Final = "flow_node_failed"
 
 
-@dataclass
+@record
 class FlowResult:
     """How a flow ended. ``flow_nodes`` holds one entry per executed ``llm``/``decision``/``data`` node
     in canonical order; ``cost_usd`` is ``None`` when any traced node's cost is unknown; token totals

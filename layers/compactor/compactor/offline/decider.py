@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
@@ -36,6 +36,7 @@ from compactor.offline.transcript_reading import (
     Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
     tool_call_action,
 )
+from compactor.records import record
 
 DECIDER_MODEL = "builtin-rules-decider"
 SMALL_EVIDENCE_BYTES = 600
@@ -64,7 +65,7 @@ _VISIBLE_CREATE = re.compile(r'"command":\s*"create",\s*"path":\s*"([^"]+)"')
 _VISIBLE_CONTENT = re.compile(r'"content":\s*' + _JSON_STRING)
 
 
-@dataclass
+@record
 class Footprint:
     """What a stretch of evidence did: action keys, files read whole, files fully rewritten."""
 
@@ -162,7 +163,7 @@ def visible_actions(excerpt: str) -> list[Action]:
     return actions
 
 
-@dataclass
+@record
 class FragmentView:
     """One fragment as the decider sees it."""
 

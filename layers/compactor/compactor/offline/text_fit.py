@@ -7,7 +7,8 @@ Every limit here is in UTF-8 bytes. Cuts never split a character, and an elision
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from compactor.records import record
 
 ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(ELLIPSIS.encode("utf-8"))
@@ -86,7 +87,7 @@ def squeezed_window(text: str, limit: int) -> str:
     return squeeze(text[:window]) + " " + ELLIPSIS + " " + squeeze(text[-window:])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Section:
     """One line of a summary: ``label: body`` (or just ``body`` when the label is empty).
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from compactor.chat import content_text
 from compactor.jsonutil import dense_dumps
+from compactor.records import record
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
 # Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
@@ -67,7 +67,7 @@ _shell_name = cache(lambda: re.compile(r"(?:^|_)(?:exec|shell|bash|command|termi
 _SHELL_TOOLS = frozenset({"bash", "shell", "sh", "terminal", "execute_bash", "run", "run_command", "exec"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Action:
     """One thing the agent did: a shell command, or a tool call with canonical JSON arguments."""
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
 from ..identity import fingerprint, sha256_identity
+from ..records import record
 from .admission import PolicyAdmissionError, check_term
 from .encoding import encode
 from .failplan import FailPlan
@@ -18,7 +19,7 @@ from .signature import POLICY, PRED
 _CONSTRAIN_PREFIX = "ir.constrain: "
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Policy:
     """A normal-form Policy term ``["policy", pred, scorer, selector, xform, failplan]``.
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from ..records import record
 
 NEXT_CANDIDATE = "next_candidate"
 RETRY_SAME = "retry_same"
@@ -14,7 +16,7 @@ ABORT = "abort"
 UNKNOWN_REASON = "unknown"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Action:
     """One admitted Action record (docs/behaviour.md#the-policy-language)."""
 
@@ -42,7 +44,7 @@ class Action:
         return self.backoff_ms[min(retry, len(self.backoff_ms)) - 1]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FailPlan:
     """``always`` base action plus per-reason overrides."""
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
 from ..providers.base import Offer
+from ..records import record
 
 FieldSort = Literal["Num", "Bool"]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FieldDecl:
     """A declared observation field: its sort and the value used when an offer lacks it."""
 

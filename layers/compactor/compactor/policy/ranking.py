@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from ..providers.base import Offer
+from ..records import record
 from .admitted import Policy
 from .fields import FieldDecl, observe
 from .normal_form import Term
@@ -40,7 +40,7 @@ _MINSTD_MODULUS = 2147483647
 _MINSTD_MULTIPLIER = 16807
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Requirements:
     """The request's requirement block that ``meets_req`` checks (first failure is the reason)."""
 
@@ -54,7 +54,7 @@ class Requirements:
     scope: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankedOffer:
     """An offer the filter kept and its score."""
 
@@ -62,7 +62,7 @@ class RankedOffer:
     score: float
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rejection:
     """An offer the filter refused and why."""
 
@@ -70,7 +70,7 @@ class Rejection:
     reason: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ranking:
     """``ranked``: the failover order with scores; ``rejected``: offers the filter refused."""
 
@@ -78,7 +78,7 @@ class Ranking:
     rejected: tuple[Rejection, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Context:
     """What a policy term reads an offer's fields with."""
 

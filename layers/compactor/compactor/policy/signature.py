@@ -8,7 +8,7 @@ normal form is driven by this table rather than by per-operation code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..records import record
 
 VERSION = "sigma-pol/v2"
 
@@ -28,7 +28,7 @@ MAX_DEPTH = 64
 MAX_NODES = 4096
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OpSpec:
     """One operation: result sort plus either fixed argument sorts or one variadic child sort."""
 

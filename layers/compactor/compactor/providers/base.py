@@ -6,8 +6,10 @@ Everything that talks to a model (HTTP or built-in) implements :class:`Transport
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
+
+from compactor.records import record
 
 # Error kinds a transport may raise (ProviderError.kind). FailPlans key on these.
 TIMEOUT = "timeout"
@@ -47,7 +49,7 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s  # the provider's Retry-After, in seconds
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Offer:
     """One catalog entry (docs/behaviour.md#catalog-and-transports). ``observations`` holds every policy-visible field."""
 
@@ -68,7 +70,7 @@ class Offer:
     observations: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CacheBoundary:
     """Where a request's cacheable prefix ends: after the first ``chars`` characters of the text of
     message ``message`` (a string content), every message before it included. Related requests repeat
@@ -80,7 +82,7 @@ class CacheBoundary:
     chars: int
 
 
-@dataclass
+@record
 class ChatRequest:
     """One chat call: the messages and what the reply may be."""
 
@@ -98,7 +100,7 @@ class ChatRequest:
     cache_boundary: CacheBoundary | None = None
 
 
-@dataclass
+@record
 class ChatResponse:
     """A chat call's reply and the usage the provider reported."""
 
@@ -114,7 +116,7 @@ class ChatResponse:
     cost_reported: float | None = None  # provider-reported USD, wins over prices
 
 
-@dataclass
+@record
 class DecisionRequest:
     """One decision call: the shared state and the questions to answer."""
 
@@ -130,7 +132,7 @@ class DecisionRequest:
     wire_bytes: int | None = None
 
 
-@dataclass
+@record
 class DecisionResponse:
     """A decision call's answers and the usage the provider reported."""
 

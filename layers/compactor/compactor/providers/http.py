@@ -15,7 +15,6 @@ import re
 import threading
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -26,6 +25,7 @@ from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
 )
+from compactor.records import record
 from compactor.providers.keys import resolve_key
 
 # Keep-alive for as many connections as one request opens at once: a 32-batch burst reuses its
@@ -49,7 +49,7 @@ CONTEXT_OVERFLOW_WORDS = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HttpReply:
     """A complete HTTP answer (body fully read and within the size bound)."""
 

@@ -8,12 +8,12 @@ A request's cache boundary (``CacheBoundary``) is carried over to the turn and o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from compactor.chat import content_text
 from compactor.markers import tool_call_line
 from compactor.providers.base import CacheBoundary
+from compactor.records import record
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _TOOL_RESULT = "[tool result] "
@@ -21,8 +21,10 @@ _TOOL_RESULT = "[tool result] "
 JSON_INSTRUCTION = "Reply with one JSON object and nothing else: no prose, no code fences."
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Turns:
+    """A chat request as alternating turns after its system text."""
+
     system: str  # "" when there is none
     turns: tuple[tuple[str, str], ...]  # (role "user" | "assistant", text), alternating, user first
     # (turn index, characters of that turn's text) where the request's cacheable prefix ends, if it has one
