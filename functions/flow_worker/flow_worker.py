@@ -25,7 +25,7 @@ from aws_lambda_powertools import Logger
 from compactor.budget import Deadline
 from compactor.container import freeze_init_objects, get_router, run_sync
 from compactor.flow import admit_flow, run_flow
-from compactor.flow.partition import result_to_json
+from compactor.flow.result import result_to_json
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
 from compactor_aws import background, snapstart

@@ -13,7 +13,8 @@ import pytest
 from compactor.budget import Deadline
 from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor.flow import admit_flow, run_flow
-from compactor.flow.partition import partition_flow, result_to_json
+from compactor.flow.partition import partition_flow
+from compactor.flow.result import result_to_json
 
 from .conftest import BUCKET, FanOutAws
 from .test_partition import preset_flow

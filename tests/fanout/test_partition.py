@@ -18,10 +18,9 @@ from compactor.flow.partition import (
     input_slice,
     merge_results,
     partition_flow,
-    result_from_json,
-    result_to_json,
     unavailable_result,
 )
+from compactor.flow.result import result_from_json, result_to_json
 from compactor.router import Router
 from scenarios.helpers import fixture_t
 

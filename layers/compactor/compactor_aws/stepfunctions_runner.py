@@ -176,7 +176,8 @@ class StepFunctionsFlowRunner:
     async def _result(self, component: Component, item: Any, value: Any,
                       conversation: Sequence[Mapping[str, Any]]) -> FlowResult:
         """The component's result from its Map item, or the unavailable run when there is none."""
-        from compactor.flow.partition import result_from_json, unavailable_result
+        from compactor.flow.partition import unavailable_result
+        from compactor.flow.result import result_from_json
 
         reason = "worker failed"
         try:

@@ -12,7 +12,8 @@ import pytest
 
 from compactor.budget import Deadline
 from compactor.flow import FlowAdmissionError, admit_flow, normalize_flow, run_flow
-from compactor.flow.partition import merge_results, partition_flow, result_from_json, result_to_json
+from compactor.flow.partition import merge_results, partition_flow
+from compactor.flow.result import result_from_json, result_to_json
 from compactor.flow.decision_routing import project_messages, routing_state
 from compactor.flow.trace import aggregate, node_cost
 from compactor.providers.base import DecisionResponse, Offer, ProviderError

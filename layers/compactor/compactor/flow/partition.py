@@ -5,7 +5,8 @@ nodes above the join fall into connected components (sub-graphs that share nothi
 node). Each component becomes a self-contained flow (its own input node, its nodes with their
 submitted labels, an output reading the component's *sink*, the one join input inside it), plus the
 slice of the flow input its readers need. The components can then run anywhere (another thread,
-process or machine) with :func:`scheduler.run_flow`; :func:`merge_results` maps their traces back to
+process or machine) with :func:`scheduler.run_flow` (their results travel as
+:func:`~.result.result_to_json`); :func:`merge_results` maps their traces back to
 the canonical ids of the whole flow, runs the join locally and returns exactly the
 :class:`~.result.FlowResult` that running the whole flow in one scheduler produces: same
 ``flow_nodes`` entries in the same order, same fingerprint, same cost and token aggregation.
@@ -245,22 +246,6 @@ def remap_entry(entry: Mapping[str, Any], to_whole: Mapping[str, str]) -> dict[s
 def _emit(on_event: Callable[[dict[str, Any]], None] | None, event: str, node: FlowNode, **details: Any) -> None:
     if on_event is not None:
         on_event({"event": event, "node": node.cid, "label": node.label, "kind": node.kind, **details})
-
-
-RESULT_FIELDS: Final = ("ok", "output", "failed_node", "error_kind", "error_message", "flow_nodes", "fingerprint",
-                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached", "answer_reasons")
-OPTIONAL_RESULT_FIELDS: Final = frozenset({"answer_reasons"})  # results stored before it existed lack it
-
-
-def result_to_json(result: FlowResult) -> dict[str, Any]:
-    """A JSON-ready form of a result (every field, by name)."""
-    return {name: getattr(result, name) for name in RESULT_FIELDS}
-
-
-def result_from_json(data: Mapping[str, Any]) -> FlowResult:
-    """The inverse of :func:`result_to_json`; a missing field raises ``KeyError`` (optional ones default)."""
-    return FlowResult(**{name: data[name] for name in RESULT_FIELDS
-                         if name in data or name not in OPTIONAL_RESULT_FIELDS})
 
 
 def start_value(flow_input: Any, conversation: Sequence[Mapping[str, Any]]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Final
 
@@ -87,3 +88,19 @@ def answer_reasons(answers: Any) -> dict[str, str]:
         return {}
     return {name: answer["reason"][:MAX_REASON_CHARS] for name, answer in answers.items()
             if isinstance(answer, dict) and isinstance(answer.get("reason"), str) and answer["reason"]}
+
+
+RESULT_FIELDS: Final = ("ok", "output", "failed_node", "error_kind", "error_message", "flow_nodes", "fingerprint",
+                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached", "answer_reasons")
+OPTIONAL_RESULT_FIELDS: Final = frozenset({"answer_reasons"})  # results stored before it existed lack it
+
+
+def result_to_json(result: FlowResult) -> dict[str, Any]:
+    """A JSON-ready form of a result (every field, by name)."""
+    return {name: getattr(result, name) for name in RESULT_FIELDS}
+
+
+def result_from_json(data: Mapping[str, Any]) -> FlowResult:
+    """The inverse of :func:`result_to_json`; a missing field raises ``KeyError`` (optional ones default)."""
+    return FlowResult(**{name: data[name] for name in RESULT_FIELDS
+                         if name in data or name not in OPTIONAL_RESULT_FIELDS})
