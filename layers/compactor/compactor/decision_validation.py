@@ -12,7 +12,7 @@ import re
 from typing import Any, NoReturn
 
 from compactor.jsonutil import is_finite_number
-from compactor.jsonutil import ascii_wire_size
+from compactor.jsonutil import ascii_dumps, ascii_wire_size
 
 DECISION_REQUEST_MAX_BYTES = 32_000
 DECISION_RESPONSE_MAX_BYTES = 131_072
@@ -83,7 +83,7 @@ def validate_state(state: Any, questions: dict[str, Any], state_bytes: int | Non
         _fail("state must be text, an object or an array.")
     if state_bytes is None:
         return _check_size(state, questions)
-    size = _PAYLOAD_WIRE + state_bytes + ascii_wire_size(questions)
+    size = _PAYLOAD_WIRE + state_bytes + questions_wire_size(questions)
     if size > DECISION_REQUEST_MAX_BYTES:
         _fail("Decision request exceeds 32000 bytes.")
     return size
@@ -92,9 +92,23 @@ def validate_state(state: Any, questions: dict[str, Any], state_bytes: int | Non
 _PAYLOAD_WIRE = len('{"state": , "questions": }')  # the payload around its two values on the ASCII wire
 
 
+def questions_wire_size(questions: dict[str, Any]) -> int:
+    """``ascii_wire_size(questions)`` of questions that passed :func:`validate_payload` (string names, JSON
+    question objects), each question object several names share measured once (docs/performance.md)."""
+    sizes: dict[int, int] = {}
+    total = 2 + 2 * max(0, len(questions) - 1)  # the braces and the ", " between members
+    for name, question in questions.items():
+        size = sizes.get(id(question))
+        if size is None:
+            size = sizes[id(question)] = ascii_wire_size(question)
+        plain = name.isascii() and name.isprintable() and '"' not in name and "\\" not in name
+        total += (len(name) + 2 if plain else len(ascii_dumps(name))) + 2 + size  # "name": question
+    return total
+
+
 def _check_size(state: Any, questions: dict[str, Any]) -> int:
     try:
-        size = ascii_wire_size({"state": state, "questions": questions})
+        size = _PAYLOAD_WIRE + ascii_wire_size(state) + questions_wire_size(questions)
     except (TypeError, ValueError):  # non-JSON values or NaN/Infinity inside the state
         _fail("state must be text, an object or an array.")
     if size > DECISION_REQUEST_MAX_BYTES:

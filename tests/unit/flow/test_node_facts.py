@@ -1,5 +1,6 @@
-"""Facts of policy-free nodes (docs/performance.md): a node equal to one admitted before is not checked or
-keyed again, and admission answers exactly what it answers without them (same flow, same error)."""
+"""Facts of policy-free nodes and known wirings (docs/performance.md): a node equal to one admitted before is
+not checked or keyed again, a wiring that passed the graph checks is not checked again, and admission answers
+exactly what it answers without them (same flow, same error)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,18 @@ def outcome(term: Any, cache: AdmissionCache | None, flow_input: Any = FLOW_INPU
         return exc.message
 
 
+def fresh_outcome(term: Any, flow_input: Any = FLOW_INPUT) -> Any:
+    """Admission with nothing known: no node facts, no wirings (the process's are put back afterwards)."""
+    saved = dict(admission._NODE_FACTS), dict(admission._WIRINGS)
+    admission._NODE_FACTS.clear()
+    admission._WIRINGS.clear()
+    try:
+        return outcome(copy.deepcopy(term), None, flow_input)
+    finally:
+        admission._NODE_FACTS.update(saved[0])
+        admission._WIRINGS.update(saved[1])
+
+
 def same_outcome(got: Any, expected: Any) -> bool:
     return got == expected if isinstance(expected, str) else not isinstance(got, str) and same_admission(got, expected)
 
@@ -53,8 +66,9 @@ def test_known_nodes_change_no_outcome(changes: list[dict[str, dict[str, Any]]])
     for change in [{}, *changes]:
         term = triage_flow(**{node: {key: value for key, value in options.items() if value is not None}
                               for node, options in change.items()})
-        expected = outcome(copy.deepcopy(term), None)
+        expected = fresh_outcome(term)
         assert same_outcome(outcome(term, AdmissionCache()), expected), change
+        assert same_outcome(outcome(copy.deepcopy(term), None), expected), change  # known wirings only
 
 
 def test_a_tuple_where_a_known_node_has_a_list_is_still_rejected() -> None:
@@ -94,3 +108,30 @@ def test_the_term_text_is_made_of_the_node_texts(nodes: dict[str, Any]) -> None:
     assert text is not None
     assert text[0] == dense_dumps(term) and text[1] == len(text[0].encode("utf-8"))
     assert text[2] == {label: dense_dumps(node) for label, node in nodes.items()}
+
+
+def nested(depth: int) -> Any:
+    value: Any = "price_in"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_the_depth_bound_still_looks_into_the_model_nodes() -> None:
+    """Known nodes are left out of the term's depth bound: a model node too deep is still found."""
+    outcome(triage_flow(), AdmissionCache())  # every policy-free node is known now
+    for depth in (28, 29, 30, 40):
+        term = triage_flow(draft={"system": "Reply.", "policy": ["policy", ["neg", nested(depth)]]})
+        expected = fresh_outcome(term)
+        assert same_outcome(outcome(term, AdmissionCache()), expected)
+    assert expected == "flow_ir is nested deeper than 32 levels"
+
+
+def test_a_known_wiring_is_not_checked_again() -> None:
+    admission._WIRINGS.clear()
+    outcome(triage_flow(), None)
+    assert len(admission._WIRINGS) == 1
+    renamed = triage_flow(spam={"inputs": ["classify", "tickets"]})  # another wiring: checked, then known
+    assert same_outcome(outcome(renamed, None), fresh_outcome(renamed)) and len(admission._WIRINGS) == 2
+    cyclic = triage_flow(tickets={"inputs": ["answered"]})
+    assert outcome(cyclic, None) == fresh_outcome(cyclic) and len(admission._WIRINGS) == 2  # not kept

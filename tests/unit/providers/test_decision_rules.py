@@ -7,10 +7,12 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.decision_validation import (
-    DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, is_jev_family, validate_answers, validate_payload,
-    validate_state,
+    DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, is_jev_family, questions_wire_size, validate_answers,
+    validate_payload, validate_state,
 )
 from compactor.jsonutil import ascii_wire_size
 
@@ -226,3 +228,32 @@ def test_jev_family_names() -> None:
 def test_score_criteria_must_be_strings() -> None:
     with pytest.raises(DecisionValidationError, match="Invalid criterion description."):
         validate_payload(payload(c={"type": "score", "instructions": "x", "criteria": [None, None]}))
+
+
+_NAMES = st.text(min_size=1, max_size=64) | st.sampled_from(['a"b', "a\\b", "tab\there", "é", "\x7f", "\u2028", "\ud800"])
+_QUESTION = st.builds(
+    lambda instructions, kind, labels: {"type": kind, "instructions": instructions,
+                                        **({"criteria": labels} if kind != "noul" else {})},
+    st.text(min_size=1, max_size=40), st.sampled_from(["choice", "noul"]),
+    st.dictionaries(_NAMES, st.text(max_size=20) | st.none(), min_size=1, max_size=3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_QUESTION, min_size=1, max_size=3), st.lists(st.tuples(_NAMES, st.integers(0, 2)), min_size=1,
+                                                             max_size=32))
+def test_the_questions_wire_size_is_their_encodings(shared: list[dict[str, Any]], names: list[tuple[str, int]]) -> None:
+    """Questions sharing question objects are measured with each object once: the same size as encoding them,
+    and the payload's size and bound are the same as encoding the whole payload."""
+    questions = {name: shared[index % len(shared)] for name, index in names}
+    try:
+        validate_payload({"state": {}, "questions": questions})
+    except DecisionValidationError:
+        return  # rejected before its size is measured
+    assert questions_wire_size(questions) == ascii_wire_size(questions)
+    for state in ({}, "x" * 31_000, {"a": ["é" * 10]}):
+        whole = ascii_wire_size({"state": state, "questions": questions})
+        if whole <= 32_000:
+            validate_payload({"state": state, "questions": questions})
+            assert validate_state(state, questions, ascii_wire_size(state)) == validate_state(state, questions) == whole
+        else:
+            assert message_for({"state": state, "questions": questions}) == "Decision request exceeds 32000 bytes."

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from ..decision_validation import DecisionValidationError, validate_payload
 from ..identity import fingerprint, sha256_identity
-from ..jsonutil import dense_dumps, ensure_utf8_encodable, utf8_len
+from ..jsonutil import dense_dumps, depth_exceeds, ensure_utf8_encodable, utf8_len
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
 from .canonical import Memo, canonical_order, content_key, flow_encoding, node_encoding, routing_key
@@ -142,8 +142,9 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
             inputs[label] = _check_node(label, node)
     typed = flow_input is not MISSING or any(
         known[label].typed if label in known else _makes_typed(node) for label, node in nodes.items())
-    if typed:
-        problem = bounds_problem(flow_ir, "flow_ir", flow_ir_bytes)
+    if typed:  # known nodes hold no container below their own level: the others decide the depth
+        problem = bounds_problem(flow_ir, "flow_ir", flow_ir_bytes, ["flow", {
+            label: node for label, node in nodes.items() if label not in known}] if known else MISSING)
         if problem:
             raise FlowAdmissionError(problem)
     elif flow_ir_bytes is None:  # a measured term was encoded to UTF-8 already
@@ -153,7 +154,7 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
             raise FlowAdmissionError(f"flow_ir: {exc}") from None
     if flow_input is not MISSING:
         _check_flow_input(flow_input, flow_input_bytes)
-    input_label = _check_graph(nodes, inputs)
+    input_label = _checked_graph(nodes, inputs)
     admit = _PolicyAdmitter(admit_policy)
     policies = _admit_policies(nodes, admit)
     routings = _admit_routings(nodes, admit)
@@ -170,8 +171,8 @@ def _remember_facts(nodes: Mapping[str, Any], node_texts: Mapping[str, str], kno
     """Keep the facts of the admitted flow's policy-free nodes that were not known yet (``keys``: every
     node's content key)."""
     for label, node in nodes.items():
-        if node["kind"] in MODEL_KINDS or label in known:
-            continue
+        if node["kind"] in MODEL_KINDS or label in known or depth_exceeds(node, 1):
+            continue  # (a policy-free node that passes its checks holds lists of names at most)
         if len(_NODE_FACTS) >= _NODE_FACTS_KEPT:
             _NODE_FACTS.clear()
         _NODE_FACTS[node_texts[label]] = _NodeFacts(node_texts[label], _makes_typed(node), keys[label])
@@ -223,6 +224,25 @@ def _check_flow_input(flow_input: Any, size: int | None) -> None:
     problem = bounds_problem(flow_input, "flow_input", size)
     if problem:
         raise FlowAdmissionError(problem)
+
+
+# The wirings (ids, kinds and inputs of every node, in order) that passed the graph checks, with their input
+# node's id: a host's flows of the same shape are wired alike (docs/performance.md). Emptied when full.
+_WIRINGS: dict[tuple[tuple[str, str, tuple[str, ...]], ...], str] = {}
+_WIRINGS_KEPT: Final = 1024
+
+
+def _checked_graph(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]]) -> str:
+    """:func:`_check_graph`, once per wiring."""
+    wiring = tuple([(label, node["kind"], tuple(inputs[label])) for label, node in nodes.items()])
+    known = _WIRINGS.get(wiring)
+    if known is not None:
+        return known
+    input_label = _check_graph(nodes, inputs)
+    if len(_WIRINGS) >= _WIRINGS_KEPT:
+        _WIRINGS.clear()
+    _WIRINGS[wiring] = input_label
+    return input_label
 
 
 def _check_graph(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]]) -> str:

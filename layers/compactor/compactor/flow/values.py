@@ -25,9 +25,10 @@ class Missing(enum.Enum):
 MISSING: Final = Missing.MISSING
 
 
-def bounds_problem(value: Any, what: str, size: int | None = None) -> str | None:
+def bounds_problem(value: Any, what: str, size: int | None = None, depth_of: Any = MISSING) -> str | None:
     """Why ``value`` breaks the 1 MiB / depth-32 bounds of flow data, or ``None`` when it fits. ``size``:
-    its dense size when the caller measured it already (then it is not encoded again)."""
+    its dense size when the caller measured it already (then it is not encoded again); ``depth_of``: a part
+    of ``value`` that is deeper than 32 levels exactly when ``value`` is (its depth is looked into instead)."""
     if size is None:
         try:
             size = dense_size(value)
@@ -35,7 +36,7 @@ def bounds_problem(value: Any, what: str, size: int | None = None) -> str | None
             return f"{what} is not finite JSON ({exc})"
     if size > MAX_VALUE_BYTES:
         return f"{what} exceeds {MAX_VALUE_BYTES} bytes ({size})"
-    if depth_exceeds(value, MAX_VALUE_DEPTH):
+    if depth_exceeds(value if depth_of is MISSING else depth_of, MAX_VALUE_DEPTH):
         return f"{what} is nested deeper than {MAX_VALUE_DEPTH} levels"
     return None
 
