@@ -39,7 +39,7 @@ def definitions(draw: Any) -> dict[str, Any]:
             "hash": draw(st.sampled_from([None, True, False])),
             "type": draw(st.sampled_from(["int", "Any", "list[int] | None"])),
         })
-    return {"fields": specs, "frozen": draw(st.booleans()), "eq": draw(st.booleans()),
+    return {"fields": specs, "frozen": draw(st.booleans()), "eq": draw(st.booleans()), "slots": draw(st.booleans()),
             "post_init": draw(st.booleans()), "classvar": draw(st.booleans()),
             "doc": draw(st.sampled_from(["A record.", None]))}
 
@@ -68,17 +68,17 @@ def make(definition: dict[str, Any], decorate: Any) -> Any:
         namespace["__post_init__"] = __post_init__
     cls = type("Rec", (), namespace)
     try:
-        return decorate(cls, frozen=definition["frozen"], eq=definition["eq"])
+        return decorate(cls, frozen=definition["frozen"], eq=definition["eq"], slots=definition["slots"])
     except TypeError as exc:
         return exc
 
 
-def std(cls: type, *, frozen: bool, eq: bool) -> type:
-    return dataclasses.dataclass(cls, frozen=frozen, eq=eq)
+def std(cls: type, *, frozen: bool, eq: bool, slots: bool) -> type:
+    return dataclasses.dataclass(cls, frozen=frozen, eq=eq, slots=slots)
 
 
-def fast(cls: type, *, frozen: bool, eq: bool) -> type:
-    return record(frozen=frozen, eq=eq)(cls)
+def fast(cls: type, *, frozen: bool, eq: bool, slots: bool) -> type:
+    return record(frozen=frozen, eq=eq, slots=slots)(cls)
 
 
 def outcome(action: Any) -> Any:
@@ -86,6 +86,21 @@ def outcome(action: Any) -> Any:
         return ("ok", action())
     except Exception as exc:  # the same exception, type and message, on both sides
         return ("raised", type(exc).__name__, str(exc))
+
+
+def state(obj: Any, definition: dict[str, Any]) -> str:
+    """The instance's attributes (fields, ``seen``, ``other``), read one by one (slotted ones have no ``vars``)."""
+    names = [f["name"] for f in definition["fields"]] + ["seen", "other"]
+    return repr([(name, outcome(lambda: getattr(obj, name))) for name in names]
+                + [outcome(lambda: sorted(vars(obj)))])
+
+
+def pickled(obj: Any) -> str:
+    globals()["Rec"] = type(obj)  # where pickle looks the class up by its name
+    try:
+        return repr(pickle.loads(pickle.dumps(obj)))
+    finally:
+        del globals()["Rec"]
 
 
 def observe(cls: Any, definition: dict[str, Any]) -> list[Any]:
@@ -96,6 +111,7 @@ def observe(cls: Any, definition: dict[str, Any]) -> list[Any]:
     seen: list[Any] = [
         str(inspect.signature(cls)), cls.__init__.__annotations__, cls.__init__.__qualname__,
         cls.__init__.__module__, cls.__doc__, cls.__match_args__, cls.__hash__ is None,
+        cls.__dict__.get("__slots__"), cls.__qualname__, "__getstate__" in vars(cls),
         [(p, getattr(params, p)) for p in ("init", "repr", "eq", "order", "unsafe_hash", "frozen")],
         [(f.name, f.type, f.default, f.default_factory, f.init, f.repr, f.compare, f.hash, f.kw_only)
          for f in dataclasses.fields(cls)],
@@ -112,14 +128,14 @@ def observe(cls: Any, definition: dict[str, Any]) -> list[Any]:
             seen.append(a)
             continue
         one, two = a[1], b[1]
-        checks = [lambda: repr(vars(one)), lambda: repr(one), lambda: one == two, lambda: one != two,
+        checks = [lambda: state(one, definition), lambda: repr(one), lambda: pickled(one), lambda: one == two, lambda: one != two,
                   lambda: one == 3, lambda: hash(one) == hash(two),
                   lambda: "identity" if hash(one) == object.__hash__(one) else hash(one),
                   lambda: dataclasses.asdict(one), lambda: dataclasses.astuple(one),
-                  lambda: repr(dataclasses.replace(one)), lambda: repr(vars(copy.deepcopy(one)))]
+                  lambda: repr(dataclasses.replace(one)), lambda: state(copy.deepcopy(one), definition)]
         seen += [outcome(check) for check in checks]
         for name in [f["name"] for f in definition["fields"]] + ["other"]:
-            seen += [outcome(lambda: setattr(one, name, 5)), outcome(lambda: delattr(one, name)), repr(vars(one))]
+            seen += [outcome(lambda: setattr(one, name, 5)), outcome(lambda: delattr(one, name)), state(one, definition)]
         if not definition["frozen"] and definition["fields"]:
             setattr(one, definition["fields"][0]["name"], one)  # a recursive repr
             seen.append(outcome(lambda: repr(one)))

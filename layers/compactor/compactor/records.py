@@ -11,7 +11,7 @@ behave as the generated ones: the same comparisons on the same tuples, the same 
 fields, so ``fields()``, ``replace()``, ``asdict()``, ``__match_args__`` and ``__dataclass_params__`` are
 the standard ones.
 
-A class that uses anything else (``slots``, ``order``, ``kw_only``, ``InitVar``, ``unsafe_hash``,
+A class that uses anything else (``order``, ``kw_only``, ``InitVar``, ``unsafe_hash``,
 dataclass bases, its own dunder methods, no docstring, a field named like a name the generated
 ``__init__`` uses) is handed to ``dataclass`` unchanged. ``tests/unit/test_records.py`` holds every
 ``record`` equal to ``dataclass`` on the same definitions.
@@ -44,12 +44,12 @@ _FACTORY = _FactoryDefault()
 @overload
 def record(cls: T, /) -> T: ...
 @overload
-def record(*, frozen: bool = False, eq: bool = True) -> Callable[[T], T]: ...
-def record(cls: Any = None, /, *, frozen: bool = False, eq: bool = True) -> Any:
-    """``@record`` / ``@record(frozen=True)`` / ``@record(frozen=True, eq=False)``: as ``@dataclass``."""
+def record(*, frozen: bool = False, eq: bool = True, slots: bool = False) -> Callable[[T], T]: ...
+def record(cls: Any = None, /, *, frozen: bool = False, eq: bool = True, slots: bool = False) -> Any:
+    """``@record``, ``@record(frozen=True)``, ``@record(frozen=True, eq=False, slots=True)`` …: as ``@dataclass``."""
 
     def wrap(cls: T) -> T:
-        return _build(cls, frozen=frozen, eq=eq)
+        return _build(cls, frozen=frozen, eq=eq, slots=slots)
 
     return wrap if cls is None else wrap(cls)
 
@@ -65,14 +65,15 @@ def _supported(cls: type, eq: bool) -> bool:
             and not any(isinstance(value, Field) and value.kw_only is True for value in cls.__dict__.values()))
 
 
-def _build(cls: T, *, frozen: bool, eq: bool) -> T:
+def _build(cls: T, *, frozen: bool, eq: bool, slots: bool) -> T:
     if not _supported(cls, eq):
-        return dataclass(cls, frozen=frozen, eq=eq)
-    dataclass(cls, init=False, repr=False, eq=False)  # the fields, match args and params; no method compiled
+        return dataclass(cls, frozen=frozen, eq=eq, slots=slots)
+    # The fields, match args and params (and the class with slots); no method compiled.
+    original, cls = cls, dataclass(cls, init=False, repr=False, eq=False, slots=slots)
     declared = fields(cls)
     params = cls.__dataclass_params__
     params.init, params.repr, params.eq, params.frozen = True, True, eq, frozen
-    _set(cls, "__init__", _init(cls, declared, frozen))
+    _set(cls, "__init__", _init(cls, declared, frozen, slots))
     _set(cls, "__repr__", _repr(cls, [f.name for f in declared if f.repr]))
     if eq:
         _set(cls, "__eq__", _eq([f.name for f in declared if f.compare]))
@@ -82,10 +83,26 @@ def _build(cls: T, *, frozen: bool, eq: bool) -> T:
         else:
             cls.__hash__ = None  # type: ignore[assignment]  # as dataclass: equal by value, so unhashable
     if frozen:
+        # With slots, dataclass builds these for the class it then copies into the slotted one, and so
+        # do these: an instance's other attributes then meet super() of a class it is no instance of.
         names = frozenset(f.name for f in declared)
-        _set(cls, "__setattr__", _frozen_setattr(cls, names))
-        _set(cls, "__delattr__", _frozen_delattr(cls, names))
+        _set(cls, "__setattr__", _frozen_setattr(original, names))
+        _set(cls, "__delattr__", _frozen_delattr(original, names))
+        if slots:  # pickling, as dataclass provides it for frozen classes with slots
+            if "__getstate__" not in original.__dict__:
+                cls.__getstate__ = _slots_getstate  # type: ignore[attr-defined]
+            if "__setstate__" not in original.__dict__:
+                cls.__setstate__ = _slots_setstate  # type: ignore[attr-defined]
     return cls
+
+
+def _slots_getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in fields(self)]
+
+
+def _slots_setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(fields(self), state):
+        object.__setattr__(self, f.name, value)
 
 
 def _set(cls: type, name: str, function: Any) -> None:
@@ -93,7 +110,7 @@ def _set(cls: type, name: str, function: Any) -> None:
     setattr(cls, name, function)
 
 
-def _init(cls: type, declared: tuple[Any, ...], frozen: bool) -> Any:
+def _init(cls: type, declared: tuple[Any, ...], frozen: bool, slots: bool) -> Any:
     """``__init__`` compiled from source: the same parameters, defaults, annotations and assignments as
     ``dataclass`` generates (positional-or-keyword parameters in field order)."""
     closure: dict[str, Any] = {"__record_object_setattr": object.__setattr__, "__record_factory": _FACTORY}
@@ -112,7 +129,10 @@ def _init(cls: type, declared: tuple[Any, ...], frozen: bool) -> Any:
             value = (f"__record_default_{f.name}() if {f.name} is __record_factory else {f.name}" if f.init
                      else f"__record_default_{f.name}()")
         elif not f.init:
-            continue  # the class attribute holds the default
+            if not slots or f.default is MISSING:
+                continue  # the class attribute holds the default
+            closure[f"__record_default_{f.name}"] = f.default  # a slotted class has no class attribute
+            value = f"__record_default_{f.name}"
         if f.init:
             default = ""
             if f.default_factory is not MISSING:

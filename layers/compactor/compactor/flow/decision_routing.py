@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from ..decision_validation import DECISION_REQUEST_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
 from ..jsonutil import ascii_wire_size
+from ..records import record
 
 ROUTE_QUESTION: Final = "route"
 
@@ -85,7 +85,7 @@ def fitted_payload(state: dict[str, Any], questions: dict[str, Any]) -> dict[str
             state["omitted_messages"] += 1
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RouteChoice:
     """What a routing decision's answer amounts to."""
 

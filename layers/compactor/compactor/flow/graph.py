@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from ..records import record
 
 INPUT, OUTPUT, LLM, DECISION, DATA = "input", "output", "llm", "decision", "data"
 KINDS = (INPUT, OUTPUT, LLM, DECISION, DATA)
@@ -33,7 +34,7 @@ class AdmittedPolicyLike(Protocol):
     def fingerprint(self) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class AdmittedRouting:
     """The admitted ``routing`` record of a decision-routed llm node (docs/behaviour.md#decision-routing), defaults applied."""
 
@@ -47,7 +48,7 @@ class AdmittedRouting:
     key: str  # the routing key of the node's encoding
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FlowNode:
     """One admitted node. ``spec`` is the submitted node object: read it, never mutate it."""
 
@@ -70,7 +71,7 @@ class FlowNode:
         return self.spec.get(key, default)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class AdmittedFlow:
     """A flow that passed admission, with its canonical identity. ``nodes[k].index == k``."""
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..cost import NODE_DECIMALS, priced, reported
 from ..jsonutil import is_finite_number
+from ..records import record
 
 _is_number = is_finite_number
 
@@ -43,7 +43,7 @@ def _call_cost(entry: Mapping[str, Any]) -> float | None:
     return priced(price_in, price_out, tokens_in, tokens_out, entry.get("tokens_cached"))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FlowTotals:
     """Aggregate cost (``None`` = unknown) and token sums (``None`` when the sum is 0)."""
 

@@ -10,15 +10,15 @@ transports are built in; adapters plug theirs in with :func:`register_transport`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import cache
 from types import MappingProxyType
 from typing import Final, Literal
 
 from compactor.providers.base import Offer, Transport
+from compactor.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TransportKind:
     """What a catalog offer with this transport may and must carry."""
 
