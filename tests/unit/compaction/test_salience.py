@@ -5,10 +5,12 @@ from hypothesis import strategies as st
 
 from compactor.chat import content_text
 from compactor.compaction import salience
-from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, batch_questions, batch_state, prepare
+from compactor.compaction.preparation import (DECISION_PAYLOAD_MAX_BYTES, BatchSizer, batch_questions, batch_state,
+                                              prepare)
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.salience import action_message, hint_order, later_block, names_in
-from compactor.jsonutil import ascii_wire_size
+from compactor.formats import get_dialect
+from compactor.jsonutil import ascii_wire_size, dense_dumps
 
 from .fixtures import CORPUS_FILES, corpus_messages, tool_unit
 
@@ -185,3 +187,91 @@ def test_quoted_actions_read_each_action_s_names_from_its_json(messages, start):
     expected = [(i, salience.quoted_action(m)[0], salience.message_names(salience.action_message(m)))
                 for i, m in enumerate(messages) if i >= start and salience.action_message(m) is not None]
     assert salience.quoted_actions(messages, start) == expected
+
+
+# The calls' JSON of a tool-call message is cut from the message's dense JSON when the caller has it
+# (docs/performance.md): the same names as encoding the calls again, whatever the message's other members
+# hold (another "tool_calls" key nested in a member, the calls not last, text that looks like the key).
+_MEMBER = st.sampled_from([("content", None), ("content", 'see "tool_calls": src/a_b.py'), ("name", "x_y"),
+                           ("extra", {"tool_calls": ["src/x_y.py"]}), ("content", [{"type": "text", "text": "os.path"}]),
+                           ("reasoning_content", '{"tool_calls":1}')])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_MEMBER, max_size=3), st.lists(_CALL | st.just({"tool_calls": [{"id": "z_q"}]}), min_size=1, max_size=3),
+       st.integers(min_value=0, max_value=3))
+def test_names_with_the_message_s_dense_json_are_the_names_without_it(members, calls, position):
+    items = [("role", "assistant"), *members]
+    items.insert(min(position, len(items)), ("tool_calls", calls))
+    message = dict(items)
+    assert salience.message_names(message, dense_dumps(message)) == salience.message_names(message)
+    assert salience._calls_json(message, dense_dumps(message)) == dense_dumps(message["tool_calls"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.text(max_size=30), max_size=40), st.lists(st.text(max_size=300), max_size=30),
+       st.integers(min_value=0, max_value=4000), st.booleans())
+def test_the_sized_later_block_is_the_later_block_with_its_wire_size(names, actions, limit, measured):
+    """The ``later`` block with its size, each action measured once by the caller (docs/performance.md)."""
+    quoted = [dense_dumps(action) for action in actions]  # the actions a block quotes are JSON texts
+    sizes = [ascii_wire_size(text) for text in quoted] if measured else None
+    block, size = salience.sized_later_block(names, quoted, limit, sizes)
+    assert block == _later_block_by_trials(names, quoted, limit)
+    assert size == ascii_wire_size(block)
+    assert [salience.text_wire_size(text) for text in quoted] == [ascii_wire_size(text) for text in quoted]
+
+
+def _salience_by_definition(messages, prep, payload_max_bytes=DECISION_PAYLOAD_MAX_BYTES):
+    """Each batch's hint and ``later`` block as first defined: every message's names (of every message,
+    hidden reasoning left out) and every action encoded anew, each later block chosen by whole trials."""
+    views = [get_dialect(None).model_view([m]) for m in messages]
+    names = [set().union(*map(salience.message_names, view)) for view in views]
+    kept = [i for u in prep.units if u.id in prep.protected for i in u.indexes()]
+    carried = set().union(*(names[i] for i in kept))
+    last_use = salience.last_uses(names)
+    sizer = BatchSizer(prep.instructions, prep.recent_evidence, payload_max_bytes)
+    flow_room = 900_000 - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1 for i, b in enumerate(prep.batches))
+    result = []
+    for batch in prep.batches:
+        indexes = [i for c in batch.candidates for i in c.unit.indexes()]
+        found = set().union(*(names[i] for i in indexes))
+        hint = salience.batch_hint(hint_order({n for i in indexes for n in names[i] if last_use[n] > i} - carried))
+        touching = [dense_dumps(action_message(m)) for i, m in enumerate(messages)
+                    if i > max(indexes) and action_message(m) is not None
+                    and not found.isdisjoint(salience.message_names(action_message(m)))]
+        room = min(3000, payload_max_bytes - sizer.decision_payload(batch), flow_room) - 16
+        later = _later_block_by_trials(hint, touching, room) if room > 0 else {}
+        flow_room -= ascii_wire_size(later) + 16 if later else 0
+        result.append((hint, later))
+    return result
+
+
+_TEXT = st.lists(st.sampled_from([p for p in _PIECES if p != "\ud800"])  # text a request may hold
+                 | st.sampled_from(["src/app.py", "parse_header", "os.path.join", "lib/x_y.py"])  # names to use again
+                 | st.text(st.characters(exclude_categories=("Cs",)), max_size=6), max_size=12).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(_TEXT, _TEXT, st.booleans()), min_size=3, max_size=14), st.integers(min_value=1, max_value=4),
+       st.sampled_from([DECISION_PAYLOAD_MAX_BYTES, 3000]))
+def test_the_salience_of_measured_texts_is_the_salience_by_definition(units, keep_recent, payload_max_bytes):
+    """The hints and later blocks from the preparation's measured texts (docs/performance.md) are those of
+    the definition, on random transcripts of tool calls and plain turns."""
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "task os.path.join"}]
+    for n, (command, output, call) in enumerate(units):
+        messages += tool_unit(f"c_{n}", command, output) if call else [{"role": "assistant", "content": command}]
+    prep = prepare(messages, keep_recent=keep_recent, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template(), payload_max_bytes=payload_max_bytes)
+    assert [(b.names, b.later) for b in prep.batches] == _salience_by_definition(messages, prep, payload_max_bytes)
+
+
+def test_the_salience_of_measured_texts_is_the_salience_by_definition_on_the_corpus():
+    later_blocks = 0
+    for name in CORPUS_FILES:
+        messages = corpus_messages(name)
+        for keep_recent in (1, 4):
+            prep = prepare(messages, keep_recent=keep_recent, target_ratio=0.1, pinned_indices=None,
+                           question_template=question_template())
+            assert [(b.names, b.later) for b in prep.batches] == _salience_by_definition(messages, prep), name
+            later_blocks += sum(1 for b in prep.batches if b.later)
+    assert later_blocks

@@ -14,7 +14,8 @@ from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
                                 dense_str_size, json_text_escaped, json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
-from compactor.compaction.salience import batch_hint, hint_order, last_uses, later_block, message_names, quoted_actions
+from compactor.compaction.salience import (batch_hint, hint_order, last_uses, message_names, quoted_actions,
+                                          sized_later_block, text_wire_size)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -448,7 +449,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        batch_size_limit(budget, reply_bytes))
     questions = Questions.of(question_template)
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
-    _add_salience(messages, views, used, kept, sizer)
+    _add_salience(messages, views, view_texts, used, kept, sizer)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
@@ -503,8 +504,8 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
-def _add_salience(messages: list[Message], views: list[list[Message]], batches: list[Batch], kept: list[int],
-                  sizer: BatchSizer) -> None:
+def _add_salience(messages: list[Message], views: list[list[Message]], view_texts: list[list[str]],
+                  batches: list[Batch], kept: list[int], sizer: BatchSizer) -> None:
     """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
     less those the kept messages already carry) and its ``later`` block: those names and the actions
     after the batch that touch its names (a re-read, a re-run, a rewrite)."""
@@ -515,8 +516,8 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
     # never exceeds, or in none (docs/performance.md).
     first = min(c.unit.start for batch in batches for c in batch.candidates)
     kept_set = set(kept)
-    names = [(message_names(view[0]) if len(view) == 1 else set().union(*map(message_names, view)))
-             if i >= first or i in kept_set else set() for i, view in enumerate(views)]
+    names = [_view_names(view, texts) if i >= first or i in kept_set else set()
+             for i, (view, texts) in enumerate(zip(views, view_texts, strict=True))]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     last_use = last_uses(names)
     carried = set().union(*(names[i] for i in kept)) if kept else set()
@@ -524,16 +525,30 @@ def _add_salience(messages: list[Message], views: list[list[Message]], batches: 
                                                for i, b in enumerate(batches))
     # the actions after a batch (the only ones quoted), each with its JSON and its names
     actions = quoted_actions(messages, min(lasts) + 1)
+    quoted = {i: text for i, text, _ in actions}
+    action_sizes = {i: text_wire_size(text) for i, text in quoted.items()}  # each measured once, not per batch
     for batch, last in zip(batches, lasts):
         found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
         used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]
                 if last_use[name] > i} - carried
         batch.names = batch_hint(hint_order(used))
-        touching = [quoted for i, quoted, names in actions if i > last and not found.isdisjoint(names)]
+        touching = [i for i, _, names in actions if i > last and not found.isdisjoint(names)]
         room = min(LATER_MAX_BYTES, sizer.payload_max_bytes - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
-        batch.later = later_block(batch.names, touching, room) if room > 0 else {}
-        flow_room -= ascii_wire_size(batch.later) + _LATER_KEY_BYTES if batch.later else 0
+        if room <= 0:
+            batch.later = {}
+            continue
+        batch.later, later_bytes = sized_later_block(batch.names, [quoted[i] for i in touching], room,
+                                                     [action_sizes[i] for i in touching])
+        flow_room -= later_bytes + _LATER_KEY_BYTES if batch.later else 0
+
+
+def _view_names(view: list[Message], texts: list[str]) -> set[str]:
+    """The names of one message's model view items; ``texts``: their dense JSON when encoded (else empty)."""
+    if len(view) == 1:
+        return message_names(view[0], texts[0] if texts else None)
+    return set().union(*(message_names(item, text) for item, text in zip(view, texts or [None] * len(view),
+                                                                          strict=True)))
 
 
 def _greedy_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: list[str]) -> list[Batch]:

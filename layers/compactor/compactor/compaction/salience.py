@@ -10,7 +10,7 @@ import string
 from typing import Any
 
 from compactor.chat import Message, content_text
-from compactor.jsonutil import ascii_wire_size, dense_dumps, spaced_dumps
+from compactor.jsonutil import ascii_wire_size, dense_dumps, json_text_size, spaced_dumps
 
 MAX_NAMES = 160
 MAX_NAMES_BYTES = 3000
@@ -115,11 +115,25 @@ def names_in(text: str) -> set[str]:
     return found  # type: ignore[return-value]
 
 
-def message_names(message: Message) -> set[str]:
+def message_names(message: Message, dense_text: str | None = None) -> set[str]:
+    """The names in a message's content and tool calls; ``dense_text``: the message's dense JSON when the
+    caller has it, from which the calls' JSON is cut instead of encoded again (:func:`_calls_json`)."""
     text = content_text(message.get("content")) if isinstance(message, dict) else ""
     if isinstance(message, dict) and message.get("tool_calls"):
-        text += " " + dense_dumps(message["tool_calls"]).replace("\\n", " ").replace('\\"', '"')
+        text += " " + _calls_json(message, dense_text).replace("\\n", " ").replace('\\"', '"')
     return names_in(text)
+
+
+_CALLS_KEY = '"tool_calls":'
+
+
+def _calls_json(message: Message, dense_text: str | None) -> str:
+    """``dense_dumps(message["tool_calls"])``; cut from ``dense_text`` (``dense_dumps(message)``) when the calls
+    are the message's last member and their key's text occurs once in it: that occurrence is then the
+    member's key, and the calls' JSON runs from it to the closing brace (docs/performance.md)."""
+    if dense_text is not None and next(reversed(message)) == "tool_calls" and dense_text.count(_CALLS_KEY) == 1:
+        return dense_text[dense_text.index(_CALLS_KEY) + len(_CALLS_KEY):-1]
+    return dense_dumps(message["tool_calls"])
 
 
 def last_uses(names: list[set[str]]) -> dict[str, int]:
@@ -225,6 +239,21 @@ def quoted_actions(messages: list[Message], start: int) -> list[tuple[int, str, 
 def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, Any]:
     """``{"names_used_later": […], "later_actions": […]}`` within ``limit`` ASCII wire bytes (the most
     recent actions first, then in transcript order); empty when there is nothing to say."""
+    return sized_later_block(names, actions, limit)[0]
+
+
+def text_wire_size(text: str) -> int:
+    """``ascii_wire_size`` of a JSON text (from the dense or ASCII encoder) as a string value: counted, not
+    encoded, when it is ASCII (``jsonutil.json_text_size``)."""
+    return json_text_size(text) if text.isascii() else ascii_wire_size(text)
+
+
+def sized_later_block(names: list[str], actions: list[str], limit: int, action_sizes: list[int] | None = None
+                      ) -> tuple[dict[str, Any], int]:
+    """:func:`later_block` and its ASCII wire size; ``action_sizes``: each action's ``ascii_wire_size`` when
+    the caller measured them (once per request, not once per batch: :func:`text_wire_size`)."""
+    if action_sizes is None:
+        action_sizes = [ascii_wire_size(action) for action in actions]
     block: dict[str, Any] = {}
     if names:
         block["names_used_later"] = list(names)
@@ -232,13 +261,16 @@ def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, A
         block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
     # Each action measured once: the block with k actions is the block with none, the actions and k-1 ", ".
     size, count = ascii_wire_size({**block, "later_actions": []}), 0
-    for action in reversed(actions):
-        added = ascii_wire_size(action) + (2 if count else 0)
+    for action_size in reversed(action_sizes):
+        added = action_size + (2 if count else 0)
         if size + added > limit:
             break
         size, count = size + added, count + 1
+    names_left = block.get("names_used_later")
     if count:
         block["later_actions"] = actions[len(actions) - count:]
-    if not block.get("names_used_later"):
+    if not names_left:
         block.pop("names_used_later", None)
-    return block if ascii_wire_size(block) <= limit else {}
+    if not count or names_left == []:  # else ``size`` is the block's own
+        size = ascii_wire_size(block)
+    return (block, size) if size <= limit else ({}, 2)
