@@ -76,7 +76,7 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
         facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
         return done.as_dict(), facts
 
-    return billing.run_object_job(source, job, context, caller)
+    return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
 
 
 @tracer.capture_method(capture_response=False)

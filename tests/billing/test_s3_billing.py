@@ -12,7 +12,7 @@ from compactor_aws.s3_store import S3Store
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
-from .conftest import USAGE_TABLE
+from .conftest import IDEMPOTENCY_TABLE, USAGE_TABLE
 
 
 @pytest.fixture
@@ -134,3 +134,85 @@ def test_an_inline_api_upload_bills_the_uploading_key(aws: dict[str, Any], bucke
     plain = put_and_event(bucket, "incoming/plain.json", json.dumps(transcript()))
     assert invoke(s3_module, plain)[0]["result"] == "compacted"
     assert sorted(item["api_key_id"]["S"] for item in ledger(aws)) == sorted([caller, f"s3:{BUCKET}"])
+
+
+def _job_runs(runs: list[str]) -> Any:
+    from compactor import billing as core_billing
+
+    facts = core_billing.billing_facts(route="s3_compact", mode="decision", bytes_in=9, bytes_out=3, model_calls=2,
+                                       cost_usd=0.002)
+
+    def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
+        runs.append("job")
+        return {"result": "compacted", "key": "compacted/p.json", "status": 200}, facts
+
+    return job
+
+
+def test_prepare_runs_while_the_in_progress_record_is_written(aws: dict[str, Any],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-progress write waits on a thread while ``prepare`` runs on the caller's: the write here only
+    proceeds once ``prepare`` has started (it would wait forever if the two ran one after the other), and
+    the job still runs only after the write, once; a redelivery finds the record and runs no job."""
+    import threading
+
+    from compactor.object_jobs import Source
+    from compactor_aws import billing
+
+    source = Source(BUCKET, "incoming/p.json", version_id="v1", etag="e1")
+    client = billing.backends().layer.client
+    real_put = client.put_item
+    prepared = threading.Event()
+    events: list[str] = []
+
+    def put_item(**kwargs: Any) -> Any:
+        if kwargs["TableName"] == IDEMPOTENCY_TABLE:
+            events.append(f"put on {'caller' if threading.current_thread() is caller else 'a thread'}")
+            assert prepared.wait(10), "the in-progress write waited for prepare: they did not overlap"
+        return real_put(**kwargs)
+
+    def prepare() -> None:
+        events.append(f"prepare on {'caller' if threading.current_thread() is caller else 'a thread'}")
+        prepared.set()
+
+    caller = threading.current_thread()
+    monkeypatch.setattr(client, "put_item", put_item)
+    outcome = billing.run_object_job(source, _job_runs(events), prepare=prepare)
+
+    assert outcome["result"] == "compacted"
+    assert sorted(events[:2]) == ["prepare on caller", "put on a thread"] and events[2:] == ["job"]
+    assert len(ledger(aws)) == 1
+
+    events.clear()
+    prepared.clear()
+    redelivered = billing.run_object_job(source, _job_runs(events), prepare=prepare)
+    assert redelivered["result"] == "skipped" and "job" not in events and len(ledger(aws)) == 1
+
+
+def test_a_failing_prepare_changes_nothing(aws: dict[str, Any]) -> None:
+    from compactor.object_jobs import Source
+    from compactor_aws import billing
+
+    def prepare() -> None:
+        raise ImportError("no such module")
+
+    runs: list[str] = []
+    source = Source(BUCKET, "incoming/f.json", version_id="v1", etag="e1")
+    assert billing.run_object_job(source, _job_runs(runs), prepare=prepare)["result"] == "compacted"
+    assert runs == ["job"] and len(ledger(aws)) == 1
+
+
+def test_a_failing_in_progress_write_fails_as_before(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write's error reaches the caller as Powertools reports it; the job never runs."""
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPersistenceLayerError
+
+    from compactor.object_jobs import Source
+    from compactor_aws import billing
+
+    monkeypatch.setattr(billing.backends().layer, "table_name", "no-such-table")
+    runs: list[str] = []
+    prepared: list[int] = []
+    with pytest.raises(IdempotencyPersistenceLayerError):
+        billing.run_object_job(Source(BUCKET, "incoming/w.json", version_id="v1", etag="e1"), _job_runs(runs),
+                               prepare=lambda: prepared.append(1))
+    assert runs == [] and prepared == [1] and ledger(aws) == []

@@ -236,3 +236,19 @@ def test_the_core_module_imports_no_aws_library() -> None:
                 for alias in node.names}
     imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not imported & {"boto3", "botocore", "aws_lambda_powertools", "compactor_aws"}
+
+
+@pytest.mark.parametrize(("fields", "loaded", "not_loaded"), [
+    ({}, "compactor.compaction.decision", "compactor.compaction.seal"),  # a bare transcript's mode
+    ({"mode": "seal"}, "compactor.compaction.seal", "compactor.compaction.decision"),
+])
+def test_prepare_imports_the_mode_of_a_bare_transcript(fields: dict[str, Any], loaded: str, not_loaded: str) -> None:
+    """In a fresh interpreter: what ``prepare`` loads ahead of the job is the mode a bare transcript runs in."""
+    import subprocess
+    import sys
+
+    script = ("import json, sys; from compactor import object_jobs; "
+              f"object_jobs.prepare(object_jobs.Defaults(json.loads({json.dumps(json.dumps(fields))}))); "
+              f"print(json.dumps([{loaded!r} in sys.modules, {not_loaded!r} in sys.modules]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == [True, False]

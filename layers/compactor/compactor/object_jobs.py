@@ -199,6 +199,15 @@ def load_defaults(text: str | None) -> Defaults:
     return Defaults(fields=data)
 
 
+def prepare(defaults: Defaults) -> None:
+    """Import the compaction mode of a bare transcript under ``defaults`` (an object's own request body may
+    name another), so that it loads while a job waits on a request (docs/performance.md#the-s3-paths-requests)."""
+    from compactor.compaction import modes
+    from compactor.transcripts import TRANSCRIPT_MODE
+
+    modes.get(defaults.fields.get("mode") or TRANSCRIPT_MODE)
+
+
 # ----------------------------------------------------------------------------------- request building
 
 

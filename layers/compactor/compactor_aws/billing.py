@@ -213,12 +213,12 @@ def _stored(scope: str, computed: Computed, request_id: str | None) -> dict[str,
 
 
 def idempotency_run(function: Callable[[], dict[str, Any]], *, scope: str, body: str,
-                    lambda_context: Any = None) -> dict[str, Any]:
+                    lambda_context: Any = None, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
     from compactor_aws.idempotency import run_once
 
     store = backends()
     return run_once(function, scope=scope, body=body, layer=store.layer, config=store.config,
-                    lambda_context=lambda_context)
+                    lambda_context=lambda_context, meanwhile=meanwhile)
 
 
 def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str, request_id: str | None,
@@ -229,12 +229,15 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 
 
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
-                   lambda_context: Any = None, caller: str | None = None) -> dict[str, Any]:
+                   lambda_context: Any = None, caller: str | None = None, *,
+                   prepare: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run an S3 object's job once per object version; bill it once, after its result is stored, to
     ``caller`` (an API upload's key id) or ``s3:<bucket>``.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
     the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
+    ``prepare()`` (imports the job will need) runs while the in-progress record is written
+    (``compactor_aws.idempotency.run_once``'s ``meanwhile``).
     """
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
@@ -253,7 +256,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         return record
 
     try:
-        record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context)
+        record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context, meanwhile=prepare)
     finally:
         for billed in billing_now:
             billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills

@@ -1,7 +1,8 @@
 """Powertools Idempotency for Compactor (docs/billing.md): the persistence layers and the large-response store.
 
 ``COMPACTOR_IDEMPOTENCY_TABLE`` set: Powertools' DynamoDB persistence layer (partition key ``id``,
-TTL attribute ``expiration``). Unset (``compactor serve``, tests): :class:`RecordStoreLayer` over the
+TTL attribute ``expiration``), whose in-progress write can wait on a thread while the invocation does
+other work (:class:`OverlappedDynamoDBLayer`). Unset (``compactor serve``, tests): :class:`RecordStoreLayer` over the
 core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
 :data:`~compactor.idempotency.MAX_INLINE_RESPONSE_BYTES` go to :class:`S3ResponseStore`
 (``COMPACTOR_RESPONSES_BUCKET``) or to memory.
@@ -9,13 +10,16 @@ core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from aws_lambda_powertools.utilities.idempotency import (
     BasePersistenceLayer,
+    DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
@@ -26,6 +30,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from compactor.idempotency import MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds
+from compactor_aws import background
 
 TABLE_ENV = "COMPACTOR_IDEMPOTENCY_TABLE"
 BUCKET_ENV = "COMPACTOR_RESPONSES_BUCKET"
@@ -60,6 +65,29 @@ class RecordStoreLayer(BasePersistenceLayer):
 
     def _delete_record(self, data_record: DataRecord) -> None:
         self.store.delete(data_record.idempotency_key)
+
+
+_MEANWHILE: ContextVar[Callable[[], None] | None] = ContextVar("compactor_idempotency_meanwhile", default=None)
+
+
+class OverlappedDynamoDBLayer(DynamoDBPersistenceLayer):
+    """Powertools' DynamoDB layer, whose in-progress write waits on a container thread
+    (``compactor_aws.background``) while the invocation runs the ``meanwhile`` work given to
+    :func:`run_once` (docs/performance.md#the-s3-paths-requests). The write, its condition and its
+    outcome are Powertools' own: the function runs only after the write succeeded, as without the work."""
+
+    def _put_record(self, data_record: DataRecord) -> None:
+        meanwhile = _MEANWHILE.get()
+        if meanwhile is None:
+            super()._put_record(data_record)
+            return
+        _MEANWHILE.set(None)  # once: a retried write (Powertools' inconsistent-state loop) just writes
+        written = background.start(super()._put_record, data_record)
+        try:
+            with contextlib.suppress(Exception):  # only preparation: the function meets the error again
+                meanwhile()
+        finally:
+            written.result()
 
 
 def _as_dict(record: DataRecord) -> dict[str, Any]:
@@ -106,11 +134,9 @@ def persistence_layer(environ: Mapping[str, str] | None = None) -> BasePersisten
     """DynamoDB when ``COMPACTOR_IDEMPOTENCY_TABLE`` is set, else the in-memory layer."""
     table = (os.environ if environ is None else environ).get(TABLE_ENV)
     if table:
-        from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
-
         from compactor_aws.ledger import dynamodb_client
 
-        return DynamoDBPersistenceLayer(table_name=table, boto3_client=dynamodb_client())
+        return OverlappedDynamoDBLayer(table_name=table, boto3_client=dynamodb_client())
     return RecordStoreLayer()
 
 
@@ -128,10 +154,15 @@ def new_config() -> IdempotencyConfig:
 
 
 def run_once(function: Callable[[], dict[str, Any]], *, scope: str, body: str, layer: BasePersistenceLayer,
-             config: IdempotencyConfig, lambda_context: Any = None) -> dict[str, Any]:
+             config: IdempotencyConfig, lambda_context: Any = None,
+             meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
     """``function()``'s result, stored under ``scope``: the first call runs it, later calls with the same
     ``body`` get the stored result (``IdempotencyValidationError`` for another body,
-    ``IdempotencyAlreadyInProgressError`` while the first still runs). A raising ``function`` stores nothing."""
+    ``IdempotencyAlreadyInProgressError`` while the first still runs). A raising ``function`` stores nothing.
+
+    ``meanwhile``: work without side effects that ``function`` would otherwise do first (importing what it
+    needs), run while an :class:`OverlappedDynamoDBLayer` writes the in-progress record, at most once
+    (also for a call that then finds the stored result); its errors are dropped. Other layers skip it."""
     if lambda_context is not None:
         config.register_lambda_context(lambda_context)
 
@@ -140,4 +171,8 @@ def run_once(function: Callable[[], dict[str, Any]], *, scope: str, body: str, l
 
     runner = idempotent_function(once, data_keyword_argument="payload", persistence_store=layer, config=config,
                                  key_prefix=KEY_PREFIX)
-    return runner(payload={"scope": scope, "body": body})
+    token = _MEANWHILE.set(meanwhile)
+    try:
+        return runner(payload={"scope": scope, "body": body})
+    finally:
+        _MEANWHILE.reset(token)
