@@ -191,14 +191,50 @@ def without_documentation(value: Any) -> Any:
     return [without_documentation(v) for v in value] if isinstance(value, list) else value
 
 
+def ordered(value: Any) -> Any:
+    """``value`` with every mapping as a list of its items, in order (so that order counts in ``==``)."""
+    if isinstance(value, dict):
+        return [(key, ordered(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [ordered(item) for item in value]
+    return value
+
+
+def test_the_sessions_loader_reads_every_data_file_as_botocores_own(trimmed: Path) -> None:
+    """``compactor_aws.aws_session``'s plain JSON loader: every file of the layer's data, and the full data's
+    compressed files of the services kept, load equal and in the same order as botocore's loader reads them."""
+    from botocore.loaders import JSONFileLoader
+
+    from compactor_aws.aws_session import PlainJSONFileLoader
+
+    full = Path(botocore.__file__).parent / "data"
+    paths = [*trimmed.rglob("*.json"), *(path for service in kept_services() for path in (full / service).rglob("*.gz"))]
+    assert len(paths) > 40 and any(path.suffix == ".gz" for path in paths)
+    for path in paths:
+        stem = str(path).removesuffix(".gz").removesuffix(".json")
+        plain, own = PlainJSONFileLoader().load_file(stem), JSONFileLoader().load_file(stem)
+        assert own is not None and ordered(plain) == ordered(own), path
+    assert PlainJSONFileLoader().load_file(str(trimmed / "no-such-file")) is None
+
+
+def test_the_container_session_builds_its_clients_with_the_plain_loader() -> None:
+    from compactor_aws import aws_session
+
+    session = aws_session.new_session()
+    assert isinstance(session._session.get_component("data_loader").file_loader, aws_session.PlainJSONFileLoader)
+    client = session.client("s3", region_name="eu-west-3", aws_access_key_id="k", aws_secret_access_key="s")
+    assert client.meta.service_model.operation_model("PutObject").name == "PutObject"
+
+
 def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from moto import mock_aws
 
     from compactor_aws import s3_store
+    from compactor_aws.aws_session import PlainJSONFileLoader
 
     monkeypatch.setattr(s3_store, "PART_BYTES", 5 * 1024 * 1024)  # S3's smallest part: two parts below
     session = botocore.session.Session()
-    session.register_component("data_loader", Loader(extra_search_paths=[str(trimmed)],
+    session.register_component("data_loader", Loader(extra_search_paths=[str(trimmed)], file_loader=PlainJSONFileLoader(),
                                                       include_default_search_paths=False))
     with mock_aws():
         client = session.create_client("s3", region_name="eu-west-3", aws_access_key_id="k",

@@ -55,13 +55,14 @@ _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "l
 @lru_cache(maxsize=32)
 def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s: int) -> Any:
     """A shared ``bedrock-runtime`` client (thread-safe); no SDK retries: the router decides."""
-    import boto3
     from botocore.config import Config
+
+    from compactor_aws import aws_session
 
     config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout_s,
                     retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=64,
                     user_agent_extra="compactor")
-    return boto3.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+    return aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
 def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:

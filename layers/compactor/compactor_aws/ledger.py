@@ -23,10 +23,11 @@ _TEXTS = ("entry_id", "request_id", "time", "route", "mode", "idempotency_key")
 
 
 def _new_client() -> Any:
-    import boto3
     from botocore.config import Config
 
-    return boto3.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+    from compactor_aws import aws_session
+
+    return aws_session.client("dynamodb", config=Config(retries={"mode": "standard", "max_attempts": 5}))
 
 
 CLIENT: PerContainer[Any] = PerContainer(_new_client)

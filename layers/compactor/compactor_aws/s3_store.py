@@ -12,12 +12,11 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from typing import IO, TYPE_CHECKING, Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from compactor.container import PerContainer
-from compactor_aws import background
+from compactor_aws import aws_session, background
 
 if TYPE_CHECKING:  # imported where used: the fan-out worker needs only the client (docs/performance.md#where-the-time-goes)
     from compactor.object_jobs import ObjectHead, StoredObject
@@ -28,7 +27,7 @@ _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 # A conditional write lost its race (412), or an identical one is in flight (409).
 _PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
-CLIENT: PerContainer[Any] = PerContainer(lambda: boto3.client("s3", config=_CLIENT_CONFIG))
+CLIENT: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=_CLIENT_CONFIG))
 s3_client = CLIENT.get
 """The container's one S3 client (the S3 path, the fan-out's large results, the worker)."""
 reset_client = CLIENT.reset

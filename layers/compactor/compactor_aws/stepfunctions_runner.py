@@ -91,12 +91,13 @@ class StepFunctionsFlowRunner:
     @property
     def stepfunctions(self) -> Any:
         if self._stepfunctions is None:
-            import boto3
             from botocore.config import Config
+
+            from compactor_aws import aws_session
 
             # One attempt: a retried StartSyncExecution would run (and bill) every batch twice.
             config = Config(read_timeout=900, retries={"total_max_attempts": 1})
-            self._stepfunctions = boto3.client("stepfunctions", config=config)
+            self._stepfunctions = aws_session.client("stepfunctions", config=config)
         return self._stepfunctions
 
     @property

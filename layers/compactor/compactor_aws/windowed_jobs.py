@@ -28,11 +28,10 @@ def launcher(env: Mapping[str, str] | None = None, client: Any = None) -> Launch
     concurrency = int(source_env.get(CONCURRENCY_ENV) or DEFAULT_CONCURRENCY)
 
     def launch(source: Source) -> Outcome:
-        import boto3
-
         from compactor import large_jobs  # only a large object needs it (docs/performance.md#where-the-time-goes)
+        from compactor_aws import aws_session
 
-        sfn = client or boto3.client("stepfunctions")
+        sfn = client or aws_session.client("stepfunctions")
         name = large_jobs.job_id(source)
         try:
             sfn.start_execution(stateMachineArn=arn, name=name,
