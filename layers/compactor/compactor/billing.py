@@ -12,10 +12,12 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
+
+from compactor.records import record
 
 MAX_RANGE_DAYS = 366
 """Longest ``from``..``to`` span the usage route answers (both days included)."""
@@ -28,7 +30,7 @@ class UsageRangeError(ValueError):
     """A ``from``/``to`` pair the usage route cannot answer (the message says why)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LedgerEntry:
     """One billed call.
 
@@ -105,7 +107,7 @@ class UsageLedger(Protocol):
 # ------------------------------------------------------------------------------------------- totals
 
 
-@dataclass
+@record
 class DayTotals:
     """What ``GET /v1/usage`` answers for one day (and ``compactor usage`` per key and day)."""
 
@@ -180,7 +182,7 @@ def usage_body(api_key_id: str, first_day: str, last_day: str, ledger: UsageLedg
 # ------------------------------------------------------------------------------------- local adapter
 
 
-@dataclass
+@record
 class LocalLedger:
     """A :class:`UsageLedger` in memory, or appended to a JSON-lines file when ``path`` is set.
 

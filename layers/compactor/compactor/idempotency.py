@@ -12,8 +12,10 @@ import hashlib
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
+
+from compactor.records import record
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -103,7 +105,7 @@ class ResponseStore(Protocol):
 # ------------------------------------------------------------------------------------ local adapters
 
 
-@dataclass
+@record
 class MemoryRecordStore:
     """A :class:`RecordStore` in a dict (one process: ``compactor serve``, tests)."""
 
@@ -141,7 +143,7 @@ def _live(record: Mapping[str, Any], now: float) -> bool:
     return True
 
 
-@dataclass
+@record
 class MemoryResponseStore:
     """A :class:`ResponseStore` in a dict."""
 

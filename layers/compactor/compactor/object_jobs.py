@@ -29,11 +29,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Protocol
 
 from compactor.errors import InvalidTranscript, RequestTooLarge
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+from compactor.records import record
 
 INCOMING_PREFIX = "incoming/"
 COMPACTED_PREFIX = "compacted/"
@@ -67,7 +68,7 @@ class ObjectTooLarge(Exception):
         self.size, self.limit = size, limit
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StoredObject:
     """What a store's ``get`` returns: the bytes and the identity of the version read."""
 
@@ -76,7 +77,7 @@ class StoredObject:
     etag: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ObjectHead:
     """What a store's ``head`` returns: the object's user metadata and its ETag."""
 
@@ -100,14 +101,14 @@ class ObjectStore(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Defaults:
     """Parsed ``COMPACTOR_S3_DEFAULTS``."""
 
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Source:
     """The object an S3 event names (key already URL-decoded)."""
 
@@ -121,7 +122,7 @@ class Source:
         return {"bucket": self.bucket, "key": self.key, "version_id": self.version_id, "etag": self.etag}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Failure:
     """Bad content: recorded under ``failed/`` with the status the API would have answered."""
 
@@ -130,7 +131,7 @@ class Failure:
     detail: list[dict[str, Any]] | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outcome:
     """What one job did: ``compacted`` / ``failed`` (written), ``skipped`` (nothing to do), ``started``
     (a windowed job for a large object: its state machine writes the result)."""

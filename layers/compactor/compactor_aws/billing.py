@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +29,7 @@ from compactor.errors import (
     InvalidUsageRange,
 )
 from compactor.jsonutil import dense_dumps
+from compactor.records import record
 from compactor_aws import background
 from compactor_aws.caller import caller_of
 
@@ -37,7 +37,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 S3_CALLER_PREFIX = "s3:"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Computed:
     """One call's answer as sent (the body text) and, when the call is billed, its billing facts."""
 
@@ -46,7 +46,7 @@ class Computed:
     facts: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Answer:
     """An HTTP answer: status, body and headers."""
 

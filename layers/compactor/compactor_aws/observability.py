@@ -17,13 +17,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from aws_lambda_powertools import Tracer  # the X-Ray SDK stays lazy until a tracer is enabled
 from aws_lambda_powertools.tracing.base import BaseProvider, BaseSegment
 
 from compactor.call_record import FLOW_MODE, CallRecord, NodeOutcome
+from compactor.records import record
 
 BILLING_RECORD_TYPE = "billing"
 """``record_type`` of the billing log line (filter on it in CloudWatch Logs Insights)."""
@@ -36,7 +37,7 @@ XRAY_NAMESPACE = "compactor"
 _watcher: ContextVar[Callable[[CallRecord], None] | None] = ContextVar("compactor_call_watcher", default=None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CallSummary:
     """The countable facts of one call; :meth:`billing_record` is what the meter reads."""
 
