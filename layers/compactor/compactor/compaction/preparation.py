@@ -58,7 +58,8 @@ REASON_BATCHES = "batch_limit"
 REASON_FLOW_INPUT = "flow_input_limit"
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, about
+# 1 µs more per candidate (docs/performance.md); nothing changes a candidate once it is built
 class Candidate:
     """A unit that may go, with what sending and keeping it costs."""
 
