@@ -51,12 +51,16 @@ class NodeOutcome:
             outcome = "error"
         else:
             outcome = "ok"
-        kind_match = re.match(_KIND_PREFIX, error) if isinstance(error, str) else None
-        error_kind = kind_match.group(0) if kind_match else (None if error is None else "unknown")
+        if error is None:
+            error_kind = None
+        else:
+            kind_match = re.match(_KIND_PREFIX, error) if isinstance(error, str) else None
+            error_kind = kind_match.group(0) if kind_match else "unknown"
         latency = entry.get("latency_ms")
-        inputs = entry.get("inputs") if isinstance(entry.get("inputs"), list) else []
+        inputs = entry.get("inputs")
         return cls(node=str(entry.get("node")), kind=str(entry.get("kind")), outcome=outcome,
-                   provider=entry.get("provider"), error_kind=error_kind, inputs=tuple(str(i) for i in inputs),
+                   provider=entry.get("provider"), error_kind=error_kind,
+                   inputs=tuple(map(str, inputs)) if isinstance(inputs, list) else (),
                    latency_ms=float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool)
                    else None, fell_back=bool(entry.get("fallback")) or "error" in entry, trace=entry)
 

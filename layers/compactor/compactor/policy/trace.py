@@ -38,8 +38,8 @@ def trim_decision_trace(trace: Any) -> Any:
     rejected = trace.get("rejected")
     if isinstance(rejected, list):
         out["rejected_total"] = _total(trace, "rejected_total", rejected)
-        if not isinstance(trace.get("rejected_reasons"), dict):
-            out["rejected_reasons"] = dict(Counter(_reason(entry) for entry in rejected))
+        if not isinstance(trace.get("rejected_reasons"), dict):  # (a Counter costs more than the empty map)
+            out["rejected_reasons"] = dict(Counter(_reason(entry) for entry in rejected)) if rejected else {}
         out["rejected"] = rejected[:TRACE_LIST_CAP]
     nodes = trace.get("flow_nodes")
     if isinstance(nodes, list):
