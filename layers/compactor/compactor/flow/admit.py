@@ -75,28 +75,20 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
     return admitted
 
 
-def _exact_text(flow_ir: Any) -> tuple[str, int, dict[str, str] | None] | None:
-    """The dense JSON text of a term, its UTF-8 size and, for a term of the usual shape (``["flow", {<id>:
-    <node>}]`` with string ids), the text of each node, of which the term's is made; None when the term has
-    no text (admission says why)."""
+def _exact_text(flow_ir: Any) -> tuple[str, int, dict[str, str]] | None:
+    """The dense JSON text of a term, its UTF-8 size and the text of each node that says it is an input,
+    output or data node (the nodes whose facts are kept); None when the term has no text (admission says
+    why)."""
     try:
-        if (type(flow_ir) is list and len(flow_ir) == 2 and type(flow_ir[0]) is str and flow_ir[0] == "flow"
-                and type(flow_ir[1]) is dict and all(type(label) is str for label in flow_ir[1])):
-            node_texts = {label: dense_dumps(node) for label, node in flow_ir[1].items()}
-            text = '["flow",{' + ",".join([_quoted(label) + ":" + node_text
-                                           for label, node_text in node_texts.items()]) + "}]"
-            return text, utf8_len(text), node_texts
         text = dense_dumps(flow_ir)
-        return text, utf8_len(text), None
+        nodes = flow_ir[1] if type(flow_ir) is list and len(flow_ir) == 2 and type(flow_ir[1]) is dict else {}
+        return text, utf8_len(text), {label: dense_dumps(node) for label, node in nodes.items()
+                                      if type(node) is dict and node.get("kind") in _POLICY_FREE}
     except (TypeError, ValueError, RecursionError):  # not JSON, NaN/Infinity, a lone surrogate, a cycle
         return None
 
 
-def _quoted(label: str) -> str:
-    """``dense_dumps(label)``; a printable ASCII id without quotes or backslashes needs no encoder."""
-    if label.isascii() and label.isprintable() and '"' not in label and "\\" not in label:
-        return '"' + label + '"'
-    return dense_dumps(label)
+_POLICY_FREE: Final = frozenset({INPUT, OUTPUT, DATA})
 
 
 class _NodeFacts:
@@ -118,10 +110,9 @@ _NODE_FACTS: dict[str, _NodeFacts] = {}
 _NODE_FACTS_KEPT: Final = 4096
 
 
-def _known_facts(node_texts: Mapping[str, str] | None, label: str, node: Any) -> _NodeFacts | None:
-    if node_texts is None:
-        return None
-    facts = _NODE_FACTS.get(node_texts[label])
+def _known_facts(node_texts: Mapping[str, str] | None, label: Any, node: Any) -> _NodeFacts | None:
+    text = None if node_texts is None else node_texts.get(label)
+    facts = None if text is None else _NODE_FACTS.get(text)
     return facts if facts is not None and facts.node == node else None
 
 
@@ -129,7 +120,7 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
            flow_input_bytes: int | None, flow_ir_bytes: int | None,
            node_texts: Mapping[str, str] | None = None) -> AdmittedFlow:
     """Admission itself; ``flow_ir_bytes``: the term's dense size when it was measured already;
-    ``node_texts``: each node's dense JSON text, when the term's was made of them."""
+    ``node_texts``: the dense JSON text of the nodes whose facts may be known (:func:`_exact_text`)."""
     nodes = _nodes_of(flow_ir)
     inputs: dict[str, list[str]] = {}
     known: dict[str, _NodeFacts] = {}
@@ -171,7 +162,7 @@ def _remember_facts(nodes: Mapping[str, Any], node_texts: Mapping[str, str], kno
     """Keep the facts of the admitted flow's policy-free nodes that were not known yet (``keys``: every
     node's content key)."""
     for label, node in nodes.items():
-        if node["kind"] in MODEL_KINDS or label in known or depth_exceeds(node, 1):
+        if node["kind"] not in _POLICY_FREE or label in known or depth_exceeds(node, 1):
             continue  # (a policy-free node that passes its checks holds lists of names at most)
         if len(_NODE_FACTS) >= _NODE_FACTS_KEPT:
             _NODE_FACTS.clear()
