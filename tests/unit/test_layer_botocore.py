@@ -208,7 +208,8 @@ def test_the_sessions_loader_reads_every_data_file_as_botocores_own(trimmed: Pat
     from compactor_aws.aws_session import PlainJSONFileLoader
 
     full = Path(botocore.__file__).parent / "data"
-    paths = [*trimmed.rglob("*.json"), *(path for service in kept_services() for path in (full / service).rglob("*.gz"))]
+    compressed = (path for service in kept_services() for path in (full / service).rglob("*.gz"))
+    paths = [*trimmed.rglob("*.json"), *compressed]
     assert len(paths) > 40 and any(path.suffix == ".gz" for path in paths)
     for path in paths:
         stem = str(path).removesuffix(".gz").removesuffix(".json")
@@ -234,7 +235,8 @@ def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monke
 
     monkeypatch.setattr(s3_store, "PART_BYTES", 5 * 1024 * 1024)  # S3's smallest part: two parts below
     session = botocore.session.Session()
-    session.register_component("data_loader", Loader(extra_search_paths=[str(trimmed)], file_loader=PlainJSONFileLoader(),
+    session.register_component("data_loader", Loader(extra_search_paths=[str(trimmed)],
+                                                      file_loader=PlainJSONFileLoader(),
                                                       include_default_search_paths=False))
     with mock_aws():
         client = session.create_client("s3", region_name="eu-west-3", aws_access_key_id="k",

@@ -2,8 +2,8 @@
 
 ``COMPACTOR_IDEMPOTENCY_TABLE`` set: Powertools' DynamoDB persistence layer (partition key ``id``,
 TTL attribute ``expiration``), whose in-progress write can wait on a thread while the invocation does
-other work (:class:`OverlappedDynamoDBLayer`). Unset (``compactor serve``, tests): :class:`RecordStoreLayer` over the
-core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
+other work (:class:`OverlappedDynamoDBLayer`). Unset (``compactor serve``, tests):
+:class:`RecordStoreLayer` over the core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
 :data:`~compactor.idempotency.MAX_INLINE_RESPONSE_BYTES` go to :class:`S3ResponseStore`
 (``COMPACTOR_RESPONSES_BUCKET``) or to memory.
 """
