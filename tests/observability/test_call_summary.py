@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.jsonutil import dense_size
 from compactor.call_record import CallRecord, NodeOutcome, flow_facts, refused
@@ -148,3 +151,42 @@ def test_schedule_places_each_node_after_its_inputs_and_clips_to_the_flow() -> N
     assert spans[4] == pytest.approx((100.8, 101.0))
     assert spans[5] == pytest.approx((100.3, 100.3))
     assert all(100.0 <= start <= end <= 101.0 for start, end in spans)
+
+
+def _from_trace_by_constructor(entry: dict) -> NodeOutcome:
+    """``NodeOutcome.from_trace`` as first written, through the frozen constructor."""
+    error = entry.get("error")
+    if entry.get("skipped"):
+        outcome = "deadline" if error == "flow_deadline" else "skipped"
+    elif entry.get("fallback"):
+        outcome = "fallback"
+    elif "error" in entry:
+        outcome = "error"
+    else:
+        outcome = "ok"
+    kind_match = re.match(r"[A-Za-z0-9_.-]{1,64}", error) if isinstance(error, str) else None
+    error_kind = kind_match.group(0) if kind_match else (None if error is None else "unknown")
+    latency = entry.get("latency_ms")
+    inputs = entry.get("inputs") if isinstance(entry.get("inputs"), list) else []
+    return NodeOutcome(node=str(entry.get("node")), kind=str(entry.get("kind")), outcome=outcome,
+                       provider=entry.get("provider"), error_kind=error_kind, inputs=tuple(str(i) for i in inputs),
+                       latency_ms=float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool)
+                       else None, fell_back=bool(entry.get("fallback")) or "error" in entry, trace=entry)
+
+
+_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False), st.text(max_size=8))
+_TRACE_ENTRY = st.fixed_dictionaries({}, optional={
+    "node": _VALUE, "kind": st.sampled_from(["llm", "decision", "data", None]), "provider": _VALUE,
+    "error": st.one_of(_VALUE, st.sampled_from(["flow_deadline", "timeout: after 5 ms", "exhausted: timeout", "!"])),
+    "skipped": _VALUE, "fallback": _VALUE, "latency_ms": _VALUE,
+    "inputs": st.one_of(_VALUE, st.lists(st.one_of(st.text(max_size=4), st.integers()), max_size=3))})
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TRACE_ENTRY)
+def test_from_trace_makes_what_the_constructor_makes(entry: dict) -> None:
+    made, expected = NodeOutcome.from_trace(entry), _from_trace_by_constructor(entry)
+    assert type(made) is NodeOutcome
+    assert vars(made) == vars(expected) and list(vars(made)) == list(vars(expected))
+    assert made.trace is entry and made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert (made.model_call, made.calls_made) == (expected.model_call, expected.calls_made)

@@ -42,12 +42,15 @@ class NodeOutcome:
     @classmethod
     def from_trace(cls, entry: dict[str, Any]) -> NodeOutcome:
         """From one entry of a flow's trace (``FlowResult.flow_nodes``)."""
-        error = entry.get("error")
-        if entry.get("skipped"):
+        get = entry.get
+        error = get("error")
+        has_error = "error" in entry
+        fallback = get("fallback")
+        if get("skipped"):
             outcome = "deadline" if error == "flow_deadline" else "skipped"
-        elif entry.get("fallback"):
+        elif fallback:
             outcome = "fallback"
-        elif "error" in entry:
+        elif has_error:
             outcome = "error"
         else:
             outcome = "ok"
@@ -56,13 +59,17 @@ class NodeOutcome:
         else:
             kind_match = re.match(_KIND_PREFIX, error) if isinstance(error, str) else None
             error_kind = kind_match.group(0) if kind_match else "unknown"
-        latency = entry.get("latency_ms")
-        inputs = entry.get("inputs")
-        return cls(node=str(entry.get("node")), kind=str(entry.get("kind")), outcome=outcome,
-                   provider=entry.get("provider"), error_kind=error_kind,
-                   inputs=tuple(map(str, inputs)) if isinstance(inputs, list) else (),
-                   latency_ms=float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool)
-                   else None, fell_back=bool(entry.get("fallback")) or "error" in entry, trace=entry)
+        latency = get("latency_ms")
+        inputs = get("inputs")
+        # A new instance's fields set at once (the frozen __init__ sets each through object.__setattr__,
+        # about 1 µs more a node: docs/performance.md); the same instance as the constructor makes.
+        made = object.__new__(cls)
+        made.__dict__.update(
+            node=str(get("node")), kind=str(get("kind")), outcome=outcome, provider=get("provider"),
+            error_kind=error_kind, inputs=tuple(map(str, inputs)) if isinstance(inputs, list) else (),
+            latency_ms=float(latency) if isinstance(latency, (int, float)) and not isinstance(latency, bool)
+            else None, fell_back=bool(fallback) or has_error, trace=entry)
+        return made
 
     @property
     def model_call(self) -> bool:

@@ -281,6 +281,9 @@ class Router:
                  random: Callable[[], float] = random.random,
                  fields: FieldDeclarations | None = None) -> None:
         self._offers = tuple(offers)
+        # Each protocol's offers and the contexts they state, found once: the catalog is fixed for a router.
+        self._protocol_offers: dict[str, tuple[Offer, ...]] = {}
+        self._protocol_contexts: dict[str, tuple[int, ...]] = {}
         self._fields: FieldDeclarations = {**fields_observed_in(self._offers), **(fields or {})}
         self._envelope = None if envelope is None else admit_pred(envelope, fields=self._fields)
         self._transport_for = transport_for
@@ -357,15 +360,29 @@ class Router:
         """The tokens the ``protocol`` offers' contexts are checked against: the estimate (``exact``), unless
         no offer states a context or the cheap upper ``bound`` fits the smallest, when the request is not
         encoded for it at all (docs/performance.md)."""
-        contexts = [context for offer in self._offers if offer.protocol == protocol
-                    for context in (offer.observations.get("context"),)
-                    if isinstance(context, int) and not isinstance(context, bool) and context > 0]
+        contexts = self._stated_contexts(protocol)
         if not contexts:
             return 0
         upper = bound()
         if upper is not None and upper <= min(contexts):
             return upper
         return exact()
+
+    def _offers_of(self, protocol: str) -> tuple[Offer, ...]:
+        """The catalog's offers of ``protocol``, in catalog order."""
+        offers = self._protocol_offers.get(protocol)
+        if offers is None:
+            offers = self._protocol_offers[protocol] = tuple(o for o in self._offers if o.protocol == protocol)
+        return offers
+
+    def _stated_contexts(self, protocol: str) -> tuple[int, ...]:
+        """The positive integer ``context`` observations of the ``protocol`` offers."""
+        contexts = self._protocol_contexts.get(protocol)
+        if contexts is None:
+            contexts = self._protocol_contexts[protocol] = tuple(
+                context for offer in self._offers_of(protocol) for context in (offer.observations.get("context"),)
+                if isinstance(context, int) and not isinstance(context, bool) and context > 0)
+        return contexts
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
         """The smallest ``context`` (tokens) among the offers of ``protocol`` a call may be routed to: the
@@ -398,7 +415,9 @@ class Router:
         self._disabled_until[provider] = self._clock() + PROVIDER_DISABLE_TTL_S
 
     def _breaker(self, offer: Offer) -> _Breaker:
-        return self._breakers.setdefault((offer.provider, offer.family), _Breaker())
+        key = (offer.provider, offer.family)
+        breaker = self._breakers.get(key)
+        return breaker if breaker is not None else self._breakers.setdefault(key, _Breaker())
 
     def _observed(self, offer: Offer) -> Offer:
         """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations: one copy
@@ -496,10 +515,11 @@ class Router:
                      deadline: Deadline | None, timeout_s: float | None, decimals: int,
                      tokens: int = 0) -> RouteResult:
         started = self._clock()
-        offers = [offer for offer in self._offers if offer.protocol == protocol]
-        # Offers whose context the request does not fit are never sent it (docs/providers.md).
-        too_small = [offer for offer in offers if not _fits(offer, tokens)]
-        pairs = [(self._observed(offer), offer) for offer in offers if _fits(offer, tokens)]
+        offers = self._offers_of(protocol)
+        # Offers whose context the request does not fit are never sent it (docs/providers.md); with no
+        # stated context (tokens 0) every offer fits.
+        too_small = [offer for offer in offers if not _fits(offer, tokens)] if tokens else []
+        pairs = [(self._observed(offer), offer) for offer in offers if not tokens or _fits(offer, tokens)]
         ranking = self._ranking(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
         run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.budget import Deadline
+from compactor.cost import NODE_DECIMALS
 from compactor.flow import admit_flow, run_flow
 from compactor.flow.trace import aggregate, node_cost
 from compactor.providers.base import ChatResponse
@@ -93,3 +97,39 @@ async def test_usage() -> None:
     quiet = admit_flow(["flow", {"input": {"kind": "input"}, "output": {"kind": "output", "inputs": ["input"]}}],
                        admit_policy=router.admit_policy)
     assert (await run_flow(quiet, "x", router=router, deadline=Deadline.after_ms(1000))).usage() is None
+
+
+def _aggregate_by_definition(entries: list) -> tuple:
+    """The totals as first written: each node's cost, then each token key summed in its own pass."""
+    costs = [node_cost(entry) for entry in entries]
+
+    def token_sum(key: str) -> int | None:
+        total = 0
+        for entry in entries:
+            total += entry.get(key) or 0
+            routing = entry.get("routing")
+            if isinstance(routing, dict):
+                total += routing.get(key) or 0
+        return total or None
+
+    cost = round(math.fsum(costs), NODE_DECIMALS) if all(c is not None for c in costs) else None
+    return cost, token_sum("tokens_in"), token_sum("tokens_out"), token_sum("tokens_cached")
+
+
+_NUMBER = st.one_of(st.none(), st.integers(-5, 10_000), st.floats(-1.0, 5.0), st.just(float("nan")))
+_ROUTING = st.fixed_dictionaries({}, optional={"cost_usd": _NUMBER, "tokens_in": _NUMBER, "tokens_out": _NUMBER,
+                                               "tokens_cached": _NUMBER})
+_ENTRY = st.fixed_dictionaries({}, optional={
+    "cost_reported": _NUMBER, "raw_price_in": _NUMBER, "raw_price_out": _NUMBER, "tokens_in": _NUMBER,
+    "tokens_out": _NUMBER, "tokens_cached": _NUMBER, "error": st.just("x"),
+    "routing": st.one_of(st.none(), st.just("not a mapping"), _ROUTING)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ENTRY, max_size=8))
+def test_aggregate_in_one_pass_equals_the_definition(entries: list) -> None:
+    totals = aggregate(entries)
+    cost, tokens_in, tokens_out, tokens_cached = _aggregate_by_definition(entries)
+    # repr: the same NaN where a token count was one
+    assert repr((totals.cost_usd, totals.tokens_in, totals.tokens_out, totals.tokens_cached)) == \
+        repr((cost, tokens_in, tokens_out, tokens_cached))

@@ -53,24 +53,32 @@ class FlowTotals:
     tokens_cached: int | None
 
 
-def _token_sum(entries: list[Mapping[str, Any]], key: str) -> int | None:
-    total = 0
-    for entry in entries:
-        total += entry.get(key) or 0
-        routing = entry.get("routing")
-        if isinstance(routing, Mapping):
-            total += routing.get(key) or 0
-    return total or None
-
-
 def aggregate(entries: Iterable[Mapping[str, Any]]) -> FlowTotals:
-    """Totals over the traced nodes."""
-    listed = list(entries)
-    costs = [node_cost(entry) for entry in listed]
-    known = all(cost is not None for cost in costs)
+    """Totals over the traced nodes, in one pass over them (each key's sum adds the entries, each one's
+    routing decision after it, in order)."""
+    costs: list[float] = []
+    known = True
+    tokens_in = tokens_out = tokens_cached = 0
+    for entry in entries:
+        cost = node_cost(entry)
+        get = entry.get
+        routing = get("routing")
+        if isinstance(routing, Mapping):
+            tokens_in += get("tokens_in") or 0
+            tokens_in += routing.get("tokens_in") or 0
+            tokens_out += get("tokens_out") or 0
+            tokens_out += routing.get("tokens_out") or 0
+            tokens_cached += get("tokens_cached") or 0
+            tokens_cached += routing.get("tokens_cached") or 0
+        else:
+            tokens_in += get("tokens_in") or 0
+            tokens_out += get("tokens_out") or 0
+            tokens_cached += get("tokens_cached") or 0
+        if cost is None:
+            known = False
+        else:
+            costs.append(cost)
     return FlowTotals(
-        cost_usd=round(math.fsum(c for c in costs if c is not None), NODE_DECIMALS) if known else None,
-        tokens_in=_token_sum(listed, "tokens_in"),
-        tokens_out=_token_sum(listed, "tokens_out"),
-        tokens_cached=_token_sum(listed, "tokens_cached"),
+        cost_usd=round(math.fsum(costs), NODE_DECIMALS) if known else None,
+        tokens_in=tokens_in or None, tokens_out=tokens_out or None, tokens_cached=tokens_cached or None,
     )
