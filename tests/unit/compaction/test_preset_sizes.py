@@ -80,3 +80,32 @@ def test_the_output_sizes_reassembly_gives_the_report_are_the_items_sizes(conten
         assert sizes == [dense_size(m) for m in output] and output_bytes == dense_size(output)
         assert (compaction_report(messages, output, output_bytes, prep, manifest, 0.1, "f", sizes)
                 == compaction_report(messages, output, output_bytes, prep, manifest, 0.1, "f"))
+
+
+from compactor.compaction.reassembly import summary_message, text_item_overhead  # noqa: E402
+from compactor.formats import FORMAT_NAMES, get_dialect  # noqa: E402
+from compactor.jsonutil import dense_str_size  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(FORMAT_NAMES), st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60),
+       st.one_of(st.none(), st.text(max_size=12).map(lambda s: "h-" + s)))
+def test_a_summary_message_is_sized_from_its_text(format_name: str, text: str, handle: str | None) -> None:
+    """Reassembly sizes a summary message as its dialect's item overhead plus its text's dense string
+    size (docs/performance.md): each dialect's text item holds the text once, as it is."""
+    dialect = get_dialect(format_name)
+    message = summary_message("u7", text, dialect, handle)
+    texts = [value for value in _strings(message) if value.startswith("[Summary of u7;")]
+    assert len(texts) == 1 and texts[0].endswith(text)
+    assert dense_size(message) == text_item_overhead(dialect) + dense_str_size(texts[0]) \
+        == len(dense_dumps(message).encode())
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactor.chat import Message
-from compactor.jsonutil import dense_join_size, dense_size
+from compactor.jsonutil import dense_join_size, dense_size, dense_str_size
 from compactor.compaction.preparation import Preparation
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -39,9 +39,20 @@ UNIT_REASONS = {
 def summary_message(fragment_id: str, text: str, dialect: Dialect | None = None, handle: str | None = None
                     ) -> Message:
     """The item replacing a summarized unit; with a ``handle`` its marker names it (docs/archives.md)."""
+    return (dialect or get_dialect(None)).text_item("assistant", _summary_text(fragment_id, text, handle))
+
+
+def _summary_text(fragment_id: str, text: str, handle: str | None) -> str:
     marker = (RESTORABLE_SUMMARY_MARKER.format(id=fragment_id, handle=handle) if handle
               else SUMMARY_MARKER.format(id=fragment_id))
-    return (dialect or get_dialect(None)).text_item("assistant", marker + text)
+    return marker + text
+
+
+def text_item_overhead(dialect: Dialect) -> int:
+    """What an assistant text item of ``dialect`` adds to its text's dense JSON string: its
+    :func:`dense_size` is this plus :func:`dense_str_size` of the text, since every dialect's item holds
+    the text once, as it is (docs/performance.md; a test holds this for every dialect)."""
+    return dense_size(dialect.text_item("assistant", "")) - 2
 
 
 def unit_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
@@ -51,25 +62,28 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
     placeholder naming it) or ``summarize`` (one summary message, only when smaller than the unit, whose
     dense size is ``original_bytes`` when the caller knows it).
     ``item`` is the unit's text when it was a candidate of a flow that answered ``values``."""
-    action, emitted, _ = _measured_outcome(unit_id, original, item, values, dialect, handle, original_bytes)
+    dialect = dialect or get_dialect(None)
+    action, emitted, _ = _measured_outcome(unit_id, original, item, values, dialect, handle, original_bytes,
+                                           text_item_overhead(dialect))
     return action, emitted
 
 
 def _measured_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
-                      dialect: Dialect | None, handle: str | None, original_bytes: int | None
+                      dialect: Dialect, handle: str | None, original_bytes: int | None, item_overhead: int
                       ) -> tuple[str, list[Message], int | None]:
-    """:func:`unit_outcome` with the dense size of a summary message (measured to compare it), else None."""
+    """:func:`unit_outcome` with the dense size of a summary message (measured to compare it), else None;
+    ``item_overhead``: :func:`text_item_overhead` of ``dialect``."""
     if item is None or values is None:
         return "keep", original, None
     if unit_id not in values:
         placeholder = RESTORABLE_PLACEHOLDER.format(id=unit_id, handle=handle)
-        return "archive", [(dialect or get_dialect(None)).text_item("assistant", placeholder)] if handle else [], None
+        return "archive", [dialect.text_item("assistant", placeholder)] if handle else [], None
     value = values[unit_id]
     if isinstance(value, str) and value != item and value.strip():
-        candidate = summary_message(unit_id, value, dialect, handle)
-        size = dense_size(candidate)
+        text = _summary_text(unit_id, value, handle)
+        size = item_overhead + dense_str_size(text)
         if size < (dense_size(original) if original_bytes is None else original_bytes):
-            return "summarize", [candidate], size
+            return "summarize", [dialect.text_item("assistant", text)], size
     return "keep", original, None
 
 
@@ -106,6 +120,7 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         from compactor.archives import handle_of
 
     dialect = dialect or get_dialect(None)
+    item_overhead = text_item_overhead(dialect)
     sizes = message_sizes(messages, prep)
     items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates}
     output: list[Message] = []
@@ -115,8 +130,9 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
         original = messages[unit.start:unit.end]
         item = items.get(unit.id)
         handle = handle_of(original) if item is not None and values is not None and restorable else None
-        action, emitted, summary_bytes = _measured_outcome(unit.id, original, item, values, dialect, handle,
-                                                           dense_join_size(sizes[unit.start:unit.end]))
+        action, emitted, summary_bytes = _measured_outcome(
+            unit.id, original, item, values, dialect, handle, dense_join_size(sizes[unit.start:unit.end]),
+            item_overhead)
         reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
         output.extend(emitted)
         output_sizes.extend(sizes[unit.start:unit.end] if emitted is original
