@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from compactor.budget import Deadline
-from compactor.flow import admit_flow, run_flow
+from compactor.flow import admit_flow, run_flow, scheduler
 from compactor.providers.base import ChatResponse, DecisionResponse, ProviderError
 
 from .chains import chain_flow, chain_input, chain_reply
@@ -19,6 +19,13 @@ from .fake_router import FakeRouter
 from .triage import POLICY
 
 LLM = {"kind": "llm", "policy": POLICY, "system": "Be brief."}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["eager", "lazy"])
+def task_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every semantics test of this module runs with node tasks started eagerly (Python 3.12+) and lazily."""
+    monkeypatch.setattr(scheduler, "EAGER_START", request.param and scheduler.EAGER_START)
+    return request.param
 
 
 async def run(router: FakeRouter, flow: list[Any], flow_input: Any = None, *, budget_ms: float = 40_000,
@@ -232,3 +239,41 @@ async def test_data_failure_without_fallback_stops_the_flow() -> None:
 async def test_input_straight_to_output() -> None:
     result = await run(FakeRouter(), flow_of(output={"kind": "output", "inputs": ["input"]}), {"k": "v"})
     assert result.ok and result.output == {"k": "v"} and result.flow_nodes == []
+
+
+async def test_eager_and_lazy_task_starts_give_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instant and failing calls, fallbacks and a failure that stops the flow: the same trace, values,
+    events and calls whether node tasks start eagerly or on the loop's next step."""
+    def decide(request: Any) -> Any:
+        if "fail" in json.dumps(request.state):
+            return ProviderError("upstream_error", "HTTP 500")
+        return DecisionResponse(model="m", answers={name: {"type": "choice", "choice": "yes", "confidence": 0.9}
+                                                    for name in request.questions}, tokens_in=3, tokens_out=1)
+
+    def chat(request: Any) -> Any:
+        prompt = request.messages[-1]["content"]
+        if "boom" in prompt:
+            return ProviderError("auth_error", "HTTP 401")
+        return ChatResponse(text=json.dumps({"echo": prompt[:20]}), finish_reason="stop", tokens_in=5, tokens_out=2)
+
+    question = {"q": {"type": "choice", "instructions": "Keep?", "criteria": {"yes": "keep", "no": "drop"}}}
+    flows = [
+        (chain_flow(4, decision={"on_error": "input"}, llm={"on_error": "input"}), chain_input(4)),
+        (flow_of(a={**LLM, "inputs": ["input"], "output_format": "json"},
+                 b={**LLM, "inputs": ["input"], "output_format": "json", "on_error": "input"},
+                 d={"kind": "decision", "inputs": ["input"], "policy": POLICY, "questions": question},
+                 both={"kind": "data", "operation": "union", "inputs": ["a", "b", "d"]},
+                 output={"kind": "output", "inputs": ["both"]}), {"x": "fail boom"}),
+        (flow_of(a={**LLM, "inputs": ["input"], "output_format": "json"},
+                 d={"kind": "decision", "inputs": ["input"], "policy": POLICY, "questions": question},
+                 both={"kind": "data", "operation": "union", "inputs": ["a", "d"]},
+                 output={"kind": "output", "inputs": ["both"]}), {"x": "fine"}),
+    ]
+    for flow, flow_input in flows:
+        seen = []
+        for eager in (True, False):
+            monkeypatch.setattr(scheduler, "EAGER_START", eager and scheduler.EAGER_START)
+            router, events = FakeRouter(decide=decide, chat=chat), []
+            result = await run(router, flow, flow_input, on_event=events.append)
+            seen.append((result, events, [(c.kind, c.request) for c in router.calls]))
+        assert seen[0] == seen[1]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from compactor.budget import Deadline
-from compactor.flow import admit_flow, run_flow
+from compactor.flow import admit_flow, run_flow, scheduler
 from compactor.jsonutil import ascii_wire_size
 from compactor.providers.base import ChatResponse, DecisionRequest, DecisionResponse, ProviderError
 from compactor.router import RouteResult
@@ -24,6 +24,13 @@ REPLIES = {"t1": "Facilities are on their way.", "t2": "A reset link is on its w
 ORIGINALS_WITHOUT_SPAM = {"t1": TICKETS["t1"], "t2": TICKETS["t2"]}
 
 
+@pytest.fixture(autouse=True, params=[True, False], ids=["eager", "lazy"])
+def task_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Every test of this module runs with node tasks started eagerly (Python 3.12+) and lazily."""
+    monkeypatch.setattr(scheduler, "EAGER_START", request.param and scheduler.EAGER_START)
+    return request.param
+
+
 def routed_answers(choices: dict[str, str]):
     def decide(request: DecisionRequest) -> DecisionResponse:
         answers = {name: {"type": "choice", "choice": choices[name], "confidence": 0.8} for name in request.questions}
@@ -34,10 +41,9 @@ def routed_answers(choices: dict[str, str]):
 TRIAGED = routed_answers({"t1": "support", "t2": "support", "t3": "spam"})
 
 
-def replying(text: str | None, **fields: Any):
-    def chat(request: Any) -> ChatResponse:
-        return ChatResponse(text=text, finish_reason=fields.pop("finish_reason", "stop"), tokens_in=200,
-                            tokens_out=40, **fields)
+def replying(text: str | None, finish_reason: str = "stop", **fields: Any):
+    def chat(request: Any) -> ChatResponse:  # the same reply on every call (each test runs twice: task_start)
+        return ChatResponse(text=text, finish_reason=finish_reason, tokens_in=200, tokens_out=40, **fields)
     return chat
 
 
