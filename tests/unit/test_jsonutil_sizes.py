@@ -155,3 +155,39 @@ def test_the_size_of_a_string_measured_without_encoding_it_is_its_dense_size(tex
     """``dense_str_size`` counts the escapes of an ASCII string instead of encoding it (docs/performance.md)."""
     assert dense_str_size(text) == dense_size(text) == len(json.dumps(text, separators=(",", ":"),
                                                                        ensure_ascii=False).encode("utf-8"))
+
+
+def _strict_loads_by_definition(text: str | bytes) -> tuple[str, object]:
+    """``strict_loads`` as first written: ``json.loads`` with its hooks on every call."""
+    from compactor import jsonutil
+
+    try:
+        return "ok", json.loads(text, object_pairs_hook=jsonutil._no_duplicates,
+                                parse_constant=jsonutil._reject_constant, parse_float=jsonutil._finite_float)
+    except jsonutil.StrictJSONError as exc:
+        return "strict", str(exc)
+    except (ValueError, RecursionError) as exc:
+        return "strict", str(exc)  # strict_loads wraps these in StrictJSONError with the same text
+
+
+_JSON_PIECES = st.sampled_from(['{"a": 1, "a": 2}', '{"a": NaN}', '[Infinity]', '1e999', '{"k": [1, 2.5, "x"]}',
+                                '\ufeff{"a": 1}', '"\\ud800"', '{"a": {"b": null}}', '[', '{"a" 1}', ' 7 ', '',
+                                '{"é": "ü"}', '[1, 2] x'])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(_JSON_PIECES, st.text(max_size=12),
+                 st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                              lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                          max_size=3),
+                              max_leaves=8).map(json.dumps)),
+       st.booleans())
+def test_strict_loads_with_one_decoder_equals_json_loads_with_its_hooks(text: str, as_bytes: bool) -> None:
+    from compactor.jsonutil import StrictJSONError, strict_loads
+
+    given_text = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    try:
+        outcome = ("ok", strict_loads(given_text))
+    except StrictJSONError as exc:
+        outcome = ("strict", str(exc))
+    assert repr(outcome) == repr(_strict_loads_by_definition(given_text))

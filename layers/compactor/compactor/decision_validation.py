@@ -205,12 +205,12 @@ def _validate_answer(answer: Any, question: dict[str, Any], *, jev: bool) -> Non
     if answer.get("confidence") is not None and not _is_unit(answer["confidence"]):
         _fail("Invalid confidence.")
     if kind == "choice":
-        labels = list(question["criteria"])
+        criteria = question["criteria"]
         choice = answer.get("choice")
-        if not isinstance(choice, str) or choice not in labels:
+        if not isinstance(choice, str) or choice not in criteria:  # its labels are its keys
             _fail("unknown_choice")
         if answer.get("probabilities") is not None:
-            probabilities = _validate_distribution(answer["probabilities"], labels, jev=jev)
+            probabilities = _validate_distribution(answer["probabilities"], list(criteria), jev=jev)
             if probabilities[choice] < max(probabilities.values()) - _ARGMAX_TOL:
                 _fail("Invalid probabilities.")
     elif kind == "score":

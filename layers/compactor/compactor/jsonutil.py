@@ -247,9 +247,20 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_STRICT_DECODER: json.JSONDecoder | None = None
+
+
 def strict_loads(text: str | bytes) -> Any:
-    """Parse JSON rejecting duplicate keys, NaN/Infinity and overflowing numbers."""
+    """Parse JSON rejecting duplicate keys, NaN/Infinity and overflowing numbers. A ``str`` is decoded by
+    one decoder made on first use (``json.loads`` with these hooks makes a decoder on every call, about
+    1.3 µs); bytes, and text with a byte order mark, go through ``json.loads`` as before."""
+    global _STRICT_DECODER
     try:
+        if type(text) is str and not text.startswith("\ufeff"):
+            if _STRICT_DECODER is None:
+                _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                                                   parse_float=_finite_float)
+            return _STRICT_DECODER.decode(text)
         return json.loads(
             text,
             object_pairs_hook=_no_duplicates,

@@ -248,6 +248,19 @@ def decision_request_bound(request: DecisionRequest) -> int | None:
     return None if bound is None else bound + DECISION_PROMPT_TOKENS
 
 
+_REQUIREMENTS: dict[frozenset[str], Requirements] = {}
+
+
+def _requirements(needs: frozenset[str]) -> Requirements:
+    """The (frozen) requirements of a call that needs ``needs``, made once per set of needs."""
+    known = _REQUIREMENTS.get(needs)
+    if known is None:
+        if len(_REQUIREMENTS) >= 64:
+            _REQUIREMENTS.clear()
+        known = _REQUIREMENTS[needs] = Requirements(needs=needs)
+    return known
+
+
 def _fits(offer: Offer, tokens: int) -> bool:
     context = offer.observations.get("context")
     return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
@@ -341,7 +354,7 @@ class Router:
             return await transport.chat(offer, request, timeout)
 
         tokens = self._request_tokens("chat", lambda: chat_request_tokens(request), lambda: chat_request_bound(request))
-        return await self._route("chat", policy, Requirements(needs=frozenset(needs)), invoke,
+        return await self._route("chat", policy, _requirements(frozenset(needs)), invoke,
                                  deadline, timeout_s, RESPONSE_DECIMALS, tokens)
 
     async def decide(self, policy: AdmittedPolicy, request: DecisionRequest, *,
@@ -353,7 +366,7 @@ class Router:
 
         tokens = self._request_tokens("decisions", lambda: decision_request_tokens(request),
                                       lambda: decision_request_bound(request))
-        return await self._route("decisions", policy, Requirements(), invoke,
+        return await self._route("decisions", policy, _requirements(frozenset()), invoke,
                                  deadline, timeout_s, NODE_DECIMALS, tokens)
 
     def _request_tokens(self, protocol: str, exact: Callable[[], int], bound: Callable[[], int | None]) -> int:
@@ -422,8 +435,10 @@ class Router:
     def _observed(self, offer: Offer) -> Offer:
         """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations: one copy
         per offer and state, made once (docs/performance.md); read it, never change it."""
-        disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider)
-        breaker_open = self._clock() < self._breaker(offer).open_until
+        now = self._clock()
+        disabled = offer.observations.get("disabled") is True \
+            or now < self._disabled_until.get(offer.provider, -math.inf)  # _provider_disabled at ``now``
+        breaker_open = now < self._breaker(offer).open_until
         key = (id(offer), disabled, breaker_open)  # the offer is one of self._offers, alive as long as the router
         observed = self._observed_copies.get(key)
         if observed is None:

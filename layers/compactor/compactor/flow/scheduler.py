@@ -109,7 +109,7 @@ class _FlowRun:
                 self.finished = True
                 return
             values = [self.values[i] for i in node.inputs]
-            proposed = [call for i in node.inputs for call in self.tool_calls.get(i, ())]
+            proposed = [call for i in node.inputs for call in self.tool_calls.get(i, ())] if self.tool_calls else []
             self._emit("node_started", node)
             outcome = execute_node(node, values, router=self.router, deadline=self.deadline,
                                    conversation=self.conversation, proposed_tool_calls=proposed)
