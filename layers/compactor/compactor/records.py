@@ -168,6 +168,7 @@ def _values(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
 
 def _repr(cls: type, names: list[str]) -> Any:
     values = _values(names)
+    shown = ", ".join(f"{name}=%r" for name in names)  # %r is repr(), as dataclass's !r
     running: set[tuple[int, int]] = set()
 
     def __repr__(self: Any) -> str:
@@ -176,8 +177,7 @@ def _repr(cls: type, names: list[str]) -> Any:
             return "..."
         running.add(key)
         try:
-            shown = ", ".join([f"{name}={value!r}" for name, value in zip(names, values(self))])
-            return f"{self.__class__.__qualname__}({shown})"
+            return f"{self.__class__.__qualname__}({shown % values(self)})"
         finally:
             running.discard(key)
 
