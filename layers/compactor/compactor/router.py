@@ -421,8 +421,8 @@ class Router:
 
     # -- state visible to policies ------------------------------------------------------------
 
-    def _provider_disabled(self, provider: str) -> bool:
-        return self._clock() < self._disabled_until.get(provider, -math.inf)
+    def _provider_disabled(self, provider: str, now: float | None = None) -> bool:
+        return (self._clock() if now is None else now) < self._disabled_until.get(provider, -math.inf)
 
     def _disable_provider(self, provider: str) -> None:
         self._disabled_until[provider] = self._clock() + PROVIDER_DISABLE_TTL_S
@@ -436,8 +436,7 @@ class Router:
         """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations: one copy
         per offer and state, made once (docs/performance.md); read it, never change it."""
         now = self._clock()
-        disabled = offer.observations.get("disabled") is True \
-            or now < self._disabled_until.get(offer.provider, -math.inf)  # _provider_disabled at ``now``
+        disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider, now)
         breaker_open = now < self._breaker(offer).open_until
         key = (id(offer), disabled, breaker_open)  # the offer is one of self._offers, alive as long as the router
         observed = self._observed_copies.get(key)
