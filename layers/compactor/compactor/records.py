@@ -11,9 +11,9 @@ behave as the generated ones: the same comparisons on the same tuples, the same 
 fields, so ``fields()``, ``replace()``, ``asdict()``, ``__match_args__`` and ``__dataclass_params__`` are
 the standard ones.
 
-A class that uses anything else (``order``, ``kw_only``, ``InitVar``, ``unsafe_hash``,
-dataclass bases, its own dunder methods, no docstring, a field named like a name the generated
-``__init__`` uses) is handed to ``dataclass`` unchanged. ``tests/unit/test_records.py`` holds every
+``record`` takes ``frozen``, ``eq`` and ``slots``; a class that uses anything else (``kw_only``,
+``InitVar``, dataclass bases, its own dunder methods, no docstring, a field named like a name the
+generated ``__init__`` uses) is handed to ``dataclass`` unchanged. ``tests/unit/test_records.py`` holds every
 ``record`` equal to ``dataclass`` on the same definitions.
 """
 
@@ -74,7 +74,7 @@ def _build(cls: T, *, frozen: bool, eq: bool, slots: bool) -> T:
     params = cls.__dataclass_params__
     params.init, params.repr, params.eq, params.frozen = True, True, eq, frozen
     _set(cls, "__init__", _init(cls, declared, frozen, slots))
-    _set(cls, "__repr__", _repr(cls, [f.name for f in declared if f.repr]))
+    _set(cls, "__repr__", _repr([f.name for f in declared if f.repr]))
     if eq:
         _set(cls, "__eq__", _eq([f.name for f in declared if f.compare]))
         if frozen:
@@ -166,7 +166,7 @@ def _values(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     return attrgetter(*names)
 
 
-def _repr(cls: type, names: list[str]) -> Any:
+def _repr(names: list[str]) -> Any:
     values = _values(names)
     shown = ", ".join(f"{name}=%r" for name in names)  # %r is repr(), as dataclass's !r
     running: set[tuple[int, int]] = set()
