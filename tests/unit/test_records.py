@@ -128,14 +128,15 @@ def observe(cls: Any, definition: dict[str, Any]) -> list[Any]:
             seen.append(a)
             continue
         one, two = a[1], b[1]
-        checks = [lambda: state(one, definition), lambda: repr(one), lambda: pickled(one), lambda: one == two, lambda: one != two,
-                  lambda: one == 3, lambda: hash(one) == hash(two),
+        checks = [lambda: state(one, definition), lambda: repr(one), lambda: pickled(one),
+                  lambda: one == two, lambda: one != two, lambda: one == 3, lambda: hash(one) == hash(two),
                   lambda: "identity" if hash(one) == object.__hash__(one) else hash(one),
                   lambda: dataclasses.asdict(one), lambda: dataclasses.astuple(one),
                   lambda: repr(dataclasses.replace(one)), lambda: state(copy.deepcopy(one), definition)]
         seen += [outcome(check) for check in checks]
         for name in [f["name"] for f in definition["fields"]] + ["other"]:
-            seen += [outcome(lambda: setattr(one, name, 5)), outcome(lambda: delattr(one, name)), state(one, definition)]
+            seen += [outcome(lambda: setattr(one, name, 5)), outcome(lambda: delattr(one, name)),
+                     state(one, definition)]
         if not definition["frozen"] and definition["fields"]:
             setattr(one, definition["fields"][0]["name"], one)  # a recursive repr
             seen.append(outcome(lambda: repr(one)))
