@@ -45,3 +45,11 @@ def test_pure_python_dot_product_fallback_agrees(monkeypatch):
     text = "fallback é" * 1000
     monkeypatch.setattr(identity, "_dot", identity._sumprod)
     assert fingerprint(text) == _reference(text)
+
+
+def test_weight_tables_equal_the_integer_definition():
+    from compactor import identity
+
+    for base, modulus, table in ((31, 2147483647, identity._W1), (37, 2147483629, identity._W2)):
+        expected = tuple(float(pow(base, identity._CHUNK - 1 - i, modulus)) for i in range(identity._CHUNK))
+        assert table == expected
