@@ -6,7 +6,7 @@ Pure and deterministic: no I/O and no model calls.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from compactor.chat import Message, content_text, role_of
@@ -14,6 +14,7 @@ from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
                                 dense_str_size, json_text_escaped, json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
+from compactor.records import record
 from compactor.compaction.salience import (batch_hint, hint_order, last_uses, message_names, quoted_actions,
                                           sized_later_block, text_wire_size)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
@@ -58,7 +59,7 @@ REASON_BATCHES = "batch_limit"
 REASON_FLOW_INPUT = "flow_input_limit"
 
 
-@dataclass  # not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, about
+@record  # not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, about
 # 1 µs more per candidate (docs/performance.md); nothing changes a candidate once it is built
 class Candidate:
     """A unit that may go, with what sending and keeping it costs."""
@@ -75,7 +76,7 @@ class Candidate:
     state_bytes: int  # compact bytes of its fragment entry in the flow input's state
 
 
-@dataclass
+@record
 class Batch:
     """Candidates asked about in one decision call, and their sizes."""
 
@@ -98,7 +99,7 @@ class Batch:
         self.state_bytes += cand.state_bytes
 
 
-@dataclass
+@record
 class Preparation:
     """A request taken apart for the decision: units, what is protected, candidates and budgets."""
 
@@ -294,7 +295,7 @@ _FRAGMENT_WIRE = len('{"id": , "bytes": , "evidence": }')
 _FRAGMENT_DENSE = len('{"id":,"bytes":,"evidence":}')
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Questions:
     """A question template's question for a whole fragment and for an excerpted one, each with its ASCII
     wire size: built once per preparation, shared by its candidates."""

@@ -7,12 +7,12 @@ immediately following ``tool`` message), or any other single message. Unit id = 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
 from compactor.chat import Message, content_text, has_tool_calls, role_of
 from compactor.markers import fragment_id
+from compactor.records import record
 
 if TYPE_CHECKING:
     from compactor.formats.base import Dialect
@@ -31,7 +31,7 @@ _observation = cache(lambda: re.compile(
 ))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unit:
     """Messages ``start`` up to ``end`` (exclusive) that stay or go together."""
 

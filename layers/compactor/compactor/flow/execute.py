@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ..budget import Deadline
@@ -16,6 +15,7 @@ from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_state
 from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
+from ..records import record
 from ..router import RouteResult
 from . import data_ops, decision_routing as routed
 from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
@@ -46,7 +46,7 @@ class FlowRouter(Protocol):
                      timeout_s: float | None = None) -> RouteResult: ...
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class NodeOutcome:
     """What a node produced: its value, its ``flow_nodes`` entry and how it ended."""
 
