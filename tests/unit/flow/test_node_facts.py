@@ -79,6 +79,21 @@ def test_a_tuple_where_a_known_node_has_a_list_is_still_rejected() -> None:
     assert outcome(tuple_inputs, AdmissionCache()) == 'node "spam": inputs must be an array of node ids'
 
 
+def test_dict_subclass_node_maps_and_nodes_admit_as_plain_dicts() -> None:
+    """A node map or a node of a ``dict`` subclass has no kept text: it is admitted as a fresh admission
+    admits it, with and without the cache (it raised ``KeyError`` with the cache once)."""
+    from collections import OrderedDict
+
+    plain = triage_flow()
+    expected = fresh_outcome(plain)
+    as_map = ["flow", OrderedDict(copy.deepcopy(plain[1]))]
+    as_node = copy.deepcopy(plain)
+    as_node[1]["tickets"] = OrderedDict(as_node[1]["tickets"])
+    for term in (as_map, as_node):
+        for cache in (AdmissionCache(), None):
+            assert same_outcome(outcome(term, cache), expected), (term, cache)
+
+
 def test_only_policy_free_nodes_are_kept() -> None:
     admission._NODE_FACTS.clear()
     outcome(triage_flow(), AdmissionCache())

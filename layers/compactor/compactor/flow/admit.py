@@ -162,11 +162,12 @@ def _remember_facts(nodes: Mapping[str, Any], node_texts: Mapping[str, str], kno
     """Keep the facts of the admitted flow's policy-free nodes that were not known yet (``keys``: every
     node's content key)."""
     for label, node in nodes.items():
-        if node["kind"] not in _POLICY_FREE or label in known or depth_exceeds(node, 1):
+        text = node_texts.get(label)  # None: a node (or node map) of a dict subclass, whose text was not kept
+        if text is None or node["kind"] not in _POLICY_FREE or label in known or depth_exceeds(node, 1):
             continue  # (a policy-free node that passes its checks holds lists of names at most)
         if len(_NODE_FACTS) >= _NODE_FACTS_KEPT:
             _NODE_FACTS.clear()
-        _NODE_FACTS[node_texts[label]] = _NodeFacts(node_texts[label], _makes_typed(node), keys[label])
+        _NODE_FACTS[text] = _NodeFacts(text, _makes_typed(node), keys[label])
 
 
 def _nodes_of(flow_ir: Any) -> dict[str, Any]:
