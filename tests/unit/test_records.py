@@ -11,6 +11,8 @@ import inspect
 import pickle
 import pkgutil
 import sys
+from dataclasses import KW_ONLY as AliasedKwOnly
+from dataclasses import InitVar as AliasedInitVar
 from typing import Any, ClassVar
 
 import pytest
@@ -190,6 +192,42 @@ def test_unsupported_definitions_are_dataclasses() -> None:
 
     assert repr(WithOwnRepr(1)) == "mine" and WithOwnRepr(1) == WithOwnRepr(1)
     assert Undocumented.__doc__ == "Undocumented(x: 'int' = 1)"
+
+
+def test_init_vars_and_kw_only_under_other_names_are_dataclasses() -> None:
+    """An ``InitVar`` or ``KW_ONLY`` imported under another name (the annotations are strings here) is
+    still recognised, so its class gets ``dataclass``'s own ``__init__``."""
+    @record
+    class Scaled:
+        """s"""
+        x: int
+        scale: AliasedInitVar[int] = 1
+
+        def __post_init__(self, scale: int) -> None:
+            self.x *= scale
+
+    @record
+    class KeywordOnly:
+        """k"""
+        x: int
+        _: AliasedKwOnly
+        y: int = 0
+
+    @record
+    class ByModule:
+        """m"""
+        x: int
+        scale: dataclasses.InitVar[int] = 1
+
+        def __post_init__(self, scale: int) -> None:
+            self.x *= scale
+
+    assert Scaled(3, 5).x == 15 and ByModule(3, 5).x == 15
+    assert KeywordOnly(1, y=2).y == 2
+    with pytest.raises(TypeError):
+        KeywordOnly(1, 2)
+    for cls in (Scaled, KeywordOnly, ByModule):
+        assert cls.__repr__.__code__.co_filename != records.__file__  # dataclass's own methods
 
 
 def test_layer_records_are_built_by_record() -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import _thread
 import sys
-from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields, is_dataclass
+from dataclasses import KW_ONLY, MISSING, Field, FrozenInstanceError, InitVar, dataclass, fields, is_dataclass
 from operator import attrgetter
 from typing import Any, Callable, TypeVar, overload
 
@@ -57,12 +57,26 @@ def record(cls: Any = None, /, *, frozen: bool = False, eq: bool = True, slots: 
 def _supported(cls: type, eq: bool) -> bool:
     annotations = cls.__dict__.get("__annotations__", {})
     own = _OWN_METHODS if eq else ("__init__", "__repr__", "__setattr__", "__delattr__")
+    namespace = vars(sys.modules[cls.__module__]) if cls.__module__ in sys.modules else {}
     return (cls.__doc__ is not None
             and not any(name in cls.__dict__ for name in own)
             and not any(is_dataclass(base) for base in cls.__mro__[1:])
-            and not any(name in _RESERVED or "InitVar" in str(kind) or "KW_ONLY" in str(kind)
-                        for name, kind in annotations.items())
+            and not any(name in _RESERVED or _is_special(kind, namespace) for name, kind in annotations.items())
             and not any(isinstance(value, Field) and value.kw_only is True for value in cls.__dict__.values()))
+
+
+def _is_special(kind: Any, namespace: dict[str, Any]) -> bool:
+    """Whether an annotation is an ``InitVar`` or ``KW_ONLY``, also under another name: a string annotation's
+    leading name (``IV[int]``, ``dc.KW_ONLY``) is looked up in the class's module, as ``dataclass`` does."""
+    if isinstance(kind, str):
+        if "InitVar" in kind or "KW_ONLY" in kind:
+            return True
+        head = kind.split("[", 1)[0].strip()
+        first, _, rest = head.partition(".")
+        kind = namespace.get(first)
+        if rest and kind is not None:
+            kind = getattr(kind, rest, None)
+    return kind is InitVar or kind is KW_ONLY or isinstance(kind, InitVar)
 
 
 def _build(cls: T, *, frozen: bool, eq: bool, slots: bool) -> T:
