@@ -227,6 +227,19 @@ def test_the_container_session_builds_its_clients_with_the_plain_loader() -> Non
     assert client.meta.service_model.operation_model("PutObject").name == "PutObject"
 
 
+def test_clients_are_built_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A boto3 session is not thread-safe, and a client may be built first on a worker thread: every build
+    holds the module's lock."""
+    from compactor_aws import aws_session
+
+    class Session:
+        def client(self, service: str, **kwargs: Any) -> tuple[str, bool]:
+            return service, aws_session._BUILDING.locked()
+
+    monkeypatch.setattr(aws_session.SESSION, "get", lambda: Session())
+    assert aws_session.client("s3") == ("s3", True)
+
+
 def test_the_s3_store_works_on_a_client_of_the_trimmed_data(trimmed: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from moto import mock_aws
 
