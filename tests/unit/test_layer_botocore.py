@@ -216,6 +216,9 @@ def test_the_sessions_loader_reads_every_data_file_as_botocores_own(trimmed: Pat
         plain, own = PlainJSONFileLoader().load_file(stem), JSONFileLoader().load_file(stem)
         assert own is not None and ordered(plain) == ordered(own), path
     assert PlainJSONFileLoader().load_file(str(trimmed / "no-such-file")) is None
+    # and the override is what reads them (botocore's own loader gives OrderedDicts): were ``_load_file``
+    # no longer called, the comparison above would still hold
+    assert type(PlainJSONFileLoader().load_file(stem)) is dict and type(own) is not dict
 
 
 def test_the_container_session_builds_its_clients_with_the_plain_loader() -> None:
