@@ -277,3 +277,28 @@ async def test_eager_and_lazy_task_starts_give_the_same_run(monkeypatch: pytest.
             result = await run(router, flow, flow_input, on_event=events.append)
             seen.append((result, events, [(c.kind, c.request) for c in router.calls]))
         assert seen[0] == seen[1]
+
+
+async def test_start_task_runs_to_the_first_wait_at_once_only_when_eager(task_start: bool) -> None:
+    """Eager (Python 3.12+, no custom task factory): the node's coroutine has run up to its first wait when
+    ``start_task`` returns; lazy, or under a custom task factory: it has not started yet. Both finish alike."""
+    steps: list[str] = []
+
+    async def node() -> str:
+        steps.append("started")
+        await asyncio.sleep(0)
+        return "done"
+
+    task = scheduler.start_task(node())
+    assert steps == (["started"] if task_start and scheduler.EAGER_START else [])
+    assert await task == "done" and steps == ["started"]
+
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(lambda loop, coro, **kwargs: asyncio.Task(coro, loop=loop, **kwargs))
+    try:
+        steps.clear()
+        task = scheduler.start_task(node())
+        assert steps == []
+        assert await task == "done" and steps == ["started"]
+    finally:
+        loop.set_task_factory(None)
