@@ -70,22 +70,26 @@ def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike
         if flow_input is not MISSING:  # the term passed every check before this one when it was admitted
             _check_flow_input(flow_input, flow_input_bytes)
         return known
-    admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1], text[2])
+    admitted = _admit(flow_ir, admit_policy, flow_input, flow_input_bytes, text[1], _policy_free_texts(flow_ir))
     cache.put(key, admitted)
     return admitted
 
 
-def _exact_text(flow_ir: Any) -> tuple[str, int, dict[str, str]] | None:
-    """The dense JSON text of a term, its UTF-8 size and the text of each node that says it is an input,
-    output or data node (the nodes whose facts are kept); None when the term has no text (admission says
-    why)."""
+def _exact_text(flow_ir: Any) -> tuple[str, int] | None:
+    """The dense JSON text of a term and its UTF-8 size, or None when it has none (admission says why)."""
     try:
         text = dense_dumps(flow_ir)
-        nodes = flow_ir[1] if type(flow_ir) is list and len(flow_ir) == 2 and type(flow_ir[1]) is dict else {}
-        return text, utf8_len(text), {label: dense_dumps(node) for label, node in nodes.items()
-                                      if type(node) is dict and node.get("kind") in _POLICY_FREE}
+        return text, utf8_len(text)
     except (TypeError, ValueError, RecursionError):  # not JSON, NaN/Infinity, a lone surrogate, a cycle
         return None
+
+
+def _policy_free_texts(flow_ir: Any) -> dict[str, str]:
+    """The text of each node of a term that has a text (:func:`_exact_text`) and says it is an input, output
+    or data node: the nodes whose facts are kept. Only a term the cache misses needs them."""
+    nodes = flow_ir[1] if type(flow_ir) is list and len(flow_ir) == 2 and type(flow_ir[1]) is dict else {}
+    return {label: dense_dumps(node) for label, node in nodes.items()
+            if type(node) is dict and type(node.get("kind")) is str and node["kind"] in _POLICY_FREE}
 
 
 _POLICY_FREE: Final = frozenset({INPUT, OUTPUT, DATA})
@@ -120,7 +124,7 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
            flow_input_bytes: int | None, flow_ir_bytes: int | None,
            node_texts: Mapping[str, str] | None = None) -> AdmittedFlow:
     """Admission itself; ``flow_ir_bytes``: the term's dense size when it was measured already;
-    ``node_texts``: the dense JSON text of the nodes whose facts may be known (:func:`_exact_text`)."""
+    ``node_texts``: the dense JSON text of the nodes whose facts may be known (:func:`_policy_free_texts`)."""
     nodes = _nodes_of(flow_ir)
     inputs: dict[str, list[str]] = {}
     known: dict[str, _NodeFacts] = {}
