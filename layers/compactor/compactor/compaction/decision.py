@@ -45,12 +45,34 @@ SUMMARY_PROMPT_TOKENS = 1500
 _ESCAPED_SHARE = (4, 5)
 
 
-def smallest_context(router: Any, protocol: str, policy_ir: Any) -> int | None:
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+# The smallest context at which each limit below reaches its cap (a larger context changes nothing): the
+# decision payload's 32 000 bytes, the summary reply's 4096 tokens, and the summary record's 50 000 bytes
+# with the largest reply (a reply is at most 4096 tokens, so the record's room is then the least).
+_PAYLOAD_FULL_CONTEXT = DECISION_PROMPT_TOKENS + _ceil_div(DECISION_PAYLOAD_MAX_BYTES, BYTES_PER_TOKEN_ESTIMATE)
+_REPLY_FULL_CONTEXT = 4 * generation_tokens(None)
+_RECORD_FULL_CONTEXT = generation_tokens(None) + SUMMARY_PROMPT_TOKENS + _ceil_div(
+    _ceil_div(MAX_SUMMARY_RECORD_BYTES * _ESCAPED_SHARE[1], _ESCAPED_SHARE[0]), BYTES_PER_TOKEN_ESTIMATE)
+
+
+def smallest_context(router: Any, protocol: str, policy_ir: Any, enough: int | None = None) -> int | None:
     """The smallest context among the ``protocol`` offers ``policy_ir`` may pick (docs/performance.md);
-    every enabled offer's when the policy does not admit (the flow's admission then says why)."""
+    every enabled offer's when the policy does not admit (the flow's admission then says why).
+
+    ``enough``: a context from which the caller's answer no longer changes. The offers a policy may pick
+    are among the enabled ones, so their smallest context is at least the smallest of all: when that is
+    ``enough`` already, or no enabled offer states a context, it is returned as it is, without admitting
+    and ranking the policy for an answer it cannot change (the flow's admission admits the policy)."""
     smallest = getattr(router, "smallest_context", None)
     if smallest is None:
         return None
+    if enough is not None:
+        every = smallest(protocol)
+        if every is None or every >= enough:
+            return every
     try:
         policy = router.admit_policy(policy_ir)
     except PolicyAdmissionError:
@@ -61,10 +83,17 @@ def smallest_context(router: Any, protocol: str, policy_ir: Any) -> int | None:
 def decision_payload_limit(router: Any, policy_ir: Any = None) -> int:
     """Bytes one batch's decision payload may take: 32 000, or less when the smallest context among the
     deciders the decision policy may pick cannot hold that much (docs/providers.md)."""
-    context = smallest_context(router, "decisions", default_decision_policy() if policy_ir is None else policy_ir)
+    context = smallest_context(router, "decisions", default_decision_policy() if policy_ir is None else policy_ir,
+                               _PAYLOAD_FULL_CONTEXT)
     if context is None:
         return DECISION_PAYLOAD_MAX_BYTES
     return max(0, min(DECISION_PAYLOAD_MAX_BYTES, (context - DECISION_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE))
+
+
+def _reply_limit(context: int | None, max_tokens: int | None) -> int:
+    if max_tokens:
+        return generation_tokens(max_tokens)
+    return generation_tokens(None) if context is None else min(generation_tokens(None), max(512, context // 4))
 
 
 def summary_reply_limit(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> int:
@@ -73,19 +102,25 @@ def summary_reply_limit(router: Any, policy_ir: Any = None, max_tokens: int | No
     (512 to 4096; 4096 when no context is stated), so the summary record keeps most of the room."""
     if max_tokens:
         return generation_tokens(max_tokens)
-    context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir)
-    return generation_tokens(None) if context is None else min(generation_tokens(None), max(512, context // 4))
+    return _reply_limit(smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir,
+                                         _REPLY_FULL_CONTEXT), None)
+
+
+def summary_limits(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> tuple[int, int]:
+    """``(summary_reply_limit, summary_record_limit)`` from one look at the summarizers' contexts."""
+    context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir,
+                               _RECORD_FULL_CONTEXT)
+    reply = _reply_limit(context, max_tokens)
+    if context is None:
+        return reply, MAX_SUMMARY_RECORD_BYTES
+    room = (context - reply - SUMMARY_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE
+    return reply, max(0, min(MAX_SUMMARY_RECORD_BYTES, room * _ESCAPED_SHARE[0] // _ESCAPED_SHARE[1]))
 
 
 def summary_record_limit(router: Any, policy_ir: Any = None, max_tokens: int | None = None) -> int:
     """Bytes one batch's summary record may take: 50 000, or less when the smallest context among the
     summarizers the generation policy may pick cannot hold it with the prompt and the output room."""
-    context = smallest_context(router, "chat", DEFAULT_CHAT_POLICY if policy_ir is None else policy_ir)
-    if context is None:
-        return MAX_SUMMARY_RECORD_BYTES
-    reply = summary_reply_limit(router, policy_ir, max_tokens)
-    room = (context - reply - SUMMARY_PROMPT_TOKENS) * BYTES_PER_TOKEN_ESTIMATE
-    return max(0, min(MAX_SUMMARY_RECORD_BYTES, room * _ESCAPED_SHARE[0] // _ESCAPED_SHARE[1]))
+    return summary_limits(router, policy_ir, max_tokens)[1]
 
 
 class DecisionMode:
@@ -102,11 +137,11 @@ class DecisionMode:
         decision_policy = request.decision_policy_ir
         if decision_policy is None:
             decision_policy = default_decision_policy()
-        reply_max = summary_reply_limit(context.router, request.policy_ir, max_tokens)
+        reply_max, record_max = summary_limits(context.router, request.policy_ir, max_tokens)
         prep = prepare(messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                        pinned_indices=request.pinned_indices, question_template=question_template(),
                        payload_max_bytes=decision_payload_limit(context.router, decision_policy),
-                       summary_max_bytes=summary_record_limit(context.router, request.policy_ir, max_tokens),
+                       summary_max_bytes=record_max,
                        dialect=get_dialect(request.format), bounded=bounded_tail(request),
                        reply_bytes=reply_bytes(reply_max))
         flow_ir, flow_input = materialise(

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from ..decision_validation import DecisionValidationError, validate_payload
-from ..identity import fingerprint, sha256_identity
+from ..identity import fingerprint
 from ..jsonutil import dense_dumps, depth_exceeds, ensure_utf8_encodable, utf8_len
 from ..policy.admission import PolicyAdmissionError
 from . import node_options as opts
@@ -390,7 +390,7 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
     encoding = flow_encoding([node.encoding for node in flow_nodes])
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
-        encoding=encoding, identity=sha256_identity(encoding), fingerprint=fingerprint(encoding)), keys
+        encoding=encoding, fingerprint=fingerprint(encoding)), keys
 
 
 class AdmissionCache:
@@ -466,5 +466,4 @@ class _Entry:
                                  spec=nodes[node.label], policy=node.policy, encoding=node.encoding,
                                  routing=node.routing)
                         for node in flow.nodes),
-            successors=flow.successors, typed=flow.typed, encoding=flow.encoding, identity=flow.identity,
-            fingerprint=flow.fingerprint)
+            successors=flow.successors, typed=flow.typed, encoding=flow.encoding, fingerprint=flow.fingerprint)

@@ -79,8 +79,15 @@ class AdmittedFlow:
     successors: tuple[tuple[int, ...], ...]  # per canonical index, the nodes that read it
     typed: bool
     encoding: str  # sigma-flow/v1 encoding
-    identity: str  # SHA-256 of the encoding
     fingerprint: str  # double-hash fingerprint of the encoding
+
+    @property
+    def identity(self) -> str:
+        """SHA-256 of the encoding, computed when asked: a run, a response and a record read only the
+        fingerprint, so admission does not hash the encoding a second time (docs/performance.md)."""
+        from ..identity import sha256_identity  # where the fingerprint's module is loaded already
+
+        return sha256_identity(self.encoding)
 
     @property
     def input_node(self) -> FlowNode:
