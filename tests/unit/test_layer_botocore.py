@@ -230,6 +230,66 @@ def test_the_container_session_builds_its_clients_with_the_plain_loader() -> Non
     assert client.meta.service_model.operation_model("PutObject").name == "PutObject"
 
 
+def _handler_table(core: Any) -> tuple[Any, Any]:
+    """Every event's registered handlers (first, middle, last, in order) and the unique ids of a session."""
+    emitter = core._events._emitter
+    table: dict[str, tuple[list[Any], ...]] = {}
+
+    def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:
+        if node.get("values") is not None:
+            table[".".join(path)] = tuple(list(part) for part in node["values"])
+        for chunk, child in node["children"].items():
+            walk(child, (*path, chunk))
+
+    walk(emitter._handlers._root, ())
+    return table, emitter._unique_id_handlers
+
+
+def _same_code(table: dict[str, tuple[list[Any], ...]]) -> dict[str, tuple[list[Any], ...]]:
+    """The table with each plain function taken by its code: an initializer's closure (Powertools' user-agent
+    hook makes one per session) is the same handler in every session."""
+    return {event: tuple([getattr(handler, "__code__", handler) for handler in part] for part in parts)
+            for event, parts in table.items()}
+
+
+def test_the_container_session_registers_botocores_handlers_as_a_stock_session_does() -> None:
+    """``new_core_session`` skips the ``inspect`` check of botocore's own handlers and the alias lookup of
+    names holding no alias: the handler tables (aliased names included) equal a stock session's, a handler
+    of anyone else is still checked, and a name registered later is still aliased."""
+    import botocore.handlers
+    import botocore.session
+
+    from compactor_aws import aws_session
+
+    def initializer(session: Any) -> None:  # as Powertools' user-agent hook: after the built-in handlers
+        session.register("request-created", lambda **kwargs: None)
+
+    botocore.register_initializer(initializer)
+    try:
+        ours, stock = aws_session.new_core_session(), botocore.session.get_session()
+    finally:
+        botocore.unregister_initializer(initializer)
+    table, unique = _handler_table(ours)
+    assert (_same_code(table), unique) == (_same_code(_handler_table(stock)[0]), _handler_table(stock)[1])
+    assert len(table) > 100 and "before-call.api-gateway" in table and "before-call.apigateway" not in table
+    assert table["request-created"][1][-1].__code__ is stock._events._emitter._handlers._root[
+        "children"]["request-created"]["values"][1][-1].__code__  # the initializer's handler comes last
+    assert isinstance(aws_session.new_session()._session._events._emitter, aws_session.BuiltinTrustingEmitter)
+    for spec in botocore.handlers.BUILTIN_HANDLERS:  # what the skipped check would have said
+        assert botocore.compat.accepts_kwargs(spec[1]), spec
+
+    def no_kwargs(request: Any) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="must accept keyword"):
+        ours.register("before-call.s3", no_kwargs)
+    ours.register("before-call.apigateway.GetRestApi", lambda **kwargs: None)
+    assert "before-call.api-gateway.GetRestApi" in _handler_table(ours)[0]
+    client = aws_session.new_session().client("s3", region_name="eu-west-3", aws_access_key_id="k",
+                                              aws_secret_access_key="s")
+    assert client.meta.events._emitter.__class__ is aws_session.BuiltinTrustingEmitter
+
+
 def test_clients_are_built_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A boto3 session is not thread-safe, and a client may be built first on a worker thread: every build
     holds the module's lock."""
