@@ -159,3 +159,49 @@ def _twin_chains(first: str, second: str) -> list[Any]:
 
 def test_ties_between_identical_nodes_do_not_depend_on_names() -> None:
     assert admit(_twin_chains("a", "b")).encoding == admit(_twin_chains("b", "a")).encoding
+
+
+def reference_typed(value: Any) -> str:
+    """The typed encoding by its definition: one call per value, keys sorted with their items."""
+    from collections.abc import Mapping, Sequence
+
+    if isinstance(value, str):
+        return f"s{len(value.encode('utf-8'))}:{value}"
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, (int, float)):
+        return f"n{lua_number(value)}:"
+    if isinstance(value, Mapping):
+        pairs = [(reference_typed(key), reference_typed(item)) for key, item in value.items() if item is not None]
+    elif isinstance(value, Sequence):
+        pairs = [(f"n{position}:", reference_typed(item)) for position, item in enumerate(value, start=1)
+                 if item is not None]
+    else:
+        raise TypeError(type(value).__name__)
+    return f"t{len(pairs)}:" + "".join(key + item for key, item in sorted(pairs))
+
+
+class IntLike(int):
+    """An int subclass (as an IntEnum would be): encoded through the general path."""
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-10**20, max_value=10**20),
+                    st.integers(min_value=0, max_value=50).map(IntLike),
+                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
+                    st.sampled_from(["é", "日本", "a\"b", "\u2028", ""]))
+TYPED_VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=14), st.lists(inner, max_size=4).map(tuple),
+    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(min_value=-3, max_value=3)), inner, max_size=12)),
+    max_leaves=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TYPED_VALUES)
+def test_typed_encoding_equals_its_definition(value: Any) -> None:
+    table = {"a": value, "b": [value, value], "c": {"x": value}}  # shared subvalues, encoded once with a memo
+    try:
+        expected = reference_typed(table)
+    except TypeError:
+        return
+    assert encode_typed(table) == expected
+    assert encode_typed(table, {}) == expected

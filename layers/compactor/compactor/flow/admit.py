@@ -380,9 +380,12 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
     successors: list[list[int]] = [[] for _ in order]
     flow_nodes: list[FlowNode] = []
     for index, label in enumerate(order):
-        node_inputs = tuple(number[source] for source in inputs[label])
-        for source in sorted(set(node_inputs)):
-            successors[source].append(index)
+        node_inputs = tuple([number[source] for source in inputs[label]])
+        if len(node_inputs) == 1:  # most nodes read one node
+            successors[node_inputs[0]].append(index)
+        else:
+            for source in sorted(set(node_inputs)):
+                successors[source].append(index)
         flow_nodes.append(FlowNode(
             index=index, label=label, kind=nodes[label]["kind"], inputs=node_inputs, spec=nodes[label],
             policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs),
