@@ -82,6 +82,96 @@ def test_the_output_sizes_reassembly_gives_the_report_are_the_items_sizes(conten
                 == compaction_report(messages, output, output_bytes, prep, manifest, 0.1, "f"))
 
 
+def reference_reassembly(messages: list[dict[str, Any]], prep: Any, values: dict[str, Any] | None,
+                         restorable: bool, decided: dict[str, str]) -> tuple[Any, ...]:
+    """Reassembly by its definition: each unit through :func:`unit_outcome`, its original measured anew."""
+    from compactor.archives import handle_of
+    from compactor.compaction.reassembly import _unsent_reason, unit_outcome, unit_reason
+
+    items = {c.unit.id: c.item for batch in prep.batches for c in batch.candidates}
+    output: list[Any] = []
+    manifest: list[dict[str, Any]] = []
+    for unit in prep.units:
+        original = messages[unit.start:unit.end]
+        item = items.get(unit.id)
+        handle = handle_of(original) if item is not None and values is not None and restorable else None
+        action, emitted = unit_outcome(unit.id, original, item, values, handle=handle)
+        output.extend(emitted)
+        entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action,
+                 "reason": unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)}
+        if handle and action != "keep":
+            entry["handle"] = handle
+        if item is not None and values is not None and unit.id in decided:
+            entry["decider_reason"] = decided[unit.id]
+        manifest.append(entry)
+    if dense_size(output) >= prep.original_bytes:
+        output = messages
+        for entry in manifest:
+            if entry["action"] != "keep":
+                entry["action"], entry["reason"] = "keep", "expansion_guard"
+            entry.pop("handle", None)
+    return output, manifest, dense_size(output)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_text, min_size=2, max_size=20), st.lists(st.sampled_from(["keep", "summary", "archive", "long",
+                                                                           "blank", "number", "edge0", "edge1"])),
+       st.booleans(), st.integers(min_value=0, max_value=4), st.booleans())
+def test_reassembly_equals_its_definition(contents: list[str], answers: list[str], restorable: bool,
+                                          keep_recent: int, pinned: bool) -> None:
+    """Units no model saw are kept without being looked into, and a unit's size is summed only when a
+    summary is compared with it (docs/performance.md): the same output, manifest and size."""
+    from compactor.compaction.reassembly import SUMMARY_MARKER, text_item_overhead
+    from compactor.formats import get_dialect
+    from compactor.jsonutil import dense_str_size
+
+    messages = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": text} for text in contents]
+    prep = prepare(messages, keep_recent=keep_recent, target_ratio=0.1, pinned_indices=[1] if pinned else None,
+                   question_template=question_template())
+    values: dict[str, Any] = {}
+    decided: dict[str, str] = {}
+    for index, cand in enumerate(c for batch in prep.batches for c in batch.candidates):
+        answer = answers[index % len(answers)] if answers else "summary"
+        if index % 3:
+            decided[cand.unit.id] = f"because {index}"
+        if answer.startswith("edge"):  # a summary as large as its unit, or one byte smaller
+            marker = SUMMARY_MARKER.format(id=cand.unit.id)
+            room = (dense_size(messages[cand.unit.start:cand.unit.end]) - int(answer[4:])
+                    - text_item_overhead(get_dialect(None)) - dense_str_size(marker))
+            values[cand.unit.id] = "y" * room if room > 0 else "z"
+        elif answer != "archive":
+            values[cand.unit.id] = {"keep": cand.item, "summary": f"ran {index}; ok é\n\"q\"", "blank": " \n",
+                                    "long": cand.item + "x" * 3000, "number": 7}[answer]
+    for flow_values in (values, None):
+        output, manifest, output_bytes, _ = reassemble(messages, prep, flow_values, restorable=restorable,
+                                                       decided=decided)
+        assert (output, manifest, output_bytes) == reference_reassembly(messages, prep, flow_values, restorable,
+                                                                        decided)
+
+
+def test_reassembly_at_the_size_edge_equals_its_definition() -> None:
+    """Summaries as large as their unit and a few bytes smaller, beside short ones that keep the expansion
+    guard off: the unit's size, summed from its messages' sizes only then, decides as measured anew."""
+    from compactor.compaction.reassembly import SUMMARY_MARKER, text_item_overhead
+    from compactor.formats import get_dialect
+    from compactor.jsonutil import dense_str_size
+
+    messages = [{"role": "user", "content": "task"}]
+    for index in range(16):
+        messages += [{"role": "assistant", "content": f"step {index} " * 40}] * (1 + index % 3)
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    values: dict[str, Any] = {}
+    for index, cand in enumerate(c for batch in prep.batches for c in batch.candidates):
+        room = (dense_size(messages[cand.unit.start:cand.unit.end]) - index // 2 % 3
+                - text_item_overhead(get_dialect(None)) - dense_str_size(SUMMARY_MARKER.format(id=cand.unit.id)))
+        values[cand.unit.id] = "y" * room if index % 2 else "short"
+    output, manifest, output_bytes, _ = reassemble(messages, prep, values)
+    assert {entry["reason"] for entry in manifest} >= {"summarized", "summary_refused"}
+    assert (output, manifest, output_bytes) == reference_reassembly(messages, prep, values, False, {})
+
+
 from compactor.compaction.reassembly import summary_message, text_item_overhead  # noqa: E402
 from compactor.formats import FORMAT_NAMES, get_dialect  # noqa: E402
 from compactor.jsonutil import dense_str_size  # noqa: E402

@@ -69,10 +69,11 @@ def unit_outcome(unit_id: str, original: list[Message], item: str | None, values
 
 
 def _measured_outcome(unit_id: str, original: list[Message], item: str | None, values: dict[str, Any] | None,
-                      dialect: Dialect, handle: str | None, original_bytes: int | None, item_overhead: int
-                      ) -> tuple[str, list[Message], int | None]:
+                      dialect: Dialect, handle: str | None, original_bytes: int | list[int] | None,
+                      item_overhead: int) -> tuple[str, list[Message], int | None]:
     """:func:`unit_outcome` with the dense size of a summary message (measured to compare it), else None;
-    ``item_overhead``: :func:`text_item_overhead` of ``dialect``."""
+    ``item_overhead``: :func:`text_item_overhead` of ``dialect``; ``original_bytes`` may also be the dense
+    sizes of the unit's messages (their join is summed only when a summary is compared with it)."""
     if item is None or values is None:
         return "keep", original, None
     if unit_id not in values:
@@ -82,7 +83,11 @@ def _measured_outcome(unit_id: str, original: list[Message], item: str | None, v
     if isinstance(value, str) and value != item and value.strip():
         text = _summary_text(unit_id, value, handle)
         size = item_overhead + dense_str_size(text)
-        if size < (dense_size(original) if original_bytes is None else original_bytes):
+        if original_bytes is None:
+            original_bytes = dense_size(original)
+        elif type(original_bytes) is list:
+            original_bytes = dense_join_size(original_bytes)
+        if size < original_bytes:
             return "summarize", [dialect.text_item("assistant", text)], size
     return "keep", original, None
 
@@ -127,21 +132,27 @@ def reassemble(messages: list[Message], prep: Preparation, values: dict[str, Any
     output_sizes: list[int] = []  # dense size of each output message: the originals' are known already
     manifest: list[dict[str, Any]] = []
     for unit in prep.units:
-        original = messages[unit.start:unit.end]
-        item = items.get(unit.id)
-        handle = handle_of(original) if item is not None and values is not None and restorable else None
+        unit_id, start, end = unit.id, unit.start, unit.end
+        original, unit_sizes = messages[start:end], sizes[start:end]
+        item = items.get(unit_id)
+        if item is None:  # no model saw it: kept as it is
+            action, reason = "keep", _unsent_reason(unit_id, prep)
+            output.extend(original)
+            output_sizes.extend(unit_sizes)
+            manifest.append({"id": unit_id, "start": start, "end": end, "action": action, "reason": reason})
+            continue
+        handle = handle_of(original) if values is not None and restorable else None
         action, emitted, summary_bytes = _measured_outcome(
-            unit.id, original, item, values, dialect, handle, dense_join_size(sizes[unit.start:unit.end]),
-            item_overhead)
-        reason = unit_reason(unit.id, item, values, action) or _unsent_reason(unit.id, prep)
+            unit_id, original, item, values, dialect, handle, unit_sizes, item_overhead)
+        reason = unit_reason(unit_id, item, values, action)
         output.extend(emitted)
-        output_sizes.extend(sizes[unit.start:unit.end] if emitted is original
+        output_sizes.extend(unit_sizes if emitted is original
                             else [summary_bytes] if summary_bytes is not None else map(dense_size, emitted))
-        entry = {"id": unit.id, "start": unit.start, "end": unit.end, "action": action, "reason": reason}
+        entry = {"id": unit_id, "start": start, "end": end, "action": action, "reason": reason}
         if handle and action != "keep":
             entry["handle"] = handle
-        if item is not None and values is not None and decided and unit.id in decided:
-            entry["decider_reason"] = decided[unit.id]
+        if values is not None and decided and unit_id in decided:
+            entry["decider_reason"] = decided[unit_id]
         manifest.append(entry)
     output_bytes = dense_join_size(output_sizes)
     if output_bytes >= prep.original_bytes:  # expansion guard
