@@ -290,6 +290,53 @@ def test_the_container_session_registers_botocores_handlers_as_a_stock_session_d
     assert client.meta.events._emitter.__class__ is aws_session.BuiltinTrustingEmitter
 
 
+def _credentials(core: Any) -> tuple[Any, ...]:
+    found = core.get_credentials()
+    return (None,) if found is None else (found.access_key, found.secret_key, found.token, found.method)
+
+
+def test_the_container_session_resolves_the_credentials_a_stock_session_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment's credentials answer before botocore's chain is built (its metadata services' HTTP
+    sessions cost 1.8 ms); without them, or with a profile named for the session, the chain answers as in a
+    stock session, and the chain a caller asks for is botocore's."""
+    import botocore.session
+
+    from compactor_aws import aws_session
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_CREDENTIAL_EXPIRATION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "credentials").write_text("[default]\naws_access_key_id = FILE\naws_secret_access_key = file\n"
+                                          "[named]\naws_access_key_id = NAMED\naws_secret_access_key = named\n")
+    (tmp_path / "config").write_text("")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+    def both() -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return _credentials(aws_session.new_core_session()), _credentials(botocore.session.get_session())
+
+    assert both() == (("FILE", "file", None, "shared-credentials-file"),) * 2  # no environment credentials
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token")
+    assert both() == (("ENV", "env", "token", "env"),) * 2
+    ours = aws_session.new_core_session()
+    resolver = ours.get_component("credential_provider")
+    assert _credentials(ours)[0] == "ENV" and resolver._providers is None  # the chain was never built
+    methods = [provider.METHOD for provider in botocore.session.get_session().get_component("credential_provider").providers]
+    assert [provider.METHOD for provider in resolver.providers] == methods and methods[0] == "env"
+    resolver.remove("env")  # a chain changed by its caller is the one that answers
+    assert _credentials(ours)[0] == "ENV" and resolver.load_credentials().access_key == "FILE"
+    monkeypatch.setenv("AWS_PROFILE", "named")  # a profile in the environment: the environment's keys still win
+    assert both() == (("ENV", "env", "token", "env"),) * 2
+    monkeypatch.delenv("AWS_PROFILE")
+    named = aws_session.CoreSession(profile="named"), botocore.session.Session(profile="named")
+    assert _credentials(named[0]) == _credentials(named[1]) == ("NAMED", "named", None, "shared-credentials-file")
+
+
 def test_clients_are_built_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """A boto3 session is not thread-safe, and a client may be built first on a worker thread: every build
     holds the module's lock."""
