@@ -54,7 +54,7 @@ def test_the_state_size_and_the_items_view_equal_their_encodings_on_the_corpus()
     assert batches
 
 
-from compactor.compaction.reassembly import compaction_report, reassemble  # noqa: E402
+from compactor.compaction.reassembly import compaction_report, ratio_limits, reassemble  # noqa: E402
 from compactor.jsonutil import dense_size  # noqa: E402
 
 
@@ -144,10 +144,33 @@ def test_reassembly_equals_its_definition(contents: list[str], answers: list[str
             values[cand.unit.id] = {"keep": cand.item, "summary": f"ran {index}; ok é\n\"q\"", "blank": " \n",
                                     "long": cand.item + "x" * 3000, "number": 7}[answer]
     for flow_values in (values, None):
-        output, manifest, output_bytes, _ = reassemble(messages, prep, flow_values, restorable=restorable,
-                                                       decided=decided)
+        output, manifest, output_bytes, sizes = reassemble(messages, prep, flow_values, restorable=restorable,
+                                                           decided=decided)
         assert (output, manifest, output_bytes) == reference_reassembly(messages, prep, flow_values, restorable,
                                                                         decided)
+        assert ratio_limits(messages, output, prep, manifest, sizes) == reference_ratio_limits(
+            messages, output, prep, manifest)
+
+
+def reference_ratio_limits(messages: list[dict[str, Any]], output: list[dict[str, Any]], prep: Any,
+                           manifest: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's ``limits`` by their definition: every unit and output item measured anew."""
+    parts = {"pins": 0, "tail": 0, "kept_units": 0, "summaries": 0}
+    for unit, entry in zip(prep.units, manifest):
+        size = dense_size(messages[unit.start:unit.end]) - 1  # its messages and a comma after each
+        if unit.id in prep.pinned:
+            parts["pins"] += size
+        elif unit.id in prep.protected:
+            parts["tail"] += size
+        elif entry["action"] == "keep":
+            parts["kept_units"] += size
+    parts["summaries"] = sum(dense_size(m) + 1 for m in output
+                             if isinstance(m.get("content"), str) and m["content"].startswith("[Summary of "))
+    floor = 2 + parts["pins"] + parts["tail"]
+    return {**{f"{name}_bytes": size for name, size in parts.items()},
+            "smallest_ratio": round(min(floor, prep.original_bytes) / max(1, prep.original_bytes), 4),
+            "limited_by": max(parts, key=lambda name: parts[name]) if any(parts.values()) else None,
+            "request_limits": sorted(set(prep.reasons))}
 
 
 def test_reassembly_at_the_size_edge_equals_its_definition() -> None:

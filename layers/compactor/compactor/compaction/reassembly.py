@@ -224,14 +224,16 @@ def ratio_limits(messages: list[Message], output: list[Message], prep: Preparati
     candidate archived): docs/offline-offers.md "Targets". ``output_sizes`` as in :func:`compaction_report`."""
     parts = {"pins": 0, "tail": 0, "kept_units": 0, "summaries": 0}
     sizes = message_sizes(messages, prep)
-    for unit, entry in zip(prep.units, manifest):
-        size = sum(sizes[unit.start:unit.end]) + len(unit.indexes())
+    for unit, entry in zip(prep.units, manifest):  # a unit's size only where it counts (not a changed one)
         if unit.id in prep.pinned:
-            parts["pins"] += size
+            part = "pins"
         elif unit.id in prep.protected:
-            parts["tail"] += size
+            part = "tail"
         elif entry["action"] == "keep":
-            parts["kept_units"] += size
+            part = "kept_units"
+        else:
+            continue
+        parts[part] += sum(sizes[unit.start:unit.end]) + unit.end - unit.start
     if output_sizes is None or len(output_sizes) != len(output):
         output_sizes = [dense_size(m) for m in output]
     parts["summaries"] = sum(size + 1 for m, size in zip(output, output_sizes)

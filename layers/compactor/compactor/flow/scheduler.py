@@ -110,7 +110,8 @@ class _FlowRun:
                 return
             values = [self.values[i] for i in node.inputs]
             proposed = [call for i in node.inputs for call in self.tool_calls.get(i, ())] if self.tool_calls else []
-            self._emit("node_started", node)
+            if self.on_event is not None:
+                self._emit("node_started", node)
             outcome = execute_node(node, values, router=self.router, deadline=self.deadline,
                                    conversation=self.conversation, proposed_tool_calls=proposed)
             if node.kind == DATA:  # pure and synchronous: completes without suspending
@@ -120,8 +121,9 @@ class _FlowRun:
 
     def _settle(self, node: FlowNode, outcome: NodeOutcome) -> None:
         self.entries[node.index] = outcome.entry
-        self._emit("node_finished", node, outcome=outcome.status,
-                   **({"error": outcome.error_message} if outcome.error_message else {}))
+        if self.on_event is not None:  # (the event's fields are not even gathered without a listener)
+            self._emit("node_finished", node, outcome=outcome.status,
+                       **({"error": outcome.error_message} if outcome.error_message else {}))
         if self.failure is not None:  # finished alongside the failing node: traced, not used
             return
         if outcome.status == FAILED:
