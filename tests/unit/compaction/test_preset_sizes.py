@@ -222,3 +222,14 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=5000), st.integers(min_value=1, max_value=16),
+       st.lists(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30), max_size=40))
+def test_summary_limits_measure_the_names_as_defined(budget: int, items: int, names: list[str]) -> None:
+    """The names' bytes from their join (docs/performance.md): each name's UTF-8 bytes and its two quotes."""
+    from compactor.compaction.preset import NAME_BYTES, SUMMARY_CAP_MIN, summary_limits
+
+    total = budget * items + NAME_BYTES * sum(len(name.encode("utf-8")) + 2 for name in names)
+    assert summary_limits(budget, items, names) == (max(budget, min(SUMMARY_CAP_MIN, total)), total)

@@ -87,6 +87,7 @@ class Batch:
     state_bytes: int = 0
     names: list[str] = field(default_factory=list)  # salience hint: its names that later messages use
     later: dict[str, Any] = field(default_factory=dict)  # the state's ``later`` block (docs/offline-offers.md)
+    later_bytes: int | None = None  # its ASCII wire size, when the preparation measured it (for materialise)
 
     def ids(self) -> list[str]:
         return [c.unit.id for c in self.candidates]
@@ -542,6 +543,7 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
             continue
         batch.later, later_bytes = sized_later_block(batch.names, [quoted[i] for i in touching], room,
                                                      [action_sizes[i] for i in touching])
+        batch.later_bytes = later_bytes
         flow_room -= later_bytes + _LATER_KEY_BYTES if batch.later else 0
 
 

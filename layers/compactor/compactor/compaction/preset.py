@@ -15,7 +15,7 @@ from typing import Any
 from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.compaction.preparation import Batch, batch_questions, batch_state
 from compactor.flow.values import JSONTextMap, WireSized
-from compactor.jsonutil import ascii_wire_size
+from compactor.jsonutil import ascii_wire_size, utf8_len
 
 PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-compaction.json"
 MAX_GENERATION_TOKENS = 4096
@@ -34,7 +34,7 @@ _REPLY_TOKENS_OVERHEAD = 64
 def summary_limits(budget: int, items: int, names: list[str]) -> tuple[int, int]:
     """``(cap, total)`` of a batch of ``items`` summaries whose hint lists ``names``: the per-summary cap
     and the batch's byte total."""
-    total = budget * items + NAME_BYTES * sum(len(name.encode("utf-8")) + 2 for name in names)
+    total = budget * items + NAME_BYTES * (utf8_len("".join(names)) + 2 * len(names))  # each name quoted
     return max(budget, min(SUMMARY_CAP_MIN, total)), total
 
 
@@ -150,8 +150,8 @@ class _StateWire:
         size = self.base + 2 * max(0, len(batch.candidates) - 1)
         for cand in batch.candidates:
             size += cand.decision_bytes - len(cand.unit.id) - 4 - self._question_bytes(cand.question)
-        if batch.later:
-            size += self._LATER + ascii_wire_size(batch.later)
+        if batch.later:  # measured by the preparation, which chose the block by its size
+            size += self._LATER + (ascii_wire_size(batch.later) if batch.later_bytes is None else batch.later_bytes)
         return size
 
     def _question_bytes(self, question: Any) -> int:
