@@ -203,6 +203,7 @@ def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pin
 
 from compactor.compaction.preset import materialise  # noqa: E402
 from compactor.formats import get_dialect  # noqa: E402
+from compactor.compaction.preparation import evidence_view  # noqa: E402
 from compactor.jsonutil import ascii_dumps, dense_dumps, json_text_size  # noqa: E402
 
 
@@ -220,6 +221,8 @@ def test_sizes_measured_once_equal_the_serialised_sizes(contents, keep_recent, p
         for cand in batch.candidates:
             unit_messages = messages[cand.unit.start:cand.unit.end]
             assert cand.item == dense_dumps(get_dialect(None).model_view(unit_messages))
+            evidence, excerpted = evidence_view(get_dialect(None).model_view(unit_messages))  # as defined
+            assert (cand.evidence, "archive" not in cand.question["criteria"]) == (evidence, excerpted)
             assert cand.size == dense_size(unit_messages)
             assert json_text_size(cand.item) == dense_size(cand.item)
             assert '"' + cand.escaped_item + '"' == dense_dumps(cand.item)

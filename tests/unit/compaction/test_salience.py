@@ -137,6 +137,26 @@ def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
             assert names_in(text) == _names_by_regex(text), name
 
 
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(["a", "b_c", "src/x.py", " ", "  ", "é", "\u00a0"]), max_size=60),
+       st.integers(min_value=1, max_value=9), st.booleans())
+def test_a_long_text_split_a_piece_at_a_time_has_the_runs_of_the_whole(pieces, piece, as_bytes):
+    """Split a piece at a time, each piece cut at a space (docs/performance.md): the runs of the whole."""
+    text = "".join(pieces)
+    separated = text.encode("utf-8") if as_bytes else text.replace("\u00a0", "_")  # only the space separates
+    assert salience.distinct_runs(separated, piece) == set(separated.split())
+
+
+def test_the_names_scan_of_a_long_text_finds_what_the_token_regex_finds():
+    """Texts over two pieces are split a piece at a time: a corpus text of every message, and the same with
+    a non-ASCII character (the bytes path), against the regex definition."""
+    whole = " ".join(content_text(m.get("content")) + " " + json.dumps(m.get("tool_calls"))
+                     for name in CORPUS_FILES for m in corpus_messages(name))
+    assert len(whole) > 4 * salience.SPLIT_PIECE
+    for text in (whole, whole + " é_x/y"):
+        assert names_in(text) == _names_by_regex(text)
+
+
 def _later_block_by_trials(names, actions, limit):
     """The later block as first written: every trial block encoded whole."""
     block = {"names_used_later": list(names)} if names else {}
@@ -187,6 +207,79 @@ def test_quoted_actions_read_each_action_s_names_from_its_json(messages, start):
     expected = [(i, salience.quoted_action(m)[0], salience.message_names(salience.action_message(m)))
                 for i, m in enumerate(messages) if i >= start and salience.action_message(m) is not None]
     assert salience.quoted_actions(messages, start) == expected
+
+
+def _loads_or_text(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _action_by_definition(message):
+    """The reduced action as first defined: every call's arguments parsed by ``json.loads``, every string
+    shortened, the whole action encoded."""
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    calls = message.get("tool_calls")
+    if not (isinstance(calls, list) and calls):
+        return salience.quoted_action(message)  # fenced commands: unchanged by the calls' fast paths
+    short = []
+    for call in calls:
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        arguments = function.get("arguments")
+        parsed = _loads_or_text(arguments) if isinstance(arguments, str) else arguments
+        if isinstance(parsed, dict):
+            parsed = {k: salience._shortened(v) if isinstance(v, str) else v for k, v in parsed.items()}
+        elif isinstance(parsed, str):
+            parsed = salience._shortened(parsed)
+        short.append({"type": "function", "function": {"name": function.get("name"),
+                                                       "arguments": json.dumps(parsed, ensure_ascii=False)}})
+    reduced = {"role": "assistant", "content": None, "tool_calls": short}
+    quoted = json.dumps(reduced, ensure_ascii=False, separators=(",", ":"))
+    return (quoted, reduced) if len(quoted) <= salience.MAX_ACTION_CHARS else None
+
+
+_JSON_TEXT = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                       max_size=3),
+                          max_leaves=8).map(json.dumps)
+_ARGUMENTS_TEXT = (_JSON_TEXT | st.tuples(st.sampled_from(["", " ", "\ufeff", "\n"]), _JSON_TEXT,
+                                          st.sampled_from(["", " ", "\t", "x", "}", ",1", "{}"])).map("".join)
+                   | st.text(max_size=12) | st.sampled_from(["NaN", "-Infinity", "[1,", '"a', "1e999"]))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_ARGUMENTS_TEXT | st.just("[" * 3000))
+def test_arguments_parse_as_json_loads_parses_them(text):
+    """The scanner alone settles a text that is one JSON value end to end; anything else goes through
+    ``json.loads`` (docs/performance.md): the same value, or the text itself where ``json.loads`` fails."""
+    try:
+        expected = ("value", _loads_or_text(text))
+    except RecursionError:
+        expected = ("raises", RecursionError)
+    try:
+        got = ("value", salience._parsed_arguments(text))
+    except RecursionError:
+        got = ("raises", RecursionError)
+    assert repr(got) == repr(expected)
+
+
+_LONG_ARGUMENT = st.sampled_from(["x" * 199, "y" * 200, "z" * 201, "cat > a.py <<EOF\n" + "line\n" * 60, "é" * 150])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_CALL | st.builds(lambda text, name: {"id": "c", "type": "function", "function": {
+    "name": name, "arguments": text}}, _ARGUMENTS_TEXT | _LONG_ARGUMENT | _LONG_ARGUMENT.map(
+        lambda v: json.dumps({"command": v})), st.sampled_from(["bash", None, 'a"b'])) | st.just("not a call"),
+    min_size=1, max_size=3))
+def test_an_action_is_the_action_reduced_and_encoded_as_defined(calls):
+    """The calls' arguments parsed by the scanner, short ones not looked into for strings to cut, and the
+    action's JSON built around its calls' JSON: the same action and text as the definition."""
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    assert salience.quoted_action(message) == _action_by_definition(message)
 
 
 # The calls' JSON of a tool-call message is cut from the message's dense JSON when the caller has it

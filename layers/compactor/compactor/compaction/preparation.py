@@ -5,6 +5,7 @@ Pure and deterministic: no I/O and no model calls.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import field
 from typing import Any
@@ -175,8 +176,9 @@ def _clipped(value: Any, keep: int | None = None) -> Any:
         keep = _EVIDENCE_KEEP
     if isinstance(value, str):
         return value if len(value) <= 2 * keep else value[:keep] + value[-keep:]
-    if isinstance(value, dict):
-        return {key: _clipped(item, keep) for key, item in value.items()}
+    if isinstance(value, dict):  # a plain string member is cut here, without a call per member
+        return {key: (item if len(item) <= 2 * keep else item[:keep] + item[-keep:]) if type(item) is str
+                else _clipped(item, keep) for key, item in value.items()}
     if isinstance(value, list):
         return [_clipped(item, keep) for item in value]
     return value
@@ -337,9 +339,10 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
-    value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
+    # the evidence is ASCII (wire = dense): its length, two quotes and a backslash per quote and backslash
+    value_bytes = key_bytes + len(str(size)) + len(evidence) + 2 + evidence.count('"') + evidence.count("\\")
     escaped_item = json_text_escaped(item)  # the summary prompt's text of it: escaped once, measured here
-    item_bytes = utf8_len(escaped_item) + 2
+    item_bytes = (len(escaped_item) if item is whole and size == len(whole) else utf8_len(escaped_item)) + 2
     return Candidate(
         unit, evidence, question, item, escaped_item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
@@ -427,9 +430,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         start, end = unit.start, unit.end
         own = texts[start:end]
         whole = dense_join(own)
-        if all(plain[start:end]):
-            return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], own, whole, whole,
-                                      questions)
+        if all(plain[start:end]):  # each view item has its message's JSON: the messages are the view
+            return measured_candidate(unit, messages[start:end], own, whole, whole, questions)
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
                                   dense_join(item_texts), whole, questions)
@@ -530,12 +532,13 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
     actions = quoted_actions(messages, min(lasts) + 1)
     quoted = {i: text for i, text, _ in actions}
     action_sizes = {i: text_wire_size(text) for i, text in quoted.items()}  # each measured once, not per batch
+    action_indexes = [i for i, _, _ in actions]  # in order: a batch looks only at those after it
     for batch, last in zip(batches, lasts):
-        found = set().union(*(names[i] for c in batch.candidates for i in c.unit.indexes()))
-        used = {name for c in batch.candidates for i in c.unit.indexes() for name in names[i]
-                if last_use[name] > i} - carried
+        indexes = [i for c in batch.candidates for i in c.unit.indexes()]
+        found = set().union(*[names[i] for i in indexes])
+        used = {name for i in indexes for name in names[i] if last_use[name] > i} - carried
         batch.names = batch_hint(hint_order(used))
-        touching = [i for i, _, names in actions if i > last and not found.isdisjoint(names)]
+        touching = [i for i, _, names in actions[bisect_right(action_indexes, last):] if not found.isdisjoint(names)]
         room = min(LATER_MAX_BYTES, sizer.payload_max_bytes - sizer.decision_payload(batch),
                    flow_room) - _LATER_KEY_BYTES
         if room <= 0:

@@ -92,15 +92,41 @@ class _Verdicts:
 _verdicts = _Verdicts()
 
 
+# A long text is split a piece at a time, each piece cut at a space: the runs of one piece are hashed into
+# the set and freed while the memory they took is still in the cache. Splitting 332 KB at once makes about
+# 28,000 strings (1.7 MB) before the first is freed, which costs about a third more per run
+# (docs/performance.md).
+SPLIT_PIECE = 32_768
+
+
+def distinct_runs(separated: Any, piece: int = SPLIT_PIECE) -> set[Any]:
+    """``set(separated.split())`` of a text (``str`` or ``bytes``) whose only whitespace is the space, split
+    ``piece`` characters (and up to the next space) at a time: a run never holds a space, so no piece cuts
+    one."""
+    if len(separated) <= 2 * piece:
+        return set(separated.split())
+    space = " " if isinstance(separated, str) else b" "
+    runs: set[Any] = set()
+    start, size = 0, len(separated)
+    while start < size:
+        cut = separated.find(space, start + piece) if start + 2 * piece < size else -1
+        if cut < 0:
+            runs.update(separated[start:].split())
+            break
+        runs.update(separated[start:cut].split())
+        start = cut
+    return runs
+
+
 def names_in(text: str) -> set[str]:
     """The paths and code identifiers in ``text`` (HTML/XML-like tags left out)."""
     global _verdicts
     if "<" in text:
         text = _TAG.sub(" ", text)
     if text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
-        runs: set[str | bytes] = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
+        runs = distinct_runs(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii"))
     else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
-        runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
+        runs = distinct_runs(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS))
     verdicts = _verdicts
     unjudged = runs - verdicts.judged
     if unjudged:
@@ -171,12 +197,38 @@ def _shortened(text: str) -> str:
     return text.split("\n", 1)[0][:MAX_ARGUMENT_CHARS] + " …"
 
 
-def _short_call(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") if isinstance(call.get("function"), dict) else {}
-    arguments = function.get("arguments")
+# json.loads' own C scanner: ``json.loads`` wraps it in two Python calls and a whitespace regex, about half
+# of what parsing a call's short arguments costs (docs/performance.md).
+_SCAN_JSON = json.JSONDecoder().scan_once
+
+
+def _parsed_arguments(arguments: str) -> Any:
+    """``json.loads(arguments)``, and ``arguments`` itself when that raises ``ValueError``. The scanner alone
+    settles a text that is one JSON value from its first character to its last (what ``json.loads`` then
+    returns); anything else (surrounding whitespace, a byte order mark, extra data, an error) goes through
+    ``json.loads``."""
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        value, end = _SCAN_JSON(arguments, 0)
+        if end == len(arguments):
+            return value
+    except Exception:  # noqa: BLE001 - json.loads below raises (or not) what it raises
+        pass
+    try:
+        return json.loads(arguments)
     except ValueError:
+        return arguments
+
+
+def _short_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, dict):
+        function = {}
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        parsed = _parsed_arguments(arguments)
+        if len(arguments) <= MAX_ARGUMENT_CHARS:  # no string in it is longer than the text: nothing to cut
+            return {"type": "function", "function": {"name": function.get("name"), "arguments": spaced_dumps(parsed)}}
+    else:
         parsed = arguments
     if isinstance(parsed, dict):
         parsed = {k: _shortened(v) if isinstance(v, str) else v for k, v in parsed.items()}
@@ -195,12 +247,26 @@ def action_message(message: Message) -> Message | None:
 
 def quoted_action(message: Message) -> tuple[str, Message] | None:
     """:func:`action_message` with its dense JSON, which the ``later`` block quotes (measured once)."""
+    action = _action(message)
+    return action[:2] if action else None
+
+
+# The dense JSON of a reduced tool-call action up to its calls (the calls' JSON and ``}`` follow).
+_CALLS_PREFIX = '{"role":"assistant","content":null,"tool_calls":'
+
+
+def _action(message: Message) -> tuple[str, Message, str | None] | None:
+    """:func:`quoted_action` and, for tool calls, the calls' dense JSON: the action's JSON is built around it
+    (the same text as encoding the whole action) and its names are read from it."""
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return None
     calls = message.get("tool_calls")
+    calls_json = None
     if isinstance(calls, list) and calls:
-        reduced: dict[str, Any] = {"role": "assistant", "content": None,
-                                   "tool_calls": [_short_call(c) for c in calls if isinstance(c, dict)]}
+        short = [_short_call(c) for c in calls if isinstance(c, dict)]
+        reduced: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": short}
+        calls_json = dense_dumps(short)
+        quoted = _CALLS_PREFIX + calls_json + "}"
     else:
         text = content_text(message.get("content"))
         blocks = _FENCED.findall(text) if "```" in text else []
@@ -208,28 +274,27 @@ def quoted_action(message: Message) -> tuple[str, Message] | None:
             return None
         cut = [block if len(block) <= MAX_ARGUMENT_CHARS else _shortened(block) + "\n```" for block in blocks]
         reduced = {"role": "assistant", "content": "\n".join(cut)}
-    quoted = dense_dumps(reduced)
-    return (quoted, reduced) if len(quoted) <= MAX_ACTION_CHARS else None
-
-
-# The dense JSON of a reduced tool-call action up to its calls: what ``message_names`` would encode again.
-_CALLS_PREFIX = '{"role":"assistant","content":null,"tool_calls":'
+        quoted = dense_dumps(reduced)
+    return (quoted, reduced, calls_json) if len(quoted) <= MAX_ACTION_CHARS else None
 
 
 def quoted_actions(messages: list[Message], start: int) -> list[tuple[int, str, set[str]]]:
     """The actions among ``messages[start:]``: each one's index, dense JSON (:func:`quoted_action`) and
-    names (:func:`message_names` of the action), the names read from that JSON instead of encoding the calls
-    again (docs/performance.md)."""
+    names (:func:`message_names` of the action), the names read from the calls' JSON instead of encoding the
+    calls again (docs/performance.md)."""
     actions = []
     for index in range(start, len(messages)):
-        action = quoted_action(messages[index])
+        message = messages[index]
+        if not isinstance(message, dict) or message.get("role") != "assistant":  # _action's own test, first
+            continue
+        action = _action(message)
         if action is None:
             continue
-        quoted, reduced = action
-        if "tool_calls" not in reduced:
+        quoted, reduced, calls_json = action
+        if calls_json is None:
             names = names_in(reduced["content"])
         elif reduced["tool_calls"]:
-            names = names_in(" " + quoted[len(_CALLS_PREFIX):-1].replace("\\n", " ").replace('\\"', '"'))
+            names = names_in(" " + calls_json.replace("\\n", " ").replace('\\"', '"'))
         else:
             names = set()
         actions.append((index, quoted, names))
