@@ -14,6 +14,9 @@ from typing import Any
 
 import botocore
 import botocore.session
+from botocore.utils import EVENT_ALIASES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 from botocore.exceptions import UnknownServiceError
 from botocore.loaders import Loader
@@ -288,6 +291,28 @@ def test_the_container_session_registers_botocores_handlers_as_a_stock_session_d
     client = aws_session.new_session().client("s3", region_name="eu-west-3", aws_access_key_id="k",
                                               aws_secret_access_key="s")
     assert client.meta.events._emitter.__class__ is aws_session.BuiltinTrustingEmitter
+    assert client.meta.events.__class__ is aws_session.QuickAliaser  # what a client emits is aliased by it too
+
+
+_ALIAS_PARTS = sorted({part for old in EVENT_ALIASES for part in (old, *old.split("."))}
+                      | {new for new in EVENT_ALIASES.values()})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_ALIAS_PARTS), st.sampled_from(["before-call", "*", "s3", "GetObject"]),
+                          st.text(alphabet="abcdeilmnorstu-.*", max_size=12)), min_size=1, max_size=6))
+def test_the_quick_aliaser_names_every_event_as_botocores(parts: list[str]) -> None:
+    """Any event name, built from the aliases (dotted ones whole and in pieces), their new names and other
+    words: the quick aliaser answers what botocore's answers."""
+    import botocore.hooks
+
+    from compactor_aws import aws_session
+
+    name = ".".join(parts)
+    for candidate in (name, name.upper(), f"{name}.suffix", f"prefix.{name}"):
+        ours = aws_session.QuickAliaser(botocore.hooks.HierarchicalEmitter())
+        assert ours._alias_event_name(candidate) == botocore.hooks.EventAliaser(
+            botocore.hooks.HierarchicalEmitter())._alias_event_name(candidate), candidate
 
 
 def _credentials(core: Any) -> tuple[Any, ...]:
