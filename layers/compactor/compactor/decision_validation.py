@@ -61,6 +61,11 @@ def validate_payload(payload: Any) -> None:
     if not isinstance(payload["state"], (str, dict, list)):
         _fail("state must be text, an object or an array.")
     questions = payload["questions"]
+    _check_questions(questions)
+    _check_size(payload["state"], questions)
+
+
+def _check_questions(questions: Any) -> None:
     if not isinstance(questions, dict) or not 1 <= len(questions) <= MAX_QUESTIONS:
         _fail("Provide between 1 and 32 questions.")
     checked: set[int] = set()  # a question object several names share is checked once
@@ -71,19 +76,35 @@ def validate_payload(payload: Any) -> None:
             continue
         _validate_question(name, question)
         checked.add(id(question))
-    _check_size(payload["state"], questions)
 
 
-def validate_state(state: Any, questions: dict[str, Any], state_bytes: int | None = None) -> int:
+def validate_questions(questions: Any) -> int:
+    """:func:`validate_payload` of ``{"state": {}, "questions": questions}`` (the same checks and messages),
+    returning the questions' ASCII wire size: a flow's decision node measures its questions once, when it is
+    admitted, for the bound its states are checked against (:func:`validate_state`, docs/performance.md)."""
+    _check_questions(questions)
+    try:
+        size = questions_wire_size(questions)
+    except (TypeError, ValueError):  # as _check_size says it
+        _fail("state must be text, an object or an array.")
+    if _PAYLOAD_WIRE + 2 + size > DECISION_REQUEST_MAX_BYTES:  # 2: the empty object
+        _fail("Decision request exceeds 32000 bytes.")
+    return size
+
+
+def validate_state(state: Any, questions: dict[str, Any], state_bytes: int | None = None,
+                   questions_bytes: int | None = None) -> int:
     """The checks of :func:`validate_payload` that depend on the state, for ``questions`` that passed it
     already (a flow's decision node, admitted with them: docs/performance.md). Same messages. Returns the
     payload's ASCII wire size. ``state_bytes``: the state's own ASCII wire size when its maker measured it
-    (then only the questions are encoded)."""
+    (then only the questions are encoded); ``questions_bytes``: the questions' (:func:`validate_questions`)
+    when they were measured already."""
     if not isinstance(state, (str, dict, list)):
         _fail("state must be text, an object or an array.")
     if state_bytes is None:
-        return _check_size(state, questions)
-    size = _PAYLOAD_WIRE + state_bytes + questions_wire_size(questions)
+        return _check_size(state, questions, questions_bytes)
+    size = _PAYLOAD_WIRE + state_bytes + (questions_wire_size(questions) if questions_bytes is None
+                                          else questions_bytes)
     if size > DECISION_REQUEST_MAX_BYTES:
         _fail("Decision request exceeds 32000 bytes.")
     return size
@@ -106,9 +127,10 @@ def questions_wire_size(questions: dict[str, Any]) -> int:
     return total
 
 
-def _check_size(state: Any, questions: dict[str, Any]) -> int:
+def _check_size(state: Any, questions: dict[str, Any], questions_bytes: int | None = None) -> int:
     try:
-        size = _PAYLOAD_WIRE + ascii_wire_size(state) + questions_wire_size(questions)
+        size = _PAYLOAD_WIRE + ascii_wire_size(state) + (questions_wire_size(questions) if questions_bytes is None
+                                                         else questions_bytes)
     except (TypeError, ValueError):  # non-JSON values or NaN/Infinity inside the state
         _fail("state must be text, an object or an array.")
     if size > DECISION_REQUEST_MAX_BYTES:

@@ -10,6 +10,7 @@ import pytest
 
 from compactor.flow import AdmissionCache, FlowAdmissionError, admit_flow, normalize_flow
 from compactor.flow.values import MISSING
+from compactor.jsonutil import ascii_wire_size
 
 from .fake_router import FakeRouter
 from .test_routing_nodes import routed_flow
@@ -32,10 +33,12 @@ def admit(flow: Any, cache: AdmissionCache | None, policies: Any, flow_input: An
 
 
 def same_admission(a: Any, b: Any) -> bool:
+    def node(n: Any) -> tuple[Any, ...]:
+        return n.index, n.label, n.kind, n.inputs, n.encoding, n.policy, dict(n.spec), n.questions_bytes
+
     return (a.encoding, a.identity, a.fingerprint, a.typed, a.successors) == (
-        b.encoding, b.identity, b.fingerprint, b.typed, b.successors) and [
-        (n.index, n.label, n.kind, n.inputs, n.encoding, n.policy, dict(n.spec)) for n in a.nodes] == [
-        (n.index, n.label, n.kind, n.inputs, n.encoding, n.policy, dict(n.spec)) for n in b.nodes]
+        b.encoding, b.identity, b.fingerprint, b.typed, b.successors) and [node(n) for n in a.nodes] == [
+        node(n) for n in b.nodes]
 
 
 def test_a_second_identical_term_is_admitted_from_the_cache() -> None:
@@ -51,6 +54,10 @@ def test_a_second_identical_term_is_admitted_from_the_cache() -> None:
     # the hit's nodes are the second caller's own node objects, as a fresh admission's would be
     assert all(node.spec is second_term[1][node.label] for node in second.nodes)
     assert normalize_flow(second) == normalize_flow(uncached)
+    # a decision node carries its questions' wire size, measured at admission, to its runs
+    sized = [(n.questions_bytes, ascii_wire_size(n.spec["questions"])) for n in second.nodes if n.kind == "decision"]
+    assert sized and all(carried == measured for carried, measured in sized)
+    assert all(n.questions_bytes is None for n in second.nodes if n.kind != "decision")
 
 
 def test_decision_routed_terms_are_cached_with_read_only_routing() -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from compactor.decision_validation import (
     DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, is_jev_family, questions_wire_size, validate_answers,
-    validate_payload, validate_state,
+    validate_payload, validate_questions, validate_state,
 )
 from compactor.jsonutil import ascii_wire_size
 
@@ -257,3 +257,27 @@ def test_the_questions_wire_size_is_their_encodings(shared: list[dict[str, Any]]
             assert validate_state(state, questions, ascii_wire_size(state)) == validate_state(state, questions) == whole
         else:
             assert message_for({"state": state, "questions": questions}) == "Decision request exceeds 32000 bytes."
+
+
+_ODD_QUESTIONS = st.one_of(
+    st.none(), st.just({}), st.just([]), st.dictionaries(_NAMES, st.one_of(_QUESTION, st.just({"type": "choice"}),
+                                                                       st.just("text")), min_size=1, max_size=34),
+    st.just({f"q{i}": {"type": "choice", "instructions": "x" * 1999, "criteria": {"a": "y" * 1999}}
+             for i in range(9)}),  # over the 32 000-byte bound with an empty state
+    st.just({1: CHOICE}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ODD_QUESTIONS)
+def test_validate_questions_is_validate_payload_with_an_empty_state(questions: Any) -> None:
+    """What admission measures once per decision node (docs/performance.md): the same verdicts and messages as
+    the whole payload with an empty state, and the size its runs then add to each state's."""
+    try:
+        size = validate_questions(questions)
+    except DecisionValidationError as exc:
+        assert message_for({"state": {}, "questions": questions}) == exc.message
+        return
+    validate_payload({"state": {}, "questions": questions})
+    assert size == questions_wire_size(questions) == ascii_wire_size(questions)
+    for state in ({"a": 1}, "x" * 30_000):
+        assert validate_state(state, questions, ascii_wire_size(state), size) == validate_state(state, questions)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
-from ..decision_validation import DecisionValidationError, validate_payload
+from ..decision_validation import DecisionValidationError, validate_payload, validate_questions
 from ..identity import fingerprint
 from ..jsonutil import dense_dumps, depth_exceeds, ensure_utf8_encodable, utf8_len
 from ..policy.admission import PolicyAdmissionError
@@ -153,9 +153,9 @@ def _admit(flow_ir: Any, admit_policy: Callable[[Any], AdmittedPolicyLike], flow
     admit = _PolicyAdmitter(admit_policy)
     policies = _admit_policies(nodes, admit)
     routings = _admit_routings(nodes, admit)
-    _check_questions_for_host(nodes)
+    questions_bytes = _check_questions_for_host(nodes)
     admitted, keys = _canonicalise(nodes, inputs, input_label, policies, routings, typed,
-                                   {label: facts.key for label, facts in known.items()})
+                                   {label: facts.key for label, facts in known.items()}, questions_bytes)
     if node_texts is not None:
         _remember_facts(nodes, node_texts, known, keys)
     return admitted
@@ -354,20 +354,24 @@ def _admit_routings(nodes: Mapping[str, Any], admit: _PolicyAdmitter) -> dict[st
     return routings
 
 
-def _check_questions_for_host(nodes: Mapping[str, Any]) -> None:
-    """Every decision node's questions pass the host decision validation (32 000-byte bound included)."""
+def _check_questions_for_host(nodes: Mapping[str, Any]) -> dict[str, int]:
+    """Every decision node's questions pass the host decision validation (32 000-byte bound included);
+    returns their wire sizes by node (``FlowNode.questions_bytes``)."""
+    sizes: dict[str, int] = {}
     for label, node in nodes.items():
         if node["kind"] != DECISION:
             continue
         try:
-            validate_payload({"state": {}, "questions": node["questions"]})
+            sizes[label] = validate_questions(node["questions"])
         except DecisionValidationError as exc:
             raise _node_error(label, exc.message) from exc
+    return sizes
 
 
 def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], input_label: str,
                   policies: Mapping[str, AdmittedPolicyLike], routings: Mapping[str, AdmittedRouting],
-                  typed: bool, known_keys: Mapping[str, str]) -> tuple[AdmittedFlow, dict[str, str]]:
+                  typed: bool, known_keys: Mapping[str, str],
+                  questions_bytes: Mapping[str, int]) -> tuple[AdmittedFlow, dict[str, str]]:
     """The admitted flow and each node's content key; ``known_keys``: those known already (of nodes equal
     to nodes admitted before)."""
     memo: Memo = {}  # tables shared between nodes are encoded once
@@ -389,7 +393,7 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
         flow_nodes.append(FlowNode(
             index=index, label=label, kind=nodes[label]["kind"], inputs=node_inputs, spec=nodes[label],
             policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs),
-            routing=routings.get(label)))
+            routing=routings.get(label), questions_bytes=questions_bytes.get(label)))
     encoding = flow_encoding([node.encoding for node in flow_nodes])
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
@@ -467,6 +471,6 @@ class _Entry:
         return AdmittedFlow(
             nodes=tuple(FlowNode(index=node.index, label=node.label, kind=node.kind, inputs=node.inputs,
                                  spec=nodes[node.label], policy=node.policy, encoding=node.encoding,
-                                 routing=node.routing)
+                                 routing=node.routing, questions_bytes=node.questions_bytes)
                         for node in flow.nodes),
             successors=flow.successors, typed=flow.typed, encoding=flow.encoding, fingerprint=flow.fingerprint)

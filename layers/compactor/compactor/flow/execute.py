@@ -107,7 +107,7 @@ async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, 
     questions = node.spec["questions"]
     try:  # the questions passed the host decision validation at admission: only the state is new
         measured = state.wire_bytes if type(state) is WireSized else None  # its maker measured it
-        wire_bytes = validate_state(state, questions, measured)
+        wire_bytes = validate_state(state, questions, measured, node.questions_bytes)
     except DecisionValidationError as exc:
         entry["cost_reported"] = 0  # nothing was sent
         raise _NodeFailure(BAD_REQUEST, exc.message) from exc

@@ -60,6 +60,9 @@ class FlowNode:
     policy: AdmittedPolicyLike | None
     encoding: str  # this node's part of the sigma-flow/v1 encoding
     routing: AdmittedRouting | None = None  # decision-routed llm nodes only
+    # decision nodes: the questions' ASCII wire size, measured when they passed the host validation at
+    # admission (its states are checked against the 32 000-byte bound with it: docs/performance.md)
+    questions_bytes: int | None = None
 
     @property
     def cid(self) -> str:
