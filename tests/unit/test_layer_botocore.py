@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import botocore
@@ -255,10 +256,23 @@ def _same_code(table: dict[str, tuple[list[Any], ...]]) -> dict[str, tuple[list[
             for event, parts in table.items()}
 
 
+def _other_service(event: str) -> bool:
+    """Whether a handler table's event is another service's than the layer's (``aws_session.SERVICE_IDS``)."""
+    from compactor_aws import aws_session
+
+    service = aws_session.handler_service(event)
+    return service is not None and service not in aws_session.SERVICE_IDS.values()
+
+
+def _layers(table: dict[str, Any]) -> dict[str, Any]:
+    return {event: parts for event, parts in table.items() if not _other_service(event)}
+
+
 def test_the_container_session_registers_botocores_handlers_as_a_stock_session_does() -> None:
     """``new_core_session`` skips the ``inspect`` check of botocore's own handlers and the alias lookup of
-    names holding no alias: the handler tables (aliased names included) equal a stock session's, a handler
-    of anyone else is still checked, and a name registered later is still aliased."""
+    names holding no alias, and leaves out the handlers of services the layer does not call: the handler
+    tables (aliased names included) equal a stock session's but for those services' events, which are all
+    it lacks; a handler of anyone else is still checked, and a name registered later is still aliased."""
     import botocore.handlers
     import botocore.session
 
@@ -273,8 +287,14 @@ def test_the_container_session_registers_botocores_handlers_as_a_stock_session_d
     finally:
         botocore.unregister_initializer(initializer)
     table, unique = _handler_table(ours)
-    assert (_same_code(table), unique) == (_same_code(_handler_table(stock)[0]), _handler_table(stock)[1])
-    assert len(table) > 100 and "before-call.api-gateway" in table and "before-call.apigateway" not in table
+    stock_table = _handler_table(stock)[0]
+    assert (_same_code(_layers(table)), unique) == (_same_code(_layers(stock_table)), _handler_table(stock)[1])
+    dropped = {event for event, parts in stock_table.items() if any(parts)} - {
+        event for event, parts in table.items() if any(parts)}
+    assert len(dropped) > 30 and all(map(_other_service, dropped))
+    assert {"before-call.glacier", "creating-client-class.rds", "docs.*.glacier.*.complete-section",
+            "before-call.api-gateway"} <= dropped and not any(map(_other_service, _layers(table)))
+    assert len(table) > 30 and "before-call.s3" in table and "choose-signer.sts.AssumeRoleWithSAML" in table
     assert table["request-created"][1][-1].__code__ is stock._events._emitter._handlers._root[
         "children"]["request-created"]["values"][1][-1].__code__  # the initializer's handler comes last
     assert isinstance(aws_session.new_session()._session._events._emitter, aws_session.BuiltinTrustingEmitter)
@@ -313,6 +333,36 @@ def test_the_quick_aliaser_names_every_event_as_botocores(parts: list[str]) -> N
         ours = aws_session.QuickAliaser(botocore.hooks.HierarchicalEmitter())
         assert ours._alias_event_name(candidate) == botocore.hooks.EventAliaser(
             botocore.hooks.HierarchicalEmitter())._alias_event_name(candidate), candidate
+
+
+def test_a_client_of_each_kept_service_gets_the_handlers_of_a_stock_sessions_client() -> None:
+    """What the left-out handlers change for a client of the layer (``aws_session.SERVICE_IDS``, every service
+    of ``BOTOCORE_SERVICES``): nothing. Each client the container session builds has, event by event and in
+    order, the handlers a client of a stock boto3 session has, less other services' events (which it never
+    emits); a client of any other service is refused; and the session's loader searches no resource
+    definitions (boto3's data: the layer builds no resources)."""
+    import boto3
+
+    from compactor_aws import aws_session
+
+    assert set(aws_session.SERVICE_IDS) == kept_services()
+    ours, stock = aws_session.new_session(), boto3.Session()
+    assert aws_session.BOTO3_DATA in stock._loader.search_paths
+    assert aws_session.BOTO3_DATA not in ours._loader.search_paths and ours.get_available_resources() == []
+    assert [path for path in stock._loader.search_paths if path != aws_session.BOTO3_DATA] == \
+        ours._loader.search_paths
+    options = {"region_name": "eu-west-3", "aws_access_key_id": "k", "aws_secret_access_key": "s"}
+    for service, service_id in aws_session.SERVICE_IDS.items():
+        client, reference = ours.client(service, **options), stock.client(service, **options)
+        assert client.meta.service_model.service_id.hyphenize() == service_id
+        table, reference_table = (_handler_table(SimpleNamespace(_events=built.meta.events))[0]
+                                  for built in (client, reference))
+        assert _same_code(_layers(table)) == _same_code(_layers(reference_table)), service
+        assert any(event.split(".")[1:2] == [service_id] and any(parts) for event, parts in table.items()), service
+    for path in [*LAYER.rglob("*.py"), *(REPO / "functions").rglob("*.py")]:
+        assert ".resource(" not in path.read_text(encoding="utf-8"), path
+    with pytest.raises(ValueError, match="not a service of the layer"):
+        aws_session.client("sqs")
 
 
 def _credentials(core: Any) -> tuple[Any, ...]:
