@@ -29,6 +29,7 @@ import json
 import posixpath
 import re
 from dataclasses import field
+from functools import cache
 from typing import Any
 
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
@@ -60,9 +61,11 @@ _VISIBLE_CALL = re.compile(r'"function":\s*\{\s*"arguments":\s*' + _JSON_STRING 
 _VISIBLE_CALL_NAME_FIRST = re.compile(
     r'"function":\s*\{\s*"name":\s*' + _JSON_STRING + r',\s*"arguments":\s*' + _JSON_STRING
 )
-_VISIBLE_WRITE = re.compile(r"cat\s*>\s*['\"]?[^\s'\"|;&<>()]+['\"]?\s*<<-?\s*['\"]?\w+['\"]?")
-_VISIBLE_CREATE = re.compile(r'"command":\s*"create",\s*"path":\s*"([^"]+)"')
-_VISIBLE_CONTENT = re.compile(r'"content":\s*' + _JSON_STRING)
+# The fallbacks below are compiled on first use, which a first request may never make
+# (docs/performance.md#the-workers-cold-start-sixth-round-issue-11).
+_visible_write = cache(lambda: re.compile(r"cat\s*>\s*['\"]?[^\s'\"|;&<>()]+['\"]?\s*<<-?\s*['\"]?\w+['\"]?"))
+_visible_create = cache(lambda: re.compile(r'"command":\s*"create",\s*"path":\s*"([^"]+)"'))
+_visible_content = cache(lambda: re.compile(r'"content":\s*' + _JSON_STRING))
 
 
 @record
@@ -151,14 +154,14 @@ def visible_actions(excerpt: str) -> list[Action]:
         found = tool_call_action({"function": {"name": _unescape(name), "arguments": _unescape(arguments)}})
         actions.extend([found] if found else [])
     if not actions:
-        for content in _VISIBLE_CONTENT.findall(excerpt):
+        for content in _visible_content().findall(excerpt):
             actions.extend(Action("bash", command, command) for command in fenced_commands(_unescape(content)))
     if not actions:  # a whole-file write whose long body the excerpt cut: its header is still readable
         visible = excerpt.replace('\\"', '"').replace("\\n", "\n")
-        for match in _VISIBLE_WRITE.finditer(visible):
+        for match in _visible_write().finditer(visible):
             header = match.group(0).strip().strip('"')
             actions.append(Action("bash", header, header))
-        for path in _VISIBLE_CREATE.findall(visible):
+        for path in _visible_create().findall(visible):
             actions.append(Action("str_replace_editor", {"command": "create", "path": path}))
     return actions
 

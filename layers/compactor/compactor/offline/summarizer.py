@@ -23,7 +23,7 @@ from typing import Any
 
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
-from compactor.markers import TOOL_CALL_LINE as _TOOL_CALL_LINE
+from compactor.markers import tool_call_pattern
 from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
@@ -53,7 +53,7 @@ _EXIT_PHRASE = re.compile(r"(?:Process exited with code|exit(?:ed)? (?:code|stat
                           re.IGNORECASE)
 _EDIT_RESULT = re.compile(
     r"\b(?:created|edited|updated|wrote|written|modified|applied|replaced|deleted|saved|renamed)\b", re.IGNORECASE)
-_NAME_TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
+_name_token = cache(lambda: re.compile(r"[A-Za-z_~./][\w./~@+-]*"))  # as _decision_words
 # Salience of a summary line (docs/offline-offers.md): the call and its exit code first, then errors,
 # edit results, lines naming what later messages use, paths, the agent's reasoning, the ends of outputs.
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
@@ -83,7 +83,7 @@ class _Line:
 def _names_of(text: str, names: frozenset[str]) -> frozenset[str]:
     if not names:
         return frozenset()
-    return frozenset(token.strip(".") for token in _NAME_TOKEN.findall(text) if token.strip(".") in names)
+    return frozenset(token.strip(".") for token in _name_token().findall(text) if token.strip(".") in names)
 
 
 def _exit_codes(text: str) -> list[int]:
@@ -416,7 +416,7 @@ def _counted(commands: list[str]) -> list[str]:
     return [f"$ {command} ×{count}" if count > 1 else f"$ {command}" for command, count in counts.items()]
 
 
-_TASK_LINE = re.compile(r"^task: (.*)$", re.MULTILINE)
+_task_line = cache(lambda: re.compile(r"^task: (.*)$", re.MULTILINE))  # as _decision_words
 
 
 def _rendered_call(name: str, arguments: str) -> str:
@@ -445,7 +445,7 @@ def summarize_conversation(rendered: str, limit: int) -> str:
     for role, text in messages:
         if role == "system" and text.startswith(_SEAL_HEAD):
             earlier = text[len(_SEAL_HEAD):].strip()
-            carried = _TASK_LINE.search(earlier)
+            carried = _task_line().search(earlier)
             task = task or (carried.group(1) if carried else "")
         elif role == "tool" or (role == "user" and ("<returncode>" in text or text.lstrip().startswith(
                 ("OBSERVATION", "EXECUTION RESULT")))):
@@ -459,11 +459,11 @@ def summarize_conversation(rendered: str, limit: int) -> str:
             else:
                 requests[fit_end(squeeze(text), _SEAL_ENTRY_BYTES)] = None
         elif role == "assistant":
-            calls = [_rendered_call(name, arguments) for name, arguments in _TOOL_CALL_LINE.findall(text)]
+            calls = [_rendered_call(name, arguments) for name, arguments in tool_call_pattern().findall(text)]
             found = calls + fenced_commands(text)
             awaiting = list(range(len(commands), len(commands) + len(found))) if found else awaiting
             commands.extend(fit_end(squeeze(command), _SEAL_ENTRY_BYTES) for command in found)
-            prose = _TOOL_CALL_LINE.sub(" ", re.sub(r"```.*?```", " ", text, flags=re.DOTALL))
+            prose = tool_call_pattern().sub(" ", re.sub(r"```.*?```", " ", text, flags=re.DOTALL))
             if prose.strip():
                 latest = prose
             notes.update(dict.fromkeys(_decision_sentences(prose)))
