@@ -137,26 +137,6 @@ def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
             assert names_in(text) == _names_by_regex(text), name
 
 
-@settings(max_examples=400, deadline=None, derandomize=True)
-@given(st.lists(st.sampled_from(["a", "b_c", "src/x.py", " ", "  ", "é", "\u00a0"]), max_size=60),
-       st.integers(min_value=1, max_value=9), st.booleans())
-def test_a_long_text_split_a_piece_at_a_time_has_the_runs_of_the_whole(pieces, piece, as_bytes):
-    """Split a piece at a time, each piece cut at a space (docs/performance.md): the runs of the whole."""
-    text = "".join(pieces)
-    separated = text.encode("utf-8") if as_bytes else text.replace("\u00a0", "_")  # only the space separates
-    assert salience.distinct_runs(separated, piece) == set(separated.split())
-
-
-def test_the_names_scan_of_a_long_text_finds_what_the_token_regex_finds():
-    """Texts over two pieces are split a piece at a time: a corpus text of every message, and the same with
-    a non-ASCII character (the bytes path), against the regex definition."""
-    whole = " ".join(content_text(m.get("content")) + " " + json.dumps(m.get("tool_calls"))
-                     for name in CORPUS_FILES for m in corpus_messages(name))
-    assert len(whole) > 4 * salience.SPLIT_PIECE
-    for text in (whole, whole + " é_x/y"):
-        assert names_in(text) == _names_by_regex(text)
-
-
 def _later_block_by_trials(names, actions, limit):
     """The later block as first written: every trial block encoded whole."""
     block = {"names_used_later": list(names)} if names else {}

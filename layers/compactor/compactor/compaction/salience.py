@@ -72,10 +72,11 @@ _JUDGED_MAX = 1 << 16
 
 
 class _Verdicts:
-    __slots__ = ("judged", "self_named", "other")
+    __slots__ = ("judged", "named", "self_named", "other")
 
     def __init__(self) -> None:
         self.judged: set[str | bytes] = set()
+        self.named: set[str | bytes] = set()  # the runs that are or hold names: ``self_named`` and ``other``'s
         self.self_named: set[str | bytes] = set()
         self.other: dict[str | bytes, tuple[str, ...]] = {}
 
@@ -84,38 +85,14 @@ class _Verdicts:
             names = _run_names(run)
             if isinstance(run, str) and names == (run,):
                 self.self_named.add(run)
+                self.named.add(run)
             elif names:
                 self.other[run] = names
+                self.named.add(run)
         self.judged.update(runs)
 
 
 _verdicts = _Verdicts()
-
-
-# A long text is split a piece at a time, each piece cut at a space: the runs of one piece are hashed into
-# the set and freed while the memory they took is still in the cache. Splitting 332 KB at once makes about
-# 28,000 strings (1.7 MB) before the first is freed, which costs about a third more per run
-# (docs/performance.md).
-SPLIT_PIECE = 32_768
-
-
-def distinct_runs(separated: Any, piece: int = SPLIT_PIECE) -> set[Any]:
-    """``set(separated.split())`` of a text (``str`` or ``bytes``) whose only whitespace is the space, split
-    ``piece`` characters (and up to the next space) at a time: a run never holds a space, so no piece cuts
-    one."""
-    if len(separated) <= 2 * piece:
-        return set(separated.split())
-    space = " " if isinstance(separated, str) else b" "
-    runs: set[Any] = set()
-    start, size = 0, len(separated)
-    while start < size:
-        cut = separated.find(space, start + piece) if start + 2 * piece < size else -1
-        if cut < 0:
-            runs.update(separated[start:].split())
-            break
-        runs.update(separated[start:cut].split())
-        start = cut
-    return runs
 
 
 def names_in(text: str) -> set[str]:
@@ -124,9 +101,9 @@ def names_in(text: str) -> set[str]:
     if "<" in text:
         text = _TAG.sub(" ", text)
     if text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
-        runs = distinct_runs(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii"))
+        runs: set[str | bytes] = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
     else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
-        runs = distinct_runs(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS))
+        runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
     verdicts = _verdicts
     unjudged = runs - verdicts.judged
     if unjudged:
@@ -134,9 +111,12 @@ def names_in(text: str) -> set[str]:
             verdicts = _verdicts = _Verdicts()
             unjudged = runs
         verdicts.judge(unjudged)
-    found = runs & verdicts.self_named  # str runs only: a bytes run's names are among the other runs'
-    if verdicts.other:
-        for run in verdicts.other.keys() & runs:
+    # One pass over the runs for those with names (a real text has thousands of distinct runs, few of them
+    # with names); which of those are names as they are is then a small intersection (docs/performance.md).
+    hits = runs & verdicts.named
+    found = hits & verdicts.self_named  # str runs only: a bytes run's names are among the other runs'
+    if len(found) != len(hits):
+        for run in hits - found:
             found.update(verdicts.other[run])
     return found  # type: ignore[return-value]
 
