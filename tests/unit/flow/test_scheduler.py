@@ -242,18 +242,21 @@ async def test_input_straight_to_output() -> None:
 
 
 async def test_eager_and_lazy_task_starts_give_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Instant and failing calls, fallbacks and a failure that stops the flow: the same trace, values,
-    events and calls whether node tasks start eagerly or on the loop's next step."""
+    """Instant, later and failing calls, fallbacks and a failure that stops the flow: the same trace, values,
+    events and calls whether node tasks start eagerly or on the loop's next step (eagerly, a round whose
+    calls all finished at once is settled without waiting on the loop: docs/performance.md)."""
     def decide(request: Any) -> Any:
         if "fail" in json.dumps(request.state):
             return ProviderError("upstream_error", "HTTP 500")
         return DecisionResponse(model="m", answers={name: {"type": "choice", "choice": "yes", "confidence": 0.9}
                                                     for name in request.questions}, tokens_in=3, tokens_out=1)
 
-    def chat(request: Any) -> Any:
+    async def chat(request: Any) -> Any:
         prompt = request.messages[-1]["content"]
         if "boom" in prompt:
             return ProviderError("auth_error", "HTTP 401")
+        if "wait" in prompt:  # answers on a later step of the loop: its task is not done when it starts
+            await asyncio.sleep(0)
         return ChatResponse(text=json.dumps({"echo": prompt[:20]}), finish_reason="stop", tokens_in=5, tokens_out=2)
 
     question = {"q": {"type": "choice", "instructions": "Keep?", "criteria": {"yes": "keep", "no": "drop"}}}
@@ -268,11 +271,22 @@ async def test_eager_and_lazy_task_starts_give_the_same_run(monkeypatch: pytest.
                  d={"kind": "decision", "inputs": ["input"], "policy": POLICY, "questions": question},
                  both={"kind": "data", "operation": "union", "inputs": ["a", "d"]},
                  output={"kind": "output", "inputs": ["both"]}), {"x": "fine"}),
+        # one call answers at once, another a step later, and a failure beside them
+        (flow_of(a={**LLM, "inputs": ["input"], "output_format": "json"},
+                 w={**LLM, "inputs": ["input"], "output_format": "json", "template": "wait $1"},
+                 d={"kind": "decision", "inputs": ["input"], "policy": POLICY, "questions": question},
+                 both={"kind": "data", "operation": "union", "inputs": ["a", "w", "d"]},
+                 output={"kind": "output", "inputs": ["both"]}), {"x": "fail"}),
+        (flow_of(a={**LLM, "inputs": ["input"], "output_format": "json"},
+                 w={**LLM, "inputs": ["input"], "output_format": "json", "template": "wait $1"},
+                 both={"kind": "data", "operation": "union", "inputs": ["a", "w"]},
+                 output={"kind": "output", "inputs": ["both"]}), {"x": "fine"}),
     ]
+    can_start_eagerly = scheduler.EAGER_START  # (read once: each pass below sets it)
     for flow, flow_input in flows:
         seen = []
         for eager in (True, False):
-            monkeypatch.setattr(scheduler, "EAGER_START", eager and scheduler.EAGER_START)
+            monkeypatch.setattr(scheduler, "EAGER_START", eager and can_start_eagerly)
             router, events = FakeRouter(decide=decide, chat=chat), []
             result = await run(router, flow, flow_input, on_event=events.append)
             seen.append((result, events, [(c.kind, c.request) for c in router.calls]))

@@ -94,7 +94,10 @@ class _FlowRun:
                 await self._start_ready()
                 if self.finished or self.failure is not None or not self.running:
                     break
-                done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                if all(task.done() for task in self.running):  # started eagerly and already finished
+                    done: Any = list(self.running)
+                else:
+                    done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
                 for task in sorted(done, key=self.running.__getitem__):
                     index = self.running.pop(task)
                     self._settle(self.flow.nodes[index], task.result())
