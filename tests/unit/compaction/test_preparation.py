@@ -330,3 +330,42 @@ def test_long_contents_measured_without_encoding_prepare_the_same_on_the_corpus(
         for keep_recent in (1, 6):
             assert (_with_long_content(-1, messages, keep_recent=keep_recent)
                     == _with_long_content(10**9, messages, keep_recent=keep_recent)), name
+
+
+def _without_salience_is_the_same(messages, **kw):
+    """A preparation without the names scan (``salience=False``) has the same batches and reasons, no hints
+    and no later blocks; ``exceeds_one_request``, which prepares so, answers as the whole preparation does."""
+    from compactor.compaction.decision import LIMIT_REASONS, exceeds_one_request
+
+    whole, bare = _prepare(messages, **kw), _prepare(messages, salience=False, **kw)
+    assert bare.reasons == whole.reasons
+    assert [b.ids() for b in bare.batches] == [b.ids() for b in whole.batches]
+    assert [(b.decision_bytes, b.record_bytes, b.state_bytes) for b in bare.batches] == [
+        (b.decision_bytes, b.record_bytes, b.state_bytes) for b in whole.batches]
+    assert all(b.names == [] and b.later == {} for b in bare.batches)
+    request = CompactRequest.model_validate({"messages": messages, "keep_recent": kw.get("keep_recent", 1),
+                                             "target_ratio": 0.1})
+    assert exceeds_one_request(request) == any(reason in LIMIT_REASONS for reason in whole.reasons)
+    return whole
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(_text, _text), min_size=1, max_size=12), st.integers(min_value=1, max_value=4))
+def test_a_preparation_without_the_names_scan_has_the_same_batches_and_reasons(units, keep_recent):
+    messages = [{"role": "user", "content": "task src/app.py"}]
+    for n, (command, output) in enumerate(units):
+        messages += tool_unit(f"c_{n}", command + " src/app.py", output)
+    _without_salience_is_the_same(messages, keep_recent=keep_recent)
+
+
+def test_a_preparation_without_the_names_scan_has_the_same_limits():
+    """Every limit's reason (fragments, batches, flow input), and none, with and without the names scan."""
+    many = [{"role": "user", "content": "task"}] + [m for i in range(140) for m in tool_unit(
+        f"c_{i}", f"cat src/f_{i % 9}.py", f"src/f_{i}.py ok " * 40)]
+    wide = [{"role": "user", "content": "task"}] + [m for i in range(40) for m in tool_unit(
+        f"c_{i}", f"cat src/f_{i}.py", f"{i} src/f_{i}.py " + "q" * 45_000)]
+    narrow = [{"role": "user", "content": "task"}] + [
+        {"role": "assistant", "content": f"{i} src/x_{i}.py" + "w" * 7000} for i in range(130)]
+    reasons = [_without_salience_is_the_same(messages + [{"role": "assistant", "content": "done"}]).reasons
+               for messages in (many, wide, narrow, many[:9])]
+    assert REASON_FRAGMENTS in reasons[0] and "flow_input_limit" in reasons[1] and reasons[3] == []

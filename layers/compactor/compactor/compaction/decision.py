@@ -215,5 +215,5 @@ def exceeds_one_request(request: CompactRequest) -> bool:
         return False
     prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=request.pinned_indices, question_template=question_template(),
-                   bounded=bounded_tail(request))
+                   bounded=bounded_tail(request), salience=False)  # the reasons only: no names scan
     return any(reason in LIMIT_REASONS for reason in prep.reasons)

@@ -383,12 +383,15 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             pinned_indices: list[int] | None, question_template: dict[str, Any],
             payload_max_bytes: int = DECISION_PAYLOAD_MAX_BYTES,
             summary_max_bytes: int = MAX_SUMMARY_RECORD_BYTES, dialect: Dialect | None = None,
-            bounded: bool = False, reply_bytes: int | None = None) -> Preparation:
+            bounded: bool = False, reply_bytes: int | None = None, salience: bool = True) -> Preparation:
     """``messages`` are the items of ``dialect``'s format (default ``openai-chat``, docs/formats.md);
     ``payload_max_bytes`` bounds each batch's decision payload and ``summary_max_bytes`` its summary
     record (smaller for deciders and summarizers with a small context, docs/providers.md); ``bounded``:
     the tail is the default one, bounded by bytes (:func:`bounded_tail`); ``reply_bytes``: the summaries
-    one summary reply can hold, which lets batches grow past ``PER_BATCH`` (:func:`batch_size_limit`)."""
+    one summary reply can hold, which lets batches grow past ``PER_BATCH`` (:func:`batch_size_limit`);
+    ``salience`` False: the batches get no hints and no ``later`` blocks (the names scan is about half the
+    work), for a caller that reads only which limits left candidates out (the blocks only fill the room
+    the batches leave, so the batches and ``reasons`` are the same)."""
     dialect = dialect or get_dialect(None)
     units = dialect.split_units(messages)
     pins = instruction_pins(messages, pinned_indices, dialect)
@@ -454,7 +457,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
                        batch_size_limit(budget, reply_bytes))
     questions = Questions.of(question_template)
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
-    _add_salience(messages, views, view_texts, used, kept, sizer)
+    if salience:
+        _add_salience(messages, views, view_texts, used, kept, sizer)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
