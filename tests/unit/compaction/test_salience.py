@@ -130,6 +130,15 @@ def test_the_names_scan_is_the_same_when_its_kept_verdicts_start_again(texts):
         salience._JUDGED_MAX, salience._verdicts = saved
 
 
+@settings(max_examples=2000, deadline=None, derandomize=True)
+@given(st.text(alphabet="aBzZ09_./~@+-", max_size=10) | st.sampled_from(["Never", "fixes.", "0100", "abcd", "aBcd",
+                                                                         "Abcd..", "-Abcd", "0aBc", "DEBUG", "x.y"]))
+def test_a_run_judged_a_plain_word_holds_no_name(run):
+    """Runs judged without the full test (docs/performance.md) are runs the full test finds no name in."""
+    if salience._plain_word(run):
+        assert salience._run_names(run) == ()
+
+
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
     for name in CORPUS_FILES:
         for message in corpus_messages(name):
