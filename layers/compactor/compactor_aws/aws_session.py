@@ -29,7 +29,7 @@ Glacier, ...), whose events only those services' clients emit: the session leave
 (:data:`SERVICE_IDS`, :func:`builtin_handlers`; 2.1 -> 1.0 ms of CPU, and each client copies fewer), and
 builds clients of the layer's services only. boto3 adds its own data directory to the loader's search
 paths, which holds resource definitions only (the layer builds clients, never resources); each client's
-first load lists it for nothing (0.6-0.8 ms for the first two clients), so the session's loader leaves it
+first load lists it for nothing (about 0.5 ms for the first two clients), so the session's loader leaves it
 out. The test holds that a client of each kept service has exactly the handlers, in order, of a stock
 session's client, less other services' events.
 
