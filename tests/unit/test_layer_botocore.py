@@ -261,7 +261,8 @@ def _other_service(event: str) -> bool:
     from compactor_aws import aws_session
 
     service = aws_session.handler_service(event)
-    return service is not None and service not in aws_session.SERVICE_IDS.values()
+    return service is not None and service not in {*aws_session.SERVICE_IDS.values(),
+                                                   *aws_session.CREDENTIAL_SERVICES}
 
 
 def _layers(table: dict[str, Any]) -> dict[str, Any]:
@@ -363,6 +364,57 @@ def test_a_client_of_each_kept_service_gets_the_handlers_of_a_stock_sessions_cli
         assert ".resource(" not in path.read_text(encoding="utf-8"), path
     with pytest.raises(ValueError, match="not a service of the layer"):
         aws_session.client("sqs")
+
+
+def test_clients_botocores_credential_providers_build_get_the_handlers_of_a_stock_sessions_client() -> None:
+    """botocore's credential and token providers build clients through the session itself, not through
+    ``aws_session.client`` (an ``aws login`` profile's ``signin``, an SSO profile's ``sso``/``sso-oidc``, an
+    assumed role's ``sts``, ...): each such client of the container session has a stock client's handlers
+    (without them a ``signin`` client lacks ``create_o_auth2_token`` and the profile's refresh fails)."""
+    import boto3
+
+    from compactor_aws import aws_session
+
+    ours, stock = aws_session.new_session()._session, boto3.Session()._session
+    options = {"region_name": "eu-west-3", "aws_access_key_id": "k", "aws_secret_access_key": "s"}
+    for service in ("signin", "sso", "sso-oidc", "sts", "cognito-identity"):
+        client, reference = ours.create_client(service, **options), stock.create_client(service, **options)
+        service_id = client.meta.service_model.service_id.hyphenize()
+        assert service_id in aws_session.CREDENTIAL_SERVICES, service
+        table, reference_table = (_handler_table(SimpleNamespace(_events=built.meta.events))[0]
+                                  for built in (client, reference))
+        assert _same_code(_layers(table)) == _same_code(_layers(reference_table)), service
+        assert any(event.split(".")[1:2] == [service_id] and any(parts) for event, parts in table.items()), service
+    assert hasattr(ours.create_client("signin", **options), "create_o_auth2_token")
+
+
+def test_an_unhashable_handler_is_checked_and_registered_as_by_a_stock_session() -> None:
+    """The built-in handlers' check is skipped by membership; a callable that cannot be hashed is no
+    built-in handler and is checked and registered as botocore does."""
+    import botocore.session
+
+    from compactor_aws import aws_session
+
+    class Handler:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __init__(self, accepts: bool) -> None:
+            self.accepts = accepts
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+        def __call__(self, **kwargs: Any) -> None:
+            pass
+
+    for session in (aws_session.new_core_session(), botocore.session.get_session()):
+        session.register("before-call.s3", Handler(True))
+
+        def positional(request: Any) -> None:
+            pass
+
+        with pytest.raises(ValueError, match="must accept keyword"):
+            session.register("before-call.s3", positional)
 
 
 def _credentials(core: Any) -> tuple[Any, ...]:

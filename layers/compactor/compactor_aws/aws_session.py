@@ -24,10 +24,10 @@ does, botocore's lookup leaves the name as it is. ``tests/unit/test_layer_botoco
 tables equal to a stock session's (but for the services left out, below) and the aliaser's names equal to
 botocore's.
 
-Of botocore's built-in handlers, those of 72 event names belong to services the layer never calls (RDS, EC2,
-Glacier, ...), whose events only those services' clients emit: the session leaves them out
-(:data:`SERVICE_IDS`, :func:`builtin_handlers`; 2.1 -> 1.0 ms of CPU, and each client copies fewer), and
-builds clients of the layer's services only. boto3 adds its own data directory to the loader's search
+Of botocore's built-in handlers, those of 64 event names belong to services neither the layer nor botocore's
+credential providers call (RDS, EC2, Glacier, ...), whose events only those services' clients emit: the
+session leaves them out (:data:`SERVICE_IDS`, :data:`CREDENTIAL_SERVICES`, :func:`builtin_handlers`; 2.1 ->
+1.0 ms of CPU, and each client copies fewer), and :func:`client` builds clients of the layer's services only. boto3 adds its own data directory to the loader's search
 paths, which holds resource definitions only (the layer builds clients, never resources); each client's
 first load lists it for nothing (about 0.5 ms for the first two clients), so the session's loader leaves it
 out. The test holds that a client of each kept service has exactly the handlers, in order, of a stock
@@ -37,6 +37,9 @@ A session's first client resolves its credentials through botocore's chain, whos
 the environment (where Lambda puts them); building the whole chain makes two HTTP sessions, with their TLS
 contexts, for the container and instance metadata services: 1.8 ms of CPU for nothing when the environment
 holds the credentials. :class:`EnvFirstCredentialResolver` asks that first link before it builds the rest.
+One difference follows, and is accepted: building the chain also reads and checks the metadata services'
+settings (``AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE``, ``AWS_METADATA_SERVICE_TIMEOUT``, ...), so with the
+credentials in the environment an invalid value there no longer raises; nothing would have read it.
 """
 
 from __future__ import annotations
@@ -76,6 +79,12 @@ SERVICE_IDS: dict[str, str] = {"s3": "s3", "dynamodb": "dynamodb", "stepfunction
 """The services whose botocore data the layer ships (``BOTOCORE_SERVICES`` in layers/compactor/Makefile),
 each with the name its events carry (botocore's hyphenized service id)."""
 
+CREDENTIAL_SERVICES = frozenset({"sts", "sso", "sso-oidc", "signin", "cognito-identity"})
+"""The services botocore's own credential and token providers build clients of (through the session, not
+:func:`client`: an ``aws login`` profile's ``signin``, an SSO profile's ``sso`` and ``sso-oidc``, ...), by the
+name their events carry: their built-in handlers are kept too, so that those clients are botocore's (a
+developer's profile on the CLI; Lambda's credentials come from the environment)."""
+
 
 def handler_service(event_name: str) -> str | None:
     """The service whose events a built-in handler's event name is for (``before-call.s3.PutObject``:
@@ -88,10 +97,10 @@ def handler_service(event_name: str) -> str | None:
 
 def builtin_handlers() -> list[tuple[Any, ...]]:
     """botocore's built-in handlers (``botocore.handlers.BUILTIN_HANDLERS``, in order) but those of
-    services the layer does not call."""
-    ids = set(SERVICE_IDS.values())
+    services neither the layer nor botocore's credential providers call."""
+    kept = set(SERVICE_IDS.values()) | CREDENTIAL_SERVICES
     return [spec for spec in botocore.handlers.BUILTIN_HANDLERS
-            if handler_service(spec[0]) is None or handler_service(spec[0]) in ids]
+            if (service := handler_service(spec[0])) is None or service in kept]
 
 
 class BuiltinTrustingEmitter(botocore.hooks.HierarchicalEmitter):
@@ -99,7 +108,11 @@ class BuiltinTrustingEmitter(botocore.hooks.HierarchicalEmitter):
     module docstring); any other handler is checked as botocore checks it."""
 
     def _verify_accept_kwargs(self, func: Any) -> None:
-        if func not in _BUILTIN_HANDLERS:
+        try:
+            builtin = func in _BUILTIN_HANDLERS
+        except TypeError:  # an unhashable callable is no built-in handler: botocore checks it
+            builtin = False
+        if not builtin:
             super()._verify_accept_kwargs(func)
 
 
@@ -171,7 +184,7 @@ def new_core_session() -> botocore.session.Session:
     return CoreSession(event_hooks=BuiltinTrustingEmitter())
 
 
-BOTO3_DATA = os.path.join(os.path.dirname(boto3.__file__), "data")
+BOTO3_DATA = os.path.abspath(os.path.join(os.path.dirname(boto3.__file__), "data"))
 """boto3's resource definitions, which boto3 adds to its session's search paths (no client reads them)."""
 
 
@@ -182,7 +195,7 @@ def new_session() -> boto3.Session:
     loader = core.get_component("data_loader")
     loader.file_loader = PlainJSONFileLoader()
     session = boto3.Session(botocore_session=core)
-    loader.search_paths[:] = [path for path in loader.search_paths if path != BOTO3_DATA]
+    loader.search_paths[:] = [path for path in loader.search_paths if os.path.abspath(path) != BOTO3_DATA]
     return session
 
 
