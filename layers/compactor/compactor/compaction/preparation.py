@@ -339,10 +339,9 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
-    # the evidence is ASCII (wire = dense): its length, two quotes and a backslash per quote and backslash
-    value_bytes = key_bytes + len(str(size)) + len(evidence) + 2 + evidence.count('"') + evidence.count("\\")
+    value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
     escaped_item = json_text_escaped(item)  # the summary prompt's text of it: escaped once, measured here
-    item_bytes = (len(escaped_item) if item is whole and size == len(whole) else utf8_len(escaped_item)) + 2
+    item_bytes = utf8_len(escaped_item) + 2
     return Candidate(
         unit, evidence, question, item, escaped_item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
