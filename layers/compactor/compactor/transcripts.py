@@ -103,9 +103,9 @@ class Transcript:
         relink: dict[str, str | None] = {}
         for start, end, new in replaced:
             stand_in = records[end - 1].get("uuid") if new else records[start].get("parentUuid")
-            for record in records[start:end]:
-                if isinstance(record.get("uuid"), str) and record["uuid"] != stand_in:
-                    relink[record["uuid"]] = stand_in
+            for line_record in records[start:end]:
+                if isinstance(line_record.get("uuid"), str) and line_record["uuid"] != stand_in:
+                    relink[line_record["uuid"]] = stand_in
         for old, new_uuid in list(relink.items()):  # runs next to each other: follow to the end
             seen = {old}
             while new_uuid in relink and new_uuid not in seen:
@@ -120,10 +120,10 @@ class Transcript:
             return dense_dumps({"timestamp": head.get("timestamp"), "type": "response_item", "payload": item})
         tail = json.loads(self.lines[self.item_lines[last]])
         parent = head.get("parentUuid")
-        record = {"parentUuid": relink.get(parent, parent) if isinstance(parent, str) else parent}
-        record |= {key: head[key] for key in _CLAUDE_CODE_ENVELOPE if key in head}
-        record |= {"type": item.get("role"), "message": item, "uuid": tail.get("uuid")}
-        return dense_dumps(record)
+        line_record = {"parentUuid": relink.get(parent, parent) if isinstance(parent, str) else parent}
+        line_record |= {key: head[key] for key in _CLAUDE_CODE_ENVELOPE if key in head}
+        line_record |= {"type": item.get("role"), "message": item, "uuid": tail.get("uuid")}
+        return dense_dumps(line_record)
 
 
 def _relinked(line: str, relink: dict[str, str | None]) -> str:
