@@ -15,14 +15,24 @@ the standard ones.
 ``InitVar``, dataclass bases, its own dunder methods, no docstring, a field named like a name the
 generated ``__init__`` uses) is handed to ``dataclass`` unchanged. ``tests/unit/test_records.py`` holds every
 ``record`` equal to ``dataclass`` on the same definitions.
+
+In the built layer even ``__init__`` is not compiled: the layer's recipe stores the code of every record's
+``__init__`` source beside this module (``records.cache``, written by ``python -m compactor.record_cache``),
+and a source found there is run from its stored code, which is what compiling it gives (the same source,
+file name and flags, compiled by :func:`compile_source`). A source the file does not hold, a file of another
+Python's bytecode, or no file at all (the source tree, tests) compiles as before
+(docs/performance.md#the-workers-cold-start-seventh-round-issue-11).
 """
 
 from __future__ import annotations
 
 import _thread
+import marshal
+import os
 import sys
 from dataclasses import KW_ONLY, MISSING, Field, FrozenInstanceError, InitVar, dataclass, fields, is_dataclass
 from operator import attrgetter
+from types import CodeType
 from typing import Any, Callable, TypeVar, overload
 
 T = TypeVar("T", bound=type)
@@ -39,6 +49,44 @@ class _FactoryDefault:
 
 
 _FACTORY = _FactoryDefault()
+
+CACHE_FILE = os.path.join(os.path.dirname(__file__), "records.cache")
+"""The stored code of the layer's ``__init__`` sources: the bytecode magic number of the Python that wrote it,
+then a marshalled ``{module name: marshalled {source: code}}`` (each module's part loaded with its first record)."""
+_cache: dict[str, Any] | None = None
+
+
+def compile_source(source: str) -> CodeType:
+    """The code of a generated ``__init__`` source, as ``exec`` of the source in this module compiles it (this
+    module's future flags included): what :func:`_code` runs and what the layer's recipe stores."""
+    return compile(source, "<string>", "exec")
+
+
+def load_cache(path: str) -> dict[str, Any]:
+    """The stored code by module, from ``path``; empty when there is none or another Python wrote it."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        from _frozen_importlib_external import MAGIC_NUMBER  # importlib.util's, without importing it
+        if not data.startswith(MAGIC_NUMBER):
+            return {}
+        cache = marshal.loads(data[len(MAGIC_NUMBER):])
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def _code(source: str, module: str) -> CodeType:
+    """The code of ``source`` (a record of ``module``): the stored one when the layer holds it, else compiled."""
+    global _cache
+    cache = _cache
+    if cache is None:
+        cache = _cache = load_cache(CACHE_FILE)
+    codes = cache.get(module)
+    if isinstance(codes, bytes):  # the module's part, loaded with its first record
+        codes = cache[module] = marshal.loads(codes)
+    code = codes.get(source) if codes else None
+    return code if isinstance(code, CodeType) else compile_source(source)
 
 
 @overload
@@ -164,7 +212,7 @@ def _init(cls: type, declared: tuple[Any, ...], frozen: bool, slots: bool) -> An
               f" return __init__")
     module = sys.modules.get(cls.__module__)
     namespace: dict[str, Any] = {}
-    exec(source, module.__dict__ if module is not None else {}, namespace)  # noqa: S102  # as dataclass does
+    exec(_code(source, cls.__module__), module.__dict__ if module is not None else {}, namespace)  # noqa: S102
     function = namespace["__record_build__"](**closure)
     function.__annotations__ = {**{f.name: f.type for f in declared if f.init}, "return": None}
     return function

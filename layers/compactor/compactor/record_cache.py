@@ -1,0 +1,72 @@
+"""Writes the built layer's ``compactor/records.cache``: the code of every record's ``__init__`` source
+(``compactor.records``), so that a cold start runs stored code instead of compiling it
+(docs/performance.md#the-workers-cold-start-seventh-round-issue-11).
+
+Run by the layer's recipe (``layers/compactor/Makefile``) from the layer's ``python/`` directory, after the
+packages' bytecode: ``python -B -m compactor.record_cache``. It imports every module of the layer's
+packages, compiles each ``__init__`` source a record asks for, as ``compactor.records`` would, and stores
+the code by module and source. A module that cannot be imported here (a dependency built for another
+platform) is reported and left out: its records compile their ``__init__`` at init, as without the file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import marshal
+import pkgutil
+import sys
+from types import CodeType
+
+from compactor import records
+
+PACKAGES = ("compactor", "compactor_aws")
+
+
+def collect(packages: tuple[str, ...] = PACKAGES) -> dict[str, dict[str, CodeType]]:
+    """Import every module of ``packages``; the code of each record's ``__init__`` source, by module."""
+    codes: dict[str, dict[str, CodeType]] = {}
+    stored = records._code
+
+    def capture(source: str, module: str) -> CodeType:
+        code = codes.setdefault(module, {}).get(source)
+        if code is None:
+            code = codes[module][source] = records.compile_source(source)
+        return code
+
+    records._code = capture
+    try:
+        for package in packages:
+            for info in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}.",
+                                              onerror=lambda name: _skipped(name, sys.exc_info()[1])):
+                try:
+                    importlib.import_module(info.name)
+                except Exception as error:  # noqa: BLE001  # the module's records compile at init instead
+                    _skipped(info.name, error)
+    finally:
+        records._code = stored
+    return codes
+
+
+def _skipped(module: str, error: BaseException | None) -> None:
+    print(f"record_cache: {module} not imported ({error!r}): its records compile at init", file=sys.stderr)
+
+
+def dump(codes: dict[str, dict[str, CodeType]]) -> bytes:
+    """The file's content (``compactor.records.CACHE_FILE`` describes it)."""
+    from _frozen_importlib_external import MAGIC_NUMBER
+
+    return MAGIC_NUMBER + marshal.dumps({module: marshal.dumps(dict(sorted(sources.items())))
+                                         for module, sources in sorted(codes.items())})
+
+
+def main(argv: list[str] | None = None) -> int:
+    path = (argv if argv is not None else sys.argv[1:] or [records.CACHE_FILE])[0]
+    codes = collect()
+    with open(path, "wb") as file:
+        file.write(dump(codes))
+    print(f"record_cache: {sum(map(len, codes.values()))} records' __init__ of {len(codes)} modules -> {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
