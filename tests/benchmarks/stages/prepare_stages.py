@@ -7,7 +7,7 @@ Run: ``.venv/bin/python tests/benchmarks/stages/prepare_stages.py [--runs N] [--
 benchmark's own path), then runs N times untimed (its thread CPU time, median and minimum) and N times with
 timers: each function of the stages below is wrapped, and each wrapper adds its thread CPU time less that of
 the wrapped functions it calls (exclusive times, so the column adds up to the total with the timers' own cost,
-about 1 µs a call, spread over the stages). ``--statements`` times each top-level statement of ``prepare``
+one or two µs a call, spread over the stages). ``--statements`` times each top-level statement of ``prepare``
 instead (a copy of its source with a timer after each). ``--small``: the same transcript with 40-character
 tool outputs, whose time is the preparation's work per message rather than per character.
 
