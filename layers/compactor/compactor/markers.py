@@ -8,8 +8,9 @@ copying the strings (docs/behaviour.md#decision, docs/behaviour.md#seal).
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Any, Final
+
+from compactor.patterns import lazy, pattern
 
 # A candidate's evidence longer than its excerpt limit: head + EVIDENCE_MARKER + tail.
 EVIDENCE_MARKER: Final = "[excerpt; full item goes only to summary]"
@@ -19,12 +20,11 @@ RECENT_MARKER: Final = "[excerpt]"
 SEAL_HEAD: Final = "[Earlier conversation, sealed summary]"
 
 _FRAGMENT_PREFIX: Final = "fragment_"
-_FRAGMENT_ID: Final = re.compile(re.escape(_FRAGMENT_PREFIX) + r"(\d+)")
+_FRAGMENT_ID: Final = pattern(re.escape(_FRAGMENT_PREFIX) + r"(\d+)")
 _TOOL_CALL_OPEN: Final = "[tool call "
 # A rendered tool call line: ``[tool call <name>(<arguments>)]`` (groups: name, arguments); compiled on first
 # use, which a first request may never make (docs/performance.md#the-workers-cold-start-sixth-round-issue-11).
-tool_call_pattern: Final = cache(lambda: re.compile(r"^" + re.escape(_TOOL_CALL_OPEN) + r"([^(\n]*)\((.*)\)\]$",
-                                                    re.MULTILINE))
+tool_call_pattern: Final = lazy(r"^" + re.escape(_TOOL_CALL_OPEN) + r"([^(\n]*)\((.*)\)\]$", re.MULTILINE)
 
 
 def fragment_id(start: int) -> str:

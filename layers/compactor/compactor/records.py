@@ -17,7 +17,7 @@ generated ``__init__`` uses) is handed to ``dataclass`` unchanged. ``tests/unit/
 ``record`` equal to ``dataclass`` on the same definitions.
 
 In the built layer even ``__init__`` is not compiled: the layer's recipe stores the code of every record's
-``__init__`` source beside this module (``records.cache``, written by ``python -m compactor.record_cache``),
+``__init__`` source beside this module (``records.cache``, written by ``python -m compactor.build_cache``),
 and a source found there is run from its stored code, which is what compiling it gives (the same source,
 file name and flags, compiled by :func:`compile_source`). A source the file does not hold, a file of another
 Python's bytecode, or no file at all (the source tree, tests) compiles as before

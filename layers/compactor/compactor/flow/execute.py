@@ -14,6 +14,7 @@ from ..budget import Deadline
 from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_state
 from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
+from ..patterns import pattern
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..records import record
 from ..router import RouteResult
@@ -33,7 +34,7 @@ DATA_ERROR: Final = "data_error"
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _PLACEHOLDER = r"\$(\d+)"
 # The escape of a UTF-16 surrogate: the only way parsed JSON text that is valid UTF-8 holds a lone one.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE_ESCAPE = pattern(r"\\u[dD][89abcdefABCDEF]")
 
 
 class FlowRouter(Protocol):

@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from dataclasses import field
-from functools import cache
 from typing import Any
 
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
@@ -37,6 +35,7 @@ from compactor.offline.transcript_reading import (
     Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
     tool_call_action,
 )
+from compactor.patterns import lazy, pattern
 from compactor.records import record
 
 DECIDER_MODEL = "builtin-rules-decider"
@@ -47,25 +46,25 @@ ERROR_KEEP_BYTES = 1500
 CONFIDENCE = {"error": 0.9, "superseded": 0.8, "small": 0.85, "bulky": 0.7, "unjudged": 0.3, "fallback": 0.1,
               "live_write": 0.85, "bulky_error": 0.6}
 
-_CD_PREFIX = re.compile(r"^cd\s+(\S+)\s*&&\s*")
+_CD_PREFIX = pattern(r"^cd\s+(\S+)\s*&&\s*")
 _PATH_ARG = r"(['\"]?)([^\s'\"|;&<>()]+)"
-_WHOLE_READ = re.compile(r"^(?:cat(?:\s+-n)?|nl(?:\s+-ba)?|open)\s+" + _PATH_ARG + r"\1\s*$")
+_WHOLE_READ = pattern(r"^(?:cat(?:\s+-n)?|nl(?:\s+-ba)?|open)\s+" + _PATH_ARG + r"\1\s*$")
 _HEREDOC = r"<<-?\s*['\"]?\w+['\"]?"
-_FULL_WRITE = re.compile(
+_FULL_WRITE = pattern(
     r"^cat\s+(?:" + _HEREDOC + r"\s*>\s*" + _PATH_ARG + r"\1|>\s*" + r"(['\"]?)([^\s'\"|;&<>()]+)\3\s*"
     + _HEREDOC + r")"
 )
 # Tool calls still readable in the visible head/tail of an excerpt (JSON-escaped text).
 _JSON_STRING = r'"((?:[^"\\]|\\.)*)"'
-_VISIBLE_CALL = re.compile(r'"function":\s*\{\s*"arguments":\s*' + _JSON_STRING + r',\s*"name":\s*' + _JSON_STRING)
-_VISIBLE_CALL_NAME_FIRST = re.compile(
+_VISIBLE_CALL = pattern(r'"function":\s*\{\s*"arguments":\s*' + _JSON_STRING + r',\s*"name":\s*' + _JSON_STRING)
+_VISIBLE_CALL_NAME_FIRST = pattern(
     r'"function":\s*\{\s*"name":\s*' + _JSON_STRING + r',\s*"arguments":\s*' + _JSON_STRING
 )
 # The fallbacks below are compiled on first use, which a first request may never make
 # (docs/performance.md#the-workers-cold-start-sixth-round-issue-11).
-_visible_write = cache(lambda: re.compile(r"cat\s*>\s*['\"]?[^\s'\"|;&<>()]+['\"]?\s*<<-?\s*['\"]?\w+['\"]?"))
-_visible_create = cache(lambda: re.compile(r'"command":\s*"create",\s*"path":\s*"([^"]+)"'))
-_visible_content = cache(lambda: re.compile(r'"content":\s*' + _JSON_STRING))
+_visible_write = lazy(r"cat\s*>\s*['\"]?[^\s'\"|;&<>()]+['\"]?\s*<<-?\s*['\"]?\w+['\"]?")
+_visible_create = lazy(r'"command":\s*"create",\s*"path":\s*"([^"]+)"')
+_visible_content = lazy(r'"content":\s*' + _JSON_STRING)
 
 
 @record

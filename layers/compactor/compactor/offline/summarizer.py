@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from functools import cache
 from typing import Any
 
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
@@ -31,6 +30,7 @@ from compactor.offline.transcript_reading import (
     Action, as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
     prose_text, return_codes, strip_output_tags, tool_call_action,
 )
+from compactor.patterns import lazy, pattern
 
 SUMMARIZER_MODEL = "builtin-extractive-summarizer"
 DEFAULT_ITEM_BUDGET = 256
@@ -38,22 +38,22 @@ DEFAULT_SEAL_MAX_TOKENS = 512
 BYTES_PER_TOKEN = 4
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _ROLE_PREFIX = r"(?m)^(system|developer|user|assistant|tool|function|exit): "
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_decision_words = cache(lambda: re.compile(  # compiled on first use, as _ROLE_PREFIX
+_SENTENCE_END = pattern(r"(?<=[.!?])\s+")
+_decision_words = lazy(  # compiled on first use, as _ROLE_PREFIX
     r"\b(?:I'll|I will|we will|let me|decided?|need to|should|must|plan|next|todo|fix(?:ed|es)?"
     r"|root cause|the (?:issue|problem|bug) is|remaining|not yet|still)\b",
     re.IGNORECASE,
-))
+)
 # Each command, error line or decision sentence of a seal digest is cut to this many bytes.
 _SEAL_ENTRY_BYTES = 200
 _MAX_PATHS = 24
 
 
-_EXIT_PHRASE = re.compile(r"(?:Process exited with code|exit(?:ed)? (?:code|status)|Exit code:?)\s*(-?\d+)",
-                          re.IGNORECASE)
-_EDIT_RESULT = re.compile(
+_EXIT_PHRASE = pattern(r"(?:Process exited with code|exit(?:ed)? (?:code|status)|Exit code:?)\s*(-?\d+)",
+                        re.IGNORECASE)
+_EDIT_RESULT = pattern(
     r"\b(?:created|edited|updated|wrote|written|modified|applied|replaced|deleted|saved|renamed)\b", re.IGNORECASE)
-_name_token = cache(lambda: re.compile(r"[A-Za-z_~./][\w./~@+-]*"))  # as _decision_words
+_name_token = lazy(r"[A-Za-z_~./][\w./~@+-]*")  # as _decision_words
 # Salience of a summary line (docs/offline-offers.md): the call and its exit code first, then errors,
 # edit results, lines naming what later messages use, paths, the agent's reasoning, the ends of outputs.
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
@@ -416,7 +416,7 @@ def _counted(commands: list[str]) -> list[str]:
     return [f"$ {command} ×{count}" if count > 1 else f"$ {command}" for command, count in counts.items()]
 
 
-_task_line = cache(lambda: re.compile(r"^task: (.*)$", re.MULTILINE))  # as _decision_words
+_task_line = lazy(r"^task: (.*)$", re.MULTILINE)  # as _decision_words
 
 
 def _rendered_call(name: str, arguments: str) -> str:

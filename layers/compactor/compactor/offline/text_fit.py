@@ -6,13 +6,12 @@ Every limit here is in UTF-8 bytes. Cuts never split a character, and an elision
 
 from __future__ import annotations
 
-import re
-
+from compactor.patterns import pattern
 from compactor.records import record
 
 ELLIPSIS = "…"
 _ELLIPSIS_BYTES = len(ELLIPSIS.encode("utf-8"))
-_WHITESPACE = re.compile(r"\s+")
+_WHITESPACE = pattern(r"\s+")
 # A section whose body would get fewer bytes than this is dropped rather than shown as a stub.
 _MIN_USEFUL_BODY = 24
 

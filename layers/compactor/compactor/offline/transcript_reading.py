@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 from typing import Any
 
 from compactor.chat import content_text
 from compactor.jsonutil import dense_dumps
+from compactor.patterns import lazy, pattern
 from compactor.records import record
 
 # Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
 # Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
-_fence = cache(lambda: re.compile(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL))
-_return_code = cache(lambda: re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>"))
-_EXIT_STATEMENT = re.compile(
+_fence = lazy(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
+_return_code = lazy(r"<returncode>\s*(-?\d+)\s*</returncode>")
+_EXIT_STATEMENT = pattern(
     r"(?:^|\n)\s*(?:Process exited with code|Exit code:?|exit code:?|Exit status:?|\[Command finished with exit code)"
     r"\s*(-?\d+)")
 _EXIT_STATEMENT_SPAN = 400
-_output_tags = cache(lambda: re.compile(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>"))
+_output_tags = lazy(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>")
 # Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
 # compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
 # usual shell failures. Source code that merely mentions an exception class does not match.
@@ -39,7 +39,7 @@ _ERROR_KEYWORDS = (
     "Traceback", "Error", "Exception", "error", "ERROR", "fatal", "FAIL", "failed",
     "not found", "No such file", "Permission denied", "Segmentation fault",
 )
-_ERROR_LINE = re.compile(
+_ERROR_LINE = pattern(
     r"[ \t>|]*(?:E[ \t]+)?(?:"
     r"Traceback \(most recent call last\)"
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
@@ -50,20 +50,20 @@ _ERROR_LINE = re.compile(
     r")"
 )
 _ERROR_CONTEXT = 200
-_ERROR_ANYWHERE = re.compile(
+_ERROR_ANYWHERE = pattern(
     r"\bFAILED\b|\b\d+ (?:failed|errors?)\b|command not found|No such file or directory"
     r"|Permission denied|Segmentation fault"
 )
 # Path-like tokens: rooted (``/``, ``./``, ``../``, ``~/``) paths, relative paths whose last part is a
 # dotted file name, and bare file names with a source-ish suffix. URLs are not paths.
-_TOKEN = re.compile(r"[^\s'\"`,;:()<>\[\]{}=|*?!$]+")
-_ROOTED = re.compile(r"(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]*[A-Za-z][\w.@+-]*")
-_RELATIVE_FILE = re.compile(r"(?:[\w.@+-]+/)+[\w@+-]*\.[\w.@+-]*[A-Za-z][\w.@+-]*")
-_BARE_FILE = re.compile(
+_TOKEN = pattern(r"[^\s'\"`,;:()<>\[\]{}=|*?!$]+")
+_ROOTED = pattern(r"(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]*[A-Za-z][\w.@+-]*")
+_RELATIVE_FILE = pattern(r"(?:[\w.@+-]+/)+[\w@+-]*\.[\w.@+-]*[A-Za-z][\w.@+-]*")
+_BARE_FILE = pattern(
     r"[\w-]+\.(?:py|pyi|pyx|c|h|cc|cpp|hpp|rs|go|java|kt|js|jsx|ts|tsx|rb|php|sh|cfg|ini"
     r"|toml|yaml|yml|json|md|rst|txt|xml|html|css|sql|lock)"
 )
-_shell_name = cache(lambda: re.compile(r"(?:^|_)(?:exec|shell|bash|command|terminal)(?:_|$)", re.IGNORECASE))
+_shell_name = lazy(r"(?:^|_)(?:exec|shell|bash|command|terminal)(?:_|$)", re.IGNORECASE)
 _SHELL_TOOLS = frozenset({"bash", "shell", "sh", "terminal", "execute_bash", "run", "run_command", "exec"})
 
 

@@ -1,29 +1,33 @@
-"""Writes the built layer's ``compactor/records.cache``: the code of every record's ``__init__`` source
-(``compactor.records``), so that a cold start runs stored code instead of compiling it
-(docs/performance.md#the-workers-cold-start-seventh-round-issue-11).
+"""Writes the built layer's stored code (docs/performance.md#the-workers-cold-start-seventh-round-issue-11):
+``compactor/records.cache``, the code of every record's ``__init__`` source (``compactor.records``), and
+``compactor/patterns.cache``, the program of every pattern of ``compactor.patterns``; a cold start runs them
+instead of compiling.
 
 Run by the layer's recipe (``layers/compactor/Makefile``) from the layer's ``python/`` directory, after the
-packages' bytecode: ``python -B -m compactor.record_cache``. It imports every module of the layer's
-packages, compiles each ``__init__`` source a record asks for, as ``compactor.records`` would, and stores
-the code by module and source. A module that cannot be imported here (a dependency built for another
-platform) is reported and left out: its records compile their ``__init__`` at init, as without the file.
+packages' bytecode: ``python -B -m compactor.build_cache compactor``. It imports every module of the layer's
+packages, compiles each ``__init__`` source a record asks for, as ``compactor.records`` would, and stores the
+code by module and source; then the program of every pattern the modules asked for. A module that cannot be
+imported here (a dependency built for another platform) is reported and left out: its records and patterns
+compile at init, as without the files.
 """
 
 from __future__ import annotations
 
 import importlib
 import marshal
+import os
 import pkgutil
 import sys
 from types import CodeType
 
-from compactor import records
+from compactor import patterns, records
 
 PACKAGES = ("compactor", "compactor_aws")
 
 
 def collect(packages: tuple[str, ...] = PACKAGES) -> dict[str, dict[str, CodeType]]:
-    """Import every module of ``packages``; the code of each record's ``__init__`` source, by module."""
+    """Import every module of ``packages``; the code of each record's ``__init__`` source, by module (and the
+    patterns they ask for in ``compactor.patterns.ASKED``)."""
     codes: dict[str, dict[str, CodeType]] = {}
     stored = records._code
 
@@ -48,11 +52,12 @@ def collect(packages: tuple[str, ...] = PACKAGES) -> dict[str, dict[str, CodeTyp
 
 
 def _skipped(module: str, error: BaseException | None) -> None:
-    print(f"record_cache: {module} not imported ({error!r}): its records compile at init", file=sys.stderr)
+    print(f"build_cache: {module} not imported ({error!r}): its records and patterns compile at init",
+          file=sys.stderr)
 
 
 def dump(codes: dict[str, dict[str, CodeType]]) -> bytes:
-    """The file's content (``compactor.records.CACHE_FILE`` describes it)."""
+    """``records.cache``'s content (``compactor.records.CACHE_FILE`` describes it)."""
     from _frozen_importlib_external import MAGIC_NUMBER
 
     return MAGIC_NUMBER + marshal.dumps({module: marshal.dumps(dict(sorted(sources.items())))
@@ -60,11 +65,14 @@ def dump(codes: dict[str, dict[str, CodeType]]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    path = (argv if argv is not None else sys.argv[1:] or [records.CACHE_FILE])[0]
+    directory = (argv if argv is not None else sys.argv[1:] or [os.path.dirname(records.__file__)])[0]
     codes = collect()
-    with open(path, "wb") as file:
+    with open(os.path.join(directory, os.path.basename(records.CACHE_FILE)), "wb") as file:
         file.write(dump(codes))
-    print(f"record_cache: {sum(map(len, codes.values()))} records' __init__ of {len(codes)} modules -> {path}")
+    with open(os.path.join(directory, os.path.basename(patterns.CACHE_FILE)), "wb") as file:
+        file.write(patterns.dump(patterns.ASKED))
+    print(f"build_cache: {sum(map(len, codes.values()))} records' __init__ of {len(codes)} modules, "
+          f"{len(set(patterns.ASKED))} patterns -> {directory}")
     return 0
 
 

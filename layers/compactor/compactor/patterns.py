@@ -1,0 +1,94 @@
+"""The layer's regular expressions, built from stored programs in the built layer
+(docs/performance.md#the-workers-cold-start-seventh-round-issue-11).
+
+``re.compile`` parses a pattern and compiles it to the regex engine's program in Python (``re._parser``,
+``re._compiler``), 0.05–0.8 ms a pattern: the offline offers' patterns cost a worker's first request about
+4 ms. The layer's recipe stores the program of every pattern made by :func:`pattern` or :func:`lazy`
+(``patterns.cache``, written by ``python -m compactor.build_cache``), each checked at the build to give the
+pattern ``re.compile`` gives (equal: the same source, flags and program). A pattern found there is built from
+its program by the engine's own constructor, as ``re.compile`` ends; any other (a pattern changed after the
+build, a file of another Python or regex engine, no file at all as in the source tree and the tests) is
+``re.compile``'s.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import re
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import _sre
+
+CACHE_FILE = os.path.join(os.path.dirname(__file__), "patterns.cache")
+"""The stored programs: the bytecode magic number of the Python that wrote it, then a marshalled
+``(_sre.MAGIC, {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, ``_sre.compile``'s arguments."""
+ASKED: list[tuple[str, int]] = []
+"""Every ``(source, flags)`` asked for so far, lazy ones included: what the layer's recipe stores."""
+_stored: dict[tuple[str, int], tuple[Any, ...]] | None = None
+
+
+def pattern(source: str, flags: int = 0) -> re.Pattern[str]:
+    """``re.compile(source, flags)``: built from the stored program when the layer holds it."""
+    global _stored
+    key = (source, int(flags))
+    ASKED.append(key)
+    stored = _stored
+    if stored is None:
+        stored = _stored = load(CACHE_FILE)
+    program = stored.get(key)
+    if program is not None:
+        return _sre.compile(source, *program)
+    return re.compile(source, flags)
+
+
+def lazy(source: str, flags: int = 0) -> Callable[[], re.Pattern[str]]:
+    """A cached accessor of :func:`pattern`, built on first use (asked for now, so the build stores it)."""
+    ASKED.append((source, int(flags)))
+    return cache(lambda: pattern(source, flags))
+
+
+def program(source: str, flags: int = 0) -> tuple[Any, ...]:
+    """What ``re.compile(source, flags)`` hands to the engine's constructor (``re._compiler.compile``)."""
+    from re import _compiler, _parser
+
+    flags = int(flags)
+    parsed = _parser.parse(source, flags)
+    code = [int(op) for op in _compiler._code(parsed, flags)]  # its opcodes are an int subclass
+    indexgroup: list[str | None] = [None] * parsed.state.groups
+    for name, index in parsed.state.groupdict.items():
+        indexgroup[index] = name
+    return (int(flags | parsed.state.flags), code, parsed.state.groups - 1, dict(parsed.state.groupdict),
+            tuple(indexgroup))
+
+
+def load(path: str) -> dict[tuple[str, int], tuple[Any, ...]]:
+    """The stored programs in ``path``; empty when there is none or another Python or engine wrote it."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        from _frozen_importlib_external import MAGIC_NUMBER  # importlib.util's, without importing it
+
+        if not data.startswith(MAGIC_NUMBER):
+            return {}
+        engine, programs = marshal.loads(data[len(MAGIC_NUMBER):])
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    return programs if engine == _sre.MAGIC and isinstance(programs, dict) else {}
+
+
+def dump(keys: list[tuple[str, int]]) -> bytes:
+    """The file's content for ``keys``: each program checked to give ``re.compile``'s pattern, else left out."""
+    from _frozen_importlib_external import MAGIC_NUMBER
+
+    programs = {}
+    for source, flags in sorted({(source, int(flags)) for source, flags in keys}):
+        try:
+            stored = program(source, flags)
+            if _sre.compile(source, *stored) == re.compile(source, flags):
+                programs[source, flags] = stored
+        except Exception:  # noqa: BLE001  # another Python's re internals: this pattern compiles at init
+            continue
+    return MAGIC_NUMBER + marshal.dumps((_sre.MAGIC, programs))

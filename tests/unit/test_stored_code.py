@@ -1,0 +1,177 @@
+"""The built layer's stored code (``compactor.build_cache``; docs/performance.md#the-workers-cold-start-seventh-round-issue-11):
+the records' ``__init__`` (``records.cache``) and the patterns' programs (``patterns.cache``). The layer's
+recipe writes them, a cold start compiles no record's ``__init__`` and no pattern with them, every record gets
+exactly the ``__init__`` compiling its source gives and every pattern equals ``re.compile``'s."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import _sre
+
+from compactor import build_cache, patterns, records
+
+REPO = Path(__file__).resolve().parents[2]
+LAYER = REPO / "layers" / "compactor"
+
+# In a fresh process over a built layer: import every module of its packages with ``records.cache`` (or
+# none), count the ``__init__`` sources compiled, then rebuild each record's ``__init__`` from its source
+# without the file and compare it with the one the class got.
+_IMPORT_ALL = textwrap.dedent("""\
+    import dataclasses, importlib, json, pkgutil, sys
+    sys.path.insert(0, {layer!r})
+    from compactor import patterns, records
+    records.CACHE_FILE, patterns.CACHE_FILE = {cache!r}, {pattern_cache!r}
+    compiled, regexes = [], []
+    compile_source = records.compile_source
+    records.compile_source = lambda source: compiled.append(source) or compile_source(source)
+    class Counted:
+        def __getattr__(self, name):
+            return getattr(re, name)
+        def compile(self, source, flags=0):
+            regexes.append(source)
+            return re.compile(source, flags)
+    import re
+    patterns.re = Counted()
+    for package in ("compactor", "compactor_aws"):
+        for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            importlib.import_module(info.name)
+    asked, at_import = sorted(set(patterns.ASKED)), len(regexes)
+    built = [patterns.pattern(source, flags) for source, flags in asked]  # the lazy ones too
+    unequal = [source for (source, flags), built in zip(asked, built) if built != re.compile(source, flags)
+               or built.groupindex != re.compile(source, flags).groupindex]
+    checked, differing = 0, []
+    records.compile_source, records._cache = compile_source, {{}}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in ("compactor", "compactor_aws"):
+            continue
+        for cls in list(vars(module).values()):
+            if not (isinstance(cls, type) and cls.__module__ == name and dataclasses.is_dataclass(cls)
+                    and cls.__repr__.__code__.co_filename == records.__file__):  # built by record
+                continue
+            params = cls.__dataclass_params__
+            fresh = records._init(cls, dataclasses.fields(cls), params.frozen, "__slots__" in cls.__dict__)
+            got = cls.__init__
+            checked += 1
+            if (got.__code__ != fresh.__code__ or got.__defaults__ != fresh.__defaults__
+                    or [c.cell_contents for c in got.__closure__ or ()] != [c.cell_contents for c in fresh.__closure__ or ()]):
+                differing.append(cls.__qualname__)
+    print(json.dumps({{"compiled": len(compiled), "checked": checked, "differing": differing,
+                      "asked": len(asked), "at_import": at_import, "regexes": len(regexes),
+                      "unequal": unequal}}))
+""")
+
+
+_ASKED = textwrap.dedent("""\
+    import importlib, json, pkgutil, sys
+    sys.path.insert(0, {layer!r})
+    from compactor import patterns
+    for package in ("compactor", "compactor_aws"):
+        for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            importlib.import_module(info.name)
+    print(json.dumps(sorted(set(patterns.ASKED))))
+""")
+
+
+@pytest.fixture(scope="module")
+def built_layer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layer's packages as its recipe builds them (``make code``): bytecode and ``records.cache``."""
+    root = tmp_path_factory.mktemp("layer")
+    subprocess.run(["make", "-s", "-C", str(LAYER), "code", f"ARTIFACTS_DIR={root}", f"PYTHON={sys.executable}"],
+                   check=True, capture_output=True)
+    return root / "python"
+
+
+def import_all(layer: Path, cache: Path, pattern_cache: Path) -> dict[str, object]:
+    script = _IMPORT_ALL.format(layer=str(layer), cache=str(cache), pattern_cache=str(pattern_cache))
+    done = subprocess.run([sys.executable, "-B", "-c", script],
+                          capture_output=True, text=True, check=True, cwd=layer)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_recipe_stores_the_code_of_every_record_s_init(built_layer: Path) -> None:
+    cache = records.load_cache(str(built_layer / "compactor" / "records.cache"))
+    codes = {module: marshal.loads(part) for module, part in cache.items()}
+    assert sum(map(len, codes.values())) >= 70
+    assert {"compactor.flow.graph", "compactor.providers.base", "compactor_aws.billing"} <= set(codes)
+    for sources in codes.values():
+        for source, code in sources.items():
+            assert code == records.compile_source(source)  # what compiling the source gives, flags included
+
+
+def test_a_cold_start_compiles_no_record_init_and_each_record_gets_its_own(built_layer: Path) -> None:
+    stored = built_layer / "compactor"
+    with_cache = import_all(built_layer, stored / "records.cache", stored / "patterns.cache")
+    assert with_cache["compiled"] == 0 and with_cache["regexes"] == 0
+    assert with_cache["checked"] >= 70 and with_cache["differing"] == []
+    assert with_cache["asked"] >= 25 and with_cache["unequal"] == []
+    without = import_all(built_layer, stored / "no-such.cache", stored / "no-such.cache")
+    assert without["compiled"] == with_cache["checked"]  # every one of them compiles without the files
+    assert without["at_import"] >= 15 and without["unequal"] == []
+
+
+def test_the_recipe_stores_the_program_of_every_pattern_the_layer_asks_for(built_layer: Path) -> None:
+    stored = patterns.load(str(built_layer / "compactor" / "patterns.cache"))
+    assert len(stored) >= 25
+    for (source, flags), program in stored.items():
+        assert _sre.compile(source, *program) == re.compile(source, flags)
+    asked = subprocess.run([sys.executable, "-B", "-c", _ASKED.format(layer=str(built_layer))], capture_output=True,
+                           text=True, check=True, cwd=built_layer).stdout
+    assert set(stored) == {tuple(key) for key in json.loads(asked)}  # every one asked for, none dropped
+
+
+def test_a_cache_of_another_python_or_a_damaged_one_is_not_used(tmp_path: Path) -> None:
+    source = "def __record_build__():\n def __init__(self):\n  pass\n return __init__"
+    foreign = {"m": marshal.dumps({source: records.compile_source("x = 1")})}
+    (tmp_path / "other").write_bytes(b"\x00\x00\r\n" + marshal.dumps(foreign))
+    (tmp_path / "damaged").write_bytes(build_cache.dump({"m": {}})[:6])
+    assert records.load_cache(str(tmp_path / "other")) == {}
+    assert records.load_cache(str(tmp_path / "damaged")) == {}
+    assert records.load_cache(str(tmp_path / "missing")) == {}
+    written = build_cache.dump({"m": {source: records.compile_source(source)}})
+    (tmp_path / "good").write_bytes(written)
+    assert marshal.loads(records.load_cache(str(tmp_path / "good"))["m"]) == {source: records.compile_source(source)}
+
+
+def test_a_stored_code_is_used_for_its_own_module_and_source_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = "def __record_build__():\n def __init__(self):\n  pass\n return __init__"
+    marker = records.compile_source("marker = 1")  # stored under the source, so its use shows
+    monkeypatch.setattr(records, "_cache", {"m": marshal.dumps({source: marker})})
+    assert records._code(source, "m") == marker
+    assert records._code(source, "other") == records.compile_source(source) != marker
+    assert records._code(source + "\n", "m") == records.compile_source(source + "\n") != marker
+
+
+def test_stored_programs_of_another_engine_or_damaged_ones_are_not_used(tmp_path: Path) -> None:
+    keys = [(r"(?P<name>\w+)=(\d+)?", 0), ("^task: (.*)$", re.MULTILINE), ("ab+c", re.IGNORECASE | re.DOTALL)]
+    written = patterns.dump(keys)
+    (tmp_path / "good").write_bytes(written)
+    good = patterns.load(str(tmp_path / "good"))
+    assert set(good) == {(source, int(flags)) for source, flags in keys}
+    for (source, flags), program in good.items():
+        built = _sre.compile(source, *program)
+        assert built == re.compile(source, flags) and built.groupindex == re.compile(source, flags).groupindex
+    magic = written[:len(written) - len(marshal.dumps((_sre.MAGIC, good)))]
+    (tmp_path / "engine").write_bytes(magic + marshal.dumps((_sre.MAGIC + 1, good)))
+    (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps((_sre.MAGIC, good)))
+    (tmp_path / "damaged").write_bytes(written[:-7])
+    for name in ("engine", "python", "damaged", "missing"):
+        assert patterns.load(str(tmp_path / name)) == {}
+
+
+def test_a_stored_program_is_used_for_its_own_source_and_flags_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = patterns.program("marker")  # stored under another source, so its use shows
+    monkeypatch.setattr(patterns, "_stored", {("a+", 0): marker})
+    assert patterns.pattern("a+").pattern == "a+" and patterns.pattern("a+").match("marker")
+    assert patterns.pattern("a+", re.IGNORECASE) == re.compile("a+", re.IGNORECASE)
+    assert patterns.pattern("a+b") == re.compile("a+b")
+    accessor = patterns.lazy("a+")
+    assert accessor.cache_info().currsize == 0 and accessor().match("marker") and accessor() is accessor()
