@@ -175,3 +175,58 @@ def test_a_stored_program_is_used_for_its_own_source_and_flags_only(monkeypatch:
     assert patterns.pattern("a+b") == re.compile("a+b")
     accessor = patterns.lazy("a+")
     assert accessor.cache_info().currsize == 0 and accessor().match("marker") and accessor() is accessor()
+
+
+_IDENTITY = textwrap.dedent("""\
+    import json, sys
+    sys.path.insert(0, {layer!r})
+    from compactor import stored_values
+    stored_values.CACHE_FILE = {cache!r}
+    computed = []
+    import itertools
+    accumulate = itertools.accumulate
+    itertools.accumulate = lambda *a, **k: computed.append(1) or accumulate(*a, **k)
+    from compactor import identity
+    itertools.accumulate = accumulate
+    print(json.dumps({{"computed": len(computed), "w1": identity._W1, "w2": identity._W2,
+                      "fingerprints": [identity.fingerprint(text) for text in ("", "a", "é" * 3000, "x" * 9000)]}}))
+""")
+
+
+def test_the_recipe_stores_the_fingerprint_s_weights_as_computed(built_layer: Path) -> None:
+    from compactor import identity
+
+    def run(cache: Path) -> dict[str, object]:
+        script = _IDENTITY.format(layer=str(built_layer), cache=str(cache))
+        done = subprocess.run([sys.executable, "-B", "-c", script], capture_output=True, text=True, check=True,
+                              cwd=built_layer)
+        return json.loads(done.stdout.splitlines()[-1])
+
+    stored, computed = run(built_layer / "compactor" / "values.cache"), run(built_layer / "compactor" / "none.cache")
+    assert stored["computed"] == 0 and computed["computed"] == 2  # read, not computed
+    assert stored["w1"] == [float(pow(31, identity._CHUNK - 1 - i, 2147483647)) for i in range(identity._CHUNK)]
+    assert stored["w2"] == [float(pow(37, identity._CHUNK - 1 - i, 2147483629)) for i in range(identity._CHUNK)]
+    assert stored["fingerprints"] == computed["fingerprints"] == [
+        identity.fingerprint(text) for text in ("", "a", "é" * 3000, "x" * 9000)]
+
+
+def test_a_stored_table_is_used_for_its_own_name_arguments_and_code_only(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    from compactor import stored_values
+
+    def table(n: int) -> tuple[int, ...]:
+        return tuple(range(n))
+
+    def other(n: int) -> tuple[int, ...]:
+        return tuple(range(1, n + 1))
+
+    (tmp_path / "values").write_bytes(stored_values.dump([("t", (3,), table)]))
+    loaded = stored_values.load(str(tmp_path / "values"))
+    assert loaded == {stored_values.key("t", (3,), table): (0, 1, 2)}
+    monkeypatch.setattr(stored_values, "_stored", {stored_values.key("t", (3,), table): ("stored",)})
+    assert stored_values.value("t", (3,), table) == ("stored",)
+    assert stored_values.value("t", (3,), other) == (1, 2, 3)  # another function: computed
+    assert stored_values.value("t", (4,), table) == (0, 1, 2, 3)  # other arguments
+    assert stored_values.value("u", (3,), table) == (0, 1, 2)  # another name
+    (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps(loaded))
+    assert stored_values.load(str(tmp_path / "python")) == {}

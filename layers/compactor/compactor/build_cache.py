@@ -1,14 +1,15 @@
 """Writes the built layer's stored code (docs/performance.md#the-workers-cold-start-seventh-round-issue-11):
-``compactor/records.cache``, the code of every record's ``__init__`` source (``compactor.records``), and
-``compactor/patterns.cache``, the program of every pattern of ``compactor.patterns``; a cold start runs them
-instead of compiling.
+``compactor/records.cache``, the code of every record's ``__init__`` source (``compactor.records``),
+``compactor/patterns.cache``, the program of every pattern of ``compactor.patterns``, and
+``compactor/values.cache``, the tables of ``compactor.stored_values``; a cold start runs or reads them instead
+of compiling or computing.
 
 Run by the layer's recipe (``layers/compactor/Makefile``) from the layer's ``python/`` directory, after the
 packages' bytecode: ``python -B -m compactor.build_cache compactor``. It imports every module of the layer's
 packages, compiles each ``__init__`` source a record asks for, as ``compactor.records`` would, and stores the
-code by module and source; then the program of every pattern the modules asked for. A module that cannot be
-imported here (a dependency built for another platform) is reported and left out: its records and patterns
-compile at init, as without the files.
+code by module and source; then the program of every pattern and the result of every table the modules
+asked for. A module that cannot be imported here (a dependency built for another platform) is reported and
+left out: its records and patterns compile and its tables compute at init, as without the files.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pkgutil
 import sys
 from types import CodeType
 
-from compactor import patterns, records
+from compactor import patterns, records, stored_values
 
 PACKAGES = ("compactor", "compactor_aws")
 
@@ -52,7 +53,7 @@ def collect(packages: tuple[str, ...] = PACKAGES) -> dict[str, dict[str, CodeTyp
 
 
 def _skipped(module: str, error: BaseException | None) -> None:
-    print(f"build_cache: {module} not imported ({error!r}): its records and patterns compile at init",
+    print(f"build_cache: {module} not imported ({error!r}): its records, patterns and tables are made at init",
           file=sys.stderr)
 
 
@@ -71,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         file.write(dump(codes))
     with open(os.path.join(directory, os.path.basename(patterns.CACHE_FILE)), "wb") as file:
         file.write(patterns.dump(patterns.ASKED))
+    with open(os.path.join(directory, os.path.basename(stored_values.CACHE_FILE)), "wb") as file:
+        file.write(stored_values.dump(stored_values.ASKED))
     print(f"build_cache: {sum(map(len, codes.values()))} records' __init__ of {len(codes)} modules, "
-          f"{len(set(patterns.ASKED))} patterns -> {directory}")
+          f"{len(set(patterns.ASKED))} patterns, {len(stored_values.ASKED)} tables -> {directory}")
     return 0
 
 
