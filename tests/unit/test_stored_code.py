@@ -230,3 +230,13 @@ def test_a_stored_table_is_used_for_its_own_name_arguments_and_code_only(monkeyp
     assert stored_values.value("u", (3,), table) == (0, 1, 2)  # another name
     (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps(loaded))
     assert stored_values.load(str(tmp_path / "python")) == {}
+
+
+def test_a_damaged_module_part_or_program_compiles_instead(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = "def __record_build__():\n def __init__(self):\n  pass\n return __init__"
+    monkeypatch.setattr(records, "_cache", {"m": b"\xff damaged", "n": marshal.dumps([1, 2])})
+    assert records._code(source, "m") == records.compile_source(source)
+    assert records._code(source, "n") == records.compile_source(source)
+    monkeypatch.setattr(patterns, "_stored", {("a+", 0): ("not", "a", "program"), ("b+", 0): (32, [1, 2], 0, {}, ())})
+    assert patterns.pattern("a+") == re.compile("a+")
+    assert patterns.pattern("b+") == re.compile("b+")

@@ -40,7 +40,10 @@ def pattern(source: str, flags: int = 0) -> re.Pattern[str]:
         stored = _stored = load(CACHE_FILE)
     program = stored.get(key)
     if program is not None:
-        return _sre.compile(source, *program)
+        try:
+            return _sre.compile(source, *program)
+        except (TypeError, ValueError, RuntimeError):  # a damaged program: compiled instead
+            pass
     return re.compile(source, flags)
 
 

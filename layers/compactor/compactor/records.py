@@ -84,8 +84,12 @@ def _code(source: str, module: str) -> CodeType:
         cache = _cache = load_cache(CACHE_FILE)
     codes = cache.get(module)
     if isinstance(codes, bytes):  # the module's part, loaded with its first record
-        codes = cache[module] = marshal.loads(codes)
-    code = codes.get(source) if codes else None
+        try:
+            codes = marshal.loads(codes)
+        except (ValueError, EOFError, TypeError):
+            codes = {}
+        cache[module] = codes
+    code = codes.get(source) if isinstance(codes, dict) else None
     return code if isinstance(code, CodeType) else compile_source(source)
 
 
