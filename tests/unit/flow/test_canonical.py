@@ -205,3 +205,15 @@ def test_typed_encoding_equals_its_definition(value: Any) -> None:
         return
     assert encode_typed(table) == expected
     assert encode_typed(table, {}) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(alphabet=st.characters(max_codepoint=127), max_size=8), st.sampled_from(["é", ""])),
+                max_size=40), st.booleans())
+def test_a_list_of_strings_equals_its_definition(names: list[str], shared: bool) -> None:
+    """A list of ASCII strings (names, paths) takes its members in the order of their keys without building
+    pairs (``n10:`` sorts before ``n2:``); any other list takes the pairs. Both equal the definition."""
+    table = {"names": names, "again": names} if shared else {"names": names}
+    assert encode_typed(names) == reference_typed(names)
+    assert encode_typed(table, {}) == reference_typed(table)
+    assert encode_typed([*names, None]) == reference_typed([*names, None])

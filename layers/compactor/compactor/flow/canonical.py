@@ -71,6 +71,14 @@ def encode_typed(value: Any, memo: Memo | None = None) -> str:
                   else f"n{item}:" if type(item) is int else encode_typed(item, memo))
                  for key, item in value.items() if item is not None]
     elif isinstance(value, list) or isinstance(value, Sequence):
+        members = _ascii_strings(value) if type(value) is list else None
+        if members is not None:  # names, paths: their sorted keys are known, no pairs to build and sort
+            indexes, keys = _sorted_positions(members)
+            encoding = f"t{members}:" + "".join([f"{key}s{len(item)}:{item}" for key, item in zip(
+                keys, [value[index] for index in indexes])])
+            if memo is not None:
+                memo[id(value)] = (value, encoding)
+            return encoding
         pairs = [(f"n{position}:", f"s{len(item) if item.isascii() else utf8_len(item)}:{item}"
                   if type(item) is str else f"n{item}:" if type(item) is int else encode_typed(item, memo))
                  for position, item in enumerate(value, start=1) if item is not None]
@@ -81,6 +89,32 @@ def encode_typed(value: Any, memo: Memo | None = None) -> str:
     if memo is not None:
         memo[id(value)] = (value, encoding)  # the value is kept alive, so its id is not reused meanwhile
     return encoding
+
+
+def _ascii_strings(value: list[Any]) -> int | None:
+    """The length of a list whose members are all ASCII strings, else None (their join fails on any other
+    member, ``None`` included, and is ASCII only when every member is)."""
+    try:
+        joined = "".join(value)
+    except TypeError:
+        return None
+    return len(value) if joined.isascii() else None
+
+
+# By a list's length: the indexes of its members in the order of their encoded keys (``n10:`` sorts before
+# ``n2:``) and those keys. Lengths up to _POSITIONS_KEPT are kept (a list in a term is at most a few hundred).
+_POSITIONS: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+_POSITIONS_KEPT = 1024
+
+
+def _sorted_positions(count: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    known = _POSITIONS.get(count)
+    if known is None:
+        order = sorted(range(1, count + 1), key=lambda position: f"n{position}:")
+        known = (tuple(position - 1 for position in order), tuple(f"n{position}:" for position in order))
+        if count <= _POSITIONS_KEPT:
+            _POSITIONS[count] = known
+    return known
 
 
 def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
