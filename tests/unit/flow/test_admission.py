@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compactor.flow import FlowAdmissionError, admit_flow
 
@@ -289,3 +291,28 @@ def test_cache_prefix_is_a_hint_outside_the_identity() -> None:
     hinted = admit(triage_flow(classify={"cache_prefix": ["t1", "t2"]}), flow_input=FLOW_INPUT)
     plain = admit(triage_flow(), flow_input=FLOW_INPUT)
     assert hinted.identity == plain.identity and hinted.fingerprint == plain.fingerprint
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=255), st.text(max_size=5), st.sampled_from(["llm", "decision", "data"]),
+       st.lists(st.integers(min_value=0, max_value=255), max_size=4).map(tuple),
+       st.dictionaries(st.text(max_size=3), st.integers(), max_size=3), st.text(max_size=20),
+       st.none() | st.integers(min_value=0, max_value=32_000))
+def test_flow_node_is_the_constructors_node(index: int, label: str, kind: str, inputs: tuple[int, ...],
+                                             spec: dict[str, int], encoding: str, questions_bytes: int | None) -> None:
+    """``graph.flow_node`` (admission's nodes, made slot by slot) equals ``FlowNode(...)`` field by field and
+    as a whole, and is as frozen."""
+    import dataclasses
+
+    from compactor.flow.graph import FlowNode, flow_node
+
+    policy = object()
+    made = flow_node(index, label, kind, inputs, spec, policy, encoding, None, questions_bytes)  # type: ignore[arg-type]
+    expected = FlowNode(index=index, label=label, kind=kind, inputs=inputs, spec=spec, policy=policy,  # type: ignore[arg-type]
+                        encoding=encoding, routing=None, questions_bytes=questions_bytes)
+    assert type(made) is FlowNode and made == expected and repr(made) == repr(expected)
+    assert [getattr(made, f.name) for f in dataclasses.fields(FlowNode)] == \
+        [getattr(expected, f.name) for f in dataclasses.fields(FlowNode)]
+    assert flow_node(index, label, kind, inputs, spec, policy, encoding).questions_bytes is None  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.index = index + 1  # type: ignore[misc]

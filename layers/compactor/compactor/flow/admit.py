@@ -33,6 +33,7 @@ from .graph import (
     AdmittedPolicyLike,
     AdmittedRouting,
     FlowNode,
+    flow_node,
 )
 from .decision_routing import ROUTE_QUESTION, route_question
 from .values import MISSING, bounds_problem
@@ -390,10 +391,9 @@ def _canonicalise(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]], inp
         else:
             for source in sorted(set(node_inputs)):
                 successors[source].append(index)
-        flow_nodes.append(FlowNode(
-            index=index, label=label, kind=nodes[label]["kind"], inputs=node_inputs, spec=nodes[label],
-            policy=policies.get(label), encoding=node_encoding(keys[label], index, node_inputs),
-            routing=routings.get(label), questions_bytes=questions_bytes.get(label)))
+        flow_nodes.append(flow_node(
+            index, label, nodes[label]["kind"], node_inputs, nodes[label], policies.get(label),
+            node_encoding(keys[label], index, node_inputs), routings.get(label), questions_bytes.get(label)))
     encoding = flow_encoding([node.encoding for node in flow_nodes])
     return AdmittedFlow(
         nodes=tuple(flow_nodes), successors=tuple(tuple(s) for s in successors), typed=typed,
@@ -469,8 +469,6 @@ class _Entry:
     def for_caller(self, nodes: Mapping[str, Any]) -> AdmittedFlow:
         flow = self.flow
         return AdmittedFlow(
-            nodes=tuple(FlowNode(index=node.index, label=node.label, kind=node.kind, inputs=node.inputs,
-                                 spec=nodes[node.label], policy=node.policy, encoding=node.encoding,
-                                 routing=node.routing, questions_bytes=node.questions_bytes)
-                        for node in flow.nodes),
+            nodes=tuple(flow_node(node.index, node.label, node.kind, node.inputs, nodes[node.label], node.policy,
+                                  node.encoding, node.routing, node.questions_bytes) for node in flow.nodes),
             successors=flow.successors, typed=flow.typed, encoding=flow.encoding, fingerprint=flow.fingerprint)

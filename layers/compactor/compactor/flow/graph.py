@@ -74,6 +74,35 @@ class FlowNode:
         return self.spec.get(key, default)
 
 
+# Each field's slot setter, in field order: :func:`flow_node` sets them directly.
+_FLOW_NODE_SLOTS = tuple(FlowNode.__dict__[name].__set__ for name in (
+    "index", "label", "kind", "inputs", "spec", "policy", "encoding", "routing", "questions_bytes"))
+
+
+def flow_node(index: int, label: str, kind: str, inputs: tuple[int, ...], spec: Mapping[str, Any],
+              policy: AdmittedPolicyLike | None, encoding: str, routing: AdmittedRouting | None = None,
+              questions_bytes: int | None = None) -> FlowNode:
+    """``FlowNode(...)`` of these fields, made with each slot set directly: the frozen record's ``__init__``
+    sets every field through ``object.__setattr__``, about twice the time for a node, and admission makes
+    one per node (docs/performance.md). The same node as the constructor's (a test compares them)."""
+    node = _new(FlowNode)
+    set_index, set_label, set_kind, set_inputs, set_spec, set_policy, set_encoding, set_routing, set_bytes = \
+        _FLOW_NODE_SLOTS
+    set_index(node, index)
+    set_label(node, label)
+    set_kind(node, kind)
+    set_inputs(node, inputs)
+    set_spec(node, spec)
+    set_policy(node, policy)
+    set_encoding(node, encoding)
+    set_routing(node, routing)
+    set_bytes(node, questions_bytes)
+    return node
+
+
+_new = object.__new__
+
+
 @record(frozen=True, slots=True)
 class AdmittedFlow:
     """A flow that passed admission, with its canonical identity. ``nodes[k].index == k``."""
