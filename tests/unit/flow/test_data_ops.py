@@ -139,3 +139,43 @@ def test_apply_dispatches_with_node_options() -> None:
     assert apply("project", {"path": ["a"]}, [{"a": 1}]) == 1
     assert apply("select", {"field": "f", "equals": "v"}, [{"a": 1}, {"a": {"f": "v"}}]) == {"a": 1}
     assert apply("union", {}, [{"a": 1}, {"b": 2}]) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("on_error", [False, True])
+@pytest.mark.parametrize(("spec", "values", "value", "error"), [
+    ({"operation": "project", "path": ["a"]}, [{"a": [1]}], [1], None),
+    ({"operation": "select", "field": "choice", "equals": "x"}, [{"k": "v", "j": "w"}, {"k": {"choice": "x"}}],
+     {"k": "v"}, None),
+    ({"operation": "union"}, [{"a": 1}, {"a": 2}], None, "data_error: union: key 'a' appears in more than one input"),
+    ({"operation": "overlay", "max_string_bytes": 9}, [{"k": "long text"}, {"k": "\ud800"}], None,
+     "data_error: value is not valid Unicode (lone surrogate)"),
+])
+def test_a_data_node_runs_inline_as_it_ran_as_a_coroutine(spec: dict[str, Any], values: list[Any], value: Any,
+                                                           error: str | None, on_error: bool) -> None:
+    """The scheduler runs a data node without a coroutine (``execute.execute_data_node``, docs/performance.md):
+    the same value, trace entry (keys in the same order), status and error as ``execute_node``'s data path."""
+    import asyncio
+
+    from compactor.budget import Deadline
+    from compactor.flow.execute import FAILED, FALLBACK, OK, execute_data_node, execute_node
+    from compactor.flow.graph import flow_node
+
+    spec = {"kind": "data", "inputs": [f"x{i}" for i in range(len(values))], **spec,
+            **({"on_error": "input"} if on_error else {})}
+    node = flow_node(3, "label", "data", tuple(range(len(values))), spec, None, "")
+    expected_entry: dict[str, Any] = {"node": "n3", "kind": "data", "inputs": [f"n{i}" for i in range(len(values))],
+                                      "cost_reported": 0}
+    if error is not None:
+        expected_entry["error"] = error
+        if on_error:
+            expected_entry["fallback"] = "input"
+    for outcome in (execute_data_node(node, values),
+                    asyncio.run(execute_node(node, values, router=None, deadline=Deadline.after_ms(1000)))):  # type: ignore[arg-type]
+        assert outcome.entry == expected_entry and list(outcome.entry) == list(expected_entry)
+        if error is None:
+            assert (outcome.value, outcome.status, outcome.error_kind, outcome.error_message) == (value, OK, None, None)
+        else:
+            assert outcome.status == (FALLBACK if on_error else FAILED)
+            assert outcome.value == (values[0] if on_error else None)
+            assert (outcome.error_kind, outcome.error_message) == ("data_error", error)
+        assert outcome.tool_calls is None

@@ -74,17 +74,10 @@ async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRou
     Never raises for model or data failures: they come back as a FAILED outcome, or as FALLBACK
     with the first input value when the node has ``on_error: "input"``. Cancellation propagates.
     """
+    if node.kind == DATA:
+        return execute_data_node(node, values)
     entry: dict[str, Any] = {"node": node.cid, "kind": node.kind, "inputs": [f"n{i}" for i in node.inputs]}
     try:
-        if node.kind == DATA:
-            entry["cost_reported"] = 0  # pure: free whether it succeeds or not
-            try:
-                value = data_ops.apply(node.spec["operation"], node.spec, values)
-            except data_ops.DataOpError as exc:
-                raise _NodeFailure(DATA_ERROR, exc.message) from exc
-            except UnicodeEncodeError as exc:  # a value holding a lone surrogate has no byte size
-                raise _NodeFailure(DATA_ERROR, "value is not valid Unicode (lone surrogate)") from exc
-            return NodeOutcome(value, entry, OK)
         if node.option("skip_empty") and is_empty_container(values[0]):
             entry.update(skipped=True, cost_reported=0)
             return NodeOutcome(values[0], entry, SKIPPED)
@@ -95,11 +88,33 @@ async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRou
             return await _run_decision(node, values, entry, router, deadline)
         return await _run_llm(node, values, entry, router, deadline, conversation, proposed_tool_calls)
     except _NodeFailure as failure:
-        entry["error"] = failure.text
-        if node.option("on_error") == "input":
-            entry["fallback"] = "input"
-            return NodeOutcome(values[0], entry, FALLBACK, failure.kind, failure.text)
-        return NodeOutcome(None, entry, FAILED, failure.kind, failure.text)
+        return _failed(node, values, entry, failure)
+
+
+def execute_data_node(node: FlowNode, values: Sequence[Any]) -> NodeOutcome:
+    """:func:`execute_node` of a ``data`` node, which is pure and never waits: a scheduler runs it inline
+    without a coroutine to drive (docs/performance.md). A failure comes back as :func:`execute_node`'s."""
+    entry: dict[str, Any] = {"node": node.cid, "kind": node.kind, "inputs": [f"n{i}" for i in node.inputs],
+                             "cost_reported": 0}  # pure: free whether it succeeds or not
+    try:
+        try:
+            value = data_ops.apply(node.spec["operation"], node.spec, values)
+        except data_ops.DataOpError as exc:
+            raise _NodeFailure(DATA_ERROR, exc.message) from exc
+        except UnicodeEncodeError as exc:  # a value holding a lone surrogate has no byte size
+            raise _NodeFailure(DATA_ERROR, "value is not valid Unicode (lone surrogate)") from exc
+    except _NodeFailure as failure:
+        return _failed(node, values, entry, failure)
+    return NodeOutcome(value, entry, OK)
+
+
+def _failed(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], failure: _NodeFailure) -> NodeOutcome:
+    """The outcome of a node that failed: FALLBACK to its first input with ``on_error: "input"``, else FAILED."""
+    entry["error"] = failure.text
+    if node.option("on_error") == "input":
+        entry["fallback"] = "input"
+        return NodeOutcome(values[0], entry, FALLBACK, failure.kind, failure.text)
+    return NodeOutcome(None, entry, FAILED, failure.kind, failure.text)
 
 
 async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], router: FlowRouter,

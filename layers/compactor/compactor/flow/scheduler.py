@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from ..budget import Deadline
-from .execute import FAILED, FlowRouter, NodeOutcome, execute_node
+from .execute import FAILED, FlowRouter, NodeOutcome, execute_data_node, execute_node
 from .graph import DATA, DECISION, INPUT, OUTPUT, AdmittedFlow, FlowNode
 from .result import FlowResult, answer_reasons
 from .trace import aggregate
@@ -112,15 +112,15 @@ class _FlowRun:
                 self.finished = True
                 return
             values = [self.values[i] for i in node.inputs]
-            proposed = [call for i in node.inputs for call in self.tool_calls.get(i, ())] if self.tool_calls else []
             if self.on_event is not None:
                 self._emit("node_started", node)
-            outcome = execute_node(node, values, router=self.router, deadline=self.deadline,
-                                   conversation=self.conversation, proposed_tool_calls=proposed)
-            if node.kind == DATA:  # pure and synchronous: completes without suspending
-                self._settle(node, await outcome)
-            else:
-                self.running[start_task(outcome)] = node.index
+            if node.kind == DATA:  # pure and synchronous: run inline, without a coroutine to drive
+                self._settle(node, execute_data_node(node, values))
+                continue
+            proposed = [call for i in node.inputs for call in self.tool_calls.get(i, ())] if self.tool_calls else []
+            self.running[start_task(execute_node(
+                node, values, router=self.router, deadline=self.deadline, conversation=self.conversation,
+                proposed_tool_calls=proposed))] = node.index
 
     def _settle(self, node: FlowNode, outcome: NodeOutcome) -> None:
         self.entries[node.index] = outcome.entry
