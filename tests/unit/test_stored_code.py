@@ -1,7 +1,8 @@
 """The built layer's stored code (``compactor.build_cache``; docs/performance.md#the-workers-cold-start-seventh-round-issue-11):
-the records' ``__init__`` (``records.cache``) and the patterns' programs (``patterns.cache``). The layer's
-recipe writes them, a cold start compiles no record's ``__init__`` and no pattern with them, every record gets
-exactly the ``__init__`` compiling its source gives and every pattern equals ``re.compile``'s."""
+the records' ``__init__`` (``records.cache``), the patterns' programs (``patterns.cache``) and the fingerprint's
+weights (``values.cache``). The layer's recipe writes them, a cold start compiles no record's ``__init__`` and no
+pattern and computes no weight with them, every record gets exactly the ``__init__`` compiling its source gives,
+every pattern equals ``re.compile``'s and the weights are the powers they stand for."""
 
 from __future__ import annotations
 

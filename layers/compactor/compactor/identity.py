@@ -15,8 +15,8 @@ _M2, _B2, _S2 = 2147483629, 37, 52711
 _CHUNK = 4096
 
 
-def _weights(base: int, modulus: int) -> tuple[float, ...]:
-    """``base**(CHUNK-1-i) mod modulus`` for i in 0..CHUNK-1: a chunk's bytes as one polynomial step.
+def _weights(base: int, modulus: int, chunk: int) -> tuple[float, ...]:
+    """``base**(chunk-1-i) mod modulus`` for i in 0..chunk-1: a chunk's bytes as one polynomial step.
 
     As floats, and still exact: a weight is below 2**31 and a byte below 2**8, so every product and every
     partial sum of a chunk (below 4096 * 2**39 = 2**51) is an integer a double holds exactly (2**53).
@@ -24,14 +24,15 @@ def _weights(base: int, modulus: int) -> tuple[float, ...]:
     each step's product and remainder are exact, and this runs about three times faster than the integer
     loop at every cold start (docs/performance.md)."""
     step, mod = float(base), float(modulus)
-    weights = list(accumulate(repeat(None, _CHUNK - 1), lambda weight, _: weight * step % mod, initial=1.0))
+    weights = list(accumulate(repeat(None, chunk - 1), lambda weight, _: weight * step % mod, initial=1.0))
     weights.reverse()
     return tuple(weights)
 
 
-# Stored by the built layer (compactor.stored_values): computing both costs 1.4 ms at every cold start.
-_W1 = value("identity.weights", (_B1, _M1), _weights)
-_W2 = value("identity.weights", (_B2, _M2), _weights)
+# Stored by the built layer (compactor.stored_values, by these arguments and _weights' code): computing both
+# costs 1.4 ms at every cold start.
+_W1 = value("identity.weights", (_B1, _M1, _CHUNK), _weights)
+_W2 = value("identity.weights", (_B2, _M2, _CHUNK), _weights)
 
 
 def _sumprod(values: bytes, weights: Iterable[float]) -> float:
