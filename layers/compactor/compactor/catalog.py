@@ -5,22 +5,23 @@ bundled ``presets/catalog.json`` (built-in offline offers only). Every boolean o
 carries besides its identity, wiring and prices (``supports_json_mode``, ``context``, ``no_log``,
 ``tier``, ``latency_ms``, any extra numeric or boolean key …) becomes a policy observation field.
 
-The module's annotations are evaluated where they stand (no ``from __future__ import annotations``): pydantic
-would otherwise evaluate the 32 field annotations of the two models from strings when it builds them, 0.45 ms
-of every cold start (docs/performance.md#the-workers-cold-start-sixth-round-issue-11).
+A catalog is validated by the pydantic models of ``compactor.catalog_models`` (``OfferSpec``, ``CatalogSpec``,
+also importable from here), built on first use: a catalog of built-in offers with the plainest values (the
+bundled one) is read by :func:`_plain_catalog`, which checks what the models would check of it and builds the
+same offers, without building the models (docs/performance.md#the-catalog-without-its-models-issue-11-seventh-round).
 """
 
+import math
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
-from compactor.jsonutil import is_finite_number
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
-from compactor.providers.registry import TRANSPORTS
+from compactor.providers.registry import BUILTIN, TRANSPORTS
 from compactor.records import record
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
@@ -34,99 +35,13 @@ class CatalogError(ValueError):
     """An unreadable or invalid catalog; the message names the file and the problem."""
 
 
+def __getattr__(name: str) -> Any:
+    """``OfferSpec`` and ``CatalogSpec``, from ``compactor.catalog_models`` (built when first asked for)."""
+    if name in ("OfferSpec", "CatalogSpec"):
+        from compactor import catalog_models
 
-
-class OfferSpec(BaseModel):
-    """One offer as written in the catalog file."""
-
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-
-    id: str = Field(min_length=1, max_length=200)
-    provider: str = Field(min_length=1, max_length=200)
-    family: str = Field(min_length=1, max_length=200)
-    model: str = Field(min_length=1, max_length=200)
-    protocol: Literal["chat", "decisions"]
-    transport: Literal[tuple(TRANSPORTS)]  # type: ignore[valid-type]  # the names of the one transport table
-    base_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    # A Secrets Manager name or ARN (the characters both allow).
-    api_key_secret: str | None = Field(default=None, min_length=1, max_length=2048,
-                                       pattern=r"^[A-Za-z0-9/_+=.@:\-]+$")
-    region: str | None = Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
-    max_concurrency: int | None = Field(default=None, ge=1, le=1024)
-    price_in: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    price_out: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    supports_tools: bool | None = None
-    supports_vision: bool | None = None
-    supports_json_mode: bool | None = None
-    supports_seed: bool | None = None
-    no_log: bool | None = None
-    has_tee: bool | None = None
-    disabled: bool | None = None
-    context: int | None = Field(default=None, ge=0)
-    latency_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    tok_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    success_rate: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    credits: float | None = Field(default=None, allow_inf_nan=False)
-    tier: str | int | None = None
-    # Prompt-cache markers (docs/providers.md "Prompt caching"): on or off for this offer (default: the
-    # transport's), and the fewest prompt tokens worth a marker (default 1024).
-    prompt_cache: bool | None = None
-    cache_min_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
-
-    @field_validator("base_url")
-    @classmethod
-    def _strip_trailing_slash(cls, value: str | None) -> str | None:
-        return value.rstrip("/") if value else value
-
-    @model_validator(mode="after")
-    def _check_wiring(self) -> "OfferSpec":
-        for key, value in (self.model_extra or {}).items():
-            if not (value is None or isinstance(value, bool) or is_finite_number(value)):
-                raise ValueError(f"unknown field {key!r}: extra offer fields must be booleans, finite numbers or null")
-        kind = TRANSPORTS[self.transport]
-        if self.protocol not in kind.protocols:
-            raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")
-        if kind.base_url == "required" and not self.base_url:
-            raise ValueError(f"transport {self.transport!r} needs a base_url")
-        if kind.base_url == "none" and (self.base_url or self.api_key_env or self.api_key_secret):
-            raise ValueError(f"{self.transport} offers take no base_url, api_key_env or api_key_secret")
-        if not kind.keys and (self.api_key_env or self.api_key_secret):
-            raise ValueError(f"{self.transport} offers take no key: the function's IAM role signs the calls")
-        if self.region and not kind.regional:
-            regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
-            raise ValueError(f"only {regional} offers take a region")
-        return self
-
-    def to_offer(self) -> Offer:
-        """The runtime :class:`Offer`: wiring and prices as fields, the rest as observations."""
-        fields = self.model_dump(exclude_none=True)
-        observations = {key: value for key, value in fields.items() if key not in _WIRING_KEYS}
-        return Offer(
-            id=self.id, provider=self.provider, family=self.family, model=self.model,
-            protocol=self.protocol, transport=self.transport, base_url=self.base_url,
-            api_key_env=self.api_key_env, api_key_secret=self.api_key_secret, region=self.region,
-            max_concurrency=self.max_concurrency, price_in=self.price_in, price_out=self.price_out,
-            observations=observations,
-        )
-
-
-class CatalogSpec(BaseModel):
-    """The catalog file: offers and the operator's policy envelope (a Pred term or null)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    offers: list[OfferSpec]
-    policy_envelope: list[Any] | None = None
-
-    @model_validator(mode="after")
-    def _unique_ids(self) -> "CatalogSpec":
-        seen: set[str] = set()
-        for offer in self.offers:
-            if offer.id in seen:
-                raise ValueError(f"duplicate offer id {offer.id!r}")
-            seen.add(offer.id)
-        return self
+        return getattr(catalog_models, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @record(frozen=True)
@@ -163,11 +78,67 @@ def _describe(error: ValidationError) -> str:
 
 def parse_catalog(data: Any, source: str = "<catalog>") -> Catalog:
     """A :class:`Catalog` from already-parsed JSON; ``CatalogError`` names ``source`` and the problem."""
+    plain = _plain_catalog(data)
+    return plain if plain is not None else _validated_catalog(data, source)
+
+
+def _validated_catalog(data: Any, source: str) -> Catalog:
+    """:func:`parse_catalog` by the pydantic models."""
+    from compactor.catalog_models import CatalogSpec
+
     try:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
         raise CatalogError(f"catalog {source}: {_describe(exc)}") from None
     return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+
+
+_PLAIN_NAMES = ("id", "provider", "family", "model")
+_PLAIN_FLAGS = ("supports_tools", "supports_vision", "supports_json_mode", "supports_seed", "no_log", "has_tee",
+                "disabled", "prompt_cache")
+_PLAIN_OBSERVED = ("supports_tools", "supports_vision", "supports_json_mode", "supports_seed", "no_log", "has_tee",
+                   "disabled", "context", "prompt_cache")
+"""The observation fields :func:`_plain_catalog` reads, in ``OfferSpec``'s order (that of its ``model_dump``)."""
+_PLAIN_UNSET = ("base_url", "api_key_env", "api_key_secret", "region", "max_concurrency")
+_PLAIN_KEYS = frozenset((*_PLAIN_NAMES, "protocol", "transport", *_PLAIN_UNSET, "price_in", "price_out",
+                         *_PLAIN_OBSERVED))
+
+
+def _plain_catalog(data: Any) -> Catalog | None:
+    """The catalog of ``data`` as :func:`_validated_catalog` makes it, when it holds built-in offers only with the
+    plainest values: names of 1-200 characters, no wiring (built-in offers take none), prices that are finite
+    floats from 0 or integers from 0 below 2**53 (read as floats), flags that are booleans, a ``context`` that is
+    an integer from 0, nothing else, no policy envelope, every id once. Else None (anything else, valid or not,
+    is for the models to judge). ``tests/unit/test_catalog_plain.py`` holds it equal to the models' answer."""
+    if type(data) is not dict or not data.keys() <= {"offers", "policy_envelope"} \
+            or data.get("policy_envelope") is not None:
+        return None
+    items = data.get("offers")
+    if type(items) is not list:
+        return None
+    protocols = TRANSPORTS[BUILTIN].protocols
+    offers: list[Offer] = []
+    for item in items:
+        if type(item) is not dict or not item.keys() <= _PLAIN_KEYS or item.get("transport") != BUILTIN \
+                or item.get("protocol") not in protocols or any(item.get(key) is not None for key in _PLAIN_UNSET):
+            return None
+        if not all(type(name := item.get(key)) is str and 1 <= len(name) <= 200 for key in _PLAIN_NAMES):
+            return None
+        prices = [item.get("price_in"), item.get("price_out")]
+        if not all(price is None or (type(price) is float and math.isfinite(price) and price >= 0)
+                   or (type(price) is int and 0 <= price < 2**53) for price in prices):  # ints exact as floats
+            return None
+        context = item.get("context")
+        if not all(item.get(key) is None or type(item[key]) is bool for key in _PLAIN_FLAGS) \
+                or not (context is None or (type(context) is int and context >= 0)):
+            return None
+        if any(offer.id == item["id"] for offer in offers):
+            return None
+        price_in, price_out = (None if price is None else float(price) for price in prices)
+        offers.append(Offer(id=item["id"], provider=item["provider"], family=item["family"], model=item["model"],
+                            protocol=item["protocol"], transport=BUILTIN, price_in=price_in, price_out=price_out,
+                            observations={key: item[key] for key in _PLAIN_OBSERVED if item.get(key) is not None}))
+    return Catalog(tuple(offers), None)
 
 
 def load_catalog(path: str | None = None) -> Catalog:
