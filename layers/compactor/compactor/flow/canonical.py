@@ -65,10 +65,14 @@ def encode_typed(value: Any, memo: Memo | None = None) -> str:
     # members (bool is not ``int`` by type) encoded in place, an ASCII string's length without a call: the
     # same encoding with a fraction of the calls (docs/performance.md)
     if isinstance(value, dict) or isinstance(value, Mapping):
+        # a table several keys share (a decision node's question) is found in the memo without a call
+        recall = {} if memo is None else memo
         pairs = [(f"s{len(key) if key.isascii() else utf8_len(key)}:{key}" if type(key) is str
                   else encode_typed(key),
                   f"s{len(item) if item.isascii() else utf8_len(item)}:{item}" if type(item) is str
-                  else f"n{item}:" if type(item) is int else encode_typed(item, memo))
+                  else f"n{item}:" if type(item) is int
+                  else known[1] if (known := recall.get(id(item))) is not None and known[0] is item
+                  else encode_typed(item, memo))
                  for key, item in value.items() if item is not None]
     elif isinstance(value, list) or isinstance(value, Sequence):
         members = _ascii_strings(value) if type(value) is list else None
