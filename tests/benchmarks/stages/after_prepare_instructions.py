@@ -3,7 +3,7 @@ request, counted by valgrind: figures that the load of a shared machine does not
 
 Run: ``.venv/bin/python tests/benchmarks/stages/after_prepare_instructions.py [--runs N] [--stages ...]``
 (a diagnostic with no goal, so not among the ``tests/benchmarks/*.py`` that ``make bench`` runs; it needs
-``valgrind``, and takes about 20 s a stage under it)
+``valgrind``; the setup takes about 20 s under it, each count 20–60 s)
 
 Each stage runs in a process under ``valgrind --tool=cachegrind --cache-sim=no`` (``PYTHONHASHSEED=0``) twice:
 once with no run of the stage and once with N, after the same setup (one whole ``service.compact`` of the
