@@ -11,11 +11,12 @@ from typing import Any
 
 from compactor.chat import Message, content_text
 from compactor.jsonutil import ascii_wire_size, dense_dumps, json_text_size, spaced_dumps
+from compactor.patterns import pattern
 
 MAX_NAMES = 160
 MAX_NAMES_BYTES = 3000
-_TOKEN = re.compile(r"[A-Za-z_~./][\w./~@+-]*")
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+_TOKEN = pattern(r"[A-Za-z_~./][\w./~@+-]*")  # stored by the layer's build (compactor.patterns)
+_IDENTIFIER = pattern(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 def _is_name(token: str) -> bool:
@@ -38,7 +39,7 @@ def is_code_identifier(token: str) -> bool:
     return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)
 
 
-_TAG = re.compile(r"</?[A-Za-z_][\w-]*>")
+_TAG = pattern(r"</?[A-Za-z_][\w-]*>")
 
 
 # The tokens are what ``_TOKEN.findall`` finds: in each run of _RUN_CHARS, the run without the characters
@@ -181,7 +182,7 @@ def batch_hint(names: list[str]) -> list[str]:
     return chosen
 
 
-_FENCED = re.compile(r"```[\w-]*[ \t]*\n.*?```", re.DOTALL)
+_FENCED = pattern(r"```[\w-]*[ \t]*\n.*?```", re.DOTALL)
 MAX_ACTION_CHARS = 600
 MAX_ARGUMENT_CHARS = 200
 
