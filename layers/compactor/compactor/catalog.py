@@ -106,7 +106,7 @@ _PLAIN_KEYS = frozenset((*_PLAIN_NAMES, "protocol", "transport", *_PLAIN_UNSET, 
 
 def _plain_catalog(data: Any) -> Catalog | None:
     """The catalog of ``data`` as :func:`_validated_catalog` makes it, when it holds built-in offers only with the
-    plainest values: names of 1-200 characters, no wiring (built-in offers take none), prices that are finite
+    plainest values: ASCII names of 1-200 characters, no wiring (built-in offers take none), prices that are finite
     floats from 0 or integers from 0 below 2**53 (read as floats), flags that are booleans, a ``context`` that is
     an integer from 0, nothing else, no policy envelope, every id once. Else None (anything else, valid or not,
     is for the models to judge). ``tests/unit/test_catalog_plain.py`` holds it equal to the models' answer."""
@@ -120,9 +120,12 @@ def _plain_catalog(data: Any) -> Catalog | None:
     offers: list[Offer] = []
     for item in items:
         if type(item) is not dict or not item.keys() <= _PLAIN_KEYS or item.get("transport") != BUILTIN \
-                or item.get("protocol") not in protocols or any(item.get(key) is not None for key in _PLAIN_UNSET):
+                or type(item.get("protocol")) is not str or item["protocol"] not in protocols \
+                or any(item.get(key) is not None for key in _PLAIN_UNSET):
             return None
-        if not all(type(name := item.get(key)) is str and 1 <= len(name) <= 200 for key in _PLAIN_NAMES):
+        # ASCII names only: a lone surrogate (which JSON can escape) is no valid string to the models.
+        if not all(type(name := item.get(key)) is str and 1 <= len(name) <= 200 and name.isascii()
+                   for key in _PLAIN_NAMES):
             return None
         prices = [item.get("price_in"), item.get("price_out")]
         if not all(price is None or (type(price) is float and math.isfinite(price) and price >= 0)
