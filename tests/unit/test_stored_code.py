@@ -160,11 +160,12 @@ def test_stored_programs_of_another_engine_or_damaged_ones_are_not_used(tmp_path
     for (source, flags), program in good.items():
         built = _sre.compile(source, *program)
         assert built == re.compile(source, flags) and built.groupindex == re.compile(source, flags).groupindex
-    magic = written[:len(written) - len(marshal.dumps((_sre.MAGIC, good)))]
-    (tmp_path / "engine").write_bytes(magic + marshal.dumps((_sre.MAGIC + 1, good)))
-    (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps((_sre.MAGIC, good)))
+    magic = written[:len(written) - len(marshal.dumps((patterns._ENGINE, good)))]
+    (tmp_path / "engine").write_bytes(magic + marshal.dumps(((_sre.MAGIC + 1, sys.version), good)))
+    (tmp_path / "release").write_bytes(magic + marshal.dumps(((_sre.MAGIC, sys.version + " other"), good)))
+    (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps((patterns._ENGINE, good)))
     (tmp_path / "damaged").write_bytes(written[:-7])
-    for name in ("engine", "python", "damaged", "missing"):
+    for name in ("engine", "release", "python", "damaged", "missing"):
         assert patterns.load(str(tmp_path / name)) == {}
 
 
@@ -241,3 +242,9 @@ def test_a_damaged_module_part_or_program_compiles_instead(monkeypatch: pytest.M
     monkeypatch.setattr(patterns, "_stored", {("a+", 0): ("not", "a", "program"), ("b+", 0): (32, [1, 2], 0, {}, ())})
     assert patterns.pattern("a+") == re.compile("a+")
     assert patterns.pattern("b+") == re.compile("b+")
+
+
+def test_the_build_step_names_its_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    """No default directory: files written into the source tree would be read by its tests and ``serve``."""
+    assert build_cache.main([]) == 2
+    assert "usage" in capsys.readouterr().err

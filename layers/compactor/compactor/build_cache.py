@@ -66,7 +66,12 @@ def dump(codes: dict[str, dict[str, CodeType]]) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> int:
-    directory = (argv if argv is not None else sys.argv[1:] or [os.path.dirname(records.__file__)])[0]
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:  # no default: files written into a source tree would be read by its tests and serve
+        print("usage: python -m compactor.build_cache DIRECTORY (the built layer's compactor/ package)",
+              file=sys.stderr)
+        return 2
+    directory = args[0]
     codes = collect()
     with open(os.path.join(directory, os.path.basename(records.CACHE_FILE)), "wb") as file:
         file.write(dump(codes))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import marshal
 import os
 import re
+import sys
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -24,7 +25,7 @@ import _sre
 
 CACHE_FILE = os.path.join(os.path.dirname(__file__), "patterns.cache")
 """The stored programs: the bytecode magic number of the Python that wrote it, then a marshalled
-``(_sre.MAGIC, {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, ``_sre.compile``'s arguments."""
+``((_sre.MAGIC, sys.version), {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, ``_sre.compile``'s arguments."""
 ASKED: list[tuple[str, int]] = []
 """Every ``(source, flags)`` asked for so far, lazy ones included: what the layer's recipe stores."""
 _stored: dict[tuple[str, int], tuple[Any, ...]] | None = None
@@ -67,6 +68,11 @@ def program(source: str, flags: int = 0) -> tuple[Any, ...]:
             tuple(indexgroup))
 
 
+# The engine and the very Python that wrote a file: the bytecode magic number and the engine's own stay the same
+# across a minor version's patch releases, which could still compile a pattern otherwise.
+_ENGINE = (_sre.MAGIC, sys.version)
+
+
 def load(path: str) -> dict[tuple[str, int], tuple[Any, ...]]:
     """The stored programs in ``path``; empty when there is none or another Python or engine wrote it."""
     try:
@@ -79,7 +85,7 @@ def load(path: str) -> dict[tuple[str, int], tuple[Any, ...]]:
         engine, programs = marshal.loads(data[len(MAGIC_NUMBER):])
     except (OSError, ValueError, EOFError, TypeError):
         return {}
-    return programs if engine == _sre.MAGIC and isinstance(programs, dict) else {}
+    return programs if engine == _ENGINE and isinstance(programs, dict) else {}
 
 
 def dump(keys: list[tuple[str, int]]) -> bytes:
@@ -90,8 +96,10 @@ def dump(keys: list[tuple[str, int]]) -> bytes:
     for source, flags in sorted({(source, int(flags)) for source, flags in keys}):
         try:
             stored = program(source, flags)
-            if _sre.compile(source, *stored) == re.compile(source, flags):
+            built, compiled = _sre.compile(source, *stored), re.compile(source, flags)
+            # == compares the source, flags and program; the groups' names are compared apart
+            if built == compiled and (built.groups, built.groupindex) == (compiled.groups, compiled.groupindex):
                 programs[source, flags] = stored
         except Exception:  # noqa: BLE001  # another Python's re internals: this pattern compiles at init
             continue
-    return MAGIC_NUMBER + marshal.dumps((_sre.MAGIC, programs))
+    return MAGIC_NUMBER + marshal.dumps((_ENGINE, programs))

@@ -6,6 +6,10 @@ result asked for at import in ``values.cache``, under a key made of the name, th
 code of ``compute`` (its bytecode, names and constants, nested functions included, not its file or lines): a
 stored result is used only for the very function and arguments that made it. A changed function, other
 arguments, a file of another Python, or no file at all (the source tree, the tests) compute as before.
+
+The key does not cover the globals or helpers ``compute`` reads: a ``compute`` must depend on its arguments
+and the standard library only (``identity._weights`` reads ``accumulate``, ``repeat`` and ``float``), or
+carry whatever else it depends on in its arguments.
 """
 
 from __future__ import annotations
