@@ -306,13 +306,14 @@ def test_flow_node_is_the_constructors_node(index: int, label: str, kind: str, i
 
     from compactor.flow.graph import FlowNode, flow_node
 
-    policy = object()
-    made = flow_node(index, label, kind, inputs, spec, policy, encoding, None, questions_bytes)  # type: ignore[arg-type]
+    policy, routing = object(), object()
+    made = flow_node(index, label, kind, inputs, spec, policy, encoding, routing, questions_bytes)  # type: ignore[arg-type]
     expected = FlowNode(index=index, label=label, kind=kind, inputs=inputs, spec=spec, policy=policy,  # type: ignore[arg-type]
-                        encoding=encoding, routing=None, questions_bytes=questions_bytes)
+                        encoding=encoding, routing=routing, questions_bytes=questions_bytes)  # type: ignore[arg-type]
     assert type(made) is FlowNode and made == expected and repr(made) == repr(expected)
     assert [getattr(made, f.name) for f in dataclasses.fields(FlowNode)] == \
         [getattr(expected, f.name) for f in dataclasses.fields(FlowNode)]
-    assert flow_node(index, label, kind, inputs, spec, policy, encoding).questions_bytes is None  # type: ignore[arg-type]
+    defaults = flow_node(index, label, kind, inputs, spec, policy, encoding)  # type: ignore[arg-type]
+    assert defaults.routing is None and defaults.questions_bytes is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.index = index + 1  # type: ignore[misc]

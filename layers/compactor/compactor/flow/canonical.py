@@ -16,7 +16,7 @@ from typing import Any
 
 from ..jsonutil import utf8_len
 from .graph import DECISION, INPUT, LLM, AdmittedFlow
-from .node_options import TYPED_OPTION_KEYS
+from .node_options import MAX_KEEP_NAMES, TYPED_OPTION_KEYS
 
 VERSION = "sigma-flow/v1"
 
@@ -106,9 +106,10 @@ def _ascii_strings(value: list[Any]) -> int | None:
 
 
 # By a list's length: the indexes of its members in the order of their encoded keys (``n10:`` sorts before
-# ``n2:``) and those keys. Lengths up to _POSITIONS_KEPT are kept (a list in a term is at most a few hundred).
+# ``n2:``) and those keys. Lengths up to _POSITIONS_KEPT are kept: the longest list admission accepts in the
+# typed options (keep_names), so at most about 2 MB (all lengths up to 1024 would hold about 42 MB).
 _POSITIONS: dict[int, tuple[tuple[int, ...], tuple[str, ...]]] = {}
-_POSITIONS_KEPT = 1024
+_POSITIONS_KEPT = MAX_KEEP_NAMES
 
 
 def _sorted_positions(count: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
