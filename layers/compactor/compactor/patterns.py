@@ -25,7 +25,8 @@ import _sre
 
 CACHE_FILE = os.path.join(os.path.dirname(__file__), "patterns.cache")
 """The stored programs: the bytecode magic number of the Python that wrote it, then a marshalled
-``((_sre.MAGIC, sys.version), {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, ``_sre.compile``'s arguments."""
+``((_sre.MAGIC, sys.version), {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, the values
+being ``_sre.compile``'s arguments."""
 ASKED: list[tuple[str, int]] = []
 """Every ``(source, flags)`` asked for so far, lazy ones included: what the layer's recipe stores."""
 _stored: dict[tuple[str, int], tuple[Any, ...]] | None = None
