@@ -59,9 +59,7 @@ def _skipped(module: str, error: BaseException | None) -> None:
 
 def dump(codes: dict[str, dict[str, CodeType]]) -> bytes:
     """``records.cache``'s content (``compactor.records.CACHE_FILE`` describes it)."""
-    from _frozen_importlib_external import MAGIC_NUMBER
-
-    return MAGIC_NUMBER + marshal.dumps({module: marshal.dumps(dict(sorted(sources.items())))
+    return stored_values.file_bytes({module: marshal.dumps(dict(sorted(sources.items())))
                                          for module, sources in sorted(codes.items())})
 
 

@@ -13,7 +13,6 @@ build, a file of another Python or regex engine, no file at all as in the source
 
 from __future__ import annotations
 
-import marshal
 import os
 import re
 import sys
@@ -22,6 +21,8 @@ from functools import cache
 from typing import Any
 
 import _sre
+
+from compactor.stored_values import file_bytes, read_file
 
 CACHE_FILE = os.path.join(os.path.dirname(__file__), "patterns.cache")
 """The stored programs: the bytecode magic number of the Python that wrote it, then a marshalled
@@ -77,22 +78,14 @@ _ENGINE = (_sre.MAGIC, sys.version)
 def load(path: str) -> dict[tuple[str, int], tuple[Any, ...]]:
     """The stored programs in ``path``; empty when there is none or another Python or engine wrote it."""
     try:
-        with open(path, "rb") as file:
-            data = file.read()
-        from _frozen_importlib_external import MAGIC_NUMBER  # importlib.util's, without importing it
-
-        if not data.startswith(MAGIC_NUMBER):
-            return {}
-        engine, programs = marshal.loads(data[len(MAGIC_NUMBER):])
-    except (OSError, ValueError, EOFError, TypeError):
+        engine, programs = read_file(path)
+    except (ValueError, TypeError):  # none, damaged, or not a pair
         return {}
     return programs if engine == _ENGINE and isinstance(programs, dict) else {}
 
 
 def dump(keys: list[tuple[str, int]]) -> bytes:
     """The file's content for ``keys``: each program checked to give ``re.compile``'s pattern, else left out."""
-    from _frozen_importlib_external import MAGIC_NUMBER
-
     programs = {}
     for source, flags in sorted({(source, int(flags)) for source, flags in keys}):
         try:
@@ -103,4 +96,4 @@ def dump(keys: list[tuple[str, int]]) -> bytes:
                 programs[source, flags] = stored
         except Exception:  # noqa: BLE001  # another Python's re internals: this pattern compiles at init
             continue
-    return MAGIC_NUMBER + marshal.dumps((_ENGINE, programs))
+    return file_bytes((_ENGINE, programs))

@@ -64,15 +64,9 @@ def compile_source(source: str) -> CodeType:
 
 def load_cache(path: str) -> dict[str, Any]:
     """The stored code by module, from ``path``; empty when there is none or another Python wrote it."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-        from _frozen_importlib_external import MAGIC_NUMBER  # importlib.util's, without importing it
-        if not data.startswith(MAGIC_NUMBER):
-            return {}
-        cache = marshal.loads(data[len(MAGIC_NUMBER):])
-    except (OSError, ValueError, EOFError, TypeError):
-        return {}
+    from compactor.stored_values import read_file
+
+    cache = read_file(path)
     return cache if isinstance(cache, dict) else {}
 
 

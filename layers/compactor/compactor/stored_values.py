@@ -57,25 +57,36 @@ def value(name: str, args: tuple[Any, ...], compute: Callable[..., T]) -> T:
     return compute(*args)
 
 
-def load(path: str) -> dict[Any, Any]:
-    """The stored results in ``path``; empty when there is none or another Python wrote it."""
+def read_file(path: str) -> Any:
+    """What a file of :func:`file_bytes` in ``path`` holds; None when there is none, another Python wrote it or
+    it is damaged (the reader of every stored file of the built layer)."""
     try:
         with open(path, "rb") as file:
             data = file.read()
         from _frozen_importlib_external import MAGIC_NUMBER  # importlib.util's, without importing it
 
         if not data.startswith(MAGIC_NUMBER):
-            return {}
-        stored = marshal.loads(data[len(MAGIC_NUMBER):])
+            return None
+        return marshal.loads(data[len(MAGIC_NUMBER):])
     except (OSError, ValueError, EOFError, TypeError):
-        return {}
+        return None
+
+
+def file_bytes(stored: Any) -> bytes:
+    """A stored file's content: the bytecode magic number of this Python, then ``stored`` marshalled."""
+    from _frozen_importlib_external import MAGIC_NUMBER
+
+    return MAGIC_NUMBER + marshal.dumps(stored)
+
+
+def load(path: str) -> dict[Any, Any]:
+    """The stored results in ``path``; empty when there is none or another Python wrote it."""
+    stored = read_file(path)
     return stored if isinstance(stored, dict) else {}
 
 
 def dump(asked: list[tuple[str, tuple[Any, ...], Callable[..., Any]]]) -> bytes:
     """The file's content: each result asked for, kept only when marshal gives it back equal and of its type."""
-    from _frozen_importlib_external import MAGIC_NUMBER
-
     results = {}
     for name, args, compute in asked:
         result = compute(*args)
@@ -85,4 +96,4 @@ def dump(asked: list[tuple[str, tuple[Any, ...], Callable[..., Any]]]) -> bytes:
             continue
         if type(again) is type(result) and again == result:
             results[key(name, args, compute)] = result
-    return MAGIC_NUMBER + marshal.dumps(results)
+    return file_bytes(results)
