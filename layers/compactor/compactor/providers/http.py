@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
+from urllib.request import getproxies
 
 import httpx
 
@@ -27,10 +28,13 @@ from compactor.providers.base import (
 )
 from compactor.records import record
 from compactor.providers.keys import resolve_key
+from compactor.providers.shards import ShardedTransport
 
 # Keep-alive for as many connections as one request opens at once: a 32-batch burst reuses its
-# connections on the next burst instead of reconnecting (docs/performance.md).
+# connections on the next burst instead of reconnecting (docs/performance.md). Held in 16 pools of 4,
+# since each pool's bookkeeping grows with the square of its connections (providers/shards.py).
 POOL_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=30.0)
+POOL_SHARDS = 16
 ERROR_MESSAGE_MAX_CHARS = 300
 RETRY_AFTER_MAX_S = 600.0  # a longer Retry-After is read as this (the deadline decides anyway)
 _USER_AGENT = "compactor"
@@ -66,10 +70,19 @@ def client() -> httpx.AsyncClient:
             del _clients[stale]
         pooled = _clients.get(loop)
         if pooled is None or pooled.is_closed:
-            pooled = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False,
-                                       headers={"User-Agent": _USER_AGENT})
+            pooled = _new_client()
             _clients[loop] = pooled
     return pooled
+
+
+def _new_client() -> httpx.AsyncClient:
+    # httpx honours HTTP_PROXY / HTTPS_PROXY / ALL_PROXY (and NO_PROXY) only with its own transport:
+    # behind a proxy, the calls keep it (and one pool); the sharded pools are for direct connections.
+    proxies = getproxies()
+    if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
+        return httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT})
+    return httpx.AsyncClient(transport=ShardedTransport(POOL_SHARDS, POOL_LIMITS), follow_redirects=False,
+                             headers={"User-Agent": _USER_AGENT})
 
 
 async def aclose_client() -> None:

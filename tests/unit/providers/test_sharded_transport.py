@@ -1,0 +1,174 @@
+"""The pooled client's connections in small pools (providers/shards.py): the same limits and
+keep-alive as one pool of 64, requests spread so that no pool queues while the whole has room."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from compactor.providers import http
+from compactor.providers.shards import ShardedTransport
+from fakes.provider_server import FakeProviderServer
+
+
+class CountingServer:
+    """HTTP/1.1 keep-alive on 127.0.0.1 that counts the connections it accepted and holds every answer
+    until ``hold`` requests are being answered at once (then answers them all)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.hold = 1
+        self._released = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> CountingServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return "http://127.0.0.1:%d/answer" % self._server.sockets[0].getsockname()[1]
+
+    def expect_burst(self, size: int) -> None:
+        self.hold = size
+        self._released = asyncio.Event()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.add(writer)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                if self.in_flight >= self.hold:
+                    self._released.set()
+                await self._released.wait()
+                self.in_flight -= 1
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[CountingServer]:
+    async with CountingServer() as counting:
+        yield counting
+
+
+async def _burst(client: httpx.AsyncClient, url: str, size: int) -> list[int]:
+    async def one() -> int:
+        response = await client.post(url, content=b"{}")
+        return response.status_code
+
+    return await asyncio.wait_for(asyncio.gather(*(one() for _ in range(size))), timeout=20)
+
+
+async def test_a_burst_is_answered_at_once_and_the_next_burst_reuses_its_connections(
+        server: CountingServer) -> None:
+    # 16 pools of 2: each pool alone could hold only 2 of the 32 at once, so the server releases the
+    # burst only if the requests were spread over every pool.
+    transport = ShardedTransport(16, httpx.Limits(max_connections=32, max_keepalive_connections=32))
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(2):
+            server.expect_burst(32)
+            assert await _burst(client, server.url, 32) == [200] * 32
+            assert server.most_in_flight == 32 and transport.open_requests == (0,) * 16
+        assert server.connections == 32
+
+
+async def test_one_caller_at_a_time_keeps_one_connection(server: CountingServer) -> None:
+    transport = ShardedTransport(16, httpx.Limits(max_connections=64, max_keepalive_connections=64))
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(5):
+            assert (await client.post(server.url, content=b"{}")).status_code == 200
+    assert server.connections == 1
+
+
+async def test_the_limits_hold_for_the_whole(server: CountingServer) -> None:
+    transport = ShardedTransport(4, httpx.Limits(max_connections=8, max_keepalive_connections=8))
+    async with httpx.AsyncClient(transport=transport) as client:
+        server.expect_burst(8)
+        waiting = asyncio.gather(*(client.post(server.url, content=b"{}") for _ in range(12)))
+        answers = await asyncio.wait_for(waiting, timeout=20)
+        assert [answer.status_code for answer in answers] == [200] * 12
+    assert server.connections == 8  # the other 4 waited for one of the 8
+
+
+async def test_a_failed_request_and_an_unread_close_give_their_place_back() -> None:
+    transport = ShardedTransport(2, httpx.Limits(max_connections=2, max_keepalive_connections=2))
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.post("http://127.0.0.1:9/", content=b"{}")  # the discard port: refused
+        assert transport.open_requests == (0, 0)
+        async with CountingServer() as counting:
+            response = await transport.handle_async_request(httpx.Request("POST", counting.url, content=b"{}"))
+            assert transport.open_requests == (1, 0)
+            await response.stream.aclose()
+            await response.stream.aclose()
+            assert transport.open_requests == (0, 0)
+
+
+def test_the_shards_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = []
+    create = ssl.create_default_context
+
+    def counted(*args: object, **kwargs: object) -> ssl.SSLContext:
+        made.append(args)
+        return create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    ShardedTransport(16, httpx.Limits(max_connections=64, max_keepalive_connections=64))
+    assert len(made) == 1
+
+
+@pytest.mark.parametrize(("shards", "connections", "kept"), [(0, 4, 4), (3, 4, 4), (4, 4, 2), (4, None, 4)])
+def test_limits_that_do_not_share_evenly_are_refused(shards: int, connections: int | None, kept: int) -> None:
+    with pytest.raises(ValueError):
+        ShardedTransport(shards, httpx.Limits(max_connections=connections, max_keepalive_connections=kept))
+
+
+async def test_the_pooled_client_answers_a_burst_at_once_without_a_proxy(monkeypatch: pytest.MonkeyPatch,
+                                                           server: CountingServer) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    await http.aclose_client()
+    server.expect_burst(http.POOL_SHARDS * 2)
+    calls = [http.post_json(server.url, {}, headers={}, timeout_s=20, max_body_bytes=100)
+             for _ in range(http.POOL_SHARDS * 2)]
+    assert [reply.status for reply in await asyncio.gather(*calls)] == [200] * (http.POOL_SHARDS * 2)
+    assert server.connections == http.POOL_SHARDS * 2
+    await http.aclose_client()
+
+
+async def test_an_operators_proxy_is_still_used(monkeypatch: pytest.MonkeyPatch,
+                                                fake_provider: FakeProviderServer) -> None:
+    monkeypatch.setenv("HTTP_PROXY", fake_provider.base_url.removesuffix("/v1"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    await http.aclose_client()
+    reply = await http.post_json("http://upstream.invalid/v1/decisions", {"n": 1}, headers={}, timeout_s=10,
+                                 max_body_bytes=1 << 20)
+    assert reply.status == 200
+    assert [request.path for request in fake_provider.requests] == ["http://upstream.invalid/v1/decisions"]
+    await http.aclose_client()
