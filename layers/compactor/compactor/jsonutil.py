@@ -83,7 +83,8 @@ def json_text_size(text: str) -> int:
     """:func:`dense_size` of ``text`` when ``text`` is JSON text from :func:`dense_dumps` or
     :func:`ascii_dumps` (or cut from it), computed instead of re-encoded: the encoders escape every
     control character, so quoting it only adds its two quotes and a backslash before each ``"`` and ``\\``.
-    For ASCII text it is also the :func:`ascii_wire_size` (docs/performance.md)."""
+    For ASCII text without a DEL (``\\x7f``, which the ASCII encoder escapes and the dense one does not) it is
+    also the :func:`ascii_wire_size` (docs/performance.md)."""
     return utf8_len(text) + 2 + text.count('"') + text.count("\\")
 
 

@@ -10,7 +10,7 @@ from compactor.compaction.preparation import (DECISION_PAYLOAD_MAX_BYTES, BatchS
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.salience import action_message, hint_order, later_block, names_in
 from compactor.formats import get_dialect
-from compactor.jsonutil import ascii_wire_size, dense_dumps
+from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, json_text_size
 
 from .fixtures import CORPUS_FILES, corpus_messages, tool_unit
 
@@ -301,6 +301,21 @@ def test_the_sized_later_block_is_the_later_block_with_its_wire_size(names, acti
     assert block == _later_block_by_trials(names, quoted, limit)
     assert size == ascii_wire_size(block)
     assert [salience.text_wire_size(text) for text in quoted] == [ascii_wire_size(text) for text in quoted]
+
+
+_DEL_TEXT = st.text(alphabet='ab "\\\x7f\n\x00\xe9')
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.recursive(st.none() | _DEL_TEXT, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(_DEL_TEXT, inner, max_size=3), max_leaves=6))
+def test_a_json_text_s_wire_size_is_the_encoder_s_with_a_del_in_it(value):
+    """The ASCII encoder escapes DEL (``\\u007f``) and the dense one writes it as it is: a JSON text holding
+    one is measured by the encoder, not as the ASCII text it is."""
+    for text in (dense_dumps(value), ascii_dumps(value)):
+        assert salience.text_wire_size(text) == ascii_wire_size(text)
+    action = dense_dumps({"role": "assistant", "content": "rm a\x7fb"})
+    assert salience.text_wire_size(action) == ascii_wire_size(action) == json_text_size(action) + 5
 
 
 def _salience_by_definition(messages, prep, payload_max_bytes=DECISION_PAYLOAD_MAX_BYTES):

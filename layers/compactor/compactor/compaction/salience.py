@@ -306,8 +306,9 @@ def later_block(names: list[str], actions: list[str], limit: int) -> dict[str, A
 
 def text_wire_size(text: str) -> int:
     """``ascii_wire_size`` of a JSON text (from the dense or ASCII encoder) as a string value: counted, not
-    encoded, when it is ASCII (``jsonutil.json_text_size``)."""
-    return json_text_size(text) if text.isascii() else ascii_wire_size(text)
+    encoded, when it is ASCII without a DEL (``jsonutil.json_text_size``; the dense encoder writes DEL as it
+    is, the ASCII one as ``\\u007f``)."""
+    return json_text_size(text) if text.isascii() and "\x7f" not in text else ascii_wire_size(text)
 
 
 def sized_later_block(names: list[str], actions: list[str], limit: int, action_sizes: list[int] | None = None
