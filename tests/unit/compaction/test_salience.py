@@ -10,7 +10,7 @@ from compactor.compaction.preparation import (DECISION_PAYLOAD_MAX_BYTES, BatchS
 from compactor.compaction.preset import materialise, question_template
 from compactor.compaction.salience import action_message, hint_order, later_block, names_in
 from compactor.formats import get_dialect
-from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, json_text_size
+from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size, json_text_size
 
 from .fixtures import CORPUS_FILES, corpus_messages, tool_unit
 
@@ -301,6 +301,20 @@ def test_the_sized_later_block_is_the_later_block_with_its_wire_size(names, acti
     assert block == _later_block_by_trials(names, quoted, limit)
     assert size == ascii_wire_size(block)
     assert [salience.text_wire_size(text) for text in quoted] == [ascii_wire_size(text) for text in quoted]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.text(alphabet='ab_./"\\\x7f\n\xe9', max_size=12), max_size=20),
+       st.lists(st.text(alphabet='ab "\\\x7f\n\x01\xe9', max_size=40), max_size=12), st.integers(min_value=0, max_value=1500))
+def test_a_later_block_s_dense_size_is_its_encoding_s(names, actions, limit):
+    """``later_dense_size`` from the block's wire size: the encoder's dense size, whatever the strings hold
+    (non-ASCII, DEL, quotes, control characters), for any block ``sized_later_block`` makes."""
+    quoted = [dense_dumps(action) for action in actions]
+    block, size = salience.sized_later_block(names, quoted, limit, [salience.text_wire_size(t) for t in quoted])
+    assert size == ascii_wire_size(block)
+    assert salience.later_dense_size(block, size) == dense_size(block)
+    for whole in ({"names_used_later": names} if names else {}, {"later_actions": quoted} if quoted else {}):
+        assert salience.later_dense_size(whole, ascii_wire_size(whole)) == dense_size(whole)
 
 
 _DEL_TEXT = st.text(alphabet='ab "\\\x7f\n\x00\xe9')

@@ -16,8 +16,8 @@ from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense
                                 dense_str_size, json_text_escaped, json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
-from compactor.compaction.salience import (batch_hint, hint_order, last_uses, message_names, quoted_actions,
-                                          sized_later_block, text_wire_size)
+from compactor.compaction.salience import (batch_hint, hint_order, last_uses, later_dense_size, message_names,
+                                          quoted_actions, sized_later_block, text_wire_size)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -471,7 +471,9 @@ def flow_input_size(batches: list[Batch], sizer: BatchSizer) -> int:
     """Dense bytes of the flow input of ``batches`` (``{"batch_<i>": {"state": …, "items": …}}``, each state
     with its ``later`` block when it has one), from the sizes measured while batching."""
     return dense_join_size([sizer.flow_input_entry(f"batch_{i}", batch)
-                            + (_LATER_DENSE_KEY_BYTES + dense_size(batch.later) if batch.later else 0)
+                            + (_LATER_DENSE_KEY_BYTES + (dense_size(batch.later) if batch.later_bytes is None
+                                                         else later_dense_size(batch.later, batch.later_bytes))
+                               if batch.later else 0)
                             for i, batch in enumerate(batches)])
 
 

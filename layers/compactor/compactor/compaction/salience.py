@@ -10,7 +10,7 @@ import string
 from typing import Any
 
 from compactor.chat import Message, content_text
-from compactor.jsonutil import ascii_wire_size, dense_dumps, json_text_size, spaced_dumps
+from compactor.jsonutil import ascii_wire_size, dense_dumps, dense_size, json_text_size, spaced_dumps
 from compactor.patterns import pattern
 
 MAX_NAMES = 160
@@ -311,19 +311,28 @@ def text_wire_size(text: str) -> int:
     return json_text_size(text) if text.isascii() and "\x7f" not in text else ascii_wire_size(text)
 
 
+# What ``"later_actions": []`` adds to a block's ASCII wire size: ``, "later_actions": []`` after its other
+# members, or the whole ``{"later_actions": []}`` of an empty block (the same length).
+_NO_ACTIONS_WIRE = len(', "later_actions": []')
+
+
 def sized_later_block(names: list[str], actions: list[str], limit: int, action_sizes: list[int] | None = None
                       ) -> tuple[dict[str, Any], int]:
     """:func:`later_block` and its ASCII wire size; ``action_sizes``: each action's ``ascii_wire_size`` when
-    the caller measured them (once per request, not once per batch: :func:`text_wire_size`)."""
+    the caller measured them (once per request, not once per batch: :func:`text_wire_size`). The block of
+    names is encoded once (again only when it is cut), and the sizes with actions are sums of measured parts."""
     if action_sizes is None:
         action_sizes = [ascii_wire_size(action) for action in actions]
     block: dict[str, Any] = {}
+    names_size = 2  # the block's wire size before any action: ``{}``, or its names
     if names:
         block["names_used_later"] = list(names)
-    while block.get("names_used_later") and ascii_wire_size(block) > limit // 2:
-        block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
+        names_size = ascii_wire_size(block)
+        while block["names_used_later"] and names_size > limit // 2:
+            block["names_used_later"] = block["names_used_later"][:len(block["names_used_later"]) * 3 // 4]
+            names_size = ascii_wire_size(block)
     # Each action measured once: the block with k actions is the block with none, the actions and k-1 ", ".
-    size, count = ascii_wire_size({**block, "later_actions": []}), 0
+    size, count = (names_size if block else 0) + _NO_ACTIONS_WIRE, 0
     for action_size in reversed(action_sizes):
         added = action_size + (2 if count else 0)
         if size + added > limit:
@@ -334,6 +343,20 @@ def sized_later_block(names: list[str], actions: list[str], limit: int, action_s
         block["later_actions"] = actions[len(actions) - count:]
     if not names_left:
         block.pop("names_used_later", None)
-    if not count or names_left == []:  # else ``size`` is the block's own
+    if not count:  # the block of names, or ``{}``
+        size = names_size if names_left else 2
+    elif names_left == []:  # else ``size`` is the block's own
         size = ascii_wire_size(block)
     return (block, size) if size <= limit else ({}, 2)
+
+
+def later_dense_size(block: dict[str, Any], wire_size: int) -> int:
+    """The dense size of a ``later`` block (:func:`sized_later_block`) from its ASCII wire size, without encoding
+    it when its strings are ASCII without a DEL: both forms then write them alike, and the wire form has one
+    more byte after each ``:`` and after each ``,`` between members and between a list's strings
+    (docs/performance.md)."""
+    lists = block.values()
+    joined = "".join(["".join(strings) for strings in lists])
+    if not block or not joined.isascii() or "\x7f" in joined:
+        return dense_size(block)
+    return wire_size - 2 * len(block) + 1 - sum([len(strings) - 1 for strings in lists if strings])
