@@ -11,7 +11,7 @@ from compactor import __version__
 from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor_cli.sam_template import Template
 from compactor.http_api import MAX_BODY_BYTES, rest_proxy_event
-from compactor.models import CompactRequest
+from compactor.models import CompactRequest, FlowsRequest
 
 from .conftest import REPO, StubService
 from .helpers import content_type, load_event, response_json
@@ -222,3 +222,18 @@ def test_request_bodies_are_not_logged(
     compact_module.handler(load_event("compact-legacy", raw_body=marker), lambda_context)  # 422 path too
 
     assert marker not in logged_output(compact_module, caplog, capsys)
+
+
+def test_transcripts_stay_out_of_debug_logs_and_reprs(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Powertools formats the route's arguments into a debug message on every request, at any log level.
+    marker = "TRANSCRIPT-MARKER-91c2"
+    caplog.set_level("DEBUG")
+    compact_module.handler(load_event("compact-legacy", body={"messages": [{"role": "user", "content": marker}]}),
+                           lambda_context)
+    assert stub_service.calls and "Calling API Route Handler" in caplog.text
+    assert marker not in caplog.text
+    assert marker not in repr(CompactRequest(messages=[{"role": "user", "content": marker}]))
+    assert marker not in repr(FlowsRequest(flow_ir=[], flow_input={"messages": [marker]}))
