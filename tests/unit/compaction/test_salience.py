@@ -305,7 +305,8 @@ def test_the_sized_later_block_is_the_later_block_with_its_wire_size(names, acti
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.lists(st.text(alphabet='ab_./"\\\x7f\n\xe9', max_size=12), max_size=20),
-       st.lists(st.text(alphabet='ab "\\\x7f\n\x01\xe9', max_size=40), max_size=12), st.integers(min_value=0, max_value=1500))
+       st.lists(st.text(alphabet='ab "\\\x7f\n\x01\xe9', max_size=40), max_size=12),
+       st.integers(min_value=0, max_value=1500))
 def test_a_later_block_s_dense_size_is_its_encoding_s(names, actions, limit):
     """``later_dense_size`` from the block's wire size: the encoder's dense size, whatever the strings hold
     (non-ASCII, DEL, quotes, control characters), for any block ``sized_later_block`` makes."""
