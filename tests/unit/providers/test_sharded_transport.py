@@ -7,10 +7,12 @@ import asyncio
 import ssl
 from collections.abc import AsyncIterator
 
+import certifi
 import httpx
 import pytest
 
 from compactor.providers import http
+from compactor.providers.base import ProviderError
 from compactor.providers.shards import ShardedTransport
 from fakes.provider_server import FakeProviderServer
 
@@ -62,6 +64,54 @@ class CountingServer:
                     self._released.set()
                 await self._released.wait()
                 self.in_flight -= 1
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class HeldServer:
+    """HTTP/1.1 keep-alive on 127.0.0.1: a request to /<name> is answered once ``release(name)`` is
+    called (``/now`` at once); ``/partial`` sends its headers and 3 of 100 bytes, then waits."""
+
+    def __init__(self) -> None:
+        self.events: dict[bytes, asyncio.Event] = {}
+        self.arrived: list[bytes] = []
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def __aenter__(self) -> HeldServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.base = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for event in self.events.values():
+            event.set()
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+
+    def release(self, name: str) -> None:
+        self.events.setdefault(b"/" + name.encode(), asyncio.Event()).set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                path = head.split(b" ")[1]
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                self.arrived.append(path)
+                if path == b"/partial":
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+                    await writer.drain()
+                    await reader.read()
+                    return
+                if path != b"/now":
+                    await self.events.setdefault(path, asyncio.Event()).wait()
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -163,6 +213,7 @@ async def test_the_pooled_client_answers_a_burst_at_once_without_a_proxy(monkeyp
 
 async def test_an_operators_proxy_is_still_used(monkeypatch: pytest.MonkeyPatch,
                                                 fake_provider: FakeProviderServer) -> None:
+    monkeypatch.delenv("http_proxy", raising=False)  # read before HTTP_PROXY
     monkeypatch.setenv("HTTP_PROXY", fake_provider.base_url.removesuffix("/v1"))
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
@@ -172,3 +223,76 @@ async def test_an_operators_proxy_is_still_used(monkeypatch: pytest.MonkeyPatch,
     assert reply.status == 200
     assert [request.path for request in fake_provider.requests] == ["http://upstream.invalid/v1/decisions"]
     await http.aclose_client()
+
+
+async def test_with_every_connection_taken_a_request_gets_the_first_one_freed_in_any_pool() -> None:
+    transport = ShardedTransport(4, httpx.Limits(max_connections=4, max_keepalive_connections=4))
+    async with HeldServer() as server, httpx.AsyncClient(transport=transport) as client:
+        slow = asyncio.create_task(client.post(server.base + "/slow"))  # the first pool's only connection
+        quick = [asyncio.create_task(client.post(server.base + "/quick")) for _ in range(3)]
+        while len(server.arrived) < 4:
+            await asyncio.sleep(0.01)
+        late = asyncio.create_task(client.post(server.base + "/now"))
+        await asyncio.sleep(0.05)
+        server.release("quick")
+        assert (await asyncio.wait_for(late, timeout=5)).status_code == 200  # while /slow still holds its own
+        assert not slow.done()
+        server.release("slow")
+        await asyncio.gather(slow, *quick)
+        assert transport.open_requests == (0, 0, 0, 0)
+
+
+async def test_a_request_waiting_for_a_connection_times_out_or_is_cancelled_without_losing_a_place() -> None:
+    transport = ShardedTransport(2, httpx.Limits(max_connections=2, max_keepalive_connections=2))
+    async with HeldServer() as server, httpx.AsyncClient(transport=transport) as client:
+        held = [asyncio.create_task(client.post(server.base + "/held")) for _ in range(2)]
+        while len(server.arrived) < 2:
+            await asyncio.sleep(0.01)
+        with pytest.raises(httpx.PoolTimeout):
+            await client.post(server.base + "/now", timeout=httpx.Timeout(5, pool=0.1))
+        waiting = asyncio.create_task(client.post(server.base + "/now"))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        server.release("held")
+        await asyncio.gather(*held)
+        assert transport.open_requests == (0, 0)
+        answers = await asyncio.wait_for(asyncio.gather(*(client.post(server.base + "/now") for _ in range(3))), 5)
+        assert [answer.status_code for answer in answers] == [200] * 3
+
+
+async def test_a_timed_out_or_cancelled_call_gives_its_place_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    await http.aclose_client()
+    transport = http.client()._transport  # the pooled client's own (httpx keeps it there)
+    assert isinstance(transport, ShardedTransport)
+    async with HeldServer() as server:
+        for path in ("/never", "/partial"):  # no headers yet; a body cut short
+            with pytest.raises(ProviderError, match="no answer within"):
+                await http.post_json(server.base + path, {}, headers={}, timeout_s=0.2, max_body_bytes=1000)
+            assert transport.open_requests == (0,) * http.POOL_SHARDS
+        call = asyncio.create_task(http.post_json(server.base + "/never", {}, headers={}, timeout_s=10,
+                                                  max_body_bytes=1000))
+        await asyncio.sleep(0.1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert transport.open_requests == (0,) * http.POOL_SHARDS
+    await http.aclose_client()
+
+
+def test_every_shard_verifies_tls_as_httpx_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = []
+    create = ssl.create_default_context
+
+    def recorded(*args: object, **kwargs: object) -> ssl.SSLContext:
+        loaded.append(kwargs)
+        return create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", recorded)
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())
+    transport = ShardedTransport(4, httpx.Limits(max_connections=4, max_keepalive_connections=4))
+    assert loaded == [{"cafile": certifi.where()}]  # the operator's SSL_CERT_FILE, as httpx's own transport
+    for shard in transport._shards:
+        context = shard._pool._ssl_context
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname

@@ -11,11 +11,13 @@ fewer checks per pool operation and 256 times fewer counts, and keep the same li
 Balance: a request goes to the shard with the fewest open requests (the first such), counted from
 the request's start to its response's close. So the shards never queue while the whole has a free
 connection, a lone caller always reuses the first shard's connection, and a burst reuses the
-connections the previous burst left in each shard.
+connections the previous burst left in each shard. With every connection taken, requests wait in one
+queue for the first connection freed in any shard, as they would in one pool, within their pool timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -35,6 +37,9 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         tls = httpx.create_ssl_context()
         self._shards = [httpx.AsyncHTTPTransport(verify=tls, limits=each) for _ in range(shards)]
         self._open = [0] * shards
+        # One place per connection of the whole, held from a request's start to its response's close:
+        # while one is free, the least busy shard has a free connection.
+        self._places = asyncio.Semaphore(limits.max_connections)
 
     @property
     def open_requests(self) -> tuple[int, ...]:
@@ -42,13 +47,22 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         return tuple(self._open)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        places = self._places
+        if places.locked():  # every connection taken: wait in line, as httpcore's own pool would
+            try:
+                async with asyncio.timeout(request.extensions.get("timeout", {}).get("pool")):
+                    await places.acquire()
+            except TimeoutError:
+                raise httpx.PoolTimeout("no connection became free within the pool timeout", request=request) from None
+        else:
+            await places.acquire()  # free: taken without suspending
         open_counts = self._open
         index = open_counts.index(min(open_counts))
         open_counts[index] += 1
         try:
             response = await self._shards[index].handle_async_request(request)
         except BaseException:
-            open_counts[index] -= 1
+            self._closed(index)
             raise
         return httpx.Response(response.status_code, headers=response.headers,
                               stream=_ClosedOnce(response.stream, lambda: self._closed(index)),
@@ -56,6 +70,7 @@ class ShardedTransport(httpx.AsyncBaseTransport):
 
     def _closed(self, index: int) -> None:
         self._open[index] -= 1
+        self._places.release()
 
     async def aclose(self) -> None:
         for shard in self._shards:
