@@ -398,9 +398,6 @@ def test_an_unhashable_handler_is_checked_and_registered_as_by_a_stock_session()
     class Handler:
         __hash__ = None  # type: ignore[assignment]
 
-        def __init__(self, accepts: bool) -> None:
-            self.accepts = accepts
-
         def __eq__(self, other: object) -> bool:
             return self is other
 
@@ -408,7 +405,7 @@ def test_an_unhashable_handler_is_checked_and_registered_as_by_a_stock_session()
             pass
 
     for session in (aws_session.new_core_session(), botocore.session.get_session()):
-        session.register("before-call.s3", Handler(True))
+        session.register("before-call.s3", Handler())
 
         def positional(request: Any) -> None:
             pass
