@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from typing import Any
 
 _WARM_MESSAGES: list[dict[str, Any]] = [
@@ -57,11 +58,14 @@ def before_snapshot() -> None:
 
 def after_restore() -> None:
     """Fresh randomness and fresh connections in every restored container."""
-    from compactor.providers import http
     from compactor_aws import ledger, s3_store
 
     random.seed(os.urandom(32))
-    http.drop_clients()
+    # The pooled HTTP clients, if the provider transports were ever imported: importing them here would
+    # load httpx on every restore of a function whose calls never use it (the worker on built-in offers).
+    http = sys.modules.get("compactor.providers.http")
+    if http is not None:
+        http.drop_clients()
     s3_store.reset_client()
     ledger.reset_client()
 

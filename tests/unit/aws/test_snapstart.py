@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
 import sys
 import types
 
@@ -92,3 +94,13 @@ def test_register_uses_the_runtime_library_when_present(monkeypatch: pytest.Monk
 def test_register_is_a_no_op_outside_lambda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "snapshot_restore_py", None)
     assert snapstart.register() is False
+
+
+def test_after_restore_imports_no_provider_transport() -> None:
+    """A restore pays for what the function uses: a container that never loaded the HTTP transports
+    (the worker on built-in offers) has no pooled client to drop, and does not import httpx to find out."""
+    code = ("import sys; from compactor_aws import snapstart; snapstart.after_restore(); "
+            "print(sorted({'compactor.providers.http', 'httpx'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.stdout.strip() == "[]"
