@@ -1,11 +1,19 @@
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.compaction import preparation
 from compactor.compaction.preparation import (
-    EVIDENCE_HALF, EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, MAX_PER_BATCH, PER_BATCH, REASON_BATCHES, REASON_FRAGMENTS,
-    batch_size_limit, batch_state, bounded_tail, prepare, summary_budget, tail_length)
+    EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER, INSTRUCTIONS_VIEW_BYTES, MAX_PER_BATCH, PER_BATCH,
+    REASON_BATCHES, REASON_FRAGMENTS, RECENT_EXCERPT_OVER, RECENT_HALF, BatchSizer, batch_items, batch_questions,
+    batch_size_limit, batch_state, bounded_tail, evidence_view, excerpt, prepare, recent_view, summary_budget,
+    tail_length)
+from compactor.compaction.preset import materialise, question_template, reply_bytes
+from compactor.formats import get_dialect
+from compactor.jsonutil import ascii_dumps, ascii_wire_size, dense_dumps, dense_size, json_text_size
+from compactor.markers import RECENT_MARKER
 from compactor.models import CompactRequest
-from compactor.compaction.preset import question_template, reply_bytes
-from compactor.jsonutil import ascii_wire_size, dense_size
 
 from .fixtures import fixture_t, tool_unit
 
@@ -170,13 +178,6 @@ def test_flow_input_limit_stops_adding_batches():
     assert len(json.dumps(flow_input)) <= 900_000
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from compactor.compaction.preparation import (  # noqa: E402
-    BatchSizer, batch_items, batch_questions)
-from compactor.jsonutil import dense_dumps  # noqa: E402
-
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=3000)
 
 
@@ -199,12 +200,6 @@ def test_incremental_sizes_equal_the_serialised_sizes(contents, keep_recent, pin
         assert sizer.flow_input_entry(f"batch_{index}", batch) == dense_size({f"batch_{index}": entry}) - 2
         flow_input[f"batch_{index}"] = entry
     assert dense_size(flow_input) <= 900_000
-
-
-from compactor.compaction.preset import materialise  # noqa: E402
-from compactor.formats import get_dialect  # noqa: E402
-from compactor.compaction.preparation import evidence_view  # noqa: E402
-from compactor.jsonutil import ascii_dumps, dense_dumps, json_text_size  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -250,9 +245,6 @@ def test_flow_input_size_counts_the_later_blocks_on_the_corpus():
     assert later_blocks
 
 
-from compactor.compaction.preparation import EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, evidence_view, excerpt  # noqa: E402
-from compactor.markers import EVIDENCE_MARKER  # noqa: E402
-
 _long_text = st.text(alphabet=st.characters(codec="utf-8"), min_size=0, max_size=6000) | st.sampled_from(
     ["x" * 2002, "é" * 2003, "😀" * 1990, "a" * 4001 + "\n" * 3, "\x00" * 2500, "b" * 9000 + "é"])
 _json_value = st.recursive(st.none() | st.booleans() | st.integers() | _long_text,
@@ -283,11 +275,6 @@ def test_batches_grow_past_eight_fragments_only_while_one_summary_reply_holds_th
     assert [len(b.candidates) for b in unknown.batches] == [8, 8, 8, 6]
     assert [len(b.candidates) for b in grown.batches] == [16, 14]
     assert [c.unit.id for b in grown.batches for c in b.candidates] == [u.id for u in unknown.candidates]
-
-
-from compactor.compaction import preparation  # noqa: E402
-from compactor.compaction.preparation import RECENT_EXCERPT_OVER, RECENT_HALF, recent_view  # noqa: E402
-from compactor.markers import RECENT_MARKER  # noqa: E402
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
