@@ -17,9 +17,47 @@ from compactor.providers.shards import ShardedTransport
 from fakes.provider_server import FakeProviderServer
 
 
-class CountingServer:
-    """HTTP/1.1 keep-alive on 127.0.0.1 that counts the connections it accepted and holds every answer
-    until ``hold`` requests are being answered at once (then answers them all)."""
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    """The next request of a keep-alive connection, its body read; its path."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    await reader.readexactly(length)
+    return head.split(b" ")[1]
+
+
+class LoopbackServer:
+    """HTTP/1.1 keep-alive on 127.0.0.1 (``base``): each request of a connection is answered by
+    :meth:`answer`, in turn, until it returns False; every connection is closed on exit."""
+
+    async def __aenter__(self) -> LoopbackServer:
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.base = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+
+    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        raise NotImplementedError
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while await self.answer(await read_request(reader), reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class CountingServer(LoopbackServer):
+    """Counts the connections it accepted and holds every answer until ``hold`` requests are being
+    answered at once (then answers them all)."""
 
     def __init__(self) -> None:
         self.connections = 0
@@ -27,24 +65,10 @@ class CountingServer:
         self.most_in_flight = 0
         self.hold = 1
         self._released = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def __aenter__(self) -> CountingServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-        await self._server.wait_closed()
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return "http://127.0.0.1:%d/answer" % self._server.sockets[0].getsockname()[1]
+        return self.base + "/answer"
 
     def expect_burst(self, size: int) -> None:
         self.hold = size
@@ -52,72 +76,68 @@ class CountingServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        self._writers.add(writer)
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
-                self.in_flight += 1
-                self.most_in_flight = max(self.most_in_flight, self.in_flight)
-                if self.in_flight >= self.hold:
-                    self._released.set()
-                await self._released.wait()
-                self.in_flight -= 1
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await super()._serve(reader, writer)
+
+    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        if self.in_flight >= self.hold:
+            self._released.set()
+        await self._released.wait()
+        self.in_flight -= 1
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
 
 
-class HeldServer:
-    """HTTP/1.1 keep-alive on 127.0.0.1: a request to /<name> is answered once ``release(name)`` is
-    called (``/now`` at once); ``/partial`` sends its headers and 3 of 100 bytes, then waits."""
+class HeldServer(LoopbackServer):
+    """A request to /<name> is answered once ``release(name)`` is called (``/now`` at once);
+    ``/partial`` sends its headers and 3 of 100 bytes, then waits."""
 
     def __init__(self) -> None:
         self.events: dict[bytes, asyncio.Event] = {}
         self.arrived: list[bytes] = []
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def __aenter__(self) -> HeldServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.base = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         for event in self.events.values():
             event.set()
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
+        await super().__aexit__(*exc)
 
     def release(self, name: str) -> None:
         self.events.setdefault(b"/" + name.encode(), asyncio.Event()).set()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                path = head.split(b" ")[1]
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
-                self.arrived.append(path)
-                if path == b"/partial":
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
-                    await writer.drain()
-                    await reader.read()
-                    return
-                if path != b"/now":
-                    await self.events.setdefault(path, asyncio.Event()).wait()
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        self.arrived.append(path)
+        if path == b"/partial":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
+            await writer.drain()
+            await reader.read()
+            return False
+        if path != b"/now":
+            await self.events.setdefault(path, asyncio.Event()).wait()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        return True
+
+
+@pytest.fixture
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def tls_contexts(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """The keyword arguments of every ``ssl.create_default_context`` call from here on."""
+    made: list[dict[str, object]] = []
+    create = ssl.create_default_context
+
+    def recorded(*args: object, **kwargs: object) -> ssl.SSLContext:
+        made.append(kwargs)
+        return create(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", recorded)
+    return made
 
 
 @pytest.fixture
@@ -179,17 +199,9 @@ async def test_a_failed_request_and_an_unread_close_give_their_place_back() -> N
             assert transport.open_requests == (0, 0)
 
 
-def test_the_shards_share_one_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
-    made = []
-    create = ssl.create_default_context
-
-    def counted(*args: object, **kwargs: object) -> ssl.SSLContext:
-        made.append(args)
-        return create(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ssl, "create_default_context", counted)
+def test_the_shards_share_one_tls_context(tls_contexts: list[dict[str, object]]) -> None:
     ShardedTransport(16, httpx.Limits(max_connections=64, max_keepalive_connections=64))
-    assert len(made) == 1
+    assert len(tls_contexts) == 1
 
 
 @pytest.mark.parametrize(("shards", "connections", "kept"), [(0, 4, 4), (3, 4, 4), (4, 4, 2), (4, None, 4)])
@@ -198,10 +210,8 @@ def test_limits_that_do_not_share_evenly_are_refused(shards: int, connections: i
         ShardedTransport(shards, httpx.Limits(max_connections=connections, max_keepalive_connections=kept))
 
 
-async def test_the_pooled_client_answers_a_burst_at_once_without_a_proxy(monkeypatch: pytest.MonkeyPatch,
-                                                           server: CountingServer) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
+async def test_the_pooled_client_answers_a_burst_at_once_without_a_proxy(no_proxy_variables: None,
+                                                                       server: CountingServer) -> None:
     await http.aclose_client()
     server.expect_burst(http.POOL_SHARDS * 2)
     calls = [http.post_json(server.url, {}, headers={}, timeout_s=20, max_body_bytes=100)
@@ -260,9 +270,7 @@ async def test_a_request_waiting_for_a_connection_times_out_or_is_cancelled_with
         assert [answer.status_code for answer in answers] == [200] * 3
 
 
-async def test_a_timed_out_or_cancelled_call_gives_its_place_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
+async def test_a_timed_out_or_cancelled_call_gives_its_place_back(no_proxy_variables: None) -> None:
     await http.aclose_client()
     transport = http.client()._transport  # the pooled client's own (httpx keeps it there)
     assert isinstance(transport, ShardedTransport)
@@ -281,18 +289,11 @@ async def test_a_timed_out_or_cancelled_call_gives_its_place_back(monkeypatch: p
     await http.aclose_client()
 
 
-def test_every_shard_verifies_tls_as_httpx_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded = []
-    create = ssl.create_default_context
-
-    def recorded(*args: object, **kwargs: object) -> ssl.SSLContext:
-        loaded.append(kwargs)
-        return create(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ssl, "create_default_context", recorded)
+def test_every_shard_verifies_tls_as_httpx_does(monkeypatch: pytest.MonkeyPatch,
+                                                tls_contexts: list[dict[str, object]]) -> None:
     monkeypatch.setenv("SSL_CERT_FILE", certifi.where())
     transport = ShardedTransport(4, httpx.Limits(max_connections=4, max_keepalive_connections=4))
-    assert loaded == [{"cafile": certifi.where()}]  # the operator's SSL_CERT_FILE, as httpx's own transport
+    assert tls_contexts == [{"cafile": certifi.where()}]  # the operator's SSL_CERT_FILE, as httpx's own transport
     for shard in transport._shards:
         context = shard._pool._ssl_context
         assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
