@@ -79,10 +79,9 @@ def _new_client() -> httpx.AsyncClient:
     # httpx honours HTTP_PROXY / HTTPS_PROXY / ALL_PROXY (and NO_PROXY) only with its own transport:
     # behind a proxy, the calls keep it (and one pool); the sharded pools are for direct connections.
     proxies = getproxies()
-    if any(proxies.get(scheme) for scheme in ("http", "https", "all")):
-        return httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT})
-    return httpx.AsyncClient(transport=ShardedTransport(POOL_SHARDS, POOL_LIMITS), follow_redirects=False,
-                             headers={"User-Agent": _USER_AGENT})
+    proxied = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
+    return httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS),
+                             limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT})
 
 
 async def aclose_client() -> None:

@@ -3,7 +3,7 @@
 
 Why: httpcore's pool walks all of its connections on every request it starts and every response it
 closes, checks each idle one's socket, and for each idle one counts the whole pool again. With 64
-keep-alive connections a request of 32 batches (64 model calls) spent about a third of its CPU there
+keep-alive connections a request of 32 batches (64 model calls) spent about a quarter of its CPU there
 (docs/performance.md, "End-to-end concurrency"). The same 64 connections in 16 pools of 4 cost 16 times
 fewer checks per pool operation and 256 times fewer counts, and keep the same limits: at most
 ``shards × per-shard`` connections open and kept alive.
