@@ -106,6 +106,16 @@ class HeldServer(LoopbackServer):
     def release(self, name: str) -> None:
         self.events.setdefault(b"/" + name.encode(), asyncio.Event()).set()
 
+    async def arrivals(self, count: int) -> None:
+        """Until ``count`` requests have arrived; fails after 5 s (a request stuck in the client)."""
+        async def arrived() -> None:
+            while len(self.arrived) < count:
+                await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(arrived(), timeout=5)
+        except TimeoutError:
+            pytest.fail(f"{len(self.arrived)} of {count} requests reached the server")
+
     async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         self.arrived.append(path)
         if path == b"/partial":
@@ -240,8 +250,7 @@ async def test_with_every_connection_taken_a_request_gets_the_first_one_freed_in
     async with HeldServer() as server, httpx.AsyncClient(transport=transport) as client:
         slow = asyncio.create_task(client.post(server.base + "/slow"))  # the first pool's only connection
         quick = [asyncio.create_task(client.post(server.base + "/quick")) for _ in range(3)]
-        while len(server.arrived) < 4:
-            await asyncio.sleep(0.01)
+        await server.arrivals(4)
         late = asyncio.create_task(client.post(server.base + "/now"))
         await asyncio.sleep(0.05)
         server.release("quick")
@@ -256,8 +265,7 @@ async def test_a_request_waiting_for_a_connection_times_out_or_is_cancelled_with
     transport = ShardedTransport(2, httpx.Limits(max_connections=2, max_keepalive_connections=2))
     async with HeldServer() as server, httpx.AsyncClient(transport=transport) as client:
         held = [asyncio.create_task(client.post(server.base + "/held")) for _ in range(2)]
-        while len(server.arrived) < 2:
-            await asyncio.sleep(0.01)
+        await server.arrivals(2)
         with pytest.raises(httpx.PoolTimeout):
             await client.post(server.base + "/now", timeout=httpx.Timeout(5, pool=0.1))
         waiting = asyncio.create_task(client.post(server.base + "/now"))
