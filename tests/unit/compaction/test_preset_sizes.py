@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 
 from compactor.compaction.preparation import prepare
 from compactor.compaction.preset import materialise, question_template
+from compactor.compaction.reassembly import (compaction_report, ratio_limits, reassemble, summary_message,
+                                             text_item_overhead)
 from compactor.decision_validation import validate_payload, validate_state
 from compactor.flow.values import JSONTextMap, WireSized, view_of
-from compactor.jsonutil import ascii_wire_size, dense_dumps
+from compactor.formats import FORMAT_NAMES, get_dialect
+from compactor.jsonutil import ascii_wire_size, dense_dumps, dense_size, dense_str_size
 
 from .fixtures import CORPUS_FILES, corpus_messages
 
@@ -52,10 +55,6 @@ def test_the_state_size_and_the_items_view_equal_their_encodings_on_the_corpus()
         messages = corpus_messages(name)
         batches += _check(messages["messages"] if isinstance(messages, dict) else messages, keep_recent=4)
     assert batches
-
-
-from compactor.compaction.reassembly import compaction_report, ratio_limits, reassemble  # noqa: E402
-from compactor.jsonutil import dense_size  # noqa: E402
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -193,11 +192,6 @@ def test_reassembly_at_the_size_edge_equals_its_definition() -> None:
     output, manifest, output_bytes, _ = reassemble(messages, prep, values)
     assert {entry["reason"] for entry in manifest} >= {"summarized", "summary_refused"}
     assert (output, manifest, output_bytes) == reference_reassembly(messages, prep, values, False, {})
-
-
-from compactor.compaction.reassembly import summary_message, text_item_overhead  # noqa: E402
-from compactor.formats import FORMAT_NAMES, get_dialect  # noqa: E402
-from compactor.jsonutil import dense_str_size  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)
