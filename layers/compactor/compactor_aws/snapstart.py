@@ -14,6 +14,7 @@ outside Lambda, where that module is missing, it does nothing.
 
 from __future__ import annotations
 
+import codecs
 import os
 import random
 import sys
@@ -54,6 +55,9 @@ def before_snapshot() -> None:
     s3_store.s3_client()
     if os.environ.get(ledger.TABLE_ENV) or os.environ.get(idempotency.TABLE_ENV):
         ledger.dynamodb_client()  # the usage ledger and the idempotency records
+    # A client's first connection checks its host name with the IDNA codec (urllib3 encodes it), whose
+    # import (with stringprep and unicodedata) every restored container would pay on its first request.
+    codecs.lookup("idna")
 
 
 def after_restore() -> None:

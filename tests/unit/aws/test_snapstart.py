@@ -104,3 +104,14 @@ def test_after_restore_imports_no_provider_transport() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.stdout.strip() == "[]"
+
+
+def test_before_snapshot_loads_the_codec_a_first_connection_needs() -> None:
+    """urllib3 checks each host name with the IDNA codec when it connects: the codec's modules are in the
+    snapshot, not imported by every restored container's first request."""
+    code = ("import sys; from compactor_aws import snapstart; before = 'encodings.idna' in sys.modules; "
+            "snapstart.before_snapshot(); print(before, 'encodings.idna' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split() == ["False", "True"]
