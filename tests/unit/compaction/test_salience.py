@@ -139,6 +139,41 @@ def test_a_run_judged_a_plain_word_holds_no_name(run):
         assert salience._run_names(run) == ()
 
 
+def _runs_cut_whole(text):
+    if text.isascii():
+        return set(text.encode("ascii").translate(salience._BYTE_SEPARATORS).decode("ascii").split())
+    return set(text.encode("utf-8", "surrogatepass").translate(salience._BYTE_SEPARATORS).split())
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_PIECES + ["\n", " ", "  ", "\n\n"]) | st.text(max_size=6), max_size=60),
+       st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=12))
+def test_a_long_text_cut_a_piece_at_a_time_has_the_runs_and_names_of_the_whole(pieces, piece_chars, search):
+    """A text over _PIECE_CHARS is cut a piece at a time, each piece ending before a space or a newline
+    within _CUT_SEARCH characters, else the whole rest (docs/performance.md): the same runs, of the same type,
+    as the whole text cut at once, so the same names; pieces and searches of 1-12 characters put cuts
+    everywhere, in runs, tags and multi-byte characters' neighbourhoods, and leave some pieces to the end."""
+    text = "".join(pieces)
+    saved = salience._PIECE_CHARS, salience._CUT_SEARCH
+    salience._PIECE_CHARS, salience._CUT_SEARCH = piece_chars, search
+    try:
+        if len(text) > piece_chars:
+            runs = salience._long_runs(text)
+            whole = _runs_cut_whole(text)
+            assert runs == whole and {type(run) for run in runs} == {type(run) for run in whole}
+        assert names_in(text) == _names_by_regex(text)
+    finally:
+        salience._PIECE_CHARS, salience._CUT_SEARCH = saved
+
+
+def test_a_long_output_is_cut_in_pieces_with_the_names_of_the_whole():
+    line = "0128 src/module_9/file_128.py: ok parse_header\tDataElement,os.path.join; "
+    text = (line * 2000)[:140_000] + "x" * 40_000 + " tail_name " + "café_x " * 3000 + "\n".join(["a/b"] * 9000)
+    assert len(text) > 4 * salience._PIECE_CHARS
+    assert salience._long_runs(text) == _runs_cut_whole(text)
+    assert names_in(text) == _names_by_regex(text)
+
+
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
     for name in CORPUS_FILES:
         for message in corpus_messages(name):

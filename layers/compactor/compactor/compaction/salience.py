@@ -112,13 +112,48 @@ def _plain_word(run: str) -> bool:
 _verdicts = _Verdicts()
 
 
+# A longer text is cut a piece of about _PIECE_CHARS characters at a time, each piece ending before a space or
+# a newline (separators: no run spans one) found within _CUT_SEARCH characters (else the piece is the whole
+# rest), and each piece's list of runs is freed before the next is made. Cut whole, the 332 KB output of
+# compact_overhead.py's request made about 29,000 strings at once, which took fresh arenas of the allocator and
+# some 400-500 page faults of the thread on every request (docs/performance.md).
+_PIECE_CHARS = 32_768
+_CUT_SEARCH = 4096
+
+
+def _long_runs(text: str) -> set[str | bytes]:
+    """The distinct runs of a text over _PIECE_CHARS characters, as :func:`names_in` finds those of a shorter
+    one (the same runs, of the same type), a piece at a time."""
+    ascii, size, find = text.isascii(), len(text), text.find
+    runs: set[str | bytes] = set()
+    start = 0
+    while start < size:
+        end = start + _PIECE_CHARS
+        if end < size:  # the first space, else newline, in the next _CUT_SEARCH characters; else the whole rest
+            cut = find(" ", end, end + _CUT_SEARCH)
+            if cut < 0:
+                cut = find("\n", end, end + _CUT_SEARCH)
+            end = cut if cut >= 0 else size
+        else:
+            end = size
+        piece = text[start:end]
+        if ascii:
+            runs.update(piece.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
+        else:
+            runs.update(piece.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
+        start = end
+    return runs
+
+
 def names_in(text: str) -> set[str]:
     """The paths and code identifiers in ``text`` (HTML/XML-like tags left out)."""
     global _verdicts
     if "<" in text:
         text = _TAG.sub(" ", text)
-    if text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
-        runs: set[str | bytes] = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
+    if len(text) > _PIECE_CHARS:
+        runs = _long_runs(text)
+    elif text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
+        runs = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
     else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
         runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
     verdicts = _verdicts
