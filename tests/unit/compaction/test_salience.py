@@ -168,10 +168,12 @@ def test_a_long_text_cut_a_piece_at_a_time_has_the_runs_and_names_of_the_whole(p
 
 def test_a_long_output_is_cut_in_pieces_with_the_names_of_the_whole():
     line = "0128 src/module_9/file_128.py: ok parse_header\tDataElement,os.path.join; "
-    text = (line * 2000)[:140_000] + "x" * 40_000 + " tail_name " + "café_x " * 3000 + "\n".join(["a/b"] * 9000)
-    assert len(text) > 4 * salience._PIECE_CHARS
-    assert salience._long_runs(text) == _runs_cut_whole(text)
-    assert names_in(text) == _names_by_regex(text)
+    ascii_text = (line * 2000)[:140_000] + "x" * 40_000 + " tail_name " + "\n".join(["a/b"] * 9000)
+    for text in (ascii_text, ascii_text + " café_x" * 3000):  # str runs, then bytes runs
+        assert len(text) > 4 * salience._PIECE_CHARS
+        runs = salience._long_runs(text)
+        assert runs == _runs_cut_whole(text) and {type(run) for run in runs} == {str if text.isascii() else bytes}
+        assert names_in(text) == _names_by_regex(text)
 
 
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():

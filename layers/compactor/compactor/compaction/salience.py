@@ -124,7 +124,7 @@ _CUT_SEARCH = 4096
 def _long_runs(text: str) -> set[str | bytes]:
     """The distinct runs of a text over _PIECE_CHARS characters, as :func:`names_in` finds those of a shorter
     one (the same runs, of the same type), a piece at a time."""
-    ascii, size, find = text.isascii(), len(text), text.find
+    is_ascii, size, find = text.isascii(), len(text), text.find
     runs: set[str | bytes] = set()
     start = 0
     while start < size:
@@ -137,7 +137,7 @@ def _long_runs(text: str) -> set[str | bytes]:
         else:
             end = size
         piece = text[start:end]
-        if ascii:
+        if is_ascii:
             runs.update(piece.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
         else:
             runs.update(piece.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
