@@ -150,12 +150,14 @@ def test_apply_dispatches_with_node_options() -> None:
     ({"operation": "overlay", "max_string_bytes": 9}, [{"k": "long text"}, {"k": "\ud800"}], None,
      "data_error: value is not valid Unicode (lone surrogate)"),
 ])
-def test_a_data_node_runs_inline_to_its_value_trace_entry_status_and_error(
-        spec: dict[str, Any], values: list[Any], value: Any, error: str | None, on_error: bool) -> None:
+def test_a_data_node_runs_inline_as_it_ran_as_a_coroutine(spec: dict[str, Any], values: list[Any], value: Any,
+                                                           error: str | None, on_error: bool) -> None:
     """The scheduler runs a data node without a coroutine (``execute.execute_data_node``, docs/performance.md):
-    its value, trace entry (keys in order), status and error are the flow IR's (``execute_node`` hands a data
-    node to the same function, so comparing the two would compare it with itself)."""
-    from compactor.flow.execute import FAILED, FALLBACK, OK, execute_data_node
+    the same value, trace entry (keys in the same order), status and error as ``execute_node``'s data path."""
+    import asyncio
+
+    from compactor.budget import Deadline
+    from compactor.flow.execute import FAILED, FALLBACK, OK, execute_data_node, execute_node
     from compactor.flow.graph import flow_node
 
     spec = {"kind": "data", "inputs": [f"x{i}" for i in range(len(values))], **spec,
@@ -167,12 +169,13 @@ def test_a_data_node_runs_inline_to_its_value_trace_entry_status_and_error(
         expected_entry["error"] = error
         if on_error:
             expected_entry["fallback"] = "input"
-    outcome = execute_data_node(node, values)
-    assert outcome.entry == expected_entry and list(outcome.entry) == list(expected_entry)
-    if error is None:
-        assert (outcome.value, outcome.status, outcome.error_kind, outcome.error_message) == (value, OK, None, None)
-    else:
-        assert outcome.status == (FALLBACK if on_error else FAILED)
-        assert outcome.value == (values[0] if on_error else None)
-        assert (outcome.error_kind, outcome.error_message) == ("data_error", error)
-    assert outcome.tool_calls is None
+    for outcome in (execute_data_node(node, values),
+                    asyncio.run(execute_node(node, values, router=None, deadline=Deadline.after_ms(1000)))):  # type: ignore[arg-type]
+        assert outcome.entry == expected_entry and list(outcome.entry) == list(expected_entry)
+        if error is None:
+            assert (outcome.value, outcome.status, outcome.error_kind, outcome.error_message) == (value, OK, None, None)
+        else:
+            assert outcome.status == (FALLBACK if on_error else FAILED)
+            assert outcome.value == (values[0] if on_error else None)
+            assert (outcome.error_kind, outcome.error_message) == ("data_error", error)
+        assert outcome.tool_calls is None
