@@ -268,9 +268,10 @@ def print_profile(body: str) -> None:
     async def profiled() -> None:  # service.compact alone: not the parse, the router or the collection before it
         profiler.enable()
         try:
-            await compact(request, deadline=Deadline.after_ms(40_000), router=router)
+            status, answer = await compact(request, deadline=Deadline.after_ms(40_000), router=router)
         finally:
             profiler.disable()
+        assert status == 200, answer
 
     gc.collect()
     asyncio.run(profiled())
