@@ -29,8 +29,8 @@ Two baselines run in the same loop, interleaved with the samples so they see the
 
 * the third-party packages alone: exactly the non-standard-library modules that the whole sample
   (import and first request) loaded, imported and nothing else, in the order the sample first imported
-  them (imported in alphabetical order, ``compact``'s took 35 ms longer, in 21 of 25 alternated pairs, which
-  flattered its ratio by about 0.08);
+  them (imported alphabetically, ``compact``'s list took longer in 21 of 25 alternated pairs, by 35 ms at the
+  median of the paired differences, which flattered its ratio by about 0.1);
 * a bare ``import json``: the interpreter floor.
 
 Reported per function: absolute medians, ``cold / third-party`` (goal <= 1.3) and, with SnapStart,
@@ -42,8 +42,8 @@ published and is part of the snapshot, not of any caller's cold start. The after
 before the invocation, so it is timed with the first request, which then rebuilds the clients it uses. Exit 1 when a goal is missed or
 a first request does not succeed.
 
-Fresh processes on a shared machine scatter widely (a third-party median moved 330-550 ms between runs
-minutes apart), so each ratio is printed with its 10th-90th percentiles over bootstrap resamples of the
+Fresh processes on a shared machine scatter widely (``s3_compact``'s third-party median moved between 322
+and 528 ms across one afternoon's runs), so each ratio is printed with its 10th-90th percentiles over bootstrap resamples of the
 runs: how far another run of the benchmark may read. The goals are judged on the medians, as before;
 15 runs by default (with 7, the ratio of one function spanned 1.12-1.50 from the 10th to the 90th
 percentile, with 15 1.21-1.44; docs/performance.md#how-far-a-run-can-be-trusted).
