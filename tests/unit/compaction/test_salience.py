@@ -176,6 +176,22 @@ def test_a_long_output_is_cut_in_pieces_with_the_names_of_the_whole():
         assert names_in(text) == _names_by_regex(text)
 
 
+def test_a_long_line_of_minified_json_is_cut_at_its_quotes_and_commas():
+    """A tool output of minified JSON has no space or newline to end a piece at: it is cut at a double quote or a
+    comma (separators too), not scanned whole, with the runs and names of the whole."""
+    text = json.dumps([{"path": f"src/m{i}/f_{i}.py", "ok": True, "n": i} for i in range(4000)], separators=(",", ":"))
+    assert len(text) > 4 * salience._PIECE_CHARS and " " not in text and "\n" not in text
+    ends = list(salience._piece_ends(text))
+    assert len(ends) >= 4 and ends[-1] == len(text) and ends == sorted(set(ends))
+    assert all(text[end] in salience._CUT_AT for end in ends[:-1])
+    assert salience._long_runs(text) == _runs_cut_whole(text)
+    assert names_in(text) == _names_by_regex(text)
+
+
+def test_every_character_a_piece_may_end_before_is_a_separator():
+    assert all(salience._BYTE_SEPARATORS[ord(separator)] == 0x20 for separator in salience._CUT_AT)
+
+
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
     for name in CORPUS_FILES:
         for message in corpus_messages(name):

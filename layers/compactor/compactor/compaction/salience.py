@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import string
+from collections.abc import Iterator
 from typing import Any
 
 from compactor.chat import Message, content_text
@@ -112,30 +113,43 @@ def _plain_word(run: str) -> bool:
 _verdicts = _Verdicts()
 
 
-# A longer text is cut a piece of about _PIECE_CHARS characters at a time, each piece ending before a space or
-# a newline (separators: no run spans one) found within _CUT_SEARCH characters (else the piece is the whole
+# A longer text is cut a piece of about _PIECE_CHARS characters at a time, each piece ending before one of
+# _CUT_AT (separators: no run spans one) found within _CUT_SEARCH characters (else the piece is the whole
 # rest), and each piece's list of runs is freed before the next is made. Cut whole, the 332 KB output of
 # compact_overhead.py's request made about 29,000 strings at once, which took fresh arenas of the allocator and
 # some 400-500 page faults of the thread on every request (docs/performance.md).
 _PIECE_CHARS = 32_768
 _CUT_SEARCH = 4096
+# Where a piece may end, in the order looked for: a space or a newline, else (a long line of minified JSON, say)
+# a double quote or a comma; all of them separators.
+_CUT_AT = (" ", "\n", '"', ",")
+
+
+def _piece_ends(text: str) -> Iterator[int]:
+    """Where each piece of a long text ends, the last at the text's end: about _PIECE_CHARS characters on, before
+    the first of _CUT_AT found in the next _CUT_SEARCH characters, else at the end."""
+    size, find = len(text), text.find
+    end = 0
+    while end < size:
+        end += _PIECE_CHARS
+        if end < size:
+            for separator in _CUT_AT:
+                cut = find(separator, end, end + _CUT_SEARCH)
+                if cut >= 0:
+                    break
+            end = cut if cut >= 0 else size
+        else:
+            end = size
+        yield end
 
 
 def _long_runs(text: str) -> set[str | bytes]:
     """The distinct runs of a text over _PIECE_CHARS characters, as :func:`names_in` finds those of a shorter
     one (the same runs, of the same type), a piece at a time."""
-    is_ascii, size, find = text.isascii(), len(text), text.find
+    is_ascii = text.isascii()
     runs: set[str | bytes] = set()
     start = 0
-    while start < size:
-        end = start + _PIECE_CHARS
-        if end < size:  # the first space, else newline, in the next _CUT_SEARCH characters; else the whole rest
-            cut = find(" ", end, end + _CUT_SEARCH)
-            if cut < 0:
-                cut = find("\n", end, end + _CUT_SEARCH)
-            end = cut if cut >= 0 else size
-        else:
-            end = size
+    for end in _piece_ends(text):
         piece = text[start:end]
         if is_ascii:
             runs.update(piece.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
