@@ -149,8 +149,8 @@ def _runs_cut_whole(text):
 @given(st.lists(st.sampled_from(_PIECES + ["\n", " ", "  ", "\n\n"]) | st.text(max_size=6), max_size=60),
        st.integers(min_value=1, max_value=12), st.integers(min_value=1, max_value=12))
 def test_a_long_text_cut_a_piece_at_a_time_has_the_runs_and_names_of_the_whole(pieces, piece_chars, search):
-    """A text over _PIECE_CHARS is cut a piece at a time, each piece ending before a space or a newline
-    within _CUT_SEARCH characters, else the whole rest (docs/performance.md): the same runs, of the same type,
+    """A text over _PIECE_CHARS is cut a piece at a time, each piece ending before one of _CUT_AT (a space, a
+    newline, a double quote, a comma) within _CUT_SEARCH characters, else the whole rest (docs/performance.md): the same runs, of the same type,
     as the whole text cut at once, so the same names; pieces and searches of 1-12 characters put cuts
     everywhere, in runs, tags and multi-byte characters' neighbourhoods, and leave some pieces to the end."""
     text = "".join(pieces)

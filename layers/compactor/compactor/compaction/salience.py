@@ -143,6 +143,15 @@ def _piece_ends(text: str) -> Iterator[int]:
         yield end
 
 
+def _split_runs(text: str, is_ascii: bool) -> list[str] | list[bytes]:
+    """The runs of ``text``: every separator becomes a space, then split. As str when the text (or the whole
+    text it is a piece of) is ASCII, str.split cutting faster than bytes.split; else as bytes, split at the same
+    ASCII characters (a multi-byte character holds none in UTF-8)."""
+    if is_ascii:
+        return text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split()
+    return text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split()
+
+
 def _long_runs(text: str) -> set[str | bytes]:
     """The distinct runs of a text over _PIECE_CHARS characters, as :func:`names_in` finds those of a shorter
     one (the same runs, of the same type), a piece at a time."""
@@ -150,11 +159,7 @@ def _long_runs(text: str) -> set[str | bytes]:
     runs: set[str | bytes] = set()
     start = 0
     for end in _piece_ends(text):
-        piece = text[start:end]
-        if is_ascii:
-            runs.update(piece.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
-        else:
-            runs.update(piece.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
+        runs.update(_split_runs(text[start:end], is_ascii))
         start = end
     return runs
 
@@ -164,12 +169,7 @@ def names_in(text: str) -> set[str]:
     global _verdicts
     if "<" in text:
         text = _TAG.sub(" ", text)
-    if len(text) > _PIECE_CHARS:
-        runs = _long_runs(text)
-    elif text.isascii():  # every separator becomes a space; str.split cuts faster than bytes.split
-        runs = set(text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split())
-    else:  # split at the same ASCII characters (a multi-byte character holds none in UTF-8)
-        runs = set(text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split())
+    runs = _long_runs(text) if len(text) > _PIECE_CHARS else set(_split_runs(text, text.isascii()))
     verdicts = _verdicts
     unjudged = runs - verdicts.judged
     if unjudged:
