@@ -191,3 +191,31 @@ def test_strict_loads_with_one_decoder_equals_json_loads_with_its_hooks(text: st
     except StrictJSONError as exc:
         outcome = ("strict", str(exc))
     assert repr(outcome) == repr(_strict_loads_by_definition(given_text))
+
+
+# Every ASCII character, and the escapes' own text (a literal ``\x41`` or ``\u0041``), in contents of any length.
+_ascii_content = (st.lists(st.sampled_from([chr(code) for code in range(128)] + ["\\x41", "\\u0041", '\\"', "é"]),
+                           max_size=80).map("".join)
+                  | st.tuples(st.text(alphabet='ab "\\\n\t\r', max_size=20), st.sampled_from(
+                      [chr(code) for code in [*range(32), 127]]), st.text(alphabet="ab x41", max_size=5)).map("".join))
+
+
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(_ascii_content,
+       st.sampled_from([{}, {"role": "tool", "tool_call_id": 'c"1\x7f'}, {"text": 1, "n": [1.5], "é": None}]))
+def test_a_content_the_codec_escapes_plainly_is_written_as_the_encoder_writes_it(text, members):
+    """``dense_plain_str`` (the ``unicode_escape`` codec, docs/performance.md) writes what the encoder writes for
+    every ASCII string the names scan's translation passes (``escapes_plainly``), and that translation passes
+    exactly the strings without a control character but tab, newline and return and without DEL."""
+    from compactor.compaction.salience import escapes_plainly, translated
+    from compactor.jsonutil import dense_plain_str, dense_with_plain_last
+
+    if not text.isascii():
+        return
+    odd = any(ord(c) < 0x20 and c not in "\t\n\r" or c == "\x7f" for c in text)
+    assert escapes_plainly(translated(text)) is not odd
+    if not odd:
+        message = {**members, "content": text}
+        assert dense_plain_str(text) == dense_dumps(text)
+        assert dense_with_plain_last(message, text) == dense_dumps(message) == json.dumps(
+            message, separators=(",", ":"), ensure_ascii=False)

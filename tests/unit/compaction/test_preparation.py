@@ -356,3 +356,47 @@ def test_a_preparation_without_the_names_scan_has_the_same_limits():
     reasons = [_without_salience_is_the_same(messages + [{"role": "assistant", "content": "done"}]).reasons
                for messages in (many, wide, narrow, many[:9])]
     assert REASON_FRAGMENTS in reasons[0] and "flow_input_limit" in reasons[1] and reasons[3] == []
+
+
+def _with_plain_content(limit, messages, **kw):
+    saved, preparation.PLAIN_CONTENT = preparation.PLAIN_CONTENT, limit
+    try:
+        return _prepare(messages, **kw)
+    finally:
+        preparation.PLAIN_CONTENT = saved
+
+
+# ASCII contents with what the two escapes write differently (control characters, DEL, quotes, backslashes, the
+# escapes' own text), tags the names scan leaves out, and names used again.
+_ascii_output = st.lists(st.sampled_from(["src/app.py", "parse_header", "ok", " ", "\n", "\n", "\t", '"', "\\",
+                                          "\\x41", "<tool_result>", "\x00", "\x1b[0m", "\x7f", "\x0c", "\r"]),
+                         max_size=40).map("".join)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(_ascii_output, st.sampled_from(["tool", "assistant", "user"]), st.booleans()), min_size=1,
+                max_size=8), st.integers(min_value=1, max_value=4))
+def test_contents_escaped_by_the_codec_prepare_the_same(contents, keep_recent):
+    """A content the names scan's translation passes is escaped by the ``unicode_escape`` codec and scanned from
+    that translation (docs/performance.md): with every ASCII content treated so, and with none, the preparation
+    (sizes, items, evidence, hints, later blocks) is the same."""
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "fix src/app.py"}]
+    for n, (text, role, call) in enumerate(contents):
+        calls = tool_unit(f"c_{n}", "cat parse_header.py", "")[0]["tool_calls"]
+        messages += (tool_unit(f"c_{n}", "cat src/app.py", text) if call
+                     else [{"role": role, "content": text}, {"role": role, "content": text, "n": 1},
+                           {"role": "assistant", "tool_calls": calls, "content": text}])
+    messages.append({"role": "assistant", "content": "parse_header src/app.py"})
+    kw = {"keep_recent": keep_recent, "target_ratio": 0.1}
+    assert _with_plain_content(-1, messages, **kw) == _with_plain_content(10**9, messages, **kw)
+
+
+def test_contents_escaped_by_the_codec_prepare_the_same_on_the_corpus():
+    from .fixtures import CORPUS_FILES, corpus_messages
+
+    for name in CORPUS_FILES:
+        messages = corpus_messages(name)
+        messages = messages["messages"] if isinstance(messages, dict) else messages
+        for keep_recent in (1, 6):
+            assert (_with_plain_content(-1, messages, keep_recent=keep_recent)
+                    == _with_plain_content(10**9, messages, keep_recent=keep_recent)), name

@@ -440,3 +440,16 @@ def test_the_salience_of_measured_texts_is_the_salience_by_definition_on_the_cor
             assert [(b.names, b.later) for b in prep.batches] == _salience_by_definition(messages, prep), name
             later_blocks += sum(1 for b in prep.batches if b.later)
     assert later_blocks
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from([p for p in _PIECES if p.isascii()] + [chr(code) for code in range(32)] + ["\x7f"])
+                | st.text(alphabet=st.characters(max_codepoint=127), max_size=6), max_size=60))
+def test_the_names_of_a_translated_content_are_the_names_scan_s(pieces):
+    """The preparation translates a content once, when it encodes it, and scans it later from that translation
+    (docs/performance.md): the same names as the names scan and the regex definition, control characters and
+    DEL included (which the translation marks for the encoding)."""
+    text = "".join(pieces)
+    if "<" in text:  # the scan leaves tags out first: such a content is scanned as it is
+        return
+    assert salience.names_in_translated(salience.translated(text)) == names_in(text) == _names_by_regex(text)

@@ -12,12 +12,14 @@ from typing import Any
 
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
-from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
-                                dense_str_size, json_text_escaped, json_text_size, utf8_len)
+from compactor.jsonutil import (ascii_dumps, ascii_wire_size, ascii_with_plain_last, dense_dumps, dense_join,
+                                dense_join_size, dense_size, dense_str_size, dense_with_plain_last, json_text_escaped,
+                                json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
-from compactor.compaction.salience import (batch_hint, hint_order, last_uses, later_dense_size, message_names,
-                                          quoted_actions, sized_later_block, text_wire_size)
+from compactor.compaction.salience import (batch_hint, escapes_plainly, hint_order, last_uses, later_dense_size,
+                                          message_names, names_in_translated, quoted_actions, sized_later_block,
+                                          text_wire_size, translated)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -199,16 +201,38 @@ def _long_content_size(message: Message) -> int | None:
     return utf8_len(dense_dumps({**message, "content": ""})) - 2 + dense_str_size(content)
 
 
-def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None) -> tuple[str, bool]:
+# A message whose last member is its content, an ASCII string of more than PLAIN_CONTENT characters (and at most
+# LONG_CONTENT: the names scan cuts a longer one a piece at a time), gets its content translated for the names scan
+# when it is encoded, once: the translation, kept for the scan, also tells whether the ``unicode_escape`` codec
+# escapes the content as the encoder does (no control character but tab, newline and return, no DEL), and then
+# the codec escapes it, about twice as fast as the encoder (docs/performance.md).
+PLAIN_CONTENT = 1024
+
+
+def _dense_message(message: Message, index: int, translations: dict[int, bytes]) -> str:
+    """``dense_dumps(message)``; a content as above is translated into ``translations[index]`` on the way."""
+    content = message.get("content") if type(message) is dict else None
+    if (type(content) is not str or not PLAIN_CONTENT < len(content) <= LONG_CONTENT or not content.isascii()
+            or next(reversed(message)) != "content"):
+        return dense_dumps(message)
+    translation = translations[index] = translated(content)
+    return dense_with_plain_last(message, content) if escapes_plainly(translation) else dense_dumps(message)
+
+
+def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None,
+                  plain_last: bool = False) -> tuple[str, bool]:
     """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over EVIDENCE_EXCERPT_OVER characters.
     ``dense_texts``: each message's dense JSON when the caller has it; a message whose JSON is no longer than
-    a string that gets cut holds none and is encoded as it is, without looking into it."""
+    a string that gets cut holds none and is encoded as it is, without looking into it. ``plain_last``: the last
+    message's last member is its content, which the ``unicode_escape`` codec escapes as the encoder does
+    (:func:`_dense_message`), and so does its cut (docs/performance.md)."""
     if dense_texts is None:
         clipped = _clipped(unit_messages)
     else:
         clipped = [message if len(text) <= 2 * _EVIDENCE_KEEP else _clipped(message)
                    for message, text in zip(unit_messages, dense_texts, strict=True)]
-    return excerpt(ascii_dumps(clipped), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+    text = ascii_with_plain_last(clipped, clipped[-1]["content"]) if plain_last else ascii_dumps(clipped)
+    return excerpt(text, EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
 
 
 def fragment_question(template: dict[str, Any], excerpted: bool) -> dict[str, Any]:
@@ -330,11 +354,11 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 
 
 def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
-                       questions: Questions) -> Candidate:
+                       questions: Questions, plain_last: bool = False) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
     the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
-    by encoding them again."""
-    evidence, excerpted = evidence_view(view, view_texts)
+    by encoding them again. ``plain_last``: as in :func:`evidence_view`."""
+    evidence, excerpted = evidence_view(view, view_texts, plain_last)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
@@ -397,7 +421,9 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     # Each message is serialised once: its dense text gives every size and item below (docs/performance.md);
     # a long ASCII content is measured, and encoded below only when its message is in a candidate.
     long_sizes = [_long_content_size(m) for m in messages]
-    texts: list[Any] = [dense_dumps(m) if long is None else None for m, long in zip(messages, long_sizes)]
+    translations: dict[int, bytes] = {}  # the contents translated for the names scan (_dense_message), by index
+    texts: list[Any] = [_dense_message(m, i, translations) if long is None else None
+                        for i, (m, long) in enumerate(zip(messages, long_sizes))]
     sizes = [utf8_len(text) if long is None else long for text, long in zip(texts, long_sizes)]
     original_bytes = dense_join_size(sizes)
     target = int(original_bytes * target_ratio)
@@ -433,7 +459,9 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         own = texts[start:end]
         whole = dense_join(own)
         if all(plain[start:end]):  # each view item has its message's JSON: the messages are the view
-            return measured_candidate(unit, messages[start:end], own, whole, whole, questions)
+            translation = translations.get(end - 1)  # the last message's content, when it was translated
+            return measured_candidate(unit, messages[start:end], own, whole, whole, questions,
+                                      translation is not None and escapes_plainly(translation))
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
                                   dense_join(item_texts), whole, questions)
@@ -457,7 +485,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     questions = Questions.of(question_template)
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
     if salience:
-        _add_salience(messages, views, view_texts, used, kept, sizer)
+        _add_salience(messages, views, view_texts, used, kept, sizer, translations)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
@@ -515,10 +543,12 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
 
 
 def _add_salience(messages: list[Message], views: list[list[Message]], view_texts: list[list[str]],
-                  batches: list[Batch], kept: list[int], sizer: BatchSizer) -> None:
+                  batches: list[Batch], kept: list[int], sizer: BatchSizer,
+                  translations: dict[int, bytes] | None = None) -> None:
     """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
     less those the kept messages already carry) and its ``later`` block: those names and the actions
-    after the batch that touch its names (a re-read, a re-run, a rewrite)."""
+    after the batch that touch its names (a re-read, a re-run, a rewrite). ``translations``: contents
+    translated for the names scan already, by message index (:func:`_dense_message`)."""
     if not batches:
         return
     # Each message scanned once, hidden reasoning left out (``views``: docs/formats.md); not those before the
@@ -526,7 +556,8 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
     # never exceeds, or in none (docs/performance.md).
     first = min(c.unit.start for batch in batches for c in batch.candidates)
     kept_set = set(kept)
-    names = [_view_names(view, texts) if i >= first or i in kept_set else set()
+    translations = translations or {}
+    names = [_message_names(messages[i], view, texts, translations.get(i)) if i >= first or i in kept_set else set()
              for i, (view, texts) in enumerate(zip(views, view_texts, strict=True))]
     lasts = [max(c.unit.end for c in batch.candidates) - 1 for batch in batches]
     last_use = last_uses(names)
@@ -553,6 +584,16 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
                                                      [action_sizes[i] for i in touching])
         batch.later_bytes = later_bytes
         flow_room -= later_bytes + _LATER_KEY_BYTES if batch.later else 0
+
+
+def _message_names(message: Message, view: list[Message], texts: list[str], translation: bytes | None) -> set[str]:
+    """:func:`_view_names` of a message; from its content's ``translation`` (:func:`_dense_message`) when its
+    names are its content's (the message is its own model view, without tool calls) and the content holds no
+    ``<`` (the names scan leaves tags out first)."""
+    if (translation is None or len(view) != 1 or view[0] is not message or message.get("tool_calls")
+            or "<" in message["content"]):
+        return _view_names(view, texts)
+    return names_in_translated(translation)
 
 
 def _view_names(view: list[Message], texts: list[str]) -> set[str]:

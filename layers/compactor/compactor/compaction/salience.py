@@ -51,6 +51,14 @@ _TAG = pattern(r"</?[A-Za-z_][\w-]*>")
 _RUN_CHARS = frozenset(string.ascii_letters + string.digits + "_./~@+-")
 _NOT_START = "0123456789@+-"
 _BYTE_SEPARATORS = bytes(code if code >= 0x80 or chr(code) in _RUN_CHARS else 0x20 for code in range(256))
+# An ASCII text is translated by this table instead: the same runs (``str.split`` takes \x1c for whitespace, as it
+# takes a space), but the control characters that the ``unicode_escape`` codec escapes otherwise than the JSON
+# encoder (all but tab, newline and return) and DEL become \x1c, so that a translated content without \x1c may be
+# escaped by the codec (:func:`escapes_plainly`, ``jsonutil.dense_plain_str``; docs/performance.md). ``bytes.split``
+# takes no \x1c for whitespace: texts that are not ASCII keep _BYTE_SEPARATORS.
+_ODD_CONTROLS = bytes([*range(0x09), 0x0b, 0x0c, *range(0x0e, 0x20), 0x7f])
+_ASCII_SEPARATORS = bytes(0x1c if code in _ODD_CONTROLS else separator
+                          for code, separator in enumerate(_BYTE_SEPARATORS))
 
 
 def _run_names(run: str | bytes) -> tuple[str, ...]:
@@ -144,12 +152,26 @@ def _piece_ends(text: str) -> Iterator[int]:
 
 
 def _split_runs(text: str, is_ascii: bool) -> list[str] | list[bytes]:
-    """The runs of ``text``: every separator becomes a space, then split. As str when the text (or the whole
+    """The runs of ``text``: every separator becomes whitespace, then split. As str when the text (or the whole
     text it is a piece of) is ASCII, str.split cutting faster than bytes.split; else as bytes, split at the same
     ASCII characters (a multi-byte character holds none in UTF-8)."""
     if is_ascii:
-        return text.encode("ascii").translate(_BYTE_SEPARATORS).decode("ascii").split()
+        return text.encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
     return text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split()
+
+
+def translated(text: str) -> bytes:
+    """The translation an ASCII ``text`` is cut into runs from (``.decode("ascii").split()``), for a caller that
+    keeps it: the preparation translates a message's content when it encodes it (:func:`escapes_plainly`) and
+    scans it later (:func:`names_in_translated`)."""
+    return text.encode("ascii").translate(_ASCII_SEPARATORS)
+
+
+def escapes_plainly(translation: bytes) -> bool:
+    """Whether the text of a :func:`translated` has no control character but tab, newline and return, and no
+    DEL: then the ``unicode_escape`` codec escapes it as the JSON encoder does, double quotes aside
+    (``jsonutil.dense_plain_str``)."""
+    return b"\x1c" not in translation
 
 
 def _long_runs(text: str) -> set[str | bytes]:
@@ -166,10 +188,20 @@ def _long_runs(text: str) -> set[str | bytes]:
 
 def names_in(text: str) -> set[str]:
     """The paths and code identifiers in ``text`` (HTML/XML-like tags left out)."""
-    global _verdicts
     if "<" in text:
         text = _TAG.sub(" ", text)
-    runs = _long_runs(text) if len(text) > _PIECE_CHARS else set(_split_runs(text, text.isascii()))
+    return _names_of(_long_runs(text) if len(text) > _PIECE_CHARS else set(_split_runs(text, text.isascii())))
+
+
+def names_in_translated(translation: bytes) -> set[str]:
+    """:func:`names_in` of an ASCII text without ``<`` of at most _PIECE_CHARS characters, from its
+    :func:`translated` (which the caller made already)."""
+    return _names_of(set(translation.decode("ascii").split()))
+
+
+def _names_of(runs: set[str | bytes]) -> set[str]:
+    """The names in a text's distinct runs."""
+    global _verdicts
     verdicts = _verdicts
     unjudged = runs - verdicts.judged
     if unjudged:
