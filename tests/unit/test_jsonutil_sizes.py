@@ -202,20 +202,23 @@ _ascii_content = (st.lists(st.sampled_from([chr(code) for code in range(128)] + 
 
 @settings(max_examples=1500, deadline=None, derandomize=True)
 @given(_ascii_content,
-       st.sampled_from([{}, {"role": "tool", "tool_call_id": 'c"1\x7f'}, {"text": 1, "n": [1.5], "é": None}]))
-def test_a_content_the_codec_escapes_plainly_is_written_as_the_encoder_writes_it(text, members):
+       st.sampled_from([{}, {"role": "tool", "tool_call_id": 'c"1\x7f'}, {"text": 1, "n": [1.5], "é": None}]),
+       st.integers(min_value=0, max_value=3))
+def test_a_content_the_codec_escapes_plainly_is_written_as_the_encoder_writes_it(text, members, position):
     """``dense_plain_str`` (the ``unicode_escape`` codec, docs/performance.md) writes what the encoder writes for
     every ASCII string the names scan's translation passes (``escapes_plainly``), and that translation passes
-    exactly the strings without a control character but tab, newline and return and without DEL."""
+    exactly the strings without a control character but tab, newline and return and without DEL; a message
+    with such a content at any place is written around it as the encoder writes it."""
     from compactor.compaction.salience import escapes_plainly, translated
-    from compactor.jsonutil import dense_plain_str, dense_with_plain_last
+    from compactor.jsonutil import dense_plain_str, dense_with_plain_member
 
     if not text.isascii():
         return
     odd = any(ord(c) < 0x20 and c not in "\t\n\r" or c == "\x7f" for c in text)
     assert escapes_plainly(translated(text)) is not odd
     if not odd:
-        message = {**members, "content": text}
+        items = list(members.items())
+        message = dict([*items[:position], ("content", text), *items[position:]])
         assert dense_plain_str(text) == dense_dumps(text)
-        assert dense_with_plain_last(message, text) == dense_dumps(message) == json.dumps(
+        assert dense_with_plain_member(message, "content", text) == dense_dumps(message) == json.dumps(
             message, separators=(",", ":"), ensure_ascii=False)

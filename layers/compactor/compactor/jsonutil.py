@@ -107,11 +107,17 @@ def _plain_escaped(text: str) -> str:
     return text.encode("unicode_escape").replace(b'"', b'\\"').decode("ascii")
 
 
-def dense_with_plain_last(value: dict[Any, Any], text: str) -> str:
-    """:func:`dense_dumps` of a ``value`` whose last member is the string ``text`` as in :func:`dense_plain_str`:
-    the other members encoded (the last one empty), the string written into its quotes."""
-    head = _dense({**value, next(reversed(value)): ""})  # ends with the empty string's ``""`` and ``}``
-    return "".join([head[:-2], _plain_escaped(text), '"}'])
+def dense_with_plain_member(value: dict[Any, Any], key: str, text: str) -> str:
+    """:func:`dense_dumps` of a ``value`` whose member ``key`` is the string ``text`` as in :func:`dense_plain_str`:
+    the members up to it encoded with an empty string in its place, those after it apart (a member's text does
+    not depend on the others), the string written into its quotes."""
+    if next(reversed(value)) == key:  # the last member: one encoding, which ends with its ``""}``
+        return "".join([_dense({**value, key: ""})[:-2], _plain_escaped(text), '"}'])
+    keys = list(value)
+    at = keys.index(key)
+    head = _dense({**{k: value[k] for k in keys[:at]}, key: ""})  # ends with ``""}``
+    after = _dense({k: value[k] for k in keys[at + 1:]})  # ``{`` and the members after it
+    return "".join([head[:-2], _plain_escaped(text), '",', after[1:]])
 
 
 def ascii_with_plain_last(values: list[Any], text: str) -> str:

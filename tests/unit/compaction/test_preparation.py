@@ -385,7 +385,9 @@ def test_contents_escaped_by_the_codec_prepare_the_same(contents, keep_recent):
         calls = tool_unit(f"c_{n}", "cat parse_header.py", "")[0]["tool_calls"]
         messages += (tool_unit(f"c_{n}", "cat src/app.py", text) if call
                      else [{"role": role, "content": text}, {"role": role, "content": text, "n": 1},
-                           {"role": "assistant", "tool_calls": calls, "content": text}])
+                           {"role": "assistant", "tool_calls": calls, "content": text},
+                           {"content": text, "extra": {"ms": 3}, "tool_call_id": f"c_{n}", "role": "tool"},
+                           {"content": text, "role": role}])
     messages.append({"role": "assistant", "content": "parse_header src/app.py"})
     kw = {"keep_recent": keep_recent, "target_ratio": 0.1}
     assert _with_plain_content(-1, messages, **kw) == _with_plain_content(10**9, messages, **kw)
@@ -400,3 +402,20 @@ def test_contents_escaped_by_the_codec_prepare_the_same_on_the_corpus():
         for keep_recent in (1, 6):
             assert (_with_plain_content(-1, messages, keep_recent=keep_recent)
                     == _with_plain_content(10**9, messages, keep_recent=keep_recent)), name
+
+
+def test_a_translated_content_names_its_message_only_when_the_view_carries_that_content():
+    """The names scan reads a content's kept translation only when the message's model view is one item with that
+    very content and no tool calls (docs/performance.md); otherwise it scans the view as it is."""
+    from compactor.compaction.salience import translated
+
+    content = "read src/app.py " * 80
+    message = {"role": "tool", "content": content}
+    translation = translated(content)
+    names = preparation._message_names
+    assert names(message, [message], [dense_dumps(message)], translation) == {"src/app.py"}
+    other = {"role": "tool", "content": "read lib/other_file.py " * 80}
+    assert names(message, [other], [dense_dumps(other)], translation) == {"lib/other_file.py"}
+    calls = {"role": "assistant", "content": content, "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "bash", "arguments": json.dumps({"command": "cat parse_header.py"})}}]}
+    assert names(calls, [calls], [dense_dumps(calls)], translated(content)) == {"src/app.py", "parse_header.py"}

@@ -13,7 +13,7 @@ from typing import Any
 from compactor.chat import Message, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, ascii_with_plain_last, dense_dumps, dense_join,
-                                dense_join_size, dense_size, dense_str_size, dense_with_plain_last, json_text_escaped,
+                                dense_join_size, dense_size, dense_str_size, dense_with_plain_member, json_text_escaped,
                                 json_text_size, utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
@@ -201,22 +201,23 @@ def _long_content_size(message: Message) -> int | None:
     return utf8_len(dense_dumps({**message, "content": ""})) - 2 + dense_str_size(content)
 
 
-# A message whose last member is its content, an ASCII string of more than PLAIN_CONTENT characters (and at most
-# LONG_CONTENT: the names scan cuts a longer one a piece at a time), gets its content translated for the names scan
-# when it is encoded, once: the translation, kept for the scan, also tells whether the ``unicode_escape`` codec
-# escapes the content as the encoder does (no control character but tab, newline and return, no DEL), and then
-# the codec escapes it, about twice as fast as the encoder (docs/performance.md).
+# A message whose content is an ASCII string of more than PLAIN_CONTENT characters (and at most LONG_CONTENT: the
+# names scan cuts a longer one a piece at a time) gets its content translated for the names scan when it is
+# encoded, once: the translation, kept for the scan, also tells whether the ``unicode_escape`` codec escapes the
+# content as the encoder does (no control character but tab, newline and return, no DEL), and then the codec
+# escapes it, about twice as fast as the encoder (docs/performance.md).
 PLAIN_CONTENT = 1024
 
 
 def _dense_message(message: Message, index: int, translations: dict[int, bytes]) -> str:
     """``dense_dumps(message)``; a content as above is translated into ``translations[index]`` on the way."""
     content = message.get("content") if type(message) is dict else None
-    if (type(content) is not str or not PLAIN_CONTENT < len(content) <= LONG_CONTENT or not content.isascii()
-            or next(reversed(message)) != "content"):
+    if type(content) is not str or not PLAIN_CONTENT < len(content) <= LONG_CONTENT or not content.isascii():
         return dense_dumps(message)
     translation = translations[index] = translated(content)
-    return dense_with_plain_last(message, content) if escapes_plainly(translation) else dense_dumps(message)
+    if escapes_plainly(translation):
+        return dense_with_plain_member(message, "content", content)
+    return dense_dumps(message)
 
 
 def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None,
@@ -461,7 +462,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         if all(plain[start:end]):  # each view item has its message's JSON: the messages are the view
             translation = translations.get(end - 1)  # the last message's content, when it was translated
             return measured_candidate(unit, messages[start:end], own, whole, whole, questions,
-                                      translation is not None and escapes_plainly(translation))
+                                      translation is not None and escapes_plainly(translation)
+                                      and next(reversed(messages[end - 1])) == "content")
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
                                   dense_join(item_texts), whole, questions)
@@ -588,9 +590,12 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
 
 def _message_names(message: Message, view: list[Message], texts: list[str], translation: bytes | None) -> set[str]:
     """:func:`_view_names` of a message; from its content's ``translation`` (:func:`_dense_message`) when its
-    names are its content's (the message is its own model view, without tool calls) and the content holds no
-    ``<`` (the names scan leaves tags out first)."""
-    if (translation is None or len(view) != 1 or view[0] is not message or message.get("tool_calls")
+    names are its content's (its model view is one item with that content and no tool calls) and the content
+    holds no ``<`` (the names scan leaves tags out first)."""
+    if translation is None or len(view) != 1:
+        return _view_names(view, texts)
+    item = view[0]
+    if (type(item) is not dict or item.get("content") is not message["content"] or item.get("tool_calls")
             or "<" in message["content"]):
         return _view_names(view, texts)
     return names_in_translated(translation)
