@@ -190,6 +190,7 @@ def test_a_long_line_of_minified_json_is_cut_at_its_quotes_and_commas():
 
 def test_every_character_a_piece_may_end_before_is_a_separator():
     assert all(salience._BYTE_SEPARATORS[ord(separator)] == 0x20 for separator in salience._CUT_AT)
+    assert all(salience._ASCII_SEPARATORS[ord(separator)] == 0x20 for separator in salience._CUT_AT)
 
 
 def test_the_names_scan_finds_what_the_token_regex_finds_on_the_corpus():
