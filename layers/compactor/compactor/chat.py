@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from compactor.jsonutil import dense_dumps
@@ -28,3 +29,46 @@ def content_text(content: Any, separator: str = " ") -> str:
         parts = [part.get("text") for part in content if isinstance(part, dict)]
         return separator.join(part for part in parts if isinstance(part, str))
     return dense_dumps(content)
+
+
+def as_messages(value: Any) -> list[dict[str, Any]] | None:
+    """``value`` as a list of chat messages (a single message becomes a list of one), else None.
+
+    Anthropic Messages and OpenAI Responses items (docs/formats.md) are read as the chat messages they
+    correspond to: calls become ``tool_calls``, results ``tool`` messages, hidden reasoning is skipped."""
+    items = [value] if isinstance(value, dict) else value
+    if not isinstance(items, list) or not items or not all(isinstance(item, dict) for item in items):
+        return None
+    messages = [m for item in items for m in chat_reading(item)]
+    return messages or None
+
+
+def _call(name: Any, arguments: Any) -> dict[str, Any]:
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"type": "function", "function": {"name": name, "arguments": text}}
+
+
+def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages an item of any format (docs/formats.md) corresponds to (:func:`as_messages`): a chat
+    message as it is, a Responses call or output, an Anthropic message's ``tool_use`` and ``tool_result`` blocks
+    as ``tool_calls`` and ``tool`` messages; nothing for any other typed item (hidden reasoning, a compaction)."""
+    kind = item.get("type")
+    if "role" not in item and isinstance(kind, str):  # an OpenAI Responses item
+        if kind.endswith("_call_output"):
+            return [{"role": "tool", "content": item.get("output")}]
+        if kind.endswith("_call"):
+            return [{"role": "assistant", "content": None,
+                     "tool_calls": [_call(item.get("name", kind), item.get("arguments", item.get("input")))]}]
+        return []
+    content = item.get("content")
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    if not any(str(b.get("type", "")).endswith(("tool_use", "tool_result")) for b in blocks):
+        return [item]
+    # Anthropic Messages blocks: tool_use -> tool_calls, tool_result -> tool messages.
+    calls = [_call(b.get("name"), b.get("input")) for b in blocks if str(b.get("type")).endswith("tool_use")]
+    text = [b for b in blocks if b.get("type") == "text"]
+    out: list[dict[str, Any]] = []
+    if calls or text:
+        out.append({"role": item.get("role"), "content": text or None, **({"tool_calls": calls} if calls else {})})
+    out += [{"role": "tool", "content": b.get("content")} for b in blocks if str(b.get("type")).endswith("tool_result")]
+    return out

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -454,3 +455,44 @@ def test_the_names_of_a_translated_content_are_the_names_scan_s(pieces):
     if "<" in text:  # the scan leaves tags out first: such a content is scanned as it is
         return
     assert salience.names_in_translated(salience.translated(text)) == names_in(text) == _names_by_regex(text)
+
+
+def _format_unit(format_name, call_id, command, output):
+    """A shell call and its output in ``format_name``'s items."""
+    if format_name == "anthropic-messages":
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "bash",
+                                                   "input": {"command": command}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id,
+                                              "content": [{"type": "text", "text": output}]}]}]
+    return [{"type": "function_call", "call_id": call_id, "name": "bash", "arguments": json.dumps({"command": command})},
+            {"type": "function_call_output", "call_id": call_id, "output": output}]
+
+
+def _format_text(format_name, role, text):
+    if format_name == "anthropic-messages":
+        return {"role": role, "content": [{"type": "text", "text": text}]}
+    return {"type": "message", "role": role,
+            "content": [{"type": "output_text" if role == "assistant" else "input_text", "text": text}]}
+
+
+@pytest.mark.parametrize("format_name", ["anthropic-messages", "openai-responses"])
+def test_other_formats_get_the_names_and_later_actions_of_their_calls_and_results(format_name):
+    """Names in tool results (``tool_result`` blocks, ``*_call_output`` items) and calls (``tool_use`` blocks,
+    ``*_call`` items) count as a chat message's do, and a later call is quoted as a later action: the items are
+    read as the chat messages they are (``chat.chat_reading``). Before, these formats' hints came from text
+    blocks alone and held almost no names, and no later actions."""
+    items = [_format_text(format_name, "user", "task")]
+    for i in range(12):
+        items += _format_unit(format_name, f"c{i}", f"cat src/mod_{i}.py",
+                              "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80)))
+    items.append(_format_text(format_name, "assistant", "Now I call helper_3_7 from src/mod_3.py and helper_9_1."))
+    items += _format_unit(format_name, "again", "sed -n 1,5p src/mod_5.py", "ok")
+    items.append(_format_text(format_name, "assistant", "Done."))
+    prep = prepare(items, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template(),
+                   dialect=get_dialect(format_name))
+    names = {name for batch in prep.batches for name in batch.names}
+    assert {"helper_3_7", "src/mod_3.py", "helper_9_1", "src/mod_5.py"} <= names
+    assert "helper_9_2" not in names and "helper_3_8" not in names  # never used again
+    later = [(batch, action) for batch in prep.batches for action in batch.later.get("later_actions", [])]
+    assert later and all("sed -n 1,5p src/mod_5.py" in action for _, action in later)
+    assert all("src/mod_5.py" in batch.names for batch, _ in later)  # quoted for the batch that read it

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import field
 from typing import Any
 
-from compactor.chat import Message, content_text, role_of
+from compactor.chat import Message, chat_reading, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, ascii_with_plain_last, dense_dumps, dense_join,
                                 dense_join_size, dense_size, dense_str_size, dense_with_plain_member, json_text_escaped,
@@ -487,7 +487,12 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     questions = Questions.of(question_template)
     used = fit_batches(map(measured, largest_candidates(messages, candidates, sizes)), sizer, reasons)
     if salience:
-        _add_salience(messages, views, view_texts, used, kept, sizer, translations)
+        action_items = None
+        if not dialect.chat_items:  # names and actions read from the chat messages the items are (docs/formats.md)
+            views = [[message for item in view for message in chat_reading(item)] for view in views]
+            view_texts = [[] for _ in views]
+            action_items = [next((m for m in view if m.get("role") == "assistant"), {}) for view in views]
+        _add_salience(messages, views, view_texts, used, kept, sizer, translations, action_items)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
@@ -546,11 +551,12 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
 
 def _add_salience(messages: list[Message], views: list[list[Message]], view_texts: list[list[str]],
                   batches: list[Batch], kept: list[int], sizer: BatchSizer,
-                  translations: dict[int, bytes] | None = None) -> None:
+                  translations: dict[int, bytes] | None = None, action_items: list[Message] | None = None) -> None:
     """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
     less those the kept messages already carry) and its ``later`` block: those names and the actions
     after the batch that touch its names (a re-read, a re-run, a rewrite). ``translations``: contents
-    translated for the names scan already, by message index (:func:`_dense_message`)."""
+    translated for the names scan already, by message index (:func:`_dense_message`); ``action_items``:
+    each message's assistant chat message, where the format's items are not chat messages (``chat_reading``)."""
     if not batches:
         return
     # Each message scanned once, hidden reasoning left out (``views``: docs/formats.md); not those before the
@@ -567,7 +573,7 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
     flow_room = MAX_FLOW_INPUT_BYTES - 2 - sum(sizer.flow_input_entry(f"batch_{i}", b) + 1
                                                for i, b in enumerate(batches))
     # the actions after a batch (the only ones quoted), each with its JSON and its names
-    actions = quoted_actions(messages, min(lasts) + 1)
+    actions = quoted_actions(messages if action_items is None else action_items, min(lasts) + 1)
     quoted = {i: text for i, text, _ in actions}
     action_sizes = {i: text_wire_size(text) for i, text in quoted.items()}  # each measured once, not per batch
     action_indexes = [i for i, _, _ in actions]  # in order: a batch looks only at those after it

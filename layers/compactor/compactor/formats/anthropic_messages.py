@@ -60,6 +60,7 @@ def _human(item: Item) -> bool:
 class AnthropicMessages(Dialect):
     name = "anthropic-messages"
     items_field = "messages"
+    chat_items = False
 
     def validate(self, items: list[Item]) -> None:
         for index, item in enumerate(items):

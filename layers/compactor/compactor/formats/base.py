@@ -38,6 +38,10 @@ class Dialect:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()
 
+    # Whether the items are chat messages (openai-chat); else the salience scan reads each model view item as
+    # the chat messages it corresponds to (compactor.chat.chat_reading; docs/formats.md).
+    chat_items = True
+
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
         fields and blocks are only left out, so a view item keeps its item's key order."""

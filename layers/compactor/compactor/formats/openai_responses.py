@@ -50,6 +50,7 @@ def _message_role(item: Item) -> Any:
 class OpenAIResponses(Dialect):
     name = "openai-responses"
     items_field = "input"
+    chat_items = False
 
     def validate(self, items: list[Item]) -> None:
         for index, item in enumerate(items):

@@ -30,9 +30,10 @@ import posixpath
 from dataclasses import field
 from typing import Any
 
+from compactor.chat import as_messages
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
 from compactor.offline.transcript_reading import (
-    Action, as_messages, content_text, error_lines, fenced_commands, message_actions, return_codes,
+    Action, content_text, error_lines, fenced_commands, message_actions, return_codes,
     tool_call_action,
 )
 from compactor.patterns import lazy, pattern

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from compactor.chat import as_messages
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
 from compactor.markers import tool_call_pattern
@@ -27,7 +28,7 @@ from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
 from compactor.offline.transcript_reading import (
-    Action, as_messages, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
+    Action, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
     prose_text, return_codes, strip_output_tags, tool_call_action,
 )
 from compactor.patterns import lazy, pattern
