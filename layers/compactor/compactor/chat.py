@@ -50,15 +50,17 @@ def _call(name: Any, arguments: Any) -> dict[str, Any]:
 
 def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The chat messages an item of any format (docs/formats.md) corresponds to (:func:`as_messages`): a chat
-    message as it is, a Responses call or output, an Anthropic message's ``tool_use`` and ``tool_result`` blocks
-    as ``tool_calls`` and ``tool`` messages; nothing for any other typed item (hidden reasoning, a compaction)."""
+    message as it is, a Responses call (its ``arguments``, ``input`` or, for a ``local_shell_call``, ``action``) or
+    output, an Anthropic message's ``tool_use`` and ``tool_result`` blocks as ``tool_calls`` and ``tool`` messages;
+    nothing for any other typed item (hidden reasoning, a compaction)."""
     kind = item.get("type")
     if "role" not in item and isinstance(kind, str):  # an OpenAI Responses item
         if kind.endswith("_call_output"):
             return [{"role": "tool", "content": item.get("output")}]
         if kind.endswith("_call"):
             return [{"role": "assistant", "content": None,
-                     "tool_calls": [_call(item.get("name", kind), item.get("arguments", item.get("input")))]}]
+                     "tool_calls": [_call(item.get("name", kind),
+                                          item.get("arguments", item.get("input", item.get("action"))))]}]
         return []
     content = item.get("content")
     blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []

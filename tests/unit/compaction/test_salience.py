@@ -496,3 +496,24 @@ def test_other_formats_get_the_names_and_later_actions_of_their_calls_and_result
     later = [(batch, action) for batch in prep.batches for action in batch.later.get("later_actions", [])]
     assert later and all("sed -n 1,5p src/mod_5.py" in action for _, action in later)
     assert all("src/mod_5.py" in batch.names for batch, _ in later)  # quoted for the batch that read it
+
+
+def test_a_local_shell_call_is_read_by_its_action():
+    """A Responses ``local_shell_call`` carries its command as ``action`` (no ``arguments``): its paths count as
+    names and a later one is quoted with its command, not as an empty call (review finding)."""
+    items = [_format_text("openai-responses", "user", "task")]
+    for i in range(10):
+        items += [{"type": "local_shell_call", "call_id": f"c{i}",
+                   "action": {"type": "exec", "command": ["cat", f"src/mod_{i}.py"]}},
+                  {"type": "local_shell_call_output", "call_id": f"c{i}",
+                   "output": "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80))}]
+    items += [{"type": "local_shell_call", "call_id": "again",
+               "action": {"type": "exec", "command": ["sed", "-n", "1,5p", "src/mod_5.py"]}},
+              {"type": "local_shell_call_output", "call_id": "again", "output": "ok"},
+              _format_text("openai-responses", "assistant", "Done.")]
+    prep = prepare(items, keep_recent=1, target_ratio=0.1, pinned_indices=[], question_template=question_template(),
+                   dialect=get_dialect("openai-responses"))
+    names = {name for batch in prep.batches for name in batch.names}
+    assert "src/mod_5.py" in names
+    later = [action for batch in prep.batches for action in batch.later.get("later_actions", [])]
+    assert any("src/mod_5.py" in action for action in later) and all('"null"' not in action for action in later)

@@ -23,6 +23,9 @@ class Dialect:
 
     name: str = ""
     items_field: str = "messages"  # the request's and the response's key holding the items
+    # Whether the items are chat messages (openai-chat); else the salience scan reads each model view item as
+    # the chat messages it corresponds to (compactor.chat.chat_reading; docs/formats.md).
+    chat_items: bool = True
 
     def validate(self, items: list[Item]) -> None:
         """Raise ``ValueError`` (a 422 for the caller) when an item cannot be in this format."""
@@ -37,10 +40,6 @@ class Dialect:
     def default_pins(self, items: list[Item]) -> set[int]:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()
-
-    # Whether the items are chat messages (openai-chat); else the salience scan reads each model view item as
-    # the chat messages it corresponds to (compactor.chat.chat_reading; docs/formats.md).
-    chat_items = True
 
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
