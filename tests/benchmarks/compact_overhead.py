@@ -215,7 +215,7 @@ def overhead(runs: int, profile: bool) -> bool:
           f"{transport.decisions} batches, reasons {report['reasons'] or 'none'}, "
           f"{report['original_bytes']} → {report['output_bytes']} bytes (target met: {report['target_met']})")
     print(f"  service.compact: median {median * 1000:.1f} ms (min {min(samples) * 1000:.1f}, n={runs}); "
-          f"json.loads+dumps round trip {baseline * 1000:.1f} ms (median of {runs}, each beside a run)")
+          f"json.loads+dumps round trip {baseline * 1000:.1f} ms (median over the runs of three beside each)")
     ratio = median / baseline
     cpu_median = statistics.median(cpu_samples)  # what other processes on a shared machine add least to
     cpu_ratio = cpu_median / cpu_baseline

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -285,12 +286,15 @@ def test_the_recent_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whol
     assert recent_view(unit) == excerpt(dense_dumps(view), RECENT_EXCERPT_OVER, RECENT_HALF, RECENT_MARKER)[0]
 
 
-def _with_long_content(limit, messages, **kw):
-    saved, preparation.LONG_CONTENT = preparation.LONG_CONTENT, limit
+def _prepare_with(limit_name, limit, messages, **kw):
+    """The preparation with ``preparation.<limit_name>`` (a content-length threshold of a faster path) at ``limit``:
+    -1 takes the path for every content, 10**9 for none."""
+    saved = getattr(preparation, limit_name)
+    setattr(preparation, limit_name, limit)
     try:
         return _prepare(messages, **kw)
     finally:
-        preparation.LONG_CONTENT = saved
+        setattr(preparation, limit_name, saved)
 
 
 _long_message = st.builds(lambda role, text, extra: {"role": role, "content": text, **extra},
@@ -305,18 +309,21 @@ def test_long_contents_measured_without_encoding_prepare_the_same(messages, keep
     content treated so, and with none, the preparation is the same."""
     messages = [*messages, *tool_unit("call_0", "cat src/app.py", "x" * 2500), *messages]
     kw = {"keep_recent": keep_recent, "bounded": bounded, "target_ratio": 0.2}
-    assert _with_long_content(-1, messages, **kw) == _with_long_content(10**9, messages, **kw)
+    assert _prepare_with("LONG_CONTENT", -1, messages, **kw) == _prepare_with("LONG_CONTENT", 10**9, messages, **kw)
 
 
-def test_long_contents_measured_without_encoding_prepare_the_same_on_the_corpus():
+@pytest.mark.parametrize("limit_name", ["LONG_CONTENT", "PLAIN_CONTENT"])
+def test_contents_on_a_faster_path_prepare_the_same_on_the_corpus(limit_name):
+    """Long contents measured without encoding (``LONG_CONTENT``) and contents escaped by the codec
+    (``PLAIN_CONTENT``), each path taken for every content and for none, on the corpus."""
     from .fixtures import CORPUS_FILES, corpus_messages
 
     for name in CORPUS_FILES:
         messages = corpus_messages(name)
         messages = messages["messages"] if isinstance(messages, dict) else messages
         for keep_recent in (1, 6):
-            assert (_with_long_content(-1, messages, keep_recent=keep_recent)
-                    == _with_long_content(10**9, messages, keep_recent=keep_recent)), name
+            assert (_prepare_with(limit_name, -1, messages, keep_recent=keep_recent)
+                    == _prepare_with(limit_name, 10**9, messages, keep_recent=keep_recent)), name
 
 
 def _without_salience_is_the_same(messages, **kw):
@@ -358,14 +365,6 @@ def test_a_preparation_without_the_names_scan_has_the_same_limits():
     assert REASON_FRAGMENTS in reasons[0] and "flow_input_limit" in reasons[1] and reasons[3] == []
 
 
-def _with_plain_content(limit, messages, **kw):
-    saved, preparation.PLAIN_CONTENT = preparation.PLAIN_CONTENT, limit
-    try:
-        return _prepare(messages, **kw)
-    finally:
-        preparation.PLAIN_CONTENT = saved
-
-
 # ASCII contents with what the two escapes write differently (control characters, DEL, quotes, backslashes, the
 # escapes' own text), tags the names scan leaves out, and names used again.
 _ascii_output = st.lists(st.sampled_from(["src/app.py", "parse_header", "ok", " ", "\n", "\n", "\t", '"', "\\",
@@ -390,18 +389,7 @@ def test_contents_escaped_by_the_codec_prepare_the_same(contents, keep_recent):
                            {"content": text, "role": role}])
     messages.append({"role": "assistant", "content": "parse_header src/app.py"})
     kw = {"keep_recent": keep_recent, "target_ratio": 0.1}
-    assert _with_plain_content(-1, messages, **kw) == _with_plain_content(10**9, messages, **kw)
-
-
-def test_contents_escaped_by_the_codec_prepare_the_same_on_the_corpus():
-    from .fixtures import CORPUS_FILES, corpus_messages
-
-    for name in CORPUS_FILES:
-        messages = corpus_messages(name)
-        messages = messages["messages"] if isinstance(messages, dict) else messages
-        for keep_recent in (1, 6):
-            assert (_with_plain_content(-1, messages, keep_recent=keep_recent)
-                    == _with_plain_content(10**9, messages, keep_recent=keep_recent)), name
+    assert _prepare_with("PLAIN_CONTENT", -1, messages, **kw) == _prepare_with("PLAIN_CONTENT", 10**9, messages, **kw)
 
 
 def test_a_translated_content_names_its_message_only_when_the_view_carries_that_content():

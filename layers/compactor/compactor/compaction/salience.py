@@ -156,7 +156,7 @@ def _split_runs(text: str, is_ascii: bool) -> list[str] | list[bytes]:
     text it is a piece of) is ASCII, str.split cutting faster than bytes.split; else as bytes, split at the same
     ASCII characters (a multi-byte character holds none in UTF-8)."""
     if is_ascii:
-        return text.encode("ascii").translate(_ASCII_SEPARATORS).decode("ascii").split()
+        return translated(text).decode("ascii").split()
     return text.encode("utf-8", "surrogatepass").translate(_BYTE_SEPARATORS).split()
 
 
