@@ -22,14 +22,19 @@ from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 
-from compactor.budget import Deadline
-from compactor.container import freeze_init_objects, get_router, run_sync
-from compactor.flow import admit_flow, run_flow
-from compactor.flow.result import result_to_json
-from compactor.flow.values import MISSING
-from compactor.jsonutil import dense_dumps
-from compactor_aws import background, snapstart
-from compactor_aws.s3_store import s3_client
+import boto3  # noqa: F401  (third-party packages first, then the own modules with the collector paused)
+
+from compactor.container import collector_paused
+
+with collector_paused():  # the layer's modules only (docs/performance.md#the-workers-cold-start-eighth-round-issue-11)
+    from compactor.budget import Deadline
+    from compactor.container import freeze_init_objects, get_router, run_sync
+    from compactor.flow import admit_flow, run_flow
+    from compactor.flow.result import result_to_json
+    from compactor.flow.values import MISSING
+    from compactor.jsonutil import dense_dumps
+    from compactor_aws import background, snapstart
+    from compactor_aws.s3_store import s3_client
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)

@@ -30,3 +30,71 @@ def test_the_handler_freezes_what_its_init_loaded(module: str) -> None:
     seen = json.loads(done.stdout.strip().splitlines()[-1])
 
     assert seen["frozen"] > 10_000 and seen["young"] < seen["frozen"] / 10
+
+
+# Every import of the handler's init, with whether the collector was on when it started.
+_IMPORTS_PROBE = """
+import gc, json, sys
+sys.path[:0] = [{functions!r}]
+seen = []
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        seen.append([name, gc.isenabled()])
+        return None
+sys.meta_path.insert(0, Watch())
+import {module}
+print(json.dumps({{"seen": seen, "enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}}))
+"""
+OWN = {"compactor", "compactor_aws"}
+# Standard-library modules that the worker's own modules import and none of its third-party packages do.
+OWN_ONLY_STDLIB = {"asyncio", "_asyncio"}
+
+
+def test_the_worker_imports_only_its_own_modules_with_the_collector_paused() -> None:
+    """``collector_paused`` keeps the collector off around the worker's own imports only: a third-party
+    module (or a standard-library one they also import) loaded inside it would be imported cheaper than
+    it is anywhere else (docs/performance.md#the-workers-cold-start-eighth-round-issue-11)."""
+    done = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE.format(functions=str(REPO / "functions" / "flow_worker"),
+                                                                        module="flow_worker")],
+                          capture_output=True, text=True, cwd=REPO, check=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    paused = [name for name, enabled in seen["seen"] if not enabled]
+
+    assert seen["enabled"] and seen["frozen"] > 10_000
+    assert {"compactor.flow", "compactor.router", "asyncio"} <= set(paused)
+    assert [name for name in paused if name.split(".")[0] not in OWN | OWN_ONLY_STDLIB] == []
+    third_party = [name for name, enabled in seen["seen"] if enabled and name.split(".")[0] in {"boto3", "botocore"}]
+    assert third_party  # imported, before the collector paused
+
+
+def test_collector_paused_freezes_what_its_block_loaded_and_restores_the_collector() -> None:
+    probe = """
+import gc, json
+from compactor.container import collector_paused
+out = {}
+with collector_paused():
+    out["inside"] = gc.isenabled()
+    kept = [[i] for i in range(50_000)]
+out["after"] = gc.isenabled()
+out["frozen"] = gc.get_freeze_count()
+gc.disable()
+with collector_paused():
+    pass
+out["stays_off"] = not gc.isenabled()
+gc.enable()
+before = gc.get_freeze_count()
+try:
+    with collector_paused():
+        raise KeyError("import failed")
+except KeyError:
+    pass
+out["failed_enabled"] = gc.isenabled()
+out["failed_frozen_more"] = gc.get_freeze_count() - before
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert out == {"inside": False, "after": True, "frozen": out["frozen"], "stays_off": True,
+                   "failed_enabled": True, "failed_frozen_more": 0}
+    assert out["frozen"] > 50_000

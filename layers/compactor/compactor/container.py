@@ -1,5 +1,6 @@
 """Per-container singletons: the catalog's router and one event loop for the sync front doors; what a
-container's init loaded is kept out of the cyclic garbage collector's passes.
+container's init loaded is kept out of the cyclic garbage collector's passes (and the layer's own modules
+are imported without them, :func:`collector_paused`).
 
 A Lambda container serves requests one after another on one thread, so one long-lived event loop lets
 the pooled HTTP client (bound to its loop) survive between invocations.
@@ -7,10 +8,10 @@ the pooled HTTP client (bound to its loop) survive between invocations.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion on this thread's long-lived event loop."""
     loop = getattr(_loop_local, "loop", None)
     if loop is None or loop.is_closed():
+        import asyncio  # not at the top: handlers import this module before collector_paused, asyncio in it
+
         loop = asyncio.new_event_loop()
         _loop_local.loop = loop
     return loop.run_until_complete(coro)
@@ -75,3 +78,22 @@ def freeze_init_objects() -> None:
     and which otherwise scans every object of every imported package (20-40 ms for the API function),
     then scans only what was allocated since (docs/performance.md#the-collector-after-init)."""
     gc.freeze()
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Around a handler's imports of the layer's own modules (its third-party packages imported before it):
+    the cyclic collector makes no pass while they load, and what they loaded is frozen when the block ends
+    (:func:`gc.freeze`, as :func:`freeze_init_objects` does at the end of init). Their modules, classes,
+    records and tables live as long as the container, so the young and middle passes that their allocations
+    would trigger (a few ms of a cold start) scan them for nothing. The collector is enabled again after the
+    block unless it was already off; if an import fails nothing is frozen
+    (docs/performance.md#the-workers-cold-start-eighth-round-issue-11)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+        gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
