@@ -54,9 +54,8 @@ def test_the_worker_imports_only_its_own_modules_with_the_collector_paused() -> 
     """``collector_paused`` keeps the collector off around the worker's own imports only: a third-party
     module (or a standard-library one they also import) loaded inside it would be imported cheaper than
     it is anywhere else (docs/performance.md#the-workers-cold-start-eighth-round-issue-11)."""
-    done = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE.format(functions=str(REPO / "functions" / "flow_worker"),
-                                                                        module="flow_worker")],
-                          capture_output=True, text=True, cwd=REPO, check=True)
+    probe = _IMPORTS_PROBE.format(functions=str(REPO / "functions" / "flow_worker"), module="flow_worker")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     paused = [name for name, enabled in seen["seen"] if not enabled]
 
