@@ -208,10 +208,10 @@ def test_a_content_the_codec_escapes_plainly_is_written_as_the_encoder_writes_it
     """``dense_plain_str`` (the ``unicode_escape`` codec, docs/performance.md) writes what the encoder writes for
     every ASCII string the names scan's translation passes (``escapes_plainly``), and that translation passes
     exactly the strings without a control character but tab, newline and return and without DEL; a message
-    with such a content at any place is written around it as the encoder writes it, and a unit whose last
-    message ends with it as the ASCII encoder writes it."""
+    with such a content at any place is written around it as the encoder writes it, and the content's escaped
+    text starts where ``dense_with_plain_member_at`` says (and, last, ends before the closing ``"}``)."""
     from compactor.compaction.salience import escapes_plainly, translated
-    from compactor.jsonutil import ascii_with_plain_last, dense_plain_str, dense_with_plain_member
+    from compactor.jsonutil import dense_plain_str, dense_with_plain_member, dense_with_plain_member_at
 
     if not text.isascii():
         return
@@ -223,5 +223,9 @@ def test_a_content_the_codec_escapes_plainly_is_written_as_the_encoder_writes_it
         assert dense_plain_str(text) == dense_dumps(text)
         assert dense_with_plain_member(message, "content", text) == dense_dumps(message) == json.dumps(
             message, separators=(",", ":"), ensure_ascii=False)
-        unit = [{"role": "assistant", "content": "é\x7f"}, {**members, "content": text}]  # the content last
-        assert ascii_with_plain_last(unit, text) == ascii_dumps(unit) == json.dumps(unit)
+        dense, start = dense_with_plain_member_at(message, "content", text)
+        escaped = dense_plain_str(text)[1:-1]
+        assert dense == dense_dumps(message) and dense[start - 1:start + len(escaped) + 1] == f'"{escaped}"'
+        assert dense[:start - 1].endswith('"content":')
+        if position >= len(items):  # the content last
+            assert dense[start:-2] == escaped and dense.endswith('"}')

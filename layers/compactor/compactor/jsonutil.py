@@ -111,21 +111,20 @@ def dense_with_plain_member(value: dict[Any, Any], key: str, text: str) -> str:
     """:func:`dense_dumps` of a ``value`` whose member ``key`` is the string ``text`` as in :func:`dense_plain_str`:
     the members up to it encoded with an empty string in its place, those after it apart (a member's text does
     not depend on the others), the string written into its quotes."""
+    return dense_with_plain_member_at(value, key, text)[0]
+
+
+def dense_with_plain_member_at(value: dict[Any, Any], key: str, text: str) -> tuple[str, int]:
+    """:func:`dense_with_plain_member` and where the string's escaped text starts in it (after its opening quote;
+    when ``key`` is the last member, that text ends before the closing ``"}``)."""
     if next(reversed(value)) == key:  # the last member: one encoding, which ends with its ``""}``
-        return "".join([_dense({**value, key: ""})[:-2], _plain_escaped(text), '"}'])
+        head = _dense({**value, key: ""})[:-2]
+        return "".join([head, _plain_escaped(text), '"}']), len(head)
     keys = list(value)
     at = keys.index(key)
-    head = _dense({**{k: value[k] for k in keys[:at]}, key: ""})  # ends with ``""}``
+    head = _dense({**{k: value[k] for k in keys[:at]}, key: ""})[:-2]  # up to the member's opening quote
     after = _dense({k: value[k] for k in keys[at + 1:]})  # ``{`` and the members after it
-    return "".join([head[:-2], _plain_escaped(text), '",', after[1:]])
-
-
-def ascii_with_plain_last(values: list[Any], text: str) -> str:
-    """:func:`ascii_dumps` of a list whose last element is an object whose last member is the string ``text``
-    as in :func:`dense_plain_str` (an ASCII string escapes alike in both forms; DEL excluded)."""
-    last = values[-1]
-    head = _wire([*values[:-1], {**last, next(reversed(last)): ""}])  # ends with ``""}]``
-    return "".join([head[:-3], _plain_escaped(text), '"}]'])
+    return "".join([head, _plain_escaped(text), '",', after[1:]]), len(head)
 
 
 def dense_join(texts: list[str]) -> str:

@@ -262,6 +262,42 @@ def test_the_evidence_cut_from_clipped_strings_is_the_excerpt_of_the_whole(unit)
     assert evidence_view(unit, [dense_dumps(message) for message in unit]) == expected
 
 
+_plain_text = st.lists(st.sampled_from(["src/app.py ", "ok", " ", "\n", "\t", "\r", '"', "\\", "x" * 40, "y" * 290]),
+                       max_size=30).map("".join)
+
+
+def _evidence_both_ways(arguments_chars, content, long_member):
+    """A tool unit's evidence with its content's escaped text cut from the message's dense JSON (``content_at``)
+    and as defined (the excerpt of the unit's whole ASCII JSON)."""
+    from compactor.jsonutil import dense_with_plain_member_at
+
+    call = tool_unit("c_1", "cat src/app.py " + "a" * arguments_chars, "")[0]
+    tool = {"role": "tool", "tool_call_id": "c_1", **({"extra": "z" * 1500} if long_member else {}), "content": content}
+    dense, start = dense_with_plain_member_at(tool, "content", content)
+    around = evidence_view([call, tool], [dense_dumps(call), dense], start)
+    return around, excerpt(ascii_dumps([call, tool]), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(min_value=0, max_value=1500), _plain_text, st.integers(min_value=0, max_value=1500), st.booleans())
+def test_the_evidence_around_a_plainly_escaped_content_is_the_excerpt_of_the_whole(arguments_chars, text, filler,
+                                                                                    long_member):
+    """The evidence of a unit whose last message ends with a content the codec escaped takes the content's escaped
+    text from the message's dense JSON instead of escaping it again (docs/performance.md): the same excerpt, with
+    a call message short or long (cut), a long member beside the content, and contents of every length."""
+    around, defined = _evidence_both_ways(arguments_chars, text + "q" * filler, long_member)
+    assert around == defined
+
+
+def test_the_evidence_around_a_plainly_escaped_content_at_the_excerpt_edges():
+    """Every split of the excerpt's ends between the head and the content, on both sides of its limit."""
+    for arguments_chars in (0, 300, 440, 450, 460, 470, 600, 1100, 1300):
+        for chars in range(1300):
+            for content in ("q" * chars, *(('"' * (chars // 2), "\n" * (chars // 2)) if chars % 7 == 0 else ())):
+                around, defined = _evidence_both_ways(arguments_chars, content, False)
+                assert around == defined, (arguments_chars, chars)
+
+
 def test_batches_grow_past_eight_fragments_only_while_one_summary_reply_holds_their_summaries():
     assert batch_size_limit(800, None) == PER_BATCH == 8
     assert batch_size_limit(800, reply_bytes(4096)) == MAX_PER_BATCH == 16  # 12,902 bytes: 16 summaries of 800

@@ -12,9 +12,9 @@ from typing import Any
 
 from compactor.chat import Message, chat_reading, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
-from compactor.jsonutil import (ascii_dumps, ascii_wire_size, ascii_with_plain_last, dense_dumps, dense_join,
-                                dense_join_size, dense_size, dense_str_size, dense_with_plain_member, json_text_escaped,
-                                json_text_size, utf8_len)
+from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
+                                dense_str_size, dense_with_plain_member_at, json_text_escaped, json_text_size,
+                                utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
 from compactor.compaction.salience import (batch_hint, escapes_plainly, hint_order, last_uses, later_dense_size,
@@ -209,31 +209,57 @@ def _long_content_size(message: Message) -> int | None:
 PLAIN_CONTENT = 1024
 
 
-def _dense_message(message: Message, index: int, translations: dict[int, bytes]) -> str:
-    """``dense_dumps(message)``; a content as above is translated into ``translations[index]`` on the way."""
+def _dense_message(message: Message, index: int, translations: dict[int, bytes], plain_at: dict[int, int]) -> str:
+    """``dense_dumps(message)``; a content as above is translated into ``translations[index]`` on the way, and when
+    the codec escapes it and it is the message's last member, ``plain_at[index]`` is where its escaped text starts
+    in the message's dense JSON (it ends before the closing ``"}``: :func:`evidence_view`)."""
     content = message.get("content") if type(message) is dict else None
     if type(content) is not str or not PLAIN_CONTENT < len(content) <= LONG_CONTENT or not content.isascii():
         return dense_dumps(message)
     translation = translations[index] = translated(content)
     if escapes_plainly(translation):
-        return dense_with_plain_member(message, "content", content)
+        text, start = dense_with_plain_member_at(message, "content", content)
+        if next(reversed(message)) == "content":
+            plain_at[index] = start
+        return text
     return dense_dumps(message)
 
 
 def evidence_view(unit_messages: list[Message], dense_texts: list[str] | None = None,
-                  plain_last: bool = False) -> tuple[str, bool]:
+                  content_at: int | None = None) -> tuple[str, bool]:
     """ASCII JSON of the unit; an excerpt (and no ``archive`` choice) when over EVIDENCE_EXCERPT_OVER characters.
     ``dense_texts``: each message's dense JSON when the caller has it; a message whose JSON is no longer than
-    a string that gets cut holds none and is encoded as it is, without looking into it. ``plain_last``: the last
-    message's last member is its content, which the ``unicode_escape`` codec escapes as the encoder does
-    (:func:`_dense_message`), and so does its cut (docs/performance.md)."""
+    a string that gets cut holds none and is encoded as it is, without looking into it. ``content_at``: the last
+    message's last member is its content, escaped plainly (:func:`_dense_message`: ASCII without DEL, so alike in
+    the ASCII form) in its dense JSON from there to the closing ``"}``; its text is cut from there instead of
+    escaped again (docs/performance.md)."""
+    if dense_texts is not None and content_at is not None:
+        return _evidence_around(unit_messages, dense_texts, content_at)
     if dense_texts is None:
         clipped = _clipped(unit_messages)
     else:
         clipped = [message if len(text) <= 2 * _EVIDENCE_KEEP else _clipped(message)
                    for message, text in zip(unit_messages, dense_texts, strict=True)]
-    text = ascii_with_plain_last(clipped, clipped[-1]["content"]) if plain_last else ascii_dumps(clipped)
-    return excerpt(text, EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+    return excerpt(ascii_dumps(clipped), EVIDENCE_EXCERPT_OVER, EVIDENCE_HALF, EVIDENCE_MARKER)
+
+
+def _evidence_around(unit_messages: list[Message], dense_texts: list[str], start: int) -> tuple[str, bool]:
+    """:func:`evidence_view` with ``content_at`` (``start``): the unit's ASCII JSON is ``head`` (the unit encoded
+    with an empty content, up to the content's opening quote; long strings cut as above), the content's escaped
+    text (``text[start:end]``, whole: the excerpt is that of the whole JSON whichever long strings are cut) and
+    ``"}]``; only its ends are put together."""
+    text = dense_texts[-1]
+    end = len(text) - 2
+    values = [message if len(dense) <= 2 * _EVIDENCE_KEEP else _clipped(message)
+              for message, dense in zip(unit_messages[:-1], dense_texts[:-1], strict=True)]
+    shell = {**unit_messages[-1], "content": ""}  # its dense JSON is the message's without the content's text
+    values.append(shell if len(text) - (end - start) <= 2 * _EVIDENCE_KEEP else _clipped(shell))
+    head = ascii_dumps(values)[:-3]
+    if len(head) + end - start + 3 <= EVIDENCE_EXCERPT_OVER:
+        return head + text[start:end] + '"}]', False
+    first = (head[:EVIDENCE_HALF] + text[start:min(end, start + EVIDENCE_HALF)])[:EVIDENCE_HALF]
+    tail = (head[-EVIDENCE_HALF:] + text[max(start, end - EVIDENCE_HALF):end] + '"}]')[-EVIDENCE_HALF:]
+    return first + EVIDENCE_MARKER + tail, True
 
 
 def fragment_question(template: dict[str, Any], excerpted: bool) -> dict[str, Any]:
@@ -355,11 +381,11 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
 
 
 def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
-                       questions: Questions, plain_last: bool = False) -> Candidate:
+                       questions: Questions, content_at: int | None = None) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
     the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
-    by encoding them again. ``plain_last``: as in :func:`evidence_view`."""
-    evidence, excerpted = evidence_view(view, view_texts, plain_last)
+    by encoding them again. ``content_at``: as in :func:`evidence_view`."""
+    evidence, excerpted = evidence_view(view, view_texts, content_at)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
@@ -423,7 +449,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     # a long ASCII content is measured, and encoded below only when its message is in a candidate.
     long_sizes = [_long_content_size(m) for m in messages]
     translations: dict[int, bytes] = {}  # the contents translated for the names scan (_dense_message), by index
-    texts: list[Any] = [_dense_message(m, i, translations) if long is None else None
+    plain_at: dict[int, int] = {}  # where a content the codec escaped starts in its text, when it is last, by index
+    texts: list[Any] = [_dense_message(m, i, translations, plain_at) if long is None else None
                         for i, (m, long) in enumerate(zip(messages, long_sizes))]
     sizes = [utf8_len(text) if long is None else long for text, long in zip(texts, long_sizes)]
     original_bytes = dense_join_size(sizes)
@@ -460,10 +487,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         own = texts[start:end]
         whole = dense_join(own)
         if all(plain[start:end]):  # each view item has its message's JSON: the messages are the view
-            translation = translations.get(end - 1)  # the last message's content, when it was translated
-            return measured_candidate(unit, messages[start:end], own, whole, whole, questions,
-                                      translation is not None and escapes_plainly(translation)
-                                      and next(reversed(messages[end - 1])) == "content")
+            return measured_candidate(unit, messages[start:end], own, whole, whole, questions, plain_at.get(end - 1))
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
                                   dense_join(item_texts), whole, questions)
