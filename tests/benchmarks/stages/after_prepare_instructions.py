@@ -20,6 +20,12 @@ reproducible to about 0.05 %. Each run is on a new router, as the goal's runs ar
 Instruction counts are not time (the fingerprint's ``math.sumprod``, for one, runs many instructions a
 cycle), but a change that takes instructions off a stage takes time off it: compare two builds by running
 this script in each (docs/performance.md, "After the preparation, seventh round").
+
+``--by-function K``: instead, the K Python functions with the most instructions a run of each stage, callees
+included, under ``valgrind --tool=callgrind`` with ``python -X perf``: Python 3.12 gives each Python function
+its own small trampoline, which callgrind counts as a function, and names it in ``/tmp/perf-<pid>.map``
+(the same N runs less none; the trampolines add about 1.5%; docs/performance.md, "The whole hot path,
+eleventh round").
 """
 
 from __future__ import annotations
@@ -101,10 +107,48 @@ def instructions(stage: str, runs: int) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+def _inclusive_by_function(runs: int, stage: str, workdir: str) -> dict[str, int]:
+    """Inclusive instructions of each Python function (by its perf trampoline) in a process running ``stage``
+    ``runs`` times after the setup."""
+    out = os.path.join(workdir, f"callgrind.{runs}")
+    result = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--smc-check=all", f"--callgrind-out-file={out}", sys.executable, "-X",
+         "perf", str(HERE), "--inner", stage, str(runs)],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    pid = re.search(r"^==(\d+)==", result.stderr, re.MULTILINE)
+    perf_map = Path(f"/tmp/perf-{pid.group(1) if pid else 0}.map")
+    names = {}
+    for line in perf_map.read_text().splitlines():  # "<address> <size> py::<function>:<file>"
+        address, _, name = line.split(" ", 2)
+        names[int(address, 16)] = name.removeprefix("py::")
+    perf_map.unlink()
+    annotated = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", out],
+                               capture_output=True, text=True, check=True).stdout
+    counts: dict[str, int] = {}
+    for found in re.finditer(r"^\s*([\d,]+)\s+\([^)]*\)\s+\?\?\?:0x([0-9a-f]+)\s", annotated, re.MULTILINE):
+        name = names.get(int(found.group(2), 16))  # a recursive cycle's entries ("0x...'2") are left out
+        if name is not None:
+            counts[name] = counts.get(name, 0) + int(found.group(1).replace(",", ""))
+    return counts
+
+
+def by_function(stage: str, runs: int) -> list[tuple[str, float]]:
+    """Each Python function's inclusive instructions a run of ``stage`` (N runs less none), the most first."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as workdir:
+        none, some = _inclusive_by_function(0, stage, workdir), _inclusive_by_function(runs, stage, workdir)
+    per_run = {name: (count - none.get(name, 0)) / runs for name, count in some.items()
+               if "/asyncio/" not in name and not name.endswith(str(HERE))}  # the loop's and this script's frames
+    return sorted(per_run.items(), key=lambda item: -item[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=list(STAGES))
+    parser.add_argument("--by-function", type=int, default=0, metavar="K",
+                        help="the K Python functions with the most instructions instead (callgrind, -X perf)")
     parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -113,6 +157,13 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("after_prepare_instructions: valgrind is not installed (apt-get install valgrind)")
         return 1
+    if args.by_function:
+        for stage in args.stages:
+            print(f"{stage}: instructions per run by Python function, callees included "
+                  f"(callgrind, python -X perf, {args.runs} runs less none):")
+            for name, count in by_function(stage, args.runs)[:args.by_function]:
+                print(f"  {count / 1e6:9.2f} M  {name}")
+        return 0
     setup = instructions("admit", 0)
     counted: dict[str, int] = {}
     for stage in args.stages:
