@@ -15,14 +15,15 @@ import math
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
 from compactor.providers.registry import BUILTIN, TRANSPORTS
 from compactor.records import record
+
+if TYPE_CHECKING:  # imported where a catalog goes to the models: the plain reading needs no pydantic
+    from pydantic import ValidationError
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
 # Offer keys that are wiring, not observations.
@@ -67,7 +68,7 @@ def bundled_catalog_path() -> Path:
     return Path(__file__).parent / "presets" / "catalog.json"
 
 
-def _describe(error: ValidationError) -> str:
+def _describe(error: "ValidationError") -> str:
     problems = []
     for item in error.errors(include_url=False):
         where = ".".join(str(part) for part in item["loc"])
@@ -84,6 +85,8 @@ def parse_catalog(data: Any, source: str = "<catalog>") -> Catalog:
 
 def _validated_catalog(data: Any, source: str) -> Catalog:
     """:func:`parse_catalog` by the pydantic models."""
+    from pydantic import ValidationError
+
     from compactor.catalog_models import CatalogSpec
 
     try:
