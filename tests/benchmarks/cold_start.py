@@ -4,8 +4,11 @@ real request. Run: ``.venv/bin/python tests/benchmarks/cold_start.py [--runs N] 
 The code is what Lambda runs: the layer's packages built into a temporary directory by the layer's
 own recipe (``make -C layers/compactor code``: copied without any ``__pycache__`` of the checkout and
 compiled to unchecked-hash bytecode, as ``sam build`` ships them), botocore trimmed by the same
-recipe to the services the layer calls, and the function's handler file copied alone (Lambda compiles
-it at every cold start, and so does each sample).
+recipe to the services the layer calls, the layer's other dependencies (its ``requirements.txt`` and
+what they require) copied from their installed distributions, and the function's handler file copied
+alone (Lambda compiles it at every cold start, and so does each sample). Samples and baselines run with
+``python -S``: nothing of this virtualenv's site-packages (test and command-line tools a layer never
+holds) is importable in them.
 
 For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
 interpreter that times
@@ -209,18 +212,67 @@ def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, 
     return env
 
 
+def layer_dependencies() -> list[Any]:
+    """The installed distributions that ``layers/compactor/requirements.txt`` names, with the extras it asks
+    for, and every distribution they require in turn (markers evaluated for this interpreter): what
+    ``sam build`` installs into the layer, and nothing else of this virtualenv (its test and CLI tools)."""
+    import importlib.metadata
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    lines = (LAYER / "requirements.txt").read_text().splitlines()
+    wanted = [Requirement(line) for line in (line.split("#")[0].strip() for line in lines) if line]
+    found: dict[str, tuple[Any, set[str]]] = {}
+    while wanted:
+        requirement = wanted.pop()
+        key = requirement.name.lower().replace("_", "-")
+        extras = set(requirement.extras)
+        if key in found and extras <= found[key][1]:
+            continue
+        extras |= found[key][1] if key in found else set()
+        distribution = importlib.metadata.distribution(requirement.name)
+        found[key] = (distribution, extras)
+        for text in distribution.requires or []:
+            needed = Requirement(text)
+            if needed.marker is None or any(needed.marker.evaluate({**default_environment(), "extra": extra})
+                                            for extra in extras | {""}):
+                wanted.append(needed)
+    return [distribution for distribution, _ in found.values()]
+
+
+def copy_distribution(distribution: Any, python: Path) -> None:
+    """Copy an installed distribution's files that live in site-packages (its packages and modules with their
+    compiled bytecode, which the samples cannot write, and its metadata) into ``python``, as pip installs
+    them into a layer; file times are kept, so the bytecode stays valid for its copied source."""
+    site = Path(distribution.locate_file("")).resolve()
+    tops = {Path(str(name)).parts[0] for name in distribution.files or () if not str(name).startswith("..")}
+    for top in sorted(tops):
+        source = site / top
+        if source.is_dir():
+            shutil.copytree(source, python / top, dirs_exist_ok=True)
+        elif source.is_file():
+            shutil.copy2(source, python / top)
+
+
 def build_code(root: Path) -> Path:
     """The layer's packages as ``sam build`` ships them, under ``root/layer/python``; each function's
     handler file alone under ``root/functions/<name>``. Returns ``root``.
 
+    The layer's dependencies (:func:`layer_dependencies`) are copied in from this interpreter's installed
+    distributions, and the samples and baselines run without this virtualenv's site-packages (``python -S``),
+    so they import exactly what a deployed layer holds: this virtualenv's other packages, for one, make
+    ``import httpx`` load click and pygments (about 20 ms here) for a command line a layer never has.
     botocore is the one dependency the layer's recipe changes (it keeps the data of the services the
-    layer calls): the installed botocore is copied in and trimmed by the same recipe, so samples and
-    baselines import it from there. The other dependencies are imported from this interpreter."""
+    layer calls): it is copied in first and trimmed by the same recipe."""
     import botocore
 
     python = root / "layer" / "python"
     shutil.copytree(Path(botocore.__file__).parent, python / "botocore",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    for distribution in layer_dependencies():
+        if distribution.metadata["Name"].lower() != "botocore":
+            copy_distribution(distribution, python)
     for target in ("botocore-data", "code"):
         subprocess.run(["make", "-s", "-C", str(LAYER), target, f"ARTIFACTS_DIR={root / 'layer'}",
                         f"PYTHON={sys.executable}"], check=True)
@@ -333,7 +385,7 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
     event = function.event(sample) if callable(function.event) else function.event
     script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart,
                             event=json.dumps(event))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
     if done.returncode != 0:
         raise SystemExit(f"{function.name}: sample failed\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -344,7 +396,7 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
 
 def time_imports(names: list[str], env: dict[str, str], paths: list[str]) -> float:
     """Import ``names`` alone, from the same places as a sample (``paths`` first)."""
-    done = subprocess.run([sys.executable, "-c", _IMPORTS.format(names=names, paths=paths)], capture_output=True,
+    done = subprocess.run([sys.executable, "-S", "-c", _IMPORTS.format(names=names, paths=paths)], capture_output=True,
                           text=True, env=env, cwd=REPO, check=True)
     return float(done.stdout.split()[-1])
 
