@@ -149,3 +149,9 @@ def test_every_transport_loads_with_its_wiring(tmp_path: Path) -> None:
     assert by_id["b"].region == "eu-west-1" and by_id["bd"].region is None
     assert {offer.transport for offer in catalog.offers} == {"openai", "anthropic", "bedrock", "decisions",
                                                               "chat-decisions"}
+
+
+def test_the_http_transports_are_those_built_over_httpx() -> None:
+    from compactor.providers.registry import TRANSPORTS, _http_transports
+
+    assert {name for name, kind in TRANSPORTS.items() if kind.http} == set(_http_transports())

@@ -26,15 +26,16 @@ class TransportKind:
     base_url: Literal["required", "optional", "none"]
     keys: bool  # takes api_key_env / api_key_secret
     regional: bool = False  # takes a region
+    http: bool = False  # served over HTTP with httpx (the transports _http_transports builds)
 
 
 _BOTH = frozenset({"chat", "decisions"})
 TRANSPORTS: Final[Mapping[str, TransportKind]] = MappingProxyType({
-    "openai": TransportKind(frozenset({"chat"}), "required", keys=True),
-    "anthropic": TransportKind(_BOTH, "required", keys=True),
+    "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True),
+    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True),
     "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True),
-    "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True),
-    "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True),
+    "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
+    "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
     "builtin": TransportKind(_BOTH, "none", keys=False),
 })
 BUILTIN: Final = "builtin"
