@@ -109,6 +109,39 @@ _PIECES = ["src/app.py", "parse_header", "DataElement", "os.path.join", "a/b", "
            "K_x", "ﬁle_name", "\ud800", "ALLCAPS", "camelCase", "A1_b", "a-b-c_d", "x@y.z"]
 
 
+def _code_identifier_by_definition(token: str) -> bool:
+    """``salience.is_code_identifier`` as it was defined, a character at a time."""
+    if "." in token:
+        return True
+    core = token.strip("_")
+    if "_" in core:
+        return any(c.isalpha() for c in core)
+    return any(c.isupper() for c in core[1:]) and any(c.islower() for c in core)
+
+
+def _is_name_by_definition(token: str) -> bool:
+    """``salience._is_name`` as it was defined, a character at a time."""
+    if len(token) < 4 or len(token) > 120:
+        return False
+    if "/" in token:
+        return "//" not in token and any(c.isalpha() for c in token)
+    return bool(salience._IDENTIFIER.fullmatch(token)) and _code_identifier_by_definition(token)
+
+
+_TOKEN_CHARS = "aZq_./-09@+~é" + "\u03a9\u017f\u212a\ufb01\u0663\u01c5\u00b5\u00aa\u2160\u00df\u0130"
+
+
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(st.text(alphabet=_TOKEN_CHARS, max_size=9) | st.sampled_from(_PIECES))
+def test_a_name_is_judged_as_defined_whatever_its_letters(token):
+    """A token's letters and capitals are found by case changes in C when it is ASCII (docs/performance.md): the
+    same verdict as testing each character, for ASCII tokens and for tokens with letters that are not ASCII
+    (titlecase, a long s, the Kelvin sign, a ligature, Arabic digits, a feminine ordinal, a Roman numeral)."""
+    for candidate in (token, token.strip("_"), "a/" + token, token.upper(), token.lower(), "_" + token.title()):
+        assert salience._is_name(candidate) == _is_name_by_definition(candidate), candidate
+        assert salience.is_code_identifier(candidate) == _code_identifier_by_definition(candidate), candidate
+
+
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=6), max_size=40))
 def test_the_names_scan_finds_what_the_token_regex_finds(pieces):
