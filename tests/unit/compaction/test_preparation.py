@@ -266,12 +266,12 @@ _plain_text = st.lists(st.sampled_from(["src/app.py ", "ok", " ", "\n", "\t", "\
                        max_size=30).map("".join)
 
 
-def _evidence_both_ways(arguments_chars, content, long_member):
+def _evidence_both_ways(arguments_chars, content, long_member, command="cat src/app.py "):
     """A tool unit's evidence with its content's escaped text cut from the message's dense JSON (``content_at``)
     and as defined (the excerpt of the unit's whole ASCII JSON)."""
     from compactor.jsonutil import dense_with_plain_member_at
 
-    call = tool_unit("c_1", "cat src/app.py " + "a" * arguments_chars, "")[0]
+    call = tool_unit("c_1", command + "a" * arguments_chars, "")[0]
     tool = {"role": "tool", "tool_call_id": "c_1", **({"extra": "z" * 1500} if long_member else {}), "content": content}
     dense, start = dense_with_plain_member_at(tool, "content", content)
     around = evidence_view([call, tool], [dense_dumps(call), dense], start)
@@ -279,13 +279,15 @@ def _evidence_both_ways(arguments_chars, content, long_member):
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(st.integers(min_value=0, max_value=1500), _plain_text, st.integers(min_value=0, max_value=1500), st.booleans())
+@given(st.integers(min_value=0, max_value=1500), _plain_text, st.integers(min_value=0, max_value=1500), st.booleans(),
+       st.sampled_from(["cat src/app.py ", "cat caf\u00e9\x7f\u2028 \U0001f600 "]))
 def test_the_evidence_around_a_plainly_escaped_content_is_the_excerpt_of_the_whole(arguments_chars, text, filler,
-                                                                                    long_member):
+                                                                                    long_member, command):
     """The evidence of a unit whose last message ends with a content the codec escaped takes the content's escaped
     text from the message's dense JSON instead of escaping it again (docs/performance.md): the same excerpt, with
-    a call message short or long (cut), a long member beside the content, and contents of every length."""
-    around, defined = _evidence_both_ways(arguments_chars, text + "q" * filler, long_member)
+    a call message short or long (cut), ASCII or not (DEL, a line separator, an emoji), a long member beside the
+    content, and contents of every length."""
+    around, defined = _evidence_both_ways(arguments_chars, text + "q" * filler, long_member, command)
     assert around == defined
 
 
