@@ -246,13 +246,17 @@ def copy_distribution(distribution: Any, python: Path) -> None:
     compiled bytecode, which the samples cannot write, and its metadata) into ``python``, as pip installs
     them into a layer; file times are kept, so the bytecode stays valid for its copied source."""
     site = Path(distribution.locate_file("")).resolve()
-    tops = {Path(str(name)).parts[0] for name in distribution.files or () if not str(name).startswith("..")}
-    for top in sorted(tops):
+    names = [Path(str(name)) for name in distribution.files or () if not str(name).startswith("..")]
+    for top in sorted({name.parts[0] for name in names} - {"__pycache__"}):
         source = site / top
         if source.is_dir():
             shutil.copytree(source, python / top, dirs_exist_ok=True)
         elif source.is_file():
             shutil.copy2(source, python / top)
+    for name in names:  # a single-file module's bytecode, in site-packages' own __pycache__ (shared)
+        if name.parts[0] == "__pycache__" and (site / name).is_file():
+            (python / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(site / name, python / name)
 
 
 def build_code(root: Path) -> Path:
