@@ -6,9 +6,10 @@ own recipe (``make -C layers/compactor code``: copied without any ``__pycache__`
 compiled to unchecked-hash bytecode, as ``sam build`` ships them), botocore trimmed by the same
 recipe to the services the layer calls, the layer's other dependencies (its ``requirements.txt`` and
 what they require) copied from their installed distributions, and the function's handler file copied
-alone (Lambda compiles it at every cold start, and so does each sample). Samples and baselines run with
-``python -S``: nothing of this virtualenv's site-packages (test and command-line tools a layer never
-holds) is importable in them.
+alone (Lambda compiles it at every cold start, and so does each sample). Samples and baselines start alike
+(``_START``: the interpreter's usual start, then ``json``, ``sys`` and ``time``) and then take every
+site-packages directory off their path: nothing of this virtualenv (test and command-line tools a layer
+never holds) is importable in them.
 
 For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
 interpreter that times
@@ -77,8 +78,14 @@ GOAL_RESTORED = 1.15
 OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker"}
 
 # One sample: import, optional before-snapshot hook, first request; prints timings and what loaded.
-_SAMPLE = """\
+# Both scripts start alike before their clocks: the interpreter's usual start (``site`` and what it loads, as a
+# Lambda runtime has its standard library loaded before init), then ``json``, ``sys`` and ``time``, then no
+# site-packages on the path (only the layer's dependencies are importable, as in a deployed layer).
+_START = """\
 import json, sys, time
+sys.path[:] = [path for path in sys.path if not path.endswith(("site-packages", "dist-packages"))]
+"""
+_SAMPLE = _START + """\
 sys.path[:0] = {paths!r}
 before = set(sys.modules)
 t0 = time.perf_counter()
@@ -104,8 +111,7 @@ loaded = [name for name in sys.modules if name not in before]  # in the order th
 print(json.dumps({{"import": t1 - t0, "hook": t2 - t1, "first": t3 - t2, "answer": answer, "loaded": loaded}}))
 """
 _IMPORTS = """\
-import sys, time
-sys.path[:0] = {paths!r}
+{start}sys.path[:0] = {paths!r}
 names = {names!r}
 t0 = time.perf_counter()
 for name in names:
@@ -242,21 +248,17 @@ def layer_dependencies() -> list[Any]:
 
 
 def copy_distribution(distribution: Any, python: Path) -> None:
-    """Copy an installed distribution's files that live in site-packages (its packages and modules with their
-    compiled bytecode, which the samples cannot write, and its metadata) into ``python``, as pip installs
-    them into a layer; file times are kept, so the bytecode stays valid for its copied source."""
+    """Copy an installed distribution's files that live in site-packages (its packages and modules, and its
+    metadata) into ``python``, as pip installs them into a layer; the layer's recipe (``make code``) then
+    compiles everything there to unchecked-hash bytecode, as ``sam build`` ships it."""
     site = Path(distribution.locate_file("")).resolve()
     names = [Path(str(name)) for name in distribution.files or () if not str(name).startswith("..")]
-    for top in sorted({name.parts[0] for name in names} - {"__pycache__"}):
+    for top in sorted({name.parts[0] for name in names} - {"__pycache__"}):  # bytecode comes from ``make code``
         source = site / top
         if source.is_dir():
             shutil.copytree(source, python / top, dirs_exist_ok=True)
         elif source.is_file():
             shutil.copy2(source, python / top)
-    for name in names:  # a single-file module's bytecode, in site-packages' own __pycache__ (shared)
-        if name.parts[0] == "__pycache__" and (site / name).is_file():
-            (python / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(site / name, python / name)
 
 
 def build_code(root: Path) -> Path:
@@ -264,9 +266,9 @@ def build_code(root: Path) -> Path:
     handler file alone under ``root/functions/<name>``. Returns ``root``.
 
     The layer's dependencies (:func:`layer_dependencies`) are copied in from this interpreter's installed
-    distributions, and the samples and baselines run without this virtualenv's site-packages (``python -S``),
-    so they import exactly what a deployed layer holds: this virtualenv's other packages, for one, make
-    ``import httpx`` load click and pygments (about 20 ms here) for a command line a layer never has.
+    distributions, and the samples and baselines run without this virtualenv's site-packages on their path
+    (:data:`_START`), so they import exactly what a deployed layer holds: this virtualenv's other packages, for
+    one, make ``import httpx`` load click and pygments (about 20 ms here) for a command line a layer never has.
     botocore is the one dependency the layer's recipe changes (it keeps the data of the services the
     layer calls): it is copied in first and trimmed by the same recipe."""
     import botocore
@@ -389,7 +391,7 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
     event = function.event(sample) if callable(function.event) else function.event
     script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart,
                             event=json.dumps(event))
-    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
     if done.returncode != 0:
         raise SystemExit(f"{function.name}: sample failed\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -398,10 +400,13 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
     return result
 
 
-def time_imports(names: list[str], env: dict[str, str], paths: list[str]) -> float:
-    """Import ``names`` alone, from the same places as a sample (``paths`` first)."""
-    done = subprocess.run([sys.executable, "-S", "-c", _IMPORTS.format(names=names, paths=paths)], capture_output=True,
-                          text=True, env=env, cwd=REPO, check=True)
+def time_imports(names: list[str], env: dict[str, str], paths: list[str], *, as_sample: bool = True) -> float:
+    """Import ``names`` alone, from the same places as a sample (``paths`` first), after the sample's own start
+    (:data:`_START`); with ``as_sample`` False (the floor, a bare ``import json``), after the interpreter's start
+    only."""
+    start = _START if as_sample else "import sys, time\n" + _START.splitlines(keepends=True)[1]
+    done = subprocess.run([sys.executable, "-c", _IMPORTS.format(start=start, names=names, paths=paths)],
+                          capture_output=True, text=True, env=env, cwd=REPO, check=True)
     return float(done.stdout.split()[-1])
 
 
@@ -455,7 +460,7 @@ def main() -> int:
                 restored.append(snap["import"] + snap["first"])
                 hooks.append(snap["hook"])
                 deps.append(time_imports(names, env, function.paths))
-                floor.append(time_imports(["json"], env, function.paths))
+                floor.append(time_imports(["json"], env, function.paths, as_sample=False))
             med = {k: statistics.median(v) * 1000 for k, v in
                    {"cold": cold, "restored": restored, "hook": hooks, "deps": deps, "json": floor}.items()}
             ratio_cold, ratio_restored = med["cold"] / med["deps"], med["restored"] / med["deps"]
