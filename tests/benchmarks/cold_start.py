@@ -81,10 +81,9 @@ OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker
 # Both scripts start alike before their clocks: the interpreter's usual start (``site`` and what it loads, as a
 # Lambda runtime has its standard library loaded before init), then ``json``, ``sys`` and ``time``, then no
 # site-packages on the path (only the layer's dependencies are importable, as in a deployed layer).
-_START = """\
-import json, sys, time
-sys.path[:] = [path for path in sys.path if not path.endswith(("site-packages", "dist-packages"))]
-"""
+_NO_SITE_PACKAGES = ('sys.path[:] = [path for path in sys.path '
+                      'if not path.endswith(("site-packages", "dist-packages"))]\n')
+_START = "import json, sys, time\n" + _NO_SITE_PACKAGES
 _SAMPLE = _START + """\
 sys.path[:0] = {paths!r}
 before = set(sys.modules)
@@ -404,7 +403,7 @@ def time_imports(names: list[str], env: dict[str, str], paths: list[str], *, as_
     """Import ``names`` alone, from the same places as a sample (``paths`` first), after the sample's own start
     (:data:`_START`); with ``as_sample`` False (the floor, a bare ``import json``), after the interpreter's start
     only."""
-    start = _START if as_sample else "import sys, time\n" + _START.splitlines(keepends=True)[1]
+    start = _START if as_sample else "import sys, time\n" + _NO_SITE_PACKAGES
     done = subprocess.run([sys.executable, "-c", _IMPORTS.format(start=start, names=names, paths=paths)],
                           capture_output=True, text=True, env=env, cwd=REPO, check=True)
     return float(done.stdout.split()[-1])

@@ -107,16 +107,11 @@ def _plain_escaped(text: str) -> str:
     return text.encode("unicode_escape").replace(b'"', b'\\"').decode("ascii")
 
 
-def dense_with_plain_member(value: dict[Any, Any], key: str, text: str) -> str:
-    """:func:`dense_dumps` of a ``value`` whose member ``key`` is the string ``text`` as in :func:`dense_plain_str`:
-    the members up to it encoded with an empty string in its place, those after it apart (a member's text does
-    not depend on the others), the string written into its quotes."""
-    return dense_with_plain_member_at(value, key, text)[0]
-
-
 def dense_with_plain_member_at(value: dict[Any, Any], key: str, text: str) -> tuple[str, int]:
-    """:func:`dense_with_plain_member` and where the string's escaped text starts in it (after its opening quote;
-    when ``key`` is the last member, that text ends before the closing ``"}``)."""
+    """:func:`dense_dumps` of a ``value`` whose member ``key`` is the string ``text`` as in :func:`dense_plain_str`
+    (the members up to it encoded with an empty string in its place, those after it apart: a member's text does
+    not depend on the others; the string written into its quotes), and where the string's escaped text starts in
+    it (after its opening quote; when ``key`` is the last member, that text ends before the closing ``"}``)."""
     if next(reversed(value)) == key:  # the last member: one encoding, which ends with its ``""}``
         head = _dense({**value, key: ""})[:-2]
         return "".join([head, _plain_escaped(text), '"}']), len(head)
