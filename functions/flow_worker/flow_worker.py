@@ -2,11 +2,12 @@
 
 Event (one Map iteration of ``BatchFanOutStateMachine``)::
 
-    {"bucket": str, "key": str, "result_key": str, "deadline_epoch_ms": int}
+    {"bucket": str, "key": str | None, "payload": str | None, "result_key": str, "deadline_epoch_ms": int}
 
-``s3://bucket/key`` holds ``{"flow_ir", "flow_input"?, "conversation"?}``. The flow is admitted and
-run with :func:`compactor.flow.run_flow` under the caller's deadline (never past this invocation's
-own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}`` when small,
+The payload ``{"flow_ir", "flow_input"?, "conversation"?}`` is ``payload`` (its JSON text) when it fit in
+the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#batch-fan-out-through-step-functions).
+The flow is admitted and run with :func:`compactor.flow.run_flow` under the caller's deadline (never past
+this invocation's own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}`` when small,
 else the result is written to ``s3://bucket/result_key`` and the answer is
 ``{"status": "done", "result_key": key}`` (the Map's aggregated output must stay under 256 KB).
 Any other failure raises: the state machine catches it and the caller degrades that flow.
@@ -65,13 +66,17 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     deadline = worker_deadline(event, context)
-    bucket, key = event["bucket"], event["key"]
-    client = s3_client()
-    body = background.start(lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    get_router()  # the catalog loads while the payload is read (docs/performance.md#the-workers-payload)
-    result = run_sync(run_payload(json.loads(body.result()), deadline))
-    logger.info("flow ran", extra={"key": key, "ok": result["ok"], "nodes": len(result["flow_nodes"]),
-                                   "remaining_ms": deadline.remaining_ms()})
+    bucket = event["bucket"]
+    payload = event.get("payload")
+    if payload is None:  # too large for the execution's input: written to S3 by the caller
+        key = event["key"]
+        client = s3_client()
+        body = background.start(lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read())
+        get_router()  # the catalog loads while the payload is read (docs/performance.md#the-workers-payload)
+        payload = body.result()
+    result = run_sync(run_payload(json.loads(payload), deadline))
+    logger.info("flow ran", extra={"key": event.get("key"), "result_key": event["result_key"], "ok": result["ok"],
+                                   "nodes": len(result["flow_nodes"]), "remaining_ms": deadline.remaining_ms()})
     text = dense_dumps(result)
     if len(text.encode("utf-8")) <= INLINE_RESULT_MAX_BYTES:
         return {"status": "done", "result": result}

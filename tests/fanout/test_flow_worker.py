@@ -46,6 +46,27 @@ def test_sample_event_runs_one_component_like_the_inline_scheduler(fanout_aws: F
     assert json.dumps(result) == json.dumps(result_to_json(expected))
 
 
+def test_an_inline_payload_runs_without_touching_s3(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    flow_ir, flow_input = preset_flow(fixture_t(), 1)
+    router = fanout_aws.router
+    flow = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
+    component = partition_flow(flow, router.admit_policy).components[0]
+    payload = component.payload(flow_input)
+
+    def no_s3() -> None:
+        raise AssertionError("the payload was in the event")
+
+    monkeypatch.setattr(worker_module, "s3_client", no_s3)
+    event = {**EVENT, "key": None, "payload": json.dumps(payload)}
+    answer = worker_module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
+
+    expected = asyncio.run(run_flow(component.admitted, payload["flow_input"], router=router,
+                                    deadline=Deadline.after_ms(40_000)))
+    assert answer == {"status": "done", "result": result_to_json(expected)}
+    assert json.dumps(answer["result"]) == json.dumps(result_to_json(expected))
+
+
 def test_worker_deadline_is_the_callers_capped_by_its_own_time(worker_module: ModuleType) -> None:
     now_ms = int(time.time() * 1000)
     short = worker_module.worker_deadline({"deadline_epoch_ms": now_ms + 5_000},

@@ -62,9 +62,23 @@ def post_compact(compact_module: ModuleType, body: dict[str, Any]) -> tuple[int,
 
 
 @pytest.mark.parametrize("make_body", [fixture_t_body, corpus_body], ids=["fixture_t", "corpus"])
+@pytest.mark.parametrize("inline_budget", [None, 0, "one"], ids=["payloads-inline", "payloads-in-s3", "mixed"])
 def test_handler_answers_byte_identical_in_both_modes(fanout_aws: FanOutAws, compact_module: ModuleType,
-                                                      monkeypatch: pytest.MonkeyPatch, make_body: Any) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch, make_body: Any,
+                                                      inline_budget: int | str | None) -> None:
     body = make_body()
+    planned: list[tuple[list[dict[str, Any]], dict[str, str]]] = []
+    real_map_items = stepfunctions_runner.map_items
+
+    def recording_map_items(payloads: Any, run: str, budget: int | None = None) -> Any:
+        if inline_budget == "one":  # room for the smallest payload only: one batch inline, the others in S3
+            budget = min(len(json.dumps(text)) for text in payloads)
+        elif inline_budget is not None:
+            budget = inline_budget
+        planned.append(real_map_items(payloads, run, budget))
+        return planned[-1]
+
+    monkeypatch.setattr(stepfunctions_runner, "map_items", recording_map_items)
     monkeypatch.setenv("COMPACTOR_BATCH_FANOUT", "inline")
     inline_status, inline = post_compact(compact_module, body)
     assert fanout_aws.dispatch.events == []
@@ -81,8 +95,23 @@ def test_handler_answers_byte_identical_in_both_modes(fanout_aws: FanOutAws, com
     parsed = json.loads(inline)
     batches = len([n for n in parsed["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"])
     assert batches >= 2 and len(fanout_aws.dispatch.events) == batches  # one Map iteration per batch
-    keys = [obj["Key"] for obj in fanout_aws.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
-    assert keys and all(key.startswith("fanout/") for key in keys)  # scratch objects only under fanout/
+    (items, uploads), = planned
+    inline = [item for item in items if item["payload"] is not None]
+    if inline_budget is None:  # the smallest payloads, as many as fit in the default budget
+        sizes = sorted(len(json.dumps(item["payload"] or uploads[item["key"]])) for item in items)
+        used = sum(sizes[:len(inline)])
+        assert inline and used <= stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
+        assert len(inline) == len(items) or used + sizes[len(inline)] > stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
+        assert sum(len(json.dumps(item["payload"])) for item in inline) == used
+    else:
+        assert len(inline) == {0: 0, "one": 1}[inline_budget]
+    assert all(item["key"] is None for item in inline)
+    keys = {obj["Key"] for obj in fanout_aws.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
+    assert all(key.startswith("fanout/") for key in keys)  # scratch objects only under fanout/
+    payload_keys = {key for key in keys if not key.endswith(".result.json")}
+    assert payload_keys == set(uploads) == {item["key"] for item in items if item["payload"] is None}
+    received = {event["result_key"]: (event["key"], event["payload"]) for event in fanout_aws.dispatch.events}
+    assert received == {item["result_key"]: (item["key"], item["payload"]) for item in items}  # through the ASL
 
 
 async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_module: ModuleType,
@@ -98,7 +127,7 @@ async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_mod
 
 
 async def test_a_failing_worker_degrades_only_its_batch_to_keep(fanout_aws: FanOutAws) -> None:
-    fanout_aws.dispatch.fail = lambda event: event["key"].endswith("/1.json")
+    fanout_aws.dispatch.fail = lambda event: event["result_key"].endswith("/1.result.json")
     request = CompactRequest(**fixture_t_body())
     inline = (await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router))[1]
     status, fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
@@ -249,7 +278,7 @@ async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(
     released = threading.Event()
 
     def late_second_batch(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-        if json.loads(parameters["Payload"])["key"].endswith("/1.json"):
+        if json.loads(parameters["Payload"])["result_key"].endswith("/1.result.json"):
             released.wait(60)
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": {"errorMessage": "too late"}}
         return real_invoke(parameters, region, state_credentials)

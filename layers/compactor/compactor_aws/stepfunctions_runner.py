@@ -2,12 +2,13 @@
 
 A drop-in for :func:`compactor.flow.run_flow`: the flow is cut at its join
 (:func:`compactor.flow.partition.partition_flow`), each component's payload (flow term + the slice of
-input it reads) is written to ``s3://<bucket>/fanout/<run>/<i>.json``, and one synchronous execution
-of the Express state machine runs a Map iteration per component, each invoking ``FlowWorkerFunction``.
-The execution input stays small: keys, the absolute deadline (epoch ms) every worker runs under (the
-request's remaining budget, cut to end before each Task's timeout) and that timeout (:func:`fanout_timing`). Results come back inline in the execution output when small,
-as S3 objects otherwise. A component whose worker failed, timed out or never answered is replaced by
-the run in which its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs
+input it reads) travels in the execution's input when it fits there, else it is written to
+``s3://<bucket>/fanout/<run>/<i>.json`` (:func:`map_items`), and one synchronous execution of the Express
+state machine runs a Map iteration per component, each invoking ``FlowWorkerFunction``. Besides the
+payloads that fit, the execution input holds the keys, the absolute deadline (epoch ms) every worker runs
+under (the request's remaining budget, cut to end before each Task's timeout) and that timeout
+(:func:`fanout_timing`). Results come back inline in the execution output when small, as S3 objects
+otherwise. A component whose worker failed, timed out or never answered is replaced by the run in which its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs
 here, so the answer is the :class:`~compactor.flow.FlowResult` the inline scheduler would produce.
 
 Flows with no join to cut at, and requests whose budget is already spent, run inline.
@@ -53,6 +54,10 @@ RETRY_WAIT_S: Final = 1
 RETRY_MIN_TIMEOUT_S: Final = 5
 WORKER_STOP_MARGIN_MS: Final = 500
 UPLOAD_THREADS: Final = 16
+# Step Functions takes at most 256 KiB of execution input. The payloads carried in it (as JSON strings) stay
+# within this part of it; the rest holds the keys, the timing and the JSON around them
+# (docs/deploy.md#batch-fan-out-through-step-functions).
+INLINE_PAYLOADS_MAX_BYTES: Final = 192 * 1024
 
 
 @record(frozen=True)
@@ -122,11 +127,11 @@ class StepFunctionsFlowRunner:
         value = start_value(flow_input, conversation)
         components = partition.components
         run = f"{self.prefix}{self.run_id()}/"
-        payloads = {f"{run}{c.index}.json": dense_dumps(c.payload(value, conversation)) for c in components}
+        items, uploads = map_items([dense_dumps(c.payload(value, conversation)) for c in components], run)
         for component in components:
             _emit_started(on_event, component)
         try:
-            outputs = await asyncio.wait_for(asyncio.to_thread(self._upload_and_execute, payloads, run, components,
+            outputs = await asyncio.wait_for(asyncio.to_thread(self._upload_and_execute, uploads, items, run,
                                                                deadline),
                                              fanout_timing(deadline.remaining_ms()).wait_s)
         except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
@@ -138,10 +143,11 @@ class StepFunctionsFlowRunner:
             _emit_finished(on_event, component, result)
         return await merge_results(partition, results, router=router, deadline=deadline, on_event=on_event)
 
-    def _upload_and_execute(self, payloads: Mapping[str, str], run: str, components: Sequence[Component],
+    def _upload_and_execute(self, uploads: Mapping[str, str], items: list[dict[str, Any]], run: str,
                             deadline: Deadline) -> list[Any]:
-        self._upload(payloads)
-        return self._execute(run, components, deadline)
+        if uploads:  # none when every payload travels in the execution's input
+            self._upload(uploads)
+        return self._execute(items, run, deadline)
 
     def _upload(self, payloads: Mapping[str, str]) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -153,7 +159,7 @@ class StepFunctionsFlowRunner:
         with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(payloads))) as pool:
             list(pool.map(put, payloads.items()))
 
-    def _execute(self, run: str, components: Sequence[Component], deadline: Deadline) -> list[Any]:
+    def _execute(self, items: list[dict[str, Any]], run: str, deadline: Deadline) -> list[Any]:
         # Measured after the upload: never longer than what the caller's wait was sized from.
         timing = fanout_timing(deadline.remaining_ms())
         execution_input = {
@@ -161,8 +167,7 @@ class StepFunctionsFlowRunner:
             "deadline_epoch_ms": int(time.time() * 1000) + timing.worker_budget_ms,
             "timeout_s": timing.timeout_s,
             "retry": timing.retry,
-            "items": [{"key": f"{run}{c.index}.json", "result_key": f"{run}{c.index}.result.json"}
-                      for c in components],
+            "items": items,
         }
         response = self.stepfunctions.start_sync_execution(
             stateMachineArn=self.state_machine_arn, name=run.rstrip("/").rsplit("/", 1)[-1],
@@ -170,7 +175,7 @@ class StepFunctionsFlowRunner:
         if response.get("status") != "SUCCEEDED":
             raise RuntimeError(f"execution {response.get('status')}: {response.get('error')}")
         outputs = json.loads(response["output"])
-        if not isinstance(outputs, list) or len(outputs) != len(components):
+        if not isinstance(outputs, list) or len(outputs) != len(items):
             raise RuntimeError("execution output is not one result per component")
         return outputs
 
@@ -200,6 +205,38 @@ class StepFunctionsFlowRunner:
     def _read(self, key: str) -> Any:
         body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return json.loads(body)
+
+
+def map_items(payloads: Sequence[str], run: str,
+              budget: int | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The Map's items for the components' ``payloads`` (JSON texts, in component order) of the execution
+    ``run`` (the key prefix ``<prefix><id>/``), and the payloads to upload first, by key.
+
+    Each item is ``{"key", "payload", "result_key"}``: a payload that fits travels in the item as its JSON
+    text and ``key`` is ``None``; the others are written to ``<run><i>.json`` and ``payload`` is ``None``.
+    The smallest payloads go inline first, as many as fit in ``budget`` bytes (by default
+    :data:`INLINE_PAYLOADS_MAX_BYTES`) of the execution's input, each counted as the JSON string the input
+    holds: a request whose components all fit never touches S3 for them, and a large one still carries what
+    it can. Each component carried spares a write here and a read, with its S3 client, in its worker
+    (docs/deploy.md#batch-fan-out-through-step-functions)."""
+    budget = INLINE_PAYLOADS_MAX_BYTES if budget is None else budget
+    sizes = [len(json.dumps(text)) for text in payloads]
+    inline: set[int] = set()
+    used = 0
+    for index in sorted(range(len(payloads)), key=sizes.__getitem__):
+        if used + sizes[index] > budget:
+            break
+        inline.add(index)
+        used += sizes[index]
+    items: list[dict[str, Any]] = []
+    uploads: dict[str, str] = {}
+    for index, text in enumerate(payloads):
+        key = None if index in inline else f"{run}{index}.json"
+        if key is not None:
+            uploads[key] = text
+        items.append({"key": key, "payload": text if key is None else None,
+                      "result_key": f"{run}{index}.result.json"})
+    return items, uploads
 
 
 def _emit_started(on_event: Callable[[dict[str, Any]], None] | None, component: Component) -> None:
