@@ -2,10 +2,13 @@
 
 Event (one Map iteration of ``BatchFanOutStateMachine``)::
 
-    {"bucket": str, "key": str | None, "payload": str | None, "result_key": str, "deadline_epoch_ms": int}
+    {"bucket": str, "item": {"key": str | None, "payload": str | None, "result_key": str},
+     "deadline_epoch_ms": int}
 
-The payload ``{"flow_ir", "flow_input"?, "conversation"?}`` is ``payload`` (its JSON text) when it fit in
-the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#batch-fan-out-through-step-functions).
+The payload ``{"flow_ir", "flow_input"?, "conversation"?}`` is the item's ``payload`` (its JSON text) when it
+fit in the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#batch-fan-out-through-step-functions).
+The state machine of an earlier deployment passes ``key`` and ``result_key`` beside ``bucket`` instead of an
+item: CloudFormation updates this function before it, and both shapes run.
 The flow is admitted and run with :func:`compactor.flow.run_flow` under the caller's deadline (never past
 this invocation's own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}`` when small,
 else the result is written to ``s3://bucket/result_key`` and the answer is
@@ -67,22 +70,24 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     deadline = worker_deadline(event, context)
     bucket = event["bucket"]
-    payload = event.get("payload")
+    item = event.get("item", event)  # the fields beside bucket: an earlier deployment's state machine
+    payload = item.get("payload")
     if payload is None:  # too large for the execution's input: written to S3 by the caller
-        key = event["key"]
+        key = item["key"]
         client = s3_client()
         body = background.start(lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read())
         get_router()  # the catalog loads while the payload is read (docs/performance.md#the-workers-payload)
         payload = body.result()
     result = run_sync(run_payload(json.loads(payload), deadline))
-    logger.info("flow ran", extra={"key": event.get("key"), "result_key": event["result_key"], "ok": result["ok"],
+    result_key = item["result_key"]
+    logger.info("flow ran", extra={"key": item.get("key"), "result_key": result_key, "ok": result["ok"],
                                    "nodes": len(result["flow_nodes"]), "remaining_ms": deadline.remaining_ms()})
     text = dense_dumps(result)
     if len(text.encode("utf-8")) <= INLINE_RESULT_MAX_BYTES:
         return {"status": "done", "result": result}
-    s3_client().put_object(Bucket=bucket, Key=event["result_key"], Body=text.encode("utf-8"),
+    s3_client().put_object(Bucket=bucket, Key=result_key, Body=text.encode("utf-8"),
                            ContentType="application/json")
-    return {"status": "done", "result_key": event["result_key"]}
+    return {"status": "done", "result_key": result_key}
 
 
 freeze_init_objects()  # the last line of init: what it loaded is no longer scanned by the collector

@@ -24,24 +24,31 @@ REPO = Path(__file__).resolve().parents[2]
 EVENT = json.loads((REPO / "tests" / "events" / "flow-worker.json").read_text(encoding="utf-8"))
 
 
-def test_sample_event_runs_one_component_like_the_inline_scheduler(fanout_aws: FanOutAws,
-                                                                   worker_module: ModuleType) -> None:
+# The sample event, and the same fields flat beside "bucket" as an earlier deployment's state machine passes
+# them (CloudFormation updates the worker first): both read the payload from S3.
+FLAT_EVENT = {"bucket": EVENT["bucket"], "key": EVENT["item"]["key"], "result_key": EVENT["item"]["result_key"],
+              "deadline_epoch_ms": EVENT["deadline_epoch_ms"]}
+
+
+@pytest.mark.parametrize("event", [EVENT, FLAT_EVENT], ids=["item", "flat"])
+def test_sample_event_runs_one_component_like_the_inline_scheduler(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                                                   event: dict[str, object]) -> None:
     flow_ir, flow_input = preset_flow(fixture_t(), 1)
     router = fanout_aws.router
     flow = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
     component = partition_flow(flow, router.admit_policy).components[0]
     payload = component.payload(flow_input)
     assert EVENT["bucket"] == BUCKET
-    fanout_aws.s3.put_object(Bucket=BUCKET, Key=EVENT["key"], Body=json.dumps(payload).encode())
+    fanout_aws.s3.put_object(Bucket=BUCKET, Key=EVENT["item"]["key"], Body=json.dumps(payload).encode())
 
-    answer = worker_module.handler(EVENT, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
+    answer = worker_module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
 
     expected = asyncio.run(run_flow(component.admitted, payload["flow_input"], router=router,
                                     deadline=Deadline.after_ms(40_000)))
     result = answer.get("result")
     if result is None:  # too large to answer inline: written next to the payload
-        assert answer == {"status": "done", "result_key": EVENT["result_key"]}
-        result = json.loads(fanout_aws.s3.get_object(Bucket=BUCKET, Key=EVENT["result_key"])["Body"].read())
+        assert answer == {"status": "done", "result_key": EVENT["item"]["result_key"]}
+        result = json.loads(fanout_aws.s3.get_object(Bucket=BUCKET, Key=EVENT["item"]["result_key"])["Body"].read())
     assert answer["status"] == "done"
     assert json.dumps(result) == json.dumps(result_to_json(expected))
 
@@ -58,7 +65,7 @@ def test_an_inline_payload_runs_without_touching_s3(fanout_aws: FanOutAws, worke
         raise AssertionError("the payload was in the event")
 
     monkeypatch.setattr(worker_module, "s3_client", no_s3)
-    event = {**EVENT, "key": None, "payload": json.dumps(payload)}
+    event = {**EVENT, "item": {**EVENT["item"], "key": None, "payload": json.dumps(payload)}}
     answer = worker_module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
 
     expected = asyncio.run(run_flow(component.admitted, payload["flow_input"], router=router,
@@ -80,6 +87,6 @@ def test_worker_deadline_is_the_callers_capped_by_its_own_time(worker_module: Mo
 
 
 def test_a_payload_that_fails_admission_raises(fanout_aws: FanOutAws, worker_module: ModuleType) -> None:
-    fanout_aws.s3.put_object(Bucket=BUCKET, Key=EVENT["key"], Body=b'{"flow_ir": ["flow", {}]}')
+    fanout_aws.s3.put_object(Bucket=BUCKET, Key=EVENT["item"]["key"], Body=b'{"flow_ir": ["flow", {}]}')
     with pytest.raises(Exception, match="nodes"):
         worker_module.handler(EVENT, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))

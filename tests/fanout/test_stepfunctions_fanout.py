@@ -96,22 +96,22 @@ def test_handler_answers_byte_identical_in_both_modes(fanout_aws: FanOutAws, com
     batches = len([n for n in parsed["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"])
     assert batches >= 2 and len(fanout_aws.dispatch.events) == batches  # one Map iteration per batch
     (items, uploads), = planned
-    inline = [item for item in items if item["payload"] is not None]
+    carried = [item for item in items if item["payload"] is not None]
     if inline_budget is None:  # the smallest payloads, as many as fit in the default budget
         sizes = sorted(len(json.dumps(item["payload"] or uploads[item["key"]])) for item in items)
-        used = sum(sizes[:len(inline)])
-        assert inline and used <= stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
-        assert len(inline) == len(items) or used + sizes[len(inline)] > stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
-        assert sum(len(json.dumps(item["payload"])) for item in inline) == used
+        used = sum(sizes[:len(carried)])
+        assert carried and used <= stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
+        assert len(carried) == len(items) or used + sizes[len(carried)] > stepfunctions_runner.INLINE_PAYLOADS_MAX_BYTES
+        assert sum(len(json.dumps(item["payload"])) for item in carried) == used
     else:
-        assert len(inline) == {0: 0, "one": 1}[inline_budget]
-    assert all(item["key"] is None for item in inline)
+        assert len(carried) == {0: 0, "one": 1}[inline_budget]
+    assert all(item["key"] is None for item in carried)
     keys = {obj["Key"] for obj in fanout_aws.s3.list_objects_v2(Bucket=BUCKET).get("Contents", [])}
     assert all(key.startswith("fanout/") for key in keys)  # scratch objects only under fanout/
     payload_keys = {key for key in keys if not key.endswith(".result.json")}
     assert payload_keys == set(uploads) == {item["key"] for item in items if item["payload"] is None}
-    received = {event["result_key"]: (event["key"], event["payload"]) for event in fanout_aws.dispatch.events}
-    assert received == {item["result_key"]: (item["key"], item["payload"]) for item in items}  # through the ASL
+    received = sorted((event["item"] for event in fanout_aws.dispatch.events), key=lambda item: item["result_key"])
+    assert received == sorted(items, key=lambda item: item["result_key"])  # each item, whole, through the ASL
 
 
 async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_module: ModuleType,
@@ -126,8 +126,26 @@ async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_mod
     assert len([key for key in keys if key.endswith(".result.json")]) == 2
 
 
+async def test_an_earlier_deployments_items_run_on_this_state_machine(fanout_aws: FanOutAws,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # CloudFormation updates the state machine before CompactFunction: for a while the function of the earlier
+    # deployment sends items without "payload", every payload in S3. The Map passes each item whole, so they run.
+    def earlier_items(payloads: Any, run: str, budget: int | None = None) -> Any:
+        uploads = {f"{run}{index}.json": text for index, text in enumerate(payloads)}
+        return [{"key": f"{run}{index}.json", "result_key": f"{run}{index}.result.json"}
+                for index in range(len(payloads))], uploads
+
+    monkeypatch.setattr(stepfunctions_runner, "map_items", earlier_items)
+    request = CompactRequest(**fixture_t_body())
+    inline = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router)
+    fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
+                                   flow_runner=runner(fanout_aws))
+    assert json.dumps(fanned) == json.dumps(inline)
+    assert len(fanout_aws.dispatch.events) == 2 and all("payload" not in e["item"] for e in fanout_aws.dispatch.events)
+
+
 async def test_a_failing_worker_degrades_only_its_batch_to_keep(fanout_aws: FanOutAws) -> None:
-    fanout_aws.dispatch.fail = lambda event: event["result_key"].endswith("/1.result.json")
+    fanout_aws.dispatch.fail = lambda event: event["item"]["result_key"].endswith("/1.result.json")
     request = CompactRequest(**fixture_t_body())
     inline = (await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router))[1]
     status, fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
@@ -278,7 +296,7 @@ async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(
     released = threading.Event()
 
     def late_second_batch(parameters: dict[str, Any], region: str, state_credentials: Any) -> dict[str, Any]:
-        if json.loads(parameters["Payload"])["result_key"].endswith("/1.result.json"):
+        if json.loads(parameters["Payload"])["item"]["result_key"].endswith("/1.result.json"):
             released.wait(60)
             return {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": {"errorMessage": "too late"}}
         return real_invoke(parameters, region, state_credentials)

@@ -217,8 +217,9 @@ def map_items(payloads: Sequence[str], run: str,
     The smallest payloads go inline first, as many as fit in ``budget`` bytes (by default
     :data:`INLINE_PAYLOADS_MAX_BYTES`) of the execution's input, each counted as the JSON string the input
     holds: a request whose components all fit never touches S3 for them, and a large one still carries what
-    it can. Each component carried spares a write here and a read, with its S3 client, in its worker
-    (docs/deploy.md#batch-fan-out-through-step-functions)."""
+    it can. Each component carried spares a write here and a read, with its S3 client, in its worker; a
+    request that uploads any still waits for its uploads and for the largest batches' reads, which are the ones
+    left in S3 (docs/deploy.md#batch-fan-out-through-step-functions)."""
     budget = INLINE_PAYLOADS_MAX_BYTES if budget is None else budget
     sizes = [len(json.dumps(text)) for text in payloads]
     inline: set[int] = set()
