@@ -10,8 +10,8 @@ fit in the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#
 The state machine of an earlier deployment passes ``key`` and ``result_key`` beside ``bucket`` instead of an
 item: CloudFormation updates this function before it, and both shapes run.
 The flow is admitted and run with :func:`compactor.flow.run_flow` under the caller's deadline (never past
-this invocation's own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}`` when small,
-else the result is written to ``s3://bucket/result_key`` and the answer is
+this invocation's own remaining time). The answer is ``{"status": "done", "result": <FlowResult as JSON>}``
+when small, else the result is written to ``s3://bucket/result_key`` and the answer is
 ``{"status": "done", "result_key": key}`` (the Map's aggregated output must stay under 256 KB).
 Any other failure raises: the state machine catches it and the caller degrades that flow.
 Nothing here knows what the flow computes.
@@ -70,7 +70,7 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     deadline = worker_deadline(event, context)
     bucket = event["bucket"]
-    item = event.get("item", event)  # the fields beside bucket: an earlier deployment's state machine
+    item = event.get("item", event)  # an earlier deployment's state machine passes them beside bucket
     payload = item.get("payload")
     if payload is None:  # too large for the execution's input: written to S3 by the caller
         key = item["key"]

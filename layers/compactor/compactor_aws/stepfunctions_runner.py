@@ -8,8 +8,9 @@ state machine runs a Map iteration per component, each invoking ``FlowWorkerFunc
 payloads that fit, the execution input holds the keys, the absolute deadline (epoch ms) every worker runs
 under (the request's remaining budget, cut to end before each Task's timeout) and that timeout
 (:func:`fanout_timing`). Results come back inline in the execution output when small, as S3 objects
-otherwise. A component whose worker failed, timed out or never answered is replaced by the run in which its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs
-here, so the answer is the :class:`~compactor.flow.FlowResult` the inline scheduler would produce.
+otherwise. A component whose worker failed, timed out or never answered is replaced by the run in which
+its model calls failed (``on_error`` fallbacks: a batch is kept), and the join runs here, so the answer
+is the :class:`~compactor.flow.FlowResult` the inline scheduler would produce.
 
 Flows with no join to cut at, and requests whose budget is already spent, run inline.
 """
