@@ -3,7 +3,9 @@
 A Lambda container keeps one event loop for its whole life, so its client (and its keep-alive
 connections) are reused across invocations. Tests and CLI runs create new loops; clients are keyed by
 the running loop and entries of closed loops are dropped. Nothing here retries: the router decides.
-Error messages never carry credentials (:func:`scrub`).
+Error messages never carry credentials (:func:`scrub`). The clients keep no cookies: one client serves
+every caller of the container, so a cookie a provider sets in its answer to one caller's call would go
+with the next caller's calls (docs/performance.md, end-to-end concurrency).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import weakref
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.request import getproxies
 
@@ -81,7 +84,15 @@ def _new_client() -> httpx.AsyncClient:
     proxies = getproxies()
     proxied = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
     return httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS),
-                             limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT})
+                             limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT},
+                             cookies=no_cookies())
+
+
+def no_cookies() -> CookieJar:
+    """A cookie jar whose policy allows no domain: a ``Set-Cookie`` in an answer is not stored, so the jar
+    stays empty and httpx adds no ``Cookie`` header to any call: nothing one caller's call receives goes
+    with another caller's call."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 async def aclose_client() -> None:
