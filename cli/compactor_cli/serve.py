@@ -12,10 +12,12 @@ Concurrent requests are answered concurrently, the way Lambda scales out: ``--wo
 the function, each a process of its own that imports the handler once and answers one event at a time
 (docs/performance.md). Processes, not threads: the handler's Powertools resolver keeps the current event
 in class attributes, so two events in one process would read each other's. A request goes to the least
-busy instance (among idle ones the one used last, which is warm); requests carrying the same
-``Idempotency-Key`` always go to the same one, whose in-memory idempotency store replays them, and the
-instances share one ledger file (``--ledger``, else a temporary one). ``create_server`` without
-``workers`` runs one instance in-process on one long-lived thread (tests).
+busy instance (among idle ones the one used last, which is warm), whatever its ``Idempotency-Key``:
+the instances share the idempotency records and stored responses (files in a temporary directory,
+``COMPACTOR_IDEMPOTENCY_DIR``, as the deployed functions share a table), so a key's retry is replayed, or
+answered 409 while the key's first request runs, or 422 with another body, on any instance; and they
+share one ledger file (``--ledger``, else a temporary one). ``create_server`` without ``workers`` runs
+one instance in-process on one long-lived thread (tests).
 
 The function's environment from ``template.yaml`` (Globals merged, parameters at their defaults unless
 ``--param K=V``) is applied before the handler is imported, except variables already set in the shell
@@ -37,7 +39,6 @@ import signal
 import sys
 import tempfile
 import threading
-import zlib
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -48,6 +49,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
 from compactor.errors import InvalidRequest, LengthRequired, NotFound, RequestTooLarge
+from compactor.idempotency import DIR_ENV as IDEMPOTENCY_DIR_ENV
 from compactor.provider_failures import Cause, failure_causes
 from compactor_aws.caller import local_key_id, presented_key
 from compactor_aws.ledger import LEDGER_FILE_ENV
@@ -122,7 +124,7 @@ class InProcess:
         self.handler = handler
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lambda")
 
-    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> Answered:
+    def invoke(self, event: dict[str, Any]) -> Answered:
         return self._thread.submit(invoke, self.handler, event).result()
 
     def report(self, payload: bytes) -> tuple[int, str, bytes]:
@@ -168,12 +170,17 @@ class WorkerPool:
     def __init__(self, size: int, code_dir: Path):
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
-        self._ledger_dir: tempfile.TemporaryDirectory[str] | None = None
+        # Removed when the server stops: the temporary ledger and idempotency records.
+        self._shared_dir = tempfile.TemporaryDirectory(prefix="compactor-serve-")
         environment: dict[str, str] = {}  # set in each instance
         if LEDGER_FILE_ENV not in os.environ:
             # The instances share one ledger, so that GET /usage counts every instance's calls.
-            self._ledger_dir = tempfile.TemporaryDirectory(prefix="compactor-serve-")
-            environment[LEDGER_FILE_ENV] = str(Path(self._ledger_dir.name) / "ledger.jsonl")
+            environment[LEDGER_FILE_ENV] = str(Path(self._shared_dir.name) / "ledger.jsonl")
+        if not os.environ.get(IDEMPOTENCY_DIR_ENV):
+            # The instances share the idempotency records (unless the shell names a table) and the large
+            # stored responses (unless it names a bucket), so that any instance can take any request: a
+            # key's retry finds the key's record wherever its first request ran (docs/billing.md).
+            environment[IDEMPOTENCY_DIR_ENV] = str(Path(self._shared_dir.name) / "idempotency")
         self._start: Callable[[], Executor] = lambda: ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
             initargs=(str(code_dir), environment))
@@ -189,12 +196,10 @@ class WorkerPool:
             self.close()
             raise
 
-    def _run(self, affinity: str | None, function: Callable[..., Any], *args: Any) -> Any:
+    def _run(self, function: Callable[..., Any], *args: Any) -> Any:
         with self._lock:
-            if affinity is not None:
-                index = zlib.crc32(affinity.encode("utf-8", "surrogateescape")) % len(self._instances)
-            else:  # the least busy; among equals the one used last, which is warm (as Lambda reuses instances)
-                index = min(range(len(self._instances)), key=lambda i: (self._busy[i], -self._used[i]))
+            # The least busy; among equals the one used last, which is warm (as Lambda reuses instances).
+            index = min(range(len(self._instances)), key=lambda i: (self._busy[i], -self._used[i]))
             self._calls += 1
             self._used[index] = self._calls
             self._busy[index] += 1
@@ -216,19 +221,18 @@ class WorkerPool:
         with self._lock:
             return sum(self._busy)
 
-    def invoke(self, event: dict[str, Any], affinity: str | None = None) -> Answered:
-        result: Answered = self._run(affinity, _worker_invoke, event)
+    def invoke(self, event: dict[str, Any]) -> Answered:
+        result: Answered = self._run(_worker_invoke, event)
         return result
 
     def report(self, payload: bytes) -> tuple[int, str, bytes]:
-        result: tuple[int, str, bytes] = self._run(None, serve_page.report, payload)
+        result: tuple[int, str, bytes] = self._run(serve_page.report, payload)
         return result
 
     def close(self) -> None:
         for instance in self._instances:
             instance.shutdown(wait=True, cancel_futures=True)
-        if self._ledger_dir is not None:
-            self._ledger_dir.cleanup()
+        self._shared_dir.cleanup()
 
 
 class CompactorServer(ThreadingHTTPServer):
@@ -316,7 +320,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         if key is not None:
             event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
-        response, causes = self._invoke(event, affinity=self.headers.get("Idempotency-Key"))
+        response, causes = self._invoke(event)
         for cause, count in causes:  # why model calls fell back (the words never hold a key; docs/providers.md)
             self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause, cause.offer,
                              cause.fix)
@@ -335,9 +339,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except OSError:  # timed out or reset: answer anyway
             pass
 
-    def _invoke(self, event: dict[str, Any], affinity: str | None) -> Answered:
+    def _invoke(self, event: dict[str, Any]) -> Answered:
         try:
-            return self.server.instances.invoke(event, affinity)
+            return self.server.instances.invoke(event)
         except Exception:  # what API Gateway answers when the function itself fails
             self.log_error("handler raised; answering 502")
             return http_api.proxy_response(502, _LAMBDA_FAILURE_BODY), []

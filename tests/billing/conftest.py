@@ -17,7 +17,7 @@ RESPONSES_BUCKET = "compactor-responses-test"
 def local_backends(monkeypatch: pytest.MonkeyPatch) -> None:
     """Local backends unless a test names tables (the root conftest resets them around each test)."""
     for name in ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
-                 "COMPACTOR_LEDGER_FILE", "COMPACTOR_IDEMPOTENCY_TTL_SECONDS"):
+                 "COMPACTOR_LEDGER_FILE", "COMPACTOR_IDEMPOTENCY_TTL_SECONDS", "COMPACTOR_IDEMPOTENCY_DIR"):
         monkeypatch.delenv(name, raising=False)
 
 

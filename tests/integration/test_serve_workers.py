@@ -1,11 +1,12 @@
 """``compactor serve`` with worker instances (``workers=N``): concurrent requests are answered
-concurrently, and what one caller's retries rely on (idempotent replay, the usage ledger) still holds
-across instances. No timing is asserted: overlap is proven by a barrier the fake provider waits on."""
+concurrently, whatever their ``Idempotency-Key``, and what one caller's retries rely on (idempotent
+replay, the usage ledger) still holds across instances. No timing is asserted: overlap is proven by a barrier the fake provider waits on."""
 
 from __future__ import annotations
 
 import json
 import threading
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,7 +79,48 @@ def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one
     assert [day["calls"] for day in usage["days"]] == [2]
 
 
-def test_a_retry_sent_while_its_key_runs_waits_for_that_instance_and_is_replayed(catalog_of) -> None:
+def keys_on_one_instance(count: int, instances: int) -> list[str]:
+    """``count`` keys that the former routing (crc32 of the key modulo the instances) sent to one instance."""
+    keys = [f"k-{n}" for n in range(100)]
+    return [key for key in keys if zlib.crc32(key.encode()) % instances == 0][:count]
+
+
+def test_keyed_requests_of_different_keys_run_at_once_whatever_their_keys(catalog_of) -> None:
+    """Keys do not pin requests to an instance: two keys the former routing put on one instance (where
+    the second waited for the first while the other instance idled) are in flight at the same time."""
+    keys = keys_on_one_instance(2, 2)
+    both_in_flight = threading.Barrier(2)
+
+    def responder(request: RecordedRequest) -> Reply:
+        try:  # answered only once the other request's model call has arrived too
+            both_in_flight.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            return Reply(500, {"error": {"message": "the two requests did not overlap"}})
+        return chat_reply(SUMMARY)
+
+    with FakeProviderServer() as provider:
+        provider.responder = responder
+        catalog_of(provider)
+        with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
+            with ThreadPoolExecutor(max_workers=2) as clients:
+                answers = list(clients.map(
+                    lambda key: httpx.post(f"{url}/compact", json={"messages": messages(key), "keep_recent": 2},
+                                           headers={"Idempotency-Key": key}, timeout=120),
+                    keys))
+
+    assert [answer.status_code for answer in answers] == [200, 200]
+    assert all(SUMMARY in answer.text for answer in answers)
+    assert len(provider.requests) == 2
+
+
+def last_used(pool: serve.WorkerPool) -> int:
+    """The instance given the latest call."""
+    return max(range(len(pool._used)), key=lambda index: pool._used[index])
+
+
+def test_a_key_s_record_holds_on_every_instance(catalog_of) -> None:
+    """While a key's first request runs on one instance, its retry on the other gets 409 and the same key
+    with another body 422; once it is answered, its retry on the other instance is replayed, not computed."""
     first_call_arrived, release = threading.Event(), threading.Event()
 
     def responder(request: RecordedRequest) -> Reply:
@@ -87,6 +129,7 @@ def test_a_retry_sent_while_its_key_runs_waits_for_that_instance_and_is_replayed
         return chat_reply(SUMMARY)
 
     body = {"messages": messages("retried"), "keep_recent": 2}
+    other_body = {"messages": messages("another"), "keep_recent": 2}
     headers = {"Idempotency-Key": "retry-1"}
     with FakeProviderServer() as provider:
         provider.responder = responder
@@ -95,22 +138,35 @@ def test_a_retry_sent_while_its_key_runs_waits_for_that_instance_and_is_replayed
         pool = server.instances
         assert isinstance(pool, serve.WorkerPool)
         with running(server) as url:
-            with ThreadPoolExecutor(max_workers=2) as clients:
+            with ThreadPoolExecutor(max_workers=1) as clients:
                 first = clients.submit(httpx.post, f"{url}/compact", json=body, headers=headers, timeout=120)
                 assert first_call_arrived.wait(timeout=60)
-                # The other instance is idle: only the key's affinity keeps the retry off it (there it
-                # would compact the body a second time, its idempotency store being its own).
-                retry = clients.submit(httpx.post, f"{url}/compact", json=body, headers=headers, timeout=120)
-                while pool.in_flight < 2 and not retry.done():  # the retry is given to an instance
-                    threading.Event().wait(0.01)
+                computing = last_used(pool)
+                in_progress = httpx.post(f"{url}/compact", json=body, headers=headers, timeout=120)
+                assert last_used(pool) != computing  # answered by the other instance, while the first runs
+                reused_in_flight = httpx.post(f"{url}/compact", json=other_body, headers=headers, timeout=120)
+                assert last_used(pool) != computing
                 release.set()
-                first_answer, retry_answer = first.result(), retry.result()
+                first_answer = first.result()
+            # Both idle now: the retry goes to the one used last, the instance that did not compute.
+            replay = httpx.post(f"{url}/compact", json=body, headers=headers, timeout=120)
+            assert last_used(pool) != computing
+            reused = httpx.post(f"{url}/compact", json=other_body, headers=headers, timeout=120)
+            usage = httpx.get(f"{url}/usage", timeout=60).json()
 
-    assert first_answer.status_code == retry_answer.status_code == 200
+    assert first_answer.status_code == 200
     assert "Idempotent-Replayed" not in first_answer.headers
-    assert retry_answer.headers["Idempotent-Replayed"] == "true"
-    assert retry_answer.content == first_answer.content
+    assert in_progress.status_code == 409
+    assert in_progress.json()["error"]["code"] == "idempotency_in_progress"
+    assert reused_in_flight.status_code == 422
+    assert reused_in_flight.json()["error"]["code"] == "idempotency_key_reused"
+    assert replay.status_code == 200
+    assert replay.headers["Idempotent-Replayed"] == "true"
+    assert replay.content == first_answer.content
+    assert reused.status_code == 422
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
     assert len(provider.requests) == 1
+    assert [day["calls"] for day in usage["days"]] == [1]  # billed once, though two instances answered it
 
 
 def test_workers_must_be_positive() -> None:

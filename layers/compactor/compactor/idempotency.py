@@ -2,7 +2,8 @@
 
 Powertools' Idempotency utility runs the protocol (in-progress record, payload check, stored
 response); ``compactor_aws.idempotency`` gives it a persistence layer: DynamoDB when deployed, or
-:class:`MemoryRecordStore` here for ``compactor serve`` and tests. Responses too large for a record
+:class:`MemoryRecordStore` here for tests and one instance in-process (``compactor serve``'s worker
+instances share a directory instead: ``compactor.idempotency_files``). Responses too large for a record
 go to a :class:`ResponseStore` (S3 when deployed) and the record points at them. Plain Python.
 """
 
@@ -20,6 +21,9 @@ from compactor.records import record
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
 TTL_ENV = "COMPACTOR_IDEMPOTENCY_TTL_SECONDS"
+DIR_ENV = "COMPACTOR_IDEMPOTENCY_DIR"
+"""A directory the local records and large responses are kept in, shared by the processes naming it
+(``compactor serve``'s worker instances; ``compactor.idempotency_files``)."""
 DEFAULT_TTL_SECONDS = 24 * 3600
 """How long a key's stored response is replayed (and its body checked); afterwards the key is new."""
 
@@ -115,7 +119,7 @@ class MemoryRecordStore:
     def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
         with self._lock:
             existing = self.records.get(key)
-            if existing is not None and _live(existing, now):
+            if existing is not None and record_is_live(existing, now):
                 return dict(existing)
             self.records[key] = dict(record)
             return None
@@ -134,7 +138,8 @@ class MemoryRecordStore:
             self.records.pop(key, None)
 
 
-def _live(record: Mapping[str, Any], now: float) -> bool:
+def record_is_live(record: Mapping[str, Any], now: float) -> bool:
+    """Whether ``record`` still holds its key at ``now`` (see :meth:`RecordStore.put_new`)."""
     if (record.get("expiry") or 0) <= now:
         return False
     in_progress_until = record.get("in_progress_expiry")  # milliseconds, like Powertools

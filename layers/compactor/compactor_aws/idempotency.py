@@ -2,10 +2,12 @@
 
 ``COMPACTOR_IDEMPOTENCY_TABLE`` set: Powertools' DynamoDB persistence layer (partition key ``id``,
 TTL attribute ``expiration``), whose in-progress write can wait on a thread while the invocation does
-other work (:class:`OverlappedDynamoDBLayer`). Unset (``compactor serve``, tests):
-:class:`RecordStoreLayer` over the core's :class:`~compactor.idempotency.MemoryRecordStore`. Bodies over
+other work (:class:`OverlappedDynamoDBLayer`). Unset: :class:`RecordStoreLayer` over the core's
+:class:`~compactor.idempotency_files.FileRecordStore` in ``COMPACTOR_IDEMPOTENCY_DIR`` when that is set
+(``compactor serve``'s worker instances, which share it), else over
+:class:`~compactor.idempotency.MemoryRecordStore` (tests, one instance in-process). Bodies over
 :data:`~compactor.idempotency.MAX_INLINE_RESPONSE_BYTES` go to :class:`S3ResponseStore`
-(``COMPACTOR_RESPONSES_BUCKET``) or to memory.
+(``COMPACTOR_RESPONSES_BUCKET``), else to files in that directory, else to memory.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 )
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
-from compactor.idempotency import MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds
+from compactor.idempotency import (
+    DIR_ENV, MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds,
+)
 from compactor_aws import background
 
 TABLE_ENV = "COMPACTOR_IDEMPOTENCY_TABLE"
@@ -131,18 +135,35 @@ class S3ResponseStore:
 
 
 def persistence_layer(environ: Mapping[str, str] | None = None) -> BasePersistenceLayer:
-    """DynamoDB when ``COMPACTOR_IDEMPOTENCY_TABLE`` is set, else the in-memory layer."""
-    table = (os.environ if environ is None else environ).get(TABLE_ENV)
+    """DynamoDB when ``COMPACTOR_IDEMPOTENCY_TABLE`` is set, else files in ``COMPACTOR_IDEMPOTENCY_DIR``
+    when that is set, else the in-memory layer."""
+    env = os.environ if environ is None else environ
+    table = env.get(TABLE_ENV)
     if table:
         from compactor_aws.ledger import dynamodb_client
 
         return OverlappedDynamoDBLayer(table_name=table, boto3_client=dynamodb_client())
+    directory = env.get(DIR_ENV)
+    if directory:
+        from compactor.idempotency_files import FileRecordStore
+
+        return RecordStoreLayer(FileRecordStore(os.path.join(directory, "records")))
     return RecordStoreLayer()
 
 
 def response_store(environ: Mapping[str, str] | None = None) -> ResponseStore:
-    bucket = (os.environ if environ is None else environ).get(BUCKET_ENV)
-    return S3ResponseStore(bucket) if bucket else MemoryResponseStore()
+    """S3 when ``COMPACTOR_RESPONSES_BUCKET`` is set, else files in ``COMPACTOR_IDEMPOTENCY_DIR`` when that
+    is set, else memory."""
+    env = os.environ if environ is None else environ
+    bucket = env.get(BUCKET_ENV)
+    if bucket:
+        return S3ResponseStore(bucket)
+    directory = env.get(DIR_ENV)
+    if directory:
+        from compactor.idempotency_files import FileResponseStore
+
+        return FileResponseStore(os.path.join(directory, "responses"))
+    return MemoryResponseStore()
 
 
 def new_config() -> IdempotencyConfig:

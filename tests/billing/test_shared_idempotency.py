@@ -1,0 +1,131 @@
+"""Idempotency records and large responses in a shared directory (``compactor.idempotency_files``), what
+``compactor serve``'s worker instances use so that any instance can take any keyed request (docs/billing.md)."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compactor.idempotency import MemoryRecordStore
+from compactor.idempotency_files import FileRecordStore, FileResponseStore
+
+KEYS = st.sampled_from(["compactor#a", "compactor#b", "k/../c"])
+RECORDS = st.fixed_dictionaries(
+    {"status": st.sampled_from(["INPROGRESS", "COMPLETED"]), "expiry": st.integers(0, 3000),
+     "data": st.text(max_size=20)},
+    optional={"in_progress_expiry": st.integers(0, 3_000_000), "validation": st.text(max_size=8)})
+OPERATIONS = st.lists(st.one_of(
+    st.tuples(st.just("put_new"), KEYS, RECORDS, st.floats(0, 3000, allow_nan=False)),
+    st.tuples(st.just("put"), KEYS, RECORDS),
+    st.tuples(st.just("get"), KEYS),
+    st.tuples(st.just("delete"), KEYS),
+), max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(operations=OPERATIONS)
+def test_the_file_store_answers_as_the_memory_store(tmp_path_factory: pytest.TempPathFactory,
+                                                    operations: list[tuple[Any, ...]]) -> None:
+    memory, files = MemoryRecordStore(), FileRecordStore(tmp_path_factory.mktemp("records"))
+    for operation in operations:
+        name, key, *rest = operation
+        if name == "put_new":
+            record, now = rest
+            assert files.put_new(key, record, now=now) == memory.put_new(key, record, now=now)
+        elif name == "put":
+            files.put(key, rest[0])
+            memory.put(key, rest[0])
+        elif name == "get":
+            assert files.get(key) == memory.get(key)
+        else:
+            files.delete(key)
+            memory.delete(key)
+    for key in ("compactor#a", "compactor#b", "k/../c"):
+        assert files.get(key) == memory.get(key)
+
+
+def _race(directory: str, writer: int, keys: int, start: Any) -> list[int]:
+    """Put a record of ``writer`` under each key; the keys this writer won."""
+    store = FileRecordStore(directory)
+    start.wait()
+    won = []
+    for key in range(keys):
+        if store.put_new(f"k{key}", {"status": "INPROGRESS", "expiry": 10**12, "writer": writer}, now=1.0) is None:
+            won.append(key)
+    return won
+
+
+def test_of_processes_writing_one_key_at_once_exactly_one_stores_its_record(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    writers, keys = 4, 60
+    with context.Manager() as manager:
+        start = manager.Barrier(writers)
+        with context.Pool(writers) as pool:
+            won = pool.starmap(_race, [(str(tmp_path), writer, keys, start) for writer in range(writers)])
+    store = FileRecordStore(tmp_path)
+    for key in range(keys):
+        winners = [writer for writer in range(writers) if key in won[writer]]
+        assert len(winners) == 1
+        assert store.get(f"k{key}") == {"status": "INPROGRESS", "expiry": 10**12, "writer": winners[0]}
+
+
+def test_stored_responses_are_files_each_write_its_own(tmp_path: Path) -> None:
+    one, other = FileResponseStore(tmp_path), FileResponseStore(tmp_path)  # two instances, one directory
+    first = one.put("scope", b"first body")
+    second = other.put("scope", b"second body")
+    assert other.get(first) == b"first body"  # a later write under the name does not change a replay
+    assert one.get(second) == b"second body"
+    for bad in ("../x.body", "/etc/passwd", ".lock"):
+        with pytest.raises(ValueError):
+            one.get({"name": "scope", "file": bad})
+
+
+def test_the_layers_follow_the_environment(tmp_path: Path, aws: dict[str, Any]) -> None:
+    from compactor_aws.idempotency import (
+        MemoryResponseStore, OverlappedDynamoDBLayer, RecordStoreLayer, persistence_layer, response_store,
+    )
+
+    shared = {"COMPACTOR_IDEMPOTENCY_DIR": str(tmp_path)}
+    layer = persistence_layer(shared)
+    assert isinstance(layer, RecordStoreLayer) and isinstance(layer.store, FileRecordStore)
+    assert layer.store.directory == tmp_path / "records"
+    assert isinstance(response_store(shared), FileResponseStore)
+    assert isinstance(persistence_layer({}).store, MemoryRecordStore)
+    assert isinstance(response_store({}), MemoryResponseStore)
+    named = {**shared, "COMPACTOR_IDEMPOTENCY_TABLE": "t", "COMPACTOR_RESPONSES_BUCKET": "b"}
+    assert isinstance(persistence_layer(named), OverlappedDynamoDBLayer)  # a table the shell names wins
+    assert not isinstance(response_store(named), FileResponseStore)  # and a bucket
+
+
+def test_two_instances_over_one_directory_replay_each_other_s_results(tmp_path: Path) -> None:
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+        IdempotencyValidationError,
+    )
+
+    from compactor_aws.idempotency import RecordStoreLayer, new_config, run_once
+
+    def instance() -> RecordStoreLayer:
+        return RecordStoreLayer(FileRecordStore(tmp_path))
+
+    first, second = instance(), instance()
+    runs: list[str] = []
+
+    def compute() -> dict[str, Any]:
+        runs.append("ran")
+        with pytest.raises(IdempotencyAlreadyInProgressError):  # the other instance, while this one runs
+            run_once(lambda: {"never": True}, scope="s", body="b", layer=second, config=new_config())
+        return {"status": 200, "body": "answer"}
+
+    assert run_once(compute, scope="s", body="b", layer=first, config=new_config()) == {"status": 200,
+                                                                                          "body": "answer"}
+    assert run_once(lambda: {"never": True}, scope="s", body="b", layer=second, config=new_config()) == {
+        "status": 200, "body": "answer"}
+    with pytest.raises(IdempotencyValidationError):
+        run_once(lambda: {"never": True}, scope="s", body="other", layer=second, config=new_config())
+    assert runs == ["ran"]
