@@ -161,12 +161,32 @@ def test_stored_programs_of_another_engine_or_damaged_ones_are_not_used(tmp_path
         built = _sre.compile(source, *program)
         assert built == re.compile(source, flags) and built.groupindex == re.compile(source, flags).groupindex
     magic = written[:len(written) - len(marshal.dumps((patterns._ENGINE, good)))]
-    (tmp_path / "engine").write_bytes(magic + marshal.dumps(((_sre.MAGIC + 1, sys.version), good)))
-    (tmp_path / "release").write_bytes(magic + marshal.dumps(((_sre.MAGIC, sys.version + " other"), good)))
+    tag = sys.implementation.cache_tag
+    (tmp_path / "engine").write_bytes(magic + marshal.dumps(((_sre.MAGIC + 1, tag), good)))
+    (tmp_path / "minor").write_bytes(magic + marshal.dumps(((_sre.MAGIC, tag + "0"), good)))
     (tmp_path / "python").write_bytes(b"\x00\x00\r\n" + marshal.dumps((patterns._ENGINE, good)))
     (tmp_path / "damaged").write_bytes(written[:-7])
-    for name in ("engine", "release", "python", "damaged", "missing"):
+    for name in ("engine", "minor", "python", "damaged", "missing"):
         assert patterns.load(str(tmp_path / name)) == {}
+
+
+_OTHER_RELEASE = textwrap.dedent("""\
+    import json, sys
+    sys.version = "3.12.99 (main, Jan  1 2030, 00:00:00) [GCC 11.4.1 20230605 (Red Hat 11.4.1-2)]"  # Lambda's, say
+    sys.path.insert(0, {layer!r})
+    from compactor import patterns
+    print(json.dumps(len(patterns.load({path!r}))))
+""")
+
+
+def test_stored_programs_are_read_by_another_patch_release_of_the_same_python(tmp_path: Path) -> None:
+    # The layer is built by the operator's Python 3.12 and run by Lambda's, another patch release (another
+    # sys.version): the programs must still be read there, as the layer's bytecode is (docs/performance.md).
+    keys = [(r"(?P<name>\w+)=(\d+)?", 0), ("^task: (.*)$", re.MULTILINE)]
+    (tmp_path / "patterns.cache").write_bytes(patterns.dump(keys))
+    script = _OTHER_RELEASE.format(layer=str(Path(patterns.__file__).parents[1]), path=str(tmp_path / "patterns.cache"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == len(keys)
 
 
 def test_a_stored_program_is_used_for_its_own_source_and_flags_only(monkeypatch: pytest.MonkeyPatch) -> None:

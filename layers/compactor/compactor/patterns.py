@@ -7,7 +7,7 @@
 (``patterns.cache``, written by ``python -m compactor.build_cache``), each checked at the build to give the
 pattern ``re.compile`` gives (equal: the same source, flags and program). A pattern found there is built from
 its program by the engine's own constructor, as ``re.compile`` ends; any other (a pattern changed after the
-build, a file of another Python or regex engine, no file at all as in the source tree and the tests) is
+build, a file of another Python minor version or regex engine, no file at all as in the source tree and the tests) is
 ``re.compile``'s.
 """
 
@@ -26,7 +26,7 @@ from compactor.stored_values import file_bytes, read_file
 
 CACHE_FILE = os.path.join(os.path.dirname(__file__), "patterns.cache")
 """The stored programs: the bytecode magic number of the Python that wrote it, then a marshalled
-``((_sre.MAGIC, sys.version), {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, the values
+``((_sre.MAGIC, sys.implementation.cache_tag), {(source, flags): (flags, code, groups, groupindex, indexgroup)})``, the values
 being ``_sre.compile``'s arguments."""
 ASKED: list[tuple[str, int]] = []
 """Every ``(source, flags)`` asked for so far, lazy ones included: what the layer's recipe stores."""
@@ -70,9 +70,13 @@ def program(source: str, flags: int = 0) -> tuple[Any, ...]:
             tuple(indexgroup))
 
 
-# The engine and the very Python that wrote a file: the bytecode magic number and the engine's own stay the same
-# across a minor version's patch releases, which could still compile a pattern otherwise.
-_ENGINE = (_sre.MAGIC, sys.version)
+# The regex engine whose programs a file holds, and the Python (implementation and minor version) that wrote it,
+# as the file's bytecode magic number says it too. Not the patch release: the layer is built on the operator's
+# machine with its Python 3.12 and runs on Lambda's, another patch release that AWS also updates in place, so a
+# file keyed on ``sys.version`` was never read on Lambda. A program is trusted across patch releases as the
+# layer's own bytecode is (compiled by the build's Python, run by Lambda's): both are checked at the build
+# (:func:`dump`) and read by an engine of the same ``_sre.MAGIC`` (docs/performance.md).
+_ENGINE = (_sre.MAGIC, sys.implementation.cache_tag)
 
 
 def load(path: str) -> dict[tuple[str, int], tuple[Any, ...]]:
