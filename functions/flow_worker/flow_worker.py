@@ -24,9 +24,7 @@ import os
 import time
 from typing import Any, Final
 
-from aws_lambda_powertools import Logger
-
-import boto3  # noqa: F401  (third-party packages first, then the own modules with the collector paused)
+from aws_lambda_powertools import Logger  # third-party packages first, then the own modules with the collector paused
 
 from compactor.container import collector_paused
 
@@ -37,8 +35,9 @@ with collector_paused():  # the layer's modules only (docs/performance.md#the-wo
     from compactor.flow.result import result_to_json
     from compactor.flow.values import MISSING
     from compactor.jsonutil import dense_dumps
-    from compactor_aws import background, snapstart
-    from compactor_aws.s3_store import s3_client
+    from compactor_aws import snapstart
+# boto3 and the S3 store load on first use: a batch whose payload and result travel in the execution makes no AWS
+# call, and its worker never imports boto3 (docs/performance.md#what-a-deployed-function-reads-thirteenth-round-issue-11).
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
@@ -73,6 +72,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     item = event.get("item", event)  # an earlier deployment's state machine passes them beside bucket
     payload = item.get("payload")
     if payload is None:  # too large for the execution's input: written to S3 by the caller
+        from compactor_aws import background
+        from compactor_aws.s3_store import s3_client
+
         key = item["key"]
         client = s3_client()
         body = background.start(lambda: client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -85,6 +87,8 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     text = dense_dumps(result)
     if len(text.encode("utf-8")) <= INLINE_RESULT_MAX_BYTES:
         return {"status": "done", "result": result}
+    from compactor_aws.s3_store import s3_client
+
     s3_client().put_object(Bucket=bucket, Key=result_key, Body=text.encode("utf-8"),
                            ContentType="application/json")
     return {"status": "done", "result_key": result_key}

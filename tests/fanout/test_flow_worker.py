@@ -64,7 +64,9 @@ def test_an_inline_payload_runs_without_touching_s3(fanout_aws: FanOutAws, worke
     def no_s3() -> None:
         raise AssertionError("the payload was in the event")
 
-    monkeypatch.setattr(worker_module, "s3_client", no_s3)
+    from compactor_aws import s3_store
+
+    monkeypatch.setattr(s3_store, "s3_client", no_s3)  # the worker imports it where it reads or writes S3
     event = {**EVENT, "item": {**EVENT["item"], "key": None, "payload": json.dumps(payload)}}
     answer = worker_module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
 
