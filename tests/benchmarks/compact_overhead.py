@@ -1,12 +1,17 @@
-"""Overhead of decision-mode ``/v1/compact`` (``service.compact``) around its model calls.
+"""Overhead of a decision-mode ``/v1/compact`` request around its model calls.
 
 Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--latency-ms L] [--profile]``
 
 1. CPU overhead: the largest admissible request (about 900 KB, 128 candidate fragments, tool-call
    units with bulky outputs that later units re-read, every candidate in a batch, and a large protected
    tail) against instant in-process fake transports behind a real ``Router``.
-   Prints the wall time of ``service.compact`` (preparation, materialisation, flow admission, the run,
-   reassembly) as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body: the median
+   Prints the wall time of the request's path as the API function runs it around its model calls: the body
+   parsed (``bounded_loads``, the API's JSON reader) and validated (``CompactRequest``), ``service.compact``
+   (preparation, materialisation, flow admission, the run, reassembly) and the answer encoded
+   (``dense_dumps``), as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body (the
+   floor of a request that reads its body and writes an answer: about 1; until issue 11's thirteenth round
+   the figure left the parse and the encoding out, 0.6-0.9 of a round trip, an easier figure than its name
+   says; ``service.compact`` alone is printed too, not for the goal): the median
    of N runs (after a first one, not counted), each a new session of the same shape (other file names) on a
    new router, against the median of round trips of that run's body timed beside each run (the machine's
    speed drifts within a run of the benchmark). Goal ≤ 6, met only when the same ratio in the thread's CPU time (which
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from compactor.budget import Deadline
+from compactor.jsonutil import bounded_loads, dense_dumps
 from compactor.models import CompactRequest
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
 from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer
@@ -153,17 +159,22 @@ def request_body(messages: list[dict[str, Any]], keep_recent: int = 1) -> str:
 
 
 async def run_compact(body: str, transport: FakeTransport, router: Router | None = None
-                      ) -> tuple[float, dict[str, Any], float]:
-    """Wall time of ``service.compact`` on ``body``, its answer, and the thread's CPU time in it; a new
-    router (a container's first request: nothing the router keeps is warm) unless ``router`` is given."""
-    request = CompactRequest.model_validate_json(body)
+                      ) -> tuple[float, dict[str, Any], float, float]:
+    """Wall time of the request on ``body`` (parsed and validated as the API function does, compacted by
+    ``service.compact``, its answer encoded), its answer, the thread's CPU time in it, and the thread's CPU
+    time in ``service.compact`` alone; a new router (a container's first request: nothing the router keeps is
+    warm) unless ``router`` is given."""
     router = router or router_for(transport)
     gc.collect()  # as for the round trip: each run starts from a collected heap
     started, cpu_started = time.perf_counter(), time.thread_time()
+    request = CompactRequest.model_validate(bounded_loads(body))  # what the API's validation hands the route
+    service_started = time.thread_time()
     status, answer = await compact(request, deadline=Deadline.after_ms(40_000), router=router)
+    service_cpu = time.thread_time() - service_started
+    text = dense_dumps(answer)  # the answer's body, as the API function writes it
     elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
-    assert status == 200, answer
-    return elapsed, answer, cpu
+    assert status == 200 and text, answer
+    return elapsed, answer, cpu, service_cpu
 
 
 def round_trip_s(body: str, repeats: int = 15, clock: Any = time.perf_counter) -> float:
@@ -202,15 +213,16 @@ def overhead(runs: int, profile: bool) -> bool:
     # The baseline is timed beside each run, not once before them: this machine's speed drifts within a
     # run of the benchmark (the same code's runs moved between 31 and 45 ms in one), and a baseline timed
     # only at the start divides the runs' time by a speed of another moment.
-    baselines, cpu_baselines, samples, cpu_samples = [], [], [], []
+    baselines, cpu_baselines, samples, cpu_samples, service_samples = [], [], [], [], []
     answer, transport = {}, FakeTransport()
     for session in sessions:
         baselines.append(round_trip_s(session, repeats=3))
         cpu_baselines.append(round_trip_s(session, repeats=3, clock=time.thread_time))
         transport = FakeTransport()
-        elapsed, answer, cpu = asyncio.run(run_compact(session, transport))
+        elapsed, answer, cpu, service_cpu = asyncio.run(run_compact(session, transport))
         samples.append(elapsed)
         cpu_samples.append(cpu)
+        service_samples.append(service_cpu)
     baseline, cpu_baseline = statistics.median(baselines), statistics.median(cpu_baselines)
     report = answer["compaction"]
     candidates = sum(1 for f in report["fragments"] if f["action"] != "keep")
@@ -218,7 +230,8 @@ def overhead(runs: int, profile: bool) -> bool:
     print(f"compact_overhead: requests of {len(sessions[-1]) / 1000:.0f} KB, {candidates} candidate fragments, "
           f"{transport.decisions} batches, reasons {report['reasons'] or 'none'}, "
           f"{report['original_bytes']} → {report['output_bytes']} bytes (target met: {report['target_met']})")
-    print(f"  service.compact: median {median * 1000:.1f} ms (min {min(samples) * 1000:.1f}, n={runs}); "
+    print(f"  the request (parse, validation, service.compact, encoding): median {median * 1000:.1f} ms "
+          f"(min {min(samples) * 1000:.1f}, n={runs}); "
           f"json.loads+dumps round trip {baseline * 1000:.1f} ms (median over the runs of three beside each)")
     ratio = median / baseline
     cpu_median = statistics.median(cpu_samples)  # what other processes on a shared machine add least to
@@ -228,8 +241,12 @@ def overhead(runs: int, profile: bool) -> bool:
     met = ratio <= OVERHEAD_GOAL and cpu_ratio <= OVERHEAD_GOAL
     print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g}, in wall and thread CPU time)  "
           f"{'OK' if met else 'ABOVE GOAL'}")
-    print(f"  thread CPU time: service.compact median {cpu_median * 1000:.1f} ms, round trip "
+    print(f"  thread CPU time: the request median {cpu_median * 1000:.1f} ms, round trip "
           f"{cpu_baseline * 1000:.1f} ms, ratio {cpu_ratio:.1f}")
+    service_median = statistics.median(service_samples)
+    print(f"  thread CPU time of service.compact alone: median {service_median * 1000:.1f} ms, ratio "
+          f"{service_median / cpu_baseline:.1f} (not the goal's figure: the request also parses its body and "
+          f"encodes its answer)")
     warm_router = router_for(transport)
     bodies = [overhead_body(f"_{run}") for run in range(runs + 1)]
     asyncio.run(run_compact(bodies[-1], transport, warm_router))  # the router's first request
@@ -257,7 +274,7 @@ def first_request() -> None:
     """In a new process: the first ``service.compact`` after this module's imports, as JSON on stdout."""
     body = overhead_body()
     round_trip_s(body, repeats=1)
-    elapsed, _, cpu = asyncio.run(run_compact(body, FakeTransport()))
+    elapsed, _, cpu, _ = asyncio.run(run_compact(body, FakeTransport()))
     print(json.dumps({"wall": elapsed, "cpu": cpu}))
 
 
@@ -310,7 +327,7 @@ def concurrency(latency_s: float, runs: int) -> bool:
     ratios, batches = [], 0
     for _ in range(runs):
         transport = FakeTransport(latency_s)
-        elapsed, answer, _ = asyncio.run(run_compact(body, transport))
+        elapsed, answer, _, _ = asyncio.run(run_compact(body, transport))
         batches = transport.decisions
         assert batches >= MIN_BATCHES and transport.chats == batches, (transport.decisions, transport.chats)
         assert answer["compacted"]
