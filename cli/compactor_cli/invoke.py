@@ -24,7 +24,8 @@ LAMBDA_DEFAULT_TIMEOUT_S = 3
 STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
                             "COMPACTOR_ARCHIVE_BUCKET")
 """Variables naming the deployed stack's billing and archive resources: never applied locally, where the
-ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md), and
+ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md; the instances of
+``compactor serve --workers`` share them through files), and
 restorable originals go to a local directory (docs/archives.md)."""
 LAMBDA_DEFAULT_MEMORY_MB = 128
 

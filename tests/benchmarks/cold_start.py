@@ -11,7 +11,8 @@ alone (Lambda compiles it at every cold start, and so does each sample). Samples
 site-packages directory off their path: nothing of this virtualenv (test and command-line tools a layer
 never holds) is importable in them.
 
-For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``) every sample is a fresh
+For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``, ``authorizer``; not ``window_jobs``, the
+windowed jobs of objects too large for one invocation, a background job's start) every sample is a fresh
 interpreter that times
 
 * ``import <handler module>`` (what Lambda's init phase runs), then
@@ -24,6 +25,10 @@ interpreter that times
   A fourth row, ``worker (S3)``, runs the same batch with its payload read from S3, as a worker of a request
   too large to carry whole starts (the runner carries the smallest payloads, so such a request's largest
   batches, the ones it waits for, read S3); the goals hold for it too.
+* ``authorizer``: API Gateway's Lambda authorizer (``authorizer.handler``), which runs before every API
+  request: a ``REQUEST`` event with ``Authorization: Bearer``. It imports no third-party package, so its whole
+  cold start is its own and it has no ratio to the third-party imports (printed ``n/a``; its milliseconds
+  and ``cold / json`` are the figures); it registers no SnapStart hooks, so its restored sample is a cold one.
 
 Every sample gets the fixed environment variables template.yaml gives the functions and, as on
 Lambda, its credentials in environment variables. Tracing is on by default, as deployed (``Tracing: Active`` in template.yaml): the samples see the
@@ -79,7 +84,7 @@ EVENTS = REPO / "tests" / "events"
 BUCKET = "compactor-bench-cold"
 GOAL_COLD = 1.3
 GOAL_RESTORED = 1.15
-OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker"}
+OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker", "authorizer", "window_jobs"}
 
 # One sample: import, optional before-snapshot hook, first request; prints timings and what loaded.
 # Both scripts start alike before their clocks: the interpreter's usual start (``site`` and what it loads, as a
@@ -296,9 +301,10 @@ class Function:
     """One function's handler module, the event of its first request and the check of its answer."""
 
     def __init__(self, name: str, event: dict[str, Any], ok: Any, code: Path, deployment: Deployment, *,
-                 label: str | None = None) -> None:
+                 label: str | None = None, hooks: bool = True) -> None:
         self.name, self.event, self.ok = name, event, ok
         self.label = label or name  # its row
+        self.hooks = hooks  # whether its handler registers the SnapStart hooks (the authorizer does not)
         self.paths = [str(code / "functions" / name), str(code / "layer" / "python")]
         self.environment = deployment.environment(name)
 
@@ -365,6 +371,7 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         s3.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
 
     s3_event = json.loads((EVENTS / "s3-put.json").read_text())
+    authorizer_event = json.loads((EVENTS / "authorizer-bearer.json").read_text())
     worker_event = {"bucket": BUCKET, "item": items[0], "deadline_epoch_ms": int(time.time() * 1000) + 3_600_000}
     worker_s3_event = {**worker_event, "item": {"key": f"fanout/{run_id}/s3/0.json", "payload": None,
                                                 "result_key": f"fanout/{run_id}/s3/0.result.json"}}
@@ -401,12 +408,14 @@ def prepare_functions(endpoint: str, run_id: str, code: Path) -> list[Function]:
         Function("flow_worker", worker_event, lambda a: a.get("status") == "done" and worker_ran(a), code, deployment),
         Function("flow_worker", worker_s3_event, lambda a: a.get("status") == "done" and worker_ran(a), code,
                  deployment, label="worker (S3)"),
+        Function("authorizer", authorizer_event, lambda a: bool(a.get("usageIdentifierKey")), code, deployment,
+                 hooks=False),
     ]
 
 
 def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstart: bool) -> dict[str, Any]:
     event = function.event(sample) if callable(function.event) else function.event
-    script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart,
+    script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart and function.hooks,
                             event=json.dumps(event))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
     if done.returncode != 0:
@@ -480,6 +489,10 @@ def main() -> int:
                 floor.append(time_imports(["json"], env, function.paths, as_sample=False))
             med = {k: statistics.median(v) * 1000 for k, v in
                    {"cold": cold, "restored": restored, "hook": hooks, "deps": deps, "json": floor}.items()}
+            if not names:  # no third-party package: the whole cold start is the function's own (no ratio)
+                print(f"{function.label:<12} {med['json']:7.1f} {'none':>10} {med['cold']:8.1f} {'n/a':>6} "
+                      f"{med['cold'] / med['json']:6.0f}   {med['restored']:8.1f} {'n/a':>6} {'none':>7}")
+                continue
             ratio_cold, ratio_restored = med["cold"] / med["deps"], med["restored"] / med["deps"]
             (cold_low, cold_high), (restored_low, restored_high) = spread(cold, deps), spread(restored, deps)
             print(f"{function.label:<12} {med['json']:7.1f} {med['deps']:10.1f} {med['cold']:8.1f} {ratio_cold:6.2f} "
