@@ -55,8 +55,10 @@ demo: $(STAMP)
 openapi: $(STAMP)
 	$(PY) -m compactor_cli.openapi_doc
 
-unit: $(STAMP) $(CHROMEDRIVER)
-	COMPACTOR_REQUIRE_BROWSER=$$(test -x $(CHROMEDRIVER) && echo 1) $(PY) -m pytest -q
+# tests/unit/test_template_versions.py runs the SAM translator of .venv-tools (it pins pydantic below the layer).
+unit: $(STAMP) $(CHROMEDRIVER) $(TOOLS_STAMP)
+	COMPACTOR_REQUIRE_BROWSER=$$(test -x $(CHROMEDRIVER) && echo 1) COMPACTOR_TOOLS_PYTHON=$(abspath $(TOOLS))/bin/python \
+		$(PY) -m pytest -q
 
 lint-template: $(TOOLS_STAMP)
 	$(TOOLS)/bin/sam validate --lint --template template.yaml --region us-east-1
