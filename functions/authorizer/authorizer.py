@@ -3,14 +3,17 @@
 
 The key is checked by API Gateway against the usage plan after this function answers (403 when it is
 not a key of the plan); without any key the authorizer fails, which the template's UNAUTHORIZED gateway
-response answers with the same 403. No AWS call, and the key is never logged.
+response answers with the same 403. No AWS call, and the key is never logged. It imports
+``compactor.caller`` alone: importing ``compactor_aws`` would plug the provider adapters into the core,
+loading asyncio and the provider modules into a function that calls no provider
+(docs/deploy.md#the-authorizer).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from compactor_aws.caller import authorizer_response
+from compactor.caller import authorizer_response
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -101,7 +101,7 @@ def test_the_api_takes_its_key_from_the_authorizer(resources: dict[str, Any]) ->
 
     assert api["ApiKeySourceType"] == "AUTHORIZER" and api["Auth"]["ApiKeyRequired"] is True
     assert authorizer["FunctionPayloadType"] == "REQUEST"
-    assert authorizer["FunctionArn"] == {"Fn::GetAtt": ["AuthorizerFunction", "Arn"]}
+    assert authorizer["FunctionArn"] == {"Ref": "AuthorizerFunction.Alias"}  # the published version
     assert authorizer["Identity"] == {"ReauthorizeEvery": 0}  # both headers stay optional (docs/billing.md)
     assert "Policies" not in resources["AuthorizerFunction"]["Properties"]  # no AWS call, no grant
     # no key fails the authorizer: answered as API Gateway answers a wrong key (the contract's 403)

@@ -1,5 +1,6 @@
-"""What a deploy publishes (docs/deploy.md#what-a-deploy-publishes): template.yaml run through the SAM
-translator itself, the one ``sam validate`` and ``sam build`` use.
+"""What a deploy publishes (docs/deploy.md#what-a-deploy-publishes) and what API Gateway's authorizer
+invokes (docs/deploy.md#the-authorizer): template.yaml run through the SAM translator itself, the one
+``sam validate`` and ``sam build`` use.
 
 aws-sam-translator pins pydantic below the layer's pin, so it lives with aws-sam-cli in ``.venv-tools``
 (infra/tools-requirements.txt), not in the project's virtualenv: each case runs a probe in that
@@ -119,3 +120,15 @@ def test_every_function_with_the_layer_hashes_all_its_properties_and_the_layer_p
     for name in functions_with_the_layer():
         assert resources[name]["Properties"].get("AutoPublishAliasAllProperties") is True, name
 
+
+
+def test_api_gateway_calls_the_authorizers_alias_and_may_invoke_it() -> None:
+    """The authorizer runs on every API request: through its alias API Gateway reaches the published
+    (snapshotted) version, not $LATEST, and the permission SAM generates names that alias."""
+    (built,) = translate({"layer": "layer.zip"})
+    alias = {"Ref": "AuthorizerFunctionAliaslive"}
+
+    (authorizer,) = built["authorizers"]
+    assert authorizer["authorizerUri"]["Fn::Sub"][1] == {"__FunctionArn__": alias}
+    assert [permission["FunctionName"] for permission in built["permissions"]] == [alias]
+    assert built["permissions"][0]["Principal"] == "apigateway.amazonaws.com"

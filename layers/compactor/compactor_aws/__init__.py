@@ -3,7 +3,9 @@ fan-out runner, the bridge from flow traces to X-Ray, EMF metrics and billing re
 provider adapters (Bedrock transport, API keys from Secrets Manager).
 
 ``compactor`` itself never imports AWS libraries; the Lambda handlers wire these adapters in. Importing
-this package plugs the provider adapters into the core (boto3 is only imported when they are used).
+this package plugs the provider adapters into the core (boto3 is only imported when they are used),
+which loads asyncio and ``compactor.providers``: the authorizer, which calls no provider, imports
+``compactor.caller`` instead (docs/deploy.md#the-authorizer).
 """
 
 from compactor_aws import providers as _providers

@@ -1,74 +1,15 @@
-"""Who is calling: the one place a caller's identity is derived (docs/billing.md).
+"""Who is calling: :mod:`compactor.caller`, where the derivation lives (docs/billing.md), under the name the
+adapters, the routes and the CLI import."""
 
-Deployed, API Gateway has checked the API key (from ``x-api-key``, or from ``Authorization: Bearer``
-through the authorizer in ``functions/authorizer``) and puts its id in
-``requestContext.identity.apiKeyId``; the authorizer's principal (a hash of the key) stands in when
-that is absent. Locally (``compactor serve``), the same field carries :func:`local_key_id` of the
-presented key. Headers are never trusted by the function itself: only the request context is.
-Billing, the usage route and per-key state (restorable archives) all scope by :func:`caller_of`.
-"""
+from compactor.caller import (
+    ANONYMOUS,
+    BEARER_PREFIX,
+    LOCAL_ID_PREFIX,
+    authorizer_response,
+    caller_of,
+    local_key_id,
+    presented_key,
+)
 
-from __future__ import annotations
-
-import hashlib
-from collections.abc import Iterable, Mapping
-from typing import Any
-
-ANONYMOUS = "anonymous"
-"""The caller of an API that requires no key (``compactor serve`` without ``--api-key``)."""
-BEARER_PREFIX = "bearer "
-LOCAL_ID_PREFIX = "key-"
-
-
-def local_key_id(key: str) -> str:
-    """A stable, non-reversible id of an API key value (never the value itself)."""
-    return LOCAL_ID_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-
-
-def presented_key(headers: Iterable[tuple[str, str]]) -> str | None:
-    """The key a request presents: ``x-api-key``, else the token of ``Authorization: Bearer <key>``."""
-    api_key = bearer = None
-    for name, value in headers:
-        lowered = name.lower()
-        if lowered == "x-api-key" and value:
-            api_key = value
-        elif lowered == "authorization" and value[:len(BEARER_PREFIX)].lower() == BEARER_PREFIX:
-            bearer = value[len(BEARER_PREFIX):].strip() or None
-    return api_key or bearer
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def caller_of(event: Mapping[str, Any]) -> str:
-    """The caller of an API Gateway REST proxy event: the API key id, the authorizer's principal, or
-    :data:`ANONYMOUS`."""
-    context = event.get("requestContext") if isinstance(event, Mapping) else None
-    context = context if isinstance(context, Mapping) else {}
-    identity = context.get("identity") if isinstance(context.get("identity"), Mapping) else {}
-    authorizer = context.get("authorizer") if isinstance(context.get("authorizer"), Mapping) else {}
-    return _text(identity.get("apiKeyId")) or _text(authorizer.get("principalId")) or ANONYMOUS
-
-
-def authorizer_response(event: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The Lambda authorizer's answer to an API Gateway REQUEST event: allow the API's methods with the
-    presented key as ``usageIdentifierKey`` (API Gateway then checks it against the usage plan: 403
-    when it is not a key of the plan), or None when no key is presented (the authorizer then fails:
-    API Gateway's UNAUTHORIZED response, which the template makes the same 403 ``Forbidden``)."""
-    headers = event.get("headers") or {}
-    key = presented_key(headers.items()) if isinstance(headers, Mapping) else None
-    if not key:
-        return None
-    # arn:aws:execute-api:region:account:api-id/stage/METHOD/path -> every method of that stage
-    arn, _, path = str(event.get("methodArn", "")).partition("/")
-    stage = path.split("/", 1)[0]
-    resource = f"{arn}/{stage}/*/*" if arn and stage else "*"
-    source = "x-api-key" if any(name.lower() == "x-api-key" and value for name, value in headers.items()) else "bearer"
-    return {
-        "principalId": local_key_id(key),
-        "policyDocument": {"Version": "2012-10-17", "Statement": [
-            {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resource}]},
-        "usageIdentifierKey": key,
-        "context": {"keySource": source},
-    }
+__all__ = ["ANONYMOUS", "BEARER_PREFIX", "LOCAL_ID_PREFIX", "authorizer_response", "caller_of", "local_key_id",
+           "presented_key"]

@@ -1,8 +1,9 @@
 """Plugs the AWS provider adapters into the core (docs/providers.md): the ``bedrock`` transport
 (:mod:`compactor_aws.bedrock`) and API keys from Secrets Manager (:mod:`compactor_aws.secrets`).
 
-Importing :mod:`compactor_aws` calls :func:`install`, so every Lambda function and the CLI get them;
-boto3 and the adapters themselves load on first use.
+Importing :mod:`compactor_aws` calls :func:`install`, so every Lambda function that calls providers and the
+CLI get them (the authorizer imports ``compactor.caller`` alone: docs/deploy.md#the-authorizer); boto3 and
+the adapters themselves load on first use.
 """
 
 from __future__ import annotations
