@@ -1,4 +1,6 @@
+import base64
 import json
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -550,3 +552,154 @@ def test_a_local_shell_call_is_read_by_its_action():
     assert "src/mod_5.py" in names
     later = [action for batch in prep.batches for action in batch.later.get("later_actions", [])]
     assert any("src/mod_5.py" in action for action in later) and all('"null"' not in action for action in later)
+
+
+# The verdicts kept across texts and requests are bounded by size, not only by count (docs/performance.md, "The
+# salience verdicts' memory"): a run over _KEPT_RUN_MAX characters is judged each time and never kept, and past
+# _HELD_CHARS_MAX characters (or _JUDGED_MAX runs) held, new verdicts replace the old.
+def _held(verdicts):
+    """The runs the verdicts hold (``named`` and ``other`` hold only judged runs) and their characters."""
+    assert verdicts.named <= verdicts.judged and verdicts.self_named <= verdicts.named
+    assert set(verdicts.other) <= verdicts.named
+    return len(verdicts.judged), sum(len(run) for run in verdicts.judged), max(map(len, verdicts.judged), default=0)
+
+
+def _assert_within_bounds(verdicts):
+    count, chars, longest = _held(verdicts)
+    assert count <= salience._JUDGED_MAX and chars <= salience._HELD_CHARS_MAX and longest <= salience._KEPT_RUN_MAX
+    assert verdicts.chars == chars  # the count kept beside the sets
+
+
+def _blob(rng, chars):
+    """A base64 image's text: one run (``/`` and ``+`` are run characters)."""
+    return base64.b64encode(rng.randbytes(chars * 3 // 4)).decode("ascii").rstrip("=")
+
+
+def test_the_kept_verdicts_hold_at_most_their_bound_whatever_runs_callers_send():
+    """Texts with distinct long runs (base64 images of 100 KB, ASCII or in a text that is not ASCII, some
+    ending in a name after digits or holding names) and many distinct runs of 1,000 characters: the verdicts
+    hold at most _HELD_CHARS_MAX characters (about 7.5 MB of runs go through; before the bound, all of them
+    stayed), and every text gets the regex definition's names."""
+    rng = random.Random(12)
+    saved = salience._verdicts
+    salience._verdicts = salience._Verdicts()
+    through = 0
+    try:
+        for i in range(40):
+            blob = _blob(rng, 100_000)
+            texts = [f"the screenshot: {blob} done, see src/app_{i}.py",
+                     f"{i:04d}" * 300 + f"parse_header_{i} and " + blob[:3000],  # a long run that is a name
+                     f"é {blob[:5000]}…/src/mod_{i}.py…ré_sumé_{i} x.y_{i}\n",  # a long run with names, not ASCII
+                     " ".join(f"{i}_{j}_" + _blob(rng, 1000)[:994] for j in range(80))]  # runs of 1,000 kept
+            for text in texts:
+                assert names_in(text) == _names_by_regex(text)
+                _assert_within_bounds(salience._verdicts)
+                through += len(text)
+            assert f"parse_header_{i}" in names_in(texts[1]) and f"/src/mod_{i}.py" in names_in(texts[2])
+        assert through > 3 * salience._HELD_CHARS_MAX
+    finally:
+        salience._verdicts = saved
+
+
+def test_a_container_keeps_no_caller_s_large_outputs_in_its_verdicts():
+    """``service.compact`` of requests each with a distinct 200 KB base64 tool output among the candidates and
+    in the kept tail (a pasted screenshot): the verdicts stay within their bound, and each answer is the one
+    computed with fresh verdicts."""
+    from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+
+    from .test_admission_reuse import router, run
+
+    rng = random.Random(7)
+    saved = salience._verdicts
+    salience._verdicts = salience._Verdicts()
+    try:
+        for request in range(14):
+            messages = [{"role": "system", "content": "Rules."}, {"role": "user", "content": "Look at the screen."}]
+            for i in range(4):
+                output = _blob(rng, 200_000) if i in (1, 3) else f"{i} src/shot_{request}.py: ok " * 200
+                messages += tool_unit(f"c{i}", f"base64 shot_{request}_{i}.png", output)
+            messages.append({"role": "assistant", "content": f"Done with shot_{request}_1.png."})
+            fields = {"messages": messages, "keep_recent": 1, "target_ratio": 0.1,
+                      "decision_policy_ir": DEFAULT_DECISIONS_POLICY}
+            answer = run(fields, router())
+            assert answer["compacted"]
+            _assert_within_bounds(salience._verdicts)
+            kept = salience._verdicts
+            salience._verdicts = salience._Verdicts()
+            assert run(fields, router()) == answer
+            salience._verdicts = kept
+        assert salience._verdicts.chars < 1_000_000  # 5.6 MB of outputs went through
+    finally:
+        salience._verdicts = saved
+
+
+def _names_from_scratch(text):
+    """``names_in`` with fresh verdicts and no bound."""
+    saved = salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX
+    salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX = (
+        salience._Verdicts(), 1 << 40, 1 << 40, 1 << 40)
+    try:
+        return names_in(text)
+    finally:
+        salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX = saved
+
+
+_LONG_PIECES = ["0123456789" * 3 + "parse_header", "src/app.py" * 4, "éé" * 10 + "src/app.py" + "é" * 5 + "x.y_z",
+                "ab+/" * 12, "-" * 25 + "DataElement...", "é/a/b.py+é" * 3, "…" * 12 + "camelCase", "✓x_y" * 8]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.lists(st.sampled_from(_PIECES + _LONG_PIECES) | st.text(max_size=6)
+                         | st.text(alphabet="aZ_./~@+-09é…", min_size=10, max_size=60), max_size=12), max_size=10),
+       st.integers(min_value=1, max_value=40), st.integers(min_value=1, max_value=200),
+       st.integers(min_value=1, max_value=12))
+def test_the_names_scan_with_bounded_verdicts_is_the_scan_from_scratch(texts, run_max, chars_max, count_max):
+    """With small bounds (a run over 1-40 characters or bytes never kept, new verdicts past 1-200 characters or
+    1-12 runs held), texts of short and long runs, ASCII and not (long runs of a text that is not ASCII holding
+    names among them), each joined with spaces or as one run, get the names of a scan with fresh verdicts and no
+    bound, and of the regex definition, and the verdicts stay within the bounds across their replacements."""
+    saved = salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX
+    salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX = (
+        salience._Verdicts(), count_max, run_max, chars_max)
+    try:
+        for pieces in texts:
+            for text in (" ".join(pieces), "".join(pieces)):
+                expected = _names_from_scratch(text)
+                assert names_in(text) == expected == _names_by_regex(text)
+                _assert_within_bounds(salience._verdicts)
+    finally:
+        salience._verdicts, salience._JUDGED_MAX, salience._KEPT_RUN_MAX, salience._HELD_CHARS_MAX = saved
+
+
+def test_verdicts_over_their_bound_are_replaced_even_by_one_text_s_runs():
+    """Verdicts that reach their bound (by runs or by characters), even by one text's runs alone, are replaced by
+    new empty ones once that text's names are found."""
+    saved = salience._verdicts, salience._JUDGED_MAX, salience._HELD_CHARS_MAX
+    salience._verdicts, salience._JUDGED_MAX, salience._HELD_CHARS_MAX = salience._Verdicts(), 50, 400
+    try:
+        assert names_in("see src/app.py and parse_header") == {"src/app.py", "parse_header"}
+        kept = salience._verdicts
+        assert kept.judged == {"see", "src/app.py", "and", "parse_header"} and kept.chars == 28
+        many = " ".join(f"name_{i}" for i in range(60))  # 60 runs: over 50
+        assert names_in(many) == {f"name_{i}" for i in range(60)}
+        assert salience._verdicts is not kept and _held(salience._verdicts) == (0, 0, 0)
+        assert names_in("see src/app.py") == {"src/app.py"} and _held(salience._verdicts) == (2, 13, 10)
+        wide = " ".join(f"src/{i:03d}/" + "x" * 40 + ".py" for i in range(10))  # 510 characters: over 400
+        assert names_in(wide) == _names_by_regex(wide) and _held(salience._verdicts) == (0, 0, 0)
+        _assert_within_bounds(salience._verdicts)
+    finally:
+        salience._verdicts, salience._JUDGED_MAX, salience._HELD_CHARS_MAX = saved
+
+
+def test_a_run_of_the_longest_kept_length_is_kept_and_a_longer_one_judged_each_time():
+    saved = salience._verdicts
+    salience._verdicts = salience._Verdicts()
+    try:
+        kept, longer = "7" * (salience._KEPT_RUN_MAX - 9) + "src/a.py.", "7" * (salience._KEPT_RUN_MAX - 8) + "src/a.py."
+        assert len(kept) == salience._KEPT_RUN_MAX and len(longer) == salience._KEPT_RUN_MAX + 1
+        for _ in range(2):
+            assert names_in(f"{kept} {longer} x_yz") == {"src/a.py", "x_yz"}
+        assert salience._verdicts.judged == {kept, "x_yz"} and salience._verdicts.other == {kept: ("src/a.py",)}
+        assert salience._verdicts.chars == salience._KEPT_RUN_MAX + 4
+    finally:
+        salience._verdicts = saved

@@ -88,22 +88,41 @@ def _run_names(run: str | bytes) -> tuple[str, ...]:
 # Each distinct run is judged once and the verdicts are kept as sets, so that a text's names come from set
 # operations in C instead of a call per run (docs/performance.md): every run judged, those that are a name
 # as they are, and the other runs that hold names with their names. The same runs recur across the messages
-# of a transcript and across requests; past _JUDGED_MAX runs, new empty verdicts replace them (a pure
-# function of the run; a scan in another thread keeps the verdicts it started with).
+# of a transcript and across requests. The verdicts are bounded by size as well as by count (docs/performance.md,
+# "The salience verdicts' memory"): a run over _KEPT_RUN_MAX characters (bytes, in a text that is not ASCII) is
+# judged each time it is met and never kept (a caller's base64 image is one run of megabytes; a name is at most
+# 120 characters), and once the verdicts hold over _JUDGED_MAX runs or _HELD_CHARS_MAX characters, new empty
+# verdicts replace them (a pure function of the run; a scan in another thread keeps the verdicts it started with).
 _JUDGED_MAX = 1 << 16
+_KEPT_RUN_MAX = 1024
+_HELD_CHARS_MAX = 1 << 21
 
 
 class _Verdicts:
-    __slots__ = ("judged", "named", "self_named", "other")
+    __slots__ = ("judged", "named", "self_named", "other", "chars")
 
     def __init__(self) -> None:
         self.judged: set[str | bytes] = set()
         self.named: set[str | bytes] = set()  # the runs that are or hold names: ``self_named`` and ``other``'s
         self.self_named: set[str | bytes] = set()
         self.other: dict[str | bytes, tuple[str, ...]] = {}
+        self.chars = 0  # the characters (bytes, for a bytes run) of the runs in ``judged``
 
-    def judge(self, runs: set[str | bytes]) -> None:
+    def judge(self, runs: set[str | bytes]) -> list[str | bytes] | None:
+        """Judge ``runs`` (none of them judged yet) and keep their verdicts, but for the runs over _KEPT_RUN_MAX
+        characters, which are returned unjudged (None when there are none such). The lengths are added up in this
+        loop, not by a ``sum(map(len, runs))`` before it, which costs more on the one or two new runs that most
+        calls judge (docs/performance.md)."""
+        chars = 0
+        long_runs: list[str | bytes] | None = None
         for run in runs:
+            size = len(run)
+            if size > _KEPT_RUN_MAX:
+                if long_runs is None:
+                    long_runs = []
+                long_runs.append(run)
+                continue
+            chars += size
             if type(run) is str and _plain_word(run):
                 continue
             names = _run_names(run)
@@ -113,8 +132,17 @@ class _Verdicts:
             elif names:
                 self.other[run] = names
                 self.named.add(run)
-        self.judged.update(runs)
+        self.chars += chars
+        if long_runs is None:
+            self.judged.update(runs)
+            return None
+        self.judged.update(runs.difference(long_runs))
+        return long_runs
 
+
+def _names_unkept(runs: list[str | bytes]) -> set[str]:
+    """The names in ``runs``, judged without keeping a verdict (the runs over _KEPT_RUN_MAX characters)."""
+    return {name for run in runs if type(run) is not str or not _plain_word(run) for name in _run_names(run)}
 
 
 def _plain_word(run: str) -> bool:
@@ -217,10 +245,11 @@ def _names_of(runs: set[str | bytes]) -> set[str]:
     verdicts = _verdicts
     unjudged = runs - verdicts.judged
     if unjudged:
-        if len(verdicts.judged) + len(unjudged) > _JUDGED_MAX:
-            verdicts = _verdicts = _Verdicts()
-            unjudged = runs
-        verdicts.judge(unjudged)
+        long_runs = verdicts.judge(unjudged)
+        if len(verdicts.judged) > _JUDGED_MAX or verdicts.chars > _HELD_CHARS_MAX:
+            _verdicts = _Verdicts()  # this text's names come from the full verdicts, the next text's from new ones
+        if long_runs is not None:  # rare: the other runs' names as usual (judged now, or again if just replaced)
+            return _names_of(runs.difference(long_runs)) | _names_unkept(long_runs)
     # One pass over the runs for those with names (a real text has thousands of distinct runs, few of them
     # with names); which of those are names as they are is then a small intersection (docs/performance.md).
     hits = runs & verdicts.named
