@@ -5,7 +5,8 @@ Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--laten
 1. CPU overhead: the largest admissible request (about 900 KB, 128 candidate fragments, tool-call
    units with bulky outputs that later units re-read, every candidate in a batch, and a large protected
    tail) against instant in-process fake transports behind a real ``Router``.
-   Prints the wall time of the request's path as the API function runs it around its model calls: the body
+   Prints the wall time of the request's parse, validation, compaction and encoding around its model calls
+   (the core of what the API function runs; not Powertools' resolver, billing or the proxy response): the body
    parsed (``bounded_loads``, the API's JSON reader) and validated (``CompactRequest``), ``service.compact``
    (preparation, materialisation, flow admission, the run, reassembly) and the answer encoded
    (``dense_dumps``), as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body (the
@@ -160,7 +161,7 @@ def request_body(messages: list[dict[str, Any]], keep_recent: int = 1) -> str:
 
 async def run_compact(body: str, transport: FakeTransport, router: Router | None = None
                       ) -> tuple[float, dict[str, Any], float, float]:
-    """Wall time of the request on ``body`` (parsed and validated as the API function does, compacted by
+    """Wall time of the request on ``body`` (parsed and validated as the API function's route receives it, compacted by
     ``service.compact``, its answer encoded), its answer, the thread's CPU time in it, and the thread's CPU
     time in ``service.compact`` alone; a new router (a container's first request: nothing the router keeps is
     warm) unless ``router`` is given."""

@@ -129,3 +129,17 @@ def test_two_instances_over_one_directory_replay_each_other_s_results(tmp_path: 
     with pytest.raises(IdempotencyValidationError):
         run_once(lambda: {"never": True}, scope="s", body="other", layer=second, config=new_config())
     assert runs == ["ran"]
+
+
+@pytest.mark.parametrize("damaged", [b"", b'{"status": "COMPL', b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_record_file_is_no_record_and_the_next_first_write_replaces_it(tmp_path: Path,
+                                                                                  damaged: bytes) -> None:
+    # A file left empty or cut short (the rename is not flushed before a crash of the machine) must not fail
+    # every request with its key from then on (docs/billing.md).
+    store = FileRecordStore(tmp_path)
+    store.put("compactor#k", {"status": "COMPLETED", "expiry": 9e9, "data": "first"})
+    next(tmp_path.glob("*.json")).write_bytes(damaged)
+    assert store.get("compactor#k") is None
+    record = {"status": "INPROGRESS", "expiry": 9e9, "data": "second"}
+    assert store.put_new("compactor#k", record, now=0.0) is None
+    assert store.get("compactor#k") == record

@@ -67,12 +67,16 @@ class FileRecordStore:
         return self.directory / f"{_file_name(key)}.json"
 
     def _read(self, key: str) -> dict[str, Any] | None:
+        """The key's record; None when there is none, or when its file is not a record (left empty or cut short
+        by a crash of the machine: the rename is not flushed to disk), which the next first write replaces,
+        instead of failing every request with that key."""
         try:
-            data = self._path(key).read_bytes()
+            record = json.loads(self._path(key).read_bytes())
         except FileNotFoundError:
             return None
-        record: dict[str, Any] = json.loads(data)
-        return record
+        except ValueError:  # not JSON, or not UTF-8
+            return None
+        return record if isinstance(record, dict) else None
 
     def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
         with self._exclusive():
