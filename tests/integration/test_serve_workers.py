@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,20 +47,24 @@ def catalog_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[obje
     yield configure  # tests/conftest.py restores the environment and drops the cached catalog and router
 
 
-def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one_ledger(catalog_of) -> None:
+def overlapping_responder() -> Callable[[RecordedRequest], Reply]:
+    """A provider whose model call answers only once another request's model call has arrived too: run one
+    request after the other and the first call fails when the barrier gives up."""
     both_in_flight = threading.Barrier(2)
 
     def responder(request: RecordedRequest) -> Reply:
-        # A model call answers only once the other request's model call has arrived too: run one
-        # request after the other and the first call fails when the barrier gives up.
         try:
             both_in_flight.wait(timeout=60)
         except threading.BrokenBarrierError:
             return Reply(500, {"error": {"message": "the two requests did not overlap"}})
         return chat_reply(SUMMARY)
 
+    return responder
+
+
+def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one_ledger(catalog_of) -> None:
     with FakeProviderServer() as provider:
-        provider.responder = responder
+        provider.responder = overlapping_responder()
         catalog_of(provider)
         with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
             with ThreadPoolExecutor(max_workers=2) as clients:
@@ -89,17 +93,8 @@ def test_keyed_requests_of_different_keys_run_at_once_whatever_their_keys(catalo
     """Keys do not pin requests to an instance: two keys the former routing put on one instance (where
     the second waited for the first while the other instance idled) are in flight at the same time."""
     keys = keys_on_one_instance(2, 2)
-    both_in_flight = threading.Barrier(2)
-
-    def responder(request: RecordedRequest) -> Reply:
-        try:  # answered only once the other request's model call has arrived too
-            both_in_flight.wait(timeout=60)
-        except threading.BrokenBarrierError:
-            return Reply(500, {"error": {"message": "the two requests did not overlap"}})
-        return chat_reply(SUMMARY)
-
     with FakeProviderServer() as provider:
-        provider.responder = responder
+        provider.responder = overlapping_responder()
         catalog_of(provider)
         with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
             with ThreadPoolExecutor(max_workers=2) as clients:

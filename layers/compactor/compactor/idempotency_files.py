@@ -72,9 +72,7 @@ class FileRecordStore:
         instead of failing every request with that key."""
         try:
             record = json.loads(self._path(key).read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError:  # not JSON, or not UTF-8
+        except (FileNotFoundError, ValueError):  # none; or not JSON, or not UTF-8
             return None
         return record if isinstance(record, dict) else None
 
