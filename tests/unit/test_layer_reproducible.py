@@ -1,0 +1,43 @@
+"""The layer's packages build to the same bytes wherever they are built (docs/deploy.md#what-a-deploy-publishes):
+``sam package`` names the layer's zip by its checksum and every function's version hash covers the layer, so a
+build of unchanged sources in another directory (another clone, another CI runner) that differed in any byte
+would publish a new layer and a new version of every function, each with its own SnapStart snapshot. The
+bytecode names the sources where Lambda mounts them (``/opt/python``), not the build directory."""
+
+from __future__ import annotations
+
+import marshal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAYER = REPO / "layers" / "compactor"
+
+
+def build(root: Path) -> Path:
+    root.mkdir(parents=True)
+    subprocess.run(["make", "-s", "-C", str(LAYER), "code", f"ARTIFACTS_DIR={root}", f"PYTHON={sys.executable}"],
+                   check=True, capture_output=True)
+    return root / "python"
+
+
+def contents(tree: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(tree)): path.read_bytes() for path in sorted(tree.rglob("*")) if path.is_file()}
+
+
+def test_a_build_in_another_directory_is_byte_identical(tmp_path: Path) -> None:
+    first = contents(build(tmp_path / "a"))
+    second = contents(build(tmp_path / "another" / "much" / "deeper" / "checkout"))
+    assert sum(name.endswith(".pyc") for name in first) > 100
+    assert first.keys() == second.keys()
+    assert [name for name in first if first[name] != second[name]] == []
+
+
+def test_the_bytecode_names_the_sources_where_lambda_mounts_the_layer(tmp_path: Path) -> None:
+    tree = build(tmp_path / "layer")
+    compiled = tree / "compactor" / "__pycache__" / f"service.{sys.implementation.cache_tag}.pyc"
+    code = marshal.loads(compiled.read_bytes()[16:])  # after the .pyc header: magic, flags, source hash
+    assert code.co_filename == "/opt/python/compactor/service.py"
+    handler = tree / "compactor_aws" / "__pycache__" / f"snapstart.{sys.implementation.cache_tag}.pyc"
+    assert marshal.loads(handler.read_bytes()[16:]).co_filename == "/opt/python/compactor_aws/snapstart.py"
