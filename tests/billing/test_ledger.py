@@ -91,6 +91,7 @@ def test_idempotency_keys_are_checked_and_scoped() -> None:
     assert scope_id("a", "compact", "k") != scope_id("b", "compact", "k") != scope_id("a", "flows", "k")
     assert scope_id("a:b", "compact", "k") != scope_id("a", "b:compact", "k")
     assert ttl_seconds({}) == 86400 and ttl_seconds({"COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "5"}) == 60
+    assert ttl_seconds({"COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "604800"}) == 86400  # the bucket keeps bodies 2 days
 
 
 def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

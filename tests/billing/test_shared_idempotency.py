@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.idempotency import MemoryRecordStore
-from compactor.idempotency_files import FileRecordStore, FileResponseStore
+from compactor.idempotency import MemoryRecordStore, MemoryResponseStore
+from compactor.idempotency_files import SWEEP_INTERVAL_SECONDS, FileRecordStore, FileResponseStore
 
 KEYS = st.sampled_from(["compactor#a", "compactor#b", "k/../c"])
 RECORDS = st.fixed_dictionaries(
@@ -143,3 +145,101 @@ def test_a_damaged_record_file_is_no_record_and_the_next_first_write_replaces_it
     record = {"status": "INPROGRESS", "expiry": 9e9, "data": "second"}
     assert store.put_new("compactor#k", record, now=0.0) is None
     assert store.get("compactor#k") == record
+
+
+# ------------------------------------------------------------------------------ expiry (docs/billing.md)
+
+def _aged(path: Path, seconds: float) -> Path:
+    """``path`` last written ``seconds`` ago."""
+    written = time.time() - seconds
+    os.utime(path, (written, written))
+    return path
+
+
+def test_the_memory_store_removes_expired_records_and_keeps_the_live_ones() -> None:
+    store = MemoryRecordStore()
+    for index in range(100):
+        assert store.put_new(f"old{index}", {"status": "COMPLETED", "expiry": 50}, now=1.0) is None
+    for index in range(100):
+        assert store.put_new(f"new{index}", {"status": "COMPLETED", "expiry": 10**12}, now=100.0) is None
+    assert not any(key.startswith("old") for key in store.records)
+    assert all(store.get(f"new{index}") == {"status": "COMPLETED", "expiry": 10**12} for index in range(100))
+
+
+def test_a_long_running_memory_store_holds_about_its_live_keys_not_every_key_it_saw() -> None:
+    store, most = MemoryRecordStore(), 0
+    for second in range(20_000):  # one new key a second, each remembered for 30 seconds
+        store.put_new(f"k{second}", {"status": "COMPLETED", "expiry": second + 30}, now=float(second))
+        most = max(most, len(store.records))
+    assert most <= 2 * 64
+
+
+def test_the_memory_response_store_removes_bodies_no_live_record_can_name() -> None:
+    store = MemoryResponseStore(keep_seconds=100)
+    refs = [store.put(f"old{index}", b"old") for index in range(40)]
+    for name in store.written:
+        store.written[name] -= 101  # written over two TTLs ago
+    kept = [store.put(f"new{index}", b"new") for index in range(40)]
+    assert not any(name.startswith("old") for name in store.bodies)
+    assert [store.get(ref) for ref in kept] == [b"new"] * 40
+    with pytest.raises(KeyError):
+        store.get(refs[0])
+
+
+def test_the_directory_store_removes_expired_records_files_that_are_not_records_and_crash_leftovers(
+        tmp_path: Path) -> None:
+    now = time.time()
+    writer = FileRecordStore(tmp_path, ttl_seconds=100)
+    writer.put("expired", {"status": "COMPLETED", "expiry": now - 5})
+    writer.put("longer-ttl", {"status": "COMPLETED", "expiry": now + 5000})  # a TTL longer than this store's
+    writer.put("expired-recently-written", {"status": "COMPLETED", "expiry": now - 5})
+    writer.put("live", {"status": "COMPLETED", "expiry": now + 50})
+    files = {key: writer._path(key) for key in ("expired", "longer-ttl", "expired-recently-written", "live")}
+    _aged(files["expired"], 200)
+    _aged(files["longer-ttl"], 200)
+    _aged(files["live"], 50)
+    damaged = tmp_path / f"{'0' * 64}.json"
+    damaged.write_bytes(b'{"status": "COMPL')
+    _aged(damaged, 200)
+    leftover = tmp_path / ".tmp-crashed"
+    leftover.write_bytes(b"{")
+    _aged(leftover, 2 * 3600)
+    writing = tmp_path / ".tmp-being-written"
+    writing.write_bytes(b"{")
+
+    store = FileRecordStore(tmp_path, ttl_seconds=100)  # another instance, or the next run of the server
+    assert store.put_new("new", {"status": "INPROGRESS", "expiry": now + 100}, now=now) is None
+    assert not files["expired"].exists() and not damaged.exists() and not leftover.exists()
+    assert store.get("longer-ttl") is not None and store.get("live") is not None and writing.exists()
+    assert store.get("expired-recently-written") is not None  # not read yet: written less than a TTL ago
+
+    # A process looks at most every SWEEP_INTERVAL_SECONDS, and at its first write.
+    _aged(files["expired-recently-written"], 200)
+    store.put_new("new2", {"status": "INPROGRESS", "expiry": now + 100}, now=now + 1)
+    assert files["expired-recently-written"].exists()
+    store.put_new("new3", {"status": "INPROGRESS", "expiry": now + 100}, now=now + SWEEP_INTERVAL_SECONDS)
+    assert not files["expired-recently-written"].exists()
+    assert store.get("longer-ttl") is not None  # its expiry is still ahead
+    assert store.get("live") is None  # its expiry (now + 50) has passed and its file is older than the TTL
+
+
+def test_the_directory_response_store_removes_bodies_older_than_their_keep_time(tmp_path: Path) -> None:
+    old = FileResponseStore(tmp_path, keep_seconds=100)
+    stale, fresh = old.put("a", b"stale"), old.put("b", b"fresh")
+    _aged(tmp_path / stale["file"], 101)
+    leftover = tmp_path / ".tmp-crashed"
+    leftover.write_bytes(b"x")
+    _aged(leftover, 2 * 3600)
+    store = FileResponseStore(tmp_path, keep_seconds=100)
+    newest = store.put("c", b"newest")
+    assert not (tmp_path / stale["file"]).exists() and not leftover.exists()
+    assert store.get(fresh) == b"fresh" and store.get(newest) == b"newest"
+
+
+def test_the_local_stores_keep_what_the_configured_ttl_asks(tmp_path: Path) -> None:
+    from compactor_aws.idempotency import persistence_layer, response_store
+
+    shared = {"COMPACTOR_IDEMPOTENCY_DIR": str(tmp_path), "COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "600"}
+    assert persistence_layer(shared).store.ttl_seconds == 600
+    assert response_store(shared).keep_seconds == 1200
+    assert response_store({"COMPACTOR_IDEMPOTENCY_TTL_SECONDS": "600"}).keep_seconds == 1200

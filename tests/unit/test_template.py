@@ -129,3 +129,17 @@ def test_every_function_publishes_a_snapstart_version_behind_an_alias(document: 
     parameter = document["Parameters"]["SnapStart"]
     assert parameter["Default"] == "PublishedVersions" and set(parameter["AllowedValues"]) == {"PublishedVersions", "None"}
     assert function_globals["Runtime"] in {"python3.12", "python3.13"}  # SnapStart supports Python 3.12 and later
+
+
+def test_no_ttl_outlives_the_large_bodies_the_bucket_keeps(document: dict[str, Any]) -> None:
+    # A record that outlived its large body would fail every replay of its key (docs/billing.md): the TTL's
+    # bounds are the code's, and the bucket keeps the stored responses a day longer than the longest TTL.
+    from compactor.idempotency import DEFAULT_TTL_SECONDS, MAX_TTL_SECONDS, MIN_TTL_SECONDS
+
+    ttl = document["Parameters"]["IdempotencyTtlSeconds"]
+    assert (ttl["MinValue"], ttl["Default"], ttl["MaxValue"]) == (MIN_TTL_SECONDS, DEFAULT_TTL_SECONDS,
+                                                                  MAX_TTL_SECONDS)
+    rules = {rule["Id"]: rule for rule in
+             resource(document, "TranscriptBucket", "AWS::S3::Bucket")["LifecycleConfiguration"]["Rules"]}
+    assert rules["ExpireStoredResponses"]["Prefix"] == "idempotency/"
+    assert rules["ExpireStoredResponses"]["ExpirationInDays"] * 86400 >= MAX_TTL_SECONDS + 86400

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import field
 from typing import Any, Protocol
@@ -26,6 +27,18 @@ DIR_ENV = "COMPACTOR_IDEMPOTENCY_DIR"
 (``compactor serve``'s worker instances; ``compactor.idempotency_files``)."""
 DEFAULT_TTL_SECONDS = 24 * 3600
 """How long a key's stored response is replayed (and its body checked); afterwards the key is new."""
+MIN_TTL_SECONDS = 60
+MAX_TTL_SECONDS = 24 * 3600
+"""The longest TTL: the bucket's lifecycle rule keeps a large stored response two days, a day longer
+(template.yaml bounds ``IdempotencyTtlSeconds`` alike); a record that outlived its body would fail its key's
+every replay until it expired."""
+BODY_KEEP_FACTOR = 2
+"""The local stores keep a large body this many TTLs after it was written, as the bucket keeps it two days for
+a TTL of at most one: a record's expiry is at most one TTL after its body's write (the body is written just
+before the record is completed), so no live record's body is ever removed."""
+SWEEP_MIN_RECORDS = 64
+"""The in-memory stores look for expired entries when they hold twice as many as after their last look (and at
+least this many): memory stays within about twice what the live keys hold, at a constant cost per write."""
 
 MAX_INLINE_RESPONSE_BYTES = 300 * 1024
 """Larger response bodies are kept in the :class:`ResponseStore` (a DynamoDB item holds 400 KB)."""
@@ -36,12 +49,20 @@ class InvalidIdempotencyKey(ValueError):
 
 
 def ttl_seconds(environ: Mapping[str, str] | None = None) -> int:
-    """The configured TTL (``COMPACTOR_IDEMPOTENCY_TTL_SECONDS``), at least one minute."""
+    """The configured TTL (``COMPACTOR_IDEMPOTENCY_TTL_SECONDS``), at least one minute and at most a day
+    (:data:`MAX_TTL_SECONDS`)."""
     raw = (os.environ if environ is None else environ).get(TTL_ENV, "")
     try:
-        return max(60, int(raw)) if raw.strip() else DEFAULT_TTL_SECONDS
+        return min(MAX_TTL_SECONDS, max(MIN_TTL_SECONDS, int(raw))) if raw.strip() else DEFAULT_TTL_SECONDS
     except ValueError:
         return DEFAULT_TTL_SECONDS
+
+
+def record_expired(record: Mapping[str, Any], now: float) -> bool:
+    """Whether ``record``'s ``expiry`` (seconds since the epoch) has passed at ``now``: what DynamoDB's TTL
+    deletes, and what the local stores remove when they sweep."""
+    expiry = record.get("expiry")
+    return not isinstance(expiry, (int, float)) or expiry <= now
 
 
 def checked_key(value: str) -> str:
@@ -111,10 +132,13 @@ class ResponseStore(Protocol):
 
 @record
 class MemoryRecordStore:
-    """A :class:`RecordStore` in a dict (one process: ``compactor serve``, tests)."""
+    """A :class:`RecordStore` in a dict (one process: ``compactor serve``, tests). Expired records are removed
+    as DynamoDB's TTL removes them (:data:`SWEEP_MIN_RECORDS`), so a long-lived server's memory follows its
+    live keys, not every key it ever saw."""
 
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _sweep_at: int = field(default=SWEEP_MIN_RECORDS, repr=False)
 
     def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
         with self._lock:
@@ -122,6 +146,10 @@ class MemoryRecordStore:
             if existing is not None and record_is_live(existing, now):
                 return dict(existing)
             self.records[key] = dict(record)
+            if len(self.records) >= self._sweep_at:
+                for old in [name for name, held in self.records.items() if record_expired(held, now)]:
+                    del self.records[old]
+                self._sweep_at = max(SWEEP_MIN_RECORDS, 2 * len(self.records))
             return None
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -150,12 +178,23 @@ def record_is_live(record: Mapping[str, Any], now: float) -> bool:
 
 @record
 class MemoryResponseStore:
-    """A :class:`ResponseStore` in a dict."""
+    """A :class:`ResponseStore` in a dict. A body is removed once it is ``keep_seconds`` old (the
+    :data:`BODY_KEEP_FACTOR` TTLs: no live record still names it), looked for as :class:`MemoryRecordStore`
+    looks for expired records."""
 
     bodies: dict[str, bytes] = field(default_factory=dict)
+    keep_seconds: float = BODY_KEEP_FACTOR * DEFAULT_TTL_SECONDS
+    written: dict[str, float] = field(default_factory=dict, repr=False)
+    _sweep_at: int = field(default=SWEEP_MIN_RECORDS, repr=False)
 
     def put(self, name: str, data: bytes) -> dict[str, Any]:
+        now = time.time()
         self.bodies[name] = data
+        self.written[name] = now
+        if len(self.bodies) >= self._sweep_at:
+            for old in [held for held, at in self.written.items() if at <= now - self.keep_seconds]:
+                del self.bodies[old], self.written[old]
+            self._sweep_at = max(SWEEP_MIN_RECORDS, 2 * len(self.bodies))
         return {"name": name}
 
     def get(self, ref: Mapping[str, Any]) -> bytes:

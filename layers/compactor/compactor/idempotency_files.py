@@ -7,6 +7,12 @@ per record; its conditional first write holds an exclusive ``flock`` on the dire
 two instances writing the same key at once one stores its record and the other gets that record back.
 Each file is written whole and renamed into place, so a reader never sees half a record. POSIX only
 (``fcntl``), like the Lambda runtime; imported only when ``COMPACTOR_IDEMPOTENCY_DIR`` names a directory.
+
+Both stores remove what the deployed stores' expiry removes (DynamoDB's TTL, the bucket's lifecycle rule), so a
+directory kept across restarts holds the live keys, not every key it ever saw: each process looks at most every
+:data:`SWEEP_INTERVAL_SECONDS`, on a write, for the record files past their ``expiry`` (read only when the file is
+older than the TTL, since a record expires at most one TTL after its last write), the bodies older than their
+keep time, and the temporary files a crash left.
 """
 
 from __future__ import annotations
@@ -18,14 +24,35 @@ import json
 import os
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from compactor.idempotency import record_is_live
+from compactor.idempotency import BODY_KEEP_FACTOR, DEFAULT_TTL_SECONDS, record_expired, record_is_live
 
 _LOCK_FILE = ".lock"
+_TEMPORARY = ".tmp-"
+SWEEP_INTERVAL_SECONDS = 600
+TEMPORARY_KEEP_SECONDS = 3600
+"""A temporary file this old is not a write in progress: its writer died before the rename."""
+
+
+def _old_entries(directory: Path, suffix: str, before: float) -> Iterator[tuple[Path, bool]]:
+    """The files of ``directory`` named ``*suffix`` last written before ``before`` (and False), and the temporary
+    files a crash left (and True)."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            temporary = entry.name.startswith(_TEMPORARY)
+            if not (temporary or entry.name.endswith(suffix)):
+                continue
+            try:
+                written = entry.stat().st_mtime
+            except FileNotFoundError:  # removed by another process meanwhile
+                continue
+            if written < (time.time() - TEMPORARY_KEEP_SECONDS if temporary else before):
+                yield Path(entry.path), temporary
 
 
 def _file_name(key: str) -> str:
@@ -34,7 +61,7 @@ def _file_name(key: str) -> str:
 
 def _write_whole(path: Path, data: bytes) -> None:
     """``data`` into ``path``: written to a temporary file of the same directory, then renamed over it."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=_TEMPORARY)
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
@@ -47,12 +74,15 @@ def _write_whole(path: Path, data: bytes) -> None:
 
 class FileRecordStore:
     """A :class:`~compactor.idempotency.RecordStore` over ``directory`` (``<sha256 of key>.json`` each),
-    shared by the processes that name the same directory."""
+    shared by the processes that name the same directory; ``ttl_seconds``: the TTL records are written with
+    (a file older than that may have expired, and is read to know)."""
 
-    def __init__(self, directory: str | os.PathLike[str]):
+    def __init__(self, directory: str | os.PathLike[str], ttl_seconds: float = DEFAULT_TTL_SECONDS):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.ttl_seconds = ttl_seconds
         self._threads = threading.Lock()  # flock excludes other processes; this, this process's threads
+        self._next_sweep = float("-inf")  # the first write looks (a directory kept from an earlier run)
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -78,11 +108,29 @@ class FileRecordStore:
 
     def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
         with self._exclusive():
+            if now >= self._next_sweep:
+                self._next_sweep = now + SWEEP_INTERVAL_SECONDS
+                self._sweep(now)
             existing = self._read(key)
             if existing is not None and record_is_live(existing, now):
                 return existing
             _write_whole(self._path(key), json.dumps(record).encode("utf-8"))
             return None
+
+    def _sweep(self, now: float) -> None:
+        """Remove the records expired at ``now`` (and those that are not records), under the exclusive lock."""
+        for path, temporary in list(_old_entries(self.directory, ".json", now - self.ttl_seconds)):
+            if not temporary:
+                try:
+                    record = json.loads(path.read_bytes())
+                except FileNotFoundError:
+                    continue
+                except ValueError:  # not JSON, or not UTF-8: counts as no record (_read)
+                    record = None
+                if isinstance(record, dict) and not record_expired(record, now):
+                    continue  # written with a longer TTL than this store's
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self._read(key)
@@ -98,13 +146,24 @@ class FileRecordStore:
 
 class FileResponseStore:
     """A :class:`~compactor.idempotency.ResponseStore` over ``directory``: each body a file of its own
-    (a later write under the same name is another file, as S3 keeps versions), named in the reference."""
+    (a later write under the same name is another file, as S3 keeps versions), named in the reference.
+    A body is removed once it is ``keep_seconds`` old (:data:`~compactor.idempotency.BODY_KEEP_FACTOR` TTLs:
+    no live record names it any more), as the bucket's lifecycle rule removes it."""
 
-    def __init__(self, directory: str | os.PathLike[str]):
+    def __init__(self, directory: str | os.PathLike[str],
+                 keep_seconds: float = BODY_KEEP_FACTOR * DEFAULT_TTL_SECONDS):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep_seconds = keep_seconds
+        self._next_sweep = float("-inf")
 
     def put(self, name: str, data: bytes) -> dict[str, Any]:
+        now = time.time()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL_SECONDS
+            for path, _ in list(_old_entries(self.directory, ".body", now - self.keep_seconds)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         file = f"{_file_name(name)}-{uuid.uuid4().hex}.body"
         _write_whole(self.directory / file, data)
         return {"name": name, "file": file}
