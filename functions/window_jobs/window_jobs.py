@@ -22,11 +22,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import large_jobs, object_jobs
 from compactor.call_record import CallRecord
+from compactor_aws import snapstart
 from compactor_aws.s3_store import S3Store
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace
 store = S3Store()
+# Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
+# the core warmed before the snapshot (docs/performance.md#snapstart).
+snapstart.register()
 
 
 def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

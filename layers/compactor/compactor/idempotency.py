@@ -32,10 +32,11 @@ MAX_TTL_SECONDS = 24 * 3600
 """The longest TTL: the bucket's lifecycle rule keeps a large stored response two days, a day longer
 (template.yaml bounds ``IdempotencyTtlSeconds`` alike); a record that outlived its body would fail its key's
 every replay until it expired."""
-BODY_KEEP_FACTOR = 2
-"""The local stores keep a large body this many TTLs after it was written, as the bucket keeps it two days for
-a TTL of at most one: a record's expiry is at most one TTL after its body's write (the body is written just
-before the record is completed), so no live record's body is ever removed."""
+BODY_KEEP_SECONDS = 2 * MAX_TTL_SECONDS
+"""The local stores keep a large body this long after it was written, as the bucket keeps it two days: a
+record's expiry is at most one TTL after its body's write (the body is written just before the record is
+completed), so no live record's body is ever removed, whatever TTL the record was written with (two servers
+sharing a directory, or a restart with a shorter TTL, cannot remove each other's live bodies)."""
 SWEEP_MIN_RECORDS = 64
 """The in-memory stores look for expired entries when they hold twice as many as after their last look (and at
 least this many): memory stays within about twice what the live keys hold, at a constant cost per write."""
@@ -178,12 +179,12 @@ def record_is_live(record: Mapping[str, Any], now: float) -> bool:
 
 @record
 class MemoryResponseStore:
-    """A :class:`ResponseStore` in a dict. A body is removed once it is ``keep_seconds`` old (the
-    :data:`BODY_KEEP_FACTOR` TTLs: no live record still names it), looked for as :class:`MemoryRecordStore`
-    looks for expired records."""
+    """A :class:`ResponseStore` in a dict. A body is removed once it is ``keep_seconds`` old
+    (:data:`BODY_KEEP_SECONDS`: no live record still names it), looked for as :class:`MemoryRecordStore` looks
+    for expired records."""
 
     bodies: dict[str, bytes] = field(default_factory=dict)
-    keep_seconds: float = BODY_KEEP_FACTOR * DEFAULT_TTL_SECONDS
+    keep_seconds: float = BODY_KEEP_SECONDS
     written: dict[str, float] = field(default_factory=dict, repr=False)
     _sweep_at: int = field(default=SWEEP_MIN_RECORDS, repr=False)
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from compactor.idempotency import BODY_KEEP_FACTOR, DEFAULT_TTL_SECONDS, record_expired, record_is_live
+from compactor.idempotency import BODY_KEEP_SECONDS, DEFAULT_TTL_SECONDS, record_expired, record_is_live
 
 _LOCK_FILE = ".lock"
 _TEMPORARY = ".tmp-"
@@ -147,11 +147,10 @@ class FileRecordStore:
 class FileResponseStore:
     """A :class:`~compactor.idempotency.ResponseStore` over ``directory``: each body a file of its own
     (a later write under the same name is another file, as S3 keeps versions), named in the reference.
-    A body is removed once it is ``keep_seconds`` old (:data:`~compactor.idempotency.BODY_KEEP_FACTOR` TTLs:
-    no live record names it any more), as the bucket's lifecycle rule removes it."""
+    A body is removed once it is ``keep_seconds`` old (:data:`~compactor.idempotency.BODY_KEEP_SECONDS`: no
+    live record names it any more), as the bucket's lifecycle rule removes it."""
 
-    def __init__(self, directory: str | os.PathLike[str],
-                 keep_seconds: float = BODY_KEEP_FACTOR * DEFAULT_TTL_SECONDS):
+    def __init__(self, directory: str | os.PathLike[str], keep_seconds: float = BODY_KEEP_SECONDS):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep_seconds = keep_seconds

@@ -32,7 +32,7 @@ from aws_lambda_powertools.utilities.idempotency.exceptions import (
 from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import DataRecord
 
 from compactor.idempotency import (
-    BODY_KEEP_FACTOR, DIR_ENV, MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds,
+    DIR_ENV, MemoryRecordStore, MemoryResponseStore, RecordStore, ResponseStore, ttl_seconds,
 )
 from compactor_aws import background
 
@@ -162,8 +162,8 @@ def response_store(environ: Mapping[str, str] | None = None) -> ResponseStore:
     if directory:
         from compactor.idempotency_files import FileResponseStore
 
-        return FileResponseStore(os.path.join(directory, "responses"), BODY_KEEP_FACTOR * ttl_seconds(env))
-    return MemoryResponseStore(keep_seconds=BODY_KEEP_FACTOR * ttl_seconds(env))
+        return FileResponseStore(os.path.join(directory, "responses"))
+    return MemoryResponseStore()
 
 
 def new_config() -> IdempotencyConfig:

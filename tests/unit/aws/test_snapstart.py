@@ -115,3 +115,32 @@ def test_before_snapshot_loads_the_codec_a_first_connection_needs() -> None:
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.split() == ["False", "True"]
+
+
+_HOOKS_PROBE = """\
+import json, sys, types
+registered = []
+fake = types.ModuleType("snapshot_restore_py")
+fake.register_before_snapshot = lambda fn: registered.append("before")
+fake.register_after_restore = lambda fn: registered.append("after")
+sys.modules["snapshot_restore_py"] = fake
+sys.path.insert(0, {function_dir!r})
+import {module}
+print(json.dumps(registered))
+"""
+
+
+@pytest.mark.parametrize("module", ["compact", "s3_compact", "flow_worker", "window_jobs"])
+def test_every_function_with_random_state_registers_both_hooks(module: str) -> None:
+    # template.yaml applies SnapStart to every function: each restored container must re-seed `random` (retry
+    # jitter) and drop clients; only the authorizer, which holds no random state or client, registers none.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    script = _HOOKS_PROBE.format(function_dir=str(repo / "functions" / module), module=module)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=repo,
+                          env={**__import__("os").environ, "AWS_DEFAULT_REGION": "us-east-1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == '["before", "after"]'
