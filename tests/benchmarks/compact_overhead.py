@@ -4,22 +4,24 @@ Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--laten
 
 1. CPU overhead: the largest admissible request (about 900 KB, 128 candidate fragments, tool-call
    units with bulky outputs that later units re-read, every candidate in a batch, and a large protected
-   tail) against instant in-process fake transports behind a real ``Router``.
-   Prints the wall time of the request's parse, validation, compaction and encoding around its model calls
-   (the core of what the API function runs; not Powertools' resolver, billing or the proxy response): the body
-   parsed (``bounded_loads``, the API's JSON reader) and validated (``CompactRequest``), ``service.compact``
-   (preparation, materialisation, flow admission, the run, reassembly) and the answer encoded
-   (``dense_dumps``), as a ratio to one ``json.loads`` + ``json.dumps`` round trip of the same body (the
-   floor of a request that reads its body and writes an answer: about 1; until issue 11's thirteenth round
-   the figure left the parse and the encoding out, 0.6-0.9 of a round trip, an easier figure than its name
-   says; ``service.compact`` alone is printed too, not for the goal): the median
-   of N runs (after a first one, not counted), each a new session of the same shape (other file names) on a
-   new router, against the median of round trips of that run's body timed beside each run (the machine's
-   speed drifts within a run of the benchmark). Goal ≤ 6, met only when the same ratio in the thread's CPU time (which
-   the load of other processes on a shared machine inflates far less than wall time: the path runs in one
-   thread, the fake transports are in-process) meets it too; then, not for the goal, a warm router's
-   other sessions, the same request again (admitted from the router's cache) and a new process's first
-   request.
+   tail), each run a new session of the same shape (other file names) on a new router.
+   The goal's figure is the thread's CPU time for the whole request through the real ``decisions`` and
+   ``openai`` transports (httpx and its pooled client on one event loop, as a container's) against the fake
+   provider of tests/fakes in a process of its own, answering at once: the body parsed (``bounded_loads``,
+   the API's JSON reader) and validated (``CompactRequest``), ``service.compact`` (preparation,
+   materialisation, flow admission, the run with its 24 model calls encoded, sent and their answers read
+   over loopback HTTP, reassembly) and the answer encoded (``dense_dumps``): what a deployed function's
+   request costs around its model calls (not Powertools' resolver, billing or the proxy response), as a
+   ratio to the thread CPU of one ``json.loads`` + ``json.dumps`` round trip of the same body (the floor of
+   a request that reads its body and writes an answer: about 1), the median of N runs (after a first one,
+   not counted) against the median of round trips timed beside each run. Goal ≤ 6. Thread CPU, not wall
+   time: the wall time also holds the provider's own work, and the load of other processes on a shared
+   machine inflates it far more (it is printed, not judged). Until issue 11's fourteenth round the figure
+   was the same request against in-process fake transports, which leave out the calls' JSON encoding and
+   httpx (about half the request's CPU): an easier figure than its name says; it is printed after, with
+   ``service.compact`` alone, and every run must have compacted every candidate as the provider answered
+   (a run whose calls failed is faster). Then, not for the goal, with the fakes: a warm router's other
+   sessions, the same request again (admitted from the router's cache) and a new process's first request.
    ``--profile`` prints the cProfile top hotspots of one run.
 2. Concurrency: the fake transports answer after a latency L (``asyncio.sleep``); a request that makes
    32 batches (32 decision calls, then 32 summary calls) should take about 2·L. Prints wall / (2·L);
@@ -34,6 +36,7 @@ import cProfile
 import gc
 import io
 import json
+import os
 import pstats
 import statistics
 import subprocess
@@ -47,6 +50,7 @@ from compactor.jsonutil import bounded_loads, dense_dumps
 from compactor.models import CompactRequest
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
 from compactor.providers.base import ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer
+from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
 
@@ -110,6 +114,80 @@ class FakeTransport:
 
 def router_for(transport: FakeTransport) -> Router:
     return Router(OFFERS, transport_for=lambda offer: transport)
+
+
+PROVIDER_KEY_ENV = "COMPACT_OVERHEAD_PROVIDER_KEY"
+
+
+def provider_main() -> None:
+    """``--provider``: the fake provider of tests/fakes on 127.0.0.1 in this process (its ``decisions`` and
+    OpenAI chat endpoints), answering as :class:`FakeTransport` does; prints its base URL, serves until stdin
+    closes. A process of its own, so that parsing the prompts (a real provider's work) is no part of the
+    measured thread's CPU or of its process's interpreter lock."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from fakes.provider_server import FakeProviderServer, Reply, chat_reply, decision_reply
+
+    def answer(request: Any) -> Reply:
+        body = request.json
+        if request.path.endswith("/decisions"):
+            return decision_reply({fid: {"type": "choice", "choice": "summarize", "confidence": 0.9}
+                                   for fid in body["questions"]}, model=body["model"])
+        items = json.loads(body["messages"][-1]["content"])
+        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
+                          model=body["model"])
+
+    provider = FakeProviderServer().start()
+    provider.responder = answer
+    print(provider.base_url, flush=True)
+    sys.stdin.read()
+    provider.stop()
+
+
+class RealProvider:
+    """The ``--provider`` process, and routers whose offers reach it through the real ``decisions`` and
+    ``openai`` transports (httpx, the pooled client of the event loop the requests run on), as a deployed
+    function's calls go (no latency: only the CPU around the calls is the subject)."""
+
+    def __enter__(self) -> RealProvider:
+        self.process = subprocess.Popen([sys.executable, __file__, "--provider"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        base_url = self.process.stdout.readline().strip()  # type: ignore[union-attr]
+        os.environ[PROVIDER_KEY_ENV] = "bench"
+        common: dict[str, Any] = {"provider": "bench", "base_url": base_url, "api_key_env": PROVIDER_KEY_ENV,
+                                  "observations": {"supports_json_mode": True}}
+        self.offers = (
+            Offer(id="bench/decider", family="decider", model="decider-1", protocol="decisions",
+                  transport="decisions", price_in=0.5, price_out=2.0, **common),
+            Offer(id="bench/summarizer", family="summarizer", model="summarizer-1", protocol="chat",
+                  transport="openai", price_in=3.0, price_out=15.0, **common),
+        )
+        # One event loop for every request, as a container's (compactor.container.run_sync): the transports'
+        # pooled client and its kept-alive connections are the container's, not each request's.
+        self.loop = asyncio.new_event_loop()
+        return self
+
+    def router(self) -> Router:
+        return Router(self.offers, transport_for=transport_for)
+
+    def run(self, body: str) -> tuple[float, dict[str, Any], float, float]:
+        return self.loop.run_until_complete(run_compact(body, FakeTransport(), self.router()))
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.close()
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.wait(timeout=30)
+
+
+def check_compacted(answer: dict[str, Any]) -> int:
+    """The request compacted every candidate as the provider answered (every fragment ``summarize``): no
+    batch failed, none was left unsent, no fallback kept the original; the number of candidates. A run
+    whose model calls failed is faster, and must not pass for one that made them."""
+    report = answer["compaction"]
+    candidates = [fragment for fragment in report["fragments"] if fragment["action"] != "keep"]
+    assert answer["compacted"] and not report["reasons"], report["reasons"]
+    assert candidates and all(fragment["action"] == "summarize" for fragment in candidates), \
+        sorted({fragment["action"] for fragment in candidates})
+    return len(candidates)
 
 
 def source_file(i: int, variant: str = "") -> str:
@@ -210,44 +288,59 @@ def overhead(runs: int, profile: bool) -> bool:
     admission cache, docs/performance.md), and a new process's first request after its imports."""
     body = overhead_body()
     sessions = [overhead_body(f"_s{run}") for run in range(runs)]  # built before any run is timed
-    asyncio.run(run_compact(body, FakeTransport()))  # run 1: the process's first use of the path, not counted
-    # The baseline is timed beside each run, not once before them: this machine's speed drifts within a
-    # run of the benchmark (the same code's runs moved between 31 and 45 ms in one), and a baseline timed
-    # only at the start divides the runs' time by a speed of another moment.
-    baselines, cpu_baselines, samples, cpu_samples, service_samples = [], [], [], [], []
-    answer, transport = {}, FakeTransport()
-    for session in sessions:
-        baselines.append(round_trip_s(session, repeats=3))
-        cpu_baselines.append(round_trip_s(session, repeats=3, clock=time.thread_time))
-        transport = FakeTransport()
-        elapsed, answer, cpu, service_cpu = asyncio.run(run_compact(session, transport))
-        samples.append(elapsed)
-        cpu_samples.append(cpu)
-        service_samples.append(service_cpu)
+    with RealProvider() as provider:
+        asyncio.run(run_compact(body, FakeTransport()))  # run 1: the process's first use of the path, not counted
+        check_compacted(provider.run(body)[1])  # and of the transports (httpx's import, the pooled client)
+        # The baseline is timed beside each run, not once before them: this machine's speed drifts within a
+        # run of the benchmark (the same code's runs moved between 31 and 45 ms in one), and a baseline timed
+        # only at the start divides the runs' time by a speed of another moment.
+        baselines, cpu_baselines, samples, cpu_samples, service_samples = [], [], [], [], []
+        real_samples, real_cpu_samples = [], []
+        answer, transport = {}, FakeTransport()
+        for session in sessions:
+            baselines.append(round_trip_s(session, repeats=3))
+            cpu_baselines.append(round_trip_s(session, repeats=3, clock=time.thread_time))
+            elapsed, real_answer, cpu, _ = provider.run(session)
+            check_compacted(real_answer)
+            real_samples.append(elapsed)
+            real_cpu_samples.append(cpu)
+            transport = FakeTransport()
+            elapsed, answer, cpu, service_cpu = asyncio.run(run_compact(session, transport))
+            check_compacted(answer)
+            assert transport.decisions == transport.chats >= 12, (transport.decisions, transport.chats)
+            assert real_answer["messages"] == answer["messages"]  # the same compaction either way
+            samples.append(elapsed)
+            cpu_samples.append(cpu)
+            service_samples.append(service_cpu)
     baseline, cpu_baseline = statistics.median(baselines), statistics.median(cpu_baselines)
     report = answer["compaction"]
-    candidates = sum(1 for f in report["fragments"] if f["action"] != "keep")
-    median = statistics.median(samples)
+    candidates = check_compacted(answer)
     print(f"compact_overhead: requests of {len(sessions[-1]) / 1000:.0f} KB, {candidates} candidate fragments, "
           f"{transport.decisions} batches, reasons {report['reasons'] or 'none'}, "
           f"{report['original_bytes']} → {report['output_bytes']} bytes (target met: {report['target_met']})")
-    print(f"  the request (parse, validation, service.compact, encoding): median {median * 1000:.1f} ms "
-          f"(min {min(samples) * 1000:.1f}, n={runs}); "
-          f"json.loads+dumps round trip {baseline * 1000:.1f} ms (median over the runs of three beside each)")
-    ratio = median / baseline
-    cpu_median = statistics.median(cpu_samples)  # what other processes on a shared machine add least to
-    cpu_ratio = cpu_median / cpu_baseline
-    # Both must meet the goal: other processes' load can inflate the wall-clock baseline alone (a 2.3 ms
-    # round trip measured 6.4 ms on a loaded machine, which nearly passed a 9× overhead).
-    met = ratio <= OVERHEAD_GOAL and cpu_ratio <= OVERHEAD_GOAL
-    print(f"  ratio {ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g}, in wall and thread CPU time)  "
-          f"{'OK' if met else 'ABOVE GOAL'}")
-    print(f"  thread CPU time: the request median {cpu_median * 1000:.1f} ms, round trip "
-          f"{cpu_baseline * 1000:.1f} ms, ratio {cpu_ratio:.1f}")
+    print(f"  json.loads+dumps round trip of the body: {baseline * 1000:.1f} ms, thread CPU "
+          f"{cpu_baseline * 1000:.1f} ms (medians over the runs of three beside each)")
+    # The goal's figure: the thread's CPU time for the whole request through the real transports (encoding each
+    # model call's body, httpx sending it and reading the answer), what a deployed function's request costs
+    # around its model calls. Thread CPU, not wall: the wall time also holds the provider's own work in its
+    # process, and other processes' load on a shared machine inflates wall time far more.
+    real_cpu = statistics.median(real_cpu_samples)
+    cpu_ratio = real_cpu / cpu_baseline
+    met = cpu_ratio <= OVERHEAD_GOAL
+    print(f"  the request through the real decisions/openai transports (parse, validation, service.compact with "
+          f"its {2 * transport.decisions} model calls encoded, sent and read over loopback HTTP, encoding): "
+          f"thread CPU median {real_cpu * 1000:.1f} ms (min {min(real_cpu_samples) * 1000:.1f}, n={runs}), "
+          f"ratio {cpu_ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g})  {'OK' if met else 'ABOVE GOAL'}")
+    real_wall = statistics.median(real_samples)
+    print(f"  its wall time: median {real_wall * 1000:.1f} ms, ratio {real_wall / baseline:.1f} (not the goal's "
+          f"figure: it holds the provider's own work)")
+    median, cpu_median = statistics.median(samples), statistics.median(cpu_samples)
+    print(f"  the same request with in-process fake transports (the core path without the calls' encoding and "
+          f"HTTP; until issue 11's fourteenth round the goal's figure): median {median * 1000:.1f} ms, ratio "
+          f"{median / baseline:.1f}; thread CPU {cpu_median * 1000:.1f} ms, ratio {cpu_median / cpu_baseline:.1f}")
     service_median = statistics.median(service_samples)
-    print(f"  thread CPU time of service.compact alone: median {service_median * 1000:.1f} ms, ratio "
-          f"{service_median / cpu_baseline:.1f} (not the goal's figure: the request also parses its body and "
-          f"encodes its answer)")
+    print(f"  thread CPU time of service.compact alone (fake transports): median {service_median * 1000:.1f} ms, "
+          f"ratio {service_median / cpu_baseline:.1f} (not the goal's figure)")
     warm_router = router_for(transport)
     bodies = [overhead_body(f"_{run}") for run in range(runs + 1)]
     asyncio.run(run_compact(bodies[-1], transport, warm_router))  # the router's first request
@@ -347,9 +440,13 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--profile", action="store_true", help="always print the cProfile hotspots")
     parser.add_argument("--first-request", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--provider", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.first_request:
         first_request()
+        return 0
+    if args.provider:
+        provider_main()
         return 0
     ok = overhead(args.runs, args.profile)
     ok &= concurrency(args.latency_ms / 1000, max(3, args.runs // 2))
