@@ -235,3 +235,82 @@ def test_a_bad_usage_range_is_422(compact_module: ModuleType, query: dict[str, s
 
     assert response["statusCode"] == 422
     assert message in json.loads(response["body"])["error"]["message"]
+
+
+# ------------------------------------------- a key computed again after its TTL (docs/billing.md)
+
+def expire_records(aws: dict[str, Any]) -> None:
+    """Every stored idempotency record's TTL has passed (DynamoDB treats a record as absent from its expiry,
+    before its TTL deletes it)."""
+    import time
+
+    for item in aws["dynamodb"].scan(TableName=IDEMPOTENCY_TABLE)["Items"]:
+        aws["dynamodb"].update_item(TableName=IDEMPOTENCY_TABLE, Key={"id": item["id"]},
+                                    UpdateExpression="SET expiration = :past",
+                                    ExpressionAttributeValues={":past": {"N": str(int(time.time()) - 1)}})
+
+
+def test_a_key_computed_again_after_its_ttl_is_billed_again_and_its_replays_are_not(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int]) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "daily"})
+
+    first = call(compact_module, ev)
+    expire_records(aws)
+    again = call(compact_module, dict(ev))  # the same UTC day, as with any TTL under a day
+    billing.reset_backends()  # another Lambda instance replays it
+    replay = call(compact_module, dict(ev))
+
+    assert first["statusCode"] == again["statusCode"] == replay["statusCode"] == 200
+    assert not replayed(again) and replayed(replay) and replay["body"] == again["body"]
+    assert len(counted) == 2
+    items = ledger_items(aws)
+    assert len(items) == 2 and len({item["sk"]["S"] for item in items}) == 2
+    assert all(item["idempotency_key"]["S"] == "daily" for item in items)
+    assert sum(day["calls"] for day in usage(compact_module, KEY_A)["days"]) == 2
+
+
+def test_a_ledger_failure_after_a_recomputation_is_billed_once_by_the_retry(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "down-later"})
+    assert call(compact_module, ev)["statusCode"] == 200
+    expire_records(aws)
+    ledger = billing.backends().ledger
+    real, failures = ledger.record, [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: core_billing.LedgerEntry) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(ledger, "record", flaky)
+    failed = call(compact_module, dict(ev))
+    retry = call(compact_module, dict(ev))
+    later = call(compact_module, dict(ev))
+
+    assert failed["statusCode"] == 500 and retry["statusCode"] == later["statusCode"] == 200
+    assert replayed(retry) and replayed(later)
+    assert len(counted) == 2 and len(ledger_items(aws)) == 2  # the first computation's and the second's
+
+
+def test_a_record_stored_before_entry_ids_were_kept_replays_under_its_old_id(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Deployed ledgers hold entries idem:<scope hash> of records without an entry_id (written before issue 11's
+    # fourteenth round): a replay of such a record after the upgrade must not bill the call a second time.
+    real_stored = billing._stored
+
+    def old_stored(*args: Any) -> dict[str, Any]:
+        record = real_stored(*args)
+        del record["entry_id"]
+        return record
+
+    monkeypatch.setattr(billing, "_stored", old_stored)
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "before"})
+    assert call(compact_module, ev)["statusCode"] == 200
+    monkeypatch.setattr(billing, "_stored", real_stored)
+    scope = idempotency.scope_id(KEY_A, "compact", "before")
+    assert [item["entry_id"]["S"] for item in ledger_items(aws)] == [f"idem:{scope}"]
+
+    replay = call(compact_module, dict(ev))
+
+    assert replayed(replay) and len(counted) == 1
+    assert [item["entry_id"]["S"] for item in ledger_items(aws)] == [f"idem:{scope}"]

@@ -34,9 +34,10 @@ class UsageRangeError(ValueError):
 class LedgerEntry:
     """One billed call.
 
-    ``entry_id`` is what makes the write happen once: derived from the idempotency key (scoped to the
-    caller and route), the S3 object version, or the API request id. ``time`` is the call's own time
-    (ISO 8601 UTC), kept in the stored response so that a replay writes the same entry.
+    ``entry_id`` is what makes the write happen once: derived from the computation of an idempotency key
+    (the key's scope, caller and route, and the computation's time, kept in its idempotency record), the
+    S3 object version, or the API request id. ``time`` is the call's own time (ISO 8601 UTC), kept in the
+    stored response so that a replay writes the same entry.
     """
 
     entry_id: str

@@ -1,13 +1,15 @@
 """Billed calls (docs/billing.md): idempotent replay, then exactly one ledger entry, on both front doors.
 
 A POST with ``Idempotency-Key`` runs through Powertools Idempotency, scoped by caller, route and
-key: the first request computes and stores ``{status, body or body_ref, facts, time, request_id}``;
-a retry with the same body gets the stored bytes back (header ``Idempotent-Replayed: true``),
+key: the first request computes and stores ``{status, body or body_ref, facts, time, request_id,
+entry_id}``; a retry with the same body gets the stored bytes back (header ``Idempotent-Replayed: true``),
 another body is 422, a retry while the first still runs is 409. The S3 path does the same keyed by
 the object version. After the result is stored, the ledger entry is written with a conditional
-write under an id derived from that scope (or the request id): a retry that finds the result stored
-writes the entry the first attempt may have missed, and never a second one. A ledger failure fails
-the call (500 / the Lambda retry), so what was delivered is what is billed.
+write under an id of that computation (the one kept in the stored record, of the scope and the
+computation's time; the object version; or the request id): a retry that finds the result stored writes
+the entry the first attempt may have missed, and never a second one, and a key computed again after its
+TTL is billed again. A ledger failure fails the call (500 / the Lambda retry), so what was delivered is
+what is billed.
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         body = record["body"]
     else:
         body = store.responses.get(record["body_ref"]).decode("utf-8")
-    _bill(f"idem:{scope}", caller, record.get("facts"), record["time"], record.get("request_id"), key)
+    _bill(keyed_entry_id(scope, record), caller, record.get("facts"), record["time"], record.get("request_id"), key)
     return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
 
 
@@ -200,10 +202,21 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
     return answer_call(event, route, compute, lambda_context)
 
 
+def keyed_entry_id(scope: str, record: Mapping[str, Any]) -> str:
+    """The ledger entry id of a keyed call's idempotency record (docs/billing.md): the one the computation
+    stored (``entry_id``, ``idem:<scope hash>:<the computation's time>``), so every replay of this record
+    writes the same entry, and a recomputation after the key's TTL (a new record, a new time) another.
+    A record stored before records kept an id (issue 11's fourteenth round) keeps the id its entry was
+    written under then, ``idem:<scope hash>``: its replay after an upgrade bills nothing more."""
+    return record.get("entry_id") or f"idem:{scope}"
+
+
 def _stored(scope: str, computed: Computed, request_id: str | None) -> dict[str, Any]:
-    """The idempotency record's result: status, facts, time, and the body inline or by reference."""
-    record: dict[str, Any] = {"status": computed.status, "facts": computed.facts, "time": billing.utc_now_iso(),
-                              "request_id": request_id}
+    """The idempotency record's result: status, facts, time, the ledger entry id, and the body inline or by
+    reference."""
+    now = billing.utc_now_iso()
+    record: dict[str, Any] = {"status": computed.status, "facts": computed.facts, "time": now,
+                              "request_id": request_id, "entry_id": f"idem:{scope}:{now}"}
     data = computed.body.encode("utf-8")
     if len(data) > idempotency.MAX_INLINE_RESPONSE_BYTES:
         record["body_ref"] = backends().responses.put(scope, data)
