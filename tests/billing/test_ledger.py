@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
 
 import pytest
 
 from compactor.billing import (
+    LedgerEntry,
     LocalLedger,
     UsageRangeError,
     billing_facts,
@@ -15,6 +17,7 @@ from compactor.billing import (
     make_entry,
     parse_range,
     totals_by_key,
+    usage_body,
 )
 
 
@@ -33,6 +36,53 @@ def test_an_entry_is_recorded_once_per_id(tmp_path: Path) -> None:
     reopened = LocalLedger(path=tmp_path / "ledger.jsonl")
     assert reopened.record(entry("a")) is False  # the file remembers across processes
     assert [e.cost_usd for e in reopened.entries("2026-11-01", "2026-11-30")] == [0.5]
+
+
+def _held(value: object, depth: int = 0) -> Iterator[object]:
+    """What ``value`` holds in its attributes and containers (a few levels down)."""
+    yield value
+    if depth < 4:
+        children = (value.values() if isinstance(value, dict) else value if isinstance(value, (list, set, tuple))
+                    else vars(value).values() if hasattr(value, "__dict__") else ())
+        for child in children:
+            yield from _held(child, depth + 1)
+
+
+def test_a_ledger_file_is_not_held_in_memory_only_its_entry_ids_and_its_totals_are_unchanged(
+        tmp_path: Path) -> None:
+    # A compactor serve worker runs for days: its ledger keeps what de-duplication needs (docs/billing.md).
+    written = [entry(f"req:{index:05d}", key=f"k{index % 3}", time=f"2026-11-{10 + index % 20}T10:00:00.000000Z",
+                     cost=None if index % 7 == 0 else 0.01 * (index % 5), bytes_in=100 + index, bytes_out=index % 50,
+                     model_calls=index % 4) for index in range(3000)]
+    ledger, memory = LocalLedger(path=tmp_path / "ledger.jsonl"), LocalLedger()
+    for item in written + written[::10]:  # a tenth written twice (replays on the same process)
+        ledger.record(item)
+        memory.record(item)
+
+    held = list(_held(ledger))
+    assert not any(isinstance(value, LedgerEntry) for value in held)
+    assert ledger._ids == {item.entry_id for item in written}
+    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == len(written)
+    reopened = LocalLedger(path=tmp_path / "ledger.jsonl")
+    assert reopened.record(written[5]) is False and reopened._ids == ledger._ids
+    for key in (None, "k0", "k2"):
+        for first, last in (("2026-11-01", "2026-11-30"), ("2026-11-12", "2026-11-12")):
+            expected = [day.as_dict() for day in daily_totals(
+                item for item in written if first <= item.day <= last and key in (None, item.api_key_id))]
+            assert [day.as_dict() for day in daily_totals(ledger.entries(first, last, key))] == expected
+            assert [day.as_dict() for day in daily_totals(memory.entries(first, last, key))] == expected
+            if key is not None:
+                assert usage_body(key, first, last, reopened)["days"] == expected
+
+
+def test_workers_appending_to_one_file_are_counted_once_each(tmp_path: Path) -> None:
+    # compactor serve --workers N: each process de-duplicates its own writes; reads de-duplicate.
+    one, other = LocalLedger(path=tmp_path / "l.jsonl"), LocalLedger(path=tmp_path / "l.jsonl")
+    assert one.record(entry("idem:a:1")) is True
+    assert other.record(entry("idem:a:1")) is True  # a replay on the other worker: its line once more
+    assert one.record(entry("idem:a:1")) is other.record(entry("idem:a:1")) is False
+    for ledger in (one, other, LocalLedger(path=tmp_path / "l.jsonl")):
+        assert [day.calls for day in daily_totals(ledger.entries("2026-11-01", "2026-11-30"))] == [1]
 
 
 def test_daily_totals_sum_known_costs_and_count_unknown_ones() -> None:

@@ -185,21 +185,29 @@ def usage_body(api_key_id: str, first_day: str, last_day: str, ledger: UsageLedg
 
 @record
 class LocalLedger:
-    """A :class:`UsageLedger` in memory, or appended to a JSON-lines file when ``path`` is set.
+    """A :class:`UsageLedger` appended to a JSON-lines file when ``path`` is set, else in memory.
 
-    One process writes a file at a time (``compactor serve``); the lock makes ``record`` atomic between
-    its threads. A file is re-read on every query, so ``compactor usage --ledger`` sees what a running
-    server wrote.
+    With a file, the file is the ledger: the object keeps only what ``record`` de-duplicates against, the
+    ids of the entries the file held when it was opened and of those it wrote since, never the entries
+    (every query re-reads the file, so ``compactor usage --ledger`` sees what a running server wrote).
+    Several processes append to one file (the workers of ``compactor serve --workers N``); each
+    de-duplicates its own writes (and what the file held when it opened it), so a replay that lands on
+    another worker may append its entry's line once more. Reads de-duplicate by entry id, so every total
+    counts an entry once. The lock makes ``record`` atomic between a process's threads. In memory (no
+    ``path``: tests, a server run in-process) the entries are the ledger and are kept.
+    Until issue 11's fourteenth round a file's ledger also kept every entry in memory for as long as the
+    process ran (about 340 bytes each, in each worker).
     """
 
     path: Path | None = None
-    _entries: dict[str, LedgerEntry] = field(default_factory=dict, repr=False)
+    _ids: set[str] = field(default_factory=set, repr=False)
+    _kept: list[LedgerEntry] = field(default_factory=list, repr=False)  # without a file only
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         if self.path is not None:
             self.path = Path(self.path)
-            self._entries = {entry.entry_id: entry for entry in self._read()}
+            self._ids = {entry.entry_id for entry in self._read()}
 
     def _read(self) -> Iterator[LedgerEntry]:
         if self.path is None or not self.path.exists():
@@ -211,7 +219,7 @@ class LocalLedger:
 
     def record(self, entry: LedgerEntry) -> bool:
         with self._lock:
-            if entry.entry_id in self._entries:
+            if entry.entry_id in self._ids:
                 return False
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -219,12 +227,14 @@ class LocalLedger:
                     out.write(json.dumps(entry.as_dict(), separators=(",", ":")) + "\n")
                     out.flush()
                     os.fsync(out.fileno())
-            self._entries[entry.entry_id] = entry
+            else:
+                self._kept.append(entry)
+            self._ids.add(entry.entry_id)
             return True
 
     def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
         with self._lock:
-            source = list(self._read()) if self.path is not None else list(self._entries.values())
+            source = list(self._read()) if self.path is not None else list(self._kept)
         seen: set[str] = set()
         for entry in source:
             if entry.entry_id in seen or not first_day <= entry.day <= last_day:
