@@ -411,7 +411,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="require this key (x-api-key or Authorization: Bearer) on every request, like the "
                              "deployed stage; repeatable, one caller per key")
     parser.add_argument("--ledger", type=Path, metavar="FILE",
-                        help="keep the usage ledger in this JSON-lines file (default: in memory); "
+                        help="keep the usage ledger in this JSON-lines file (default: a temporary file the worker "
+                             "instances share, removed when the server stops); "
                              "read it with compactor usage --ledger FILE")
     parser.add_argument("--workers", type=_positive, default=DEFAULT_WORKERS, metavar="N",
                         help=f"instances of the function, each a process answering one request at a time "
