@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from compactor.flow import AdmissionCache, FlowAdmissionError, admit_flow
 from compactor.flow import admit as admission
+from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
+from compactor.router import Router
 
 from .fake_router import FakeRouter
 from .test_admission_cache import same_admission
@@ -31,14 +33,22 @@ def outcome(term: Any, cache: AdmissionCache | None, flow_input: Any = FLOW_INPU
 
 def fresh_outcome(term: Any, flow_input: Any = FLOW_INPUT) -> Any:
     """Admission with nothing known: no node facts, no wirings (the process's are put back afterwards)."""
-    saved = dict(admission._NODE_FACTS), dict(admission._WIRINGS)
-    admission._NODE_FACTS.clear()
-    admission._WIRINGS.clear()
+    saved = dict(admission._NODE_FACTS), dict(admission._WIRINGS), admission._node_facts_chars, admission._wirings_chars
+    forget()
     try:
         return outcome(copy.deepcopy(term), None, flow_input)
     finally:
+        forget()
         admission._NODE_FACTS.update(saved[0])
         admission._WIRINGS.update(saved[1])
+        admission._node_facts_chars, admission._wirings_chars = saved[2], saved[3]
+
+
+def forget() -> None:
+    """Empty the node facts and the wirings, with their counts of characters."""
+    admission._NODE_FACTS.clear()
+    admission._WIRINGS.clear()
+    admission._node_facts_chars = admission._wirings_chars = 0
 
 
 def same_outcome(got: Any, expected: Any) -> bool:
@@ -95,7 +105,7 @@ def test_dict_subclass_node_maps_and_nodes_admit_as_plain_dicts() -> None:
 
 
 def test_only_policy_free_nodes_are_kept() -> None:
-    admission._NODE_FACTS.clear()
+    forget()
     outcome(triage_flow(), AdmissionCache())
     kept = {json.loads(text)["kind"] for text in admission._NODE_FACTS}
     assert kept == {"input", "output", "data"} and len(admission._NODE_FACTS) == 6
@@ -103,10 +113,106 @@ def test_only_policy_free_nodes_are_kept() -> None:
 
 def test_the_facts_are_bounded(monkeypatch: Any) -> None:
     monkeypatch.setattr(admission, "_NODE_FACTS_KEPT", 3)
-    admission._NODE_FACTS.clear()
+    forget()
     for bound in (100, 101, 102):
         outcome(triage_flow(answered={"max_string_bytes": bound}), AdmissionCache())
         assert len(admission._NODE_FACTS) <= 3
+
+
+def facts_chars() -> int:
+    """The characters the node facts hold, counted from the facts themselves."""
+    return sum(len(text) + len(facts.key) for text, facts in admission._NODE_FACTS.items())
+
+
+def wirings_chars() -> int:
+    """The characters the wirings hold (each id and input counted 16 more), counted from the wirings themselves."""
+    return sum(len(label) + 16 + len(kind) + sum(len(source) + 16 for source in sources)
+               for wiring in admission._WIRINGS for label, kind, sources in wiring)
+
+
+def within_bounds() -> bool:
+    return (facts_chars() == admission._node_facts_chars <= admission._NODE_FACTS_CHARS_MAX
+            and all(len(text) <= admission._NODE_TEXT_KEPT_MAX for text in admission._NODE_FACTS)
+            and len(admission._NODE_FACTS) <= admission._NODE_FACTS_KEPT
+            and wirings_chars() == admission._wirings_chars <= admission._WIRINGS_CHARS_MAX
+            and all(admission._wiring_chars(wiring) <= admission._WIRING_CHARS_KEPT_MAX for wiring in admission._WIRINGS)
+            and len(admission._WIRINGS) <= admission._WIRINGS_KEPT)
+
+
+def post_flows(flow_ir: Any, flow_input: Any = None) -> Any:
+    """``POST /v1/flows``'s core (its request's flow run) on the container's kind of router."""
+    from compactor.budget import Deadline
+    from compactor.container import run_sync
+    from compactor.flows_service import run_flows_request
+
+    return run_sync(run_flows_request({"flow_ir": flow_ir, "flow_input": flow_input}, router=FLOWS_ROUTER,
+                                      deadline=Deadline.after_ms(20_000)))
+
+
+def passthrough(label: str) -> list[Any]:
+    """The audit's flow (docs/performance.md "The admission and policy memos' memory"): an input node with a
+    caller's id, read by the output node."""
+    return ["flow", {label: {"kind": "input"}, "out": {"kind": "output", "inputs": [label]}}]
+
+
+FLOWS_ROUTER = Router([], transport_for=lambda offer: None)  # a real router: it has the admission cache
+
+
+def test_flows_of_long_node_ids_leave_the_facts_and_wirings_within_their_bounds() -> None:
+    """Distinct flows through ``POST /v1/flows``'s core, untyped and typed, with node ids of 40,000 characters
+    (over both kept sizes), of 3,900 (kept: their facts and wirings fill the characters bounds) and of 2 MB
+    (untyped: no 1 MiB term bound): what the facts and the wirings hold stays within their bounds (counted
+    from what they hold), and the small nodes and wiring of a real flow are kept and hit afterwards."""
+    forget()
+    held = []
+    for i in range(400):
+        size = 40_000 if i % 4 == 0 else 3_900
+        label = f"{i}-" + "n" * size
+        record = post_flows(passthrough(label), None if i % 2 else "hello")
+        assert record.status == 200, record
+        assert within_bounds(), i
+        assert all(len(text) < 4_000 for text in admission._NODE_FACTS)  # the 40,000-character ids are not kept
+        held.append((admission._node_facts_chars, admission._wirings_chars))
+    for bound, counts in ((admission._NODE_FACTS_CHARS_MAX, [facts for facts, _ in held]),
+                          (admission._WIRINGS_CHARS_MAX, [wirings for _, wirings in held])):
+        top = counts.index(max(counts))
+        assert max(counts) > bound - 8_000 and min(counts[top:]) < 8_000  # the bound was reached, and emptied
+    for i in range(3):
+        assert post_flows(passthrough(f"big-{i}-" + "n" * 2_000_000)).status == 200
+        assert within_bounds()
+    # A real flow's small nodes and wiring are kept and found again: a second admission (a new admission cache)
+    # checks only its model nodes and not its graph.
+    term = triage_flow()
+    expected = fresh_outcome(term)
+    assert same_outcome(outcome(copy.deepcopy(term), AdmissionCache()), expected)
+    texts = admission._policy_free_texts(term)
+    assert texts and all(text in admission._NODE_FACTS for text in texts.values())
+    checked: list[Any] = []
+    real_node, real_graph = admission._check_node, admission._check_graph
+    admission._check_node = lambda label, node: checked.append(label) or real_node(label, node)  # type: ignore
+    admission._check_graph = lambda *args: checked.append("graph") or real_graph(*args)  # type: ignore
+    try:
+        assert same_outcome(outcome(copy.deepcopy(term), AdmissionCache()), expected)
+    finally:
+        admission._check_node, admission._check_graph = real_node, real_graph  # type: ignore
+    assert sorted(checked) == sorted(set(term[1]) - set(texts))  # the model nodes only
+    assert within_bounds()
+
+
+def test_a_node_and_a_wiring_at_their_kept_sizes_are_kept_and_one_character_more_is_not() -> None:
+    base = len(dense_dumps({"kind": "output", "inputs": [""]}))
+    for label in ("n" * (admission._NODE_TEXT_KEPT_MAX - base), "n" * (admission._NODE_TEXT_KEPT_MAX - base + 1)):
+        forget()
+        outcome(passthrough(label), AdmissionCache(), MISSING)
+        text = dense_dumps({"kind": "output", "inputs": [label]})
+        assert (text in admission._NODE_FACTS) is (len(text) <= admission._NODE_TEXT_KEPT_MAX) and within_bounds()
+    # The wiring of passthrough(label): the id twice and "out", 16 more each, the kinds' 11 characters.
+    length = (admission._WIRING_CHARS_KEPT_MAX - 62) // 2
+    for label, kept in (("w" * length, True), ("w" * (length + 1), False)):
+        forget()
+        outcome(passthrough(label), AdmissionCache(), MISSING)
+        assert admission._wiring_chars(((label, "input", ()), ("out", "output", (label,)))) == 2 * len(label) + 62
+        assert bool(admission._WIRINGS) is kept and within_bounds()
 
 
 LABELS = st.text(min_size=1, max_size=6)

@@ -12,6 +12,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from itertools import chain
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -109,10 +110,16 @@ class _NodeFacts:
 
 
 # The facts of the policy-free nodes this process admitted, by the node's dense JSON text: the nodes a host's
-# flows repeat (per-batch projections, selections and overlays) are checked and keyed once. Bounded: emptied
-# when full.
+# flows repeat (per-batch projections, selections and overlays) are checked and keyed once. Bounded by count
+# and by size (docs/performance.md "The admission and policy memos' memory"): a node whose text is over
+# _NODE_TEXT_KEPT_MAX characters is checked each time and never kept (the preset's longest is 240: a caller's
+# megabyte-long node id in an output node's inputs is not), and once the facts hold over _NODE_FACTS_KEPT nodes
+# or _NODE_FACTS_CHARS_MAX characters of texts and keys, they are emptied. _node_facts_chars: those characters.
 _NODE_FACTS: dict[str, _NodeFacts] = {}
 _NODE_FACTS_KEPT: Final = 4096
+_NODE_TEXT_KEPT_MAX: Final = 4096
+_NODE_FACTS_CHARS_MAX: Final = 1 << 20
+_node_facts_chars = 0
 
 
 def _known_facts(node_texts: Mapping[str, str] | None, label: Any, node: Any) -> _NodeFacts | None:
@@ -166,13 +173,20 @@ def _remember_facts(nodes: Mapping[str, Any], node_texts: Mapping[str, str], kno
                     keys: Mapping[str, str]) -> None:
     """Keep the facts of the admitted flow's policy-free nodes that were not known yet (``keys``: every
     node's content key)."""
+    global _node_facts_chars
     for label, node in nodes.items():
         text = node_texts.get(label)  # None: a node (or node map) of a dict subclass, whose text was not kept
-        if text is None or node["kind"] not in _POLICY_FREE or label in known or depth_exceeds(node, 1):
+        if (text is None or len(text) > _NODE_TEXT_KEPT_MAX or node["kind"] not in _POLICY_FREE or label in known
+                or depth_exceeds(node, 1)):
             continue  # (a policy-free node that passes its checks holds lists of names at most)
-        if len(_NODE_FACTS) >= _NODE_FACTS_KEPT:
+        key = keys[label]
+        size = len(text) + len(key)
+        if len(_NODE_FACTS) >= _NODE_FACTS_KEPT or _node_facts_chars + size > _NODE_FACTS_CHARS_MAX:
             _NODE_FACTS.clear()
-        _NODE_FACTS[text] = _NodeFacts(text, _makes_typed(node), keys[label])
+            _node_facts_chars = 0
+        if text not in _NODE_FACTS:  # (an equal text of a node that is not equal: a tuple for a list)
+            _node_facts_chars += size
+        _NODE_FACTS[text] = _NodeFacts(text, _makes_typed(node), key)
 
 
 def _nodes_of(flow_ir: Any) -> dict[str, Any]:
@@ -224,21 +238,42 @@ def _check_flow_input(flow_input: Any, size: int | None) -> None:
 
 
 # The wirings (ids, kinds and inputs of every node, in order) that passed the graph checks, with their input
-# node's id: a host's flows of the same shape are wired alike (docs/performance.md). Emptied when full.
+# node's id: a host's flows of the same shape are wired alike (docs/performance.md). Bounded by count and by
+# size (docs/performance.md "The admission and policy memos' memory"): a wiring whose names are over
+# _WIRING_CHARS_KEPT_MAX characters (:func:`_wiring_chars`) is checked each time and never kept (the preset's
+# largest, 227 nodes, counts 19,388), and once the wirings hold over _WIRINGS_KEPT wirings or
+# _WIRINGS_CHARS_MAX characters, they are emptied. _wirings_chars: those characters.
 _WIRINGS: dict[tuple[tuple[str, str, tuple[str, ...]], ...], str] = {}
 _WIRINGS_KEPT: Final = 1024
+_WIRING_CHARS_KEPT_MAX: Final = 1 << 16
+_WIRINGS_CHARS_MAX: Final = 1 << 20
+_wirings_chars = 0
+
+
+def _wiring_chars(wiring: tuple[tuple[str, str, tuple[str, ...]], ...]) -> int:
+    """The characters of a wiring's ids, kinds and inputs, each id and input counted 16 more (a name's object
+    takes about 50 bytes whatever its length)."""
+    labels, kinds, sources = zip(*wiring)
+    names = [*labels, *chain.from_iterable(sources)]
+    return sum(map(len, names)) + 16 * len(names) + sum(map(len, kinds))
 
 
 def _checked_graph(nodes: Mapping[str, Any], inputs: Mapping[str, list[str]]) -> str:
     """:func:`_check_graph`, once per wiring."""
+    global _wirings_chars
     wiring = tuple([(label, node["kind"], tuple(inputs[label])) for label, node in nodes.items()])
     known = _WIRINGS.get(wiring)
     if known is not None:
         return known
     input_label = _check_graph(nodes, inputs)
-    if len(_WIRINGS) >= _WIRINGS_KEPT:
+    size = _wiring_chars(wiring)
+    if size > _WIRING_CHARS_KEPT_MAX:
+        return input_label
+    if len(_WIRINGS) >= _WIRINGS_KEPT or _wirings_chars + size > _WIRINGS_CHARS_MAX:
         _WIRINGS.clear()
+        _wirings_chars = 0
     _WIRINGS[wiring] = input_label
+    _wirings_chars += size
     return input_label
 
 
