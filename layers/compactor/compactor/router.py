@@ -81,9 +81,15 @@ BYTES_PER_TOKEN_ESTIMATE = 3
 # What Compactor's decision prompt adds around the state and questions (system prompt + output room).
 DECISION_PROMPT_TOKENS = 600
 CONTEXT_REJECTION = "context_too_small"
-# Admitted policies and rankings (policies × offer states) a router remembers; all are dropped when full.
+# Admitted policies and rankings (policies × offer states) a router remembers; all are dropped when full:
+# beyond 256 entries or 1,048,576 characters of the policies' texts (rankings: encodings). A policy whose text
+# (encoding) is over 8,192 characters is admitted (ranked) each time and never kept: the preset's and the
+# corpus's are under 200, and a caller's megabyte of action record must not stay in the container
+# (docs/performance.md "The admission and policy memos' memory").
 _POLICIES_KEPT = 256
 _RANKINGS_KEPT = 256
+_POLICY_CHARS_KEPT_MAX = 8192
+_MEMO_CHARS_MAX = 1 << 20
 
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _BEARER = r"(?i)bearer\s+\S+"
@@ -307,8 +313,10 @@ class Router:
         self._breakers: dict[tuple[str, str], _Breaker] = {}
         self._observed_copies: dict[tuple[int, bool, bool], Offer] = {}
         self._admitted: dict[str, AdmittedPolicy] = {}
+        self._admitted_chars = 0  # the characters of the texts _admitted holds
         self._flow_admissions: Any = None
         self._rankings: dict[tuple[str, Requirements, tuple[int, ...]], tuple[Any, Ranking]] = {}
+        self._rankings_chars = 0  # the characters of the policy encodings _rankings holds
         # Per event loop: one semaphore per offer with ``max_concurrency`` (docs/providers.md).
         self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Semaphore]] = \
             weakref.WeakKeyDictionary()
@@ -338,10 +346,13 @@ class Router:
         if known is not None:
             return known
         admitted = AdmittedPolicy(with_envelope(admit_policy(term, fields=self._fields), self._envelope))
-        if text is not None:  # admission is a pure function of the term's JSON: the same text, the same policy
-            if len(self._admitted) >= _POLICIES_KEPT:
+        # Admission is a pure function of the term's JSON: the same text, the same policy.
+        if text is not None and len(text) <= _POLICY_CHARS_KEPT_MAX:
+            if len(self._admitted) >= _POLICIES_KEPT or self._admitted_chars + len(text) > _MEMO_CHARS_MAX:
                 self._admitted.clear()
+                self._admitted_chars = 0
             self._admitted[text] = admitted
+            self._admitted_chars += len(text)
         return admitted
 
     async def chat(self, policy: AdmittedPolicy, request: ChatRequest, *, needs: frozenset[str] = frozenset(),
@@ -456,8 +467,14 @@ class Router:
         if known is not None and (known[0] is policy.fields or known[0] == policy.fields):
             return known[1]
         ranking = rank(policy, observed, requirements)
-        if len(self._rankings) >= _RANKINGS_KEPT:
+        size = len(key[0])
+        if size > _POLICY_CHARS_KEPT_MAX:
+            return ranking
+        if len(self._rankings) >= _RANKINGS_KEPT or self._rankings_chars + size > _MEMO_CHARS_MAX:
             self._rankings.clear()
+            self._rankings_chars = 0
+        if key not in self._rankings:  # (a key kept with other fields is replaced)
+            self._rankings_chars += size
         self._rankings[key] = (policy.fields, ranking)
         return ranking
 
