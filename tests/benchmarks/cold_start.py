@@ -24,7 +24,12 @@ interpreter that times
   worker event: one batch of the API request's decision flow (its decision and summary calls on the
   bundled offers), as the fan-out runner cuts it and sends it (its Map item: the payload in the event when it
   fits in the execution's input, as this small request's does, else read from S3). S3 is a ``moto_server``
-  on 127.0.0.1, so the botocore client a function builds on its first request is part of what is timed.
+  on 127.0.0.1, so the botocore client a function builds on its first request is part of what is timed. It
+  answers over HTTPS, as AWS does (:func:`make_certificates`): each new connection of a sample loads the CA
+  bundle the layer's botocore uses on Lambda, with the test authority appended (:func:`ca_bundle`), into its
+  SSL context, as it does on Lambda. A first request counts only when it compacted: the API's response and the
+  object the S3 function writes say ``compacted``, and every node of the flow (the workers': of their batch) ran
+  without an error (:func:`compacted`, :func:`flow_ran`).
   A fourth row, ``worker (S3)``, runs the same batch with its payload read from S3, as a worker of a request
   too large to carry whole starts (the runner carries the smallest payloads, so such a request's largest
   batches, the ones it waits for, read S3); the goals hold for it too.
