@@ -231,11 +231,59 @@ def ca_bundle(code: Path, authority: bytes) -> Path:
     return bundle
 
 
+# moto_server's application on werkzeug's server, as ``moto_server -c cert -k key`` runs it, but keeping its
+# connections open between requests as AWS's endpoints do: werkzeug's development server answers every request
+# with ``Connection: close`` and then reads whatever the client sent after the request (it does not read request
+# bodies it was not asked for), so each of a sample's AWS calls opened a new connection, and over HTTPS paid a
+# handshake and botocore's loading of the CA bundle, which a Lambda function's pooled connection to S3 or DynamoDB
+# pays once per client. Here each request's body (chunked or not) is read whole before the application runs, and
+# the reading after it finds nothing.
+_MOTO = """\
+import io, os, sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+
+class Drained:
+    def read(self, *args):
+        return b""
+    readline = read
+
+class KeepAlive(MotoRequestHandler):
+    def make_environ(self):
+        environ = super().make_environ()
+        if environ.get("wsgi.input_terminated"):  # a chunked body: werkzeug's reader of its chunks
+            body = environ["wsgi.input"].read()
+        else:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length > 0 else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        self.rfile = Drained()  # werkzeug reads what is left after the response: the next request's
+        return environ
+
+    def run_wsgi(self):
+        rfile = self.rfile
+        try:
+            super().run_wsgi()
+        finally:
+            self.rfile = rfile
+
+    def send_header(self, keyword, value):
+        if not (keyword.lower() == "connection" and value.lower() == "close"):
+            super().send_header(keyword, value)
+
+host, port, cert, key = sys.argv[1:]
+os.environ.setdefault("MOTO_PORT", port)
+app = DomainDispatcherApplication(create_backend_app)
+app.debug = True
+run_simple(host, int(port), app, threaded=True, ssl_context=(cert, key), request_handler=KeepAlive)
+"""
+
+
 def start_moto(cert_file: Path, key_file: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``moto_server`` on a free loopback port, over HTTPS with the given certificate."""
+    """moto's server on a free loopback port, over HTTPS with the given certificate, keeping connections open
+    (:data:`_MOTO`)."""
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port),
-                               "-c", str(cert_file), "-k", str(key_file)],
+    server = subprocess.Popen([sys.executable, "-c", _MOTO, "127.0.0.1", str(port), str(cert_file), str(key_file)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"https://127.0.0.1:{port}"
     for _ in range(100):
