@@ -57,8 +57,8 @@ Two baselines run in the same loop, interleaved with the samples so they see the
 Reported per function: absolute medians, ``cold / third-party`` (goal <= 1.3), ``cold / json`` (the cold start
 in bare interpreter starts: the cold sample's whole process, timed from outside as the floor is, over the bare
 ``python -c "import json"`` process; the sample's process also runs the few lines of the benchmark around
-its clocks: reading its event, checking where its modules came from, printing its timings; no goal) and, with SnapStart,
-``restored / third-party`` (goal <= 1.15): the same sample run with the function's before-snapshot
+its clocks: reading its event, checking where its modules came from, printing its timings; no goal) and, with
+SnapStart, ``restored / third-party`` (goal <= 1.15): the same sample run with the function's before-snapshot
 hook (``compactor_aws.snapstart.before_snapshot``) executed between the import and the first request;
 the hook's own time is reported apart, because on a SnapStart version it runs once when the version is
 published and is part of the snapshot, not of any caller's cold start. The after-restore hook
@@ -102,9 +102,10 @@ OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker
 # Lambda runtime has its standard library loaded before init), then ``json``, ``sys`` and ``time``, then no
 # site-packages on the path (only the layer's dependencies are importable, as in a deployed layer). The path
 # keeps the standard library's directories only (not ``''``, the checkout the script runs in, nor a directory of
-# ``PYTHONPATH``, nor an editable install's placeholder), and the importers only the standard library's: an editable install of this checkout
-# leaves its finder in ``sys.meta_path`` (and a path hook), which would load ``compactor_cli`` or any module
-# missing from the built layer from the checkout. The sample then checks where every module it loaded came from.
+# ``PYTHONPATH``, nor an editable install's placeholder), and the importers only the standard library's: an
+# editable install of this checkout leaves its finder in ``sys.meta_path`` (and a path hook), which would load
+# ``compactor_cli`` or any module missing from the built layer from the checkout. Each script then checks where
+# every module it loaded came from.
 _NO_SITE_PACKAGES = (
     'sys.path[:] = [path for path in sys.path if path.startswith(sys.base_prefix + "/") '
     'and not path.endswith(("site-packages", "dist-packages"))]\n'
@@ -188,7 +189,8 @@ def make_certificates(directory: Path) -> tuple[Path, Path, bytes]:
         builder = (x509.CertificateBuilder()
                    .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
                    .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=2))
                    .add_extension(x509.BasicConstraints(ca=authority, path_length=None), critical=True)
                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
                    .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
