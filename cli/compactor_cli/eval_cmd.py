@@ -24,11 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def transcript_files(paths: list[str]) -> list[Path]:
+    """The files named, and each named directory's own ``*.json``/``*.jsonl`` files. A subfolder is not
+    read (the corpus keeps format fixtures in its subfolders, outside the table: docs/evaluation.md); one
+    holding such files is named on stderr, so that nothing is left out silently."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
             files.extend(sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES))
+            for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+                if any(p.is_file() and p.suffix in SUFFIXES for p in sub.rglob("*")):
+                    print(f"compactor eval: {sub}: a subfolder: not read (name it to evaluate its transcripts)",
+                          file=sys.stderr)
         else:
             files.append(path)
     return files

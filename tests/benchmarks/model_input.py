@@ -14,16 +14,27 @@ request's batches), and the decision input *as billed with prompt caching*: each
 of its kind (decisions, summaries) pays its part of their common prefix at ``CACHED_INPUT_PRICE_FACTOR``
 of the input price (compactor/cost.py), when that prefix is long enough to be cached at all
 (``CACHE_MIN_BYTES``); no cache-write surcharge, and as if the first request had filled the cache before
-the others arrived (docs/performance.md). The raw bytes stay the headline figure. Goal: mean
-decision-mode ratio <= 1.5 over the transcripts where decision mode made calls (aim: <= 1, never above
-the seal's one call). Exit 1 when the goal is missed. Transcripts the compactor cannot read as chat
-(a Codex rollout) are skipped with a note, as ``compactor eval`` does.
+the others arrived (docs/performance.md). The raw bytes stay the headline figure. Also printed: the
+*shared state* of the decision requests, the bytes of the ``state`` fields every decision request of the
+compaction carries unchanged, wherever the request puts them.
+
+Goals: mean decision-mode ratio <= 1.5 over the transcripts where decision mode made calls (aim: <= 1,
+never above the seal's one call); the worst transcript's ratio is printed beside the mean. And the batch
+prompts share one cacheable prefix: a transcript whose decision requests (two or more) share at least
+``CACHE_MIN_BYTES`` of state must send all of it as their common prefix (prefix >= shared state), else
+its row says ``NOT PREFIX``. Exit 1 when either goal is missed.
+
+A directory is read with its subfolders (the corpus keeps its Claude Code and Codex sessions in
+``anthropic-messages/`` and ``openai-responses/``). Transcripts are read as chat, as ``compactor eval``
+reads them (a Claude Code session converted to chat messages); a Codex rollout, which has no chat
+messages, is compacted in its own format (``openai-responses``), as ``compactor compact`` sends it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -42,7 +53,7 @@ from compactor.providers.base import ChatRequest, DecisionRequest, Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
-from compactor.transcripts import TranscriptError, parse_transcript
+from compactor.transcripts import CODEX, TranscriptError, parse_transcript, read_transcript
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
@@ -99,6 +110,17 @@ def shared_prefix(bodies: list[bytes]) -> int:
     return len(os.path.commonprefix(bodies))
 
 
+def shared_state(bodies: list[bytes]) -> int:
+    """Bytes of the ``state`` fields that every one of these decision requests carries unchanged, each as
+    ``"key":value,`` in dense JSON: what one identical prefix could hold whatever the layout (0 for fewer
+    than two requests)."""
+    if len(bodies) < 2:
+        return 0
+    states = [json.loads(body)["state"] for body in bodies]
+    return sum(dense_size({key: value}) - 1 for key, value in states[0].items()
+               if all(key in state and state[key] == value for state in states[1:]))
+
+
 def cache_billed(bodies: list[bytes]) -> float:
     """Input bytes of related requests as billed with prompt caching: the first in full, each later one's
     share of the common prefix at the cached-input price (nothing cached below ``CACHE_MIN_BYTES``)."""
@@ -108,13 +130,28 @@ def cache_billed(bodies: list[bytes]) -> float:
     return sum(map(len, bodies)) - (len(bodies) - 1) * prefix * (1 - CACHED_INPUT_PRICE_FACTOR)
 
 
+def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The request fields of a transcript and its items: chat messages when it reads as chat, else a Codex
+    rollout's own items (``openai-responses``). Raises ``TranscriptError`` for anything else."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        messages, fields = parse_transcript(text)
+        return {**fields, "messages": messages}, messages
+    except TranscriptError:
+        transcript = read_transcript(text)
+        if transcript.session != CODEX:
+            raise
+        return {**transcript.fields, "format": transcript.format, transcript.items_field: transcript.items}, \
+            transcript.items
+
+
 def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
-    messages, fields = parse_transcript(path.read_text(encoding="utf-8"))
-    size = dense_size(messages)
+    fields, items = read(path)
+    size = dense_size(items)
     result: dict[str, Any] = {"name": path.name, "bytes": size}
     for mode, extra in (("decision", {"decision_policy_ir": DEFAULT_DECISIONS_POLICY}), ("seal", {})):
         provider.requests.clear()
-        request = CompactRequest.model_validate({**fields, "messages": messages, **extra})
+        request = CompactRequest.model_validate({**fields, **extra})
         status, body = asyncio.run(compact(request, deadline=Deadline.after_ms(120_000), router=router(provider.base_url)))
         if status != 200:
             raise SystemExit(f"{path.name} ({mode}): {status} {body}")
@@ -130,6 +167,8 @@ def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
             decisions = sent(provider, "decisions")
             mean = statistics.mean(map(len, decisions)) if decisions else 0
             result[mode]["prefix"] = shared_prefix(decisions) / mean if mean and len(decisions) > 1 else None
+            result[mode]["prefix_bytes"] = shared_prefix(decisions)
+            result[mode]["shared"] = shared_state(decisions)
     return result
 
 
@@ -137,17 +176,24 @@ def transcripts(arguments: list[str]) -> list[Path]:
     paths = [Path(a) for a in arguments] or [CORPUS]
     found: list[Path] = []
     for path in paths:
-        found.extend(sorted(p for p in path.glob("*.json*")) if path.is_dir() else [path])
+        found.extend(sorted(p for p in path.rglob("*.json*") if p.is_file()) if path.is_dir() else [path])
     return found
 
 
 def readable(path: Path) -> bool:
     try:
-        parse_transcript(path.read_text(encoding="utf-8"))
+        read(path)
     except TranscriptError as exc:
         print(f"{path.name}: skipped: {exc}")
         return False
     return True
+
+
+def prefix_missed(row: dict[str, Any]) -> bool:
+    """The batch prompts' goal: decision requests sharing at least ``CACHE_MIN_BYTES`` of state send all
+    of it as their common prefix."""
+    d = row["decision"]
+    return d["shared"] >= CACHE_MIN_BYTES and d["prefix_bytes"] < d["shared"]
 
 
 def main() -> int:
@@ -159,15 +205,16 @@ def main() -> int:
     rows = []
     try:
         print(f"{'transcript':<52} {'bytes':>8} {'decision sent':>13} {'ratio':>6} {'calls':>5} "
-              f"{'prefix':>6} {'cached-billed':>13} {'ratio':>6} {'seal sent':>9} {'ratio':>6}")
+              f"{'prefix':>6} {'shared':>6} {'cached-billed':>13} {'ratio':>6} {'seal sent':>9} {'ratio':>6}")
         for path in filter(readable, transcripts(args.paths)):
             row = measure(path, provider)
             rows.append(row)
             d, s = row["decision"], row["seal"]
             prefix = f"{d['prefix']:.0%}" if d["prefix"] is not None else "-"
             print(f"{row['name'][:52]:<52} {row['bytes']:8d} {d['sent']:13d} {d['sent'] / row['bytes']:6.2f} "
-                  f"{d['calls']:5d} {prefix:>6} {d['billed']:13.0f} {d['billed'] / row['bytes']:6.2f} "
-                  f"{s['sent']:9d} {s['sent'] / row['bytes']:6.2f}")
+                  f"{d['calls']:5d} {prefix:>6} {d['shared']:6d} {d['billed']:13.0f} {d['billed'] / row['bytes']:6.2f} "
+                  f"{s['sent']:9d} {s['sent'] / row['bytes']:6.2f}"
+                  + (f"  NOT PREFIX: common prefix {d['prefix_bytes']} bytes" if prefix_missed(row) else ""))
     finally:
         provider.stop()
     # Transcripts where decision mode made no call cost nothing: averaging them in would flatter the figure.
@@ -176,17 +223,29 @@ def main() -> int:
         print("decision mode made no model call on any transcript: nothing to measure")
         return 1
     mean_decision = statistics.mean(r["decision"]["sent"] / r["bytes"] for r in called)
+    worst = max(called, key=lambda r: r["decision"]["sent"] / r["bytes"])
     mean_billed = statistics.mean(r["decision"]["billed"] / r["bytes"] for r in called)
+    worst_billed = max(called, key=lambda r: r["decision"]["billed"] / r["bytes"])
     mean_seal = statistics.mean(r["seal"]["sent"] / r["bytes"] for r in called)
     costlier = sum(1 for r in called if r["decision"]["sent"] > r["seal"]["sent"])
     costlier_billed = sum(1 for r in called if r["decision"]["billed"] > r["seal"]["billed"])
     print(f"mean model input / transcript over the {len(called)} of {len(rows)} transcripts where decision mode "
-          f"made calls: decision {mean_decision:.2f} (goal <= {GOAL}; aim <= 1), seal {mean_seal:.2f}; "
+          f"made calls: decision {mean_decision:.2f} (goal <= {GOAL}; aim <= 1), worst "
+          f"{worst['decision']['sent'] / worst['bytes']:.2f} ({worst['name']}"
+          f"{'; above ' + str(GOAL) + ' on its own' if worst['decision']['sent'] > GOAL * worst['bytes'] else ''}), "
+          f"seal {mean_seal:.2f}; "
           f"decision costlier than the seal's one call on {costlier} of {len(called)}")
     print(f"as billed with prompt caching (later requests' shared prefix at {CACHED_INPUT_PRICE_FACTOR:g}x the "
-          f"input price, prefixes of at least {CACHE_MIN_BYTES} bytes): decision {mean_billed:.2f}; costlier "
+          f"input price, prefixes of at least {CACHE_MIN_BYTES} bytes): decision {mean_billed:.2f}, worst "
+          f"{worst_billed['decision']['billed'] / worst_billed['bytes']:.2f} ({worst_billed['name']}); costlier "
           f"than the seal's one call on {costlier_billed} of {len(called)}")
-    return 0 if mean_decision <= GOAL else 1
+    judged = [r for r in called if r["decision"]["shared"] >= CACHE_MIN_BYTES]
+    missed = [r["name"] for r in judged if prefix_missed(r)]
+    print(f"one cacheable prefix: {len(judged)} of {len(called)} transcripts share at least {CACHE_MIN_BYTES} bytes "
+          f"of state across their decision requests; "
+          + (f"NOT sent as their common prefix on {len(missed)}: {', '.join(missed)}" if missed
+             else "each sends all of it as the requests' common prefix"))
+    return 0 if mean_decision <= GOAL and not missed else 1
 
 
 if __name__ == "__main__":

@@ -90,3 +90,14 @@ def test_eval_skips_what_is_not_a_transcript(tmp_path, capsys):
     (tmp_path / "notes.json").write_text("42")
     assert main(["eval", str(tmp_path)]) == 2
     assert "skipped" in capsys.readouterr().err
+
+
+def test_eval_names_the_subfolders_it_does_not_read(tmp_path, capsys):
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "sub" / "deeper" / "t.jsonl").write_text("42")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("not a transcript")
+    assert main(["eval", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'sub'}: a subfolder: not read" in err
+    assert "notes" not in err
