@@ -36,7 +36,7 @@ from compactor.providers.base import DecisionRequest, Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
-from compactor.transcripts import parse_transcript
+from compactor.transcripts import TranscriptError, parse_transcript
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
@@ -128,8 +128,8 @@ def router(provider: CachingProvider, markers: bool) -> Router:
     return Router((decider, summarizer), transport_for=transport_for)
 
 
-def measure(path: Path, provider: CachingProvider) -> dict[str, Any]:
-    messages, fields = parse_transcript(path.read_text(encoding="utf-8"))
+def measure(path: Path, messages: list[dict[str, Any]], fields: dict[str, Any],
+            provider: CachingProvider) -> dict[str, Any]:
     result: dict[str, Any] = {"name": path.name}
     for markers in (True, False):
         provider.calls.clear()
@@ -141,7 +141,10 @@ def measure(path: Path, provider: CachingProvider) -> dict[str, Any]:
         nodes = body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes", [])
         if status != 200 or any(node.get("error") for node in nodes):
             raise SystemExit(f"{path.name}: the compaction failed or a model call failed: {status}")
-        result["cost" if markers else "full"] = body.get("x_router", {}).get("cost_usd") or 0.0
+        cost = body.get("x_router", {}).get("cost_usd")
+        if cost is None:  # unknown is not free: counted as 0 it would read as a saving
+            raise SystemExit(f"{path.name}: the compaction's cost is unknown (markers {'on' if markers else 'off'})")
+        result["cost" if markers else "full"] = cost
         if markers:
             calls = list(provider.calls)
             result.update(calls=len(calls), writes=sum(c["write"] for c in calls), reads=sum(c["read"] for c in calls),
@@ -163,10 +166,11 @@ def main() -> int:
     worst = 0.0
     for path in files:
         try:
-            row = measure(path, provider)
-        except ValueError as exc:  # not a chat transcript (e.g. a Codex rollout)
+            messages, fields = parse_transcript(path.read_text(encoding="utf-8"))
+        except TranscriptError as exc:  # not a chat transcript (e.g. a Codex rollout)
             print(f"{path.name[:58]:58} skipped: {exc}")
             continue
+        row = measure(path, messages, fields, provider)
         ratio = row["ratio"]
         shown = "-" if ratio is None else f"{ratio:.2f}"
         print(f"{path.name[:58]:58} {row['calls']:5} {row['writes']:6} {row['reads']:5} {row['prefix']:6.0%} {shown:>5}")
