@@ -10,8 +10,8 @@ sees it. Each request is a new session of the same shape (``compact_overhead.tra
 other file names in every output), as a warm instance serves many sessions: a re-posted identical body
 would find what the first one left in the instance (its salience verdicts, its flow's admission) and make
 the later runs easier than a caller's. Printed: wall / (2·L) at L = 200 ms and 1 s; goals <= 1.5 and
-<= 1.15 (sequential batches would give the batch count). Exit 1 when a goal is missed or the provider did not see one decision and one
-summary per batch.
+<= 1.15 (sequential batches would give the batch count). Exit 1 when a goal is missed or the provider did
+not see one decision and one summary per batch.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def main() -> int:
             verdict = "OK" if median <= goal else "ABOVE GOAL"
             print(f"e2e_concurrency: {batches} batches through compactor serve + openai/decisions transports, "
                   f"L = {latency_s * 1000:.0f} ms, request {len(body('_s0')) / 1000:.0f} KB: wall / (2·L) median "
-                  f"{median:.3f}, best {min(ratios):.3f} (n={args.runs}, a new session each; goal <= {goal})  {verdict}")
+                  f"{median:.3f}, best {min(ratios):.3f} (n={args.runs}, a new session each; goal <= {goal})  "
+                  f"{verdict}")
             failed |= median > goal
     return 1 if failed else 0
 
