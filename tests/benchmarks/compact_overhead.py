@@ -61,7 +61,7 @@ BATCHES = 32
 FRAGMENT_OUTPUT_CHARS = 4200
 TAIL_OUTPUT_CHARS = 332_000
 # Items of ~25.3 KB: two never fit one batch's 50 000-byte summary record, so every fragment is a batch of
-# its own; with the state every batch carries, the 900 000-byte flow input admits about 28 of the 32.
+# its own; with the state every batch carries, the 900 000-byte flow input admits all 32 (at least MIN_BATCHES).
 BATCH_OUTPUT_CHARS = 25_000
 REREAD_AFTER = 8
 MIN_BATCHES = 24
@@ -270,8 +270,8 @@ def round_trip_s(body: str, repeats: int = 15, clock: Any = time.perf_counter) -
 
 
 def overhead_body(variant: str = "") -> str:
-    # 128 candidates with every one of them in a batch (tool outputs of 4 200 characters: 16 batches of 8,
-    # a flow input of about 820 000 bytes), plus a 332 KB tool output in the protected tail (it reaches the
+    # 128 candidates with every one of them in a batch (tool outputs of 4 200 characters: 12 batches, eleven
+    # of 11 and one of 7, a flow input of about 820 000 bytes), plus a 332 KB tool output in the protected tail (it reaches the
     # flow only as a 1 000-character excerpt): about 900 KB in all. Each unit re-reads the file the unit
     # 8 places earlier saw: names used later and later actions to quote, as in a real transcript.
     return request_body(transcript(128, FRAGMENT_OUTPUT_CHARS, tail_chars=TAIL_OUTPUT_CHARS,
