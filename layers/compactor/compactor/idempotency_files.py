@@ -72,6 +72,17 @@ def _write_whole(path: Path, data: bytes) -> None:
         raise
 
 
+def _record_at(path: Path) -> dict[str, Any] | None:
+    """The record in ``path``; None when there is none, or when the file is not a record (left empty or cut short
+    by a crash of the machine: the rename is not flushed to disk), which the next first write replaces (and a
+    sweep removes), instead of failing every request with that key."""
+    try:
+        record = json.loads(path.read_bytes())
+    except (FileNotFoundError, ValueError):  # none; or not JSON, or not UTF-8
+        return None
+    return record if isinstance(record, dict) else None
+
+
 class FileRecordStore:
     """A :class:`~compactor.idempotency.RecordStore` over ``directory`` (``<sha256 of key>.json`` each),
     shared by the processes that name the same directory; ``ttl_seconds``: the TTL records are written with
@@ -97,14 +108,7 @@ class FileRecordStore:
         return self.directory / f"{_file_name(key)}.json"
 
     def _read(self, key: str) -> dict[str, Any] | None:
-        """The key's record; None when there is none, or when its file is not a record (left empty or cut short
-        by a crash of the machine: the rename is not flushed to disk), which the next first write replaces,
-        instead of failing every request with that key."""
-        try:
-            record = json.loads(self._path(key).read_bytes())
-        except (FileNotFoundError, ValueError):  # none; or not JSON, or not UTF-8
-            return None
-        return record if isinstance(record, dict) else None
+        return _record_at(self._path(key))
 
     def put_new(self, key: str, record: dict[str, Any], *, now: float) -> dict[str, Any] | None:
         with self._exclusive():
@@ -120,16 +124,10 @@ class FileRecordStore:
     def _sweep(self, now: float) -> None:
         """Remove the records expired at ``now`` (and those that are not records), under the exclusive lock."""
         for path, temporary in list(_old_entries(self.directory, ".json", now - self.ttl_seconds)):
-            if not temporary:
-                try:
-                    record = json.loads(path.read_bytes())
-                except FileNotFoundError:
-                    continue
-                except ValueError:  # not JSON, or not UTF-8: counts as no record (_read)
-                    record = None
-                if isinstance(record, dict) and not record_expired(record, now):
-                    continue  # written with a longer TTL than this store's
-            with contextlib.suppress(FileNotFoundError):
+            record = None if temporary else _record_at(path)
+            if record is not None and not record_expired(record, now):
+                continue  # written with a longer TTL than this store's
+            with contextlib.suppress(FileNotFoundError):  # (or removed meanwhile)
                 path.unlink()
 
     def get(self, key: str) -> dict[str, Any] | None:
