@@ -62,16 +62,23 @@ def overlapping_responder() -> Callable[[RecordedRequest], Reply]:
     return responder
 
 
+def post_at_once(url: str, tags: list[str], *, keyed: bool = False) -> list[httpx.Response]:
+    """One ``/compact`` request per tag (its messages named by the tag; with ``keyed``, the tag is also its
+    ``Idempotency-Key``), all sent at the same time."""
+    def post(tag: str) -> httpx.Response:
+        return httpx.post(f"{url}/compact", json={"messages": messages(tag), "keep_recent": 2},
+                          headers={"Idempotency-Key": tag} if keyed else None, timeout=120)
+
+    with ThreadPoolExecutor(max_workers=len(tags)) as clients:
+        return list(clients.map(post, tags))
+
+
 def test_two_slow_requests_are_answered_at_the_same_time_and_both_are_in_the_one_ledger(catalog_of) -> None:
     with FakeProviderServer() as provider:
         provider.responder = overlapping_responder()
         catalog_of(provider)
         with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
-            with ThreadPoolExecutor(max_workers=2) as clients:
-                answers = list(clients.map(
-                    lambda tag: httpx.post(f"{url}/compact", json={"messages": messages(tag), "keep_recent": 2},
-                                           timeout=120),
-                    ["first", "second"]))
+            answers = post_at_once(url, ["first", "second"])
             usage = httpx.get(f"{url}/usage", timeout=60).json()  # one instance: both calls are there
 
     for answer in answers:
@@ -97,11 +104,7 @@ def test_keyed_requests_of_different_keys_run_at_once_whatever_their_keys(catalo
         provider.responder = overlapping_responder()
         catalog_of(provider)
         with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=2)) as url:
-            with ThreadPoolExecutor(max_workers=2) as clients:
-                answers = list(clients.map(
-                    lambda key: httpx.post(f"{url}/compact", json={"messages": messages(key), "keep_recent": 2},
-                                           headers={"Idempotency-Key": key}, timeout=120),
-                    keys))
+            answers = post_at_once(url, keys, keyed=True)
 
     assert [answer.status_code for answer in answers] == [200, 200]
     assert all(SUMMARY in answer.text for answer in answers)
