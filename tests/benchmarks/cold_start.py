@@ -115,6 +115,14 @@ _NO_SITE_PACKAGES = (
     'if getattr(hook, "__module__", None) in ("zipimport", "_frozen_importlib_external")]\n')
 _START = "import json, sys, time\n" + _NO_SITE_PACKAGES
 STDLIB = os.path.dirname(os.__file__)  # the standard library of this interpreter (the samples run the same)
+# Each script's last check: every module it loaded (since ``before``) came from the built layer or the function's
+# directory (``allowed``) or the standard library (``stdlib``, not its site-packages).
+_CHECK_ORIGINS = """\
+strays = [(name, module.__file__) for name, module in list(sys.modules.items())
+          if name not in before and getattr(module, "__file__", None) and not module.__file__.startswith({allowed!r})
+          and not (module.__file__.startswith({stdlib!r}) and "-packages/" not in module.__file__)]
+assert not strays, f"loaded from outside the built layer, the function and the standard library: {{strays[:5]}}"
+"""
 _SAMPLE = _START + """\
 sys.path[:0] = {paths!r}
 before = set(sys.modules)
@@ -137,10 +145,7 @@ answer = handler_module.handler(event, Context())
 t3 = time.perf_counter()
 assert all(sys.modules[name].__file__.startswith({paths[1]!r}) for name in ("compactor", "botocore")
            if name in sys.modules), "the built layer is not what ran"
-strays = [(name, module.__file__) for name, module in list(sys.modules.items())
-          if name not in before and getattr(module, "__file__", None) and not module.__file__.startswith({allowed!r})
-          and not (module.__file__.startswith({stdlib!r}) and "-packages/" not in module.__file__)]
-assert not strays, f"loaded from outside the built layer, the function and the standard library: {{strays[:5]}}"
+""" + _CHECK_ORIGINS + """\
 loaded = [name for name in sys.modules if name not in before]  # in the order they were first imported
 print(json.dumps({{"import": t1 - t0, "hook": t2 - t1, "first": t3 - t2, "answer": answer, "loaded": loaded}}))
 """
@@ -155,10 +160,7 @@ for name in names:
     except ImportError:  # aliases some packages register in sys.modules without an importable file
         pass
 t1 = time.perf_counter()
-strays = [(name, module.__file__) for name, module in list(sys.modules.items())
-          if name not in before and getattr(module, "__file__", None) and not module.__file__.startswith({allowed!r})
-          and not (module.__file__.startswith({stdlib!r}) and "-packages/" not in module.__file__)]
-assert not strays, f"loaded from outside the built layer, the function and the standard library: {{strays[:5]}}"
+""" + _CHECK_ORIGINS + """\
 print(t1 - t0)
 """
 

@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,25 +120,34 @@ def router_for(transport: FakeTransport) -> Router:
 PROVIDER_KEY_ENV = "COMPACT_OVERHEAD_PROVIDER_KEY"
 
 
+def summarize_all_responder(latency_s: float = 0.0) -> Callable[[Any], Any]:
+    """The answers of the fake provider of tests/fakes (``tests`` on the path) as :class:`FakeTransport` gives
+    them: every fragment ``summarize``, every summary a short line, each after ``latency_s``."""
+    from fakes.provider_server import Reply, chat_reply, decision_reply
+
+    def answer(request: Any) -> Reply:
+        body = request.json
+        if request.path.endswith("/decisions"):
+            return decision_reply({name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
+                                   for name in body["questions"]}, model=body["model"], input_tokens=1000,
+                                  output_tokens=20, delay_s=latency_s)
+        items = json.loads(body["messages"][-1]["content"])
+        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
+                          model=body["model"], prompt_tokens=1000, completion_tokens=50, delay_s=latency_s)
+
+    return answer
+
+
 def provider_main() -> None:
     """``--provider``: the fake provider of tests/fakes on 127.0.0.1 in this process (its ``decisions`` and
     OpenAI chat endpoints), answering as :class:`FakeTransport` does; prints its base URL, serves until stdin
     closes. A process of its own, so that parsing the prompts (a real provider's work) is no part of the
     measured thread's CPU or of its process's interpreter lock."""
     sys.path.insert(0, str(REPO_ROOT / "tests"))
-    from fakes.provider_server import FakeProviderServer, Reply, chat_reply, decision_reply
-
-    def answer(request: Any) -> Reply:
-        body = request.json
-        if request.path.endswith("/decisions"):
-            return decision_reply({fid: {"type": "choice", "choice": "summarize", "confidence": 0.9}
-                                   for fid in body["questions"]}, model=body["model"])
-        items = json.loads(body["messages"][-1]["content"])
-        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
-                          model=body["model"])
+    from fakes.provider_server import FakeProviderServer
 
     provider = FakeProviderServer().start()
-    provider.responder = answer
+    provider.responder = summarize_all_responder()
     print(provider.base_url, flush=True)
     sys.stdin.read()
     provider.stop()

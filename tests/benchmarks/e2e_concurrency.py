@@ -31,10 +31,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
-from compact_overhead import BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, request_body, transcript  # noqa: E402
-from fakes.provider_server import (  # noqa: E402
-    FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply,
+from compact_overhead import (  # noqa: E402
+    BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, request_body, summarize_all_responder, transcript,
 )
+from fakes.provider_server import FakeProviderServer  # noqa: E402
 
 GOALS = {0.2: 1.5, 1.0: 1.15}
 
@@ -42,18 +42,8 @@ GOALS = {0.2: 1.5, 1.0: 1.15}
 def fake_provider(latency_s: float) -> FakeProviderServer:
     """The provider on 127.0.0.1: every fragment ``summarize``, every summary a short line, each answer
     after ``latency_s``; it records every request."""
-    def answer(request: RecordedRequest) -> Reply:
-        body = request.json
-        if request.path.endswith("/decisions"):
-            return decision_reply({name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
-                                   for name in body["questions"]}, model=body["model"], input_tokens=1000,
-                                  output_tokens=20, delay_s=latency_s)
-        items = json.loads(body["messages"][-1]["content"])
-        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
-                          model=body["model"], prompt_tokens=1000, completion_tokens=50, delay_s=latency_s)
-
     provider = FakeProviderServer().start()
-    provider.responder = answer
+    provider.responder = summarize_all_responder(latency_s)
     return provider
 
 
