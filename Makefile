@@ -43,6 +43,13 @@ $(CHROMEDRIVER):
 
 browser: $(CHROMEDRIVER)
 
+# The layer's build hashes its CA bundle with openssl (layers/compactor/Makefile, ca-certificates), and a unit test
+# checks that directory: installed when missing (without it the build warns and ships no directory).
+OPENSSL := /usr/bin/openssl
+$(OPENSSL):
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq openssl; \
+	else echo "warning: the layer ships no hashed CA directory; install openssl with: sudo apt-get install openssl" >&2; fi
+
 demo: $(STAMP)
 	@mkdir -p $(dir $(DEMO_OUT)) $(dir $(DEMO_HTML))
 	$(VENV)/bin/compactor compact $(DEMO_TRANSCRIPT) --output $(DEMO_OUT) --html $(DEMO_HTML) --show-summaries 3
@@ -56,7 +63,7 @@ openapi: $(STAMP)
 	$(PY) -m compactor_cli.openapi_doc
 
 # tests/unit/test_template_versions.py runs the SAM translator of .venv-tools (it pins pydantic below the layer).
-unit: $(STAMP) $(CHROMEDRIVER) $(TOOLS_STAMP)
+unit: $(STAMP) $(CHROMEDRIVER) $(TOOLS_STAMP) $(OPENSSL)
 	COMPACTOR_REQUIRE_BROWSER=$$(test -x $(CHROMEDRIVER) && echo 1) COMPACTOR_TOOLS_PYTHON=$(abspath $(TOOLS))/bin/python \
 		$(PY) -m pytest -q
 
@@ -66,7 +73,7 @@ lint-template: $(TOOLS_STAMP)
 
 test: unit lint-template
 
-build: $(TOOLS_STAMP)
+build: $(TOOLS_STAMP) $(OPENSSL)
 	$(TOOLS)/bin/sam build --template template.yaml
 
 # Bounded loopback load run of `compactor serve` (50 clients, 60 s; SOAK_CLIENTS / SOAK_SECONDS): docs/reliability.md

@@ -41,3 +41,25 @@ def test_the_bytecode_names_the_sources_where_lambda_mounts_the_layer(tmp_path: 
     assert code.co_filename == "/opt/python/compactor/service.py"
     handler = tree / "compactor_aws" / "__pycache__" / f"snapstart.{sys.implementation.cache_tag}.pyc"
     assert marshal.loads(handler.read_bytes()[16:]).co_filename == "/opt/python/compactor_aws/snapstart.py"
+
+
+def test_the_hashed_ca_directory_is_byte_identical(tmp_path: Path) -> None:
+    """The layer's CA bundle as a hashed directory (``make ca-certificates``;
+    docs/performance.md#the-ca-bundle-read-by-hash-fifteenth-round-issue-11): the same names and bytes wherever
+    it is built."""
+    import shutil
+
+    import certifi
+    import pytest
+
+    if shutil.which("openssl") is None and shutil.which("c_rehash") is None:
+        pytest.skip("no openssl")
+    trees = []
+    for root in (tmp_path / "a", tmp_path / "another" / "much" / "deeper"):
+        (root / "python" / "certifi").mkdir(parents=True)
+        shutil.copy(certifi.where(), root / "python" / "certifi" / "cacert.pem")
+        subprocess.run(["make", "-s", "-C", str(LAYER), "ca-certificates", f"ARTIFACTS_DIR={root}",
+                        f"PYTHON={sys.executable}"], check=True, capture_output=True)
+        trees.append(contents(root / "python" / "compactor" / "ca-certificates"))
+    assert len(trees[0]) > 100 and b"../../certifi/cacert.pem" in trees[0]["manifest.json"]
+    assert trees[0] == trees[1]

@@ -40,6 +40,23 @@ holds the credentials. :class:`EnvFirstCredentialResolver` asks that first link 
 One difference follows, and is accepted: building the chain also reads and checks the metadata services'
 settings (``AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE``, ``AWS_METADATA_SERVICE_TIMEOUT``, ...), so with the
 credentials in the environment an invalid value there no longer raises; nothing would have read it.
+
+Every new HTTPS connection of a botocore client loads its CA bundle into the client's SSL context: botocore sets
+the connection pool's ``ca_certs`` to ``get_cert_path(verify)`` (certifi's ``cacert.pem``, 117 certificates) and
+urllib3 calls ``load_verify_locations(ca_certs, ca_cert_dir)`` for each connection it opens: 23-70 ms of CPU each,
+paid by a first request once to three times, and again after every SnapStart restore
+(docs/performance.md#the-ca-bundle-read-by-hash-fifteenth-round-issue-11). The layer ships the same bundle as an
+OpenSSL hashed directory (:mod:`compactor.ca_directory`), whose load costs about 1.5 ms: OpenSSL reads only the
+issuers a chain needs. :func:`client` gives a client's HTTP session (its ``_endpoint.http_session``: botocore
+offers no public way to choose it) the class :class:`HashedCASession`, which sets the pool's ``ca_cert_dir`` to
+that directory instead of ``ca_certs`` to the file, when, and only when, the client's ``verify`` resolves to the
+very file the directory was built from and that file still holds the manifest's bytes (checked once per container
+and path, by the first client, which the before-snapshot hook builds). Any other case keeps botocore's own load:
+``verify=False`` (nothing loaded), ``AWS_CA_BUNDLE`` or ``verify=<path>`` naming another file (even a copy), a
+bundle changed since the build, no directory (a checkout, or a build without ``openssl``). Nothing else of the
+connection changes: urllib3 still sets ``CERT_REQUIRED`` and checks the host name, on the same context. Only the
+clients :func:`client` builds are affected, not botocore process-wide (botocore's own credential clients, other
+sessions). ``tests/unit/aws/test_hashed_ca.py`` holds all of this against a local TLS server.
 """
 
 from __future__ import annotations
@@ -55,9 +72,11 @@ import boto3
 import botocore.credentials
 import botocore.handlers
 import botocore.hooks
+import botocore.httpsession
 import botocore.loaders
 import botocore.session
 
+from compactor import ca_directory
 from compactor.container import PerContainer
 
 
@@ -212,4 +231,35 @@ def client(service: str, **kwargs: Any) -> Any:
         raise ValueError(f"{service!r} is not a service of the layer: add it to BOTOCORE_SERVICES "
                          "(layers/compactor/Makefile) and compactor_aws.aws_session.SERVICE_IDS")
     with _BUILDING:
-        return SESSION.get().client(service, **kwargs)
+        built = SESSION.get().client(service, **kwargs)
+    verify_by_hash(built)
+    return built
+
+
+class HashedCASession(botocore.httpsession.URLLib3Session):
+    """botocore's HTTP session, whose HTTPS connections verify with the hashed directory of their CA bundle
+    (``_ca_bundle``, ``_ca_directory``; see the module docstring), given only by :func:`verify_by_hash`."""
+
+    _ca_bundle: str
+    _ca_directory: str
+
+    def _setup_ssl_cert(self, conn: Any, url: str, verify: Any) -> None:
+        super()._setup_ssl_cert(conn, url, verify)
+        if conn.ca_certs is not None and conn.ca_certs == self._ca_bundle:
+            conn.ca_certs, conn.ca_cert_dir = None, self._ca_directory
+
+
+def verify_by_hash(built: Any) -> None:
+    """Make ``built``'s HTTP session a :class:`HashedCASession` when its ``verify`` resolves to the bundle the
+    layer's hashed directory was made from (:func:`compactor.ca_directory.hashed_directory`); else leave it."""
+    http = getattr(getattr(built, "_endpoint", None), "http_session", None)
+    if type(http) is not botocore.httpsession.URLLib3Session:
+        return
+    verify = http._verify
+    if not verify:  # verify=False: no certificate is checked, nothing is loaded
+        return
+    bundle = botocore.httpsession.get_cert_path(verify)
+    directory = ca_directory.hashed_directory(bundle) if isinstance(bundle, str) else None
+    if directory is not None:
+        http.__class__ = HashedCASession
+        http._ca_bundle, http._ca_directory = bundle, directory
