@@ -25,9 +25,11 @@ interpreter that times
   bundled offers), as the fan-out runner cuts it and sends it (its Map item: the payload in the event when it
   fits in the execution's input, as this small request's does, else read from S3). S3 is a ``moto_server``
   on 127.0.0.1, so the botocore client a function builds on its first request is part of what is timed. It
-  answers over HTTPS, as AWS does (:func:`make_certificates`): each new connection of a sample loads the CA
-  bundle the layer's botocore uses on Lambda, with the test authority appended (:func:`ca_bundle`), into its
-  SSL context, as it does on Lambda. A first request counts only when it compacted: the API's response and the
+  answers over HTTPS, as AWS does (:func:`make_certificates`), and the samples trust its test authority as a
+  deployed function trusts AWS's: it is appended to the built layer's own CA bundle, from which the layer's recipe
+  then makes the bundle's hashed directory (``make ca-certificates``; :func:`build_code`), and no sample sets
+  ``AWS_CA_BUNDLE``, so each new connection of a sample verifies with what the layer's clients use on Lambda. A
+  first request counts only when it compacted: the API's response and the
   object the S3 function writes say ``compacted``, and every node of the flow (the workers': of their batch) ran
   without an error (:func:`compacted`, :func:`flow_ran`).
   A fourth row, ``worker (S3)``, runs the same batch with its payload read from S3, as a worker of a request
@@ -174,7 +176,7 @@ def free_port() -> int:
 def make_certificates(directory: Path) -> tuple[Path, Path, bytes]:
     """A test certificate authority and a server certificate for 127.0.0.1 signed by it (RSA 2048, as AWS's
     endpoints and roots use): the certificate's and its key's files in ``directory``, and the authority's
-    certificate (PEM) for the samples' CA bundle (:func:`ca_bundle`)."""
+    certificate (PEM) for the built layer's CA bundle (:func:`build_code`)."""
     import datetime
     import ipaddress
 
@@ -222,17 +224,12 @@ def make_certificates(directory: Path) -> tuple[Path, Path, bytes]:
     return cert_file, key_file, authority.public_bytes(serialization.Encoding.PEM)
 
 
-def ca_bundle(code: Path, authority: bytes) -> Path:
-    """The CA bundle the samples verify moto's certificate with (``AWS_CA_BUNDLE``): the bundle the built layer's
-    botocore uses on Lambda (certifi's ``cacert.pem`` when certifi is in the layer, as botocore prefers it, else
-    botocore's own), with the test authority appended. botocore loads the whole file into the SSL context of
-    every new HTTPS connection, as on Lambda, where the first request's S3 and DynamoDB calls are HTTPS."""
+def layer_bundle(code: Path) -> Path:
+    """The CA bundle the built layer's botocore and httpx verify with on Lambda: certifi's ``cacert.pem`` when
+    certifi is in the layer (botocore prefers it), else botocore's own."""
     python = code / "layer" / "python"
-    layer_bundle = next(path for path in (python / "certifi" / "cacert.pem", python / "botocore" / "cacert.pem")
-                        if path.is_file())
-    bundle = code / "ca-bundle.pem"
-    bundle.write_bytes(layer_bundle.read_bytes().rstrip(b"\n") + b"\n" + authority)
-    return bundle
+    return next(path for path in (python / "certifi" / "cacert.pem", python / "botocore" / "cacert.pem")
+                if path.is_file())
 
 
 # moto_server's application on werkzeug's server, as ``moto_server -c cert -k key`` runs it, but keeping its
@@ -355,12 +352,14 @@ class Deployment:
         raise SystemExit(f"cold_start.py cannot evaluate {condition} of template.yaml")
 
 
-def child_env(endpoint: str, function: Function, bundle: Path, *, tracing: bool) -> dict[str, str]:
-    skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_", "PYDANTIC_")
+def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, str]:
+    # Lambda sets no CA bundle variable: botocore honours REQUESTS_CA_BUNDLE too, and httpx SSL_CERT_FILE/DIR.
+    skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_", "PYDANTIC_", "REQUESTS_CA_BUNDLE",
+               "CURL_CA_BUNDLE", "SSL_CERT_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
     env.update(function.environment)
     env.update({
-        "AWS_ENDPOINT_URL": endpoint, "AWS_CA_BUNDLE": str(bundle),
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
         "POWERTOOLS_DEV": "false", "PYTHONDONTWRITEBYTECODE": "1",
@@ -418,7 +417,7 @@ def copy_distribution(distribution: Any, python: Path) -> None:
             shutil.copy2(source, python / top)
 
 
-def build_code(root: Path) -> Path:
+def build_code(root: Path, authority: bytes) -> Path:
     """The layer's packages as ``sam build`` ships them, under ``root/layer/python``; each function's
     handler file alone under ``root/functions/<name>``. Returns ``root``.
 
@@ -427,7 +426,10 @@ def build_code(root: Path) -> Path:
     (:data:`_START`), so they import exactly what a deployed layer holds: this virtualenv's other packages, for
     one, make ``import httpx`` load click and pygments (about 20 ms here) for a command line a layer never has.
     botocore is the one dependency the layer's recipe changes (it keeps the data of the services the
-    layer calls): it is copied in first and trimmed by the same recipe."""
+    layer calls): it is copied in first and trimmed by the same recipe. The test ``authority`` is appended to the
+    layer's CA bundle (:func:`layer_bundle`) before the recipe makes the bundle's hashed directory
+    (``ca-certificates``), as AWS's authorities are in it on Lambda: the samples verify moto's certificate with
+    what the layer's clients use there."""
     import botocore
 
     python = root / "layer" / "python"
@@ -436,7 +438,9 @@ def build_code(root: Path) -> Path:
     for distribution in layer_dependencies():
         if distribution.metadata["Name"].lower() != "botocore":
             copy_distribution(distribution, python)
-    for target in ("botocore-data", "code"):
+    bundle = layer_bundle(root)
+    bundle.write_bytes(bundle.read_bytes().rstrip(b"\n") + b"\n" + authority)
+    for target in ("botocore-data", "code", "ca-certificates"):
         subprocess.run(["make", "-s", "-C", str(LAYER), target, f"ARTIFACTS_DIR={root / 'layer'}",
                         f"PYTHON={sys.executable}"], check=True)
     for handler in (REPO / "functions").glob("*/*.py"):
@@ -666,15 +670,15 @@ def main() -> int:
     cert_file, key_file, authority = make_certificates(Path(build.name))
     server, endpoint = start_moto(cert_file, key_file)
     try:
-        code = build_code(Path(build.name))
-        bundle = ca_bundle(code, authority)
+        code = build_code(Path(build.name), authority)
+        bundle = layer_bundle(code)
         functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}", code=code, bundle=bundle)
         print(f"{'function':<12} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6} {'÷json':>6}   "
               f"{'restored':>8} {'ratio':>6} {'hook':>7}   {'ratios p10-p90':>19}   (ms, medians of {args.runs} fresh processes; "
               f"tracing {args.tracing})")
         sample = 0
         for function in functions:
-            env = child_env(endpoint, function, bundle, tracing=args.tracing == "on")
+            env = child_env(endpoint, function, tracing=args.tracing == "on")
             cold, restored, hooks, deps, floor, whole = [], [], [], [], [], []
             names: list[str] = []
             for _ in range(args.runs):
