@@ -44,6 +44,13 @@ _USER_AGENT = "compactor"
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 _clients_lock = threading.Lock()
+# The transport each client without a proxy sends through (the sharded pools, or what a tracer wrapped them
+# in), and the headers the client adds to each request: post_json's direct path (docs/performance.md).
+_direct: weakref.WeakKeyDictionary[httpx.AsyncClient, tuple[httpx.AsyncBaseTransport, list[tuple[str, bytes, bytes]]]] \
+    = weakref.WeakKeyDictionary()
+# Parsed endpoint URLs (a few per catalog), so that a call does not parse its URL string again.
+_urls: dict[str, httpx.URL] = {}
+_URLS_MAX = 256
 
 # Credential-looking substrings providers sometimes echo back in error bodies.
 _SECRET_PATTERNS = (
@@ -83,9 +90,15 @@ def _new_client() -> httpx.AsyncClient:
     # behind a proxy, the calls keep it (and one pool); the sharded pools are for direct connections.
     proxies = getproxies()
     proxied = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
-    return httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS),
-                             limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT},
-                             cookies=no_cookies())
+    pooled = httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS),
+                               limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT},
+                               cookies=no_cookies())
+    if not proxied:
+        # The client's own transport: a tracer that instruments httpx's clients (the X-Ray SDK's patch)
+        # wraps the one we gave in its own, and the direct path must go through that wrapper.
+        _direct[pooled] = (pooled._transport, [(name.decode("ascii").lower(), name, value)
+                                               for name, value in pooled.headers.raw])
+    return pooled
 
 
 def no_cookies() -> CookieJar:
@@ -137,6 +150,12 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
     unusable URL); ``bad_response`` when the body exceeds ``max_body_bytes`` or cannot be decoded;
     ``bad_request`` when ``payload`` is not JSON. HTTP error statuses are
     returned, not raised (see :func:`error_for_status`).
+
+    Without a proxy, the call goes straight to the client's transport with the request the client would
+    have built (the same bytes on the wire): the client's per-call machinery (its URL and header merging,
+    auth, redirect and cookie flows, its response wrapper) does nothing for these calls but costs about a
+    quarter of their CPU (docs/performance.md, "The provider calls' own CPU"). Behind a proxy the client
+    sends, since it picks the proxy per URL.
     """
     secrets = tuple(secrets)
     if timeout_s <= 0:
@@ -146,14 +165,21 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
     except (TypeError, ValueError) as exc:
         raise ProviderError(BAD_REQUEST, f"request is not JSON-serialisable ({exc})") from None
     request_headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
+    pooled = client()
+    direct = _direct.get(pooled)
     # Causes are dropped (``from None``): httpx exceptions reference the request and its headers.
     try:
         async with asyncio.timeout(timeout_s):
-            async with client().stream("POST", url, content=content, headers=request_headers,
-                                       timeout=httpx.Timeout(timeout_s)) as response:
-                body = await _read_bounded(response, max_body_bytes)
-                return HttpReply(response.status_code, body,
-                                 parse_retry_after(response.headers.get("Retry-After")))
+            request = None if direct is None else direct_request(url, content, request_headers, direct[1], timeout_s)
+            if request is None:
+                async with pooled.stream("POST", url, content=content, headers=request_headers,
+                                         timeout=httpx.Timeout(timeout_s)) as response:
+                    return await _reply(response, max_body_bytes)
+            response = await direct[0].handle_async_request(request)
+            try:
+                return await _reply(response, max_body_bytes)
+            finally:
+                await response.aclose()
     except TimeoutError:
         raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from None
     except httpx.TimeoutException as exc:
@@ -162,6 +188,34 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
         raise ProviderError(BAD_RESPONSE, _describe(exc, secrets)) from None
     except (httpx.RequestError, httpx.InvalidURL) as exc:
         raise ProviderError(NETWORK_ERROR, _describe(exc, secrets)) from None
+
+
+def direct_request(url: str, content: bytes, headers: dict[str, str],
+                   client_headers: list[tuple[str, bytes, bytes]], timeout_s: float) -> httpx.Request | None:
+    """The request ``httpx.AsyncClient.stream("POST", url, content=..., headers=..., timeout=timeout_s)`` builds
+    on a client whose headers are ``client_headers`` (lower-cased name, name, value; no base URL, parameters or
+    cookies): the client's headers but those ``headers`` name (in any case), then ``headers``; the timeout
+    for each phase. ``None`` for a URL without a scheme or a host, which the client reads its own way (it
+    fails either way)."""
+    parsed = _urls.get(url)
+    if parsed is None:
+        parsed = httpx.URL(url)  # an unusable URL raises here, as in the client, and is not kept
+        if parsed.is_relative_url:
+            return None
+        if len(_urls) >= _URLS_MAX:
+            _urls.clear()
+        _urls[url] = parsed
+    named = {name.lower() for name in headers}
+    merged: list[tuple[str | bytes, str | bytes]] = [(name, value) for lower, name, value in client_headers
+                                                     if lower not in named]
+    merged.extend(headers.items())
+    return httpx.Request("POST", parsed, content=content, headers=merged, extensions={"timeout": {
+        "connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}})
+
+
+async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
+    body = await _read_bounded(response, max_body_bytes)
+    return HttpReply(response.status_code, body, parse_retry_after(response.headers.get("Retry-After")))
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
