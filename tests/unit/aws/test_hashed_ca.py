@@ -5,133 +5,43 @@ DynamoDB-shaped requests, with test authorities made here: no network."""
 
 from __future__ import annotations
 
-import datetime
-import importlib.util
 import ipaddress
 import json
 import shutil
-import ssl
 import subprocess
-import threading
-import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import botocore.config
 import botocore.exceptions
 import botocore.httpsession
-import certifi
 import pytest
-import urllib3.exceptions
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 
 from compactor import ca_directory
 from compactor_aws import aws_session
-
-REPO = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("ca_certificates", REPO / "layers" / "compactor" / "ca_certificates.py")
-ca_certificates = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ca_certificates)  # type: ignore[union-attr]
+from fakes.tls_authority import (
+    Authority, HTTPSServers, VerifyLoads, built_layer, bundle_with, ca_certificates, certifi_certificates,
+)
 
 NEEDS_OPENSSL = pytest.mark.skipif(ca_certificates.rehash_tool() is None, reason="neither openssl rehash nor c_rehash")
 pytestmark = NEEDS_OPENSSL
 
 
-def _certificate(subject: str, key: Any, issuer: x509.Name, issuer_key: Any, *, authority: bool,
-                 names: list[x509.GeneralName] | None = None) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder()
-               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-               .issuer_name(issuer).public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=authority, path_length=None), critical=True)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-               .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
-                              critical=False))
-    if authority:
-        builder = builder.add_extension(x509.KeyUsage(
-            digital_signature=False, content_commitment=False, key_encipherment=False, data_encipherment=False,
-            key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
-            critical=True)
-    else:
-        builder = (builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                   .add_extension(x509.SubjectAlternativeName(names or []), critical=False))
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-class Authority:
-    """A test certificate authority, which signs server certificates."""
-
-    def __init__(self, name: str) -> None:
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        self.certificate = _certificate(name, self.key, self.name, self.key, authority=True)
-        self.pem = self.certificate.public_bytes(serialization.Encoding.PEM)
-
-    def server(self, directory: Path, names: list[x509.GeneralName]) -> tuple[Path, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        certificate = _certificate("server", key, self.name, self.key, authority=False, names=names)
-        cert_file, key_file = directory / "server.crt", directory / "server.key"
-        cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
-        return cert_file, key_file
-
-
-class DynamoDBShaped(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = b"{}"  # GetItem of a missing item
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture()
 def https(tmp_path: Path) -> Iterator[Any]:
     """Start a local HTTPS server with a certificate of ``authority`` for ``names``; answers its URL."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(authority: Authority, names: list[x509.GeneralName] | None = None) -> str:
-        directory = tmp_path / f"server{len(servers)}"
-        directory.mkdir()
-        cert_file, key_file = authority.server(directory, names or [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert_file, key_file)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), DynamoDBShaped)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"https://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    servers = HTTPSServers(tmp_path)
+    yield servers.start
+    servers.close()
 
 
 @pytest.fixture()
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
     """Every ``load_verify_locations`` call's ``(cafile, capath)``."""
-    seen: list[tuple[Any, Any]] = []
-    stock = ssl.SSLContext.load_verify_locations
-
-    def load_verify_locations(self: ssl.SSLContext, cafile: Any = None, capath: Any = None, cadata: Any = None) -> Any:
-        seen.append((cafile, capath))
-        return stock(self, cafile, capath, cadata)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", load_verify_locations)
-    return seen
+    return VerifyLoads().install(monkeypatch)
 
 
 @pytest.fixture(autouse=True)
@@ -147,19 +57,11 @@ def _environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     ca_directory.forget()
 
 
-def bundle_with(path: Path, *authorities: Authority) -> Path:
-    """certifi's bundle with ``authorities`` appended, at ``path``."""
-    path.write_bytes(Path(certifi.where()).read_bytes().rstrip(b"\n") + b"\n" + b"".join(a.pem for a in authorities))
-    return path
-
-
 def layer(monkeypatch: pytest.MonkeyPatch, root: Path, *authorities: Authority) -> tuple[Path, Path]:
     """A built layer's bundle (certifi's plus ``authorities``) and its hashed directory, as the default bundle
-    botocore resolves (``certifi.where``) and the directory :mod:`compactor.ca_directory` reads."""
-    (root / "certifi").mkdir(parents=True)
-    bundle = bundle_with(root / "certifi" / "cacert.pem", *authorities)
-    directory = root / "compactor" / "ca-certificates"
-    assert ca_certificates.build(bundle, directory)
+    botocore resolves (``certifi.where``, which botocore imported as its ``where``) and the directory
+    :mod:`compactor.ca_directory` reads."""
+    bundle, directory = built_layer(root, *authorities)
     monkeypatch.setattr(botocore.httpsession, "where", lambda: str(bundle))
     monkeypatch.setattr(ca_directory, "DIRECTORY", str(directory))
     return bundle, directory
@@ -291,12 +193,6 @@ def test_the_directory_holds_exactly_the_bundles_certificates_by_subject_hash(tm
     manifest = json.loads((directory / ca_directory.MANIFEST).read_text())
     assert manifest["certificates"] == len(files) and manifest["size"] == len(bundle.read_bytes())
     assert (directory / manifest["bundle"]).resolve() == bundle.resolve()
-
-
-def certifi_certificates() -> list[x509.Certificate]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return x509.load_pem_x509_certificates(Path(certifi.where()).read_bytes())
 
 
 def test_no_rehash_tool_ships_no_directory(tmp_path, monkeypatch, capsys) -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import re
+import ssl
 import threading
 import weakref
 from collections.abc import Iterable
@@ -25,6 +27,7 @@ from urllib.request import getproxies
 
 import httpx
 
+from compactor import ca_directory
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
@@ -90,15 +93,32 @@ def _new_client() -> httpx.AsyncClient:
     # behind a proxy, the calls keep it (and one pool); the sharded pools are for direct connections.
     proxies = getproxies()
     proxied = any(proxies.get(scheme) for scheme in ("http", "https", "all"))
-    pooled = httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS),
-                               limits=POOL_LIMITS, follow_redirects=False, headers={"User-Agent": _USER_AGENT},
-                               cookies=no_cookies())
+    tls = tls_context()
+    pooled = httpx.AsyncClient(transport=None if proxied else ShardedTransport(POOL_SHARDS, POOL_LIMITS, tls),
+                               verify=tls, limits=POOL_LIMITS, follow_redirects=False,
+                               headers={"User-Agent": _USER_AGENT}, cookies=no_cookies())
     if not proxied:
         # The client's own transport: a tracer that instruments httpx's clients (the X-Ray SDK's patch)
         # wraps the one we gave in its own, and the direct path must go through that wrapper.
         _direct[pooled] = (pooled._transport, [(name.decode("ascii").lower(), name, value)
                                                for name, value in pooled.headers.raw])
     return pooled
+
+
+def tls_context() -> ssl.SSLContext:
+    """The TLS context of a new pooled client: httpx's default (``httpx.create_ssl_context()``: certifi's bundle,
+    or the file or directory ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` names), with certifi's bundle read from the
+    layer's hashed directory when it was built from that very file (:func:`compactor.ca_directory.hashed_directory`,
+    checked once per container): the same certificates, read by OpenSSL when a chain needs them, instead of all of
+    them parsed into the context (25-70 ms at a container's first provider call and again after each restore;
+    docs/performance.md#the-ca-bundle-read-by-hash-fifteenth-round-issue-11)."""
+    if not (os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR")):  # httpx would load those
+        import certifi
+
+        directory = ca_directory.hashed_directory(certifi.where())
+        if directory is not None:
+            return ssl.create_default_context(capath=directory)
+    return httpx.create_ssl_context()
 
 
 def no_cookies() -> CookieJar:

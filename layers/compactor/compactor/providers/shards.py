@@ -18,23 +18,25 @@ queue for the first connection freed in any shard, as they would in one pool, wi
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 
 
 class ShardedTransport(httpx.AsyncBaseTransport):
-    """The connections of ``limits`` in ``shards`` equal HTTP transports (httpx's default TLS settings,
-    one context built once for all); requests go to the least busy one."""
+    """The connections of ``limits`` in ``shards`` equal HTTP transports (one TLS context for all: ``tls``, else
+    httpx's default settings); requests go to the least busy one."""
 
-    def __init__(self, shards: int, limits: httpx.Limits) -> None:
+    def __init__(self, shards: int, limits: httpx.Limits, tls: ssl.SSLContext | None = None) -> None:
         counts = (limits.max_connections, limits.max_keepalive_connections)
         if shards < 1 or any(count is None or count < shards or count % shards for count in counts):
             raise ValueError(f"{shards} shards cannot share {counts} connections evenly")
         each = httpx.Limits(max_connections=limits.max_connections // shards,
                             max_keepalive_connections=limits.max_keepalive_connections // shards,
                             keepalive_expiry=limits.keepalive_expiry)
-        tls = httpx.create_ssl_context()
+        if tls is None:
+            tls = httpx.create_ssl_context()
         self._shards = [httpx.AsyncHTTPTransport(verify=tls, limits=each) for _ in range(shards)]
         self._open = [0] * shards
         # One place per connection of the whole, held from a request's start to its response's close:
