@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import Iterator
 
 import boto3
@@ -15,6 +17,8 @@ import compactor_aws  # noqa: F401  (installs the Secrets Manager resolver)
 from compactor.providers.base import ChatRequest, Offer, ProviderError
 from compactor.providers.keys import api_key
 from compactor.providers.openai import OpenAITransport
+from compactor.providers.keys import resolve_key
+from compactor_aws import secrets as secret_store
 from compactor_aws.secrets import SECRET_TTL_ENV
 from fakes.provider_server import FakeProviderServer
 
@@ -28,9 +32,11 @@ def secrets(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
                         ("AWS_DEFAULT_REGION", "eu-west-1")):
         monkeypatch.setenv(name, value)
     parameters.clear_caches()
+    secret_store.forget_keys()
     with mock_aws():
         yield boto3.client("secretsmanager", region_name="eu-west-1")
     parameters.clear_caches()
+    secret_store.forget_keys()
 
 
 def test_key_read_by_name_and_arn_and_cached(secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,6 +47,34 @@ def test_key_read_by_name_and_arn_and_cached(secrets: object, monkeypatch: pytes
     assert api_key(OFFER) == "sk-secret-one-123"  # within the TTL: the cached value
     monkeypatch.setenv(SECRET_TTL_ENV, "0")
     assert api_key(OFFER) == "sk-secret-two-456"  # TTL 0: read again
+
+
+async def test_a_warm_key_is_read_once_per_ttl_and_taken_on_the_loop(
+        secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the TTL, every call's key comes from the container's keeping, without a thread or a read; past it,
+    one read on a thread gives the new value."""
+    secrets.create_secret(Name="compactor/openai", SecretString=json.dumps({"api_key": "sk-first-111"}))
+    reads: list[str] = []
+    fetch = secret_store._fetch
+    monkeypatch.setattr(secret_store, "_fetch", lambda name, ttl_s: reads.append(name) or fetch(name, ttl_s))
+    threads: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        threads.append(args[0])
+        return await to_thread(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    assert await resolve_key(OFFER) == "sk-first-111"
+    assert (len(reads), len(threads)) == (1, 1)
+    secrets.put_secret_value(SecretId="compactor/openai", SecretString="sk-second-222")
+    for _ in range(5):
+        assert await resolve_key(OFFER) == "sk-first-111"
+    assert (len(reads), len(threads)) == (1, 1)
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 301)  # past the default TTL of 300 s
+    assert await resolve_key(OFFER) == "sk-second-222"
+    assert (len(reads), len(threads)) == (2, 2)
 
 
 def test_json_secret_with_api_key(secrets: object) -> None:

@@ -8,6 +8,8 @@ the adapters themselves load on first use.
 
 from __future__ import annotations
 
+import sys
+
 from compactor.providers.base import Transport
 from compactor.providers.keys import set_secret_resolver
 from compactor.providers.registry import register_transport
@@ -25,7 +27,12 @@ def _read_secret(name: str) -> str:
     return read_secret_key(name)
 
 
+def _cached_secret(name: str) -> str | None:
+    secrets = sys.modules.get("compactor_aws.secrets")  # nothing is kept before the first read imports it
+    return None if secrets is None else secrets.cached_secret_key(name)
+
+
 def install() -> None:
     """Register the ``bedrock`` transport and the Secrets Manager key resolver."""
     register_transport("bedrock", _bedrock)
-    set_secret_resolver(_read_secret)
+    set_secret_resolver(_read_secret, _cached_secret)

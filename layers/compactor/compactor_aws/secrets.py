@@ -1,5 +1,10 @@
-"""API keys read from Secrets Manager at run time (docs/providers.md), through Powertools Parameters'
-cache so a warm container reads each secret once per TTL.
+"""API keys read from Secrets Manager at run time (docs/providers.md), at most once per secret and TTL per
+container.
+
+A key read within its TTL is kept here, parsed, and :func:`cached_secret_key` answers it without any I/O, so a
+transport takes it on the event loop instead of sending every call's key lookup to a worker thread (about 60 us
+of the loop's CPU and a thread hop a call; docs/performance.md, "The provider calls' own CPU"). Only a key not
+read yet, or read longer ago than the TTL, goes to Secrets Manager, through Powertools Parameters, on a thread.
 """
 
 from __future__ import annotations
@@ -7,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 from compactor.providers.base import AUTH_ERROR, ProviderError
 
@@ -14,6 +20,8 @@ SECRET_TTL_ENV = "COMPACTOR_SECRET_TTL_S"
 DEFAULT_SECRET_TTL_S = 300
 
 _secrets_lock = threading.Lock()
+# secret name or ARN -> (its parsed key, time.monotonic() when it was read)
+_keys: dict[str, tuple[str, float]] = {}
 
 
 def secret_ttl_s() -> int:
@@ -24,15 +32,39 @@ def secret_ttl_s() -> int:
         return DEFAULT_SECRET_TTL_S
 
 
+def cached_secret_key(name: str) -> str | None:
+    """The key of secret ``name`` when it was read less than the TTL ago, else None; never reads the store."""
+    kept = _keys.get(name)
+    return kept[0] if kept is not None and time.monotonic() - kept[1] < secret_ttl_s() else None
+
+
+def forget_keys() -> None:
+    """Read every secret again on its next use (tests; Powertools' own cache is cleared apart)."""
+    _keys.clear()
+
+
 def read_secret_key(name: str) -> str:
-    """The API key stored in secret ``name`` (name or ARN), through Powertools Parameters' cache.
+    """The API key stored in secret ``name`` (name or ARN): the one read less than the TTL ago, else read now.
 
     The secret string is the key itself, or a JSON object whose ``api_key`` is the key."""
+    with _secrets_lock:  # one read per secret when calls start together
+        kept = cached_secret_key(name)
+        if kept is not None:
+            return kept
+        read_at = time.monotonic()
+        key = _parsed_key(name, _fetch(name, secret_ttl_s()))
+        _keys[name] = (key, read_at)
+        return key
+
+
+def _fetch(name: str, ttl_s: int) -> object:
     from aws_lambda_powertools.utilities import parameters
 
-    with _secrets_lock:  # one read per secret when calls start together
-        ttl_s = secret_ttl_s()
-        value = parameters.get_secret(name, max_age=ttl_s, force_fetch=ttl_s == 0)
+    # This module's TTL decides when to read again; Powertools' cache would answer an older read.
+    return parameters.get_secret(name, max_age=ttl_s, force_fetch=True)
+
+
+def _parsed_key(name: str, value: object) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if not isinstance(value, str):

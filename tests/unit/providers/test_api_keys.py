@@ -20,10 +20,10 @@ OFFER = Offer(id="o", provider="p", family="f", model="m", protocol="chat", tran
 def resolver() -> Iterator[dict[str, str]]:
     """A dict-backed secret store installed as the resolver; the previous one comes back afterwards."""
     store: dict[str, str] = {}
-    previous = keys._secret_resolver
+    previous = keys._secret_resolver, keys._cached_secret
     keys.set_secret_resolver(lambda name: store[name])
     yield store
-    keys.set_secret_resolver(previous)
+    keys.set_secret_resolver(*previous)
 
 
 async def test_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,13 +61,13 @@ def test_secret_failures_name_the_secret_never_a_value(resolver: dict[str, str])
 
 
 def test_secret_without_a_store() -> None:
-    previous = keys._secret_resolver
+    previous = keys._secret_resolver, keys._cached_secret
     keys.set_secret_resolver(None)
     try:
         with pytest.raises(ProviderError, match="no secret store is configured"):
             keys.api_key(dataclasses.replace(OFFER, api_key_secret="s"))
     finally:
-        keys.set_secret_resolver(previous)
+        keys.set_secret_resolver(*previous)
 
 
 async def test_a_secret_is_read_off_the_event_loop(resolver: dict[str, str]) -> None:
@@ -84,3 +84,34 @@ async def test_a_secret_is_read_off_the_event_loop(resolver: dict[str, str]) -> 
 
     key, _ = await asyncio.gather(keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="s")), loop_moves_on())
     assert key == "sk-read-in-a-thread"
+
+
+async def test_a_kept_secret_is_taken_on_the_event_loop(resolver: dict[str, str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key the store keeps comes without a thread (and without asking the store); one it does not keep, or a
+    kept value that is no usable key, goes the usual way."""
+    kept = {"s": "  sk-kept-on-the-loop  ", "bad": ""}
+    read: list[str] = []
+
+    def store(name: str) -> str:
+        read.append(name)
+        return "sk-read-in-a-thread"
+
+    keys.set_secret_resolver(store, kept.get)
+    threads: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        threads.append(args[0])
+        return await to_thread(*args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    assert await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="s")) == "sk-kept-on-the-loop"
+    assert threads == [] and read == []
+    assert await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="other")) == "sk-read-in-a-thread"
+    assert len(threads) == 1 and read == ["other"]
+    with pytest.raises(ProviderError, match="API key secret bad is empty"):
+        await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="bad"))
+    keys.set_secret_resolver(store)  # a resolver alone drops the previous one's kept values
+    assert await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="s")) == "sk-read-in-a-thread"
+    assert len(threads) == 2
