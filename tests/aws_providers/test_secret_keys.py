@@ -77,6 +77,30 @@ async def test_a_warm_key_is_read_once_per_ttl_and_taken_on_the_loop(
     assert (len(reads), len(threads)) == (2, 2)
 
 
+async def test_a_shapeless_secret_is_read_once_per_ttl_and_a_failed_read_not_kept(
+        secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A secret holding no usable key keeps its error for the TTL (every call fails at once, without reading the
+    store again); a read that failed (no such secret) keeps nothing, so the secret is read as soon as it exists."""
+    reads: list[str] = []
+    fetch = secret_store._fetch
+    monkeypatch.setattr(secret_store, "_fetch", lambda name, ttl_s: reads.append(name) or fetch(name, ttl_s))
+    for _ in range(2):
+        with pytest.raises(ProviderError, match="cannot be read"):
+            await resolve_key(OFFER)
+    assert len(reads) == 2
+    secrets.create_secret(Name="compactor/openai", SecretString=json.dumps({"key": "sk-misnamed-333"}))
+    for _ in range(5):
+        with pytest.raises(ProviderError) as caught:
+            await resolve_key(OFFER)
+        assert caught.value.kind == "auth_error" and "without a text" in caught.value.message
+    assert len(reads) == 3
+    secrets.put_secret_value(SecretId="compactor/openai", SecretString="sk-fixed-444")
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 301)
+    assert await resolve_key(OFFER) == "sk-fixed-444"
+    assert len(reads) == 4
+
+
 def test_json_secret_with_api_key(secrets: object) -> None:
     secrets.create_secret(Name="compactor/openai", SecretString=json.dumps({"api_key": "sk-in-json-789"}))
     assert api_key(OFFER) == "sk-in-json-789"

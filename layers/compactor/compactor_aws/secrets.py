@@ -5,6 +5,9 @@ A key read within its TTL is kept here, parsed, and :func:`cached_secret_key` an
 transport takes it on the event loop instead of sending every call's key lookup to a worker thread (about 60 us
 of the loop's CPU and a thread hop a call; docs/performance.md, "The provider calls' own CPU"). Only a key not
 read yet, or read longer ago than the TTL, goes to Secrets Manager, through Powertools Parameters, on a thread.
+A secret read but holding no usable key (not text, JSON without ``"api_key"``) keeps its error for the TTL as
+well: every call of a misconfigured offer fails at once instead of reading the store again. A failed read (no
+such secret, no permission, the network) keeps nothing, and the next call reads again.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ SECRET_TTL_ENV = "COMPACTOR_SECRET_TTL_S"
 DEFAULT_SECRET_TTL_S = 300
 
 _secrets_lock = threading.Lock()
-# secret name or ARN -> (its parsed key, time.monotonic() when it was read)
-_keys: dict[str, tuple[str, float]] = {}
+# secret name or ARN -> (its parsed key, or the error its value gave; time.monotonic() when it was read)
+_keys: dict[str, tuple[str | ProviderError, float]] = {}
 
 
 def secret_ttl_s() -> int:
@@ -34,6 +37,11 @@ def secret_ttl_s() -> int:
 
 def cached_secret_key(name: str) -> str | None:
     """The key of secret ``name`` when it was read less than the TTL ago, else None; never reads the store."""
+    kept = _kept(name)
+    return kept if isinstance(kept, str) else None
+
+
+def _kept(name: str) -> str | ProviderError | None:
     kept = _keys.get(name)
     return kept[0] if kept is not None and time.monotonic() - kept[1] < secret_ttl_s() else None
 
@@ -48,13 +56,18 @@ def read_secret_key(name: str) -> str:
 
     The secret string is the key itself, or a JSON object whose ``api_key`` is the key."""
     with _secrets_lock:  # one read per secret when calls start together
-        kept = cached_secret_key(name)
-        if kept is not None:
-            return kept
-        read_at = time.monotonic()
-        key = _parsed_key(name, _fetch(name, secret_ttl_s()))
-        _keys[name] = (key, read_at)
-        return key
+        kept = _kept(name)
+        if kept is None:
+            read_at = time.monotonic()
+            value = _fetch(name, secret_ttl_s())  # a failed read raises here and keeps nothing
+            try:
+                kept = _parsed_key(name, value)
+            except ProviderError as exc:
+                kept = exc
+            _keys[name] = (kept, read_at)
+    if isinstance(kept, ProviderError):
+        raise ProviderError(kept.kind, kept.message)
+    return kept
 
 
 def _fetch(name: str, ttl_s: int) -> object:

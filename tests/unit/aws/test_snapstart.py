@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -66,7 +67,7 @@ def test_before_snapshot_never_calls_the_configured_providers(tmp_path, monkeypa
 
 def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor.providers import http
-    from compactor_aws import ledger, s3_store
+    from compactor_aws import ledger, s3_store, secrets
 
     random.seed(7)
     expected_without_reseed = random.Random(7)
@@ -75,9 +76,12 @@ def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.Monk
     http._clients[loop] = object()  # type: ignore[assignment]
     s3_store.CLIENT.value = object()
     ledger.CLIENT.value = object()
+    monkeypatch.setitem(secrets._keys, "prod/key", ("sk-read-before-the-snapshot", time.monotonic()))
+    assert secrets.cached_secret_key("prod/key") == "sk-read-before-the-snapshot"
     snapstart.after_restore()
     loop.close()
     assert len(http._clients) == 0 and s3_store.CLIENT.value is None and ledger.CLIENT.value is None
+    assert secrets.cached_secret_key("prod/key") is None  # read again after a restore
     assert random.random() != expected_without_reseed.random()
 
 

@@ -193,3 +193,16 @@ async def test_the_direct_request_is_the_one_the_client_builds(no_proxy_variable
     assert (direct.method, direct.url, direct.headers.raw, direct.content, direct.extensions) == \
         (built.method, built.url, built.headers.raw, built.content, built.extensions)
     await http.aclose_client()
+
+
+async def test_a_client_closed_after_a_call_took_it_sends_nothing(raw_server: RawServer,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call that took the pooled client just before an orderly close (``aclose_client``) fails as the
+    client's own path does, instead of opening a connection on the closed client's pools that nothing closes."""
+    closing = http.client()
+    await http.aclose_client()
+    monkeypatch.setattr(http, "client", lambda: closing)
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        await http.post_json(raw_server.base + "/late", {}, headers={}, timeout_s=10, max_body_bytes=100)
+    assert raw_server.requests == []
+    assert closing._transport.open_requests == (0,) * http.POOL_SHARDS

@@ -186,7 +186,8 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
         raise ProviderError(BAD_REQUEST, f"request is not JSON-serialisable ({exc})") from None
     request_headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
     pooled = client()
-    direct = _direct.get(pooled)
+    # A client closed meanwhile (aclose_client) sends nothing: its own path raises, as it always did.
+    direct = None if pooled.is_closed else _direct.get(pooled)
     # Causes are dropped (``from None``): httpx exceptions reference the request and its headers.
     try:
         async with asyncio.timeout(timeout_s):
