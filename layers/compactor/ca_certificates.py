@@ -9,8 +9,9 @@ it: OpenSSL's hash of the certificate's subject, ``n`` counting certificates who
 ``SSLContext.load_verify_locations(capath=DIRECTORY)`` trusts exactly the bundle's certificates while OpenSSL
 reads only the issuers a handshake's chain needs, when it needs them, instead of parsing the whole bundle into
 every new connection's context. ``manifest.json`` names the bundle (its path relative to DIRECTORY), its size,
-its sha256 and the number of certificates: :mod:`compactor.ca_certificates` uses the directory only for that
-exact file. The hashes come from ``openssl rehash`` (OpenSSL >= 1.1) or ``c_rehash``; the files are written
+its sha256, the number of certificates and the digest of the certificate files written
+(:func:`compactor.ca_directory.files_digest`): :mod:`compactor.ca_directory` uses the directory only for that
+exact file, and only while the directory holds exactly those files. The hashes come from ``openssl rehash`` (OpenSSL >= 1.1) or ``c_rehash``; the files are written
 here, in a fixed order with fixed contents, so that two builds of one bundle are byte-identical. With neither
 tool the script prints a warning and makes no directory (the functions then load the bundle as botocore does):
 a deploy never fails for this.
@@ -29,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MANIFEST = "manifest.json"
+from compactor.ca_directory import MANIFEST, files_digest  # the layer's own package, beside this script
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n.*?-----END CERTIFICATE-----", re.DOTALL)
 _HASHED = re.compile(r"^[0-9a-f]{8}\.\d+$")
 
@@ -101,8 +102,9 @@ def build(bundle: Path, directory: Path, tool: list[str] | None = None) -> bool:
         number = counts.get(subject_hash, 0)
         counts[subject_hash] = number + 1
         (directory / f"{subject_hash}.{number}").write_bytes(pem)
-    manifest = {"bundle": os.path.relpath(bundle.resolve(), directory.resolve()),
-                "certificates": len(pems), "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    manifest = {"bundle": os.path.relpath(bundle.resolve(), directory.resolve()), "certificates": len(pems),
+                "files_sha256": files_digest(str(directory)), "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data)}
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return True
 

@@ -443,6 +443,11 @@ def build_code(root: Path, authority: bytes) -> Path:
     for target in ("botocore-data", "code", "ca-certificates"):
         subprocess.run(["make", "-s", "-C", str(LAYER), target, f"ARTIFACTS_DIR={root / 'layer'}",
                         f"PYTHON={sys.executable}"], check=True)
+    # Without a rehash tool the recipe only warns and ships no directory: the samples would then measure the
+    # bundle's whole load per connection while the figures claim the layer's directory.
+    if not (root / "layer" / "python" / "compactor" / "ca-certificates" / "manifest.json").is_file():
+        raise SystemExit("cold_start.py: the layer's build made no hashed CA directory (no `openssl rehash` or "
+                         "`c_rehash`): install openssl")
     for handler in (REPO / "functions").glob("*/*.py"):
         target = root / "functions" / handler.parent.name
         target.mkdir(parents=True, exist_ok=True)

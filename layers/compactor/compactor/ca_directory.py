@@ -10,11 +10,13 @@ trusted, and how strictly is the context's and the connection's (``CERT_REQUIRED
 source's.
 
 The layer's build (``layers/compactor/Makefile``, ``ca-certificates``) writes :data:`DIRECTORY` with a manifest
-naming the bundle it was made from, its size and its sha256. :func:`hashed_directory` answers the directory for
-exactly that file, and only while the file's bytes are the manifest's (read once per container and path); for any
-other path (``AWS_CA_BUNDLE``, a client's ``verify=<path>``), a file changed since the build, a missing or
-unreadable manifest (a checkout: the directory exists only in the built layer), it answers None and the caller
-loads the file as it always did.
+naming the bundle it was made from, its size and its sha256, and the digest of the directory's own certificate
+files (:func:`files_digest`: their names and bytes). :func:`hashed_directory` answers the directory for exactly
+that file, and only while the file's bytes and the directory's files are the manifest's (read once per container
+and path, about 1 ms); for any other path (``AWS_CA_BUNDLE``, a client's ``verify=<path>``), a file changed since
+the build, a certificate file added to, changed in or missing from the directory, a missing or unreadable
+manifest (a checkout: the directory exists only in the built layer), it answers None and the caller loads the
+file as it always did.
 """
 
 from __future__ import annotations
@@ -57,9 +59,25 @@ def _check(directory: str, bundle: str) -> str | None:
             data = file.read()
         if len(data) != manifest["size"] or hashlib.sha256(data).hexdigest() != manifest["sha256"]:
             return None
+        if files_digest(directory) != manifest["files_sha256"]:  # what OpenSSL will read is what was built
+            return None
     except (OSError, ValueError, KeyError, TypeError):  # no directory (a checkout), or no usable manifest
         return None
     return directory
+
+
+def files_digest(directory: str) -> str:
+    """The sha256 of every file of ``directory`` but the manifest, by name order: each name, its size and its
+    bytes (the build writes it into the manifest; a file added, removed, renamed or changed gives another)."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(directory)):
+        if name == MANIFEST:
+            continue
+        with open(os.path.join(directory, name), "rb") as file:
+            data = file.read()
+        digest.update(b"%s\0%d\0" % (name.encode("utf-8", "surrogateescape"), len(data)))
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def forget() -> None:

@@ -139,12 +139,20 @@ def test_verify_false_connects_without_verifying(tmp_path, monkeypatch, https, l
     assert loads == []
 
 
-@pytest.mark.parametrize("change", ["manifest", "bundle", "no manifest", "no directory"])
+@pytest.mark.parametrize("change", ["manifest", "bundle", "no manifest", "no directory", "file added",
+                                    "file changed", "file removed"])
 def test_a_directory_not_of_the_bundle_falls_back_to_the_file(tmp_path, monkeypatch, https, loads, change) -> None:
     authority = Authority("hashed test authority")
     bundle, directory = layer(monkeypatch, tmp_path / "layer", authority)
     manifest = directory / ca_directory.MANIFEST
-    if change == "manifest":
+    certificate_files = sorted(path for path in directory.iterdir() if path != manifest)
+    if change == "file added":  # a certificate the build did not write, even one of the bundle's, is not read
+        (directory / "00000000.0").write_bytes(certificate_files[0].read_bytes())
+    elif change == "file changed":
+        certificate_files[-1].write_bytes(certificate_files[-1].read_bytes().replace(b"-----\n", b"-----\n\n", 1))
+    elif change == "file removed":
+        certificate_files[0].unlink()
+    elif change == "manifest":
         manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "sha256": "0" * 64}))
     elif change == "bundle":  # rewritten after the build, same size
         data = bundle.read_bytes()
@@ -192,6 +200,7 @@ def test_the_directory_holds_exactly_the_bundles_certificates_by_subject_hash(tm
         assert path.name.split(".")[0] == subject_hash
     manifest = json.loads((directory / ca_directory.MANIFEST).read_text())
     assert manifest["certificates"] == len(files) and manifest["size"] == len(bundle.read_bytes())
+    assert manifest["files_sha256"] == ca_directory.files_digest(str(directory))
     assert (directory / manifest["bundle"]).resolve() == bundle.resolve()
 
 
