@@ -12,6 +12,13 @@ KEY_ENV = "COMPACTOR_TEST_PROVIDER_KEY"
 
 
 @pytest.fixture
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy in the environment: the pooled client sends through its sharded pools (providers/http.py)."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
 def api_key(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(KEY_ENV, TEST_KEY)
     return TEST_KEY

@@ -15,51 +15,25 @@ import pytest
 from compactor.providers import http
 from compactor.providers.base import ProviderError
 from compactor.providers.shards import ShardedTransport
+from fakes.loopback_http import LoopbackServer, request_path
 
 
-class RawServer:
-    """HTTP/1.1 keep-alive on 127.0.0.1 that keeps each request's bytes (head and body) and answers
-    ``answer`` (a whole HTTP response) to each."""
+class RawServer(LoopbackServer):
+    """Keeps each request's bytes (head and body) and answers ``answer`` (a whole HTTP response) to each."""
 
     def __init__(self, answer: bytes = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok") -> None:
-        self.answer = answer
+        self.response = answer
         self.requests: list[bytes] = []
 
-    async def __aenter__(self) -> RawServer:
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.base = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
-                self.requests.append(head + await reader.readexactly(length))
-                writer.write(self.answer)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def answer(self, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        self.requests.append(request)
+        writer.write(self.response)
+        await writer.drain()
+        return True
 
     @property
     def paths(self) -> list[bytes]:
-        return [request.split(b" ")[1] for request in self.requests]
-
-
-@pytest.fixture
-def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
+        return [request_path(request) for request in self.requests]
 
 
 @pytest.fixture

@@ -14,45 +14,8 @@ import pytest
 from compactor.providers import http
 from compactor.providers.base import ProviderError
 from compactor.providers.shards import ShardedTransport
+from fakes.loopback_http import LoopbackServer, request_path
 from fakes.provider_server import FakeProviderServer
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    """The next request of a keep-alive connection, its body read; its path."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    await reader.readexactly(length)
-    return head.split(b" ")[1]
-
-
-class LoopbackServer:
-    """HTTP/1.1 keep-alive on 127.0.0.1 (``base``): each request of a connection is answered by
-    :meth:`answer`, in turn, until it returns False; every connection is closed on exit."""
-
-    async def __aenter__(self) -> LoopbackServer:
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.base = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-
-    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        raise NotImplementedError
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            while await self.answer(await read_request(reader), reader, writer):
-                pass
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
 
 class CountingServer(LoopbackServer):
@@ -78,7 +41,7 @@ class CountingServer(LoopbackServer):
         self.connections += 1
         await super()._serve(reader, writer)
 
-    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def answer(self, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         if self.in_flight >= self.hold:
@@ -116,7 +79,8 @@ class HeldServer(LoopbackServer):
         except TimeoutError:
             pytest.fail(f"{len(self.arrived)} of {count} requests reached the server")
 
-    async def answer(self, path: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def answer(self, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        path = request_path(request)
         self.arrived.append(path)
         if path == b"/partial":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nabc")
@@ -128,12 +92,6 @@ class HeldServer(LoopbackServer):
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
         await writer.drain()
         return True
-
-
-@pytest.fixture
-def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture
