@@ -71,6 +71,23 @@ def batches_of_eight(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The functions sent to a worker thread through ``asyncio.to_thread`` while the test runs, in order (they
+    still run there)."""
+    import asyncio
+
+    sent: list[object] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function: object, /, *args: object, **kwargs: object) -> object:
+        sent.append(function)
+        return await to_thread(function, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    return sent
+
+
+@pytest.fixture
 def fake_provider() -> Iterator[FakeProviderServer]:
     """A running fake OpenAI-compatible / native-decisions provider on 127.0.0.1.
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -50,21 +49,14 @@ def test_key_read_by_name_and_arn_and_cached(secrets: object, monkeypatch: pytes
 
 
 async def test_a_warm_key_is_read_once_per_ttl_and_taken_on_the_loop(
-        secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
+        secrets: object, monkeypatch: pytest.MonkeyPatch, thread_hops: list[object]) -> None:
     """Within the TTL, every call's key comes from the container's keeping, without a thread or a read; past it,
     one read on a thread gives the new value."""
     secrets.create_secret(Name="compactor/openai", SecretString=json.dumps({"api_key": "sk-first-111"}))
     reads: list[str] = []
     fetch = secret_store._fetch
     monkeypatch.setattr(secret_store, "_fetch", lambda name, ttl_s: reads.append(name) or fetch(name, ttl_s))
-    threads: list[object] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(*args: object, **kwargs: object) -> object:
-        threads.append(args[0])
-        return await to_thread(*args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    threads = thread_hops
     assert await resolve_key(OFFER) == "sk-first-111"
     assert (len(reads), len(threads)) == (1, 1)
     secrets.put_secret_value(SecretId="compactor/openai", SecretString="sk-second-222")

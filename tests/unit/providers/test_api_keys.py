@@ -87,7 +87,7 @@ async def test_a_secret_is_read_off_the_event_loop(resolver: dict[str, str]) -> 
 
 
 async def test_a_kept_secret_is_taken_on_the_event_loop(resolver: dict[str, str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        thread_hops: list[object]) -> None:
     """A key the store keeps comes without a thread (and without asking the store); one it does not keep, or a
     kept value that is no usable key, goes the usual way."""
     kept = {"s": "  sk-kept-on-the-loop  ", "bad": ""}
@@ -98,14 +98,7 @@ async def test_a_kept_secret_is_taken_on_the_event_loop(resolver: dict[str, str]
         return "sk-read-in-a-thread"
 
     keys.set_secret_resolver(store, kept.get)
-    threads: list[object] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(*args: object, **kwargs: object) -> object:
-        threads.append(args[0])
-        return await to_thread(*args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    threads = thread_hops
     assert await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="s")) == "sk-kept-on-the-loop"
     assert threads == [] and read == []
     assert await keys.resolve_key(dataclasses.replace(OFFER, api_key_secret="other")) == "sk-read-in-a-thread"
