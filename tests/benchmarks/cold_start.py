@@ -238,7 +238,11 @@ def layer_bundle(code: Path) -> Path:
 # bodies it was not asked for), so each of a sample's AWS calls opened a new connection, and over HTTPS paid a
 # handshake and botocore's loading of the CA bundle, which a Lambda function's pooled connection to S3 or DynamoDB
 # pays once per client. Here each request's body (chunked or not) is read whole before the application runs, and
-# the reading after it finds nothing.
+# the reading after it finds nothing. The server's sockets set TCP_NODELAY: werkzeug writes a response's headers
+# and its body in two sends, and on a kept connection Nagle's algorithm held the body until the client acknowledged
+# the headers, which Linux delays up to 40 ms. Every AWS call of a sample after a connection's first waited about
+# 43 ms for it (a PutItem on a kept connection: 48 ms, then 5 ms with the option; AWS's endpoints answer in a few
+# milliseconds), a wait that was moto's server's and not the function's (docs/performance.md).
 _MOTO = """\
 import io, os, sys
 from werkzeug.serving import run_simple
@@ -250,6 +254,8 @@ class Drained:
     readline = read
 
 class KeepAlive(MotoRequestHandler):
+    disable_nagle_algorithm = True  # TCP_NODELAY, as AWS's endpoints answer: see above
+
     def make_environ(self):
         environ = super().make_environ()
         if environ.get("wsgi.input_terminated"):  # a chunked body: werkzeug's reader of its chunks

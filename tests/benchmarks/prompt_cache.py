@@ -70,6 +70,7 @@ class CachingProvider(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as tests/fakes/provider_server.py: no 40 ms wait on a kept connection
     server: CachingProvider
 
     def log_message(self, *args: Any) -> None:
