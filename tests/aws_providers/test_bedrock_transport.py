@@ -3,8 +3,12 @@ endpoint speaking the Converse REST shape (``endpoint_url`` = the fake provider)
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import dataclasses
 import json
+import threading
+from typing import Any
 
 import pytest
 
@@ -16,6 +20,7 @@ from compactor.providers.base import (
 )
 from compactor.providers.registry import transport_for
 from compactor.router import compute_cost
+from compactor_aws import background
 from compactor_aws.bedrock import BedrockTransport
 from fakes.provider_server import FakeProviderServer, Reply, bedrock_error, converse_reply
 
@@ -149,3 +154,38 @@ async def test_a_short_prefix_gets_no_cache_point(fake_provider: FakeProviderSer
     request = DecisionRequest(state={"rules": "short", "f1": "a"}, questions=QUESTIONS, cache_prefix=("rules",))
     await BedrockTransport().decide(decider, request, 10)
     assert len(fake_provider.requests[0].json["messages"][0]["content"]) == 1
+
+
+async def test_a_requests_calls_are_all_in_flight_at_once(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    """32 batches' Converse calls are in flight together: the provider answers none until all 32 have arrived.
+    On the event loop's default executor (``asyncio.to_thread``: ``min(32, cpu_count + 4)`` threads, 6 on a
+    two-vCPU Lambda) only the first few arrived, and the others waited for their threads."""
+    calls = 32
+    arrived = threading.Barrier(calls, timeout=20)
+
+    def answer(request: Any) -> Reply:
+        arrived.wait()  # raises BrokenBarrierError (the fake answers 599) unless every call is in flight
+        return converse_reply("summary")
+
+    fake_provider.responder = answer
+    request = ChatRequest([{"role": "user", "content": "hello"}])
+    transport = transport_for(offer)
+
+    responses = await asyncio.gather(*(transport.chat(offer, request, 60) for _ in range(calls)))
+
+    assert [response.text for response in responses] == ["summary"] * calls
+    assert len(fake_provider.requests) == calls
+
+
+async def test_calls_in_threads_carry_the_callers_context_and_its_errors() -> None:
+    variable: contextvars.ContextVar[str] = contextvars.ContextVar("segment", default="none")
+    variable.set("the request's")
+
+    def read(suffix: str) -> str:
+        if suffix == "boom":
+            raise ValueError("boom")
+        return variable.get() + suffix
+
+    assert await background.in_thread(read, " segment") == "the request's segment"
+    with pytest.raises(ValueError, match="boom"):
+        await background.in_thread(read, "boom")

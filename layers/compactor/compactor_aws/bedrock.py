@@ -7,7 +7,6 @@ prefix is followed by a ``cachePoint`` block for the models that take one
 
 from __future__ import annotations
 
-import asyncio
 import re
 from functools import lru_cache
 from typing import Any
@@ -21,6 +20,7 @@ from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
 from compactor.providers.openai import count
 from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
+from compactor_aws import background
 
 DEFAULT_MAX_TOKENS = 1024
 CONNECT_TIMEOUT_S = 5
@@ -60,8 +60,8 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
     from compactor_aws import aws_session
 
     config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout_s,
-                    retries={"total_max_attempts": 1, "mode": "standard"}, max_pool_connections=64,
-                    user_agent_extra="compactor")
+                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    max_pool_connections=background.CALLS_IN_FLIGHT, user_agent_extra="compactor")
     return aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
@@ -143,9 +143,10 @@ class BedrockTransport:
     """Chat and decision offers served through the Bedrock Converse API. Stateless (beside the prompt-cache
     gate of :func:`~compactor.providers.prompt_cache.written_first`).
 
-    boto3 is synchronous: each call runs in a worker thread whose read timeout is the first step of
-    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after
-    the router gave up on it."""
+    boto3 is synchronous: each call runs in one of the container's call threads
+    (:func:`compactor_aws.background.in_thread`, as many as the client keeps connections: a request's batches
+    never wait for a thread) whose read timeout is the first step of ``READ_TIMEOUT_STEPS_S`` covering the
+    attempt's time, so an abandoned call ends on its own soon after the router gave up on it."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:
@@ -155,7 +156,7 @@ class BedrockTransport:
         arguments, prefix = converse_arguments(offer, request)
         try:
             async with written_first(prefix):
-                output = await asyncio.to_thread(client.converse, **arguments)
+                output = await background.in_thread(client.converse, **arguments)
         except Exception as exc:
             raise provider_error(exc) from None
         return parse_converse(output, default_model=offer.model)

@@ -31,6 +31,7 @@ from compactor.flow import AdmittedFlow, FlowResult, run_flow
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
+from compactor_aws import background
 
 if TYPE_CHECKING:  # the partition and the upload threads load with the first fan-out, not with the
     # API function's routes, which import this module to learn that fan-out is off (docs/performance.md)
@@ -191,7 +192,7 @@ class StepFunctionsFlowRunner:
             if isinstance(item, dict) and item.get("status") == "done":
                 data = item.get("result")
                 if data is None:
-                    data = await asyncio.to_thread(self._read, item["result_key"])
+                    data = await background.in_thread(self._read, item["result_key"])
                 result = result_from_json(data)
                 if result.fingerprint == component.admitted.fingerprint:
                     return result
