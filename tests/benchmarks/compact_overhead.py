@@ -120,20 +120,46 @@ def router_for(transport: FakeTransport) -> Router:
 PROVIDER_KEY_ENV = "COMPACT_OVERHEAD_PROVIDER_KEY"
 
 
+def converse_asked(body: dict[str, Any]) -> Any:
+    """What a Bedrock Converse call asks, parsed: the JSON of its last message's text blocks (a decision asked
+    through chat, ``{state, questions}``, or a summary's items)."""
+    return json.loads("".join(block.get("text", "") for block in body["messages"][-1]["content"]))
+
+
+def is_decision(request: Any) -> bool:
+    """Whether a request the fake provider recorded is a decision call (native, or through Converse)."""
+    if request.path.endswith("/converse"):
+        asked = converse_asked(request.json)
+        return isinstance(asked, dict) and "questions" in asked
+    return request.path.endswith("/decisions")
+
+
 def summarize_all_responder(latency_s: float = 0.0) -> Callable[[Any], Any]:
     """The answers of the fake provider of tests/fakes (``tests`` on the path) as :class:`FakeTransport` gives
-    them: every fragment ``summarize``, every summary a short line, each after ``latency_s``."""
-    from fakes.provider_server import Reply, chat_reply, decision_reply
+    them: every fragment ``summarize``, every summary a short line, each after ``latency_s``; on the native
+    ``decisions`` and OpenAI chat endpoints, and on Bedrock's Converse (decisions asked through chat)."""
+    from fakes.provider_server import Reply, chat_reply, converse_reply, decision_reply
+
+    def summaries(items: Any) -> str:
+        return json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items})
+
+    def answers(questions: Any) -> dict[str, Any]:
+        return {name: {"type": "choice", "choice": "summarize", "confidence": 0.9} for name in questions}
 
     def answer(request: Any) -> Reply:
         body = request.json
+        if request.path.endswith("/converse"):
+            asked = converse_asked(body)
+            if is_decision(request):
+                return converse_reply(json.dumps({"answers": answers(asked["questions"])}), input_tokens=1000,
+                                      output_tokens=20, delay_s=latency_s)
+            return converse_reply(summaries(asked), input_tokens=1000, output_tokens=50, delay_s=latency_s)
         if request.path.endswith("/decisions"):
-            return decision_reply({name: {"type": "choice", "choice": "summarize", "confidence": 0.9}
-                                   for name in body["questions"]}, model=body["model"], input_tokens=1000,
+            return decision_reply(answers(body["questions"]), model=body["model"], input_tokens=1000,
                                   output_tokens=20, delay_s=latency_s)
         items = json.loads(body["messages"][-1]["content"])
-        return chat_reply(json.dumps({fid: f"ran step {fid}; exit 0; output elided" for fid in items}),
-                          model=body["model"], prompt_tokens=1000, completion_tokens=50, delay_s=latency_s)
+        return chat_reply(summaries(items), model=body["model"], prompt_tokens=1000, completion_tokens=50,
+                          delay_s=latency_s)
 
     return answer
 

@@ -3,7 +3,9 @@ transports. Run: ``.venv/bin/python tests/benchmarks/e2e_concurrency.py [--runs 
 
 The fake provider of tests/fakes on 127.0.0.1 answers ``/v1/decisions`` (native ``decisions`` transport) and
 ``/v1/chat/completions`` (``openai`` transport) after a latency L, every fragment ``summarize`` and every
-summary a short line. ``compactor serve`` runs in its own process with a catalog of those two offers;
+summary a short line; and again Bedrock's Converse (``bedrock`` transport: boto3, signed, each call on a
+thread; decisions asked through chat), as a deployment on Bedrock calls it. ``compactor serve`` runs in its own
+process with a catalog of two such offers (a decider and a summarizer);
 the client posts a request of single-fragment batches (at least 24 of its 32 fragments fit the flow input:
 a decision, then a summary each, two provider round trips on the critical path) and times the whole HTTP exchange as a caller
 sees it. Each request is a new session of the same shape (``compact_overhead.transcript``'s ``variant``:
@@ -32,11 +34,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
 from compact_overhead import (  # noqa: E402
-    BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, request_body, summarize_all_responder, transcript,
+    BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, is_decision, request_body, summarize_all_responder, transcript,
 )
 from fakes.provider_server import FakeProviderServer  # noqa: E402
 
 GOALS = {0.2: 1.5, 1.0: 1.15}
+TRANSPORTS = ("openai/decisions", "bedrock")
 
 
 def fake_provider(latency_s: float) -> FakeProviderServer:
@@ -49,7 +52,7 @@ def fake_provider(latency_s: float) -> FakeProviderServer:
 
 def calls(provider: FakeProviderServer) -> dict[str, int]:
     """The provider's decision and chat calls so far."""
-    decisions = sum(request.path.endswith("/decisions") for request in provider.requests)
+    decisions = sum(is_decision(request) for request in provider.requests)
     return {"decisions": decisions, "chat": len(provider.requests) - decisions}
 
 
@@ -59,21 +62,32 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def catalog(base_url: str) -> dict[str, Any]:
-    common = {"provider": "bench", "base_url": base_url, "api_key_env": "BENCH_API_KEY",
-              "supports_json_mode": True, "context": 1_000_000}
+def catalog(provider: FakeProviderServer, transports: str) -> dict[str, Any]:
+    """The decider's and the summarizer's offers on the fake provider: ``decisions`` and ``openai`` over httpx
+    (``openai/decisions``), or both on ``bedrock`` (its root URL as the endpoint)."""
+    common: dict[str, Any] = {"provider": "bench", "supports_json_mode": True, "context": 1_000_000}
+    if transports == "bedrock":
+        common |= {"base_url": provider.root_url, "region": "us-east-1"}
+        decider, summarizer = "bedrock", "bedrock"
+    else:
+        common |= {"base_url": provider.base_url, "api_key_env": "BENCH_API_KEY"}
+        decider, summarizer = "decisions", "openai"
     return {"offers": [
         {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
-         "transport": "decisions", "price_in": 0.5, "price_out": 2.0, **common},
+         "transport": decider, "price_in": 0.5, "price_out": 2.0, **common},
         {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
-         "transport": "openai", "price_in": 3.0, "price_out": 15.0, **common},
+         "transport": summarizer, "price_in": 3.0, "price_out": 15.0, **common},
     ]}
 
 
 def start_serve(catalog_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "COMPACTOR_CATALOG": str(catalog_path), "BENCH_API_KEY": "bench-key",
-           "COMPACTOR_FLOW_BUDGET_MS": "20000"}
+           "COMPACTOR_FLOW_BUDGET_MS": "20000",
+           # The Bedrock offers' calls are signed with these, as a function's are with its role's.
+           "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        env.pop(name, None)
     server = subprocess.Popen([str(Path(sys.executable).with_name("compactor")), "serve", "--port", str(port)],
                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -100,17 +114,21 @@ def post(url: str, body: bytes) -> tuple[float, dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="requests per latency (default 3)")
+    parser.add_argument("--transports", choices=[*TRANSPORTS, "all"], default="all",
+                        help="the offers' transports: openai/decisions over httpx, bedrock, or all (default)")
     args = parser.parse_args()
     # Single-fragment batches, as many as the flow input admits (compact_overhead.BATCH_OUTPUT_CHARS); each
     # request its own session.
     def body(session: str) -> bytes:
         return request_body(transcript(BATCHES, BATCH_OUTPUT_CHARS, variant=session)).encode()
     failed = False
+    runs = [(transports, latency_s, goal) for transports in TRANSPORTS if args.transports in (transports, "all")
+            for latency_s, goal in GOALS.items()]
     with tempfile.TemporaryDirectory() as scratch:
-        for latency_s, goal in GOALS.items():
+        for transports, latency_s, goal in runs:
             provider = fake_provider(latency_s)
             catalog_path = Path(scratch) / "catalog.json"
-            catalog_path.write_text(json.dumps(catalog(provider.base_url)))
+            catalog_path.write_text(json.dumps(catalog(provider, transports)))
             server, url = start_serve(catalog_path)
             try:
                 post(url, body("_warm"))  # the first request pays the imports: measured by cold_start.py
@@ -131,7 +149,7 @@ def main() -> int:
                 provider.stop()
             median = statistics.median(ratios)
             verdict = "OK" if median <= goal else "ABOVE GOAL"
-            print(f"e2e_concurrency: {batches} batches through compactor serve + openai/decisions transports, "
+            print(f"e2e_concurrency: {batches} batches through compactor serve + {transports} transports, "
                   f"L = {latency_s * 1000:.0f} ms, request {len(body('_s0')) / 1000:.0f} KB: wall / (2·L) median "
                   f"{median:.3f}, best {min(ratios):.3f} (n={args.runs}, a new session each; goal <= {goal})  "
                   f"{verdict}")
