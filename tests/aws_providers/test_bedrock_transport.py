@@ -20,7 +20,7 @@ from compactor.providers.base import (
 )
 from compactor.providers.registry import transport_for
 from compactor.router import compute_cost
-from compactor_aws import background
+from compactor_aws import aws_session, background, bedrock
 from compactor_aws.bedrock import BedrockTransport
 from fakes.provider_server import FakeProviderServer, Reply, bedrock_error, converse_reply
 
@@ -34,6 +34,10 @@ def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
                         ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+    # The container's session and clients are kept across calls: built in an earlier test (under moto's mock,
+    # with its credentials), they would sign these tests' calls.
+    aws_session.SESSION.reset()
+    bedrock._bedrock_client.cache_clear()
 
 
 @pytest.fixture

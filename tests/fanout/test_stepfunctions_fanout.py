@@ -126,6 +126,44 @@ async def test_large_results_travel_through_s3(fanout_aws: FanOutAws, worker_mod
     assert len([key for key in keys if key.endswith(".result.json")]) == 2
 
 
+class ReadsTogether:
+    """The test's S3 client, whose ``get_object`` answers only once ``parties`` reads are in flight at once."""
+
+    def __init__(self, s3: Any, parties: int) -> None:
+        self._s3, self.arrived = s3, threading.Barrier(parties, timeout=10)
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.arrived.wait()  # a read made alone breaks the barrier: its result is unreadable, its batch kept
+        return self._s3.get_object(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._s3, name)
+
+
+async def test_large_results_are_read_from_s3_together(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each large result is a read from S3; they were awaited one after another, each waiting for the one
+    before it. Here neither read answers until both are in flight."""
+    monkeypatch.setattr(worker_module, "INLINE_RESULT_MAX_BYTES", 0)
+    request = CompactRequest(**fixture_t_body())
+    inline = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router)
+    s3 = ReadsTogether(fanout_aws.s3, parties=2)  # fixture_t's two batches
+    fanned = await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
+                                   flow_runner=StepFunctionsFlowRunner(fanout_aws.state_machine_arn, BUCKET,
+                                                                       stepfunctions=fanout_aws.stepfunctions, s3=s3))
+    assert json.dumps(fanned) == json.dumps(inline)
+    assert s3.arrived.n_waiting == 0 and not s3.arrived.broken
+
+
+def test_the_containers_s3_client_keeps_a_connection_for_every_call_in_flight(fanout_aws: FanOutAws) -> None:
+    """The result reads and uploads in flight at once each keep their connection: with botocore's default of
+    10, every further one opened a connection (a TLS handshake) that urllib3 discarded with a warning."""
+    from compactor_aws import background, s3_store
+
+    assert s3_store.s3_client().meta.config.max_pool_connections == background.CALLS_IN_FLIGHT
+    assert stepfunctions_runner.UPLOAD_THREADS <= background.CALLS_IN_FLIGHT
+
+
 async def test_an_earlier_deployments_items_run_on_this_state_machine(fanout_aws: FanOutAws,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # CloudFormation updates the state machine before CompactFunction: for a while the function of the earlier

@@ -23,7 +23,11 @@ if TYPE_CHECKING:  # imported where used: the fan-out worker needs only the clie
 
 PART_BYTES = 8 * 1024 * 1024
 """Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
-_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60)
+# As many kept connections as calls in flight (the fan-out's concurrent result reads and uploads): beyond
+# botocore's default of 10, each further concurrent call opened a connection (a TLS handshake) that urllib3
+# then discarded with a warning.
+_CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60,
+                        max_pool_connections=background.CALLS_IN_FLIGHT)
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 # A conditional write lost its race (412), or an identical one is in flight (409).
 _PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}

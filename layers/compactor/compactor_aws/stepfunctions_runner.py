@@ -139,8 +139,10 @@ class StepFunctionsFlowRunner:
         except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
             logger.warning("batch fan-out failed (%s): every component degrades", type(exc).__name__)
             outputs = [{"status": "failed", "error": f"fan-out: {type(exc).__name__}"}] * len(components)
-        results = [await self._result(component, item, value, conversation)
-                   for component, item in zip(components, outputs, strict=True)]
+        # Together: each large result is a read from S3 on a thread of its own (one after another, each waited
+        # for the one before it).
+        results = await asyncio.gather(*(self._result(component, item, value, conversation)
+                                         for component, item in zip(components, outputs, strict=True)))
         for component, result in zip(components, results, strict=True):
             _emit_finished(on_event, component, result)
         return await merge_results(partition, results, router=router, deadline=deadline, on_event=on_event)
