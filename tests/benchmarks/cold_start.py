@@ -32,9 +32,14 @@ interpreter that times
   first request counts only when it compacted: the API's response and the
   object the S3 function writes say ``compacted``, and every node of the flow (the workers': of their batch) ran
   without an error (:func:`compacted`, :func:`flow_ran`).
-  A fourth row, ``worker (S3)``, runs the same batch with its payload read from S3, as a worker of a request
+  A row ``worker (S3)`` runs the same batch with its payload read from S3, as a worker of a request
   too large to carry whole starts (the runner carries the smallest payloads, so such a request's largest
-  batches, the ones it waits for, read S3); the goals hold for it too.
+  batches, the ones it waits for, read S3); the goals hold for it too. A row ``compact (http)`` answers the
+  same API request as a deployment whose catalog holds HTTP model offers (``COMPACTOR_CATALOG``: a decider on
+  the native ``decisions`` transport, a summarizer on ``openai``, their key in an environment variable) does:
+  its first request imports httpx, builds the pooled client and its TLS context, and makes its decision and
+  summary calls over HTTPS to the fake provider of tests/fakes (:func:`start_provider`, with moto's
+  certificate, verified through the layer's hashed directory); it counts only when the provider got them.
 * ``authorizer``: API Gateway's Lambda authorizer (``authorizer.handler``), which runs before every API
   request: a ``REQUEST`` event with ``Authorization: Bearer``. It imports no third-party package, so its whole
   cold start is its own and it has no ratio to the third-party imports (printed ``n/a``; its milliseconds
@@ -360,8 +365,10 @@ class Deployment:
 
 def child_env(endpoint: str, function: Function, *, tracing: bool) -> dict[str, str]:
     # Lambda sets no CA bundle variable: botocore honours REQUESTS_CA_BUNDLE too, and httpx SSL_CERT_FILE/DIR.
+    # Nor a proxy: httpx would send the HTTP offers' calls to the loopback provider through one.
     skipped = ("AWS_", "COMPACTOR_", "POWERTOOLS_", "LAMBDA_", "_X_AMZN_", "PYDANTIC_", "REQUESTS_CA_BUNDLE",
-               "CURL_CA_BUNDLE", "SSL_CERT_")
+               "CURL_CA_BUNDLE", "SSL_CERT_", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy",
+               "https_proxy", "all_proxy", "no_proxy")
     env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
     env.update(function.environment)
     env.update({
@@ -465,12 +472,50 @@ class Function:
     """One function's handler module, the event of its first request and the check of its answer."""
 
     def __init__(self, name: str, event: dict[str, Any], ok: Any, code: Path, deployment: Deployment, *,
-                 label: str | None = None, hooks: bool = True) -> None:
+                 label: str | None = None, hooks: bool = True, environment: dict[str, str] | None = None) -> None:
         self.name, self.event, self.ok = name, event, ok
         self.label = label or name  # its row
         self.hooks = hooks  # whether its handler registers the SnapStart hooks (the authorizer does not)
         self.paths = [str(code / "functions" / name), str(code / "layer" / "python")]
-        self.environment = deployment.environment(name)
+        # template.yaml's, and what an operator sets for this row (a catalog of HTTP model offers)
+        self.environment = {**deployment.environment(name), **(environment or {})}
+
+
+PROVIDER_KEY_ENV = "COLD_START_PROVIDER_KEY"
+
+
+def http_offers_catalog(code: Path, base_url: str) -> Path:
+    """A catalog of two HTTP model offers on the fake provider (``base_url``, over HTTPS), as an operator deploys
+    with ``COMPACTOR_CATALOG``: a decider on the native ``decisions`` transport and a summarizer on ``openai``,
+    their key in an environment variable."""
+    common = {"provider": "bench", "base_url": base_url, "api_key_env": PROVIDER_KEY_ENV,
+              "supports_json_mode": True, "context": 200_000}
+    catalog = {"offers": [
+        {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
+         "transport": "decisions", "price_in": 0.5, "price_out": 2.0, **common},
+        {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
+         "transport": "openai", "price_in": 3.0, "price_out": 15.0, **common},
+    ]}
+    path = code / "http-offers-catalog.json"
+    path.write_text(json.dumps(catalog))
+    return path
+
+
+def start_provider(cert_file: Path, key_file: Path) -> Any:
+    """The fake provider of tests/fakes over HTTPS with moto's certificate (its authority is in the layer's bundle,
+    so the function's httpx client verifies it with the layer's hashed directory), answering as
+    ``compact_overhead``'s runs are answered: every fragment ``summarize``, every summary a short line."""
+    sys.path[:0] = [str(REPO / "tests"), str(Path(__file__).resolve().parent)]
+    import ssl
+
+    from compact_overhead import summarize_all_responder
+    from fakes.provider_server import FakeProviderServer
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    provider = FakeProviderServer(ssl_context=context).start()
+    provider.responder = summarize_all_responder()
+    return provider
 
 
 def fanout_payloads(compact_body: str) -> list[str]:
@@ -542,7 +587,7 @@ def api_compacted(answer: dict[str, Any]) -> bool:
         return False
 
 
-def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path) -> list[Function]:
+def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, provider: Any) -> list[Function]:
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", verify=str(bundle),
@@ -603,8 +648,20 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path) -> l
             return False
         return compacted(json.loads(s3.get_object(Bucket=BUCKET, Key=results[0]["key"])["Body"].read()))
 
+    seen = [0]
+
+    def provider_called(answer: dict[str, Any]) -> bool:
+        """The API compacted, and through the HTTP offers: the provider got this request's calls (a decision
+        and a summary at least), not the built-in offers."""
+        made, seen[0] = len(provider.requests) - seen[0], len(provider.requests)
+        return api_compacted(answer) and made >= 2
+
+    http_environment = {"COMPACTOR_CATALOG": str(http_offers_catalog(code, provider.base_url)),
+                        PROVIDER_KEY_ENV: "cold-start-key"}
     return [
         Function("compact", compact_event_for, api_compacted, code, deployment),
+        Function("compact", compact_event_for, provider_called, code, deployment, label="compact (http)",
+                 environment=http_environment),
         Function("s3_compact", s3_event_for, object_compacted, code, deployment),
         Function("flow_worker", worker_event, lambda a: a.get("status") == "done" and worker_ran(a), code, deployment),
         Function("flow_worker", worker_s3_event, lambda a: a.get("status") == "done" and worker_ran(a), code,
@@ -680,11 +737,13 @@ def main() -> int:
     build = tempfile.TemporaryDirectory(prefix="cold-start-")
     cert_file, key_file, authority = make_certificates(Path(build.name))
     server, endpoint = start_moto(cert_file, key_file)
+    provider = start_provider(cert_file, key_file)
     try:
         code = build_code(Path(build.name), authority)
         bundle = layer_bundle(code)
-        functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}", code=code, bundle=bundle)
-        print(f"{'function':<12} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6} {'÷json':>6}   "
+        functions = prepare_functions(endpoint, run_id=f"{os.getpid()}-{int(time.time())}", code=code, bundle=bundle,
+                                      provider=provider)
+        print(f"{'function':<14} {'json':>7} {'3rd-party':>10} {'cold':>8} {'ratio':>6} {'÷json':>6}   "
               f"{'restored':>8} {'ratio':>6} {'hook':>7}   {'ratios p10-p90':>19}   (ms, medians of {args.runs} fresh processes; "
               f"tracing {args.tracing})")
         sample = 0
@@ -708,12 +767,12 @@ def main() -> int:
                    {"cold": cold, "restored": restored, "hook": hooks, "deps": deps, "json": floor,
                                                   "whole": whole}.items()}
             if not names:  # no third-party package: the whole cold start is the function's own (no ratio)
-                print(f"{function.label:<12} {med['json']:7.1f} {'none':>10} {med['cold']:8.1f} {'n/a':>6} "
+                print(f"{function.label:<14} {med['json']:7.1f} {'none':>10} {med['cold']:8.1f} {'n/a':>6} "
                       f"{med['whole'] / med['json']:6.1f}   {med['restored']:8.1f} {'n/a':>6} {'none':>7}")
                 continue
             ratio_cold, ratio_restored = med["cold"] / med["deps"], med["restored"] / med["deps"]
             (cold_low, cold_high), (restored_low, restored_high) = spread(cold, deps), spread(restored, deps)
-            print(f"{function.label:<12} {med['json']:7.1f} {med['deps']:10.1f} {med['cold']:8.1f} {ratio_cold:6.2f} "
+            print(f"{function.label:<14} {med['json']:7.1f} {med['deps']:10.1f} {med['cold']:8.1f} {ratio_cold:6.2f} "
                   f"{med['whole'] / med['json']:6.1f}   "
                   f"{med['restored']:8.1f} {ratio_restored:6.2f} {med['hook']:7.1f}   "
                   f"{cold_low:.2f}-{cold_high:.2f} {restored_low:.2f}-{restored_high:.2f}")
@@ -721,6 +780,7 @@ def main() -> int:
         print(f"goals: cold / third-party <= {GOAL_COLD}; restored (SnapStart) / third-party <= {GOAL_RESTORED}"
               f" (on the medians, every row); p10-p90: the two ratios over resampled runs, how far another run may read")
     finally:
+        provider.stop()
         server.terminate()
         server.wait(timeout=10)
         build.cleanup()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -193,7 +194,8 @@ class FakeProviderServer:
     """A scriptable provider on ``127.0.0.1:<ephemeral port>``; use as a context manager or
     :meth:`start`/:meth:`stop`. ``base_url`` ends in ``/v1``."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context  # a server context: HTTPS (its certificate's authority must be trusted)
         self.requests: list[RecordedRequest] = []
         self.responder: Responder | None = None
         self._queue: deque[Reply] = deque()
@@ -206,11 +208,12 @@ class FakeProviderServer:
     def base_url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("fake provider is not running")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     @property
     def root_url(self) -> str:
-        """``http://127.0.0.1:<port>`` (no path: a boto3 ``endpoint_url``)."""
+        """``http://127.0.0.1:<port>`` (``https`` with a context; no path: a boto3 ``endpoint_url``)."""
         return self.base_url.removesuffix("/v1")
 
     def enqueue(self, *replies: Reply) -> None:
@@ -220,6 +223,8 @@ class FakeProviderServer:
 
     def start(self) -> FakeProviderServer:
         httpd = _QuietHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        if self.ssl_context is not None:
+            httpd.socket = self.ssl_context.wrap_socket(httpd.socket, server_side=True)
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-provider", daemon=True)
