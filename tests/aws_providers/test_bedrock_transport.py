@@ -8,6 +8,7 @@ import contextvars
 import dataclasses
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,13 +30,16 @@ QUESTIONS = {"f1": {"type": "noul", "instructions": "Is it useful?"}}
 
 
 @pytest.fixture(autouse=True)
-def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                         ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     # The container's session and clients are kept across calls: built in an earlier test (under moto's mock,
-    # with its credentials), they would sign these tests' calls.
+    # with its credentials), they would sign these tests' calls; and these tests' must not sign later tests'.
+    aws_session.SESSION.reset()
+    bedrock._bedrock_client.cache_clear()
+    yield
     aws_session.SESSION.reset()
     bedrock._bedrock_client.cache_clear()
 
@@ -161,10 +165,12 @@ async def test_a_short_prefix_gets_no_cache_point(fake_provider: FakeProviderSer
 
 
 async def test_a_requests_calls_are_all_in_flight_at_once(fake_provider: FakeProviderServer, offer: Offer) -> None:
-    """32 batches' Converse calls are in flight together: the provider answers none until all 32 have arrived.
-    On the event loop's default executor (``asyncio.to_thread``: ``min(32, cpu_count + 4)`` threads, 6 on a
-    two-vCPU Lambda) only the first few arrived, and the others waited for their threads."""
-    calls = 32
+    """As many Converse calls as a container may have in flight (64) are in flight together: the provider answers
+    none until all have arrived. On the event loop's default executor (``asyncio.to_thread``: ``min(32, cpu_count
+    + 4)`` threads, 6 on a two-vCPU Lambda, never more than 32 whatever the machine) only the first few arrived,
+    and the others waited for their threads."""
+    calls = background.CALLS_IN_FLIGHT
+    assert calls > 32  # more than any default executor has threads
     arrived = threading.Barrier(calls, timeout=20)
 
     def answer(request: Any) -> Reply:

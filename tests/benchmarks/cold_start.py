@@ -245,9 +245,10 @@ def layer_bundle(code: Path) -> Path:
 # pays once per client. Here each request's body (chunked or not) is read whole before the application runs, and
 # the reading after it finds nothing. The server's sockets set TCP_NODELAY: werkzeug writes a response's headers
 # and its body in two sends, and on a kept connection Nagle's algorithm held the body until the client acknowledged
-# the headers, which Linux delays up to 40 ms. Every AWS call of a sample after a connection's first waited about
-# 43 ms for it (a PutItem on a kept connection: 48 ms, then 5 ms with the option; AWS's endpoints answer in a few
-# milliseconds), a wait that was moto's server's and not the function's (docs/performance.md).
+# the headers, which Linux delays up to 40 ms. Every AWS call of a sample, a TLS connection's first included, waited
+# about 43 ms for it (a PutItem on a kept connection: 48 ms, then 5 ms with the option), a wait that was moto's
+# server's and not the function's. DynamoDB answers in about that time; S3 Standard's first byte takes longer, so
+# the S3 calls' waits here are a floor (docs/performance.md).
 _MOTO = """\
 import io, os, sys
 from werkzeug.serving import run_simple

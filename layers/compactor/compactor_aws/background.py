@@ -9,7 +9,8 @@ already exist go here: a botocore client is thread-safe, its session (building a
 call, each fan-out component's result read): ``asyncio.to_thread`` runs them on the event loop's default
 executor, ``min(32, cpu_count + 4)`` threads, 6 on a two-vCPU Lambda, so the seventh batch's call waited
 for a thread until another's answer came (32 concurrent Converse calls of 0.5 s took 3.0 s instead of 0.5).
-Its threads are as many as a client keeps connections (:data:`CALLS_IN_FLIGHT`), made as calls need them.
+Its threads are as many as a client keeps connections (:data:`CALLS_IN_FLIGHT`, 64, as the httpx transports'
+pool), made as calls need them; a call the router gave up on keeps its thread until its read timeout ends.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def start(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]
 
 async def in_thread(function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``asyncio.to_thread(function, *args, **kwargs)`` on the container's call threads (the caller's context
-    variables with it, as ``to_thread`` carries them: the trace's segment, for one)."""
+    variables with it, as ``to_thread`` carries them: the request's call watcher of
+    ``compactor_aws.observability`` and call budget of ``compactor.router``, for two)."""
     import asyncio  # loaded already: this runs on an event loop
 
     context = contextvars.copy_context()
