@@ -110,6 +110,21 @@ def test_after_restore_imports_no_provider_transport() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_before_snapshot_imports_the_configured_offers_transports(tmp_path) -> None:
+    """A catalog of HTTP offers: httpx and the transports are in the snapshot, not imported by every restored
+    container's first provider call; no client is built (a restore would drop it)."""
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text('{"offers": [{"id": "x/chat", "provider": "x", "family": "f", "model": "m", '
+                       '"protocol": "chat", "transport": "openai", "base_url": "http://192.0.2.1/v1"}]}')
+    code = ("import sys; from compactor_aws import snapstart; before = 'httpx' in sys.modules; "
+            "snapstart.before_snapshot(); from compactor.providers import http; "
+            "print(before, 'compactor.providers.openai' in sys.modules, len(http._clients))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "COMPACTOR_CATALOG": str(catalog)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split() == ["False", "True", "0"]
+
+
 def test_before_snapshot_loads_the_codec_a_first_connection_needs() -> None:
     """urllib3 checks each host name with the IDNA codec when it connects: the codec's modules are in the
     snapshot, not imported by every restored container's first request."""
