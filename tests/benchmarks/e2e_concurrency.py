@@ -13,7 +13,7 @@ other file names in every output), as a warm instance serves many sessions: a re
 would find what the first one left in the instance (its salience verdicts, its flow's admission) and make
 the later runs easier than a caller's. Printed: wall / (2·L) at L = 200 ms and 1 s; goals <= 1.5 and
 <= 1.15 (sequential batches would give the batch count). Exit 1 when a goal is missed or the provider did
-not see one decision and one summary per batch.
+not see one decision and one summary per batch, or a batch was not summarized as the provider answered.
 """
 
 from __future__ import annotations

@@ -145,8 +145,9 @@ class BedrockTransport:
 
     boto3 is synchronous: each call runs in one of the container's call threads
     (:func:`compactor_aws.background.in_thread`, as many as the client keeps connections: up to 64 calls of a
-    container in flight at once, as over httpx) whose read timeout is the first step of ``READ_TIMEOUT_STEPS_S`` covering the
-    attempt's time, so an abandoned call ends on its own soon after the router gave up on it."""
+    container in flight at once, as over httpx) whose read timeout is the first step of
+    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after the
+    router gave up on it."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:

@@ -45,7 +45,7 @@ def before_snapshot() -> None:
     from compactor_aws import idempotency, ledger, s3_store
 
     get_router()  # the configured catalog: parsed and validated, no provider is called
-    # Its offers' transports, imported: httpx and the HTTP transports for HTTP offers (40-60 ms a restored
+    # Its offers' transports, imported: httpx and the HTTP transports for HTTP offers (35-51 ms of CPU a restored
     # container's first provider call paid), the Bedrock adapter for Bedrock's. No client is built and no
     # connection opened: a restored container builds its pooled client at its first call. A new client's TLS
     # context checks the layer's CA directory once per container: done here (the context is not kept).

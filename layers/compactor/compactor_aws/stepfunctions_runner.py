@@ -139,8 +139,8 @@ class StepFunctionsFlowRunner:
         except Exception as exc:  # unreachable service, failed/timed-out execution: every component degrades
             logger.warning("batch fan-out failed (%s): every component degrades", type(exc).__name__)
             outputs = [{"status": "failed", "error": f"fan-out: {type(exc).__name__}"}] * len(components)
-        # Together: each large result is a read from S3 on a thread of its own (one after another, each waited
-        # for the one before it).
+        # Together: a large result is a read from S3 on a call thread, and awaited one by one, each read waited
+        # for the one before it.
         results = await asyncio.gather(*(self._result(component, item, value, conversation)
                                          for component, item in zip(components, outputs, strict=True)))
         for component, result in zip(components, results, strict=True):
