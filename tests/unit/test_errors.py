@@ -27,6 +27,16 @@ def test_status_type_and_code_belong_to_the_error(error: errors.CompactorError, 
     assert body == {"error": {"message": error.message, "type": type_, "code": code}}
 
 
+def test_an_admission_reason_is_echoed_at_most_so_far() -> None:
+    """A reason quotes what the caller sent: a 4 MB value is not sent back whole."""
+    reason = "question " + "q" * 4_000_000 + " must be an object"
+    message = errors.InvalidPolicy.rejected(reason).message
+    prefix = "policy_ir rejected at admission: "
+    assert message.startswith(prefix + "question qqq") and message.endswith("…")
+    assert len(message) == len(prefix) + errors.ADMISSION_REASON_MAX_CHARS
+    assert errors.InvalidFlow.rejected("x" * errors.ADMISSION_REASON_MAX_CHARS).message.endswith("x")  # at the bound
+
+
 def test_messages_and_extra_keys() -> None:
     assert errors.InvalidPolicy.rejected("x").message == "policy_ir rejected at admission: x"
     assert errors.InvalidFlow.rejected("y").message == "flow_ir rejected at admission: y"

@@ -13,6 +13,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 ADMISSION_PREFIX = "rejected at admission: "
+# An admission reason quotes what the caller sent (node ids, kinds, question names, values): an answer echoes at
+# most this much of it. Until issue 11's sixteenth round a flow whose 4 MB node id failed admission was answered
+# with that id in a 4 MB message.
+ADMISSION_REASON_MAX_CHARS = 1000
 
 
 class CompactorError(Exception):
@@ -54,7 +58,10 @@ class AdmissionRejected(InvalidRequest):
 
     @classmethod
     def rejected(cls, reason: object) -> AdmissionRejected:
-        return cls(f"{cls.field} {ADMISSION_PREFIX}{reason}")
+        text = str(reason)
+        if len(text) > ADMISSION_REASON_MAX_CHARS:
+            text = text[:ADMISSION_REASON_MAX_CHARS - 1] + "…"
+        return cls(f"{cls.field} {ADMISSION_PREFIX}{text}")
 
 
 class InvalidPolicy(AdmissionRejected):

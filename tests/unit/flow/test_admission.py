@@ -317,3 +317,13 @@ def test_flow_node_is_the_constructors_node(index: int, label: str, kind: str, i
     assert defaults.routing is None and defaults.questions_bytes is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.index = index + 1  # type: ignore[misc]
+
+
+def test_an_error_quotes_a_long_node_id_shortened_and_keeps_its_problem() -> None:
+    label = "n" * 4_000_000
+    flow = triage_flow()
+    flow[1][label] = {"kind": "nonsense", "inputs": ["input"]}
+
+    message = rejected(flow)
+
+    assert message.startswith('node "' + "n" * 80 + '…": unknown kind "nonsense"') and len(message) < 300

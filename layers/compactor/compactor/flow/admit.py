@@ -50,8 +50,12 @@ class FlowAdmissionError(ValueError):
         self.message = message
 
 
+_LABEL_QUOTED_MAX = 80  # characters of a node id an error quotes: the problem after it stays in view
+
+
 def _node_error(label: str, problem: str) -> FlowAdmissionError:
-    return FlowAdmissionError(f"node {json.dumps(label, ensure_ascii=False)}: {problem}")
+    shown = label if len(label) <= _LABEL_QUOTED_MAX else label[:_LABEL_QUOTED_MAX] + "…"
+    return FlowAdmissionError(f"node {json.dumps(shown, ensure_ascii=False)}: {problem}")
 
 
 def admit_flow(flow_ir: Any, *, admit_policy: Callable[[Any], AdmittedPolicyLike],
