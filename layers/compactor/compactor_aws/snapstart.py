@@ -47,13 +47,10 @@ def before_snapshot() -> None:
     get_router()  # the configured catalog: parsed and validated, no provider is called
     # Its offers' transports, imported: httpx and the HTTP transports for HTTP offers (35-51 ms of CPU a restored
     # container's first provider call paid), the Bedrock adapter for Bedrock's. No client is built and no
-    # connection opened: a restored container builds its pooled client at its first call. A new client's TLS
-    # context checks the layer's CA directory once per container: done here (the context is not kept).
+    # connection opened: a restored container builds its pooled client at its first call. (The CA directory
+    # check a new client's TLS context makes is the one the S3 client below makes: certifi's bundle either way.)
     for offer in get_catalog().offers:
         transport_for(offer)
-    http = sys.modules.get("compactor.providers.http")
-    if http is not None:
-        http.tls_context()
     offline = load_catalog(str(bundled_catalog_path()))
     router = Router(offline.offers, envelope=offline.policy_envelope, transport_for=transport_for)
     for extra in ({"decision_policy_ir": DEFAULT_DECISIONS_POLICY}, {}):
