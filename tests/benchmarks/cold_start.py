@@ -485,20 +485,14 @@ class Function:
 PROVIDER_KEY_ENV = "COLD_START_PROVIDER_KEY"
 
 
-def http_offers_catalog(code: Path, base_url: str) -> Path:
-    """A catalog of two HTTP model offers on the fake provider (``base_url``, over HTTPS), as an operator deploys
-    with ``COMPACTOR_CATALOG``: a decider on the native ``decisions`` transport and a summarizer on ``openai``,
-    their key in an environment variable."""
-    common = {"provider": "bench", "base_url": base_url, "api_key_env": PROVIDER_KEY_ENV,
-              "supports_json_mode": True, "context": 200_000}
-    catalog = {"offers": [
-        {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
-         "transport": "decisions", "price_in": 0.5, "price_out": 2.0, **common},
-        {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
-         "transport": "openai", "price_in": 3.0, "price_out": 15.0, **common},
-    ]}
+def http_offers_catalog(code: Path, provider: Any) -> Path:
+    """A catalog of two HTTP model offers on the fake provider (over HTTPS), as an operator deploys with
+    ``COMPACTOR_CATALOG``: a decider on the native ``decisions`` transport and a summarizer on ``openai``, their key
+    in an environment variable (``compact_overhead.bench_catalog``, the offers ``e2e_concurrency.py`` calls)."""
+    from compact_overhead import bench_catalog
+
     path = code / "http-offers-catalog.json"
-    path.write_text(json.dumps(catalog))
+    path.write_text(json.dumps(bench_catalog(provider, key_env=PROVIDER_KEY_ENV)))
     return path
 
 
@@ -657,7 +651,7 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         made, seen[0] = len(provider.requests) - seen[0], len(provider.requests)
         return api_compacted(answer) and made >= 2
 
-    http_environment = {"COMPACTOR_CATALOG": str(http_offers_catalog(code, provider.base_url)),
+    http_environment = {"COMPACTOR_CATALOG": str(http_offers_catalog(code, provider)),
                         PROVIDER_KEY_ENV: "cold-start-key"}
     return [
         Function("compact", compact_event_for, api_compacted, code, deployment),

@@ -120,6 +120,25 @@ def router_for(transport: FakeTransport) -> Router:
 PROVIDER_KEY_ENV = "COMPACT_OVERHEAD_PROVIDER_KEY"
 
 
+def bench_catalog(provider: Any, transports: str = "openai/decisions", *, key_env: str) -> dict[str, Any]:
+    """A catalog (``COMPACTOR_CATALOG``) of the decider's and the summarizer's offers on the fake provider of
+    tests/fakes (``provider``): ``decisions`` and ``openai`` over httpx (``openai/decisions``), their key in the
+    environment variable ``key_env``, or both on ``bedrock`` (its root URL as the endpoint)."""
+    common: dict[str, Any] = {"provider": "bench", "supports_json_mode": True, "context": 1_000_000}
+    if transports == "bedrock":
+        common |= {"base_url": provider.root_url, "region": "us-east-1"}
+        decider, summarizer = "bedrock", "bedrock"
+    else:
+        common |= {"base_url": provider.base_url, "api_key_env": key_env}
+        decider, summarizer = "decisions", "openai"
+    return {"offers": [
+        {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
+         "transport": decider, "price_in": 0.5, "price_out": 2.0, **common},
+        {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
+         "transport": summarizer, "price_in": 3.0, "price_out": 15.0, **common},
+    ]}
+
+
 def converse_asked(body: dict[str, Any]) -> Any:
     """What a Bedrock Converse call asks, parsed: the JSON of its last message's text blocks (a decision asked
     through chat, ``{state, questions}``, or a summary's items)."""

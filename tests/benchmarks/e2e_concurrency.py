@@ -34,8 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
 from compact_overhead import (  # noqa: E402
-    BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, check_compacted, is_decision, request_body, summarize_all_responder,
-    transcript,
+    BATCH_OUTPUT_CHARS, BATCHES, MIN_BATCHES, bench_catalog, check_compacted, is_decision, request_body,
+    summarize_all_responder, transcript,
 )
 from fakes.provider_server import FakeProviderServer  # noqa: E402
 
@@ -61,24 +61,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def catalog(provider: FakeProviderServer, transports: str) -> dict[str, Any]:
-    """The decider's and the summarizer's offers on the fake provider: ``decisions`` and ``openai`` over httpx
-    (``openai/decisions``), or both on ``bedrock`` (its root URL as the endpoint)."""
-    common: dict[str, Any] = {"provider": "bench", "supports_json_mode": True, "context": 1_000_000}
-    if transports == "bedrock":
-        common |= {"base_url": provider.root_url, "region": "us-east-1"}
-        decider, summarizer = "bedrock", "bedrock"
-    else:
-        common |= {"base_url": provider.base_url, "api_key_env": "BENCH_API_KEY"}
-        decider, summarizer = "decisions", "openai"
-    return {"offers": [
-        {"id": "bench/decider", "family": "decider", "model": "decider-1", "protocol": "decisions",
-         "transport": decider, "price_in": 0.5, "price_out": 2.0, **common},
-        {"id": "bench/summarizer", "family": "summarizer", "model": "summarizer-1", "protocol": "chat",
-         "transport": summarizer, "price_in": 3.0, "price_out": 15.0, **common},
-    ]}
 
 
 def start_serve(catalog_path: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -132,7 +114,7 @@ def main() -> int:
         for transports, latency_s, goal in runs:
             provider = fake_provider(latency_s)
             catalog_path = Path(scratch) / "catalog.json"
-            catalog_path.write_text(json.dumps(catalog(provider, transports)))
+            catalog_path.write_text(json.dumps(bench_catalog(provider, transports, key_env="BENCH_API_KEY")))
             server, url = start_serve(catalog_path)
             try:
                 post(url, body("_warm"))  # the first request pays the imports: measured by cold_start.py
