@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from compactor.billing import LocalLedger, UsageLedger, UsageRangeError, parse_range, totals_by_key
+from compactor.billing import LocalLedger, UsageLedger, UsageRangeError, parse_range
 
 _COLUMNS = ("day", "calls", "bytes_in", "bytes_out", "bytes_saved", "model_calls", "cost_usd", "calls_cost_unknown")
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2
-    report = totals_by_key(ledger.entries(first, last, args.key))
+    report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
     if args.json:
         print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))
         return 0

@@ -34,6 +34,24 @@ def create_tables(dynamodb: Any) -> None:
         KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}])
 
 
+def table_entries(dynamodb: Any) -> list[dict[str, Any]]:
+    """The usage table's entries (not its totals items), after checking that its totals items count exactly
+    those entries: the operator's report and each caller's equal the totals of the entries read one by one."""
+    from compactor.billing import totals_by_key
+    from compactor_aws.ledger import DynamoLedger, _entry
+
+    items = dynamodb.scan(TableName=USAGE_TABLE, ConsistentRead=True)["Items"]
+    entries = [item for item in items if item["sk"]["S"][:1].isdigit()]  # <day>#<entry id>
+    expected = {key: [day.as_dict() for day in days]
+                for key, days in totals_by_key(_entry(item) for item in entries).items()}
+    ledger = DynamoLedger(USAGE_TABLE, dynamodb)
+    every_key = ledger.totals("2000-01-01", "2999-12-31")
+    assert {key: [day.as_dict() for day in days] for key, days in every_key.items()} == expected
+    for key, days in expected.items():
+        assert [day.as_dict() for day in ledger.totals("2000-01-01", "2999-12-31", key)[key]] == days
+    return entries
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """moto DynamoDB + S3 with the tables and a versioned responses bucket, named in the environment."""

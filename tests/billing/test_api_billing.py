@@ -14,7 +14,7 @@ from compactor import http_api, idempotency
 from compactor_aws import billing
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
-from .conftest import IDEMPOTENCY_TABLE, RESPONSES_BUCKET, USAGE_TABLE
+from .conftest import IDEMPOTENCY_TABLE, RESPONSES_BUCKET, table_entries
 
 TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
 KEY_A, KEY_B = "key-id-alpha", "key-id-bravo"
@@ -61,7 +61,7 @@ def usage(module: ModuleType, caller: str | None, **query: str) -> dict[str, Any
 
 
 def ledger_items(aws: dict[str, Any]) -> list[dict[str, Any]]:
-    return aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]
+    return table_entries(aws["dynamodb"])
 
 
 def test_a_retry_under_the_same_key_replays_the_bytes_without_a_second_compaction_or_charge(

@@ -25,12 +25,19 @@ def resources() -> dict[str, Any]:
     return load_template(TEMPLATE_PATH)["Resources"]
 
 
-def statements(policy: dict[str, Any]) -> dict[str, tuple[set[str], Any]]:
-    out = {}
+# UpdateItem on the usage table only inside the transaction that writes an entry with its day's totals.
+IN_TRANSACTIONS = {"ForAnyValue:StringEquals": {"dynamodb:EnclosingOperation": "TransactWriteItems"}}
+TOTALS_GRANT = ({"dynamodb:UpdateItem"}, {"Fn::GetAtt": ["UsageTable", "Arn"]}, IN_TRANSACTIONS)
+
+
+def statements(policy: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """Each statement by its Sid: its actions and resource, and its condition when it has one."""
+    out: dict[str, tuple[Any, ...]] = {}
     for statement in policy["Statement"]:
         assert statement["Effect"] == "Allow"
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        out[statement["Sid"]] = (set(actions), statement["Resource"])
+        out[statement["Sid"]] = (set(actions), statement["Resource"]) + (
+            (statement["Condition"],) if "Condition" in statement else ())
     return out
 
 
@@ -68,13 +75,17 @@ def test_the_functions_name_the_tables_and_may_do_only_what_they_need(resources:
     api_grants = statements(resources["CompactFunction"]["Properties"]["Policies"][0])
     assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"},
                                                   {"Fn::GetAtt": ["UsageTable", "Arn"]})
+    assert api_grants["AddToDailyTotals"] == TOTALS_GRANT
     record_actions = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     assert api_grants["IdempotencyRecords"] == (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})
     assert api_grants["LargeStoredResponses"] == ({"s3:PutObject", "s3:GetObject", "s3:GetObjectVersion"}, {
         "Fn::Sub": f"arn:${{AWS::Partition}}:s3:::${{TranscriptBucket}}/{RESPONSES_PREFIX}*"})
     s3_grants = statements(resources["S3CompactFunctionBillingAccess"]["Properties"]["PolicyDocument"])
-    assert s3_grants == {"WriteUsage": ({"dynamodb:PutItem"}, {"Fn::GetAtt": ["UsageTable", "Arn"]}),
-                         "IdempotencyRecords": (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})}
+    window_grants = statements(resources["WindowJobFunctionBillingAccess"]["Properties"]["PolicyDocument"])
+    for grants in (s3_grants, window_grants):
+        assert grants == {"WriteUsage": ({"dynamodb:PutItem"}, {"Fn::GetAtt": ["UsageTable", "Arn"]}),
+                          "AddToDailyTotals": TOTALS_GRANT,
+                          "IdempotencyRecords": (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})}
 
 
 def test_stored_responses_expire_after_the_longest_ttl(resources: dict[str, Any]) -> None:

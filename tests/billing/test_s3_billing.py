@@ -12,7 +12,7 @@ from compactor_aws.s3_store import S3Store
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
-from .conftest import IDEMPOTENCY_TABLE, USAGE_TABLE
+from .conftest import IDEMPOTENCY_TABLE, table_entries
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def invoke(module: ModuleType, event: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ledger(aws: dict[str, Any]) -> list[dict[str, Any]]:
-    return aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]
+    return table_entries(aws["dynamodb"])
 
 
 def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: Any, s3_module: ModuleType,

@@ -23,7 +23,7 @@ from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from scale import transcripts
 from fakes.routers import frozen_router
 
-from .conftest import USAGE_TABLE
+from .conftest import table_entries
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "compactor-windowed-billing-test"
@@ -76,7 +76,7 @@ def run_to_assemble(worker: ModuleType, job: dict[str, Any]) -> None:
 
 
 def ledger(aws: dict[str, Any]) -> list[Any]:
-    return [_entry(item) for item in aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]]
+    return [_entry(item) for item in table_entries(aws["dynamodb"])]
 
 
 def billing_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:

@@ -104,6 +104,11 @@ class UsageLedger(Protocol):
         """Entries of days ``first_day``..``last_day`` (inclusive), of one key or (operator) every key."""
         ...
 
+    def totals(self, first_day: str, last_day: str, api_key_id: str | None = None) -> dict[str, list[DayTotals]]:
+        """:func:`totals_by_key` of those entries (what ``GET /v1/usage`` and ``compactor usage`` report),
+        however the ledger keeps them: a DynamoDB ledger reads its daily totals, not every entry."""
+        ...
+
 
 # ------------------------------------------------------------------------------------------- totals
 
@@ -122,20 +127,29 @@ class DayTotals:
     calls_cost_unknown: int = 0
 
     def add(self, entry: LedgerEntry) -> None:
-        self.calls += 1
-        self.bytes_in += entry.bytes_in or 0
-        self.bytes_out += entry.bytes_out or 0
-        self.bytes_saved += entry.bytes_saved or 0
-        self.model_calls += entry.model_calls or 0
-        if entry.cost_usd is None:
-            self.calls_cost_unknown += 1
-        else:
-            self.cost_usd += entry.cost_usd
+        self.add_totals(DayTotals.of(entry))
+
+    def add_totals(self, other: DayTotals) -> None:
+        """Count ``other``'s calls (of the same day) in these totals."""
+        for name in TOTALED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> DayTotals:
+        """The totals of ``entry``'s one call: what the call adds to its day's."""
+        return cls(entry.day, calls=1, bytes_in=entry.bytes_in or 0, bytes_out=entry.bytes_out or 0,
+                   bytes_saved=entry.bytes_saved or 0, model_calls=entry.model_calls or 0,
+                   cost_usd=0.0 if entry.cost_usd is None else entry.cost_usd,
+                   calls_cost_unknown=int(entry.cost_usd is None))
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["cost_usd"] = round(self.cost_usd, 10)
         return out
+
+
+TOTALED = ("calls", "bytes_in", "bytes_out", "bytes_saved", "model_calls", "cost_usd", "calls_cost_unknown")
+"""What :class:`DayTotals` sums, the names a ledger's stored totals use too (``compactor_aws.ledger``)."""
 
 
 def daily_totals(entries: Iterable[LedgerEntry]) -> list[DayTotals]:
@@ -176,7 +190,7 @@ def parse_range(first: str | None, last: str | None, *, today: date | None = Non
 
 def usage_body(api_key_id: str, first_day: str, last_day: str, ledger: UsageLedger) -> dict[str, Any]:
     """The ``GET /v1/usage`` body: one caller's totals per day (never another key's)."""
-    days = daily_totals(ledger.entries(first_day, last_day, api_key_id))
+    days = ledger.totals(first_day, last_day, api_key_id).get(api_key_id, [])
     return {"from": first_day, "to": last_day, "days": [totals.as_dict() for totals in days]}
 
 
@@ -242,3 +256,6 @@ class LocalLedger:
             seen.add(entry.entry_id)
             if api_key_id is None or entry.api_key_id == api_key_id:
                 yield entry
+
+    def totals(self, first_day: str, last_day: str, api_key_id: str | None = None) -> dict[str, list[DayTotals]]:
+        return totals_by_key(self.entries(first_day, last_day, api_key_id))

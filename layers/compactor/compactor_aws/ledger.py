@@ -1,25 +1,51 @@
 """The usage ledger in DynamoDB (docs/billing.md): ``compactor.billing.UsageLedger`` over one table.
 
 Item: partition key ``api_key_id``, sort key ``sk`` = ``<YYYY-MM-DD>#<entry id>``, so one caller's
-days are one ``Query``; the write is a ``PutItem`` with ``attribute_not_exists(sk)``, so an entry is
-written once however often a call is retried. ``cost_usd`` is absent when the cost is unknown
-(``cost_known`` false). ``COMPACTOR_USAGE_TABLE`` names the table.
+days are one ``Query``. ``cost_usd`` is absent when the cost is unknown (``cost_known`` false).
+``COMPACTOR_USAGE_TABLE`` names the table.
+
+Each entry is written in one transaction with its day's totals: a ``Put`` with ``attribute_not_exists(sk)``
+(so an entry is written once however often a call is retried, and a retry adds nothing to the totals) and an
+``ADD`` to one of :data:`TOTALS_SHARDS` totals items of the caller and day (``sk`` = ``total#<day>#<shard>``,
+the shard from the entry id, so that one caller's concurrent calls seldom update one item). The usage route
+reads those items, at most ``TOTALS_SHARDS`` a day, instead of every entry. Entries written before the totals
+existed carry no ``totaled`` attribute and are read and counted one by one, for the days that can hold them:
+before each container's first entry, the ledger notes in the table when the totals began (:data:`SINCE_KEY`,
+written once per table), and no such entry is dated later than that plus :data:`UNTOTALED_MARGIN`
+(:meth:`DynamoLedger.totals`).
 """
 
 from __future__ import annotations
 
 import os
+import random
+import time
+import zlib
 from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from compactor.billing import LedgerEntry, LocalLedger, UsageLedger
+from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key, utc_now_iso
 from compactor.container import PerContainer
 
 TABLE_ENV = "COMPACTOR_USAGE_TABLE"
 LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 _NUMBERS = ("bytes_in", "bytes_out", "model_calls", "cost_usd")
 _TEXTS = ("entry_id", "request_id", "time", "route", "mode", "idempotency_key")
+TOTALS_PREFIX = "total#"
+TOTALS_SHARDS = 8
+"""Totals items per caller and day: concurrent transactions on one item cancel each other
+(``TransactionConflict``), so one caller's concurrent calls spread over this many."""
+TOTALED_ATTRIBUTE = "totaled"
+"""Set on every entry written with its day's totals; an entry without it predates them."""
+UNTOTALED_MARGIN = timedelta(days=2)
+"""How long after the totals began an entry without them may still be written: by the previous version's
+instances still running after an upgrade (a windowed job's last step among them)."""
+SINCE_KEY = {"api_key_id": {"S": "#ledger"}, "sk": {"S": "totals-since"}}
+"""The item noting when the table's first totals were written (no caller's key id starts with ``#``)."""
+CONFLICT_ATTEMPTS = 6
+_LAST = "\U0010ffff"
 
 
 def _new_client() -> Any:
@@ -43,22 +69,51 @@ class DynamoLedger:
     def __init__(self, table: str, client: Any = None):
         self.table = table
         self._client = client
+        self._since_noted = False
 
     @property
     def client(self) -> Any:
         return self._client if self._client is not None else dynamodb_client()
 
     def record(self, entry: LedgerEntry) -> bool:
+        """Write ``entry`` and add it to its day's totals, atomically; False when the entry exists (then
+        nothing is written or added). A transaction cancelled by another on the same totals item is tried
+        again after a short random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
+        from botocore.exceptions import ClientError
+
+        if not self._since_noted:
+            self._note_since()
+        put = {"TableName": self.table, "Item": {**_item(entry), TOTALED_ATTRIBUTE: {"BOOL": True}},
+               "ConditionExpression": "attribute_not_exists(sk)"}
+        update = _totals_update(self.table, entry)
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                self.client.transact_write_items(TransactItems=[{"Put": put}, {"Update": update}])
+                return True
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
+                    raise
+                reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or ()]
+                if reasons[:1] == ["ConditionalCheckFailed"]:
+                    return False
+                if "TransactionConflict" not in reasons or attempt == CONFLICT_ATTEMPTS:
+                    raise
+                time.sleep(random.uniform(0, 0.025 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def _note_since(self) -> None:
+        """Write when the totals began unless the table has it (once per ledger object, so per container).
+        A failed write is tried again with the next entry: without the note, reports read the entries
+        without totals over their whole range, slower but as exact."""
         from botocore.exceptions import ClientError
 
         try:
-            self.client.put_item(TableName=self.table, Item=_item(entry),
+            self.client.put_item(TableName=self.table, Item={**SINCE_KEY, "since": {"S": utc_now_iso()}},
                                  ConditionExpression="attribute_not_exists(sk)")
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                return
+        self._since_noted = True
 
     def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
         bounds = {":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#\U0010ffff"}}
@@ -75,6 +130,99 @@ class DynamoLedger:
             for item in page.get("Items", []):
                 yield _entry(item)
 
+    def totals(self, first_day: str, last_day: str, api_key_id: str | None = None) -> dict[str, list[DayTotals]]:
+        """The daily totals of days ``first_day``..``last_day``: the stored totals items, plus the entries
+        written before them (no ``totaled``), read one by one only for the days that can hold one."""
+        if api_key_id is None:
+            return self._scanned_totals(first_day, last_day)
+        days: dict[str, DayTotals] = {}
+        stored = self._query(KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
+                             ExpressionAttributeValues={":key": {"S": api_key_id},
+                                                        ":first": {"S": f"{TOTALS_PREFIX}{first_day}#"},
+                                                        ":last": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"}})
+        for item in stored:
+            _add_stored(days, item)
+        untotaled_last = min(last_day, self._untotaled_until() or last_day)
+        if first_day <= untotaled_last:
+            for item in self._query(
+                    KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
+                    FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
+                    ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": f"{first_day}#"},
+                                               ":last": {"S": f"{untotaled_last}#{_LAST}"}}):
+                entry = _entry(item)
+                days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
+        return {api_key_id: [days[day] for day in sorted(days)]} if days else {}
+
+    def _untotaled_until(self) -> str | None:
+        """The last day that may hold an entry without totals: the day the totals began plus
+        :data:`UNTOTALED_MARGIN` (the previous version wrote its last entries before then); None without
+        the note (any day may). Read by ``Query``, the one read the usage route's role has."""
+        noted = self.client.query(
+            TableName=self.table, ConsistentRead=True, KeyConditionExpression="api_key_id = :key AND sk = :sk",
+            ExpressionAttributeValues={":key": SINCE_KEY["api_key_id"], ":sk": SINCE_KEY["sk"]}).get("Items")
+        if not noted:
+            return None
+        since = datetime.fromisoformat(noted[0]["since"]["S"].replace("Z", "+00:00"))
+        return (since + UNTOTALED_MARGIN).date().isoformat()
+
+    def _scanned_totals(self, first_day: str, last_day: str) -> dict[str, list[DayTotals]]:
+        """The operator's report over every key: one scan returning the totals items of the range and the
+        entries without totals (the table is read whole by a scan anyway; only these are returned)."""
+        by_key: dict[str, dict[str, DayTotals]] = {}
+        untotaled: list[LedgerEntry] = []
+        pages = self.client.get_paginator("scan").paginate(
+            TableName=self.table, ConsistentRead=True,
+            FilterExpression=(f"(begins_with(sk, :prefix) AND #day BETWEEN :first_day AND :last_day) OR "
+                              f"(attribute_not_exists({TOTALED_ATTRIBUTE}) AND sk BETWEEN :first AND :last)"),
+            ExpressionAttributeNames={"#day": "day"},
+            ExpressionAttributeValues={":prefix": {"S": TOTALS_PREFIX}, ":first_day": {"S": first_day},
+                                       ":last_day": {"S": last_day}, ":first": {"S": f"{first_day}#"},
+                                       ":last": {"S": f"{last_day}#{_LAST}"}})
+        for page in pages:
+            for item in page.get("Items", []):
+                if item["sk"]["S"].startswith(TOTALS_PREFIX):
+                    _add_stored(by_key.setdefault(item["api_key_id"]["S"], {}), item)
+                else:
+                    untotaled.append(_entry(item))
+        for key, days in totals_by_key(untotaled).items():
+            for totals in days:
+                by_key.setdefault(key, {}).setdefault(totals.day, DayTotals(totals.day)).add_totals(totals)
+        return {key: [days[day] for day in sorted(days)] for key, days in sorted(by_key.items())}
+
+    def _query(self, **arguments: Any) -> Iterator[dict[str, Any]]:
+        for page in self.client.get_paginator("query").paginate(TableName=self.table, ConsistentRead=True,
+                                                                 **arguments):
+            yield from page.get("Items", [])
+
+
+def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
+    """The ``Update`` adding ``entry``'s call to one of its caller's and day's totals items."""
+    totals = DayTotals.of(entry)
+    values = {name: getattr(totals, name) for name in TOTALED}
+    if entry.cost_usd is None:
+        del values["cost_usd"]  # a known zero would read as a known cost
+    shard = zlib.crc32(entry.entry_id.encode("utf-8")) % TOTALS_SHARDS
+    return {"TableName": table,
+            "Key": {"api_key_id": {"S": entry.api_key_id}, "sk": {"S": f"{TOTALS_PREFIX}{entry.day}#{shard}"}},
+            "UpdateExpression": ("ADD " + ", ".join(f"{name} :{name}" for name in values)
+                                 + " SET #day = :day"),
+            "ExpressionAttributeNames": {"#day": "day"},
+            "ExpressionAttributeValues": {**{f":{name}": {"N": _number(value)} for name, value in values.items()},
+                                          ":day": {"S": entry.day}}}
+
+
+def _add_stored(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
+    """Count a stored totals item in its day's totals."""
+    day = item["day"]["S"]
+    stored = DayTotals(day, **{name: (float if name == "cost_usd" else int)(item[name]["N"])
+                               for name in TOTALED if name in item})
+    days.setdefault(day, DayTotals(day)).add_totals(stored)
+
+
+def _number(value: int | float) -> str:
+    """A DynamoDB number: a float as the shortest decimal that reads back as it, without an exponent."""
+    return format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+
 
 def _item(entry: LedgerEntry) -> dict[str, Any]:
     item: dict[str, Any] = {"api_key_id": {"S": entry.api_key_id}, "sk": {"S": f"{entry.day}#{entry.entry_id}"},
@@ -86,7 +234,7 @@ def _item(entry: LedgerEntry) -> dict[str, Any]:
     for name in _NUMBERS:
         value = getattr(entry, name)
         if value is not None:
-            item[name] = {"N": str(Decimal(repr(value)) if isinstance(value, float) else value)}
+            item[name] = {"N": _number(value)}
     return item
 
 

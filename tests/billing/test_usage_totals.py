@@ -1,0 +1,251 @@
+"""The DynamoDB ledger's daily totals (docs/billing.md#get-v1usage): written with each entry in one
+transaction, read instead of the entries, exact across retries, shards, unknown costs and entries written
+before the totals existed."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from compactor.billing import LedgerEntry, billing_facts, make_entry, totals_by_key
+from compactor_aws import ledger as dynamo
+from compactor_aws.ledger import TOTALS_PREFIX, TOTALS_SHARDS, DynamoLedger, _item
+
+from .conftest import USAGE_TABLE, table_entries
+
+
+def entry(index: int, key: str, day: int, rng: random.Random, month: str = "2026-11") -> LedgerEntry:
+    known = rng.random() > 0.2
+    facts = billing_facts(route=rng.choice(("compact", "s3_compact")), mode="decision",
+                          bytes_in=rng.randrange(100, 10**6) if known else None,
+                          bytes_out=rng.randrange(10, 10**5) if known else None, model_calls=rng.randrange(0, 30),
+                          # (moto's ADD cannot add to a sum it wrote in exponent form, as for 1E-7: costs >= 1e-6 here)
+                          cost_usd=rng.choice((None, 0.0, round(rng.random() / 7, 6) or 1e-6, 1e-6, 0.1)))
+    return make_entry(entry_id=f"req:{key}:{index}", api_key_id=key, facts=facts,
+                      time=f"{month}-{day:02d}T{rng.randrange(24):02d}:00:00.{index:06d}Z", request_id=f"r{index}")
+
+
+def as_dicts(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {key: [day.as_dict() for day in days] for key, days in report.items()}
+
+
+def test_the_totals_equal_the_entries_totals_through_retries_and_unknown_costs(aws: dict[str, Any]) -> None:
+    rng = random.Random(11)
+    ledger = DynamoLedger(USAGE_TABLE, aws["dynamodb"])
+    written = [entry(index, rng.choice(("k1", "k2", "s3:bucket")), rng.randrange(1, 31), rng) for index in range(300)]
+    for item in written:
+        assert ledger.record(item) is True
+    for item in rng.sample(written, 60):  # retries and replays: the entry exists, nothing more is added
+        assert ledger.record(item) is False
+
+    expected = as_dicts(totals_by_key(written))
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == expected
+    for key in expected:
+        assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", key)) == {key: expected[key]}
+        assert as_dicts(ledger.totals("2026-11-10", "2026-11-12", key)) == as_dicts(totals_by_key(
+            item for item in written if item.api_key_id == key and "2026-11-10" <= item.day <= "2026-11-12"))
+    assert ledger.totals("2026-11-01", "2026-11-30", "nobody") == {}
+    assert len(table_entries(aws["dynamodb"])) == 300  # and the totals items count exactly them
+
+
+def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(
+        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(5)
+    reads: list[tuple[dict[str, Any], int]] = []
+
+    class Counting:  # the client, keeping each read's arguments and the number of items it returned
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def query(self, **arguments: Any) -> Any:
+            answer = self.client.query(**arguments)
+            reads.append((arguments, len(answer["Items"])))
+            return answer
+
+        def get_paginator(self, name: str) -> Any:
+            pages = self.client.get_paginator(name)
+
+            class Paginator:
+                def paginate(self, **arguments: Any) -> Any:
+                    for page in pages.paginate(**arguments):
+                        reads.append((arguments, len(page["Items"])))
+                        yield page
+            return Paginator()
+
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-10-01T00:00:00.000000Z")  # upgraded in October
+    ledger = DynamoLedger(USAGE_TABLE, Counting(aws["dynamodb"]))
+    written = [entry(index, "busy", 1 + index % 3, rng) for index in range(400)]
+    for item in written:
+        ledger.record(item)
+    reads.clear()
+
+    report = ledger.totals("2026-11-01", "2026-11-30", "busy")
+
+    assert as_dicts(report) == as_dicts(totals_by_key(written))
+    # the note of when the totals began and the stored totals (3 days of at most TOTALS_SHARDS items); no
+    # read of the entries: the totals began more than the margin before November
+    assert sum(returned for _, returned in reads) <= 3 * TOTALS_SHARDS + 1, reads
+    bounds = [arguments["ExpressionAttributeValues"] for arguments, _ in reads]
+    assert all(values[":sk"]["S"] == "totals-since" if ":sk" in values else
+               values[":first"]["S"].startswith(TOTALS_PREFIX) for values in bounds), bounds
+
+
+def test_entries_written_before_the_totals_are_counted_once_with_the_new_ones(aws: dict[str, Any]) -> None:
+    rng = random.Random(3)
+    client = aws["dynamodb"]
+    ledger = DynamoLedger(USAGE_TABLE, client)
+    # the previous version's entries: a plain conditional PutItem each, no totals, no "totaled"
+    before = [entry(index, "k1", day, rng) for index, day in enumerate((1, 2, 2, 3, 5))]
+    for item in before:
+        client.put_item(TableName=USAGE_TABLE, Item=_item(item), ConditionExpression="attribute_not_exists(sk)")
+    assert ledger.record(before[0]) is False  # a replay of a call billed before the upgrade adds nothing
+    after = [entry(100 + index, "k1", day, rng) for index, day in enumerate((2, 5, 6, 20, 21))]
+    for item in after:
+        assert ledger.record(item) is True
+
+    everything = as_dicts(totals_by_key(before + after))
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == everything
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == everything
+    assert as_dicts(ledger.totals("2026-11-02", "2026-11-05", "k1")) == as_dicts(totals_by_key(
+        item for item in before + after if "2026-11-02" <= item.day <= "2026-11-05"))
+
+
+def test_entries_without_totals_are_read_only_up_to_the_margin_after_the_totals_began(
+        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # An entry without totals dated after the totals began plus the margin cannot come from the previous
+    # version, so the report does not read that far: planted there, it is not counted.
+    client = aws["dynamodb"]
+    ledger = DynamoLedger(USAGE_TABLE, client)
+    rng = random.Random(8)
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-10T23:00:00.000000Z")
+    first = entry(1, "k1", 10, rng)
+    ledger.record(first)
+    within, beyond = entry(2, "k1", 12, rng), entry(3, "k1", 13, rng)  # 10th 23:00 + 2 days = the 12th
+    for item in (within, beyond):
+        client.put_item(TableName=USAGE_TABLE, Item=_item(item))
+
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key([first, within]))
+    assert ledger.totals("2026-11-13", "2026-11-30", "k1") == {}
+    # without the note (its write failed, or a table written only by the previous version) every day is read
+    aws["dynamodb"].delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
+        totals_by_key([first, within, beyond]))
+
+
+def test_the_note_of_when_the_totals_began_is_written_once_and_a_failed_one_again(
+        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(6)
+    times = iter(["2026-11-01T00:00:00.000000Z", "2026-11-05T00:00:00.000000Z", "2026-11-09T00:00:00.000000Z"])
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: next(times))
+    client = aws["dynamodb"]
+
+    def since() -> str:
+        return client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)["Item"]["since"]["S"]
+
+    one, other = DynamoLedger(USAGE_TABLE, client), DynamoLedger(USAGE_TABLE, client)  # two containers
+    one.record(entry(1, "k1", 1, rng))
+    one.record(entry(2, "k1", 1, rng))  # noted already by this container: no second write
+    other.record(entry(3, "k2", 2, rng))  # another container's write finds the note and keeps it
+    assert since() == "2026-11-01T00:00:00.000000Z"
+    assert next(times) == "2026-11-09T00:00:00.000000Z"  # two notes attempted, one per container
+
+    class Throttled:  # the note's write fails once: the entry is still written, the note tried again
+        def __init__(self) -> None:
+            self.failed = False
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def put_item(self, **arguments: Any) -> Any:
+            if not self.failed:
+                self.failed = True
+                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "PutItem")
+            return client.put_item(**arguments)
+
+    client.delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-20T00:00:00.000000Z")
+    third = DynamoLedger(USAGE_TABLE, Throttled())
+    assert third.record(entry(4, "k1", 3, rng)) is True
+    assert "Item" not in client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
+    assert third.record(entry(5, "k1", 3, rng)) is True
+    assert since() == "2026-11-20T00:00:00.000000Z"
+
+
+def test_the_shards_spread_one_days_calls_and_a_call_lands_in_one(aws: dict[str, Any]) -> None:
+    ledger = DynamoLedger(USAGE_TABLE, aws["dynamodb"])
+    rng = random.Random(2)
+    for index in range(64):
+        ledger.record(entry(index, "k1", 7, rng))
+    items = aws["dynamodb"].scan(TableName=USAGE_TABLE)["Items"]
+    totals = [item for item in items if item["sk"]["S"].startswith(TOTALS_PREFIX)]
+    assert len(totals) == TOTALS_SHARDS  # 64 calls of one day: every shard used
+    assert {item["sk"]["S"].rsplit("#", 1)[0] for item in totals} == {f"{TOTALS_PREFIX}2026-11-07"}
+    assert sum(int(item["calls"]["N"]) for item in totals) == 64
+
+
+def cancelled(*reasons: str | None) -> ClientError:
+    return ClientError({"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"},
+                        "CancellationReasons": [{"Code": reason or "None"} for reason in reasons]},
+                       "TransactWriteItems")
+
+
+class Conflicting:
+    """A client whose first ``conflicts`` transactions are cancelled by another on the totals item."""
+
+    def __init__(self, conflicts: int) -> None:
+        self.conflicts, self.calls = conflicts, 0
+
+    def put_item(self, **arguments: Any) -> dict[str, Any]:  # the note of when the totals began
+        return {}
+
+    def transact_write_items(self, **arguments: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.conflicts:
+            raise cancelled(None, "TransactionConflict")
+        return {}
+
+
+def test_a_transaction_cancelled_by_a_conflict_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(dynamo.time, "sleep", waits.append)
+    rng = random.Random(1)
+
+    client = Conflicting(conflicts=2)
+    assert DynamoLedger("t", client).record(entry(1, "k1", 1, rng)) is True
+    assert client.calls == 3 and len(waits) == 2
+
+    client = Conflicting(conflicts=dynamo.CONFLICT_ATTEMPTS)
+    with pytest.raises(ClientError):
+        DynamoLedger("t", client).record(entry(2, "k1", 1, rng))
+    assert client.calls == dynamo.CONFLICT_ATTEMPTS
+
+
+def test_other_cancellations_and_errors_are_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dynamo.time, "sleep", lambda seconds: None)
+
+    class Failing:
+        def __init__(self, error: ClientError) -> None:
+            self.error, self.calls = error, 0
+
+        def put_item(self, **arguments: Any) -> dict[str, Any]:
+            return {}
+
+        def transact_write_items(self, **arguments: Any) -> dict[str, Any]:
+            self.calls += 1
+            raise self.error
+
+    rng = random.Random(4)
+    exists = Failing(cancelled("ConditionalCheckFailed", None))
+    assert DynamoLedger("t", exists).record(entry(1, "k1", 1, rng)) is False and exists.calls == 1
+    for error in (cancelled(None, "ValidationError"),
+                  ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "TransactWriteItems")):
+        failing = Failing(error)
+        with pytest.raises(ClientError):
+            DynamoLedger("t", failing).record(entry(2, "k1", 1, rng))
+        assert failing.calls == 1
