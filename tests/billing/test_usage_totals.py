@@ -1,4 +1,4 @@
-"""The DynamoDB ledger's daily totals (docs/billing.md#get-v1usage): written with each entry in one
+"""The DynamoDB ledger's daily totals (docs/billing.md#get-v1usagefromyyyy-mm-ddtoyyyy-mm-dd): written with each entry in one
 transaction, read instead of the entries, exact across retries, shards, unknown costs and entries written
 before the totals existed."""
 
