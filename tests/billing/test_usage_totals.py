@@ -196,10 +196,11 @@ def cancelled(*reasons: str | None) -> ClientError:
 
 
 class Conflicting:
-    """A client whose first ``conflicts`` transactions are cancelled by another on the totals item."""
+    """A client whose first ``conflicts`` transactions are cancelled by another on the totals item (or
+    for ``reason``)."""
 
-    def __init__(self, conflicts: int) -> None:
-        self.conflicts, self.calls = conflicts, 0
+    def __init__(self, conflicts: int, reason: str = "TransactionConflict") -> None:
+        self.conflicts, self.calls, self.reason = conflicts, 0, reason
 
     def put_item(self, **arguments: Any) -> dict[str, Any]:  # the note of when the totals began
         return {}
@@ -207,20 +208,22 @@ class Conflicting:
     def transact_write_items(self, **arguments: Any) -> dict[str, Any]:
         self.calls += 1
         if self.calls <= self.conflicts:
-            raise cancelled(None, "TransactionConflict")
+            raise cancelled(None, self.reason)
         return {}
 
 
-def test_a_transaction_cancelled_by_a_conflict_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("reason", ["TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"])
+def test_a_transaction_cancelled_by_a_conflict_or_throttling_is_tried_again(
+        monkeypatch: pytest.MonkeyPatch, reason: str) -> None:
     waits: list[float] = []
     monkeypatch.setattr(dynamo.time, "sleep", waits.append)
     rng = random.Random(1)
 
-    client = Conflicting(conflicts=2)
+    client = Conflicting(conflicts=2, reason=reason)
     assert DynamoLedger("t", client).record(entry(1, "k1", 1, rng)) is True
     assert client.calls == 3 and len(waits) == 2
 
-    client = Conflicting(conflicts=dynamo.CONFLICT_ATTEMPTS)
+    client = Conflicting(conflicts=dynamo.CONFLICT_ATTEMPTS, reason=reason)
     with pytest.raises(ClientError):
         DynamoLedger("t", client).record(entry(2, "k1", 1, rng))
     assert client.calls == dynamo.CONFLICT_ATTEMPTS
@@ -249,3 +252,18 @@ def test_other_cancellations_and_errors_are_not_retried(monkeypatch: pytest.Monk
         with pytest.raises(ClientError):
             DynamoLedger("t", failing).record(entry(2, "k1", 1, rng))
         assert failing.calls == 1
+
+
+def test_a_costs_share_of_the_totals_is_rounded_to_fifteen_decimals() -> None:
+    # A DynamoDB number holds 38 significant digits: a day's sum of costs of very different sizes, each
+    # added with its 17 digits, could pass them and fail the billed call's write.
+    def added(cost: float | None) -> str | None:
+        item = make_entry(entry_id="req:x", api_key_id="k", time="2026-11-01T00:00:00.000000Z", facts=billing_facts(
+            route="compact", mode="decision", bytes_in=1, bytes_out=1, model_calls=1, cost_usd=cost))
+        value = dynamo._totals_update("t", item)["ExpressionAttributeValues"].get(":cost_usd")
+        return value and value["N"]
+
+    assert added(1.5000000000000002e-07) == "0.00000015"
+    assert added(0.0123) == "0.0123" and added(0.0) == "0" and added(1e-20) == "0"
+    assert added(1.2345678901234567e13) == "12345678901234.566"  # too large to round: kept
+    assert added(None) is None  # an unknown cost adds none (calls_cost_unknown counts it)

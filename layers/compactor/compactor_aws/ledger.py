@@ -23,7 +23,7 @@ import time
 import zlib
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key, utc_now_iso
@@ -45,6 +45,12 @@ instances still running after an upgrade (a windowed job's last step among them)
 SINCE_KEY = {"api_key_id": {"S": "#ledger"}, "sk": {"S": "totals-since"}}
 """The item noting when the table's first totals were written (no caller's key id starts with ``#``)."""
 CONFLICT_ATTEMPTS = 6
+RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
+"""Why a transaction may be cancelled and then succeed as it is: another on the same item, or throttling
+(which botocore's retries do not see inside a cancellation)."""
+COST_QUANTUM = Decimal("1e-15")
+"""What a call's cost adds to its day's totals is rounded to this (reports show 10 decimals): a DynamoDB
+number holds 38 significant digits, which a sum of costs of very different sizes could otherwise pass."""
 _LAST = "\U0010ffff"
 
 
@@ -77,8 +83,8 @@ class DynamoLedger:
 
     def record(self, entry: LedgerEntry) -> bool:
         """Write ``entry`` and add it to its day's totals, atomically; False when the entry exists (then
-        nothing is written or added). A transaction cancelled by another on the same totals item is tried
-        again after a short random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
+        nothing is written or added). A transaction cancelled by another on the same totals item, or by
+        throttling, is tried again after a short random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
         from botocore.exceptions import ClientError
 
         if not self._since_noted:
@@ -96,7 +102,7 @@ class DynamoLedger:
                 reasons = [reason.get("Code") for reason in exc.response.get("CancellationReasons") or ()]
                 if reasons[:1] == ["ConditionalCheckFailed"]:
                     return False
-                if "TransactionConflict" not in reasons or attempt == CONFLICT_ATTEMPTS:
+                if RETRIED_CANCELLATIONS.isdisjoint(reasons) or attempt == CONFLICT_ATTEMPTS:
                     raise
                 time.sleep(random.uniform(0, 0.025 * 2 ** attempt))
         raise AssertionError("unreachable")
@@ -207,7 +213,8 @@ def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
             "UpdateExpression": ("ADD " + ", ".join(f"{name} :{name}" for name in values)
                                  + " SET #day = :day"),
             "ExpressionAttributeNames": {"#day": "day"},
-            "ExpressionAttributeValues": {**{f":{name}": {"N": _number(value)} for name, value in values.items()},
+            "ExpressionAttributeValues": {**{f":{name}": {"N": _cost(value) if name == "cost_usd" else _number(value)}
+                                             for name, value in values.items()},
                                           ":day": {"S": entry.day}}}
 
 
@@ -217,6 +224,17 @@ def _add_stored(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
     stored = DayTotals(day, **{name: (float if name == "cost_usd" else int)(item[name]["N"])
                                for name in TOTALED if name in item})
     days.setdefault(day, DayTotals(day)).add_totals(stored)
+
+
+def _cost(value: float) -> str:
+    """What a call's cost adds to its day's totals: rounded to :data:`COST_QUANTUM` (a cost too large to
+    round within the decimal context's 28 digits is kept as it is)."""
+    exact = Decimal(repr(value))
+    try:
+        exact = exact.quantize(COST_QUANTUM)
+    except InvalidOperation:
+        pass
+    return format(exact.normalize(), "f")
 
 
 def _number(value: int | float) -> str:
