@@ -89,7 +89,7 @@ def test_every_operation_the_code_calls_or_names_is_kept() -> None:
                 if re.search(rf"""\.{xform_name(name)}\(|["']({xform_name(name)}|{name})["']""", text)}
         assert used - operations == set(), f"{service}: operations called but not kept"
     assert {"GetObject", "PutObject", "HeadObject", "UploadPart", "HeadBucket", "CreateSession"} <= kept["s3"]
-    assert {"PutItem", "GetItem", "UpdateItem", "DeleteItem", "Query", "Scan"} <= kept["dynamodb"]
+    assert {"PutItem", "GetItem", "UpdateItem", "DeleteItem", "Query", "Scan", "TransactWriteItems"} <= kept["dynamodb"]
 
 
 @pytest.fixture(scope="module")
