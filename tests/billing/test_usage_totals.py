@@ -78,8 +78,9 @@ def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(
                         yield page
             return Paginator()
 
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-10-01T00:00:00.000000Z")  # upgraded in October
-    ledger = DynamoLedger(USAGE_TABLE, Counting(aws["dynamodb"]))
+    ledger = DynamoLedger(USAGE_TABLE, Counting(aws["dynamodb"]), notes_since=True)  # the deployed functions'
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-10-01T00:00:00.000000Z")
+    assert ledger.totals("2026-10-01", "2026-10-01", "busy") == {}  # the first report, in October, notes it
     written = [entry(index, "busy", 1 + index % 3, rng) for index in range(400)]
     for item in written:
         ledger.record(item)
@@ -88,8 +89,8 @@ def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(
     report = ledger.totals("2026-11-01", "2026-11-30", "busy")
 
     assert as_dicts(report) == as_dicts(totals_by_key(written))
-    # the note of when the totals began and the stored totals (3 days of at most TOTALS_SHARDS items); no
-    # read of the entries: the totals began more than the margin before November
+    # the note and the stored totals (3 days of at most TOTALS_SHARDS items); no read of the entries: the
+    # note is older than November by more than the margin
     assert sum(returned for _, returned in reads) <= 3 * TOTALS_SHARDS + 1, reads
     bounds = [arguments["ExpressionAttributeValues"] for arguments, _ in reads]
     assert all(values[":sk"]["S"] == "totals-since" if ":sk" in values else
@@ -116,12 +117,12 @@ def test_entries_written_before_the_totals_are_counted_once_with_the_new_ones(aw
         item for item in before + after if "2026-11-02" <= item.day <= "2026-11-05"))
 
 
-def test_entries_without_totals_are_read_only_up_to_the_margin_after_the_totals_began(
+def test_entries_without_totals_are_read_only_up_to_the_margin_after_the_note(
         aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    # An entry without totals dated after the totals began plus the margin cannot come from the previous
-    # version, so the report does not read that far: planted there, it is not counted.
+    # An entry without totals dated after the note plus the margin cannot come from the previous version, so
+    # the report does not read that far: planted there, it is not counted.
     client = aws["dynamodb"]
-    ledger = DynamoLedger(USAGE_TABLE, client)
+    ledger = DynamoLedger(USAGE_TABLE, client, notes_since=True)
     rng = random.Random(8)
     monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-10T23:00:00.000000Z")
     first = entry(1, "k1", 10, rng)
@@ -130,51 +131,53 @@ def test_entries_without_totals_are_read_only_up_to_the_margin_after_the_totals_
     for item in (within, beyond):
         client.put_item(TableName=USAGE_TABLE, Item=_item(item))
 
-    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key([first, within]))
-    assert ledger.totals("2026-11-13", "2026-11-30", "k1") == {}
-    # without the note (its write failed, or a table written only by the previous version) every day is read
-    aws["dynamodb"].delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
+    # the first report finds no note: it reads every day, and notes the 10th for the next ones
     assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
         totals_by_key([first, within, beyond]))
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key([first, within]))
+    assert ledger.totals("2026-11-13", "2026-11-30", "k1") == {}
+    # the operator's report does not depend on the note
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == as_dicts(totals_by_key([first, within, beyond]))
+    # without the note (a rollback's remedy, docs/billing.md) every day is read again, and noted anew
+    client.delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-20T00:00:00.000000Z")
+    for _ in range(2):
+        assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
+            totals_by_key([first, within, beyond]))
 
 
-def test_the_note_of_when_the_totals_began_is_written_once_and_a_failed_one_again(
+def test_only_the_deployed_functions_report_notes_and_a_failed_note_fails_nothing(
         aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(6)
-    times = iter(["2026-11-01T00:00:00.000000Z", "2026-11-05T00:00:00.000000Z", "2026-11-09T00:00:00.000000Z"])
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: next(times))
     client = aws["dynamodb"]
+    rng = random.Random(6)
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-01T00:00:00.000000Z")
 
-    def since() -> str:
-        return client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)["Item"]["since"]["S"]
+    def noted() -> str | None:
+        item = client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY).get("Item")
+        return item and item["since"]["S"]
 
-    one, other = DynamoLedger(USAGE_TABLE, client), DynamoLedger(USAGE_TABLE, client)  # two containers
-    one.record(entry(1, "k1", 1, rng))
-    one.record(entry(2, "k1", 1, rng))  # noted already by this container: no second write
-    other.record(entry(3, "k2", 2, rng))  # another container's write finds the note and keeps it
-    assert since() == "2026-11-01T00:00:00.000000Z"
-    assert next(times) == "2026-11-09T00:00:00.000000Z"  # two notes attempted, one per container
+    DynamoLedger(USAGE_TABLE, client, notes_since=True).record(entry(1, "k1", 1, rng))
+    assert noted() is None  # a billed call writes no note: its write is the transaction alone
+    DynamoLedger(USAGE_TABLE, client).totals("2026-11-01", "2026-11-30", "k1")
+    assert noted() is None  # compactor usage may run before the stack is upgraded: it never notes
 
-    class Throttled:  # the note's write fails once: the entry is still written, the note tried again
-        def __init__(self) -> None:
-            self.failed = False
-
+    class Throttled:  # the note's write fails: the report is still answered, the next one notes
         def __getattr__(self, name: str) -> Any:
             return getattr(client, name)
 
         def put_item(self, **arguments: Any) -> Any:
-            if not self.failed:
-                self.failed = True
-                raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "PutItem")
-            return client.put_item(**arguments)
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "PutItem")
 
-    client.delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-20T00:00:00.000000Z")
-    third = DynamoLedger(USAGE_TABLE, Throttled())
-    assert third.record(entry(4, "k1", 3, rng)) is True
-    assert "Item" not in client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
-    assert third.record(entry(5, "k1", 3, rng)) is True
-    assert since() == "2026-11-20T00:00:00.000000Z"
+    assert DynamoLedger(USAGE_TABLE, Throttled(), notes_since=True).totals("2026-11-01", "2026-11-30", "k1")
+    assert noted() is None
+    deployed = DynamoLedger(USAGE_TABLE, client, notes_since=True)
+    deployed.totals("2026-11-01", "2026-11-30", "k1")
+    assert noted() == "2026-11-01T00:00:00.000000Z"
+    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-09T00:00:00.000000Z")
+    DynamoLedger(USAGE_TABLE, client, notes_since=True).totals("2026-11-01", "2026-11-30", "k1")
+    assert noted() == "2026-11-01T00:00:00.000000Z"  # the first note's time stays
+    from compactor_aws.ledger import configured_ledger
+    assert configured_ledger({"COMPACTOR_USAGE_TABLE": USAGE_TABLE}).notes_since is True
 
 
 def test_the_shards_spread_one_days_calls_and_a_call_lands_in_one(aws: dict[str, Any]) -> None:
@@ -201,9 +204,6 @@ class Conflicting:
 
     def __init__(self, conflicts: int, reason: str = "TransactionConflict") -> None:
         self.conflicts, self.calls, self.reason = conflicts, 0, reason
-
-    def put_item(self, **arguments: Any) -> dict[str, Any]:  # the note of when the totals began
-        return {}
 
     def transact_write_items(self, **arguments: Any) -> dict[str, Any]:
         self.calls += 1
@@ -235,9 +235,6 @@ def test_other_cancellations_and_errors_are_not_retried(monkeypatch: pytest.Monk
     class Failing:
         def __init__(self, error: ClientError) -> None:
             self.error, self.calls = error, 0
-
-        def put_item(self, **arguments: Any) -> dict[str, Any]:
-            return {}
 
         def transact_write_items(self, **arguments: Any) -> dict[str, Any]:
             self.calls += 1

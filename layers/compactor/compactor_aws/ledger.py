@@ -10,9 +10,9 @@ Each entry is written in one transaction with its day's totals: a ``Put`` with `
 the shard from the entry id, so that one caller's concurrent calls seldom update one item). The usage route
 reads those items, at most ``TOTALS_SHARDS`` a day, instead of every entry. Entries written before the totals
 existed carry no ``totaled`` attribute and are read and counted one by one, for the days that can hold them:
-before each container's first entry, the ledger notes in the table when the totals began (:data:`SINCE_KEY`,
-written once per table), and no such entry is dated later than that plus :data:`UNTOTALED_MARGIN`
-(:meth:`DynamoLedger.totals`).
+the usage route's first report notes in the table when it found no note (:data:`SINCE_KEY`, written once per
+table; the deployed code was writing totals by then), and no such entry is dated later than that plus
+:data:`UNTOTALED_MARGIN` (:meth:`DynamoLedger.totals`).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ TOTALS_SHARDS = 8
 TOTALED_ATTRIBUTE = "totaled"
 """Set on every entry written with its day's totals; an entry without it predates them."""
 UNTOTALED_MARGIN = timedelta(days=2)
-"""How long after the totals began an entry without them may still be written: by the previous version's
+"""How long after the note an entry without totals may still be written: by the previous version's
 instances still running after an upgrade (a windowed job's last step among them)."""
 SINCE_KEY = {"api_key_id": {"S": "#ledger"}, "sk": {"S": "totals-since"}}
-"""The item noting when the table's first totals were written (no caller's key id starts with ``#``)."""
+"""The item noting a time the deployed code already wrote totals (no caller's key id starts with ``#``)."""
 CONFLICT_ATTEMPTS = 6
 RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 """Why a transaction may be cancelled and then succeed as it is: another on the same item, or throttling
@@ -72,10 +72,12 @@ reset_client = CLIENT.reset
 class DynamoLedger:
     """A :class:`~compactor.billing.UsageLedger` over a DynamoDB table (low-level client)."""
 
-    def __init__(self, table: str, client: Any = None):
+    def __init__(self, table: str, client: Any = None, *, notes_since: bool = False):
+        """``notes_since``: a report that finds no note writes one (the deployed functions' ledger, whose
+        code writes totals; not ``compactor usage``, which may run before the stack is upgraded)."""
         self.table = table
         self._client = client
-        self._since_noted = False
+        self.notes_since = notes_since
 
     @property
     def client(self) -> Any:
@@ -87,8 +89,6 @@ class DynamoLedger:
         throttling, is tried again after a short random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
         from botocore.exceptions import ClientError
 
-        if not self._since_noted:
-            self._note_since()
         put = {"TableName": self.table, "Item": {**_item(entry), TOTALED_ATTRIBUTE: {"BOOL": True}},
                "ConditionExpression": "attribute_not_exists(sk)"}
         update = _totals_update(self.table, entry)
@@ -108,18 +108,16 @@ class DynamoLedger:
         raise AssertionError("unreachable")
 
     def _note_since(self) -> None:
-        """Write when the totals began unless the table has it (once per ledger object, so per container).
-        A failed write is tried again with the next entry: without the note, reports read the entries
-        without totals over their whole range, slower but as exact."""
+        """Note now unless the table has a note (the first one's time stays). A failed write is left for the
+        next report: without the note, reports read the entries without totals over their whole range,
+        slower but as exact."""
         from botocore.exceptions import ClientError
 
         try:
             self.client.put_item(TableName=self.table, Item={**SINCE_KEY, "since": {"S": utc_now_iso()}},
                                  ConditionExpression="attribute_not_exists(sk)")
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                return
-        self._since_noted = True
+        except ClientError:
+            pass
 
     def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
         bounds = {":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#\U0010ffff"}}
@@ -148,7 +146,10 @@ class DynamoLedger:
                                                         ":last": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"}})
         for item in stored:
             _add_stored(days, item)
-        untotaled_last = min(last_day, self._untotaled_until() or last_day)
+        until = self._untotaled_until()
+        if until is None and self.notes_since:
+            self._note_since()  # for the next reports: this one reads every day, as without a note
+        untotaled_last = min(last_day, until or last_day)
         if first_day <= untotaled_last:
             for item in self._query(
                     KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
@@ -271,6 +272,6 @@ def configured_ledger(environ: Mapping[str, str] | None = None) -> UsageLedger:
     """DynamoDB when ``COMPACTOR_USAGE_TABLE`` is set; else a local ledger (``COMPACTOR_LEDGER_FILE``, or memory)."""
     env = os.environ if environ is None else environ
     if env.get(TABLE_ENV):
-        return DynamoLedger(env[TABLE_ENV])
+        return DynamoLedger(env[TABLE_ENV], notes_since=True)
     path = env.get(LEDGER_FILE_ENV)
     return LocalLedger(path=path) if path else LocalLedger()
