@@ -331,7 +331,8 @@ class Deployment:
             name = self.refs[table] = f"compactor-bench-{table.lower()}"
             try:
                 dynamodb.create_table(TableName=name, KeySchema=spec["KeySchema"], BillingMode=spec["BillingMode"],
-                                      AttributeDefinitions=spec["AttributeDefinitions"])
+                                      AttributeDefinitions=spec["AttributeDefinitions"],
+                                      **{key: spec[key] for key in ("GlobalSecondaryIndexes",) if key in spec})
             except dynamodb.exceptions.ResourceInUseException:
                 pass
 

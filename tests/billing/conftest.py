@@ -26,8 +26,12 @@ def create_tables(dynamodb: Any) -> None:
     dynamodb.create_table(
         TableName=USAGE_TABLE, BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[{"AttributeName": "api_key_id", "AttributeType": "S"},
-                              {"AttributeName": "sk", "AttributeType": "S"}],
-        KeySchema=[{"AttributeName": "api_key_id", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}])
+                              {"AttributeName": "sk", "AttributeType": "S"},
+                              {"AttributeName": "day", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "api_key_id", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        GlobalSecondaryIndexes=[{"IndexName": "untotaled-by-day", "Projection": {"ProjectionType": "ALL"},
+                                 "KeySchema": [{"AttributeName": "api_key_id", "KeyType": "HASH"},
+                                               {"AttributeName": "day", "KeyType": "RANGE"}]}])
     dynamodb.create_table(
         TableName=IDEMPOTENCY_TABLE, BillingMode="PAY_PER_REQUEST",
         AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],

@@ -53,6 +53,7 @@ def test_the_tables_have_the_keys_the_adapters_use(resources: dict[str, Any]) ->
     for logical_id, used in (("UsageTable", tests_usage), ("IdempotencyTable", tests_idempotency)):
         table = resources[logical_id]["Properties"]
         assert table["KeySchema"] == used["KeySchema"] and table["AttributeDefinitions"] == used["AttributeDefinitions"]
+        assert table.get("GlobalSecondaryIndexes") == used.get("GlobalSecondaryIndexes")
         assert table["BillingMode"] == "PAY_PER_REQUEST"
         assert table["SSESpecification"] == {"SSEEnabled": True}
         assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
@@ -73,8 +74,10 @@ def test_the_functions_name_the_tables_and_may_do_only_what_they_need(resources:
     assert int(template.parameters["IdempotencyTtlSeconds"]) == 86400
 
     api_grants = statements(resources["CompactFunction"]["Properties"]["Policies"][0])
-    assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"},
-                                                  {"Fn::GetAtt": ["UsageTable", "Arn"]})
+    assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"}, [
+        {"Fn::GetAtt": ["UsageTable", "Arn"]}, {"Fn::Sub": "${UsageTable.Arn}/index/untotaled-by-day"}])
+    from compactor_aws.ledger import UNTOTALED_INDEX
+    assert UNTOTALED_INDEX == "untotaled-by-day"
     assert api_grants["AddToDailyTotals"] == TOTALS_GRANT
     record_actions = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     assert api_grants["IdempotencyRecords"] == (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})

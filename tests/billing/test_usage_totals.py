@@ -1,6 +1,6 @@
-"""The DynamoDB ledger's daily totals (docs/billing.md#get-v1usagefromyyyy-mm-ddtoyyyy-mm-dd): written with each entry in one
-transaction, read instead of the entries, exact across retries, shards, unknown costs and entries written
-before the totals existed."""
+"""The DynamoDB ledger's daily totals (docs/billing.md#get-v1usagefromyyyy-mm-ddtoyyyy-mm-dd): written with
+each entry in one transaction, read instead of the entries, exact across retries, shards, unknown costs and
+entries written without totals (before an upgrade, or after a rollback)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from compactor.billing import LedgerEntry, billing_facts, make_entry, totals_by_key
 from compactor_aws import ledger as dynamo
-from compactor_aws.ledger import TOTALS_PREFIX, TOTALS_SHARDS, DynamoLedger, _item
+from compactor_aws.ledger import TOTALS_PREFIX, TOTALS_SHARDS, UNTOTALED_INDEX, DynamoLedger, _item
 
 from .conftest import USAGE_TABLE, table_entries
 
@@ -26,6 +26,11 @@ def entry(index: int, key: str, day: int, rng: random.Random, month: str = "2026
                           cost_usd=rng.choice((None, 0.0, round(rng.random() / 7, 6) or 1e-6, 1e-6, 0.1)))
     return make_entry(entry_id=f"req:{key}:{index}", api_key_id=key, facts=facts,
                       time=f"{month}-{day:02d}T{rng.randrange(24):02d}:00:00.{index:06d}Z", request_id=f"r{index}")
+
+
+def old_item(item: LedgerEntry) -> dict[str, Any]:
+    """The item a version from before the totals wrote for ``item``: the same, with ``day``, no ``totaled``."""
+    return {**_item(item), "day": {"S": item.day}}
 
 
 def as_dicts(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -51,8 +56,7 @@ def test_the_totals_equal_the_entries_totals_through_retries_and_unknown_costs(a
     assert len(table_entries(aws["dynamodb"])) == 300  # and the totals items count exactly them
 
 
-def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(
-        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(aws: dict[str, Any]) -> None:
     rng = random.Random(5)
     reads: list[tuple[dict[str, Any], int]] = []
 
@@ -78,33 +82,33 @@ def test_a_callers_report_reads_at_most_the_shards_of_each_day_not_every_entry(
                         yield page
             return Paginator()
 
-    ledger = DynamoLedger(USAGE_TABLE, Counting(aws["dynamodb"]), notes_since=True)  # the deployed functions'
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-10-01T00:00:00.000000Z")
-    assert ledger.totals("2026-10-01", "2026-10-01", "busy") == {}  # the first report, in October, notes it
+    ledger = DynamoLedger(USAGE_TABLE, Counting(aws["dynamodb"]))
     written = [entry(index, "busy", 1 + index % 3, rng) for index in range(400)]
     for item in written:
         ledger.record(item)
+    before = [entry(1000 + index, "busy", 1 + index % 3, rng, month="2026-10") for index in range(50)]
+    for item in before:  # October's entries, from before the upgrade: not in November's report
+        aws["dynamodb"].put_item(TableName=USAGE_TABLE, Item=old_item(item))
     reads.clear()
 
     report = ledger.totals("2026-11-01", "2026-11-30", "busy")
 
     assert as_dicts(report) == as_dicts(totals_by_key(written))
-    # the note and the stored totals (3 days of at most TOTALS_SHARDS items); no read of the entries: the
-    # note is older than November by more than the margin
-    assert sum(returned for _, returned in reads) <= 3 * TOTALS_SHARDS + 1, reads
-    bounds = [arguments["ExpressionAttributeValues"] for arguments, _ in reads]
-    assert all(values[":sk"]["S"] == "totals-since" if ":sk" in values else
-               values[":first"]["S"].startswith(TOTALS_PREFIX) for values in bounds), bounds
+    # the stored totals (3 days of at most TOTALS_SHARDS items) and the index of entries without totals
+    # (none in November): no entry read
+    assert sum(returned for _, returned in reads) <= 3 * TOTALS_SHARDS, reads
+    assert [arguments.get("IndexName") for arguments, _ in reads] == [None, UNTOTALED_INDEX], reads
+    assert reads[0][0]["ExpressionAttributeValues"][":first"]["S"].startswith(TOTALS_PREFIX)
 
 
 def test_entries_written_before_the_totals_are_counted_once_with_the_new_ones(aws: dict[str, Any]) -> None:
     rng = random.Random(3)
     client = aws["dynamodb"]
     ledger = DynamoLedger(USAGE_TABLE, client)
-    # the previous version's entries: a plain conditional PutItem each, no totals, no "totaled"
+    # the previous version's entries: a plain conditional PutItem each, with "day", no totals, no "totaled"
     before = [entry(index, "k1", day, rng) for index, day in enumerate((1, 2, 2, 3, 5))]
     for item in before:
-        client.put_item(TableName=USAGE_TABLE, Item=_item(item), ConditionExpression="attribute_not_exists(sk)")
+        client.put_item(TableName=USAGE_TABLE, Item=old_item(item), ConditionExpression="attribute_not_exists(sk)")
     assert ledger.record(before[0]) is False  # a replay of a call billed before the upgrade adds nothing
     after = [entry(100 + index, "k1", day, rng) for index, day in enumerate((2, 5, 6, 20, 21))]
     for item in after:
@@ -117,67 +121,41 @@ def test_entries_written_before_the_totals_are_counted_once_with_the_new_ones(aw
         item for item in before + after if "2026-11-02" <= item.day <= "2026-11-05"))
 
 
-def test_entries_without_totals_are_read_only_up_to_the_margin_after_the_note(
-        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    # An entry without totals dated after the note plus the margin cannot come from the previous version, so
-    # the report does not read that far: planted there, it is not counted.
+def test_a_rollbacks_entries_without_totals_are_counted_whatever_their_day(aws: dict[str, Any]) -> None:
+    # Upgrade, roll back (the old version writes entries without totals for days), upgrade again: the report
+    # counts every entry, through the index that holds exactly those without totals.
     client = aws["dynamodb"]
-    ledger = DynamoLedger(USAGE_TABLE, client, notes_since=True)
+    ledger = DynamoLedger(USAGE_TABLE, client)
     rng = random.Random(8)
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-10T23:00:00.000000Z")
-    first = entry(1, "k1", 10, rng)
-    ledger.record(first)
-    within, beyond = entry(2, "k1", 12, rng), entry(3, "k1", 13, rng)  # 10th 23:00 + 2 days = the 12th
-    for item in (within, beyond):
-        client.put_item(TableName=USAGE_TABLE, Item=_item(item))
+    first = [entry(index, "k1", day, rng) for index, day in enumerate((1, 2, 3))]
+    rolled_back = [entry(10 + index, "k1", day, rng) for index, day in enumerate((4, 9, 15, 28))]
+    again = [entry(20 + index, "k1", day, rng) for index, day in enumerate((28, 29, 30))]
+    for item in first:
+        ledger.record(item)
+    for item in rolled_back:
+        client.put_item(TableName=USAGE_TABLE, Item=old_item(item))
+    for item in again:
+        ledger.record(item)
 
-    # the first report finds no note: it reads every day, and notes the 10th for the next ones
-    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
-        totals_by_key([first, within, beyond]))
-    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key([first, within]))
-    assert ledger.totals("2026-11-13", "2026-11-30", "k1") == {}
-    # the operator's report does not depend on the note
-    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == as_dicts(totals_by_key([first, within, beyond]))
-    # without the note (a rollback's remedy, docs/billing.md) every day is read again, and noted anew
-    client.delete_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY)
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-20T00:00:00.000000Z")
-    for _ in range(2):
-        assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
-            totals_by_key([first, within, beyond]))
+    everything = first + rolled_back + again
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key(everything))
+    assert as_dicts(ledger.totals("2026-11-09", "2026-11-28", "k1")) == as_dicts(totals_by_key(
+        item for item in everything if "2026-11-09" <= item.day <= "2026-11-28"))
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == as_dicts(totals_by_key(everything))
+    assert len(table_entries(client)) == 10
 
 
-def test_only_the_deployed_functions_report_notes_and_a_failed_note_fails_nothing(
-        aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_index_holds_only_the_entries_written_without_totals(aws: dict[str, Any]) -> None:
     client = aws["dynamodb"]
+    ledger = DynamoLedger(USAGE_TABLE, client)
     rng = random.Random(6)
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-01T00:00:00.000000Z")
+    for index in range(20):
+        ledger.record(entry(index, "k1", 1 + index % 5, rng))
+    old = entry(99, "k1", 2, rng)
+    client.put_item(TableName=USAGE_TABLE, Item=old_item(old))
 
-    def noted() -> str | None:
-        item = client.get_item(TableName=USAGE_TABLE, Key=dynamo.SINCE_KEY).get("Item")
-        return item and item["since"]["S"]
-
-    DynamoLedger(USAGE_TABLE, client, notes_since=True).record(entry(1, "k1", 1, rng))
-    assert noted() is None  # a billed call writes no note: its write is the transaction alone
-    DynamoLedger(USAGE_TABLE, client).totals("2026-11-01", "2026-11-30", "k1")
-    assert noted() is None  # compactor usage may run before the stack is upgraded: it never notes
-
-    class Throttled:  # the note's write fails: the report is still answered, the next one notes
-        def __getattr__(self, name: str) -> Any:
-            return getattr(client, name)
-
-        def put_item(self, **arguments: Any) -> Any:
-            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "PutItem")
-
-    assert DynamoLedger(USAGE_TABLE, Throttled(), notes_since=True).totals("2026-11-01", "2026-11-30", "k1")
-    assert noted() is None
-    deployed = DynamoLedger(USAGE_TABLE, client, notes_since=True)
-    deployed.totals("2026-11-01", "2026-11-30", "k1")
-    assert noted() == "2026-11-01T00:00:00.000000Z"
-    monkeypatch.setattr(dynamo, "utc_now_iso", lambda: "2026-11-09T00:00:00.000000Z")
-    DynamoLedger(USAGE_TABLE, client, notes_since=True).totals("2026-11-01", "2026-11-30", "k1")
-    assert noted() == "2026-11-01T00:00:00.000000Z"  # the first note's time stays
-    from compactor_aws.ledger import configured_ledger
-    assert configured_ledger({"COMPACTOR_USAGE_TABLE": USAGE_TABLE}).notes_since is True
+    indexed = client.scan(TableName=USAGE_TABLE, IndexName=UNTOTALED_INDEX)["Items"]
+    assert [item["sk"]["S"] for item in indexed] == [f"2026-11-02#{old.entry_id}"]  # no new entry, no totals item
 
 
 def test_the_shards_spread_one_days_calls_and_a_call_lands_in_one(aws: dict[str, Any]) -> None:
@@ -264,3 +242,41 @@ def test_a_costs_share_of_the_totals_is_rounded_to_fifteen_decimals() -> None:
     assert added(0.0123) == "0.0123" and added(0.0) == "0" and added(1e-20) == "0"
     assert added(1.2345678901234567e13) == "12345678901234.566"  # too large to round: kept
     assert added(None) is None  # an unknown cost adds none (calls_cost_unknown counts it)
+
+
+def test_without_a_readable_index_the_entries_without_totals_are_read_from_the_table(aws: dict[str, Any]) -> None:
+    # While DynamoDB builds the index after an upgrade (or on a table or role without it) the report reads
+    # the range's entries and keeps those without totals: as exact.
+    client = aws["dynamodb"]
+    client.create_table(
+        TableName="no-index", BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "api_key_id", "AttributeType": "S"},
+                              {"AttributeName": "sk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "api_key_id", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}])
+    ledger = DynamoLedger("no-index", client)
+    rng = random.Random(12)
+    new = [entry(index, "k1", 1 + index % 4, rng) for index in range(12)]
+    old = [entry(50 + index, "k1", 1 + index % 6, rng) for index in range(7)]
+    for item in new:
+        ledger.record(item)
+    for item in old:
+        client.put_item(TableName="no-index", Item=old_item(item))
+
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key(new + old))
+
+    class Denied:  # a role without the index's grant
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def get_paginator(self, name: str) -> Any:
+            pages = client.get_paginator(name)
+
+            class Paginator:
+                def paginate(self, **arguments: Any) -> Any:
+                    if "IndexName" in arguments:
+                        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Query")
+                    return pages.paginate(**arguments)
+            return Paginator()
+
+    assert as_dicts(DynamoLedger("no-index", Denied()).totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
+        totals_by_key(new + old))

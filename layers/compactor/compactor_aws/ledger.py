@@ -8,11 +8,10 @@ Each entry is written in one transaction with its day's totals: a ``Put`` with `
 (so an entry is written once however often a call is retried, and a retry adds nothing to the totals) and an
 ``ADD`` to one of :data:`TOTALS_SHARDS` totals items of the caller and day (``sk`` = ``total#<day>#<shard>``,
 the shard from the entry id, so that one caller's concurrent calls seldom update one item). The usage route
-reads those items, at most ``TOTALS_SHARDS`` a day, instead of every entry. Entries written before the totals
-existed carry no ``totaled`` attribute and are read and counted one by one, for the days that can hold them:
-the usage route's first report notes in the table when it found no note (:data:`SINCE_KEY`, written once per
-table; the deployed code was writing totals by then), and no such entry is dated later than that plus
-:data:`UNTOTALED_MARGIN` (:meth:`DynamoLedger.totals`).
+reads those items, at most ``TOTALS_SHARDS`` a day, instead of every entry. Entries written without totals
+(by a version from before them, before an upgrade or after a rollback) are the ones with a ``day`` attribute:
+the route reads them, and only them, through the sparse index :data:`UNTOTALED_INDEX` on (``api_key_id``,
+``day``), and counts them one by one (:meth:`DynamoLedger.totals`).
 """
 
 from __future__ import annotations
@@ -22,11 +21,10 @@ import random
 import time
 import zlib
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key, utc_now_iso
+from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key
 from compactor.container import PerContainer
 
 TABLE_ENV = "COMPACTOR_USAGE_TABLE"
@@ -34,17 +32,16 @@ LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 _NUMBERS = ("bytes_in", "bytes_out", "model_calls", "cost_usd")
 _TEXTS = ("entry_id", "request_id", "time", "route", "mode", "idempotency_key")
 TOTALS_PREFIX = "total#"
-TOTALS_SHARDS = 8
+TOTALS_SHARDS = 16
 """Totals items per caller and day: concurrent transactions on one item cancel each other
 (``TransactionConflict``), so one caller's concurrent calls spread over this many."""
 TOTALED_ATTRIBUTE = "totaled"
-"""Set on every entry written with its day's totals; an entry without it predates them."""
-UNTOTALED_MARGIN = timedelta(days=2)
-"""How long after the note an entry without totals may still be written: by the previous version's
-instances still running after an upgrade (a windowed job's last step among them)."""
-SINCE_KEY = {"api_key_id": {"S": "#ledger"}, "sk": {"S": "totals-since"}}
-"""The item noting a time the deployed code already wrote totals (no caller's key id starts with ``#``)."""
-CONFLICT_ATTEMPTS = 6
+"""Set on every entry written with its day's totals (which has no ``day`` attribute)."""
+UNTOTALED_INDEX = "untotaled-by-day"
+"""template.yaml's index of the usage table on (``api_key_id``, ``day``): only entries written without
+totals have ``day``, so it holds those and nothing else."""
+_INDEX_UNREADABLE = frozenset({"ValidationException", "ResourceNotFoundException", "AccessDeniedException"})
+CONFLICT_ATTEMPTS = 8
 RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 """Why a transaction may be cancelled and then succeed as it is: another on the same item, or throttling
 (which botocore's retries do not see inside a cancellation)."""
@@ -72,12 +69,9 @@ reset_client = CLIENT.reset
 class DynamoLedger:
     """A :class:`~compactor.billing.UsageLedger` over a DynamoDB table (low-level client)."""
 
-    def __init__(self, table: str, client: Any = None, *, notes_since: bool = False):
-        """``notes_since``: a report that finds no note writes one (the deployed functions' ledger, whose
-        code writes totals; not ``compactor usage``, which may run before the stack is upgraded)."""
+    def __init__(self, table: str, client: Any = None):
         self.table = table
         self._client = client
-        self.notes_since = notes_since
 
     @property
     def client(self) -> Any:
@@ -107,18 +101,6 @@ class DynamoLedger:
                 time.sleep(random.uniform(0, 0.025 * 2 ** attempt))
         raise AssertionError("unreachable")
 
-    def _note_since(self) -> None:
-        """Note now unless the table has a note (the first one's time stays). A failed write is left for the
-        next report: without the note, reports read the entries without totals over their whole range,
-        slower but as exact."""
-        from botocore.exceptions import ClientError
-
-        try:
-            self.client.put_item(TableName=self.table, Item={**SINCE_KEY, "since": {"S": utc_now_iso()}},
-                                 ConditionExpression="attribute_not_exists(sk)")
-        except ClientError:
-            pass
-
     def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
         bounds = {":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#\U0010ffff"}}
         if api_key_id is not None:
@@ -136,7 +118,8 @@ class DynamoLedger:
 
     def totals(self, first_day: str, last_day: str, api_key_id: str | None = None) -> dict[str, list[DayTotals]]:
         """The daily totals of days ``first_day``..``last_day``: the stored totals items, plus the entries
-        written before them (no ``totaled``), read one by one only for the days that can hold one."""
+        written without totals, read one by one through :data:`UNTOTALED_INDEX` (which holds no other); the
+        index is read eventually consistent (a global index has no other reads), the totals consistently."""
         if api_key_id is None:
             return self._scanned_totals(first_day, last_day)
         days: dict[str, DayTotals] = {}
@@ -146,31 +129,32 @@ class DynamoLedger:
                                                         ":last": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"}})
         for item in stored:
             _add_stored(days, item)
-        until = self._untotaled_until()
-        if until is None and self.notes_since:
-            self._note_since()  # for the next reports: this one reads every day, as without a note
-        untotaled_last = min(last_day, until or last_day)
-        if first_day <= untotaled_last:
-            for item in self._query(
-                    KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
-                    FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
-                    ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": f"{first_day}#"},
-                                               ":last": {"S": f"{untotaled_last}#{_LAST}"}}):
-                entry = _entry(item)
-                days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
+        for item in self._untotaled(first_day, last_day, api_key_id):
+            entry = _entry(item)
+            days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
         return {api_key_id: [days[day] for day in sorted(days)]} if days else {}
 
-    def _untotaled_until(self) -> str | None:
-        """The last day that may hold an entry without totals: the day the totals began plus
-        :data:`UNTOTALED_MARGIN` (the previous version wrote its last entries before then); None without
-        the note (any day may). Read by ``Query``, the one read the usage route's role has."""
-        noted = self.client.query(
-            TableName=self.table, ConsistentRead=True, KeyConditionExpression="api_key_id = :key AND sk = :sk",
-            ExpressionAttributeValues={":key": SINCE_KEY["api_key_id"], ":sk": SINCE_KEY["sk"]}).get("Items")
-        if not noted:
-            return None
-        since = datetime.fromisoformat(noted[0]["since"]["S"].replace("Z", "+00:00"))
-        return (since + UNTOTALED_MARGIN).date().isoformat()
+    def _untotaled(self, first_day: str, last_day: str, api_key_id: str) -> list[dict[str, Any]]:
+        """The caller's entries without totals of the range: through :data:`UNTOTALED_INDEX`, or, when the
+        index cannot be read (still being built after an upgrade, or missing from the table or the role),
+        from the table, every entry of the range read and those without ``totaled`` returned (as exact, slower)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return list(self._query(
+                IndexName=UNTOTALED_INDEX, ConsistentRead=False,
+                KeyConditionExpression="api_key_id = :key AND #day BETWEEN :first AND :last",
+                ExpressionAttributeNames={"#day": "day"},
+                ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": first_day},
+                                           ":last": {"S": last_day}}))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in _INDEX_UNREADABLE:
+                raise
+        return list(self._query(
+            KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
+            FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
+            ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": f"{first_day}#"},
+                                       ":last": {"S": f"{last_day}#{_LAST}"}}))
 
     def _scanned_totals(self, first_day: str, last_day: str) -> dict[str, list[DayTotals]]:
         """The operator's report over every key: one scan returning the totals items of the range and the
@@ -179,12 +163,11 @@ class DynamoLedger:
         untotaled: list[LedgerEntry] = []
         pages = self.client.get_paginator("scan").paginate(
             TableName=self.table, ConsistentRead=True,
-            FilterExpression=(f"(begins_with(sk, :prefix) AND #day BETWEEN :first_day AND :last_day) OR "
+            FilterExpression=(f"sk BETWEEN :first_total AND :last_total OR "
                               f"(attribute_not_exists({TOTALED_ATTRIBUTE}) AND sk BETWEEN :first AND :last)"),
-            ExpressionAttributeNames={"#day": "day"},
-            ExpressionAttributeValues={":prefix": {"S": TOTALS_PREFIX}, ":first_day": {"S": first_day},
-                                       ":last_day": {"S": last_day}, ":first": {"S": f"{first_day}#"},
-                                       ":last": {"S": f"{last_day}#{_LAST}"}})
+            ExpressionAttributeValues={":first_total": {"S": f"{TOTALS_PREFIX}{first_day}#"},
+                                       ":last_total": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"},
+                                       ":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#{_LAST}"}})
         for page in pages:
             for item in page.get("Items", []):
                 if item["sk"]["S"].startswith(TOTALS_PREFIX):
@@ -197,8 +180,8 @@ class DynamoLedger:
         return {key: [days[day] for day in sorted(days)] for key, days in sorted(by_key.items())}
 
     def _query(self, **arguments: Any) -> Iterator[dict[str, Any]]:
-        for page in self.client.get_paginator("query").paginate(TableName=self.table, ConsistentRead=True,
-                                                                 **arguments):
+        for page in self.client.get_paginator("query").paginate(**{"TableName": self.table, "ConsistentRead": True,
+                                                                   **arguments}):
             yield from page.get("Items", [])
 
 
@@ -212,16 +195,15 @@ def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
     return {"TableName": table,
             "Key": {"api_key_id": {"S": entry.api_key_id}, "sk": {"S": f"{TOTALS_PREFIX}{entry.day}#{shard}"}},
             "UpdateExpression": ("ADD " + ", ".join(f"{name} :{name}" for name in values)
-                                 + " SET #day = :day"),
-            "ExpressionAttributeNames": {"#day": "day"},
+),
             "ExpressionAttributeValues": {**{f":{name}": {"N": _cost(value) if name == "cost_usd" else _number(value)}
                                              for name, value in values.items()},
-                                          ":day": {"S": entry.day}}}
+}}
 
 
 def _add_stored(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
-    """Count a stored totals item in its day's totals."""
-    day = item["day"]["S"]
+    """Count a stored totals item (``total#<day>#<shard>``) in its day's totals."""
+    day = item["sk"]["S"][len(TOTALS_PREFIX):].partition("#")[0]
     stored = DayTotals(day, **{name: (float if name == "cost_usd" else int)(item[name]["N"])
                                for name in TOTALED if name in item})
     days.setdefault(day, DayTotals(day)).add_totals(stored)
@@ -244,8 +226,10 @@ def _number(value: int | float) -> str:
 
 
 def _item(entry: LedgerEntry) -> dict[str, Any]:
+    """The entry's item, without ``day``: the versions from before the totals wrote it, and only their entries
+    may have it (:data:`UNTOTALED_INDEX`); the day is the sort key's first part."""
     item: dict[str, Any] = {"api_key_id": {"S": entry.api_key_id}, "sk": {"S": f"{entry.day}#{entry.entry_id}"},
-                            "day": {"S": entry.day}, "cost_known": {"BOOL": entry.cost_usd is not None}}
+                            "cost_known": {"BOOL": entry.cost_usd is not None}}
     for name in _TEXTS:
         value = getattr(entry, name)
         if value is not None:
@@ -272,6 +256,6 @@ def configured_ledger(environ: Mapping[str, str] | None = None) -> UsageLedger:
     """DynamoDB when ``COMPACTOR_USAGE_TABLE`` is set; else a local ledger (``COMPACTOR_LEDGER_FILE``, or memory)."""
     env = os.environ if environ is None else environ
     if env.get(TABLE_ENV):
-        return DynamoLedger(env[TABLE_ENV], notes_since=True)
+        return DynamoLedger(env[TABLE_ENV])
     path = env.get(LEDGER_FILE_ENV)
     return LocalLedger(path=path) if path else LocalLedger()
