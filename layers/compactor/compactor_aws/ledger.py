@@ -194,11 +194,9 @@ def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
     shard = zlib.crc32(entry.entry_id.encode("utf-8")) % TOTALS_SHARDS
     return {"TableName": table,
             "Key": {"api_key_id": {"S": entry.api_key_id}, "sk": {"S": f"{TOTALS_PREFIX}{entry.day}#{shard}"}},
-            "UpdateExpression": ("ADD " + ", ".join(f"{name} :{name}" for name in values)
-),
-            "ExpressionAttributeValues": {**{f":{name}": {"N": _cost(value) if name == "cost_usd" else _number(value)}
-                                             for name, value in values.items()},
-}}
+            "UpdateExpression": "ADD " + ", ".join(f"{name} :{name}" for name in values),
+            "ExpressionAttributeValues": {f":{name}": {"N": _cost(value) if name == "cost_usd" else _number(value)}
+                                          for name, value in values.items()}}
 
 
 def _add_stored(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
