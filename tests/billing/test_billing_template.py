@@ -74,8 +74,10 @@ def test_the_functions_name_the_tables_and_may_do_only_what_they_need(resources:
     assert int(template.parameters["IdempotencyTtlSeconds"]) == 86400
 
     api_grants = statements(resources["CompactFunction"]["Properties"]["Policies"][0])
-    assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"}, [
-        {"Fn::GetAtt": ["UsageTable", "Arn"]}, {"Fn::Sub": "${UsageTable.Arn}/index/untotaled-by-day"}])
+    assert api_grants["WriteAndReadOwnUsage"] == ({"dynamodb:PutItem", "dynamodb:Query"},
+                                                  {"Fn::GetAtt": ["UsageTable", "Arn"]})
+    assert api_grants["ReadOwnUsageWithoutTotals"] == ({"dynamodb:Query"},
+                                                       {"Fn::Sub": "${UsageTable.Arn}/index/untotaled-by-day"})
     from compactor_aws.ledger import UNTOTALED_INDEX
     assert UNTOTALED_INDEX == "untotaled-by-day"
     assert api_grants["AddToDailyTotals"] == TOTALS_GRANT

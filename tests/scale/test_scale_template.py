@@ -42,6 +42,10 @@ def test_distributed_map_reads_windows_from_s3_batches_limits_and_tolerates(reso
     worker = run["ItemProcessor"]["States"]["RunWindow"]
     assert worker["Catch"][0]["Next"] == "WindowKeepsItsOriginal"
     assert asl["States"]["Assemble"]["Next"] == "MoreWindows"
+    # a failed ledger write fails the step after compacted/<rel> is written: the step is retried (it bills
+    # once, docs/billing.md) before the job is recorded as failed
+    assert any(retrier["ErrorEquals"] == ["States.TaskFailed"] and retrier["MaxAttempts"] >= 1
+               for retrier in asl["States"]["Assemble"]["Retry"])
     for name in ("Plan", "RunWindows", "Assemble"):
         assert asl["States"][name]["Catch"][0]["Next"] == "RecordFailure"
 

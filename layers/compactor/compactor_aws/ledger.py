@@ -16,6 +16,7 @@ the route reads them, and only them, through the sparse index :data:`UNTOTALED_I
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -27,6 +28,7 @@ from typing import Any
 from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key
 from compactor.container import PerContainer
 
+logger = logging.getLogger(__name__)
 TABLE_ENV = "COMPACTOR_USAGE_TABLE"
 LEDGER_FILE_ENV = "COMPACTOR_LEDGER_FILE"
 _NUMBERS = ("bytes_in", "bytes_out", "model_calls", "cost_usd")
@@ -72,6 +74,7 @@ class DynamoLedger:
     def __init__(self, table: str, client: Any = None):
         self.table = table
         self._client = client
+        self._warned = False  # the index's fallback is logged once per ledger (so per container)
 
     @property
     def client(self) -> Any:
@@ -140,16 +143,23 @@ class DynamoLedger:
         from the table, every entry of the range read and those without ``totaled`` returned (as exact, slower)."""
         from botocore.exceptions import ClientError
 
-        try:
+        try:  # only entries without "totaled", as the fallback and the operator's scan: the three agree
             return list(self._query(
                 IndexName=UNTOTALED_INDEX, ConsistentRead=False,
                 KeyConditionExpression="api_key_id = :key AND #day BETWEEN :first AND :last",
+                FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
                 ExpressionAttributeNames={"#day": "day"},
                 ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": first_day},
                                            ":last": {"S": last_day}}))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") not in _INDEX_UNREADABLE:
+            error = exc.response.get("Error", {})
+            if error.get("Code") not in _INDEX_UNREADABLE:
                 raise
+            if not self._warned:
+                self._warned = True
+                logger.warning("usage ledger: its index %s cannot be read (%s: %s); reports read the table's "
+                               "entries instead (exact, slower)", UNTOTALED_INDEX, error.get("Code"),
+                               error.get("Message"))
         return list(self._query(
             KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
             FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
