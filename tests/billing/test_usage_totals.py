@@ -244,6 +244,24 @@ def test_a_costs_share_of_the_totals_is_rounded_to_fifteen_decimals() -> None:
     assert added(None) is None  # an unknown cost adds none (calls_cost_unknown counts it)
 
 
+def index_failing(client: Any, code: str) -> Any:
+    """``client``, whose queries of the index fail with ``code``."""
+    class Failing:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+        def get_paginator(self, name: str) -> Any:
+            pages = client.get_paginator(name)
+
+            class Paginator:
+                def paginate(self, **arguments: Any) -> Any:
+                    if "IndexName" in arguments:
+                        raise ClientError({"Error": {"Code": code, "Message": "index says no"}}, "Query")
+                    return pages.paginate(**arguments)
+            return Paginator()
+    return Failing()
+
+
 def test_without_a_readable_index_the_entries_without_totals_are_read_from_the_table(aws: dict[str, Any]) -> None:
     # While DynamoDB builds the index after an upgrade (or on a table or role without it) the report reads
     # the range's entries and keeps those without totals: as exact.
@@ -264,40 +282,9 @@ def test_without_a_readable_index_the_entries_without_totals_are_read_from_the_t
 
     assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key(new + old))
 
-    class Denied:  # a role without the index's grant
-        def __getattr__(self, name: str) -> Any:
-            return getattr(client, name)
-
-        def get_paginator(self, name: str) -> Any:
-            pages = client.get_paginator(name)
-
-            class Paginator:
-                def paginate(self, **arguments: Any) -> Any:
-                    if "IndexName" in arguments:
-                        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Query")
-                    return pages.paginate(**arguments)
-            return Paginator()
-
-    assert as_dicts(DynamoLedger("no-index", Denied()).totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
+    denied = index_failing(client, "AccessDeniedException")  # a role without the index's grant
+    assert as_dicts(DynamoLedger("no-index", denied).totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(
         totals_by_key(new + old))
-
-
-def index_failing(client: Any, code: str) -> Any:
-    """``client``, whose queries of the index fail with ``code``."""
-    class Failing:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(client, name)
-
-        def get_paginator(self, name: str) -> Any:
-            pages = client.get_paginator(name)
-
-            class Paginator:
-                def paginate(self, **arguments: Any) -> Any:
-                    if "IndexName" in arguments:
-                        raise ClientError({"Error": {"Code": code, "Message": "index says no"}}, "Query")
-                    return pages.paginate(**arguments)
-            return Paginator()
-    return Failing()
 
 
 @pytest.mark.parametrize("code", ["ThrottlingException", "InternalServerError", "ProvisionedThroughputExceededException"])
