@@ -38,7 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 TABLE = "compactor-usage-bench"
 GOAL = 1.5
-DAYS = 10  # the caller's calls fall on the first ten days of the month (at least 40 a day: every shard used)
+DAYS = 10  # the calls fall on the first ten days of the month: 40 or more a day, every shard of a day used
 CALLER = "heavy-caller-key"
 OTHER = "other-caller-key"
 
