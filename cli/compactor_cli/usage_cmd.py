@@ -2,6 +2,7 @@
 
 Reads the DynamoDB table (``--table``, default ``COMPACTOR_USAGE_TABLE``) or a local ledger file
 (``--ledger``, what ``compactor serve --ledger`` writes). ``--key`` limits the report to one API key id.
+``--backfill-totals`` first counts a table's entries written before the daily totals in them, once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="last", metavar="YYYY-MM-DD", help="last day, included (default: today, UTC)")
     parser.add_argument("--key", metavar="API_KEY_ID", help="only this API key id")
     parser.add_argument("--json", action="store_true", help="JSON: {api_key_id: [day totals]}")
+    parser.add_argument("--backfill-totals", action="store_true",
+                        help="with --table: count every entry written before the daily totals in them, once "
+                             "(after an upgrade; reports over those days then read totals alone), then report")
 
 
 def _ledger(args: argparse.Namespace) -> UsageLedger | None:
@@ -47,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2
+    if args.backfill_totals:
+        if isinstance(ledger, LocalLedger):
+            print("compactor usage: --backfill-totals needs a DynamoDB table (--table)", file=sys.stderr)
+            return 2
+        print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals", file=sys.stderr)
     report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
     if args.json:
         print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))

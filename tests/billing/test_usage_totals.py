@@ -4,6 +4,7 @@ entries written without totals (before an upgrade, or after a rollback)."""
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -322,3 +323,40 @@ def test_an_entry_with_both_day_and_totaled_counts_once_in_every_view(aws: dict[
 
     assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", "k1")) == as_dicts(totals_by_key(written))
     assert len(table_entries(client)) == 6  # the operator's scan and the caller's report agree
+
+
+def test_the_backfill_totals_every_old_entry_once_and_the_reports_do_not_change(
+        aws: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli.main import main
+
+    client = aws["dynamodb"]
+    ledger = DynamoLedger(USAGE_TABLE, client)
+    rng = random.Random(13)
+    old = [entry(index, rng.choice(("k1", "k2")), rng.randrange(1, 31), rng) for index in range(40)]
+    new = [entry(100 + index, rng.choice(("k1", "k2")), rng.randrange(1, 31), rng) for index in range(30)]
+    for item in old:
+        client.put_item(TableName=USAGE_TABLE, Item=old_item(item))
+    for item in new:
+        ledger.record(item)
+    expected = as_dicts(totals_by_key(old + new))
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == expected
+
+    capsys.readouterr()
+    assert main(["usage", "--table", USAGE_TABLE, "--from", "2026-11-01", "--to", "2026-11-30", "--json",
+                 "--backfill-totals"]) == 0
+    out = capsys.readouterr()
+    assert "40 entries counted" in out.err and json.loads(out.out) == expected
+    assert client.scan(TableName=USAGE_TABLE, IndexName=UNTOTALED_INDEX)["Items"] == []  # none left to read
+    for key in expected:  # the caller's reports now read totals alone, and read the same
+        assert as_dicts(ledger.totals("2026-11-01", "2026-11-30", key)) == {key: expected[key]}
+    assert len(table_entries(client)) == 70
+    assert ledger.total_untotaled() == 0  # again: nothing more
+    assert as_dicts(ledger.totals("2026-11-01", "2026-11-30")) == expected
+    assert ledger.record(old[0]) is False  # a replay of an old call still adds nothing
+
+
+def test_the_backfill_needs_a_table(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli.main import main
+
+    assert main(["usage", "--ledger", str(tmp_path / "l.jsonl"), "--backfill-totals"]) == 2
+    assert "needs a DynamoDB table" in capsys.readouterr().err

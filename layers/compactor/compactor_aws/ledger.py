@@ -84,14 +84,39 @@ class DynamoLedger:
         """Write ``entry`` and add it to its day's totals, atomically; False when the entry exists (then
         nothing is written or added). A transaction cancelled by another on the same totals item, or by
         throttling, is tried again after a short random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
-        from botocore.exceptions import ClientError
-
         put = {"TableName": self.table, "Item": {**_item(entry), TOTALED_ATTRIBUTE: {"BOOL": True}},
                "ConditionExpression": "attribute_not_exists(sk)"}
-        update = _totals_update(self.table, entry)
+        return self._transact({"Put": put}, {"Update": _totals_update(self.table, entry)})
+
+    def total_untotaled(self) -> int:
+        """Count every entry written without totals in its day's totals, once (the operator's one-off
+        backfill after an upgrade, ``compactor usage --table T --backfill-totals``): per entry, one
+        transaction sets ``totaled``, removes ``day`` (so it leaves :data:`UNTOTALED_INDEX`) and ``ADD``s it to
+        a totals item, on the condition that it still lacks ``totaled``; a run beside another, or again, adds
+        nothing twice. Read through the index; the number of entries totaled."""
+        done = 0
+        pages = self.client.get_paginator("scan").paginate(
+            TableName=self.table, IndexName=UNTOTALED_INDEX, FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})")
+        for page in pages:
+            for item in page.get("Items", []):
+                entry = _entry(item)
+                mark = {"TableName": self.table, "Key": {"api_key_id": item["api_key_id"], "sk": item["sk"]},
+                        "UpdateExpression": f"SET {TOTALED_ATTRIBUTE} = :true REMOVE #day",
+                        "ConditionExpression": f"attribute_exists(sk) AND attribute_not_exists({TOTALED_ATTRIBUTE})",
+                        "ExpressionAttributeNames": {"#day": "day"},
+                        "ExpressionAttributeValues": {":true": {"BOOL": True}}}
+                done += self._transact({"Update": mark}, {"Update": _totals_update(self.table, entry)})
+        return done
+
+    def _transact(self, *writes: dict[str, Any]) -> bool:
+        """Run ``writes`` as one transaction: True when done, False when the first write's condition failed
+        (nothing done). Cancelled by a conflict on an item or by throttling, it is tried again after a short
+        random wait, up to :data:`CONFLICT_ATTEMPTS` times."""
+        from botocore.exceptions import ClientError
+
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
-                self.client.transact_write_items(TransactItems=[{"Put": put}, {"Update": update}])
+                self.client.transact_write_items(TransactItems=list(writes))
                 return True
             except ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException":
