@@ -127,7 +127,15 @@ class DayTotals:
     calls_cost_unknown: int = 0
 
     def add(self, entry: LedgerEntry) -> None:
-        self.add_totals(DayTotals.of(entry))
+        self.calls += 1
+        self.bytes_in += entry.bytes_in or 0
+        self.bytes_out += entry.bytes_out or 0
+        self.bytes_saved += entry.bytes_saved or 0
+        self.model_calls += entry.model_calls or 0
+        if entry.cost_usd is None:
+            self.calls_cost_unknown += 1
+        else:
+            self.cost_usd += entry.cost_usd
 
     def add_totals(self, other: DayTotals) -> None:
         """Count ``other``'s calls (of the same day) in these totals."""
@@ -137,10 +145,9 @@ class DayTotals:
     @classmethod
     def of(cls, entry: LedgerEntry) -> DayTotals:
         """The totals of ``entry``'s one call: what the call adds to its day's."""
-        return cls(entry.day, calls=1, bytes_in=entry.bytes_in or 0, bytes_out=entry.bytes_out or 0,
-                   bytes_saved=entry.bytes_saved or 0, model_calls=entry.model_calls or 0,
-                   cost_usd=0.0 if entry.cost_usd is None else entry.cost_usd,
-                   calls_cost_unknown=int(entry.cost_usd is None))
+        totals = cls(entry.day)
+        totals.add(entry)
+        return totals
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger, totals_by_key
+from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger
 from compactor.container import PerContainer
 
 logger = logging.getLogger(__name__)
@@ -130,19 +130,14 @@ class DynamoLedger:
         raise AssertionError("unreachable")
 
     def entries(self, first_day: str, last_day: str, api_key_id: str | None = None) -> Iterator[LedgerEntry]:
-        bounds = {":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#\U0010ffff"}}
         if api_key_id is not None:
-            pages = self.client.get_paginator("query").paginate(
-                TableName=self.table, ConsistentRead=True,
-                KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
-                ExpressionAttributeValues={":key": {"S": api_key_id}, **bounds})
+            items: Iterator[dict[str, Any]] = self._caller_range(api_key_id, first_day, last_day)
         else:  # the operator's report over every key
-            pages = self.client.get_paginator("scan").paginate(
+            items = (item for page in self.client.get_paginator("scan").paginate(
                 TableName=self.table, ConsistentRead=True, FilterExpression="sk BETWEEN :first AND :last",
-                ExpressionAttributeValues=bounds)
-        for page in pages:
-            for item in page.get("Items", []):
-                yield _entry(item)
+                ExpressionAttributeValues=_sk_range(first_day, last_day)) for item in page.get("Items", []))
+        for item in items:
+            yield _entry(item)
 
     def totals(self, first_day: str, last_day: str, api_key_id: str | None = None) -> dict[str, list[DayTotals]]:
         """The daily totals of days ``first_day``..``last_day``: the stored totals items, plus the entries
@@ -151,11 +146,7 @@ class DynamoLedger:
         if api_key_id is None:
             return self._scanned_totals(first_day, last_day)
         days: dict[str, DayTotals] = {}
-        stored = self._query(KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
-                             ExpressionAttributeValues={":key": {"S": api_key_id},
-                                                        ":first": {"S": f"{TOTALS_PREFIX}{first_day}#"},
-                                                        ":last": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"}})
-        for item in stored:
+        for item in self._caller_range(api_key_id, first_day, last_day, prefix=TOTALS_PREFIX):
             _add_stored(days, item)
         for item in self._untotaled(first_day, last_day, api_key_id):
             entry = _entry(item)
@@ -185,39 +176,46 @@ class DynamoLedger:
                 logger.warning("usage ledger: its index %s cannot be read (%s: %s); reports read the table's "
                                "entries instead (exact, slower)", UNTOTALED_INDEX, error.get("Code"),
                                error.get("Message"))
-        return list(self._query(
-            KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
-            FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})",
-            ExpressionAttributeValues={":key": {"S": api_key_id}, ":first": {"S": f"{first_day}#"},
-                                       ":last": {"S": f"{last_day}#{_LAST}"}}))
+        return list(self._caller_range(api_key_id, first_day, last_day,
+                                       FilterExpression=f"attribute_not_exists({TOTALED_ATTRIBUTE})"))
 
     def _scanned_totals(self, first_day: str, last_day: str) -> dict[str, list[DayTotals]]:
         """The operator's report over every key: one scan returning the totals items of the range and the
         entries without totals (the table is read whole by a scan anyway; only these are returned)."""
         by_key: dict[str, dict[str, DayTotals]] = {}
-        untotaled: list[LedgerEntry] = []
         pages = self.client.get_paginator("scan").paginate(
             TableName=self.table, ConsistentRead=True,
             FilterExpression=(f"sk BETWEEN :first_total AND :last_total OR "
                               f"(attribute_not_exists({TOTALED_ATTRIBUTE}) AND sk BETWEEN :first AND :last)"),
-            ExpressionAttributeValues={":first_total": {"S": f"{TOTALS_PREFIX}{first_day}#"},
-                                       ":last_total": {"S": f"{TOTALS_PREFIX}{last_day}#{_LAST}"},
-                                       ":first": {"S": f"{first_day}#"}, ":last": {"S": f"{last_day}#{_LAST}"}})
+            ExpressionAttributeValues={**_sk_range(first_day, last_day, prefix=TOTALS_PREFIX, name="_total"),
+                                       **_sk_range(first_day, last_day)})
         for page in pages:
             for item in page.get("Items", []):
+                days = by_key.setdefault(item["api_key_id"]["S"], {})
                 if item["sk"]["S"].startswith(TOTALS_PREFIX):
-                    _add_stored(by_key.setdefault(item["api_key_id"]["S"], {}), item)
+                    _add_stored(days, item)
                 else:
-                    untotaled.append(_entry(item))
-        for key, days in totals_by_key(untotaled).items():
-            for totals in days:
-                by_key.setdefault(key, {}).setdefault(totals.day, DayTotals(totals.day)).add_totals(totals)
+                    entry = _entry(item)
+                    days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
         return {key: [days[day] for day in sorted(days)] for key, days in sorted(by_key.items())}
+
+    def _caller_range(self, api_key_id: str, first_day: str, last_day: str, prefix: str = "",
+                      **arguments: Any) -> Iterator[dict[str, Any]]:
+        """The caller's items whose sort key is ``<prefix><day>#...`` for a day of the range."""
+        return self._query(KeyConditionExpression="api_key_id = :key AND sk BETWEEN :first AND :last",
+                           ExpressionAttributeValues={":key": {"S": api_key_id},
+                                                      **_sk_range(first_day, last_day, prefix=prefix)}, **arguments)
 
     def _query(self, **arguments: Any) -> Iterator[dict[str, Any]]:
         for page in self.client.get_paginator("query").paginate(**{"TableName": self.table, "ConsistentRead": True,
                                                                    **arguments}):
             yield from page.get("Items", [])
+
+
+def _sk_range(first_day: str, last_day: str, prefix: str = "", name: str = "") -> dict[str, Any]:
+    """The values ``:first<name>`` and ``:last<name>`` bounding the sort keys ``<prefix><day>#...`` of the days
+    ``first_day``..``last_day``."""
+    return {f":first{name}": {"S": f"{prefix}{first_day}#"}, f":last{name}": {"S": f"{prefix}{last_day}#{_LAST}"}}
 
 
 def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
