@@ -9,12 +9,14 @@ the CLI) here, the S3 adapter in ``compactor_aws.archive_store``.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +26,10 @@ from compactor.records import record
 HANDLE_PREFIX = "cmp_"
 HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
 ARCHIVE_DIR_ENV = "COMPACTOR_ARCHIVE_DIR"
+CALLS_IN_FLIGHT = 32
+"""Originals one request stores or reads at once: each is a request to the store (an S3 round trip, deployed),
+and one after another a request's 128 originals took 128 round trips (docs/performance.md, "Restorable
+archives"). The container's S3 client keeps 64 connections."""
 
 
 def original_bytes(unit_items: list[Any]) -> bytes:
@@ -83,25 +89,41 @@ def default_local_store() -> LocalArchiveStore:
 
 
 def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[str, Any]]) -> None:
-    """Store the original of every manifest entry carrying a handle."""
+    """Store the original of every manifest entry carrying a handle (each once), :data:`CALLS_IN_FLIGHT` at a
+    time; a failure raises once every write has ended."""
     owner = owner_key(archive.caller)
+    originals: dict[str, bytes] = {}
     for entry in manifest:
         handle = entry.get("handle")
-        if handle:
+        if handle and handle not in originals:
             data = original_bytes(items[entry["start"]:entry["end"]])
             assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
-            archive.store.put(owner, handle, data)
+            originals[handle] = data
+    _side_by_side(lambda handle: archive.store.put(owner, handle, originals[handle]), list(originals))
 
 
 def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
-    """``POST /v1/expand``: ``{"originals": {handle: unit}}`` when the caller owns every handle, else 404."""
+    """``POST /v1/expand``: ``{"originals": {handle: unit}}`` when the caller owns every handle, else 404. The
+    originals are read :data:`CALLS_IN_FLIGHT` at a time, none when a handle is malformed."""
     from compactor.errors import UnknownHandle
 
     owner = owner_key(archive.caller)
-    originals: dict[str, Any] = {}
-    for handle in dict.fromkeys(handles):
-        data = archive.store.get(owner, handle) if HANDLE_RE.fullmatch(handle) else None
-        if data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] != handle:
-            return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
-        originals[handle] = json.loads(data)
-    return 200, {"originals": originals}
+    wanted = list(dict.fromkeys(handles))
+    stored = _side_by_side(lambda handle: archive.store.get(owner, handle),
+                           wanted if all(HANDLE_RE.fullmatch(handle) for handle in wanted) else [])
+    if len(stored) != len(wanted) or any(data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32]
+                                         != handle for handle, data in zip(wanted, stored, strict=True)):
+        return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
+    return 200, {"originals": {handle: json.loads(data) for handle, data in zip(wanted, stored, strict=True)}}
+
+
+def _side_by_side(call: Callable[[str], Any], handles: list[str]) -> list[Any]:
+    """``[call(handle) for handle in handles]``, :data:`CALLS_IN_FLIGHT` at a time on threads of the request's own
+    (another request's archives never wait for them), each with the caller's context variables; the first
+    error is raised once every call has ended."""
+    if len(handles) <= 1:
+        return [call(handle) for handle in handles]
+    with ThreadPoolExecutor(max_workers=min(CALLS_IN_FLIGHT, len(handles)),
+                            thread_name_prefix="compactor-archive") as pool:
+        futures = [pool.submit(contextvars.copy_context().run, call, handle) for handle in handles]
+    return [future.result() for future in futures]
