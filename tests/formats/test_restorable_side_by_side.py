@@ -142,14 +142,14 @@ def test_the_same_unit_twice_is_written_once() -> None:
     assert sorted(handle for _, handle in store.calls) == sorted({entry["handle"] for entry in manifest})
 
 
-def test_a_failed_write_fails_the_request_once_every_other_write_has_ended() -> None:
+def test_a_failed_write_fails_the_request_once_the_writes_in_flight_have_ended() -> None:
     items, manifest = _units(6)
     store = GatedStore(parties=6, failing=manifest[2]["handle"])
 
     with pytest.raises(RuntimeError, match="the store is down"):
         store_originals(Archive(store, CALLER), items, manifest)
 
-    assert len(store.data) == 5  # the others finished before the error reached the caller
+    assert len(store.data) == 5  # the others, all in flight with it, finished before the error reached the caller
 
 
 def test_a_malformed_handle_reads_nothing() -> None:

@@ -9,19 +9,18 @@ the CLI) here, the S3 adapter in ``compactor_aws.archive_store``.
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
+from compactor.side_by_side import each_side_by_side
 
 HANDLE_PREFIX = "cmp_"
 HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
@@ -90,7 +89,7 @@ def default_local_store() -> LocalArchiveStore:
 
 def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[str, Any]]) -> None:
     """Store the original of every manifest entry carrying a handle (each once), :data:`CALLS_IN_FLIGHT` at a
-    time; a failure raises once every write has ended."""
+    time; a failure raises once the writes in flight have ended (those not started are not made)."""
     owner = owner_key(archive.caller)
     originals: dict[str, bytes] = {}
     for entry in manifest:
@@ -99,7 +98,8 @@ def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[
             data = original_bytes(items[entry["start"]:entry["end"]])
             assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
             originals[handle] = data
-    _side_by_side(lambda handle: archive.store.put(owner, handle, originals[handle]), list(originals))
+    each_side_by_side(lambda handle: archive.store.put(owner, handle, originals[handle]), originals,
+                      at_once=CALLS_IN_FLIGHT)
 
 
 def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
@@ -109,21 +109,11 @@ def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
 
     owner = owner_key(archive.caller)
     wanted = list(dict.fromkeys(handles))
-    stored = _side_by_side(lambda handle: archive.store.get(owner, handle),
-                           wanted if all(HANDLE_RE.fullmatch(handle) for handle in wanted) else [])
+    stored = each_side_by_side(lambda handle: archive.store.get(owner, handle),
+                               wanted if all(HANDLE_RE.fullmatch(handle) for handle in wanted) else [],
+                               at_once=CALLS_IN_FLIGHT)
     if len(stored) != len(wanted) or any(data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32]
                                          != handle for handle, data in zip(wanted, stored, strict=True)):
         return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
     return 200, {"originals": {handle: json.loads(data) for handle, data in zip(wanted, stored, strict=True)}}
 
-
-def _side_by_side(call: Callable[[str], Any], handles: list[str]) -> list[Any]:
-    """``[call(handle) for handle in handles]``, :data:`CALLS_IN_FLIGHT` at a time on threads of the request's own
-    (another request's archives never wait for them), each with the caller's context variables; the first
-    error is raised once every call has ended."""
-    if len(handles) <= 1:
-        return [call(handle) for handle in handles]
-    with ThreadPoolExecutor(max_workers=min(CALLS_IN_FLIGHT, len(handles)),
-                            thread_name_prefix="compactor-archive") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, call, handle) for handle in handles]
-    return [future.result() for future in futures]

@@ -1,0 +1,90 @@
+"""``compactor.side_by_side``: blocking calls on threads of the call's own, results in order, bounded."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+
+import pytest
+
+from compactor.side_by_side import each_side_by_side, side_by_side
+
+TAG: contextvars.ContextVar[str | None] = contextvars.ContextVar("tag", default=None)
+
+
+class Gauge:
+    """Counts the calls in flight at once; each call sleeps ``delay_s`` (a later argument sleeps less, so the
+    answers come back out of order)."""
+
+    def __init__(self, delay_s: float = 0.02) -> None:
+        self.delay_s = delay_s
+        self.lock = threading.Lock()
+        self.in_flight = self.most = 0
+        self.made: list[int] = []
+
+    def __call__(self, value: int) -> int:
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            self.made.append(value)
+        try:
+            time.sleep(self.delay_s / (1 + value % 4))
+            if value < 0:
+                raise ValueError(f"bad {value}")
+            return value * 10
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_results_come_in_order_with_at_most_at_once_in_flight() -> None:
+    gauge = Gauge()
+
+    assert list(side_by_side(gauge, range(20), at_once=4)) == [value * 10 for value in range(20)]
+    assert gauge.most == 4
+
+
+def test_calls_overlap() -> None:
+    barrier = threading.Barrier(5, timeout=10)  # one call after another would break it
+
+    assert list(side_by_side(lambda value: barrier.wait() * 0 + value, range(5), at_once=5)) == list(range(5))
+
+
+def test_the_arguments_are_read_as_the_results_are_taken() -> None:
+    read: list[int] = []
+
+    def args():
+        for value in range(100):
+            read.append(value)
+            yield value
+
+    results = side_by_side(lambda value: value, args(), at_once=3)
+    assert next(results) == 0
+    assert len(read) == 3  # no more than at_once ahead of the result taken
+    results.close()
+
+
+def test_an_error_comes_where_its_result_would_and_later_calls_are_not_made() -> None:
+    gauge = Gauge()
+    taken = []
+
+    with pytest.raises(ValueError, match="bad -1"):
+        for result in side_by_side(gauge, [0, 1, -1, *range(2, 40)], at_once=2):
+            taken.append(result)
+
+    assert taken == [0, 10]
+    assert len(gauge.made) <= 5 and gauge.in_flight == 0  # the calls in flight ended before the error came
+
+
+def test_every_call_has_the_callers_context() -> None:
+    token = TAG.set("request-7")
+    try:
+        assert set(each_side_by_side(lambda _: TAG.get(), range(6), at_once=3)) == {"request-7"}
+    finally:
+        TAG.reset(token)
+
+
+def test_a_single_call_runs_on_the_callers_thread() -> None:
+    assert each_side_by_side(lambda _: threading.get_ident(), ["x"], at_once=8) == [threading.get_ident()]
+    assert each_side_by_side(lambda _: 1, [], at_once=8) == []
