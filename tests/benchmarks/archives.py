@@ -3,12 +3,11 @@
 Run: ``.venv/bin/python tests/benchmarks/archives.py [--latency-ms L] [--units 32,128] [--repeats 3]``
 
 A restorable decision-mode request stores the original of every unit it summarized or archived, and an expand
-reads up to 256 of them back (docs/archives.md): one S3 request per original. The bucket here is a ``moto`` S3
-server on 127.0.0.1, in a process of its own (its work is not this process's CPU or interpreter lock), that
-answers every request L milliseconds late (default 25: S3's first-byte latency for small objects in the same
-region is of that order). The originals go through ``compactor_aws.archive_store.S3ArchiveStore`` on the
-container's S3 client, as deployed: signing, HTTP, parsing. (The server closes every connection, as werkzeug's
-does, so each request also connects: S3 keeps connections alive, and each request costs less there.)
+reads up to 256 of them back (docs/archives.md): one S3 request per original. The bucket here is
+``tests/fakes/slow_s3.py``: a ``moto`` S3 server in a process of its own that answers every request L milliseconds
+late (default 25: S3's first-byte latency for small objects in the same region is of that order). The originals
+go through ``compactor_aws.archive_store.S3ArchiveStore`` on the container's S3 client, as deployed: signing,
+HTTP, parsing.
 
 For each number of units N the same transcript (N tool-call units, every one summarized by the fake transports of
 compact_overhead.py) is compacted through ``service.compact`` with ``restorable: true`` and without; the difference
@@ -27,55 +26,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
 
 BUCKET = "compactor-archives-bench"
 CALLER = "bench-caller-key"
 GOAL = 0.25  # of the time the same requests take one after another
 OUTPUT_CHARS = 2000
-
-
-def serve_s3(latency_s: float) -> None:
-    """``--s3-server``: a moto S3 server on 127.0.0.1 answering each request ``latency_s`` late (threaded: the
-    requests in flight wait side by side, as S3's do); prints its port, serves until stdin closes."""
-    import logging
-    import threading
-
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    app = DomainDispatcherApplication(create_backend_app)
-
-    def late(environ: dict[str, Any], start_response: Any) -> Any:
-        time.sleep(latency_s)
-        return app(environ, start_response)
-
-    server = make_server("127.0.0.1", 0, late, threaded=True, request_handler=MotoRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(server.server_address[1], flush=True)
-    sys.stdin.read()
-    server.shutdown()
-
-
-def _environment(endpoint: str) -> None:
-    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
-                        ("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
-        os.environ[name] = value
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
-                 "ALL_PROXY", "all_proxy"):
-        os.environ.pop(name, None)
-    os.environ["NO_PROXY"] = os.environ["no_proxy"] = "127.0.0.1,localhost"
 
 
 def _request(units: int, restorable: bool) -> Any:
@@ -147,17 +110,11 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=25.0)
     parser.add_argument("--units", default="32,128", help="comma-separated numbers of units (at most 128)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--s3-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     latency_s = args.latency_ms / 1000
-    if args.s3_server:
-        serve_s3(latency_s)
-        return 0
-    server = subprocess.Popen([sys.executable, __file__, "--s3-server", "--latency-ms", str(args.latency_ms)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(server.stdout.readline())  # type: ignore[union-attr]
-        _environment(f"http://127.0.0.1:{port}")
+    from fakes.slow_s3 import SlowS3
+
+    with SlowS3(args.latency_ms):
         from compactor.archives import Archive
         from compactor_aws.archive_store import S3ArchiveStore
         from compactor_aws.s3_store import s3_client
@@ -167,9 +124,6 @@ def main() -> int:
         sizes = sorted(int(size) for size in args.units.split(","))
         results = {size: measure(size, args.repeats, archive) for size in sizes}
         reference = one_after_another(archive, results[sizes[-1]][2])
-    finally:
-        server.stdin.close()  # type: ignore[union-attr]
-        server.wait(timeout=30)
     print(f"archives: restorable requests' originals in a moto S3 server answering {args.latency_ms:g} ms late "
           f"(wall times, the medians of {args.repeats}; round trips: the wall time over {args.latency_ms:g} ms)")
     for size, (added_s, expand_s, units_by_handle) in results.items():
