@@ -9,7 +9,8 @@ original), then either plans the next pass or writes ``compacted/<rel>``: the ``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
 returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
 docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
-streams: memory holds one window, never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
+streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`), never the transcript. Storage-agnostic: the
+store is :class:`StreamStore`.
 """
 
 from __future__ import annotations
@@ -37,9 +38,14 @@ from compactor.object_jobs import (
 from compactor.call_record import CallRecord
 from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
 from compactor.errors import RequestTooLarge
+from compactor.side_by_side import side_by_side
 from compactor.transcripts import TranscriptError
 
 WORK_PREFIX = "work/"
+WINDOWS_AT_ONCE = 8
+"""Window tasks ``plan`` writes, and windows (a task and its result) ``assemble`` reads, at once: each is an S3
+request or three, and one window after another a pass of 1,000 windows waited for thousands of round trips
+(docs/performance.md, "Windowed jobs"). A window is at most 4 MB of messages, so memory holds a few of them."""
 
 
 class StreamStore(ObjectStore, Protocol):
@@ -136,10 +142,16 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
     number = state.number + 1
     context = state.scan(_messages(store, bucket, input_key, input_version))
     items = []
-    for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
-        task_key = _work(job, f"p{number}/w{task['index']}.json")
-        _put_json(store, bucket, task_key, task)
-        items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json")})
+
+    def tasks() -> Iterator[tuple[str, dict[str, Any]]]:
+        for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
+            task_key = _work(job, f"p{number}/w{task['index']}.json")
+            items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json")})
+            yield task_key, task
+
+    # The scan goes on while the tasks before are written, up to WINDOWS_AT_ONCE of them in flight.
+    for _ in side_by_side(lambda keyed: _put_json(store, bucket, *keyed), tasks(), at_once=WINDOWS_AT_ONCE):
+        pass
     windows_key = _work(job, f"p{number}/windows.json")
     _put_json(store, bucket, windows_key, items)
     _put_json(store, bucket, _work(job, "state.json"), {"state": state.as_dict(), "input_key": input_key,
@@ -169,9 +181,11 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
     with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
         writer = ArrayWriter(out)
         assembly = state.assembly(writer.write)
-        for item in items:
-            task = _get_json(store, bucket, item["task_key"])
-            assembly.add(task, _result(store, bucket, item["result_key"]))
+        # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
+        for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
+                                                       _result(store, bucket, item["result_key"])),
+                                         items, at_once=WINDOWS_AT_ONCE):
+            assembly.add(task, result)
         writer.finish()
     advance, more = state.finish_pass(assembly)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])

@@ -1,0 +1,122 @@
+"""A windowed job's own steps against S3's latency: ``plan`` and ``assemble`` (docs/scale.md).
+
+Run: ``.venv/bin/python tests/benchmarks/windowed_job.py [--mb M] [--latency-ms L]``
+
+A transcript too large for one invocation becomes a windowed job: ``plan`` streams it and writes one task per
+window, the Distributed Map's workers compact the windows, and ``assemble`` reads every window's task and result
+back in order (three requests a window: the task, the result's head and the result) into the pass's output. Each
+of those is an S3 round trip, and a 500 MB transcript makes about 1,000 windows. The bucket here is
+``tests/fakes/slow_s3.py``: a ``moto`` S3 server in a process of its own that answers every request L
+milliseconds late (default 25), reached through ``compactor_aws.s3_store.S3Store`` on the container's client, as
+the steps run deployed.
+
+A transcript of M MB (default 12: corpus sessions, as ``large_transcripts.py``'s) is uploaded under two names,
+and each is run as a job, step by step in this process, the windows compacted by the bundled offline offers
+between the steps (not timed): once as the steps run (``large_jobs.WINDOWS_AT_ONCE`` windows in flight) and once
+with one window at a time (what they did before; docs/performance.md, "Windowed jobs"). Both jobs' results must
+be the same bytes. The figures are each step's wall time (all passes' ``plan`` and ``assemble`` together) and
+the S3 requests it made.
+
+Goal: ``plan`` and ``assemble`` together take at most 0.6 of the time they take one window at a time (their CPU,
+the scan of the transcript above all, is the same either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "tests")]
+
+BUCKET = "compactor-windowed-bench"
+GOAL = 0.6
+
+
+def run_job(store: Any, client: Any, key: str, router: Any) -> tuple[dict[str, float], dict[str, int], bytes]:
+    """The job of ``incoming/<key>`` step by step: each step's wall time and S3 requests, and the result's bytes."""
+    from compactor import large_jobs
+    from compactor.budget import Deadline
+    from compactor.object_jobs import Defaults, Source
+
+    head = client.head_object(Bucket=BUCKET, Key=key)
+    source = Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'))
+    job = large_jobs.job_input(source, max_concurrency=8)["job"]
+    wall = {"plan": 0.0, "assemble": 0.0}
+    requests = {"plan": 0, "assemble": 0}
+    counted: list[int] = [0]
+    client.meta.events.register("before-send.s3.*", lambda **_: counted.__setitem__(0, counted[0] + 1))
+
+    def timed(step: str, call: Any) -> Any:
+        counted[0] = 0
+        started = time.perf_counter()
+        out = call()
+        wall[step] += time.perf_counter() - started
+        requests[step] += counted[0]
+        return out
+
+    state = timed("plan", lambda: large_jobs.plan(store, job, Defaults()))
+    while not state["done"]:
+        with store.open(BUCKET, state["windows_key"]) as handle:
+            items = json.loads(handle.read())
+        for item in items:  # the Distributed Map's workers, one after another here (not timed)
+            asyncio.run(large_jobs.run_window(store, BUCKET, item, router=router,
+                                              deadline=Deadline.after_ms(600_000)))
+        state = timed("assemble", lambda: large_jobs.assemble(store, job))
+    assert state["result"] == "compacted", state
+    return wall, requests, client.get_object(Bucket=BUCKET, Key=state["key"])["Body"].read()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mb", type=float, default=12.0)
+    parser.add_argument("--latency-ms", type=float, default=25.0)
+    args = parser.parse_args()
+    from fakes.slow_s3 import SlowS3
+
+    with SlowS3(args.latency_ms):
+        from compactor import large_jobs
+        from compactor_aws.s3_store import S3Store, s3_client
+        from fakes.routers import frozen_router
+        from scale import transcripts
+
+        client = s3_client()
+        client.create_bucket(Bucket=BUCKET)
+        body = json.dumps(list(transcripts.messages(int(args.mb * 1_000_000)))).encode()
+        for name in ("side-by-side", "one-at-a-time"):
+            client.put_object(Bucket=BUCKET, Key=f"incoming/{name}.json", Body=body)
+        store, router = S3Store(), frozen_router()
+        at_once = large_jobs.WINDOWS_AT_ONCE
+        runs = {}
+        for name, windows_at_once in (("side-by-side", at_once), ("one-at-a-time", 1)):
+            large_jobs.WINDOWS_AT_ONCE = windows_at_once
+            try:
+                runs[name] = run_job(store, client, f"incoming/{name}.json", router)
+            finally:
+                large_jobs.WINDOWS_AT_ONCE = at_once
+    assert runs["side-by-side"][2] == runs["one-at-a-time"][2], "the results differ"
+    result = json.loads(runs["side-by-side"][2])
+    passes = result["compaction"]["windows"]["passes"]
+    print(f"windowed_job: a {len(body) / 1e6:.1f} MB transcript, {sum(p['windows'] for p in passes)} windows in "
+          f"{len(passes)} pass(es), S3 a moto server answering {args.latency_ms:g} ms late; the same result bytes "
+          f"either way")
+    totals = {}
+    for name, (wall, requests, _) in runs.items():
+        totals[name] = wall["plan"] + wall["assemble"]
+        print(f"  {name:14s} ({at_once if name == 'side-by-side' else 1} windows at once): plan {wall['plan']:6.2f} s "
+              f"({requests['plan']} requests), assemble {wall['assemble']:6.2f} s ({requests['assemble']} requests)")
+    ratio = totals["side-by-side"] / totals["one-at-a-time"]
+    met = ratio <= GOAL
+    print(f"  plan + assemble, side by side / one at a time: {ratio:.2f} "
+          f"({totals['side-by-side']:.2f} s against {totals['one-at-a-time']:.2f}; goal ≤ {GOAL:g})  "
+          f"{'OK' if met else 'ABOVE GOAL'}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

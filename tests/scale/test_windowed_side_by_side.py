@@ -1,0 +1,115 @@
+"""A windowed job's ``plan`` writes its window tasks, and ``assemble`` reads the windows back, several at once
+(``large_jobs.WINDOWS_AT_ONCE``): each is an S3 round trip, and one window after another a pass of 1,000
+windows waited for thousands of them (docs/performance.md, "Windowed jobs"). The result is the same bytes as
+one window at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from moto import mock_aws
+
+from compactor import large_jobs
+from compactor.budget import Deadline
+from compactor.object_jobs import Defaults, Source
+from compactor_aws.s3_store import S3Store
+from fakes.routers import frozen_router
+
+REGION, BUCKET = "us-east-1", "compactor-transcripts-test"
+
+
+class GaugedStore(S3Store):
+    """S3Store whose requests on the job's window files take a little longer and are counted in flight."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most: dict[str, int] = {}
+        self.step = ""
+
+    @contextmanager
+    def _gauged(self, key: str) -> Iterator[None]:
+        window = "/w" in key
+        if window:
+            with self.lock:
+                self.in_flight += 1
+                self.most[self.step] = max(self.most.get(self.step, 0), self.in_flight)
+            time.sleep(0.01)
+        try:
+            yield
+        finally:
+            if window:
+                with self.lock:
+                    self.in_flight -= 1
+
+    def put(self, bucket: str, key: str, body: bytes, **kwargs: Any) -> None:
+        with self._gauged(key):
+            super().put(bucket, key, body, **kwargs)
+
+    def head_metadata(self, bucket: str, key: str) -> Any:
+        with self._gauged(key):
+            return super().head_metadata(bucket, key)
+
+    @contextmanager
+    def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[Any]:
+        with self._gauged(key), super().open(bucket, key, version_id=version_id) as handle:
+            yield handle
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        import boto3
+
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def _run(client: Any, store: GaugedStore, key: str, body: bytes) -> bytes:
+    client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    head = client.head_object(Bucket=BUCKET, Key=key)
+    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"')),
+                               max_concurrency=4)["job"]
+    router = frozen_router()
+    store.step = "plan"
+    state = large_jobs.plan(store, job, Defaults())
+    while not state["done"]:
+        store.step = "window"
+        with store.open(BUCKET, state["windows_key"]) as handle:
+            for item in json.loads(handle.read()):
+                asyncio.run(large_jobs.run_window(store, BUCKET, item, router=router,
+                                                  deadline=Deadline.after_ms(120_000)))
+        store.step = "assemble"
+        state = large_jobs.assemble(store, job)
+    assert state["result"] == "compacted", state
+    return client.get_object(Bucket=BUCKET, Key=state["key"])["Body"].read()
+
+
+def test_plan_and_assemble_overlap_their_windows_and_write_the_same_bytes(
+        s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    body = json.dumps(sessions).encode()
+    at_once = large_jobs.WINDOWS_AT_ONCE
+    side_by_side = GaugedStore(s3)
+    result = _run(s3, side_by_side, "incoming/side-by-side.json", body)
+    monkeypatch.setattr(large_jobs, "WINDOWS_AT_ONCE", 1)
+    one_at_a_time = GaugedStore(s3)
+    reference = _run(s3, one_at_a_time, "incoming/one-at-a-time.json", body)
+
+    windows = json.loads(result)["compaction"]["windows"]["passes"][0]["windows"]
+    assert windows >= 3
+    assert result == reference
+    assert one_at_a_time.most["plan"] == one_at_a_time.most["assemble"] == 1
+    assert 1 < side_by_side.most["plan"] <= at_once
+    assert 1 < side_by_side.most["assemble"] <= at_once
