@@ -85,20 +85,28 @@ def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
 
 def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign) -> tuple[int, dict[str, Any]]:
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
-    ``/v1/compact`` response body) or ``failed`` (the recorded error and its status)."""
+    ``/v1/compact`` response body) or ``failed`` (the recorded error and its status). The job's record and its
+    three places are looked up side by side: one round trip instead of four for a job still running (they are
+    the caller's own keys, and an unknown id is a 404 whatever they hold; docs/scale.md, "Uploads through the API")."""
     from compactor.errors import NotFound
+    from compactor.side_by_side import each_side_by_side
 
-    if not JOB_ID.match(job_id) or store.head_metadata(bucket, _record_key(caller, job_id)) is None:
+    if not JOB_ID.match(job_id):
         return NotFound(f"no job {job_id}").answer()
     rel = upload_rel(caller, job_id)
+    keys = (_record_key(caller, job_id), COMPACTED_PREFIX + rel, FAILED_PREFIX + rel, INCOMING_PREFIX + rel)
+    record, compacted, failed, incoming = (head is not None for head in each_side_by_side(
+        lambda key: store.head_metadata(bucket, key), keys, at_once=len(keys)))
+    if not record:
+        return NotFound(f"no job {job_id}").answer()
     body: dict[str, Any] = {"job_id": job_id}
-    if store.head_metadata(bucket, COMPACTED_PREFIX + rel) is not None:
+    if compacted:
         url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
         return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
-    if store.head_metadata(bucket, FAILED_PREFIX + rel) is not None:
+    if failed:
         stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
-    if store.head_metadata(bucket, INCOMING_PREFIX + rel) is not None:
+    if incoming:
         return 200, {**body, "status": "running"}
     return 200, {**body, "status": "awaiting_upload"}

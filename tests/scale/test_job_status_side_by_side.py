@@ -1,0 +1,70 @@
+"""``GET /v1/jobs/{id}`` looks its job's record and three places up at once (one S3 round trip, not four),
+and answers as when it looked them up in turn: done before failed before running before awaiting upload."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from compactor.jobs import _record_key, job_status, upload_rel
+from compactor.object_jobs import COMPACTED_PREFIX, FAILED_PREFIX, INCOMING_PREFIX, StoredObject
+
+CALLER, JOB = "key-a", "0123456789abcdef0123456789abcdef"
+
+
+class GatedStore:
+    """Objects by key; every ``head_metadata`` waits until four are in flight at once (one after another, the
+    first would wait out the barrier's timeout and break it)."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self.objects = {key: json.dumps({"status": 502, "error": {"code": "x"}}).encode() for key in keys}
+        self.barrier = threading.Barrier(4, timeout=10)
+
+    def head_metadata(self, bucket: str, key: str) -> dict[str, str] | None:
+        self.barrier.wait()
+        return {} if key in self.objects else None
+
+    def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
+        return StoredObject(self.objects[key], None, "etag")
+
+
+def _presign(operation: str, key: str, expires: int, content_type: str | None) -> str:
+    return f"https://signed/{key}"
+
+
+REL = upload_rel(CALLER, JOB)
+RECORD, COMPACTED, FAILED, INCOMING = (_record_key(CALLER, JOB), COMPACTED_PREFIX + REL, FAILED_PREFIX + REL,
+                                       INCOMING_PREFIX + REL)
+
+
+@pytest.mark.parametrize(("keys", "status"), [
+    ({RECORD}, "awaiting_upload"),
+    ({RECORD, INCOMING}, "running"),
+    ({RECORD, INCOMING, FAILED}, "failed"),
+    ({RECORD, INCOMING, FAILED, COMPACTED}, "done"),
+    ({RECORD, COMPACTED}, "done"),
+])
+def test_the_four_lookups_go_at_once_and_the_first_place_found_answers(keys: set[str], status: str) -> None:
+    code, body = job_status(GatedStore(keys), "bucket", CALLER, JOB, _presign)
+
+    assert code == 200 and body["status"] == status and body["job_id"] == JOB
+    if status == "done":
+        assert body["result"]["url"] == f"https://signed/{COMPACTED}"
+    if status == "failed":
+        assert body["error"] == {"code": "x"} and body["error_status"] == 502
+
+
+def test_without_its_record_a_job_is_unknown_whatever_its_places_hold() -> None:
+    code, body = job_status(GatedStore({INCOMING, FAILED, COMPACTED}), "bucket", CALLER, JOB, _presign)
+
+    assert code == 404 and "status" not in body
+
+
+def test_a_malformed_id_looks_nothing_up() -> None:
+    store = GatedStore({RECORD})
+    store.barrier = None  # type: ignore[assignment]  (a lookup would fail on it)
+
+    assert job_status(store, "bucket", CALLER, "../x", _presign)[0] == 404
