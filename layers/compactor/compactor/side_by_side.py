@@ -21,10 +21,10 @@ T = TypeVar("T")
 
 def side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int) -> Iterator[T]:
     """``call(arg)`` for each of ``args``, the results in the order of ``args``, with up to ``at_once`` calls in
-    flight, each with the caller's context variables. Lazy: ``args`` is read as the results are taken, so at most
-    ``at_once`` arguments and results are held at a time (a job's windows are megabytes each). A failed call's
-    error is raised where its result would come, once the calls in flight have ended; the calls not started yet
-    are not made."""
+    flight, each with the caller's context variables. Lazy: ``args`` is read as the results are taken, so no more
+    than ``at_once`` calls' arguments and results are held besides the result being taken (a job's windows are
+    megabytes each). A failed call's error is raised where its result would come, once the calls in flight have
+    ended; the calls not started yet are not made."""
     pending: deque[Future[T]] = deque()
     with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="compactor-side-by-side") as pool:
         try:
