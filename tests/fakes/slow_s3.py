@@ -41,7 +41,7 @@ def serve(latency_s: float) -> None:
 
 class SlowS3:
     """The server in a child process; entering points this process's AWS settings at it (test credentials,
-    ``AWS_ENDPOINT_URL_S3``, no proxy) and returns its endpoint."""
+    ``AWS_ENDPOINT_URL_S3``, no proxy) and returns its endpoint; leaving restores them."""
 
     def __init__(self, latency_ms: float) -> None:
         self.latency_ms = latency_ms
@@ -51,6 +51,7 @@ class SlowS3:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         port = int(self.process.stdout.readline())  # type: ignore[union-attr]
         endpoint = f"http://127.0.0.1:{port}"
+        self.saved = dict(os.environ)
         for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                             ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1"),
                             ("AWS_REGION", "us-east-1"), ("AWS_ENDPOINT_URL_S3", endpoint)):
@@ -62,6 +63,8 @@ class SlowS3:
         return endpoint
 
     def __exit__(self, *exc: object) -> None:
+        os.environ.clear()
+        os.environ.update(self.saved)
         self.process.stdin.close()  # type: ignore[union-attr]
         self.process.wait(timeout=30)
 

@@ -120,7 +120,7 @@ def test_expand_reads_the_originals_side_by_side_and_answers_in_the_callers_orde
 
 
 def test_at_most_calls_in_flight_at_once() -> None:
-    count = archives.CALLS_IN_FLIGHT + 8
+    count = archives.ORIGINALS_AT_ONCE + 8
     items, manifest = _units(count)
     store = CountingStore()
 
@@ -130,7 +130,7 @@ def test_at_most_calls_in_flight_at_once() -> None:
     status, body = expand(Archive(store, CALLER), [entry["handle"] for entry in manifest])
 
     assert status == 200 and len(body["originals"]) == count
-    assert 1 < written <= archives.CALLS_IN_FLIGHT and 1 < store.most <= archives.CALLS_IN_FLIGHT
+    assert 1 < written <= archives.ORIGINALS_AT_ONCE and 1 < store.most <= archives.ORIGINALS_AT_ONCE
 
 
 def test_the_same_unit_twice_is_written_once() -> None:

@@ -65,16 +65,23 @@ def test_the_arguments_are_read_as_the_results_are_taken() -> None:
     results.close()
 
 
-def test_an_error_comes_where_its_result_would_and_later_calls_are_not_made() -> None:
+def test_an_error_comes_where_its_result_would_and_the_arguments_after_are_not_read() -> None:
     gauge = Gauge()
+    read: list[int] = []
     taken = []
 
+    def args():
+        for value in [0, 1, -1, *range(2, 40)]:
+            read.append(value)
+            yield value
+
     with pytest.raises(ValueError, match="bad -1"):
-        for result in side_by_side(gauge, [0, 1, -1, *range(2, 40)], at_once=2):
+        for result in side_by_side(gauge, args(), at_once=2):
             taken.append(result)
 
     assert taken == [0, 10]
-    assert len(gauge.made) <= 5 and gauge.in_flight == 0  # the calls in flight ended before the error came
+    assert read == [0, 1, -1, 2] and gauge.made == read  # at_once - 1 call started after the failed one, no more
+    assert gauge.in_flight == 0  # the calls in flight ended before the error came
 
 
 def test_every_call_has_the_callers_context() -> None:

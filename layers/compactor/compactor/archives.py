@@ -14,21 +14,21 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
-from compactor.side_by_side import each_side_by_side
+from compactor.side_by_side import each_side_by_side, side_by_side
 
 HANDLE_PREFIX = "cmp_"
 HANDLE_RE = re.compile(r"cmp_[0-9a-f]{32}")
 ARCHIVE_DIR_ENV = "COMPACTOR_ARCHIVE_DIR"
-CALLS_IN_FLIGHT = 32
+ORIGINALS_AT_ONCE = 32
 """Originals one request stores or reads at once: each is a request to the store (an S3 round trip, deployed),
 and one after another a request's 128 originals took 128 round trips (docs/performance.md, "Restorable
-archives"). The container's S3 client keeps 64 connections."""
+archives")."""
 
 
 def original_bytes(unit_items: list[Any]) -> bytes:
@@ -88,32 +88,37 @@ def default_local_store() -> LocalArchiveStore:
 
 
 def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[str, Any]]) -> None:
-    """Store the original of every manifest entry carrying a handle (each once), :data:`CALLS_IN_FLIGHT` at a
-    time; a failure raises once the writes in flight have ended (those not started are not made)."""
+    """Store the original of every manifest entry carrying a handle (each once), :data:`ORIGINALS_AT_ONCE` at a
+    time, each original's bytes made as its write starts; a failure raises once the writes in flight have ended
+    (the later originals are not written)."""
     owner = owner_key(archive.caller)
-    originals: dict[str, bytes] = {}
-    for entry in manifest:
-        handle = entry.get("handle")
-        if handle and handle not in originals:
-            data = original_bytes(items[entry["start"]:entry["end"]])
-            assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
-            originals[handle] = data
-    each_side_by_side(lambda handle: archive.store.put(owner, handle, originals[handle]), originals,
-                      at_once=CALLS_IN_FLIGHT)
+
+    def originals() -> Iterator[tuple[str, bytes]]:
+        seen: set[str] = set()
+        for entry in manifest:
+            handle = entry.get("handle")
+            if handle and handle not in seen:
+                seen.add(handle)
+                data = original_bytes(items[entry["start"]:entry["end"]])
+                assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
+                yield handle, data
+
+    for _ in side_by_side(lambda original: archive.store.put(owner, *original), originals(),
+                          at_once=ORIGINALS_AT_ONCE):
+        pass
 
 
 def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
     """``POST /v1/expand``: ``{"originals": {handle: unit}}`` when the caller owns every handle, else 404. The
-    originals are read :data:`CALLS_IN_FLIGHT` at a time, none when a handle is malformed."""
+    originals are read :data:`ORIGINALS_AT_ONCE` at a time, none when a handle is malformed."""
     from compactor.errors import UnknownHandle
 
     owner = owner_key(archive.caller)
     wanted = list(dict.fromkeys(handles))
     stored = each_side_by_side(lambda handle: archive.store.get(owner, handle),
                                wanted if all(HANDLE_RE.fullmatch(handle) for handle in wanted) else [],
-                               at_once=CALLS_IN_FLIGHT)
+                               at_once=ORIGINALS_AT_ONCE)
     if len(stored) != len(wanted) or any(data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32]
                                          != handle for handle, data in zip(wanted, stored, strict=True)):
         return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
     return 200, {"originals": {handle: json.loads(data) for handle, data in zip(wanted, stored, strict=True)}}
-

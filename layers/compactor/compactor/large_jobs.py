@@ -45,7 +45,8 @@ WORK_PREFIX = "work/"
 WINDOWS_AT_ONCE = 8
 """Window tasks ``plan`` writes, and windows (a task and its result) ``assemble`` reads, at once: each is an S3
 request or three, and one window after another a pass of 1,000 windows waited for thousands of round trips
-(docs/performance.md, "Windowed jobs"). A window is at most 4 MB of messages, so memory holds a few of them."""
+(docs/performance.md, "Windowed jobs"). A window's task is at most 4 MB of messages, so memory holds a few of
+them: with their results and the window being added, some 200 MB at most (docs/scale.md)."""
 
 
 class StreamStore(ObjectStore, Protocol):
@@ -81,7 +82,11 @@ def _get_json(store: StreamStore, bucket: str, key: str) -> Any:
 
 
 def _put_json(store: StreamStore, bucket: str, key: str, value: Any) -> None:
-    store.put(bucket, key, encode(value), content_type=JSON_CONTENT_TYPE, metadata={})
+    _put_bytes(store, bucket, key, encode(value))
+
+
+def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
+    store.put(bucket, key, data, content_type=JSON_CONTENT_TYPE, metadata={})
 
 
 def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None) -> Iterator[dict[str, Any]]:
@@ -143,14 +148,16 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
     context = state.scan(_messages(store, bucket, input_key, input_version))
     items = []
 
-    def tasks() -> Iterator[tuple[str, dict[str, Any]]]:
+    def tasks() -> Iterator[tuple[str, bytes]]:
+        """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
+        is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
         for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
             task_key = _work(job, f"p{number}/w{task['index']}.json")
             items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json")})
-            yield task_key, task
+            yield task_key, encode(task)
 
     # The scan goes on while the tasks before are written, up to WINDOWS_AT_ONCE of them in flight.
-    for _ in side_by_side(lambda keyed: _put_json(store, bucket, *keyed), tasks(), at_once=WINDOWS_AT_ONCE):
+    for _ in side_by_side(lambda keyed: _put_bytes(store, bucket, *keyed), tasks(), at_once=WINDOWS_AT_ONCE):
         pass
     windows_key = _work(job, f"p{number}/windows.json")
     _put_json(store, bucket, windows_key, items)
