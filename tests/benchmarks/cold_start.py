@@ -14,9 +14,8 @@ library's out of ``sys.meta_path`` (an editable install's finder maps ``compacto
 never holds, a module missing from the built layer) is importable in them, and each asserts after its work
 that every module it loaded came from the built layer, the function's directory or the standard library.
 
-For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``, ``authorizer``; not ``window_jobs``, the
-windowed jobs of objects too large for one invocation, a background job's start) every sample is a fresh
-interpreter that times
+For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``, ``window_jobs``, ``authorizer``) every
+sample is a fresh interpreter that times
 
 * ``import <handler module>`` (what Lambda's init phase runs), then
 * the first invocation with a real event: a decision-mode ``POST /v1/compact`` through API Gateway's
@@ -40,6 +39,10 @@ interpreter that times
   its first request imports httpx, builds the pooled client and its TLS context, and makes its decision and
   summary calls over HTTPS to the fake provider of tests/fakes (:func:`start_provider`, with moto's
   certificate, verified through the layer's hashed directory); it counts only when the provider got them.
+  The row ``window_jobs`` is a windowed job's worker, which a Distributed Map starts once per window, up to
+  ``WindowConcurrency`` at a time, each new container cold: one Map item of the same request's messages as one
+  window, its task (as ``plan`` writes it) read from S3, compacted on the bundled offers and its result
+  written to S3; it counts only when that result compacted something and its flow made model calls.
 * ``authorizer``: API Gateway's Lambda authorizer (``authorizer.handler``), which runs before every API
   request: a ``REQUEST`` event with ``Authorization: Bearer``. It imports no third-party package, so its whole
   cold start is its own and it has no ratio to the third-party imports (printed ``n/a``; its milliseconds
@@ -552,6 +555,18 @@ def fanout_payloads(compact_body: str) -> list[str]:
     return [dense_dumps(payload) for payload in payloads]
 
 
+def window_task(compact_body: str) -> dict[str, Any]:
+    """The first window task of the request's messages, as a windowed job's ``plan`` makes it (this small request
+    is one window)."""
+    from compactor.compaction.windows import RunState, Settings, windows
+    from compactor.models import CompactRequest
+
+    request = CompactRequest.model_validate(json.loads(compact_body))
+    state = RunState.begin(Settings.from_request(request))
+    context = state.scan(iter(request.messages))
+    return next(windows(iter(request.messages), context, state.pass_settings()))
+
+
 def flow_ran(nodes: list[dict[str, Any]]) -> bool:
     """A flow's nodes (``flow_nodes`` of a response's decision trace or of a worker's result) all ran: none with
     an ``error`` (a model call that failed, answered by its fallback) or ``skipped`` after one."""
@@ -605,6 +620,24 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
     items, uploads = map_items(payloads, f"fanout/{run_id}/")
     for key, text in {**uploads, f"fanout/{run_id}/s3/0.json": payloads[0]}.items():
         s3.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
+
+    # A windowed job's worker: the request's messages as one window, its task where ``plan`` would write it.
+    task_key = f"work/{run_id}/p1/w0.json"
+    s3.put_object(Bucket=BUCKET, Key=task_key, Body=json.dumps(window_task(compact_event["body"])).encode())
+    window_result: list[str] = []
+
+    def window_event_for(sample: int) -> dict[str, Any]:
+        window_result[:] = [f"work/{run_id}/p1/w0.{sample}.result.json"]  # each sample its own result
+        return {"Items": [{"task_key": task_key, "result_key": window_result[0]}], "BatchInput": {"bucket": BUCKET}}
+
+    def window_compacted(answer: dict[str, Any]) -> bool:
+        """The worker compacted its window: the result it wrote changed a unit, through model calls."""
+        if answer != {"windows": 1}:
+            return False
+        result = json.loads(s3.get_object(Bucket=BUCKET, Key=window_result[0])["Body"].read())
+        actions = result.get("actions") or {}
+        return result.get("ok") is True and result.get("model_calls", 0) > 0 and 0 <= actions.get("keep", -1) < sum(
+            actions.values())
 
     s3_event = json.loads((EVENTS / "s3-put.json").read_text())
     authorizer_event = json.loads((EVENTS / "authorizer-bearer.json").read_text())
@@ -662,6 +695,7 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         Function("flow_worker", worker_event, lambda a: a.get("status") == "done" and worker_ran(a), code, deployment),
         Function("flow_worker", worker_s3_event, lambda a: a.get("status") == "done" and worker_ran(a), code,
                  deployment, label="worker (S3)"),
+        Function("window_jobs", window_event_for, window_compacted, code, deployment),
         Function("authorizer", authorizer_event, lambda a: bool(a.get("usageIdentifierKey")), code, deployment,
                  hooks=False),
     ]
