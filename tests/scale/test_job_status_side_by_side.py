@@ -19,15 +19,20 @@ class GatedStore:
     """Objects by key; every ``head_metadata`` waits until four are in flight at once (one after another, the
     first would wait out the barrier's timeout and break it)."""
 
-    def __init__(self, keys: set[str]) -> None:
+    def __init__(self, keys: set[str], *, failing: str | None = None) -> None:
         self.objects = {key: json.dumps({"status": 502, "error": {"code": "x"}}).encode() for key in keys}
         self.barrier = threading.Barrier(4, timeout=10)
+        self.failing = failing  # a key whose lookup raises (S3 throttling, a network error)
+        self.read: list[str] = []
 
     def head_metadata(self, bucket: str, key: str) -> dict[str, str] | None:
         self.barrier.wait()
+        if key == self.failing:
+            raise ConnectionError(f"lookup of {key} failed")
         return {} if key in self.objects else None
 
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
+        self.read.append(key)
         return StoredObject(self.objects[key], None, "etag")
 
 
@@ -58,9 +63,37 @@ def test_the_four_lookups_go_at_once_and_the_first_place_found_answers(keys: set
 
 
 def test_without_its_record_a_job_is_unknown_whatever_its_places_hold() -> None:
-    code, body = job_status(GatedStore({INCOMING, FAILED, COMPACTED}), "bucket", CALLER, JOB, _presign)
+    store = GatedStore({INCOMING, FAILED, COMPACTED})
+
+    code, body = job_status(store, "bucket", CALLER, JOB, _presign)
 
     assert code == 404 and "status" not in body
+    assert store.read == []  # the failure's body is read only for a job with its record
+
+
+@pytest.mark.parametrize(("keys", "failing", "status"), [
+    ({INCOMING}, INCOMING, 404),  # no record: its places are not needed
+    ({INCOMING}, COMPACTED, 404),
+    ({RECORD, COMPACTED}, FAILED, "done"),  # done before failed and running: those are not needed
+    ({RECORD, COMPACTED}, INCOMING, "done"),
+    ({RECORD, FAILED}, INCOMING, "failed"),
+])
+def test_a_failed_lookup_the_answer_does_not_need_changes_nothing(keys: set[str], failing: str,
+                                                                   status: int | str) -> None:
+    code, body = job_status(GatedStore(keys, failing=failing), "bucket", CALLER, JOB, _presign)
+
+    assert (code if status == 404 else body["status"]) == status
+
+
+@pytest.mark.parametrize(("keys", "failing"), [
+    ({RECORD, INCOMING}, RECORD),
+    ({RECORD, INCOMING}, COMPACTED),  # running is known only once done and failed are ruled out
+    ({RECORD, INCOMING}, FAILED),
+    ({RECORD}, INCOMING),
+])
+def test_a_failed_lookup_the_answer_needs_fails_the_request(keys: set[str], failing: str) -> None:
+    with pytest.raises(ConnectionError, match="lookup of"):
+        job_status(GatedStore(keys, failing=failing), "bucket", CALLER, JOB, _presign)
 
 
 def test_a_malformed_id_looks_nothing_up() -> None:

@@ -87,7 +87,9 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
     ``/v1/compact`` response body) or ``failed`` (the recorded error and its status). The job's record and its
     three places are looked up side by side: one round trip instead of four for a job still running (they are
-    the caller's own keys, and an unknown id is a 404 whatever they hold; docs/scale.md, "Uploads through the API")."""
+    the caller's own keys; docs/scale.md, "Uploads through the API"). They are then read in the order they were
+    looked up in before: an unknown id is a 404 whatever its places hold, and a lookup that failed fails the
+    request only when the answer needs it, as when they went one after another."""
     from compactor.errors import NotFound
     from compactor.side_by_side import each_side_by_side
 
@@ -95,18 +97,34 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
         return NotFound(f"no job {job_id}").answer()
     rel = upload_rel(caller, job_id)
     keys = (_record_key(caller, job_id), COMPACTED_PREFIX + rel, FAILED_PREFIX + rel, INCOMING_PREFIX + rel)
-    record, compacted, failed, incoming = (head is not None for head in each_side_by_side(
-        lambda key: store.head_metadata(bucket, key), keys, at_once=len(keys)))
-    if not record:
+
+    def exists(key: str) -> bool | Exception:
+        try:
+            return store.head_metadata(bucket, key) is not None
+        except Exception as exc:  # noqa: BLE001 - raised below if this lookup decides the answer
+            return exc
+
+    record, compacted, failed, incoming = (_decided(found) for found in each_side_by_side(
+        exists, keys, at_once=len(keys)))
+    if not record():
         return NotFound(f"no job {job_id}").answer()
     body: dict[str, Any] = {"job_id": job_id}
-    if compacted:
+    if compacted():
         url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
         return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
-    if failed:
+    if failed():
         stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
-    if incoming:
+    if incoming():
         return 200, {**body, "status": "running"}
     return 200, {**body, "status": "awaiting_upload"}
+
+
+def _decided(found: bool | Exception) -> Callable[[], bool]:
+    """A lookup's answer, read when the status needs it: its error is raised then, not before."""
+    def read() -> bool:
+        if isinstance(found, Exception):
+            raise found
+        return found
+    return read
