@@ -116,3 +116,27 @@ def test_plan_and_assemble_overlap_their_windows_and_write_the_same_bytes(
     assert one_at_a_time.most[("plan", "write")] == one_at_a_time.most[("assemble", "read")] == 1
     assert 1 < side_by_side.most[("plan", "write")] <= at_once
     assert 1 < side_by_side.most[("assemble", "read")] <= at_once
+
+
+def test_windows_heavier_than_the_bytes_in_flight_go_one_at_a_time(
+        s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    body = json.dumps(sessions).encode()
+    reference = _run(s3, GaugedStore(s3), "incoming/by-count.json", body)
+    monkeypatch.setattr(large_jobs, "TASK_BYTES_IN_FLIGHT", 1)  # every task weighs more
+    store = GaugedStore(s3)
+
+    assert _run(s3, store, "incoming/by-bytes.json", body) == reference
+    assert store.most[("plan", "write")] == store.most[("assemble", "read")] == 1
+
+
+def test_the_map_items_carry_each_tasks_size(s3: Any, sessions: list[dict[str, Any]]) -> None:
+    s3.put_object(Bucket=BUCKET, Key="incoming/sizes.json", Body=json.dumps(sessions).encode())
+    head = s3.head_object(Bucket=BUCKET, Key="incoming/sizes.json")
+    job = large_jobs.job_input(Source(BUCKET, "incoming/sizes.json", head.get("VersionId"),
+                                      head["ETag"].strip('"')), max_concurrency=4)["job"]
+    state = large_jobs.plan(S3Store(s3), job, Defaults())
+
+    items = json.loads(s3.get_object(Bucket=BUCKET, Key=state["windows_key"])["Body"].read())
+    assert len(items) >= 3
+    assert all(item["task_bytes"] == s3.head_object(Bucket=BUCKET, Key=item["task_key"])["ContentLength"]
+               for item in items)

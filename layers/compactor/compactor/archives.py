@@ -90,7 +90,7 @@ def default_local_store() -> LocalArchiveStore:
 def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[str, Any]]) -> None:
     """Store the original of every manifest entry carrying a handle (each once), :data:`ORIGINALS_AT_ONCE` at a
     time, each original's bytes made as its write starts; a failure raises once the writes in flight have ended
-    (the later originals are not written)."""
+    (the later originals are not written; those written stay, harmless under content-addressed keys)."""
     owner = owner_key(archive.caller)
 
     def originals() -> Iterator[tuple[str, bytes]]:

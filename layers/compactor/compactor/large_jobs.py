@@ -9,8 +9,8 @@ original), then either plans the next pass or writes ``compacted/<rel>``: the ``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
 returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
 docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
-streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`), never the transcript. Storage-agnostic: the
-store is :class:`StreamStore`.
+streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`, :data:`TASK_BYTES_IN_FLIGHT`), never the
+transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
 
 from __future__ import annotations
@@ -45,8 +45,13 @@ WORK_PREFIX = "work/"
 WINDOWS_AT_ONCE = 8
 """Window tasks ``plan`` writes, and windows (a task and its result) ``assemble`` reads, at once: each is an S3
 request or three, and one window after another a pass of 1,000 windows waited for thousands of round trips
-(docs/performance.md, "Windowed jobs"). A window's task is at most 4 MB of messages, so memory holds a few of
-them: with their results and the window being added, some 200 MB at most (docs/scale.md)."""
+(docs/performance.md, "Windowed jobs")."""
+TASK_BYTES_IN_FLIGHT = 64 * 1024 * 1024
+"""And at most this much of their tasks' JSON, but for the last window started: a window closes at 4 MB of
+messages, but one message may be larger, so a window may be too (docs/scale.md). ``plan`` records each task's
+size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
+:data:`UNKNOWN_TASK_BYTES`."""
+UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
 
 
 class StreamStore(ObjectStore, Protocol):
@@ -152,12 +157,14 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
         """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
         is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
         for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
-            task_key = _work(job, f"p{number}/w{task['index']}.json")
-            items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json")})
-            yield task_key, encode(task)
+            task_key, data = _work(job, f"p{number}/w{task['index']}.json"), encode(task)
+            items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json"),
+                          "task_bytes": len(data)})
+            yield task_key, data
 
     # The scan goes on while the tasks before are written, up to WINDOWS_AT_ONCE of them in flight.
-    for _ in side_by_side(lambda keyed: _put_bytes(store, bucket, *keyed), tasks(), at_once=WINDOWS_AT_ONCE):
+    for _ in side_by_side(lambda keyed: _put_bytes(store, bucket, *keyed), tasks(), at_once=WINDOWS_AT_ONCE,
+                          weight=lambda keyed: len(keyed[1]), max_weight=TASK_BYTES_IN_FLIGHT):
         pass
     windows_key = _work(job, f"p{number}/windows.json")
     _put_json(store, bucket, windows_key, items)
@@ -191,7 +198,8 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
         # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
         for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
                                                        _result(store, bucket, item["result_key"])),
-                                         items, at_once=WINDOWS_AT_ONCE):
+                                         items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
+                                         weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES)):
             assembly.add(task, result)
         writer.finish()
     advance, more = state.finish_pass(assembly)

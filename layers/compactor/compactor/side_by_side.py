@@ -24,20 +24,28 @@ A = TypeVar("A")
 T = TypeVar("T")
 
 
-def side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int) -> Iterator[T]:
+def side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int,
+                 weight: Callable[[A], int] | None = None, max_weight: int | None = None) -> Iterator[T]:
     """``call(arg)`` for each of ``args``, the results in the order of ``args``, with up to ``at_once`` calls in
     flight. Lazy: ``args`` is read as the results are taken, so no more than ``at_once`` calls' arguments and
-    results are held besides the result being taken (a job's windows are megabytes each). A failed call's error
-    is raised where its result would come, once the calls in flight (up to ``at_once`` - 1 started after it) have
-    ended; the arguments after those are not read, and their calls not made."""
-    pending: deque[Future[T]] = deque()
+    results are held besides the result being taken (a job's windows are megabytes each). With ``weight`` and
+    ``max_weight``, the calls in flight also weigh at most ``max_weight`` together, but for the last one started
+    (a call heavier than that runs with none but the ones before it, which are then taken first). A failed
+    call's error is raised where its result would come, once the calls in flight (up to ``at_once`` - 1 started
+    after it) have ended; the arguments after those are not read, and their calls not made."""
+    pending: deque[tuple[Future[T], int]] = deque()
+    held = 0
     with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="compactor-side-by-side") as pool:
         for arg in args:  # never more calls pending than threads: each starts when submitted
-            pending.append(pool.submit(contextvars.copy_context().run, call, arg))
-            if len(pending) >= at_once:
-                yield pending.popleft().result()
+            heft = weight(arg) if weight is not None else 0
+            pending.append((pool.submit(contextvars.copy_context().run, call, arg), heft))
+            held += heft
+            while pending and (len(pending) >= at_once or (max_weight is not None and held > max_weight)):
+                future, done_heft = pending.popleft()
+                held -= done_heft
+                yield future.result()
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[0].result()
 
 
 def each_side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int) -> list[T]:
