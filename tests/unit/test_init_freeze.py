@@ -22,7 +22,7 @@ print(json.dumps({{"frozen": gc.get_freeze_count(), "young": len(gc.get_objects(
 """
 
 
-@pytest.mark.parametrize("module", ["compact", "s3_compact", "flow_worker"])
+@pytest.mark.parametrize("module", ["compact", "s3_compact", "flow_worker", "window_jobs"])
 def test_the_handler_freezes_what_its_init_loaded(module: str) -> None:
     done = subprocess.run([sys.executable, "-c", _PROBE.format(functions=str(REPO / "functions" / module),
                                                                 module=module)],
