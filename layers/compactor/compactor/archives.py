@@ -36,7 +36,11 @@ def original_bytes(unit_items: list[Any]) -> bytes:
 
 
 def handle_of(unit_items: list[Any]) -> str:
-    return HANDLE_PREFIX + hashlib.sha256(original_bytes(unit_items)).hexdigest()[:32]
+    return _handle_of_bytes(original_bytes(unit_items))
+
+
+def _handle_of_bytes(data: bytes) -> str:
+    return HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32]
 
 
 def owner_key(caller: str) -> str:
@@ -100,7 +104,7 @@ def store_originals(archive: Archive, items: list[Any], manifest: Iterable[dict[
             if handle and handle not in seen:
                 seen.add(handle)
                 data = original_bytes(items[entry["start"]:entry["end"]])
-                assert HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32] == handle
+                assert _handle_of_bytes(data) == handle
                 yield handle, data
 
     for _ in side_by_side(lambda original: archive.store.put(owner, *original), originals(),
@@ -115,10 +119,9 @@ def expand(archive: Archive, handles: list[str]) -> tuple[int, dict[str, Any]]:
 
     owner = owner_key(archive.caller)
     wanted = list(dict.fromkeys(handles))
-    stored = each_side_by_side(lambda handle: archive.store.get(owner, handle),
-                               wanted if all(HANDLE_RE.fullmatch(handle) for handle in wanted) else [],
-                               at_once=ORIGINALS_AT_ONCE)
-    if len(stored) != len(wanted) or any(data is None or HANDLE_PREFIX + hashlib.sha256(data).hexdigest()[:32]
-                                         != handle for handle, data in zip(wanted, stored, strict=True)):
+    stored = None
+    if all(HANDLE_RE.fullmatch(handle) for handle in wanted):
+        stored = each_side_by_side(lambda handle: archive.store.get(owner, handle), wanted, at_once=ORIGINALS_AT_ONCE)
+    if stored is None or any(data is None or _handle_of_bytes(data) != handle for handle, data in zip(wanted, stored)):
         return UnknownHandle("unknown handle(s): none of these originals was returned").answer()
-    return 200, {"originals": {handle: json.loads(data) for handle, data in zip(wanted, stored, strict=True)}}
+    return 200, {"originals": {handle: json.loads(data) for handle, data in zip(wanted, stored)}}
