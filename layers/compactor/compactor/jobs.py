@@ -104,27 +104,24 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
         except Exception as exc:  # noqa: BLE001 - raised below if this lookup decides the answer
             return exc
 
-    record, compacted, failed, incoming = (_decided(found) for found in each_side_by_side(
-        exists, keys, at_once=len(keys)))
-    if not record():
+    record, compacted, failed, incoming = each_side_by_side(exists, keys, at_once=len(keys))
+    if not _found(record):
         return NotFound(f"no job {job_id}").answer()
     body: dict[str, Any] = {"job_id": job_id}
-    if compacted():
+    if _found(compacted):
         url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
         return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
-    if failed():
+    if _found(failed):
         stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
-    if incoming():
+    if _found(incoming):
         return 200, {**body, "status": "running"}
     return 200, {**body, "status": "awaiting_upload"}
 
 
-def _decided(found: bool | Exception) -> Callable[[], bool]:
-    """A lookup's answer, read when the status needs it: its error is raised then, not before."""
-    def read() -> bool:
-        if isinstance(found, Exception):
-            raise found
-        return found
-    return read
+def _found(looked_up: bool | Exception) -> bool:
+    """A lookup's answer, read when the status needs it: a failed lookup's error is raised then, not before."""
+    if isinstance(looked_up, Exception):
+        raise looked_up
+    return looked_up
