@@ -147,11 +147,10 @@ class DynamoLedger:
             return self._scanned_totals(first_day, last_day)
         days: dict[str, DayTotals] = {}
         for item in self._caller_range(api_key_id, first_day, last_day, prefix=TOTALS_PREFIX):
-            _add_stored(days, item)
+            _count(days, item)
         for item in self._untotaled(first_day, last_day, api_key_id):
-            entry = _entry(item)
-            days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
-        return {api_key_id: [days[day] for day in sorted(days)]} if days else {}
+            _count(days, item)
+        return {api_key_id: _in_order(days)} if days else {}
 
     def _untotaled(self, first_day: str, last_day: str, api_key_id: str) -> list[dict[str, Any]]:
         """The caller's entries without totals of the range: through :data:`UNTOTALED_INDEX`, or, when the
@@ -191,13 +190,8 @@ class DynamoLedger:
                                        **_sk_range(first_day, last_day)})
         for page in pages:
             for item in page.get("Items", []):
-                days = by_key.setdefault(item["api_key_id"]["S"], {})
-                if item["sk"]["S"].startswith(TOTALS_PREFIX):
-                    _add_stored(days, item)
-                else:
-                    entry = _entry(item)
-                    days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
-        return {key: [days[day] for day in sorted(days)] for key, days in sorted(by_key.items())}
+                _count(by_key.setdefault(item["api_key_id"]["S"], {}), item)
+        return {key: _in_order(days) for key, days in sorted(by_key.items())}
 
     def _caller_range(self, api_key_id: str, first_day: str, last_day: str, prefix: str = "",
                       **arguments: Any) -> Iterator[dict[str, Any]]:
@@ -232,12 +226,21 @@ def _totals_update(table: str, entry: LedgerEntry) -> dict[str, Any]:
                                           for name, value in values.items()}}
 
 
-def _add_stored(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
-    """Count a stored totals item (``total#<day>#<shard>``) in its day's totals."""
-    day = item["sk"]["S"][len(TOTALS_PREFIX):].partition("#")[0]
+def _count(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
+    """Count an item in its day's totals: a stored totals item (``total#<day>#<shard>``), or an entry."""
+    sort_key = item["sk"]["S"]
+    if not sort_key.startswith(TOTALS_PREFIX):
+        entry = _entry(item)
+        days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
+        return
+    day = sort_key[len(TOTALS_PREFIX):].partition("#")[0]
     stored = DayTotals(day, **{name: (float if name == "cost_usd" else int)(item[name]["N"])
                                for name in TOTALED if name in item})
     days.setdefault(day, DayTotals(day)).add_totals(stored)
+
+
+def _in_order(days: dict[str, DayTotals]) -> list[DayTotals]:
+    return [days[day] for day in sorted(days)]
 
 
 def _cost(value: float) -> str:
