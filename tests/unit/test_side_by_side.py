@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from compactor.side_by_side import each_side_by_side, side_by_side
+from compactor.side_by_side import InFlight, each_side_by_side, side_by_side
 
 TAG: contextvars.ContextVar[str | None] = contextvars.ContextVar("tag", default=None)
 
@@ -115,3 +115,57 @@ def test_no_call_starts_beside_one_heavier_than_max_weight_until_its_result_is_t
 
     assert [result for result, _ in taken] == [0, 10, 20, 30, 40]
     assert taken[2][1] == 0  # when the heavy call's result came, no later call had started
+
+
+def test_pushed_calls_overlap_and_their_results_come_in_push_order() -> None:
+    gauge = Gauge()
+    barrier = threading.Barrier(3, timeout=10)  # one call after another would break it
+    calls = InFlight[int](3)
+
+    for value in range(3):
+        calls.push(lambda v: barrier.wait() * 0 + gauge(v), value)
+    for value in range(3, 12):
+        calls.push(gauge, value)
+
+    assert calls.results() == [value * 10 for value in range(12)]
+    assert gauge.most == 3 and calls.pool is None  # its threads end with the results
+
+
+def test_a_push_waits_for_the_oldest_call_when_at_once_are_in_flight_and_raises_its_error() -> None:
+    gauge = Gauge()
+    calls = InFlight[int](2)
+    calls.push(gauge, 0)
+    calls.push(gauge, -1)
+
+    with pytest.raises(ValueError, match="bad -1"):
+        for value in range(1, 10):
+            calls.push(gauge, value)
+
+    calls.close()
+    assert sorted(gauge.made) == [-1, 0, 1]  # the push that met the failed call raised its error, started nothing
+    assert gauge.in_flight == 0 and calls.pool is None
+
+
+def test_results_raise_a_failed_calls_error_and_close_waits_for_the_rest() -> None:
+    gauge = Gauge(delay_s=0.1)
+    calls = InFlight[int](4)
+    for value in (-3, 1, 2, 5):
+        calls.push(gauge, value)
+
+    with pytest.raises(ValueError, match="bad -3"):
+        calls.results()
+    calls.close()
+
+    assert gauge.in_flight == 0 and sorted(gauge.made) == [-3, 1, 2, 5]
+
+
+def test_no_thread_starts_before_the_first_push_and_pushed_calls_have_the_callers_context() -> None:
+    calls = InFlight[str | None](2)
+    assert calls.pool is None and calls.results() == []
+    token = TAG.set("request-9")
+    try:
+        for _ in range(4):
+            calls.push(TAG.get)
+    finally:
+        TAG.reset(token)
+    assert calls.results() == ["request-9"] * 4

@@ -18,7 +18,7 @@ import contextvars
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 A = TypeVar("A")
 T = TypeVar("T")
@@ -54,3 +54,36 @@ def each_side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int
     if len(items) <= 1:
         return [call(arg) for arg in items]
     return list(side_by_side(call, items, at_once=at_once))
+
+
+class InFlight(Generic[T]):
+    """The push form of :func:`side_by_side`, for calls made as a caller produces their arguments (a writer's
+    parts as its text comes): :meth:`push` starts a call on a thread of this object's own, first waiting for the
+    oldest call in flight when ``at_once`` are (its error raised there), and :meth:`results` waits for the rest and
+    returns every result in push order. :meth:`close` waits for the calls in flight and drops their results and
+    errors (a caller giving up, as a writer's abort). No thread is started before the first push."""
+
+    def __init__(self, at_once: int) -> None:
+        self.at_once = at_once
+        self.pending: deque[Future[T]] = deque()
+        self.done: list[T] = []
+        self.pool: ThreadPoolExecutor | None = None
+
+    def push(self, call: Callable[..., T], *args: Any) -> None:
+        while len(self.pending) >= self.at_once:  # never more calls pending than threads: each starts when pushed
+            self.done.append(self.pending.popleft().result())
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=self.at_once, thread_name_prefix="compactor-in-flight")
+        self.pending.append(self.pool.submit(contextvars.copy_context().run, call, *args))
+
+    def results(self) -> list[T]:
+        while self.pending:
+            self.done.append(self.pending.popleft().result())
+        self.close()
+        return self.done
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)  # the calls in flight end; their outcomes stay in the futures, unread
+            self.pool = None
+        self.pending.clear()

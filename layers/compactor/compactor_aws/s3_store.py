@@ -23,6 +23,9 @@ if TYPE_CHECKING:  # imported where used: the fan-out worker needs only the clie
 
 PART_BYTES = 8 * 1024 * 1024
 """Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
+PARTS_AT_ONCE = 4
+"""Parts of one streamed write uploading at once while its text goes on (docs/performance.md, "Streamed
+writes"): a writer holds at most this many parts and the one it fills, 40 MiB."""
 # As many kept connections as calls in flight (the fan-out's concurrent result reads and uploads): beyond
 # botocore's default of 10, each further concurrent call opened a connection (a TLS handshake) that urllib3
 # then discarded with a warning.
@@ -136,26 +139,31 @@ class S3Store:
     @contextlib.contextmanager
     def open_writer(self, bucket: str, key: str, *, content_type: str,
                     metadata: Mapping[str, str]) -> Iterator[IO[str]]:
-        """A text stream uploaded as the object on a clean exit (multipart past one part; aborted and
-        never visible when the block raises)."""
+        """A text stream uploaded as the object on a clean exit (multipart past one part, its parts uploading
+        while the block goes on; aborted and never visible when the block or an upload fails)."""
         writer = _MultipartWriter(self.client, bucket, key, content_type, dict(metadata))
         try:
             yield writer  # type: ignore[misc]
+            writer.complete()  # raises a part's failed upload
         except BaseException:
             writer.abort()
             raise
-        writer.complete()
 
 
 class _MultipartWriter(io.TextIOBase):
-    """Buffers UTF-8 text and uploads it in ``PART_BYTES`` parts; a small object is one PutObject."""
+    """Buffers UTF-8 text and uploads it in ``PART_BYTES`` parts, up to ``PARTS_AT_ONCE`` in flight while the
+    text goes on (:class:`compactor.side_by_side.InFlight`); a small object is one PutObject. A part's failed
+    upload is raised by a later write or by :meth:`complete`, and the block's exit then aborts the upload."""
 
     def __init__(self, client: Any, bucket: str, key: str, content_type: str, metadata: dict[str, str]) -> None:
+        from compactor.side_by_side import InFlight
+
         self.client, self.bucket, self.key = client, bucket, key
         self.content_type, self.metadata = content_type, metadata
         self.buffer = bytearray()
         self.upload_id: str | None = None
-        self.parts: list[dict[str, Any]] = []
+        self.parts: InFlight[dict[str, Any]] = InFlight(PARTS_AT_ONCE)
+        self.numbered = 0
 
     def write(self, text: str) -> int:  # type: ignore[override]
         self.buffer += text.encode("utf-8")
@@ -168,10 +176,13 @@ class _MultipartWriter(io.TextIOBase):
         if self.upload_id is None:
             self.upload_id = self.client.create_multipart_upload(
                 Bucket=self.bucket, Key=self.key, ContentType=self.content_type, Metadata=self.metadata)["UploadId"]
-        number = len(self.parts) + 1
-        etag = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
-                                       PartNumber=number, Body=data)["ETag"]
-        self.parts.append({"ETag": etag, "PartNumber": number})
+        self.numbered += 1
+        self.parts.push(self._part, self.upload_id, self.numbered, data)
+
+    def _part(self, upload_id: str, number: int, data: bytes) -> dict[str, Any]:
+        etag = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=upload_id, PartNumber=number,
+                                       Body=data)["ETag"]
+        return {"ETag": etag, "PartNumber": number}
 
     def complete(self) -> None:
         if self.upload_id is None:
@@ -182,8 +193,9 @@ class _MultipartWriter(io.TextIOBase):
             self._upload(bytes(self.buffer))
             self.buffer.clear()
         self.client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
-                                              MultipartUpload={"Parts": self.parts})
+                                              MultipartUpload={"Parts": self.parts.results()})
 
     def abort(self) -> None:
+        self.parts.close()  # the parts in flight end first: none lands after the abort
         if self.upload_id is not None:
             self.client.abort_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id)
