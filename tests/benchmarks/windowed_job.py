@@ -1,21 +1,22 @@
 """A windowed job's own steps against S3's latency: ``plan`` and ``assemble`` (docs/scale.md).
 
-Run: ``.venv/bin/python tests/benchmarks/windowed_job.py [--mb M] [--latency-ms L] [--repeats N]``
+Run: ``.venv/bin/python tests/benchmarks/windowed_job.py [--mb M] [--latency-ms L] [--mb-per-s R] [--repeats N]``
 
 A transcript too large for one invocation becomes a windowed job: ``plan`` streams it and writes one task per
 window, the Distributed Map's workers compact the windows, and ``assemble`` reads every window's task and result
 back in order (three requests a window: the task, the result's head and the result) into the pass's output. Each
 of those is an S3 round trip, and a 500 MB transcript makes about 1,000 windows. The bucket here is
 ``tests/fakes/slow_s3.py``: a ``moto`` S3 server in a process of its own that answers every request L
-milliseconds late (default 25), reached through ``compactor_aws.s3_store.S3Store`` on the container's client, as
-the steps run deployed.
+milliseconds late (default 25) and moves bodies at R MB/s a request (default 90), reached through
+``compactor_aws.s3_store.S3Store`` on the container's client, as the steps run deployed.
 
 A transcript of M MB (default 12: corpus sessions, as ``large_transcripts.py``'s) is uploaded under a name per
 run, and each is run as a job, step by step in this process, the windows compacted by the bundled offline offers
 between the steps (not timed): as the steps run (``large_jobs.WINDOWS_AT_ONCE`` windows in flight) and with one
-window at a time (what they did before; docs/performance.md, "Windowed jobs"), N times each (default 3), in
-turns. Every job's result must be the same bytes. The figures are each step's wall time (all passes' ``plan``
-and ``assemble`` together; medians of the N) and the S3 requests it made.
+window at a time and one part of a streamed write at a time (what they did before; docs/performance.md,
+"Windowed jobs" and "Streamed writes": this job's outputs are one part each), N times each (default 3), in turns.
+Every job's result must be the same bytes. The figures are each step's wall time (all passes' ``plan`` and
+``assemble`` together; medians of the N) and the S3 requests it made.
 
 Goal: ``plan`` and ``assemble`` together take at most 0.6 of the time they take one window at a time (their CPU,
 the scan of the transcript above all, is the same either way).
@@ -90,12 +91,14 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=12.0)
     parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--mb-per-s", type=float, default=90.0)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     from fakes.slow_s3 import SlowS3
 
-    with SlowS3(args.latency_ms):
+    with SlowS3(args.latency_ms, args.mb_per_s):
         from compactor import large_jobs
+        from compactor_aws import s3_store
         from compactor_aws.s3_store import S3Store, s3_client
         from fakes.routers import frozen_router
         from scale import transcripts
@@ -105,31 +108,33 @@ def main() -> int:
         counter = RequestCounter(client)
         body = json.dumps(list(transcripts.messages(int(args.mb * 1_000_000)))).encode()
         store, router = S3Store(), frozen_router()
-        at_once = large_jobs.WINDOWS_AT_ONCE
-        modes = {"side by side": at_once, "one at a time": 1}
+        at_once, parts_at_once = large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE
+        modes = {"side by side": (at_once, parts_at_once), "one at a time": (1, 1)}
         runs: dict[str, list[tuple[dict[str, float], dict[str, int], bytes]]] = {name: [] for name in modes}
         for repeat in range(args.repeats):
-            for name, windows_at_once in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
+            for name, (windows, parts) in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
                 key = f"incoming/{name.replace(' ', '-')}-{repeat}.json"  # a job of its own
                 client.put_object(Bucket=BUCKET, Key=key, Body=body)
-                large_jobs.WINDOWS_AT_ONCE = windows_at_once
+                large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE = windows, parts
                 try:
                     runs[name].append(run_job(store, client, counter, key, router))
                 finally:
-                    large_jobs.WINDOWS_AT_ONCE = at_once
+                    large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE = at_once, parts_at_once
     results = {result for measured in runs.values() for _, _, result in measured}
     assert len(results) == 1, "the jobs' results differ"
-    passes = json.loads(next(iter(results)))["compaction"]["windows"]["passes"]
+    result = next(iter(results))
+    passes = json.loads(result)["compaction"]["windows"]["passes"]
     print(f"windowed_job: a {len(body) / 1e6:.1f} MB transcript, {sum(p['windows'] for p in passes)} windows in "
-          f"{len(passes)} pass(es), S3 a moto server answering {args.latency_ms:g} ms late; every job's result the "
-          f"same bytes (medians of {args.repeats})")
+          f"{len(passes)} pass(es), a {len(result) / 1e6:.1f} MB result; S3 a moto server answering "
+          f"{args.latency_ms:g} ms late, bodies at {args.mb_per_s:g} MB/s a request; every job's result the same "
+          f"bytes (medians of {args.repeats})")
     totals = {}
     for name, measured in runs.items():
         plan = statistics.median(wall["plan"] for wall, _, _ in measured)
         assemble = statistics.median(wall["assemble"] for wall, _, _ in measured)
         totals[name] = statistics.median(wall["plan"] + wall["assemble"] for wall, _, _ in measured)
         requests = measured[0][1]
-        print(f"  {name:13s} ({modes[name]} at once): plan {plan:6.2f} s ({requests['plan']} requests), "
+        print(f"  {name:13s} ({modes[name][0]} windows, {modes[name][1]} parts at once): plan {plan:6.2f} s ({requests['plan']} requests), "
               f"assemble {assemble:6.2f} s ({requests['assemble']} requests)")
     ratio = totals["side by side"] / totals["one at a time"]
     met = ratio <= GOAL
