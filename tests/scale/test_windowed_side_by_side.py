@@ -140,3 +140,48 @@ def test_the_map_items_carry_each_tasks_size(s3: Any, sessions: list[dict[str, A
     assert len(items) >= 3
     assert all(item["task_bytes"] == s3.head_object(Bucket=BUCKET, Key=item["task_key"])["ContentLength"]
                for item in items)
+
+
+def test_a_body_around_an_array_writers_array_is_write_bodys_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from compactor.compaction import windowed
+    from compactor.transcript_stream import ArrayWriter
+
+    monkeypatch.setattr(windowed, "COPY_CHUNK_BYTES", 3)  # chunks that split the multi-byte characters
+    summary = {"compacted": True, "compaction": {"ratio": 0.5, "note": "é"}}
+    for messages in ([], [{"role": "user", "content": "héllo — ✓ 𝄞"}, {"role": "assistant", "content": "ok"}]):
+        array = io.StringIO()
+        writer = ArrayWriter(array)
+        for message in messages:
+            writer.write(message)
+        writer.finish()
+        parsed, copied = io.StringIO(), io.StringIO()
+        windowed.write_body(parsed, messages, summary, messages_only=False)
+        windowed.write_body_of_array(copied, io.BytesIO(array.getvalue().encode()), summary)
+        assert copied.getvalue() == parsed.getvalue()
+
+
+def test_the_result_copies_the_last_pass_output_without_parsing_it(
+        s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor.compaction import windowed
+
+    body = json.dumps(sessions).encode()
+    parsed: list[str] = []
+    messages = large_jobs._messages
+
+    def counted(store: Any, bucket: str, key: str, version_id: str | None) -> Any:
+        parsed.append(key)
+        return messages(store, bucket, key, version_id)
+
+    monkeypatch.setattr(large_jobs, "_messages", counted)
+    result = _run(s3, GaugedStore(s3), "incoming/copied.json", body)
+    outputs = [key["Key"] for key in s3.list_objects_v2(Bucket=BUCKET, Prefix="work/")["Contents"]
+               if key["Key"].endswith("/output.json")]
+    monkeypatch.setattr(windowed, "write_body_of_array", lambda out, array, summary: windowed.write_body(
+        out, large_jobs.iter_messages(array), summary, messages_only=False))  # the array parsed and encoded again
+
+    passes = len(json.loads(result)["compaction"]["windows"]["passes"])
+    # Only the next pass's plan reads a pass's output message by message (its scan, then its windows).
+    assert len(outputs) == passes and sum(key in outputs for key in parsed) == 2 * (passes - 1)
+    assert _run(s3, GaugedStore(s3), "incoming/parsed.json", body) == result

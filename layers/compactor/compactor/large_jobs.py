@@ -227,16 +227,22 @@ def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
 
 def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
                   input_version: str | None) -> str:
-    from compactor.compaction.windowed import run_record, write_body
+    """The result object around the last input: a pass's output (``assemble`` wrote it as an ``ArrayWriter``
+    array) is copied as it is; the transcript itself (no pass changed it) is read message by message."""
+    from compactor.compaction.windowed import run_record, write_body, write_body_of_array
 
     source = source_of(job)
     rel = relative_key(source.key)
     assert rel is not None
     key = result_key(rel)
     metadata = result_metadata(source, StoredObject(b"", source.version_id, source.etag), 200)
+    summary = run_record(state).body
     with store.open_writer(source.bucket, key, content_type=JSON_CONTENT_TYPE, metadata=metadata) as out:
-        write_body(out, _messages(store, source.bucket, input_key, input_version), run_record(state).body,
-                   messages_only=False)
+        if input_version is None and input_key.startswith(_work(job, "")):
+            with store.open(source.bucket, input_key) as array:
+                write_body_of_array(out, array, summary)
+        else:
+            write_body(out, _messages(store, source.bucket, input_key, input_version), summary, messages_only=False)
     return key
 
 

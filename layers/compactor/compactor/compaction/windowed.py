@@ -6,6 +6,7 @@ path's Distributed Map runs the very same tasks one worker each (``compactor.lar
 
 from __future__ import annotations
 
+import codecs
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -29,6 +30,7 @@ from compactor.compaction.windows import (
 
 DECISION = "decision"
 """Windowed runs are decision-mode compactions (docs/scale.md)."""
+COPY_CHUNK_BYTES = 1 << 20
 
 
 def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline: Deadline | None = None,
@@ -65,6 +67,22 @@ def write_body(out: IO[str], messages: Iterable[Message], summary: dict[str, Any
     for message in messages:
         writer.write(message)
     writer.finish()
+    _end_body(out, summary, messages_only=messages_only)
+
+
+def write_body_of_array(out: IO[str], array: IO[bytes], summary: dict[str, Any]) -> None:
+    """:func:`write_body`'s bytes for messages an :class:`ArrayWriter` already wrote (a windowed job's pass
+    output): the array is copied as it is, never parsed and encoded again, which gave the same bytes at about
+    50 MB/s of CPU (docs/performance.md, "Streamed writes")."""
+    out.write('{"messages":')
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    while chunk := array.read(COPY_CHUNK_BYTES):
+        out.write(decoder.decode(chunk))
+    out.write(decoder.decode(b"", final=True))
+    _end_body(out, summary, messages_only=False)
+
+
+def _end_body(out: IO[str], summary: dict[str, Any], *, messages_only: bool) -> None:
     if not messages_only:
         for key, value in summary.items():
             out.write(f",{dense_dumps(key)}:{dense_dumps(value)}")
