@@ -46,6 +46,9 @@ class MemoryStore:
             raise ObjectTooLarge(len(body), max_bytes)
         return StoredObject(body, version_id, '"etag-1"')
 
+    def get_if_exists(self, bucket: str, key: str, *, max_bytes: int) -> StoredObject | None:
+        return self.get(bucket, key, version_id=None, max_bytes=max_bytes) if (bucket, key) in self.objects else None
+
     def head(self, bucket: str, key: str) -> ObjectHead | None:
         self.calls.append(("head", key))
         return self._head(bucket, key)

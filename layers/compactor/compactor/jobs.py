@@ -75,10 +75,10 @@ def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
     segment, job_id = parts[1], parts[2][:-len(".json")]
     if not JOB_ID.match(job_id):
         return None
-    key = f"{JOBS_PREFIX}{segment}/{job_id}.json"
-    if store.head_metadata(bucket, key) is None:
+    found = store.get_if_exists(bucket, f"{JOBS_PREFIX}{segment}/{job_id}.json", max_bytes=FAILURE_READ_MAX_BYTES)
+    if found is None:
         return None
-    record = json.loads(store.get(bucket, key, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES).body)
+    record = json.loads(found.body)
     caller = record.get("api_key_id") if isinstance(record, dict) else None
     return caller if isinstance(caller, str) and _caller_segment(caller) == segment else None
 

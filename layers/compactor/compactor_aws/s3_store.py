@@ -92,6 +92,16 @@ class S3Store:
             stream.close()
         return StoredObject(body=body, version_id=response.get("VersionId"), etag=response.get("ETag", ""))
 
+    def get_if_exists(self, bucket: str, key: str, *, max_bytes: int) -> StoredObject | None:
+        """:meth:`get` of the current version, None when ``key`` does not exist: one request where a head
+        and then a get made two."""
+        try:
+            return self.get(bucket, key, version_id=None, max_bytes=max_bytes)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in _NOT_FOUND:
+                return None
+            raise
+
     def head(self, bucket: str, key: str) -> ObjectHead | None:
         """User metadata (lower-case names, no ``x-amz-meta-``) and ETag of ``key``; None when it does not exist."""
         from compactor.object_jobs import ObjectHead
