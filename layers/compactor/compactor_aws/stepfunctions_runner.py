@@ -154,14 +154,13 @@ class StepFunctionsFlowRunner:
         return self._execute(items, run, deadline)
 
     def _upload(self, payloads: Mapping[str, str]) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+        from compactor.side_by_side import each_side_by_side
 
         def put(item: tuple[str, str]) -> None:
             self.s3.put_object(Bucket=self.bucket, Key=item[0], Body=item[1].encode("utf-8"),
                                ContentType="application/json")
 
-        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(payloads))) as pool:
-            list(pool.map(put, payloads.items()))
+        each_side_by_side(put, payloads.items(), at_once=UPLOAD_THREADS)
 
     def _execute(self, items: list[dict[str, Any]], run: str, deadline: Deadline) -> list[Any]:
         # Measured after the upload: never longer than what the caller's wait was sized from.
