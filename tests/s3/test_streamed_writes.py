@@ -23,8 +23,9 @@ class FakeClient:
     or at ``barrier`` when one is given, and the parts numbered in ``failing`` fail."""
 
     def __init__(self, delay_s: float = 0.02, barrier: threading.Barrier | None = None,
-                 failing: frozenset[int] = frozenset()) -> None:
+                 failing: frozenset[int] = frozenset(), keep: bool = True, abort_fails: bool = False) -> None:
         self.delay_s, self.barrier, self.failing = delay_s, barrier, failing
+        self.keep, self.abort_fails = keep, abort_fails
         self.lock = threading.Lock()
         self.in_flight = self.most = 0
         self.calls: list[str] = []
@@ -48,7 +49,7 @@ class FakeClient:
             if PartNumber in self.failing:
                 raise OSError(f"part {PartNumber} failed")
             with self.lock:
-                self.parts[PartNumber] = Body
+                self.parts[PartNumber] = Body if self.keep else b""
             return {"ETag": f'"e{PartNumber}"'}
         finally:
             with self.lock:
@@ -62,6 +63,8 @@ class FakeClient:
     def abort_multipart_upload(self, **params: Any) -> None:
         assert self.in_flight == 0  # no part lands after the abort
         self.calls.append("abort")
+        if self.abort_fails:
+            raise ConnectionError("the abort failed")
 
     def put_object(self, *, Body: bytes, **params: Any) -> None:
         self.calls.append("put")
@@ -152,3 +155,49 @@ def test_a_streamed_write_on_s3_keeps_its_bytes(s3: Any, monkeypatch: pytest.Mon
         assert body.read() == text.encode()
     assert store.head_metadata(BUCKET, "out.json") == {"a": "1"}
     assert s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
+
+
+def test_a_caller_that_catches_a_failed_part_cannot_complete_the_object_without_it() -> None:
+    client = FakeClient(failing=frozenset({2}))
+    raised = 0
+
+    with pytest.raises(OSError, match="part 2 failed"):
+        with S3Store(client).open_writer("b", "k", content_type="application/json", metadata={}) as out:
+            for n in range(12):
+                try:
+                    out.write(chr(ord("a") + n) * PART)
+                except OSError:
+                    raised += 1  # every write after the failure raises it again
+
+    assert raised >= 1 and client.calls == ["create", "abort"] and client.completed is None
+
+
+def test_a_failed_abort_does_not_hide_the_error_that_caused_it() -> None:
+    client = FakeClient(failing=frozenset({1}), abort_fails=True)
+
+    with pytest.raises(OSError, match="part 1 failed"):
+        write(client, "v" * (PART * 6))
+
+    assert client.calls == ["create", "abort"]
+
+
+def test_a_writer_holds_its_parts_in_flight_and_the_one_it_fills(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemalloc
+
+    part = 1 << 20
+    monkeypatch.setattr(s3_store, "PART_BYTES", part)
+    client = FakeClient(delay_s=0.05, keep=False)
+    chunk = "m" * (64 << 10)
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        with S3Store(client).open_writer("b", "k", content_type="application/json", metadata={}) as out:
+            for _ in range(24 * 16):  # 24 parts
+                out.write(chunk)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+    assert client.most == AT_ONCE and len(client.parts) == 24
+    # AT_ONCE parts uploading, the one being filled, and one write's text (its str and its bytes), and a margin
+    assert peak <= (AT_ONCE + 1) * part + 3 * len(chunk) + (256 << 10), peak / part

@@ -169,3 +169,18 @@ def test_no_thread_starts_before_the_first_push_and_pushed_calls_have_the_caller
     finally:
         TAG.reset(token)
     assert calls.results() == ["request-9"] * 4
+
+
+def test_a_failed_calls_error_is_raised_again_by_every_later_push_and_by_results() -> None:
+    gauge = Gauge()
+    calls = InFlight[int](1)
+    calls.push(gauge, -2)
+
+    for _ in range(3):  # a caller that catches the error cannot go on as if the call had been made
+        with pytest.raises(ValueError, match="bad -2"):
+            calls.push(gauge, 7)
+    with pytest.raises(ValueError, match="bad -2"):
+        calls.results()
+    calls.close()
+
+    assert gauge.made == [-2]

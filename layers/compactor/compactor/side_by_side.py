@@ -59,28 +59,47 @@ def each_side_by_side(call: Callable[[A], T], args: Iterable[A], *, at_once: int
 class InFlight(Generic[T]):
     """The push form of :func:`side_by_side`, for calls made as a caller produces their arguments (a writer's
     parts as its text comes): :meth:`push` starts a call on a thread of this object's own, first waiting for the
-    oldest call in flight when ``at_once`` are (its error raised there), and :meth:`results` waits for the rest and
-    returns every result in push order. :meth:`close` waits for the calls in flight and drops their results and
-    errors (a caller giving up, as a writer's abort). No thread is started before the first push."""
+    oldest call in flight when ``at_once`` are (:meth:`make_room`), and :meth:`results` waits for the rest and
+    returns every result in push order. A failed call's error is raised by the first of these to take its result,
+    and again by every later one: a caller that catches it cannot go on as if the call had been made. :meth:`close`
+    waits for the calls in flight and drops their results and errors (a caller giving up, as a writer's abort). No
+    thread is started before the first push."""
 
     def __init__(self, at_once: int) -> None:
         self.at_once = at_once
         self.pending: deque[Future[T]] = deque()
         self.done: list[T] = []
         self.pool: ThreadPoolExecutor | None = None
+        self.failed: BaseException | None = None
+
+    def make_room(self) -> None:
+        """Wait until fewer than ``at_once`` calls are in flight (a caller about to make the next argument holds
+        no more than that and the calls in flight)."""
+        while len(self.pending) >= self.at_once:  # never more calls pending than threads: each starts when pushed
+            self._take()
+        if self.failed is not None:
+            raise self.failed
 
     def push(self, call: Callable[..., T], *args: Any) -> None:
-        while len(self.pending) >= self.at_once:  # never more calls pending than threads: each starts when pushed
-            self.done.append(self.pending.popleft().result())
+        self.make_room()
         if self.pool is None:
             self.pool = ThreadPoolExecutor(max_workers=self.at_once, thread_name_prefix="compactor-in-flight")
         self.pending.append(self.pool.submit(contextvars.copy_context().run, call, *args))
 
     def results(self) -> list[T]:
         while self.pending:
-            self.done.append(self.pending.popleft().result())
+            self._take()
+        if self.failed is not None:
+            raise self.failed
         self.close()
         return self.done
+
+    def _take(self) -> None:
+        try:
+            self.done.append(self.pending.popleft().result())
+        except BaseException as exc:
+            self.failed = self.failed or exc
+            raise
 
     def close(self) -> None:
         if self.pool is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from typing import IO, TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ writes"): a writer holds at most this many parts and the one it fills, 40 MiB.""
 _CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=60,
                         max_pool_connections=background.CALLS_IN_FLIGHT)
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+logger = logging.getLogger(__name__)
 # A conditional write lost its race (412), or an identical one is in flight (409).
 _PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
 CLIENT: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=_CLIENT_CONFIG))
@@ -156,7 +158,11 @@ class S3Store:
             yield writer  # type: ignore[misc]
             writer.complete()  # raises a part's failed upload
         except BaseException:
-            writer.abort()
+            try:
+                writer.abort()
+            except Exception:  # noqa: BLE001 - the first error is the one to report; the bucket's lifecycle rule
+                # aborts an upload left open after 7 days (AbortIncompleteMultipartUpload in template.yaml)
+                logger.warning("aborting the multipart upload of %s failed", key, exc_info=True)
             raise
 
 
@@ -178,16 +184,18 @@ class _MultipartWriter(io.TextIOBase):
     def write(self, text: str) -> int:  # type: ignore[override]
         self.buffer += text.encode("utf-8")
         while len(self.buffer) >= PART_BYTES:
-            self._upload(bytes(self.buffer[:PART_BYTES]))
+            self.parts.make_room()  # the part is cut once it can go: the writer holds it or the buffer, not both
+            data = bytes(memoryview(self.buffer)[:PART_BYTES])
             del self.buffer[:PART_BYTES]
+            self._upload(data)
         return len(text)
 
     def _upload(self, data: bytes) -> None:
         if self.upload_id is None:
             self.upload_id = self.client.create_multipart_upload(
                 Bucket=self.bucket, Key=self.key, ContentType=self.content_type, Metadata=self.metadata)["UploadId"]
+        self.parts.push(self._part, self.upload_id, self.numbered + 1, data)
         self.numbered += 1
-        self.parts.push(self._part, self.upload_id, self.numbered, data)
 
     def _part(self, upload_id: str, number: int, data: bytes) -> dict[str, Any]:
         etag = self.client.upload_part(Bucket=self.bucket, Key=self.key, UploadId=upload_id, PartNumber=number,
