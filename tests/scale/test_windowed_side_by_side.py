@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -26,25 +27,34 @@ REGION, BUCKET = "us-east-1", "compactor-transcripts-test"
 
 
 class GaugedStore(S3Store):
-    """S3Store whose requests on the job's window files take a little longer and are counted in flight."""
+    """S3Store whose requests on the job's window files take a little longer and are counted in flight. The first
+    such request of each ``(step, kind)`` in ``gate`` also waits (up to 10 s) until a second one is in flight: a
+    step that makes them side by side starts the next at once, whatever the machine's load, and one that makes
+    them in turn never does."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, gate: frozenset[tuple[str, str]] = frozenset()) -> None:
         super().__init__(client)
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
         self.in_flight = 0
         self.most: dict[str, int] = {}
         self.step = ""
+        self.gate = gate
+        self.gated: set[tuple[str, str]] = set()
 
     @contextmanager
     def _gauged(self, kind: str, key: str) -> Iterator[None]:
         """Counts a request on a window's file (``/w`` in its key) as ``(step, kind)``: an ``assemble`` plans the
         next pass, whose writes are not its reads."""
-        window = "/w" in key
+        window = re.search(r"/w\d+\.", key) is not None  # a window's task or result, not the list of windows
         if window:
             with self.lock:
                 self.in_flight += 1
                 gauge = (self.step, kind)
                 self.most[gauge] = max(self.most.get(gauge, 0), self.in_flight)
+                self.lock.notify_all()
+                if gauge in self.gate and gauge not in self.gated:
+                    self.gated.add(gauge)
+                    self.lock.wait_for(lambda: self.in_flight > 1, timeout=10)
             time.sleep(0.01)
         try:
             yield
@@ -52,6 +62,7 @@ class GaugedStore(S3Store):
             if window:
                 with self.lock:
                     self.in_flight -= 1
+                    self.lock.notify_all()
 
     def put(self, bucket: str, key: str, body: bytes, **kwargs: Any) -> None:
         with self._gauged("write", key):
@@ -104,7 +115,7 @@ def test_plan_and_assemble_overlap_their_windows_and_write_the_same_bytes(
         s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     body = json.dumps(sessions).encode()
     at_once = large_jobs.WINDOWS_AT_ONCE
-    side_by_side = GaugedStore(s3)
+    side_by_side = GaugedStore(s3, gate=frozenset({("plan", "write"), ("assemble", "read")}))
     result = _run(s3, side_by_side, "incoming/side-by-side.json", body)
     monkeypatch.setattr(large_jobs, "WINDOWS_AT_ONCE", 1)
     one_at_a_time = GaugedStore(s3)
@@ -185,3 +196,22 @@ def test_the_result_copies_the_last_pass_output_without_parsing_it(
     # Only the next pass's plan reads a pass's output message by message (its scan, then its windows).
     assert len(outputs) == passes and sum(key in outputs for key in parsed) == 2 * (passes - 1)
     assert _run(s3, GaugedStore(s3), "incoming/parsed.json", body) == result
+
+
+def test_a_transcript_no_pass_changed_is_read_again_message_by_message(
+        s3: Any, sessions: list[dict[str, Any]]) -> None:
+    from compactor.jsonutil import dense_dumps
+
+    key = "incoming/unchanged.json"
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())  # ", " separators: not the result's
+    head = s3.head_object(Bucket=BUCKET, Key=key)
+    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"')),
+                               max_concurrency=4)["job"]
+    store = S3Store(s3)
+    assert not large_jobs.plan(store, job, Defaults())["done"]
+    state = large_jobs.assemble(store, job)  # no window wrote a result: every window keeps its original
+
+    result = s3.get_object(Bucket=BUCKET, Key=state["key"])["Body"].read()
+    body = json.loads(result)
+    assert state["result"] == "compacted" and body["compacted"] is False and body["messages"] == sessions
+    assert result.startswith(b'{"messages":[\n' + dense_dumps(sessions[0]).encode() + b",\n")
