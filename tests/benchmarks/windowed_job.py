@@ -13,9 +13,9 @@ milliseconds late (default 25) and moves bodies at R MB/s a request (default 90)
 A transcript of M MB (default 12: corpus sessions, as ``large_transcripts.py``'s) is uploaded under a name per
 run, and each is run as a job, step by step in this process, the windows compacted by the bundled offline offers
 between the steps (not timed): as the steps run (``large_jobs.WINDOWS_AT_ONCE`` windows in flight) and with one
-window at a time and one part of a streamed write at a time (what they did before; docs/performance.md,
-"Windowed jobs" and "Streamed writes": this job's outputs are one part each), N times each (default 3), in turns.
-Every job's result must be the same bytes. The figures are each step's wall time (all passes' ``plan`` and
+window at a time (what they did before; docs/performance.md, "Windowed jobs"), N times each (default 3), in
+turns. Its outputs are one PutObject each, below a streamed write's first part (``streamed_write.py`` times
+those). Every job's result must be the same bytes. The figures are each step's wall time (all passes' ``plan`` and
 ``assemble`` together; medians of the N) and the S3 requests it made.
 
 Goal: ``plan`` and ``assemble`` together take at most 0.6 of the time they take one window at a time (their CPU,
@@ -98,7 +98,6 @@ def main() -> int:
 
     with SlowS3(args.latency_ms, args.mb_per_s):
         from compactor import large_jobs
-        from compactor_aws import s3_store
         from compactor_aws.s3_store import S3Store, s3_client
         from fakes.routers import frozen_router
         from scale import transcripts
@@ -108,18 +107,18 @@ def main() -> int:
         counter = RequestCounter(client)
         body = json.dumps(list(transcripts.messages(int(args.mb * 1_000_000)))).encode()
         store, router = S3Store(), frozen_router()
-        at_once, parts_at_once = large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE
-        modes = {"side by side": (at_once, parts_at_once), "one at a time": (1, 1)}
+        at_once = large_jobs.WINDOWS_AT_ONCE
+        modes = {"side by side": at_once, "one at a time": 1}
         runs: dict[str, list[tuple[dict[str, float], dict[str, int], bytes]]] = {name: [] for name in modes}
         for repeat in range(args.repeats):
-            for name, (windows, parts) in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
+            for name, windows_at_once in (modes.items() if repeat % 2 == 0 else reversed(modes.items())):
                 key = f"incoming/{name.replace(' ', '-')}-{repeat}.json"  # a job of its own
                 client.put_object(Bucket=BUCKET, Key=key, Body=body)
-                large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE = windows, parts
+                large_jobs.WINDOWS_AT_ONCE = windows_at_once
                 try:
                     runs[name].append(run_job(store, client, counter, key, router))
                 finally:
-                    large_jobs.WINDOWS_AT_ONCE, s3_store.PARTS_AT_ONCE = at_once, parts_at_once
+                    large_jobs.WINDOWS_AT_ONCE = at_once
     results = {result for measured in runs.values() for _, _, result in measured}
     assert len(results) == 1, "the jobs' results differ"
     result = next(iter(results))
@@ -134,7 +133,7 @@ def main() -> int:
         assemble = statistics.median(wall["assemble"] for wall, _, _ in measured)
         totals[name] = statistics.median(wall["plan"] + wall["assemble"] for wall, _, _ in measured)
         requests = measured[0][1]
-        print(f"  {name:13s} ({modes[name][0]} windows, {modes[name][1]} parts at once): plan {plan:6.2f} s ({requests['plan']} requests), "
+        print(f"  {name:13s} ({modes[name]} at once): plan {plan:6.2f} s ({requests['plan']} requests), "
               f"assemble {assemble:6.2f} s ({requests['assemble']} requests)")
     ratio = totals["side by side"] / totals["one at a time"]
     met = ratio <= GOAL

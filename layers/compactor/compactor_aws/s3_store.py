@@ -26,7 +26,7 @@ PART_BYTES = 8 * 1024 * 1024
 """Multipart part size of streamed writes (S3's minimum is 5 MiB, the last part excepted)."""
 PARTS_AT_ONCE = 4
 """Parts of one streamed write uploading at once while its text goes on (docs/performance.md, "Streamed
-writes"): a writer holds at most this many parts and the one it fills, 40 MiB."""
+writes"): a writer holds at most this many parts and the one it fills, 40 MiB (and the text of one write)."""
 # As many kept connections as calls in flight (the fan-out's concurrent result reads and uploads): beyond
 # botocore's default of 10, each further concurrent call opened a connection (a TLS handshake) that urllib3
 # then discarded with a warning.
