@@ -4,8 +4,9 @@ Run: ``.venv/bin/python tests/benchmarks/windowed_job.py [--mb M] [--latency-ms 
 
 A transcript too large for one invocation becomes a windowed job: ``plan`` streams it and writes one task per
 window, the Distributed Map's workers compact the windows, and ``assemble`` reads every window's task and result
-back in order (three requests a window: the task, the result's head and the result) into the pass's output. Each
-of those is an S3 round trip, and a 500 MB transcript makes about 1,000 windows. The bucket here is
+back in order into the pass's output (two requests a window since issue 11's nineteenth round, the task and the
+result; three before, with the result's head). Each of those is an S3 round trip, and a 500 MB transcript makes
+about 1,000 windows. The bucket here is
 ``tests/fakes/slow_s3.py``: a ``moto`` S3 server in a process of its own that answers every request L
 milliseconds late (default 25) and moves bodies at R MB/s a request (default 90), reached through
 ``compactor_aws.s3_store.S3Store`` on the container's client, as the steps run deployed.

@@ -72,6 +72,10 @@ class GaugedStore(S3Store):
         with self._gauged("read", key):
             return super().head_metadata(bucket, key)
 
+    def get_if_exists(self, bucket: str, key: str, *, max_bytes: int) -> Any:
+        with self._gauged("read", key):
+            return super().get_if_exists(bucket, key, max_bytes=max_bytes)
+
     @contextmanager
     def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[Any]:
         with self._gauged("read", key), super().open(bucket, key, version_id=version_id) as handle:

@@ -52,6 +52,8 @@ messages, but one message may be larger, so a window may be too (docs/scale.md).
 size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
 :data:`UNKNOWN_TASK_BYTES`."""
 UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
+RESULT_MAX_BYTES = 5 * 1024**3
+"""A window's result is read whole whatever its size: this is S3's largest single ``PutObject``, which wrote it."""
 
 
 class StreamStore(ObjectStore, Protocol):
@@ -220,9 +222,10 @@ def call_record(state: Any) -> CallRecord:
 
 
 def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
-    if store.head_metadata(bucket, key) is None:
-        return None
-    return _get_json(store, bucket, key)
+    """A window's result, None when its worker wrote none (the window keeps its original): one request, where a
+    head and then a read made two for every window."""
+    found = store.get_if_exists(bucket, key, max_bytes=RESULT_MAX_BYTES)
+    return None if found is None else json.loads(found.body)
 
 
 def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
