@@ -1,6 +1,6 @@
 """Restorable archives against S3's latency: what ``restorable: true`` adds to a request, and ``POST /v1/expand``.
 
-Run: ``.venv/bin/python tests/benchmarks/archives.py [--latency-ms L] [--units 32,128] [--repeats 3]``
+Run: ``.venv/bin/python tests/benchmarks/archives.py [--latency-ms L] [--mb-per-s R] [--units 32,128] [--repeats 3]``
 
 A restorable decision-mode request stores the original of every unit it summarized or archived, and an expand
 reads up to 256 of them back (docs/archives.md): one S3 request per original. The bucket here is
@@ -33,6 +33,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(REPO / "tests")]
+
+from fakes import slow_s3  # noqa: E402 - tests/ is on the path from here
 
 BUCKET = "compactor-archives-bench"
 CALLER = "bench-caller-key"
@@ -106,14 +108,13 @@ def one_after_another(archive: Any, units_by_handle: dict[str, Any]) -> tuple[fl
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--latency-ms", type=float, default=25.0)
+    slow_s3.add_options(parser, mb_per_s=None)  # its originals are small: the round trips are the subject
     parser.add_argument("--units", default="32,128", help="comma-separated numbers of units (at most 128)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     latency_s = args.latency_ms / 1000
-    from fakes.slow_s3 import SlowS3
 
-    with SlowS3(args.latency_ms):
+    with slow_s3.from_options(args):
         from compactor.archives import Archive
         from compactor_aws.archive_store import S3ArchiveStore
         from compactor_aws.s3_store import s3_client

@@ -41,6 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "tests")]
 
+from fakes import slow_s3  # noqa: E402 - tests/ is on the path from here
+
 BUCKET = "compactor-streamed-write-bench"
 GOAL = 0.65
 
@@ -75,13 +77,11 @@ def parsed_again(out: Any, array: Any, summary: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=64.0)
-    parser.add_argument("--latency-ms", type=float, default=25.0)
-    parser.add_argument("--mb-per-s", type=float, default=90.0)
+    slow_s3.add_options(parser)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    from fakes.slow_s3 import SlowS3
 
-    with SlowS3(args.latency_ms, args.mb_per_s):
+    with slow_s3.from_options(args):
         import io
 
         from compactor import large_jobs, side_by_side

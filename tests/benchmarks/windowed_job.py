@@ -38,6 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "tests")]
 
+from fakes import slow_s3  # noqa: E402 - tests/ is on the path from here
+
 BUCKET = "compactor-windowed-bench"
 GOAL = 0.6
 
@@ -91,13 +93,11 @@ def run_job(store: Any, client: Any, counter: RequestCounter, key: str, router: 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=12.0)
-    parser.add_argument("--latency-ms", type=float, default=25.0)
-    parser.add_argument("--mb-per-s", type=float, default=90.0)
+    slow_s3.add_options(parser)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from fakes.slow_s3 import SlowS3
 
-    with SlowS3(args.latency_ms, args.mb_per_s):
+    with slow_s3.from_options(args):
         from compactor import large_jobs
         from compactor_aws.s3_store import S3Store, s3_client
         from fakes.routers import frozen_router

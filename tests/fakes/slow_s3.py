@@ -93,6 +93,18 @@ class SlowS3:
         self.process.wait(timeout=30)
 
 
+def add_options(parser: argparse.ArgumentParser, *, mb_per_s: float | None = 90.0) -> None:
+    """A benchmark's options for this server: ``--latency-ms`` (default 25, S3's round trip) and ``--mb-per-s``
+    (default ``mb_per_s``; none: bodies are not paced)."""
+    parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--mb-per-s", type=float, default=mb_per_s)
+
+
+def from_options(options: argparse.Namespace) -> SlowS3:
+    """The server :func:`add_options` describes."""
+    return SlowS3(options.latency_ms, options.mb_per_s)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency-ms", type=float, required=True)
