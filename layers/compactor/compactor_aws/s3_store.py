@@ -169,7 +169,8 @@ class S3Store:
 class _MultipartWriter(io.TextIOBase):
     """Buffers UTF-8 text and uploads it in ``PART_BYTES`` parts, up to ``PARTS_AT_ONCE`` in flight while the
     text goes on (:class:`compactor.side_by_side.InFlight`); a small object is one PutObject. A part's failed
-    upload is raised by a later write or by :meth:`complete`, and the block's exit then aborts the upload."""
+    upload is raised by every later write that cuts a part and by :meth:`complete`, and the block's exit then
+    aborts the upload."""
 
     def __init__(self, client: Any, bucket: str, key: str, content_type: str, metadata: dict[str, str]) -> None:
         from compactor.side_by_side import InFlight
@@ -208,8 +209,10 @@ class _MultipartWriter(io.TextIOBase):
                                    ContentType=self.content_type, Metadata=self.metadata)
             return
         if self.buffer:
-            self._upload(bytes(self.buffer))
+            self.parts.make_room()
+            data = bytes(self.buffer)
             self.buffer.clear()
+            self._upload(data)
         self.client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
                                               MultipartUpload={"Parts": self.parts.results()})
 
