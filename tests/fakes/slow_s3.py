@@ -1,6 +1,7 @@
 """A ``moto`` S3 server on 127.0.0.1 that answers every request L milliseconds late, in a process of its own
 (its work is not the measured process's CPU or interpreter lock): S3's round trip for the benchmarks whose
-subject is how many of them a caller waits for in turn (``tests/benchmarks/archives.py``, ``windowed_job.py``).
+subject is how many of them a caller waits for in turn (``tests/benchmarks/archives.py``, ``windowed_job.py``),
+and with a rate (``--mb-per-s``) also moves bodies as one S3 connection does (``streamed_write.py``).
 
 The server is threaded, so requests in flight wait side by side, as S3's do. It closes every connection, as
 werkzeug's server does, so each request also connects, where S3 keeps connections alive.
