@@ -9,8 +9,8 @@ original), then either plans the next pass or writes ``compacted/<rel>``: the ``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
 returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
 docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
-streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`, :data:`TASK_BYTES_IN_FLIGHT`), never the
-transcript. Storage-agnostic: the store is :class:`StreamStore`.
+streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`, :data:`TASK_BYTES_IN_FLIGHT`) and an output's parts
+in flight (the store's writer), never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
 
 from __future__ import annotations
