@@ -260,17 +260,15 @@ def _run_streamed(args: argparse.Namespace) -> int:
     from compactor.budget import flow_budget_ms
     from compactor.compaction.windowed import compact_stream, inline_runner
     from compactor.compaction.windows import Settings
-    from compactor.transcript_stream import iter_messages, opener, read_fields
+    from compactor.transcript_stream import fields_from, messages_from, opener
     from compactor_cli.report import WindowProgress, render_windowed_report
 
     source = opener(args.file)
     try:
-        with source() as handle:
-            fields = read_fields(handle)
+        fields = fields_from(source)
         first_user: list[dict[str, Any]] = []
         if args.pin_task:
-            with source() as handle:
-                first_user = _until_first_user(iter_messages(handle))
+            first_user = _until_first_user(messages_from(source))
         request = CompactRequest.model_validate(build_request_body(args, Transcript("openai-chat", first_user, fields, request_body=bool(fields))) | {"messages": []})
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)

@@ -174,8 +174,8 @@ def test_a_flow_whose_data_does_not_fit_answers_422(compact_module: ModuleType) 
 def test_streamed_transcripts_refuse_what_the_api_refuses(raw: bytes, message: str) -> None:
     import io
 
-    from compactor.transcript_stream import iter_messages
+    from compactor.transcript_stream import messages_from
     from compactor.transcripts import TranscriptError
 
     with pytest.raises(TranscriptError, match=message):
-        list(iter_messages(io.BytesIO(raw)))
+        list(messages_from(lambda: io.BytesIO(raw)))

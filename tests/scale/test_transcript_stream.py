@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
+from compactor.transcript_stream import (
+    ArrayWriter, IntegerOutside64Bits, fields_from, iter_messages, messages_from, read_fields,
+)
 from compactor.transcripts import TranscriptError, parse_transcript
 
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "héllo", "n": 1.5},
@@ -85,3 +87,98 @@ def test_cli_streams_large_files_with_the_in_memory_result(tmp_path, monkeypatch
     assert streamed["messages"] == in_memory["messages"]
     assert streamed["compaction"] == in_memory["compaction"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.json", "mem.json", "stream.json"]
+
+
+# Numbers as json.loads reads them: integers of any size the API accepts (ijson's C backend refuses those outside
+# 64 bits, and messages_from then reads the stream again with the pure-Python one), floats as floats.
+NUMBERS = {"role": "user", "content": "n", "big": 12345678901234567890123, "low": -9223372036854775809,
+           "edge": 9223372036854775807, "float": 0.1, "exp": 1e300, "tiny": 5e-324, "neg": -0.0, "one": 1.0,
+           "nested": [{"deep": [18446744073709551616, 2.5, 7]}], "zero": 0}
+
+
+def typed(value):
+    """The value with each number's type beside it: an int read as a float (or a Decimal) differs."""
+    if isinstance(value, dict):
+        return {key: typed(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [typed(child) for child in value]
+    return [type(value).__name__, value]
+
+
+class Opener:
+    """Opens the same bytes again at each call, counting the calls."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.opened = text, 0
+
+    def __call__(self) -> io.BytesIO:
+        self.opened += 1
+        return stream(self.text)
+
+
+PLAIN = [{"role": "user", "content": f"m{i}", "n": i} for i in range(5)]
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps([*PLAIN[:3], NUMBERS, *PLAIN[3:]]),
+    json.dumps({"messages": [*PLAIN, NUMBERS], "target_ratio": 0.25, "keep_recent": 2,
+                "policy_ir": ["policy", {"weight": 1.5e-3, "n": [1, 2.0, 2 ** 80]}]}),
+    json.dumps({"seed": 2 ** 64, "messages": PLAIN, "keep_recent": 2}),
+    json.dumps(NUMBERS) + "\n" + json.dumps(NUMBERS),
+    json.dumps([NUMBERS]).replace("1e+300", "1E300").replace("0.1", "1e-1"),
+])
+def test_numbers_read_as_json_loads_reads_them(text):
+    messages, fields = parse_transcript(text)
+    opener = Opener(text)
+    assert typed(list(messages_from(opener))) == typed(messages)
+    assert typed(fields_from(opener)) == typed(fields)
+
+
+def test_the_second_reading_goes_on_after_the_messages_given_and_only_when_needed():
+    text = json.dumps([*PLAIN[:3], NUMBERS, *PLAIN[3:]])
+    opener = Opener(text)
+    read = messages_from(opener)
+    assert [next(read) for _ in range(3)] == PLAIN[:3] and opener.opened == 1  # before the integer: one reading
+    assert list(read) == [NUMBERS, *PLAIN[3:]] and opener.opened == 2
+    plain = Opener(json.dumps(PLAIN))
+    assert list(messages_from(plain)) == PLAIN and fields_from(plain) == {} and plain.opened == 2
+    with pytest.raises(IntegerOutside64Bits):  # a stream that cannot be opened again: a TranscriptError
+        list(iter_messages(stream(text)))
+    with pytest.raises(TranscriptError, match="outside 64 bits"):
+        read_fields(stream(json.dumps({"messages": [NUMBERS]})))
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps([NUMBERS]).replace("12345678901234567890123", "9" * 5000),  # Python's int refuses it, as the API does
+    json.dumps([NUMBERS]).replace("12345678901234567890123", "[" * 300 + "]" * 300),  # deeper than the API's limit
+    json.dumps([NUMBERS, 1]),
+    json.dumps([NUMBERS])[:-30],
+])
+def test_the_second_reading_refuses_what_the_api_refuses(text):
+    with pytest.raises(TranscriptError) as refused:
+        list(messages_from(Opener(text)))
+    assert not isinstance(refused.value, IntegerOutside64Bits)
+
+
+def test_a_pass_output_with_integers_outside_64_bits_reads_back():
+    out = io.StringIO()
+    writer = ArrayWriter(out)
+    writer.write(NUMBERS)
+    writer.finish()
+    assert typed(list(messages_from(Opener(out.getvalue())))) == typed([NUMBERS])
+
+
+def test_the_cli_streams_a_large_file_with_integers_outside_64_bits(tmp_path, monkeypatch):
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+    from scale import transcripts
+
+    messages = list(transcripts.messages(600_000))
+    assert messages[1]["role"] == "user"  # the task, which --pin-task pins: read before the windows
+    messages[1] = dict(messages[1], meta={"id": 2 ** 70})
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps({"messages": messages, "keep_recent": 4, "seed": 2 ** 64}))
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
+    assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "--json", "-q", "--pin-task"]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["compacted"] and out["messages"][:2] == messages[:2]

@@ -180,6 +180,7 @@ def test_a_body_around_an_array_writers_array_is_write_bodys_bytes(monkeypatch: 
 def test_the_result_copies_the_last_pass_output_without_parsing_it(
         s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor.compaction import windowed
+    from compactor.transcript_stream import iter_messages
 
     body = json.dumps(sessions).encode()
     parsed: list[str] = []
@@ -194,7 +195,7 @@ def test_the_result_copies_the_last_pass_output_without_parsing_it(
     outputs = [key["Key"] for key in s3.list_objects_v2(Bucket=BUCKET, Prefix="work/")["Contents"]
                if key["Key"].endswith("/output.json")]
     monkeypatch.setattr(windowed, "write_body_of_array", lambda out, array, summary: windowed.write_body(
-        out, large_jobs.iter_messages(array), summary, messages_only=False))  # the array parsed and encoded again
+        out, iter_messages(array), summary, messages_only=False))  # the array parsed and encoded again
 
     passes = len(json.loads(result)["compaction"]["windows"]["passes"])
     # Only the next pass's plan reads a pass's output message by message (its scan, then its windows).
@@ -219,3 +220,15 @@ def test_a_transcript_no_pass_changed_is_read_again_message_by_message(
     body = json.loads(result)
     assert state["result"] == "compacted" and body["compacted"] is False and body["messages"] == sessions
     assert result.startswith(b'{"messages":[\n' + dense_dumps(sessions[0]).encode() + b",\n")
+
+
+def test_integers_outside_64_bits_go_through_every_pass(s3: Any, sessions: list[dict[str, Any]]) -> None:
+    """ijson's C backend refuses them; the API reads them. Every pass's plan reads them from the object or from
+    the last pass's output again with the pure-Python backend (transcript_stream.messages_from)."""
+    big = {"id": 2 ** 70, "low": -(2 ** 63) - 1, "ratio": 0.1}
+    messages = [dict(sessions[0], meta=big), *sessions[1:-1], dict(sessions[-1], meta=big)]
+    result = json.loads(_run(s3, GaugedStore(s3), "incoming/big-integers.json",
+                             json.dumps({"messages": messages, "keep_recent": 1, "seed": 2 ** 64}).encode()))
+    assert len(result["compaction"]["windows"]["passes"]) >= 2
+    assert result["messages"][0] == messages[0] and result["messages"][-1] == messages[-1]
+    assert type(result["messages"][0]["meta"]["id"]) is int

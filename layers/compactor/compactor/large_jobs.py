@@ -36,7 +36,7 @@ from compactor.object_jobs import (
     result_metadata,
 )
 from compactor.call_record import CallRecord
-from compactor.transcript_stream import ArrayWriter, iter_messages, read_fields
+from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import RequestTooLarge
 from compactor.side_by_side import side_by_side
 from compactor.transcripts import TranscriptError
@@ -97,8 +97,7 @@ def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
 
 
 def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None) -> Iterator[dict[str, Any]]:
-    with store.open(bucket, key, version_id=version_id) as handle:
-        yield from iter_messages(handle)
+    return messages_from(lambda: store.open(bucket, key, version_id=version_id))
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -120,8 +119,7 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
     if rel is None:
         return {"done": True, "result": "skipped"}
     try:
-        with store.open(source.bucket, source.key, version_id=source.version_id) as handle:
-            fields = read_fields(handle)
+        fields = fields_from(lambda: store.open(source.bucket, source.key, version_id=source.version_id))
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
         if body.get("mode") not in (None, "decision"):  # a mode named by the object or the defaults
             failure = Failure(413, RequestTooLarge("transcripts this large are compacted in decision mode only"

@@ -18,7 +18,7 @@ from compactor.chat import Message
 from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_dumps
 from compactor.response_blocks import usage_block
-from compactor.transcript_stream import ArrayWriter, iter_messages
+from compactor.transcript_stream import ArrayWriter, messages_from
 from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
     RunState,
@@ -124,8 +124,7 @@ class FileSink:
 
 
 def _file_messages(path: str) -> Iterable[Message]:
-    with open(path, "rb") as handle:
-        yield from iter_messages(handle)
+    return messages_from(lambda: open(path, "rb"))
 
 
 async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Settings, *, router: Any,
@@ -139,8 +138,7 @@ async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Setting
     created: list[str] = []
 
     def source() -> Iterable[Message]:
-        with open_source() as handle:
-            yield from iter_messages(handle)
+        return messages_from(open_source)
 
     try:
         run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
