@@ -153,6 +153,7 @@ def test_the_second_reading_goes_on_after_the_messages_given_and_only_when_neede
     json.dumps([NUMBERS]).replace("12345678901234567890123", "[" * 300 + "]" * 300),  # deeper than the API's limit
     json.dumps([NUMBERS, 1]),
     json.dumps([NUMBERS])[:-30],
+    '[{"integer overflow" 1}]',  # yajl quotes the input after its reason: only the reason counts
 ])
 def test_the_second_reading_refuses_what_the_api_refuses(text):
     with pytest.raises(TranscriptError) as refused:
@@ -182,3 +183,70 @@ def test_the_cli_streams_a_large_file_with_integers_outside_64_bits(tmp_path, mo
     assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "--json", "-q", "--pin-task"]) == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["compacted"] and out["messages"][:2] == messages[:2]
+
+
+# Depth: the parser names each open level by its path (ijson), so a deep transcript held memory with the square of its
+# depth (12,000 levels of '[': about 350 MB traced) before any message was checked. The stream counts the '[' and '{'
+# it hands the parser since the last message; past OPENERS_BETWEEN_MESSAGES its depth is measured first.
+LEVELS = 12_000
+
+
+@pytest.mark.parametrize("text", [
+    '[{"role": "user", "content": ' + "[" * LEVELS + "]" * LEVELS + "}]",
+    '{"messages": [{"role": "user", "content": ' + '{"k": ' * LEVELS + "1" + "}" * LEVELS + "}]}",
+    '{"policy_ir": ' + "[" * LEVELS + "]" * LEVELS + ', "messages": [{"role": "user", "content": "a"}]}',
+    json.dumps([NUMBERS]) [:-1] + ', {"role": "user", "content": ' + "[" * LEVELS + "]" * LEVELS + "}]",
+])
+def test_a_deep_transcript_is_refused_before_the_parser_holds_its_paths(text):
+    import tracemalloc
+
+    for read in (lambda opener: list(messages_from(opener)), fields_from):
+        tracemalloc.start()
+        try:
+            if text.startswith("[") and read is fields_from:
+                assert read(Opener(text)) == {}  # an array has no fields: nothing of it is parsed
+                continue
+            with pytest.raises(TranscriptError, match="nested deeper than"):
+                read(Opener(text))
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 16 * 2 ** 20, peak
+
+
+def openers_in_strings(count: int) -> str:
+    """A tool output of JSON text (its braces in a string, not levels of the transcript)."""
+    return json.dumps([{"id": i, "tags": ["a", "b"]} for i in range(count // 2)])
+
+
+@pytest.mark.parametrize("shape", ["array", "object"])
+def test_many_openers_in_strings_are_read_as_they_are_after_the_depth_is_measured(shape):
+    deepest = {"role": "user", "content": "x"}
+    level: dict[str, Any] = deepest
+    for _ in range(128):  # the depth a message may have: its levels 0 to 128
+        level["c"] = level = {}
+    messages = [*PLAIN[:2], {"role": "tool", "tool_call_id": "c1", "content": openers_in_strings(12_000)},
+                deepest, *PLAIN[2:], {"role": "tool", "tool_call_id": "c2", "content": "{" * 9000}]
+    text = json.dumps(messages if shape == "array" else {"messages": messages, "keep_recent": 2})
+    opener = Opener(text)
+    assert list(messages_from(opener)) == messages
+    assert opener.opened == 3  # counted until the first big output, measured, then read without the count
+    assert fields_from(Opener(text)) == ({} if shape == "array" else {"keep_recent": 2})
+    few = Opener(json.dumps(messages[:2] + messages[3:5]))
+    assert list(messages_from(few)) == messages[:2] + messages[3:5] and few.opened == 1
+
+
+def test_the_count_starts_again_at_each_message():
+    messages = [{"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 2000, "tags": [[]] * 100}
+                for i in range(200)]
+    opener = Opener(json.dumps(messages))  # 20,000 openers in all, about 700 a read: never measured
+    assert list(messages_from(opener)) == messages and opener.opened == 1
+    assert fields_from(Opener(json.dumps({"messages": messages}))) == {}
+
+
+def test_an_integer_outside_64_bits_and_many_openers_read_together():
+    messages = [NUMBERS, {"role": "tool", "tool_call_id": "c1", "content": openers_in_strings(12_000)}, *PLAIN]
+    opener = Opener(json.dumps({"messages": messages, "seed": 2 ** 70}))
+    assert typed(list(messages_from(opener))) == typed(messages)
+    assert opener.opened == 4  # C (the integer), pure Python counted (the openers), measured, read
+    assert fields_from(Opener(json.dumps({"messages": messages, "seed": 2 ** 70}))) == {}  # not a request field
