@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from typing import Any
 
 from compactor.transcript_stream import (
-    ArrayWriter, IntegerOutside64Bits, fields_from, iter_messages, messages_from, read_fields,
+    ArrayWriter, IntegerOutside64Bits, NotForTheCBackend, fields_from, iter_messages, messages_from, read_fields,
 )
 from compactor.transcripts import TranscriptError, parse_transcript
 
@@ -250,3 +251,61 @@ def test_an_integer_outside_64_bits_and_many_openers_read_together():
     assert typed(list(messages_from(opener))) == typed(messages)
     assert opener.opened == 4  # C (the integer), pure Python counted (the openers), measured, read
     assert fields_from(Opener(json.dumps({"messages": messages, "seed": 2 ** 70}))) == {}  # not a request field
+
+
+# Lone surrogates: an escape such as "\ud83d" without its pair, which no UTF-8 text carries and the API refuses. ijson's
+# C backend reads a lone high one as "?" and fails to decode a lone low one; json.loads (JSONL) and the pure-Python
+# backend keep them, and writing a pass output failed with a UnicodeEncodeError.
+def lone(escape: str, shape: str) -> str:
+    messages = [*PLAIN[:2], {"role": "user", "content": "ok \\ud83d\\ude00 then " + escape + " end"}, *PLAIN[2:]]
+    text = [json.dumps(m).replace("\\\\", "\\") for m in messages]  # the escapes as written, not as text
+    if shape == "jsonl":
+        return "\n".join(text) + "\n"
+    array = "[" + ", ".join(text) + "]"
+    return array if shape == "array" else '{"keep_recent": 2, "messages": ' + array + "}"
+
+
+@pytest.mark.parametrize("shape", ["array", "object", "jsonl"])
+@pytest.mark.parametrize("escape", ["\\ud83d", "\\ude00", "\\ude00\\ud83d", "\\udbff"])
+def test_a_lone_surrogate_is_refused_as_the_api_refuses_it(shape, escape):
+    from compactor.jsonutil import bounded_loads
+    from compactor.models import CompactRequest
+
+    text = lone(escape, shape)
+    reason = "text must be valid Unicode: it contains a lone surrogate"
+    if shape != "jsonl":
+        body = bounded_loads(text)
+        with pytest.raises(ValueError, match=reason):  # the API's own refusal of the same messages
+            CompactRequest.model_validate({"messages": body if shape == "array" else body["messages"]})
+    given: list[dict[str, Any]] = []
+    with pytest.raises(TranscriptError, match=reason) as refused:
+        given.extend(messages_from(Opener(text)))
+    assert not isinstance(refused.value, NotForTheCBackend) and given == PLAIN[:2]
+
+
+@pytest.mark.parametrize("shape", ["array", "object", "jsonl"])
+def test_surrogate_pairs_read_at_once_and_escaped_backslashes_as_text(shape):
+    text = lone("\\ud83d\\ude00", shape)
+    opener = Opener(text)
+    assert list(messages_from(opener)) == parse_transcript(text)[0] and opener.opened == 1
+    text = lone("\\\\ud83d", shape)  # an escaped backslash, then the text ud83d
+    opener = Opener(text)
+    read = list(messages_from(opener))
+    assert read == parse_transcript(text)[0] and "\\ud83d end" in read[2]["content"]
+    assert opener.opened <= 2  # the C backend's reading can read it as a lone surrogate: read again, not refused
+
+
+@pytest.mark.parametrize("shift", range(-13, 14))
+def test_a_surrogate_escape_across_two_reads_is_judged_whole(shift):
+    from compactor.transcript_stream import READ_BYTES
+
+    head = '[{"role": "user", "content": "'
+    for escape, refused in (("\\ud83d\\ude00", False), ("\\ud83d", True), ("\\ud83d\\u0041", True)):
+        padding = "x" * (READ_BYTES + shift - len(head))  # the escape starts at READ_BYTES + shift
+        text = head + padding + escape + 'y"}, {"role": "user", "content": "z"}]'
+        opener = Opener(text)
+        if refused:
+            with pytest.raises(TranscriptError, match="lone surrogate"):
+                list(messages_from(opener))
+        else:
+            assert list(messages_from(opener)) == json.loads(text) and opener.opened == 1

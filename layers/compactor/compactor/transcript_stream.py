@@ -16,15 +16,22 @@ Depth as the API bounds it, without the parser's memory growing with the square 
 ijson names every event by its path from the document's root, and holds the name of each open level: at
 20,000 levels of ``[`` (40 KB of text) the process held about 1 GB, and 100,000 levels were killed for
 memory before any message was checked. So the parser is handed a stream that counts the ``[`` and ``{``
-it passes on (in strings too: an over-count) since the last message was given (:class:`_Counted`):
+it passes on (in strings too: an over-count) since the last message was given (:class:`_Watched`):
 no message can be deeper than that count. Past :data:`OPENERS_BETWEEN_MESSAGES`, :func:`messages_from`
 and :func:`fields_from` measure the whole stream's depth with ijson's event stream (which names no path),
 refuse it when deeper than the API allows, else read it again without the count. The count bounds depth,
 not the length of a path: long keys also make long names (docs/scale.md).
+
+Text as the API takes it: a lone surrogate (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8
+text can carry) is refused with the API's message. The C backend reads a lone high one as ``?`` and fails
+on a lone low one, so a read that holds a high escape without a low one after it, or that the C backend
+cannot decode, is read again by the pure-Python backend, which keeps them; each message it gives, and each
+JSONL line with a ``\\ud`` escape, is then checked as the API checks a request.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from itertools import accumulate
@@ -33,7 +40,7 @@ from typing import IO, Any
 
 import ijson
 
-from compactor.jsonutil import MAX_BODY_DEPTH, JSONLimitError, bounded_loads, dense_dumps
+from compactor.jsonutil import MAX_BODY_DEPTH, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable
 from compactor.transcripts import REQUEST_FIELDS, TranscriptError, _jsonl_record_messages
 
 PEEK_BYTES = 1 << 20
@@ -86,8 +93,18 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
     return "jsonl", _Replay(head, raw)
 
 
-class IntegerOutside64Bits(TranscriptError):
-    """ijson's C backend refused an integer outside 64 bits; the pure-Python one reads it (module docstring)."""
+class NotForTheCBackend(TranscriptError):
+    """What ijson's C backend reads otherwise than ``json.loads``; the pure-Python one reads it (module
+    docstring)."""
+
+
+class IntegerOutside64Bits(NotForTheCBackend):
+    """ijson's C backend refused an integer outside 64 bits."""
+
+
+class SurrogateEscape(NotForTheCBackend):
+    """A read holds a high surrogate escape without a low one after it (a lone surrogate, or a pair the read
+    cannot tell from one), or the C backend could not decode a string (a lone low surrogate)."""
 
 
 class OpenersPiledUp(TranscriptError):
@@ -95,24 +112,45 @@ class OpenersPiledUp(TranscriptError):
     to be measured before it is parsed (module docstring)."""
 
 
-class _Counted:
-    """A reader that counts the ``[`` and ``{`` it passes on since :meth:`settled` and raises
-    :class:`OpenersPiledUp` before passing on a read that takes the count past ``limit``. A parser reads
-    ahead at most the read it is parsing, so after a message is given, the levels open are at most those
-    its read opened: :meth:`settled` starts the count again from that read's."""
+# A high surrogate escape without a low one after it. It may also be text after an escaped backslash (``\\ud800``),
+# which the pure-Python backend then reads as the text it is: a reading again, not a refusal.
+_LONE_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+_ESCAPE_TAIL = 11  # a high escape that starts in a read's last 11 bytes is judged with the next read's start
 
-    def __init__(self, raw: _Replay, limit: int) -> None:
-        self.raw, self.limit = raw, limit
+
+class _Watched:
+    """The reader a parser is handed. With ``limit``, it counts the ``[`` and ``{`` it passes on since
+    :meth:`settled` and raises :class:`OpenersPiledUp` before passing on a read that takes the count past it. A
+    parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
+    those its read opened: :meth:`settled` starts the count again from that read's. With ``surrogates`` (for the
+    C backend), it raises :class:`SurrogateEscape` before passing on a read with a lone high surrogate escape."""
+
+    def __init__(self, raw: _Replay, limit: int | None, *, surrogates: bool) -> None:
+        self.raw, self.limit, self.surrogates = raw, limit, surrogates
         self.count = self.last = 0
+        self.tail = b""  # the last bytes of the read before, where an escape may have started
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
-        self.last = data.count(b"[") + data.count(b"{")
-        self.count += self.last
-        if self.count > self.limit:
-            raise OpenersPiledUp(f"more than {self.limit} '[' and '{{' since the last message: the transcript's "
-                                 "depth is to be measured first (transcript_stream.messages_from)")
+        if self.limit is not None:
+            self.last = data.count(b"[") + data.count(b"{")
+            self.count += self.last
+            if self.count > self.limit:
+                raise OpenersPiledUp(f"more than {self.limit} '[' and '{{' since the last message: the "
+                                     "transcript's depth is to be measured first (transcript_stream.messages_from)")
+        if self.surrogates:
+            self._watch_escapes(data)
         return data
+
+    def _watch_escapes(self, data: bytes) -> None:
+        tail = self.tail
+        if b"\\ud" in data or b"\\uD" in data or b"\\" in tail:
+            text = tail + data
+            decided = len(text) - _ESCAPE_TAIL if data else len(text)  # at the end every escape is decided
+            if any(found.start() < decided for found in _LONE_HIGH.finditer(text)):
+                raise SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be read "
+                                      "again by the pure-Python backend (transcript_stream.messages_from)")
+        self.tail = (tail + data)[-_ESCAPE_TAIL:] if len(data) < _ESCAPE_TAIL else data[-_ESCAPE_TAIL:]
 
     def settled(self) -> None:
         self.count = self.last
@@ -127,8 +165,9 @@ def _refused_integer(exc: Exception) -> bool:
     return str(exc).startswith("parse error: integer overflow")
 
 
-def _other_backend(backend: Any, refused: IntegerOutside64Bits) -> Any:
-    """The pure-Python backend, after the C one refused an integer (``refused`` again if it was not the C one)."""
+def _other_backend(backend: Any, refused: NotForTheCBackend) -> Any:
+    """The pure-Python backend, after the C one could not read the stream (``refused`` again if it was not the C
+    one)."""
     if backend is not None:
         raise refused
     return _python_backend()
@@ -151,7 +190,7 @@ def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
                         yield message
                         given += 1
             return
-        except IntegerOutside64Bits as refused:
+        except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
         except OpenersPiledUp:
             backend = _refuse_too_deep(open_source, backend)
@@ -165,7 +204,7 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
         try:
             with open_source() as raw:
                 return read_fields(raw, backend=backend, counted=counted)
-        except IntegerOutside64Bits as refused:
+        except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
         except OpenersPiledUp:
             backend = _refuse_too_deep(open_source, backend)
@@ -191,7 +230,7 @@ def _refuse_too_deep(open_source: Opener, backend: Any) -> Any:
                     deepest = max(accumulate(map(_DEPTH_STEPS.__getitem__, map(itemgetter(0), events)), initial=0))
                 except (ijson.JSONError, ValueError) as exc:
                     raise _not_json(exc) from exc
-        except IntegerOutside64Bits as refused:
+        except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
             continue
         if deepest > MAX_BODY_DEPTH + 3:
@@ -201,24 +240,26 @@ def _refuse_too_deep(open_source: Opener, backend: Any) -> Any:
 
 def iter_messages(raw: IO[bytes], *, backend: Any = None, counted: bool = True) -> Iterator[dict[str, Any]]:
     """The messages of a transcript stream, one at a time (numbers as float/int, never Decimal); ``backend``:
-    an ijson backend (default: ijson's own, its C one); ``counted``: the parser is handed a :class:`_Counted`
-    stream. :class:`IntegerOutside64Bits` when the C backend refuses an integer, :class:`OpenersPiledUp` when
-    the count passes its limit (:func:`messages_from` then reads on)."""
+    an ijson backend (default: ijson's own, its C one); ``counted``: the parser's reader counts openers
+    (:class:`_Watched`). A :class:`NotForTheCBackend` when the C backend reads the stream otherwise than
+    ``json.loads``, :class:`OpenersPiledUp` when the count passes its limit (:func:`messages_from` then reads
+    on)."""
     kind, replay = _sniff(raw)
     try:
         if kind == "jsonl":
             yield from _jsonl(replay)
             return
         prefix = "item" if kind == "array" else "messages.item"
-        reader = _Counted(replay, OPENERS_BETWEEN_MESSAGES) if counted else None
-        for index, message in enumerate((backend or ijson).items(reader or replay, prefix, use_float=True,
+        reader = _Watched(replay, OPENERS_BETWEEN_MESSAGES if counted else None, surrogates=backend is None)
+        for index, message in enumerate((backend or ijson).items(reader, prefix, use_float=True,
                                                                  buf_size=READ_BYTES)):
             if not isinstance(message, dict):
                 raise TranscriptError(f"message {index} is not a JSON object")
             if _deeper_than(message, MAX_BODY_DEPTH):  # the limits of bounded_loads (docs/reliability.md)
                 raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
-            if reader is not None:
-                reader.settled()
+            if backend is not None:  # the pure-Python backend keeps lone surrogates, which the API refuses
+                _check_text(message, f"message {index}")
+            reader.settled()
             yield message
     except TranscriptError:
         raise
@@ -243,7 +284,18 @@ def _deeper_than(message: dict[str, Any], limit: int) -> bool:
     return False
 
 
+def _check_text(value: Any, where: str) -> None:
+    """The API's check of a request's text (``jsonutil.ensure_utf8_encodable``): a lone surrogate is refused."""
+    try:
+        ensure_utf8_encodable(value)
+    except ValueError as exc:
+        raise TranscriptError(f"{where}: {exc}") from None
+
+
 def _not_json(exc: Exception) -> TranscriptError:
+    if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape
+        return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
+                               "pure-Python backend (transcript_stream.messages_from)")
     if isinstance(exc, ijson.JSONError) and _refused_integer(exc):
         return IntegerOutside64Bits("an integer outside 64 bits: the stream is to be read again by the "
                                     "pure-Python backend (transcript_stream.messages_from)")
@@ -260,10 +312,10 @@ def read_fields(raw: IO[bytes], *, backend: Any = None, counted: bool = True) ->
     fields: dict[str, Any] = {}
     builder: Any = None
     key = None
-    reader = _Counted(replay, OPENERS_BETWEEN_MESSAGES) if counted else None
+    reader = _Watched(replay, OPENERS_BETWEEN_MESSAGES if counted else None, surrogates=backend is None)
     try:
-        for prefix, event, value in (backend or ijson).parse(reader or replay, use_float=True, buf_size=READ_BYTES):
-            if reader is not None and (prefix == "" or prefix == "messages.item" and event == "end_map"):
+        for prefix, event, value in (backend or ijson).parse(reader, use_float=True, buf_size=READ_BYTES):
+            if prefix == "" or prefix == "messages.item" and event == "end_map":
                 reader.settled()
             if prefix == "" and event == "map_key":
                 key = value
@@ -279,6 +331,8 @@ def read_fields(raw: IO[bytes], *, backend: Any = None, counted: bool = True) ->
         raise
     except (ijson.JSONError, ValueError) as exc:
         raise _not_json(exc) from exc
+    if backend is not None:
+        _check_text(fields, "the request fields")
     return fields
 
 
@@ -291,6 +345,8 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
             record = bounded_loads(line)
         except JSONLimitError as exc:
             raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
+        if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
+            _check_text(record, f"line {number}")
         yield from _jsonl_record_messages(record, number)
 
 
