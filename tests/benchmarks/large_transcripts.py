@@ -33,7 +33,7 @@ from scale import transcripts  # noqa: E402
 
 from compactor.chat import has_tool_calls, role_of  # noqa: E402
 from compactor.jsonutil import dense_dumps  # noqa: E402
-from compactor.transcript_stream import iter_messages  # noqa: E402
+from compactor.transcript_stream import messages_from  # noqa: E402
 
 RATIO_GOAL = 0.20
 SECONDS_GOAL = 60.0
@@ -47,14 +47,13 @@ def _digest(message: dict) -> str:
 
 def _pinned_and_tail(path: Path) -> tuple[list[str], list[str], int]:
     pinned, tail, size, count = [], collections.deque(maxlen=KEEP_RECENT), 2, 0
-    with open(path, "rb") as handle:
-        for message in iter_messages(handle):
-            digest = _digest(message)
-            if role_of(message) in ("system", "developer", "user"):
-                pinned.append(digest)
-            tail.append(digest)
-            size += len(dense_dumps(message).encode("utf-8")) + (1 if count else 0)
-            count += 1
+    for message in messages_from(lambda: open(path, "rb")):
+        digest = _digest(message)
+        if role_of(message) in ("system", "developer", "user"):
+            pinned.append(digest)
+        tail.append(digest)
+        size += len(dense_dumps(message).encode("utf-8")) + (1 if count else 0)
+        count += 1
     return pinned, list(tail), size
 
 
@@ -65,19 +64,18 @@ def check(source: Path, output: Path) -> tuple[list[str], int, dict]:
     out_pinned, out_tail = [], collections.deque(maxlen=KEEP_RECENT)
     open_calls: set[str] = set()
     size, count = 2, 0
-    with open(output, "rb") as handle:
-        for message in iter_messages(handle):
-            digest = _digest(message)
-            if role_of(message) in ("system", "developer", "user"):
-                out_pinned.append(digest)
-            out_tail.append(digest)
-            if role_of(message) == "tool":
-                if message.get("tool_call_id") not in open_calls:
-                    problems.append(f"message {count}: tool result without its call")
-            else:
-                open_calls = {c.get("id") for c in message.get("tool_calls") or []} if has_tool_calls(message) else set()
-            size += len(dense_dumps(message).encode("utf-8")) + (1 if count else 0)
-            count += 1
+    for message in messages_from(lambda: open(output, "rb")):
+        digest = _digest(message)
+        if role_of(message) in ("system", "developer", "user"):
+            out_pinned.append(digest)
+        out_tail.append(digest)
+        if role_of(message) == "tool":
+            if message.get("tool_call_id") not in open_calls:
+                problems.append(f"message {count}: tool result without its call")
+        else:
+            open_calls = {c.get("id") for c in message.get("tool_calls") or []} if has_tool_calls(message) else set()
+        size += len(dense_dumps(message).encode("utf-8")) + (1 if count else 0)
+        count += 1
     if out_pinned != pinned:
         problems.append(f"pinned messages changed ({len(pinned)} in, {len(out_pinned)} out)")
     if list(out_tail) != tail:

@@ -68,10 +68,12 @@ class OneAfterAnother:
 
 def parsed_again(out: Any, array: Any, summary: dict[str, Any]) -> None:
     """``write_body_of_array`` as the step wrote the result before: each message parsed, then encoded."""
-    from compactor.compaction.windowed import write_body
-    from compactor.transcript_stream import iter_messages
+    from contextlib import nullcontext
 
-    write_body(out, iter_messages(array), summary, messages_only=False)
+    from compactor.compaction.windowed import write_body
+    from compactor.transcript_stream import messages_from
+
+    write_body(out, messages_from(lambda: nullcontext(array)), summary, messages_only=False)
 
 
 def main() -> int:

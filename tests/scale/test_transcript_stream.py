@@ -10,7 +10,7 @@ import pytest
 from typing import Any
 
 from compactor.transcript_stream import (
-    ArrayWriter, IntegerOutside64Bits, NotForTheCBackend, fields_from, iter_messages, messages_from, read_fields,
+    PATH_NAMES_BUDGET, ArrayWriter, IntegerOutside64Bits, NotForTheCBackend, fields_from, messages_from,
 )
 from compactor.transcripts import TranscriptError, parse_transcript
 
@@ -33,20 +33,20 @@ def stream(text: str) -> io.BytesIO:
 ])
 def test_streamed_reading_matches_parse_transcript(text):
     messages, fields = parse_transcript(text.lstrip("\ufeff"))
-    assert list(iter_messages(stream(text))) == messages
-    assert read_fields(stream(text)) == fields
+    assert list(messages_from(lambda: stream(text))) == messages
+    assert fields_from(lambda: stream(text)) == fields
 
 
 def test_claude_code_jsonl_streams_like_it_parses():
     path = next(Path(__file__).resolve().parents[1].glob("fixtures/corpus/*.jsonl"))
     text = path.read_text(encoding="utf-8")
-    assert list(iter_messages(io.BytesIO(text.encode()))) == parse_transcript(text)[0]
+    assert list(messages_from(lambda: io.BytesIO(text.encode()))) == parse_transcript(text)[0]
 
 
 @pytest.mark.parametrize("text", ["", "   ", "[1, 2]", '{"messages": [1]}', "[{]", "not json\nat all"])
 def test_bad_input_is_a_transcript_error(text):
     with pytest.raises(TranscriptError):
-        list(iter_messages(stream(text)))
+        list(messages_from(lambda: stream(text)))
 
 
 def test_array_writer_reads_back():
@@ -56,7 +56,7 @@ def test_array_writer_reads_back():
         writer.write(message)
     writer.finish()
     assert json.loads(out.getvalue()) == MESSAGES
-    assert list(iter_messages(stream(out.getvalue()))) == MESSAGES
+    assert list(messages_from(lambda: stream(out.getvalue()))) == MESSAGES
     empty = io.StringIO()
     ArrayWriter(empty).finish()
     assert json.loads(empty.getvalue()) == []
@@ -143,10 +143,6 @@ def test_the_second_reading_goes_on_after_the_messages_given_and_only_when_neede
     assert list(read) == [NUMBERS, *PLAIN[3:]] and opener.opened == 2
     plain = Opener(json.dumps(PLAIN))
     assert list(messages_from(plain)) == PLAIN and fields_from(plain) == {} and plain.opened == 2
-    with pytest.raises(IntegerOutside64Bits):  # a stream that cannot be opened again: a TranscriptError
-        list(iter_messages(stream(text)))
-    with pytest.raises(TranscriptError, match="outside 64 bits"):
-        read_fields(stream(json.dumps({"messages": [NUMBERS]})))
 
 
 @pytest.mark.parametrize("text", [
@@ -186,9 +182,10 @@ def test_the_cli_streams_a_large_file_with_integers_outside_64_bits(tmp_path, mo
     assert out["compacted"] and out["messages"][:2] == messages[:2]
 
 
-# Depth: the parser names each open level by its path (ijson), so a deep transcript held memory with the square of its
-# depth (12,000 levels of '[': about 350 MB traced) before any message was checked. The stream counts the '[' and '{'
-# it hands the parser since the last message; past OPENERS_BETWEEN_MESSAGES its depth is measured first.
+# Paths: ijson's items name each open level by its path, so a deep transcript held memory with the square of its depth
+# (12,000 levels of '[': about 350 MB traced) and long keys with their length, before any message was checked. The
+# reader counts the '[' and '{' and the bytes it hands the parser since the last message; past PATH_NAMES_BUDGET the
+# stream is read on from the parser's events, which name no path, and a level deeper than the API's is refused.
 LEVELS = 12_000
 
 
@@ -221,18 +218,24 @@ def openers_in_strings(count: int) -> str:
 
 
 @pytest.mark.parametrize("shape", ["array", "object"])
-def test_many_openers_in_strings_are_read_as_they_are_after_the_depth_is_measured(shape):
+def test_many_openers_in_strings_are_read_as_they_are_path_free(shape):
     deepest = {"role": "user", "content": "x"}
     level: dict[str, Any] = deepest
     for _ in range(128):  # the depth a message may have: its levels 0 to 128
         level["c"] = level = {}
     messages = [*PLAIN[:2], {"role": "tool", "tool_call_id": "c1", "content": openers_in_strings(12_000)},
                 deepest, *PLAIN[2:], {"role": "tool", "tool_call_id": "c2", "content": "{" * 9000}]
-    text = json.dumps(messages if shape == "array" else {"messages": messages, "keep_recent": 2})
+    text = json.dumps(messages if shape == "array" else {"messages": messages, "keep_recent": 2,
+                                                         "pinned_indices": [0], "other": [{"role": "user"}]})
     opener = Opener(text)
     assert list(messages_from(opener)) == messages
-    assert opener.opened == 3  # counted until the first big output, measured, then read without the count
-    assert fields_from(Opener(text)) == ({} if shape == "array" else {"keep_recent": 2})
+    assert opener.opened == 2  # counted until the first big output, then read on path-free
+    fields = Opener(text)
+    assert fields_from(fields) == ({} if shape == "array" else {"keep_recent": 2, "pinned_indices": [0]})
+    assert fields.opened == 1
+    scalar = Opener(text.replace('{"role": "user", "content": "m4", "n": 4}', "4"))
+    with pytest.raises(TranscriptError, match="message 6 is not a JSON object"):  # read path-free
+        list(messages_from(scalar))
     few = Opener(json.dumps(messages[:2] + messages[3:5]))
     assert list(messages_from(few)) == messages[:2] + messages[3:5] and few.opened == 1
 
@@ -240,16 +243,17 @@ def test_many_openers_in_strings_are_read_as_they_are_after_the_depth_is_measure
 def test_the_count_starts_again_at_each_message():
     messages = [{"role": "tool", "tool_call_id": f"c{i}", "content": "x" * 2000, "tags": [[]] * 100}
                 for i in range(200)]
-    opener = Opener(json.dumps(messages))  # 20,000 openers in all, about 700 a read: never measured
+    opener = Opener(json.dumps(messages))  # 20,000 openers in all, about 700 a read: never path-free
     assert list(messages_from(opener)) == messages and opener.opened == 1
-    assert fields_from(Opener(json.dumps({"messages": messages}))) == {}
+    fields = Opener(json.dumps({"messages": messages}))
+    assert fields_from(fields) == {} and fields.opened == 1
 
 
 def test_an_integer_outside_64_bits_and_many_openers_read_together():
     messages = [NUMBERS, {"role": "tool", "tool_call_id": "c1", "content": openers_in_strings(12_000)}, *PLAIN]
     opener = Opener(json.dumps({"messages": messages, "seed": 2 ** 70}))
     assert typed(list(messages_from(opener))) == typed(messages)
-    assert opener.opened == 4  # C (the integer), pure Python counted (the openers), measured, read
+    assert opener.opened == 3  # C (the integer), pure Python counted (the openers), pure Python path-free
     assert fields_from(Opener(json.dumps({"messages": messages, "seed": 2 ** 70}))) == {}  # not a request field
 
 
@@ -309,3 +313,99 @@ def test_a_surrogate_escape_across_two_reads_is_judged_whole(shift):
                 list(messages_from(opener))
         else:
             assert list(messages_from(opener)) == json.loads(text) and opener.opened == 1
+
+
+def nested_keys(levels: int, key_bytes: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "user", "content": "x"}
+    level = message
+    for index in range(levels):
+        level[f"{index:06d}" + "k" * (key_bytes - 6)] = level = {}
+    return message
+
+
+@pytest.mark.parametrize("shape", ["array", "object"])
+def test_long_keys_are_read_path_free_without_the_parsers_names(shape):
+    import tracemalloc
+
+    message = nested_keys(120, 40_000)  # 4.8 MB of keys at 120 levels: within the API's depth
+    text = json.dumps([PLAIN[0], message] if shape == "array" else {"messages": [PLAIN[0], message]})
+    opener = Opener(text)
+    tracemalloc.start()
+    try:
+        read = list(messages_from(opener))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert read == [PLAIN[0], message] and opener.opened == 2
+    # the text, its bytes, the message built, and the names the items held until the budget sent the reading path-free
+    # (ijson's items held 570 MB of names for the whole message)
+    assert peak < PATH_NAMES_BUDGET + 4 * len(text), peak
+
+
+@pytest.mark.parametrize("read", [lambda opener: list(messages_from(opener)), fields_from])
+def test_many_levels_of_long_keys_are_refused_as_they_open(read):
+    import tracemalloc
+
+    keys = "".join(f'"{index:06d}{"k" * 54}": {{' for index in range(4000))  # 264 KB: ijson held 570 MB
+    deep = '{"role": "user", "content": "x", ' + keys + "}" * 4000 + "}"  # before refusing it
+    text = '{"messages": [' + deep + "]}" if read is not fields_from else '{"policy_ir": ' + deep + ', "messages": []}'
+    tracemalloc.start()
+    try:
+        with pytest.raises(TranscriptError, match="nested deeper than"):
+            read(Opener(text))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the items' names until the budget sent the reading path-free; the fields are always read path-free
+    assert peak < (16 * 2 ** 20 if read is fields_from else PATH_NAMES_BUDGET), peak
+
+
+@pytest.mark.parametrize("path_free", [False, True])
+def test_a_message_may_be_128_levels_deep_not_129(path_free):
+    for levels, refused in ((128, False), (129, True)):
+        message = nested_keys(levels, 8)  # its deepest level: the innermost dict
+        text = json.dumps([PLAIN[0], message] + ([{"role": "tool", "content": "{" * 40_000}] if path_free else []))
+        opener = Opener(text)
+        if refused:
+            with pytest.raises(TranscriptError, match="nested deeper than 128 levels"):
+                list(messages_from(opener))
+        else:
+            assert list(messages_from(opener))[:2] == [PLAIN[0], message]
+            assert opener.opened == (2 if path_free else 1)
+
+
+@pytest.mark.parametrize(("number", "reason"), [
+    ("-1e400", "message 1: number out of range"),  # the pure-Python backend makes -inf of it
+    ("1e400", "not JSON"),  # and refuses +inf itself
+    ("1" * 101, "message 1: number literal longer than 100"), ("-" + "1" * 100, "message 1: number literal longer"),
+])
+@pytest.mark.parametrize("shape", ["array", "object"])
+def test_after_an_integer_outside_64_bits_what_the_api_refuses_is_refused(number, reason, shape):
+    from compactor.jsonutil import JSONLimitError, bounded_loads
+
+    messages = '[{"role": "user", "content": "a", "n": 123456789012345678901234567890}, ' \
+               '{"role": "user", "content": "b", "m": ' + number + "}]"
+    text = messages if shape == "array" else '{"keep_recent": 2, "messages": ' + messages + "}"
+    with pytest.raises(JSONLimitError):  # the API's reading of the same text
+        bounded_loads(text)
+    with pytest.raises(TranscriptError, match=reason):
+        list(messages_from(Opener(text)))
+    if shape == "object":  # the field after the messages, whose integer sends the reading to the pure-Python backend
+        field = '{"messages": ' + messages + ', "keep_recent": ' + number + "}"
+        with pytest.raises(TranscriptError, match=reason.replace("message 1", "the request fields")):
+            fields_from(Opener(field))
+
+
+def test_the_count_starts_again_from_the_read_that_held_the_messages_end():
+    """The next message's start may be in that read already (the parser reads ahead to its end): its openers count."""
+    from compactor.transcript_stream import READ_BYTES
+
+    head = '[{"role": "user", "content": "'
+    first = head + "a" * (READ_BYTES + 50 - len(head) - 3) + '"}'  # ends 50 bytes into the second read
+    second = '{"role": "tool", "content": "' + "{" * 1500  # 1,500 openers in the second read
+    second += "y" * (2 * READ_BYTES - len(first) - 2 - len(second)) + "{" * 1500 + "y" * 14_000 + '"}]'  # and in the third
+    text = first + ", " + second
+    opener = Opener(text)  # 3,000 openers in 32 KiB since the first message: past the budget, read on path-free
+    assert list(messages_from(opener)) == json.loads(text) and opener.opened == 2
+    opener = Opener(text.replace("{" * 1500 + "y", "y" * 1500 + "y"))  # 1,500 in 16 KiB: within it
+    assert len(list(messages_from(opener))) == 2 and opener.opened == 1

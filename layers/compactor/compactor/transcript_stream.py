@@ -3,44 +3,43 @@
 The formats of :mod:`compactor.transcripts` (a JSON array of messages, an object with a ``messages``
 array and request fields, JSONL of messages or Claude Code session records), read incrementally with
 ``ijson`` from any binary file-like object (a local file, an S3 body). Writing produces one message
-per line inside a JSON array, which reads back with the same functions.
+per line inside a JSON array, which reads back with the same functions. Read with :func:`messages_from`
+and :func:`fields_from`, which are given a way to open the stream again: a stream is read again another way
+when ijson's fast path cannot read it as the API reads a request (``json.loads`` and its checks):
 
-Numbers read as ``json.loads`` (the API) reads them. ijson's C backend, with its numbers as floats (the fast
-path), refuses an integer outside 64 bits ("integer overflow"), which ``json.loads`` reads as an int: a
-valid transcript. :func:`messages_from` and :func:`fields_from`, given a way to open the stream again,
-then read it again with ijson's pure-Python backend (about 15 times slower, for such transcripts only).
-Its C backend with Decimal numbers would read them, but crashes the process (a segmentation fault, ijson
-3.6.0) on an integer longer than Python converts (4,300 digits), which the API refuses with a 400.
-
-Depth as the API bounds it, without the parser's memory growing with the square of a depth it refuses.
-ijson names every event by its path from the document's root, and holds the name of each open level: at
-20,000 levels of ``[`` (40 KB of text) the process held about 1 GB, and 100,000 levels were killed for
-memory before any message was checked. So the parser is handed a stream that counts the ``[`` and ``{``
-it passes on (in strings too: an over-count) since the last message was given (:class:`_Watched`):
-no message can be deeper than that count. Past :data:`OPENERS_BETWEEN_MESSAGES`, :func:`messages_from`
-and :func:`fields_from` measure the whole stream's depth with ijson's event stream (which names no path),
-refuse it when deeper than the API allows, else read it again without the count. The count bounds depth,
-not the length of a path: long keys also make long names (docs/scale.md).
-
-Text as the API takes it: a lone surrogate (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8
-text can carry) is refused with the API's message. The C backend reads a lone high one as ``?`` and fails
-on a lone low one, so a read that holds a high escape without a low one after it, or that the C backend
-cannot decode, is read again by the pure-Python backend, which keeps them; each message it gives, and each
-JSONL line with a ``\\ud`` escape, is then checked as the API checks a request.
+* **Numbers.** ijson's C backend, with its numbers as floats (the fast path), refuses an integer outside 64
+  bits ("integer overflow"), which the API reads. The stream is then read by ijson's pure-Python backend
+  (about 15 times slower, for such transcripts only), whose messages are checked for what the API refuses
+  and that backend takes: a float out of range, an integer of more than 100 characters. The C backend with
+  Decimal numbers would read them, but crashes the process (a segmentation fault, ijson 3.6.0) on an integer
+  longer than Python converts (4,300 digits).
+* **Lone surrogates** (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8 text can carry): the
+  C backend reads a lone high one as ``?`` and fails on a lone low one. A read holding a high escape without
+  a low one after it, or that the C backend cannot decode, is read again by the pure-Python backend, which
+  keeps them for the API's check to refuse. Each JSONL line with a ``\\ud`` escape is checked the same way.
+* **Paths.** ijson's items name every event by its path from the root and hold the name of each open level,
+  so memory grows with depth times the length of the names: 20,000 levels of ``[`` (40 KB) held about 1 GB,
+  and 120 levels of 40 KB keys (4.8 MB, within the API's depth) 570 MB. So the parser is handed a reader
+  that counts the ``[`` and ``{`` (in strings too: an over-count) and the bytes it passes on since the last
+  message was given (:class:`_Watched`), which bound the levels open and their names. Past
+  :data:`PATH_NAMES_BUDGET`, the stream is read on from its parser's events, which name no path
+  (:func:`_path_free_messages`: slower, its memory the message being built), refusing a level deeper than
+  the API's as soon as it opens. The request fields are always read that way.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from itertools import accumulate
-from operator import itemgetter
 from typing import IO, Any
 
 import ijson
 
-from compactor.jsonutil import MAX_BODY_DEPTH, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable
+from compactor.jsonutil import (
+    MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
+)
 from compactor.transcripts import REQUEST_FIELDS, TranscriptError, _jsonl_record_messages
 
 PEEK_BYTES = 1 << 20
@@ -48,10 +47,13 @@ PEEK_BYTES = 1 << 20
 READ_BYTES = 16_384
 """What the parser reads at a time: a quarter of ijson's default, so that the count of a read holding a
 message's end and the next messages' start stays small (parsing about 2% slower)."""
-OPENERS_BETWEEN_MESSAGES = 4096
-"""How many ``[`` and ``{`` the parser may be handed since the last message it gave (counting the read that
-held that message's end) before the stream's depth is measured first: at that depth the parser's names of
-the open levels hold about 40 MB (module docstring)."""
+PATH_NAMES_BUDGET = 128 * 2 ** 20
+"""How much the parser's names of the open levels may hold at most, bounded from the reader's count since the
+last message: levels ``(openers + 2)`` times the longest name ``(bytes + 6 × openers + 14)`` (module docstring).
+Messages of the corpus reach a tenth of it; a read past it is read on path-free."""
+MAX_LEVELS = MAX_BODY_DEPTH + 3
+"""The most levels a transcript opens at once: a message's levels 0 to ``MAX_BODY_DEPTH``, the array's and an
+object's (the path-free reading refuses a deeper one as it opens)."""
 
 
 class _Replay:
@@ -93,6 +95,7 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
     return "jsonl", _Replay(head, raw)
 
 
+
 class NotForTheCBackend(TranscriptError):
     """What ijson's C backend reads otherwise than ``json.loads``; the pure-Python one reads it (module
     docstring)."""
@@ -107,62 +110,71 @@ class SurrogateEscape(NotForTheCBackend):
     cannot tell from one), or the C backend could not decode a string (a lone low surrogate)."""
 
 
-class OpenersPiledUp(TranscriptError):
-    """More than :data:`OPENERS_BETWEEN_MESSAGES` ``[`` and ``{`` since the last message: the stream's depth is
-    to be measured before it is parsed (module docstring)."""
+class PathsTooLong(TranscriptError):
+    """The parser's names of the open levels could pass :data:`PATH_NAMES_BUDGET`: the stream is to be read
+    path-free (module docstring)."""
 
 
 # A high surrogate escape without a low one after it. It may also be text after an escaped backslash (``\\ud800``),
 # which the pure-Python backend then reads as the text it is: a reading again, not a refusal.
 _LONE_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
 _ESCAPE_TAIL = 11  # a high escape that starts in a read's last 11 bytes is judged with the next read's start
+# Whether a read holds a high surrogate escape: one regular expression's pass (about 7 µs for 16 KiB here), where
+# looking for ``\ud`` and ``\uD`` took two passes of about 12 µs each.
+_HIGH_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 
 
 class _Watched:
-    """The reader a parser is handed. With ``limit``, it counts the ``[`` and ``{`` it passes on since
-    :meth:`settled` and raises :class:`OpenersPiledUp` before passing on a read that takes the count past it. A
+    """The reader a parser is handed. ``counted``: it counts the ``[`` and ``{`` and the bytes it passes on since
+    :meth:`settled`, and stops before a read that takes the bound they give past :data:`PATH_NAMES_BUDGET`. A
     parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
-    those its read opened: :meth:`settled` starts the count again from that read's. With ``surrogates`` (for the
-    C backend), it raises :class:`SurrogateEscape` before passing on a read with a lone high surrogate escape."""
+    those its read opened: :meth:`settled` starts the count again from that read's. ``surrogates`` (for the C
+    backend): it stops before a read with a lone high surrogate escape.
 
-    def __init__(self, raw: _Replay, limit: int | None, *, surrogates: bool) -> None:
-        self.raw, self.limit, self.surrogates = raw, limit, surrogates
-        self.count = self.last = 0
+    To stop, it answers the end of the stream (the parser then fails on an incomplete document, as a parser
+    does, instead of being left inside a string) and keeps the reason in :attr:`stopped`, which the reading
+    raises in place of the parser's error."""
+
+    def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool) -> None:
+        self.raw, self.counted, self.surrogates = raw, counted, surrogates
+        self.openers = self.size = self.last_openers = self.last_size = 0
         self.tail = b""  # the last bytes of the read before, where an escape may have started
+        self.stopped: TranscriptError | None = None
 
     def read(self, size: int = -1) -> bytes:
+        if self.stopped is not None:
+            return b""
         data = self.raw.read(size)
-        if self.limit is not None:
-            self.last = data.count(b"[") + data.count(b"{")
-            self.count += self.last
-            if self.count > self.limit:
-                raise OpenersPiledUp(f"more than {self.limit} '[' and '{{' since the last message: the "
-                                     "transcript's depth is to be measured first (transcript_stream.messages_from)")
-        if self.surrogates:
-            self._watch_escapes(data)
+        if self.counted:
+            self.last_openers, self.last_size = data.count(b"[") + data.count(b"{"), len(data)
+            self.openers += self.last_openers
+            self.size += self.last_size
+            if (self.openers + 2) * (self.size + 6 * self.openers + 14) > PATH_NAMES_BUDGET:
+                self.stopped = PathsTooLong(f"{self.openers} '[' and '{{' in {self.size} bytes since the last "
+                                            "message: the transcript is to be read path-free")
+                return b""
+        if self.surrogates and self._lone_high(data):
+            self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "
+                                           "read again by the pure-Python backend")
+            return b""
         return data
 
-    def _watch_escapes(self, data: bytes) -> None:
+    def _lone_high(self, data: bytes) -> bool:
         tail = self.tail
-        if b"\\ud" in data or b"\\uD" in data or b"\\" in tail:
+        found = False
+        if _HIGH_ESCAPE.search(data) or b"\\u" in tail or tail.endswith(b"\\"):  # an escape, or its start
             text = tail + data
             decided = len(text) - _ESCAPE_TAIL if data else len(text)  # at the end every escape is decided
-            if any(found.start() < decided for found in _LONE_HIGH.finditer(text)):
-                raise SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be read "
-                                      "again by the pure-Python backend (transcript_stream.messages_from)")
+            found = any(match.start() < decided for match in _LONE_HIGH.finditer(text))
         self.tail = (tail + data)[-_ESCAPE_TAIL:] if len(data) < _ESCAPE_TAIL else data[-_ESCAPE_TAIL:]
+        return found
 
     def settled(self) -> None:
-        self.count = self.last
+        self.openers, self.size = self.last_openers, self.last_size
 
 
 def _python_backend() -> Any:
     return ijson.get_backend("python")
-
-
-def _refused_integer(exc: Exception) -> bool:
-    """yajl's own error, whose text starts with its reason (the input's excerpt follows it)."""
-    return str(exc).startswith("parse error: integer overflow")
 
 
 def _other_backend(backend: Any, refused: NotForTheCBackend) -> Any:
@@ -177,94 +189,142 @@ Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
 def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
-    """:func:`iter_messages` of the stream ``open_source()`` opens, opened again when it has to be read
-    another way (module docstring): by the pure-Python backend when it holds an integer outside 64 bits,
-    without the count of openers once its depth was measured. Each new reading goes on after the messages
-    already given."""
-    given, backend, counted = 0, None, True
+    """The messages of the stream ``open_source()`` opens, one at a time (numbers as ``json.loads`` makes them:
+    int and float, never Decimal), as the API would take them; the stream is opened again when it has to be
+    read another way (module docstring), and each new reading goes on after the messages already given."""
+    given, backend, path_free = 0, None, False
     while True:
         try:
             with open_source() as raw:
-                for index, message in enumerate(iter_messages(raw, backend=backend, counted=counted)):
+                for index, message in enumerate(_messages(raw, backend, path_free=path_free)):
                     if index >= given:
                         yield message
                         given += 1
             return
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
-        except OpenersPiledUp:
-            backend = _refuse_too_deep(open_source, backend)
-            counted = False
+        except PathsTooLong:
+            path_free = True
 
 
 def fields_from(open_source: Opener) -> dict[str, Any]:
-    """:func:`read_fields` of the stream ``open_source()`` opens, read again as :func:`messages_from` reads."""
-    backend, counted = None, True
+    """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
+    arrays and JSONL), read path-free; opened again by the pure-Python backend when the C one cannot read it."""
+    backend = None
     while True:
         try:
             with open_source() as raw:
-                return read_fields(raw, backend=backend, counted=counted)
+                return _fields(raw, backend)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
-        except OpenersPiledUp:
-            backend = _refuse_too_deep(open_source, backend)
-            counted = False
 
 
-_DEPTH_STEPS = {"start_map": 1, "start_array": 1, "end_map": -1, "end_array": -1, "map_key": 0, "null": 0,
-                "boolean": 0, "integer": 0, "double": 0, "number": 0, "string": 0}
-
-
-def _refuse_too_deep(open_source: Opener, backend: Any) -> Any:
-    """A :class:`TranscriptError` when the stream ``open_source()`` opens has more levels open at once than a
-    transcript whose messages are within the API's depth can have: the messages' own (their levels 0 to
-    ``MAX_BODY_DEPTH``), the array's and an object's. Measured from ijson's events, which name no path, one
-    level a step; the backend the stream is to be read by (the pure-Python one when the C one refuses an
-    integer)."""
-    while True:
-        try:
-            with open_source() as raw:
-                _kind, reader = _sniff(raw)
-                try:
-                    events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
-                    deepest = max(accumulate(map(_DEPTH_STEPS.__getitem__, map(itemgetter(0), events)), initial=0))
-                except (ijson.JSONError, ValueError) as exc:
-                    raise _not_json(exc) from exc
-        except NotForTheCBackend as refused:
-            backend = _other_backend(backend, refused)
-            continue
-        if deepest > MAX_BODY_DEPTH + 3:
-            raise TranscriptError(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
-        return backend
-
-
-def iter_messages(raw: IO[bytes], *, backend: Any = None, counted: bool = True) -> Iterator[dict[str, Any]]:
-    """The messages of a transcript stream, one at a time (numbers as float/int, never Decimal); ``backend``:
-    an ijson backend (default: ijson's own, its C one); ``counted``: the parser's reader counts openers
-    (:class:`_Watched`). A :class:`NotForTheCBackend` when the C backend reads the stream otherwise than
-    ``json.loads``, :class:`OpenersPiledUp` when the count passes its limit (:func:`messages_from` then reads
-    on)."""
+def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, counted: bool = True
+              ) -> Iterator[dict[str, Any]]:
+    """The messages of one reading of ``raw`` by ``backend`` (None: ijson's default, its C one): its items with
+    the reader counting (``counted``), or ``path_free``. A :class:`NotForTheCBackend` or :class:`PathsTooLong`
+    when it is to be read another way (:func:`messages_from`)."""
     kind, replay = _sniff(raw)
+    if kind == "jsonl":
+        yield from _jsonl(replay)
+        return
+    reader = _Watched(replay, counted=counted and not path_free, surrogates=backend is None)
     try:
-        if kind == "jsonl":
-            yield from _jsonl(replay)
-            return
-        prefix = "item" if kind == "array" else "messages.item"
-        reader = _Watched(replay, OPENERS_BETWEEN_MESSAGES if counted else None, surrogates=backend is None)
-        for index, message in enumerate((backend or ijson).items(reader, prefix, use_float=True,
-                                                                 buf_size=READ_BYTES)):
+        if path_free:
+            items = _path_free_messages(reader, kind, backend)
+        else:
+            items = (backend or ijson).items(reader, "item" if kind == "array" else "messages.item",
+                                             use_float=True, buf_size=READ_BYTES)
+        for index, message in enumerate(items):
             if not isinstance(message, dict):
                 raise TranscriptError(f"message {index} is not a JSON object")
             if _deeper_than(message, MAX_BODY_DEPTH):  # the limits of bounded_loads (docs/reliability.md)
                 raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
-            if backend is not None:  # the pure-Python backend keeps lone surrogates, which the API refuses
-                _check_text(message, f"message {index}")
+            if backend is not None:  # the pure-Python backend takes what the API refuses
+                _check_as_api(message, f"message {index}")
             reader.settled()
             yield message
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:  # ValueError: a number Python refuses to convert
-        raise _not_json(exc) from exc
+        raise reader.stopped or _not_json(exc) from exc
+    if reader.stopped is not None:  # stopped on a read the document did not need (blank after its end)
+        raise reader.stopped
+
+
+_STARTS = frozenset(("start_map", "start_array"))
+_ENDS = frozenset(("end_map", "end_array"))
+_SCALARS = frozenset(("null", "boolean", "integer", "double", "number", "string"))
+
+
+def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[Any]:
+    """The items of the messages array (the root, or an object's ``messages`` member) built from the parser's
+    events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens."""
+    events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
+    inside = 1 if kind == "array" else 2  # the levels open around a message
+    depth, builder, member, in_messages = 0, None, None, kind == "array"
+    for event, value in events:
+        if event in _STARTS:
+            if depth == inside and in_messages and builder is None:
+                builder = ijson.ObjectBuilder()
+            depth += 1
+            if depth > MAX_LEVELS:
+                raise TranscriptError(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
+            if kind == "object" and depth == 2 and event == "start_array" and member == "messages":
+                in_messages = True
+        elif event in _ENDS:
+            depth -= 1
+            if depth == 1 and kind == "object":
+                in_messages = False
+        elif kind == "object" and depth == 1 and event == "map_key":
+            member = value
+            continue
+        if builder is not None:
+            builder.event(event, value)
+            if depth == inside:
+                yield builder.value
+                builder = None
+        elif depth == inside and in_messages and event in _SCALARS:
+            yield value  # a scalar item: not a message, which the reading refuses
+
+
+def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
+    """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
+    past :data:`MAX_LEVELS` refused as it opens); the last of a field named twice."""
+    kind, replay = _sniff(raw)
+    if kind != "object":
+        return {}
+    reader = _Watched(replay, counted=False, surrogates=backend is None)
+    fields: dict[str, Any] = {}
+    depth, key, builder = 0, None, None
+    try:
+        for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
+            if event in _STARTS:
+                depth += 1
+                if depth > MAX_LEVELS:
+                    raise TranscriptError(f"the transcript is nested deeper than its messages may be "
+                                          f"({MAX_BODY_DEPTH} levels)")
+            elif event in _ENDS:
+                depth -= 1
+            if depth == 1 and event == "map_key":  # a member of the object
+                key = value if value in REQUEST_FIELDS else None
+                continue
+            if key is None:
+                continue
+            if builder is None:
+                builder = ijson.ObjectBuilder()
+            builder.event(event, value)
+            if depth == 1:  # the member's value is whole: a scalar, or its container closed
+                fields[key], key, builder = builder.value, None, None
+    except TranscriptError:
+        raise
+    except (ijson.JSONError, ValueError) as exc:
+        raise reader.stopped or _not_json(exc) from exc
+    if reader.stopped is not None:
+        raise reader.stopped
+    if backend is not None:
+        _check_as_api(fields, "the request fields")
+    return fields
 
 
 def _deeper_than(message: dict[str, Any], limit: int) -> bool:
@@ -284,56 +344,44 @@ def _deeper_than(message: dict[str, Any], limit: int) -> bool:
     return False
 
 
-def _check_text(value: Any, where: str) -> None:
-    """The API's check of a request's text (``jsonutil.ensure_utf8_encodable``): a lone surrogate is refused."""
+# Integers with more characters than the API reads are at least this large (its sign counts as a character).
+_LONG_INTEGER = 10 ** (MAX_NUMBER_CHARS - 1)
+
+
+def _check_as_api(value: Any, where: str) -> None:
+    """What the API refuses in a request and the pure-Python backend takes: a lone surrogate and a float out of
+    range (``jsonutil.ensure_utf8_encodable``, whose encoding refuses the float), an integer of more than
+    :data:`~compactor.jsonutil.MAX_NUMBER_CHARS` characters."""
     try:
+        nodes = [value]
+        while nodes:
+            node = nodes.pop()
+            for child in (node.values() if type(node) is dict else node if type(node) is list else ()):
+                if type(child) is int and not -_LONG_INTEGER < child < _LONG_INTEGER and \
+                        len(str(child)) > MAX_NUMBER_CHARS:
+                    raise ValueError(f"number literal longer than {MAX_NUMBER_CHARS} characters")
+                if type(child) is float and not math.isfinite(child):
+                    raise ValueError(f"number out of range: {child}")
+                if type(child) is dict or type(child) is list:
+                    nodes.append(child)
         ensure_utf8_encodable(value)
     except ValueError as exc:
         raise TranscriptError(f"{where}: {exc}") from None
 
 
+def _refused_integer(exc: Exception) -> bool:
+    """yajl's own error, whose text starts with its reason (the input's excerpt follows it)."""
+    return str(exc).startswith("parse error: integer overflow")
+
+
 def _not_json(exc: Exception) -> TranscriptError:
     if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape
         return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
-                               "pure-Python backend (transcript_stream.messages_from)")
+                               "pure-Python backend")
     if isinstance(exc, ijson.JSONError) and _refused_integer(exc):
         return IntegerOutside64Bits("an integer outside 64 bits: the stream is to be read again by the "
-                                    "pure-Python backend (transcript_stream.messages_from)")
+                                    "pure-Python backend")
     return TranscriptError(f"not JSON: {str(exc)[:200]}")
-
-
-def read_fields(raw: IO[bytes], *, backend: Any = None, counted: bool = True) -> dict[str, Any]:
-    """The request fields next to ``messages`` in an object transcript (``{}`` for arrays and JSONL);
-    ``backend`` and ``counted`` as for :func:`iter_messages` (the count starts again at each message's end and
-    each member of the object)."""
-    kind, replay = _sniff(raw)
-    if kind != "object":
-        return {}
-    fields: dict[str, Any] = {}
-    builder: Any = None
-    key = None
-    reader = _Watched(replay, OPENERS_BETWEEN_MESSAGES if counted else None, surrogates=backend is None)
-    try:
-        for prefix, event, value in (backend or ijson).parse(reader, use_float=True, buf_size=READ_BYTES):
-            if prefix == "" or prefix == "messages.item" and event == "end_map":
-                reader.settled()
-            if prefix == "" and event == "map_key":
-                key = value
-                continue
-            if key not in REQUEST_FIELDS or not (prefix == key or prefix.startswith(key + ".")):
-                continue
-            if builder is None:
-                builder = ijson.ObjectBuilder()
-            builder.event(event, value)
-            if prefix == key and event not in ("start_map", "start_array"):
-                fields[key], builder, key = builder.value, None, None
-    except TranscriptError:
-        raise
-    except (ijson.JSONError, ValueError) as exc:
-        raise _not_json(exc) from exc
-    if backend is not None:
-        _check_text(fields, "the request fields")
-    return fields
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
@@ -346,7 +394,7 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
         except JSONLimitError as exc:
             raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
         if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
-            _check_text(record, f"line {number}")
+            _check_as_api(record, f"line {number}")
         yield from _jsonl_record_messages(record, number)
 
 
