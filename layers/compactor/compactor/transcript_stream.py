@@ -129,7 +129,9 @@ class _Watched:
     :meth:`settled`, and stops before a read that takes the bound they give past :data:`PATH_NAMES_BUDGET`. A
     parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
     those its read opened: :meth:`settled` starts the count again from that read's. ``surrogates`` (for the C
-    backend): it stops before a read with a lone high surrogate escape.
+    backend): it stops before a read with a lone high surrogate escape. A read's last bytes from a backslash among
+    its last 11 are held back for the next read: an escape there is passed on only once its pair, or its lack of
+    one, has been seen.
 
     To stop, it answers the end of the stream (the parser then fails on an incomplete document, as a parser
     does, instead of being left inside a string) and keeps the reason in :attr:`stopped`, which the reading
@@ -138,13 +140,17 @@ class _Watched:
     def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool) -> None:
         self.raw, self.counted, self.surrogates = raw, counted, surrogates
         self.openers = self.size = self.last_openers = self.last_size = 0
-        self.tail = b""  # the last bytes of the read before, where an escape may have started
+        self.held = b""  # a read's last bytes from a backslash, passed on with the next read
         self.stopped: TranscriptError | None = None
 
     def read(self, size: int = -1) -> bytes:
         if self.stopped is not None:
             return b""
         data = self.raw.read(size)
+        if self.surrogates:
+            data = self._judged(data, size)
+            if self.stopped is not None:
+                return b""
         if self.counted:
             self.last_openers, self.last_size = data.count(b"[") + data.count(b"{"), len(data)
             self.openers += self.last_openers
@@ -153,21 +159,27 @@ class _Watched:
                 self.stopped = PathsTooLong(f"{self.openers} '[' and '{{' in {self.size} bytes since the last "
                                             "message: the transcript is to be read path-free")
                 return b""
-        if self.surrogates and self._lone_high(data):
-            self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "
-                                           "read again by the pure-Python backend")
-            return b""
         return data
 
-    def _lone_high(self, data: bytes) -> bool:
-        tail = self.tail
-        found = False
-        if _HIGH_ESCAPE.search(data) or b"\\u" in tail or tail.endswith(b"\\"):  # an escape, or its start
-            text = tail + data
-            decided = len(text) - _ESCAPE_TAIL if data else len(text)  # at the end every escape is decided
-            found = any(match.start() < decided for match in _LONE_HIGH.finditer(text))
-        self.tail = (tail + data)[-_ESCAPE_TAIL:] if len(data) < _ESCAPE_TAIL else data[-_ESCAPE_TAIL:]
-        return found
+    def _judged(self, data: bytes, size: int) -> bytes:
+        """What of the bytes held and ``data`` goes on: all of them at the stream's end, else those before a
+        backslash among their last 11 (more is read when nothing would go on). :attr:`stopped` when what goes on
+        holds a lone high surrogate escape."""
+        while True:
+            text = self.held + data if self.held else data
+            if not data:  # the end: every escape is whole
+                cut = len(text)
+            else:
+                slash = text.find(b"\\", len(text) - _ESCAPE_TAIL)
+                cut = len(text) if slash < 0 else slash
+            self.held = text[cut:]
+            if cut or not data:
+                break
+            data = self.raw.read(size)
+        if _HIGH_ESCAPE.search(text) and any(found.start() < cut for found in _LONE_HIGH.finditer(text)):
+            self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "
+                                           "read again by the pure-Python backend")
+        return text if cut == len(text) else text[:cut]
 
     def settled(self) -> None:
         self.openers, self.size = self.last_openers, self.last_size
