@@ -16,11 +16,13 @@ as ``ArrayWriter`` writes a pass output) is read in memory N times (default 7) e
 Every arm must give the same messages. Then two transcripts are read both ways under ``tracemalloc``, the figure
 the memory the reading held at its peak: one message nested D levels deep (default 12,000: 24 KB of ``[`` and
 ``]``), which both must refuse, and one message of 120 levels of 40 KB keys (4.8 MB, within the API's depth),
-which both must read.
+which both must read, in ASCII and with one character past U+FFFF in its first key (which makes ijson store every
+deeper name at 4 bytes a character).
 
 Goals: ``now`` takes at most 1.15 of ``before``; at its peak it holds at most 16 MiB on the deep message, and on
-the long keys at most ``PATH_NAMES_BUDGET`` (128 MiB, what the items' names may hold before the reading goes on
-path-free) and four times the text (the text, its bytes, the message built).
+the long keys at most half of ``PATH_NAMES_BUDGET`` (128 MiB, the bound on the items' names before the reading
+goes path-free: one path of keys of one length holds half of it at most) and four times the text (the text, its
+bytes, the message built).
 """
 
 from __future__ import annotations
@@ -129,12 +131,17 @@ def main() -> int:
 
     levels = args.levels
     deep = ('[{"role": "user", "content": ' + "[" * levels + "]" * levels + "}]").encode()
-    keys = ('[{"role": "user", "content": "x", ' + "".join(f'"{index:06d}' + "k" * 39_994 + '": {'
-                                                              for index in range(120)) + "}" * 121 + "]").encode()
+    def long_keys(first: str) -> bytes:
+        return ('[{"role": "user", "content": "x", ' + "".join(
+            f'"{index:06d}' + "k" * 39_993 + (first if index == 0 else "k") + '": {' for index in range(120))
+            + "}" * 121 + "]").encode()
+
+    keys, wide = long_keys("k"), long_keys("\U0001F600")
     met = time_met
     for label, text, refused, goal in (
             (f"a message {levels:,} levels deep", deep, True, GOAL_PEAK),
-            ("a message of 120 levels of 40 KB keys", keys, False, PATH_NAMES_BUDGET + 4 * len(keys))):
+            ("a message of 120 levels of 40 KB keys", keys, False, PATH_NAMES_BUDGET // 2 + 4 * len(keys)),
+            ("the same, an emoji in its first key", wide, False, PATH_NAMES_BUDGET // 2 + 4 * len(wide))):
         peaks = {name: peak_reading(read, text, refused=refused)
                  for name, read in (("now", read_now), ("before", read_before))}
         peak_met = peaks["now"] <= goal

@@ -407,9 +407,102 @@ def test_the_count_starts_again_from_the_read_that_held_the_messages_end():
     head = '[{"role": "user", "content": "'
     first = head + "a" * (READ_BYTES + 50 - len(head) - 3) + '"}'  # ends 50 bytes into the second read
     second = '{"role": "tool", "content": "' + "{" * 1500  # 1,500 openers in the second read
-    second += "y" * (2 * READ_BYTES - len(first) - 2 - len(second)) + "{" * 1500 + "y" * 14_000 + '"}]'  # and in the third
+    second += "y" * (2 * READ_BYTES - len(first) - 2 - len(second))
+    second += "{" * 1500 + "y" * 14_000 + '"}]'  # and 1,500 in the third
     text = first + ", " + second
     opener = Opener(text)  # 3,000 openers in 32 KiB since the first message: past the budget, read on path-free
     assert list(messages_from(opener)) == json.loads(text) and opener.opened == 2
     opener = Opener(text.replace("{" * 1500 + "y", "y" * 1500 + "y"))  # 1,500 in 16 KiB: within it
     assert len(list(messages_from(opener))) == 2 and opener.opened == 1
+
+
+@pytest.mark.parametrize("text", [
+    '{"messages.item": {"role": "user", "content": "A"}, "messages": ['
+    + ", ".join(json.dumps(m) for m in PLAIN) + "]}",
+    '{"messages": {"item": {"role": "user", "content": "A"}, "x": 1, "item": {"role": "user", "content": "C"}}}',
+    '{"messages": [' + json.dumps(PLAIN[0]) + '], "keep_recent": 2, "messages": [' + json.dumps(PLAIN[1]) + "]}",
+    '{"messages": {"item": 1}}', '{"messages": 3, "messages.items": [1]}', '{"other": [{"role": "user"}]}',
+    '[{"role": "user", "content": [[{"k": []}]]}, ' + json.dumps(PLAIN[0]) + ", 7]",
+])
+def test_the_path_free_reading_gives_what_the_items_give(text):
+    from compactor.transcript_stream import _messages
+
+    def outcome(**mode: bool) -> Any:
+        given: list[Any] = []
+        try:
+            given.extend(_messages(stream(text), None, **mode))
+        except TranscriptError as refused:
+            return given, str(refused)
+        return given, None
+
+    assert outcome(path_free=True) == outcome()
+
+
+def test_a_reading_that_goes_path_free_loses_no_message_and_adds_none():
+    """A root member named messages.item is one of ijson's items (its path's name): the path-free reading gives
+    it too, or the messages it skips on going on would not be the ones given (review22)."""
+    messages = [{"role": "user", "content": "x" * 40_000}, {"role": "tool", "content": "{" * 20_000}, PLAIN[2]]
+    text = json.dumps({"messages.item": PLAIN[0], "messages": messages})
+    opener = Opener(text)
+    assert list(messages_from(opener)) == [PLAIN[0], *messages] and opener.opened == 2
+
+
+def test_wide_names_count_four_bytes_a_character():
+    """A key with a character past U+FFFF makes ijson store every deeper name at 4 bytes a character."""
+    import tracemalloc
+
+    message: dict[str, Any] = {"role": "user", "content": "x"}
+    level = message
+    for index in range(120):
+        level[f"{index:06d}" + "k" * 39_993 + ("\U0001F600" if index == 0 else "k")] = level = {}
+    text = json.dumps([PLAIN[0], message], ensure_ascii=False)
+    opener = Opener(text)
+    tracemalloc.start()
+    try:
+        read = list(messages_from(opener))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert read == [PLAIN[0], message] and opener.opened == 2
+    # the names along one path of keys of one length hold at most half the bound: 59 MiB traced here, 120 MiB when
+    # counted at 2 bytes a character, 245 MiB at 1
+    assert peak < PATH_NAMES_BUDGET // 2 + 4 * len(text), peak
+
+
+def test_surrogate_escapes_in_fields_upper_case_and_bookkeeping():
+    with pytest.raises(TranscriptError, match="the request fields: text must be valid Unicode"):
+        fields_from(Opener('{"mode": "x\\ud83dy", "messages": []}'))  # the C backend reads it as "x?y"
+    for escape in ("\\uD83D", "\\uDBFF", "\\udbff"):
+        with pytest.raises(TranscriptError, match="message 0: text must be valid Unicode"):
+            list(messages_from(Opener('[{"role": "user", "content": "a ' + escape + ' b"}]')))
+    record = '{"type": "summary", "summary": "cut \\ud83d", "leafUuid": "u"}'  # a session record, no message
+    text = record + "\n" + json.dumps(PLAIN[0]) + "\n"
+    assert list(messages_from(Opener(text))) == parse_transcript(text)[0] == [PLAIN[0]]
+
+
+def test_escapes_written_as_text_read_at_once():
+    """An even run of backslashes before u: text, not an escape (code that writes such escapes)."""
+    for run in (2, 4, 6):
+        text = json.dumps([{"role": "tool", "content": "re = /[\\uD83C-\\uDBFF]/"}]).replace("\\\\", "\\" * run)
+        opener = Opener(text)
+        assert list(messages_from(opener)) == json.loads(text) and opener.opened == 1
+    odd = json.dumps([{"role": "tool", "content": "x"}]).replace('"x"', '"\\\\\\ud83d"')  # \\ then a lone escape
+    with pytest.raises(TranscriptError, match="lone surrogate"):
+        list(messages_from(Opener(odd)))
+
+
+def test_stopping_a_pure_python_reading_leaves_no_unraisable_error():
+    import gc
+    import sys
+
+    unraisable: list[Any] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        # the integer sends the reading to the pure-Python backend, whose count then stops inside the string
+        messages = [{"role": "tool", "tool_call_id": "c1", "content": "a" * 30_000 + "{" * 5_000 + "x" * 30_000}]
+        text = json.dumps({"seed": 2 ** 70, "messages": messages})
+        assert list(messages_from(Opener(text))) == messages
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []

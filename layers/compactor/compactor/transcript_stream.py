@@ -9,20 +9,21 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
 
 * **Numbers.** ijson's C backend, with its numbers as floats (the fast path), refuses an integer outside 64
   bits ("integer overflow"), which the API reads. The stream is then read by ijson's pure-Python backend
-  (about 15 times slower, for such transcripts only), whose messages are checked for what the API refuses
-  and that backend takes: a float out of range, an integer of more than 100 characters. The C backend with
+  (its items about 12–15 times slower, for such transcripts only), whose messages are checked for what the
+  API refuses and that backend takes: a float out of range, an integer of more than 100 characters. The C backend with
   Decimal numbers would read them, but crashes the process (a segmentation fault, ijson 3.6.0) on an integer
   longer than Python converts (4,300 digits).
 * **Lone surrogates** (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8 text can carry): the
   C backend reads a lone high one as ``?`` and fails on a lone low one. A read holding a high escape without
-  a low one after it, or that the C backend cannot decode, is read again by the pure-Python backend, which
-  keeps them for the API's check to refuse. Each JSONL line with a ``\\ud`` escape is checked the same way.
+  a low one after it (after an even run of backslashes), or that the C backend cannot decode, is read again by
+  the pure-Python backend, which keeps them for the API's check to refuse. The messages of each JSONL line with
+  a ``\\ud`` escape are checked the same way.
 * **Paths.** ijson's items name every event by its path from the root and hold the name of each open level,
   so memory grows with depth times the length of the names: 20,000 levels of ``[`` (40 KB) held about 1 GB,
   and 120 levels of 40 KB keys (4.8 MB, within the API's depth) 570 MB. So the parser is handed a reader
   that counts the ``[`` and ``{`` (in strings too: an over-count) and the bytes it passes on since the last
   message was given (:class:`_Watched`), which bound the levels open and their names. Past
-  :data:`PATH_NAMES_BUDGET`, the stream is read on from its parser's events, which name no path
+  :data:`PATH_NAMES_BUDGET`, the stream is read again from its parser's events, which name no path
   (:func:`_path_free_messages`: slower, its memory the message being built), refusing a level deeper than
   the API's as soon as it opens. The request fields are always read that way.
 """
@@ -49,8 +50,10 @@ READ_BYTES = 16_384
 message's end and the next messages' start stays small (parsing about 2% slower)."""
 PATH_NAMES_BUDGET = 128 * 2 ** 20
 """How much the parser's names of the open levels may hold at most, bounded from the reader's count since the
-last message: levels ``(openers + 2)`` times the longest name ``(bytes + 6 × openers + 14)`` (module docstring).
-Messages of the corpus reach a tenth of it; a read past it is read on path-free."""
+last message: levels ``(openers + 2)`` times the longest name ``(bytes + 6 × openers + 14)`` characters, at the
+most bytes a character the reads since then can make a name store: 2 for ASCII (escapes within the Basic
+Multilingual Plane), 4 for other text or a surrogate pair's escape (module docstring). Past it the stream is
+read path-free."""
 MAX_LEVELS = MAX_BODY_DEPTH + 3
 """The most levels a transcript opens at once: a message's levels 0 to ``MAX_BODY_DEPTH``, the array's and an
 object's (the path-free reading refuses a deeper one as it opens)."""
@@ -115,9 +118,11 @@ class PathsTooLong(TranscriptError):
     path-free (module docstring)."""
 
 
-# A high surrogate escape without a low one after it. It may also be text after an escaped backslash (``\\ud800``),
-# which the pure-Python backend then reads as the text it is: a reading again, not a refusal.
-_LONE_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+# A high surrogate escape (group 1) without a low one after it, after an even run of backslashes (after an odd one,
+# the escape's backslash is an escaped one and ``u`` text), so code that writes such escapes as text (``\\ud83d``
+# in its JSON) does not send its stream to the slower reading.
+_LONE_HIGH = re.compile(rb"(?<!\\)(?:\\\\)*(\\u[dD][89abAB][0-9a-fA-F]{2})(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})")
+_RUN_HELD_MAX = 4096  # a longer run of backslashes at a read's end goes on whole: its escapes judged without parity
 _ESCAPE_TAIL = 11  # a high escape that starts in a read's last 11 bytes is judged with the next read's start
 # Whether a read holds a high surrogate escape: one regular expression's pass (about 7 µs for 16 KiB here), where
 # looking for ``\ud`` and ``\uD`` took two passes of about 12 µs each.
@@ -129,9 +134,9 @@ class _Watched:
     :meth:`settled`, and stops before a read that takes the bound they give past :data:`PATH_NAMES_BUDGET`. A
     parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
     those its read opened: :meth:`settled` starts the count again from that read's. ``surrogates`` (for the C
-    backend): it stops before a read with a lone high surrogate escape. A read's last bytes from a backslash among
-    its last 11 are held back for the next read: an escape there is passed on only once its pair, or its lack of
-    one, has been seen.
+    backend): it stops before a read with a lone high surrogate escape. A read's last bytes from the run of
+    backslashes that reaches its last 11 are held back for the next read: an escape there is passed on only once
+    its pair, or its lack of one, and the backslashes before it have been seen.
 
     To stop, it answers the end of the stream (the parser then fails on an incomplete document, as a parser
     does, instead of being left inside a string) and keeps the reason in :attr:`stopped`, which the reading
@@ -140,6 +145,8 @@ class _Watched:
     def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool) -> None:
         self.raw, self.counted, self.surrogates = raw, counted, surrogates
         self.openers = self.size = self.last_openers = self.last_size = 0
+        self.wide = self.last_wide = False  # text since the last message that names may store at 4 bytes a character
+        self.escaped = False  # whether the last read judged held a high surrogate escape
         self.held = b""  # a read's last bytes from a backslash, passed on with the next read
         self.stopped: TranscriptError | None = None
 
@@ -153,9 +160,12 @@ class _Watched:
                 return b""
         if self.counted:
             self.last_openers, self.last_size = data.count(b"[") + data.count(b"{"), len(data)
+            self.last_wide = not data.isascii() or (self.escaped if self.surrogates else
+                                                    _HIGH_ESCAPE.search(data) is not None)
             self.openers += self.last_openers
             self.size += self.last_size
-            if (self.openers + 2) * (self.size + 6 * self.openers + 14) > PATH_NAMES_BUDGET:
+            self.wide |= self.last_wide
+            if (self.openers + 2) * (4 if self.wide else 2) * (self.size + 6 * self.openers + 14) > PATH_NAMES_BUDGET:
                 self.stopped = PathsTooLong(f"{self.openers} '[' and '{{' in {self.size} bytes since the last "
                                             "message: the transcript is to be read path-free")
                 return b""
@@ -172,17 +182,22 @@ class _Watched:
             else:
                 slash = text.find(b"\\", len(text) - _ESCAPE_TAIL)
                 cut = len(text) if slash < 0 else slash
+                start = cut
+                while start > 0 and text[start - 1] == 0x5C and cut - start < _RUN_HELD_MAX:  # the run's start
+                    start -= 1
+                cut = start if start == 0 or text[start - 1] != 0x5C else cut
             self.held = text[cut:]
             if cut or not data:
                 break
             data = self.raw.read(size)
-        if _HIGH_ESCAPE.search(text) and any(found.start() < cut for found in _LONE_HIGH.finditer(text)):
+        self.escaped = _HIGH_ESCAPE.search(text) is not None
+        if self.escaped and any(found.start(1) < cut for found in _LONE_HIGH.finditer(text)):
             self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "
                                            "read again by the pure-Python backend")
         return text if cut == len(text) else text[:cut]
 
     def settled(self) -> None:
-        self.openers, self.size = self.last_openers, self.last_size
+        self.openers, self.size, self.wide = self.last_openers, self.last_size, self.last_wide
 
 
 def _python_backend() -> Any:
@@ -270,34 +285,57 @@ _SCALARS = frozenset(("null", "boolean", "integer", "double", "number", "string"
 
 
 def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[Any]:
-    """The items of the messages array (the root, or an object's ``messages`` member) built from the parser's
-    events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens."""
+    """The values ijson's items give (the root array's, or those named ``messages.item`` in an object: the
+    ``messages`` array's items, a ``messages`` object's ``item`` members and a root ``messages.item`` member),
+    built from the parser's events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens.
+    The same values as the items, so a reading that goes on from here skips the messages given before."""
     events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
-    inside = 1 if kind == "array" else 2  # the levels open around a message
-    depth, builder, member, in_messages = 0, None, None, kind == "array"
+    depth, item_depth, builder = 0, 0, None
+    root_key = inner_key = opened = None  # the member of the root, of a messages object; how messages opened
     for event, value in events:
-        if event in _STARTS:
-            if depth == inside and in_messages and builder is None:
-                builder = ijson.ObjectBuilder()
-            depth += 1
-            if depth > MAX_LEVELS:
-                raise TranscriptError(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
-            if kind == "object" and depth == 2 and event == "start_array" and member == "messages":
-                in_messages = True
-        elif event in _ENDS:
-            depth -= 1
-            if depth == 1 and kind == "object":
-                in_messages = False
-        elif kind == "object" and depth == 1 and event == "map_key":
-            member = value
-            continue
-        if builder is not None:
+        if builder is not None:  # inside an item
             builder.event(event, value)
-            if depth == inside:
-                yield builder.value
-                builder = None
-        elif depth == inside and in_messages and event in _SCALARS:
-            yield value  # a scalar item: not a message, which the reading refuses
+            if event in _STARTS:
+                depth += 1
+                _refuse_past_levels(depth)
+            elif event in _ENDS:
+                depth -= 1
+                if depth == item_depth:
+                    yield builder.value
+                    builder = None
+            continue
+        if event == "map_key":
+            if depth == 1:
+                root_key = value
+            elif depth == 2:
+                inner_key = value
+            continue
+        if event in _ENDS:
+            depth -= 1
+            if depth == 1:
+                opened = None
+            continue
+        if kind == "array":
+            at_item = depth == 1
+        else:
+            at_item = (depth == 1 and root_key == "messages.item") or (depth == 2 and root_key == "messages" and (
+                opened == "start_array" or opened == "start_map" and inner_key == "item"))
+        if event not in _STARTS:
+            if at_item:
+                yield value  # a scalar item: not a message, which the reading refuses
+            continue
+        if at_item:
+            builder, item_depth = ijson.ObjectBuilder(), depth
+            builder.event(event, value)
+        elif depth == 1 and root_key == "messages":
+            opened = event
+        depth += 1
+        _refuse_past_levels(depth)
+
+
+def _refuse_past_levels(depth: int) -> None:
+    if depth > MAX_LEVELS:
+        raise TranscriptError(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
 
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
@@ -313,9 +351,7 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if event in _STARTS:
                 depth += 1
-                if depth > MAX_LEVELS:
-                    raise TranscriptError(f"the transcript is nested deeper than its messages may be "
-                                          f"({MAX_BODY_DEPTH} levels)")
+                _refuse_past_levels(depth)
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
@@ -405,9 +441,10 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
             record = bounded_loads(line)
         except JSONLimitError as exc:
             raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
+        messages = _jsonl_record_messages(record, number)
         if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
-            _check_as_api(record, f"line {number}")
-        yield from _jsonl_record_messages(record, number)
+            _check_as_api(messages, f"line {number}")  # the messages, not the record's bookkeeping
+        yield from messages
 
 
 def _lines(reader: _Replay, chunk: int = 1 << 20) -> Iterator[bytes]:
