@@ -172,9 +172,9 @@ class _Watched:
         return data
 
     def _judged(self, data: bytes, size: int) -> bytes:
-        """What of the bytes held and ``data`` goes on: all of them at the stream's end, else those before a
-        backslash among their last 11 (more is read when nothing would go on). :attr:`stopped` when what goes on
-        holds a lone high surrogate escape."""
+        """What of the bytes held and ``data`` goes on: all of them at the stream's end, else those before the run
+        of backslashes that reaches their last 11 (at most :data:`_RUN_HELD_MAX` of it held; more is read when
+        nothing would go on). :attr:`stopped` when what goes on holds a lone high surrogate escape."""
         while True:
             text = self.held + data if self.held else data
             if not data:  # the end: every escape is whole
@@ -281,7 +281,6 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, counted:
 
 _STARTS = frozenset(("start_map", "start_array"))
 _ENDS = frozenset(("end_map", "end_array"))
-_SCALARS = frozenset(("null", "boolean", "integer", "double", "number", "string"))
 
 
 def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[Any]:
