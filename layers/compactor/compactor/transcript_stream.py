@@ -309,10 +309,8 @@ def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[A
             elif depth == 2:
                 inner_key = value
             continue
-        if event in _ENDS:
+        if event in _ENDS:  # ``opened`` is set anew when a later messages member opens
             depth -= 1
-            if depth == 1:
-                opened = None
             continue
         if kind == "array":
             at_item = depth == 1
