@@ -67,6 +67,36 @@ def test_raw_bodies_get_a_clear_4xx(compact_module: ModuleType, route: str, name
     assert 400 <= status < 500, body
 
 
+# A lone surrogate (written by json.dumps as the escape "\\ud83d") in each field of each route that may hold
+# text: the 422 that "messages" gets (docs/behaviour.md), never the 500 a policy quoting it once got.
+LONE = "\ud83d"
+SURROGATE_BODIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "compact_policy_ir": ("compact", {"messages": [], "policy_ir": ["x" + LONE]}),
+    "compact_policy_ir_field": ("compact", {"messages": [], "policy_ir": [
+        "policy", ["meets_req"], ["neg", ["field", LONE]], ["argmax"], ["id"],
+        ["always", {"action": "next_candidate"}]]}),
+    "compact_decision_policy_ir": ("compact", {"messages": [], "decision_policy_ir": ["x" + LONE]}),
+    "compact_decision_policy_ir_key": ("compact", {"messages": [], "decision_policy_ir": [{LONE: 1}]}),
+    "compact_mask_policy_ir": ("compact", {"messages": [], "mode": "mask", "policy_ir": [LONE]}),
+    "compact_mode": ("compact", {"messages": [], "mode": LONE}),
+    "compact_format": ("compact", {"messages": [], "format": LONE}),
+    "flows_flow_ir": ("flows", {"flow_ir": [LONE]}),
+    "flows_flow_input": ("flows", {"flow_ir": ["flow", {}], "flow_input": LONE}),
+    "normalize_flow_ir": ("flows/normalize", {"flow_ir": ["flow", {LONE: {"kind": "input"}}]}),
+    "expand_handles": ("expand", {"handles": [LONE]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SURROGATE_BODIES))
+def test_a_lone_surrogate_in_any_field_is_a_422(compact_module: ModuleType, name: str) -> None:
+    route, request = SURROGATE_BODIES[name]
+    raw = json.dumps(request).encode()
+    status, text = post(compact_module, route, raw)
+    body = assert_well_answered(status, text, raw)
+    assert status == 422, body
+    assert body["detail"][0]["loc"][-1] in request
+
+
 def compact_cases() -> dict[str, dict[str, Any]]:
     good = agent_transcript(LONG)
     cases: dict[str, dict[str, Any]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from compactor.jsonutil import ensure_utf8_encodable
 
@@ -19,6 +19,18 @@ MAX_OUTPUT_TOKENS = 1_000_000
 """Largest ``max_tokens`` accepted; a model's own limit is usually far lower."""
 MAX_INDEX = 10**9
 """Largest ``pinned_indices`` element accepted (out-of-range indices are the reference's 400)."""
+
+
+def _encodable(value: Any) -> Any:
+    ensure_utf8_encodable(value)
+    return value
+
+
+Unicode = AfterValidator(_encodable)
+"""Marks a field that may hold caller text: a lone surrogate in it is a 422 (docs/behaviour.md#requests-and-responses).
+Every such field of every body carries it, except those whose type refuses the surrogate already (``format``,
+``mode``). Only ``messages`` and the flow fields once did: a lone surrogate in ``policy_ir`` was answered 500,
+when the admission error quoting it could not be encoded."""
 
 
 class CompactRequest(BaseModel):
@@ -33,12 +45,12 @@ class CompactRequest(BaseModel):
     format: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
     # Out of the repr: Powertools formats a route's arguments into a debug message on every request,
     # which for a 900 KB transcript cost 2-4 ms, and a transcript has no place in a log line.
-    messages: list[dict[str, Any]] = Field(fail_fast=True, repr=False)
+    messages: Annotated[list[dict[str, Any]], Unicode] = Field(fail_fast=True, repr=False)
     restorable: bool = False
     keep_recent: int = Field(default=6, ge=-MAX_KEEP_RECENT, le=MAX_KEEP_RECENT)
-    policy_ir: list[Any] | None = None
+    policy_ir: Annotated[list[Any] | None, Unicode] = None
     max_tokens: int | None = Field(default=512, ge=-MAX_OUTPUT_TOKENS, le=MAX_OUTPUT_TOKENS)
-    decision_policy_ir: list[Any] | None = None
+    decision_policy_ir: Annotated[list[Any] | None, Unicode] = None
     target_ratio: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
     pinned_indices: list[Annotated[int, Field(ge=-MAX_INDEX, le=MAX_INDEX)]] | None = Field(default=None,
                                                                                           fail_fast=True)
@@ -53,12 +65,6 @@ class CompactRequest(BaseModel):
             data = {k: v for k, v in data.items() if k != "input"} | (
                 {"messages": data["input"]} if "input" in data else {})
         return data
-
-    @field_validator("messages")
-    @classmethod
-    def _valid_unicode(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ensure_utf8_encodable(value)
-        return value
 
     @model_validator(mode="after")
     def _valid_items(self) -> CompactRequest:
@@ -95,14 +101,9 @@ class FlowsRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
-    flow_ir: Any
-    flow_input: dict[str, Any] | list[Any] | str | None = Field(default=None, repr=False)  # as CompactRequest.messages
-
-    @field_validator("flow_ir", "flow_input")
-    @classmethod
-    def _valid_unicode(cls, value: Any) -> Any:
-        ensure_utf8_encodable(value)
-        return value
+    flow_ir: Annotated[Any, Unicode]
+    flow_input: Annotated[dict[str, Any] | list[Any] | str | None, Unicode] = Field(
+        default=None, repr=False)  # as CompactRequest.messages
 
 
 class NormalizeRequest(BaseModel):
@@ -110,7 +111,7 @@ class NormalizeRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
-    flow_ir: Any
+    flow_ir: Annotated[Any, Unicode]
 
 
 class ExpandRequest(BaseModel):
@@ -118,4 +119,4 @@ class ExpandRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True, defer_build=True)
 
-    handles: list[str] = Field(min_length=1, max_length=256, fail_fast=True)
+    handles: Annotated[list[str], Unicode] = Field(min_length=1, max_length=256, fail_fast=True)
