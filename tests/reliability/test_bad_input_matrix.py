@@ -155,6 +155,8 @@ def compact_cases() -> dict[str, dict[str, Any]]:
                                                *good[3:]]},
         "tool_calls_junk_items": {"messages": [*good[:3], {"role": "assistant", "content": "x",
                                                            "tool_calls": [1, None, {"function": 3}]}, *good[3:]]},
+        "tool_calls_non_objects": {"messages": [*good[:3], *(
+            {"role": "assistant", "content": None, "tool_calls": [junk]} for junk in (None, 5, "x", [1])), *good[3:]]},
         "mismatched_tool_ids": {"messages": [*good[:3], {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c2", "content": LONG}, *good[3:]]},
@@ -176,12 +178,14 @@ def compact_cases() -> dict[str, dict[str, Any]]:
 COMPACT_CASES = compact_cases()
 
 
-@pytest.mark.parametrize("mode", ["legacy", "decision"])
+@pytest.mark.parametrize("mode", ["legacy", "decision", "mask"])
 @pytest.mark.parametrize("name", sorted(COMPACT_CASES))
 def test_compact_bad_input(compact_module: ModuleType, name: str, mode: str) -> None:
     request = dict(COMPACT_CASES[name])
     if mode == "decision":
         request.setdefault("decision_policy_ir", DECISION_POLICY)
+    elif mode == "mask":
+        request["mode"] = "mask"
     raw = json.dumps(request).encode()
     status, text = post(compact_module, "compact", raw)
     body = assert_well_answered(status, text, raw)

@@ -80,6 +80,16 @@ def test_pins_protect_and_must_exist() -> None:
     assert status == 400 and body["error"]["message"] == modes.PINS_MESSAGE
 
 
+@pytest.mark.parametrize("junk", [None, 5, "x", [1]])
+def test_a_call_that_is_not_an_object_is_kept_and_the_rest_is_masked(junk: Any) -> None:
+    # Such a call was read with .get() before its type was checked: a 500 in mask mode alone.
+    messages = [*MESSAGES[:2], {"role": "assistant", "content": None, "tool_calls": [junk]}, *MESSAGES[2:]]
+    status, body = run(messages=messages, keep_recent=2)
+    assert status == 200 and body["compacted"]
+    assert body["messages"][2] == messages[2]
+    assert "(call c1)" in body["messages"][4]["content"]
+
+
 def test_nothing_to_mask_is_unchanged() -> None:
     status, body = run(messages=MESSAGES[:2])
     assert status == 200 and body["messages"] == MESSAGES[:2] and body["compacted"] is False

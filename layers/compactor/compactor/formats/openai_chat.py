@@ -79,7 +79,10 @@ class OpenAIChat(Dialect):
         for item in items:
             calls = item.get("tool_calls")
             for call in calls if isinstance(calls, list) else []:
-                function = call.get("function") if isinstance(call, dict) else None
+                # A call that is not an object (``[null]``) names nothing; it is kept as it is, in every mode.
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function")
                 if isinstance(call.get("id"), str) and isinstance(function, dict):
                     names[call["id"]] = str(function.get("name"))
         return names
