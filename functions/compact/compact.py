@@ -15,7 +15,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, http_api
-from compactor.errors import RequestTooLarge
+from compactor.errors import CompactorError
 from compactor.jsonutil import bounded_loads
 from compactor_aws import observability, snapstart
 from compactor_aws.routes import archives, compact, errors, flows, health, jobs, usage
@@ -47,11 +47,13 @@ def openapi_json() -> Response[str]:
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Answer one API Gateway REST proxy event; oversized bodies get 413 before any parsing."""
-    if http_api.event_body_size(event) > http_api.MAX_BODY_BYTES:
-        response = http_api.proxy_response(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer())
+    """Answer one API Gateway REST proxy event; an oversized or undecodable body is refused before any parsing."""
+    try:
+        admitted = http_api.admitted_event(event)
+    except CompactorError as refused:
+        response = http_api.proxy_response(*refused.answer())
     else:
-        response = http_api.bounded_response(app.resolve(event, context))
+        response = http_api.bounded_response(app.resolve(admitted, context))
     observability.record_request(metrics, int(response["statusCode"]))
     return response
 

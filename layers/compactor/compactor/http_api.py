@@ -6,6 +6,8 @@ the deployed function receives and the response it returns. Pure Python, no AWS 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -87,6 +89,29 @@ def event_body_size(event: Mapping[str, Any]) -> int:
     text = body.rstrip()
     padding = len(text) - len(text.rstrip("="))
     return max(0, len(text) * 3 // 4 - padding)
+
+
+def admitted_event(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with a text body, as the routes read it, or the refusal the handler answers before any route
+    runs: 413 :class:`~compactor.errors.RequestTooLarge` over :data:`MAX_BODY_BYTES`, measured before any
+    decoding, and 400 when a base64 body (``isBase64Encoded``) is not base64 or does not decode to UTF-8 text,
+    which Powertools' decoding raised as a 500 (docs/reliability.md#bounded-input). A text body is the event
+    itself; a base64 one is decoded here once, into a copy."""
+    from compactor.errors import InvalidRequest, RequestTooLarge
+
+    if event_body_size(event) > MAX_BODY_BYTES:
+        raise RequestTooLarge.over(MAX_BODY_BYTES)
+    if not event.get("isBase64Encoded") or not event.get("body"):
+        return event
+    try:
+        data = base64.b64decode(event["body"], validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("the body is not valid base64 (the event says isBase64Encoded)") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"the body is not UTF-8 text (an invalid byte at offset {exc.start})") from None
+    return {**event, "body": text, "isBase64Encoded": False}
 
 
 def proxy_response(status: int, body: Any) -> dict[str, Any]:

@@ -183,6 +183,28 @@ def test_base64_encoded_json_body_is_accepted(
     assert base64.b64decode(event["body"]) == b'{"messages": []}'
 
 
+@pytest.mark.parametrize(("body", "message"), [
+    ("!!!notbase64***", "the body is not valid base64 (the event says isBase64Encoded)"),
+    ("abc", "the body is not valid base64 (the event says isBase64Encoded)"),
+    ("eyJt ZXNzYWdlcyI6W119", "the body is not valid base64 (the event says isBase64Encoded)"),  # a space in it
+    (base64.b64encode(b'{"messages":[{"role":"user","content":"\xff"}]}').decode(),
+     "the body is not UTF-8 text (an invalid byte at offset 39)"),
+])
+def test_a_base64_body_that_does_not_decode_is_a_400(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, body: str,
+    message: str,
+) -> None:
+    # Powertools' own decoding raised binascii.Error or UnicodeDecodeError inside the route: a 500.
+    event = load_event("compact-legacy", raw_body=body)
+    event["isBase64Encoded"] = True
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 400
+    assert response_json(response) == {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+    assert stub_service.calls == []
+
+
 @pytest.mark.parametrize(("method", "path"), [("GET", "/nowhere"), ("GET", "/compact"), ("DELETE", "/healthz")])
 def test_unknown_route_is_404_json(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, method: str, path: str
