@@ -132,6 +132,19 @@ class RequestTooLarge(CompactorError):
         return cls(f"request body exceeds {limit} bytes")
 
 
+class UnsupportedMediaType(CompactorError):
+    status, code = 415, "unsupported_media_type"  # a body that is not JSON (docs/behaviour.md#errors)
+
+    @classmethod
+    def content_type(cls, value: str) -> UnsupportedMediaType:
+        return cls(f"Content-Type {_quoted(value)} is not supported: send the body as application/json")
+
+
+def _quoted(value: str, limit: int = 100) -> str:
+    """``value`` (a header a caller sent) quoted, at most ``limit`` characters of it."""
+    return repr(value if len(value) <= limit else value[:limit - 1] + "…")
+
+
 class ResponseTooLarge(CompactorError):
     status, code = 413, "response_too_large"  # the answer would not fit a Lambda response
 

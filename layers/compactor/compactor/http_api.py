@@ -101,6 +101,7 @@ def admitted_event(event: dict[str, Any]) -> dict[str, Any]:
 
     if event_body_size(event) > MAX_BODY_BYTES:
         raise RequestTooLarge.over(MAX_BODY_BYTES)
+    event = _json_media_type(event)
     if not event.get("isBase64Encoded") or not event.get("body"):
         return event
     try:
@@ -112,6 +113,40 @@ def admitted_event(event: dict[str, Any]) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"the body is not UTF-8 text (an invalid byte at offset {exc.start})") from None
     return {**event, "body": text, "isBase64Encoded": False}
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _json_media_type(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` when its body is JSON or it has none, else 415 :class:`~compactor.errors.UnsupportedMediaType`
+    (docs/behaviour.md#requests-and-responses): a request with a body, or any POST, that declares a ``Content-Type`` declares
+    ``application/json``, compared as media types are (case aside, parameters aside). Powertools compares
+    ``startswith("application/json")`` and parses forms and multipart bodies, which no route takes; a header it
+    would misread (``APPLICATION/JSON``) is written as it reads it, in a copy of the event."""
+    from compactor.errors import UnsupportedMediaType
+
+    content_type = (header(event, "content-type") or "").strip()
+    if not content_type or not (event.get("body") or event.get("httpMethod") in _BODY_METHODS):
+        return event
+    if content_type.split(";", 1)[0].strip().lower() != JSON_CONTENT_TYPE:
+        raise UnsupportedMediaType.content_type(content_type)
+    if content_type.startswith(JSON_CONTENT_TYPE):
+        return event
+    plain = {name: JSON_CONTENT_TYPE if name.lower() == "content-type" else value
+             for name, value in event["headers"].items()}
+    multi = {name: [JSON_CONTENT_TYPE] if name.lower() == "content-type" else values
+             for name, values in (event.get("multiValueHeaders") or {}).items()}
+    return {**event, "headers": plain, "multiValueHeaders": multi or None}
+
+
+def header(event: Mapping[str, Any], name: str) -> str | None:
+    """The value of header ``name`` (any case) in a proxy event's ``headers``; None when absent."""
+    wanted = name.lower()
+    for key, value in (event.get("headers") or {}).items():
+        if key.lower() == wanted:
+            return value
+    return None
 
 
 def proxy_response(status: int, body: Any) -> dict[str, Any]:

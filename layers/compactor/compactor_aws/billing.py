@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from functools import cached_property
 from typing import Any
 
-from compactor import billing, idempotency
+from compactor import billing, http_api, idempotency
 from compactor.call_record import CallRecord
 from compactor.container import PerContainer
 from compactor.errors import (
@@ -116,14 +116,6 @@ class _NotStored(Exception):
         self.computed = computed
 
 
-def _header(event: Mapping[str, Any], name: str) -> str | None:
-    headers = event.get("headers") or {}
-    for key, value in headers.items():
-        if key.lower() == name.lower():
-            return value
-    return None
-
-
 def _error(error: CompactorError) -> Answer:
     status, body = error.answer()
     return Answer(status, dense_dumps(body), {})
@@ -135,7 +127,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     context = event.get("requestContext") or {}
     request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
     caller = caller_of(event)
-    raw_key = _header(event, idempotency.HEADER)
+    raw_key = http_api.header(event, idempotency.HEADER)
     if raw_key is None:
         computed = compute()
         _bill(f"req:{request_id}", caller, computed.facts, billing.utc_now_iso(), request_id, None)

@@ -118,7 +118,6 @@ def test_every_template_route_reaches_a_handler_route(
         ('{"messages": [], "target_ratio": 0}', None, "greater_than"),
         ('{"messages": [], "target_ratio": 1.5}', None, "less_than_equal"),
         ('{"messages": [], "pinned_indices": ["a"]}', None, "int_type"),
-        ('{"messages": []}', {"Content-Type": "text/plain"}, "unsupported_content_type"),
         ('{"messages": [{"role": "user", "content": "a\\ud800b"}]}', None, "value_error"),
     ],
 )
@@ -135,6 +134,51 @@ def test_invalid_bodies_get_422_in_fastapi_shape(
     assert all(item["loc"][0] == "body" and isinstance(item["msg"], str) for item in body["detail"])
     assert content_type(response) == "application/json"
     assert stub_service.calls == []
+
+
+MULTIPART = '--x\r\nContent-Disposition: form-data; name="handles"\r\n\r\n\u20ac\r\n--x--\r\n'
+
+
+@pytest.mark.parametrize(("content_type", "raw_body"), [
+    ("text/plain", '{"messages": []}'),
+    ("application/jsonx", '{"messages": []}'),  # Powertools read it as JSON
+    ("application/x-www-form-urlencoded", "messages=x"),  # Powertools parsed it as a form
+    ("multipart/form-data", '{"messages": []}'),  # no boundary: a 500
+    ("multipart/form-data; boundary=x", MULTIPART),  # a character above U+00FF: a 500
+    ("multipart/form-data", ""),
+])
+def test_a_body_that_is_not_json_is_415(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, content_type: str,
+    raw_body: str,
+) -> None:
+    event = load_event("compact-legacy", raw_body=raw_body, headers={"Content-Type": content_type})
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 415
+    assert response_json(response) == {"error": {
+        "message": f"Content-Type {content_type!r} is not supported: send the body as application/json",
+        "type": "invalid_request_error", "code": "unsupported_media_type"}}
+    assert stub_service.calls == []
+
+
+@pytest.mark.parametrize("content_type", ["APPLICATION/JSON", " Application/Json ; charset=UTF-8", ""])
+def test_json_media_types_are_compared_case_insensitively(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, content_type: str,
+) -> None:
+    stub_service.answer = (200, {"messages": [], "compacted": False})
+    event = load_event("compact-legacy", body={"messages": []}, headers={"Content-Type": content_type})
+
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 200
+    assert event["headers"]["Content-Type"] == content_type  # the caller's event is left as it came
+
+
+def test_a_get_without_a_body_may_declare_any_content_type(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext,
+) -> None:
+    event = load_event("healthz", headers={"Content-Type": "text/plain"})
+
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 200
 
 
 def test_flows_without_flow_ir_is_422(
