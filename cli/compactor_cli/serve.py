@@ -130,6 +130,9 @@ class InProcess:
     def report(self, payload: bytes) -> tuple[int, str, bytes]:
         return self._thread.submit(serve_page.report, payload).result()
 
+    def openapi_text(self) -> str:
+        return self._thread.submit(serve_page.openapi_text).result()
+
     def close(self) -> None:
         self._thread.shutdown(wait=True)
 
@@ -229,6 +232,11 @@ class WorkerPool:
         result: tuple[int, str, bytes] = self._run(serve_page.report, payload)
         return result
 
+    def openapi_text(self) -> str:
+        """The API document, from an instance: the handler is imported there, not in the server's process."""
+        result: str = self._run(serve_page.openapi_text)
+        return result
+
     def close(self) -> None:
         for instance in self._instances:
             instance.shutdown(wait=True, cancel_futures=True)
@@ -286,7 +294,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if self.command == "GET" and url.path in ("/", "/docs"):  # pages for people: static, no caller data
             page = (serve_page.index_html(bool(self.server.api_keys)) if url.path == "/"
-                    else serve_page.swagger_html(serve_page.openapi_text()))
+                    else serve_page.swagger_html(self.server.instances.openapi_text()))
             self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
             return
         allowed, key = self._accepted_key()

@@ -77,7 +77,8 @@ def _error(status: int, message: str) -> tuple[int, str, bytes]:
 
 
 def openapi_text() -> str:
-    """The handler's OpenAPI document (the handler module is already loaded by the server)."""
+    """The handler's OpenAPI document, in a process where the handler is loaded: a function instance of
+    ``compactor serve`` (with ``--workers`` the server's own process never imports it)."""
     from compactor_aws.openapi import document_text
 
     return document_text(sys.modules["compact"].app)

@@ -5,6 +5,7 @@ replay, the usage ledger) still holds across instances. No timing is asserted: o
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -165,6 +166,17 @@ def test_a_key_s_record_holds_on_every_instance(catalog_of) -> None:
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
     assert len(provider.requests) == 1
     assert [day["calls"] for day in usage["days"]] == [1]  # billed once, though two instances answered it
+
+
+def test_the_docs_page_is_served_with_worker_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The page read the handler module of the server's own process, which only the instances import: a
+    # `compactor serve` (workers by default) closed the connection on GET /docs without an answer.
+    monkeypatch.delitem(sys.modules, "compact", raising=False)  # as in the process `compactor serve` runs in
+    with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact", workers=1)) as url:
+        response = httpx.get(url.removesuffix("/v1") + "/docs", timeout=60)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+    assert "Compactor API" in response.text  # the document, inlined in the page
+    assert "compact" not in sys.modules
 
 
 def test_workers_must_be_positive() -> None:
