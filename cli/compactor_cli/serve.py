@@ -39,6 +39,7 @@ import signal
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -48,7 +49,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
-from compactor.errors import InvalidRequest, LengthRequired, NotFound, RequestTooLarge
+from compactor.errors import InternalError, InvalidRequest, LengthRequired, NotFound, RequestTooLarge
 from compactor.idempotency import DIR_ENV as IDEMPOTENCY_DIR_ENV
 from compactor.provider_failures import Cause, failure_causes
 from compactor_aws.caller import local_key_id, presented_key
@@ -277,9 +278,24 @@ class _RequestHandler(BaseHTTPRequestHandler):
     timeout = READ_TIMEOUT_S  # socket timeout of every read (request line, headers, body)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-        self._handle()
+        self._responded = False
+        try:
+            self._handle()
+        except OSError:  # the client went away (or timed out) mid-request: no one to answer
+            self.close_connection = True
+        except Exception as exc:  # a defect of the server: a 500 answer, never a dropped connection
+            # Type and frames locate the failure; the message is left out, it may quote a request.
+            self.log_error("unhandled %s:\n%s", type(exc).__name__, "".join(traceback.format_tb(exc.__traceback__)))
+            if self._responded:  # a half-written answer cannot be replaced: end the connection
+                self.close_connection = True
+            else:
+                self._send_json(*InternalError().answer(), close=True)
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        self._responded = True
+        super().send_response(code, message)
 
     def _accepted_key(self) -> tuple[bool, str | None]:
         """(whether the request may pass, the key it presented)."""

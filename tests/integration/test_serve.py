@@ -180,6 +180,18 @@ def test_a_crashing_handler_is_502_like_api_gateway() -> None:
     assert response.json() == {"message": "Internal server error"}
 
 
+def test_a_failure_of_the_server_itself_is_a_500_json_answer() -> None:
+    # Anything the request handler raised closed the connection without an answer.
+    def malformed(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": "two hundred", "body": "{}"}
+
+    with running(echo_server(malformed)) as url:
+        response = httpx.get(f"{url}/healthz")
+
+    assert response.status_code == 500
+    assert response.json() == {"error": {"message": "internal server error", "type": "server_error", "code": None}}
+
+
 def test_the_template_environment_is_compact_functions_resolved_one() -> None:
     environment = serve.template_environment(REPO / "template.yaml")
 
