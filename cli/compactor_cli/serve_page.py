@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from compactor.jsonutil import bounded_loads, ensure_utf8_encodable
 from compactor.transcripts import TranscriptError, read_transcript
 
 REPORT_PATH = "/report"
@@ -48,9 +49,15 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
     from compactor_cli.html_report import render_html
 
     try:
-        form = json.loads(payload)
+        # The API's limits (docs/reliability.md#bounded-input): json.loads raised RecursionError on a deep body,
+        # and a lone surrogate (in "name" too) failed the page's encoding, each closing the connection.
+        form = bounded_loads(payload)
         if not isinstance(form, dict) or not isinstance(form.get("transcript"), str):
             raise ValueError("send a JSON object with the transcript text in \"transcript\"")
+        try:
+            ensure_utf8_encodable(form)
+        except ValueError as exc:
+            return _error(422, str(exc))
         from compactor.compaction.modes import names
 
         mode = form.get("mode", "decision")
@@ -61,7 +68,7 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
                                   max_tokens=None, decision_policy=None, target_ratio=form.get("target_ratio"),
                                   keep_recent=form.get("keep_recent"))
         request = CompactRequest.model_validate(build_request_body(args, transcript))
-    except (ValueError, TranscriptError, ValidationError) as exc:  # JSONDecodeError is a ValueError
+    except (ValueError, TranscriptError, ValidationError) as exc:  # JSONLimitError is a ValueError
         return _error(400 if not isinstance(exc, ValidationError) else 422, str(exc))
     record, units = compact_locally(request)
     if not record.ok:

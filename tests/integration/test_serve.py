@@ -192,6 +192,27 @@ def test_a_failure_of_the_server_itself_is_a_500_json_answer() -> None:
     assert response.json() == {"error": {"message": "internal server error", "type": "server_error", "code": None}}
 
 
+REPORT_TRANSCRIPT = json.dumps([{"role": "user", "content": "Fix the bug."}, {"role": "tool", "content": "x" * 500},
+                                {"role": "assistant", "content": "Done."}])
+
+
+@pytest.mark.parametrize(("payload", "status", "message"), [
+    (b"[" * 100_000 + b"]" * 100_000, 400, "JSON nested deeper than 128 levels"),
+    (json.dumps({"transcript": REPORT_TRANSCRIPT, "name": "\ud83d"}).encode(), 422,
+     "text must be valid Unicode: it contains a lone surrogate (\\ud83d)"),
+    (json.dumps({"transcript": REPORT_TRANSCRIPT[:-2] + ', "\ud800"]'}).encode(), 422,
+     "text must be valid Unicode: it contains a lone surrogate (\\ud800)"),
+])
+def test_the_report_page_refuses_what_the_api_refuses(open_server: str, payload: bytes, status: int,
+                                                      message: str) -> None:
+    # A deep body (RecursionError in json.loads) or a lone surrogate in "name" closed the connection.
+    response = httpx.post(open_server.removesuffix("/v1") + "/report", content=payload,
+                          headers={"Content-Type": "application/json"})
+
+    assert response.status_code == status
+    assert response.json()["error"]["message"].startswith(message)
+
+
 def test_the_template_environment_is_compact_functions_resolved_one() -> None:
     environment = serve.template_environment(REPO / "template.yaml")
 
