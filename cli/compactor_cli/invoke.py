@@ -22,11 +22,12 @@ from compactor_cli.sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
 STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
-                            "COMPACTOR_ARCHIVE_BUCKET")
-"""Variables naming the deployed stack's billing and archive resources: never applied locally, where the
+                            "COMPACTOR_ARCHIVE_BUCKET", "COMPACTOR_JOBS_BUCKET")
+"""Variables naming the deployed stack's billing, archive and upload resources: never applied locally, where the
 ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md; the instances of
-``compactor serve --workers`` share them through files), and
-restorable originals go to a local directory (docs/archives.md)."""
+``compactor serve --workers`` share them through files), restorable originals go to a local directory
+(docs/archives.md), and uploads answer 503 unless the shell names a jobs bucket (docs/scale.md). Applied,
+a variable held the resource's logical id (``TranscriptBucket``), which no AWS call can use."""
 LAMBDA_DEFAULT_MEMORY_MB = 128
 
 

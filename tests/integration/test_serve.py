@@ -18,6 +18,7 @@ from compactor import __version__
 from compactor.budget import flow_budget_ms
 from compactor_cli import serve
 from compactor_cli.main import build_parser
+from compactor_cli.sam_template import Template
 from compactor.http_api import MAX_BODY_BYTES, proxy_response, rest_proxy_event
 from fakes.local_serve import running
 
@@ -222,6 +223,27 @@ def test_the_template_environment_is_compact_functions_resolved_one() -> None:
     assert "COMPACTOR_STATE_MACHINE_ARN" not in environment  # AWS::NoValue without the fan-out
     overridden = serve.template_environment(REPO / "template.yaml", {"FlowBudgetMs": "40000"})
     assert overridden["COMPACTOR_FLOW_BUDGET_MS"] == "40000"
+
+
+def test_no_variable_of_the_local_environment_names_a_resource_of_the_stack() -> None:
+    # COMPACTOR_JOBS_BUCKET was applied as "TranscriptBucket": POST /v1/uploads and GET /v1/jobs/{id} were a 500
+    # NoCredentialsError on compactor serve instead of the documented 503.
+    resources = set(Template.load(REPO / "template.yaml").resources)
+
+    environment = serve.template_environment(REPO / "template.yaml")
+
+    assert {name: value for name, value in environment.items() if value in resources} == {}
+
+
+def test_uploads_are_503_on_the_local_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COMPACTOR_JOBS_BUCKET", raising=False)
+    server = serve.create_server(port=0, code_dir=REPO / "functions" / "compact",
+                                 environment=serve.template_environment(REPO / "template.yaml"))
+    with running(server) as url:
+        answers = [httpx.post(f"{url}/uploads"), httpx.get(f"{url}/jobs/{'0' * 32}")]
+
+    assert [(answer.status_code, answer.json()["error"]["code"]) for answer in answers] == [
+        (503, "uploads_unavailable"), (503, "uploads_unavailable")]
 
 
 def test_the_shell_environment_wins_over_the_template() -> None:
