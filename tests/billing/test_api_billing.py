@@ -176,6 +176,28 @@ def test_a_server_error_is_neither_stored_nor_billed(aws: dict[str, Any]) -> Non
     assert len(items) == 1 and items[0]["cost_known"]["BOOL"] is False and "cost_usd" not in items[0]
 
 
+@pytest.mark.parametrize("key", [None, "too-large"])
+def test_an_answer_too_large_to_send_is_413_and_neither_billed_nor_stored(
+        aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch,
+        key: str | None) -> None:
+    # The handler swapped in the 413 after the route had billed the call and stored its oversized answer.
+    monkeypatch.setattr(http_api, "MAX_RESPONSE_BYTES", 2_000)
+    messages = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "x" * 3_000}]
+    ev = event("POST", "/compact", body={"messages": messages, "mode": "mask"},
+               headers={"Idempotency-Key": key} if key else {})
+
+    first, second = call(compact_module, ev), call(compact_module, dict(ev))
+
+    for answer in (first, second):
+        assert answer["statusCode"] == 413
+        assert json.loads(answer["body"])["error"]["code"] == "response_too_large"
+    assert ledger_items(aws) == [] and usage(compact_module, KEY_A)["days"] == []
+    if key:  # a retry gets the same small 413 back, without computing again
+        assert replayed(second) and len(counted) == 1
+        stored = json.loads(aws["dynamodb"].scan(TableName=IDEMPOTENCY_TABLE)["Items"][0]["data"]["S"])
+        assert stored["status"] == 413 and stored["facts"] is None and len(stored["body"]) < 300
+
+
 def test_a_ledger_failure_fails_the_call_and_the_retry_bills_it_once(
         aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     ledger = billing.backends().ledger

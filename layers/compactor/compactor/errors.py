@@ -148,6 +148,11 @@ def _quoted(value: str, limit: int = 100) -> str:
 class ResponseTooLarge(CompactorError):
     status, code = 413, "response_too_large"  # the answer would not fit a Lambda response
 
+    @classmethod
+    def over(cls, limit: int) -> ResponseTooLarge:
+        return cls(f"the answer would exceed the {limit}-byte response limit; send large transcripts "
+                   "through the S3 path")
+
 
 class InternalError(CompactorError):
     """500: says nothing about the failure's internals."""

@@ -44,9 +44,7 @@ def bounded_response(response: dict[str, Any]) -> dict[str, Any]:
     body = response.get("body") or ""
     if len(body) * 4 <= MAX_RESPONSE_BYTES or len(body.encode("utf-8", "surrogatepass")) <= MAX_RESPONSE_BYTES:
         return response
-    return proxy_response(*ResponseTooLarge(
-        f"the answer would exceed the {MAX_RESPONSE_BYTES}-byte response limit; send large transcripts "
-        "through the S3 path").answer())
+    return proxy_response(*ResponseTooLarge.over(MAX_RESPONSE_BYTES).answer())
 
 
 def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
@@ -29,6 +30,7 @@ from compactor.errors import (
     IdempotencyUnavailable,
     InvalidIdempotencyKey,
     InvalidUsageRange,
+    ResponseTooLarge,
 )
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
@@ -186,9 +188,18 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
         started_at = time.time()
         record = run()
         text = dense_dumps(record.body)
+        size = len(text.encode("utf-8"))
+        if size > http_api.MAX_RESPONSE_BYTES:
+            # The 413 the handler would send instead (http_api.bounded_response), decided here so that it is
+            # what is observed, stored and billed: nothing (docs/billing.md). It used to be decided after the
+            # call had been billed and its oversized answer stored for replay.
+            record = replace(record, status=ResponseTooLarge.status,
+                             body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body())
+            text = dense_dumps(record.body)
+            size = len(text.encode("utf-8"))
         summary = observability.record_call(
             record, logger=logger, metrics=metrics, tracer=tracer, started_at=started_at, ended_at=time.time(),
-            response_bytes=len(text.encode("utf-8")), **observability.api_request_details(event))
+            response_bytes=size, **observability.api_request_details(event))
         return Computed(record.status, text, facts_of(summary))
 
     return answer_call(event, route, compute, lambda_context)
