@@ -291,11 +291,22 @@ class _RequestHandler(BaseHTTPRequestHandler):
             else:
                 self._send_json(*InternalError().answer(), close=True)
 
-    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_GET
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_OPTIONS = do_HEAD = do_GET
+
+    def __getattr__(self, name: str) -> Any:
+        # Any other method (http.server answered it 501 with an HTML page) goes to the function too, which
+        # answers what it answers for every method without a route: 404 JSON.
+        if name.startswith("do_"):
+            return self.do_GET
+        raise AttributeError(name)
 
     def send_response(self, code: int, message: str | None = None) -> None:
         self._responded = True
         super().send_response(code, message)
+
+    def _write_body(self, payload: bytes) -> None:
+        if self.command != "HEAD":  # a HEAD answer has the GET answer's headers and no body (RFC 9110)
+            self.wfile.write(payload)
 
     def _accepted_key(self) -> tuple[bool, str | None]:
         """(whether the request may pass, the key it presented)."""
@@ -308,7 +319,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         url = urlsplit(self.path)
-        if self.command == "GET" and url.path in ("/", "/docs"):  # pages for people: static, no caller data
+        if self.command in ("GET", "HEAD") and url.path in ("/", "/docs"):  # pages for people: static, no caller data
             page = (serve_page.index_html(bool(self.server.api_keys)) if url.path == "/"
                     else serve_page.swagger_html(self.server.instances.openapi_text()))
             self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
@@ -387,14 +398,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     self.send_header(name, str(value))
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self.wfile.write(payload)
+        self._write_body(payload)
 
     def _send(self, status: int, content_type: str, payload: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
-        self.wfile.write(payload)
+        self._write_body(payload)
 
     def _send_json(self, status: int, body: dict[str, Any], *, close: bool = False) -> None:
         payload = json.dumps(body, separators=(",", ":")).encode("utf-8")
@@ -405,7 +416,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self.end_headers()
-        self.wfile.write(payload)
+        self._write_body(payload)
 
 
 def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list[str] | None = None,

@@ -143,6 +143,27 @@ def test_unknown_paths_are_404_json(open_server: str, path: str) -> None:
     assert response.json()["error"]["code"] == "not_found"
 
 
+def test_head_and_unknown_methods_are_answered_as_the_function_answers_them(open_server: str) -> None:
+    # http.server answered both 501 with an HTML page; the function answers a method without a route 404 JSON.
+    host, port = open_server.removeprefix("http://").removesuffix("/v1").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        answers = []
+        for method in ("HEAD", "FOO", "GET"):  # one kept-alive connection: a HEAD answer carries no body
+            connection.request(method, "/v1/healthz")
+            response = connection.getresponse()
+            answers.append((response.status, response.getheader("Content-Type"), response.read()))
+    finally:
+        connection.close()
+
+    (head, head_type, head_body), (foo, foo_type, foo_body), (get, _, _) = answers
+    assert (head, head_type, head_body) == (404, "application/json", b"")
+    assert (foo, foo_type) == (404, "application/json")
+    assert json.loads(foo_body)["error"] == {"message": "no route for FOO /healthz", "type": "invalid_request_error",
+                                             "code": "not_found"}
+    assert get == 200
+
+
 def echo_server(handler: Callable[[dict[str, Any], Any], dict[str, Any]]) -> serve.CompactorServer:
     return serve.CompactorServer(("127.0.0.1", 0), handler, api_key=None)
 
