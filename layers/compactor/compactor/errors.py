@@ -133,11 +133,15 @@ class RequestTooLarge(CompactorError):
 
 
 class UnsupportedMediaType(CompactorError):
-    status, code = 415, "unsupported_media_type"  # a body that is not JSON (docs/behaviour.md#errors)
+    status, code = 415, "unsupported_media_type"  # a body that is not plain JSON (docs/behaviour.md#errors)
 
     @classmethod
     def content_type(cls, value: str) -> UnsupportedMediaType:
         return cls(f"Content-Type {_quoted(value)} is not supported: send the body as application/json")
+
+    @classmethod
+    def content_encoding(cls, value: str) -> UnsupportedMediaType:
+        return cls(f"Content-Encoding {_quoted(value)} is not supported: send the body uncompressed")
 
 
 def _quoted(value: str, limit: int = 100) -> str:

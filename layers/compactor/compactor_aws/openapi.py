@@ -235,7 +235,7 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "403": ("no valid API key", Forbidden),
     "404": ("no such job or handle (or not the caller's)", ErrorBody),
     "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
-    "415": ("the body is declared as another media type than application/json", ErrorBody),
+    "415": ("the body is declared as another media type than application/json, or compressed", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
     "503": ("uploads are not configured on this deployment", ErrorBody),

@@ -162,6 +162,31 @@ def test_a_body_that_is_not_json_is_415(
     assert stub_service.calls == []
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "GZIP", "br", "deflate, gzip"])
+def test_a_compressed_body_is_415_naming_its_encoding(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, encoding: str,
+) -> None:
+    # It was parsed as it came: 422 "Expecting value", which says nothing of the encoding.
+    event = load_event("compact-legacy", body={"messages": []}, headers={"Content-Encoding": encoding})
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 415
+    assert response_json(response)["error"] == {
+        "message": f"Content-Encoding {encoding!r} is not supported: send the body uncompressed",
+        "type": "invalid_request_error", "code": "unsupported_media_type"}
+    assert stub_service.calls == []
+
+
+def test_the_identity_encoding_is_no_encoding(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+) -> None:
+    stub_service.answer = (200, {"messages": [], "compacted": False})
+    event = load_event("compact-legacy", body={"messages": []}, headers={"Content-Encoding": "Identity"})
+
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 200
+
+
 @pytest.mark.parametrize("content_type", ["APPLICATION/JSON", " Application/Json ; charset=UTF-8", ""])
 def test_json_media_types_are_compared_case_insensitively(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, content_type: str,
