@@ -335,13 +335,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             self._send_json(*LengthRequired("send the body with a Content-Length").answer(), close=True)
             return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0:
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        # Digits only (RFC 9110), as many as a length can have: int() also read "1_5" and "+15" as 15.
+        if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:
             self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)
             return
+        length = int(declared)
         if length > http_api.MAX_BODY_BYTES:
             self._drain(length)
             self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)

@@ -105,6 +105,26 @@ def test_body_over_the_limit_is_413_before_it_is_read(open_server: str) -> None:
     connection.close()
 
 
+@pytest.mark.parametrize(("declared", "status"), [
+    ("1_5", 400), ("+15", 400), ("-15", 400), ("0x0f", 400), ("9" * 19, 400), ("15", 200), (" 15 ", 200),
+])
+def test_a_content_length_is_digits(open_server: str, declared: str, status: int) -> None:
+    # int() read "1_5" and "+15" as 15: the body was read by Python's number syntax, not HTTP's.
+    url = httpx.URL(open_server)
+    body = b'{"messages":[]}'
+    with socket.create_connection((url.host, url.port), timeout=30) as client:
+        client.sendall(b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + declared.encode("utf-8") + b"\r\nConnection: close\r\n\r\n" + body)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == str(status).encode()
+    if status == 400:
+        assert json.loads(payload)["error"]["message"] == "invalid Content-Length"
+
+
 @pytest.mark.parametrize(
     ("content", "error_type"),
     [(b"not json", "json_invalid"), (b'{"keep_recent": 1}', "missing"), (b'{"messages": [], "target_ratio": 2}',
