@@ -162,7 +162,7 @@ def compact_cases() -> dict[str, dict[str, Any]]:
             {"role": "tool", "tool_call_id": "c2", "content": LONG}, *good[3:]]},
         "tool_id_not_string": {"messages": [*good[:3], {"role": "assistant", "content": None, "tool_calls": [
             {"id": 5, "function": {"name": "ls"}}]}, {"role": "tool", "tool_call_id": 5, "content": LONG}, *good[3:]]},
-        # unicode edge cases (lone surrogates are in RAW_BODIES: they cannot be written from Python text)
+        # unicode edge cases (lone surrogates are in RAW_BODIES and SURROGATE_BODIES)
         "emoji_and_rtl": {"messages": [*good, {"role": "user", "content": "\U0001F600 \u202e\u05e9\u05dc\u05d5\u05dd"}]},
         "nul_and_zero_width": {"messages": [*good, {"role": "user", "content": "a\u0000b\u200bc\ufeff"}]},
         "combining_marks": {"messages": [*good, {"role": "user", "content": "e" + "\u0301" * 5000}]},
