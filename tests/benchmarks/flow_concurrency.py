@@ -98,7 +98,8 @@ def batched_flow(batches: int = 32, per_batch: int = 4) -> tuple[list[Any], dict
                              "on_error": "input", "max_tokens": 512, "timeout_ms": 20000},
             p + "removed": {"kind": "data", "operation": "select", "inputs": [p + "items", p + "classify"],
                             "field": "choice", "equals": "drop"},
-            p + "patch": {"kind": "data", "operation": "overlay", "inputs": [p + "items", p + "generate", p + "removed"],
+            p + "patch": {"kind": "data", "operation": "overlay", "inputs": [p + "items", p + "generate", p + "removed",
+                                                                    p + "selected"],
                           "min_string_bytes": 1, "max_string_bytes": 256, "only_shrink": True, "on_error": "input"},
         })
     nodes["merged"] = {"kind": "data", "operation": "union", "inputs": [f"batch_{b}_patch" for b in range(batches)]}
