@@ -102,6 +102,18 @@ async def test_errors_map_onto_router_kinds(fake_provider: FakeProviderServer, o
     assert len(fake_provider.requests) == 1  # no SDK retries: the router decides
 
 
+async def test_text_utf8_cannot_carry_is_a_bad_response_and_errors_are_made_safe(
+        fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # docs/reliability.md "Bounded answers": an escaped lone surrogate is no text (botocore parses it as one).
+    fake_provider.enqueue(converse_reply("Summary \ud800 here."))
+    fake_provider.enqueue(bedrock_error(503, "ServiceUnavailableException", "down \ud800"))
+    for kind in (BAD_RESPONSE, UPSTREAM_ERROR):
+        with pytest.raises(ProviderError) as caught:
+            await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+        assert caught.value.kind == kind
+        caught.value.message.encode("utf-8")
+
+
 async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
     closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
     with pytest.raises(ProviderError) as caught:

@@ -11,6 +11,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from compactor.jsonutil import ensure_utf8_encodable
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
     ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
@@ -90,6 +91,10 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     message = (output.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
+    try:  # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8)
+        ensure_utf8_encodable(message)
+    except ValueError as exc:
+        raise ProviderError(BAD_RESPONSE, f"Converse answer {exc}") from None
     blocks = [block for block in message["content"] if isinstance(block, dict)]
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None

@@ -13,8 +13,9 @@ from typing import Any, Final, Protocol
 from ..budget import Deadline
 from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_state
-from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
-from ..patterns import pattern
+from ..jsonutil import (
+    StrictJSONError, dense_dumps, depth_exceeds, ensure_parsed_encodable, strict_loads, utf8_len,
+)
 from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
 from ..records import record
 from ..router import RouteResult
@@ -33,8 +34,6 @@ DATA_ERROR: Final = "data_error"
 
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _PLACEHOLDER = r"\$(\d+)"
-# The escape of a UTF-16 surrogate: the only way parsed JSON text that is valid UTF-8 holds a lone one.
-_SURROGATE_ESCAPE = pattern(r"\\u[dD][89abcdefABCDEF]")
 
 
 class FlowRouter(Protocol):
@@ -279,11 +278,10 @@ def parse_json_output(response: ChatResponse) -> Any:
         raise _NodeFailure(BAD_RESPONSE, f"invalid JSON output ({exc})") from exc
     if depth_exceeds(value, MAX_VALUE_DEPTH):
         raise _NodeFailure(BAD_RESPONSE, f"JSON output nested deeper than {MAX_VALUE_DEPTH} levels")
-    if _SURROGATE_ESCAPE.search(text) is not None:  # else no string in the value can hold one
-        try:
-            ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
-        except ValueError as exc:
-            raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
+    try:
+        ensure_parsed_encodable(text, value)
+    except ValueError as exc:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
     return value
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
@@ -54,7 +54,7 @@ def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], s
 def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Messages API answer; malformed bodies raise ``bad_response``."""
     try:
-        payload = strict_loads(body)
+        payload = strict_loads_utf8(body)
     except StrictJSONError as exc:
         raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
     if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):

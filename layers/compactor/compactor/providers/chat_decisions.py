@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads
+from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
     ProviderError,
@@ -80,7 +80,7 @@ def _reply_answers(chat: ChatResponse) -> Any:
         problem = "decision reply is empty"
     else:
         try:
-            reply = strict_loads(chat.text)
+            reply = strict_loads_utf8(chat.text)
         except StrictJSONError as exc:
             problem = f"decision reply is not strict JSON ({exc})"
         else:

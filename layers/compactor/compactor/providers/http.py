@@ -29,6 +29,7 @@ import h11
 import httpx
 
 from compactor import ca_directory
+from compactor.jsonutil import utf8_safe
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
@@ -159,8 +160,9 @@ def truncate(text: str, limit: int = ERROR_MESSAGE_MAX_CHARS) -> str:
 
 
 def safe_message(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters."""
-    return truncate(" ".join(scrub(text, secrets).split()))
+    """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters, any lone
+    surrogate (which no UTF-8 answer or record can carry) replaced by ``?``."""
+    return utf8_safe(truncate(" ".join(scrub(text, secrets).split())))
 
 
 async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_s: float,

@@ -11,7 +11,7 @@ from typing import Any
 
 from compactor.cost import reported
 from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
     ProviderError, sane_tokens,
@@ -93,7 +93,7 @@ class DecisionsTransport:
         if error is not None:
             raise error
         try:
-            answer = strict_loads(reply.body)
+            answer = strict_loads_utf8(reply.body)
         except StrictJSONError as exc:
             raise ProviderError(BAD_RESPONSE, f"decision response is not strict JSON ({exc})",
                                 http_status=reply.status) from exc

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from compactor.cost import reported
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
     sane_tokens,
@@ -75,7 +75,7 @@ def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
 def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Chat Completions body; malformed bodies raise ``bad_response``."""
     try:
-        payload = strict_loads(body)
+        payload = strict_loads_utf8(body)
     except StrictJSONError as exc:
         raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
     if not isinstance(payload, dict):
