@@ -87,8 +87,9 @@ async def test_happy_path() -> None:
 BAD_JSON = [
     ("unparseable", replying("Sure! Here are the replies: t1 ..."), "invalid JSON output"),
     ("duplicate key", replying('{"t1": "Short.", "t1": "Other."}'), "duplicate key"),
-    ("truncated", replying('{"t1": "Facilities are', finish_reason="length"), "truncated"),
-    ("tool calls", replying(None, tool_calls=[{"id": "c1", "type": "function"}]), "tool calls instead of JSON"),
+    ("truncated", replying('{"t1": "Facilities are', finish_reason="length"), "cut off (finish_reason length)"),
+    ("tool calls", replying(None, tool_calls=[{"id": "c1", "type": "function"}]), "tool calls instead of an answer"),
+    ("filtered", replying("{\"t1\": \"Sorry.\"}", finish_reason="content_filter"), "refused or filtered"),
     ("empty", replying(""), "empty JSON output"),
     ("non-finite", replying('{"t1": NaN}'), "non-finite number"),
     ("too deep", replying("[" * 40 + "]" * 40), "nested deeper than 32"),

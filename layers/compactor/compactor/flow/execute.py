@@ -16,7 +16,9 @@ from ..decision_validation import DecisionValidationError, validate_answers, val
 from ..jsonutil import (
     StrictJSONError, dense_dumps, depth_exceeds, ensure_parsed_encodable, strict_loads, utf8_len,
 )
-from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
+from ..providers.base import (
+    BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest, unfinished,
+)
 from ..records import record
 from ..router import RouteResult
 from . import data_ops, decision_routing as routed
@@ -259,12 +261,11 @@ def build_prompt(template: str | None, values: Sequence[Any],
 
 
 def parse_json_output(response: ChatResponse) -> Any:
-    """The typed value of a JSON-mode reply: complete (no ``finish_reason: "length"``), no tool calls,
-    strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
-    if response.finish_reason == "length":
-        raise _NodeFailure(BAD_RESPONSE, "JSON output truncated (finish_reason length)")
-    if response.tool_calls:
-        raise _NodeFailure(BAD_RESPONSE, "tool calls instead of JSON output")
+    """The typed value of a JSON-mode reply: finished (:func:`~compactor.providers.base.unfinished`: not cut off,
+    refused or filtered, no tool calls), strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
+    problem = unfinished(response)
+    if problem is not None:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output {problem}")
     text = response.text
     if not text or not text.strip():
         raise _NodeFailure(BAD_RESPONSE, "empty JSON output")

@@ -116,6 +116,24 @@ class ChatResponse:
     cost_reported: float | None = None  # provider-reported USD, wins over prices
 
 
+def unfinished(response: ChatResponse) -> str | None:
+    """Why ``response`` is not an answer its model finished, in words for a failure message, or ``None`` when it is.
+
+    One rule for every caller that takes a chat answer as its result: the seal's summary, a JSON-mode llm
+    node's reply and a decision asked through a chat model (docs/reliability.md "Legacy seal never grows the
+    transcript"). An answer cut off at ``max_tokens`` (``finish_reason: "length"``), refused or filtered
+    (``"content_filter"``: OpenAI's, Anthropic's ``stop_reason: "refusal"``, Bedrock's guardrails), or tool calls
+    instead of the answer (a ``"tool_calls"`` / ``"function_call"`` finish, or calls proposed) is not finished."""
+    reason = response.finish_reason
+    if reason == "length":
+        return "cut off (finish_reason length)"
+    if reason == "content_filter":
+        return "refused or filtered (finish_reason content_filter)"
+    if response.tool_calls or reason in ("tool_calls", "function_call"):
+        return "tool calls instead of an answer"
+    return None
+
+
 @record
 class DecisionRequest:
     """One decision call: the shared state and the questions to answer."""
