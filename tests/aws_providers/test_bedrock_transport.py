@@ -114,6 +114,16 @@ async def test_text_utf8_cannot_carry_is_a_bad_response_and_errors_are_made_safe
         caught.value.message.encode("utf-8")
 
 
+async def test_retry_after_reaches_the_router(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # docs/reliability.md "Polite retries": a re-issue waits at least the service's Retry-After.
+    throttled = bedrock_error(429, "ThrottlingException", "Too many requests, please wait")
+    throttled.headers["Retry-After"] = "7"
+    fake_provider.enqueue(throttled)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert (caught.value.kind, caught.value.retry_after_s) == (RATE_LIMIT, 7.0)
+
+
 async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
     closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
     with pytest.raises(ProviderError) as caught:

@@ -17,7 +17,7 @@ from compactor.providers.base import (
     ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
 from compactor.providers.chat_decisions import decide_by_chat
-from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
+from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
 from compactor.providers.openai import count
 from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
@@ -126,7 +126,9 @@ def provider_error(exc: Exception) -> ProviderError:
     if isinstance(exc, ClientError):
         error = exc.response.get("Error") or {}
         code = str(error.get("Code") or "")
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        metadata = exc.response.get("ResponseMetadata") or {}
+        status = metadata.get("HTTPStatusCode")
+        headers = metadata.get("HTTPHeaders") or {}  # botocore lower-cases the names
         message = f"{code}: {error.get('Message') or ''}"
         kind = _ERROR_KINDS.get(code)
         if kind is None:
@@ -134,7 +136,9 @@ def provider_error(exc: Exception) -> ProviderError:
                 else BAD_REQUEST if isinstance(status, int) and 400 <= status < 500 else UPSTREAM_ERROR
         if kind == BAD_REQUEST and CONTEXT_OVERFLOW_WORDS.search(message):
             kind = CONTEXT_OVERFLOW
-        return ProviderError(kind, safe_message(message), http_status=status)
+        # The wait the service asks for, as the HTTP transports read it (docs/reliability.md "Polite retries").
+        return ProviderError(kind, safe_message(message), http_status=status,
+                             retry_after_s=parse_retry_after(headers.get("retry-after")))
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
         return ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}"))
     if isinstance(exc, NoCredentialsError):

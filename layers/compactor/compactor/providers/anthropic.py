@@ -94,7 +94,7 @@ class AnthropicTransport:
         async with written_first(prefix):  # an error status has written nothing: the next call writes
             reply = await post_json(endpoint(offer, "v1/messages"), body, headers=headers, timeout_s=timeout_s,
                                     max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-            error = error_for_status(reply.status, reply.body, (key,))
+            error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
             if error is not None:
                 raise error
         try:
