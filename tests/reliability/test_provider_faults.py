@@ -5,6 +5,8 @@ transports talk to a fake provider on 127.0.0.1; budgets are a few seconds so th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -116,3 +118,29 @@ async def test_every_provider_fault_ends_in_200_with_the_originals(fake_provider
             request.messages)
     if fault == "absurd_usage":
         assert body.get("x_router", {}).get("cost_usd") is None
+
+
+@pytest.mark.parametrize("mode", ["legacy", "decision"])
+async def test_a_huge_model_name_does_not_make_a_huge_answer(fake_provider: FakeProviderServer, mode: str) -> None:
+    # docs/reliability.md "Bounded answers": a provider's model name reaches traces and answers cut to 256
+    # characters (chat bodies may hold 8 MiB, decision bodies 128 KiB).
+    def reply(request: RecordedRequest) -> Reply:
+        if request.path.endswith("/decisions"):
+            answers = {name: {**answer, "choice": "summarize"}
+                       for name, answer in default_answers(request.json.get("questions")).items()}
+            return decision_reply(answers, model="d" * 100_000)
+        if request.json.get("response_format"):
+            items = json.loads(request.json["messages"][-1]["content"])
+            return chat_reply(json.dumps({key: "Short." for key in items}), model="m" * 5_000_000)
+        return chat_reply("A short sealed summary.", model="m" * 5_000_000)
+
+    fake_provider.responder = reply
+    json_mode = [dataclasses.replace(offer, observations={**offer.observations, "supports_json_mode": True})
+                 for offer in offers(fake_provider)]  # the summary calls of decision mode need it
+    router = Router(json_mode, transport_for=transport_for, sleep=Sleeps())
+    fields: dict[str, Any] = {"decision_policy_ir": CHEAP_FIRST} if mode == "decision" else {}
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST, **fields)
+    status, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router)
+    assert status == 200 and body["compacted"] is True
+    assert dense_size(body) <= dense_size(request.messages) + 128 * 1024
+    assert "m" * 256 not in dense_dumps(body) and "d" * 256 not in dense_dumps(body)

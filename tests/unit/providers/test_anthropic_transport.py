@@ -93,6 +93,14 @@ async def test_retry_after_reaches_the_router(fake_provider: FakeProviderServer,
     assert (caught.value.kind, caught.value.retry_after_s) == (RATE_LIMIT, 7.0)
 
 
+def test_a_long_model_name_is_cut() -> None:
+    from compactor.providers.anthropic import parse_message
+
+    body = json.dumps({"content": [{"type": "text", "text": "ok"}], "model": "m" * 1000}).encode()
+    served = parse_message(body, default_model="fallback").served_model_id
+    assert served == "m" * 255 + "…"  # docs/reliability.md "Bounded answers"
+
+
 async def test_missing_key_is_named(anthropic_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(anthropic_offer.api_key_env)
     with pytest.raises(ProviderError) as caught:

@@ -15,7 +15,7 @@ from typing import Any
 
 from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
-    BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+    BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError, bounded_model,
 )
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import error_for_status, post_json, safe_message
@@ -74,7 +74,7 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
         text=text,
         finish_reason=_FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
         tool_calls=tool_calls,
-        served_model_id=model if isinstance(model, str) and model else default_model,
+        served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=tokens_in,
         tokens_out=out,
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,

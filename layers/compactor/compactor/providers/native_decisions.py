@@ -14,7 +14,7 @@ from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionV
 from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
-    ProviderError, sane_tokens,
+    ProviderError, bounded_model, sane_tokens,
 )
 from compactor.providers.http import bearer_headers, error_for_status, post_json
 from compactor.providers.openai import endpoint
@@ -46,6 +46,8 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
     usage = sane_usage(answer.get("usage")) if isinstance(answer, dict) else None
     if isinstance(answer, dict):
         answer = {**answer, "usage": usage}
+        if "model" in answer:
+            answer["model"] = bounded_model(answer["model"])
     try:
         validate_answers(request.questions, answer, model_family=model_family)
     except DecisionValidationError as exc:
