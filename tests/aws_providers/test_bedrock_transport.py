@@ -8,6 +8,7 @@ import contextvars
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -207,6 +208,45 @@ async def test_a_requests_calls_are_all_in_flight_at_once(fake_provider: FakePro
 
     assert [response.text for response in responses] == ["summary"] * calls
     assert len(fake_provider.requests) == calls
+
+
+async def test_an_abandoned_call_on_a_slow_body_ends_soon_after_its_deadline(
+        fake_provider: FakeProviderServer, offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/providers.md "Abandoned calls": a body arriving a piece every second, each under the 5 s read
+    timeout, held the call's thread until the whole body came (20 s here; forever for an endless drip). It is
+    read within the call's time now: the thread ends at the first piece after it, and its connection closes."""
+    ended: list[float] = []
+    in_thread = background.in_thread
+
+    async def traced(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            try:
+                return function(*args, **kwargs)
+            finally:
+                ended.append(time.monotonic())
+        return await in_thread(run)
+
+    monkeypatch.setattr(bedrock.background, "in_thread", traced)
+    body = json.dumps(converse_reply("ok").body).encode()
+    fake_provider.enqueue(Reply(200, body + b" " * 2000, trickle_s=20))
+    fake_provider.enqueue(converse_reply("the next call"))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):  # the router gives up at the call's time
+        await asyncio.wait_for(BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 1.5),
+                               1.5)
+    while not ended and time.monotonic() - started < 25:
+        await asyncio.sleep(0.1)
+    assert ended and ended[0] - started < 5
+    response = await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "y"}]), 10)
+    assert response.text == "the next call"  # on another connection: the half-read one was closed
+
+
+async def test_a_body_read_past_the_deadline_is_a_timeout(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    body = json.dumps(converse_reply("ok").body).encode()
+    fake_provider.enqueue(Reply(200, body + b" " * 2000, trickle_s=4))
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 1)
+    assert caught.value.kind == TIMEOUT
 
 
 async def test_calls_in_threads_carry_the_callers_context_and_its_errors() -> None:

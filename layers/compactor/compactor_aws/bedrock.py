@@ -7,7 +7,10 @@ prefix is followed by a ``cachePoint`` block for the models that take one
 
 from __future__ import annotations
 
+import contextvars
 import re
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +51,10 @@ _ERROR_KINDS = {
 # 3.5 Haiku and the Claude 4 generations on. Bedrock refuses a cachePoint for other models, so an offer
 # of any other model sends one only with ``"prompt_cache": true`` (docs/providers.md "Prompt caching").
 CACHE_POINT_MODELS = re.compile(r"amazon\.nova-|anthropic\.claude-(?:3-7-sonnet|3-5-haiku|(?:sonnet|opus|haiku)-\d)")
+# The deadline (``time.monotonic()``) of the Converse call a thread runs, set by ``BedrockTransport.chat`` and carried
+# to the call's thread with its context: the answer's body is read piece by piece and given up past it.
+_CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("bedrock_call_deadline", default=None)
+_BODY_PIECE = 64 * 1024
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
                    "model_context_window_exceeded": "length"}
@@ -63,7 +70,63 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
     config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout_s,
                     retries={"total_max_attempts": 1, "mode": "standard"},
                     max_pool_connections=background.CALLS_IN_FLIGHT, user_agent_extra="compactor")
-    return aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+    client = aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+    # botocore reads a whole answer in the call's thread with a read timeout per socket read, so a body arriving a
+    # few bytes at a time held the thread until its end (forever for an endless drip). Each call is sent here
+    # instead, with the client's own HTTP session, and its body read within the call's deadline.
+    client.meta.events.register("before-send.bedrock-runtime.Converse",
+                                _send_within_deadline(client._endpoint.http_session))
+    return client
+
+
+def _send_within_deadline(http_session: Any) -> Callable[..., Any]:
+    """A ``before-send`` handler: when the call's thread has a deadline (:data:`_CALL_DEADLINE`), send ``request``
+    with ``http_session`` (as botocore would, its errors botocore's) and read the answer's body in pieces; a piece
+    that arrives past the deadline ends the call with botocore's ``ReadTimeoutError`` and closes its connection
+    (docs/providers.md "Abandoned calls"). Without a deadline, botocore sends as usual."""
+    def send(request: Any, **_: Any) -> Any:
+        deadline = _CALL_DEADLINE.get()
+        if deadline is None:
+            return None
+        from botocore.awsrequest import AWSResponse
+
+        request.stream_output = True  # the answer's head only: its body is read below
+        response = http_session.send(request)
+        body = _body_by(response.raw, deadline, request.url)
+        return AWSResponse(request.url, response.status_code, response.headers, _ReadBody(body))
+    return send
+
+
+def _body_by(raw: Any, deadline: float, url: str) -> bytes:
+    """The whole body of the urllib3 response ``raw``, read as it arrives, unless a piece arrives past
+    ``deadline``; a read that fails or is given up closes the connection (its answer half read, it is not reused)."""
+    from botocore.exceptions import ReadTimeoutError
+    from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
+
+    pieces: list[bytes] = []
+    try:
+        while piece := raw.read1(_BODY_PIECE):
+            pieces.append(piece)
+            if time.monotonic() > deadline:
+                raise ReadTimeoutError(endpoint_url=url, error="the answer was still arriving at the call's deadline")
+    except Urllib3ReadTimeout as exc:
+        raw.close()
+        raise ReadTimeoutError(endpoint_url=url, error=exc) from None
+    except BaseException:
+        raw.close()
+        raise
+    raw.release_conn()
+    return b"".join(pieces)
+
+
+class _ReadBody:
+    """A body read already, as botocore's response reads its ``raw``."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self) -> Any:
+        yield self._body
 
 
 def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:
@@ -155,8 +218,8 @@ class BedrockTransport:
     boto3 is synchronous: each call runs in one of the container's call threads
     (:func:`compactor_aws.background.in_thread`, as many as the client keeps connections: up to 64 calls of a
     container in flight at once, as over httpx) whose read timeout is the first step of
-    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after the
-    router gave up on it."""
+    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time and whose answer is read within the attempt's time
+    (:func:`_send_within_deadline`), so an abandoned call ends on its own soon after the router gave up on it."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:
@@ -164,11 +227,14 @@ class BedrockTransport:
         step = next((s for s in READ_TIMEOUT_STEPS_S if s >= timeout_s), READ_TIMEOUT_STEPS_S[-1])
         client = _bedrock_client(offer.region, offer.base_url, step)
         arguments, prefix = converse_arguments(offer, request)
+        deadline = _CALL_DEADLINE.set(time.monotonic() + timeout_s)  # the call's thread reads it
         try:
             async with written_first(prefix):
                 output = await background.in_thread(client.converse, **arguments)
         except Exception as exc:
             raise provider_error(exc) from None
+        finally:
+            _CALL_DEADLINE.reset(deadline)
         return parse_converse(output, default_model=offer.model)
 
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
