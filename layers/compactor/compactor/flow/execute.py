@@ -261,7 +261,7 @@ def build_prompt(template: str | None, values: Sequence[Any],
 
 
 def parse_json_output(response: ChatResponse) -> Any:
-    """The typed value of a JSON-mode reply: finished (:func:`~compactor.providers.base.unfinished`: not cut off,
+    """The typed value of a JSON-mode reply: finished (``providers.base.unfinished``: not cut off,
     refused or filtered, no tool calls), strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
     problem = unfinished(response)
     if problem is not None:
