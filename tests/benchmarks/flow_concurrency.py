@@ -50,7 +50,8 @@ class LatencyRouter:
         answers = {name: {"type": "choice", "choice": labels[int(name.rsplit("_", 1)[1]) % 3]}
                    for name in request.questions}
         return RouteResult(ok=True, response=DecisionResponse(model="bench-1", answers=answers, tokens_in=1,
-                                                              tokens_out=1), chosen=OFFER, cost_usd=0.0)
+                                                              tokens_out=1), chosen=OFFER, cost_usd=0.0,
+                           failed_cost_known=True)
 
     async def chat(self, policy: Any, request: Any, *, needs: Any = None, deadline: Any = None,
                    timeout_s: Any = None) -> RouteResult:
@@ -59,7 +60,8 @@ class LatencyRouter:
         given = json.loads(request.messages[-1]["content"])
         reply = json.dumps({key: str(value)[:20] for key, value in given.items()})
         return RouteResult(ok=True, response=ChatResponse(text=reply, finish_reason="stop", tokens_in=1,
-                                                          tokens_out=1), chosen=OFFER, cost_usd=0.0)
+                                                          tokens_out=1), chosen=OFFER, cost_usd=0.0,
+                           failed_cost_known=True)
 
 
 def chains_flow(count: int) -> tuple[list[Any], dict[str, Any]]:

@@ -150,10 +150,15 @@ def test_billed_failed_attempts_join_the_chosen_cost():
     from compactor.router import RouteResult
     from compactor.response_blocks import billed_cost
 
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.001, failed_cost_usd=0.0005)) \
-        == pytest.approx(0.0015)
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=None, failed_cost_usd=0.1)) is None
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.002)) == 0.002
+    def billed(**fields):
+        return billed_cost(RouteResult(ok=True, response=None, chosen=None, **fields))
+
+    assert billed(cost_usd=0.001, failed_cost_usd=0.0005, failed_cost_known=True) == pytest.approx(0.0015)
+    assert billed(cost_usd=None, failed_cost_usd=0.1, failed_cost_known=True) is None
+    assert billed(cost_usd=0.002, failed_cost_known=True) == 0.002
+    # A failed attempt that may have been billed an unknown amount: the total is unknown, never a partial sum.
+    assert billed(cost_usd=0.002, failed_cost_known=False) is None
+    assert billed(cost_usd=0.002, failed_cost_usd=0.1, failed_cost_known=False) is None
 
 
 @dataclass

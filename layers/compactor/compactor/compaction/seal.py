@@ -266,7 +266,7 @@ def _report(prepared: SealRun, sealed: Sealed | None) -> CallRecord:
         status=200, body=body, mode=NAME, bytes_in=dense_size(messages), bytes_out=dense_size(body["messages"]),
         model_calls=sum(attempts(result.trace) for result in results),
         fallbacks=tuple(kind for result in results for kind in failovers(result.trace)), cost_usd=cost,
-        cost_basis=results[-1].cost_basis, nodes=_call_nodes(results),
+        cost_basis=results[-1].cost_basis if cost is not None else None, nodes=_call_nodes(results),
         tokens_in=_sum_known([getattr(r, "tokens_in", None) for r in answered]),
         tokens_out=_sum_known([getattr(r, "tokens_out", None) for r in answered]))
 

@@ -318,7 +318,8 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
 
 def _route_cost(result: RouteResult) -> float | None:
     """The USD cost of a successful routed call, billed failed attempts before it included."""
-    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS)
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS,
+                                failed_known=result.failed_cost_known)
 
 
 def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: RouteResult) -> Any:
@@ -344,4 +345,6 @@ def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: Rou
         tokens_cached=getattr(response, "tokens_cached", None),
         cost_reported=cost, latency_ms=result.latency_ms, decision_trace=result.trace or None,
     )
+    if not result.failed_cost_known:  # the answer's own figures leave out a failed attempt's unknown bill
+        entry["failed_cost_known"] = False
     return response
