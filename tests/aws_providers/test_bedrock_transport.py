@@ -8,6 +8,7 @@ import contextvars
 import dataclasses
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +103,28 @@ async def test_errors_map_onto_router_kinds(fake_provider: FakeProviderServer, o
     assert len(fake_provider.requests) == 1  # no SDK retries: the router decides
 
 
+async def test_text_utf8_cannot_carry_is_a_bad_response_and_errors_are_made_safe(
+        fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # docs/reliability.md "Bounded answers": an escaped lone surrogate is no text (botocore parses it as one).
+    fake_provider.enqueue(converse_reply("Summary \ud800 here."))
+    fake_provider.enqueue(bedrock_error(503, "ServiceUnavailableException", "down \ud800"))
+    for kind in (BAD_RESPONSE, UPSTREAM_ERROR):
+        with pytest.raises(ProviderError) as caught:
+            await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+        assert caught.value.kind == kind
+        caught.value.message.encode("utf-8")
+
+
+async def test_retry_after_reaches_the_router(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # docs/reliability.md "Polite retries": a re-issue waits at least the service's Retry-After.
+    throttled = bedrock_error(429, "ThrottlingException", "Too many requests, please wait")
+    throttled.headers["Retry-After"] = "7"
+    fake_provider.enqueue(throttled)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert (caught.value.kind, caught.value.retry_after_s) == (RATE_LIMIT, 7.0)
+
+
 async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
     closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
     with pytest.raises(ProviderError) as caught:
@@ -185,6 +208,45 @@ async def test_a_requests_calls_are_all_in_flight_at_once(fake_provider: FakePro
 
     assert [response.text for response in responses] == ["summary"] * calls
     assert len(fake_provider.requests) == calls
+
+
+async def test_an_abandoned_call_on_a_slow_body_ends_soon_after_its_deadline(
+        fake_provider: FakeProviderServer, offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/providers.md "Abandoned calls": a body arriving a piece every second, each under the 5 s read
+    timeout, held the call's thread until the whole body came (20 s here; forever for an endless drip). It is
+    read within the call's time now: the thread ends at the first piece after it, and its connection closes."""
+    ended: list[float] = []
+    in_thread = background.in_thread
+
+    async def traced(function: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def run() -> Any:
+            try:
+                return function(*args, **kwargs)
+            finally:
+                ended.append(time.monotonic())
+        return await in_thread(run)
+
+    monkeypatch.setattr(bedrock.background, "in_thread", traced)
+    body = json.dumps(converse_reply("ok").body).encode()
+    fake_provider.enqueue(Reply(200, body + b" " * 2000, trickle_s=20))
+    fake_provider.enqueue(converse_reply("the next call"))
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):  # the router gives up at the call's time
+        await asyncio.wait_for(BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 1.5),
+                               1.5)
+    while not ended and time.monotonic() - started < 25:
+        await asyncio.sleep(0.1)
+    assert ended and ended[0] - started < 5
+    response = await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "y"}]), 10)
+    assert response.text == "the next call"  # on another connection: the half-read one was closed
+
+
+async def test_a_body_read_past_the_deadline_is_a_timeout(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    body = json.dumps(converse_reply("ok").body).encode()
+    fake_provider.enqueue(Reply(200, body + b" " * 2000, trickle_s=4))
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 1)
+    assert caught.value.kind == TIMEOUT
 
 
 async def test_calls_in_threads_carry_the_callers_context_and_its_errors() -> None:

@@ -50,7 +50,8 @@ class LatencyRouter:
         answers = {name: {"type": "choice", "choice": labels[int(name.rsplit("_", 1)[1]) % 3]}
                    for name in request.questions}
         return RouteResult(ok=True, response=DecisionResponse(model="bench-1", answers=answers, tokens_in=1,
-                                                              tokens_out=1), chosen=OFFER, cost_usd=0.0)
+                                                              tokens_out=1), chosen=OFFER, cost_usd=0.0,
+                           failed_cost_known=True)
 
     async def chat(self, policy: Any, request: Any, *, needs: Any = None, deadline: Any = None,
                    timeout_s: Any = None) -> RouteResult:
@@ -59,7 +60,8 @@ class LatencyRouter:
         given = json.loads(request.messages[-1]["content"])
         reply = json.dumps({key: str(value)[:20] for key, value in given.items()})
         return RouteResult(ok=True, response=ChatResponse(text=reply, finish_reason="stop", tokens_in=1,
-                                                          tokens_out=1), chosen=OFFER, cost_usd=0.0)
+                                                          tokens_out=1), chosen=OFFER, cost_usd=0.0,
+                           failed_cost_known=True)
 
 
 def chains_flow(count: int) -> tuple[list[Any], dict[str, Any]]:
@@ -98,7 +100,8 @@ def batched_flow(batches: int = 32, per_batch: int = 4) -> tuple[list[Any], dict
                              "on_error": "input", "max_tokens": 512, "timeout_ms": 20000},
             p + "removed": {"kind": "data", "operation": "select", "inputs": [p + "items", p + "classify"],
                             "field": "choice", "equals": "drop"},
-            p + "patch": {"kind": "data", "operation": "overlay", "inputs": [p + "items", p + "generate", p + "removed"],
+            p + "patch": {"kind": "data", "operation": "overlay", "inputs": [p + "items", p + "generate", p + "removed",
+                                                                    p + "selected"],
                           "min_string_bytes": 1, "max_string_bytes": 256, "only_shrink": True, "on_error": "input"},
         })
     nodes["merged"] = {"kind": "data", "operation": "union", "inputs": [f"batch_{b}_patch" for b in range(batches)]}

@@ -117,9 +117,9 @@ def expected_outcome(messages: list[dict[str, Any]], plan: Plan, transport: Scri
         if selected:
             chat = next((c for c in transport.chats if set(c.items) == selected), None)
             if chat is not None and chat.mode not in FAILING_SUMMARY_MODES:
-                if not isinstance(chat.value, dict) or any(k not in patch for k in chat.value):
-                    values.update(patch)  # the overlay fails: the whole batch is kept, archives too
-                    continue
+                if not isinstance(chat.value, dict) or any(k not in selected for k in chat.value):
+                    values.update(patch)  # the overlay fails (a key outside its scope, the selected
+                    continue  # fragments): the whole batch is kept, archives too
                 replacements = chat.value
                 # the batch's cap: its budget, or more with the batch's total and names (compaction/preset.py)
                 cap = chat.cap or plan.budget

@@ -127,3 +127,33 @@ async def test_billing_counts_the_calls_actually_made(fake_provider: FakeProvide
     no_offer = Router([], transport_for=transport_for)
     record = await service.compact_call(request, deadline=Deadline.after_ms(20_000), router=no_offer)
     assert summarize(record).model_calls == 0  # was 1
+
+
+async def test_an_unpriced_failed_attempt_makes_the_answered_cost_unknown(fake_provider: FakeProviderServer) -> None:
+    """docs/behaviour.md "Cost rules": the cheap offer answers 200 with usage (1,000,000 prompt tokens, billed) but
+    no chat completion, and no reported cost; the next offer answers. Its cost alone was reported as the call's,
+    a known figure leaving the billed attempt out: the total is unknown now, never a partial sum."""
+    def answer(request: Any) -> Reply:
+        if request.json["model"] == "fast/chat":
+            return Reply(200, {"id": "x", "choices": [], "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0,
+                                                                   "total_tokens": 1_000_000}})
+        return chat_reply("A short sealed summary.", prompt_tokens=10, completion_tokens=5)
+
+    fake_provider.responder = answer
+    request = CompactRequest(messages=transcript(), keep_recent=2, policy_ir=CHEAP_FIRST)
+    record = await service.compact_call(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    status, body = record.answer()
+    attempts = [(e["offer"], e["error_kind"]) for e in body["x_router"]["decision_trace"]["decision_path"]
+                if e["event"] == "attempted"]
+    assert status == 200 and body["compacted"] is True
+    assert attempts == [("fast/chat", "bad_response"), ("strong/chat", None)]
+    assert body["x_router"]["cost_usd"] is None and body["x_router"]["cost_basis"] is None
+    summary = summarize(record)
+    assert summary.cost_usd is None and summary.cost_known is False
+
+    # A failed attempt that reported its cost is added: the total stays known.
+    fake_provider.responder = lambda request: (Reply(200, {"choices": [], "usage": {"cost": 0.25}})
+                                               if request.json["model"] == "fast/chat"
+                                               else chat_reply("A short sealed summary.", cost=0.5))
+    _, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
+    assert body["compacted"] is True and body["x_router"]["cost_usd"] == 0.75

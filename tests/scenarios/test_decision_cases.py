@@ -105,6 +105,33 @@ def test_invented_summary_id_keeps_the_whole_batch_and_its_archives(stack: Stack
     assert body["x_router"]["cost_usd"] is not None and "failed_node" not in body["x_router"]["decision_trace"]
 
 
+@pytest.mark.parametrize("other", ["keep", "archive"])
+def test_summary_for_a_fragment_not_selected_keeps_the_whole_batch(stack: Stack, other: str) -> None:
+    # The summarizer answers for the whole batch although the decider selected only fragment_3: the other
+    # fragments were kept (or archived) and must not be replaced (docs/behaviour.md#decision "Reassembly").
+    messages = transcript(10)  # batch 0 = fragment_2 … fragment_9, batch 1 = fragment_10, fragment_11
+    stack.script.default_choice = other
+    stack.script.choices = {"fragment_3": "summarize", "fragment_10": "summarize"}
+
+    def reply(request: dict[str, Any]) -> Any:
+        items = json.loads(request["messages"][1]["content"])
+        every = ([f"fragment_{i}" for i in range(2, 10)] if "fragment_3" in items else list(items))
+        return chat_reply(json.dumps({fid: f"Evidence {fid}" for fid in every}))
+
+    stack.script.summary_reply_for = reply
+
+    body = stack.compact(messages, keep_recent=1)
+
+    summaries = stack.requests("summaries")
+    assert sorted(list(json.loads(s["messages"][1]["content"])) for s in summaries) == [["fragment_10"], ["fragment_3"]]
+    tail = [summary("fragment_10", "Evidence fragment_10")] + ([] if other == "archive" else [messages[11]])
+    assert body["messages"] == [*messages[:10], *tail, messages[12]]
+    actions = [f["action"] for f in body["compaction"]["fragments"]]
+    assert actions == ["keep"] * 10 + ["summarize", "archive" if other == "archive" else "keep", "keep"]
+    failed = [n for n in flow_nodes(body) if n.get("fallback")]
+    assert len(failed) == 1 and failed[0]["kind"] == "data" and "is not in the scope" in failed[0]["error"]
+
+
 @pytest.mark.parametrize("mutate", [
     pytest.param(lambda a: a["fragment_3"].update(choice="compress"), id="invented-label"),
     pytest.param(lambda a: a.pop("fragment_3"), id="missing-answer"),

@@ -44,9 +44,14 @@ def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, t
     return max(cost, 0.0)
 
 
-def with_failed_attempts(cost: float | None, failed: float | None, decimals: int) -> float | None:
+def with_failed_attempts(cost: float | None, failed: float | None, decimals: int, *, failed_known: bool
+                         ) -> float | None:
     """The answering call's cost plus what earlier, failed attempts were billed (a billed response keeps
-    its cost even when it was rejected); ``None`` when the answering call's cost is unknown."""
-    if cost is None or not failed:
+    its cost even when it was rejected); ``None`` when the answering call's cost is unknown, or when
+    ``failed`` may not be all the failed attempts cost (``failed_known`` false: a timeout or an answer refused
+    without a reported cost may have been billed): never a partial sum (docs/behaviour.md "Cost rules")."""
+    if cost is None or not failed_known:
+        return None
+    if not failed:
         return cost
     return round(cost + failed, decimals)

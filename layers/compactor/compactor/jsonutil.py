@@ -14,6 +14,8 @@ from collections.abc import Callable
 from itertools import chain, compress
 from typing import Any
 
+from compactor.patterns import pattern
+
 
 def _encoder(item_separator: str, key_separator: str, ensure_ascii: bool, allow_nan: bool = False
              ) -> Callable[[Any], str]:
@@ -243,6 +245,25 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def utf8_safe(text: str) -> str:
+    """``text`` with every lone surrogate replaced by ``?``: short text from outside (a provider's error
+    message) that must reach traces and answers, which UTF-8 writes (docs/reliability.md "Bounded answers")."""
+    if text.isascii() or _encodable(text):
+        return text
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+# The escape of a UTF-16 surrogate: the only way JSON text that is valid UTF-8 holds a lone one.
+_SURROGATE_ESCAPE = pattern(r"\\u[dD][89abcdefABCDEF]")
+
+
+def ensure_parsed_encodable(text: str, value: Any) -> None:
+    """:func:`ensure_utf8_encodable` of ``value`` parsed from the JSON ``text`` (itself valid Unicode): the value
+    is walked only when the text holds a surrogate's escape, else no string in it can hold one."""
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
+
+
 class StrictJSONError(ValueError):
     """Raised by :func:`strict_loads` for duplicate keys, non-finite numbers or bad syntax."""
 
@@ -301,6 +322,33 @@ def strict_loads(text: str | bytes) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise StrictJSONError(str(exc)) from exc
+
+
+def strict_loads_utf8(data: str | bytes) -> Any:
+    """:func:`strict_loads` of JSON that must be UTF-8 text, as a model provider's answer must be to reach an
+    answer Compactor writes (docs/reliability.md "Bounded answers"): bytes that are not UTF-8 (such as ED A0 80,
+    a surrogate encoded as if it were a character, which ``json.loads`` of bytes lets through), a ``str`` holding
+    a surrogate, and a string escaping a lone surrogate (``"\\ud800"``) are a :class:`StrictJSONError` too. Bytes
+    are decoded once, as ``json.loads`` would (a leading byte order mark is skipped). The value is then checked
+    string by string: an answer holds few strings, so this costs less than looking for escapes in its text
+    (docs/performance.md)."""
+    if type(data) is str:
+        text = data
+        if not text.isascii() and not _encodable(text):
+            raise StrictJSONError("text is not valid Unicode (lone surrogate)")
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StrictJSONError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        if text.startswith("\ufeff"):
+            text = text[1:]
+    value = strict_loads(text)
+    try:
+        ensure_utf8_encodable(value)
+    except ValueError as exc:
+        raise StrictJSONError(str(exc)) from None
+    return value
 
 
 MAX_BODY_DEPTH = 128

@@ -52,11 +52,12 @@ def route_usage(result: RouteResult) -> dict[str, Any] | None:
 
 def billed_cost(result: RouteResult) -> float | None:
     """The chosen response's cost plus what earlier, failed attempts were billed (``compactor.cost``);
-    ``None`` when the chosen cost is unknown."""
+    ``None`` when the chosen cost, or what a failed attempt was billed, is unknown."""
     if not result.ok:
         failed = result.failure_cost()
         return None if failed is None else round(failed, RESPONSE_DECIMALS)
-    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, RESPONSE_DECIMALS)
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, RESPONSE_DECIMALS,
+                                failed_known=result.failed_cost_known)
 
 
 def route_x_router(result: RouteResult) -> dict[str, Any]:
@@ -65,6 +66,7 @@ def route_x_router(result: RouteResult) -> dict[str, Any]:
 
     chosen, response = result.chosen, result.response
     tokens_in = response.tokens_in if response is not None else None
+    cost = billed_cost(result)
     block: dict[str, Any] = {
         "provider": chosen.provider if chosen else None,
         "model_family": chosen.family if chosen else None,
@@ -73,8 +75,8 @@ def route_x_router(result: RouteResult) -> dict[str, Any]:
         "served_by": chosen.provider if chosen else None,
         "price_in": chosen.price_in if chosen else None,
         "price_out": chosen.price_out if chosen else None,
-        "cost_usd": billed_cost(result),
-        "cost_basis": result.cost_basis,
+        "cost_usd": cost,
+        "cost_basis": result.cost_basis if cost is not None else None,  # no basis for an unknown cost
         "tokens_cached": getattr(response, "tokens_cached", None) if response is not None else None,
         "policy_fingerprint": result.trace.get("policy_fingerprint"),
         "decision_trace": trim_decision_trace(result.trace),

@@ -10,7 +10,8 @@ call, each fan-out component's result read): ``asyncio.to_thread`` runs them on 
 executor, ``min(32, cpu_count + 4)`` threads, 6 on a two-vCPU Lambda, so the seventh batch's call waited
 for a thread until another's answer came (32 concurrent Converse calls of 0.5 s took 3.0 s instead of 0.5).
 Its threads are as many as a client keeps connections (:data:`CALLS_IN_FLIGHT`, 64, as the httpx transports'
-pool), made as calls need them; a call the router gave up on keeps its thread until its read timeout ends.
+pool), made as calls need them; a call the router gave up on keeps its thread until the next piece of its answer
+past its time or its read timeout (``compactor_aws.bedrock``, docs/providers.md "Abandoned calls").
 """
 
 from __future__ import annotations

@@ -7,16 +7,20 @@ prefix is followed by a ``cachePoint`` block for the models that take one
 
 from __future__ import annotations
 
+import contextvars
 import re
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from compactor.jsonutil import ensure_utf8_encodable
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
     ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
 from compactor.providers.chat_decisions import decide_by_chat
-from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, safe_message
+from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
 from compactor.providers.openai import count
 from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
@@ -47,6 +51,10 @@ _ERROR_KINDS = {
 # 3.5 Haiku and the Claude 4 generations on. Bedrock refuses a cachePoint for other models, so an offer
 # of any other model sends one only with ``"prompt_cache": true`` (docs/providers.md "Prompt caching").
 CACHE_POINT_MODELS = re.compile(r"amazon\.nova-|anthropic\.claude-(?:3-7-sonnet|3-5-haiku|(?:sonnet|opus|haiku)-\d)")
+# The deadline (``time.monotonic()``) of the Converse call a thread runs, set by ``BedrockTransport.chat`` and carried
+# to the call's thread with its context: the answer's body is read piece by piece and given up past it.
+_CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("bedrock_call_deadline", default=None)
+_BODY_PIECE = 64 * 1024
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
                    "model_context_window_exceeded": "length"}
@@ -62,7 +70,63 @@ def _bedrock_client(region: str | None, endpoint_url: str | None, read_timeout_s
     config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=read_timeout_s,
                     retries={"total_max_attempts": 1, "mode": "standard"},
                     max_pool_connections=background.CALLS_IN_FLIGHT, user_agent_extra="compactor")
-    return aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+    client = aws_session.client("bedrock-runtime", region_name=region, endpoint_url=endpoint_url, config=config)
+    # botocore reads a whole answer in the call's thread with a read timeout per socket read, so a body arriving a
+    # few bytes at a time held the thread until its end (forever for an endless drip). Each call is sent here
+    # instead, with the client's own HTTP session, and its body read within the call's deadline.
+    client.meta.events.register("before-send.bedrock-runtime.Converse",
+                                _send_within_deadline(client._endpoint.http_session))
+    return client
+
+
+def _send_within_deadline(http_session: Any) -> Callable[..., Any]:
+    """A ``before-send`` handler: when the call's thread has a deadline (:data:`_CALL_DEADLINE`), send ``request``
+    with ``http_session`` (as botocore would, its errors botocore's) and read the answer's body in pieces; a piece
+    that arrives past the deadline ends the call with botocore's ``ReadTimeoutError`` and closes its connection
+    (docs/providers.md "Abandoned calls"). Without a deadline, botocore sends as usual."""
+    def send(request: Any, **_: Any) -> Any:
+        deadline = _CALL_DEADLINE.get()
+        if deadline is None:
+            return None
+        from botocore.awsrequest import AWSResponse
+
+        request.stream_output = True  # the answer's head only: its body is read below
+        response = http_session.send(request)
+        body = _body_by(response.raw, deadline, request.url)
+        return AWSResponse(request.url, response.status_code, response.headers, _ReadBody(body))
+    return send
+
+
+def _body_by(raw: Any, deadline: float, url: str) -> bytes:
+    """The whole body of the urllib3 response ``raw``, read as it arrives, unless a piece arrives past
+    ``deadline``; a read that fails or is given up closes the connection (its answer half read, it is not reused)."""
+    from botocore.exceptions import ReadTimeoutError
+    from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
+
+    pieces: list[bytes] = []
+    try:
+        while piece := raw.read1(_BODY_PIECE):
+            pieces.append(piece)
+            if time.monotonic() > deadline:
+                raise ReadTimeoutError(endpoint_url=url, error="the answer was still arriving at the call's deadline")
+    except Urllib3ReadTimeout as exc:
+        raw.close()
+        raise ReadTimeoutError(endpoint_url=url, error=exc) from None
+    except BaseException:
+        raw.close()
+        raise
+    raw.release_conn()
+    return b"".join(pieces)
+
+
+class _ReadBody:
+    """A body read already, as botocore's response reads its ``raw``."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self) -> Any:
+        yield self._body
 
 
 def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:
@@ -90,6 +154,10 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     message = (output.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
+    try:  # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8)
+        ensure_utf8_encodable(message)
+    except ValueError as exc:
+        raise ProviderError(BAD_RESPONSE, f"Converse answer {exc}") from None
     blocks = [block for block in message["content"] if isinstance(block, dict)]
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
@@ -121,7 +189,9 @@ def provider_error(exc: Exception) -> ProviderError:
     if isinstance(exc, ClientError):
         error = exc.response.get("Error") or {}
         code = str(error.get("Code") or "")
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        metadata = exc.response.get("ResponseMetadata") or {}
+        status = metadata.get("HTTPStatusCode")
+        headers = metadata.get("HTTPHeaders") or {}  # botocore lower-cases the names
         message = f"{code}: {error.get('Message') or ''}"
         kind = _ERROR_KINDS.get(code)
         if kind is None:
@@ -129,7 +199,9 @@ def provider_error(exc: Exception) -> ProviderError:
                 else BAD_REQUEST if isinstance(status, int) and 400 <= status < 500 else UPSTREAM_ERROR
         if kind == BAD_REQUEST and CONTEXT_OVERFLOW_WORDS.search(message):
             kind = CONTEXT_OVERFLOW
-        return ProviderError(kind, safe_message(message), http_status=status)
+        # The wait the service asks for, as the HTTP transports read it (docs/reliability.md "Polite retries").
+        return ProviderError(kind, safe_message(message), http_status=status,
+                             retry_after_s=parse_retry_after(headers.get("retry-after")))
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
         return ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}"))
     if isinstance(exc, NoCredentialsError):
@@ -146,8 +218,8 @@ class BedrockTransport:
     boto3 is synchronous: each call runs in one of the container's call threads
     (:func:`compactor_aws.background.in_thread`, as many as the client keeps connections: up to 64 calls of a
     container in flight at once, as over httpx) whose read timeout is the first step of
-    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time, so an abandoned call ends on its own soon after the
-    router gave up on it."""
+    ``READ_TIMEOUT_STEPS_S`` covering the attempt's time and whose answer is read within the attempt's time
+    (:func:`_send_within_deadline`), so an abandoned call ends on its own soon after the router gave up on it."""
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:
@@ -155,11 +227,14 @@ class BedrockTransport:
         step = next((s for s in READ_TIMEOUT_STEPS_S if s >= timeout_s), READ_TIMEOUT_STEPS_S[-1])
         client = _bedrock_client(offer.region, offer.base_url, step)
         arguments, prefix = converse_arguments(offer, request)
+        deadline = _CALL_DEADLINE.set(time.monotonic() + timeout_s)  # the call's thread reads it
         try:
             async with written_first(prefix):
                 output = await background.in_thread(client.converse, **arguments)
         except Exception as exc:
             raise provider_error(exc) from None
+        finally:
+            _CALL_DEADLINE.reset(deadline)
         return parse_converse(output, default_model=offer.model)
 
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:

@@ -102,6 +102,34 @@ async def test_empty_summary_returns_original_with_cost_keys():
     assert "x_router" in body and "usage" in body
 
 
+@dataclass
+class _Answer:
+    """Answers every call with one ChatResponse."""
+
+    response: ChatResponse
+
+    async def chat(self, offer, request, timeout_s):
+        return self.response
+
+
+@pytest.mark.parametrize(("finish_reason", "tool_calls", "reason"), [
+    ("content_filter", None, "summary_unfinished"),  # OpenAI's filter, Anthropic's refusal, Bedrock's guardrail
+    ("tool_calls", [{"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}],
+     "summary_unfinished"),
+    ("stop", [{"id": "t1", "type": "function", "function": {"name": "read", "arguments": "{}"}}], "summary_unfinished"),
+    ("length", None, "summary_truncated"),
+])
+async def test_an_answer_the_model_did_not_finish_is_not_a_summary(finish_reason, tool_calls, reason):
+    # docs/reliability.md "Legacy seal never grows the transcript": only a finished summary seals.
+    messages = _msgs("system", "user", "assistant", "user", "assistant")
+    messages[2]["content"] += " and a long answer" * 5
+    answer = ChatResponse(text="I'm sorry, I can't help with that.", finish_reason=finish_reason,
+                          tool_calls=tool_calls, tokens_in=100, tokens_out=10)
+    body = await seal(messages, keep_recent=2, policy_ir=None, max_tokens=None, router=_router(_Answer(answer)),
+                      deadline=Deadline.after_ms(5000))
+    assert body["messages"] == messages and body["compacted"] is False and body["reason"] == reason
+
+
 async def test_no_op_body_has_exactly_two_keys_and_no_call():
     fake = _Fake("x")
     body = await seal(_msgs("user"), keep_recent=6, policy_ir=None, max_tokens=512, router=_router(fake),
@@ -122,10 +150,15 @@ def test_billed_failed_attempts_join_the_chosen_cost():
     from compactor.router import RouteResult
     from compactor.response_blocks import billed_cost
 
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.001, failed_cost_usd=0.0005)) \
-        == pytest.approx(0.0015)
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=None, failed_cost_usd=0.1)) is None
-    assert billed_cost(RouteResult(ok=True, response=None, chosen=None, cost_usd=0.002)) == 0.002
+    def billed(**fields):
+        return billed_cost(RouteResult(ok=True, response=None, chosen=None, **fields))
+
+    assert billed(cost_usd=0.001, failed_cost_usd=0.0005, failed_cost_known=True) == pytest.approx(0.0015)
+    assert billed(cost_usd=None, failed_cost_usd=0.1, failed_cost_known=True) is None
+    assert billed(cost_usd=0.002, failed_cost_known=True) == 0.002
+    # A failed attempt that may have been billed an unknown amount: the total is unknown, never a partial sum.
+    assert billed(cost_usd=0.002, failed_cost_known=False) is None
+    assert billed(cost_usd=0.002, failed_cost_usd=0.1, failed_cost_known=False) is None
 
 
 @dataclass

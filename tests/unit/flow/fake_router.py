@@ -103,4 +103,4 @@ class FakeRouter:
                                error_kind=f"exhausted: {reply.kind}", error_message=reply.message, latency_ms=3)
         cost, basis = compute_cost(offer, reply, decimals)
         return RouteResult(ok=True, response=reply, chosen=offer, trace=trace, latency_ms=3,
-                           cost_usd=cost, cost_basis=basis)
+                           cost_usd=cost, cost_basis=basis, failed_cost_known=True)  # no failed attempt

@@ -108,6 +108,18 @@ def test_overlay_default_bounds_with_only_min() -> None:
     assert overlay({"a": "x"}, {"a": "y"}, min_string_bytes=2) == {"a": "x"}
 
 
+def test_overlay_scope_bounds_the_replacement_keys() -> None:
+    base = {"a": "AAAA", "b": "BBBB", "c": "CCCC"}
+    assert overlay(base, {"a": "A"}, {"c": True}, {"a": "AAAA"}) == {"a": "A", "b": "BBBB"}
+    with pytest.raises(DataOpError, match="replacement key 'b' is not in the scope"):
+        overlay(base, {"a": "A", "b": "B"}, {}, {"a": "AAAA"})  # answered for a key it was not asked about
+    with pytest.raises(DataOpError, match="overlay scope must be a record map"):
+        overlay(base, {}, {}, ["a"])
+    node = {"operation": "overlay", "only_shrink": True}
+    with pytest.raises(DataOpError, match="not in the scope"):
+        apply("overlay", node, [base, {"b": "B"}, {}, {"a": "AAAA"}])
+
+
 @pytest.mark.parametrize(("replacements", "removals", "message"), [
     ({"z": "new"}, None, "replacement key 'z' is not in the base"),
     ({}, {"z": True}, "removal key 'z' is not in the base"),

@@ -12,7 +12,7 @@ import pytest
 from compactor.budget import Deadline
 from compactor.flow import admit_flow, run_flow, scheduler
 from compactor.jsonutil import ascii_wire_size
-from compactor.providers.base import ChatResponse, DecisionRequest, DecisionResponse, ProviderError
+from compactor.providers.base import ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError
 from compactor.router import RouteResult
 
 from .fake_router import FakeRouter
@@ -87,8 +87,9 @@ async def test_happy_path() -> None:
 BAD_JSON = [
     ("unparseable", replying("Sure! Here are the replies: t1 ..."), "invalid JSON output"),
     ("duplicate key", replying('{"t1": "Short.", "t1": "Other."}'), "duplicate key"),
-    ("truncated", replying('{"t1": "Facilities are', finish_reason="length"), "truncated"),
-    ("tool calls", replying(None, tool_calls=[{"id": "c1", "type": "function"}]), "tool calls instead of JSON"),
+    ("truncated", replying('{"t1": "Facilities are', finish_reason="length"), "cut off (finish_reason length)"),
+    ("tool calls", replying(None, tool_calls=[{"id": "c1", "type": "function"}]), "tool calls instead of an answer"),
+    ("filtered", replying("{\"t1\": \"Sorry.\"}", finish_reason="content_filter"), "refused or filtered"),
     ("empty", replying(""), "empty JSON output"),
     ("non-finite", replying('{"t1": NaN}'), "non-finite number"),
     ("too deep", replying("[" * 40 + "]" * 40), "nested deeper than 32"),
@@ -219,3 +220,18 @@ async def test_failure_without_fallback_stops_the_flow() -> None:
     assert [e["node"] for e in result.flow_nodes] == ["n1", "n2"]  # nothing after the failed node ran
     trace = result.x_router()["decision_trace"]
     assert trace["failed_node"] == classify["node"] and trace["flow_error"] == "flow_node_failed"
+
+
+async def test_an_answer_after_a_failed_attempt_of_unknown_cost_has_an_unknown_cost() -> None:
+    # docs/behaviour.md "Cost rules": a failed attempt that may have been billed an unknown amount (a timeout, an
+    # answer refused without a reported cost) makes the routed call's cost unknown, so the flow's: no partial sum.
+    reply = ChatResponse(text='{"t1": "Short.", "t2": "Done."}', finish_reason="stop", tokens_in=200, tokens_out=40)
+    writer = Offer(id="w", provider="w", family="w", model="w", protocol="chat", transport="fake",
+                   price_in=1.0, price_out=2.0)
+    router = FakeRouter(decide=TRIAGED, chat=lambda request: RouteResult(
+        ok=True, response=reply, chosen=writer, cost_usd=DRAFT_COST, failed_cost_known=False))
+    result = await run(router)
+    assert result.ok and result.output == {"t1": "Short.", "t2": "Done."}
+    draft = by_label(result)["draft"]
+    assert draft["cost_reported"] is None and draft["failed_cost_known"] is False  # not priced from its tokens
+    assert result.cost_usd is None

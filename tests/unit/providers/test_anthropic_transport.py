@@ -84,6 +84,23 @@ async def test_errors(fake_provider: FakeProviderServer, anthropic_offer: Offer,
     assert caught.value.kind == kind
 
 
+async def test_retry_after_reaches_the_router(fake_provider: FakeProviderServer, anthropic_offer: Offer) -> None:
+    # docs/reliability.md "Polite retries": a re-issue waits at least the provider's Retry-After.
+    fake_provider.enqueue(Reply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}},
+                                headers={"Retry-After": "7"}))
+    with pytest.raises(ProviderError) as caught:
+        await TRANSPORT.chat(anthropic_offer, ChatRequest(MESSAGES), 10)
+    assert (caught.value.kind, caught.value.retry_after_s) == (RATE_LIMIT, 7.0)
+
+
+def test_a_long_model_name_is_cut() -> None:
+    from compactor.providers.anthropic import parse_message
+
+    body = json.dumps({"content": [{"type": "text", "text": "ok"}], "model": "m" * 1000}).encode()
+    served = parse_message(body, default_model="fallback").served_model_id
+    assert served == "m" * 255 + "…"  # docs/reliability.md "Bounded answers"
+
+
 async def test_missing_key_is_named(anthropic_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(anthropic_offer.api_key_env)
     with pytest.raises(ProviderError) as caught:

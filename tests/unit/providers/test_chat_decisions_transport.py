@@ -72,6 +72,9 @@ async def test_a_decision_keeps_the_cached_tokens_and_the_request_body_is_unchan
         chat_reply(json.dumps(GOOD), finish_reason="length"),
         chat_reply(None, tool_calls=[{"id": "t", "type": "function", "function": {"name": "x", "arguments": "{}"}}]),
         chat_reply(""),
+        # a reason escaping a lone surrogate inside the reply's JSON: no text (docs/reliability.md "Bounded answers")
+        chat_reply(json.dumps({"answers": {name: {**answer, "reason": "x\ud800"}
+                                           for name, answer in GOOD["answers"].items()}})),
     ],
 )
 async def test_bad_replies_are_bad_response(fake_provider: FakeProviderServer, chat_decision_offer: Offer,

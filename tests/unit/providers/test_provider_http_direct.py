@@ -180,3 +180,48 @@ async def test_a_client_closed_after_a_call_took_it_sends_nothing(raw_server: Ra
         await http.post_json(raw_server.base + "/late", {}, headers={}, timeout_s=10, max_body_bytes=100)
     assert raw_server.requests == []
     assert closing._transport.open_requests == (0,) * http.POOL_SHARDS
+
+
+def _answer(text: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(text), text)
+
+
+class DoubleAnswerServer(LoopbackServer):
+    """Answers each request with its own path; to the first request of the first connection it sends a second,
+    unsolicited response in the same write (a provider or proxy out of step). Counts its connections."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.answered = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await super()._serve(reader, writer)
+
+    async def answer(self, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        self.answered += 1
+        out = _answer(request_path(request))
+        if self.answered == 1:
+            out += _answer(b"/unsolicited")
+        writer.write(out)
+        await writer.drain()
+        return True
+
+
+@pytest.mark.parametrize("path", ["direct", "client"])
+async def test_a_connection_holding_bytes_past_its_answer_is_not_reused(no_proxy_variables: None,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        path: str) -> None:
+    """docs/providers.md "Respecting the provider": each call gets its own answer, never the extra response a
+    server sent to an earlier call; the connection that held it is closed and a well-behaved one is reused."""
+    await http.aclose_client()
+    pooled = http.client()
+    if path == "client":  # the client's own path, as behind a proxy
+        monkeypatch.delitem(http._direct, pooled)
+    async with DoubleAnswerServer() as server:
+        bodies = [(await http.post_json(server.base + f"/call{i}", {}, headers={}, timeout_s=10,
+                                        max_body_bytes=100)).body for i in range(4)]
+        assert bodies == [b"/call0", b"/call1", b"/call2", b"/call3"]
+        assert server.connections == 2  # the first closed for its leftover; the second kept for the rest
+        assert pooled._transport.open_requests == (0,) * http.POOL_SHARDS
+    await http.aclose_client()

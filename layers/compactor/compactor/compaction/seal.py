@@ -21,7 +21,7 @@ from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_size
 from compactor.markers import SEAL_HEAD
-from compactor.providers.base import ChatRequest, ChatResponse
+from compactor.providers.base import ChatRequest, ChatResponse, unfinished
 from compactor.records import record
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
 from compactor.response_blocks import billed_cost, route_usage, route_x_router, usage_block
@@ -49,6 +49,9 @@ SEAL_INSTRUCTION = (
 # Why a seal returned the original (``reason`` of a ``compacted: false`` answer; docs/reliability.md).
 NO_SUMMARY = "no_summary"  # no model answered, or the answer was empty
 SUMMARY_TRUNCATED = "summary_truncated"  # the model stopped at max_tokens (finish_reason "length")
+# The model did not finish a summary otherwise: it refused, its answer was filtered (finish_reason "content_filter")
+# or it called tools (compactor.providers.base.unfinished).
+SUMMARY_UNFINISHED = "summary_unfinished"
 NO_REDUCTION = "no_reduction"  # the sealed transcript would not be smaller than the original
 
 
@@ -232,8 +235,8 @@ async def _run(prepared: SealRun, router: Router, deadline: Deadline) -> Sealed 
         response = result.response if result.ok and isinstance(result.response, ChatResponse) else None
         reply = response.text if response is not None else None
         summary = reply.strip() if isinstance(reply, str) else ""
-        if response is None or not summary or response.finish_reason == "length":
-            break  # a chunk without a usable, complete summary: the seal returns the original
+        if response is None or not summary or unfinished(response) is not None:
+            break  # a chunk without a usable, finished summary: the seal returns the original
     return Sealed(results, summary, response)
 
 
@@ -263,7 +266,7 @@ def _report(prepared: SealRun, sealed: Sealed | None) -> CallRecord:
         status=200, body=body, mode=NAME, bytes_in=dense_size(messages), bytes_out=dense_size(body["messages"]),
         model_calls=sum(attempts(result.trace) for result in results),
         fallbacks=tuple(kind for result in results for kind in failovers(result.trace)), cost_usd=cost,
-        cost_basis=results[-1].cost_basis, nodes=_call_nodes(results),
+        cost_basis=results[-1].cost_basis if cost is not None else None, nodes=_call_nodes(results),
         tokens_in=_sum_known([getattr(r, "tokens_in", None) for r in answered]),
         tokens_out=_sum_known([getattr(r, "tokens_out", None) for r in answered]))
 
@@ -304,6 +307,8 @@ def _not_sealed_reason(response: ChatResponse | None, summary: str, sealed: list
         return NO_SUMMARY
     if response.finish_reason == "length":
         return SUMMARY_TRUNCATED
+    if unfinished(response) is not None:
+        return SUMMARY_UNFINISHED
     if dense_size(sealed) >= dense_size(original):
         return NO_REDUCTION
     return None

@@ -72,11 +72,14 @@ def select(records: Any, answers: Any, field: str, equals: str) -> dict[str, Any
     return out
 
 
-def overlay(base: Any, replacements: Any, removals: Any = None, *, min_string_bytes: int | None = None,
-            max_string_bytes: int | None = None, only_shrink: bool | None = None) -> dict[str, Any]:
+def overlay(base: Any, replacements: Any, removals: Any = None, scope: Any = None, *,
+            min_string_bytes: int | None = None, max_string_bytes: int | None = None,
+            only_shrink: bool | None = None) -> dict[str, Any]:
     """``base`` with ``replacements`` applied and ``removals`` dropped (removals win).
 
-    Keys of replacements or removals that are not in base are an error. With any byte option a
+    Keys of replacements or removals that are not in base are an error, and so is, with a ``scope``
+    (the record map a reply was asked about), a replacement key that is not in scope: a reply that
+    answers for something it was not given is not taken at all. With any byte option a
     replacement is accepted only if it is a string of ``min..max`` UTF-8 bytes and, with
     ``only_shrink``, the original is a string too and the replacement strictly shorter in bytes;
     otherwise the original stays. Without byte options any replacement, ``null`` included, is taken.
@@ -88,6 +91,11 @@ def overlay(base: Any, replacements: Any, removals: Any = None, *, min_string_by
         stray = next((key for key in keys if key not in base), None)
         if stray is not None:
             raise DataOpError(f"overlay: {what} key {stray!r} is not in the base")
+    if scope is not None:
+        scope = record_map(scope, "overlay scope")
+        stray = next((key for key in replacements if key not in scope), None)
+        if stray is not None:
+            raise DataOpError(f"overlay: replacement key {stray!r} is not in the scope")
     checked = min_string_bytes is not None or max_string_bytes is not None or bool(only_shrink)
     low = min_string_bytes or 0
     high = MAX_VALUE_BYTES if max_string_bytes is None else max_string_bytes
@@ -136,6 +144,7 @@ def apply(operation: str, options: Mapping[str, Any], values: Sequence[Any]) -> 
         return select(values[0], values[1], options["field"], options["equals"])
     if operation == "overlay":
         return overlay(values[0], values[1], values[2] if len(values) > 2 else None,
+                       values[3] if len(values) > 3 else None,
                        min_string_bytes=options.get("min_string_bytes"),
                        max_string_bytes=options.get("max_string_bytes"),
                        only_shrink=options.get("only_shrink"))

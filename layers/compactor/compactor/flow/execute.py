@@ -13,9 +13,12 @@ from typing import Any, Final, Protocol
 from ..budget import Deadline
 from ..cost import NODE_DECIMALS, with_failed_attempts
 from ..decision_validation import DecisionValidationError, validate_answers, validate_state
-from ..jsonutil import StrictJSONError, dense_dumps, depth_exceeds, ensure_utf8_encodable, strict_loads, utf8_len
-from ..patterns import pattern
-from ..providers.base import BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest
+from ..jsonutil import (
+    StrictJSONError, dense_dumps, depth_exceeds, ensure_parsed_encodable, strict_loads, utf8_len,
+)
+from ..providers.base import (
+    BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest, unfinished,
+)
 from ..records import record
 from ..router import RouteResult
 from . import data_ops, decision_routing as routed
@@ -33,8 +36,6 @@ DATA_ERROR: Final = "data_error"
 
 # Compiled on first use by ``re``'s cache, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
 _PLACEHOLDER = r"\$(\d+)"
-# The escape of a UTF-16 surrogate: the only way parsed JSON text that is valid UTF-8 holds a lone one.
-_SURROGATE_ESCAPE = pattern(r"\\u[dD][89abcdefABCDEF]")
 
 
 class FlowRouter(Protocol):
@@ -260,12 +261,11 @@ def build_prompt(template: str | None, values: Sequence[Any],
 
 
 def parse_json_output(response: ChatResponse) -> Any:
-    """The typed value of a JSON-mode reply: complete (no ``finish_reason: "length"``), no tool calls,
-    strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
-    if response.finish_reason == "length":
-        raise _NodeFailure(BAD_RESPONSE, "JSON output truncated (finish_reason length)")
-    if response.tool_calls:
-        raise _NodeFailure(BAD_RESPONSE, "tool calls instead of JSON output")
+    """The typed value of a JSON-mode reply: finished (``providers.base.unfinished``: not cut off,
+    refused or filtered, no tool calls), strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
+    problem = unfinished(response)
+    if problem is not None:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output {problem}")
     text = response.text
     if not text or not text.strip():
         raise _NodeFailure(BAD_RESPONSE, "empty JSON output")
@@ -279,11 +279,10 @@ def parse_json_output(response: ChatResponse) -> Any:
         raise _NodeFailure(BAD_RESPONSE, f"invalid JSON output ({exc})") from exc
     if depth_exceeds(value, MAX_VALUE_DEPTH):
         raise _NodeFailure(BAD_RESPONSE, f"JSON output nested deeper than {MAX_VALUE_DEPTH} levels")
-    if _SURROGATE_ESCAPE.search(text) is not None:  # else no string in the value can hold one
-        try:
-            ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
-        except ValueError as exc:
-            raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
+    try:
+        ensure_parsed_encodable(text, value)
+    except ValueError as exc:
+        raise _NodeFailure(BAD_RESPONSE, f"JSON output {exc}") from None
     return value
 
 
@@ -319,7 +318,8 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
 
 def _route_cost(result: RouteResult) -> float | None:
     """The USD cost of a successful routed call, billed failed attempts before it included."""
-    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS)
+    return with_failed_attempts(result.cost_usd, result.failed_cost_usd, NODE_DECIMALS,
+                                failed_known=result.failed_cost_known)
 
 
 def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: RouteResult) -> Any:
@@ -345,4 +345,6 @@ def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: Rou
         tokens_cached=getattr(response, "tokens_cached", None),
         cost_reported=cost, latency_ms=result.latency_ms, decision_trace=result.trace or None,
     )
+    if not result.failed_cost_known:  # the answer's own figures leave out a failed attempt's unknown bill
+        entry["failed_cost_known"] = False
     return response

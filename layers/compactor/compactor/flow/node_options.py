@@ -33,7 +33,7 @@ OPERATION_KEYS: Final[Mapping[str, frozenset[str]]] = {
 }
 # (fewest, most) inputs per data operation.
 OPERATION_ARITY: Final[Mapping[str, tuple[int, int]]] = {
-    "project": (1, 1), "select": (2, 2), "overlay": (2, 3), "union": (1, 32),
+    "project": (1, 1), "select": (2, 2), "overlay": (2, 4), "union": (1, 32),
 }
 
 _BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {

@@ -2,7 +2,8 @@
 
 The aggregate cost is known only if every traced node's cost is known (data and skipped nodes cost
 0; a model node costs its ``cost_reported`` when that is a non-negative number, else its prices ×
-tokens when both token counts are present) and every routing decision's cost is known (the
+tokens when both token counts are present, and is unknown whatever its figures when its entry says
+``failed_cost_known: false``: an attempt before its answer failed and may have been billed) and every routing decision's cost is known (the
 ``routing`` entry of a decision-routed llm node, docs/behaviour.md#decision-routing); otherwise it is ``None``, never a
 partial sum. Token sums include the routing decisions.
 """
@@ -33,6 +34,8 @@ def node_cost(entry: Mapping[str, Any]) -> float | None:
 
 
 def _call_cost(entry: Mapping[str, Any]) -> float | None:
+    if entry.get("failed_cost_known") is False:  # a failed attempt before the answer may have been billed: unknown
+        return None
     provider_cost = reported(entry.get("cost_reported"))
     if provider_cost is not None:
         return provider_cost

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
-    BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
+    BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError, bounded_model,
 )
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import error_for_status, post_json, safe_message
@@ -54,7 +54,7 @@ def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], s
 def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Messages API answer; malformed bodies raise ``bad_response``."""
     try:
-        payload = strict_loads(body)
+        payload = strict_loads_utf8(body)
     except StrictJSONError as exc:
         raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
     if not isinstance(payload, dict) or not isinstance(payload.get("content"), list):
@@ -74,7 +74,7 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
         text=text,
         finish_reason=_FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
         tool_calls=tool_calls,
-        served_model_id=model if isinstance(model, str) and model else default_model,
+        served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=tokens_in,
         tokens_out=out,
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,
@@ -94,7 +94,7 @@ class AnthropicTransport:
         async with written_first(prefix):  # an error status has written nothing: the next call writes
             reply = await post_json(endpoint(offer, "v1/messages"), body, headers=headers, timeout_s=timeout_s,
                                     max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-            error = error_for_status(reply.status, reply.body, (key,))
+            error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
             if error is not None:
                 raise error
         try:

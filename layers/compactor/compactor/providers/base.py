@@ -24,6 +24,10 @@ NETWORK_ERROR = "network_error"
 # be billed, but it says nothing about the provider's health and another offer is not tried.
 INVALID_DECISION = "invalid_decision"
 
+# The most characters of a model name a provider's answer may put in traces and answers (docs/reliability.md
+# "Bounded answers"): the catalog's names are far shorter; a longer one is cut by ``bounded_model``.
+MAX_MODEL_CHARS = 256
+
 # A token count a provider reports beyond this is junk: unknown, never a huge number (docs/reliability.md);
 # reported costs are checked by ``compactor.cost.reported``.
 MAX_SANE_TOKENS = 100_000_000
@@ -114,6 +118,33 @@ class ChatResponse:
     tokens_cached: int | None = None  # input tokens read from the provider's prompt cache
     tokens_cache_written: int | None = None  # input tokens written to it (billed above price_in, compactor.cost)
     cost_reported: float | None = None  # provider-reported USD, wins over prices
+
+
+def bounded_model(value: Any) -> Any:
+    """The ``model`` a provider's answer names, as traces and answers may carry it: a string of more than
+    :data:`MAX_MODEL_CHARS` characters is cut to that many, its last one ``…``; anything else as it is (the
+    transport's own checks decide about it). Every transport reading a provider's model name passes it here."""
+    if type(value) is str and len(value) > MAX_MODEL_CHARS:
+        return value[:MAX_MODEL_CHARS - 1] + "…"
+    return value
+
+
+def unfinished(response: ChatResponse) -> str | None:
+    """Why ``response`` is not an answer its model finished, in words for a failure message, or ``None`` when it is.
+
+    One rule for every caller that takes a chat answer as its result: the seal's summary, a JSON-mode llm
+    node's reply and a decision asked through a chat model (docs/reliability.md "Legacy seal never grows the
+    transcript"). An answer cut off at ``max_tokens`` (``finish_reason: "length"``), refused or filtered
+    (``"content_filter"``: OpenAI's, Anthropic's ``stop_reason: "refusal"``, Bedrock's guardrails), or tool calls
+    instead of the answer (a ``"tool_calls"`` / ``"function_call"`` finish, or calls proposed) is not finished."""
+    reason = response.finish_reason
+    if reason == "length":
+        return "cut off (finish_reason length)"
+    if reason == "content_filter":
+        return "refused or filtered (finish_reason content_filter)"
+    if response.tool_calls or reason in ("tool_calls", "function_call"):
+        return "tool calls instead of an answer"
+    return None
 
 
 @record

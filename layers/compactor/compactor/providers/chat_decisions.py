@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads
+from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
-    ProviderError,
+    ProviderError, unfinished,
 )
 from compactor.providers.native_decisions import checked_decision, checked_payload
 from compactor.providers.openai import complete_chat
@@ -72,15 +72,14 @@ def cache_boundary(messages: list[dict[str, str]], payload: dict[str, Any],
 
 def _reply_answers(chat: ChatResponse) -> Any:
     """The ``answers`` of a complete JSON reply, else ``bad_response``."""
-    if chat.finish_reason == "length":
-        problem = "decision reply was cut off (finish_reason length)"
-    elif chat.tool_calls:
-        problem = "decision reply proposed tool calls"
+    unfinished_by = unfinished(chat)
+    if unfinished_by is not None:
+        problem = f"decision reply {unfinished_by}"
     elif not chat.text:
         problem = "decision reply is empty"
     else:
         try:
-            reply = strict_loads(chat.text)
+            reply = strict_loads_utf8(chat.text)
         except StrictJSONError as exc:
             problem = f"decision reply is not strict JSON ({exc})"
         else:

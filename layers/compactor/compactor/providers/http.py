@@ -18,16 +18,18 @@ import re
 import ssl
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.request import getproxies
 
+import h11
 import httpx
 
 from compactor import ca_directory
+from compactor.jsonutil import utf8_safe
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
@@ -158,8 +160,9 @@ def truncate(text: str, limit: int = ERROR_MESSAGE_MAX_CHARS) -> str:
 
 
 def safe_message(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters."""
-    return truncate(" ".join(scrub(text, secrets).split()))
+    """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters, any lone
+    surrogate (which no UTF-8 answer or record can carry) replaced by ``?``."""
+    return utf8_safe(truncate(" ".join(scrub(text, secrets).split())))
 
 
 async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_s: float,
@@ -235,8 +238,61 @@ def direct_request(url: str, content: bytes, headers: dict[str, str],
 
 
 async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
+    response.stream = _LeftoverRefused(response.stream)
     body = await _read_bounded(response, max_body_bytes)
     return HttpReply(response.status_code, body, parse_retry_after(response.headers.get("Retry-After")))
+
+
+class _LeftoverRefused(httpx.AsyncByteStream):
+    """A response body whose close first refuses its connection when that connection holds bytes past the
+    response (:func:`refuse_leftover`): httpx closes a response as soon as its body is read, and httpcore gives
+    the connection back to its pool in that close, so the check runs just before it. Iterating is the wrapped
+    stream's own iterator: nothing is added per chunk."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: httpx.AsyncByteStream) -> None:
+        self._stream = stream
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()
+
+    async def aclose(self) -> None:
+        refuse_leftover(self._stream)
+        await self._stream.aclose()
+
+
+# The links from an httpx response's stream to the httpcore HTTP/1.1 connection that reads it: our shards'
+# wrapper and httpx's client wrap ``_stream``, httpx's transport ``_httpcore_stream``, httpcore's pool ``_stream``,
+# and the connection's body stream holds ``_connection``.
+_STREAM_LINKS = ("_stream", "_httpcore_stream", "_connection")
+_STREAM_LINKS_MAX = 8
+
+
+def refuse_leftover(stream: Any) -> bool:
+    """Whether the connection that read the response body ``stream`` holds bytes past that response; if so, its
+    state is set to error, so that the response's close closes the connection instead of giving it back to the
+    pool (docs/providers.md "Respecting the provider").
+
+    A provider (or a proxy before it) that sends more than one answer to one request leaves the extra bytes in the
+    connection's parser, and httpcore would read them as the answer to the next request on that connection, another
+    caller's: such data is never an answer, and the connection is out of step. h11 keeps them as its
+    ``trailing_data``, and its ``send_failed`` puts the connection in error, which httpcore's close of the response
+    turns into closing the connection. A few attribute reads per call; a stream of another kind (HTTP/2, a test's)
+    has no such parser and is left alone."""
+    node: Any = stream
+    for _ in range(_STREAM_LINKS_MAX):
+        state = getattr(node, "_h11_state", None)
+        if state is not None:
+            if isinstance(state, h11.Connection) and state.their_state is h11.DONE and state.trailing_data[0]:
+                state.send_failed()
+                return True
+            return False
+        node = next((link for link in (getattr(node, name, None) for name in _STREAM_LINKS) if link is not None),
+                    None)
+        if node is None:
+            return False
+    return False
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

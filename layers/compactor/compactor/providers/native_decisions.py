@@ -11,10 +11,10 @@ from typing import Any
 
 from compactor.cost import reported
 from compactor.decision_validation import DECISION_RESPONSE_MAX_BYTES, DecisionValidationError, validate_answers, validate_payload
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
-    ProviderError, sane_tokens,
+    ProviderError, bounded_model, sane_tokens,
 )
 from compactor.providers.http import bearer_headers, error_for_status, post_json
 from compactor.providers.openai import endpoint
@@ -46,6 +46,8 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
     usage = sane_usage(answer.get("usage")) if isinstance(answer, dict) else None
     if isinstance(answer, dict):
         answer = {**answer, "usage": usage}
+        if "model" in answer:
+            answer["model"] = bounded_model(answer["model"])
     try:
         validate_answers(request.questions, answer, model_family=model_family)
     except DecisionValidationError as exc:
@@ -93,7 +95,7 @@ class DecisionsTransport:
         if error is not None:
             raise error
         try:
-            answer = strict_loads(reply.body)
+            answer = strict_loads_utf8(reply.body)
         except StrictJSONError as exc:
             raise ProviderError(BAD_RESPONSE, f"decision response is not strict JSON ({exc})",
                                 http_status=reply.status) from exc

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from compactor.cost import reported
-from compactor.jsonutil import StrictJSONError, strict_loads
+from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
-    sane_tokens,
+    bounded_model, sane_tokens,
 )
 from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
 
@@ -75,7 +75,7 @@ def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
 def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Chat Completions body; malformed bodies raise ``bad_response``."""
     try:
-        payload = strict_loads(body)
+        payload = strict_loads_utf8(body)
     except StrictJSONError as exc:
         raise ProviderError(BAD_RESPONSE, f"response is not valid JSON ({exc})") from exc
     if not isinstance(payload, dict):
@@ -96,7 +96,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         text=_content_text(message.get("content")),
         finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
         tool_calls=_tool_calls(message.get("tool_calls")),
-        served_model_id=model if isinstance(model, str) and model else default_model,
+        served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=count(usage.get("prompt_tokens")),
         tokens_out=count(usage.get("completion_tokens")),
         tokens_total=count(usage.get("total_tokens")),
