@@ -39,7 +39,7 @@ from compactor.call_record import CallRecord
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import RequestTooLarge
 from compactor.side_by_side import side_by_side
-from compactor.transcripts import TranscriptError
+from compactor.transcripts import NotChat, TranscriptError
 
 WORK_PREFIX = "work/"
 WINDOWS_AT_ONCE = 8
@@ -122,14 +122,17 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
         fields = fields_from(lambda: store.open(source.bucket, source.key, version_id=source.version_id))
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
         if body.get("mode") not in (None, "decision"):  # a mode named by the object or the defaults
-            failure = Failure(413, RequestTooLarge("transcripts this large are compacted in decision mode only"
-                                                   ).body()["error"])
-            _write_failure(store, source, stored, rel, failure)
-            return {"done": True, "result": "failed"}
+            return _too_large(store, source, stored, rel, "transcripts this large are compacted in decision mode only")
+        if body.get("restorable") is True:
+            return _too_large(store, source, stored, rel, "transcripts this large are compacted in windows, which "
+                                                          "keep no restorable archives")
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
         state = RunState.begin(Settings.from_request(request))
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
+    except NotChat as exc:
+        return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
+                                                      f"openai-chat only: {exc}")
     except TranscriptError as exc:
         _write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
             {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]))
@@ -141,6 +144,12 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
         _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail))
         return {"done": True, "result": "failed"}
     return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
+
+
+def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:
+    """End the job in ``failed/<rel>`` with a 413: what an object this large cannot be (docs/scale.md)."""
+    _write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]))
+    return {"done": True, "result": "failed"}
 
 
 def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
