@@ -105,6 +105,11 @@ class ObjectStore(Protocol):
         ...
 
 
+class WriteRefused(Exception):
+    """A conditional streamed write the store refused: the key changed while it was written (another writer was
+    first). Nothing was stored."""
+
+
 @record(frozen=True)
 class Defaults:
     """Parsed ``COMPACTOR_S3_DEFAULTS``."""
