@@ -65,9 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str) -> str:
+    """The file's text with its line endings as they are (a session file's untouched lines are written back byte
+    for byte, CRLF included)."""
     if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as handle:
+        return sys.stdin.buffer.read().decode("utf-8")
+    with open(path, encoding="utf-8", newline="") as handle:
         return handle.read()
 
 
@@ -105,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if (args.mode in (None, "decision") and args.file != "-" and _size(args.file) > STREAM_BYTES
             and not args.restorable and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
-        return _run_streamed(args)
+        streamed = _run_streamed(args)
+        if streamed is not None:
+            return streamed
     try:
         transcript = read_transcript(_read(args.file), args.format)
     except (OSError, TranscriptError) as exc:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8") as handle:
+            with open(args.output, "w", encoding="utf-8", newline="") as handle:
                 handle.write(text)
         except OSError as exc:
             print(f"compactor compact: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
@@ -250,8 +254,9 @@ def _size(path: str) -> int:
         return 0
 
 
-def _run_streamed(args: argparse.Namespace) -> int:
-    """A large file: read twice per pass as a stream, windows compacted inline, output streamed."""
+def _run_streamed(args: argparse.Namespace) -> int | None:
+    """A large file: read twice per pass as a stream, windows compacted inline, output streamed; None when the
+    file is to be read whole instead: another format than chat, or a restorable request (docs/formats.md)."""
     from pydantic import ValidationError
 
     from compactor.catalog import CatalogError
@@ -261,15 +266,19 @@ def _run_streamed(args: argparse.Namespace) -> int:
     from compactor.compaction.windowed import compact_stream, inline_runner
     from compactor.compaction.windows import Settings
     from compactor.transcript_stream import fields_from, messages_from, opener
+    from compactor.transcripts import NotChat
     from compactor_cli.report import WindowProgress, render_windowed_report
 
     source = opener(args.file)
     try:
         fields = fields_from(source)
-        first_user: list[dict[str, Any]] = []
-        if args.pin_task:
-            first_user = _until_first_user(messages_from(source))
+        if fields.get("restorable") is True:
+            return None
+        first_user = _until_first_user(messages_from(source)) if args.pin_task else []
+        next(iter(messages_from(source)), None)  # a file in another format is read whole
         request = CompactRequest.model_validate(build_request_body(args, Transcript("openai-chat", first_user, fields, request_body=bool(fields))) | {"messages": []})
+    except NotChat:
+        return None
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2

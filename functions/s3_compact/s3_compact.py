@@ -108,6 +108,9 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
 def handler(event: S3Event, context: LambdaContext) -> dict[str, Any]:
     """Process every record; a configuration error fails the whole invocation before any read."""
     defaults = object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV))
+    if "Records" not in event.raw_event:  # S3's s3:TestEvent when notifications are set up: nothing to process
+        logger.info("s3 event without records", extra={"event": str(event.raw_event.get("Event"))[:64]})
+        return {"results": []}
     return {"results": [process(record, defaults, context) for record in event.records]}
 
 

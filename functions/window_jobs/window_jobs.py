@@ -67,7 +67,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)))
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job)
-        if outcome.get("result") == "compacted":
+        if "record" in outcome:  # the job ran, its result stored or kept from a newer version (as inline jobs)
             bill(job, outcome.pop("record"), context)
     elif step == "fail":
         outcome = large_jobs.fail(store, job, event.get("error"))

@@ -16,7 +16,9 @@ from compactor.call_record import CallRecord
 from compactor.container import run_sync
 from compactor.models import COMPACT_FIELDS, CompactRequest
 from compactor.service import compact_call, request_deadline
-from compactor.transcripts import CLAUDE_CODE, CODEX, FILE_FIELDS, REQUEST_FIELDS, parse_transcript, read_transcript
+from compactor.transcripts import (
+    CLAUDE_CODE, CODEX, FILE_FIELDS, REQUEST_FIELDS, TranscriptError, parse_transcript, read_transcript,
+)
 from compactor_cli.main import main
 
 from .conftest import decision_policy
@@ -177,3 +179,59 @@ def test_a_file_may_carry_exactly_the_request_fields_of_the_api() -> None:
     the window jobs' cold start); they must stay the ``/v1/compact`` fields besides the items."""
     assert sorted(FILE_FIELDS) == sorted(COMPACT_FIELDS)
     assert set(FILE_FIELDS) - set(REQUEST_FIELDS) == {"format", "restorable"}
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
+def test_line_separators_inside_strings_are_text_not_line_ends(session: str) -> None:
+    """JSON strings may hold U+2028, U+2029 and U+0085 unescaped (JavaScript's JSON.stringify writes them so);
+    ``str.splitlines`` split a session's lines there and refused them as "not JSON"."""
+    text = SESSIONS[session].read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if _is_item_line(session, line) and '"text":"' in line)
+    lines[at] = lines[at].replace('"text":"', '"text":"a\u2028b\u2029c\u0085d ', 1)
+    changed = "".join(lines)
+    transcript = read_transcript(changed)
+    assert transcript.session == session and len(transcript.items) == len(_items_of(session, text))
+    assert "a\u2028b\u2029c\u0085d " in json.dumps(transcript.items, ensure_ascii=False)
+    assert transcript.write_back(CallRecord(status=200, body={"compacted": False}, mode="seal")) == changed
+
+
+@pytest.mark.parametrize("session", list(SESSIONS))
+def test_cli_writes_a_crlf_session_back_with_its_line_ends(tmp_path: Path, session: str) -> None:
+    """Untouched lines come back byte for byte: the CLI read files with newlines translated, so a CRLF session
+    came back with LF line ends throughout."""
+    text = SESSIONS[session].read_text(encoding="utf-8")
+    source, out = tmp_path / "crlf.jsonl", tmp_path / "out.jsonl"
+    source.write_bytes(text.replace("\n", "\r\n").encode("utf-8"))
+    assert main(["compact", str(source), "--mode", "seal", "-o", str(out), "-q"]) == 0
+    written = out.read_bytes()
+    assert written.count(b"\r\n") == written.count(b"\n") > 1
+    before = source.read_bytes().decode("utf-8")
+    kept = [PARENT.sub("", line) for line in before.split("\r\n") if line and not _is_item_line(session, line)]
+    unlinked = PARENT.sub("", written.decode("utf-8"))  # a Claude Code line may point its parentUuid elsewhere
+    assert kept and all(line + "\r\n" in unlinked for line in kept)
+
+
+def test_jsonl_of_responses_items_reads_as_responses() -> None:
+    """JSONL that is no session file is the array of its lines: Responses items (a type, no role) were dropped as
+    if they were a session's bookkeeping, and the rest compacted as chat."""
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+             {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    transcript = read_transcript("\n".join(json.dumps(item) for item in items) + "\n")
+    assert transcript.format == "openai-responses" and transcript.items == items
+    assert read_transcript(json.dumps(items)).items == items
+    with pytest.raises(TranscriptError, match="line 2 is not a message"):
+        read_transcript(json.dumps(items[0]) + "\n" + json.dumps({"a": 1}))
+
+
+def test_claude_code_as_chat_answers_the_calls_before_the_users_text() -> None:
+    """A user record holding tool results and text: the tool messages answer the assistant's calls, so they come
+    first; the text after them had split the calls from their results."""
+    records = [{"type": "assistant", "message": {"role": "assistant", "content": [
+                   {"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]}},
+               {"type": "user", "message": {"role": "user", "content": [
+                   {"type": "tool_result", "tool_use_id": "t1", "content": "a.py"}, {"type": "text", "text": "now"}]}}]
+    messages, _ = parse_transcript("\n".join(json.dumps(record) for record in records))
+    assert [m["role"] for m in messages] == ["assistant", "tool", "user"]
+    assert messages[1] == {"role": "tool", "tool_call_id": "t1", "content": "a.py"}

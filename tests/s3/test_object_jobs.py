@@ -212,6 +212,31 @@ async def test_run_job_records_too_large_objects() -> None:
     assert body["error"]["code"] == "request_too_large"
 
 
+@pytest.mark.parametrize("length", [1014, 1015])  # incoming/ plus 1015 bytes: S3's longest key, 1024
+async def test_a_key_too_long_for_its_result_is_recorded_in_failed(length: int) -> None:
+    """compacted/<rel> is one byte longer than incoming/<rel>: at S3's longest key its write failed on every
+    attempt (the model calls made again each time) and the event went to the failure queue."""
+    store, rel = MemoryStore(), "é" + "a" * (length - 2)  # 2 bytes in UTF-8: the limit counts bytes
+    store.add("incoming/" + rel, json.dumps([{"role": "user", "content": "hi"}]).encode())
+    outcome = await run_job(Source("b", "incoming/" + rel, "v1", "e"), store=store, defaults=Defaults(),
+                            deadline=Deadline.after_ms(1000))
+    if length == 1014:
+        assert outcome.result == "compacted" and len(outcome.key.encode()) == 1024
+        return
+    assert (outcome.result, outcome.status) == ("failed", 400) and ("b", "compacted/" + rel) not in store.objects
+    assert ("get", "incoming/" + rel) not in store.calls  # refused before the object is read
+    body = json.loads(store.objects[("b", "failed/" + rel)][0])
+    assert body["error"]["code"] == "key_too_long" and "1024 bytes" in body["error"]["message"]
+
+
+def test_an_s3_test_event_has_no_records_to_process(s3_module: Any, lambda_context: Any) -> None:
+    """S3 sends s3:TestEvent when a notification is set up: it raised KeyError('Records'), so Lambda retried it
+    and sent it to the failure queue."""
+    event = {"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-12-02T00:00:00.000Z",
+             "Bucket": "b", "RequestId": "r", "HostId": "h"}
+    assert s3_module.handler(event, lambda_context) == {"results": []}
+
+
 async def test_run_job_raises_on_server_side_statuses(monkeypatch: pytest.MonkeyPatch) -> None:
     from compactor import service
 

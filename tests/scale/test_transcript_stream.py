@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import json
 from pathlib import Path
 
@@ -473,8 +474,9 @@ def test_surrogate_escapes_in_fields_upper_case_and_bookkeeping():
         with pytest.raises(TranscriptError, match="message 0: text must be valid Unicode"):
             list(messages_from(Opener('[{"role": "user", "content": "a ' + escape + ' b"}]')))
     record = '{"type": "summary", "summary": "cut \\ud83d", "leafUuid": "u"}'  # a session record, no message
-    text = record + "\n" + json.dumps(PLAIN[0]) + "\n"
-    assert list(messages_from(Opener(text))) == parse_transcript(text)[0] == [PLAIN[0]]
+    user = {"type": "user", "message": {"role": "user", "content": "m0"}}
+    text = record + "\n" + json.dumps(user) + "\n"
+    assert list(messages_from(Opener(text))) == parse_transcript(text)[0] == [{"role": "user", "content": "m0"}]
 
 
 def test_escapes_written_as_text_read_at_once():
@@ -503,3 +505,100 @@ def test_stopping_a_pure_python_reading_leaves_no_unraisable_error():
     finally:
         sys.unraisablehook = hook
     assert unraisable == []
+
+
+# A stream is read as openai-chat (docs/scale.md): a transcript in another format is NotChat, never read as chat
+# messages it does not hold (a Codex rollout's items were dropped as bookkeeping: no messages at all).
+CALL = {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"}
+TOOL_USE = {"role": "assistant", "content": [{"type": "text", "text": "t"}, {"type": "tool_use", "id": "t1"}]}
+
+
+@pytest.mark.parametrize("text, reason", [
+    (json.dumps([PLAIN[0], CALL]), "message 1 is an openai-responses item"),
+    (json.dumps({"messages": [PLAIN[0], TOOL_USE]}), "message 1 is an anthropic-messages item"),
+    (json.dumps({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "t"}]}]}),
+     "message 0 is an anthropic-messages item"),
+    (json.dumps(PLAIN[0]) + "\n" + json.dumps(CALL), "line 2 is an openai-responses item (function_call)"),
+    (json.dumps({"type": "function_call_output", "call_id": "c1", "output": "x"}) + "\n" + json.dumps(PLAIN[0]),
+     "line 1 is an openai-responses"),
+    (json.dumps(PLAIN[0]) + "\n" + json.dumps({"type": "reasoning", "summary": []}),
+     "line 2 is an openai-responses item (reasoning)"),
+    (json.dumps({"type": "session_meta", "payload": {}}) + "\n" + json.dumps({"type": "response_item", "payload": CALL}),
+     "line 2 is a Codex rollout's response_item"),
+])
+def test_messages_in_another_format_are_not_chat(text, reason):
+    from compactor.transcripts import NotChat
+
+    with pytest.raises(NotChat, match=re.escape(reason)):
+        list(messages_from(Opener(text)))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"format": "anthropic-messages", "messages": []}', "format is anthropic-messages"),
+    ('{"input": [], "format": "openai-responses"}', "format is openai-responses"),
+    ('{"input": []}', "openai-responses request body"),
+])
+def test_fields_in_another_format_are_not_chat(text, reason):
+    from compactor.transcripts import NotChat
+
+    with pytest.raises(NotChat, match=re.escape(reason)):
+        fields_from(Opener(text))
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("{}", "an object with a 'messages' array"),
+    ('{"other": [1], "mode": "decision"}', "an object with a 'messages' array"),
+    ('{"messages": {"item": {"role": "user"}}}', "'messages' is not an array"),
+    ('{"messages": null}', "'messages' is not an array"),
+    ('{"messages": [], "keep_recent": 2, "messages": []}', "names 'messages' twice"),
+    ('{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "member named 'messages.item'"),
+    ('{"messages": [], "format": "bogus"}', "unknown format 'bogus'"),
+    ('{"messages": [], "format": ["openai-chat"]}', "unknown format"),
+])
+def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
+    """The API refuses an object without a messages array and keeps the last of two; the items of a stream gave no
+    messages, both arrays, or a root member named messages.item as a message."""
+    from compactor.transcripts import NotChat
+
+    with pytest.raises(TranscriptError, match=re.escape(reason)) as refused:
+        fields_from(Opener(text))
+    assert not isinstance(refused.value, NotChat)
+
+
+def test_the_fields_keep_restorable_and_drop_a_chat_format():
+    text = json.dumps({"format": "openai-chat", "restorable": True, "messages": PLAIN, "keep_recent": 2})
+    assert fields_from(Opener(text)) == {"restorable": True, "keep_recent": 2}
+
+
+def test_session_bookkeeping_is_not_a_responses_item():
+    """Claude Code records other than user and assistant (summaries, progress, queue operations) carry a type and
+    no role, as Responses items do; they are the session's bookkeeping, dropped from the chat the stream reads."""
+    records = [{"type": "summary", "summary": "s", "leafUuid": "u"}, {"type": "queue-operation", "operation": "x"},
+               {"type": "file-history-snapshot", "messageId": "m"}, {"type": "progress", "data": {}},
+               {"type": "user", "message": {"role": "user", "content": "hi"}}]
+    text = "\n".join(json.dumps(record) for record in records)
+    assert list(messages_from(Opener(text))) == [{"role": "user", "content": "hi"}]
+
+
+def test_the_cli_reads_a_large_file_in_another_format_whole(tmp_path, monkeypatch):
+    """Files over 32 MiB are streamed as chat; a Codex rollout, a Responses body or a restorable request that large
+    was written as an empty compaction (rollout) or without archives: they are read whole instead."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+             *[dict(CALL, call_id=f"c{i}") for i in range(30)],
+             *[{"type": "function_call_output", "call_id": f"c{i}", "output": "x" * 200} for i in range(30)]]
+    rollout = "\n".join(json.dumps({"type": "response_item", "payload": item}) for item in items) + "\n"
+    files = {"rollout.jsonl": rollout, "body.json": json.dumps({"format": "openai-responses", "input": items})}
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        assert main(["compact", str(tmp_path / name), "-o", str(tmp_path / f"{name}.out"), "--json", "-q"]) == 0
+        body = json.loads((tmp_path / f"{name}.out").read_text())
+        assert body["input"] == items if body["compacted"] is False else len(body["input"]) > 1, name
+    restorable = json.dumps({"restorable": True, "mode": "decision", "messages": list(PLAIN) * 40})
+    (tmp_path / "restorable.json").write_text(restorable)
+    monkeypatch.setenv("COMPACTOR_ARCHIVE_DIR", str(tmp_path / "archive"))
+    assert main(["compact", str(tmp_path / "restorable.json"), "-o", str(tmp_path / "r.out"), "--json", "-q"]) == 0
+    assert json.loads((tmp_path / "r.out").read_text())["compaction"].get("windows") is None

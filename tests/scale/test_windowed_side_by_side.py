@@ -234,3 +234,49 @@ def test_integers_outside_64_bits_go_through_every_pass(s3: Any, sessions: list[
     assert len(result["compaction"]["windows"]["passes"]) >= 2
     assert result["messages"][0] == messages[0] and result["messages"][-1] == messages[-1]
     assert type(result["messages"][0]["meta"]["id"]) is int
+
+
+def test_an_older_versions_job_never_replaces_a_newer_versions_result(s3: Any, sessions: list[dict[str, Any]]) -> None:
+    """docs/behaviour.md: a result is never overwritten by an older version's. A windowed job that ends after a
+    newer version of its key was compacted wrote its result (and its failure) over the newer one."""
+    from compactor.object_jobs import META_SEQUENCER
+
+    key, store = "incoming/raced.json", S3Store(s3)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())
+    head = s3.head_object(Bucket=BUCKET, Key=key)
+    older = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'), "0065A1"),
+                                 max_concurrency=4)["job"]
+    assert not large_jobs.plan(store, older, Defaults())["done"]
+    for prefix in ("compacted/", "failed/"):  # the newer version's result and failure, as the inline job stores them
+        s3.put_object(Bucket=BUCKET, Key=prefix + "raced.json", Body=b"{}",
+                      Metadata={META_SEQUENCER: "0065B2", "source-version-id": "newer"})
+    outcome = large_jobs.assemble(store, older)
+    assert (outcome["result"], outcome["reason"]) == ("skipped", "a newer version was processed")
+    assert "record" in outcome  # the job ran: it is billed as an inline job whose result a newer one kept
+    assert large_jobs.fail(store, older, {"Error": "States.Timeout"})["result"] == "failed"
+    for prefix in ("compacted/", "failed/"):
+        assert s3.get_object(Bucket=BUCKET, Key=prefix + "raced.json")["Body"].read() == b"{}"
+
+
+def test_a_result_written_meanwhile_is_not_replaced(s3: Any, sessions: list[dict[str, Any]],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The streamed result is stored only if the key is still as looked at when its upload completes."""
+    key, store = "incoming/meanwhile.json", S3Store(s3)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())
+    head = s3.head_object(Bucket=BUCKET, Key=key)
+    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'), "0065A1"),
+                               max_concurrency=4)["job"]
+    assert not large_jobs.plan(store, job, Defaults())["done"]
+    real_head = S3Store.head
+
+    def head_then_another_writes(self: S3Store, bucket: str, name: str) -> Any:
+        found = real_head(self, bucket, name)
+        if name == "compacted/meanwhile.json":
+            s3.put_object(Bucket=BUCKET, Key=name, Body=b"theirs")
+        return found
+
+    monkeypatch.setattr(S3Store, "head", head_then_another_writes)
+    outcome = large_jobs.assemble(store, job)
+    assert (outcome["result"], outcome["reason"]) == ("skipped", "another delivery wrote the result first")
+    assert s3.get_object(Bucket=BUCKET, Key="compacted/meanwhile.json")["Body"].read() == b"theirs"
+    assert not s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")

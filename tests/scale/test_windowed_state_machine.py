@@ -224,3 +224,49 @@ def test_the_last_step_meters_and_bills_each_job_from_its_record(aws, worker, ca
         assert other["original_bytes"] != report["original_bytes"]
         assert other["original_bytes"] not in (line["bytes_in"], value(blob, "BytesIn"))
         assert [name for name in seen if name != who and name in output.everything] == []
+
+
+CHAT = [{"role": "user", "content": "fix the build"}, {"role": "assistant", "content": "done"}]
+CALL = {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"}
+OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ls", "input": {}}]}
+
+
+@pytest.mark.parametrize("name, body, reason", [
+    ("anthropic.json", {"format": "anthropic-messages", "messages": CHAT}, "format is anthropic-messages"),
+    ("responses.json", {"format": "openai-responses", "input": [CALL, OUTPUT]}, "format is openai-responses"),
+    ("input.json", {"input": [CALL, OUTPUT]}, "request body (its items in 'input')"),
+    ("items.json", [*CHAT, CALL, OUTPUT], "message 2 is an openai-responses item"),
+    ("blocks.json", {"messages": [*CHAT, TOOL_USE]}, "message 2 is an anthropic-messages item"),
+    ("rollout.jsonl", '{"type": "session_meta", "payload": {}}\n' + json.dumps(
+        {"type": "response_item", "payload": CALL}) + "\n", "line 2 is a Codex rollout's response_item"),
+    ("items.jsonl", "\n".join(json.dumps(item) for item in [*CHAT, CALL]), "line 3 is an openai-responses item"),
+    ("restorable.json", {"restorable": True, "messages": CHAT}, "keep no restorable archives"),
+])
+def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, name, body, reason):
+    """Windows read openai-chat only (docs/scale.md): a transcript in another format read as chat gave no messages
+    (a "compacted" empty result) or lost its pairs, and a restorable request kept no archives."""
+    data = body if isinstance(body, str) else json.dumps(body)
+    aws["s3"].put_object(Bucket=BUCKET, Key=f"incoming/{name}", Body=data.encode())
+    described = execute(aws, f"incoming/{name}")
+    assert described["status"] == "SUCCEEDED", described
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key=f"failed/{name}")["Body"].read())
+    assert failure["status"] == 413 and failure["error"]["code"] == "request_too_large", failure
+    assert reason in failure["error"]["message"]
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix=f"compacted/{name}").get("Contents")
+
+
+@pytest.mark.parametrize("name, data, reason", [
+    ("empty.json", b"{}", "an object with a 'messages' array"),
+    ("other.json", b'{"other": [{"role": "user", "content": "x"}]}', "an object with a 'messages' array"),
+    ("object.json", b'{"messages": {"item": {"role": "user", "content": "x"}}}', "'messages' is not an array"),
+    ("twice.json", b'{"messages": [{"role": "user", "content": "old"}], "messages": []}', "'messages' twice"),
+    ("member.json", b'{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "'messages.item'"),
+    ("format.json", b'{"format": "bogus", "messages": []}', "unknown format 'bogus'"),
+])
+def test_an_object_the_stream_cannot_read_as_the_api_is_refused(aws, name, data, reason):
+    aws["s3"].put_object(Bucket=BUCKET, Key=f"incoming/{name}", Body=data)
+    assert execute(aws, f"incoming/{name}")["status"] == "SUCCEEDED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key=f"failed/{name}")["Body"].read())
+    assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript", failure
+    assert reason in failure["error"]["message"]

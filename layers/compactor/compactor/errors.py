@@ -43,6 +43,10 @@ class InvalidRequest(CompactorError):
     """A request the service understands but refuses (400, no code)."""
 
 
+class KeyTooLong(InvalidRequest):
+    code = "key_too_long"  # S3 path: compacted/<rel> would pass S3's longest key
+
+
 class InvalidMaxTokens(InvalidRequest):
     code = "invalid_max_tokens"
 

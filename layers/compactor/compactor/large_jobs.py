@@ -29,17 +29,20 @@ from compactor.object_jobs import (
     ObjectStore,
     Source,
     StoredObject,
+    WriteRefused,
     _write_failure,
     encode,
+    newer_exists,
     relative_key,
     result_key,
     result_metadata,
+    same_version,
 )
 from compactor.call_record import CallRecord
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import RequestTooLarge
 from compactor.side_by_side import side_by_side
-from compactor.transcripts import TranscriptError
+from compactor.transcripts import NotChat, TranscriptError
 
 WORK_PREFIX = "work/"
 WINDOWS_AT_ONCE = 8
@@ -59,8 +62,8 @@ RESULT_MAX_BYTES = 5 * 1024**3
 class StreamStore(ObjectStore, Protocol):
     def open(self, bucket: str, key: str, *, version_id: str | None = None) -> AbstractContextManager[IO[bytes]]: ...
 
-    def open_writer(self, bucket: str, key: str, *, content_type: str,
-                    metadata: dict[str, str]) -> AbstractContextManager[IO[str]]: ...
+    def open_writer(self, bucket: str, key: str, *, content_type: str, metadata: dict[str, str],
+                    conditional: bool = False, replacing: str | None = None) -> AbstractContextManager[IO[str]]: ...
 
 
 def job_id(source: Source) -> str:
@@ -122,25 +125,35 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
         fields = fields_from(lambda: store.open(source.bucket, source.key, version_id=source.version_id))
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
         if body.get("mode") not in (None, "decision"):  # a mode named by the object or the defaults
-            failure = Failure(413, RequestTooLarge("transcripts this large are compacted in decision mode only"
-                                                   ).body()["error"])
-            _write_failure(store, source, stored, rel, failure)
-            return {"done": True, "result": "failed"}
+            return _too_large(store, source, stored, rel, "transcripts this large are compacted in decision mode only")
+        if body.get("restorable") is True:
+            return _too_large(store, source, stored, rel, "transcripts this large are compacted in windows, which "
+                                                          "keep no restorable archives")
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
         state = RunState.begin(Settings.from_request(request))
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
+    except NotChat as exc:
+        return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
+                                                      f"openai-chat only: {exc}")
     except TranscriptError as exc:
         _write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
-            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]))
+            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True)
         return {"done": True, "result": "failed"}
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:
             item["loc"] = ["body", *item["loc"]]
-        _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail))
+        _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail),
+                       conditional=True)
         return {"done": True, "result": "failed"}
     return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
+
+
+def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:
+    """End the job in ``failed/<rel>`` with a 413: what an object this large cannot be (docs/scale.md)."""
+    _write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]), conditional=True)
+    return {"done": True, "result": "failed"}
 
 
 def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
@@ -207,8 +220,9 @@ def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
     if more:
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
-    key = _write_result(store, job, state, input_key, input_version)
-    return {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
+    key, skipped = _write_result(store, job, state, input_key, input_version)
+    outcome = {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
+    return outcome if skipped is None else {**outcome, "result": "skipped", "reason": skipped}
 
 
 def call_record(state: Any) -> CallRecord:
@@ -227,24 +241,39 @@ def _result(store: StreamStore, bucket: str, key: str) -> dict[str, Any] | None:
 
 
 def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
-                  input_version: str | None) -> str:
+                  input_version: str | None) -> tuple[str, str | None]:
     """The result object around the last input: a pass's output (``assemble`` wrote it as an ``ArrayWriter``
-    array) is copied as it is; the transcript itself (no pass changed it) is read message by message."""
+    array) is copied as it is; the transcript itself (no pass changed it) is read message by message. Written
+    as the inline job writes its result (``object_jobs._put_once``): never over a result of this version or of a
+    newer one, and only if the key is still as seen when the write completes. The key and why it was not written
+    (None when it was, or was already by this job)."""
     from compactor.compaction.windowed import run_record, write_body, write_body_of_array
+    from compactor.object_jobs import CONCURRENT
 
     source = source_of(job)
     rel = relative_key(source.key)
     assert rel is not None
     key = result_key(rel)
+    head = store.head(source.bucket, key)
+    existing = head.metadata if head is not None else None
+    if same_version(existing, source):  # this job's own result: a retried assemble (billing failed after it)
+        return key, None
+    if newer_exists(existing, source):  # an older version's job ending late (docs/behaviour.md#the-s3-path)
+        return key, "a newer version was processed"
     metadata = result_metadata(source, StoredObject(b"", source.version_id, source.etag), 200)
     summary = run_record(state).body
-    with store.open_writer(source.bucket, key, content_type=JSON_CONTENT_TYPE, metadata=metadata) as out:
-        if input_version is None and input_key.startswith(_work(job, "")):
-            with store.open(source.bucket, input_key) as array:
-                write_body_of_array(out, array, summary)
-        else:
-            write_body(out, _messages(store, source.bucket, input_key, input_version), summary, messages_only=False)
-    return key
+    try:
+        with store.open_writer(source.bucket, key, content_type=JSON_CONTENT_TYPE, metadata=metadata,
+                               conditional=True, replacing=head.etag if head is not None else None) as out:
+            if input_version is None and input_key.startswith(_work(job, "")):
+                with store.open(source.bucket, input_key) as array:
+                    write_body_of_array(out, array, summary)
+            else:
+                write_body(out, _messages(store, source.bucket, input_key, input_version), summary,
+                           messages_only=False)
+    except WriteRefused:
+        return key, CONCURRENT
+    return key, None
 
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
@@ -257,5 +286,5 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
     message = "the windowed compaction job failed" + (f" ({name[:100]})" if name else "")
     failure = Failure(500, {"message": message, "type": "server_error", "code": "job_failed"})
-    _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure)
+    _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure, conditional=True)
     return {"done": True, "result": "failed"}

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any, Literal, Protocol
 
-from compactor.errors import InvalidTranscript, RequestTooLarge
+from compactor.errors import InvalidTranscript, KeyTooLong, RequestTooLarge
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 from compactor.records import record
 
@@ -105,6 +105,11 @@ class ObjectStore(Protocol):
         ...
 
 
+class WriteRefused(Exception):
+    """A conditional streamed write the store refused: the key changed while it was written (another writer was
+    first). Nothing was stored."""
+
+
 @record(frozen=True)
 class Defaults:
     """Parsed ``COMPACTOR_S3_DEFAULTS``."""
@@ -160,6 +165,10 @@ def relative_key(key: str) -> str | None:
         return None
     rel = key[len(INCOMING_PREFIX):]
     return rel if rel and not rel.endswith("/") else None
+
+
+MAX_KEY_BYTES = 1024
+"""S3's longest key (UTF-8 bytes): ``compacted/<rel>`` is one byte longer than ``incoming/<rel>``."""
 
 
 def result_key(rel: str) -> str:
@@ -350,6 +359,11 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     rel = relative_key(source.key)
     if rel is None:
         return Outcome("skipped", source, reason="outside incoming/")
+    if len(result_key(rel).encode("utf-8")) > MAX_KEY_BYTES:  # its failure's key is shorter than the object's
+        too_long = KeyTooLong(f"the object's key is too long for its result: compacted/<rel> may have at most "
+                              f"{MAX_KEY_BYTES} bytes")
+        return _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel,
+                              Failure(400, too_long.body()["error"]), conditional=True)
     try:
         limit = MAX_OBJECT_BYTES if max_bytes is None else max_bytes
         stored = store.get(source.bucket, source.key, version_id=source.version_id, max_bytes=limit)

@@ -42,7 +42,8 @@ from compactor.jsonutil import (
     MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
     parsed_depth_exceeds,
 )
-from compactor.transcripts import REQUEST_FIELDS, TranscriptError, _jsonl_record_messages
+from compactor.formats import FORMAT_NAMES
+from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
 
 PEEK_BYTES = 1 << 20
 """How far a first line is looked at to tell JSONL from one JSON document."""
@@ -226,6 +227,9 @@ def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
             with open_source() as raw:
                 for index, message in enumerate(_messages(raw, backend, path_free=path_free)):
                     if index >= given:
+                        other = item_format(message)
+                        if other is not None:
+                            raise NotChat(f"message {index} is an {other} item")
                         yield message
                         given += 1
             return
@@ -237,7 +241,9 @@ def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
 
 def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
-    arrays and JSONL), read path-free; opened again by the pure-Python backend when the C one cannot read it."""
+    arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
+    C one cannot read it. A stream is read as ``openai-chat``: another ``format`` is :class:`NotChat`, an unknown
+    one a :class:`TranscriptError`."""
     backend = None
     while True:
         try:
@@ -245,6 +251,7 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
                 return _fields(raw, backend)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
+    return fields
 
 
 def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Iterator[dict[str, Any]]:
@@ -343,16 +350,24 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
         return {}
     reader = _Watched(replay, counted=False, surrogates=backend is None)
     fields: dict[str, Any] = {}
-    depth, key, builder = 0, None, None
+    depth, key, builder, members, messages_value = 0, None, None, [], False
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
+            if messages_value:
+                if event != "start_array":
+                    raise TranscriptError("the transcript's 'messages' is not an array")
+                messages_value = False
             if event in _STARTS:
                 depth += 1
                 _refuse_past_levels(depth)
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
-                key = value if value in REQUEST_FIELDS else None
+                if value in _STRUCTURAL:
+                    members.append(value)
+                    _refuse_members(members)
+                    messages_value = value == "messages"
+                key = value if value in FILE_FIELDS else None
                 continue
             if key is None:
                 continue
@@ -367,9 +382,32 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
         raise reader.stopped or _not_json(exc) from exc
     if reader.stopped is not None:
         raise reader.stopped
+    named = fields.pop("format", "openai-chat")
+    if named != "openai-chat":
+        if named in FORMAT_NAMES:
+            raise NotChat(f"the transcript's format is {named}")
+        raise TranscriptError(f"unknown format {str(named)[:64]!r}; one of {', '.join(FORMAT_NAMES)}")
+    if "messages" not in members:
+        if "input" in members:
+            raise NotChat("the transcript is an openai-responses request body (its items in 'input')")
+        raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
     if backend is not None:
         _check_as_api(fields, "the request fields")
     return fields
+
+
+_STRUCTURAL = frozenset(("messages", "input", "messages.item"))
+"""The members of an object transcript that say how its items are read."""
+
+
+def _refuse_members(members: list[str]) -> None:
+    """What a stream cannot read as the API would: ``messages`` named twice (the API keeps the last, a stream has
+    given the first), and a member named ``messages.item`` (ijson's items would give it as a message)."""
+    if members.count("messages") > 1:
+        raise TranscriptError("the transcript names 'messages' twice")
+    if members[-1] == "messages.item":
+        raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot tell from "
+                              "its messages")
 
 
 # Integers with more characters than the API reads are at least this large (its sign counts as a character).

@@ -39,6 +39,10 @@ class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
 
+class NotChat(TranscriptError):
+    """A transcript read as a stream (docs/scale.md), which reads ``openai-chat`` only, is in another format."""
+
+
 @record
 class Transcript:
     """The items of a transcript in ``format``; ``session`` files also keep every line to write back."""
@@ -196,18 +200,26 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
 def _guess_format(items: list[dict[str, Any]]) -> str:
     """Responses items carry a ``type`` and no ``role``; Anthropic messages carry typed content blocks
     (``tool_use``, ``tool_result``, ``thinking``) in list contents; anything else reads as chat."""
-    if any("role" not in item and isinstance(item.get("type"), str) for item in items):
+    formats = {item_format(item) for item in items}
+    return next((name for name in ("openai-responses", "anthropic-messages") if name in formats), "openai-chat")
+
+
+_ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_thinking"))
+
+
+def item_format(item: dict[str, Any]) -> str | None:
+    """The format ``item`` reads as when it is not a chat message: ``openai-responses`` (a ``type``, no
+    ``role``) or ``anthropic-messages`` (typed content blocks); None for a chat message."""
+    if "role" not in item and isinstance(item.get("type"), str):
         return "openai-responses"
-    anthropic = ("tool_use", "tool_result", "thinking", "redacted_thinking")
-    for item in items:
-        content = item.get("content")
-        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in anthropic for b in content):
-            return "anthropic-messages"
-    return "openai-chat"
+    content = item.get("content")
+    if type(content) is list and any(type(b) is dict and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+        return "anthropic-messages"
+    return None
 
 
 def _read_jsonl(text: str) -> Transcript:
-    lines = text.splitlines(keepends=True)
+    lines = _lines(text)
     records: list[tuple[int, Any]] = []
     for number, line in enumerate(lines):
         if not line.strip():
@@ -225,8 +237,21 @@ def _read_jsonl(text: str) -> Transcript:
         picked = [(n, r["message"]) for n, r in records
                   if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)]
         return _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
-    messages = [m for number, record in records for m in _jsonl_record_messages(record, number + 1)]
-    return Transcript(_guess_format(messages), _check_items(messages))
+    # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
+    # role, read as Responses, as in an array.
+    for number, record in records:
+        if not isinstance(record, dict) or ("role" not in record and "type" not in record):
+            raise TranscriptError(f"line {number + 1} is not a message (an object with a role or a type)")
+    items = [record for _, record in records]
+    return Transcript(_guess_format(items), items)
+
+
+def _lines(text: str) -> list[str]:
+    """``text``'s lines with their endings, split at line feeds only: JSON strings may hold U+2028, U+2029 and
+    U+0085 unescaped, where ``str.splitlines`` would split too."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
 
 
 def _session(kind: str, format: str, lines: list[str], picked: list[tuple[int, dict[str, Any]]]) -> Transcript:
@@ -247,16 +272,29 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
-    """A chat message of a JSONL file (line ``number``), or a Claude Code session record converted to
-    chat messages (for the streamed reading of large files, which reads chat only)."""
+    """A chat message of a JSONL file read as a stream (line ``number``; docs/scale.md), or a Claude Code session
+    record converted to chat messages (the streamed reading of large files reads chat only). A Codex rollout's
+    ``response_item`` and a Responses item are :class:`NotChat`; other typed records are a session's bookkeeping."""
     if isinstance(record, dict) and "role" in record:
         return [record]
     if isinstance(record, dict) and record.get("type") in ("user", "assistant") and isinstance(
             record.get("message"), dict):
         return _anthropic_to_openai(record["message"])
+    if isinstance(record, dict) and record.get("type") == "response_item":
+        raise NotChat(f"line {number} is a Codex rollout's response_item (openai-responses)")
+    if isinstance(record, dict) and _responses_item(record):
+        raise NotChat(f"line {number} is an openai-responses item ({str(record['type'])[:64]})")
     if isinstance(record, dict) and "type" in record:
         return []  # session bookkeeping (queue operations, summaries)
     raise TranscriptError(f"line {number} is not a chat message")
+
+
+def _responses_item(record: dict[str, Any]) -> bool:
+    """A typed record that is a Responses item, not a Claude Code session's bookkeeping: it names a call, or its
+    type is one of the items' (a call, its output, reasoning, a reference)."""
+    kind = record.get("type")
+    return isinstance(kind, str) and ("call_id" in record or kind.endswith(("_call", "_call_output")) or kind in (
+        "message", "reasoning", "item_reference", "compaction"))
 
 
 def _anthropic_to_openai(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -278,13 +316,12 @@ def _anthropic_to_openai(message: dict[str, Any]) -> list[dict[str, Any]]:
             if isinstance(body, list):
                 body = "\n".join(b.get("text", "") for b in body if isinstance(b, dict))
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": body})
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = results  # first: they answer the calls of the message before
     if texts or calls:
         msg: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
         if calls:
             msg["tool_calls"] = calls
         out.append(msg)
-    out.extend(results)
     return out
 
 

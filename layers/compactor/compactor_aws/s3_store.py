@@ -149,14 +149,24 @@ class S3Store:
             body.close()
 
     @contextlib.contextmanager
-    def open_writer(self, bucket: str, key: str, *, content_type: str,
-                    metadata: Mapping[str, str]) -> Iterator[IO[str]]:
+    def open_writer(self, bucket: str, key: str, *, content_type: str, metadata: Mapping[str, str],
+                    conditional: bool = False, replacing: str | None = None) -> Iterator[IO[str]]:
         """A text stream uploaded as the object on a clean exit (multipart past one part, its parts uploading
-        while the block goes on; aborted and never visible when the block or an upload fails)."""
-        writer = _MultipartWriter(self.client, bucket, key, content_type, dict(metadata))
+        while the block goes on; aborted and never visible when the block or an upload fails). ``conditional``:
+        stored only if the key still is as seen, as :meth:`put_if` (its completion ``If-None-Match: *`` or
+        ``If-Match``), else :class:`~compactor.object_jobs.WriteRefused` is raised and nothing is stored."""
+        condition = ({"IfNoneMatch": "*"} if replacing is None else {"IfMatch": replacing}) if conditional else {}
+        writer = _MultipartWriter(self.client, bucket, key, content_type, dict(metadata), condition)
         try:
             yield writer  # type: ignore[misc]
-            writer.complete()  # raises a part's failed upload
+            try:
+                writer.complete()  # raises a part's failed upload
+            except ClientError as exc:
+                if condition and str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION:
+                    from compactor.object_jobs import WriteRefused
+
+                    raise WriteRefused(f"{key} changed while it was written") from exc
+                raise
         except BaseException:
             try:
                 writer.abort()
@@ -172,11 +182,12 @@ class _MultipartWriter(io.TextIOBase):
     upload is raised by every later write that cuts a part and by :meth:`complete`, and the block's exit then
     aborts the upload."""
 
-    def __init__(self, client: Any, bucket: str, key: str, content_type: str, metadata: dict[str, str]) -> None:
+    def __init__(self, client: Any, bucket: str, key: str, content_type: str, metadata: dict[str, str],
+                 condition: dict[str, str] | None = None) -> None:
         from compactor.side_by_side import InFlight
 
         self.client, self.bucket, self.key = client, bucket, key
-        self.content_type, self.metadata = content_type, metadata
+        self.content_type, self.metadata, self.condition = content_type, metadata, condition or {}
         self.buffer = bytearray()
         self.upload_id: str | None = None
         self.parts: InFlight[dict[str, Any]] = InFlight(PARTS_AT_ONCE)
@@ -206,7 +217,7 @@ class _MultipartWriter(io.TextIOBase):
     def complete(self) -> None:
         if self.upload_id is None:
             self.client.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self.buffer),
-                                   ContentType=self.content_type, Metadata=self.metadata)
+                                   ContentType=self.content_type, Metadata=self.metadata, **self.condition)
             return
         if self.buffer:
             self.parts.make_room()
@@ -214,7 +225,7 @@ class _MultipartWriter(io.TextIOBase):
             self.buffer.clear()
             self._upload(data)
         self.client.complete_multipart_upload(Bucket=self.bucket, Key=self.key, UploadId=self.upload_id,
-                                              MultipartUpload={"Parts": self.parts.results()})
+                                              MultipartUpload={"Parts": self.parts.results()}, **self.condition)
 
     def abort(self) -> None:
         self.parts.close()  # the parts in flight end first: none lands after the abort
