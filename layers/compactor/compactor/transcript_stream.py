@@ -251,7 +251,6 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
                 return _fields(raw, backend)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
-    return fields
 
 
 def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Iterator[dict[str, Any]]:
