@@ -274,8 +274,10 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
         fields = fields_from(source)
         if fields.get("restorable") is True:
             return None
+        # Its first message read (the --pin-task reading reads it too): a file in another format is read whole.
         first_user = _until_first_user(messages_from(source)) if args.pin_task else []
-        next(iter(messages_from(source)), None)  # a file in another format is read whole
+        if not args.pin_task:
+            next(iter(messages_from(source)), None)
         request = CompactRequest.model_validate(build_request_body(args, Transcript("openai-chat", first_user, fields, request_body=bool(fields))) | {"messages": []})
     except NotChat:
         return None
