@@ -236,17 +236,23 @@ def test_integers_outside_64_bits_go_through_every_pass(s3: Any, sessions: list[
     assert type(result["messages"][0]["meta"]["id"]) is int
 
 
+def _planned(s3: Any, key: str, messages: list[dict[str, Any]]) -> tuple[S3Store, dict[str, Any]]:
+    """``messages`` stored at ``key`` (sequencer 0065A1) and its job planned: the store and the job."""
+    store = S3Store(s3)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(messages).encode())
+    head = s3.head_object(Bucket=BUCKET, Key=key)
+    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'), "0065A1"),
+                               max_concurrency=4)["job"]
+    assert not large_jobs.plan(store, job, Defaults())["done"]
+    return store, job
+
+
 def test_an_older_versions_job_never_replaces_a_newer_versions_result(s3: Any, sessions: list[dict[str, Any]]) -> None:
     """docs/behaviour.md: a result is never overwritten by an older version's. A windowed job that ends after a
     newer version of its key was compacted wrote its result (and its failure) over the newer one."""
     from compactor.object_jobs import META_SEQUENCER
 
-    key, store = "incoming/raced.json", S3Store(s3)
-    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())
-    head = s3.head_object(Bucket=BUCKET, Key=key)
-    older = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'), "0065A1"),
-                                 max_concurrency=4)["job"]
-    assert not large_jobs.plan(store, older, Defaults())["done"]
+    store, older = _planned(s3, "incoming/raced.json", sessions)
     for prefix in ("compacted/", "failed/"):  # the newer version's result and failure, as the inline job stores them
         s3.put_object(Bucket=BUCKET, Key=prefix + "raced.json", Body=b"{}",
                       Metadata={META_SEQUENCER: "0065B2", "source-version-id": "newer"})
@@ -261,12 +267,7 @@ def test_an_older_versions_job_never_replaces_a_newer_versions_result(s3: Any, s
 def test_a_result_written_meanwhile_is_not_replaced(s3: Any, sessions: list[dict[str, Any]],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The streamed result is stored only if the key is still as looked at when its upload completes."""
-    key, store = "incoming/meanwhile.json", S3Store(s3)
-    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())
-    head = s3.head_object(Bucket=BUCKET, Key=key)
-    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'), "0065A1"),
-                               max_concurrency=4)["job"]
-    assert not large_jobs.plan(store, job, Defaults())["done"]
+    store, job = _planned(s3, "incoming/meanwhile.json", sessions)
     real_head = S3Store.head
 
     def head_then_another_writes(self: S3Store, bucket: str, name: str) -> Any:
