@@ -1,5 +1,6 @@
 """``GET /v1/jobs/{id}`` looks its job's record and three places up at once (one S3 round trip, not four),
-and answers as when it looked them up in turn: done before failed before running before awaiting upload."""
+and answers as when it looked them up in turn: done before failed before running before awaiting upload, a
+result counting only when it was computed from the upload now under ``incoming/`` (tests/scale/test_jobs_routes.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import threading
 import pytest
 
 from compactor.jobs import _record_key, job_status, upload_rel
-from compactor.object_jobs import COMPACTED_PREFIX, FAILED_PREFIX, INCOMING_PREFIX, StoredObject
+from compactor.object_jobs import COMPACTED_PREFIX, FAILED_PREFIX, INCOMING_PREFIX, ObjectHead, StoredObject
 
 CALLER, JOB = "key-a", "0123456789abcdef0123456789abcdef"
 
 
 class GatedStore:
-    """Objects by key; every ``head_metadata`` waits until four are in flight at once (one after another, the
+    """Objects by key; every ``head`` waits until four are in flight at once (one after another, the
     first would wait out the barrier's timeout and break it)."""
 
     def __init__(self, keys: set[str], *, failing: str | None = None) -> None:
@@ -24,11 +25,11 @@ class GatedStore:
         self.failing = failing  # a key whose lookup raises (S3 throttling, a network error)
         self.read: list[str] = []
 
-    def head_metadata(self, bucket: str, key: str) -> dict[str, str] | None:
+    def head(self, bucket: str, key: str) -> ObjectHead | None:
         self.barrier.wait()
         if key == self.failing:
             raise ConnectionError(f"lookup of {key} failed")
-        return {} if key in self.objects else None
+        return ObjectHead({}, "etag") if key in self.objects else None
 
     def get(self, bucket: str, key: str, *, version_id: str | None, max_bytes: int) -> StoredObject:
         self.read.append(key)
@@ -73,9 +74,7 @@ def test_without_its_record_a_job_is_unknown_whatever_its_places_hold() -> None:
 @pytest.mark.parametrize(("keys", "failing", "status"), [
     ({INCOMING}, INCOMING, 404),  # no record: its places are not needed
     ({INCOMING}, COMPACTED, 404),
-    ({RECORD, COMPACTED}, FAILED, "done"),  # done before failed and running: those are not needed
-    ({RECORD, COMPACTED}, INCOMING, "done"),
-    ({RECORD, FAILED}, INCOMING, "failed"),
+    ({RECORD, COMPACTED}, FAILED, "done"),  # done before failed and running: failed is not needed
 ])
 def test_a_failed_lookup_the_answer_does_not_need_changes_nothing(keys: set[str], failing: str,
                                                                    status: int | str) -> None:
@@ -89,6 +88,8 @@ def test_a_failed_lookup_the_answer_does_not_need_changes_nothing(keys: set[str]
     ({RECORD, INCOMING}, COMPACTED),  # running is known only once done and failed are ruled out
     ({RECORD, INCOMING}, FAILED),
     ({RECORD}, INCOMING),
+    ({RECORD, COMPACTED}, INCOMING),  # a result counts only when it is the upload's now under incoming/
+    ({RECORD, FAILED}, INCOMING),
 ])
 def test_a_failed_lookup_the_answer_needs_fails_the_request(keys: set[str], failing: str) -> None:
     with pytest.raises(ConnectionError, match="lookup of"):

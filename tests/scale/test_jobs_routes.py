@@ -99,3 +99,36 @@ def test_uploads_unconfigured_is_503(aws, compact_module, monkeypatch):
     monkeypatch.delenv("COMPACTOR_JOBS_BUCKET")
     status, body = call(compact_module, "POST", "/uploads")
     assert status == 503 and body["error"]["code"] == "uploads_unavailable"
+
+
+def test_an_upload_sent_again_reports_its_own_outcome_not_the_last_ones(aws, compact_module, s3_module, monkeypatch):
+    """The upload URL stays valid for 15 minutes, so a caller can send another transcript to the same job: its
+    status is ``running`` until that upload's own result is written, then that result (done after failed and
+    failed after done), never the earlier upload's."""
+    job_id = call(compact_module, "POST", "/uploads")[1]["job_id"]
+    key = "incoming/" + jobs.upload_rel("key-a", job_id)
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    good = json.dumps({"messages": transcript(), "mode": "decision", "keep_recent": 1}).encode()
+
+    def upload(body: bytes) -> None:
+        aws.put_object(Bucket=BUCKET, Key=key, Body=body)
+
+    def process() -> None:
+        head = aws.head_object(Bucket=BUCKET, Key=key)
+        s3_module.handler(s3_event(BUCKET, key, version_id=head.get("VersionId"), etag=head["ETag"].strip('"'),
+                                   size=head["ContentLength"]), LocalLambdaContext("S3CompactFunction", timeout_s=300))
+
+    def status() -> str:
+        return call(compact_module, "GET", f"/jobs/{job_id}")[1]["status"]
+
+    upload(good)
+    process()
+    assert status() == "done"
+    upload(b'{"messages": "no"}')
+    assert status() == "running"  # before: "done", the first upload's result
+    process()
+    assert status() == "failed"  # before: "done"
+    upload(good.replace(b'"keep_recent": 1', b'"keep_recent": 2'))
+    assert status() == "running"  # before: "done" (the first result), not this upload's
+    process()
+    assert status() == "done"

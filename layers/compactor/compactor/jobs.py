@@ -23,8 +23,11 @@ from compactor.object_jobs import (
     FAILED_PREFIX,
     INCOMING_PREFIX,
     JSON_CONTENT_TYPE,
+    META_ETAG,
+    ObjectHead,
     ObjectStore,
     encode,
+    normalize_etag,
 )
 
 UPLOADS = "uploads/"
@@ -87,9 +90,11 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
     ``/v1/compact`` response body) or ``failed`` (the recorded error and its status). The job's record and its
     three places are looked up side by side: one round trip instead of four for a job still running (they are
-    the caller's own keys; docs/scale.md, "Uploads through the API"). They are then read in the order they were
-    looked up in before: an unknown id is a 404 whatever its places hold, and a lookup that failed fails the
-    request only when the answer needs it, as when they went one after another."""
+    the caller's own keys; docs/scale.md, "Uploads through the API"). An unknown id is a 404 whatever its
+    places hold. An upload can be sent again (its URL stays valid until it expires), so a result counts only
+    when it was computed from the upload now under ``incoming/`` (its ``source-etag``): a newer upload whose
+    result is not written yet is ``running``, never the older upload's outcome. A lookup that failed fails the
+    request only when the answer needs it."""
     from compactor.errors import NotFound
     from compactor.side_by_side import each_side_by_side
 
@@ -98,29 +103,38 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
     rel = upload_rel(caller, job_id)
     keys = (_record_key(caller, job_id), COMPACTED_PREFIX + rel, FAILED_PREFIX + rel, INCOMING_PREFIX + rel)
 
-    def exists(key: str) -> bool | Exception:
+    def head(key: str) -> ObjectHead | None | Exception:
         try:
-            return store.head_metadata(bucket, key) is not None
+            return store.head(bucket, key)
         except Exception as exc:  # noqa: BLE001 - raised below if this lookup decides the answer
             return exc
 
-    record, compacted, failed, incoming = each_side_by_side(exists, keys, at_once=len(keys))
-    if not _found(record):
+    record, compacted, failed, incoming = each_side_by_side(head, keys, at_once=len(keys))
+    if _found(record) is None:
         return NotFound(f"no job {job_id}").answer()
     body: dict[str, Any] = {"job_id": job_id}
-    if _found(compacted):
+    upload = _found(incoming)
+    if _of_upload(_found(compacted), upload):
         url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
         return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
-    if _found(failed):
+    if _of_upload(_found(failed), upload):
         stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
-    if _found(incoming):
-        return 200, {**body, "status": "running"}
-    return 200, {**body, "status": "awaiting_upload"}
+    return 200, {**body, "status": "running" if upload is not None else "awaiting_upload"}
 
 
-def _found(looked_up: bool | Exception) -> bool:
+def _of_upload(result: ObjectHead | None, upload: ObjectHead | None) -> bool:
+    """Whether a result object exists and was computed from ``upload`` (the object under ``incoming/``): its
+    ``source-etag`` is the upload's ETag. A result without that metadata, or with no upload left to compare
+    with, is taken as it is."""
+    if result is None:
+        return False
+    source = result.metadata.get(META_ETAG)
+    return upload is None or source is None or source == normalize_etag(upload.etag)
+
+
+def _found(looked_up: ObjectHead | None | Exception) -> ObjectHead | None:
     """A lookup's answer, read when the status needs it: a failed lookup's error is raised then, not before."""
     if isinstance(looked_up, Exception):
         raise looked_up
