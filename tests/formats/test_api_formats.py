@@ -134,3 +134,26 @@ def test_items_that_do_not_fit_the_format_are_a_422(compact_module: ModuleType, 
 
     assert status == 422
     assert fragment in json.dumps(answer)
+
+
+@pytest.mark.parametrize("body, loc", [
+    ({"format": "openai-responses", "input": "Summarise the repository"}, ["body", "input"]),
+    ({"format": "openai-responses", "input": [{"type": "message", "role": "user", "content": "x"}, 7]},
+     ["body", "input", 1]),
+    ({"format": "openai-chat", "messages": "x"}, ["body", "messages"]),
+    ({"format": "openai-chat", "input": [{"role": "user", "content": "x"}]}, ["body", "messages"]),  # not its field
+])
+def test_a_422_names_the_items_field_the_format_uses(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                                      body: dict[str, Any], loc: list[Any]) -> None:
+    """A Responses body sends its items as ``input``; a 422 on them named ``messages``, a field it never sent."""
+    status, answer = _compact(compact_module, lambda_context, body)
+
+    assert status == 422
+    assert [item["loc"] for item in answer["detail"]] == [loc]
+
+
+def test_a_responses_body_without_input_says_where_its_items_go(compact_module: ModuleType,
+                                                                lambda_context: LocalLambdaContext) -> None:
+    status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "keep_recent": 2})
+
+    assert status == 422 and "items go in 'input'" in answer["detail"][0]["msg"]

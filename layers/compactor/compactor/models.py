@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from compactor.jsonutil import ensure_utf8_encodable
 
@@ -45,7 +46,10 @@ class CompactRequest(BaseModel):
     format: Literal["openai-chat", "anthropic-messages", "openai-responses"] = "openai-chat"
     # Out of the repr: Powertools formats a route's arguments into a debug message on every request,
     # which for a 900 KB transcript cost 2-4 ms, and a transcript has no place in a log line.
-    messages: Annotated[list[dict[str, Any]], Unicode] = Field(fail_fast=True, repr=False)
+    # Read from ``input`` for openai-responses (the before-validator lets only that format use it), so that a
+    # 422 names the field the caller sent: ``input``, ``input[3]``.
+    messages: Annotated[list[dict[str, Any]], Unicode] = Field(
+        fail_fast=True, repr=False, validation_alias=AliasChoices("messages", "input"))
     restorable: bool = False
     keep_recent: int = Field(default=6, ge=-MAX_KEEP_RECENT, le=MAX_KEEP_RECENT)
     policy_ir: Annotated[list[Any] | None, Unicode] = None
@@ -59,11 +63,14 @@ class CompactRequest(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _items_under_their_name(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("format") == "openai-responses":
-            if "messages" in data:
-                raise ValueError("openai-responses items go in 'input', not 'messages'")
-            data = {k: v for k, v in data.items() if k != "input"} | (
-                {"messages": data["input"]} if "input" in data else {})
+        if isinstance(data, dict):
+            if data.get("format") == "openai-responses":
+                if "messages" in data:
+                    raise ValueError("openai-responses items go in 'input', not 'messages'")
+                if "input" not in data:  # missing: named as the format names it
+                    raise PydanticCustomError("missing", "Field required: openai-responses items go in 'input'")
+            elif "input" in data:  # another format's request ignores an ``input`` field, as any unknown one
+                data = {k: v for k, v in data.items() if k != "input"}
         return data
 
     @model_validator(mode="after")
