@@ -261,6 +261,7 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
 
     from compactor.catalog import CatalogError
     from compactor.container import get_router, run_sync
+    from compactor.errors import InvalidRequest
     from compactor.models import CompactRequest
     from compactor.budget import flow_budget_ms
     from compactor.compaction.windowed import compact_stream, inline_runner
@@ -297,7 +298,7 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
             run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
             messages_only=not args.json, workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
             on_event=progress.on_event if progress else None))
-    except (CatalogError, TranscriptError) as exc:
+    except (CatalogError, TranscriptError, InvalidRequest) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -602,3 +602,17 @@ def test_the_cli_reads_a_large_file_in_another_format_whole(tmp_path, monkeypatc
     monkeypatch.setenv("COMPACTOR_ARCHIVE_DIR", str(tmp_path / "archive"))
     assert main(["compact", str(tmp_path / "restorable.json"), "-o", str(tmp_path / "r.out"), "--json", "-q"]) == 0
     assert json.loads((tmp_path / "r.out").read_text())["compaction"].get("windows") is None
+
+
+def test_the_cli_refuses_pins_past_a_streamed_file(tmp_path, monkeypatch, capsys):
+    """A streamed file's ``--pin`` is checked once the stream is counted, as one request's ``pinned_indices``:
+    out of range, the CLI says so and exits 2 (before, it compacted and the pin named nothing)."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(list(PLAIN) * 40))
+    assert main(["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--pin", str(len(PLAIN) * 40)]) == 2
+    assert "pinned_indices must reference existing messages" in capsys.readouterr().err
+    assert main(["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--pin", "1"]) == 0

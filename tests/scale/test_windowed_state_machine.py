@@ -270,3 +270,16 @@ def test_an_object_the_stream_cannot_read_as_the_api_is_refused(aws, name, data,
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key=f"failed/{name}")["Body"].read())
     assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript", failure
     assert reason in failure["error"]["message"]
+
+
+@pytest.mark.parametrize("pins", [[len(CHAT)], [0, 10_000], [-1]])
+def test_pins_past_the_transcript_are_refused_as_one_request_refuses_them(aws, pins):
+    """A windowed job's ``pinned_indices`` are checked once the stream is counted: out of range, the job ends in
+    ``failed/`` with the API's 400 (before, it compacted and the pins named nothing)."""
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/pins.json",
+                         Body=json.dumps({"messages": CHAT, "pinned_indices": pins}).encode())
+    assert execute(aws, "incoming/pins.json")["status"] == "SUCCEEDED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/pins.json")["Body"].read())
+    assert failure["status"] == 400 and failure["error"]["message"] == "pinned_indices must reference existing messages"
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/pins.json").get("Contents")
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")  # no window was planned

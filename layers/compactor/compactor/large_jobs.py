@@ -40,7 +40,7 @@ from compactor.object_jobs import (
 )
 from compactor.call_record import CallRecord
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
-from compactor.errors import RequestTooLarge
+from compactor.errors import InvalidRequest, RequestTooLarge
 from compactor.side_by_side import side_by_side
 from compactor.transcripts import NotChat, TranscriptError
 
@@ -133,6 +133,9 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
         request = CompactRequest.model_validate(body)
         state = RunState.begin(Settings.from_request(request))
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
+    except InvalidRequest as exc:  # pinned_indices past the transcript's messages, known once it is counted
+        _write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]), conditional=True)
+        return {"done": True, "result": "failed"}
     except NotChat as exc:
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
                                                       f"openai-chat only: {exc}")

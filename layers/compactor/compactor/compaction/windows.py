@@ -25,8 +25,10 @@ from typing import Any
 from compactor.call_record import flow_facts
 from compactor.budget import Deadline
 from compactor.chat import Message, has_tool_calls, role_of
+from compactor.errors import InvalidRequest
 from compactor.flow import admit_flow, run_flow
 from compactor.jsonutil import dense_size
+from compactor.compaction.modes import PINS_MESSAGE
 from compactor.compaction.preparation import (
     BUDGET_FLOOR,
     MAX_BATCHES,
@@ -155,6 +157,9 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
         recent.append((unit, unit_messages))
         while len(recent) > 1 and recent[1][0].start <= count - keep:
             recent.popleft()
+    if explicit and (min(explicit) < 0 or max(explicit) >= count):
+        # As one request's check_pins (compactor.compaction.modes), once the stream is counted.
+        raise InvalidRequest(PINS_MESSAGE)
     input_bytes = 2 + sum(sizes) + max(0, count - 1)
     target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
     last = sizes[max(0, count - keep):]
