@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.budget import Deadline
 from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
-from compactor.chat import Message, has_tool_calls, role_of
+from compactor.chat import Message, has_tool_calls, is_tool_result, role_of
 from compactor.errors import InvalidMaxTokens, InvalidPolicy, RestorableUnavailable
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
@@ -74,9 +74,9 @@ def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None
         return None
     tail_start = start = len(messages) - keep
     # Never start the tail with a tool result: take its whole tool-call unit into the tail.
-    while start > len(frozen) and role_of(messages[start]) == "tool":
+    while start > len(frozen) and is_tool_result(messages[start]):
         start -= 1
-    if start < tail_start and role_of(messages[start]) != "tool" and not has_tool_calls(messages[start]):
+    if start < tail_start and not is_tool_result(messages[start]) and not has_tool_calls(messages[start]):
         start += 1  # stray results with no owning call: keep them, but not the message before them
     aged = messages[len(frozen):start]
     if not aged:
