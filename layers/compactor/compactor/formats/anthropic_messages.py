@@ -24,6 +24,8 @@ from compactor.formats.base import Dialect, Item, Placeholder, block_text, block
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
 CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# Results whose ``content`` may be a string whatever it was (a string or a list of blocks): what mask replaces.
+STRING_RESULTS = ("tool_result", "mcp_tool_result")
 
 
 def _opens(item: Item) -> set[str]:
@@ -108,15 +110,21 @@ class AnthropicMessages(Dialect):
                 for b in blocks(item.get("content")) if b.get("type") in CALLS and isinstance(b.get("id"), str)}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A user message's ``tool_result`` blocks, each keeping its ``tool_use_id`` (and ``is_error``)."""
+        """A user message's ``tool_result`` (and ``mcp_tool_result``) blocks, each keeping its ``tool_use_id``
+        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays."""
         item = items[index]
         content = item.get("content")
         if item.get("role") != "user" or not isinstance(content, list):
             return None
-        replaced = [{**b, "content": placeholder(b.get("tool_use_id") if isinstance(b.get("tool_use_id"), str)
-                                                 else None, b.get("content"))}
-                    if isinstance(b, dict) and str(b.get("type", "")).endswith("tool_result") else b for b in content]
-        return {**item, "content": replaced} if replaced != content else None
+        replaced, changed = [], False
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in STRING_RESULTS:
+                call_id = block.get("tool_use_id")
+                text = placeholder(call_id if isinstance(call_id, str) else None, block.get("content"))
+                if text is not None:
+                    block, changed = {**block, "content": text}, True
+            replaced.append(block)
+        return {**item, "content": replaced} if changed else None
 
 
 def _result_text(content: Any) -> str:

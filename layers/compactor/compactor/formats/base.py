@@ -14,8 +14,9 @@ from typing import Any
 from compactor.compaction.units import Unit
 
 Item = dict[str, Any]
-Placeholder = Callable[[str | None, Any], str]
-"""``placeholder(call_id, output)``: the text standing in for a masked tool output."""
+Placeholder = Callable[[str | None, Any], "str | None"]
+"""``placeholder(call_id, output)``: the text standing in for a masked tool output, or ``None`` when that
+output is to stay as it is (a placeholder would not be smaller)."""
 
 
 class Dialect:
@@ -59,8 +60,9 @@ class Dialect:
         return {}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """``items[index]`` with every tool output it carries replaced by ``placeholder(call_id, output)``
-        (``mask`` mode), or ``None`` when it carries none."""
+        """``items[index]`` with each tool output it carries replaced by ``placeholder(call_id, output)``
+        (``mask`` mode; an output whose placeholder is ``None`` stays), or ``None`` when it carries none. An
+        output is only replaced where the format accepts a string in its place (a typed output stays)."""
         return None
 
 

@@ -94,12 +94,15 @@ class OpenAIChat(Dialect):
         """A ``tool`` message (or a legacy ``function`` one), or a text agent's observation (a ``user`` message
         answering the assistant)."""
         item = items[index]
+        # A string is a valid content whatever the output was (a string or a list of parts).
         if is_tool_result(item):
             call_id = item.get("tool_call_id")
-            return {**item, "content": placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))}
-        if is_text_observation(items, index):
-            return {**item, "content": placeholder(None, item.get("content"))}
-        return None
+            text = placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))
+        elif is_text_observation(items, index):
+            text = placeholder(None, item.get("content"))
+        else:
+            return None
+        return None if text is None else {**item, "content": text}
 
 
 DIALECT = OpenAIChat()
