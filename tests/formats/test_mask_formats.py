@@ -41,8 +41,10 @@ def _masked_indexes(items: list[dict[str, Any]], fmt: str, pins: list[int] | Non
 def test_an_anthropic_human_turn_holding_tool_results_is_pinned_by_default() -> None:
     items = [{"role": "user", "content": "go"}, _use("a"),
              {"role": "user", "content": [_result("a", BIG), {"type": "text", "text": "Stop and use git instead."}]},
-             _use("b"), {"role": "user", "content": [_result("b", BIG)]}, {"role": "assistant", "content": "done"}]
+             _use("b"), {"role": "user", "content": [_result("b", BIG)]}, _use("c"),
+             {"role": "user", "content": [_result("c", BIG)]}, _use("d"), {"role": "user", "content": [_result("d", BIG)]}]
 
+    # the last two cycles (indexes 5 to 8) are the protected tail of the turn in progress
     assert _masked_indexes(items, "anthropic-messages") == [4]
     assert _masked_indexes(items, "anthropic-messages", pins=[0]) == [2, 4]  # explicit pins replace the default
 
@@ -54,7 +56,8 @@ def test_an_explicit_pin_protects_the_whole_unit_holding_it(fmt: str) -> None:
                  _chat_call("b"), {"role": "tool", "tool_call_id": "b", "content": BIG}, {"role": "assistant", "content": "ok"}]
     elif fmt == "anthropic-messages":
         items = [{"role": "user", "content": "go"}, _use("a"), {"role": "user", "content": [_result("a", BIG)]},
-                 _use("b"), {"role": "user", "content": [_result("b", BIG)]}, {"role": "assistant", "content": "ok"}]
+                 _use("b"), {"role": "user", "content": [_result("b", BIG)]}, {"role": "assistant", "content": "ok"},
+                 {"role": "user", "content": "thanks"}]  # a finished turn: no turn in progress to protect
     else:
         items = [{"type": "message", "role": "user", "content": "go"}]
         for call in ("a", "b"):
@@ -84,7 +87,7 @@ def test_each_output_gets_its_own_placeholder_and_size_and_a_small_one_stays() -
              {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "shot", "input": {}},
                                                {"type": "tool_use", "id": "b", "name": "ls", "input": {}}]},
              {"role": "user", "content": [_result("a", blocks), _result("b", "ok")]},
-             {"role": "assistant", "content": "done"}]
+             {"role": "assistant", "content": "done"}, {"role": "user", "content": "thanks"}]
 
     output, masked = mask(items, keep_recent=1, pinned_indices=None, dialect=get_dialect("anthropic-messages"))
 
@@ -119,7 +122,7 @@ def test_structured_outputs_are_masked_to_a_type_the_api_accepts(compact_module:
                  {"role": "user", "content": [_result("a", [{"type": "text", "text": "see"}, IMAGE])]},
                  {"role": "assistant", "content": [
                      {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {"query": "q"}}, search]},
-                 {"role": "assistant", "content": "done"}]
+                 {"role": "assistant", "content": "done"}, {"role": "user", "content": "thanks"}]
     status, body = _compact(compact_module, lambda_context,
                             {"format": "anthropic-messages", "messages": anthropic, "mode": "mask", "keep_recent": 1})
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from compactor.call_record import CallRecord
 from compactor.compaction.modes import check_pins
 from compactor.compaction.reassembly import first_changed_index, preserved_prefix_bytes
-from compactor.compaction.units import instruction_pins, tail_indexes
+from compactor.compaction.units import instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect, Item
 from compactor.jsonutil import dense_size
@@ -45,10 +45,11 @@ def protected_indexes(items: list[Item], keep_recent: int, pinned_indices: list[
                       dialect: Dialect) -> set[int]:
     """What mask leaves alone, as every mode protects it (docs/behaviour.md#decision): the request's pins
     (else the dialect's default ones, the human's turns) and the always-pinned items, the last
-    ``keep_recent`` items, each with the whole unit holding it."""
-    protected = set(instruction_pins(items, pinned_indices, dialect)) | set(tail_indexes(len(items), keep_recent))
-    return {i for unit in dialect.split_units(items) if not protected.isdisjoint(unit.indexes())
-            for i in unit.indexes()}
+    ``keep_recent`` items (widened to the tail the format protects), each with the whole unit holding it."""
+    units = dialect.split_units(items)
+    tail = with_dialect_tail(tail_indexes(len(items), keep_recent), items, units, dialect)
+    protected = set(instruction_pins(items, pinned_indices, dialect)) | set(tail)
+    return {i for unit in units if not protected.isdisjoint(unit.indexes()) for i in unit.indexes()}
 
 
 def mask(items: list[Item], *, keep_recent: int, pinned_indices: list[int] | None,

@@ -115,7 +115,11 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
     if len(items) - frozen <= max(1, keep_recent):
         return None
     first = len(items) - max(1, keep_recent)
-    start = next(u.start for u in dialect.split_units(items) if u.start <= first < u.end)
+    units = dialect.split_units(items)
+    start = next(u.start for u in units if u.start <= first < u.end)
+    protected_start = dialect.protected_tail_start(items, units)  # the tail the format itself protects
+    if protected_start is not None:
+        start = min(start, protected_start)
     if start <= frozen:
         return None
     return _split_aged(items, frozen, start, pinned)

@@ -93,3 +93,10 @@ def instruction_pins(messages: list[Message], pinned_indices: list[int] | None,
 def tail_indexes(count: int, keep_recent: int) -> range:
     keep = max(1, keep_recent)
     return range(max(0, count - keep), count)
+
+
+def with_dialect_tail(tail: range, items: list[Message], units: list[Unit], dialect: Dialect) -> range:
+    """``tail`` (the last ``keep_recent`` items) widened to the tail the format itself protects
+    (``Dialect.protected_tail_start``: in ``anthropic-messages`` the last two units of the turn in progress)."""
+    start = dialect.protected_tail_start(items, units)
+    return range(start, tail.stop) if start is not None and start < tail.start else tail

@@ -9,7 +9,8 @@ anything besides tool results are the human's turns, protected by default.
 
 ``thinking`` and ``redacted_thinking`` blocks never reach the models (their text would leak into a
 summary); a unit that is summarized or archived loses them, which the Messages API allows for every
-turn but the one still in progress (always in the protected tail).
+turn but the one still in progress, whose last two units stay in the protected tail
+(:meth:`AnthropicMessages.protected_tail_start`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ class AnthropicMessages(Dialect):
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
+
+    def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
+        """The last two units of the turn in progress (docs/formats.md "Hidden reasoning"): the one holding
+        the final assistant message, whose thinking the Messages API needs back intact, and the one before
+        it, so that no new item lands next to that message (an assistant summary would merge into it).
+        Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
+        ``None`` when no assistant message follows the last human turn (no turn in progress)."""
+        human = max((i for i, item in enumerate(items) if _human(item)), default=-1)
+        final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
+        if final <= human:
+            return None
+        at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
+        return units[max(0, at - 1)].start
 
     def model_view(self, items: list[Item]) -> list[Item]:
         view = []

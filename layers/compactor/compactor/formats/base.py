@@ -42,6 +42,11 @@ class Dialect:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()
 
+    def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
+        """Where a tail the format itself needs protected starts (``units``: ``split_units(items)``), in
+        addition to the last ``keep_recent`` items; ``None`` when it needs none (docs/formats.md)."""
+        return None
+
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
         fields and blocks are only left out, so a view item keeps its item's key order."""
