@@ -108,7 +108,9 @@ def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent:
     output = body["input"] if "input" in body else body["messages"]  # openai-responses: "input"
     for part, action, reason, emitted in (
             (plan.frozen, "keep", "pinned", plan.frozen),
-            (plan.aged, "summarize", "sealed", output[len(plan.frozen):len(plan.frozen) + 1]),
+            # the sealed span, with the always-pinned items kept right after the summary (plan.held)
+            (messages[len(plan.frozen):len(messages) - len(plan.recent)], "summarize", "sealed",
+             output[len(plan.frozen):len(plan.frozen) + 1 + len(plan.held)]),
             (plan.recent, "keep", "recent_tail", plan.recent)):
         if part:
             rows.append(_row(start, part, emitted, action, reason))

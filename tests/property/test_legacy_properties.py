@@ -60,7 +60,10 @@ def test_seal_never_loses_a_message(messages: list[dict[str, Any]], keep_recent:
         assert out == messages and body["compacted"] is False
         return
     keep = max(1, keep_recent)
-    frozen = 1 if messages and messages[0].get("role") == "system" else 0
+    protected = ("system", "developer")  # always pinned: never sealed (docs/behaviour.md#seal)
+    frozen = 0
+    while frozen < len(messages) and messages[frozen].get("role") in protected:
+        frozen += 1
     if not body["compacted"]:  # a seal that would not shrink the transcript returns the original
         event("seal would not shrink")
         assert out == messages and body["reason"] == "no_reduction"
@@ -68,9 +71,15 @@ def test_seal_never_loses_a_message(messages: list[dict[str, Any]], keep_recent:
     assert dense_size(out) < dense_size(messages) and out[:frozen] == messages[:frozen]
     text = {"summary": "Decisions: fixed x.", "unicode": "résumé 😀 \U00010348"}[reply]
     assert out[frozen] == {"role": "system", "content": SEAL_MARKER + text}
-    recent = out[frozen + 1:]
-    start = len(messages) - len(recent)
-    assert recent == messages[start:] and len(recent) >= keep and start > frozen  # tail intact, aged non-empty
+    after = out[frozen + 1:]  # the always-pinned messages of the middle (held), then the tail
+
+    def held_before(start: int) -> list[dict[str, Any]]:
+        return [m for m in messages[frozen:start] if m.get("role") in protected]
+
+    start = next(s for s in range(frozen + 1, len(messages) + 1) if after == held_before(s) + messages[s:])
+    recent = messages[start:]
+    # tail intact, aged non-empty
+    assert len(recent) >= keep and any(m.get("role") not in protected for m in messages[frozen:start])
     if len(recent) > keep:
         event("tail widened to a whole tool unit")
     # The tail never opens with a result whose call was sealed (the call moves into the tail with its
@@ -81,7 +90,7 @@ def test_seal_never_loses_a_message(messages: list[dict[str, Any]], keep_recent:
         assert before.get("role") != "tool" and not before.get("tool_calls")
     (sent,) = summarizer.requests
     rendered = sent.messages[-1]["content"]
-    aged = messages[frozen:start]
+    aged = [m for m in messages[frozen:start] if m.get("role") not in protected]
     assert rendered.count("\n") >= len(aged) - 1
     for message in aged:  # everything between the frozen prefix and the tail was sent to be sealed
         content = message.get("content")

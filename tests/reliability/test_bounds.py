@@ -80,8 +80,8 @@ async def test_legacy_refuses_a_negative_max_tokens_without_calling_the_provider
 # -- legacy never grows, never seals a cut-off summary (finding 4) --------------------------------
 
 async def test_a_seal_that_would_grow_the_transcript_returns_the_original() -> None:
-    messages = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"},
-                {"role": "system", "content": "c"}]
+    messages = [{"role": "system", "content": "a"}, {"role": "user", "content": "b"},
+                {"role": "assistant", "content": "c"}]  # (system messages are never sealed)
     body = await seal(messages, keep_recent=1, policy_ir=None, max_tokens=None,
                       router=chat_router(RecordingChat("a summary longer than what it replaces")),
                       deadline=Deadline.after_ms(5_000))
@@ -105,8 +105,8 @@ async def test_a_summary_cut_off_at_max_tokens_is_not_sealed() -> None:
 
 @pytest.mark.usefixtures("bundled_catalog")
 def test_short_transcripts_come_back_unchanged_through_the_api(compact_module: ModuleType) -> None:
-    messages = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"},
-                {"role": "system", "content": "c"}]
+    messages = [{"role": "system", "content": "a"}, {"role": "user", "content": "b"},
+                {"role": "assistant", "content": "c"}]  # (system messages are never sealed)
     raw = json.dumps({"messages": messages, "keep_recent": 1}).encode()
     status, text = post(compact_module, "compact", raw)
     body = assert_well_answered(status, text, raw)

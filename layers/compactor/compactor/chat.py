@@ -14,8 +14,19 @@ def role_of(message: Message) -> Any:
     return message.get("role") if isinstance(message, dict) else None
 
 
+# The roles of a message answering a call: ``tool`` answers ``tool_calls`` (by ``tool_call_id``), ``function``
+# answers the deprecated single ``function_call`` of the message before it (docs/formats.md).
+RESULT_ROLES = ("tool", "function")
+
+
 def has_tool_calls(message: Message) -> bool:
-    return isinstance(message, dict) and bool(message.get("tool_calls"))
+    """Whether ``message`` makes calls: ``tool_calls``, or a legacy ``function_call`` object."""
+    return isinstance(message, dict) and (bool(message.get("tool_calls")) or isinstance(message.get("function_call"), dict))
+
+
+def is_tool_result(message: Message) -> bool:
+    """Whether ``message`` answers a call (a ``tool`` message, or a legacy ``function`` one)."""
+    return role_of(message) in RESULT_ROLES
 
 
 def content_text(content: Any, separator: str = " ") -> str:

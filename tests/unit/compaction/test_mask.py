@@ -128,7 +128,10 @@ def test_anthropic_tool_results_are_masked_in_their_own_shape() -> None:
     messages = [{"role": "user", "content": "task"},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": BIG}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
+                {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+                # a new human turn: the tool cycle is no longer in the turn in progress, whose last two units
+                # every mode protects (docs/formats.md "Hidden reasoning")
+                {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "ok"}]
     status, body = run(messages=messages, keep_recent=1, format="anthropic-messages")
     assert status == 200
     block = body["messages"][2]["content"][0]

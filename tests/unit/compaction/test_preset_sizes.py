@@ -163,8 +163,8 @@ def reference_ratio_limits(messages: list[dict[str, Any]], output: list[dict[str
             parts["tail"] += size
         elif entry["action"] == "keep":
             parts["kept_units"] += size
-    parts["summaries"] = sum(dense_size(m) + 1 for m in output
-                             if isinstance(m.get("content"), str) and m["content"].startswith("[Summary of "))
+    parts["summaries"] = sum(dense_size(m) + 1 for m in output  # the items written: not one of the request's
+                             if not any(m is original for original in messages))
     floor = 2 + parts["pins"] + parts["tail"]
     return {**{f"{name}_bytes": size for name, size in parts.items()},
             "smallest_ratio": round(min(floor, prep.original_bytes) / max(1, prep.original_bytes), 4),

@@ -523,6 +523,8 @@ def test_other_formats_get_the_names_and_later_actions_of_their_calls_and_result
     items.append(_format_text(format_name, "assistant", "Now I call helper_3_7 from src/mod_3.py and helper_9_1."))
     items += _format_unit(format_name, "again", "sed -n 1,5p src/mod_5.py", "ok")
     items.append(_format_text(format_name, "assistant", "Done."))
+    if format_name == "anthropic-messages":  # a finished turn: its last two units are no longer protected
+        items.append(_format_text(format_name, "user", "Thanks."))  # (docs/formats.md "Hidden reasoning")
     prep = prepare(items, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template(),
                    dialect=get_dialect(format_name))
     names = {name for batch in prep.batches for name in batch.names}

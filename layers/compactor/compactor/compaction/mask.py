@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from compactor.call_record import CallRecord
 from compactor.compaction.modes import check_pins
 from compactor.compaction.reassembly import first_changed_index, preserved_prefix_bytes
-from compactor.compaction.units import tail_indexes
+from compactor.compaction.units import instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect, Item
 from compactor.jsonutil import dense_size
@@ -41,24 +41,40 @@ def placeholder(name: str | None, call_id: str | None, size: int) -> str:
     return f"[output of {name or 'a tool'} (call {call_id}) omitted by compaction: {size} bytes]"
 
 
+def protected_indexes(items: list[Item], keep_recent: int, pinned_indices: list[int] | None,
+                      dialect: Dialect) -> set[int]:
+    """What mask leaves alone, as every mode protects it (docs/behaviour.md#decision): the request's pins
+    (else the dialect's default ones, the human's turns) and the always-pinned items, the last
+    ``keep_recent`` items (widened to the tail the format protects), each with the whole unit holding it."""
+    units = dialect.split_units(items)
+    tail = with_dialect_tail(tail_indexes(len(items), keep_recent), items, units, dialect)
+    protected = set(instruction_pins(items, pinned_indices, dialect)) | set(tail)
+    return {i for unit in units if not protected.isdisjoint(unit.indexes()) for i in unit.indexes()}
+
+
 def mask(items: list[Item], *, keep_recent: int, pinned_indices: list[int] | None,
          dialect: Dialect | None = None) -> tuple[list[Item], list[Masked]]:
     """The masked items and what was masked (in order)."""
     dialect = dialect or get_dialect(None)
-    protected = set(tail_indexes(len(items), keep_recent)) | set(pinned_indices or ()) | dialect.always_pinned(items)
+    protected = protected_indexes(items, keep_recent, pinned_indices, dialect)
     names = dialect.call_names(items)
     output: list[Item] = []
     masked: list[Masked] = []
     for index, item in enumerate(items):
         seen: list[tuple[str | None, int]] = []
 
-        def stand_in(call_id: str | None, content: Any) -> str:
+        def stand_in(call_id: str | None, content: Any) -> str | None:
+            """The placeholder of one output, measured on that output alone; None (the output stays) when
+            the placeholder would not be smaller than it."""
             size = dense_size(content)
+            text = placeholder(names.get(call_id) if call_id else None, call_id, size)
+            if dense_size(text) >= size:
+                return None
             seen.append((call_id, size))
-            return placeholder(names.get(call_id) if call_id else None, call_id, size)
+            return text
 
         replacement = None if index in protected else dialect.masked(items, index, stand_in)
-        if replacement is not None and dense_size(replacement) < dense_size(item):
+        if replacement is not None and seen:
             output.append(replacement)
             masked += [Masked(index, call_id, names.get(call_id) if call_id else None, size) for call_id, size in seen]
         else:

@@ -20,7 +20,7 @@ from compactor.records import record
 from compactor.compaction.salience import (batch_hint, escapes_plainly, hint_order, last_uses, later_dense_size,
                                           message_names, names_in_translated, quoted_actions, sized_later_block,
                                           text_wire_size, translated)
-from compactor.compaction.units import Unit, instruction_pins, tail_indexes
+from compactor.compaction.units import Unit, instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
 
@@ -457,6 +457,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
     target = int(original_bytes * target_ratio)
     last = sizes[-max(1, keep_recent):]
     tail = tail_indexes(len(messages), tail_length(last, int(target * TAIL_TARGET_SHARE)) if bounded else len(last))
+    tail = with_dialect_tail(tail, messages, units, dialect)
     protected_idx = set(pins) | set(tail)
     protected = {u.id for u in units if not protected_idx.isdisjoint(u.indexes())}
     candidates = [u for u in units if u.id not in protected]

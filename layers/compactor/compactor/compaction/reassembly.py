@@ -236,13 +236,27 @@ def ratio_limits(messages: list[Message], output: list[Message], prep: Preparati
         parts[part] += sum(sizes[unit.start:unit.end]) + unit.end - unit.start
     if output_sizes is None or len(output_sizes) != len(output):
         output_sizes = [dense_size(m) for m in output]
-    parts["summaries"] = sum(size + 1 for m, size in zip(output, output_sizes)
-                             if isinstance(m.get("content"), str) and m["content"].startswith("[Summary of "))
+    parts["summaries"] = sum(output_sizes[i] + 1 for i in written_indexes(manifest))
     floor = 2 + parts["pins"] + parts["tail"]
     return {**{f"{name}_bytes": size for name, size in parts.items()},
             "smallest_ratio": round(min(floor, prep.original_bytes) / max(1, prep.original_bytes), 4),
             "limited_by": max(parts, key=lambda name: parts[name]) if any(parts.values()) else None,
             "request_limits": sorted(set(prep.reasons))}
+
+
+def written_indexes(manifest: list[dict[str, Any]]) -> list[int]:
+    """Where the output holds an item this compaction wrote (a summary, or a restorable archive's
+    placeholder), read from the manifest (every unit, in order) rather than from the items' text, so it
+    holds in every format (a summary's text is nested in content blocks outside ``openai-chat``) and a
+    kept item that merely reads like a summary (an earlier compaction's) is not counted."""
+    written, position = [], 0
+    for entry in manifest:
+        if entry["action"] == "keep":
+            position += entry["end"] - entry["start"]
+        elif entry["action"] == "summarize" or "handle" in entry:
+            written.append(position)
+            position += 1
+    return written
 
 
 def bounded_manifest(manifest: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,11 +8,12 @@ with ``tool_calls`` and all its results), so no message is ever lost and no resu
 from __future__ import annotations
 
 import json
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from compactor.budget import Deadline
 from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
-from compactor.chat import Message, has_tool_calls, role_of
+from compactor.chat import Message, has_tool_calls, is_tool_result
 from compactor.errors import InvalidMaxTokens, InvalidPolicy, RestorableUnavailable
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
@@ -57,47 +58,71 @@ NO_REDUCTION = "no_reduction"  # the sealed transcript would not be smaller than
 
 @record(frozen=True)
 class SealPlan:
-    """The messages of a seal: those sealed, those aged out of the recent window, the recent ones."""
+    """The messages of a seal: the frozen prefix, those sealed (aged out of the recent window), the recent
+    ones, and ``held``: the always-pinned items among the aged ones, never sealed but kept as they are,
+    in order, right after the summary."""
 
     frozen: list[Message]
     aged: list[Message]
     recent: list[Message]
+    held: list[Message] = field(default_factory=list)
+
+
+def _frozen_count(pinned: set[int], count: int) -> int:
+    """How many leading items are always pinned (the frozen prefix)."""
+    frozen = 0
+    while frozen < count and frozen in pinned:
+        frozen += 1
+    return frozen
+
+
+def _split_aged(items: list[Message], frozen: int, start: int, pinned: set[int]) -> SealPlan | None:
+    """The plan sealing ``items[frozen:start]`` but for its always-pinned items (held); ``None`` when that
+    leaves nothing to seal."""
+    aged = [items[i] for i in range(frozen, start) if i not in pinned]
+    if not aged:
+        return None
+    return SealPlan(frozen=items[:frozen], aged=aged, recent=items[start:],
+                    held=[items[i] for i in range(frozen, start) if i in pinned])
 
 
 def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None = None) -> SealPlan | None:
-    """Split into frozen system prefix, aged middle and kept tail; ``None`` when there is nothing to seal."""
-    if dialect is not None and dialect.name != DEFAULT_FORMAT:
+    """Split into frozen prefix (the leading always-pinned items: ``system`` and ``developer`` messages in
+    ``openai-chat``), aged middle and kept tail; ``None`` when there is nothing to seal. An always-pinned
+    item of the middle is never sealed (docs/behaviour.md#seal)."""
+    dialect = dialect or get_dialect(None)
+    if dialect.name != DEFAULT_FORMAT:
         return _plan_by_units(messages, keep_recent, dialect)
     keep = max(1, keep_recent)
-    frozen = messages[:1] if messages and role_of(messages[0]) == "system" else []
-    if len(messages) - len(frozen) <= keep:
+    pinned = dialect.always_pinned(messages)
+    frozen = _frozen_count(pinned, len(messages))
+    if len(messages) - frozen <= keep:
         return None
     tail_start = start = len(messages) - keep
     # Never start the tail with a tool result: take its whole tool-call unit into the tail.
-    while start > len(frozen) and role_of(messages[start]) == "tool":
+    while start > frozen and is_tool_result(messages[start]):
         start -= 1
-    if start < tail_start and role_of(messages[start]) != "tool" and not has_tool_calls(messages[start]):
+    if start < tail_start and not is_tool_result(messages[start]) and not has_tool_calls(messages[start]):
         start += 1  # stray results with no owning call: keep them, but not the message before them
-    aged = messages[len(frozen):start]
-    if not aged:
-        return None
-    return SealPlan(frozen=list(frozen), aged=aged, recent=messages[start:])
+    return _split_aged(messages, frozen, start, pinned)
 
 
 def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> SealPlan | None:
     """Other formats: the frozen prefix is the leading always-pinned items, and the tail starts at the
     start of the unit holding its first item, so no call is parted from its results (docs/formats.md)."""
     pinned = dialect.always_pinned(items)
-    frozen = 0
-    while frozen < len(items) and frozen in pinned:
-        frozen += 1
+    frozen = _frozen_count(pinned, len(items))
     if len(items) - frozen <= max(1, keep_recent):
         return None
     first = len(items) - max(1, keep_recent)
-    start = next(u.start for u in dialect.split_units(items) if u.start <= first < u.end)
+    units = dialect.split_units(items)
+    start = next(u.start for u in units if u.start <= first < u.end)
+    protected_start = dialect.protected_tail_start(items, units)  # the tail the format itself protects
+    if protected_start is not None:
+        start = min(start, protected_start)
     if start <= frozen:
         return None
-    return SealPlan(frozen=items[:frozen], aged=items[frozen:start], recent=items[start:])
+    return _split_aged(items, frozen, start, pinned)
 
 
 def render_lines(aged: list[Message], dialect: Dialect | None = None) -> list[str]:
@@ -247,7 +272,8 @@ def _report(prepared: SealRun, sealed: Sealed | None) -> CallRecord:
         return CallRecord(status=200, body={"messages": messages, "compacted": False}, mode=NAME,
                           bytes_in=size, bytes_out=size)
     results = sealed.results
-    sealed_messages = [*plan.frozen, prepared.dialect.text_item("system", SEAL_MARKER + sealed.summary), *plan.recent]
+    sealed_messages = [*plan.frozen, prepared.dialect.text_item("system", SEAL_MARKER + sealed.summary), *plan.held,
+                       *plan.recent]
     reason = _not_sealed_reason(sealed.response, sealed.summary, sealed_messages, messages)
     if reason is None:
         body: dict[str, Any] = {"messages": sealed_messages, "compacted": True}

@@ -1,7 +1,8 @@
 """Units and pins of decision mode (docs/behaviour.md#decision), in ``openai-chat``; other formats: docs/formats.md.
 
 A unit is a tool call with all its results (an assistant message with ``tool_calls`` and every
-immediately following ``tool`` message), or any other single message. Unit id = ``fragment_<start>``.
+immediately following ``tool`` message, or one with a legacy ``function_call`` and the ``function``
+message answering it), or any other single message. Unit id = ``fragment_<start>``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import re
 from functools import cache, cached_property
 from typing import TYPE_CHECKING
 
-from compactor.chat import Message, content_text, has_tool_calls, role_of
+from compactor.chat import Message, content_text, has_tool_calls, is_tool_result, role_of
 from compactor.markers import fragment_id
 from compactor.records import record
 
@@ -52,7 +53,7 @@ def split_units(messages: list[Message]) -> list[Unit]:
     while i < n:
         end = i + 1
         if has_tool_calls(messages[i]):
-            while end < n and role_of(messages[end]) == "tool":
+            while end < n and is_tool_result(messages[end]):
                 end += 1
         units.append(Unit(i, end))
         i = end
@@ -92,3 +93,10 @@ def instruction_pins(messages: list[Message], pinned_indices: list[int] | None,
 def tail_indexes(count: int, keep_recent: int) -> range:
     keep = max(1, keep_recent)
     return range(max(0, count - keep), count)
+
+
+def with_dialect_tail(tail: range, items: list[Message], units: list[Unit], dialect: Dialect) -> range:
+    """``tail`` (the last ``keep_recent`` items) widened to the tail the format itself protects
+    (``Dialect.protected_tail_start``: in ``anthropic-messages`` the last two units of the turn in progress)."""
+    start = dialect.protected_tail_start(items, units)
+    return range(start, tail.stop) if start is not None and start < tail.start else tail

@@ -24,7 +24,7 @@ from typing import Any
 
 from compactor.call_record import flow_facts
 from compactor.budget import Deadline
-from compactor.chat import Message, has_tool_calls, role_of
+from compactor.chat import Message, has_tool_calls, is_tool_result, role_of
 from compactor.errors import InvalidRequest
 from compactor.flow import admit_flow, run_flow
 from compactor.jsonutil import dense_size
@@ -111,7 +111,7 @@ def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Messag
     """Units (as :func:`compactor.compaction.units.split_units` cuts them) with their messages, lazily."""
     start, current, in_call = 0, [], False
     for index, message in enumerate(messages):
-        if current and in_call and role_of(message) == "tool":
+        if current and in_call and is_tool_result(message):
             current.append(message)
             continue
         if current:

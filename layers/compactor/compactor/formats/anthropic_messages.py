@@ -9,7 +9,8 @@ anything besides tool results are the human's turns, protected by default.
 
 ``thinking`` and ``redacted_thinking`` blocks never reach the models (their text would leak into a
 summary); a unit that is summarized or archived loses them, which the Messages API allows for every
-turn but the one still in progress (always in the protected tail).
+turn but the one still in progress, whose last two units stay in the protected tail
+(:meth:`AnthropicMessages.protected_tail_start`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from compactor.formats.base import Dialect, Item, Placeholder, block_text, block
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
 CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# Results whose ``content`` may be a string whatever it was (a string or a list of blocks): what mask replaces.
+STRING_RESULTS = ("tool_result", "mcp_tool_result")
 
 
 def _opens(item: Item) -> set[str]:
@@ -74,6 +77,19 @@ class AnthropicMessages(Dialect):
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
 
+    def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
+        """The last two units of the turn in progress (docs/formats.md "Hidden reasoning"): the one holding
+        the final assistant message, whose thinking the Messages API needs back intact, and the one before
+        it, so that no new item lands next to that message (an assistant summary would merge into it).
+        Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
+        ``None`` when no assistant message follows the last human turn (no turn in progress)."""
+        human = max((i for i, item in enumerate(items) if _human(item)), default=-1)
+        final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
+        if final <= human:
+            return None
+        at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
+        return units[max(0, at - 1)].start
+
     def model_view(self, items: list[Item]) -> list[Item]:
         view = []
         for item in items:
@@ -108,15 +124,21 @@ class AnthropicMessages(Dialect):
                 for b in blocks(item.get("content")) if b.get("type") in CALLS and isinstance(b.get("id"), str)}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A user message's ``tool_result`` blocks, each keeping its ``tool_use_id`` (and ``is_error``)."""
+        """A user message's ``tool_result`` (and ``mcp_tool_result``) blocks, each keeping its ``tool_use_id``
+        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays."""
         item = items[index]
         content = item.get("content")
         if item.get("role") != "user" or not isinstance(content, list):
             return None
-        replaced = [{**b, "content": placeholder(b.get("tool_use_id") if isinstance(b.get("tool_use_id"), str)
-                                                 else None, b.get("content"))}
-                    if isinstance(b, dict) and str(b.get("type", "")).endswith("tool_result") else b for b in content]
-        return {**item, "content": replaced} if replaced != content else None
+        replaced, changed = [], False
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in STRING_RESULTS:
+                call_id = block.get("tool_use_id")
+                text = placeholder(call_id if isinstance(call_id, str) else None, block.get("content"))
+                if text is not None:
+                    block, changed = {**block, "content": text}, True
+            replaced.append(block)
+        return {**item, "content": replaced} if changed else None
 
 
 def _result_text(content: Any) -> str:

@@ -14,8 +14,9 @@ from typing import Any
 from compactor.compaction.units import Unit
 
 Item = dict[str, Any]
-Placeholder = Callable[[str | None, Any], str]
-"""``placeholder(call_id, output)``: the text standing in for a masked tool output."""
+Placeholder = Callable[[str | None, Any], "str | None"]
+"""``placeholder(call_id, output)``: the text standing in for a masked tool output, or ``None`` when that
+output is to stay as it is (a placeholder would not be smaller)."""
 
 
 class Dialect:
@@ -41,6 +42,11 @@ class Dialect:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()
 
+    def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
+        """Where a tail the format itself needs protected starts (``units``: ``split_units(items)``), in
+        addition to the last ``keep_recent`` items; ``None`` when it needs none (docs/formats.md)."""
+        return None
+
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
         fields and blocks are only left out, so a view item keeps its item's key order."""
@@ -59,8 +65,9 @@ class Dialect:
         return {}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """``items[index]`` with every tool output it carries replaced by ``placeholder(call_id, output)``
-        (``mask`` mode), or ``None`` when it carries none."""
+        """``items[index]`` with each tool output it carries replaced by ``placeholder(call_id, output)``
+        (``mask`` mode; an output whose placeholder is ``None`` stays), or ``None`` when it carries none. An
+        output is only replaced where the format accepts a string in its place (a typed output stays)."""
         return None
 
 

@@ -1,13 +1,13 @@
 """``openai-chat``: OpenAI Chat Completions messages, the default format (docs/formats.md).
 
-A unit is an assistant message with ``tool_calls`` and the ``tool`` messages right after it, or any other
-single message; ``system`` and ``developer`` messages are always protected, ``user`` messages by default
+A unit is an assistant message with ``tool_calls`` and the ``tool`` messages right after it (or with a
+legacy ``function_call`` and the ``function`` message answering it), or any other single message; ``system`` and ``developer`` messages are always protected, ``user`` messages by default
 (except a text agent's tool observations, docs/differences.md).
 """
 
 from __future__ import annotations
 
-from compactor.chat import content_text, role_of
+from compactor.chat import content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
 from compactor.formats.base import Dialect, Item, Placeholder
@@ -72,6 +72,9 @@ class OpenAIChat(Dialect):
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
                 text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
+        legacy = item.get("function_call") if isinstance(item, dict) else None
+        if isinstance(legacy, dict):  # the deprecated single call, answered by a ``function`` message
+            text += "\n" + tool_call_line(legacy.get("name"), legacy.get("arguments"))
         return f"{role_of(item)}: {text}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:
@@ -88,14 +91,18 @@ class OpenAIChat(Dialect):
         return names
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A ``tool`` message, or a text agent's observation (a ``user`` message answering the assistant)."""
+        """A ``tool`` message (or a legacy ``function`` one), or a text agent's observation (a ``user`` message
+        answering the assistant)."""
         item = items[index]
-        if role_of(item) == "tool":
+        # A string is a valid content whatever the output was (a string or a list of parts).
+        if is_tool_result(item):
             call_id = item.get("tool_call_id")
-            return {**item, "content": placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))}
-        if is_text_observation(items, index):
-            return {**item, "content": placeholder(None, item.get("content"))}
-        return None
+            text = placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))
+        elif is_text_observation(items, index):
+            text = placeholder(None, item.get("content"))
+        else:
+            return None
+        return None if text is None else {**item, "content": text}
 
 
 DIALECT = OpenAIChat()

@@ -24,6 +24,10 @@ HIDDEN = ("reasoning",)
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 
 
+# Outputs that may be a list of content parts or a string: a list output of these is masked to a string.
+LIST_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+
+
 def kind_of(item: Item) -> str:
     """An item's type; a bare ``{"role", "content"}`` item is a message."""
     kind = item.get("type")
@@ -93,12 +97,17 @@ class OpenAIResponses(Dialect):
                 if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A ``*_call_output`` item, its ``call_id`` kept."""
+        """A ``*_call_output`` item, its ``call_id`` kept, where a string is a valid ``output``: a string output,
+        or the list of content parts of a ``function_call_output`` / ``custom_tool_call_output``. A typed
+        output (a ``computer_call_output``'s screenshot object, …) stays."""
         item = items[index]
-        if not kind_of(item).endswith("_call_output"):
+        kind, output = kind_of(item), item.get("output")
+        if not kind.endswith("_call_output") or not (isinstance(output, str)
+                                                     or (isinstance(output, list) and kind in LIST_OUTPUTS)):
             return None
         call_id = item.get("call_id")
-        return {**item, "output": placeholder(call_id if isinstance(call_id, str) else None, item.get("output"))}
+        text = placeholder(call_id if isinstance(call_id, str) else None, output)
+        return None if text is None else {**item, "output": text}
 
 
 DIALECT = OpenAIResponses()

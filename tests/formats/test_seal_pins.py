@@ -1,0 +1,71 @@
+"""``seal`` never seals an always-pinned item: ``developer`` messages are protected like ``system`` ones
+(docs/behaviour.md#seal, docs/formats.md)."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor.compaction.seal import plan_seal
+from compactor.formats import get_dialect
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from .conftest import api_event
+from .validity import cdump
+
+RULE = "DEVELOPER-RULE: never push to main"
+
+
+def _turns(count: int) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+    for n in range(count):
+        turns += [{"role": "user", "content": f"Step {n}: " + "please look at the parser " * 20},
+                  {"role": "assistant", "content": f"Done step {n}. " + "I read the file and fixed it " * 20}]
+    return turns
+
+
+@pytest.mark.parametrize("head", [
+    [{"role": "developer", "content": RULE}],
+    [{"role": "system", "content": "You are helpful."}, {"role": "developer", "content": RULE}],
+])
+def test_leading_developer_messages_are_frozen_like_system_ones(head: list[dict[str, Any]]) -> None:
+    items = head + _turns(4)
+
+    plan = plan_seal(items, keep_recent=2, dialect=get_dialect("openai-chat"))
+
+    assert plan is not None and plan.frozen == head and plan.held == []
+    assert all(m["role"] == "user" or m["role"] == "assistant" for m in plan.aged)
+
+
+def test_a_developer_message_in_the_middle_is_held_not_sealed() -> None:
+    middle = {"role": "developer", "content": RULE}
+    items = [{"role": "system", "content": "sys"}, *_turns(2), middle, *_turns(2)]
+
+    plan = plan_seal(items, keep_recent=2, dialect=get_dialect("openai-chat"))
+
+    assert plan is not None and plan.held == [middle] and middle not in plan.aged
+    assert plan.frozen + plan.aged[:4] + plan.held + plan.aged[4:] + plan.recent == items
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "openai-responses"])
+def test_seal_keeps_every_developer_message_verbatim_and_out_of_the_summary(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    first = {"role": "developer", "content": RULE + " (first)"}
+    middle = {"role": "developer", "content": RULE + " (middle)"}
+    items = [first, *_turns(3), middle, *_turns(3)]
+    field = "messages"
+    if fmt == "openai-responses":
+        items = [{"type": "message", **m} for m in items]
+        first, middle, field = items[0], items[7], "input"
+    response = compact_module.handler(api_event("/compact", {
+        "format": fmt, field: items, "mode": "seal", "keep_recent": 2}), lambda_context)
+    body = json.loads(response["body"])
+
+    assert response["statusCode"] == 200 and body["compacted"] is True, body
+    output = body[field]
+    assert cdump(output[0]) == cdump(first) and cdump(output[2]) == cdump(middle)
+    assert "[Earlier conversation, sealed summary]" in cdump(output[1]) and RULE not in cdump(output[1])
+    assert [cdump(m) for m in output[-2:]] == [cdump(m) for m in items[-2:]]

@@ -1,0 +1,99 @@
+"""``anthropic-messages``: the final assistant message of the turn in progress keeps its thinking intact and
+no new item lands next to it, yet an autonomous loop after one prompt still compacts (docs/formats.md
+"Hidden reasoning")."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor.compaction.mask import mask
+from compactor.compaction.seal import plan_seal
+from compactor.formats import get_dialect
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from .conftest import api_event, decision_policy
+from .validity import PROBLEMS, cdump
+
+ANTHROPIC = get_dialect("anthropic-messages")
+
+
+def _cycle(n: int, thinking: bool = True) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = [{"type": "thinking", "thinking": f"plan {n} " * 30, "signature": f"sig{n}"}]
+    content = (content if thinking else []) + [
+        {"type": "text", "text": f"Reading file {n}. " * 10},
+        {"type": "tool_use", "id": f"toolu_{n}", "name": "Read", "input": {"path": f"src/f{n}.py"}}]
+    return [{"role": "assistant", "content": content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}",
+                                          "content": f"line {n} of the file " * 60}]}]
+
+
+def _loop(cycles: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing parser tests, then run them."}]
+    for n in range(cycles):
+        items += _cycle(n)
+    return items
+
+
+def _compact(module: ModuleType, context: LocalLambdaContext, body: dict[str, Any]) -> dict[str, Any]:
+    response = module.handler(api_event("/compact", body), context)
+    assert response["statusCode"] == 200, response["body"]
+    return json.loads(response["body"])
+
+
+def test_the_dialect_protects_the_last_two_units_of_the_turn_in_progress() -> None:
+    items = _loop(5)
+    units = ANTHROPIC.split_units(items)
+
+    assert ANTHROPIC.protected_tail_start(items, units) == len(items) - 4  # the last two cycles
+    finished = items + [{"role": "assistant", "content": "All green."}, {"role": "user", "content": "Thanks!"}]
+    assert ANTHROPIC.protected_tail_start(finished, ANTHROPIC.split_units(finished)) is None  # no turn in progress
+    stopped = items + [_cycle(5)[0]]  # the final assistant message's call not answered yet
+    assert ANTHROPIC.protected_tail_start(stopped, ANTHROPIC.split_units(stopped)) == len(items) - 2
+
+
+@pytest.mark.parametrize("keep_recent", [1, None])
+def test_the_final_assistant_thinking_survives_a_compaction_that_summarizes_all_it_can(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, keep_recent: int | None) -> None:
+    items = _loop(12)
+    request: dict[str, Any] = {"format": "anthropic-messages", "messages": items, "target_ratio": 0.05,
+                               "decision_policy_ir": decision_policy()}
+    if keep_recent is not None:
+        request["keep_recent"] = keep_recent
+    body = _compact(compact_module, lambda_context, request)
+
+    output = body["messages"]
+    assert body["compacted"] is True and PROBLEMS["anthropic-messages"](output) == []
+    # The final assistant message (thinking, signature and all) and the cycle before it come back as they were:
+    # the item before the final assistant message is the caller's own tool_result, never a new summary.
+    assert [cdump(m) for m in output[-4:]] == [cdump(m) for m in items[-4:]]
+    changed = [e for e in body["compaction"]["fragments"] if e["action"] != "keep"]
+    assert len(changed) >= 8  # everything else that could be summarized or archived was
+
+
+def test_an_autonomous_loop_of_200_cycles_after_one_prompt_still_compacts(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    items = _loop(200)
+    body = _compact(compact_module, lambda_context, {"format": "anthropic-messages", "messages": items,
+                                                     "decision_policy_ir": decision_policy()})
+
+    report = body["compaction"]
+    assert body["compacted"] is True and PROBLEMS["anthropic-messages"](body["messages"]) == []
+    changed = [e for e in report["fragments"] if e["action"] != "keep"]
+    # most of the 200 cycles summarized or archived (one request takes at most 128 candidates: fragment_limit)
+    assert len(changed) > 100, report["reasons"]
+    assert report["output_bytes"] < report["original_bytes"] / 2
+    assert [cdump(m) for m in body["messages"][-4:]] == [cdump(m) for m in items[-4:]]
+
+
+def test_mask_and_seal_keep_the_same_tail() -> None:
+    items = _loop(6)
+
+    _, masked = mask(items, keep_recent=1, pinned_indices=None, dialect=ANTHROPIC)
+    plan = plan_seal(items, keep_recent=1, dialect=ANTHROPIC)
+
+    assert max(m.index for m in masked) == len(items) - 5  # the cycle before the last two is the last masked
+    assert plan is not None and plan.recent == items[-4:]
