@@ -134,3 +134,30 @@ def test_items_that_do_not_fit_the_format_are_a_422(compact_module: ModuleType, 
 
     assert status == 422
     assert fragment in json.dumps(answer)
+
+
+def _interleaved_session() -> list[dict[str, Any]]:
+    """Calls whose outputs come after reasoning, an assistant message and another call (parallel calls,
+    as the Responses API and Codex write them)."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
+    for n in range(8):
+        items += [{"type": "function_call", "call_id": f"a{n}", "name": "exec", "arguments": f'{{"cmd": "cat a{n}"}}'},
+                  {"type": "reasoning", "summary": [], "encrypted_content": "opaque"},
+                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Waiting {n}. " * 30}]},
+                  {"type": "function_call", "call_id": f"b{n}", "name": "exec", "arguments": f'{{"cmd": "cat b{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * 80},
+                  {"type": "function_call_output", "call_id": f"b{n}", "output": f"line of b{n} " * 80}]
+    return items
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+@pytest.mark.parametrize("keep_recent", [2, 3, 4, 5])
+def test_no_mode_parts_a_responses_call_from_an_output_that_comes_later(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, keep_recent: int) -> None:
+    items = _interleaved_session()
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "mode": mode, "keep_recent": keep_recent,
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    assert PROBLEMS["openai-responses"](items) == [] and PROBLEMS["openai-responses"](body["input"]) == []

@@ -120,3 +120,33 @@ def test_real_sessions_never_part_a_call_from_its_result() -> None:
     _results_with_their_calls(RESPONSES, codex_items(CODEX),
                               lambda i: {i["call_id"]} if i.get("type", "").endswith("_call") else set(),
                               lambda i: {i["call_id"]} if i.get("type", "").endswith("_call_output") else set())
+
+
+def test_responses_units_keep_a_call_with_its_output_whatever_lies_between() -> None:
+    """Codex and the Responses API put reasoning, messages (Codex's mid-turn developer notes) and other
+    calls between a call and its output; the unit runs to the call's last answer."""
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "reasoning", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "waiting"}]},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "note"}]},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 6), (6, 7)]
+
+
+def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
+    """A call never answered (the agent stopped, or its output was lost) keeps the old rule: its unit ends
+    at the next item that is neither a call nor a result, even when a later call reuses its id."""
+    items = [
+        {"type": "function_call", "call_id": "lost", "name": "x", "arguments": "{}"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "next"}]},
+        {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "again"}]},
+        {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},  # an id used twice
+        {"type": "function_call_output", "call_id": "b", "output": "B2"},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7)]
