@@ -150,3 +150,44 @@ def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
         {"type": "function_call_output", "call_id": "b", "output": "B2"},
     ]
     assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7)]
+
+
+def _stand_in(call_id: str | None, output: Any) -> str:
+    return f"[masked {call_id}]"
+
+
+def test_a_local_shell_call_output_answers_the_call_id_its_id_names() -> None:
+    """The API reference: a ``local_shell_call_output``'s ``id`` is the ``call_id`` of its ``local_shell_call``
+    (whose own ``id`` is the item's). The pair is one unit, and mask mode names the call it masks."""
+    items = [
+        {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
+         "action": {"type": "exec", "command": ["ls"], "env": {}}},
+        {"type": "reasoning", "summary": []},
+        {"type": "local_shell_call_output", "id": "call_1", "output": '{"stdout": "a b c"}'},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 3), (3, 4)]
+    assert RESPONSES.masked(items, 2, _stand_in) == {**items[2], "output": "[masked call_1]"}
+    assert RESPONSES.call_names(items) == {"call_1": "local_shell_call"}
+
+
+def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> None:
+    """``mcp_approval_request`` (its ``id``) is answered by ``mcp_approval_response`` (its
+    ``approval_request_id``), and the ``mcp_call`` made after it names it too; an ``mcp_call`` carries its
+    output, so it leaves what follows alone."""
+    items = [
+        {"type": "message", "role": "user", "content": "roll"},
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "dice", "tools": [{"name": "roll", "input_schema": {}}]},
+        {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "dice", "name": "roll", "arguments": "{}"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "ok"}]},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        {"type": "mcp_call", "id": "mcp_1", "approval_request_id": "mcpr_1", "server_label": "dice", "name": "roll",
+         "arguments": "{}", "output": "4"},
+        {"type": "mcp_call", "id": "mcp_2", "server_label": "dice", "name": "roll", "arguments": "{}", "output": "6"},
+        {"type": "function_call", "call_id": "f", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f", "output": "F"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4 and 6"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 6), (6, 7), (7, 9), (9, 10)]
+    assert RESPONSES.render_line(items[6]) == "assistant: [tool call roll({})]\ntool: 6"
+    assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"

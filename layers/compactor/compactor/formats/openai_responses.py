@@ -1,10 +1,14 @@
 """``openai-responses``: OpenAI Responses API input items (docs/formats.md).
 
-Calls and results are items paired by ``call_id``: ``function_call`` with ``function_call_output``,
-``custom_tool_call`` with ``custom_tool_call_output`` (any ``*_call`` with its ``*_call_output``); a
-unit holds the calls of one turn with every output answering them. A ``reasoning`` item joins the item
-after it. ``system`` and ``developer`` messages are always protected, ``user`` messages by default;
-the request's top-level ``instructions`` are outside the items and never touched.
+Calls and results are items paired by id: ``function_call`` with ``function_call_output``,
+``custom_tool_call`` with ``custom_tool_call_output`` (any ``*_call`` with its ``*_call_output``, by
+``call_id``; a ``local_shell_call_output`` names its call's ``call_id`` in its ``id``), and an
+``mcp_approval_request`` with the ``mcp_approval_response`` (and the ``mcp_call``) naming it in
+``approval_request_id``; a unit holds the calls of one turn with every output answering them, and
+whatever lies between. Server-side calls (``mcp_call``, ``web_search_call``, …) carry their results and
+wait for nothing. A ``reasoning`` item joins the item after it. ``system`` and ``developer`` messages
+are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
+outside the items and never touched.
 
 ``reasoning`` items never reach the models (their summaries would leak into visible text); a unit that
 is summarized or archived loses them, which the Responses API allows (a kept call keeps its reasoning,
@@ -32,15 +36,37 @@ def kind_of(item: Item) -> str:
     return "message" if "role" in item else ""
 
 
+SERVER_SIDE_CALLS = ("mcp_call",)
+"""Calls that carry their own result (no ``*_call_output`` answers them); other server-side calls
+(``web_search_call``, ``file_search_call``, …) have no ``call_id``, so they open nothing either."""
+
+
 def _opens(item: Item) -> set[str]:
-    call = item.get("call_id")
     kind = kind_of(item)
-    return {call} if isinstance(call, str) and kind.endswith("_call") else set()
+    key = "id" if kind == "mcp_approval_request" else "call_id"
+    opened = item.get(key)
+    if kind in SERVER_SIDE_CALLS or not (kind.endswith("_call") or kind == "mcp_approval_request"):
+        return set()
+    return {opened} if isinstance(opened, str) else set()
+
+
+def answered_call(item: Item) -> str | None:
+    """The id of the call (or approval request) ``item`` answers, if it answers one."""
+    kind = kind_of(item)
+    if kind in ("mcp_approval_response", "mcp_call"):
+        answered = item.get("approval_request_id")  # an mcp_call made after its approval names it too
+    elif kind == "local_shell_call_output":  # the API reference: its ``id`` is the call's ``call_id``
+        answered = item.get("call_id") if isinstance(item.get("call_id"), str) else item.get("id")
+    elif kind.endswith("_call_output"):
+        answered = item.get("call_id")
+    else:
+        return None
+    return answered if isinstance(answered, str) else None
 
 
 def _closes(item: Item) -> set[str]:
-    call = item.get("call_id")
-    return {call} if isinstance(call, str) and kind_of(item).endswith("_call_output") else set()
+    answered = answered_call(item)
+    return {answered} if answered is not None else set()
 
 
 def _message_role(item: Item) -> Any:
@@ -80,12 +106,22 @@ class OpenAIResponses(Dialect):
         if kind == "message":
             return f"{item.get('role')}: {block_text(item.get('content'), TEXT_PARTS)}"
         if kind.endswith("_call_output"):
-            output = item.get("output")
-            return f"tool: {output if isinstance(output, str) else block_text(output, TEXT_PARTS)}"
-        if kind.endswith("_call"):
+            return f"tool: {output_text(item.get('output'))}"
+        if kind == "mcp_list_tools":
+            tools = item.get("tools")
+            names = [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+            return f"mcp_list_tools: {item.get('server_label')}: {', '.join(str(n) for n in names)}"
+        if kind.endswith("_call") or kind == "mcp_approval_request":
             args = item.get("arguments", item.get("input", item.get("action")))
             shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            return f"assistant: {tool_call_line(item.get('name', kind), shown)}"
+            line = f"assistant: {tool_call_line(item.get('name', kind), shown)}"
+            if kind == "mcp_approval_request":
+                return f"{line} (approval requested)"
+            if kind in SERVER_SIDE_CALLS:  # its result is in the call itself
+                line += f"\ntool: {output_text(item.get('output') if item.get('error') is None else item.get('error'))}"
+            return line
+        if kind == "mcp_approval_response":
+            return f"user: {'approved' if item.get('approve') else 'denied'} {item.get('reason') or ''}".rstrip()
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:
@@ -93,12 +129,34 @@ class OpenAIResponses(Dialect):
                 if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A ``*_call_output`` item, its ``call_id`` kept."""
+        """A ``*_call_output`` item, its ids kept."""
         item = items[index]
         if not kind_of(item).endswith("_call_output"):
             return None
-        call_id = item.get("call_id")
-        return {**item, "output": placeholder(call_id if isinstance(call_id, str) else None, item.get("output"))}
+        return {**item, "output": placeholder(answered_call(item), item.get("output"))}
+
+
+def output_text(output: Any) -> str:
+    """What a tool output says: a string as it is, else the text of its parts, an image or a file shown by
+    a marker (a list of ``input_text`` / ``input_image`` / ``input_file`` parts, or one part such as a
+    ``computer_call_output``'s screenshot), a shell call's ``stdout`` / ``stderr``."""
+    if isinstance(output, str):
+        return output
+    parts = output if isinstance(output, list) else [output]
+    shown: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):
+            shown.append(part["text"])
+        elif kind in ("input_image", "computer_screenshot"):
+            shown.append("[image]")
+        elif kind == "input_file":
+            shown.append(f"[file {part.get('filename') or ''}]".replace(" ]", "]"))
+        else:
+            shown += [part[k] for k in ("stdout", "stderr") if isinstance(part.get(k), str) and part[k]]
+    return " ".join(shown)
 
 
 DIALECT = OpenAIResponses()
