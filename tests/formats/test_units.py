@@ -191,3 +191,21 @@ def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> No
     assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 6), (6, 7), (7, 9), (9, 10)]
     assert RESPONSES.render_line(items[6]) == "assistant: [tool call roll({})]\ntool: 6"
     assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"
+
+
+def test_structured_outputs_are_masked_in_their_own_shape_and_rendered_with_their_text() -> None:
+    """A list of content parts becomes one ``input_text`` part; a screenshot (``computer_call_output``), which
+    cannot be text in the API, is kept; seal's line shows the text and marks images and files."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 200}
+    parts = [{"type": "input_text", "text": "page 1"}, image, {"type": "input_file", "filename": "a.pdf", "file_id": "f"}]
+    screenshot = {"type": "computer_screenshot", "image_url": image["image_url"]}
+    items = [
+        {"type": "function_call", "call_id": "a", "name": "view", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": parts},
+        {"type": "computer_call", "call_id": "b", "action": {"type": "screenshot"}},
+        {"type": "computer_call_output", "call_id": "b", "output": screenshot},
+    ]
+    assert RESPONSES.masked(items, 1, _stand_in) == {**items[1], "output": [{"type": "input_text", "text": "[masked a]"}]}
+    assert RESPONSES.masked(items, 3, _stand_in) is None
+    assert RESPONSES.render_line(items[1]) == "tool: page 1 [image] [file a.pdf]"
+    assert RESPONSES.render_line(items[3]) == "tool: [image]"

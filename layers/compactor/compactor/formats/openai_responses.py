@@ -26,6 +26,7 @@ from compactor.formats.base import Dialect, Item, Placeholder, block_text, paire
 
 HIDDEN = ("reasoning",)
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
+CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
 
 
 def kind_of(item: Item) -> str:
@@ -129,11 +130,21 @@ class OpenAIResponses(Dialect):
                 if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A ``*_call_output`` item, its ids kept."""
+        """A ``*_call_output`` item, its ids kept, its output replaced in the output's own shape: a string by
+        a string, a list of content parts by one ``input_text`` part. An output of another shape (a
+        ``computer_call_output``'s screenshot, a ``shell_call_output``'s list of stdout/stderr objects)
+        has no valid text form, so the item is kept."""
         item = items[index]
         if not kind_of(item).endswith("_call_output"):
             return None
-        return {**item, "output": placeholder(answered_call(item), item.get("output"))}
+        output = item.get("output")
+        if isinstance(output, list):
+            if not all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output):
+                return None
+            return {**item, "output": [{"type": "input_text", "text": placeholder(answered_call(item), output)}]}
+        if isinstance(output, dict):
+            return None
+        return {**item, "output": placeholder(answered_call(item), output)}
 
 
 def output_text(output: Any) -> str:
