@@ -209,3 +209,17 @@ def test_structured_outputs_are_masked_in_their_own_shape_and_rendered_with_thei
     assert RESPONSES.masked(items, 3, _stand_in) is None
     assert RESPONSES.render_line(items[1]) == "tool: page 1 [image] [file a.pdf]"
     assert RESPONSES.render_line(items[3]) == "tool: [image]"
+
+
+def test_a_compaction_item_is_protected_and_hidden_from_the_models() -> None:
+    items = [
+        {"type": "message", "role": "user", "content": "go"},
+        {"type": "compaction", "encrypted_content": "E"},
+        {"type": "compaction_summary", "encrypted_content": "E"},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+    ]
+    assert RESPONSES.always_pinned(items) == {1, 2}
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 3), (3, 5)]  # it leads into nothing
+    assert RESPONSES.model_view(items) == [items[0], items[3], items[4]]
+    assert RESPONSES.render_line(items[1]) == RESPONSES.render_line(items[2]) == ""

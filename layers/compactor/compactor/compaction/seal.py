@@ -85,10 +85,12 @@ def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None
 
 
 def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> SealPlan | None:
-    """Other formats: the frozen prefix is the leading always-pinned items, and the tail starts at the
-    start of the unit holding its first item, so no call is parted from its results (docs/formats.md)."""
+    """Other formats: the frozen prefix is the leading always-pinned items, and at least every item up to the
+    last opaque one (an earlier compaction's state, which no sealed summary can stand in for, kept in its
+    place); the tail starts at the start of the unit holding its first item, so no call is parted from its
+    results (docs/formats.md)."""
     pinned = dialect.always_pinned(items)
-    frozen = 0
+    frozen = max(dialect.opaque_state(items), default=-1) + 1
     while frozen < len(items) and frozen in pinned:
         frozen += 1
     if len(items) - frozen <= max(1, keep_recent):

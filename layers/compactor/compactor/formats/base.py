@@ -37,6 +37,11 @@ class Dialect:
         """System-like items: protected whatever the request pins."""
         return set()
 
+    def opaque_state(self, items: list[Item]) -> set[int]:
+        """Items carrying state no summary can stand in for (an earlier compaction's encrypted state): always
+        pinned, hidden from the models, and seal mode seals only what follows the last one."""
+        return set()
+
     def default_pins(self, items: list[Item]) -> set[int]:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()

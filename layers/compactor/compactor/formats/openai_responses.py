@@ -24,7 +24,11 @@ from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
 
-HIDDEN = ("reasoning",)
+REASONING = ("reasoning",)
+COMPACTION = ("compaction", "compaction_summary")
+"""An earlier server-side compaction's state (``encrypted_content``), Codex's name for it second: opaque,
+standing for everything before it, so always protected and never read by a model (docs/formats.md)."""
+HIDDEN = REASONING + COMPACTION
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
 
@@ -85,11 +89,14 @@ class OpenAIResponses(Dialect):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
-        return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in HIDDEN,
+        return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
                             same_turn=lambda a, b: False)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
-        return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
+        return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")} | self.opaque_state(items)
+
+    def opaque_state(self, items: list[Item]) -> set[int]:
+        return {i for i, m in enumerate(items) if kind_of(m) in COMPACTION}
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _message_role(m) == "user"}
