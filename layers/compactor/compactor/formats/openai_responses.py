@@ -12,7 +12,8 @@ outside the items and never touched.
 
 ``reasoning`` items never reach the models (their summaries would leak into visible text); a unit that
 is summarized or archived loses them, which the Responses API allows (a kept call keeps its reasoning,
-both are in the same unit).
+both are in the same unit). An earlier compaction's item (``compaction``, Codex's ``compaction_summary``)
+never reaches them either, and is always protected: nothing could stand in for its encrypted state.
 """
 
 from __future__ import annotations
