@@ -157,3 +157,57 @@ def test_a_responses_body_without_input_says_where_its_items_go(compact_module: 
     status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "keep_recent": 2})
 
     assert status == 422 and "items go in 'input'" in answer["detail"][0]["msg"]
+
+
+def _interleaved_session() -> list[dict[str, Any]]:
+    """Calls whose outputs come after reasoning, an assistant message and another call (parallel calls,
+    as the Responses API and Codex write them)."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
+    for n in range(8):
+        items += [{"type": "function_call", "call_id": f"a{n}", "name": "exec", "arguments": f'{{"cmd": "cat a{n}"}}'},
+                  {"type": "reasoning", "summary": [], "encrypted_content": "opaque"},
+                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Waiting {n}. " * 30}]},
+                  {"type": "function_call", "call_id": f"b{n}", "name": "exec", "arguments": f'{{"cmd": "cat b{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * 80},
+                  {"type": "function_call_output", "call_id": f"b{n}", "output": f"line of b{n} " * 80}]
+    return items
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+@pytest.mark.parametrize("keep_recent", [2, 3, 4, 5])
+def test_no_mode_parts_a_responses_call_from_an_output_that_comes_later(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, keep_recent: int) -> None:
+    items = _interleaved_session()
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "mode": mode, "keep_recent": keep_recent,
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    assert PROBLEMS["openai-responses"](items) == [] and PROBLEMS["openai-responses"](body["input"]) == []
+
+
+@pytest.mark.parametrize("kind", ["compaction", "compaction_summary"])
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_an_earlier_compaction_item_is_kept_in_place_and_never_read_as_text(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, kind: str) -> None:
+    """A Responses ``compaction`` item (Codex: ``compaction_summary``) stands for everything before it as
+    opaque ``encrypted_content``: every mode keeps it byte-identically where it was, and no new item quotes it."""
+    state = {"type": kind, "encrypted_content": "OPAQUE-STATE-" * 40}
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]},
+                                   {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Ok"}]},
+                                   state]
+    for n in range(10):
+        items += [{"type": "reasoning", "summary": [], "encrypted_content": "opaque"},
+                  {"type": "function_call", "call_id": f"a{n}", "name": "exec", "arguments": f'{{"cmd": "cat a{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * 80}]
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "mode": mode, "keep_recent": 3, "pinned_indices": [],
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    output = body["input"]
+    assert [cdump(m) for m in output].count(cdump(state)) == 1
+    assert cdump(output[:3]) == cdump(items[:3])  # nothing before it sealed, moved or summarized away
+    kept = {cdump(m) for m in items}
+    assert all("OPAQUE-STATE" not in cdump(m) for m in output if cdump(m) not in kept)
+    assert PROBLEMS["openai-responses"](output) == []

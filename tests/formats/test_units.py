@@ -120,3 +120,106 @@ def test_real_sessions_never_part_a_call_from_its_result() -> None:
     _results_with_their_calls(RESPONSES, codex_items(CODEX),
                               lambda i: {i["call_id"]} if i.get("type", "").endswith("_call") else set(),
                               lambda i: {i["call_id"]} if i.get("type", "").endswith("_call_output") else set())
+
+
+def test_responses_units_keep_a_call_with_its_output_whatever_lies_between() -> None:
+    """Codex and the Responses API put reasoning, messages (Codex's mid-turn developer notes) and other
+    calls between a call and its output; the unit runs to the call's last answer."""
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "reasoning", "summary": []},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "waiting"}]},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "note"}]},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 6), (6, 7)]
+
+
+def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
+    """A call never answered (the agent stopped, or its output was lost) keeps the old rule: its unit ends
+    at the next item that is neither a call nor a result, even when a later call reuses its id."""
+    items = [
+        {"type": "function_call", "call_id": "lost", "name": "x", "arguments": "{}"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "next"}]},
+        {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "b", "output": "B"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "again"}]},
+        {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},  # an id used twice
+        {"type": "function_call_output", "call_id": "b", "output": "B2"},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7)]
+
+
+def _stand_in(call_id: str | None, output: Any) -> str:
+    return f"[masked {call_id}]"
+
+
+def test_a_local_shell_call_output_answers_the_call_id_its_id_names() -> None:
+    """The API reference: a ``local_shell_call_output``'s ``id`` is the ``call_id`` of its ``local_shell_call``
+    (whose own ``id`` is the item's). The pair is one unit, and mask mode names the call it masks."""
+    items = [
+        {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed",
+         "action": {"type": "exec", "command": ["ls"], "env": {}}},
+        {"type": "reasoning", "summary": []},
+        {"type": "local_shell_call_output", "id": "call_1", "output": '{"stdout": "a b c"}'},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 3), (3, 4)]
+    assert RESPONSES.masked(items, 2, _stand_in) == {**items[2], "output": "[masked call_1]"}
+    assert RESPONSES.call_names(items) == {"call_1": "local_shell_call"}
+
+
+def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> None:
+    """``mcp_approval_request`` (its ``id``) is answered by ``mcp_approval_response`` (its
+    ``approval_request_id``), and the ``mcp_call`` made after it names it too; an ``mcp_call`` carries its
+    output, so it leaves what follows alone."""
+    items = [
+        {"type": "message", "role": "user", "content": "roll"},
+        {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "dice", "tools": [{"name": "roll", "input_schema": {}}]},
+        {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "dice", "name": "roll", "arguments": "{}"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "ok"}]},
+        {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+        {"type": "mcp_call", "id": "mcp_1", "approval_request_id": "mcpr_1", "server_label": "dice", "name": "roll",
+         "arguments": "{}", "output": "4"},
+        {"type": "mcp_call", "id": "mcp_2", "server_label": "dice", "name": "roll", "arguments": "{}", "output": "6"},
+        {"type": "function_call", "call_id": "f", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f", "output": "F"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4 and 6"}]},
+    ]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 6), (6, 7), (7, 9), (9, 10)]
+    assert RESPONSES.render_line(items[6]) == "assistant: [tool call roll({})]\ntool: 6"
+    assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"
+
+
+def test_structured_outputs_are_masked_in_their_own_shape_and_rendered_with_their_text() -> None:
+    """A list of content parts becomes one ``input_text`` part; a screenshot (``computer_call_output``), which
+    cannot be text in the API, is kept; seal's line shows the text and marks images and files."""
+    image = {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 200}
+    parts = [{"type": "input_text", "text": "page 1"}, image, {"type": "input_file", "filename": "a.pdf", "file_id": "f"}]
+    screenshot = {"type": "computer_screenshot", "image_url": image["image_url"]}
+    items = [
+        {"type": "function_call", "call_id": "a", "name": "view", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": parts},
+        {"type": "computer_call", "call_id": "b", "action": {"type": "screenshot"}},
+        {"type": "computer_call_output", "call_id": "b", "output": screenshot},
+    ]
+    assert RESPONSES.masked(items, 1, _stand_in) == {**items[1], "output": [{"type": "input_text", "text": "[masked a]"}]}
+    assert RESPONSES.masked(items, 3, _stand_in) is None
+    assert RESPONSES.render_line(items[1]) == "tool: page 1 [image] [file a.pdf]"
+    assert RESPONSES.render_line(items[3]) == "tool: [image]"
+
+
+def test_a_compaction_item_is_protected_and_hidden_from_the_models() -> None:
+    items = [
+        {"type": "message", "role": "user", "content": "go"},
+        {"type": "compaction", "encrypted_content": "E"},
+        {"type": "compaction_summary", "encrypted_content": "E"},
+        {"type": "function_call", "call_id": "a", "name": "x", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+    ]
+    assert RESPONSES.always_pinned(items) == {1, 2}
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 3), (3, 5)]  # it leads into nothing
+    assert RESPONSES.model_view(items) == [items[0], items[3], items[4]]
+    assert RESPONSES.render_line(items[1]) == RESPONSES.render_line(items[2]) == ""

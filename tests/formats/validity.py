@@ -30,19 +30,35 @@ def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+# The Responses API's pairing (its API reference): a ``*_call_output`` answers the ``call_id`` of an earlier
+# call, except a ``local_shell_call_output``, whose ``id`` is the ``call_id`` of its ``local_shell_call``; an
+# ``mcp_approval_response`` answers the ``id`` of an earlier ``mcp_approval_request``. Server-side calls
+# (``mcp_call``, ``web_search_call``, …) carry their results and have no call_id. A call with no output is
+# rejected ("No tool output found for function call").
+def _answered_id(item: dict[str, Any], kind: str) -> Any:
+    if kind == "local_shell_call_output":
+        return item.get("id")
+    return item.get("approval_request_id") if kind == "mcp_approval_response" else item.get("call_id")
+
+
 def responses_problems(items: list[dict[str, Any]]) -> list[str]:
-    problems, called = [], set()
+    problems, called, answered = [], {}, set()
     for index, item in enumerate(items):
         kind = item.get("type", "message" if "role" in item else None)
         if kind is None:
             problems.append(f"{index}: no type")
-        elif kind.endswith("_call_output"):
-            if item.get("call_id") not in called:
-                problems.append(f"{index}: {kind} {item.get('call_id')} answers no earlier call")
+        elif kind.endswith("_call_output") or kind == "mcp_approval_response":
+            answers = _answered_id(item, kind)
+            if answers not in called:
+                problems.append(f"{index}: {kind} {answers} answers no earlier call")
+            answered.add(answers)
         elif kind.endswith("_call") and "call_id" in item:
-            called.add(item["call_id"])
+            called[item["call_id"]] = index
+        elif kind == "mcp_approval_request":
+            called[item.get("id")] = index
         elif kind == "message" and not isinstance(item.get("content"), (str, list)):
             problems.append(f"{index}: message content")
+    problems += [f"{index}: call {call} has no output" for call, index in called.items() if call not in answered]
     return problems
 
 

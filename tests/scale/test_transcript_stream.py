@@ -523,6 +523,11 @@ TOOL_USE = {"role": "assistant", "content": [{"type": "text", "text": "t"}, {"ty
      "line 1 is an openai-responses"),
     (json.dumps(PLAIN[0]) + "\n" + json.dumps({"type": "reasoning", "summary": []}),
      "line 2 is an openai-responses item (reasoning)"),
+    *[(json.dumps(PLAIN[0]) + "\n" + json.dumps(item), f"line 2 is an openai-responses item ({item['type']})") for item in (
+        {"type": "compaction_summary", "encrypted_content": "e"},  # Codex's name of a compaction item
+        {"type": "mcp_list_tools", "id": "l1", "server_label": "s", "tools": []},
+        {"type": "mcp_approval_request", "id": "r1", "server_label": "s", "name": "n", "arguments": "{}"},
+        {"type": "mcp_approval_response", "approval_request_id": "r1", "approve": True})],
     (json.dumps({"type": "session_meta", "payload": {}}) + "\n" + json.dumps({"type": "response_item", "payload": CALL}),
      "line 2 is a Codex rollout's response_item"),
 ])

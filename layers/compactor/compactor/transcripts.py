@@ -291,10 +291,11 @@ def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
 
 def _responses_item(record: dict[str, Any]) -> bool:
     """A typed record that is a Responses item, not a Claude Code session's bookkeeping: it names a call, or its
-    type is one of the items' (a call, its output, reasoning, a reference)."""
+    type is one of the items' (a call, its output, reasoning, a reference, an earlier compaction, MCP items)."""
     kind = record.get("type")
     return isinstance(kind, str) and ("call_id" in record or kind.endswith(("_call", "_call_output")) or kind in (
-        "message", "reasoning", "item_reference", "compaction"))
+        "message", "reasoning", "item_reference", "compaction", "compaction_summary", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response"))
 
 
 def _anthropic_to_openai(message: dict[str, Any]) -> list[dict[str, Any]]:

@@ -68,9 +68,10 @@ class SealPlan:
     held: list[Message] = field(default_factory=list)
 
 
-def _frozen_count(pinned: set[int], count: int) -> int:
-    """How many leading items are always pinned (the frozen prefix)."""
-    frozen = 0
+def _frozen_count(pinned: set[int], count: int, *, start: int = 0) -> int:
+    """The end of the frozen prefix: ``start`` (items kept in place whatever they are), then the always-pinned
+    items that follow it."""
+    frozen = start
     while frozen < count and frozen in pinned:
         frozen += 1
     return frozen
@@ -108,10 +109,12 @@ def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None
 
 
 def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> SealPlan | None:
-    """Other formats: the frozen prefix is the leading always-pinned items, and the tail starts at the
-    start of the unit holding its first item, so no call is parted from its results (docs/formats.md)."""
+    """Other formats: the frozen prefix is the leading always-pinned items, and at least every item up to the
+    last opaque one (an earlier compaction's state, which no sealed summary can stand in for, kept in its
+    place); the tail starts at the start of the unit holding its first item, so no call is parted from its
+    results (docs/formats.md)."""
     pinned = dialect.always_pinned(items)
-    frozen = _frozen_count(pinned, len(items))
+    frozen = _frozen_count(pinned, len(items), start=max(dialect.opaque_state(items), default=-1) + 1)
     if len(items) - frozen <= max(1, keep_recent):
         return None
     first = len(items) - max(1, keep_recent)

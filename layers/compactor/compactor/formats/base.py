@@ -38,6 +38,11 @@ class Dialect:
         """System-like items: protected whatever the request pins."""
         return set()
 
+    def opaque_state(self, items: list[Item]) -> set[int]:
+        """Items carrying state no summary can stand in for (an earlier compaction's encrypted state): always
+        pinned, hidden from the models, and seal mode seals only what follows the last one."""
+        return set()
+
     def default_pins(self, items: list[Item]) -> set[int]:
         """Items pinned when the request names no ``pinned_indices``: the human's turns."""
         return set()
@@ -77,25 +82,48 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
 
     A unit starts at an item and takes in the items after it while (a) the previous item only leads
     into the next one (hidden reasoning before what it reasons about), (b) both belong to the same
-    turn (one response split over several items), or (c) a call of the unit is still unanswered and
-    the next item is a call or answers one of the unit's calls. An unanswered call at the end (an agent
-    stopped mid-call) ends its unit at the next item that is neither.
+    turn (one response split over several items), (c) a call of the unit is still unanswered and
+    the next item is a call or answers one of the unit's calls, or (d) a call of the unit is answered
+    further on: whatever lies between a call and its last answer (reasoning, a message, other calls)
+    is in the call's unit, so no call is parted from its results. An unanswered call at the end (an
+    agent stopped mid-call) ends its unit at the next item that is neither a call nor a result.
     """
+    opened = [opens(item) for item in items]
+    closed = [closes(item) for item in items]
+    answered_by = last_answers(opened, closed)
     units: list[Unit] = []
     i, n = 0, len(items)
     while i < n:
-        pending = opens(items[i]) - closes(items[i])
+        pending = opened[i] - closed[i]
+        reach = answered_by[i]
         end = i + 1
         while end < n:
             prev, nxt = items[end - 1], items[end]
-            answered = closes(nxt)
-            if not (leads(prev) or same_turn(prev, nxt) or (pending and (opens(nxt) or answered & pending))):
+            answered = closed[end]
+            if not (end <= reach or leads(prev) or same_turn(prev, nxt)
+                    or (pending and (opened[end] or answered & pending))):
                 break
-            pending = (pending | opens(nxt)) - answered
+            pending = (pending | opened[end]) - answered
+            reach = max(reach, answered_by[end])
             end += 1
         units.append(Unit(i, end))
         i = end
     return units
+
+
+def last_answers(opened: list[set[str]], closed: list[set[str]]) -> list[int]:
+    """For each item, the index of the last item answering a call it opens (before that id is opened
+    again, so a harness reusing ids pairs each call with its own answers); the item's own index when
+    none of its calls is answered."""
+    reach = list(range(len(opened)))
+    opened_at: dict[str, int] = {}
+    for index, (opens_here, closes_here) in enumerate(zip(opened, closed, strict=True)):
+        for call in closes_here:
+            if call in opened_at:
+                reach[opened_at[call]] = max(reach[opened_at[call]], index)
+        for call in opens_here - closes_here:
+            opened_at[call] = index
+    return reach
 
 
 def blocks(content: Any) -> list[Item]:

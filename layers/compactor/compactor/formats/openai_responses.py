@@ -1,14 +1,19 @@
 """``openai-responses``: OpenAI Responses API input items (docs/formats.md).
 
-Calls and results are items paired by ``call_id``: ``function_call`` with ``function_call_output``,
-``custom_tool_call`` with ``custom_tool_call_output`` (any ``*_call`` with its ``*_call_output``); a
-unit holds the calls of one turn with every output answering them. A ``reasoning`` item joins the item
-after it. ``system`` and ``developer`` messages are always protected, ``user`` messages by default;
-the request's top-level ``instructions`` are outside the items and never touched.
+Calls and results are items paired by id: ``function_call`` with ``function_call_output``,
+``custom_tool_call`` with ``custom_tool_call_output`` (any ``*_call`` with its ``*_call_output``, by
+``call_id``; a ``local_shell_call_output`` names its call's ``call_id`` in its ``id``), and an
+``mcp_approval_request`` with the ``mcp_approval_response`` (and the ``mcp_call``) naming it in
+``approval_request_id``; a unit holds the calls of one turn with every output answering them, and
+whatever lies between. Server-side calls (``mcp_call``, ``web_search_call``, …) carry their results and
+wait for nothing. A ``reasoning`` item joins the item after it. ``system`` and ``developer`` messages
+are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
+outside the items and never touched.
 
 ``reasoning`` items never reach the models (their summaries would leak into visible text); a unit that
 is summarized or archived loses them, which the Responses API allows (a kept call keeps its reasoning,
-both are in the same unit).
+both are in the same unit). An earlier compaction's item (``compaction``, Codex's ``compaction_summary``)
+never reaches them either, and is always protected: nothing could stand in for its encrypted state.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
 
-HIDDEN = ("reasoning",)
+REASONING = ("reasoning",)
+COMPACTION = ("compaction", "compaction_summary")
+"""An earlier server-side compaction's state (``encrypted_content``), Codex's name for it second: opaque,
+standing for everything before it, so always protected and never read by a model (docs/formats.md)."""
+HIDDEN = REASONING + COMPACTION
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
-
-
-# Outputs that may be a list of content parts or a string: a list output of these is masked to a string.
-LIST_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
 
 
 def kind_of(item: Item) -> str:
@@ -36,15 +42,37 @@ def kind_of(item: Item) -> str:
     return "message" if "role" in item else ""
 
 
+SERVER_SIDE_CALLS = ("mcp_call",)
+"""Calls that carry their own result (no ``*_call_output`` answers them); other server-side calls
+(``web_search_call``, ``file_search_call``, …) have no ``call_id``, so they open nothing either."""
+
+
 def _opens(item: Item) -> set[str]:
-    call = item.get("call_id")
     kind = kind_of(item)
-    return {call} if isinstance(call, str) and kind.endswith("_call") else set()
+    key = "id" if kind == "mcp_approval_request" else "call_id"
+    opened = item.get(key)
+    if kind in SERVER_SIDE_CALLS or not (kind.endswith("_call") or kind == "mcp_approval_request"):
+        return set()
+    return {opened} if isinstance(opened, str) else set()
+
+
+def answered_call(item: Item) -> str | None:
+    """The id of the call (or approval request) ``item`` answers, if it answers one."""
+    kind = kind_of(item)
+    if kind in ("mcp_approval_response", "mcp_call"):
+        answered = item.get("approval_request_id")  # an mcp_call made after its approval names it too
+    elif kind == "local_shell_call_output":  # the API reference: its ``id`` is the call's ``call_id``
+        answered = item.get("call_id") if isinstance(item.get("call_id"), str) else item.get("id")
+    elif kind.endswith("_call_output"):
+        answered = item.get("call_id")
+    else:
+        return None
+    return answered if isinstance(answered, str) else None
 
 
 def _closes(item: Item) -> set[str]:
-    call = item.get("call_id")
-    return {call} if isinstance(call, str) and kind_of(item).endswith("_call_output") else set()
+    answered = answered_call(item)
+    return {answered} if answered is not None else set()
 
 
 def _message_role(item: Item) -> Any:
@@ -62,11 +90,14 @@ class OpenAIResponses(Dialect):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
-        return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in HIDDEN,
+        return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
                             same_turn=lambda a, b: False)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
-        return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
+        return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")} | self.opaque_state(items)
+
+    def opaque_state(self, items: list[Item]) -> set[int]:
+        return {i for i, m in enumerate(items) if kind_of(m) in COMPACTION}
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _message_role(m) == "user"}
@@ -84,12 +115,22 @@ class OpenAIResponses(Dialect):
         if kind == "message":
             return f"{item.get('role')}: {block_text(item.get('content'), TEXT_PARTS)}"
         if kind.endswith("_call_output"):
-            output = item.get("output")
-            return f"tool: {output if isinstance(output, str) else block_text(output, TEXT_PARTS)}"
-        if kind.endswith("_call"):
+            return f"tool: {output_text(item.get('output'))}"
+        if kind == "mcp_list_tools":
+            tools = item.get("tools")
+            names = [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+            return f"mcp_list_tools: {item.get('server_label')}: {', '.join(str(n) for n in names)}"
+        if kind.endswith("_call") or kind == "mcp_approval_request":
             args = item.get("arguments", item.get("input", item.get("action")))
             shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            return f"assistant: {tool_call_line(item.get('name', kind), shown)}"
+            line = f"assistant: {tool_call_line(item.get('name', kind), shown)}"
+            if kind == "mcp_approval_request":
+                return f"{line} (approval requested)"
+            if kind in SERVER_SIDE_CALLS:  # its result is in the call itself
+                line += f"\ntool: {output_text(item.get('output') if item.get('error') is None else item.get('error'))}"
+            return line
+        if kind == "mcp_approval_response":
+            return f"user: {'approved' if item.get('approve') else 'denied'} {item.get('reason') or ''}".rstrip()
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:
@@ -97,17 +138,46 @@ class OpenAIResponses(Dialect):
                 if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
-        """A ``*_call_output`` item, its ``call_id`` kept, where a string is a valid ``output``: a string output,
-        or the list of content parts of a ``function_call_output`` / ``custom_tool_call_output``. A typed
-        output (a ``computer_call_output``'s screenshot object, …) stays."""
+        """A ``*_call_output`` item, its ids kept, its output replaced in the output's own shape: a string by
+        a string, a list of content parts by one ``input_text`` part. An output of another shape (a
+        ``computer_call_output``'s screenshot, a ``shell_call_output``'s list of stdout/stderr objects)
+        has no valid text form, so the item is kept, as it is when the placeholder would not be smaller."""
         item = items[index]
-        kind, output = kind_of(item), item.get("output")
-        if not kind.endswith("_call_output") or not (isinstance(output, str)
-                                                     or (isinstance(output, list) and kind in LIST_OUTPUTS)):
+        output = item.get("output")
+        if not kind_of(item).endswith("_call_output"):
             return None
-        call_id = item.get("call_id")
-        text = placeholder(call_id if isinstance(call_id, str) else None, output)
+        if isinstance(output, list):
+            if not all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output):
+                return None
+            text = placeholder(answered_call(item), output)
+            return None if text is None else {**item, "output": [{"type": "input_text", "text": text}]}
+        if not isinstance(output, str):
+            return None
+        text = placeholder(answered_call(item), output)
         return None if text is None else {**item, "output": text}
+
+
+def output_text(output: Any) -> str:
+    """What a tool output says: a string as it is, else the text of its parts, an image or a file shown by
+    a marker (a list of ``input_text`` / ``input_image`` / ``input_file`` parts, or one part such as a
+    ``computer_call_output``'s screenshot), a shell call's ``stdout`` / ``stderr``."""
+    if isinstance(output, str):
+        return output
+    parts = output if isinstance(output, list) else [output]
+    shown: list[str] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if isinstance(part.get("text"), str):
+            shown.append(part["text"])
+        elif kind in ("input_image", "computer_screenshot"):
+            shown.append("[image]")
+        elif kind == "input_file":
+            shown.append(f"[file {part.get('filename') or ''}]".replace(" ]", "]"))
+        else:
+            shown += [part[k] for k in ("stdout", "stderr") if isinstance(part.get(k), str) and part[k]]
+    return " ".join(shown)
 
 
 DIALECT = OpenAIResponses()
