@@ -143,5 +143,7 @@ def test_structured_outputs_are_masked_to_a_type_the_api_accepts(compact_module:
 
     assert status == 200 and PROBLEMS["openai-responses"](body["input"]) == []
     assert body["input"][2] == responses[2]  # a computer_call_output's output must stay a screenshot object
-    assert isinstance(body["input"][4]["output"], str)
+    # A list of content parts keeps its shape: one input_text part holding the placeholder.
+    assert [part["type"] for part in body["input"][4]["output"]] == ["input_text"]
+    assert "omitted by compaction" in body["input"][4]["output"][0]["text"]
     assert [m["index"] for m in body["compaction"]["masked"]] == [4]
