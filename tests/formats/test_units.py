@@ -193,6 +193,19 @@ def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> No
     assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"
 
 
+def test_an_mcp_calls_own_output_is_masked_and_the_call_kept() -> None:
+    """An ``mcp_call`` carries its output in the call item: mask replaces that string (named by the call's
+    ``id`` and tool), keeping the call; before, mask left every ``mcp_call`` output whole."""
+    call = {"type": "mcp_call", "id": "mcp_2", "server_label": "dice", "name": "roll", "arguments": "{}",
+            "output": "x" * 500}
+    items = [{"type": "message", "role": "user", "content": "roll"}, call]
+
+    assert RESPONSES.masked(items, 1, _stand_in) == {**call, "output": "[masked mcp_2]"}
+    assert RESPONSES.call_names(items) == {"mcp_2": "roll"}
+    assert RESPONSES.masked(items, 1, lambda call_id, output: None) is None  # not smaller: kept
+    assert RESPONSES.masked([{**call, "output": None}], 0, _stand_in) is None  # no output (failed call): kept
+
+
 def test_structured_outputs_are_masked_in_their_own_shape_and_rendered_with_their_text() -> None:
     """A list of content parts becomes one ``input_text`` part; a screenshot (``computer_call_output``), which
     cannot be text in the API, is kept; seal's line shows the text and marks images and files."""

@@ -134,16 +134,26 @@ class OpenAIResponses(Dialect):
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:
-        return {item["call_id"]: str(item.get("name", kind_of(item))) for item in items
-                if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
+        names = {item["call_id"]: str(item.get("name", kind_of(item))) for item in items
+                 if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
+        # A server-side call carrying its own output is named by its ``id`` (it has no ``call_id``).
+        names.update({item["id"]: str(item.get("name", kind_of(item))) for item in items
+                      if kind_of(item) in SERVER_SIDE_CALLS and isinstance(item.get("id"), str)})
+        return names
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
         """A ``*_call_output`` item, its ids kept, its output replaced in the output's own shape: a string by
         a string, a list of content parts by one ``input_text`` part. An output of another shape (a
         ``computer_call_output``'s screenshot, a ``shell_call_output``'s list of stdout/stderr objects)
-        has no valid text form, so the item is kept, as it is when the placeholder would not be smaller."""
+        has no valid text form, so the item is kept, as it is when the placeholder would not be smaller. An
+        ``mcp_call`` carries its own string ``output``: that output is replaced, the call (its ``id``,
+        ``name`` and ``arguments``) kept."""
         item = items[index]
         output = item.get("output")
+        if kind_of(item) in SERVER_SIDE_CALLS:
+            call_id = item.get("id")
+            text = placeholder(call_id if isinstance(call_id, str) else None, output) if isinstance(output, str) else None
+            return None if text is None else {**item, "output": text}
         if not kind_of(item).endswith("_call_output"):
             return None
         if isinstance(output, list):
