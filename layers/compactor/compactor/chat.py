@@ -21,7 +21,8 @@ RESULT_ROLES = ("tool", "function")
 
 def has_tool_calls(message: Message) -> bool:
     """Whether ``message`` makes calls: ``tool_calls``, or a legacy ``function_call`` object."""
-    return isinstance(message, dict) and (bool(message.get("tool_calls")) or isinstance(message.get("function_call"), dict))
+    return isinstance(message, dict) and (bool(message.get("tool_calls"))
+                                          or isinstance(message.get("function_call"), dict))
 
 
 def is_tool_result(message: Message) -> bool:

@@ -1,8 +1,9 @@
 """``openai-chat``: OpenAI Chat Completions messages, the default format (docs/formats.md).
 
 A unit is an assistant message with ``tool_calls`` and the ``tool`` messages right after it (or with a
-legacy ``function_call`` and the ``function`` message answering it), or any other single message; ``system`` and ``developer`` messages are always protected, ``user`` messages by default
-(except a text agent's tool observations, docs/differences.md).
+legacy ``function_call`` and the ``function`` message answering it), or any other single message;
+``system`` and ``developer`` messages are always protected, ``user`` messages by default (except a text
+agent's tool observations, docs/differences.md).
 """
 
 from __future__ import annotations

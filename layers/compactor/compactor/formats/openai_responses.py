@@ -149,22 +149,24 @@ class OpenAIResponses(Dialect):
         ``mcp_call`` carries its own string ``output``: that output is replaced, the call (its ``id``,
         ``name`` and ``arguments``) kept."""
         item = items[index]
-        output = item.get("output")
-        if kind_of(item) in SERVER_SIDE_CALLS:
-            call_id = item.get("id")
-            text = placeholder(call_id if isinstance(call_id, str) else None, output) if isinstance(output, str) else None
-            return None if text is None else {**item, "output": text}
-        if not kind_of(item).endswith("_call_output"):
+        kind, output = kind_of(item), item.get("output")
+        if kind in SERVER_SIDE_CALLS:
+            call_id = item.get("id") if isinstance(item.get("id"), str) else None
+        elif kind.endswith("_call_output"):
+            call_id = answered_call(item)
+        else:
             return None
-        if isinstance(output, list):
-            if not all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output):
-                return None
-            text = placeholder(answered_call(item), output)
-            return None if text is None else {**item, "output": [{"type": "input_text", "text": text}]}
-        if not isinstance(output, str):
+        if isinstance(output, str):
+            as_part = False
+        elif (isinstance(output, list) and kind not in SERVER_SIDE_CALLS
+              and all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output)):
+            as_part = True  # a list of content parts becomes one part holding the placeholder
+        else:
             return None
-        text = placeholder(answered_call(item), output)
-        return None if text is None else {**item, "output": text}
+        text = placeholder(call_id, output)
+        if text is None:
+            return None
+        return {**item, "output": [{"type": "input_text", "text": text}] if as_part else text}
 
 
 def output_text(output: Any) -> str:
