@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.show_summaries and record.report is not None and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     if args.html:
-        _write_html(args, request.messages, record, units, request.keep_recent, seconds)
+        _write_html(args, request.messages, record, units, request.keep_recent, seconds, request.format)
     items_field = "input" if request.format == "openai-responses" else "messages"
     session = None if args.json else transcript.write_back(record)
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
@@ -193,12 +193,13 @@ def _report_written(path: str, size: int, what: str) -> None:
 
 
 def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], record: CallRecord,
-                units: list[dict[str, Any]], keep_recent: int, seconds: float) -> None:
+                units: list[dict[str, Any]], keep_recent: int, seconds: float, items_format: str) -> None:
     from compactor_cli.html_report import render_html
 
     title = "stdin" if args.file == "-" else os.path.basename(args.file)
     with open(args.html, "w", encoding="utf-8") as handle:
-        handle.write(render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds))
+        handle.write(render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds,
+                                 items_format=items_format))
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
 
@@ -306,7 +307,7 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
             out.close()
     seconds = time.monotonic() - started
     if args.html:
-        _write_html(args, [], record, [], request.keep_recent, seconds)
+        _write_html(args, [], record, [], request.keep_recent, seconds, request.format)
     if not args.quiet:
         sys.stderr.write(render_windowed_report(record, seconds))
         if args.output:

@@ -96,11 +96,15 @@ def _message_html(message: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent: int) -> list[dict[str, Any]]:
-    """Rows of a seal-mode body: the frozen system prompt, the sealed middle and the kept tail."""
+def seal_rows(messages: list[dict[str, Any]], body: dict[str, Any], keep_recent: int,
+              items_format: str | None = None) -> list[dict[str, Any]]:
+    """Rows of a seal-mode body: the frozen system prompt, the sealed middle and the kept tail, as the seal of
+    ``items_format`` (default ``openai-chat``) split them: each format has its own frozen items and tail
+    (docs/formats.md)."""
     from compactor.compaction.seal import plan_seal
+    from compactor.formats import get_dialect
 
-    plan = plan_seal(messages, keep_recent) if body.get("compacted") else None
+    plan = plan_seal(messages, keep_recent, get_dialect(items_format)) if body.get("compacted") else None
     if plan is None:
         return [{**_row(0, messages, messages, "keep", "not_sealed"), "id": "conversation"}]
     rows = []
@@ -164,9 +168,9 @@ def _model_calls(record: CallRecord) -> list[dict[str, Any]]:
 
 
 def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[dict[str, Any]], *,
-                title: str, keep_recent: int, seconds: float | None = None) -> str:
+                title: str, keep_recent: int, seconds: float | None = None, items_format: str | None = None) -> str:
     """The whole report page for one compaction (``record`` as the core returns it, ``units`` as the core's
-    ``units`` event gives them)."""
+    ``units`` event gives them) of items in ``items_format`` (the request's ``format``)."""
     body, mode, compaction = record.body, record.mode, record.report or {}
     windows = compaction.get("windows")
     if windows is not None:  # a windowed run: units change between passes, so there is no per-unit manifest
@@ -176,7 +180,7 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
     elif "masked" in compaction:
         rows, glossary = mask_rows(messages, body, compaction), MASK_REASONS
     else:
-        rows, glossary = seal_rows(messages, body, keep_recent), SEAL_REASONS
+        rows, glossary = seal_rows(messages, body, keep_recent, items_format), SEAL_REASONS
     original, output, target = record.bytes_in or 0, record.bytes_out or 0, compaction.get("target_bytes")
     calls = _model_calls(record)
     widest = max([r["before"] for r in rows] + [1])

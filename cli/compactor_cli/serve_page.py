@@ -74,7 +74,8 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
     if not record.ok:
         return record.status, "application/json", json.dumps(record.body).encode("utf-8")
     title = str(form.get("name") or "pasted transcript")
-    page = render_html(request.messages, record, units, title=title, keep_recent=request.keep_recent)
+    page = render_html(request.messages, record, units, title=title, keep_recent=request.keep_recent,
+                       items_format=request.format)
     return 200, "text/html; charset=utf-8", page.encode("utf-8")
 
 
