@@ -3,6 +3,7 @@ message): paired, masked and rendered like ``tool_calls`` (docs/formats.md)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from compactor.compaction.mask import mask
@@ -46,6 +47,26 @@ def test_mask_masks_the_function_answer() -> None:
     assert [m.index for m in masked] == [3]
     assert output[3]["role"] == "function" and output[3]["name"] == "get_weather"
     assert "omitted by compaction" in output[3]["content"] and OUTPUT not in output[3]["content"]
+
+
+def test_the_function_answers_placeholder_and_report_name_the_function() -> None:
+    output, masked = mask(_legacy(), keep_recent=1, pinned_indices=None, dialect=CHAT)
+
+    size = len(json.dumps(OUTPUT))
+    assert output[3]["content"] == f"[output of get_weather omitted by compaction: {size} bytes]"
+    assert [(m.tool_call_id, m.name, m.original_bytes) for m in masked] == [(None, "get_weather", size)]
+
+
+def test_a_tool_message_named_by_its_sender_is_named_by_its_call() -> None:
+    # ``name`` names a tool message's sender in some clients: the call's own name is the tool's
+    items = [{"role": "user", "content": "go"},
+             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                 "name": "bash", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "name": "runner", "content": OUTPUT},
+             {"role": "assistant", "content": "done"}]
+    output, masked = mask(items, keep_recent=1, pinned_indices=None, dialect=CHAT)
+
+    assert output[2]["content"].startswith("[output of bash (call c1) omitted") and masked[0].name == "bash"
 
 
 def test_seal_renders_the_legacy_call() -> None:

@@ -37,6 +37,8 @@ class Masked:
 def placeholder(name: str | None, call_id: str | None, size: int) -> str:
     """The one line that stands in for a masked output of ``size`` dense JSON bytes."""
     if call_id is None:
+        if name is not None:  # a legacy function's output: named, with no call id
+            return f"[output of {name} omitted by compaction: {size} bytes]"
         return f"[tool output omitted by compaction: {size} bytes]"
     return f"[output of {name or 'a tool'} (call {call_id}) omitted by compaction: {size} bytes]"
 
@@ -61,22 +63,23 @@ def mask(items: list[Item], *, keep_recent: int, pinned_indices: list[int] | Non
     output: list[Item] = []
     masked: list[Masked] = []
     for index, item in enumerate(items):
-        seen: list[tuple[str | None, int]] = []
+        seen: list[Masked] = []
 
-        def stand_in(call_id: str | None, content: Any) -> str | None:
+        def stand_in(call_id: str | None, content: Any, name: str | None = None) -> str | None:
             """The placeholder of one output, measured on that output alone; None (the output stays) when
             the placeholder would not be smaller than it."""
             size = dense_size(content)
-            text = placeholder(names.get(call_id) if call_id else None, call_id, size)
+            name = name if name is not None else names.get(call_id) if call_id else None
+            text = placeholder(name, call_id, size)
             if dense_size(text) >= size:
                 return None
-            seen.append((call_id, size))
+            seen.append(Masked(index, call_id, name, size))
             return text
 
         replacement = None if index in protected else dialect.masked(items, index, stand_in)
         if replacement is not None and seen:
             output.append(replacement)
-            masked += [Masked(index, call_id, names.get(call_id) if call_id else None, size) for call_id, size in seen]
+            masked += seen
         else:
             output.append(item)
     return output, masked

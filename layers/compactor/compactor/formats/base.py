@@ -9,14 +9,20 @@ are built here, in the dialect's own shape.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
 
 Item = dict[str, Any]
-Placeholder = Callable[[str | None, Any], "str | None"]
-"""``placeholder(call_id, output)``: the text standing in for a masked tool output, or ``None`` when that
-output is to stay as it is (a placeholder would not be smaller)."""
+
+
+class Placeholder(Protocol):
+    """``placeholder(call_id, output, name=None)``: the text standing in for a masked tool output, or ``None``
+    when that output is to stay as it is (a placeholder would not be smaller). ``name``: the tool's name when
+    the output names it itself (a legacy ``function`` message has a name and no call id); else the name of
+    the call ``call_id``."""
+
+    def __call__(self, call_id: str | None, output: Any, name: str | None = None) -> str | None: ...
 
 
 class Dialect:

@@ -97,8 +97,9 @@ class OpenAIChat(Dialect):
         item = items[index]
         # A string is a valid content whatever the output was (a string or a list of parts).
         if is_tool_result(item):
-            call_id = item.get("tool_call_id")
-            text = placeholder(call_id if isinstance(call_id, str) else None, item.get("content"))
+            call_id, name = item.get("tool_call_id"), item.get("name")  # a legacy ``function`` message: its name
+            text = placeholder(call_id if isinstance(call_id, str) else None, item.get("content"),
+                               name if isinstance(name, str) and role_of(item) == "function" else None)
         elif is_text_observation(items, index):
             text = placeholder(None, item.get("content"))
         else:
