@@ -94,6 +94,24 @@ def test_file_reads_are_superseded_by_a_reread_or_a_rewrite_in_recent_evidence()
     assert choices(payload) == {"fragment_2": "archive", "fragment_4": "keep"}
 
 
+def legacy_function_unit(command: str, output: str, returncode: int = 0) -> list[dict[str, Any]]:
+    """:func:`tool_unit` as the deprecated chat ``function_call`` and its ``function`` answer."""
+    call, result = tool_unit(command, output, returncode)
+    return [{"role": "assistant", "content": "", "function_call": call["tool_calls"][0]["function"]},
+            {"role": "function", "name": "bash", "content": result["content"]}]
+
+
+def test_a_legacy_function_call_is_judged_as_a_tool_call() -> None:
+    payload = compaction_payload({
+        "fragment_2": legacy_function_unit("grep -n load src/app.py", "12: def load():"),
+        "fragment_4": legacy_function_unit("python -m pytest", "Traceback (most recent call last):\nKeyError: 'a'", 1),
+        "fragment_8": legacy_function_unit("grep -n load src/app.py", "12: def load():\n40: load()"),
+    })
+    answers = decide(payload["state"], payload["questions"])
+    assert {name: answer["reason"] for name, answer in answers.items()} == {
+        "fragment_2": "superseded", "fragment_4": "error", "fragment_8": "small"}
+
+
 def test_an_excerpt_is_never_archived() -> None:
     big = tool_unit("cat src/big.py", "line of code\n" * 400)
     payload = compaction_payload({"fragment_2": big, "fragment_4": big})

@@ -258,3 +258,24 @@ def test_go_package_failures_are_error_lines() -> None:
     output += "FAIL\texample.com/pkg/store [setup failed]\nFAIL\texample.com/pkg/sync\t0.013s\n"
     summary = summarize_item(tool_unit("go test ./...", output, returncode=1), 200)
     assert "FAIL example.com/pkg/store [setup failed]" in summary and "FAIL example.com/pkg/sync 0.013s" in summary
+
+
+def legacy_function_unit(command: str, output: str) -> list[dict]:
+    """The deprecated chat ``function_call``, answered by a ``function`` message."""
+    return [{"role": "assistant", "content": None,
+             "function_call": {"name": "bash", "arguments": json.dumps({"command": command})}},
+            {"role": "function", "name": "bash", "content": output}]
+
+
+def test_a_legacy_function_call_is_read_as_a_tool_call() -> None:
+    from compactor.compaction.seal import render_lines
+    from compactor.formats import get_dialect
+
+    output = "FAILED tests/test_app.py::test_x - AssertionError: boom\n" + "noise\n" * 80 + "<returncode>1</returncode>"
+    legacy = legacy_function_unit("pytest -q tests/test_app.py", output)
+
+    summary = summarize_item(dense_dumps(legacy), 300).split("\n")
+
+    assert summary[:2] == ["$ pytest -q tests/test_app.py → exit 1", "FAILED tests/test_app.py::test_x - AssertionError: boom"]
+    rendered = "\n".join(render_lines([{"role": "user", "content": "Fix the test."}, *legacy], get_dialect(None)))
+    assert "$ pytest -q tests/test_app.py (exit 1)" in summarize_conversation(rendered, 2048)

@@ -30,7 +30,7 @@ import posixpath
 from dataclasses import field
 from typing import Any
 
-from compactor.chat import as_messages
+from compactor.chat import RESULT_ROLES, as_messages
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
 from compactor.offline.transcript_reading import (
     Action, content_text, error_lines, fenced_commands, message_actions, return_codes,
@@ -248,7 +248,7 @@ def _inherit_observation_actions(views: list[FragmentView]) -> None:
         before, after = fragment_start(previous.id), fragment_start(current.id)
         if current.actions or before is None or after != before + 1:
             continue
-        if current.messages and all(message.get("role") in ("user", "tool") for message in current.messages):
+        if current.messages and all(message.get("role") in ("user", *RESULT_ROLES) for message in current.messages):
             current.inherited_actions = list(previous.actions)
 
 

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from compactor.chat import as_messages
+from compactor.chat import RESULT_ROLES, as_messages
 from compactor.jsonutil import dense_dumps, dense_size, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
 from compactor.markers import tool_call_pattern
@@ -448,7 +448,7 @@ def summarize_conversation(rendered: str, limit: int) -> str:
             earlier = text[len(_SEAL_HEAD):].strip()
             carried = _task_line().search(earlier)
             task = task or (carried.group(1) if carried else "")
-        elif role == "tool" or (role == "user" and ("<returncode>" in text or text.lstrip().startswith(
+        elif role in RESULT_ROLES or (role == "user" and ("<returncode>" in text or text.lstrip().startswith(
                 ("OBSERVATION", "EXECUTION RESULT")))):
             codes = return_codes(text)
             if codes and awaiting:

@@ -3,7 +3,8 @@
 Two agent styles are understood:
 
 * tool-calling agents: an assistant message with ``tool_calls`` (function name + JSON arguments),
-  followed by ``tool`` messages holding the results;
+  followed by ``tool`` messages holding the results (or the deprecated single ``function_call``, answered
+  by a ``function`` message);
 * text agents (mini-swe-agent v1, SWE-agent): commands in fenced code blocks of the assistant
   content, observations in ``user`` messages shaped ``<returncode>N</returncode><output>…</output>``.
 
@@ -16,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from compactor.chat import content_text
+from compactor.chat import RESULT_ROLES, content_text
 from compactor.jsonutil import dense_dumps
 from compactor.patterns import lazy, pattern
 from compactor.records import record
@@ -137,6 +138,10 @@ def message_actions(message: dict[str, Any]) -> list[Action]:
     calls = message.get("tool_calls")
     if isinstance(calls, list) and calls:
         return [action for action in map(tool_call_action, calls) if action is not None]
+    legacy = message.get("function_call")  # the deprecated single call, answered by a ``function`` message
+    if isinstance(legacy, dict):
+        action = tool_call_action(legacy)
+        return [] if action is None else [action]
     commands = fenced_commands(content_text(message.get("content")))
     if not commands and isinstance(message.get("action"), str) and message["action"].strip():
         commands = [message["action"].strip()]
@@ -150,9 +155,10 @@ def prose_text(message: dict[str, Any]) -> str:
 
 
 def is_observation(message: dict[str, Any]) -> bool:
-    """True for a tool result or a text agent's ``<returncode>`` observation message."""
+    """True for a tool result (a ``tool`` message, or a legacy ``function`` one) or a text agent's
+    ``<returncode>`` observation message."""
     role = message.get("role")
-    if role == "tool":
+    if role in RESULT_ROLES:
         return True
     return role == "user" and "<returncode>" in content_text(message.get("content"))
 
