@@ -705,3 +705,24 @@ def test_a_run_of_the_longest_kept_length_is_kept_and_a_longer_one_judged_each_t
         assert salience._verdicts.chars == salience._KEPT_RUN_MAX + 4
     finally:
         salience._verdicts = saved
+
+
+def test_a_legacy_function_call_gets_the_names_and_later_actions_of_a_tool_call():
+    """The deprecated chat ``function_call`` (answered by a ``function`` message): names in its arguments count, and
+    a later one is quoted as a later action, as a ``tool_calls`` entry's are."""
+    def legacy(command, output):
+        return [{"role": "assistant", "content": None,
+                 "function_call": {"name": "bash", "arguments": json.dumps({"command": command})}},
+                {"role": "function", "name": "bash", "content": output}]
+
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(12):
+        messages += legacy(f"cat src/mod_{i}.py", "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80)))
+    messages += [*legacy("sed -n 1,5p src/mod_5.py", "ok"), {"role": "assistant", "content": "Done."}]
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template())
+    names = {name for batch in prep.batches for name in batch.names}
+    assert "src/mod_5.py" in names and "src/mod_4.py" not in names
+    later = [(batch, action) for batch in prep.batches for action in batch.later.get("later_actions", [])]
+    assert later and all("sed -n 1,5p src/mod_5.py" in action for _, action in later)
+    assert action_message(messages[2]) == {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "bash", "arguments": '{"command": "cat src/mod_0.py"}'}}]}

@@ -627,7 +627,7 @@ def _message_names(message: Message, view: list[Message], texts: list[str], tran
         return _view_names(view, texts)
     item = view[0]
     if (type(item) is not dict or item.get("content") is not message["content"] or item.get("tool_calls")
-            or "<" in message["content"]):
+            or "function_call" in item or "<" in message["content"]):
         return _view_names(view, texts)
     return names_in_translated(translation)
 

@@ -266,6 +266,8 @@ def message_names(message: Message, dense_text: str | None = None) -> set[str]:
     text = content_text(message.get("content")) if isinstance(message, dict) else ""
     if isinstance(message, dict) and message.get("tool_calls"):
         text += " " + _calls_json(message, dense_text).replace("\\n", " ").replace('\\"', '"')
+    elif isinstance(message, dict) and isinstance(message.get("function_call"), dict):  # the deprecated single call
+        text += " " + dense_dumps(message["function_call"]).replace("\\n", " ").replace('\\"', '"')
     return names_in(text)
 
 
@@ -380,6 +382,8 @@ def _action(message: Message) -> tuple[str, Message, str | None] | None:
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return None
     calls = message.get("tool_calls")
+    if not calls and isinstance(message.get("function_call"), dict):  # the deprecated single call, quoted as one
+        calls = [{"type": "function", "function": message["function_call"]}]
     calls_json = None
     if isinstance(calls, list) and calls:
         short = [_short_call(c) for c in calls if isinstance(c, dict)]
