@@ -17,12 +17,12 @@ Item = dict[str, Any]
 
 
 class Placeholder(Protocol):
-    """``placeholder(call_id, output, name=None)``: the text standing in for a masked tool output, or ``None``
-    when that output is to stay as it is (a placeholder would not be smaller). ``name``: the tool's name when
-    the output names it itself (a legacy ``function`` message has a name and no call id); else the name of
-    the call ``call_id``."""
+    """``placeholder(call_id, content, name=None)``: the text standing in for a masked tool output ``content``,
+    or ``None`` when that output is to stay as it is (a placeholder would not be smaller). ``name``: the tool's
+    name when the output names it itself (a legacy ``function`` message has a name and no call id); else the
+    name of the call ``call_id``."""
 
-    def __call__(self, call_id: str | None, output: Any, name: str | None = None) -> str | None: ...
+    def __call__(self, call_id: str | None, content: Any, name: str | None = None) -> str | None: ...
 
 
 class Dialect:
