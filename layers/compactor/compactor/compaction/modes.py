@@ -69,6 +69,15 @@ def infer(fields: Mapping[str, Any]) -> str:
     return "decision" if fields.get("decision_policy_ir") is not None else "seal"
 
 
+def refuse_restorable(request: CompactRequest) -> None:
+    """A mode that keeps no originals answers ``restorable: true`` with 400 ``restorable_unavailable``
+    (docs/archives.md): a caller who asked for the originals to be kept must not lose them silently."""
+    from compactor.errors import RestorableUnavailable
+
+    if request.restorable:
+        raise RestorableUnavailable("restorable needs decision mode")
+
+
 def check_pins(request: CompactRequest) -> None:
     """``pinned_indices`` must name existing messages (400 otherwise), in the modes that honour pins."""
     from compactor.errors import InvalidRequest
