@@ -78,6 +78,16 @@ def refuse_restorable(request: CompactRequest) -> None:
         raise RestorableUnavailable("restorable needs decision mode")
 
 
+def check_max_tokens(request: CompactRequest) -> None:
+    """A negative ``max_tokens`` is 400 ``invalid_max_tokens`` in the modes that call a model (0 and null mean
+    the default; docs/reliability.md), named as the caller sent it: decision mode refused it as an
+    ``invalid_flow`` naming a node of the flow it builds, which the caller never wrote."""
+    from compactor.errors import InvalidMaxTokens
+
+    if request.max_tokens is not None and request.max_tokens < 0:
+        raise InvalidMaxTokens("max_tokens must not be negative")
+
+
 def check_pins(request: CompactRequest) -> None:
     """``pinned_indices`` must name existing messages (400 otherwise), in the modes that honour pins."""
     from compactor.errors import InvalidRequest

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from compactor.budget import Deadline
 from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
 from compactor.chat import Message, has_tool_calls, is_tool_result
-from compactor.compaction.modes import refuse_restorable
-from compactor.errors import InvalidMaxTokens, InvalidPolicy
+from compactor.compaction.modes import check_max_tokens, refuse_restorable
+from compactor.errors import InvalidPolicy
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
 from compactor.policy import PolicyAdmissionError
@@ -351,8 +351,7 @@ class SealMode:
 
     def prepare(self, request: CompactRequest, context: ModeContext) -> SealRun:
         refuse_restorable(request)
-        if request.max_tokens is not None and request.max_tokens < 0:  # 0/null mean the default
-            raise InvalidMaxTokens("max_tokens must not be negative")
+        check_max_tokens(request)
         return _prepare(request.messages, request.keep_recent, request.policy_ir, request.max_tokens, context.router,
                         get_dialect(request.format))
 
