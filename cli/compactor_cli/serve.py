@@ -3,10 +3,12 @@
 Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
 arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
 For people it also serves, outside the stage, the report page at ``/`` (with ``POST /report``) and Swagger
-UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
-of the ``--api-key`` values (when set; in ``x-api-key`` or ``Authorization: Bearer``) and 413 for a body
-over the limit, before reading it (a chunked body: as soon as its chunks pass the limit). A presented key's id (``compactor_aws.caller.local_key_id``) goes
-into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id.
+UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself:
+403 ``{"message": "Forbidden"}`` without one of the ``--api-key`` values (when set; in ``x-api-key`` or
+``Authorization: Bearer``) and 413 for a body over the limit, before reading it (a chunked body, which it
+reads as API Gateway does: as soon as its chunks pass the limit). A presented key's id
+(``compactor_aws.caller.local_key_id``) goes into the event's ``requestContext.identity.apiKeyId``, where
+API Gateway puts the key id.
 
 Concurrent requests are answered concurrently, the way Lambda scales out: ``--workers N`` instances of
 the function, each a process of its own that imports the handler once and answers one event at a time

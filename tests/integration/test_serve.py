@@ -168,7 +168,8 @@ def test_a_chunked_connection_stays_usable(open_server: str) -> None:
         second = client.post(f"{open_server}/compact", content=stream(), headers={"Content-Type": "application/json"})
 
     assert first.status_code == second.status_code == 200
-    assert first.json() == second.json() == {"messages": [], "compacted": False, "compaction": first.json()["compaction"]}
+    assert first.json() == second.json()
+    assert first.json()["messages"] == [] and first.json()["compacted"] is False
 
 
 @pytest.mark.parametrize("chunks", [b"zz\r\n{}\r\n0\r\n\r\n", b"-2\r\n{}\r\n0\r\n\r\n", b"2\r\n{}XX0\r\n\r\n", b"",
