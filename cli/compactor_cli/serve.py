@@ -3,10 +3,12 @@
 Each request becomes the API Gateway REST (v1 proxy) event stage ``v1`` would deliver (``/v1/compact``
 arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact.handler`` in-process.
 For people it also serves, outside the stage, the report page at ``/`` (with ``POST /report``) and Swagger
-UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself: 403 ``{"message": "Forbidden"}`` without one
-of the ``--api-key`` values (when set; in ``x-api-key`` or ``Authorization: Bearer``) and 413 for a body
-over the limit, before reading it. A presented key's id (``compactor_aws.caller.local_key_id``) goes
-into the event's ``requestContext.identity.apiKeyId``, where API Gateway puts the key id.
+UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself:
+403 ``{"message": "Forbidden"}`` without one of the ``--api-key`` values (when set; in ``x-api-key`` or
+``Authorization: Bearer``) and 413 for a body over the limit, before reading it (a chunked body, which it
+reads as API Gateway does: as soon as its chunks pass the limit). A presented key's id
+(``compactor_aws.caller.local_key_id``) goes into the event's ``requestContext.identity.apiKeyId``, where
+API Gateway puts the key id.
 
 Concurrent requests are answered concurrently, the way Lambda scales out: ``--workers N`` instances of
 the function, each a process of its own that imports the handler once and answers one event at a time
@@ -71,6 +73,9 @@ READ_TIMEOUT_S = 30.0
 """A client that sends nothing for this long is disconnected (a stalled upload cannot hold a thread)."""
 MAX_DRAIN_BYTES = 64 * 1024 * 1024
 """An oversized body up to this size is read and discarded before the 413, so the client sees the answer."""
+MAX_CHUNK_LINE = 4096
+"""Longest chunk-size line (with its extensions) or trailer line of a chunked body."""
+MAX_TRAILER_LINES = 64
 DEFAULT_WORKERS = 4
 """Function instances ``compactor serve`` runs (``--workers``): concurrent requests answered at once."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
@@ -332,28 +337,18 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if not local and url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
             self._send_json(404, NotFound.route(self.command, url.path).body(), close=True)
             return
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self._send_json(*LengthRequired("send the body with a Content-Length").answer(), close=True)
-            return
-        declared = (self.headers.get("Content-Length") or "0").strip()
-        # Digits only (RFC 9110), as many as a length can have: int() also read "1_5" and "+15" as 15.
-        if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:
-            self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)
-            return
-        length = int(declared)
-        if length > http_api.MAX_BODY_BYTES:
-            self._drain(length)
-            self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
+        body = self._read_body()
+        if body is None:  # refused and answered
             return
         if local:  # the report page's compaction, on one of the function's instances
-            self._send(*self.server.instances.report(self.rfile.read(length)))
+            self._send(*self.server.instances.report(body))
             return
         event = http_api.rest_proxy_event(
             method=self.command,
             resource_path=url.path[len(_STAGE_PREFIX):] or "/",
             query=parse_qs(url.query, keep_blank_values=True),
             headers=self.headers.items(),
-            body=self.rfile.read(length),
+            body=body,
             source_ip=self.client_address[0],
         )
         if key is not None:
@@ -363,6 +358,63 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.log_message("model call fell back x%d: %s (offer %s); fix: %s", count, cause.cause, cause.offer,
                              cause.fix)
         self._send_proxy_response(response)
+
+    def _read_body(self) -> bytes | None:
+        """The request's body, from its ``Content-Length`` or its chunks (``Transfer-Encoding: chunked``, which
+        API Gateway takes too: streaming clients send it when they do not know the length in advance); None
+        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk, 411 for a
+        transfer coding other than chunked."""
+        coding = self.headers.get("Transfer-Encoding", "").strip().lower()
+        if coding:
+            if coding != "chunked":
+                self._send_json(*LengthRequired("send the body with a Content-Length, or chunked").answer(),
+                                close=True)
+                return None
+            return self._read_chunks()
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        # Digits only (RFC 9110), as many as a length can have: int() also read "1_5" and "+15" as 15.
+        if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:
+            self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)
+            return None
+        length = int(declared)
+        if length > http_api.MAX_BODY_BYTES:
+            self._drain(length)
+            self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
+            return None
+        return self.rfile.read(length)
+
+    def _read_chunks(self) -> bytes | None:
+        """A chunked body (RFC 9112 section 7.1), read within the body limit; past the limit the rest is read
+        and discarded (up to MAX_DRAIN_BYTES) so that the client reads the 413."""
+        parts: list[bytes] = []
+        received = 0
+        while True:
+            size_line = self.rfile.readline(MAX_CHUNK_LINE + 1)
+            size = _chunk_size(size_line)
+            if size is None or len(size_line) > MAX_CHUNK_LINE:
+                self._send_json(*InvalidRequest("invalid chunked body").answer(), close=True)
+                return None
+            if size == 0:
+                break
+            received += size
+            if received > MAX_DRAIN_BYTES:
+                break
+            if received > http_api.MAX_BODY_BYTES:  # over the limit: read on without keeping
+                self._drain(size)
+            else:
+                parts.append(self.rfile.read(size))
+            if self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                if received > http_api.MAX_BODY_BYTES:
+                    break
+                self._send_json(*InvalidRequest("invalid chunked body").answer(), close=True)
+                return None
+        if received > http_api.MAX_BODY_BYTES:
+            self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
+            return None
+        for _ in range(MAX_TRAILER_LINES):  # the trailer section, up to its empty line, is read and ignored
+            if self.rfile.readline(MAX_CHUNK_LINE + 1) in (b"\r\n", b"\n", b""):
+                break
+        return b"".join(parts)
 
     def _drain(self, length: int) -> None:
         """Read and discard an oversized body (up to MAX_DRAIN_BYTES), so that the client, still sending,
@@ -416,6 +468,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         self._write_body(payload)
+
+
+def _chunk_size(line: bytes) -> int | None:
+    """The size a chunk-size line declares (hex digits, extensions after ``;`` ignored); None when malformed."""
+    digits = line.split(b";", 1)[0].strip()
+    if not digits or len(digits) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in digits):
+        return None
+    return int(digits, 16)
 
 
 def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list[str] | None = None,

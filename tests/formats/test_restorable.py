@@ -86,6 +86,24 @@ def test_seal_mode_is_not_restorable(compact_module: ModuleType, lambda_context:
     assert status == 400 and body["error"]["code"] == "restorable_unavailable"
 
 
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_mask_mode_is_not_restorable(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                     archive_dir: Any, fmt: str) -> None:
+    # Mask keeps no original: it used to answer 200 with the outputs masked, no handle and nothing stored,
+    # so a caller who asked for restorable originals lost them without a word.
+    field, load = CASES[fmt]
+    items = load()
+    assert _call(compact_module, lambda_context, "/compact", {"format": fmt, field: items, "mode": "mask",
+                                                              "keep_recent": 1})[1]["compacted"]
+
+    status, body = _call(compact_module, lambda_context, "/compact", {
+        "format": fmt, field: items, "mode": "mask", "keep_recent": 1, "restorable": True})
+
+    assert status == 400 and body["error"] == {"message": "restorable needs decision mode",
+                                               "type": "invalid_request_error", "code": "restorable_unavailable"}
+    assert not archive_dir.exists()
+
+
 def test_a_tampered_original_is_not_returned(tmp_path: Any) -> None:
     store = LocalArchiveStore(tmp_path)
     unit = [{"role": "tool", "content": "x"}]

@@ -82,3 +82,107 @@ def test_each_request_example_runs_and_answers_its_documented_model(url: str, me
     TypeAdapter(model).validate_python(response.json())
     if path == "/compact" and name == "decision":
         assert response.json()["compaction"]["output_bytes"] < response.json()["compaction"]["original_bytes"]
+
+
+def _documented(method: str, path: str, status: int) -> dict[str, Any]:
+    """The schema docs/openapi.json gives the body of ``method path``'s ``status`` answer, able to resolve its
+    ``$ref``s on its own."""
+    doc = json.loads(DOC_PATH.read_text(encoding="utf-8"))
+    response = doc["paths"][path][method]["responses"][str(status)]
+    return {**response["content"]["application/json"]["schema"], "components": doc["components"]}
+
+
+def _request_schema(path: str) -> dict[str, Any]:
+    doc = json.loads(DOC_PATH.read_text(encoding="utf-8"))
+    schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    return {**schema, "components": doc["components"]}
+
+
+_RESPONSES_ITEMS = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Make the test pass."}]},
+    {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{\"cmd\": \"pytest\"}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "FAILED tests/test_io.py\n" * 40},
+    {"type": "function_call", "call_id": "c2", "name": "bash", "arguments": "{\"cmd\": \"cat io.py\"}"},
+    {"type": "function_call_output", "call_id": "c2", "output": "def read(path):\n    ...\n" * 40},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed."}]},
+]
+_ANTHROPIC_ITEMS = [
+    {"role": "user", "content": "Make the test pass."},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {"cmd": "pytest"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "FAILED x\n" * 60}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "Looking."}]},
+    {"role": "user", "content": "Go on."},
+    {"role": "assistant", "content": [{"type": "text", "text": "Fixed."}]},
+]
+_ANSWERS = {  # (request body, the status it answers): each a documented answer the document once refused
+    "mask-chat": ({"messages": openapi.EXAMPLE_MESSAGES, "mode": "mask", "keep_recent": 1}, 200),
+    "mask-anthropic": ({"format": "anthropic-messages", "messages": _ANTHROPIC_ITEMS, "mode": "mask",
+                        "keep_recent": 1}, 200),
+    "mask-responses": ({"format": "openai-responses", "input": _RESPONSES_ITEMS, "mode": "mask",
+                        "keep_recent": 1}, 200),
+    "decision-responses": ({"format": "openai-responses", "input": _RESPONSES_ITEMS, "mode": "decision"}, 200),
+    "seal-responses": ({"format": "openai-responses", "input": _RESPONSES_ITEMS, "mode": "seal",
+                        "keep_recent": 1}, 200),
+}
+
+
+@pytest.mark.parametrize("name", list(_ANSWERS))
+def test_every_format_and_mode_sends_and_answers_what_the_document_says(url: str, name: str) -> None:
+    # The document required `messages` in every request and answer and knew only decision mode's report:
+    # an openai-responses request (items in `input`) failed its request schema, and every openai-responses or
+    # mask answer failed its response schema, so a client generated from it refused valid answers.
+    import jsonschema
+
+    body, status = _ANSWERS[name]
+    jsonschema.validate(body, _request_schema("/compact"))
+    response = httpx.post(f"{url}/compact", json=body, headers={"x-api-key": API_KEY}, timeout=60)
+
+    assert response.status_code == status, response.text
+    jsonschema.validate(response.json(), _documented("post", "/compact", status))
+    openapi.CompactResponse.model_validate(response.json())
+    if body.get("mode") == "mask":
+        assert response.json()["compaction"]["masked"], "the case masks something"
+
+
+def test_a_body_with_neither_messages_nor_input_is_not_a_documented_request() -> None:
+    import jsonschema
+
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"mode": "mask"}, _request_schema("/compact"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"messages": [], "mode": "summarize"}, _request_schema("/compact"))
+
+
+def test_usage_documents_its_range_and_its_own_422(url: str) -> None:
+    # /usage read `from` and `to` and answered a bad range with an `error` body, while the document listed no
+    # parameter and gave its 422 the `detail` body of a failed schema validation.
+    import jsonschema
+
+    doc = json.loads(DOC_PATH.read_text(encoding="utf-8"))
+    assert [p["name"] for p in doc["paths"]["/usage"]["get"]["parameters"]] == ["from", "to"]
+    headers = {"x-api-key": API_KEY}
+    ok = httpx.get(f"{url}/usage", params={"from": "2026-11-01", "to": "2026-11-30"}, headers=headers)
+    bad = httpx.get(f"{url}/usage", params={"from": "2026-11-31"}, headers=headers)
+
+    assert ok.status_code == 200 and ok.json()["from"] == "2026-11-01"
+    assert bad.status_code == 422 and bad.json()["error"]["code"] == "invalid_usage_range"
+    jsonschema.validate(bad.json(), _documented("get", "/usage", 422))
+
+
+def test_billed_routes_document_the_idempotency_key_and_its_answers(url: str) -> None:
+    import jsonschema
+
+    doc = json.loads(DOC_PATH.read_text(encoding="utf-8"))
+    for path in ("/compact", "/flows", "/flows/normalize", "/expand"):
+        operation = doc["paths"][path]["post"]
+        assert "Idempotency-Key" in [p["name"] for p in operation.get("parameters", [])], path
+        assert "409" in operation["responses"] and "Idempotent-Replayed" in operation["responses"]["200"]["headers"]
+    headers = {"x-api-key": API_KEY, "Idempotency-Key": "openapi-test-reused"}
+    first = httpx.post(f"{url}/compact", json={"messages": [], "mode": "mask"}, headers=headers)
+    reused = httpx.post(f"{url}/compact", json={"messages": [{"role": "user", "content": "x"}]}, headers=headers)
+    invalid = httpx.post(f"{url}/compact", json={"messages": 5}, headers={"x-api-key": API_KEY})
+
+    assert first.status_code == 200 and reused.status_code == 422 and invalid.status_code == 422
+    assert reused.json()["error"]["code"] == "idempotency_key_reused"
+    jsonschema.validate(reused.json(), _documented("post", "/compact", 422))
+    jsonschema.validate(invalid.json(), _documented("post", "/compact", 422))

@@ -125,6 +125,75 @@ def test_a_content_length_is_digits(open_server: str, declared: str, status: int
         assert json.loads(payload)["error"]["message"] == "invalid Content-Length"
 
 
+def _exchange(base: str, request: bytes) -> tuple[int, bytes]:
+    url = httpx.URL(base)
+    with socket.create_connection((url.host, url.port), timeout=30) as client:
+        client.sendall(request)
+        client.shutdown(socket.SHUT_WR)  # all is sent: a body cut short ends here
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), payload
+
+
+def _chunked(body: bytes, size: int) -> bytes:
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size])
+                    for i in range(0, len(body), size)) + b"0\r\nX-Trailer: t\r\n\r\n"
+
+
+CHUNKED_HEAD = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+
+
+def test_a_chunked_body_is_read_as_api_gateway_reads_it(open_server: str) -> None:
+    # A client streaming its body (Go's http.Client with an io.Reader, fetch with a stream, curl -T -) sends it
+    # chunked; API Gateway takes that, and compactor serve answered every such request 411.
+    body = json.dumps({"messages": TRANSCRIPT * 20, "mode": "mask", "keep_recent": 1}).encode("utf-8")
+    expected = httpx.post(f"{open_server}/compact", content=body, headers={"Content-Type": "application/json"})
+
+    status, payload = _exchange(open_server, CHUNKED_HEAD + _chunked(body, 100))
+
+    assert status == expected.status_code == 200
+    assert payload == expected.content
+
+
+def test_a_chunked_connection_stays_usable(open_server: str) -> None:
+    def stream() -> Iterator[bytes]:
+        yield b'{"messages": []'
+        yield b', "mode": "mask"}'
+
+    with httpx.Client() as client:  # a generator body goes out chunked, on one kept-alive connection
+        first = client.post(f"{open_server}/compact", content=stream(), headers={"Content-Type": "application/json"})
+        second = client.post(f"{open_server}/compact", content=stream(), headers={"Content-Type": "application/json"})
+
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert first.json()["messages"] == [] and first.json()["compacted"] is False
+
+
+@pytest.mark.parametrize("chunks", [b"zz\r\n{}\r\n0\r\n\r\n", b"-2\r\n{}\r\n0\r\n\r\n", b"2\r\n{}XX0\r\n\r\n", b"",
+                                    b"5\r\n{}\r\n"])
+def test_a_malformed_chunked_body_is_400(open_server: str, chunks: bytes) -> None:
+    status, payload = _exchange(open_server, CHUNKED_HEAD + chunks)
+
+    assert status == 400
+    assert json.loads(payload)["error"]["message"] == "invalid chunked body"
+
+
+def test_a_chunked_body_over_the_limit_is_413(open_server: str) -> None:
+    piece = b"x" * (1 << 20)
+    status, payload = _exchange(open_server, CHUNKED_HEAD + _chunked(piece * 11, len(piece)))
+
+    assert status == 413 and json.loads(payload)["error"]["code"] == "request_too_large"
+
+
+def test_another_transfer_coding_is_411(open_server: str) -> None:
+    status, payload = _exchange(open_server, CHUNKED_HEAD.replace(b"chunked", b"gzip, chunked") + b"0\r\n\r\n")
+
+    assert status == 411
+
+
 @pytest.mark.parametrize(
     ("content", "error_type"),
     [(b"not json", "json_invalid"), (b'{"keep_recent": 1}', "missing"), (b'{"messages": [], "target_ratio": 2}',

@@ -77,6 +77,18 @@ async def test_legacy_refuses_a_negative_max_tokens_without_calling_the_provider
     assert transport.requests == []
 
 
+@pytest.mark.usefixtures("bundled_catalog")
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+def test_a_negative_max_tokens_is_named_as_the_caller_sent_it(compact_module: ModuleType, mode: str) -> None:
+    # Decision mode refused it as 400 invalid_flow: "flow_ir rejected at admission: node "batch_0_generate":
+    # max_tokens must be an integer 1-4096", naming a flow and a node the caller never sent.
+    raw = json.dumps({"messages": long_transcript(), "mode": mode, "max_tokens": -5}).encode()
+    status, text = post(compact_module, "compact", raw)
+    body = assert_well_answered(status, text, raw)
+    assert status == 400 and body["error"] == {"message": "max_tokens must not be negative",
+                                               "type": "invalid_request_error", "code": "invalid_max_tokens"}
+
+
 # -- legacy never grows, never seals a cut-off summary (finding 4) --------------------------------
 
 async def test_a_seal_that_would_grow_the_transcript_returns_the_original() -> None:

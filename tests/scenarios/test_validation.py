@@ -56,8 +56,7 @@ def test_pins_outside_the_messages_are_400_with_null_code(stack: Stack, pins: li
     {"decision_policy_ir": BAD_POLICY},
     {"decision_policy_ir": ["zero"]},
     {"decision_policy_ir": DECISION_POLICY, "policy_ir": BAD_POLICY},
-    {"decision_policy_ir": DECISION_POLICY, "max_tokens": -5},
-], ids=["bad-decision-policy", "decision-policy-not-a-policy", "bad-generation-policy", "negative-max-tokens"])
+], ids=["bad-decision-policy", "decision-policy-not-a-policy", "bad-generation-policy"])
 def test_generated_flow_rejected_at_admission_is_400_invalid_flow(stack: Stack, fields: dict[str, Any]) -> None:
     response = stack.post({"messages": MESSAGES, "keep_recent": 1, **fields})
 
@@ -65,6 +64,17 @@ def test_generated_flow_rejected_at_admission_is_400_invalid_flow(stack: Stack, 
     error = response.json()["error"]
     assert error["message"].startswith("flow_ir rejected at admission: ") and len(error["message"]) > 32
     assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_flow")
+    assert stack.fake.requests == []
+
+
+def test_a_negative_max_tokens_is_refused_as_sent_before_any_flow(stack: Stack) -> None:
+    # It used to reach the generated flow's admission: 400 invalid_flow naming a node the caller never wrote.
+    response = stack.post({"messages": MESSAGES, "keep_recent": 1, "decision_policy_ir": DECISION_POLICY,
+                           "max_tokens": -5})
+
+    assert response.status_code == 400
+    assert response.json()["error"] == {"message": "max_tokens must not be negative",
+                                        "type": "invalid_request_error", "code": "invalid_max_tokens"}
     assert stack.fake.requests == []
 
 

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn, HTTPBearer, Server
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compactor import __version__, http_api
 
@@ -34,6 +34,9 @@ class Fragment(BaseModel):
     start: int = Field(description="first message index (inclusive)")
     end: int = Field(description="last message index (exclusive)")
     action: Literal["keep", "summarize", "archive"]
+    reason: str | None = Field(default=None, description="why the unit got its action (docs/report.md)")
+    handle: str | None = Field(default=None, description="restorable requests: the `cmp_…` handle of the "
+                                                          "unit's original, for POST /v1/expand")
 
 
 class Compaction(BaseModel):
@@ -52,17 +55,54 @@ class Compaction(BaseModel):
     preserved_prefix_bytes: int = Field(description="serialized bytes of the unchanged prefix (prompt cache)")
 
 
+class MaskedOutput(BaseModel):
+    """One tool output mask mode replaced by its placeholder."""
+
+    index: int = Field(description="the item's index")
+    tool_call_id: str | None = Field(description="the call the output answered")
+    name: str | None = Field(description="the tool's name, when the call names it")
+    original_bytes: int
+
+
+class MaskCompaction(BaseModel):
+    """The mask-mode report."""
+
+    mode: Literal["mask"]
+    original_bytes: int
+    output_bytes: int
+    masked: list[MaskedOutput]
+    first_changed_index: int | None = Field(description="first output message that differs from the input")
+    preserved_prefix_bytes: int = Field(description="serialized bytes of the unchanged prefix (prompt cache)")
+
+
+def _absent_not_null(schema: dict[str, Any]) -> None:
+    """An items field is absent or an array, never null: the items come under one of the two names."""
+    schema.pop("default", None)
+    schema.update(schema.pop("anyOf")[0])
+
+
 class CompactResponse(BaseModel):
     """Answer of ``POST /v1/compact``: the compacted messages, in the request's own format."""
 
-    model_config = ConfigDict(extra="allow")
+    # The items come back under the request's own name: ``input`` in openai-responses, else ``messages``.
+    model_config = ConfigDict(extra="allow", json_schema_extra={
+        "oneOf": [{"required": ["messages"]}, {"required": ["input"]}]})
 
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, Any]] | None = Field(default=None, json_schema_extra=_absent_not_null,
+                                                  description="the items (openai-chat, anthropic-messages)")
+    input: list[dict[str, Any]] | None = Field(default=None, json_schema_extra=_absent_not_null,
+                                               description="the items (openai-responses)")
     compacted: bool = Field(description="whether the output differs from the input")
-    compaction: Compaction | None = Field(default=None, description="decision mode only")
+    compaction: Compaction | MaskCompaction | None = Field(default=None, description="decision and mask modes")
     usage: dict[str, Any] | None = Field(default=None, description="token totals, when a model reported them")
     x_router: dict[str, Any] | None = Field(default=None, description="cost, models and the decision trace, "
                                                                       "when a model was called")
+
+    @model_validator(mode="after")
+    def _items_under_one_name(self) -> CompactResponse:
+        if (self.messages is None) == (self.input is None):
+            raise ValueError("the items are under exactly one of 'messages' and 'input'")
+        return self
 
 
 class FlowsResponse(BaseModel):
@@ -231,7 +271,8 @@ RESPONSES: dict[tuple[str, str], type[BaseModel]] = {
 }
 SUCCESS_STATUS = {("post", "/uploads"): "201"}
 ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
-    "400": ("the request is well formed but cannot be served (invalid policy or flow, bad pins)", ErrorBody),
+    "400": ("the request is well formed but cannot be served (invalid policy or flow, bad pins, an invalid "
+            "Idempotency-Key)", ErrorBody),
     "403": ("no valid API key", Forbidden),
     "404": ("no such job or handle (or not the caller's)", ErrorBody),
     "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
@@ -242,6 +283,36 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
 }
 ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/{job_id}"},
                "415": {"/compact", "/expand", "/flows", "/flows/normalize", "/uploads"}}
+ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
+    ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
+                                "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
+}
+"""A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
+
+IDEMPOTENT_ROUTES = frozenset({("post", "/compact"), ("post", "/flows"), ("post", "/flows/normalize"),
+                               ("post", "/expand")})
+"""The routes that take an ``Idempotency-Key`` (the billed ones: ``compactor_aws.routes.common.billed``)."""
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key", "in": "header", "required": False,
+    "description": "makes retries safe: the same key and body within the TTL (24 h) replay the stored answer "
+                   "byte for byte, without computing or billing again; another body under the key is 422 "
+                   "`idempotency_key_reused`, a retry while the first request runs 409 (docs/billing.md)",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"}}
+REPLAYED_HEADER = {"Idempotent-Replayed": {"description": "`true` when the answer is the stored answer of an "
+                                                          "earlier request with the same Idempotency-Key",
+                                           "schema": {"type": "string", "enum": ["true"]}}}
+IDEMPOTENCY_ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
+    "409": ("the first request with this Idempotency-Key is still running (`idempotency_in_progress`): "
+            "retry later", ErrorBody),
+}
+QUERY_PARAMETERS: dict[tuple[str, str], list[dict[str, Any]]] = {
+    ("get", "/usage"): [
+        {"name": "from", "in": "query", "required": False, "schema": {"type": "string", "format": "date"},
+         "description": "first day, YYYY-MM-DD (default: the first of `to`'s month)"},
+        {"name": "to", "in": "query", "required": False, "schema": {"type": "string", "format": "date"},
+         "description": "last day, YYYY-MM-DD, included (default: today, UTC); at most 366 days after `from`"},
+    ],
+}
 
 
 # What each request body and field means, for the reader of the document (the models' docstrings speak to
@@ -250,18 +321,19 @@ REQUEST_DOCS: dict[str, tuple[str, dict[str, str]]] = {
     "CompactRequest": ("A transcript to compact. With `decision_policy_ir` (decision mode) every unit is kept, "
                        "summarized or archived toward `target_ratio`; without it (seal mode) the aged middle "
                        "of the conversation is sealed into one summary.", {
-        "messages": "the conversation: chat messages with `role` and `content` (and `tool_calls`)",
+        "messages": "the conversation in `format` (openai-chat: messages with `role` and `content`, and "
+                    "`tool_calls`); openai-responses sends `input` instead",
         "keep_recent": "the last N messages are never changed",
         "policy_ir": "routing policy for the summary calls (Σ_pol term); default: the cheapest capable offer",
         "max_tokens": "most tokens one summary call may generate",
         "decision_policy_ir": "routing policy for the decision calls; its presence selects decision mode",
         "target_ratio": "decision mode: aim for output bytes ≤ this share of the input (0 < r ≤ 1)",
-        "pinned_indices": "decision mode: message indexes never changed (default: every user message; "
+        "pinned_indices": "decision and mask modes: message indexes never changed (default: every user message; "
                           "system and developer messages are always pinned)",
         "format": "openai-chat (default), anthropic-messages or openai-responses (items in `input`); the "
                   "answer uses the same format (docs/formats.md)",
         "restorable": "decision mode: keep the originals of changed units; the manifest and markers carry "
-                      "handles for POST /v1/expand (docs/archives.md)",
+                      "handles for POST /v1/expand (docs/archives.md); 400 in seal and mask modes",
     }),
     "ExpandRequest": ("Handles from a restorable compaction.", {"handles": "1 to 256 `cmp_…` handles"}),
     "FlowsRequest": ("A flow (Σ_flow term: named nodes of kinds input, llm, decision, data, output) and its "
@@ -279,6 +351,26 @@ def _describe_requests(components: dict[str, Any]) -> None:
         for field, text in fields.items():
             if field in schema.get("properties", {}):
                 schema["properties"][field]["description"] = text
+    _items_under_their_name(components.get("CompactRequest"))
+
+
+def _items_under_their_name(schema: dict[str, Any] | None) -> None:
+    """What the request model's validators say and its generated schema cannot: openai-responses sends its
+    items as ``input`` (docs/formats.md), so a body needs ``messages`` or ``input``; ``mode`` names a
+    registered mode."""
+    from compactor.compaction.modes import names
+
+    if schema is None:
+        return
+    properties = schema.setdefault("properties", {})
+    properties["input"] = {**properties["messages"], "title": "Input", "description": (
+        "openai-responses: the items (`message`, `function_call`, `function_call_output`, `reasoning`, …), "
+        "instead of `messages`")}
+    properties["mode"] = {"anyOf": [{"enum": list(names()), "type": "string"}, {"type": "null"}], "title": "Mode",
+                          "description": "the compaction mode; absent: `decision` with `decision_policy_ir`, "
+                                         "else `seal` (docs/behaviour.md)"}
+    schema.pop("required", None)
+    schema["anyOf"] = [{"required": ["messages"]}, {"required": ["input"]}]
 
 
 def _component(model: type[BaseModel], components: dict[str, Any]) -> dict[str, str]:
@@ -314,10 +406,33 @@ def document(app: Any) -> dict[str, Any]:
                     continue
                 responses[status] = {"description": description,
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
+            for status, (description, error_model) in ROUTE_ERRORS.get((method, path), {}).items():
+                responses[status] = {"description": description,
+                                     "content": {"application/json": {"schema": _component(error_model, components)}}}
+            if (method, path) in QUERY_PARAMETERS:
+                operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
+            if (method, path) in IDEMPOTENT_ROUTES:
+                _idempotent(operation, responses, components)
             request = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if request is not None and (method, path) in examples:
                 request["examples"] = examples[(method, path)]
     return doc
+
+
+def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components: dict[str, Any]) -> None:
+    """The Idempotency-Key header of a billed route and the answers it adds (docs/billing.md)."""
+    operation.setdefault("parameters", []).append(IDEMPOTENCY_KEY)
+    for status in ("200", "201"):
+        if status in responses:
+            responses[status]["headers"] = REPLAYED_HEADER
+    for status, (description, error_model) in IDEMPOTENCY_ERRORS.items():
+        responses[status] = {"description": description,
+                             "content": {"application/json": {"schema": _component(error_model, components)}}}
+    responses["422"] = {
+        "description": "the body failed schema validation (`detail`), or the Idempotency-Key came with another "
+                       "body (`error`, `idempotency_key_reused`)",
+        "content": {"application/json": {"schema": {"anyOf": [_component(ValidationErrorBody, components),
+                                                              _component(ErrorBody, components)]}}}}
 
 
 @lru_cache(maxsize=2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from compactor.call_record import CallRecord, flow_facts
-from compactor.compaction.modes import check_pins
+from compactor.compaction.modes import check_max_tokens, check_pins
 from compactor.compaction.preparation import (
     DECISION_PAYLOAD_MAX_BYTES, MAX_SUMMARY_RECORD_BYTES, REASON_BATCHES, REASON_FLOW_INPUT, REASON_FRAGMENTS,
     Preparation, bounded_tail, prepare)
@@ -131,6 +131,7 @@ class DecisionMode:
     def prepare(self, request: CompactRequest, context: ModeContext) -> DecisionPlan:
         messages = request.messages
         check_pins(request)
+        check_max_tokens(request)
         if request.restorable and context.archive is None:
             raise RestorableUnavailable("restorable is not available here")
         max_tokens = requested_max_tokens(request)

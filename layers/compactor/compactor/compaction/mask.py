@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from compactor.call_record import CallRecord
-from compactor.compaction.modes import check_pins
+from compactor.compaction.modes import check_pins, refuse_restorable
 from compactor.compaction.reassembly import first_changed_index, preserved_prefix_bytes
 from compactor.compaction.units import instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
@@ -91,6 +91,7 @@ class MaskMode:
     name = NAME
 
     def prepare(self, request: CompactRequest, context: ModeContext) -> None:
+        refuse_restorable(request)  # a masked output is gone: no original is kept to expand
         check_pins(request)
 
     async def run(self, plan: None, context: ModeContext) -> None:

@@ -69,6 +69,25 @@ def infer(fields: Mapping[str, Any]) -> str:
     return "decision" if fields.get("decision_policy_ir") is not None else "seal"
 
 
+def refuse_restorable(request: CompactRequest) -> None:
+    """A mode that keeps no originals answers ``restorable: true`` with 400 ``restorable_unavailable``
+    (docs/archives.md): a caller who asked for the originals to be kept must not lose them silently."""
+    from compactor.errors import RestorableUnavailable
+
+    if request.restorable:
+        raise RestorableUnavailable("restorable needs decision mode")
+
+
+def check_max_tokens(request: CompactRequest) -> None:
+    """A negative ``max_tokens`` is 400 ``invalid_max_tokens`` in the modes that call a model (0 and null mean
+    the default; docs/reliability.md), named as the caller sent it: decision mode refused it as an
+    ``invalid_flow`` naming a node of the flow it builds, which the caller never wrote."""
+    from compactor.errors import InvalidMaxTokens
+
+    if request.max_tokens is not None and request.max_tokens < 0:
+        raise InvalidMaxTokens("max_tokens must not be negative")
+
+
 def check_pins(request: CompactRequest) -> None:
     """``pinned_indices`` must name existing messages (400 otherwise), in the modes that honour pins."""
     from compactor.errors import InvalidRequest

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from compactor.budget import Deadline
 from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
 from compactor.chat import Message, has_tool_calls, is_tool_result
-from compactor.errors import InvalidMaxTokens, InvalidPolicy, RestorableUnavailable
+from compactor.compaction.modes import check_max_tokens, refuse_restorable
+from compactor.errors import InvalidPolicy
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
 from compactor.policy import PolicyAdmissionError
@@ -349,10 +350,8 @@ class SealMode:
     name = NAME
 
     def prepare(self, request: CompactRequest, context: ModeContext) -> SealRun:
-        if request.restorable:
-            raise RestorableUnavailable("restorable needs decision mode")
-        if request.max_tokens is not None and request.max_tokens < 0:  # 0/null mean the default
-            raise InvalidMaxTokens("max_tokens must not be negative")
+        refuse_restorable(request)
+        check_max_tokens(request)
         return _prepare(request.messages, request.keep_recent, request.policy_ir, request.max_tokens, context.router,
                         get_dialect(request.format))
 
