@@ -12,7 +12,8 @@ import pytest
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .conftest import api_event, decision_policy
-from .validity import CHAT, CLAUDE_CODE, CODEX, PROBLEMS, cdump, claude_code_messages, codex_items
+from .validity import (CHAT, CLAUDE_CODE, CODEX, PROBLEMS, calls_without_their_reasoning, cdump, claude_code_messages,
+                       codex_items)
 
 CASES = {
     "openai-chat": ("messages", lambda: json.loads(CHAT.read_text(encoding="utf-8"))),
@@ -184,6 +185,37 @@ def test_no_mode_parts_a_responses_call_from_an_output_that_comes_later(
 
     assert status == 200 and body["compacted"] is True
     assert PROBLEMS["openai-responses"](items) == [] and PROBLEMS["openai-responses"](body["input"]) == []
+
+
+def _preamble_session() -> list[dict[str, Any]]:
+    """Codex's responses: reasoning, a short assistant message announcing the call, the call, then its output
+    (items with their ids, as a stored response lists them)."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
+    for n in range(8):
+        items += [{"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": "opaque"},
+                  {"type": "message", "id": f"msg_{n}", "role": "assistant",
+                   "content": [{"type": "output_text", "text": f"Reading a{n}. " * (1 if n % 2 else 60)}]},
+                  {"type": "function_call", "id": f"fc_{n}", "call_id": f"a{n}", "name": "exec",
+                   "arguments": f'{{"cmd": "cat a{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * (80 if n % 2 else 2)}]
+    return items + [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done"}]}]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+@pytest.mark.parametrize("keep_recent", [2, 3])
+def test_a_responses_call_is_never_kept_without_the_reasoning_of_its_response(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, keep_recent: int) -> None:
+    """The reasoning item, the assistant message and the call of one response are one unit: before, the call
+    was a unit of its own and the reasoning went with the message, so compacting the message sent the call
+    back without the reasoning the Responses API requires for it."""
+    items = _preamble_session()
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "mode": mode, "keep_recent": keep_recent, "target_ratio": 0.01,
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    assert PROBLEMS["openai-responses"](body["input"]) == []
+    assert calls_without_their_reasoning(items, body["input"]) == []
 
 
 @pytest.mark.parametrize("kind", ["compaction", "compaction_summary"])

@@ -50,7 +50,8 @@ def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
         {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"},  # in flight: no output
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 9), (9, 10)]
+    # the last reasoning, the message and the call after it are one response's output: one unit
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 10)]
     assert RESPONSES.always_pinned(items) == {0} and RESPONSES.default_pins(items) == {1}
     assert all(i.get("type") != "reasoning" for i in RESPONSES.model_view(items))
 
@@ -149,7 +150,7 @@ def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
         {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},  # an id used twice
         {"type": "function_call_output", "call_id": "b", "output": "B2"},
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7)]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 4), (4, 7)]  # a message joins the call after it
 
 
 def _stand_in(call_id: str | None, output: Any) -> str:

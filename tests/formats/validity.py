@@ -62,6 +62,31 @@ def responses_problems(items: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+def _response_output(item: dict[str, Any]) -> bool:
+    """An item a response outputs: an assistant message or a call (``reasoning`` aside)."""
+    kind = item.get("type", "message" if "role" in item else "")
+    return (kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
+
+
+def calls_without_their_reasoning(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
+    """Calls of ``output`` whose response began with a ``reasoning`` item (read in ``items``: the reasoning, then
+    assistant messages and calls, up to the call) that ``output`` no longer holds. The Responses API refuses a
+    call item sent without it ("Item 'fc_…' of type 'function_call' was provided without its required
+    'reasoning' item")."""
+    needs: dict[str, str] = {}
+    reasoning = None
+    for item in items:
+        if item.get("type") == "reasoning":
+            reasoning = cdump(item)
+        elif not _response_output(item):
+            reasoning = None
+        elif reasoning is not None and str(item.get("type", "")).endswith("_call"):
+            needs[cdump(item)] = reasoning
+    present = {cdump(item) for item in output}
+    return [f"{index}: {item.get('type')} {item.get('call_id')} without its reasoning"
+            for index, item in enumerate(output) if needs.get(cdump(item), cdump(item)) not in present]
+
+
 def chat_problems(messages: list[dict[str, Any]]) -> list[str]:
     problems, called = [], set()
     for index, message in enumerate(messages):

@@ -79,6 +79,13 @@ def _message_role(item: Item) -> Any:
     return item.get("role") if kind_of(item) == "message" else None
 
 
+def _same_response(prev: Item, nxt: Item) -> bool:
+    """An assistant message and the call right after it: one response's output, the message before the call
+    (Codex's preamble), as a chat assistant message holds its text and its ``tool_calls``. The ``reasoning``
+    item before the message is the call's too, and the API refuses a call item sent without it."""
+    return _message_role(prev) == "assistant" and kind_of(nxt).endswith("_call")
+
+
 class OpenAIResponses(Dialect):
     name = "openai-responses"
     items_field = "input"
@@ -91,7 +98,7 @@ class OpenAIResponses(Dialect):
 
     def split_units(self, items: list[Item]) -> list[Unit]:
         return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
-                            same_turn=lambda a, b: False)
+                            same_turn=_same_response)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")} | self.opaque_state(items)
