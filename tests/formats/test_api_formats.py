@@ -218,6 +218,29 @@ def test_a_responses_call_is_never_kept_without_the_reasoning_of_its_response(
     assert calls_without_their_reasoning(items, body["input"]) == []
 
 
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+def test_an_anthropic_transcript_still_starts_with_a_user_message_whatever_is_pinned(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """The Messages API refuses a first message that is not a user message, and a summary is an assistant
+    message: with pins that leave the first prompt out (``pinned_indices: []``), decision mode used to summarize
+    it and answer a transcript starting with an assistant message. The first user message is always kept."""
+    big = "Read the module and explain it. " * 60
+    items: list[dict[str, Any]] = [{"role": "user", "content": big}]
+    for n in range(6):
+        items += [{"role": "assistant", "content": [{"type": "text", "text": f"Reading part {n}. " * 40},
+                                                    {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"n": n}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"line {n} " * 200}]}]
+    items += [{"role": "assistant", "content": [{"type": "text", "text": "Done."}]}, {"role": "user", "content": "Thanks"}]
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "anthropic-messages", "messages": items, "mode": mode, "keep_recent": 1, "pinned_indices": [],
+        "target_ratio": 0.01, "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    output = body["messages"]
+    assert cdump(output[0]) == cdump(items[0])
+    assert PROBLEMS["anthropic-messages"](output) == []
+
+
 @pytest.mark.parametrize("kind", ["compaction", "compaction_summary"])
 @pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
 def test_an_earlier_compaction_item_is_kept_in_place_and_never_read_as_text(

@@ -34,7 +34,7 @@ def test_anthropic_units_pair_tool_use_with_every_result_and_keep_turns_whole() 
     ]
     assert _spans(ANTHROPIC, items) == [(0, 1), (1, 6), (6, 7), (7, 8)]
     assert ANTHROPIC.default_pins(items) == {0, 7}
-    assert ANTHROPIC.always_pinned(items) == set()
+    assert ANTHROPIC.always_pinned(items) == {0}  # the first message: the API needs a user message first
 
 
 def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows() -> None:

@@ -16,6 +16,8 @@ CHAT = CORPUS / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
 
 def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
     problems, called = [], set()
+    if messages and messages[0].get("role") != "user":  # "messages: first message must use the "user" role"
+        problems.append(f"0: the first message has role {messages[0].get('role')!r}")
     for index, message in enumerate(messages):
         if message.get("role") not in ("user", "assistant"):
             problems.append(f"{index}: role {message.get('role')!r}")

@@ -74,6 +74,11 @@ class AnthropicMessages(Dialect):
     def split_units(self, items: list[Item]) -> list[Unit]:
         return paired_units(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn)
 
+    def always_pinned(self, items: list[Item]) -> set[int]:
+        """The first message when it is a user message: the Messages API (Amazon Bedrock's too) refuses a
+        conversation whose first message is not a user message, and a summary is an assistant message."""
+        return {0} if items and items[0].get("role") == "user" else set()
+
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
 
