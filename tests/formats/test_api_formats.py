@@ -12,8 +12,8 @@ import pytest
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .conftest import api_event, decision_policy
-from .validity import (CHAT, CLAUDE_CODE, CODEX, PROBLEMS, calls_without_their_reasoning, cdump, claude_code_messages,
-                       codex_items)
+from .validity import (CHAT, CLAUDE_CODE, CODEX, PROBLEMS, cdump, claude_code_messages, codex_items,
+                       outputs_without_their_reasoning)
 
 CASES = {
     "openai-chat": ("messages", lambda: json.loads(CHAT.read_text(encoding="utf-8"))),
@@ -189,25 +189,34 @@ def test_no_mode_parts_a_responses_call_from_an_output_that_comes_later(
 
 def _preamble_session() -> list[dict[str, Any]]:
     """Codex's responses: reasoning, a short assistant message announcing the call, the call, then its output
-    (items with their ids, as a stored response lists them)."""
+    (items with their ids, as a stored response lists them); and responses searching the web before answering."""
     items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
     for n in range(8):
+        if n % 3 == 2:  # a response searching the web, then answering: its message needs its reasoning too
+            items += [{"type": "reasoning", "id": f"rs_w{n}", "summary": [], "encrypted_content": "opaque"},
+                      {"type": "web_search_call", "id": f"ws_{n}", "status": "completed",
+                       "action": {"type": "search", "query": f"topic {n}"}},
+                      {"type": "message", "id": f"msg_w{n}", "role": "assistant",
+                       "content": [{"type": "output_text", "text": f"Found {n}. " * 80}]},
+                      {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Next {n}"}]}]
         items += [{"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": "opaque"},
                   {"type": "message", "id": f"msg_{n}", "role": "assistant",
                    "content": [{"type": "output_text", "text": f"Reading a{n}. " * (1 if n % 2 else 60)}]},
                   {"type": "function_call", "id": f"fc_{n}", "call_id": f"a{n}", "name": "exec",
                    "arguments": f'{{"cmd": "cat a{n}"}}'},
                   {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * (80 if n % 2 else 2)}]
-    return items + [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done"}]}]
+    return items + [{"type": "reasoning", "id": "rs_end", "summary": [], "encrypted_content": "opaque"},
+                    {"type": "web_search_call", "id": "ws_end", "status": "completed", "action": {"type": "search", "query": "docs"}},
+                    {"type": "message", "id": "msg_end", "role": "assistant", "content": [{"type": "output_text", "text": "Done"}]}]
 
 
 @pytest.mark.parametrize("mode", ["decision", "seal"])
-@pytest.mark.parametrize("keep_recent", [2, 3])
-def test_a_responses_call_is_never_kept_without_the_reasoning_of_its_response(
+@pytest.mark.parametrize("keep_recent", [1, 2, 3])
+def test_a_responses_item_is_never_kept_without_the_reasoning_of_its_response(
         compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, keep_recent: int) -> None:
-    """The reasoning item, the assistant message and the call of one response are one unit: before, the call
-    was a unit of its own and the reasoning went with the message, so compacting the message sent the call
-    back without the reasoning the Responses API requires for it."""
+    """The reasoning item and the messages and calls of one response are one unit: before, the reasoning went
+    with the item right after it only, so compacting that item (a preamble message, a web search) sent the call
+    or the answer after it back without the reasoning the Responses API requires for it."""
     items = _preamble_session()
     status, body = _compact(compact_module, lambda_context, {
         "format": "openai-responses", "input": items, "mode": mode, "keep_recent": keep_recent, "target_ratio": 0.01,
@@ -215,7 +224,7 @@ def test_a_responses_call_is_never_kept_without_the_reasoning_of_its_response(
 
     assert status == 200 and body["compacted"] is True
     assert PROBLEMS["openai-responses"](body["input"]) == []
-    assert calls_without_their_reasoning(items, body["input"]) == []
+    assert outputs_without_their_reasoning(items, body["input"]) == []
 
 
 @pytest.mark.parametrize("mode", ["decision", "seal"])

@@ -175,7 +175,7 @@ def test_a_local_shell_call_output_answers_the_call_id_its_id_names() -> None:
 def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> None:
     """``mcp_approval_request`` (its ``id``) is answered by ``mcp_approval_response`` (its
     ``approval_request_id``), and the ``mcp_call`` made after it names it too; an ``mcp_call`` carries its
-    output, so it leaves what follows alone."""
+    output and waits for none: what follows joins it only as the same response's output (calls, messages)."""
     items = [
         {"type": "message", "role": "user", "content": "roll"},
         {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "dice", "tools": [{"name": "roll", "input_schema": {}}]},
@@ -189,7 +189,8 @@ def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> No
         {"type": "function_call_output", "call_id": "f", "output": "F"},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4 and 6"}]},
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 6), (6, 7), (7, 9), (9, 10)]
+    # the calls after the approval (both mcp_calls, the function call) are one response's output
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 9), (9, 10)]
     assert RESPONSES.render_line(items[6]) == "assistant: [tool call roll({})]\ntool: 6"
     assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"
 

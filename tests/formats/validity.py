@@ -70,11 +70,11 @@ def _response_output(item: dict[str, Any]) -> bool:
     return (kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
 
 
-def calls_without_their_reasoning(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
-    """Calls of ``output`` whose response began with a ``reasoning`` item (read in ``items``: the reasoning, then
-    assistant messages and calls, up to the call) that ``output`` no longer holds. The Responses API refuses a
-    call item sent without it ("Item 'fc_…' of type 'function_call' was provided without its required
-    'reasoning' item")."""
+def outputs_without_their_reasoning(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
+    """Items of ``output`` from a response that began with a ``reasoning`` item (read in ``items``: the
+    reasoning, then the assistant messages and calls after it) whose reasoning ``output`` no longer holds. The
+    Responses API refuses them ("Item 'fc_…' of type 'function_call' was provided without its required
+    'reasoning' item", and the same for a 'message')."""
     needs: dict[str, str] = {}
     reasoning = None
     for item in items:
@@ -82,10 +82,10 @@ def calls_without_their_reasoning(items: list[dict[str, Any]], output: list[dict
             reasoning = cdump(item)
         elif not _response_output(item):
             reasoning = None
-        elif reasoning is not None and str(item.get("type", "")).endswith("_call"):
+        elif reasoning is not None:
             needs[cdump(item)] = reasoning
     present = {cdump(item) for item in output}
-    return [f"{index}: {item.get('type')} {item.get('call_id')} without its reasoning"
+    return [f"{index}: {item.get('type')} {item.get('id')} without its reasoning"
             for index, item in enumerate(output) if needs.get(cdump(item), cdump(item)) not in present]
 
 

@@ -6,7 +6,8 @@ Calls and results are items paired by id: ``function_call`` with ``function_call
 ``mcp_approval_request`` with the ``mcp_approval_response`` (and the ``mcp_call``) naming it in
 ``approval_request_id``; a unit holds the calls of one turn with every output answering them, and
 whatever lies between. Server-side calls (``mcp_call``, ``web_search_call``, …) carry their results and
-wait for nothing. A ``reasoning`` item joins the item after it. ``system`` and ``developer`` messages
+wait for nothing. A ``reasoning`` item joins the item after it, and the messages and calls of one response
+stay together (:func:`_same_response`). ``system`` and ``developer`` messages
 are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
 outside the items and never touched.
 
@@ -79,11 +80,19 @@ def _message_role(item: Item) -> Any:
     return item.get("role") if kind_of(item) == "message" else None
 
 
+def _response_output(item: Item) -> bool:
+    """An item a response outputs besides its reasoning: an assistant message or a call."""
+    return _message_role(item) == "assistant" or kind_of(item).endswith("_call")
+
+
 def _same_response(prev: Item, nxt: Item) -> bool:
-    """An assistant message and the call right after it: one response's output, the message before the call
-    (Codex's preamble), as a chat assistant message holds its text and its ``tool_calls``. The ``reasoning``
-    item before the message is the call's too, and the API refuses a call item sent without it."""
-    return _message_role(prev) == "assistant" and kind_of(nxt).endswith("_call")
+    """Items of one response's output: an assistant message, or a call that waits for no output (a server-side
+    call carries its result), followed by another message or call. A response lists them in order after its
+    ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
+    the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run,
+    so an unanswered call still takes in nothing after it."""
+    waits_for_nothing = _message_role(prev) == "assistant" or (kind_of(prev).endswith("_call") and not _opens(prev))
+    return waits_for_nothing and _response_output(nxt)
 
 
 class OpenAIResponses(Dialect):
