@@ -29,7 +29,34 @@ def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
                 called.add(block["id"])
             if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
                 problems.append(f"{index}: tool_result {block.get('tool_use_id')} answers no earlier tool_use")
-    return problems
+    return problems + _final_thinking_problems(messages)
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def _final_thinking_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """With thinking on (the final assistant message holds thinking), the final assistant message of a turn in
+    progress must start with a thinking block ("a final assistant message must start with a thinking block");
+    the API merges consecutive assistant messages into one."""
+    end = len(messages)
+    while end and messages[end - 1].get("role") == "user" and _tool_results_only(messages[end - 1]):
+        end -= 1
+    start = end
+    while start and messages[start - 1].get("role") == "assistant":
+        start -= 1
+    if start == end:  # the last message is the human's: no turn in progress
+        return []
+    blocks = [b for m in messages[start:end] for b in (m["content"] if isinstance(m.get("content"), list) else
+                                                         [{"type": "text"}])]
+    if any(b.get("type") in THINKING for b in blocks) and blocks[0].get("type") not in THINKING:
+        return [f"{start}: the final assistant message starts with {blocks[0].get('type')}, not its thinking"]
+    return []
+
+
+def _tool_results_only(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and bool(content) and all(b.get("type") == "tool_result" for b in content)
 
 
 # The Responses API's pairing (its API reference): a ``*_call_output`` answers the ``call_id`` of an earlier

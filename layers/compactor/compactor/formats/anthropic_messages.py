@@ -84,14 +84,19 @@ class AnthropicMessages(Dialect):
 
     def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
         """The last two units of the turn in progress (docs/formats.md "Hidden reasoning"): the one holding
-        the final assistant message, whose thinking the Messages API needs back intact, and the one before
-        it, so that no new item lands next to that message (an assistant summary would merge into it).
+        the final assistant message (from the first of the consecutive assistant messages the API merges into
+        it), whose thinking the Messages API needs back intact, and the one before it, so that no new item
+        lands next to that message (an assistant summary would merge into it).
         Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
         ``None`` when no assistant message follows the last human turn (no turn in progress)."""
         human = max((i for i, item in enumerate(items) if _human(item)), default=-1)
         final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
         if final <= human:
             return None
+        # The API merges consecutive assistant messages into one: the final message starts with the first of them
+        # (a response stored as several messages without a shared ``id``, whose thinking may be in the first).
+        while final > 0 and items[final - 1].get("role") == "assistant":
+            final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
 
