@@ -135,20 +135,28 @@ class AnthropicMessages(Dialect):
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
         """A user message's ``tool_result`` (and ``mcp_tool_result``) blocks, each keeping its ``tool_use_id``
-        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays."""
+        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays, and
+        so does a result loading deferred tools (``tool_reference`` blocks)."""
         item = items[index]
         content = item.get("content")
         if item.get("role") != "user" or not isinstance(content, list):
             return None
         replaced, changed = [], False
         for block in content:
-            if isinstance(block, dict) and block.get("type") in STRING_RESULTS:
+            if isinstance(block, dict) and block.get("type") in STRING_RESULTS and not _loads_tools(block):
                 call_id = block.get("tool_use_id")
                 text = placeholder(call_id if isinstance(call_id, str) else None, block.get("content"))
                 if text is not None:
                     block, changed = {**block, "content": text}, True
             replaced.append(block)
         return {**item, "content": replaced} if changed else None
+
+
+def _loads_tools(result: Item) -> bool:
+    """Whether a tool result loads deferred tools: ``tool_reference`` blocks (a tool search's result, as Claude
+    Code's ToolSearch answers) make those tools' definitions available from there on, so replacing them by a
+    placeholder would unload tools the later calls use (docs/formats.md)."""
+    return any(b.get("type") == "tool_reference" for b in blocks(result.get("content")))
 
 
 def _result_text(content: Any) -> str:
