@@ -12,7 +12,8 @@ import pytest
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .conftest import api_event, decision_policy
-from .validity import CHAT, CLAUDE_CODE, CODEX, PROBLEMS, cdump, claude_code_messages, codex_items
+from .validity import (CHAT, CLAUDE_CODE, CODEX, PROBLEMS, cdump, claude_code_messages, codex_items,
+                       outputs_without_their_reasoning)
 
 CASES = {
     "openai-chat": ("messages", lambda: json.loads(CHAT.read_text(encoding="utf-8"))),
@@ -184,6 +185,69 @@ def test_no_mode_parts_a_responses_call_from_an_output_that_comes_later(
 
     assert status == 200 and body["compacted"] is True
     assert PROBLEMS["openai-responses"](items) == [] and PROBLEMS["openai-responses"](body["input"]) == []
+
+
+def _preamble_session() -> list[dict[str, Any]]:
+    """Codex's responses: reasoning, a short assistant message announcing the call, the call, then its output
+    (items with their ids, as a stored response lists them); and responses searching the web before answering."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Go"}]}]
+    for n in range(8):
+        if n % 3 == 2:  # a response searching the web, then answering: its message needs its reasoning too
+            items += [{"type": "reasoning", "id": f"rs_w{n}", "summary": [], "encrypted_content": "opaque"},
+                      {"type": "web_search_call", "id": f"ws_{n}", "status": "completed",
+                       "action": {"type": "search", "query": f"topic {n}"}},
+                      {"type": "message", "id": f"msg_w{n}", "role": "assistant",
+                       "content": [{"type": "output_text", "text": f"Found {n}. " * 80}]},
+                      {"type": "message", "role": "user", "content": [{"type": "input_text", "text": f"Next {n}"}]}]
+        items += [{"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": "opaque"},
+                  {"type": "message", "id": f"msg_{n}", "role": "assistant",
+                   "content": [{"type": "output_text", "text": f"Reading a{n}. " * (1 if n % 2 else 60)}]},
+                  {"type": "function_call", "id": f"fc_{n}", "call_id": f"a{n}", "name": "exec",
+                   "arguments": f'{{"cmd": "cat a{n}"}}'},
+                  {"type": "function_call_output", "call_id": f"a{n}", "output": f"line of a{n} " * (80 if n % 2 else 2)}]
+    return items + [{"type": "reasoning", "id": "rs_end", "summary": [], "encrypted_content": "opaque"},
+                    {"type": "web_search_call", "id": "ws_end", "status": "completed", "action": {"type": "search", "query": "docs"}},
+                    {"type": "message", "id": "msg_end", "role": "assistant", "content": [{"type": "output_text", "text": "Done"}]}]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+@pytest.mark.parametrize("keep_recent", [1, 2, 3])
+def test_a_responses_item_is_never_kept_without_the_reasoning_of_its_response(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str, keep_recent: int) -> None:
+    """The reasoning item and the messages and calls of one response are one unit: before, the reasoning went
+    with the item right after it only, so compacting that item (a preamble message, a web search) sent the call
+    or the answer after it back without the reasoning the Responses API requires for it."""
+    items = _preamble_session()
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "mode": mode, "keep_recent": keep_recent, "target_ratio": 0.01,
+        "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    assert PROBLEMS["openai-responses"](body["input"]) == []
+    assert outputs_without_their_reasoning(items, body["input"]) == []
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+def test_an_anthropic_transcript_still_starts_with_a_user_message_whatever_is_pinned(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """The Messages API refuses a first message that is not a user message, and a summary is an assistant
+    message: with pins that leave the first prompt out (``pinned_indices: []``), decision mode used to summarize
+    it and answer a transcript starting with an assistant message. The first user message is always kept."""
+    big = "Read the module and explain it. " * 60
+    items: list[dict[str, Any]] = [{"role": "user", "content": big}]
+    for n in range(6):
+        items += [{"role": "assistant", "content": [{"type": "text", "text": f"Reading part {n}. " * 40},
+                                                    {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"n": n}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"line {n} " * 200}]}]
+    items += [{"role": "assistant", "content": [{"type": "text", "text": "Done."}]}, {"role": "user", "content": "Thanks"}]
+    status, body = _compact(compact_module, lambda_context, {
+        "format": "anthropic-messages", "messages": items, "mode": mode, "keep_recent": 1, "pinned_indices": [],
+        "target_ratio": 0.01, "decision_policy_ir": decision_policy()})
+
+    assert status == 200 and body["compacted"] is True
+    output = body["messages"]
+    assert cdump(output[0]) == cdump(items[0])
+    assert PROBLEMS["anthropic-messages"](output) == []
 
 
 @pytest.mark.parametrize("kind", ["compaction", "compaction_summary"])

@@ -147,3 +147,20 @@ def test_structured_outputs_are_masked_to_a_type_the_api_accepts(compact_module:
     assert [part["type"] for part in body["input"][4]["output"]] == ["input_text"]
     assert "omitted by compaction" in body["input"][4]["output"][0]["text"]
     assert [m["index"] for m in body["compaction"]["masked"]] == [4]
+
+
+def test_mask_keeps_an_anthropic_result_that_loads_deferred_tools() -> None:
+    """A tool search's result (Claude Code's ToolSearch) is a list of ``tool_reference`` blocks that load the
+    deferred tools the later calls use: masking it, as mask did when the list outgrew the placeholder, unloaded
+    them while their calls stayed. It stays; the other outputs are masked as before."""
+    references = [{"type": "tool_reference", "tool_name": f"TaskTool{n}"} for n in range(8)]
+    items = [{"role": "user", "content": "plan the work"}, _use("s", "ToolSearch"),
+             {"role": "user", "content": [_result("s", references)]},
+             _use("a", "TaskTool1"), {"role": "user", "content": [_result("a", BIG)]},
+             _use("b", "TaskTool2"), {"role": "user", "content": [_result("b", BIG)]},
+             {"role": "assistant", "content": "Planned."}, {"role": "user", "content": "thanks"}]
+    assert dense_size(references) > 200  # larger than its placeholder would be
+
+    output, masked = mask(items, keep_recent=1, pinned_indices=None, dialect=get_dialect("anthropic-messages"))
+    assert [m.index for m in masked] == [4, 6]
+    assert output[2] == items[2]

@@ -109,6 +109,45 @@ def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mod
     assert all(isinstance(json.loads(line), dict) for line in written.splitlines())
 
 
+def _rollout_with_developer_notes() -> str:
+    """A Codex rollout whose session gets developer messages mid-way (Codex's approvals and permission
+    notes), besides its bookkeeping lines."""
+    def line(payload: dict[str, Any], kind: str = "response_item") -> str:
+        return json.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload}) + "\n"
+
+    def developer(text: str) -> dict[str, Any]:
+        return {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
+
+    lines = [line({"id": "s1"}, "session_meta"), line(developer("<permissions>sandboxed</permissions>")),
+             line({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the bug"}]})]
+    for n in range(8):
+        if n in (2, 5):
+            lines.append(line(developer(f"Approved command prefix {n}")))
+        lines += [line({"type": "reasoning", "summary": [], "encrypted_content": f"opaque {n}"}),
+                  line({"type": "function_call", "call_id": f"c{n}", "name": "exec", "arguments": f'{{"cmd": "cat f{n}"}}'}),
+                  line({"type": "function_call_output", "call_id": f"c{n}", "output": f"line {n} " * 200}),
+                  line({"type": "token_count", "n": n}, "event_msg")]
+    lines.append(line({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed."}]}))
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("keep_recent", [1, 2, 4])
+def test_a_sealed_rollout_keeps_the_developer_messages_of_its_middle(keep_recent: int) -> None:
+    """Seal keeps the developer messages of the sealed middle after its summary. The written rollout read the
+    output as a kept head, the summary and a kept tail, so it kept the last input lines in their place: the
+    developer messages were lost and the lines kept instead held outputs whose calls were sealed."""
+    text = _rollout_with_developer_notes()
+    transcript = read_transcript(text)
+    request = CompactRequest.model_validate({**transcript.compact_body(mode="seal"), "keep_recent": keep_recent})
+    record = run_sync(compact_call(request, deadline=request_deadline()))
+    assert record.status == 200 and record.body["compacted"] is True
+    written = transcript.write_back(record)
+
+    assert written is not None and _items_of(CODEX, written) == record.body["input"]
+    assert sum("Approved command prefix" in ln for ln in written.splitlines()) == 2
+    assert PROBLEMS["openai-responses"](_items_of(CODEX, written)) == []
+
+
 def test_cli_says_a_session_compacted_with_json_is_written_as_the_response_body(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "body.json"

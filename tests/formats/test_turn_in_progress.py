@@ -74,6 +74,35 @@ def test_the_final_assistant_thinking_survives_a_compaction_that_summarizes_all_
     assert len(changed) >= 8  # everything else that could be summarized or archived was
 
 
+def _split_final_response() -> list[dict[str, Any]]:
+    """A loop whose final response is stored as two assistant messages without a shared ``id`` (its thinking and
+    text, then its call): the API merges them into one final assistant message."""
+    items = _loop(6)
+    return items + [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "run them " * 30, "signature": "sigF"},
+                                          {"type": "text", "text": "Now I run the tests."}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_F", "name": "Bash", "input": {"c": "pytest"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_F", "content": "12 passed"}]}]
+
+
+def test_the_final_assistant_message_merged_from_several_keeps_its_thinking_first(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """Before, only the unit holding the last assistant message and the one before it (the thinking and text
+    message) were protected, so the summaries of the cycles before landed right before the thinking message: the
+    API merged them into the final assistant message, which then began with text instead of its thinking."""
+    items = _split_final_response()
+    units = ANTHROPIC.split_units(items)
+    assert ANTHROPIC.protected_tail_start(items, units) == len(items) - 5  # the cycle before the final response
+
+    body = _compact(compact_module, lambda_context, {"format": "anthropic-messages", "messages": items,
+                                                     "keep_recent": 1, "target_ratio": 0.01,
+                                                     "decision_policy_ir": decision_policy()})
+    output = body["messages"]
+    assert body["compacted"] is True and PROBLEMS["anthropic-messages"](output) == []
+    assert [cdump(m) for m in output[-5:]] == [cdump(m) for m in items[-5:]]
+    assert output[-4]["role"] == "user"  # the final message follows the caller's own tool_result, no summary
+
+
 def test_an_autonomous_loop_of_200_cycles_after_one_prompt_still_compacts(
         compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     items = _loop(200)

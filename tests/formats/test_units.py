@@ -34,7 +34,7 @@ def test_anthropic_units_pair_tool_use_with_every_result_and_keep_turns_whole() 
     ]
     assert _spans(ANTHROPIC, items) == [(0, 1), (1, 6), (6, 7), (7, 8)]
     assert ANTHROPIC.default_pins(items) == {0, 7}
-    assert ANTHROPIC.always_pinned(items) == set()
+    assert ANTHROPIC.always_pinned(items) == {0}  # the first message: the API needs a user message first
 
 
 def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows() -> None:
@@ -50,7 +50,8 @@ def test_responses_units_pair_calls_with_outputs_and_reasoning_with_what_follows
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
         {"type": "function_call", "call_id": "c", "name": "x", "arguments": "{}"},  # in flight: no output
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 9), (9, 10)]
+    # the last reasoning, the message and the call after it are one response's output: one unit
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 7), (7, 10)]
     assert RESPONSES.always_pinned(items) == {0} and RESPONSES.default_pins(items) == {1}
     assert all(i.get("type") != "reasoning" for i in RESPONSES.model_view(items))
 
@@ -149,7 +150,7 @@ def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
         {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},  # an id used twice
         {"type": "function_call_output", "call_id": "b", "output": "B2"},
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 4), (4, 5), (5, 7)]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 4), (4, 7)]  # a message joins the call after it
 
 
 def _stand_in(call_id: str | None, output: Any) -> str:
@@ -174,7 +175,7 @@ def test_a_local_shell_call_output_answers_the_call_id_its_id_names() -> None:
 def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> None:
     """``mcp_approval_request`` (its ``id``) is answered by ``mcp_approval_response`` (its
     ``approval_request_id``), and the ``mcp_call`` made after it names it too; an ``mcp_call`` carries its
-    output, so it leaves what follows alone."""
+    output and waits for none: what follows joins it only as the same response's output (calls, messages)."""
     items = [
         {"type": "message", "role": "user", "content": "roll"},
         {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "dice", "tools": [{"name": "roll", "input_schema": {}}]},
@@ -188,7 +189,8 @@ def test_an_mcp_approval_is_one_unit_and_an_mcp_call_waits_for_no_output() -> No
         {"type": "function_call_output", "call_id": "f", "output": "F"},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4 and 6"}]},
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 6), (6, 7), (7, 9), (9, 10)]
+    # the calls after the approval (both mcp_calls, the function call) are one response's output
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 9), (9, 10)]
     assert RESPONSES.render_line(items[6]) == "assistant: [tool call roll({})]\ntool: 6"
     assert RESPONSES.render_line(items[1]) == "mcp_list_tools: dice: roll"
 

@@ -16,6 +16,8 @@ CHAT = CORPUS / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
 
 def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
     problems, called = [], set()
+    if messages and messages[0].get("role") != "user":  # "messages: first message must use the "user" role"
+        problems.append(f"0: the first message has role {messages[0].get('role')!r}")
     for index, message in enumerate(messages):
         if message.get("role") not in ("user", "assistant"):
             problems.append(f"{index}: role {message.get('role')!r}")
@@ -27,7 +29,34 @@ def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
                 called.add(block["id"])
             if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
                 problems.append(f"{index}: tool_result {block.get('tool_use_id')} answers no earlier tool_use")
-    return problems
+    return problems + _final_thinking_problems(messages)
+
+
+THINKING = ("thinking", "redacted_thinking")
+
+
+def _final_thinking_problems(messages: list[dict[str, Any]]) -> list[str]:
+    """With thinking on (the final assistant message holds thinking), the final assistant message of a turn in
+    progress must start with a thinking block ("a final assistant message must start with a thinking block");
+    the API merges consecutive assistant messages into one."""
+    end = len(messages)
+    while end and messages[end - 1].get("role") == "user" and _tool_results_only(messages[end - 1]):
+        end -= 1
+    start = end
+    while start and messages[start - 1].get("role") == "assistant":
+        start -= 1
+    if start == end:  # the last message is the human's: no turn in progress
+        return []
+    blocks = [b for m in messages[start:end] for b in (m["content"] if isinstance(m.get("content"), list) else
+                                                         [{"type": "text"}])]
+    if any(b.get("type") in THINKING for b in blocks) and blocks[0].get("type") not in THINKING:
+        return [f"{start}: the final assistant message starts with {blocks[0].get('type')}, not its thinking"]
+    return []
+
+
+def _tool_results_only(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and bool(content) and all(b.get("type") == "tool_result" for b in content)
 
 
 # The Responses API's pairing (its API reference): a ``*_call_output`` answers the ``call_id`` of an earlier
@@ -60,6 +89,31 @@ def responses_problems(items: list[dict[str, Any]]) -> list[str]:
             problems.append(f"{index}: message content")
     problems += [f"{index}: call {call} has no output" for call, index in called.items() if call not in answered]
     return problems
+
+
+def _response_output(item: dict[str, Any]) -> bool:
+    """An item a response outputs: an assistant message or a call (``reasoning`` aside)."""
+    kind = item.get("type", "message" if "role" in item else "")
+    return (kind == "message" and item.get("role") == "assistant") or kind.endswith("_call")
+
+
+def outputs_without_their_reasoning(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
+    """Items of ``output`` from a response that began with a ``reasoning`` item (read in ``items``: the
+    reasoning, then the assistant messages and calls after it) whose reasoning ``output`` no longer holds. The
+    Responses API refuses them ("Item 'fc_…' of type 'function_call' was provided without its required
+    'reasoning' item", and the same for a 'message')."""
+    needs: dict[str, str] = {}
+    reasoning = None
+    for item in items:
+        if item.get("type") == "reasoning":
+            reasoning = cdump(item)
+        elif not _response_output(item):
+            reasoning = None
+        elif reasoning is not None:
+            needs[cdump(item)] = reasoning
+    present = {cdump(item) for item in output}
+    return [f"{index}: {item.get('type')} {item.get('id')} without its reasoning"
+            for index, item in enumerate(output) if needs.get(cdump(item), cdump(item)) not in present]
 
 
 def chat_problems(messages: list[dict[str, Any]]) -> list[str]:

@@ -63,6 +63,8 @@ def responses_turns(draw: st.DrawFn) -> list[dict[str, Any]]:
     if draw(st.booleans()):
         out.append({"type": "reasoning", "summary": [{"type": "summary_text", "text": SECRET + draw(TEXT)}],
                     "encrypted_content": "opaque"})
+    if draw(st.booleans()):  # a preamble: the response's message before its calls (Codex)
+        out.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": draw(BODY)}]})
     n = draw(st.integers(1, 3))
     calls = [draw(st.sampled_from([("function_call", "arguments"), ("custom_tool_call", "input")])) for _ in range(n)]
     out += [{"type": kind_, "call_id": i, "name": "exec", key: draw(TEXT)} for i, (kind_, key) in enumerate(calls)]
@@ -193,6 +195,21 @@ def check(req: dict[str, Any], body: dict[str, Any], transport: ScriptedTranspor
 
     # valid in the format: every result answers a call made before it (as it did in the input)
     assert unanswered_results(output, fmt) <= unanswered_results(items, fmt)
+
+    # a kept message or call of a response that began with reasoning keeps that reasoning (the Responses API
+    # refuses it without); a response is the reasoning and the assistant messages and calls right after it
+    if fmt == "openai-responses":
+        needs, reasoning = {}, None
+        for index, item in enumerate(items):
+            kind = item.get("type", "message")
+            if kind == "reasoning":
+                reasoning = index
+            elif reasoning is not None and (kind.endswith("_call") or (kind == "message" and item["role"] == "assistant")):
+                needs[index] = reasoning
+            else:
+                reasoning = None
+        kept = {i for e in manifest if e["action"] == "keep" for i in range(e["start"], e["end"])}
+        assert all(needs[i] in kept for i in kept if i in needs), "a kept item lost its response's reasoning"
 
     # no hidden reasoning reaches a model
     assert all(SECRET not in cdump(call.items) for call in transport.chats)

@@ -147,12 +147,8 @@ def _replacements(items: list[Any], output: list[Any], report: Mapping[str, Any]
     if "masked" in report:  # mask mode: items changed in place
         return [(index, index + 1, [output[index]]) for index in sorted({entry["index"] for entry in report["masked"]})]
     fragments = report.get("fragments")
-    if fragments is None:  # seal mode: a kept head, one sealed item, a kept tail
-        head = 0
-        while head < min(len(items), len(output)) and items[head] == output[head]:
-            head += 1
-        tail = len(output) - head - 1
-        return [(head, len(items) - tail, output[head:head + 1])]
+    if fragments is None:
+        return _sealed_runs(items, output)
     runs, position = [], 0
     for entry in fragments:
         size = entry["end"] - entry["start"]
@@ -162,6 +158,37 @@ def _replacements(items: list[Any], output: list[Any], report: Mapping[str, Any]
         emitted = 1 if entry["action"] == "summarize" or entry.get("handle") else 0
         runs.append((entry["start"], entry["end"], output[position:position + emitted]))
         position += emitted
+    return runs
+
+
+def _sealed_runs(items: list[Any], output: list[Any]) -> list[tuple[int, int, list[Any]]]:
+    """Seal mode's runs: its output is a kept head, the sealed summary, the always-pinned items of the sealed
+    middle (held, in order: docs/formats.md) and a kept tail. The summary replaces the middle's first run of
+    sealed items, in its place; every later run between the held items is replaced by nothing, and the held
+    items keep their lines. (Reading the output as head, summary, tail kept the last items of the input in
+    place of the held ones: a Codex rollout with developer messages mid-session lost them, and kept outputs
+    whose calls were sealed.)"""
+    head = 0
+    while head < min(len(items), len(output)) and items[head] == output[head]:
+        head += 1
+    tail = 0  # the kept tail: the longest common suffix after the summary
+    while (tail < len(output) - head - 1 and tail < len(items) - head
+           and items[len(items) - 1 - tail] == output[len(output) - 1 - tail]):
+        tail += 1
+    held = iter(output[head + 1:len(output) - tail])
+    wanted = next(held, None)
+    runs: list[tuple[int, int, list[Any]]] = []
+    start = None
+    for index in range(head, len(items) - tail):
+        if wanted is not None and items[index] == wanted:  # a held item keeps its line
+            if start is not None:
+                runs.append((start, index, [] if runs else output[head:head + 1]))
+                start = None
+            wanted = next(held, None)
+        elif start is None:
+            start = index
+    if start is not None:
+        runs.append((start, len(items) - tail, [] if runs else output[head:head + 1]))
     return runs
 
 

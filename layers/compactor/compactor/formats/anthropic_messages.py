@@ -74,19 +74,29 @@ class AnthropicMessages(Dialect):
     def split_units(self, items: list[Item]) -> list[Unit]:
         return paired_units(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn)
 
+    def always_pinned(self, items: list[Item]) -> set[int]:
+        """The first message when it is a user message: the Messages API (Amazon Bedrock's too) refuses a
+        conversation whose first message is not a user message, and a summary is an assistant message."""
+        return {0} if items and items[0].get("role") == "user" else set()
+
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
 
     def protected_tail_start(self, items: list[Item], units: list[Unit]) -> int | None:
         """The last two units of the turn in progress (docs/formats.md "Hidden reasoning"): the one holding
-        the final assistant message, whose thinking the Messages API needs back intact, and the one before
-        it, so that no new item lands next to that message (an assistant summary would merge into it).
+        the final assistant message (from the first of the consecutive assistant messages the API merges into
+        it), whose thinking the Messages API needs back intact, and the one before it, so that no new item
+        lands next to that message (an assistant summary would merge into it).
         Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
         ``None`` when no assistant message follows the last human turn (no turn in progress)."""
         human = max((i for i, item in enumerate(items) if _human(item)), default=-1)
         final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
         if final <= human:
             return None
+        # The API merges consecutive assistant messages into one: the final message starts with the first of them
+        # (a response stored as several messages without a shared ``id``, whose thinking may be in the first).
+        while final > 0 and items[final - 1].get("role") == "assistant":
+            final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
 
@@ -125,20 +135,28 @@ class AnthropicMessages(Dialect):
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
         """A user message's ``tool_result`` (and ``mcp_tool_result``) blocks, each keeping its ``tool_use_id``
-        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays."""
+        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays, and
+        so does a result loading deferred tools (``tool_reference`` blocks)."""
         item = items[index]
         content = item.get("content")
         if item.get("role") != "user" or not isinstance(content, list):
             return None
         replaced, changed = [], False
         for block in content:
-            if isinstance(block, dict) and block.get("type") in STRING_RESULTS:
+            if isinstance(block, dict) and block.get("type") in STRING_RESULTS and not _loads_tools(block):
                 call_id = block.get("tool_use_id")
                 text = placeholder(call_id if isinstance(call_id, str) else None, block.get("content"))
                 if text is not None:
                     block, changed = {**block, "content": text}, True
             replaced.append(block)
         return {**item, "content": replaced} if changed else None
+
+
+def _loads_tools(result: Item) -> bool:
+    """Whether a tool result loads deferred tools: ``tool_reference`` blocks (a tool search's result, as Claude
+    Code's ToolSearch answers) make those tools' definitions available from there on, so replacing them by a
+    placeholder would unload tools the later calls use (docs/formats.md)."""
+    return any(b.get("type") == "tool_reference" for b in blocks(result.get("content")))
 
 
 def _result_text(content: Any) -> str:

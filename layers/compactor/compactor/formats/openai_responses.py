@@ -6,7 +6,8 @@ Calls and results are items paired by id: ``function_call`` with ``function_call
 ``mcp_approval_request`` with the ``mcp_approval_response`` (and the ``mcp_call``) naming it in
 ``approval_request_id``; a unit holds the calls of one turn with every output answering them, and
 whatever lies between. Server-side calls (``mcp_call``, ``web_search_call``, …) carry their results and
-wait for nothing. A ``reasoning`` item joins the item after it. ``system`` and ``developer`` messages
+wait for nothing. A ``reasoning`` item joins the item after it, and the messages and calls of one response
+stay together (:func:`_same_response`). ``system`` and ``developer`` messages
 are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
 outside the items and never touched.
 
@@ -79,6 +80,21 @@ def _message_role(item: Item) -> Any:
     return item.get("role") if kind_of(item) == "message" else None
 
 
+def _response_output(item: Item) -> bool:
+    """An item a response outputs besides its reasoning: an assistant message or a call."""
+    return _message_role(item) == "assistant" or kind_of(item).endswith("_call")
+
+
+def _same_response(prev: Item, nxt: Item) -> bool:
+    """Items of one response's output: an assistant message, or a call that waits for no output (a server-side
+    call carries its result), followed by another message or call. A response lists them in order after its
+    ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
+    the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run,
+    so an unanswered call still takes in nothing after it."""
+    waits_for_nothing = _message_role(prev) == "assistant" or (kind_of(prev).endswith("_call") and not _opens(prev))
+    return waits_for_nothing and _response_output(nxt)
+
+
 class OpenAIResponses(Dialect):
     name = "openai-responses"
     items_field = "input"
@@ -91,7 +107,7 @@ class OpenAIResponses(Dialect):
 
     def split_units(self, items: list[Item]) -> list[Unit]:
         return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
-                            same_turn=lambda a, b: False)
+                            same_turn=_same_response)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")} | self.opaque_state(items)
