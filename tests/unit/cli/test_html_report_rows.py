@@ -36,26 +36,31 @@ def responses_session(cycles: int) -> list[dict[str, Any]]:
     return items
 
 
-@pytest.mark.parametrize("items_format, session", [("anthropic-messages", anthropic_session),
-                                                    ("openai-responses", responses_session)])
-def test_seal_rows_split_the_items_where_the_seal_of_their_format_did(items_format, session) -> None:
-    # keep_recent=2 reaches into the last tool call's unit: each format's seal takes the whole unit into the tail
+@pytest.mark.parametrize("items_format, session, frozen", [("anthropic-messages", anthropic_session, 1),
+                                                            ("openai-responses", responses_session, 0)])
+def test_seal_rows_split_the_items_where_the_seal_of_their_format_did(items_format, session, frozen) -> None:
+    # keep_recent=2 reaches into the last tool call's unit: each format's seal takes the whole unit into the tail.
+    # ``frozen``: the leading items the format always keeps (an Anthropic transcript's first user message).
     messages = session(6)
     field = "input" if items_format == "openai-responses" else "messages"
     request = CompactRequest.model_validate({"format": items_format, field: messages, "mode": "seal",
                                              "keep_recent": 2, "target_ratio": 0.3})
     record, units = compact_locally(request)
     output = record.body[field]
-    assert record.body["compacted"] and len(output) == 4  # the summary, then the last call, its result, the answer
+    # the frozen items, the summary, then the last call, its result and the answer
+    assert record.body["compacted"] and len(output) == frozen + 4
 
     rows = seal_rows(messages, record.body, 2, items_format)
 
+    tail = len(messages) - 3
     assert [(row["start"], row["end"], row["reason"]) for row in rows] == [
-        (0, len(messages) - 3, "sealed"), (len(messages) - 3, len(messages), "recent_tail")]
-    assert rows[0]["emitted"] == output[:1] and rows[1]["emitted"] == output[1:] == messages[-3:]
+        *([(0, frozen, "pinned")] if frozen else []), (frozen, tail, "sealed"), (tail, len(messages), "recent_tail")]
+    assert [row["emitted"] for row in rows] == [
+        *([output[:frozen]] if frozen else []), output[frozen:frozen + 1], output[frozen + 1:]]
+    assert output[frozen + 1:] == messages[-3:]
     assert sum(row["after"] for row in rows) + len(rows) + 1 == record.bytes_out
     page = render_html(messages, record, units, title="session", keep_recent=2, items_format=items_format)
-    assert f'data-id="messages_{len(messages) - 3}"' in page
+    assert f'data-id="messages_{tail}"' in page
 
 
 def test_compact_html_of_an_anthropic_seal_shows_the_tail_the_seal_kept(tmp_path) -> None:
