@@ -29,7 +29,52 @@ def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
                 called.add(block["id"])
             if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
                 problems.append(f"{index}: tool_result {block.get('tool_use_id')} answers no earlier tool_use")
-    return problems + _final_thinking_problems(messages)
+    return problems + _final_thinking_problems(messages) + tool_uses_without_results_right_after(messages)
+
+
+def _loaded_names(block: dict[str, Any]) -> set[str]:
+    """The deferred tools a block loads: the ``tool_reference`` blocks of a client tool search's ``tool_result``
+    content, or of a server tool search result's ``content.tool_references`` (the Messages API's tool search)."""
+    content = block.get("content")
+    references = content.get("tool_references") if isinstance(content, dict) else content
+    return {r.get("tool_name") for r in references if isinstance(r, dict) and r.get("type") == "tool_reference"
+            } if isinstance(references, list) else set()
+
+
+def calls_to_unloaded_tools(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
+    """``tool_use`` blocks of ``output`` calling a deferred tool (one a ``tool_reference`` of ``items`` loads)
+    before any block of ``output`` loads it: the API knows such a tool's definition only from the reference on."""
+    deferred = {name for m in items for b in _blocks(m) for name in _loaded_names(b)}
+    loaded: set[str] = set()
+    problems = []
+    for index, message in enumerate(output):
+        for block in _blocks(message):
+            loaded |= _loaded_names(block)
+            if block.get("type") == "tool_use" and block.get("name") in deferred - loaded:
+                problems.append(f"{index}: {block.get('name')} is called but no longer loaded")
+    return problems
+
+
+def tool_uses_without_results_right_after(messages: list[dict[str, Any]]) -> list[str]:
+    """``tool_use`` blocks not answered by the next user message ("tool_use ids were found without tool_result
+    blocks immediately after"); the API merges consecutive messages of one role. The last turn may be unanswered."""
+    turns: list[tuple[str, list[dict[str, Any]], int]] = []
+    for index, message in enumerate(messages):
+        if turns and turns[-1][0] == message.get("role"):
+            turns[-1][1].extend(_blocks(message))
+        else:
+            turns.append((str(message.get("role")), list(_blocks(message)), index))
+    problems = []
+    for (role, blocks, start), following in zip(turns, turns[1:]):
+        answered = {b.get("tool_use_id") for b in following[1] if b.get("type") == "tool_result"}
+        problems += [f"{start}: tool_use {b.get('id')} has no tool_result right after it" for b in blocks
+                     if role == "assistant" and b.get("type") == "tool_use" and b.get("id") not in answered]
+    return problems
+
+
+def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
 THINKING = ("thinking", "redacted_thinking")
