@@ -51,8 +51,8 @@ def _check_session(session: str, original: str, written: str) -> None:
     unlinked = (lambda ln: PARENT.sub("", ln, count=1)) if session == CLAUDE_CODE else (lambda ln: ln)
     assert [unlinked(ln) for ln in after if not _is_item_line(session, ln)] == [
         unlinked(ln) for ln in before if not _is_item_line(session, ln)]
-    kept_items = {ln for ln in before if _is_item_line(session, ln)}
-    new = [ln for ln in after if _is_item_line(session, ln) and ln not in kept_items]
+    kept_items = {unlinked(ln) for ln in before if _is_item_line(session, ln)}  # a kept line may be relinked
+    new = [ln for ln in after if _is_item_line(session, ln) and unlinked(ln) not in kept_items]
     assert new and all("Summary of" in ln or "sealed summary" in ln for ln in new)
     assert PROBLEMS[fmt](_items_of(session, written)) == []
     if session == CLAUDE_CODE:

@@ -76,8 +76,16 @@ class AnthropicMessages(Dialect):
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """The first message when it is a user message: the Messages API (Amazon Bedrock's too) refuses a
-        conversation whose first message is not a user message, and a summary is an assistant message."""
-        return {0} if items and items[0].get("role") == "user" else set()
+        conversation whose first message is not a user message, and a summary is an assistant message. And every
+        message of a unit that loads deferred tools (a tool search's call with its ``tool_reference`` result): the
+        later calls of those tools need it, and the whole unit, so that seal, which holds the always-pinned items
+        of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools")."""
+        pinned = {0} if items and items[0].get("role") == "user" else set()
+        loads = [any(_loads_tools(block) for block in blocks(item.get("content"))) for item in items]
+        if any(loads):
+            pinned.update(i for unit in self.split_units(items) if any(loads[unit.start:unit.end])
+                          for i in unit.indexes())
+        return pinned
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
@@ -153,10 +161,13 @@ class AnthropicMessages(Dialect):
 
 
 def _loads_tools(result: Item) -> bool:
-    """Whether a tool result loads deferred tools: ``tool_reference`` blocks (a tool search's result, as Claude
-    Code's ToolSearch answers) make those tools' definitions available from there on, so replacing them by a
-    placeholder would unload tools the later calls use (docs/formats.md)."""
-    return any(b.get("type") == "tool_reference" for b in blocks(result.get("content")))
+    """Whether a result block loads deferred tools: ``tool_reference`` blocks (a tool search's ``tool_result``, as
+    Claude Code's ToolSearch answers, or the ``content.tool_references`` of the API's own
+    ``tool_search_tool_result``) make those tools' definitions available from there on, so a placeholder, a
+    summary or a seal in their place would unload tools the later calls use (docs/formats.md "Deferred tools")."""
+    content = result.get("content")
+    references = content.get("tool_references") if isinstance(content, dict) else content
+    return any(b.get("type") == "tool_reference" for b in blocks(references))
 
 
 def _result_text(content: Any) -> str:

@@ -41,7 +41,8 @@ class Dialect:
         raise NotImplementedError
 
     def always_pinned(self, items: list[Item]) -> set[int]:
-        """System-like items: protected whatever the request pins."""
+        """System-like items, protected whatever the request pins; seal keeps those of its middle after its
+        summary, so an item of a unit of several is returned with the whole unit (docs/formats.md)."""
         return set()
 
     def opaque_state(self, items: list[Item]) -> set[int]:
