@@ -1,6 +1,7 @@
-"""``anthropic-messages``: a unit that loads deferred tools (a tool search answered with ``tool_reference``
-blocks, as Claude Code's ToolSearch is) is kept whole by every mode, so the later calls of those tools still
-find them loaded (docs/formats.md "Deferred tools")."""
+"""A unit that loads deferred tools (in ``anthropic-messages`` a tool search answered with ``tool_reference``
+blocks, as Claude Code's ToolSearch is; in ``openai-responses`` a ``tool_search_call`` with its
+``tool_search_output``) is kept whole by every mode, so the later calls of those tools still find them loaded
+(docs/formats.md "Deferred tools")."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from compactor.transcripts import read_transcript
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .conftest import api_event, decision_policy
-from .validity import CLAUDE_CODE, PROBLEMS, calls_to_unloaded_tools, cdump, claude_code_messages
+from .validity import (CLAUDE_CODE, PROBLEMS, calls_to_unloaded_tools, cdump, claude_code_messages,
+                       outputs_without_their_reasoning, responses_calls_to_unloaded_tools)
 
 ANTHROPIC = get_dialect("anthropic-messages")
 SEARCH = 5  # where the tool search's unit starts in _session(): its call, then its result
@@ -127,7 +129,8 @@ def test_a_server_tool_search_result_loads_tools_too() -> None:
     ``tool_search_tool_result`` whose ``content.tool_references`` are ``tool_reference`` blocks): its unit is kept
     whole too, and a tool result without references is not."""
     search = {"role": "assistant", "content": [
-        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex", "input": {"query": "weather"}},
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex",
+         "input": {"query": "weather"}},
         {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {
             "type": "tool_search_tool_search_result",
             "tool_references": [{"type": "tool_reference", "tool_name": "get_weather"}]}},
@@ -142,8 +145,9 @@ def test_a_server_tool_search_result_loads_tools_too() -> None:
 def test_the_corpus_session_keeps_its_tool_searches_in_every_mode(
         compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     """The corpus's Claude Code 2.1.179 session: a ToolSearch (messages 25 to 28) loads TaskCreate, TaskUpdate and
-    TaskList, and 18 calls of them follow; a later one (the unit of messages 159 to 161) loads Monitor. Before, decision summarized the
-    first search's unit, and a seal keeping the last 130 messages sealed it while 16 of those calls stayed."""
+    TaskList, and 18 calls of them follow; a later one (the unit of messages 159 to 161) loads Monitor. Before,
+    decision summarized the first search's unit, and a seal keeping the last 130 messages sealed it while 16 of
+    those calls stayed."""
     items = claude_code_messages(CLAUDE_CODE)
     requests = [("decision", {"target_ratio": 0.05, "decision_policy_ir": decision_policy()}),
                 ("seal", {"keep_recent": 4}), ("seal", {"keep_recent": 130}), ("mask", {})]
@@ -180,3 +184,68 @@ def test_a_sealed_claude_code_session_chains_the_held_search_between_summary_and
     assert messages == record.body["messages"]
     assert messages[2:6] == transcript.items[25:29]
     assert calls_to_unloaded_tools(transcript.items, messages) == []
+
+
+RESPONSES = get_dialect("openai-responses")
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather of a city.", "defer_loading": True,
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def _responses_cycle(n: str, name: str) -> list[dict[str, Any]]:
+    return [{"type": "reasoning", "id": f"rs_{n}", "summary": [], "encrypted_content": f"opaque {n}"},
+            {"type": "function_call", "call_id": f"call_{n}", "name": name, "arguments": f'{{"city": "city {n}"}}'},
+            {"type": "function_call_output", "call_id": f"call_{n}", "output": f"forecast {n} " * 60}]
+
+
+def _responses_session(execution: str) -> list[dict[str, Any]]:
+    """A prompt, one lookup, a tool search loading ``get_weather`` (executed by the client, answered by its
+    ``call_id``, or by the server, both ids null), six calls of it, a human turn and three more calls."""
+    call_id = "ts_1" if execution == "client" else None
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": "Plan the week's trips by weather."},
+                                   *_responses_cycle("l", "lookup_trips")]
+    items += [{"type": "reasoning", "id": "rs_search", "summary": [], "encrypted_content": "opaque search"},
+              {"type": "tool_search_call", "id": "tsc_1", "call_id": call_id, "execution": execution,
+               "arguments": {"paths": ["get_weather"]}, "status": "completed"},
+              {"type": "tool_search_output", "id": "tso_1", "call_id": call_id, "execution": execution,
+               "tools": [WEATHER], "status": "completed"}]
+    for n in range(6):
+        items += _responses_cycle(f"w{n}", "get_weather")
+    items += [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Planned."}]},
+              {"type": "message", "role": "user", "content": "And next week?"}]
+    for n in range(3):
+        items += _responses_cycle(f"x{n}", "get_weather")
+    return items
+
+
+def _responses_valid(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> None:
+    assert PROBLEMS["openai-responses"](output) == []
+    assert outputs_without_their_reasoning(items, output) == []
+    assert responses_calls_to_unloaded_tools(items, output) == []
+    texts = [cdump(item) for item in output]
+    at = texts.index(cdump(items[4]))  # the search's reasoning, call and output, together
+    assert texts[at:at + 3] == [cdump(item) for item in items[4:7]]
+
+
+@pytest.mark.parametrize("execution", ["client", "server"])
+def test_responses_decision_and_seal_keep_a_tool_search_whole(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, execution: str) -> None:
+    """Before, a ``tool_search_output`` answered no call: a client-executed search's call and output were two
+    units (the call's unit took in nothing after it), and neither was protected, so decision summarized them (or
+    kept the output without its call) and seal sealed them while the ``get_weather`` calls after them stayed."""
+    items = _responses_session(execution)
+    assert PROBLEMS["openai-responses"](items) == []
+
+    decided = _compact(compact_module, lambda_context, {
+        "format": "openai-responses", "input": items, "keep_recent": 1, "target_ratio": 0.01,
+        "decision_policy_ir": decision_policy()})
+    assert decided["compacted"] is True
+    _responses_valid(items, decided["input"])
+
+    sealed = _compact(compact_module, lambda_context, {"format": "openai-responses", "input": items,
+                                                       "mode": "seal", "keep_recent": 20})
+    assert sealed["compacted"] is True
+    _responses_valid(items, sealed["input"])
+    assert "[Earlier conversation, sealed summary]" in cdump(sealed["input"][0])
+    units = [(u.start, u.end) for u in RESPONSES.split_units(items) if u.start <= 6 and u.end > 4]
+    assert units == ([(4, 7)] if execution == "client" else [(4, 6), (6, 7)])  # the output answers its call
+    assert set(range(4, 7)) <= RESPONSES.always_pinned(items)

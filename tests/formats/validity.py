@@ -55,6 +55,25 @@ def calls_to_unloaded_tools(items: list[dict[str, Any]], output: list[dict[str, 
     return problems
 
 
+def responses_calls_to_unloaded_tools(items: list[dict[str, Any]], output: list[dict[str, Any]]) -> list[str]:
+    """``function_call`` items of ``output`` calling a deferred function (one a ``tool_search_output`` of ``items``
+    loads, alone or in a namespace) before any ``tool_search_output`` of ``output`` loads it."""
+    def loaded(item: dict[str, Any]) -> set[str]:
+        tools = item.get("tools") if item.get("type") == "tool_search_output" else None
+        found = [t for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
+        found += [m for t in found if t.get("type") == "namespace" for m in t.get("tools") or [] if isinstance(m, dict)]
+        return {t.get("name") for t in found if t.get("type") != "namespace"}
+
+    deferred = {name for item in items for name in loaded(item)}
+    available: set[str] = set()
+    problems = []
+    for index, item in enumerate(output):
+        available |= loaded(item)
+        if item.get("type") == "function_call" and item.get("name") in deferred - available:
+            problems.append(f"{index}: {item.get('name')} is called but no longer loaded")
+    return problems
+
+
 def tool_uses_without_results_right_after(messages: list[dict[str, Any]]) -> list[str]:
     """``tool_use`` blocks not answered by the next user message ("tool_use ids were found without tool_result
     blocks immediately after"); the API merges consecutive messages of one role. The last turn may be unanswered."""
@@ -108,7 +127,8 @@ def _tool_results_only(message: dict[str, Any]) -> bool:
 # call, except a ``local_shell_call_output``, whose ``id`` is the ``call_id`` of its ``local_shell_call``; an
 # ``mcp_approval_response`` answers the ``id`` of an earlier ``mcp_approval_request``. Server-side calls
 # (``mcp_call``, ``web_search_call``, …) carry their results and have no call_id. A call with no output is
-# rejected ("No tool output found for function call").
+# rejected ("No tool output found for function call"). A ``tool_search_call`` the client executes has a ``call_id``
+# its ``tool_search_output`` echoes; one the server executes has a null ``call_id``, and so has its output.
 def _answered_id(item: dict[str, Any], kind: str) -> Any:
     if kind == "local_shell_call_output":
         return item.get("id")
@@ -121,12 +141,13 @@ def responses_problems(items: list[dict[str, Any]]) -> list[str]:
         kind = item.get("type", "message" if "role" in item else None)
         if kind is None:
             problems.append(f"{index}: no type")
-        elif kind.endswith("_call_output") or kind == "mcp_approval_response":
+        elif kind.endswith("_call_output") or kind == "mcp_approval_response" or (
+                kind == "tool_search_output" and item.get("call_id") is not None):
             answers = _answered_id(item, kind)
             if answers not in called:
                 problems.append(f"{index}: {kind} {answers} answers no earlier call")
             answered.add(answers)
-        elif kind.endswith("_call") and "call_id" in item:
+        elif kind.endswith("_call") and item.get("call_id") is not None:
             called[item["call_id"]] = index
         elif kind == "mcp_approval_request":
             called[item.get("id")] = index

@@ -4,11 +4,12 @@ Calls and results are items paired by id: ``function_call`` with ``function_call
 ``custom_tool_call`` with ``custom_tool_call_output`` (any ``*_call`` with its ``*_call_output``, by
 ``call_id``; a ``local_shell_call_output`` names its call's ``call_id`` in its ``id``), and an
 ``mcp_approval_request`` with the ``mcp_approval_response`` (and the ``mcp_call``) naming it in
-``approval_request_id``; a unit holds the calls of one turn with every output answering them, and
-whatever lies between. Server-side calls (``mcp_call``, ``web_search_call``, …) carry their results and
-wait for nothing. A ``reasoning`` item joins the item after it, and the messages and calls of one response
-stay together (:func:`_same_response`). ``system`` and ``developer`` messages
-are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
+``approval_request_id``, a client-executed ``tool_search_call`` with the ``tool_search_output`` echoing its
+``call_id`` (a tool search's units are always protected: :data:`TOOL_SEARCH`); a unit holds the calls of one
+turn with every output answering them, and whatever lies between. Server-side calls (``mcp_call``,
+``web_search_call``, …) carry their results and wait for nothing. A ``reasoning`` item joins the item after
+it, and the messages and calls of one response stay together (:func:`_same_response`). ``system`` and
+``developer`` messages are always protected, ``user`` messages by default; the request's top-level ``instructions`` are
 outside the items and never touched.
 
 ``reasoning`` items never reach the models (their summaries would leak into visible text); a unit that
@@ -43,6 +44,10 @@ def kind_of(item: Item) -> str:
     return "message" if "role" in item else ""
 
 
+TOOL_SEARCH = ("tool_search_call", "tool_search_output")
+"""A tool search and its output, whose ``tools`` load deferred tools the later calls use: their units are always
+protected whole (docs/formats.md "Deferred tools"). A client-executed search's output answers its ``call_id``."""
+
 SERVER_SIDE_CALLS = ("mcp_call",)
 """Calls that carry their own result (no ``*_call_output`` answers them); other server-side calls
 (``web_search_call``, ``file_search_call``, …) have no ``call_id``, so they open nothing either."""
@@ -64,7 +69,7 @@ def answered_call(item: Item) -> str | None:
         answered = item.get("approval_request_id")  # an mcp_call made after its approval names it too
     elif kind == "local_shell_call_output":  # the API reference: its ``id`` is the call's ``call_id``
         answered = item.get("call_id") if isinstance(item.get("call_id"), str) else item.get("id")
-    elif kind.endswith("_call_output"):
+    elif kind.endswith("_call_output") or kind == "tool_search_output":
         answered = item.get("call_id")
     else:
         return None
@@ -110,7 +115,15 @@ class OpenAIResponses(Dialect):
                             same_turn=_same_response)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
-        return {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")} | self.opaque_state(items)
+        """``system`` and ``developer`` messages, earlier compactions' items, and every item of a unit holding a
+        tool search (:data:`TOOL_SEARCH`), so that seal holds such a unit whole after its summary."""
+        pinned = {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
+        pinned |= self.opaque_state(items)
+        searches = [kind_of(item) in TOOL_SEARCH for item in items]
+        if any(searches):
+            pinned.update(i for unit in self.split_units(items) if any(searches[unit.start:unit.end])
+                          for i in unit.indexes())
+        return pinned
 
     def opaque_state(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if kind_of(m) in COMPACTION}
