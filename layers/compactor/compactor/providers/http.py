@@ -62,8 +62,10 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)bearer\s+[^\s\"',]+"),
     re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}"),
 )
+# A refusal for the request's size (docs/providers.md "Errors"): OpenAI's "maximum context length", Anthropic's
+# "prompt is too long", Bedrock's "Input is too long for requested model." (Claude) and "tokens exceeds" (Nova).
 CONTEXT_OVERFLOW_WORDS = re.compile(
-    r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|prompt is too long",
+    r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|(?:prompt|input) is too long",
     re.IGNORECASE,
 )
 
