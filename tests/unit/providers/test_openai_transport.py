@@ -87,6 +87,10 @@ async def test_missing_key_is_auth_error_naming_the_variable(fake_provider: Fake
         (404, "No such model", "bad_request"),
         (500, "Internal error", "upstream_error"),
         (503, "Overloaded", "upstream_error"),
+        # a gateway's or proxy's timeout is a timeout, not a request the provider refused
+        (408, "Your request timed out", "timeout"),
+        # OpenRouter: the account has no credits left; no other request to that account passes either
+        (402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits", "auth_error"),
     ],
 )
 async def test_http_error_kinds(fake_provider: FakeProviderServer, chat_offer: Offer, status: int, message: str,
@@ -95,6 +99,40 @@ async def test_http_error_kinds(fake_provider: FakeProviderServer, chat_offer: O
     error = await failure(chat_offer)
     assert (error.kind, error.http_status) == (kind, status)
     assert message in error.message
+
+
+async def test_a_429_for_an_account_without_credit_is_not_a_rate_limit(fake_provider: FakeProviderServer,
+                                                                        chat_offer: Offer) -> None:
+    # OpenAI's answer when the account has no credit: waiting does not help, so no retry and no backoff.
+    fake_provider.enqueue(Reply(429, {"error": {
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}))
+    fake_provider.enqueue(Reply(429, {"error": {"message": "Rate limit reached for gpt-4.1-mini on tokens per min",
+                                                "type": "tokens", "code": "rate_limit_exceeded"}}))
+    assert [(error.kind, error.http_status) for error in [await failure(chat_offer), await failure(chat_offer)]] \
+        == [("auth_error", 429), ("rate_limit", 429)]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"code": 502, "message": "Provider returned error", "metadata": {"provider_name": "X"}}, "upstream_error"),
+        ({"code": 429, "message": "Rate limit exceeded upstream"}, "rate_limit"),
+        ({"code": "503", "message": "No instances available"}, "upstream_error"),
+        ({"code": 400, "message": "This model's maximum context length is 8192 tokens"}, "context_overflow"),
+        ({"code": "invalid_api_key", "message": "what"}, "bad_response"),  # no status named: not an answer
+        ({"message": "something broke"}, "bad_response"),
+    ],
+)
+async def test_an_error_object_sent_with_200_is_the_error_its_code_names(
+        fake_provider: FakeProviderServer, chat_offer: Offer, error: dict, kind: str) -> None:
+    # OpenRouter answers 200 and puts the error in the body when the model fails after the answer has begun
+    # (docs/providers.md "Errors"): a 502 there is the provider's failure, not an answer of the wrong API.
+    fake_provider.enqueue(Reply(200, {"error": error}, headers={"Retry-After": "3"}))
+    failed = await failure(chat_offer)
+    assert (failed.kind, failed.http_status) == (kind, 200)  # the status it came with: it may have been billed
+    assert error["message"] in failed.message
+    assert failed.retry_after_s == 3.0
 
 
 async def test_key_never_appears_in_errors(fake_provider: FakeProviderServer, chat_offer: Offer,

@@ -356,28 +356,58 @@ def error_detail(body: bytes) -> str:
     return text
 
 
+# OpenAI's 429 for an account without credit (``error.code`` / ``error.type``): no wait makes it pass.
+_OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
+
+
+def _out_of_credit(body: bytes) -> bool:
+    if b"insufficient_quota" not in body:
+        return False
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    return isinstance(error, dict) and any(error.get(key) in _OUT_OF_CREDIT_CODES for key in ("code", "type"))
+
+
+def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
+    """The router's error kind of an HTTP error ``status`` whose error text is ``detail`` (docs/providers.md
+    "Errors"): 408 → timeout; 429 → rate_limit, unless the body says the account is out of credit
+    (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) → auth_error;
+    400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
+    anything else) → upstream_error."""
+    if status == 408:
+        return TIMEOUT
+    if status == 429:
+        return AUTH_ERROR if _out_of_credit(body) else RATE_LIMIT
+    if status in (401, 402, 403):
+        return AUTH_ERROR
+    if status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
+        return CONTEXT_OVERFLOW
+    if 400 <= status < 500:
+        return BAD_REQUEST
+    return UPSTREAM_ERROR
+
+
 def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (), *,
                      retry_after_s: float | None = None) -> ProviderError | None:
-    """The :class:`ProviderError` an HTTP status means, or None for 2xx.
-
-    429 → rate_limit; 401/403 → auth_error; 400/413/422 mentioning context or tokens →
-    context_overflow; other 4xx → bad_request; 5xx (and anything else) → upstream_error.
-    """
+    """The :class:`ProviderError` an HTTP status means (:func:`kind_for_status`), or None for 2xx."""
     if 200 <= status < 300:
         return None
     detail = error_detail(body)
-    if status == 429:
-        kind = RATE_LIMIT
-    elif status in (401, 403):
-        kind = AUTH_ERROR
-    elif status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
-        kind = CONTEXT_OVERFLOW
-    elif 400 <= status < 500:
-        kind = BAD_REQUEST
-    else:
-        kind = UPSTREAM_ERROR
-    return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status,
-                         retry_after_s=retry_after_s)
+    return ProviderError(kind_for_status(status, detail, body), safe_message(f"HTTP {status}: {detail}", secrets),
+                         http_status=status, retry_after_s=retry_after_s)
+
+
+def status_of_error_object(payload: Any) -> int | None:
+    """The HTTP status an answer's error object names in ``error.code`` (an integer, or its digits, from 400
+    to 599), as OpenRouter's ``{"error": {"code": 502, "message": …}}``; None otherwise."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isascii() and code.isdigit() and len(code) == 3:
+        code = int(code)
+    return code if type(code) is int and 400 <= code <= 599 else None
 
 
 async def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:

@@ -15,7 +15,9 @@ from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
     bounded_model, sane_tokens,
 )
-from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
+from compactor.providers.http import (
+    bearer_headers, error_detail, error_for_status, kind_for_status, post_json, safe_message, status_of_error_object,
+)
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 
@@ -50,7 +52,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
         return parse_chat_completion(reply.body, default_model=offer.model)
     except ProviderError as exc:
         raise ProviderError(exc.kind, safe_message(exc.message, (key,)), http_status=reply.status,
-                            cost_reported=exc.cost_reported) from None
+                            cost_reported=exc.cost_reported, retry_after_s=reply.retry_after_s) from None
 
 
 count = sane_tokens
@@ -85,6 +87,11 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
             or not isinstance(choices[0].get("message"), dict):
         problem = "response has no choices[0].message"
+        said = status_of_error_object(payload)
+        if said is not None:  # a gateway's failure sent as a 200 (OpenRouter, once the model has begun)
+            raise ProviderError(kind_for_status(said, error_detail(body), body),
+                                f"answer carries error {said}: {error_detail(body)}",
+                                cost_reported=reported(usage.get("cost")))
         if "error" in payload:
             problem += f"; provider error: {error_detail(body)}"
         raise ProviderError(BAD_RESPONSE, problem, cost_reported=reported(usage.get("cost")))
