@@ -62,6 +62,9 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "upstream_error":
         status = f"{http_status} from {host}" if http_status else f"{host} failed"
         return status, "the provider failed: retry later or add another offer to fail over to"
+    if kind == "bad_request" and http_status is not None and 300 <= http_status < 400:
+        return (f"{host} redirects ({http_status})",
+                "set the offer's base_url to the address the error message names (redirects are not followed)")
     if kind == "bad_request":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
         return status, "check the offer's model name and transport"

@@ -77,6 +77,7 @@ class HttpReply:
     status: int
     body: bytes
     retry_after_s: float | None = None  # the Retry-After header, in seconds (see parse_retry_after)
+    location: str | None = None  # a redirect's Location header (redirects are not followed)
 
 
 def client() -> httpx.AsyncClient:
@@ -242,7 +243,9 @@ def direct_request(url: str, content: bytes, headers: dict[str, str],
 async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
     response.stream = _LeftoverRefused(response.stream)
     body = await _read_bounded(response, max_body_bytes)
-    return HttpReply(response.status_code, body, parse_retry_after(response.headers.get("Retry-After")))
+    status = response.status_code
+    return HttpReply(status, body, parse_retry_after(response.headers.get("Retry-After")),
+                     response.headers.get("Location") if 300 <= status < 400 else None)
 
 
 class _LeftoverRefused(httpx.AsyncByteStream):
@@ -373,10 +376,13 @@ def _out_of_credit(body: bytes) -> bool:
 
 def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
     """The router's error kind of an HTTP error ``status`` whose error text is ``detail`` (docs/providers.md
-    "Errors"): 408 → timeout; 429 → rate_limit, unless the body says the account is out of credit
+    "Errors"): a redirect (3xx, never followed) → bad_request: the offer's ``base_url`` is not the API's address,
+    which no retry and no other caller's call changes; 408 → timeout; 429 → rate_limit, unless the body says the account is out of credit
     (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) → auth_error;
     400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
     anything else) → upstream_error."""
+    if 300 <= status < 400:
+        return BAD_REQUEST
     if status == 408:
         return TIMEOUT
     if status == 429:
@@ -391,13 +397,24 @@ def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
 
 
 def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (), *,
-                     retry_after_s: float | None = None) -> ProviderError | None:
-    """The :class:`ProviderError` an HTTP status means (:func:`kind_for_status`), or None for 2xx."""
+                     retry_after_s: float | None = None, location: str | None = None) -> ProviderError | None:
+    """The :class:`ProviderError` an HTTP status means (:func:`kind_for_status`), or None for 2xx. A redirect
+    says where it points (``location``), the address ``base_url`` should name."""
     if 200 <= status < 300:
         return None
-    detail = error_detail(body)
+    if 300 <= status < 400:
+        detail = f"redirected to {location or '(no Location)'}; redirects are not followed: set the offer's base_url"
+    else:
+        detail = error_detail(body)
     return ProviderError(kind_for_status(status, detail, body), safe_message(f"HTTP {status}: {detail}", secrets),
                          http_status=status, retry_after_s=retry_after_s)
+
+
+def reply_error(reply: HttpReply, secrets: Iterable[str | None] = ()) -> ProviderError | None:
+    """The :class:`ProviderError` of ``reply`` (:func:`error_for_status`), or None for 2xx: what every HTTP
+    transport checks first."""
+    return error_for_status(reply.status, reply.body, secrets, retry_after_s=reply.retry_after_s,
+                            location=reply.location)
 
 
 def status_of_error_object(payload: Any) -> int | None:

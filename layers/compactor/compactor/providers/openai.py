@@ -16,7 +16,7 @@ from compactor.providers.base import (
     bounded_model, sane_tokens,
 )
 from compactor.providers.http import (
-    bearer_headers, error_detail, error_for_status, kind_for_status, post_json, safe_message, status_of_error_object,
+    bearer_headers, error_detail, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
@@ -45,7 +45,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     headers, key = await bearer_headers(offer)
     reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-    error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
+    error = reply_error(reply, (key,))
     if error is not None:
         raise error
     try:
