@@ -10,8 +10,9 @@ import pytest
 import respx
 
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers import openai
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, OpenAITransport
-from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
 
 TRANSPORT = OpenAITransport()
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -39,6 +40,48 @@ async def test_success_body_headers_and_usage(fake_provider: FakeProviderServer,
     assert sent.json == {"model": "fake-chat-1", "messages": MESSAGES, "max_tokens": 64}
     assert sent.headers["authorization"] == f"Bearer {api_key}"
     assert sent.headers["content-type"] == "application/json"
+
+
+def reasoning_model(request: RecordedRequest) -> Reply:
+    """OpenAI as it answers for its reasoning models (o-series, gpt-5): ``max_tokens`` is refused."""
+    if "max_tokens" in request.json:
+        return Reply(400, {"error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                       "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+    return chat_reply('{"answers": {}}', prompt_tokens=40, completion_tokens=300)
+
+
+async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
+        fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/providers.md: every call with an output limit to gpt-5 or an o-series model was a 400 bad_request,
+    # so no node using such an offer ever had an answer.
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    fake_provider.responder = reasoning_model
+    for _ in range(2):
+        response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=512, json_mode=True), 10)
+        assert (response.text, response.tokens_out) == ('{"answers": {}}', 300)
+    sent = [request.json for request in fake_provider.requests]
+    assert [("max_tokens" in body, body.get("max_completion_tokens")) for body in sent] == \
+        [(True, None), (False, 512), (False, 512)]  # refused once, then asked as the model wants
+    assert all(body["messages"] == MESSAGES and body["response_format"] == {"type": "json_object"} for body in sent)
+
+    # another model of the same server is asked as before; a request without a limit is sent as it is
+    other = dataclasses.replace(chat_offer, model="gpt-4.1-mini")
+    fake_provider.responder = None
+    await TRANSPORT.chat(other, ChatRequest(MESSAGES, max_tokens=64), 10)
+    await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES), 10)
+    assert fake_provider.requests[3].json["max_tokens"] == 64
+    assert "max_completion_tokens" not in fake_provider.requests[4].json
+
+
+async def test_other_400s_are_not_sent_again(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    fake_provider.enqueue(Reply(400, {"error": {"message": "max_tokens is too large: 99999999. This model supports "
+                                                           "at most 16384 completion tokens", "param": "max_tokens"}}))
+    error = await failure(chat_offer, ChatRequest(MESSAGES, max_tokens=99_999_999))
+    assert (error.kind, len(fake_provider.requests)) == ("bad_request", 1)
 
 
 async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:

@@ -1,12 +1,16 @@
 """The ``openai`` transport: OpenAI Chat Completions (docs/behaviour.md#catalog-and-transports).
 
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
-``response_format: {"type": "json_object"}``. :func:`complete_chat` is also what the
-``chat-decisions`` transport sends its prompts through.
+``response_format: {"type": "json_object"}``. A model that refuses ``max_tokens`` for ``max_completion_tokens``
+(OpenAI's reasoning models: the o-series, gpt-5) is sent the latter at once, and from then on
+(docs/providers.md). :func:`complete_chat` is also what the ``chat-decisions`` transport sends its prompts
+through.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from compactor.cost import reported
@@ -29,22 +33,55 @@ def endpoint(offer: Offer, suffix: str) -> str:
     return f"{offer.base_url.rstrip('/')}/{suffix}"
 
 
+# The (base_url, model) pairs that refused ``max_tokens`` for ``max_completion_tokens``, as this container saw
+# them: their calls name the output limit so. A catalog names a few; the set is cleared if it ever grows past this.
+_COMPLETION_TOKENS_MODELS: set[tuple[str | None, str]] = set()
+_COMPLETION_TOKENS_MODELS_MAX = 256
+
+
 def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The JSON body sent for ``request``."""
+    """The JSON body sent for ``request``: the output limit as ``max_tokens``, or as ``max_completion_tokens``
+    for a model known to want it."""
     body: dict[str, Any] = {"model": offer.model, "messages": request.messages}
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        wants_completion_tokens = (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS
+        body["max_completion_tokens" if wants_completion_tokens else "max_tokens"] = request.max_tokens
     if request.json_mode:
         body["response_format"] = {"type": "json_object"}
     return body
 
 
+def refuses_max_tokens(status: int, body: bytes) -> bool:
+    """Whether an answer is OpenAI's refusal of ``max_tokens`` by a model that takes only
+    ``max_completion_tokens`` (400, ``error.param`` ``max_tokens``, the message naming the other)."""
+    if status != 400 or b"max_completion_tokens" not in body:
+        return False
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return isinstance(error, dict) and error.get("param") == "max_tokens" \
+        and "max_completion_tokens" in str(error.get("message"))
+
+
 async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-    """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`)."""
+    """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`). A refusal
+    of ``max_tokens`` (:func:`refuses_max_tokens`, not billed) is sent again at once, within ``timeout_s``,
+    with ``max_completion_tokens``, as every later call to that model."""
     url = endpoint(offer, "chat/completions")
     headers, key = await bearer_headers(offer)
+    started = time.monotonic()
     reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
+    if request.max_tokens is not None and refuses_max_tokens(reply.status, reply.body) \
+            and (offer.base_url, offer.model) not in _COMPLETION_TOKENS_MODELS:
+        if len(_COMPLETION_TOKENS_MODELS) >= _COMPLETION_TOKENS_MODELS_MAX:
+            _COMPLETION_TOKENS_MODELS.clear()
+        _COMPLETION_TOKENS_MODELS.add((offer.base_url, offer.model))
+        reply = await post_json(url, chat_body(offer, request), headers=headers,
+                                timeout_s=timeout_s - (time.monotonic() - started),
+                                max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
     error = reply_error(reply, (key,))
     if error is not None:
         raise error
