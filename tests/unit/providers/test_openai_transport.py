@@ -84,6 +84,17 @@ async def test_other_400s_are_not_sent_again(fake_provider: FakeProviderServer, 
     assert (error.kind, len(fake_provider.requests)) == ("bad_request", 1)
 
 
+@pytest.mark.parametrize("root", ["/openai/v1?api-version=preview", "/openai/v1/?api-version=preview"])
+async def test_a_query_in_base_url_stays_after_the_path(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                        root: str) -> None:
+    # Azure OpenAI (and some gateways) take parameters in the query: the path was appended after the query, so
+    # the call went to the API root with ``api-version=preview/chat/completions`` and every call failed.
+    offer = dataclasses.replace(chat_offer, base_url=fake_provider.root_url + root)
+    response = await TRANSPORT.chat(offer, ChatRequest(MESSAGES), 10)
+    assert response.text == "ok"
+    assert fake_provider.requests[0].path == "/openai/v1/chat/completions?api-version=preview"
+
+
 async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
     response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, json_mode=True), 10)
     assert response.text == "{}"

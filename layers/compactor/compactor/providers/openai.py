@@ -27,10 +27,12 @@ CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 
 
 def endpoint(offer: Offer, suffix: str) -> str:
-    """``{base_url}/{suffix}``; an offer without ``base_url`` is a configuration error."""
+    """``{base_url}/{suffix}``, a query ``base_url`` carries kept after it (Azure OpenAI's ``?api-version=…``, a
+    gateway's parameters); an offer without ``base_url`` is a configuration error."""
     if not offer.base_url:
         raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url")
-    return f"{offer.base_url.rstrip('/')}/{suffix}"
+    root, mark, query = offer.base_url.partition("?")
+    return f"{root.rstrip('/')}/{suffix}{mark}{query}"
 
 
 # The (base_url, model) pairs that refused ``max_tokens`` for ``max_completion_tokens``, as this container saw
