@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
 
@@ -73,6 +74,18 @@ async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
     await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES), 10)
     assert fake_provider.requests[3].json["max_tokens"] == 64
     assert "max_completion_tokens" not in fake_provider.requests[4].json
+
+
+async def test_calls_in_flight_when_max_tokens_is_refused_are_all_sent_again(
+        fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request's batches go at once: each of them is refused before any learns the model's wish.
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    refusal = reasoning_model(RecordedRequest("POST", "/v1/chat/completions", {}, b"", {"max_tokens": 1}))
+    fake_provider.enqueue(*[dataclasses.replace(refusal, delay_s=0.2 * (i + 1)) for i in range(3)])
+    fake_provider.responder = reasoning_model
+    calls = [TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=100), 10) for _ in range(3)]
+    assert [response.tokens_out for response in await asyncio.gather(*calls)] == [300, 300, 300]
+    assert len(fake_provider.requests) == 6
 
 
 async def test_other_400s_are_not_sent_again(fake_provider: FakeProviderServer, chat_offer: Offer,

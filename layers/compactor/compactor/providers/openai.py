@@ -74,10 +74,11 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     url = endpoint(offer, "chat/completions")
     headers, key = await bearer_headers(offer)
     started = time.monotonic()
-    reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
+    body = chat_body(offer, request)
+    reply = await post_json(url, body, headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-    if request.max_tokens is not None and refuses_max_tokens(reply.status, reply.body) \
-            and (offer.base_url, offer.model) not in _COMPLETION_TOKENS_MODELS:
+    # (each call that sent max_tokens is sent again: calls in flight when the first refusal came sent it too)
+    if "max_tokens" in body and refuses_max_tokens(reply.status, reply.body):
         if len(_COMPLETION_TOKENS_MODELS) >= _COMPLETION_TOKENS_MODELS_MAX:
             _COMPLETION_TOKENS_MODELS.clear()
         _COMPLETION_TOKENS_MODELS.add((offer.base_url, offer.model))
