@@ -89,6 +89,11 @@ async def test_max_tokens_stop_reads_as_length(fake_provider: FakeProviderServer
      BAD_REQUEST),
     (bedrock_error(400, "ValidationException", "Input is too long for requested model. Too many tokens"),
      CONTEXT_OVERFLOW),
+    # What Bedrock really says when the prompt exceeds the model's context (Claude, through Converse):
+    (bedrock_error(400, "ValidationException", "Input is too long for requested model."), CONTEXT_OVERFLOW),
+    (bedrock_error(400, "ValidationException",
+                   "The model returned the following errors: Input is too long for requested model."),
+     CONTEXT_OVERFLOW),
     (bedrock_error(403, "AccessDeniedException", "You don't have access to the model"), AUTH_ERROR),
     (bedrock_error(408, "ModelTimeoutException", "Model has timed out"), TIMEOUT),
     (bedrock_error(503, "ServiceUnavailableException", "unavailable"), UPSTREAM_ERROR),

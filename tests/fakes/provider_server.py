@@ -165,15 +165,16 @@ def default_answers(questions: Any) -> dict[str, Any]:
 
 def _default_reply(request: RecordedRequest) -> Reply:
     payload = request.json if isinstance(request.json, dict) else {}
-    if request.path.endswith("/chat/completions"):
+    path = request.path.partition("?")[0]  # routed on the path, as a provider routes (a query is parameters)
+    if path.endswith("/chat/completions"):
         json_mode = (payload.get("response_format") or {}).get("type") == "json_object"
         return chat_reply("{}" if json_mode else "ok", model=str(payload.get("model") or "fake-model"))
-    if request.path.endswith("/decisions"):
+    if path.endswith("/decisions"):
         return decision_reply(default_answers(payload.get("questions")),
                               model=str(payload.get("model") or "fake-decider"))
-    if request.path.endswith("/v1/messages"):
+    if path.endswith("/v1/messages"):
         return anthropic_reply(model=str(payload.get("model") or "fake-claude"))
-    if request.path.endswith("/converse"):
+    if path.endswith("/converse"):
         return converse_reply()
     return Reply(404, {"error": {"message": f"no route for {request.path}"}})
 

@@ -169,6 +169,26 @@ async def test_only_408_and_429_among_client_errors_are_retried(fake_provider: F
     assert len(fake_provider.requests) == calls
 
 
+async def test_a_redirect_is_the_offers_address_not_the_providers_health(fake_provider: FakeProviderServer) -> None:
+    """docs/providers.md "Errors": a provider redirecting (``http://`` to ``https://``, a moved path) answers every
+    call so: a 301 was an upstream_error, re-issued by retry_same, counted against the provider's breaker and
+    disabling it for every caller, and made the answering offer's cost unknown as if it might have been billed."""
+    router = make_router(fake_provider)
+    moved = f"{fake_provider.base_url.replace('http://', 'https://')}/chat/completions"
+    fake_provider.responder = lambda request: (
+        Reply(301, "<html><body>Moved Permanently</body></html>", headers={"Location": moved})
+        if request.json["model"] == "pa-model" else chat_reply("Summary.", prompt_tokens=1000, completion_tokens=10))
+    plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "disable_provider"}])
+    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(30_000))
+    attempts = [e for e in result.trace["decision_path"] if e["event"] == "attempted"]
+    assert [(e["offer"], e["error_kind"], e["http_status"]) for e in attempts] == \
+        [("a/chat", "bad_request", 301), ("b/chat", None, None)]  # not re-issued
+    assert moved in attempts[0]["error_message"]  # the address base_url should name
+    assert {"event": "provider_disabled", "provider": "pa", "scope": "call"} in result.trace["decision_path"]
+    assert result.ok and result.cost_usd == pytest.approx((1000 * 2.0 + 10 * 1.0) / 1e6)  # known: nothing billed
+
+
 async def test_one_request_retries_at_most_its_budget_whatever_the_policy(fake_provider: FakeProviderServer) -> None:
     router = make_router(fake_provider)
     fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}})

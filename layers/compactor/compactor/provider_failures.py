@@ -37,6 +37,9 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
                 f"export {missing.group(1)}=<key> (local) or give the offer an api_key_secret (deployed)")
     if kind == "auth_error" and "secret" in message:
         return message, "check the secret exists and the function may read it (ProviderKeySecretArns)"
+    if kind == "auth_error" and http_status in (402, 429):  # kind_for_status: the account is out of credit
+        return (f"{http_status} from {host}: the account has no credit left",
+                f"add credit or raise the spend limit at {host}")
     if kind == "auth_error":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the credentials"
         return status, f"check the API key for {host} (and that it may use this model)"
@@ -59,6 +62,9 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "upstream_error":
         status = f"{http_status} from {host}" if http_status else f"{host} failed"
         return status, "the provider failed: retry later or add another offer to fail over to"
+    if kind == "bad_request" and http_status is not None and 300 <= http_status < 400:
+        return (f"{host} redirects ({http_status})",
+                "set the offer's base_url to the address the error message names (redirects are not followed)")
     if kind == "bad_request":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
         return status, "check the offer's model name and transport"

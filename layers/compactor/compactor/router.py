@@ -114,7 +114,7 @@ class RouteResult:
     # USD that providers reported for failed attempts (billed, then rejected); None when none reported.
     failed_cost_usd: float | None = None
     # Whether failed_cost_usd is all the failed attempts cost: each reported its cost or was refused with an
-    # HTTP error status (not billed). A timeout or an unpriced bad answer may have been billed: unknown.
+    # HTTP error status or redirected (not billed). A timeout or an unpriced bad answer may have been billed: unknown.
     failed_cost_known: bool = False
 
     def failure_cost(self) -> float | None:
@@ -665,8 +665,9 @@ class _Failover:
             self.last = outcome
             if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
-            elif outcome.http_status is None or outcome.http_status < 400:
+            elif outcome.http_status is None or outcome.http_status < 300:
                 self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed
+            # (an error status or a redirect, never followed, is no answer: nothing billed)
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}))

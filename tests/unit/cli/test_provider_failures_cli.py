@@ -91,7 +91,12 @@ def test_no_problems_section_when_all_calls_succeed(tmp_path: Path, capsys: pyte
     ("bad_response", "decision reply is not strict JSON (x)", 200, "model answered non-JSON"),
     ("bad_response", "decision reply was cut off (finish_reason length)", 200, "model answer cut off at max_tokens"),
     ("rate_limit", "HTTP 429", 429, "rate limited by api.example"),
+    ("auth_error", "HTTP 429: You exceeded your current quota", 429,
+     "429 from api.example: the account has no credit left"),
+    ("auth_error", "HTTP 402: Insufficient credits", 402, "402 from api.example: the account has no credit left"),
     ("no_candidates", "no offer satisfies the policy", None, "no offer could take this call"),
+    ("bad_request", "HTTP 301: redirected to https://api.example/v1/chat/completions", 301,
+     "api.example redirects (301)"),
 ])
 def test_explain_in_plain_words(kind: str, message: str, status: int | None, cause: str) -> None:
     words, fix = explain(kind, message, status, "api.example")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
 
@@ -10,8 +11,9 @@ import pytest
 import respx
 
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers import openai
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, OpenAITransport
-from fakes.provider_server import FakeProviderServer, Reply, chat_reply
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
 
 TRANSPORT = OpenAITransport()
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -39,6 +41,71 @@ async def test_success_body_headers_and_usage(fake_provider: FakeProviderServer,
     assert sent.json == {"model": "fake-chat-1", "messages": MESSAGES, "max_tokens": 64}
     assert sent.headers["authorization"] == f"Bearer {api_key}"
     assert sent.headers["content-type"] == "application/json"
+
+
+def reasoning_model(request: RecordedRequest) -> Reply:
+    """OpenAI as it answers for its reasoning models (o-series, gpt-5): ``max_tokens`` is refused."""
+    if "max_tokens" in request.json:
+        return Reply(400, {"error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                       "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}})
+    return chat_reply('{"answers": {}}', prompt_tokens=40, completion_tokens=300)
+
+
+async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
+        fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/providers.md: every call with an output limit to gpt-5 or an o-series model was a 400 bad_request,
+    # so no node using such an offer ever had an answer.
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    fake_provider.responder = reasoning_model
+    for _ in range(2):
+        response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=512, json_mode=True), 10)
+        assert (response.text, response.tokens_out) == ('{"answers": {}}', 300)
+    sent = [request.json for request in fake_provider.requests]
+    assert [("max_tokens" in body, body.get("max_completion_tokens")) for body in sent] == \
+        [(True, None), (False, 512), (False, 512)]  # refused once, then asked as the model wants
+    assert all(body["messages"] == MESSAGES and body["response_format"] == {"type": "json_object"} for body in sent)
+
+    # another model of the same server is asked as before; a request without a limit is sent as it is
+    other = dataclasses.replace(chat_offer, model="gpt-4.1-mini")
+    fake_provider.responder = None
+    await TRANSPORT.chat(other, ChatRequest(MESSAGES, max_tokens=64), 10)
+    await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES), 10)
+    assert fake_provider.requests[3].json["max_tokens"] == 64
+    assert "max_completion_tokens" not in fake_provider.requests[4].json
+
+
+async def test_calls_in_flight_when_max_tokens_is_refused_are_all_sent_again(
+        fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request's batches go at once: each of them is refused before any learns the model's wish.
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    refusal = reasoning_model(RecordedRequest("POST", "/v1/chat/completions", {}, b"", {"max_tokens": 1}))
+    fake_provider.enqueue(*[dataclasses.replace(refusal, delay_s=0.2 * (i + 1)) for i in range(3)])
+    fake_provider.responder = reasoning_model
+    calls = [TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=100), 10) for _ in range(3)]
+    assert [response.tokens_out for response in await asyncio.gather(*calls)] == [300, 300, 300]
+    assert len(fake_provider.requests) == 6
+
+
+async def test_other_400s_are_not_sent_again(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    fake_provider.enqueue(Reply(400, {"error": {"message": "max_tokens is too large: 99999999. This model supports "
+                                                           "at most 16384 completion tokens", "param": "max_tokens"}}))
+    error = await failure(chat_offer, ChatRequest(MESSAGES, max_tokens=99_999_999))
+    assert (error.kind, len(fake_provider.requests)) == ("bad_request", 1)
+
+
+@pytest.mark.parametrize("root", ["/openai/v1?api-version=preview", "/openai/v1/?api-version=preview"])
+async def test_a_query_in_base_url_stays_after_the_path(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                        root: str) -> None:
+    # Azure OpenAI (and some gateways) take parameters in the query: the path was appended after the query, so
+    # the call went to the API root with ``api-version=preview/chat/completions`` and every call failed.
+    offer = dataclasses.replace(chat_offer, base_url=fake_provider.root_url + root)
+    response = await TRANSPORT.chat(offer, ChatRequest(MESSAGES), 10)
+    assert response.text == "ok"
+    assert fake_provider.requests[0].path == "/openai/v1/chat/completions?api-version=preview"
 
 
 async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
@@ -87,6 +154,10 @@ async def test_missing_key_is_auth_error_naming_the_variable(fake_provider: Fake
         (404, "No such model", "bad_request"),
         (500, "Internal error", "upstream_error"),
         (503, "Overloaded", "upstream_error"),
+        # a gateway's or proxy's timeout is a timeout, not a request the provider refused
+        (408, "Your request timed out", "timeout"),
+        # OpenRouter: the account has no credits left; no other request to that account passes either
+        (402, "Insufficient credits. Add more using https://openrouter.ai/settings/credits", "auth_error"),
     ],
 )
 async def test_http_error_kinds(fake_provider: FakeProviderServer, chat_offer: Offer, status: int, message: str,
@@ -95,6 +166,40 @@ async def test_http_error_kinds(fake_provider: FakeProviderServer, chat_offer: O
     error = await failure(chat_offer)
     assert (error.kind, error.http_status) == (kind, status)
     assert message in error.message
+
+
+async def test_a_429_for_an_account_without_credit_is_not_a_rate_limit(fake_provider: FakeProviderServer,
+                                                                        chat_offer: Offer) -> None:
+    # OpenAI's answer when the account has no credit: waiting does not help, so no retry and no backoff.
+    fake_provider.enqueue(Reply(429, {"error": {
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "type": "insufficient_quota", "param": None, "code": "insufficient_quota"}}))
+    fake_provider.enqueue(Reply(429, {"error": {"message": "Rate limit reached for gpt-4.1-mini on tokens per min",
+                                                "type": "tokens", "code": "rate_limit_exceeded"}}))
+    assert [(error.kind, error.http_status) for error in [await failure(chat_offer), await failure(chat_offer)]] \
+        == [("auth_error", 429), ("rate_limit", 429)]
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        ({"code": 502, "message": "Provider returned error", "metadata": {"provider_name": "X"}}, "upstream_error"),
+        ({"code": 429, "message": "Rate limit exceeded upstream"}, "rate_limit"),
+        ({"code": "503", "message": "No instances available"}, "upstream_error"),
+        ({"code": 400, "message": "This model's maximum context length is 8192 tokens"}, "context_overflow"),
+        ({"code": "invalid_api_key", "message": "what"}, "bad_response"),  # no status named: not an answer
+        ({"message": "something broke"}, "bad_response"),
+    ],
+)
+async def test_an_error_object_sent_with_200_is_the_error_its_code_names(
+        fake_provider: FakeProviderServer, chat_offer: Offer, error: dict, kind: str) -> None:
+    # OpenRouter answers 200 and puts the error in the body when the model fails after the answer has begun
+    # (docs/providers.md "Errors"): a 502 there is the provider's failure, not an answer of the wrong API.
+    fake_provider.enqueue(Reply(200, {"error": error}, headers={"Retry-After": "3"}))
+    failed = await failure(chat_offer)
+    assert (failed.kind, failed.http_status) == (kind, 200)  # the status it came with: it may have been billed
+    assert error["message"] in failed.message
+    assert failed.retry_after_s == 3.0
 
 
 async def test_key_never_appears_in_errors(fake_provider: FakeProviderServer, chat_offer: Offer,

@@ -54,6 +54,8 @@ async def test_concurrent_calls_do_not_wait_for_each_other(fake_provider: FakePr
         (200, b"{}", None),
         (429, b"", "rate_limit"),
         (400, b'{"error": "prompt is too long"}', "context_overflow"),
+        # Bedrock's words (passed on by gateways such as LiteLLM in front of it)
+        (400, b'{"error": {"message": "Input is too long for requested model."}}', "context_overflow"),
         (400, b'{"message": "bad role"}', "bad_request"),
         (413, b"payload too large", "bad_request"),
         (599, b"", "upstream_error"),

@@ -18,7 +18,7 @@ from compactor.providers.base import (
     BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError, bounded_model,
 )
 from compactor.providers.chat_decisions import decide_by_chat
-from compactor.providers.http import error_for_status, post_json, safe_message
+from compactor.providers.http import post_json, reply_error, safe_message
 from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
 from compactor.providers.prompt_cache import cache_split, written_first
@@ -94,7 +94,7 @@ class AnthropicTransport:
         async with written_first(prefix):  # an error status has written nothing: the next call writes
             reply = await post_json(endpoint(offer, "v1/messages"), body, headers=headers, timeout_s=timeout_s,
                                     max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-            error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
+            error = reply_error(reply, (key,))
             if error is not None:
                 raise error
         try:

@@ -62,8 +62,10 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)bearer\s+[^\s\"',]+"),
     re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}"),
 )
+# A refusal for the request's size (docs/providers.md "Errors"): OpenAI's "maximum context length", Anthropic's
+# "prompt is too long", Bedrock's "Input is too long for requested model." (Claude) and "tokens exceeds" (Nova).
 CONTEXT_OVERFLOW_WORDS = re.compile(
-    r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|prompt is too long",
+    r"context|too many tokens|token limit|tokens? exceeds?|exceeds? .{0,40}tokens|(?:prompt|input) is too long",
     re.IGNORECASE,
 )
 
@@ -75,6 +77,7 @@ class HttpReply:
     status: int
     body: bytes
     retry_after_s: float | None = None  # the Retry-After header, in seconds (see parse_retry_after)
+    location: str | None = None  # a redirect's Location header (redirects are not followed)
 
 
 def client() -> httpx.AsyncClient:
@@ -240,7 +243,9 @@ def direct_request(url: str, content: bytes, headers: dict[str, str],
 async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
     response.stream = _LeftoverRefused(response.stream)
     body = await _read_bounded(response, max_body_bytes)
-    return HttpReply(response.status_code, body, parse_retry_after(response.headers.get("Retry-After")))
+    status = response.status_code
+    return HttpReply(status, body, parse_retry_after(response.headers.get("Retry-After")),
+                     response.headers.get("Location") if 300 <= status < 400 else None)
 
 
 class _LeftoverRefused(httpx.AsyncByteStream):
@@ -354,28 +359,72 @@ def error_detail(body: bytes) -> str:
     return text
 
 
-def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (), *,
-                     retry_after_s: float | None = None) -> ProviderError | None:
-    """The :class:`ProviderError` an HTTP status means, or None for 2xx.
+# OpenAI's 429 for an account without credit (``error.code`` / ``error.type``): no wait makes it pass.
+_OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
 
-    429 → rate_limit; 401/403 → auth_error; 400/413/422 mentioning context or tokens →
-    context_overflow; other 4xx → bad_request; 5xx (and anything else) → upstream_error.
-    """
+
+def _out_of_credit(body: bytes) -> bool:
+    if b"insufficient_quota" not in body:
+        return False
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return False
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    return isinstance(error, dict) and any(error.get(key) in _OUT_OF_CREDIT_CODES for key in ("code", "type"))
+
+
+def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
+    """The router's error kind of an HTTP error ``status`` whose error text is ``detail`` (docs/providers.md
+    "Errors"): a redirect (3xx, never followed) → bad_request: the offer's ``base_url`` is not the API's address,
+    which no retry and no other caller's call changes; 408 → timeout; 429 → rate_limit, unless the body says the account is out of credit
+    (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) → auth_error;
+    400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
+    anything else) → upstream_error."""
+    if 300 <= status < 400:
+        return BAD_REQUEST
+    if status == 408:
+        return TIMEOUT
+    if status == 429:
+        return AUTH_ERROR if _out_of_credit(body) else RATE_LIMIT
+    if status in (401, 402, 403):
+        return AUTH_ERROR
+    if status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
+        return CONTEXT_OVERFLOW
+    if 400 <= status < 500:
+        return BAD_REQUEST
+    return UPSTREAM_ERROR
+
+
+def error_for_status(status: int, body: bytes, secrets: Iterable[str | None] = (), *,
+                     retry_after_s: float | None = None, location: str | None = None) -> ProviderError | None:
+    """The :class:`ProviderError` an HTTP status means (:func:`kind_for_status`), or None for 2xx. A redirect
+    says where it points (``location``), the address ``base_url`` should name."""
     if 200 <= status < 300:
         return None
-    detail = error_detail(body)
-    if status == 429:
-        kind = RATE_LIMIT
-    elif status in (401, 403):
-        kind = AUTH_ERROR
-    elif status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
-        kind = CONTEXT_OVERFLOW
-    elif 400 <= status < 500:
-        kind = BAD_REQUEST
+    if 300 <= status < 400:
+        detail = f"redirected to {location or '(no Location)'}; redirects are not followed: set the offer's base_url"
     else:
-        kind = UPSTREAM_ERROR
-    return ProviderError(kind, safe_message(f"HTTP {status}: {detail}", secrets), http_status=status,
-                         retry_after_s=retry_after_s)
+        detail = error_detail(body)
+    return ProviderError(kind_for_status(status, detail, body), safe_message(f"HTTP {status}: {detail}", secrets),
+                         http_status=status, retry_after_s=retry_after_s)
+
+
+def reply_error(reply: HttpReply, secrets: Iterable[str | None] = ()) -> ProviderError | None:
+    """The :class:`ProviderError` of ``reply`` (:func:`error_for_status`), or None for 2xx: what every HTTP
+    transport checks first."""
+    return error_for_status(reply.status, reply.body, secrets, retry_after_s=reply.retry_after_s,
+                            location=reply.location)
+
+
+def status_of_error_object(payload: Any) -> int | None:
+    """The HTTP status an answer's error object names in ``error.code`` (an integer, or its digits, from 400
+    to 599), as OpenRouter's ``{"error": {"code": 502, "message": …}}``; None otherwise."""
+    error = payload.get("error") if isinstance(payload, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    if isinstance(code, str) and code.isascii() and code.isdigit() and len(code) == 3:
+        code = int(code)
+    return code if type(code) is int and 400 <= code <= 599 else None
 
 
 async def bearer_headers(offer: Offer) -> tuple[dict[str, str], str | None]:

@@ -16,7 +16,7 @@ from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, INVALID_DECISION, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
     ProviderError, bounded_model, sane_tokens,
 )
-from compactor.providers.http import bearer_headers, error_for_status, post_json
+from compactor.providers.http import bearer_headers, post_json, reply_error
 from compactor.providers.openai import endpoint
 
 
@@ -91,7 +91,7 @@ class DecisionsTransport:
         headers, key = await bearer_headers(offer)
         reply = await post_json(url, {"model": offer.model, **payload}, headers=headers, timeout_s=timeout_s,
                                 max_body_bytes=DECISION_RESPONSE_MAX_BYTES, secrets=(key,))
-        error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
+        error = reply_error(reply, (key,))
         if error is not None:
             raise error
         try:

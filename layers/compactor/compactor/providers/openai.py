@@ -1,12 +1,16 @@
 """The ``openai`` transport: OpenAI Chat Completions (docs/behaviour.md#catalog-and-transports).
 
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
-``response_format: {"type": "json_object"}``. :func:`complete_chat` is also what the
-``chat-decisions`` transport sends its prompts through.
+``response_format: {"type": "json_object"}``. A model that refuses ``max_tokens`` for ``max_completion_tokens``
+(OpenAI's reasoning models: the o-series, gpt-5) is sent the latter at once, and from then on
+(docs/providers.md). :func:`complete_chat` is also what the ``chat-decisions`` transport sends its prompts
+through.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from compactor.cost import reported
@@ -15,42 +19,80 @@ from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
     bounded_model, sane_tokens,
 )
-from compactor.providers.http import bearer_headers, error_detail, error_for_status, post_json, safe_message
+from compactor.providers.http import (
+    bearer_headers, error_detail, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
+)
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 
 
 def endpoint(offer: Offer, suffix: str) -> str:
-    """``{base_url}/{suffix}``; an offer without ``base_url`` is a configuration error."""
+    """``{base_url}/{suffix}``, a query ``base_url`` carries kept after it (Azure OpenAI's ``?api-version=…``, a
+    gateway's parameters); an offer without ``base_url`` is a configuration error."""
     if not offer.base_url:
         raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url")
-    return f"{offer.base_url.rstrip('/')}/{suffix}"
+    root, mark, query = offer.base_url.partition("?")
+    return f"{root.rstrip('/')}/{suffix}{mark}{query}"
+
+
+# The (base_url, model) pairs that refused ``max_tokens`` for ``max_completion_tokens``, as this container saw
+# them: their calls name the output limit so. A catalog names a few; the set is cleared if it ever grows past this.
+_COMPLETION_TOKENS_MODELS: set[tuple[str | None, str]] = set()
+_COMPLETION_TOKENS_MODELS_MAX = 256
 
 
 def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
-    """The JSON body sent for ``request``."""
+    """The JSON body sent for ``request``: the output limit as ``max_tokens``, or as ``max_completion_tokens``
+    for a model known to want it."""
     body: dict[str, Any] = {"model": offer.model, "messages": request.messages}
     if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
+        wants_completion_tokens = (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS
+        body["max_completion_tokens" if wants_completion_tokens else "max_tokens"] = request.max_tokens
     if request.json_mode:
         body["response_format"] = {"type": "json_object"}
     return body
 
 
+def refuses_max_tokens(status: int, body: bytes) -> bool:
+    """Whether an answer is OpenAI's refusal of ``max_tokens`` by a model that takes only
+    ``max_completion_tokens`` (400, ``error.param`` ``max_tokens``, the message naming the other)."""
+    if status != 400 or b"max_completion_tokens" not in body:
+        return False
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return False
+    error = payload.get("error") if isinstance(payload, dict) else None
+    return isinstance(error, dict) and error.get("param") == "max_tokens" \
+        and "max_completion_tokens" in str(error.get("message"))
+
+
 async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-    """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`)."""
+    """Send one chat completion to ``offer`` and parse the answer (errors as :class:`ProviderError`). A refusal
+    of ``max_tokens`` (:func:`refuses_max_tokens`, not billed) is sent again at once, within ``timeout_s``,
+    with ``max_completion_tokens``, as every later call to that model."""
     url = endpoint(offer, "chat/completions")
     headers, key = await bearer_headers(offer)
-    reply = await post_json(url, chat_body(offer, request), headers=headers, timeout_s=timeout_s,
+    started = time.monotonic()
+    body = chat_body(offer, request)
+    reply = await post_json(url, body, headers=headers, timeout_s=timeout_s,
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
-    error = error_for_status(reply.status, reply.body, (key,), retry_after_s=reply.retry_after_s)
+    # (each call that sent max_tokens is sent again: calls in flight when the first refusal came sent it too)
+    if "max_tokens" in body and refuses_max_tokens(reply.status, reply.body):
+        if len(_COMPLETION_TOKENS_MODELS) >= _COMPLETION_TOKENS_MODELS_MAX:
+            _COMPLETION_TOKENS_MODELS.clear()
+        _COMPLETION_TOKENS_MODELS.add((offer.base_url, offer.model))
+        reply = await post_json(url, chat_body(offer, request), headers=headers,
+                                timeout_s=timeout_s - (time.monotonic() - started),
+                                max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
+    error = reply_error(reply, (key,))
     if error is not None:
         raise error
     try:
         return parse_chat_completion(reply.body, default_model=offer.model)
     except ProviderError as exc:
         raise ProviderError(exc.kind, safe_message(exc.message, (key,)), http_status=reply.status,
-                            cost_reported=exc.cost_reported) from None
+                            cost_reported=exc.cost_reported, retry_after_s=reply.retry_after_s) from None
 
 
 count = sane_tokens
@@ -85,6 +127,11 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
             or not isinstance(choices[0].get("message"), dict):
         problem = "response has no choices[0].message"
+        said = status_of_error_object(payload)
+        if said is not None:  # a gateway's failure sent as a 200 (OpenRouter, once the model has begun)
+            raise ProviderError(kind_for_status(said, error_detail(body), body),
+                                f"answer carries error {said}: {error_detail(body)}",
+                                cost_reported=reported(usage.get("cost")))
         if "error" in payload:
             problem += f"; provider error: {error_detail(body)}"
         raise ProviderError(BAD_RESPONSE, problem, cost_reported=reported(usage.get("cost")))
