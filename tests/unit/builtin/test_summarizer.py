@@ -276,6 +276,7 @@ def test_a_legacy_function_call_is_read_as_a_tool_call() -> None:
 
     summary = summarize_item(dense_dumps(legacy), 300).split("\n")
 
-    assert summary[:2] == ["$ pytest -q tests/test_app.py → exit 1", "FAILED tests/test_app.py::test_x - AssertionError: boom"]
+    assert summary[:2] == ["$ pytest -q tests/test_app.py → exit 1",
+                           "FAILED tests/test_app.py::test_x - AssertionError: boom"]
     rendered = "\n".join(render_lines([{"role": "user", "content": "Fix the test."}, *legacy], get_dialect(None)))
     assert "$ pytest -q tests/test_app.py (exit 1)" in summarize_conversation(rendered, 2048)

@@ -719,7 +719,8 @@ def test_a_legacy_function_call_gets_the_names_and_later_actions_of_a_tool_call(
     for i in range(12):
         messages += legacy(f"cat src/mod_{i}.py", "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80)))
     messages += [*legacy("sed -n 1,5p src/mod_5.py", "ok"), {"role": "assistant", "content": "Done."}]
-    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template())
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
     names = {name for batch in prep.batches for name in batch.names}
     assert "src/mod_5.py" in names and "src/mod_4.py" not in names
     later = [(batch, action) for batch in prep.batches for action in batch.later.get("later_actions", [])]

@@ -377,9 +377,9 @@ def _out_of_credit(body: bytes) -> bool:
 def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
     """The router's error kind of an HTTP error ``status`` whose error text is ``detail`` (docs/providers.md
     "Errors"): a redirect (3xx, never followed) → bad_request: the offer's ``base_url`` is not the API's address,
-    which no retry and no other caller's call changes; 408 → timeout; 429 → rate_limit, unless the body says the account is out of credit
-    (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) → auth_error;
-    400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
+    which no retry and no other caller's call changes; 408 → timeout; 429 → rate_limit, unless the body says the
+    account is out of credit (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) →
+    auth_error; 400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
     anything else) → upstream_error."""
     if 300 <= status < 400:
         return BAD_REQUEST
