@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import httpx
 import pytest
 
 from compactor import service
@@ -15,7 +16,7 @@ from compactor.budget import Deadline
 from compactor.models import CompactRequest
 from compactor.policy import DEFAULT_CHAT_POLICY
 from compactor.providers.base import ChatRequest, Offer
-from compactor.providers.http import RETRY_AFTER_MAX_S, parse_retry_after
+from compactor.providers.http import RETRY_AFTER_MAX_S, parse_retry_after, retry_after_of
 from compactor.providers.registry import transport_for
 from compactor.router import (
     BREAKER_OPEN_S,
@@ -230,6 +231,28 @@ async def test_decision_request_against_a_429_provider_makes_few_calls(fake_prov
 ])
 def test_retry_after_values(header: str | None, seconds: float | None) -> None:
     assert parse_retry_after(header) == seconds
+
+
+@pytest.mark.parametrize(("headers", "seconds"), [
+    ({"retry-after-ms": "1500", "Retry-After": "2"}, 1.5),  # the finer one, as the providers' SDKs read it
+    ({"x-ms-retry-after-ms": "250"}, 0.25),  # Azure OpenAI's
+    ({"retry-after-ms": "soon", "Retry-After": "2"}, 2.0), ({"retry-after-ms": "nan", "Retry-After": "3"}, 3.0),
+    ({"retry-after-ms": "-5"}, 0.0), ({"retry-after-ms": "1e12"}, RETRY_AFTER_MAX_S), ({"Retry-After": "4"}, 4.0),
+    ({}, None),
+])
+def test_a_wait_in_milliseconds_is_read_first(headers: dict[str, str], seconds: float | None) -> None:
+    assert retry_after_of(httpx.Headers(headers)) == seconds
+
+
+async def test_retry_after_ms_alone_is_honoured(fake_provider: FakeProviderServer) -> None:
+    sleeps = Sleeps()
+    router = make_router(fake_provider, sleeps)
+    fake_provider.enqueue(Reply(429, {"error": {"message": "slow down"}}, headers={"retry-after-ms": "2500"}))
+    plan = policy(["always", {"action": "retry_same", "attempts": 1}])
+    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(30_000))
+    assert result.ok and len(fake_provider.requests) == 2
+    assert len(sleeps.waits) == 1 and sleeps.waits[0] >= 2.5
 
 
 def test_retry_after_as_an_http_date() -> None:

@@ -244,7 +244,7 @@ async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
     response.stream = _LeftoverRefused(response.stream)
     body = await _read_bounded(response, max_body_bytes)
     status = response.status_code
-    return HttpReply(status, body, parse_retry_after(response.headers.get("Retry-After")),
+    return HttpReply(status, body, retry_after_of(response.headers),
                      response.headers.get("Location") if 300 <= status < 400 else None)
 
 
@@ -298,6 +298,27 @@ def refuse_leftover(stream: Any) -> bool:
         if node is None:
             return False
     return False
+
+
+# Headers giving the wait in milliseconds, which the providers' own SDKs read before ``Retry-After`` (OpenAI's and
+# Anthropic's send ``retry-after-ms`` beside it, Azure's ``x-ms-retry-after-ms``): finer, and sent where no
+# ``Retry-After`` is.
+_RETRY_AFTER_MS_HEADERS = ("retry-after-ms", "x-ms-retry-after-ms")
+
+
+def retry_after_of(headers: httpx.Headers) -> float | None:
+    """Seconds an answer's headers ask to wait: a millisecond header (:data:`_RETRY_AFTER_MS_HEADERS`) when it
+    holds a number, else ``Retry-After`` (:func:`parse_retry_after`); capped at :data:`RETRY_AFTER_MAX_S`."""
+    for name in _RETRY_AFTER_MS_HEADERS:
+        value = headers.get(name)
+        if value and len(value) <= 32:
+            try:
+                milliseconds = float(value)
+            except ValueError:
+                continue
+            if math.isfinite(milliseconds):
+                return min(max(milliseconds / 1000, 0.0), RETRY_AFTER_MAX_S)
+    return parse_retry_after(headers.get("Retry-After"))
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
