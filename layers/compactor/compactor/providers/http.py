@@ -380,19 +380,26 @@ def error_detail(body: bytes) -> str:
     return text
 
 
-# OpenAI's 429 for an account without credit (``error.code`` / ``error.type``): no wait makes it pass.
-_OUT_OF_CREDIT_CODES = frozenset({"insufficient_quota"})
-
-
-def _out_of_credit(body: bytes) -> bool:
-    if b"insufficient_quota" not in body:
-        return False
+def error_object(body: bytes, marker: bytes) -> dict[str, Any] | None:
+    """The ``error`` object of a JSON answer ``body`` that holds ``marker`` (looked for before parsing: most
+    answers do not), else None."""
+    if marker not in body:
+        return None
     try:
         parsed = json.loads(body)
     except ValueError:
-        return False
+        return None
     error = parsed.get("error") if isinstance(parsed, dict) else None
-    return isinstance(error, dict) and any(error.get(key) in _OUT_OF_CREDIT_CODES for key in ("code", "type"))
+    return error if isinstance(error, dict) else None
+
+
+# OpenAI's 429 for an account without credit (``error.code`` / ``error.type``): no wait makes it pass.
+_OUT_OF_CREDIT_CODE = "insufficient_quota"
+
+
+def _out_of_credit(body: bytes) -> bool:
+    error = error_object(body, _OUT_OF_CREDIT_CODE.encode("ascii"))
+    return error is not None and _OUT_OF_CREDIT_CODE in (error.get("code"), error.get("type"))
 
 
 def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:

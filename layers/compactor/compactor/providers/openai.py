@@ -9,7 +9,6 @@ through.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -20,7 +19,8 @@ from compactor.providers.base import (
     bounded_model, sane_tokens,
 )
 from compactor.providers.http import (
-    bearer_headers, error_detail, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
+    bearer_headers, error_detail, error_object, kind_for_status, post_json, reply_error, safe_message,
+    status_of_error_object,
 )
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
@@ -56,14 +56,8 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
 def refuses_max_tokens(status: int, body: bytes) -> bool:
     """Whether an answer is OpenAI's refusal of ``max_tokens`` by a model that takes only
     ``max_completion_tokens`` (400, ``error.param`` ``max_tokens``, the message naming the other)."""
-    if status != 400 or b"max_completion_tokens" not in body:
-        return False
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return False
-    error = payload.get("error") if isinstance(payload, dict) else None
-    return isinstance(error, dict) and error.get("param") == "max_tokens" \
+    error = error_object(body, b"max_completion_tokens") if status == 400 else None
+    return error is not None and error.get("param") == "max_tokens" \
         and "max_completion_tokens" in str(error.get("message"))
 
 
