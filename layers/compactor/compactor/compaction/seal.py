@@ -15,6 +15,7 @@ from compactor.budget import Deadline
 from compactor.call_record import CallRecord, NodeOutcome, attempts, failovers
 from compactor.chat import Message, has_tool_calls, is_tool_result
 from compactor.compaction.modes import check_max_tokens, refuse_restorable
+from compactor.compaction.units import with_dialect_tail
 from compactor.errors import InvalidPolicy
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
@@ -120,10 +121,9 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
         return None
     first = len(items) - max(1, keep_recent)
     units = dialect.split_units(items)
-    start = next(u.start for u in units if u.start <= first < u.end)
-    protected_start = dialect.protected_tail_start(items, units)  # the tail the format itself protects
-    if protected_start is not None:
-        start = min(start, protected_start)
+    # from the unit holding the tail's first item, or the tail the format itself protects, whichever is earlier
+    tail = range(next(u.start for u in units if u.start <= first < u.end), len(items))
+    start = with_dialect_tail(tail, items, units, dialect).start
     if start <= frozen:
         return None
     return _split_aged(items, frozen, start, pinned)

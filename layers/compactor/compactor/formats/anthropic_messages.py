@@ -81,11 +81,8 @@ class AnthropicMessages(Dialect):
         later calls of those tools need it, and the whole unit, so that seal, which holds the always-pinned items
         of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools")."""
         pinned = {0} if items and items[0].get("role") == "user" else set()
-        loads = [any(_loads_tools(block) for block in blocks(item.get("content"))) for item in items]
-        if any(loads):
-            pinned.update(i for unit in self.split_units(items) if any(loads[unit.start:unit.end])
-                          for i in unit.indexes())
-        return pinned
+        return pinned | self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
+                                                 for item in items])
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}

@@ -45,6 +45,13 @@ class Dialect:
         summary, so an item of a unit of several is returned with the whole unit (docs/formats.md)."""
         return set()
 
+    def whole_units(self, items: list[Item], marked: list[bool]) -> set[int]:
+        """Every index of each unit holding a ``marked`` item (``marked[i]`` for ``items[i]``): such an item is
+        always pinned with its whole unit (:meth:`always_pinned`)."""
+        if not any(marked):
+            return set()
+        return {i for unit in self.split_units(items) if any(marked[unit.start:unit.end]) for i in unit.indexes()}
+
     def opaque_state(self, items: list[Item]) -> set[int]:
         """Items carrying state no summary can stand in for (an earlier compaction's encrypted state): always
         pinned, hidden from the models, and seal mode seals only what follows the last one."""

@@ -119,11 +119,7 @@ class OpenAIResponses(Dialect):
         tool search (:data:`TOOL_SEARCH`), so that seal holds such a unit whole after its summary."""
         pinned = {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
         pinned |= self.opaque_state(items)
-        searches = [kind_of(item) in TOOL_SEARCH for item in items]
-        if any(searches):
-            pinned.update(i for unit in self.split_units(items) if any(searches[unit.start:unit.end])
-                          for i in unit.indexes())
-        return pinned
+        return pinned | self.whole_units(items, [kind_of(item) in TOOL_SEARCH for item in items])
 
     def opaque_state(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if kind_of(m) in COMPACTION}
