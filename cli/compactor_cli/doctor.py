@@ -80,7 +80,7 @@ async def probe(offer: Offer) -> dict[str, Any]:
             response: Any = await transport.chat(offer, request, CALL_TIMEOUT_S)
             try:
                 json_ok = isinstance(json.loads(response.text or ""), dict)
-            except ValueError:
+            except (ValueError, RecursionError):  # the model's text: not JSON, or nested past the parser's limit
                 json_ok = False
             decimals = RESPONSE_DECIMALS
         else:

@@ -69,6 +69,19 @@ def test_call_prints_latency_usage_cost_and_json(tmp_path: Path, capsys: pytest.
     assert "sk-doctor-test-123456" not in out
 
 
+def test_an_answer_nested_too_deep_is_json_not_working(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        fake_provider: FakeProviderServer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model's text nested past the parser's recursion limit: json.loads raises RecursionError, which ended
+    # the doctor with a traceback instead of the report that JSON mode does not work.
+    monkeypatch.setenv(KEY_ENV, "sk-doctor-test-123456")
+    path = write(tmp_path, offers(fake_provider.base_url, api_key_env=KEY_ENV))
+    fake_provider.enqueue(chat_reply(json.dumps({"answers": {"ok": {"type": "noul", "noul": 0.9}}})),
+                          chat_reply("[" * 100_000))
+    code, out = doctor(capsys, "--catalog", path, "--call")
+    assert "JSON mode NOT working" in out, out
+
+
 def test_unreadable_catalog_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{")

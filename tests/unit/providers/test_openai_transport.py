@@ -180,6 +180,40 @@ async def test_a_429_for_an_account_without_credit_is_not_a_rate_limit(fake_prov
         == [("auth_error", 429), ("rate_limit", 429)]
 
 
+# JSON nested past the parser's recursion limit: ``json.loads`` raises RecursionError, not ValueError.
+DEEP = b"[" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (429, DEEP, "rate_limit"),
+        (400, DEEP, "bad_request"),
+        (401, DEEP, "auth_error"),
+        (503, DEEP, "upstream_error"),
+        # the out-of-credit check and the max_tokens refusal look into the error object of such a body too
+        (429, b'{"error": {"code": "insufficient_quota", "x": ' + DEEP, "rate_limit"),
+        (400, b'{"error": {"param": "max_tokens", "message": "max_completion_tokens", "x": ' + DEEP, "bad_request"),
+    ],
+)
+async def test_a_deeply_nested_error_body_is_still_the_error_its_status_means(
+        fake_provider: FakeProviderServer, chat_offer: Offer, status: int, body: bytes, kind: str) -> None:
+    # Before, the RecursionError escaped the transport: the router read any status as an unclassified
+    # upstream_error without its status or Retry-After (a 400 or 401 retried, a 429 retried at once).
+    fake_provider.enqueue(Reply(status, body, headers={"Retry-After": "2"}))
+    error = await failure(chat_offer, ChatRequest(MESSAGES, max_tokens=16))
+    assert (error.kind, error.http_status, error.retry_after_s) == (kind, status, 2.0)
+    assert len(error.message) <= 300
+    assert len(fake_provider.requests) == 1
+
+
+async def test_a_deeply_nested_answer_is_bad_response(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(200, DEEP), Reply(200, b'{"choices": [{"message": {"content": ' + DEEP))
+    for _ in range(2):
+        error = await failure(chat_offer)
+        assert (error.kind, error.http_status) == ("bad_response", 200)
+
+
 @pytest.mark.parametrize(
     ("error", "kind"),
     [

@@ -362,14 +362,22 @@ async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def _parsed_or_none(body: bytes | str) -> Any:
+    """``json.loads(body)``, or ``None`` when ``body`` is not JSON, which includes JSON nested deeper than the
+    parser's recursion allows (``[`` repeated 100 000 times raises ``RecursionError``, not ``ValueError``): an error
+    body is the provider's text, and whatever it holds, the call's failure is still the status's
+    (docs/providers.md "Errors")."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+
+
 def error_detail(body: bytes) -> str:
     """The provider's error text: ``error.message`` / ``error`` / ``message`` / ``detail`` of a JSON
     body, else the raw text."""
     text = body.decode("utf-8", errors="replace")
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text
+    parsed = _parsed_or_none(text)
     if isinstance(parsed, dict):
         error = parsed.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
@@ -385,10 +393,7 @@ def error_object(body: bytes, marker: bytes) -> dict[str, Any] | None:
     answers do not), else None."""
     if marker not in body:
         return None
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return None
+    parsed = _parsed_or_none(body)
     error = parsed.get("error") if isinstance(parsed, dict) else None
     return error if isinstance(error, dict) else None
 
