@@ -130,6 +130,29 @@ async def test_retry_after_reaches_the_router(fake_provider: FakeProviderServer,
     assert (caught.value.kind, caught.value.retry_after_s) == (RATE_LIMIT, 7.0)
 
 
+DEEP = b"[" * 100_000  # nested past the JSON parser's recursion limit: json.loads raises RecursionError
+
+
+@pytest.mark.parametrize(("reply", "kind", "status", "retry_after_s"), [
+    (Reply(429, DEEP, headers={"x-amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/",
+                               "Retry-After": "3"}), RATE_LIMIT, 429, 3.0),
+    (Reply(400, DEEP, headers={"x-amzn-ErrorType": "ValidationException:http://internal.amazon.com/"}),
+     BAD_REQUEST, 400, None),
+    (Reply(200, DEEP), BAD_RESPONSE, None, None),
+    (Reply(200, b'{"output": {"message": {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", '
+                b'"name": "n", "input": ' + DEEP), BAD_RESPONSE, None, None),
+])
+async def test_a_body_nested_too_deep_is_still_classified(fake_provider: FakeProviderServer, offer: Offer,
+                                                          reply: Reply, kind: str, status: int | None,
+                                                          retry_after_s: float | None) -> None:
+    # botocore's json.loads raised RecursionError (it catches ValueError): every such answer was an unclassified
+    # upstream_error, without the error's code, status or Retry-After (a ValidationException retried).
+    fake_provider.enqueue(reply)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert (caught.value.kind, caught.value.http_status, caught.value.retry_after_s) == (kind, status, retry_after_s)
+
+
 async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
     closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
     with pytest.raises(ProviderError) as caught:

@@ -8,6 +8,7 @@ prefix is followed by a ``cachePoint`` block for the models that take one
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import time
 from collections.abc import Callable
@@ -93,8 +94,27 @@ def _send_within_deadline(http_session: Any) -> Callable[..., Any]:
         request.stream_output = True  # the answer's head only: its body is read below
         response = http_session.send(request)
         body = _body_by(response.raw, deadline, request.url)
+        if response.status_code >= 300:
+            body = _readable_error_body(body)
         return AWSResponse(request.url, response.status_code, response.headers, _ReadBody(body))
     return send
+
+
+_UNREADABLE_ERROR_BODY = b'{"message": "(error body nested too deep to read)"}'
+
+
+def _readable_error_body(body: bytes) -> bytes:
+    """An error answer's ``body``, or one holding only a message when ``body`` is JSON nested past the parser's
+    recursion limit: botocore's ``json.loads`` of it raises ``RecursionError`` (it expects ``ValueError``), and the
+    error's code (``x-amzn-ErrorType``), status and ``Retry-After`` were lost with it (docs/providers.md "Errors").
+    Error bodies are small: parsing one twice costs nothing worth counting."""
+    try:
+        json.loads(body)
+    except RecursionError:
+        return _UNREADABLE_ERROR_BODY
+    except ValueError:
+        pass
+    return body
 
 
 def _body_by(raw: Any, deadline: float, url: str) -> bytes:
@@ -231,6 +251,8 @@ class BedrockTransport:
         try:
             async with written_first(prefix):
                 output = await background.in_thread(client.converse, **arguments)
+        except RecursionError:  # botocore's parse of a 2xx body nested too deep (error bodies: _readable_error_body)
+            raise ProviderError(BAD_RESPONSE, "Converse answer nested too deep to read") from None
         except Exception as exc:
             raise provider_error(exc) from None
         finally:
