@@ -130,6 +130,18 @@ async def test_an_answer_the_model_did_not_finish_is_not_a_summary(finish_reason
     assert body["messages"] == messages and body["compacted"] is False and body["reason"] == reason
 
 
+@pytest.mark.parametrize(("finish_reason", "reason"), [("content_filter", "summary_unfinished"),
+                                                     ("length", "summary_truncated"), ("stop", "no_summary")])
+async def test_an_unfinished_answer_without_text_says_why(finish_reason, reason):
+    # OpenAI's refusal carries no content (providers/openai.py): it read as no_summary, as an empty answer does.
+    messages = _msgs("system", "user", "assistant", "user", "assistant")
+    messages[2]["content"] += " and a long answer" * 5
+    answer = ChatResponse(text=None, finish_reason=finish_reason, tokens_in=100, tokens_out=10)
+    body = await seal(messages, keep_recent=2, policy_ir=None, max_tokens=None, router=_router(_Answer(answer)),
+                      deadline=Deadline.after_ms(5000))
+    assert body["messages"] == messages and body["compacted"] is False and body["reason"] == reason
+
+
 async def test_no_op_body_has_exactly_two_keys_and_no_call():
     fake = _Fake("x")
     body = await seal(_msgs("user"), keep_recent=6, policy_ir=None, max_tokens=512, router=_router(fake),

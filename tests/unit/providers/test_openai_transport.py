@@ -126,6 +126,24 @@ async def test_no_cost_reported_and_tool_calls(fake_provider: FakeProviderServer
     assert response.tokens_cached is None
 
 
+@pytest.mark.parametrize(("content", "refusal", "finish_reason"), [
+    (None, "I'm sorry, I can't assist with that request.", "content_filter"),
+    ("", "I'm sorry, I can't assist with that request.", "content_filter"),
+    ("ok", None, "stop"),
+    ("ok", "", "stop"),  # servers that always send the member send it empty
+])
+async def test_a_refusal_is_no_answer(fake_provider: FakeProviderServer, chat_offer: Offer, content: str | None,
+                                     refusal: str | None, finish_reason: str) -> None:
+    # OpenAI's refusal: content null, a refusal string, finish_reason "stop". It read as a finished, empty answer
+    # (the seal's reason no_summary, a text llm node's empty output); it is now refused (finish_reason content_filter).
+    reply = chat_reply(content)
+    reply.body["choices"][0]["message"]["refusal"] = refusal
+    fake_provider.enqueue(reply)
+    response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES), 10)
+    assert (response.text, response.finish_reason) == (content, finish_reason)
+    assert (response.tokens_in, response.tokens_out) == (10, 5)  # billed: its usage is kept
+
+
 async def test_offer_without_key_env_sends_no_authorization(fake_provider: FakeProviderServer,
                                                             chat_offer: Offer) -> None:
     await TRANSPORT.chat(dataclasses.replace(chat_offer, api_key_env=None), ChatRequest(MESSAGES), 10)

@@ -333,12 +333,15 @@ def _total_usage(results: list[RouteResult]) -> dict[str, Any] | None:
 def _not_sealed_reason(response: ChatResponse | None, summary: str, sealed: list[Message],
                        original: list[Message]) -> str | None:
     """Why the seal must return the original instead, or ``None`` when the sealed transcript stands."""
-    if not summary or response is None:
+    if response is None:
         return NO_SUMMARY
+    # (before the summary's emptiness: a refusal or a cut-off answer may carry no text, and says why)
     if response.finish_reason == "length":
         return SUMMARY_TRUNCATED
     if unfinished(response) is not None:
         return SUMMARY_UNFINISHED
+    if not summary:
+        return NO_SUMMARY
     if dense_size(sealed) >= dense_size(original):
         return NO_REDUCTION
     return None

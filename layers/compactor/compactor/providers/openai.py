@@ -108,6 +108,21 @@ def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
     return calls or None
 
 
+# The finish_reason the rest of Compactor reads for a refused or filtered answer (``providers.base.unfinished``).
+REFUSED = "content_filter"
+
+
+def _finish_reason(choice: dict[str, Any], message: dict[str, Any]) -> str | None:
+    """The choice's ``finish_reason``, or :data:`REFUSED` when the message carries a ``refusal`` (OpenAI's refusal,
+    sent with ``content: null`` and ``finish_reason: "stop"``): the model declined, which is no answer, as
+    Anthropic's ``stop_reason: "refusal"`` (docs/providers.md "``protocol`` and ``transport`` values")."""
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal.strip():
+        return REFUSED
+    reason = choice.get("finish_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     """A :class:`ChatResponse` from a Chat Completions body; malformed bodies raise ``bad_response``."""
     try:
@@ -135,7 +150,7 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     model = payload.get("model")
     return ChatResponse(
         text=_content_text(message.get("content")),
-        finish_reason=choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None,
+        finish_reason=_finish_reason(choice, message),
         tool_calls=_tool_calls(message.get("tool_calls")),
         served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=count(usage.get("prompt_tokens")),
