@@ -186,6 +186,21 @@ async def test_proposed_tool_calls_are_shown_to_readers() -> None:
         "run it\n\n[proposed tool calls]\n" + json.dumps(calls, separators=(",", ":")))
 
 
+@pytest.mark.parametrize("text", ["I'm sorry, I can't help with that.", None])
+async def test_a_refused_answer_is_no_text_output(text: str | None) -> None:
+    # A refusal (finish_reason content_filter: OpenAI's refusal, Anthropic's stop_reason refusal, a guardrail) was
+    # a text node's output: the refusal's words, or "" for OpenAI's, passed on as if the model had answered.
+    router = FakeRouter(chat=lambda request: ChatResponse(text=text, finish_reason="content_filter", tokens_in=5,
+                                                          tokens_out=2))
+    plain = {**LLM, "inputs": ["input"]}
+    failed = await run(router, flow_of(a=plain, output={"kind": "output", "inputs": ["a"]}), "hello")
+    assert not failed.ok and failed.error_kind == "bad_response"
+    assert "refused or filtered" in failed.error_message
+    kept = await run(router, flow_of(a={**plain, "on_error": "input"}, output={"kind": "output", "inputs": ["a"]}),
+                     "hello")
+    assert kept.ok and kept.output == "hello" and kept.flow_nodes[0]["fallback"] == "input"
+
+
 async def test_decision_with_several_inputs_gets_their_list_as_state() -> None:
     router = FakeRouter()
     flow = flow_of(

@@ -17,7 +17,7 @@ from ..jsonutil import (
     StrictJSONError, dense_dumps, depth_exceeds, ensure_parsed_encodable, strict_loads, utf8_len,
 )
 from ..providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest, unfinished,
+    BAD_REQUEST, BAD_RESPONSE, REFUSED, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest, unfinished,
 )
 from ..records import record
 from ..router import RouteResult
@@ -175,6 +175,8 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
     response = _record_route(entry, policy, result)
     if json_mode:
         return NodeOutcome(parse_json_output(response), entry, OK)
+    if response.finish_reason == REFUSED:  # the model declined (or a filter stopped it): no output to pass on
+        raise _NodeFailure(BAD_RESPONSE, f"output {unfinished(response)}")
     return NodeOutcome(response.text or "", entry, OK, tool_calls=response.tool_calls or None)
 
 

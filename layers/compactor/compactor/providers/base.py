@@ -129,6 +129,11 @@ def bounded_model(value: Any) -> Any:
     return value
 
 
+# The finish_reason of an answer the model refused or a filter stopped: OpenAI's own (and its message ``refusal``),
+# Anthropic's ``stop_reason: "refusal"``, Bedrock's guardrails all read as this.
+REFUSED = "content_filter"
+
+
 def unfinished(response: ChatResponse) -> str | None:
     """Why ``response`` is not an answer its model finished, in words for a failure message, or ``None`` when it is.
 
@@ -140,7 +145,7 @@ def unfinished(response: ChatResponse) -> str | None:
     reason = response.finish_reason
     if reason == "length":
         return "cut off (finish_reason length)"
-    if reason == "content_filter":
+    if reason == REFUSED:
         return "refused or filtered (finish_reason content_filter)"
     if response.tool_calls or reason in ("tool_calls", "function_call"):
         return "tool calls instead of an answer"

@@ -15,8 +15,8 @@ from typing import Any
 from compactor.cost import reported
 from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
-    bounded_model, sane_tokens,
+    BAD_REQUEST, BAD_RESPONSE, REFUSED, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
+    ProviderError, bounded_model, sane_tokens,
 )
 from compactor.providers.http import (
     bearer_headers, error_detail, error_object, kind_for_status, post_json, reply_error, safe_message,
@@ -106,10 +106,6 @@ def _content_text(content: Any) -> str | None:
 def _tool_calls(value: Any) -> list[dict[str, Any]] | None:
     calls = [call for call in value if isinstance(call, dict)] if isinstance(value, list) else []
     return calls or None
-
-
-# The finish_reason the rest of Compactor reads for a refused or filtered answer (``providers.base.unfinished``).
-REFUSED = "content_filter"
 
 
 def _finish_reason(choice: dict[str, Any], message: dict[str, Any]) -> str | None:
