@@ -16,7 +16,7 @@ from compactor.budget import Deadline
 from compactor.models import CompactRequest
 from compactor.policy import DEFAULT_CHAT_POLICY
 from compactor.providers.base import ChatRequest, Offer
-from compactor.providers.http import RETRY_AFTER_MAX_S, parse_retry_after, retry_after_of
+from compactor.providers.http import RETRY_AFTER_MAX_S, parse_go_duration, parse_retry_after, retry_after_of
 from compactor.providers.registry import transport_for
 from compactor.router import (
     BREAKER_OPEN_S,
@@ -253,6 +253,53 @@ async def test_retry_after_ms_alone_is_honoured(fake_provider: FakeProviderServe
                                deadline=Deadline.after_ms(30_000))
     assert result.ok and len(fake_provider.requests) == 2
     assert len(sleeps.waits) == 1 and sleeps.waits[0] >= 2.5
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("1s", 1.0), ("6m0s", 360.0), ("20ms", 0.02), ("2m59.56s", 179.56), ("1h2m3.5s", 3723.5), ("0s", 0.0),
+    ("5", None), ("-1s", None), ("1.5.5s", None), ("s", None), ("", None), (None, None), ("1s" * 20, None),
+])
+def test_go_durations(value: str | None, seconds: float | None) -> None:
+    assert parse_go_duration(value) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+RESETS = {"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "6m0s"}
+
+
+@pytest.mark.parametrize(("headers", "rate_limited", "seconds"), [
+    # OpenAI's 429 often carries no Retry-After: the reset of the limit that is used up
+    ({**RESETS, "x-ratelimit-remaining-requests": "0", "x-ratelimit-remaining-tokens": "90000"}, True, 1.0),
+    ({**RESETS, "x-ratelimit-remaining-requests": "59", "x-ratelimit-remaining-tokens": "0"}, True, 360.0),
+    # none used up: the request needs more tokens than remain
+    ({**RESETS, "x-ratelimit-remaining-requests": "59", "x-ratelimit-remaining-tokens": "120"}, True, 360.0),
+    ({"x-ratelimit-reset-requests": "1s", "x-ratelimit-remaining-requests": "59"}, True, None),
+    ({"x-ratelimit-reset-tokens": "20ms"}, True, 0.02),
+    ({"x-ratelimit-reset-tokens": "2h0m0s", "x-ratelimit-remaining-tokens": "0"}, True, RETRY_AFTER_MAX_S),
+    ({**RESETS, "Retry-After": "3"}, True, 3.0),  # the provider's own wait wins
+    ({**RESETS, "x-ratelimit-remaining-requests": "0"}, False, None),  # sent on every answer: a 500's is no wait
+])
+def test_a_429s_rate_limit_reset_is_its_wait(headers: dict[str, str], rate_limited: bool,
+                                             seconds: float | None) -> None:
+    assert retry_after_of(httpx.Headers(headers), rate_limited=rate_limited) == seconds
+
+
+async def test_a_rate_limit_reset_is_waited_or_failed_over_within_the_deadline(
+        fake_provider: FakeProviderServer) -> None:
+    # Before, a 429 naming only its x-ratelimit-reset was re-sent after the router's own 0.1-0.2 s, into the
+    # same exhausted limit; now a reset within the deadline is waited, a later one fails over to the next offer.
+    sleeps = Sleeps()
+    router = make_router(fake_provider, sleeps)
+    plan = router.admit_policy(policy(["always", {"action": "retry_same", "attempts": 1}]))
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}])
+    fake_provider.enqueue(Reply(429, {"error": {"message": "Rate limit reached for requests"}}, headers={
+        **RESETS, "x-ratelimit-remaining-requests": "0", "x-ratelimit-remaining-tokens": "90000"}))
+    result = await router.chat(plan, request, deadline=Deadline.after_ms(30_000))
+    assert result.ok and served_models(fake_provider) == ["pa-model", "pa-model"] and sleeps.waits == [1.0]
+    fake_provider.enqueue(Reply(429, {"error": {"message": "Rate limit reached for tokens"}}, headers={
+        **RESETS, "x-ratelimit-remaining-requests": "59", "x-ratelimit-remaining-tokens": "0"}))
+    result = await router.chat(plan, request, deadline=Deadline.after_ms(30_000))
+    assert result.ok and result.chosen.id == "b/chat" and sleeps.waits == [1.0]  # 6 min: no wait, the next offer
+    assert served_models(fake_provider)[2:] == ["pa-model", "pb-model"]
 
 
 def test_retry_after_as_an_http_date() -> None:

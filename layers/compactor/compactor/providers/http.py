@@ -244,7 +244,7 @@ async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:
     response.stream = _LeftoverRefused(response.stream)
     body = await _read_bounded(response, max_body_bytes)
     status = response.status_code
-    return HttpReply(status, body, retry_after_of(response.headers),
+    return HttpReply(status, body, retry_after_of(response.headers, rate_limited=status == 429),
                      response.headers.get("Location") if 300 <= status < 400 else None)
 
 
@@ -306,9 +306,10 @@ def refuse_leftover(stream: Any) -> bool:
 _RETRY_AFTER_MS_HEADERS = ("retry-after-ms", "x-ms-retry-after-ms")
 
 
-def retry_after_of(headers: httpx.Headers) -> float | None:
+def retry_after_of(headers: httpx.Headers, *, rate_limited: bool = False) -> float | None:
     """Seconds an answer's headers ask to wait: a millisecond header (:data:`_RETRY_AFTER_MS_HEADERS`) when it
-    holds a number, else ``Retry-After`` (:func:`parse_retry_after`); capped at :data:`RETRY_AFTER_MAX_S`."""
+    holds a number, else ``Retry-After`` (:func:`parse_retry_after`), else, for a 429 (``rate_limited``), when the
+    exhausted rate limit resets (:func:`rate_limit_reset_of`); capped at :data:`RETRY_AFTER_MAX_S`."""
     for name in _RETRY_AFTER_MS_HEADERS:
         value = headers.get(name)
         if value and len(value) <= 32:
@@ -318,7 +319,48 @@ def retry_after_of(headers: httpx.Headers) -> float | None:
                 continue
             if math.isfinite(milliseconds):
                 return min(max(milliseconds / 1000, 0.0), RETRY_AFTER_MAX_S)
-    return parse_retry_after(headers.get("Retry-After"))
+    seconds = parse_retry_after(headers.get("Retry-After"))
+    if seconds is None and rate_limited:
+        return rate_limit_reset_of(headers)
+    return seconds
+
+
+# The rate limits OpenAI (and OpenAI-compatible servers: Groq, Together, …) report on every answer, each with
+# ``x-ratelimit-remaining-<limit>`` and ``x-ratelimit-reset-<limit>``, the time until it is whole again as a Go
+# duration ("1s", "6m0s", "20ms", "2m59.56s").
+_RATE_LIMITS = ("requests", "tokens")
+_GO_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:h|ms|m|s|us|µs|ns))+")
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_GO_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_go_duration(value: str | None) -> float | None:
+    """Seconds of a Go duration (``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"``); ``None`` when absent or anything else."""
+    if not value or len(value) > 32:
+        return None
+    text = value.strip()
+    if not _GO_DURATION.fullmatch(text):
+        return None
+    return math.fsum(float(number) * _GO_UNIT_S[unit] for number, unit in _GO_DURATION_PART.findall(text))
+
+
+def rate_limit_reset_of(headers: httpx.Headers) -> float | None:
+    """Seconds until a 429's exhausted rate limit resets (docs/reliability.md "Polite retries"), from the
+    ``x-ratelimit-*`` headers (:data:`_RATE_LIMITS`): the latest reset of the limits with none remaining; when
+    none shows 0, the token limit's (the request needs more tokens than remain) unless only the request limit
+    reports; capped at :data:`RETRY_AFTER_MAX_S`. ``None`` without a readable reset."""
+    resets: dict[str, float] = {}
+    remaining: dict[str, str] = {}
+    for limit in _RATE_LIMITS:
+        seconds = parse_go_duration(headers.get(f"x-ratelimit-reset-{limit}"))
+        if seconds is not None:
+            resets[limit] = seconds
+            remaining[limit] = (headers.get(f"x-ratelimit-remaining-{limit}") or "").strip()
+    exhausted = [seconds for limit, seconds in resets.items() if remaining[limit] == "0"]
+    if not exhausted:  # a request limit with requests left is not what refused the call
+        exhausted = [seconds for limit, seconds in resets.items()
+                     if not (limit == "requests" and remaining[limit].isdigit())]
+    return min(max(exhausted), RETRY_AFTER_MAX_S) if exhausted else None
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
