@@ -108,6 +108,41 @@ async def test_a_query_in_base_url_stays_after_the_path(fake_provider: FakeProvi
     assert fake_provider.requests[0].path == "/openai/v1/chat/completions?api-version=preview"
 
 
+async def test_azure_openais_deployment_path_sends_the_key_as_api_key(fake_provider: FakeProviderServer,
+                                                                        chat_offer: Offer, api_key: str) -> None:
+    # Azure OpenAI's deployments API takes a key only in ``api-key``: sent as ``Authorization: Bearer`` (which it
+    # reads as a Microsoft Entra token) every call was a 401.
+    offer = dataclasses.replace(chat_offer, base_url=fake_provider.root_url + "/openai/deployments/gpt-4o-mini"
+                                                                              "?api-version=2024-10-21")
+    assert (await TRANSPORT.chat(offer, ChatRequest(MESSAGES), 10)).text == "ok"
+    sent = fake_provider.requests[0]
+    assert sent.path == "/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21"
+    assert sent.headers["api-key"] == api_key and "authorization" not in sent.headers
+
+
+@pytest.mark.parametrize(("base_url", "key", "header"), [
+    ("https://res.openai.azure.com/openai/v1?api-version=preview", "0123456789abcdef0123456789abcdef", "api-key"),
+    ("https://res.cognitiveservices.azure.com/openai/deployments/d?api-version=2024-10-21", "k" * 32, "api-key"),
+    # a Microsoft Entra access token is a bearer token, as the Azure SDKs send it
+    ("https://res.openai.azure.com/openai/deployments/d?api-version=2024-10-21", "eyJhbGciOi.eyJhdWQiOi.c2ln",
+     "authorization"),
+    ("https://api.openai.com/v1", "sk-0123456789abcdef", "authorization"),
+    ("https://gateway.example/v1?u=res.openai.azure.com", "sk-0123456789abcdef", "authorization"),
+])
+async def test_the_key_header_follows_the_api(chat_offer: Offer, monkeypatch: pytest.MonkeyPatch, base_url: str,
+                                             key: str, header: str) -> None:
+    monkeypatch.setenv(chat_offer.api_key_env, key)
+    offer = dataclasses.replace(chat_offer, base_url=base_url)
+    root, _, query = base_url.partition("?")
+    with respx.mock(assert_all_called=True) as mock:
+        route = mock.post(f"{root.rstrip('/')}/chat/completions" + (f"?{query}" if query else "")).mock(
+            return_value=httpx.Response(200, json=chat_reply("ok").body))
+        assert (await TRANSPORT.chat(offer, ChatRequest(MESSAGES), 10)).text == "ok"
+    sent = route.calls[0].request.headers
+    assert sent[header] == (key if header == "api-key" else f"Bearer {key}")
+    assert ("authorization" if header == "api-key" else "api-key") not in sent
+
+
 async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
     response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, json_mode=True), 10)
     assert response.text == "{}"

@@ -19,9 +19,9 @@ from compactor.providers.base import (
     ProviderError, bounded_model, sane_tokens,
 )
 from compactor.providers.http import (
-    bearer_headers, error_detail, error_object, kind_for_status, post_json, reply_error, safe_message,
-    status_of_error_object,
+    error_detail, error_object, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
+from compactor.providers.keys import resolve_key
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 
@@ -33,6 +33,39 @@ def endpoint(offer: Offer, suffix: str) -> str:
         raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url")
     root, mark, query = offer.base_url.partition("?")
     return f"{root.rstrip('/')}/{suffix}{mark}{query}"
+
+
+# Azure OpenAI's hosts (Azure OpenAI resources, AI Services and AI Foundry resources), and the path of its
+# deployment-per-URL API, which a gateway in front of it (API Management, a private endpoint's own name) keeps.
+_AZURE_HOSTS = (".openai.azure.com", ".cognitiveservices.azure.com", ".services.ai.azure.com")
+_AZURE_DEPLOYMENTS_PATH = "/openai/deployments/"
+
+
+def takes_api_key_header(base_url: str) -> bool:
+    """Whether ``base_url`` is Azure OpenAI's, whose API keys go in an ``api-key`` header: its deployments API
+    (``/openai/deployments/{name}?api-version=…``) takes ``Authorization: Bearer`` only for Microsoft Entra
+    tokens, and refuses a key sent so with a 401; its v1 API takes ``api-key`` too."""
+    root = base_url.partition("?")[0]
+    host = root.partition("://")[2].partition("/")[0].rpartition("@")[2].partition(":")[0].lower().rstrip(".")
+    return host.endswith(_AZURE_HOSTS) or _AZURE_DEPLOYMENTS_PATH in f"{root.rstrip('/')}/"
+
+
+def _entra_token(key: str) -> bool:
+    """Whether ``key`` is a Microsoft Entra access token (a JWT: three dot-separated parts, a JSON header first)
+    rather than an API key: Azure takes it as ``Authorization: Bearer``, as the Azure OpenAI SDKs send it."""
+    return key.startswith("eyJ") and key.count(".") == 2
+
+
+async def key_headers(offer: Offer) -> tuple[dict[str, str], str | None]:
+    """The header carrying the offer's key (:func:`compactor.providers.keys.resolve_key`) and the key:
+    ``Authorization: Bearer <key>``, or ``api-key: <key>`` for an API key to Azure OpenAI
+    (:func:`takes_api_key_header`); ``({}, None)`` when the offer needs no key."""
+    key = await resolve_key(offer)
+    if not key:
+        return {}, None
+    if offer.base_url and takes_api_key_header(offer.base_url) and not _entra_token(key):
+        return {"api-key": key}, key
+    return {"Authorization": f"Bearer {key}"}, key
 
 
 # The (base_url, model) pairs that refused ``max_tokens`` for ``max_completion_tokens``, as this container saw
@@ -66,7 +99,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     of ``max_tokens`` (:func:`refuses_max_tokens`, not billed) is sent again at once, within ``timeout_s``,
     with ``max_completion_tokens``, as every later call to that model."""
     url = endpoint(offer, "chat/completions")
-    headers, key = await bearer_headers(offer)
+    headers, key = await key_headers(offer)
     started = time.monotonic()
     body = chat_body(offer, request)
     reply = await post_json(url, body, headers=headers, timeout_s=timeout_s,
