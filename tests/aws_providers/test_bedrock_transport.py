@@ -83,6 +83,27 @@ async def test_max_tokens_stop_reads_as_length(fake_provider: FakeProviderServer
     assert response.finish_reason == "length"
 
 
+@pytest.mark.parametrize(("stop_reason", "finish_reason"), [
+    ("end_turn", "stop"), ("guardrail_intervened", "content_filter"), ("content_filtered", "content_filter"),
+    ("model_context_window_exceeded", "length"),
+    # a tool call Bedrock could not read: no answer either (it passed as a finished one)
+    ("malformed_tool_use", "tool_calls"),
+])
+async def test_stop_reasons_read_as_finish_reasons(fake_provider: FakeProviderServer, offer: Offer, stop_reason: str,
+                                                   finish_reason: str) -> None:
+    fake_provider.enqueue(converse_reply("text", stop_reason=stop_reason))
+    response = await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert response.finish_reason == finish_reason
+
+
+async def test_a_malformed_model_output_is_a_bad_response(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # Bedrock's own word that the model's output is broken: it was taken as a finished answer (a seal's summary).
+    fake_provider.enqueue(converse_reply("{\"answers\": {\"f1\": ", stop_reason="malformed_model_output"))
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert caught.value.kind == BAD_RESPONSE and "malformed_model_output" in caught.value.message
+
+
 @pytest.mark.parametrize(("reply", "kind"), [
     (bedrock_error(429, "ThrottlingException", "Too many requests, please wait"), RATE_LIMIT),
     (bedrock_error(400, "ValidationException", "The model returned the following errors: malformed input"),

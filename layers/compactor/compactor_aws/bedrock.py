@@ -58,7 +58,9 @@ _CALL_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("b
 _BODY_PIECE = 64 * 1024
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
-                   "model_context_window_exceeded": "length"}
+                   "model_context_window_exceeded": "length", "malformed_tool_use": "tool_calls"}
+# The stop reason of an answer Bedrock itself calls broken: no answer at all (bad_response, another offer may do).
+_MALFORMED_OUTPUT = "malformed_model_output"
 
 
 @lru_cache(maxsize=32)
@@ -187,6 +189,8 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
                                             "outputTokens"))
     tokens_in = None if fresh is None else fresh + (cache_read or 0) + (cache_write or 0)
     stop = output.get("stopReason")
+    if stop == _MALFORMED_OUTPUT:
+        raise ProviderError(BAD_RESPONSE, "Converse answer stopped as malformed_model_output")
     return ChatResponse(
         text=text,
         finish_reason=_FINISH_REASONS.get(stop, stop) if isinstance(stop, str) else None,
