@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -71,3 +72,23 @@ def test_scrub_known_secret_and_lookalikes() -> None:
     cleaned = http.safe_message(text, ["abc123secret"])
     assert "abc123secret" not in cleaned and "xyz.789" not in cleaned and "ABCDEFGH12" not in cleaned
     assert cleaned.count("[redacted]") == 3
+
+
+def test_a_huge_error_body_is_classified_without_holding_the_loop() -> None:
+    # An error body may be as large as an answer (8 MiB): the context words' search and the scrub ran over all of
+    # it, about 2 s of CPU on the event loop for a 400 of "x x x …"; only its start is looked at now.
+    body = b"x " * (4 * 1024 * 1024)
+    started = time.process_time()
+    error = http.error_for_status(400, body, ("sk-abcdefabcdef",))
+    assert time.process_time() - started < 0.3
+    assert error is not None and error.kind == "bad_request" and error.message.startswith("HTTP 400: x x x")
+    assert len(error.message) == 300
+
+
+@pytest.mark.parametrize("key", ["sk-proj-" + "A1b2" * 40, "0123456789abcdef" * 2])
+def test_a_key_cut_by_the_bound_is_not_shown(key: str) -> None:
+    # Only the start of an error text is scrubbed: a key the cut splits in two must not show its first half.
+    for padding in range(http.ERROR_TEXT_MAX_CHARS - len(key), http.ERROR_TEXT_MAX_CHARS + 1, 7):
+        message = http.safe_message(" " * padding + key + " tail", (key,))
+        assert key[:6] not in message
+    assert http.safe_message("Invalid key " + key + " x" * 8000, (key,)).startswith("Invalid key [redacted] x x")

@@ -44,6 +44,10 @@ from compactor.providers.shards import ShardedTransport
 POOL_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=64, keepalive_expiry=30.0)
 POOL_SHARDS = 16
 ERROR_MESSAGE_MAX_CHARS = 300
+# The most characters of a provider's error text that are looked into (its kind's words, credentials to scrub): an
+# error body may be as large as an answer (megabytes of a proxy's page), and every regex pass over 8 MiB held the
+# event loop for most of a second. Providers' error messages are a few hundred characters.
+ERROR_TEXT_MAX_CHARS = 8192
 RETRY_AFTER_MAX_S = 600.0  # a longer Retry-After is read as this (the deadline decides anyway)
 _USER_AGENT = "compactor"
 
@@ -162,10 +166,26 @@ def truncate(text: str, limit: int = ERROR_MESSAGE_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def bounded_text(text: str, limit: int = ERROR_TEXT_MAX_CHARS) -> str:
+    """The start of ``text``, at most ``limit`` characters, cut between words: a word the cut would split (a key, a
+    token) is left out, so a scrub of the start redacts what a scrub of the whole would. A word with at least half
+    of ``limit`` before the cut is kept, cut: a message shows its first few hundred characters only, thousands
+    before the cut, and a key or token starting there is redacted by its pattern, its end cut or not."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    if not text[limit].isspace() and not head[-1].isspace():
+        cut = len(head.rsplit(None, 1)[-1])  # the characters of the split word in ``head``
+        if cut < limit // 2:
+            head = head[:limit - cut]
+    return head
+
+
 def safe_message(text: str, secrets: Iterable[str | None] = ()) -> str:
     """A provider-derived message fit for traces: scrubbed, single-line, at most 300 characters, any lone
-    surrogate (which no UTF-8 answer or record can carry) replaced by ``?``."""
-    return utf8_safe(truncate(" ".join(scrub(text, secrets).split())))
+    surrogate (which no UTF-8 answer or record can carry) replaced by ``?``. Only the start of a long text is
+    looked at (:func:`bounded_text`)."""
+    return utf8_safe(truncate(" ".join(scrub(bounded_text(text), secrets).split())))
 
 
 async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_s: float,
@@ -417,17 +437,17 @@ def _parsed_or_none(body: bytes | str) -> Any:
 
 def error_detail(body: bytes) -> str:
     """The provider's error text: ``error.message`` / ``error`` / ``message`` / ``detail`` of a JSON
-    body, else the raw text."""
+    body, else the raw text; its start only (:func:`bounded_text`), which is what its kind is read from."""
     text = body.decode("utf-8", errors="replace")
     parsed = _parsed_or_none(text)
     if isinstance(parsed, dict):
         error = parsed.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
+            return bounded_text(error["message"])
         for key in ("error", "message", "detail"):
             if isinstance(parsed.get(key), str):
-                return parsed[key]
-    return text
+                return bounded_text(parsed[key])
+    return bounded_text(text)
 
 
 def error_object(body: bytes, marker: bytes) -> dict[str, Any] | None:
