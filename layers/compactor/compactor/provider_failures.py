@@ -52,6 +52,9 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "context_overflow":
         return f"request larger than the model's context at {host}", "set the offer's context so larger requests skip it"
     if kind == "bad_response":
+        if "refused or filtered" in message:  # providers.base.unfinished: finish_reason content_filter
+            return ("model refused the request, or a content filter stopped its answer",
+                    "add an offer of another model to fall back to, or check what the request sends")
         if "cut off" in message or "length" in message:
             return "model answer cut off at max_tokens", "raise max_tokens or choose a model that answers briefly"
         if "not strict JSON" in message or "not valid JSON" in message or "is not {" in message or "empty" in message:

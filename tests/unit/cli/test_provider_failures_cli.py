@@ -90,6 +90,11 @@ def test_no_problems_section_when_all_calls_succeed(tmp_path: Path, capsys: pyte
     ("exhausted: network_error", "ConnectError", None, "cannot reach api.example"),
     ("bad_response", "decision reply is not strict JSON (x)", 200, "model answered non-JSON"),
     ("bad_response", "decision reply was cut off (finish_reason length)", 200, "model answer cut off at max_tokens"),
+    # a refusal (OpenAI's refusal, Anthropic's stop_reason refusal) read as "unusable answer: check the transport"
+    ("bad_response", "decision reply refused or filtered (finish_reason content_filter)", 200,
+     "model refused the request, or a content filter stopped its answer"),
+    ("bad_response", "output refused or filtered (finish_reason content_filter)", None,
+     "model refused the request, or a content filter stopped its answer"),
     ("rate_limit", "HTTP 429", 429, "rate limited by api.example"),
     ("auth_error", "HTTP 429: You exceeded your current quota", 429,
      "429 from api.example: the account has no credit left"),
