@@ -148,6 +148,24 @@ async def test_a_body_over_the_bound_closes_the_response_and_gives_its_place_bac
     await http.aclose_client()
 
 
+async def test_an_error_over_the_bound_is_still_its_statuss_error(no_proxy_variables: None) -> None:
+    # An error status's body is read for its message: a 429 (or a gateway's 503 page) longer than the bound was a
+    # bad_response, without its kind or Retry-After; only its start is read now, and the connection is closed.
+    await http.aclose_client()
+    transport = http.client()._transport
+    page = b'{"error": {"message": "Rate limit reached"}}' + b" " * 256
+    head = b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 3\r\n"
+    streamed = head + b"transfer-encoding: chunked\r\n\r\n" + b"12c\r\n" + page + b"\r\n0\r\n\r\n"
+    for answer in (head + b"content-length: 300\r\n\r\n" + page, streamed):
+        async with RawServer(answer) as server:
+            reply = await http.post_json(server.base + "/big", {}, headers={}, timeout_s=10, max_body_bytes=100)
+            assert (reply.status, reply.body, reply.retry_after_s) == (429, page[:100], 3.0)
+            error = http.reply_error(reply)
+            assert error is not None and (error.kind, error.http_status, error.retry_after_s) == ("rate_limit", 429, 3.0)
+            assert transport.open_requests == (0,) * http.POOL_SHARDS
+    await http.aclose_client()
+
+
 async def test_behind_a_proxy_the_client_sends(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
     await http.aclose_client()

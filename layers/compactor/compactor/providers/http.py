@@ -409,8 +409,12 @@ def _describe(exc: Exception, secrets: Iterable[str | None]) -> str:
 
 
 async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
+    """The answer's body, at most ``max_body_bytes``: a longer answer (2xx) is ``bad_response``; of a longer error
+    (any other status), only the first ``max_body_bytes`` are read, since its body is read for its message only
+    and the error is the one its status means (a 429 or a 503 with a large page of a gateway before it)."""
+    answer = 200 <= response.status_code < 300
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_body_bytes:
+    if answer and declared.isdigit() and int(declared) > max_body_bytes:
         raise ProviderError(BAD_RESPONSE, f"response body exceeds {max_body_bytes} bytes",
                             http_status=response.status_code)
     chunks: list[bytes] = []
@@ -418,8 +422,11 @@ async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
     async for chunk in response.aiter_bytes():
         size += len(chunk)
         if size > max_body_bytes:
-            raise ProviderError(BAD_RESPONSE, f"response body exceeds {max_body_bytes} bytes",
-                                http_status=response.status_code)
+            if answer:
+                raise ProviderError(BAD_RESPONSE, f"response body exceeds {max_body_bytes} bytes",
+                                    http_status=response.status_code)
+            chunks.append(chunk[:max_body_bytes - (size - len(chunk))])
+            break  # the rest is not read: the response's close closes its connection
         chunks.append(chunk)
     return b"".join(chunks)
 
