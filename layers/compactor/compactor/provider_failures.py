@@ -37,7 +37,7 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
                 f"export {missing.group(1)}=<key> (local) or give the offer an api_key_secret (deployed)")
     if kind == "auth_error" and "secret" in message:
         return message, "check the secret exists and the function may read it (ProviderKeySecretArns)"
-    if kind == "auth_error" and http_status in (402, 429):  # kind_for_status: the account is out of credit
+    if kind == "auth_error" and http_status in (400, 402, 429):  # kind_for_status: the account is out of credit
         return (f"{http_status} from {host}: the account has no credit left",
                 f"add credit or raise the spend limit at {host}")
     if kind == "auth_error":

@@ -99,6 +99,8 @@ def test_no_problems_section_when_all_calls_succeed(tmp_path: Path, capsys: pyte
     ("auth_error", "HTTP 429: You exceeded your current quota", 429,
      "429 from api.example: the account has no credit left"),
     ("auth_error", "HTTP 402: Insufficient credits", 402, "402 from api.example: the account has no credit left"),
+    ("auth_error", "HTTP 400: Your credit balance is too low to access the Anthropic API.", 400,
+     "400 from api.example: the account has no credit left"),
     ("no_candidates", "no offer satisfies the policy", None, "no offer could take this call"),
     ("bad_request", "HTTP 301: redirected to https://api.example/v1/chat/completions", 301,
      "api.example redirects (301)"),

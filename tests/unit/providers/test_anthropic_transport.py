@@ -10,8 +10,8 @@ import pytest
 
 from compactor.providers.anthropic import ANTHROPIC_VERSION, AnthropicTransport
 from compactor.providers.base import (
-    AUTH_ERROR, BAD_RESPONSE, CONTEXT_OVERFLOW, INVALID_DECISION, RATE_LIMIT, UPSTREAM_ERROR, ChatRequest,
-    DecisionRequest, Offer, ProviderError,
+    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, INVALID_DECISION, RATE_LIMIT, UPSTREAM_ERROR,
+    ChatRequest, DecisionRequest, Offer, ProviderError,
 )
 from compactor.providers.turns import JSON_INSTRUCTION
 from compactor.router import compute_cost
@@ -74,6 +74,12 @@ async def test_max_tokens_is_always_sent_and_stop_reason_maps(fake_provider: Fak
     (Reply(400, {"type": "error", "error": {"type": "invalid_request_error",
                                             "message": "prompt is too long: 250000 tokens > 200000 maximum"}}),
      CONTEXT_OVERFLOW),
+    # an account out of credit: no wait and no other request passes (it read as a bad_request of this request)
+    (Reply(400, {"type": "error", "error": {"type": "invalid_request_error", "message": (
+        "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or "
+        "purchase credits.")}}), AUTH_ERROR),
+    (Reply(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "messages: roles must "
+                                            "alternate; your credit balance is fine"}}), BAD_REQUEST),
     (Reply(200, {"type": "message"}), BAD_RESPONSE),
     (Reply(200, b"not json"), BAD_RESPONSE),
 ])

@@ -476,20 +476,25 @@ def _out_of_credit(body: bytes) -> bool:
     return error is not None and _OUT_OF_CREDIT_CODE in (error.get("code"), error.get("type"))
 
 
+# Anthropic's 400 for an account without credit ("Your credit balance is too low to access the Anthropic API."):
+# no other request to that account passes either.
+OUT_OF_CREDIT_WORDS = re.compile(r"credit balance is too low", re.IGNORECASE)
+
+
 def kind_for_status(status: int, detail: str, body: bytes = b"") -> str:
     """The router's error kind of an HTTP error ``status`` whose error text is ``detail`` (docs/providers.md
     "Errors"): a redirect (3xx, never followed) → bad_request: the offer's ``base_url`` is not the API's address,
     which no retry and no other caller's call changes; 408 → timeout; 429 → rate_limit, unless the body says the
-    account is out of credit (OpenAI's ``insufficient_quota``); 401/403, and 402 (OpenRouter: no credits left) →
-    auth_error; 400/413/422 mentioning context or tokens → context_overflow; other 4xx → bad_request; 5xx (and
-    anything else) → upstream_error."""
+    account is out of credit (OpenAI's ``insufficient_quota``); 401/403, 402 (OpenRouter: no credits left) and a 400
+    saying the credit balance is too low (Anthropic) → auth_error; 400/413/422 mentioning context or tokens →
+    context_overflow; other 4xx → bad_request; 5xx (and anything else) → upstream_error."""
     if 300 <= status < 400:
         return BAD_REQUEST
     if status == 408:
         return TIMEOUT
     if status == 429:
         return AUTH_ERROR if _out_of_credit(body) else RATE_LIMIT
-    if status in (401, 402, 403):
+    if status in (401, 402, 403) or status == 400 and OUT_OF_CREDIT_WORDS.search(detail):
         return AUTH_ERROR
     if status in (400, 413, 422) and CONTEXT_OVERFLOW_WORDS.search(detail):
         return CONTEXT_OVERFLOW
