@@ -13,10 +13,12 @@ import respx
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
 from compactor.providers import openai
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, OpenAITransport
+from compactor.providers.turns import JSON_INSTRUCTION
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
 
 TRANSPORT = OpenAITransport()
 MESSAGES = [{"role": "user", "content": "hi"}]
+JSON_MESSAGES = [{"role": "user", "content": "Answer with a JSON object."}]
 
 
 async def failure(offer: Offer, request: ChatRequest | None = None, timeout_s: float = 10) -> ProviderError:
@@ -60,12 +62,13 @@ async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
     monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
     fake_provider.responder = reasoning_model
     for _ in range(2):
-        response = await TRANSPORT.chat(chat_offer, ChatRequest(MESSAGES, max_tokens=512, json_mode=True), 10)
+        response = await TRANSPORT.chat(chat_offer, ChatRequest(JSON_MESSAGES, max_tokens=512, json_mode=True), 10)
         assert (response.text, response.tokens_out) == ('{"answers": {}}', 300)
     sent = [request.json for request in fake_provider.requests]
     assert [("max_tokens" in body, body.get("max_completion_tokens")) for body in sent] == \
         [(True, None), (False, 512), (False, 512)]  # refused once, then asked as the model wants
-    assert all(body["messages"] == MESSAGES and body["response_format"] == {"type": "json_object"} for body in sent)
+    assert all(body["messages"] == JSON_MESSAGES and body["response_format"] == {"type": "json_object"}
+               for body in sent)
 
     # another model of the same server is asked as before; a request without a limit is sent as it is
     other = dataclasses.replace(chat_offer, model="gpt-4.1-mini")
@@ -148,6 +151,24 @@ async def test_json_mode_sets_response_format(fake_provider: FakeProviderServer,
     assert response.text == "{}"
     assert fake_provider.requests[0].json["response_format"] == {"type": "json_object"}
     assert "max_tokens" not in fake_provider.requests[0].json
+
+
+@pytest.mark.parametrize(("messages", "instructed"), [
+    (MESSAGES, True),
+    ([{"role": "system", "content": "Summarise as an object with a 'summary' key."}, *MESSAGES], True),
+    (JSON_MESSAGES, False),
+    ([{"role": "user", "content": [{"type": "text", "text": "Reply in json"}]}], False),
+])
+async def test_json_mode_says_json_when_the_messages_do_not(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                           messages: list, instructed: bool) -> None:
+    # OpenAI refuses response_format json_object for messages that never say "json" (a 400): a JSON llm node whose
+    # prompt asked for "an object" failed every call on OpenAI, and passed on Anthropic and Bedrock, whose
+    # transports always add the instruction.
+    await TRANSPORT.chat(chat_offer, ChatRequest(messages, json_mode=True), 10)
+    await TRANSPORT.chat(chat_offer, ChatRequest(messages), 10)
+    json_body, plain_body = (request.json for request in fake_provider.requests)
+    assert json_body["messages"] == ([{"role": "system", "content": JSON_INSTRUCTION}] if instructed else []) + messages
+    assert plain_body["messages"] == messages
 
 
 async def test_no_cost_reported_and_tool_calls(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:

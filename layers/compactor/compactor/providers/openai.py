@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from compactor.chat import content_text
 from compactor.cost import reported
 from compactor.jsonutil import StrictJSONError, strict_loads_utf8
 from compactor.providers.base import (
@@ -22,6 +23,7 @@ from compactor.providers.http import (
     error_detail, error_object, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
 from compactor.providers.keys import resolve_key
+from compactor.providers.turns import JSON_INSTRUCTION
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
 
@@ -74,10 +76,22 @@ _COMPLETION_TOKENS_MODELS: set[tuple[str | None, str]] = set()
 _COMPLETION_TOKENS_MODELS_MAX = 256
 
 
+def _mentions_json(messages: list[dict[str, Any]]) -> bool:
+    """Whether a message's text says "json" (any case), which OpenAI requires of a JSON-mode request."""
+    return any("json" in content_text(message.get("content")).lower() for message in messages
+               if isinstance(message, dict))
+
+
 def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     """The JSON body sent for ``request``: the output limit as ``max_tokens``, or as ``max_completion_tokens``
-    for a model known to want it."""
-    body: dict[str, Any] = {"model": offer.model, "messages": request.messages}
+    for a model known to want it. A JSON-mode request none of whose messages says "json" starts with a system
+    message asking for one JSON object (:data:`~compactor.providers.turns.JSON_INSTRUCTION`, what the ``anthropic``
+    and ``bedrock`` transports always add): OpenAI refuses ``response_format: json_object`` otherwise (a 400
+    "'messages' must contain the word 'json'"), so an llm node whose prompt did not say it failed every call."""
+    messages = request.messages
+    if request.json_mode and not _mentions_json(messages):
+        messages = [{"role": "system", "content": JSON_INSTRUCTION}, *messages]
+    body: dict[str, Any] = {"model": offer.model, "messages": messages}
     if request.max_tokens is not None:
         wants_completion_tokens = (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS
         body["max_completion_tokens" if wants_completion_tokens else "max_tokens"] = request.max_tokens
