@@ -174,6 +174,24 @@ async def test_a_body_nested_too_deep_is_still_classified(fake_provider: FakePro
     assert (caught.value.kind, caught.value.http_status, caught.value.retry_after_s) == (kind, status, retry_after_s)
 
 
+async def test_an_answer_over_the_bound_is_a_bad_response_and_an_error_keeps_its_kind(
+        fake_provider: FakeProviderServer, offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Converse answer was read whole, however large (an endpoint base_url names that is not Bedrock's); the
+    # HTTP transports' 8 MiB bound holds here too, and an error past it is read to the bound and keeps its kind.
+    monkeypatch.setattr(bedrock, "ANSWER_MAX_BYTES", 1000)
+    fake_provider.enqueue(Reply(200, json.dumps(converse_reply("x" * 2000).body).encode()))
+    throttled = Reply(429, b'{"message": "Too many requests"}' + b" " * 2000, headers={
+        "x-amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/", "Retry-After": "4"})
+    fake_provider.enqueue(throttled, converse_reply("the next call"))
+    for kind, retry_after_s, words in ((BAD_RESPONSE, None, "exceeds 1000 bytes"), (RATE_LIMIT, 4.0, "Too many")):
+        with pytest.raises(ProviderError) as caught:
+            await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}]), 10)
+        assert (caught.value.kind, caught.value.retry_after_s) == (kind, retry_after_s)
+        assert words in caught.value.message
+    response = await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "y"}]), 10)
+    assert response.text == "the next call"
+
+
 async def test_unreachable_endpoint_is_network_error(offer: Offer) -> None:
     closed = dataclasses.replace(offer, base_url="http://127.0.0.1:9")
     with pytest.raises(ProviderError) as caught:

@@ -22,7 +22,7 @@ from compactor.providers.base import (
 )
 from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
-from compactor.providers.openai import count
+from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count
 from compactor.providers.prompt_cache import cache_split, written_first
 from compactor.providers.turns import to_turns
 from compactor_aws import background
@@ -95,8 +95,9 @@ def _send_within_deadline(http_session: Any) -> Callable[..., Any]:
 
         request.stream_output = True  # the answer's head only: its body is read below
         response = http_session.send(request)
-        body = _body_by(response.raw, deadline, request.url)
-        if response.status_code >= 300:
+        answer = 200 <= response.status_code < 300
+        body = _body_by(response.raw, deadline, request.url, answer=answer)
+        if not answer:
             body = _readable_error_body(body)
         return AWSResponse(request.url, response.status_code, response.headers, _ReadBody(body))
     return send
@@ -119,18 +120,36 @@ def _readable_error_body(body: bytes) -> bytes:
     return body
 
 
-def _body_by(raw: Any, deadline: float, url: str) -> bytes:
+class AnswerTooLarge(Exception):
+    """A Converse answer (2xx) longer than :data:`ANSWER_MAX_BYTES`: ``bad_response``."""
+
+
+# The most bytes of an answer read, as the HTTP transports' bound (``compactor.providers.openai``): a Converse answer
+# is a model's reply, far shorter; a longer one (an endpoint ``base_url`` names that is not Bedrock's) was read whole.
+ANSWER_MAX_BYTES = CHAT_RESPONSE_MAX_BYTES
+
+
+def _body_by(raw: Any, deadline: float, url: str, *, answer: bool = True) -> bytes:
     """The whole body of the urllib3 response ``raw``, read as it arrives, unless a piece arrives past
-    ``deadline``; a read that fails or is given up closes the connection (its answer half read, it is not reused)."""
+    ``deadline``; a read that fails or is given up closes the connection (its answer half read, it is not reused).
+    At most :data:`ANSWER_MAX_BYTES`: a longer ``answer`` raises :class:`AnswerTooLarge`, a longer error is read to
+    the bound only (docs/providers.md "Errors")."""
     from botocore.exceptions import ReadTimeoutError
     from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeout
 
     pieces: list[bytes] = []
+    size = 0
     try:
         while piece := raw.read1(_BODY_PIECE):
             pieces.append(piece)
+            size += len(piece)
             if time.monotonic() > deadline:
                 raise ReadTimeoutError(endpoint_url=url, error="the answer was still arriving at the call's deadline")
+            if size > ANSWER_MAX_BYTES:
+                if answer:
+                    raise AnswerTooLarge(f"Converse answer exceeds {ANSWER_MAX_BYTES} bytes")
+                raw.close()  # the rest of the error is not read: its connection is not reused
+                return b"".join(pieces)[:ANSWER_MAX_BYTES]
     except Urllib3ReadTimeout as exc:
         raw.close()
         raise ReadTimeoutError(endpoint_url=url, error=exc) from None
@@ -257,6 +276,8 @@ class BedrockTransport:
                 output = await background.in_thread(client.converse, **arguments)
         except RecursionError:  # botocore's parse of a 2xx body nested too deep (error bodies: _readable_error_body)
             raise ProviderError(BAD_RESPONSE, "Converse answer nested too deep to read") from None
+        except AnswerTooLarge as exc:
+            raise ProviderError(BAD_RESPONSE, str(exc)) from None
         except Exception as exc:
             raise provider_error(exc) from None
         finally:
