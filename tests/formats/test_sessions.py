@@ -109,6 +109,23 @@ def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mod
     assert all(isinstance(json.loads(line), dict) for line in written.splitlines())
 
 
+def test_cli_writes_a_large_claude_code_session_back_as_the_session(tmp_path: Path, monkeypatch: Any) -> None:
+    """Files over 32 MiB are streamed as chat (docs/scale.md); a Claude Code session that large was read as the chat
+    it converts to, and written as a chat array: its thinking blocks, tool references and records gone. It is read
+    whole now, as a smaller one, and written back as the session."""
+    from compactor_cli import compact_cmd
+
+    small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
+    assert main(["compact", str(CLAUDE_CODE_FILE), "-o", str(small), "-q"]) == 0
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
+    assert main(["compact", str(CLAUDE_CODE_FILE), "-o", str(large), "-q"]) == 0
+
+    written = large.read_text(encoding="utf-8")
+    assert written == small.read_text(encoding="utf-8")
+    _check_session(CLAUDE_CODE, CLAUDE_CODE_FILE.read_text(encoding="utf-8"), written)
+    assert '"tool_reference"' in written and '"thinking"' in written
+
+
 def _rollout_with_developer_notes() -> str:
     """A Codex rollout whose session gets developer messages mid-way (Codex's approvals and permission
     notes), besides its bookkeeping lines."""

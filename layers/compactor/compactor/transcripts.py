@@ -299,14 +299,17 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
-    """A chat message of a JSONL file read as a stream (line ``number``; docs/scale.md), or a Claude Code session
-    record converted to chat messages (the streamed reading of large files reads chat only). A Codex rollout's
-    ``response_item`` and a Responses item are :class:`NotChat`; other typed records are a session's bookkeeping."""
+    """A chat message of a JSONL file read as a stream (line ``number``; docs/scale.md). A Claude Code session's
+    ``user`` / ``assistant`` record (``anthropic-messages``), a Codex rollout's ``response_item`` and a Responses
+    item are :class:`NotChat`; other typed records are a session's bookkeeping. (A Claude Code record was read as
+    the chat it converts to: the result was a chat transcript, not the session, without its thinking, images,
+    server tools' blocks or tool references, and with the calls of one response stored as several records parted
+    from their results.)"""
     if isinstance(record, dict) and "role" in record:
         return [record]
     if isinstance(record, dict) and record.get("type") in ("user", "assistant") and isinstance(
             record.get("message"), dict):
-        return _anthropic_to_openai(record["message"])
+        raise NotChat(f"line {number} is a Claude Code session's {record['type']} record (anthropic-messages)")
     if isinstance(record, dict) and record.get("type") == "response_item":
         raise NotChat(f"line {number} is a Codex rollout's response_item (openai-responses)")
     if isinstance(record, dict) and _responses_item(record):
