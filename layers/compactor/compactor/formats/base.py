@@ -8,7 +8,7 @@ are built here, in the dialect's own shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
@@ -91,7 +91,8 @@ class Dialect:
 
 
 def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],
-                 leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool]) -> list[Unit]:
+                 leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool],
+                 links: tuple[Mapping[int, set[str]], Mapping[int, set[str]]] = ({}, {})) -> list[Unit]:
     """Units of a dialect whose calls and results are separate items paired by id.
 
     A unit starts at an item and takes in the items after it while (a) the previous item only leads
@@ -101,9 +102,12 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     further on: whatever lies between a call and its last answer (reasoning, a message, other calls)
     is in the call's unit, so no call is parted from its results. An unanswered call at the end (an
     agent stopped mid-call) ends its unit at the next item that is neither a call nor a result.
+    ``links``: what items open and close by their index, besides their own calls and results (ids the item alone
+    does not name: the calls an OpenAI Responses item reference stands for).
     """
-    opened = [opens(item) for item in items]
-    closed = [closes(item) for item in items]
+    also_opens, also_closes = links
+    opened = [opens(item) | also_opens.get(index, set()) for index, item in enumerate(items)]
+    closed = [closes(item) | also_closes.get(index, set()) for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
     units: list[Unit] = []
     i, n = 0, len(items)
