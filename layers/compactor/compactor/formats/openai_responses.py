@@ -25,7 +25,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_units, shown_text
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -180,7 +180,7 @@ class OpenAIResponses(Dialect):
     def render_line(self, item: Item) -> str:
         kind = kind_of(item)
         if kind == "message":
-            return f"{item.get('role')}: {block_text(item.get('content'), TEXT_PARTS)}"
+            return f"{item.get('role')}: {shown_text(item.get('content'), TEXT_PARTS)}"
         if kind.endswith("_call_output"):
             return f"tool: {output_text(item.get('output'))}"
         if kind == "mcp_list_tools":
@@ -247,13 +247,10 @@ def output_text(output: Any) -> str:
     for part in parts:
         if not isinstance(part, dict):
             continue
-        kind = part.get("type")
         if isinstance(part.get("text"), str):
             shown.append(part["text"])
-        elif kind in ("input_image", "computer_screenshot"):
-            shown.append("[image]")
-        elif kind == "input_file":
-            shown.append(f"[file {part.get('filename') or ''}]".replace(" ]", "]"))
+        elif (marker := media_marker(part)) is not None:
+            shown.append(marker)
         else:
             shown += [part[k] for k in ("stdout", "stderr") if isinstance(part.get(k), str) and part[k]]
     return " ".join(shown)
