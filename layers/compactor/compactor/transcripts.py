@@ -261,8 +261,11 @@ def _read_jsonl(text: str) -> Transcript:
         return _session(CODEX, "openai-responses", lines, picked)
     if any(isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
            for _, r in records):
+        # A sub-agent's records (``isSidechain``) are another conversation, which Claude Code interleaves with the
+        # session's own: kept in place like its bookkeeping (docs/formats.md, "Session files").
         picked = [(n, r["message"]) for n, r in records
-                  if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)]
+                  if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
+                  and r.get("isSidechain") is not True]
         return _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
     # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
     # role, read as Responses, as in an array.
