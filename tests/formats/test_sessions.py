@@ -360,3 +360,53 @@ def test_a_sub_agents_records_are_kept_out_of_the_session_s_conversation(
     assert written_sidechain == sidechain
     assert PROBLEMS["anthropic-messages"](written_items) == []
     assert written_items == record.body["messages"]
+
+
+def _resumed_conversation(text: str) -> list[dict[str, Any]]:
+    """The messages Claude Code resumes: the ``parentUuid`` chain from the last message back to its start."""
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    by_uuid = {r["uuid"]: r for r in records if r.get("uuid")}
+    chain, at = [], [r for r in records if r.get("type") in ("user", "assistant")][-1]
+    while at is not None:
+        chain.append(at)
+        at = by_uuid.get(at.get("parentUuid"))
+    return [r["message"] for r in reversed(chain) if r.get("type") in ("user", "assistant")]
+
+
+SUMMARY = "This session is being continued from a previous conversation. " + "The build was fixed in part. " * 60
+
+
+def test_explicit_pins_keep_the_summary_a_native_compaction_resumes_from(tmp_path: Path) -> None:
+    """After Claude Code's own compaction (a ``compact_boundary`` record, its ``parentUuid`` null, then the summary
+    as a user record) the session resumes from the summary. The default pins hold it (a human turn); with explicit
+    pins (``--pin-task``: the first user message only) decision summarized it, and the resumed conversation started
+    with an assistant message, which the Messages API refuses."""
+    def cycles(tag: str, parent: str) -> tuple[list[dict[str, Any]], str]:
+        records = []
+        for n in range(4):
+            records.append(_record("assistant", f"{tag}a{n}", parent, {"role": "assistant", "id": f"{tag}m{n}",
+                                   "content": [{"type": "tool_use", "id": f"{tag}t{n}", "name": "Read",
+                                                "input": {"n": n}}]}))
+            records.append(_record("user", f"{tag}r{n}", f"{tag}a{n}", {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"{tag}t{n}", "content": f"{tag} line {n} " * 80}]}))
+            parent = f"{tag}r{n}"
+        return records, parent
+
+    before, last = cycles("b", "u0")
+    after, end = cycles("c", "summary")
+    records = [_record("user", "u0", None, {"role": "user", "content": "Fix the build."}), *before,
+               {"parentUuid": None, "logicalParentUuid": last, "type": "system", "subtype": "compact_boundary",
+                "uuid": "boundary", "content": "Conversation compacted"},
+               {**_record("user", "summary", "boundary", {"role": "user", "content": SUMMARY}), "isCompactSummary": True},
+               *after, _record("assistant", "fin", end, {"role": "assistant", "content": [{"type": "text",
+                                                                                         "text": "Done."}]})]
+    source, out = tmp_path / "session.jsonl", tmp_path / "out.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    assert read_transcript(source.read_text(encoding="utf-8")).conversation_starts == [9]
+
+    assert main(["compact", str(source), "--pin-task", "--keep-recent", "2", "--target-ratio", "0.05",
+                 "-o", str(out), "-q"]) == 0
+    resumed = _resumed_conversation(out.read_text(encoding="utf-8"))
+    assert resumed[0] == {"role": "user", "content": SUMMARY}
+    assert PROBLEMS["anthropic-messages"](resumed) == []
+    assert len(resumed) < len(_resumed_conversation(source.read_text(encoding="utf-8")))

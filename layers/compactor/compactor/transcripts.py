@@ -54,6 +54,9 @@ class Transcript:
     lines: list[str] = field(default_factory=list)  # session files: every line, with its ending
     item_lines: list[int] = field(default_factory=list)  # session files: the line of each item
     request_body: bool = False  # the text was a request body (an object with its items), not a bare transcript
+    conversation_starts: list[int] = field(default_factory=list)
+    """Claude Code sessions: the user items that start a conversation Claude Code resumes (after a native
+    compaction's ``compact_boundary``, its summary), always pinned (:meth:`pinning_starts`)."""
 
     @property
     def items_field(self) -> str:
@@ -69,6 +72,16 @@ class Transcript:
             body["mode"] = mode
         elif body.get("mode") is None and not self.request_body:
             body["mode"] = TRANSCRIPT_MODE
+        return self.pinning_starts(body)
+
+    def pinning_starts(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with :attr:`conversation_starts` among its explicit ``pinned_indices``: a summary is an
+        assistant message, and a conversation the Messages API is sent must start with a user message. (The
+        default pins hold them, the human's turns; explicit pins, such as ``--pin-task``'s, did not: a session
+        holding a native compaction came back resuming a conversation that started with an assistant summary.)"""
+        pins = body.get("pinned_indices")
+        if self.conversation_starts and isinstance(pins, list) and all(type(pin) is int for pin in pins):
+            body["pinned_indices"] = sorted({*pins, *self.conversation_starts})  # other pins: the request's 422
         return body
 
     def write_back(self, record: CallRecord) -> str | None:
@@ -266,7 +279,9 @@ def _read_jsonl(text: str) -> Transcript:
         picked = [(n, r["message"]) for n, r in records
                   if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
                   and r.get("isSidechain") is not True]
-        return _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
+        transcript = _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
+        transcript.conversation_starts = _conversation_starts(records, picked)
+        return transcript
     # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
     # role, read as Responses, as in an array.
     for number, record in records:
@@ -274,6 +289,24 @@ def _read_jsonl(text: str) -> Transcript:
             raise TranscriptError(f"line {number + 1} is not a message (an object with a role or a type)")
     items = [record for _, record in records]
     return Transcript(_guess_format(items), items)
+
+
+def _conversation_starts(records: list[tuple[int, Any]], picked: list[tuple[int, dict[str, Any]]]) -> list[int]:
+    """The user items of a Claude Code session with no item before them in their ``parentUuid`` chain: the chain
+    Claude Code resumes starts there (a native compaction's summary, whose parent is the ``compact_boundary``
+    record, whose ``parentUuid`` is null). The first item is left out: the format pins it already."""
+    by_uuid = {r["uuid"]: r for _, r in records if isinstance(r, dict) and isinstance(r.get("uuid"), str)}
+    line_record = dict(records)
+    item_uuids = {line_record[number].get("uuid") for number, _ in picked}
+    starts = []
+    for index, (number, message) in enumerate(picked[1:], start=1):
+        parent, seen = line_record[number].get("parentUuid"), set()
+        while isinstance(parent, str) and parent in by_uuid and parent not in item_uuids and parent not in seen:
+            seen.add(parent)
+            parent = by_uuid[parent].get("parentUuid")
+        if parent is None and message.get("role") == "user":
+            starts.append(index)
+    return starts
 
 
 def _lines(text: str) -> list[str]:
