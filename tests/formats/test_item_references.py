@@ -134,3 +134,24 @@ def test_mask_keeps_the_references() -> None:
     output, masked = mask(items, keep_recent=1, pinned_indices=[], dialect=RESPONSES)
     assert masked and [item for item in output if item.get("type") == "item_reference"] == [
         item for item in items if item.get("type") == "item_reference"]
+
+
+def test_a_file_of_items_with_bare_references_reads_as_responses() -> None:
+    """JSONL refused a line without a role or a type, and the stream read a bare reference as chat (or failed on
+    it) where it refuses other Responses items, so that the CLI reads the file whole."""
+    import io
+
+    from compactor.transcript_stream import messages_from
+    from compactor.transcripts import NotChat, read_transcript
+
+    typed = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+             *_referenced(1, typed=False)]
+    short = [{"role": "user", "content": "go"}, {"id": "fc_1"}]
+    for items in (typed, short):
+        for text in ("\n".join(json.dumps(item) for item in items), json.dumps(items)):
+            transcript = read_transcript(text)
+            assert (transcript.format, transcript.items) == ("openai-responses", items), text
+    for text in ("\n".join(json.dumps(item) for item in [{"role": "user", "content": "go"}, {"id": "fc_1"}]),
+                 json.dumps([{"role": "user", "content": "go"}, {"id": "fc_1"}])):
+        with pytest.raises(NotChat, match="(line 2|message 1) is an openai-responses item"):
+            list(messages_from(lambda text=text: io.BytesIO(text.encode())))

@@ -249,13 +249,19 @@ _ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_
 
 def item_format(item: dict[str, Any]) -> str | None:
     """The format ``item`` reads as when it is not a chat message: ``openai-responses`` (a ``type``, no
-    ``role``) or ``anthropic-messages`` (typed content blocks); None for a chat message."""
-    if "role" not in item and isinstance(item.get("type"), str):
+    ``role``, or an item reference without its optional ``type``: an ``id`` alone) or ``anthropic-messages`` (typed
+    content blocks); None for a chat message."""
+    if "role" not in item and (isinstance(item.get("type"), str) or _bare_reference(item)):
         return "openai-responses"
     content = item.get("content")
     if type(content) is list and any(type(b) is dict and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
         return "anthropic-messages"
     return None
+
+
+def _bare_reference(item: dict[str, Any]) -> bool:
+    """An OpenAI Responses item reference without its optional ``type`` (docs/formats.md, "Item references")."""
+    return "role" not in item and item.get("type") is None and isinstance(item.get("id"), str)
 
 
 def _read_jsonl(text: str) -> Transcript:
@@ -285,7 +291,7 @@ def _read_jsonl(text: str) -> Transcript:
     # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
     # role, read as Responses, as in an array.
     for number, record in records:
-        if not isinstance(record, dict) or ("role" not in record and "type" not in record):
+        if not isinstance(record, dict) or ("role" not in record and "type" not in record and not _bare_reference(record)):
             raise TranscriptError(f"line {number + 1} is not a message (an object with a role or a type)")
     items = [record for _, record in records]
     return Transcript(_guess_format(items), items)
@@ -349,7 +355,7 @@ def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
     if isinstance(record, dict) and record.get("type") == "response_item":
         raise NotChat(f"line {number} is a Codex rollout's response_item (openai-responses)")
     if isinstance(record, dict) and _responses_item(record):
-        raise NotChat(f"line {number} is an openai-responses item ({str(record['type'])[:64]})")
+        raise NotChat(f"line {number} is an openai-responses item ({str(record.get('type') or 'item_reference')[:64]})")
     if isinstance(record, dict) and "type" in record:
         return []  # session bookkeeping (queue operations, summaries)
     raise TranscriptError(f"line {number} is not a chat message")
@@ -359,6 +365,8 @@ def _responses_item(record: dict[str, Any]) -> bool:
     """A typed record that is a Responses item, not a Claude Code session's bookkeeping: it names a call, or its
     type is one of the items' (a call, its output, reasoning, a reference, an earlier compaction, MCP items)."""
     kind = record.get("type")
+    if _bare_reference(record):
+        return True
     return isinstance(kind, str) and ("call_id" in record or kind.endswith(("_call", "_call_output")) or kind in (
         "message", "reasoning", "item_reference", "compaction", "compaction_summary", "mcp_list_tools",
         "mcp_approval_request", "mcp_approval_response"))
