@@ -89,7 +89,7 @@ def build_request_body(args: argparse.Namespace, transcript: Transcript) -> dict
             body[key] = value
     if args.decision_policy is not None:
         body["decision_policy_ir"] = args.decision_policy
-    return body
+    return transcript.pinning_starts(body)
 
 
 STREAM_BYTES = 32 * 1024 * 1024

@@ -109,6 +109,23 @@ def test_cli_writes_the_session_back_compacted(tmp_path: Path, session: str, mod
     assert all(isinstance(json.loads(line), dict) for line in written.splitlines())
 
 
+def test_cli_writes_a_large_claude_code_session_back_as_the_session(tmp_path: Path, monkeypatch: Any) -> None:
+    """Files over 32 MiB are streamed as chat (docs/scale.md); a Claude Code session that large was read as the chat
+    it converts to, and written as a chat array: its thinking blocks, tool references and records gone. It is read
+    whole now, as a smaller one, and written back as the session."""
+    from compactor_cli import compact_cmd
+
+    small, large = tmp_path / "small.jsonl", tmp_path / "large.jsonl"
+    assert main(["compact", str(CLAUDE_CODE_FILE), "-o", str(small), "-q"]) == 0
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
+    assert main(["compact", str(CLAUDE_CODE_FILE), "-o", str(large), "-q"]) == 0
+
+    written = large.read_text(encoding="utf-8")
+    assert written == small.read_text(encoding="utf-8")
+    _check_session(CLAUDE_CODE, CLAUDE_CODE_FILE.read_text(encoding="utf-8"), written)
+    assert '"tool_reference"' in written and '"thinking"' in written
+
+
 def _rollout_with_developer_notes() -> str:
     """A Codex rollout whose session gets developer messages mid-way (Codex's approvals and permission
     notes), besides its bookkeeping lines."""
@@ -274,3 +291,122 @@ def test_claude_code_as_chat_answers_the_calls_before_the_users_text() -> None:
     messages, _ = parse_transcript("\n".join(json.dumps(record) for record in records))
     assert [m["role"] for m in messages] == ["assistant", "tool", "user"]
     assert messages[1] == {"role": "tool", "tool_call_id": "t1", "content": "a.py"}
+
+
+def _record(kind: str, uuid: str, parent: str | None, message: dict[str, Any], sidechain: bool = False
+            ) -> dict[str, Any]:
+    return {"parentUuid": parent, "isSidechain": sidechain, "type": kind, "uuid": uuid, "sessionId": "s",
+            "message": message}
+
+
+def _session_with_a_sub_agent() -> list[dict[str, Any]]:
+    """Six calls of the main conversation; the third is a Task whose sub-agent's records (``isSidechain``, a chain
+    of their own) Claude Code wrote between the call and its result."""
+    records = [_record("user", "u0", None, {"role": "user", "content": "Audit the repository."})]
+    parent = "u0"
+    for n in range(6):
+        records.append(_record("assistant", f"a{n}", parent, {"role": "assistant", "id": f"msg_{n}", "content": [
+            {"type": "thinking", "thinking": f"think {n} " * 30, "signature": f"sig{n}"},
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "Task" if n == 2 else "Read", "input": {"n": n}}]}))
+        if n == 2:
+            side_parent = "s0"
+            records.append(_record("user", "s0", None, {"role": "user", "content": "Read every file."}, True))
+            for k in range(4):
+                records.append(_record("assistant", f"s{k}a", side_parent, {"role": "assistant", "id": f"smsg_{k}",
+                                       "content": [{"type": "tool_use", "id": f"stoolu_{k}", "name": "Read",
+                                                    "input": {"k": k}}]}, True))
+                records.append(_record("user", f"s{k}r", f"s{k}a", {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": f"stoolu_{k}", "content": f"sub line {k} " * 80}]}, True))
+                side_parent = f"s{k}r"
+        records.append(_record("user", f"r{n}", f"a{n}", {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"line {n} " * 80}]}))
+        parent = f"r{n}"
+    records.append(_record("assistant", "fin", parent, {"role": "assistant", "id": "msg_fin",
+                                                        "content": [{"type": "text", "text": "All audited."}]}))
+    return records
+
+
+def _main_and_sidechain(text: str) -> tuple[list[dict[str, Any]], list[str]]:
+    records = [(line, json.loads(line)) for line in text.splitlines()]
+    return ([r["message"] for _, r in records if not r.get("isSidechain")],
+            [line for line, r in records if r.get("isSidechain")])
+
+
+@pytest.mark.parametrize("in_flight", [False, True])
+@pytest.mark.parametrize("mode, extra", [("decision", {"keep_recent": 2, "target_ratio": 0.05}),
+                                         ("seal", {"keep_recent": 3}), ("mask", {})])
+def test_a_sub_agents_records_are_kept_out_of_the_session_s_conversation(
+        mode: str, extra: dict[str, Any], in_flight: bool) -> None:
+    """Claude Code interleaves a sub-agent's records (``isSidechain``) with the session's: they were read as items
+    of its conversation. The sub-agent's prompt, a human turn, pinned the Task call's unit whole; seal sealed the
+    sub-agent's lines into the session's summary; and while the sub-agent ran (the Task call still unanswered, its
+    records last) the turn in progress was the sub-agent's, so decision put a summary right before the session's
+    final assistant message, which then no longer started with its thinking. They are kept in place now, as the
+    session's bookkeeping is."""
+    records = _session_with_a_sub_agent()
+    if in_flight:
+        records = records[:next(i for i, r in enumerate(records) if r["uuid"] == "r2")]
+    text = "\n".join(json.dumps(r) for r in records) + "\n"
+    transcript = read_transcript(text)
+    main_items, sidechain = _main_and_sidechain(text)
+    assert transcript.items == main_items
+
+    request = CompactRequest.model_validate(transcript.compact_body(mode=mode) | extra)
+    record = run_sync(compact_call(request, deadline=request_deadline()))
+    assert record.status == 200 and record.body["compacted"] is not (mode == "mask" and in_flight)
+    written = transcript.write_back(record)
+    assert written is not None
+    written_items, written_sidechain = _main_and_sidechain(written)
+    assert written_sidechain == sidechain
+    assert PROBLEMS["anthropic-messages"](written_items) == []
+    assert written_items == record.body["messages"]
+
+
+def _resumed_conversation(text: str) -> list[dict[str, Any]]:
+    """The messages Claude Code resumes: the ``parentUuid`` chain from the last message back to its start."""
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    by_uuid = {r["uuid"]: r for r in records if r.get("uuid")}
+    chain, at = [], [r for r in records if r.get("type") in ("user", "assistant")][-1]
+    while at is not None:
+        chain.append(at)
+        at = by_uuid.get(at.get("parentUuid"))
+    return [r["message"] for r in reversed(chain) if r.get("type") in ("user", "assistant")]
+
+
+SUMMARY = "This session is being continued from a previous conversation. " + "The build was fixed in part. " * 60
+
+
+def test_explicit_pins_keep_the_summary_a_native_compaction_resumes_from(tmp_path: Path) -> None:
+    """After Claude Code's own compaction (a ``compact_boundary`` record, its ``parentUuid`` null, then the summary
+    as a user record) the session resumes from the summary. The default pins hold it (a human turn); with explicit
+    pins (``--pin-task``: the first user message only) decision summarized it, and the resumed conversation started
+    with an assistant message, which the Messages API refuses."""
+    def cycles(tag: str, parent: str) -> tuple[list[dict[str, Any]], str]:
+        records = []
+        for n in range(4):
+            records.append(_record("assistant", f"{tag}a{n}", parent, {"role": "assistant", "id": f"{tag}m{n}",
+                                   "content": [{"type": "tool_use", "id": f"{tag}t{n}", "name": "Read",
+                                                "input": {"n": n}}]}))
+            records.append(_record("user", f"{tag}r{n}", f"{tag}a{n}", {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"{tag}t{n}", "content": f"{tag} line {n} " * 80}]}))
+            parent = f"{tag}r{n}"
+        return records, parent
+
+    before, last = cycles("b", "u0")
+    after, end = cycles("c", "summary")
+    records = [_record("user", "u0", None, {"role": "user", "content": "Fix the build."}), *before,
+               {"parentUuid": None, "logicalParentUuid": last, "type": "system", "subtype": "compact_boundary",
+                "uuid": "boundary", "content": "Conversation compacted"},
+               {**_record("user", "summary", "boundary", {"role": "user", "content": SUMMARY}), "isCompactSummary": True},
+               *after, _record("assistant", "fin", end, {"role": "assistant", "content": [{"type": "text",
+                                                                                         "text": "Done."}]})]
+    source, out = tmp_path / "session.jsonl", tmp_path / "out.jsonl"
+    source.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    assert read_transcript(source.read_text(encoding="utf-8")).conversation_starts == [9]
+
+    assert main(["compact", str(source), "--pin-task", "--keep-recent", "2", "--target-ratio", "0.05",
+                 "-o", str(out), "-q"]) == 0
+    resumed = _resumed_conversation(out.read_text(encoding="utf-8"))
+    assert resumed[0] == {"role": "user", "content": SUMMARY}
+    assert PROBLEMS["anthropic-messages"](resumed) == []
+    assert len(resumed) < len(_resumed_conversation(source.read_text(encoding="utf-8")))

@@ -38,10 +38,15 @@ def test_streamed_reading_matches_parse_transcript(text):
     assert fields_from(lambda: stream(text)) == fields
 
 
-def test_claude_code_jsonl_streams_like_it_parses():
+def test_a_claude_code_session_is_not_read_as_chat():
+    """A Claude Code session is anthropic-messages (docs/scale.md): read as the chat it converts to, it was compacted
+    and written as a chat transcript, without its thinking, images or tool references."""
+    from compactor.transcripts import NotChat
+
     path = next(Path(__file__).resolve().parents[1].glob("fixtures/corpus/*.jsonl"))
     text = path.read_text(encoding="utf-8")
-    assert list(messages_from(lambda: io.BytesIO(text.encode()))) == parse_transcript(text)[0]
+    with pytest.raises(NotChat, match="is a Claude Code session's (user|assistant) record"):
+        list(messages_from(lambda: io.BytesIO(text.encode())))
 
 
 @pytest.mark.parametrize("text", ["", "   ", "[1, 2]", '{"messages": [1]}', "[{]", "not json\nat all"])
@@ -474,9 +479,8 @@ def test_surrogate_escapes_in_fields_upper_case_and_bookkeeping():
         with pytest.raises(TranscriptError, match="message 0: text must be valid Unicode"):
             list(messages_from(Opener('[{"role": "user", "content": "a ' + escape + ' b"}]')))
     record = '{"type": "summary", "summary": "cut \\ud83d", "leafUuid": "u"}'  # a session record, no message
-    user = {"type": "user", "message": {"role": "user", "content": "m0"}}
-    text = record + "\n" + json.dumps(user) + "\n"
-    assert list(messages_from(Opener(text))) == parse_transcript(text)[0] == [{"role": "user", "content": "m0"}]
+    text = record + "\n" + json.dumps({"role": "user", "content": "m0"}) + "\n"
+    assert list(messages_from(Opener(text))) == [{"role": "user", "content": "m0"}]
 
 
 def test_escapes_written_as_text_read_at_once():
@@ -580,7 +584,7 @@ def test_session_bookkeeping_is_not_a_responses_item():
     no role, as Responses items do; they are the session's bookkeeping, dropped from the chat the stream reads."""
     records = [{"type": "summary", "summary": "s", "leafUuid": "u"}, {"type": "queue-operation", "operation": "x"},
                {"type": "file-history-snapshot", "messageId": "m"}, {"type": "progress", "data": {}},
-               {"type": "user", "message": {"role": "user", "content": "hi"}}]
+               {"role": "user", "content": "hi"}]
     text = "\n".join(json.dumps(record) for record in records)
     assert list(messages_from(Opener(text))) == [{"role": "user", "content": "hi"}]
 

@@ -241,6 +241,11 @@ TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "n
     ("rollout.jsonl", '{"type": "session_meta", "payload": {}}\n' + json.dumps(
         {"type": "response_item", "payload": CALL}) + "\n", "line 2 is a Codex rollout's response_item"),
     ("items.jsonl", "\n".join(json.dumps(item) for item in [*CHAT, CALL]), "line 3 is an openai-responses item"),
+    ("session.jsonl", "\n".join(json.dumps(record) for record in [
+        {"type": "queue-operation", "operation": "enqueue"},
+        {"type": "user", "uuid": "u1", "parentUuid": None, "message": {"role": "user", "content": "fix the build"}},
+        {"type": "assistant", "uuid": "u2", "parentUuid": "u1", "message": TOOL_USE}]),
+     "line 2 is a Claude Code session's user record (anthropic-messages)"),
     ("restorable.json", {"restorable": True, "messages": CHAT}, "keep no restorable archives"),
 ])
 def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, name, body, reason):

@@ -54,6 +54,9 @@ class Transcript:
     lines: list[str] = field(default_factory=list)  # session files: every line, with its ending
     item_lines: list[int] = field(default_factory=list)  # session files: the line of each item
     request_body: bool = False  # the text was a request body (an object with its items), not a bare transcript
+    conversation_starts: list[int] = field(default_factory=list)
+    """Claude Code sessions: the user items that start a conversation Claude Code resumes (after a native
+    compaction's ``compact_boundary``, its summary), always pinned (:meth:`pinning_starts`)."""
 
     @property
     def items_field(self) -> str:
@@ -69,6 +72,16 @@ class Transcript:
             body["mode"] = mode
         elif body.get("mode") is None and not self.request_body:
             body["mode"] = TRANSCRIPT_MODE
+        return self.pinning_starts(body)
+
+    def pinning_starts(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with :attr:`conversation_starts` among its explicit ``pinned_indices``: a summary is an
+        assistant message, and a conversation the Messages API is sent must start with a user message. (The
+        default pins hold them, the human's turns; explicit pins, such as ``--pin-task``'s, did not: a session
+        holding a native compaction came back resuming a conversation that started with an assistant summary.)"""
+        pins = body.get("pinned_indices")
+        if self.conversation_starts and isinstance(pins, list) and all(type(pin) is int for pin in pins):
+            body["pinned_indices"] = sorted({*pins, *self.conversation_starts})  # other pins: the request's 422
         return body
 
     def write_back(self, record: CallRecord) -> str | None:
@@ -236,13 +249,19 @@ _ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_
 
 def item_format(item: dict[str, Any]) -> str | None:
     """The format ``item`` reads as when it is not a chat message: ``openai-responses`` (a ``type``, no
-    ``role``) or ``anthropic-messages`` (typed content blocks); None for a chat message."""
-    if "role" not in item and isinstance(item.get("type"), str):
+    ``role``, or an item reference without its optional ``type``: an ``id`` alone) or ``anthropic-messages`` (typed
+    content blocks); None for a chat message."""
+    if "role" not in item and (isinstance(item.get("type"), str) or _bare_reference(item)):
         return "openai-responses"
     content = item.get("content")
     if type(content) is list and any(type(b) is dict and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
         return "anthropic-messages"
     return None
+
+
+def _bare_reference(item: dict[str, Any]) -> bool:
+    """An OpenAI Responses item reference without its optional ``type`` (docs/formats.md, "Item references")."""
+    return "role" not in item and item.get("type") is None and isinstance(item.get("id"), str)
 
 
 def _read_jsonl(text: str) -> Transcript:
@@ -261,16 +280,39 @@ def _read_jsonl(text: str) -> Transcript:
         return _session(CODEX, "openai-responses", lines, picked)
     if any(isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
            for _, r in records):
+        # A sub-agent's records (``isSidechain``) are another conversation, which Claude Code interleaves with the
+        # session's own: kept in place like its bookkeeping (docs/formats.md, "Session files").
         picked = [(n, r["message"]) for n, r in records
-                  if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)]
-        return _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
+                  if isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
+                  and r.get("isSidechain") is not True]
+        transcript = _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
+        transcript.conversation_starts = _conversation_starts(records, picked)
+        return transcript
     # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
     # role, read as Responses, as in an array.
     for number, record in records:
-        if not isinstance(record, dict) or ("role" not in record and "type" not in record):
+        if not isinstance(record, dict) or ("role" not in record and "type" not in record and not _bare_reference(record)):
             raise TranscriptError(f"line {number + 1} is not a message (an object with a role or a type)")
     items = [record for _, record in records]
     return Transcript(_guess_format(items), items)
+
+
+def _conversation_starts(records: list[tuple[int, Any]], picked: list[tuple[int, dict[str, Any]]]) -> list[int]:
+    """The user items of a Claude Code session with no item before them in their ``parentUuid`` chain: the chain
+    Claude Code resumes starts there (a native compaction's summary, whose parent is the ``compact_boundary``
+    record, whose ``parentUuid`` is null). The first item is left out: the format pins it already."""
+    by_uuid = {r["uuid"]: r for _, r in records if isinstance(r, dict) and isinstance(r.get("uuid"), str)}
+    line_record = dict(records)
+    item_uuids = {line_record[number].get("uuid") for number, _ in picked}
+    starts = []
+    for index, (number, message) in enumerate(picked[1:], start=1):
+        parent, seen = line_record[number].get("parentUuid"), set()
+        while isinstance(parent, str) and parent in by_uuid and parent not in item_uuids and parent not in seen:
+            seen.add(parent)
+            parent = by_uuid[parent].get("parentUuid")
+        if parent is None and message.get("role") == "user":
+            starts.append(index)
+    return starts
 
 
 def _lines(text: str) -> list[str]:
@@ -299,18 +341,21 @@ def parse_transcript(text: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
-    """A chat message of a JSONL file read as a stream (line ``number``; docs/scale.md), or a Claude Code session
-    record converted to chat messages (the streamed reading of large files reads chat only). A Codex rollout's
-    ``response_item`` and a Responses item are :class:`NotChat`; other typed records are a session's bookkeeping."""
+    """A chat message of a JSONL file read as a stream (line ``number``; docs/scale.md). A Claude Code session's
+    ``user`` / ``assistant`` record (``anthropic-messages``), a Codex rollout's ``response_item`` and a Responses
+    item are :class:`NotChat`; other typed records are a session's bookkeeping. (A Claude Code record was read as
+    the chat it converts to: the result was a chat transcript, not the session, without its thinking, images,
+    server tools' blocks or tool references, and with the calls of one response stored as several records parted
+    from their results.)"""
     if isinstance(record, dict) and "role" in record:
         return [record]
     if isinstance(record, dict) and record.get("type") in ("user", "assistant") and isinstance(
             record.get("message"), dict):
-        return _anthropic_to_openai(record["message"])
+        raise NotChat(f"line {number} is a Claude Code session's {record['type']} record (anthropic-messages)")
     if isinstance(record, dict) and record.get("type") == "response_item":
         raise NotChat(f"line {number} is a Codex rollout's response_item (openai-responses)")
     if isinstance(record, dict) and _responses_item(record):
-        raise NotChat(f"line {number} is an openai-responses item ({str(record['type'])[:64]})")
+        raise NotChat(f"line {number} is an openai-responses item ({str(record.get('type') or 'item_reference')[:64]})")
     if isinstance(record, dict) and "type" in record:
         return []  # session bookkeeping (queue operations, summaries)
     raise TranscriptError(f"line {number} is not a chat message")
@@ -320,6 +365,8 @@ def _responses_item(record: dict[str, Any]) -> bool:
     """A typed record that is a Responses item, not a Claude Code session's bookkeeping: it names a call, or its
     type is one of the items' (a call, its output, reasoning, a reference, an earlier compaction, MCP items)."""
     kind = record.get("type")
+    if _bare_reference(record):
+        return True
     return isinstance(kind, str) and ("call_id" in record or kind.endswith(("_call", "_call_output")) or kind in (
         "message", "reasoning", "item_reference", "compaction", "compaction_summary", "mcp_list_tools",
         "mcp_approval_request", "mcp_approval_response"))

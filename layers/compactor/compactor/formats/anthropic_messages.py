@@ -20,7 +20,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, block_text, blocks, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_units
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -123,7 +123,7 @@ class AnthropicMessages(Dialect):
 
     def render_line(self, item: Item) -> str:
         content = item.get("content")
-        parts = [block_text(content, ("text",))] if isinstance(content, str) else []
+        parts = [content] if isinstance(content, str) else []
         for block in blocks(content):
             kind = block.get("type")
             if kind == "text" and isinstance(block.get("text"), str):
@@ -132,6 +132,8 @@ class AnthropicMessages(Dialect):
                 parts.append(tool_call_line(block.get("name"), _dumps(block.get("input"))))
             elif str(kind).endswith("tool_result"):
                 parts.append(f"[tool result] {_result_text(block.get('content'))}")
+            elif (marker := media_marker(block)) is not None:
+                parts.append(marker)
         return f"{item.get('role')}: " + "\n".join(p for p in parts if p)
 
     def call_names(self, items: list[Item]) -> dict[str, str]:
@@ -167,8 +169,33 @@ def _loads_tools(result: Item) -> bool:
     return any(b.get("type") == "tool_reference" for b in blocks(references))
 
 
+RESULT_FIELDS = ("title", "url", "stdout", "stderr", "error_code")
+"""What the seal summarizer reads of a server tool's result blocks (``web_search_result``, ``web_fetch_result``,
+``code_execution_result``, an error), besides their text: their encrypted content is of no use to it."""
+
+
 def _result_text(content: Any) -> str:
-    return content if isinstance(content, str) else block_text(content, ("text",))
+    """What a result says: a string as it is, else its text blocks, an image or a document shown by its marker, a
+    search result's title and URL (and text), a code execution's output, a tool reference by the tool it loads."""
+    if isinstance(content, str):
+        return content
+    shown: list[str] = []
+    for block in blocks([content] if isinstance(content, dict) else content):
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            shown.append(block["text"])
+        elif (marker := media_marker(block)) is not None:
+            shown.append(marker)
+        elif kind == "tool_reference":
+            shown.append(f"[loads {block.get('tool_name')}]")
+        else:
+            shown += [block[k] for k in RESULT_FIELDS if isinstance(block.get(k), str) and block[k]]
+            inner = block.get("content") if kind != "tool_result" else None
+            if isinstance(inner, (list, dict)):
+                shown.append(_result_text(inner))
+            if isinstance(block.get("tool_references"), list):
+                shown.append(_result_text(block["tool_references"]))
+    return " ".join(s for s in shown if s)
 
 
 def _dumps(value: Any) -> str:

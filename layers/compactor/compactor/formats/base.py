@@ -8,7 +8,7 @@ are built here, in the dialect's own shape.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
@@ -91,7 +91,8 @@ class Dialect:
 
 
 def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],
-                 leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool]) -> list[Unit]:
+                 leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool],
+                 links: tuple[Mapping[int, set[str]], Mapping[int, set[str]]] = ({}, {})) -> list[Unit]:
     """Units of a dialect whose calls and results are separate items paired by id.
 
     A unit starts at an item and takes in the items after it while (a) the previous item only leads
@@ -101,9 +102,12 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     further on: whatever lies between a call and its last answer (reasoning, a message, other calls)
     is in the call's unit, so no call is parted from its results. An unanswered call at the end (an
     agent stopped mid-call) ends its unit at the next item that is neither a call nor a result.
+    ``links``: what items open and close by their index, besides their own calls and results (ids the item alone
+    does not name: the calls an OpenAI Responses item reference stands for).
     """
-    opened = [opens(item) for item in items]
-    closed = [closes(item) for item in items]
+    also_opens, also_closes = links
+    opened = [opens(item) | also_opens.get(index, set()) for index, item in enumerate(items)]
+    closed = [closes(item) | also_closes.get(index, set()) for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
     units: list[Unit] = []
     i, n = 0, len(items)
@@ -151,3 +155,43 @@ def block_text(content: Any, kinds: tuple[str, ...]) -> str:
         return content
     parts = [b.get("text") for b in blocks(content) if b.get("type") in kinds]
     return " ".join(p for p in parts if isinstance(p, str))
+
+
+IMAGE_PARTS = ("image", "image_url", "input_image", "computer_screenshot")
+"""Content parts holding an image: Anthropic's ``image`` block, Chat Completions' ``image_url`` part, the Responses
+API's ``input_image`` part and a ``computer_call_output``'s screenshot."""
+FILE_PARTS = ("document", "file", "input_file")
+"""Content parts holding a file: Anthropic's ``document`` block (its ``title``), Chat Completions' ``file`` part (its
+``file.filename``), the Responses API's ``input_file`` part (its ``filename``)."""
+
+
+def media_marker(part: Item) -> str | None:
+    """How the seal summarizer's input shows a content part holding no text (docs/formats.md, "Images and files"):
+    ``[image]``, ``[file <name>]``, ``[audio]``; ``None`` for any other part."""
+    kind = part.get("type")
+    if kind in IMAGE_PARTS:
+        return "[image]"
+    if kind in FILE_PARTS:
+        inner = part.get("file")
+        names = (part.get("filename"), part.get("title"), inner.get("filename") if isinstance(inner, dict) else None)
+        name = next((n for n in names if isinstance(n, str) and n), None)
+        return f"[file {name}]" if name else "[file]"
+    if kind == "input_audio":
+        return "[audio]"
+    return None
+
+
+def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
+    """:func:`block_text` (``kinds`` ``None``: every part with a string ``text``) with each image, file or audio part
+    shown by its :func:`media_marker`, in place: what the seal summarizer reads of a content value, so that a
+    message holding only an image does not read as an empty one."""
+    if isinstance(content, str):
+        return content
+    shown = []
+    for part in blocks(content):
+        text = part.get("text")
+        if isinstance(text, str) and (kinds is None or part.get("type") in kinds):
+            shown.append(text)
+        elif (marker := media_marker(part)) is not None:
+            shown.append(marker)
+    return " ".join(shown)

@@ -25,7 +25,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, block_text, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_units, shown_text
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -36,12 +36,19 @@ TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
 
 
+ITEM_REFERENCE = "item_reference"
+"""An item standing for one the API stored from an earlier response (``{"type": "item_reference", "id": …}``, the
+``type`` optional): a call, its reasoning, a message; what it is, the input does not say (:func:`reference_links`)."""
+
+
 def kind_of(item: Item) -> str:
-    """An item's type; a bare ``{"role", "content"}`` item is a message."""
+    """An item's type; a bare ``{"role", "content"}`` item is a message, a bare ``{"id"}`` item a reference."""
     kind = item.get("type")
     if isinstance(kind, str):
         return kind
-    return "message" if "role" in item else ""
+    if "role" in item:
+        return "message"
+    return ITEM_REFERENCE if isinstance(item.get("id"), str) else ""
 
 
 TOOL_SEARCH = ("tool_search_call", "tool_search_output")
@@ -86,8 +93,10 @@ def _message_role(item: Item) -> Any:
 
 
 def _response_output(item: Item) -> bool:
-    """An item a response outputs besides its reasoning: an assistant message or a call."""
-    return _message_role(item) == "assistant" or kind_of(item).endswith("_call")
+    """An item a response outputs besides its reasoning: an assistant message or a call, or a reference, which may
+    stand for either (or for the reasoning they need)."""
+    kind = kind_of(item)
+    return _message_role(item) == "assistant" or kind.endswith("_call") or kind == ITEM_REFERENCE
 
 
 def _same_response(prev: Item, nxt: Item) -> bool:
@@ -95,9 +104,42 @@ def _same_response(prev: Item, nxt: Item) -> bool:
     call carries its result), followed by another message or call. A response lists them in order after its
     ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
     the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run,
-    so an unanswered call still takes in nothing after it."""
-    waits_for_nothing = _message_role(prev) == "assistant" or (kind_of(prev).endswith("_call") and not _opens(prev))
+    so an unanswered call still takes in nothing after it. A reference may be any of them, that reasoning too:
+    it joins the message, call or reference after it (the outputs of a call it stands for join it by
+    :func:`reference_links`)."""
+    waits_for_nothing = (_message_role(prev) == "assistant" or kind_of(prev) == ITEM_REFERENCE
+                         or (kind_of(prev).endswith("_call") and not _opens(prev)))
     return waits_for_nothing and _response_output(nxt)
+
+
+def reference_links(items: list[Item]) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+    """What the item references of ``items`` open and close, by index (``paired_units``' ``links``): an output
+    answering a call that no item before it makes answers the call a reference stands for, the last reference before
+    it in its turn (the references before that one join it as one response's items, :func:`_same_response`); a
+    reference naming an item of the input answers that item, so the two stay in one unit. Without them, a reference
+    and the outputs of its call were units of their own, which decision, seal and a kept tail's start could part."""
+    opened: dict[int, set[str]] = {}
+    closed: dict[int, set[str]] = {}
+    carried = {item["id"]: index for index, item in reversed(list(enumerate(items)))
+               if kind_of(item) != ITEM_REFERENCE and isinstance(item.get("id"), str)}
+    called: set[str] = set()
+    last_reference: int | None = None
+    for index, item in enumerate(items):
+        if kind_of(item) == ITEM_REFERENCE:
+            last_reference = index
+            target = carried.get(item["id"]) if isinstance(item.get("id"), str) else None
+            if target is not None and target < index:
+                link = f"{ITEM_REFERENCE}:{item['id']}"  # apart from call ids
+                opened.setdefault(target, set()).add(link)
+                closed.setdefault(index, set()).add(link)
+            continue
+        if _message_role(item) in ("user", "system", "developer"):
+            last_reference = None  # a call is answered within its turn
+        called |= _opens(item)
+        answered = answered_call(item)
+        if answered is not None and answered not in called and last_reference is not None:
+            opened.setdefault(last_reference, set()).add(answered)
+    return opened, closed
 
 
 class OpenAIResponses(Dialect):
@@ -112,7 +154,7 @@ class OpenAIResponses(Dialect):
 
     def split_units(self, items: list[Item]) -> list[Unit]:
         return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
-                            same_turn=_same_response)
+                            same_turn=_same_response, links=reference_links(items))
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """``system`` and ``developer`` messages, earlier compactions' items, and every item of a unit holding a
@@ -138,7 +180,7 @@ class OpenAIResponses(Dialect):
     def render_line(self, item: Item) -> str:
         kind = kind_of(item)
         if kind == "message":
-            return f"{item.get('role')}: {block_text(item.get('content'), TEXT_PARTS)}"
+            return f"{item.get('role')}: {shown_text(item.get('content'), TEXT_PARTS)}"
         if kind.endswith("_call_output"):
             return f"tool: {output_text(item.get('output'))}"
         if kind == "mcp_list_tools":
@@ -205,13 +247,10 @@ def output_text(output: Any) -> str:
     for part in parts:
         if not isinstance(part, dict):
             continue
-        kind = part.get("type")
         if isinstance(part.get("text"), str):
             shown.append(part["text"])
-        elif kind in ("input_image", "computer_screenshot"):
-            shown.append("[image]")
-        elif kind == "input_file":
-            shown.append(f"[file {part.get('filename') or ''}]".replace(" ]", "]"))
+        elif (marker := media_marker(part)) is not None:
+            shown.append(marker)
         else:
             shown += [part[k] for k in ("stdout", "stderr") if isinstance(part.get(k), str) and part[k]]
     return " ".join(shown)
