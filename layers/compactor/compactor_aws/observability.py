@@ -232,11 +232,18 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
 
     ``metrics`` supplies the namespace and service (its own metric set is not touched); ``started_at`` /
     ``ended_at`` (``time.time()`` around the core call) place the flow in the trace. Never raises: a
-    failure is logged by exception type only and the call's answer stands.
+    failure is logged by exception type only and the call's answer stands. The summary is returned
+    whenever it could be derived, even when writing the metrics, log line or trace failed: the ledger
+    entry is made from it (``compactor_aws.billing.facts_of``), and a call delivered must be billed
+    (docs/billing.md); it used to be None after any such failure, and the call went unbilled.
     """
     try:
         summary = summarize(record, request_id=request_id, api_key_id=api_key_id, request_bytes=request_bytes,
                             response_bytes=response_bytes)
+    except Exception as error:  # noqa: BLE001 - observing must never fail the call
+        _observing_failed(logger, error, record, request_id)
+        return None
+    try:
         write_billing_record(logger, summary)
         emit_metrics(summary, namespace=getattr(metrics, "namespace", None),
                      service=getattr(metrics, "service", None) or getattr(logger, "service", None))
@@ -246,11 +253,14 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
         watcher = _watcher.get()
         if watcher is not None:
             watcher(record)
-        return summary
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
-        logger.warning("observability failed: %s", type(error).__name__,
-                       extra={"record_type": "observability_error", "route": record.route, "request_id": request_id})
-        return None
+        _observing_failed(logger, error, record, request_id)
+    return summary
+
+
+def _observing_failed(logger: Any, error: Exception, record: CallRecord, request_id: str | None) -> None:
+    logger.warning("observability failed: %s", type(error).__name__,
+                   extra={"record_type": "observability_error", "route": record.route, "request_id": request_id})
 
 
 @contextmanager
