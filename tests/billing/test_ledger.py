@@ -111,7 +111,9 @@ def test_parse_range_defaults_to_the_month_so_far() -> None:
 
 
 @pytest.mark.parametrize(("first", "last"), [("2026-1-1", "2026-01-02"), ("2026-02-30", None),
-                                             ("2026-03-02", "2026-03-01"), ("2025-01-01", "2026-01-02")])
+                                             ("2026-03-02", "2026-03-01"), ("2025-01-01", "2026-01-02"),
+                                             ("2026-W01-1", "2026-01-10"), ("2026-01-01", "2026-W02-1"),
+                                             ("2026-001-01", None), ("\uff12\uff10\uff12\uff16-01-01", None)])
 def test_parse_range_rejects(first: str, last: str | None) -> None:
     with pytest.raises(UsageRangeError):
         parse_range(first, last, today=date(2026, 11, 30))

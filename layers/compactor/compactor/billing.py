@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, field
@@ -21,6 +22,8 @@ from compactor.records import record
 
 MAX_RANGE_DAYS = 366
 """Longest ``from``..``to`` span the usage route answers (both days included)."""
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+"""``YYYY-MM-DD`` in ASCII digits: ``date.fromisoformat`` alone also takes ISO week dates (``2026-W01-1``)."""
 
 BILLED_FACTS = ("route", "mode", "bytes_in", "bytes_out", "model_calls", "cost_usd")
 """What a front door passes about a call (see :func:`billing_facts`); the rest comes from the request."""
@@ -180,7 +183,7 @@ def parse_range(first: str | None, last: str | None, *, today: date | None = Non
     is ``to``'s first day of the month. Raises :class:`UsageRangeError`."""
     def day(value: str, name: str) -> date:
         try:
-            if len(value) != 10:
+            if not _DAY.fullmatch(value):
                 raise ValueError
             return date.fromisoformat(value)
         except ValueError:
