@@ -163,3 +163,20 @@ def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.Mon
     assert lines[0].split("\t")[:3] == ["api_key_id", "day", "calls"]
     assert [line.split("\t")[0] for line in lines[1:]] == ["k1", "k2"]
     assert build_parser().parse_args(["serve", "--ledger", "x.jsonl"]).ledger == Path("x.jsonl")
+
+
+def test_the_api_document_describes_each_days_totals_with_their_units() -> None:
+    """GET /v1/usage's days were untyped objects in the OpenAPI document: nothing said a cost is in US dollars,
+    that unknown costs are left out of it, or what the byte counts count."""
+    from dataclasses import fields
+
+    from compactor.billing import DayTotals, usage_body
+    from compactor_aws.openapi import Usage, UsageDay
+
+    assert list(UsageDay.model_fields) == [field.name for field in fields(DayTotals)]
+    assert "US dollars" in (UsageDay.model_fields["cost_usd"].description or "")
+    ledger = LocalLedger()
+    ledger.record(entry("a"))
+    ledger.record(entry("b", cost=None))
+    answer = {"api_key_id": "k1", **usage_body("k1", "2026-11-01", "2026-11-30", ledger)}
+    assert Usage.model_validate(answer).days[0].calls_cost_unknown == 1
