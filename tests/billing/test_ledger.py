@@ -180,3 +180,21 @@ def test_the_api_document_describes_each_days_totals_with_their_units() -> None:
     ledger.record(entry("b", cost=None))
     answer = {"api_key_id": "k1", **usage_body("k1", "2026-11-01", "2026-11-30", ledger)}
     assert Usage.model_validate(answer).days[0].calls_cost_unknown == 1
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_entry_is_counted(tmp_path: Path) -> None:
+    """A torn last line (a crash or a full disk mid-append; its call was never answered) made the file
+    unreadable: the next server could not open it, every report raised, and the next entry, appended to the
+    torn line, was lost with it."""
+    path = tmp_path / "ledger.jsonl"
+    LocalLedger(path=path).record(entry("a"))
+    with path.open("ab") as out:
+        out.write('{"entry_id":"b","api_key_id":"k1","time":"2026-11-30T1'.encode() + "é".encode()[:1])
+
+    reopened = LocalLedger(path=path)
+    assert reopened.record(entry("c")) and reopened.record(entry("b"))  # the torn one written again: a retry
+    assert [e.entry_id for e in reopened.entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
+    totals = reopened.totals("2026-11-01", "2026-11-30", "k1")["k1"]
+    assert [(day.calls, day.cost_usd) for day in totals] == [(3, 1.5)]
+    path.write_text(path.read_text(encoding="utf-8", errors="replace") + '7\n["not", "an entry"]\n{"time": 1}\n')
+    assert [e.entry_id for e in LocalLedger(path=path).entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
