@@ -98,14 +98,16 @@ def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: 
 
 
 def api_request_details(event: Mapping[str, Any]) -> dict[str, Any]:
-    """``request_id``, ``api_key_id`` and ``request_bytes`` of an API Gateway REST proxy event."""
+    """``request_id``, ``api_key_id`` and ``request_bytes`` of an API Gateway REST proxy event. The caller is
+    :func:`compactor.caller.caller_of`'s, the one the ledger bills (docs/billing.md): it used to be the API key id
+    only, so a call billed to the authorizer's principal or to ``anonymous`` logged ``api_key_id: null``."""
+    from compactor.caller import caller_of
     from compactor.http_api import event_body_size
 
     context = event.get("requestContext") if isinstance(event.get("requestContext"), Mapping) else {}
-    identity = context.get("identity") if isinstance(context.get("identity"), Mapping) else {}
     return {
         "request_id": context.get("requestId") if isinstance(context.get("requestId"), str) else None,
-        "api_key_id": identity.get("apiKeyId") if isinstance(identity.get("apiKeyId"), str) else None,
+        "api_key_id": caller_of(event),
         "request_bytes": event_body_size(event),
     }
 
