@@ -227,6 +227,43 @@ def test_calls_without_a_key_are_billed_once_each(aws: dict[str, Any], compact_m
     assert usage(compact_module, KEY_A)["days"][0]["calls"] == 2
 
 
+@pytest.mark.parametrize("idempotency_key", [None, "metrics-down"])
+def test_a_call_whose_metrics_cannot_be_written_is_still_billed_once(
+        aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        idempotency_key: str | None) -> None:
+    from compactor_aws import observability
+
+    def unavailable(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("metrics unavailable")
+
+    monkeypatch.setattr(observability, "emit_metrics", unavailable)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers=headers)
+
+    assert call(compact_module, ev)["statusCode"] == 200
+    if idempotency_key:
+        assert replayed(call(compact_module, dict(ev)))
+
+    items = ledger_items(aws)  # was none: a failure to observe the call left it unbilled
+    assert len(items) == 1 and items[0]["route"]["S"] == "compact"
+    assert usage(compact_module, KEY_A)["days"][0]["calls"] == 1
+
+
+@pytest.mark.parametrize("identity", ["api key", "authorizer principal", "none"])
+def test_the_billing_log_line_names_the_caller_the_ledger_bills(
+        aws: dict[str, Any], compact_module: ModuleType, caplog: pytest.LogCaptureFixture, identity: str) -> None:
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, caller=KEY_A if identity == "api key" else None)
+    if identity == "authorizer principal":
+        ev["requestContext"]["authorizer"] = {"principalId": "key-0123456789abcdef01234567"}
+    caplog.clear()
+
+    assert call(compact_module, ev)["statusCode"] == 200
+
+    (billed,) = [record.billing for record in caplog.records if getattr(record, "record_type", None) == "billing"]
+    (item,) = ledger_items(aws)
+    assert billed["api_key_id"] == item["api_key_id"]["S"]  # was null for the principal and for anonymous
+
+
 def test_ledger_totals_equal_the_sum_of_the_billing_records(
         aws: dict[str, Any], compact_module: ModuleType, caplog: pytest.LogCaptureFixture) -> None:
     long = [{"role": "user", "content": "task"}] + [

@@ -111,7 +111,9 @@ def test_parse_range_defaults_to_the_month_so_far() -> None:
 
 
 @pytest.mark.parametrize(("first", "last"), [("2026-1-1", "2026-01-02"), ("2026-02-30", None),
-                                             ("2026-03-02", "2026-03-01"), ("2025-01-01", "2026-01-02")])
+                                             ("2026-03-02", "2026-03-01"), ("2025-01-01", "2026-01-02"),
+                                             ("2026-W01-1", "2026-01-10"), ("2026-01-01", "2026-W02-1"),
+                                             ("2026-001-01", None), ("\uff12\uff10\uff12\uff16-01-01", None)])
 def test_parse_range_rejects(first: str, last: str | None) -> None:
     with pytest.raises(UsageRangeError):
         parse_range(first, last, today=date(2026, 11, 30))
@@ -161,3 +163,38 @@ def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.Mon
     assert lines[0].split("\t")[:3] == ["api_key_id", "day", "calls"]
     assert [line.split("\t")[0] for line in lines[1:]] == ["k1", "k2"]
     assert build_parser().parse_args(["serve", "--ledger", "x.jsonl"]).ledger == Path("x.jsonl")
+
+
+def test_the_api_document_describes_each_days_totals_with_their_units() -> None:
+    """GET /v1/usage's days were untyped objects in the OpenAPI document: nothing said a cost is in US dollars,
+    that unknown costs are left out of it, or what the byte counts count."""
+    from dataclasses import fields
+
+    from compactor.billing import DayTotals, usage_body
+    from compactor_aws.openapi import Usage, UsageDay
+
+    assert list(UsageDay.model_fields) == [field.name for field in fields(DayTotals)]
+    assert "US dollars" in (UsageDay.model_fields["cost_usd"].description or "")
+    ledger = LocalLedger()
+    ledger.record(entry("a"))
+    ledger.record(entry("b", cost=None))
+    answer = {"api_key_id": "k1", **usage_body("k1", "2026-11-01", "2026-11-30", ledger)}
+    assert Usage.model_validate(answer).days[0].calls_cost_unknown == 1
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_entry_is_counted(tmp_path: Path) -> None:
+    """A torn last line (a crash or a full disk mid-append; its call was never answered) made the file
+    unreadable: the next server could not open it, every report raised, and the next entry, appended to the
+    torn line, was lost with it."""
+    path = tmp_path / "ledger.jsonl"
+    LocalLedger(path=path).record(entry("a"))
+    with path.open("ab") as out:
+        out.write('{"entry_id":"b","api_key_id":"k1","time":"2026-11-30T1'.encode() + "é".encode()[:1])
+
+    reopened = LocalLedger(path=path)
+    assert reopened.record(entry("c")) and reopened.record(entry("b"))  # the torn one written again: a retry
+    assert [e.entry_id for e in reopened.entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
+    totals = reopened.totals("2026-11-01", "2026-11-30", "k1")["k1"]
+    assert [(day.calls, day.cost_usd) for day in totals] == [(3, 1.5)]
+    path.write_text(path.read_text(encoding="utf-8", errors="replace") + '7\n["not", "an entry"]\n{"time": 1}\n')
+    assert [e.entry_id for e in LocalLedger(path=path).entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]

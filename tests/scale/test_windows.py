@@ -19,7 +19,7 @@ from compactor.compaction.preparation import (
     MAX_CANDIDATES, BatchSizer, candidate, fit_batches, prepare)
 from compactor.compaction.preset import question_template
 from compactor.compaction.units import split_units
-from compactor.compaction.windowed import compact_in_memory, compact_stream, inline_runner
+from compactor.compaction.windowed import compact_in_memory, compact_stream, inline_runner, run_record
 from compactor.compaction.windows import (
     MAX_PASSES, Settings, compact_window, compact_windowed, group_units, scan, windows)
 from compactor.jsonutil import dense_size
@@ -198,6 +198,11 @@ def test_a_failed_window_keeps_its_original(sessions):
     out = run(compact_windowed(lambda: sessions, s, run_window=flaky, concurrency=2))
     passes = out.compaction["windows"]["passes"]
     assert [p["failed_windows"] for p in passes] == [1] + [0] * (len(passes) - 1)
+    # Its worker may have paid for model calls before it failed: the job's cost is unknown, not the others' sum.
+    assert out.state.cost_usd is None and run_record(out.state).cost_usd is None
+    whole = run(compact_windowed(lambda: sessions, s, run_window=lambda task: compact_window(
+        task, router=router, deadline=Deadline.after_ms(60_000)), concurrency=2))
+    assert whole.state.cost_usd is not None
     # Its units were still there for the next pass to compact; pass 1 alone keeps them verbatim.
     one_pass = run(compact_windowed(lambda: sessions, Settings(**{**s.__dict__, "target_ratio": 1.0}),
                                     run_window=lambda t: _fail_second(t, router)))

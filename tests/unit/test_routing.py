@@ -427,6 +427,25 @@ def test_cost_computed_with_cached_tokens() -> None:
     assert compute_cost(o, response, 6) == (round(1.0 + 0.1 + 1.0, 6), "computed")
 
 
+def test_cache_reads_and_writes_are_priced_at_the_offers_own_cache_prices() -> None:
+    from dataclasses import replace
+
+    # OpenAI's GPT-4.1 mini: cached input at a quarter of price_in, no cache-write surcharge (it reports none).
+    gpt = replace(offer("gpt", price_in=0.4, price_out=1.6), price_cached_in=0.1, price_cache_write=0.4)
+    response = ChatResponse(text="", tokens_in=1_000_000, tokens_out=100_000, tokens_cached=500_000)
+    assert compute_cost(gpt, response, 6) == (round(0.2 + 0.05 + 0.16, 6), "computed")  # was 0.38: reads at 10 %
+    nova = replace(offer("nova", price_in=0.035, price_out=0.14), price_cached_in=0.00875, price_cache_write=0.035)
+    written = DecisionResponse(model="m", answers={}, tokens_in=1_000_000, tokens_out=0, tokens_cached=200_000,
+                               tokens_cache_written=300_000)
+    assert compute_cost(nova, written, 12) == (round(0.0175 + 0.00175 + 0.0105, 12), "computed")
+    # an offer stating neither keeps the default factors (Claude's five-minute cache)
+    assert compute_cost(offer("claude", price_in=0.8, price_out=4.0), written, 12) == (
+        round(0.4 + 0.016 + 0.3, 12), "computed")
+    # free input and output, but a cache price: not free
+    cached_only = replace(offer("x", price_in=0, price_out=0), price_cached_in=1.0)
+    assert compute_cost(cached_only, response, 6) == (0.5, "computed")
+
+
 def test_cost_unknown_without_prices_or_tokens() -> None:
     assert compute_cost(offer("a", price_in=None), ChatResponse(text="", tokens_in=1, tokens_out=1), 6) == (None, None)
     assert compute_cost(offer("a"), ChatResponse(text=""), 6) == (None, None)

@@ -9,7 +9,9 @@ file (``compactor serve``, ``compactor usage --ledger``, tests). The DynamoDB ad
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, field
@@ -19,8 +21,12 @@ from typing import Any, Protocol
 
 from compactor.records import record
 
+logger = logging.getLogger(__name__)
+
 MAX_RANGE_DAYS = 366
 """Longest ``from``..``to`` span the usage route answers (both days included)."""
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+"""``YYYY-MM-DD`` in ASCII digits: ``date.fromisoformat`` alone also takes ISO week dates (``2026-W01-1``)."""
 
 BILLED_FACTS = ("route", "mode", "bytes_in", "bytes_out", "model_calls", "cost_usd")
 """What a front door passes about a call (see :func:`billing_facts`); the rest comes from the request."""
@@ -180,7 +186,7 @@ def parse_range(first: str | None, last: str | None, *, today: date | None = Non
     is ``to``'s first day of the month. Raises :class:`UsageRangeError`."""
     def day(value: str, name: str) -> date:
         try:
-            if len(value) != 10:
+            if not _DAY.fullmatch(value):
                 raise ValueError
             return date.fromisoformat(value)
         except ValueError:
@@ -231,23 +237,45 @@ class LocalLedger:
             self._ids = {entry.entry_id for entry in self._read()}
 
     def _read(self) -> Iterator[LedgerEntry]:
+        """The file's entries; a line that is no entry (the torn last line of a write a crash or a full disk
+        cut short: its call was never answered, and a keyed retry writes it again) is skipped and logged."""
         if self.path is None or not self.path.exists():
             return
-        with self.path.open(encoding="utf-8") as lines:
-            for line in lines:
-                if line.strip():
-                    yield LedgerEntry.from_dict(json.loads(line))
+        with self.path.open(encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = LedgerEntry.from_dict(json.loads(line))
+                    if not all(isinstance(text, str) for text in (entry.entry_id, entry.api_key_id, entry.time)):
+                        raise ValueError("not an entry")
+                except (ValueError, TypeError, AttributeError):
+                    logger.warning("usage ledger %s: line %d is no entry (a write cut short?); skipped",
+                                   self.path, number)
+                    continue
+                yield entry
+
+    def _append(self, entry: LedgerEntry) -> None:
+        """Append ``entry``'s line, on a line of its own: after a torn last line, a newline first."""
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(entry.as_dict(), separators=(",", ":")) + "\n"
+        with self.path.open("a+b") as out:
+            size = out.seek(0, os.SEEK_END)
+            if size:
+                out.seek(size - 1)
+                if out.read(1) != b"\n":
+                    line = "\n" + line
+            out.write(line.encode("utf-8"))
+            out.flush()
+            os.fsync(out.fileno())
 
     def record(self, entry: LedgerEntry) -> bool:
         with self._lock:
             if entry.entry_id in self._ids:
                 return False
             if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps(entry.as_dict(), separators=(",", ":")) + "\n")
-                    out.flush()
-                    os.fsync(out.fileno())
+                self._append(entry)
             else:
                 self._kept.append(entry)
             self._ids.add(entry.entry_id)

@@ -37,6 +37,8 @@ class OfferSpec(BaseModel):
     max_concurrency: int | None = Field(default=None, ge=1, le=1024)
     price_in: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     price_out: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_cached_in: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    price_cache_write: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     supports_tools: bool | None = None
     supports_vision: bool | None = None
     supports_json_mode: bool | None = None
@@ -88,6 +90,7 @@ class OfferSpec(BaseModel):
             protocol=self.protocol, transport=self.transport, base_url=self.base_url,
             api_key_env=self.api_key_env, api_key_secret=self.api_key_secret, region=self.region,
             max_concurrency=self.max_concurrency, price_in=self.price_in, price_out=self.price_out,
+            price_cached_in=self.price_cached_in, price_cache_write=self.price_cache_write,
             observations=observations,
         )
 

@@ -2,9 +2,11 @@
 the cached-input discount, billed failed attempts and rounding.
 
 Prices are USD per million tokens. A cost the provider reports (a finite number in [0, 1000]) wins over the
-computed one. Input tokens read from a provider's prompt cache cost :data:`CACHED_INPUT_PRICE_FACTOR` of
-``price_in``, input tokens written to it :data:`CACHE_WRITE_PRICE_FACTOR` of ``price_in`` (what Anthropic and
-Bedrock bill for a five-minute cache entry, docs/providers.md "Prompt caching"). A failed
+computed one. Input tokens read from a provider's prompt cache cost the offer's ``price_cached_in``, input
+tokens written to it its ``price_cache_write``; an offer whose catalog entry states neither is priced at
+:data:`CACHED_INPUT_PRICE_FACTOR` and :data:`CACHE_WRITE_PRICE_FACTOR` of ``price_in`` (what Anthropic and
+Bedrock bill Claude for a five-minute cache entry; OpenAI, Gemini and Amazon Nova price their caches
+otherwise, docs/providers.md "Prompt caching"). A failed
 attempt the provider billed is added to the cost of the call that finally answered. Rounding rule:
 costs are computed at full precision and rounded once where they are recorded, to
 :data:`NODE_DECIMALS` in flow-node traces, decision calls and flow totals (decisions cost fractions of
@@ -32,14 +34,18 @@ def reported(value: Any) -> float | None:
 
 
 def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, tokens_cached: int | None,
-           tokens_cache_written: int | None = None) -> float:
-    """Prices x tokens, cache reads at the discount and cache writes at the surcharge (both are part of
-    ``tokens_in``); never negative, not rounded."""
+           tokens_cache_written: int | None = None, *, price_cached_in: float | None = None,
+           price_cache_write: float | None = None) -> float:
+    """Prices x tokens, cache reads and cache writes (both part of ``tokens_in``) at the offer's own cache
+    prices when the catalog states them, else at the default discount and surcharge of ``price_in``; never
+    negative, not rounded."""
     cached = min(tokens_cached or 0, tokens_in)
     written = min(tokens_cache_written or 0, tokens_in - cached)
+    read_price = price_in * CACHED_INPUT_PRICE_FACTOR if price_cached_in is None else price_cached_in
+    write_price = price_in * CACHE_WRITE_PRICE_FACTOR if price_cache_write is None else price_cache_write
     cost = ((tokens_in - cached - written) / TOKENS_PER_PRICE_UNIT * price_in
-            + cached / TOKENS_PER_PRICE_UNIT * price_in * CACHED_INPUT_PRICE_FACTOR
-            + written / TOKENS_PER_PRICE_UNIT * price_in * CACHE_WRITE_PRICE_FACTOR
+            + cached / TOKENS_PER_PRICE_UNIT * read_price
+            + written / TOKENS_PER_PRICE_UNIT * write_price
             + tokens_out / TOKENS_PER_PRICE_UNIT * price_out)
     return max(cost, 0.0)
 

@@ -197,8 +197,9 @@ class _Breaker:
 def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None]:
     """docs/behaviour.md#the-x_router-block-and-usage ``(cost_usd, cost_basis)`` of one response from ``offer``.
 
-    Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input at 10 % of
-    ``price_in`` and cache writes at 125 % (``compactor.cost.priced``); an offer priced 0/0 costs 0.0 whatever its token counts; otherwise unknown.
+    Reported cost (finite, ≥ 0) wins; else prices × tokens with cached input and cache writes at the offer's
+    cache prices (by default 10 % and 125 % of ``price_in``, ``compactor.cost.priced``); an offer priced 0/0
+    costs 0.0 whatever its token counts; otherwise unknown.
     """
     provider_cost = reported_cost(response.cost_reported)
     if provider_cost is not None:
@@ -206,13 +207,14 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     price_in, price_out = offer.price_in, offer.price_out
     if not (is_finite_number(price_in) and is_finite_number(price_out)):
         return None, None
-    if price_in == 0 and price_out == 0:
+    if price_in == 0 and price_out == 0 and not offer.price_cached_in and not offer.price_cache_write:
         return 0.0, "computed"
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
         return None, None
     computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None),
-                      getattr(response, "tokens_cache_written", None))
+                      getattr(response, "tokens_cache_written", None), price_cached_in=offer.price_cached_in,
+                      price_cache_write=offer.price_cache_write)
     return round(computed, decimals), "computed"
 
 

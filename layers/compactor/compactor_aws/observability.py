@@ -98,14 +98,16 @@ def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: 
 
 
 def api_request_details(event: Mapping[str, Any]) -> dict[str, Any]:
-    """``request_id``, ``api_key_id`` and ``request_bytes`` of an API Gateway REST proxy event."""
+    """``request_id``, ``api_key_id`` and ``request_bytes`` of an API Gateway REST proxy event. The caller is
+    :func:`compactor.caller.caller_of`'s, the one the ledger bills (docs/billing.md): it used to be the API key id
+    only, so a call billed to the authorizer's principal or to ``anonymous`` logged ``api_key_id: null``."""
+    from compactor.caller import caller_of
     from compactor.http_api import event_body_size
 
     context = event.get("requestContext") if isinstance(event.get("requestContext"), Mapping) else {}
-    identity = context.get("identity") if isinstance(context.get("identity"), Mapping) else {}
     return {
         "request_id": context.get("requestId") if isinstance(context.get("requestId"), str) else None,
-        "api_key_id": identity.get("apiKeyId") if isinstance(identity.get("apiKeyId"), str) else None,
+        "api_key_id": caller_of(event),
         "request_bytes": event_body_size(event),
     }
 
@@ -232,11 +234,18 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
 
     ``metrics`` supplies the namespace and service (its own metric set is not touched); ``started_at`` /
     ``ended_at`` (``time.time()`` around the core call) place the flow in the trace. Never raises: a
-    failure is logged by exception type only and the call's answer stands.
+    failure is logged by exception type only and the call's answer stands. The summary is returned
+    whenever it could be derived, even when writing the metrics, log line or trace failed: the ledger
+    entry is made from it (``compactor_aws.billing.facts_of``), and a call delivered must be billed
+    (docs/billing.md); it used to be None after any such failure, and the call went unbilled.
     """
     try:
         summary = summarize(record, request_id=request_id, api_key_id=api_key_id, request_bytes=request_bytes,
                             response_bytes=response_bytes)
+    except Exception as error:  # noqa: BLE001 - observing must never fail the call
+        _observing_failed(logger, error, record, request_id)
+        return None
+    try:
         write_billing_record(logger, summary)
         emit_metrics(summary, namespace=getattr(metrics, "namespace", None),
                      service=getattr(metrics, "service", None) or getattr(logger, "service", None))
@@ -246,11 +255,14 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
         watcher = _watcher.get()
         if watcher is not None:
             watcher(record)
-        return summary
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
-        logger.warning("observability failed: %s", type(error).__name__,
-                       extra={"record_type": "observability_error", "route": record.route, "request_id": request_id})
-        return None
+        _observing_failed(logger, error, record, request_id)
+    return summary
+
+
+def _observing_failed(logger: Any, error: Exception, record: CallRecord, request_id: str | None) -> None:
+    logger.warning("observability failed: %s", type(error).__name__,
+                   extra={"record_type": "observability_error", "route": record.route, "request_id": request_id})
 
 
 @contextmanager

@@ -122,6 +122,23 @@ class NormalizeResponse(BaseModel):
     version: Literal["sigma-flow/v1"]
 
 
+class UsageDay(BaseModel):
+    """One day's totals of the caller's billed calls (``compactor.billing.DayTotals``; a test holds the fields
+    equal), in bytes, counts and US dollars."""
+
+    model_config = ConfigDict(extra="allow")
+
+    day: str = Field(description="the day, YYYY-MM-DD (UTC)")
+    calls: int = Field(description="billed calls")
+    bytes_in: int = Field(description="bytes of the transcripts in (dense JSON)")
+    bytes_out: int = Field(description="bytes of the transcripts out (dense JSON)")
+    bytes_saved: int = Field(description="bytes_in - bytes_out")
+    model_calls: int = Field(description="model calls made")
+    cost_usd: float = Field(description="cost in US dollars of the calls whose cost is known, rounded to 10 "
+                                        "decimals; the others are counted in calls_cost_unknown, never as free")
+    calls_cost_unknown: int = Field(description="calls whose cost is unknown (not in cost_usd)")
+
+
 class Usage(BaseModel):
     """Answer of ``GET /v1/usage``: the caller's own totals per day (docs/billing.md)."""
 
@@ -130,7 +147,7 @@ class Usage(BaseModel):
     api_key_id: str | None
     from_: str = Field(alias="from", description="first day, YYYY-MM-DD")
     to: str = Field(description="last day, YYYY-MM-DD")
-    days: list[dict[str, Any]]
+    days: list[UsageDay] = Field(description="the days with billed calls, in order (days without are left out)")
 
 
 class PresignedRequest(BaseModel):
@@ -310,7 +327,8 @@ QUERY_PARAMETERS: dict[tuple[str, str], list[dict[str, Any]]] = {
         {"name": "from", "in": "query", "required": False, "schema": {"type": "string", "format": "date"},
          "description": "first day, YYYY-MM-DD (default: the first of `to`'s month)"},
         {"name": "to", "in": "query", "required": False, "schema": {"type": "string", "format": "date"},
-         "description": "last day, YYYY-MM-DD, included (default: today, UTC); at most 366 days after `from`"},
+         "description": "last day, YYYY-MM-DD, included (default: today, UTC); `from` to `to` spans at most 366 "
+                        "days, both included"},
     ],
 }
 

@@ -30,3 +30,16 @@ def test_examples_show_each_kind_of_wiring() -> None:
     local = load_catalog(str(CATALOGS / "local-openai-compatible.json"))
     assert all(o.base_url.startswith("http://127.0.0.1") and o.max_concurrency == 1 for o in local.offers)
     assert all(o.price_in == 0 and o.price_out == 0 for o in local.offers)
+
+
+def test_the_paid_examples_state_their_models_cache_prices() -> None:
+    """docs/providers.md "Prompt caching": OpenAI and Amazon Nova do not price their caches at Claude's
+    10 % / 125 % defaults, so the examples say what they do; the keys are prices, not observations."""
+    prices = {offer.model: (offer.price_in, offer.price_cached_in, offer.price_cache_write)
+              for name in ("openai.json", "bedrock.json") for offer in load_catalog(str(CATALOGS / name)).offers}
+    assert prices == {"gpt-4.1-nano": (0.1, 0.025, 0.1), "gpt-4.1-mini": (0.4, 0.1, 0.4),
+                      "us.amazon.nova-micro-v1:0": (0.035, 0.00875, 0.035),
+                      "us.anthropic.claude-3-5-haiku-20241022-v1:0": (0.8, 0.08, 1.0)}
+    for name in ("openai.json", "bedrock.json"):
+        for offer in load_catalog(str(CATALOGS / name)).offers:
+            assert not {"price_cached_in", "price_cache_write"} & offer.observations.keys()

@@ -362,6 +362,10 @@ class PassAssembly:
         self.windows += 1
         if result is None:
             self.failed_windows += 1
+            # Its worker may have paid for model calls before it failed (a timeout, a crash, a result it could not
+            # write): the run's cost is unknown, never a partial sum (docs/behaviour.md#cost-rules), as a degraded
+            # fan-out component's is. It used to add nothing and leave the job's cost known and too low.
+            self.cost_usd = None
             output = original
         else:
             output = result["messages"]

@@ -71,6 +71,10 @@ class Offer:
     max_concurrency: int | None = None  # calls in flight to this offer per container (None: unbounded)
     price_in: float | None = None  # USD per million input tokens
     price_out: float | None = None  # USD per million output tokens
+    # USD per million input tokens read from / written to the provider's prompt cache; None: price_in times
+    # compactor.cost's default factors (Anthropic's five-minute cache prices), docs/providers.md "Prompt caching"
+    price_cached_in: float | None = None
+    price_cache_write: float | None = None
     observations: dict[str, Any] = field(default_factory=dict)
 
 
