@@ -120,6 +120,18 @@ def test_distributed_map_result_is_the_inline_result(aws, big):
     assert stored["Metadata"]["compactor-status"] == "200"
 
 
+def test_a_messages_own_timing_fields_reach_the_result(aws, big):
+    """Window tasks and results are the messages whole: a harness's ``latency_ms`` beside a message was left out of
+    every task and result (``object_jobs.encode`` drops the service's timings), so kept messages lost it."""
+    timed = [{**message, "latency_ms": index} for index, message in enumerate(big)]
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/timed.json", Body=json.dumps(timed).encode())
+    assert execute(aws, "incoming/timed.json")["status"] == "SUCCEEDED"
+    stored = aws["s3"].get_object(Bucket=BUCKET, Key="compacted/timed.json")["Body"].read()
+    assert stored == inline_bytes(timed)
+    kept = [m for m in json.loads(stored)["messages"] if m.get("role") == "user"]
+    assert kept and all(isinstance(m.get("latency_ms"), int) for m in kept)
+
+
 def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worker):
     aws["dispatch"].fail = lambda event: any(item["task_key"].endswith("/p1/w1.json")
                                              for item in event.get("Items", ()))

@@ -31,7 +31,6 @@ from compactor.object_jobs import (
     StoredObject,
     WriteRefused,
     _write_failure,
-    encode,
     newer_exists,
     relative_key,
     result_key,
@@ -39,6 +38,7 @@ from compactor.object_jobs import (
     same_version,
 )
 from compactor.call_record import CallRecord
+from compactor.jsonutil import dense_dumps
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import InvalidRequest, RequestTooLarge
 from compactor.side_by_side import side_by_side
@@ -91,8 +91,15 @@ def _get_json(store: StreamStore, bucket: str, key: str) -> Any:
         return json.loads(handle.read())
 
 
+def _json_bytes(value: Any) -> bytes:
+    """A scratch object's bytes (a task, a window's result, the run state, the Map's list): dense JSON of the
+    value whole. Never ``object_jobs.encode``, which leaves out the service's timing keys: a message's own
+    ``latency_ms`` or a policy's ``backoff_ms`` are what the windows read."""
+    return dense_dumps(value).encode("utf-8")
+
+
 def _put_json(store: StreamStore, bucket: str, key: str, value: Any) -> None:
-    _put_bytes(store, bucket, key, encode(value))
+    _put_bytes(store, bucket, key, _json_bytes(value))
 
 
 def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
@@ -173,7 +180,7 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
         """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
         is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
         for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
-            task_key, data = _work(job, f"p{number}/w{task['index']}.json"), encode(task)
+            task_key, data = _work(job, f"p{number}/w{task['index']}.json"), _json_bytes(task)
             items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json"),
                           "task_bytes": len(data)})
             yield task_key, data

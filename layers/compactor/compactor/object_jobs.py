@@ -8,7 +8,7 @@ compacted, every other line unchanged), or
 Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on AWS, a dict in tests).
 
 Idempotency: every result carries the source's version id and ETag in its metadata, and results are
-serialised deterministically (compact JSON, keys in the service's order, timings left out). A result
+serialised deterministically (compact JSON, keys in the service's order, the service's timings left out). A result
 is written only where none is: a conditional write (``If-None-Match: *``), so concurrent deliveries of
 one event store one result and the stored bytes never change. Only when that write is refused is the
 existing object looked at: one of the same source version (``already processed``) or of a newer
@@ -298,11 +298,19 @@ def failure_body(failure: Failure, source: Source) -> dict[str, Any]:
 
 VOLATILE_KEYS = frozenset({"latency_ms", "backoff_ms"})
 """Fields of an answer that differ between two runs on the same input (timings): not stored."""
+ITEM_FIELDS = frozenset({"messages", "input"})
+"""The fields of a body holding the transcript's items (each format's items field, docs/formats.md): stored as
+they are. A harness's own fields beside the chat ones (a ``latency_ms`` of a step, say) are content, never
+timings of this service's run."""
 
 
 def encode(body: Any) -> bytes:
-    """The stored bytes of a result: compact JSON without :data:`VOLATILE_KEYS`, the same for the same
-    compaction (docs/reliability.md)."""
+    """The stored bytes of a result: compact JSON without :data:`VOLATILE_KEYS` outside the transcript's items
+    (:data:`ITEM_FIELDS`), the same for the same compaction (docs/reliability.md)."""
+    if isinstance(body, dict):
+        stable = {key: item if key in ITEM_FIELDS else _stable(item) for key, item in body.items()
+                  if key not in VOLATILE_KEYS}
+        return dense_dumps(stable).encode("utf-8")
     return dense_dumps(_stable(body)).encode("utf-8")
 
 
