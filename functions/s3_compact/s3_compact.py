@@ -71,6 +71,7 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
         launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
         done = run_sync(object_jobs.run_job(
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
+            windows_until=service.windows_deadline(context),
             observe=observer(request_id, billing.billed_caller(source, caller), billed),
             launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
         facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None

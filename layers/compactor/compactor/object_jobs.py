@@ -357,11 +357,13 @@ Launcher = Callable[[Source], Outcome]
 
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
                   router: Any = None, max_bytes: int | None = None, observe: Observer | None = None,
-                  launch: Launcher | None = None) -> Outcome:
+                  launch: Launcher | None = None, windows_until: Any = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination). With
     ``launch``, an object over ``max_bytes`` becomes a windowed job instead of a 413; a transcript
-    over one request's limits is compacted in windows here (decision mode)."""
+    over one request's limits is compacted in windows here (decision mode): with ``windows_until``, each
+    window with its own flow budget, none past it, as a windowed job's workers run theirs; else all under
+    ``deadline``."""
     from compactor.service import compact_call, compact_large
 
     rel = relative_key(source.key)
@@ -386,7 +388,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         return _write_failure(store, source, stored, rel, request, conditional=True)
     started_at = time.time()
     if request.mode_name == "decision" and _exceeds_one_request(request):
-        record = await compact_large(request, router=router, deadline=deadline)
+        record = await compact_large(request, router=router, until=windows_until,
+                                     deadline=deadline if windows_until is None else None)
     else:
         record = await compact_call(request, deadline=deadline, router=router)
     record = record.with_route(ROUTE)
