@@ -64,7 +64,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return run_batch(event, context)
     step, job = event["step"], event["job"]
     if step == "plan":
-        outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)))
+        from compactor.container import get_router
+
+        outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)),
+                                  router=get_router())
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job)
         if "record" in outcome:  # the job ran, its result stored or kept from a newer version (as inline jobs)

@@ -113,12 +113,17 @@ def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None)
 # ------------------------------------------------------------------------------------------ steps
 
 
-def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
+def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router: Any = None) -> dict[str, Any]:
     """First step: the run's settings from the object's fields and the defaults, then pass 1's windows.
-    Bad content ends the job in ``failed/`` (``done``), as for inline jobs."""
+    Bad content ends the job in ``failed/`` (``done``), as for inline jobs, and so do policies ``router`` does not
+    admit (400 ``invalid_flow``, as ``compactor compact`` and the inline job answer), before any window is planned:
+    every worker would fail on them, and the job wrote the transcript unchanged as its result."""
     from pydantic import ValidationError
 
-    from compactor.compaction.windows import RunState, Settings
+    from compactor.compaction.windows import RunState, Settings, admission_probe
+    from compactor.container import get_router
+    from compactor.errors import InvalidFlow
+    from compactor.flow import FlowAdmissionError
     from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
     from compactor.object_jobs import _invalid
@@ -138,9 +143,15 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
                                                           "keep no restorable archives")
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
-        state = RunState.begin(Settings.from_request(request))
+        settings = Settings.from_request(request)
+        try:
+            admission_probe(settings, router or get_router())
+        except FlowAdmissionError as exc:
+            raise InvalidFlow.rejected(exc) from exc
+        state = RunState.begin(settings)
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
-    except InvalidRequest as exc:  # pinned_indices past the transcript's messages, known once it is counted
+    except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
+        # once it is counted
         _write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]), conditional=True)
         return {"done": True, "result": "failed"}
     except NotChat as exc:
