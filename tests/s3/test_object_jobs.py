@@ -314,3 +314,19 @@ def test_encode_leaves_out_the_services_timings_only() -> None:
         "x_router": {"decision_trace": {"flow_nodes": [{"node": "n1"}]}}}
     responses = {"input": [{"type": "message", "role": "user", "content": "x", "backoff_ms": 1}], "latency_ms": 2}
     assert json.loads(object_jobs.encode(responses)) == {"input": responses["input"]}
+
+
+async def test_a_negative_max_tokens_is_named_as_sent_when_the_transcript_needs_windows() -> None:
+    """Over one request's limits (compacted in windows), a negative ``max_tokens`` was refused as an ``invalid_flow``
+    naming a node of the preset (``batch_0_generate``); one request names it as sent (docs/reliability.md)."""
+    from scale import transcripts
+
+    store = MemoryStore()
+    body = {"messages": list(transcripts.messages(1_200_000)), "mode": "decision", "max_tokens": -5}
+    store.add("incoming/t.json", json.dumps(body).encode())
+    outcome = await run_job(Source("b", "incoming/t.json", "v1", "etag-1"), store=store, defaults=Defaults(),
+                            deadline=Deadline.after_ms(10_000))
+    assert (outcome.result, outcome.status) == ("failed", 400)
+    failure = json.loads(store.objects[("b", "failed/t.json")][0])
+    assert failure["error"] == {"message": "max_tokens must not be negative", "type": "invalid_request_error",
+                                "code": "invalid_max_tokens"}

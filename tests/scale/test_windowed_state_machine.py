@@ -297,16 +297,21 @@ def test_pins_past_the_transcript_are_refused_as_one_request_refuses_them(aws, p
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")  # no window was planned
 
 
-@pytest.mark.parametrize("fields", [{"decision_policy_ir": ["policy", ["nonsense"]]}, {"max_tokens": -1}])
-def test_an_inadmissible_request_is_refused_as_one_request_refuses_it(aws, big, fields):
+@pytest.mark.parametrize("fields, code, message", [
+    ({"decision_policy_ir": ["policy", ["nonsense"]]}, "invalid_flow", "flow_ir rejected at admission: "),
+    ({"max_tokens": -1}, "invalid_max_tokens", "max_tokens must not be negative"),
+])
+def test_an_inadmissible_request_is_refused_as_one_request_refuses_it(aws, big, fields, code, message):
     """Policies the router does not admit end the job in ``failed/`` with the 400 ``invalid_flow`` the inline job and
-    ``compactor compact`` answer, before any window is planned. Plan did not look: every window worker failed on
-    them, the Map tolerated it, and ``compacted/`` held the transcript unchanged with status 200, billed."""
+    ``compactor compact`` answer, before any window is planned, and a negative ``max_tokens`` with the 400
+    ``invalid_max_tokens`` of one request. Plan did not look: every window worker failed on them, the Map tolerated
+    it, and ``compacted/`` held the transcript unchanged with status 200, billed."""
     aws["s3"].put_object(Bucket=BUCKET, Key="incoming/policy.json",
                          Body=json.dumps({"messages": big, "mode": "decision", **fields}).encode())
     assert execute(aws, "incoming/policy.json")["status"] == "SUCCEEDED"
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/policy.json")["Body"].read())
-    assert failure["status"] == 400 and failure["error"]["code"] == "invalid_flow", failure
+    assert failure["status"] == 400 and failure["error"]["code"] == code, failure
+    assert failure["error"]["message"].startswith(message)
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/policy.json").get("Contents")
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")
     assert [e for e in aws["dispatch"].events if "Items" in e] == []

@@ -85,7 +85,7 @@ async def compact_large(request: CompactRequest, *, router: Any = None, on_event
     from compactor.call_record import refused
     from compactor.compaction.windowed import compact_in_memory, inline_runner
     from compactor.container import get_router
-    from compactor.errors import InvalidFlow
+    from compactor.errors import InvalidFlow, InvalidMaxTokens
     from compactor.flow import FlowAdmissionError
 
     router = router or get_router()
@@ -94,6 +94,8 @@ async def compact_large(request: CompactRequest, *, router: Any = None, on_event
         return await compact_in_memory(request, router=router, run_window=runner, on_event=on_event)
     except FlowAdmissionError as exc:
         return refused(InvalidFlow.rejected(exc), mode="decision")
+    except InvalidMaxTokens as exc:
+        return refused(exc, mode="decision")
 
 
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None, flow_runner: Any = None,
