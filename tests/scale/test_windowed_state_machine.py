@@ -118,6 +118,8 @@ def test_distributed_map_result_is_the_inline_result(aws, big):
     assert len(windows) == sum(p["windows"] for p in passes) and passes[0]["windows"] >= 2
     assert all(len(e["Items"]) == 1 for e in windows)
     assert stored["Metadata"]["compactor-status"] == "200"
+    manifests = [o["Key"] for o in aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/map-results/")["Contents"]]
+    assert len(manifests) == len(passes) and all(key.endswith("/manifest.json") for key in manifests)
 
 
 def test_a_messages_own_timing_fields_reach_the_result(aws, big):
