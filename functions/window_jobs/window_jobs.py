@@ -26,7 +26,8 @@ from compactor_aws import snapstart
 from compactor_aws.s3_store import S3Store
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace,
+# and the job's outcome (S3ObjectsCompacted, ...)
 store = S3Store()
 # Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
 # the core warmed before the snapshot (docs/performance.md#snapstart).
@@ -78,6 +79,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise ValueError(f"unknown step {step!r}")
     logger.info("windowed job step", extra={"step": step, "job_id": job.get("job_id"), "key": job.get("key"),
                                             "done": outcome.get("done"), "result": outcome.get("result")})
+    if outcome.get("done"):  # the object's outcome, counted as S3CompactFunction counts the objects it compacts
+        from compactor_aws import observability
+
+        observability.record_s3_object(metrics, outcome["result"])
+        metrics.flush_metrics()
     return outcome
 
 

@@ -317,3 +317,23 @@ def test_an_inadmissible_request_is_refused_as_one_request_refuses_it(aws, big, 
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/policy.json").get("Contents")
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")
     assert [e for e in aws["dispatch"].events if "Items" in e] == []
+
+
+def test_each_jobs_outcome_is_counted_as_the_s3_function_counts_its_objects(aws, big, worker, caplog, capsys):
+    """``S3ObjectsCompacted``/``Failed``/``Skipped`` count every object (docs/deploy.md): a windowed job's outcome was
+    counted nowhere (the S3 function counts its start), so an alarm on S3ObjectsFailed missed every large object's
+    failure."""
+    from observability.conftest import Output, metric_names
+
+    def counted(key: str, data: bytes) -> list[str]:
+        capsys.readouterr()
+        caplog.clear()
+        aws["s3"].put_object(Bucket=BUCKET, Key=key, Body=data)
+        execute(aws, key)
+        emf = Output(worker, caplog, capsys).emf
+        return sorted(name for blob in emf for name in metric_names(blob) if name.startswith("S3"))
+
+    assert counted("incoming/ok.json", json.dumps(big).encode()) == ["S3ObjectsCompacted"]
+    assert counted("incoming/bad.json", b'{"messages": [1]}') == ["S3ObjectsFailed"]
+    aws["dispatch"].fail = lambda event: event.get("step") == "assemble"
+    assert counted("incoming/crash.json", json.dumps(big).encode()) == ["S3ObjectsFailed"]
