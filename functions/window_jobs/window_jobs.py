@@ -5,7 +5,7 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
 * ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
   batch (a window each), compacted under this invocation's remaining time;
-* ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result
+* ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
 
@@ -70,7 +70,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)),
                                   router=get_router())
     elif step == "assemble":
-        outcome = large_jobs.assemble(store, job)
+        outcome = large_jobs.assemble(store, job, windows_key=event.get("windows_key"))
         if "record" in outcome:  # the job ran, its result stored or kept from a newer version (as inline jobs)
             bill(job, outcome.pop("record"), context)
     elif step == "fail":

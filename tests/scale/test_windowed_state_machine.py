@@ -337,3 +337,35 @@ def test_each_jobs_outcome_is_counted_as_the_s3_function_counts_its_objects(aws,
     assert counted("incoming/bad.json", b'{"messages": [1]}') == ["S3ObjectsFailed"]
     aws["dispatch"].fail = lambda event: event.get("step") == "assemble"
     assert counted("incoming/crash.json", json.dumps(big).encode()) == ["S3ObjectsFailed"]
+
+
+def test_a_retried_assemble_that_had_planned_the_next_pass_goes_on_with_it(aws, big, monkeypatch):
+    """Step Functions retries ``assemble`` when its answer is lost (a Lambda or service error after the step ran).
+    One that had planned the next pass saved that pass's state: its retry read the new pass's windows, which had
+    no results yet, as all failed, so the job ended there with a pass of failed windows and less compacted."""
+    body = json.dumps({"messages": big, "mode": "decision", "target_ratio": 0.02}).encode()
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/steady.json", Body=body)
+    assert execute(aws, "incoming/steady.json")["status"] == "SUCCEEDED"
+    steady = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/steady.json")["Body"].read())
+    assert len(steady["compaction"]["windows"]["passes"]) >= 2  # the first assemble planned a second pass
+
+    dispatch, invoke, lost = aws["dispatch"], aws["dispatch"].invoke, []
+
+    def losing_the_first_planned_pass(parameters: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        answer = invoke(parameters, **kwargs)
+        event = json.loads(parameters["Payload"])
+        if event.get("step") == "assemble" and not lost and answer["Payload"].get("done") is False:
+            lost.append(answer)
+            return {"StatusCode": 200, "FunctionError": "Unhandled",
+                    "Payload": {"errorMessage": "connection reset", "errorType": "ConnectionError"}}
+        return answer
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", losing_the_first_planned_pass)
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/lost.json", Body=body)
+    assert execute(aws, "incoming/lost.json")["status"] == "SUCCEEDED"
+    assembled = [e for e in dispatch.events if e.get("step") == "assemble" and e["job"]["key"] == "incoming/lost.json"]
+    assert lost and len(assembled) == len(steady["compaction"]["windows"]["passes"]) + 1
+    result = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/lost.json")["Body"].read())
+    assert result["messages"] == steady["messages"] and result["compaction"] == steady["compaction"]

@@ -217,12 +217,17 @@ async def run_window(store: StreamStore, bucket: str, item: dict[str, Any], *, r
     _put_json(store, bucket, item["result_key"], result)
 
 
-def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
-    """After the Map: concatenate the pass's results; plan the next pass or write the final result."""
+def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None = None) -> dict[str, Any]:
+    """After the Map: concatenate the pass's results; plan the next pass or write the final result.
+    ``windows_key`` names the pass the Map ran: when the saved state has moved past it, this is a retry of an
+    assemble that planned the next pass (its answer was lost), and that pass is what follows; assembling again
+    read the next pass's windows, which have no results yet, as all failed and ended the job there."""
     from compactor.compaction.windows import RunState
 
     bucket = job["bucket"]
     saved = _get_json(store, bucket, _work(job, "state.json"))
+    if windows_key is not None and saved["windows_key"] != windows_key:
+        return {"done": False, "bucket": bucket, "windows_key": saved["windows_key"]}
     state = RunState.from_dict(saved["state"])
     items = _get_json(store, bucket, saved["windows_key"])
     output_key = _work(job, f"p{state.number + 1}/output.json")
