@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -28,10 +27,6 @@ snapstart.register()  # warm the core before a SnapStart snapshot (docs/performa
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 store = S3Store()
-
-_METRIC_NAMES = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped",
-                 "started": "S3WindowedJobsStarted"}
-
 
 def source_of(record: S3EventRecord) -> object_jobs.Source:
     """The object a record names; the key is URL-decoded (``+`` is a space, ``%XX`` a byte of UTF-8)."""
@@ -71,6 +66,7 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
         launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
         done = run_sync(object_jobs.run_job(
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
+            windows_until=service.windows_deadline(context),
             observe=observer(request_id, billing.billed_caller(source, caller), billed),
             launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
         facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
@@ -97,7 +93,7 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
     logger.info("s3 object %s", outcome["result"], extra={
         "bucket": source.bucket, "key": source.key, "version_id": source.version_id,
         "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
-    metrics.add_metric(name=_METRIC_NAMES[outcome["result"]], unit=MetricUnit.Count, value=1)
+    observability.record_s3_object(metrics, outcome["result"])
     return outcome
 
 

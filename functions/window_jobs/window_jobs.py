@@ -5,7 +5,7 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
 * ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
   batch (a window each), compacted under this invocation's remaining time;
-* ``{"step": "assemble", "job": {...}}``: the pass's results in order, then the next pass or the result
+* ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
 
@@ -26,7 +26,8 @@ from compactor_aws import snapstart
 from compactor_aws.s3_store import S3Store
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace,
+# and the job's outcome (S3ObjectsCompacted, ...)
 store = S3Store()
 # Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
 # the core warmed before the snapshot (docs/performance.md#snapstart).
@@ -64,9 +65,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return run_batch(event, context)
     step, job = event["step"], event["job"]
     if step == "plan":
-        outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)))
+        from compactor.container import get_router
+
+        outcome = large_jobs.plan(store, job, object_jobs.load_defaults(os.environ.get(object_jobs.DEFAULTS_ENV)),
+                                  router=get_router())
     elif step == "assemble":
-        outcome = large_jobs.assemble(store, job)
+        outcome = large_jobs.assemble(store, job, windows_key=event.get("windows_key"))
         if "record" in outcome:  # the job ran, its result stored or kept from a newer version (as inline jobs)
             bill(job, outcome.pop("record"), context)
     elif step == "fail":
@@ -75,6 +79,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise ValueError(f"unknown step {step!r}")
     logger.info("windowed job step", extra={"step": step, "job_id": job.get("job_id"), "key": job.get("key"),
                                             "done": outcome.get("done"), "result": outcome.get("result")})
+    if outcome.get("done"):  # the object's outcome, counted as S3CompactFunction counts the objects it compacts
+        from compactor_aws import observability
+
+        observability.record_s3_object(metrics, outcome["result"])
+        metrics.flush_metrics()
     return outcome
 
 

@@ -280,3 +280,53 @@ def test_prepare_imports_the_mode_of_a_bare_transcript(fields: dict[str, Any], l
               f"print(json.dumps([{loaded!r} in sys.modules, {not_loaded!r} in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [True, False]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+async def test_a_messages_own_timing_fields_are_stored_as_the_api_answers_them(mode: str) -> None:
+    """The stored result leaves out the service's timings (``latency_ms``/``backoff_ms`` of its trace), not fields
+    of the transcript's own items: a harness's ``latency_ms`` beside a message, or under its ``extra``, was dropped
+    from ``compacted/<rel>`` while the API answered it (docs/formats.md: kept units keep them byte-identically)."""
+    from compactor.service import compact
+    from compactor.models import CompactRequest
+
+    messages = transcript()
+    messages[1] = {**messages[1], "latency_ms": 812}  # pinned (a user message): kept whole
+    messages[-1] = {**messages[-1], "extra": {"latency_ms": 1234, "backoff_ms": [5], "cost": 0.01}}  # the recent tail
+    store = MemoryStore()
+    store.add("incoming/t.json", json.dumps({"messages": messages, "mode": mode}).encode())
+    outcome = await run_job(Source("b", "incoming/t.json", "v1", "etag-1"), store=store, defaults=Defaults(),
+                            deadline=Deadline.after_ms(10_000))
+    assert outcome.result == "compacted"
+    stored = json.loads(store.objects[("b", "compacted/t.json")][0])
+    assert stored["messages"][-1] == messages[-1]
+    assert mode == "seal" or stored["messages"][1] == messages[1]  # seal summarizes the user turn with the rest
+    status, answered = await compact(CompactRequest.model_validate({"messages": messages, "mode": mode}),
+                                     deadline=Deadline.after_ms(10_000))
+    assert status == 200 and stored["messages"] == answered["messages"]
+
+
+def test_encode_leaves_out_the_services_timings_only() -> None:
+    body = {"messages": [{"role": "assistant", "content": "x", "latency_ms": 3}],
+            "x_router": {"decision_trace": {"flow_nodes": [{"node": "n1", "latency_ms": 40, "backoff_ms": 7}]}}}
+    assert json.loads(object_jobs.encode(body)) == {
+        "messages": [{"role": "assistant", "content": "x", "latency_ms": 3}],
+        "x_router": {"decision_trace": {"flow_nodes": [{"node": "n1"}]}}}
+    responses = {"input": [{"type": "message", "role": "user", "content": "x", "backoff_ms": 1}], "latency_ms": 2}
+    assert json.loads(object_jobs.encode(responses)) == {"input": responses["input"]}
+
+
+async def test_a_negative_max_tokens_is_named_as_sent_when_the_transcript_needs_windows() -> None:
+    """Over one request's limits (compacted in windows), a negative ``max_tokens`` was refused as an ``invalid_flow``
+    naming a node of the preset (``batch_0_generate``); one request names it as sent (docs/reliability.md)."""
+    from scale import transcripts
+
+    store = MemoryStore()
+    body = {"messages": list(transcripts.messages(1_200_000)), "mode": "decision", "max_tokens": -5}
+    store.add("incoming/t.json", json.dumps(body).encode())
+    outcome = await run_job(Source("b", "incoming/t.json", "v1", "etag-1"), store=store, defaults=Defaults(),
+                            deadline=Deadline.after_ms(10_000))
+    assert (outcome.result, outcome.status) == ("failed", 400)
+    failure = json.loads(store.objects[("b", "failed/t.json")][0])
+    assert failure["error"] == {"message": "max_tokens must not be negative", "type": "invalid_request_error",
+                                "code": "invalid_max_tokens"}

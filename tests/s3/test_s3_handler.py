@@ -301,3 +301,37 @@ def test_each_delivery_reads_the_object_once(s3: Any, s3_module: ModuleType, lam
 
     assert [first[0]["result"], again[0]["result"]] == ["compacted", "skipped"]
     assert gets == ["incoming/once.json"] * 2
+
+
+def test_inline_windows_each_have_their_own_flow_budget(
+        s3: Any, s3_module: ModuleType, lambda_context: LocalLambdaContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object under ``S3InlineMaxBytes`` over one request's limits is compacted in windows in the function, each
+    with its own flow budget as a windowed job's worker has (docs/scale.md). They shared one: with models slower
+    than the budget allows for a few windows in turn, the windows after the first four kept their units whole
+    (a 5 MB transcript of 8 windows, a 4 s budget and 2.5 s before the models answered: 54% kept, against 9%)."""
+    import asyncio
+
+    from compactor import container
+    from compactor.compaction import windows
+    from fakes.routers import frozen_router
+    from scale import transcripts
+
+    monkeypatch.setattr(container.ROUTER, "value", frozen_router())
+    data = json.dumps(list(transcripts.messages(5_000_000))).encode()
+    expected = run(s3_module, put_and_event(s3, "incoming/quick.json", data), lambda_context)
+    assert expected[0]["result"] == "compacted"
+    quick, _ = read_json(s3, "compacted/quick.json")
+    assert quick["compaction"]["windows"]["passes"][0]["windows"] > windows.DEFAULT_CONCURRENCY
+
+    monkeypatch.setenv("COMPACTOR_FLOW_BUDGET_MS", "3000")
+    run_flow = windows.run_flow
+
+    async def slow_flow(*args: Any, **kwargs: Any) -> Any:  # half the budget gone before a window's models answer
+        await asyncio.sleep(1.5)
+        return await run_flow(*args, **kwargs)
+
+    monkeypatch.setattr(windows, "run_flow", slow_flow)
+    [result] = run(s3_module, put_and_event(s3, "incoming/slow.json", data), lambda_context)
+    assert result["result"] == "compacted"
+    slow, _ = read_json(s3, "compacted/slow.json")
+    assert slow["messages"] == quick["messages"] and slow["compaction"] == quick["compaction"]

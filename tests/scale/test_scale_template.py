@@ -39,6 +39,14 @@ def test_distributed_map_reads_windows_from_s3_batches_limits_and_tolerates(reso
     assert run["MaxConcurrencyPath"] == "$.max_concurrency"
     assert run["ToleratedFailurePercentage"] == 100
     assert run["ResultPath"] is None  # results go to S3, never through the execution's state
+    # Without a ResultWriter the children's outputs still form the Map's output, and past 256 KiB (about 16,000
+    # windows) States.DataLimitExceeded failed the job whatever its ResultPath: they are written under work/.
+    assert run["ResultWriter"] == {"Resource": "arn:${Partition}:states:::s3:putObject",
+                                   "Parameters": {"Bucket.$": "$$.Execution.Input.job.bucket",
+                                                  "Prefix": "work/map-results"}}
+    statements = resources["WindowedJobStateMachineBucketAccess"]["Properties"]["PolicyDocument"]["Statement"]
+    assert any("s3:PutObject" in statement["Action"] and statement["Resource"]["Fn::Sub"].endswith("/work/*")
+               for statement in statements)
     worker = run["ItemProcessor"]["States"]["RunWindow"]
     assert worker["Catch"][0]["Next"] == "WindowKeepsItsOriginal"
     assert asl["States"]["Assemble"]["Next"] == "MoreWindows"

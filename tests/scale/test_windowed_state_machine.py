@@ -118,6 +118,20 @@ def test_distributed_map_result_is_the_inline_result(aws, big):
     assert len(windows) == sum(p["windows"] for p in passes) and passes[0]["windows"] >= 2
     assert all(len(e["Items"]) == 1 for e in windows)
     assert stored["Metadata"]["compactor-status"] == "200"
+    manifests = [o["Key"] for o in aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/map-results/")["Contents"]]
+    assert len(manifests) == len(passes) and all(key.endswith("/manifest.json") for key in manifests)
+
+
+def test_a_messages_own_timing_fields_reach_the_result(aws, big):
+    """Window tasks and results are the messages whole: a harness's ``latency_ms`` beside a message was left out of
+    every task and result (``object_jobs.encode`` drops the service's timings), so kept messages lost it."""
+    timed = [{**message, "latency_ms": index} for index, message in enumerate(big)]
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/timed.json", Body=json.dumps(timed).encode())
+    assert execute(aws, "incoming/timed.json")["status"] == "SUCCEEDED"
+    stored = aws["s3"].get_object(Bucket=BUCKET, Key="compacted/timed.json")["Body"].read()
+    assert stored == inline_bytes(timed)
+    kept = [m for m in json.loads(stored)["messages"] if m.get("role") == "user"]
+    assert kept and all(isinstance(m.get("latency_ms"), int) for m in kept)
 
 
 def test_a_failed_window_keeps_its_original_and_the_job_succeeds(aws, big, worker):
@@ -288,3 +302,75 @@ def test_pins_past_the_transcript_are_refused_as_one_request_refuses_them(aws, p
     assert failure["status"] == 400 and failure["error"]["message"] == "pinned_indices must reference existing messages"
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/pins.json").get("Contents")
     assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")  # no window was planned
+
+
+@pytest.mark.parametrize("fields, code, message", [
+    ({"decision_policy_ir": ["policy", ["nonsense"]]}, "invalid_flow", "flow_ir rejected at admission: "),
+    ({"max_tokens": -1}, "invalid_max_tokens", "max_tokens must not be negative"),
+])
+def test_an_inadmissible_request_is_refused_as_one_request_refuses_it(aws, big, fields, code, message):
+    """Policies the router does not admit end the job in ``failed/`` with the 400 ``invalid_flow`` the inline job and
+    ``compactor compact`` answer, before any window is planned, and a negative ``max_tokens`` with the 400
+    ``invalid_max_tokens`` of one request. Plan did not look: every window worker failed on them, the Map tolerated
+    it, and ``compacted/`` held the transcript unchanged with status 200, billed."""
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/policy.json",
+                         Body=json.dumps({"messages": big, "mode": "decision", **fields}).encode())
+    assert execute(aws, "incoming/policy.json")["status"] == "SUCCEEDED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/policy.json")["Body"].read())
+    assert failure["status"] == 400 and failure["error"]["code"] == code, failure
+    assert failure["error"]["message"].startswith(message)
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/policy.json").get("Contents")
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/").get("Contents")
+    assert [e for e in aws["dispatch"].events if "Items" in e] == []
+
+
+def test_each_jobs_outcome_is_counted_as_the_s3_function_counts_its_objects(aws, big, worker, caplog, capsys):
+    """``S3ObjectsCompacted``/``Failed``/``Skipped`` count every object (docs/deploy.md): a windowed job's outcome was
+    counted nowhere (the S3 function counts its start), so an alarm on S3ObjectsFailed missed every large object's
+    failure."""
+    from observability.conftest import Output, metric_names
+
+    def counted(key: str, data: bytes) -> list[str]:
+        capsys.readouterr()
+        caplog.clear()
+        aws["s3"].put_object(Bucket=BUCKET, Key=key, Body=data)
+        execute(aws, key)
+        emf = Output(worker, caplog, capsys).emf
+        return sorted(name for blob in emf for name in metric_names(blob) if name.startswith("S3"))
+
+    assert counted("incoming/ok.json", json.dumps(big).encode()) == ["S3ObjectsCompacted"]
+    assert counted("incoming/bad.json", b'{"messages": [1]}') == ["S3ObjectsFailed"]
+    aws["dispatch"].fail = lambda event: event.get("step") == "assemble"
+    assert counted("incoming/crash.json", json.dumps(big).encode()) == ["S3ObjectsFailed"]
+
+
+def test_a_retried_assemble_that_had_planned_the_next_pass_goes_on_with_it(aws, big, monkeypatch):
+    """Step Functions retries ``assemble`` when its answer is lost (a Lambda or service error after the step ran).
+    One that had planned the next pass saved that pass's state: its retry read the new pass's windows, which had
+    no results yet, as all failed, so the job ended there with a pass of failed windows and less compacted."""
+    body = json.dumps({"messages": big, "mode": "decision", "target_ratio": 0.02}).encode()
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/steady.json", Body=body)
+    assert execute(aws, "incoming/steady.json")["status"] == "SUCCEEDED"
+    steady = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/steady.json")["Body"].read())
+    assert len(steady["compaction"]["windows"]["passes"]) >= 2  # the first assemble planned a second pass
+
+    dispatch, invoke, lost = aws["dispatch"], aws["dispatch"].invoke, []
+
+    def losing_the_first_planned_pass(parameters: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        answer = invoke(parameters, **kwargs)
+        event = json.loads(parameters["Payload"])
+        if event.get("step") == "assemble" and not lost and answer["Payload"].get("done") is False:
+            lost.append(answer)
+            return {"StatusCode": 200, "FunctionError": "Unhandled",
+                    "Payload": {"errorMessage": "connection reset", "errorType": "ConnectionError"}}
+        return answer
+
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+
+    monkeypatch.setattr(lambda_eval_utils, "_invoke_lambda_function", losing_the_first_planned_pass)
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/lost.json", Body=body)
+    assert execute(aws, "incoming/lost.json")["status"] == "SUCCEEDED"
+    assembled = [e for e in dispatch.events if e.get("step") == "assemble" and e["job"]["key"] == "incoming/lost.json"]
+    assert lost and len(assembled) == len(steady["compaction"]["windows"]["passes"]) + 1
+    result = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/lost.json")["Body"].read())
+    assert result["messages"] == steady["messages"] and result["compaction"] == steady["compaction"]

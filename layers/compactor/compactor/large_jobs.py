@@ -31,7 +31,6 @@ from compactor.object_jobs import (
     StoredObject,
     WriteRefused,
     _write_failure,
-    encode,
     newer_exists,
     relative_key,
     result_key,
@@ -39,6 +38,7 @@ from compactor.object_jobs import (
     same_version,
 )
 from compactor.call_record import CallRecord
+from compactor.jsonutil import dense_dumps
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import InvalidRequest, RequestTooLarge
 from compactor.side_by_side import side_by_side
@@ -91,8 +91,15 @@ def _get_json(store: StreamStore, bucket: str, key: str) -> Any:
         return json.loads(handle.read())
 
 
+def _json_bytes(value: Any) -> bytes:
+    """A scratch object's bytes (a task, a window's result, the run state, the Map's list): dense JSON of the
+    value whole. Never ``object_jobs.encode``, which leaves out the service's timing keys: a message's own
+    ``latency_ms`` or a policy's ``backoff_ms`` are what the windows read."""
+    return dense_dumps(value).encode("utf-8")
+
+
 def _put_json(store: StreamStore, bucket: str, key: str, value: Any) -> None:
-    _put_bytes(store, bucket, key, encode(value))
+    _put_bytes(store, bucket, key, _json_bytes(value))
 
 
 def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
@@ -106,12 +113,17 @@ def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None)
 # ------------------------------------------------------------------------------------------ steps
 
 
-def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[str, Any]:
+def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router: Any = None) -> dict[str, Any]:
     """First step: the run's settings from the object's fields and the defaults, then pass 1's windows.
-    Bad content ends the job in ``failed/`` (``done``), as for inline jobs."""
+    Bad content ends the job in ``failed/`` (``done``), as for inline jobs, and so do policies ``router`` does not
+    admit (400 ``invalid_flow``, as ``compactor compact`` and the inline job answer), before any window is planned:
+    every worker would fail on them, and the job wrote the transcript unchanged as its result."""
     from pydantic import ValidationError
 
-    from compactor.compaction.windows import RunState, Settings
+    from compactor.compaction.windows import RunState, Settings, admission_probe
+    from compactor.container import get_router
+    from compactor.errors import InvalidFlow
+    from compactor.flow import FlowAdmissionError
     from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
     from compactor.object_jobs import _invalid
@@ -131,9 +143,15 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults) -> dict[st
                                                           "keep no restorable archives")
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
-        state = RunState.begin(Settings.from_request(request))
+        settings = Settings.from_request(request)
+        try:
+            admission_probe(settings, router or get_router())
+        except FlowAdmissionError as exc:
+            raise InvalidFlow.rejected(exc) from exc
+        state = RunState.begin(settings)
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
-    except InvalidRequest as exc:  # pinned_indices past the transcript's messages, known once it is counted
+    except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
+        # once it is counted
         _write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]), conditional=True)
         return {"done": True, "result": "failed"}
     except NotChat as exc:
@@ -173,7 +191,7 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
         """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
         is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
         for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
-            task_key, data = _work(job, f"p{number}/w{task['index']}.json"), encode(task)
+            task_key, data = _work(job, f"p{number}/w{task['index']}.json"), _json_bytes(task)
             items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json"),
                           "task_bytes": len(data)})
             yield task_key, data
@@ -199,12 +217,17 @@ async def run_window(store: StreamStore, bucket: str, item: dict[str, Any], *, r
     _put_json(store, bucket, item["result_key"], result)
 
 
-def assemble(store: StreamStore, job: dict[str, Any]) -> dict[str, Any]:
-    """After the Map: concatenate the pass's results; plan the next pass or write the final result."""
+def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None = None) -> dict[str, Any]:
+    """After the Map: concatenate the pass's results; plan the next pass or write the final result.
+    ``windows_key`` names the pass the Map ran: when the saved state has moved past it, this is a retry of an
+    assemble that planned the next pass (its answer was lost), and that pass is what follows; assembling again
+    read the next pass's windows, which have no results yet, as all failed and ended the job there."""
     from compactor.compaction.windows import RunState
 
     bucket = job["bucket"]
     saved = _get_json(store, bucket, _work(job, "state.json"))
+    if windows_key is not None and saved["windows_key"] != windows_key:
+        return {"done": False, "bucket": bucket, "windows_key": saved["windows_key"]}
     state = RunState.from_dict(saved["state"])
     items = _get_json(store, bucket, saved["windows_key"])
     output_key = _work(job, f"p{state.number + 1}/output.json")

@@ -8,7 +8,7 @@ compacted, every other line unchanged), or
 Python: the storage is any :class:`ObjectStore` (``compactor_aws.s3_store`` on AWS, a dict in tests).
 
 Idempotency: every result carries the source's version id and ETag in its metadata, and results are
-serialised deterministically (compact JSON, keys in the service's order, timings left out). A result
+serialised deterministically (compact JSON, keys in the service's order, the service's timings left out). A result
 is written only where none is: a conditional write (``If-None-Match: *``), so concurrent deliveries of
 one event store one result and the stored bytes never change. Only when that write is refused is the
 existing object looked at: one of the same source version (``already processed``) or of a newer
@@ -298,11 +298,19 @@ def failure_body(failure: Failure, source: Source) -> dict[str, Any]:
 
 VOLATILE_KEYS = frozenset({"latency_ms", "backoff_ms"})
 """Fields of an answer that differ between two runs on the same input (timings): not stored."""
+ITEM_FIELDS = frozenset({"messages", "input"})
+"""The fields of a body holding the transcript's items (each format's items field, docs/formats.md): stored as
+they are. A harness's own fields beside the chat ones (a ``latency_ms`` of a step, say) are content, never
+timings of this service's run."""
 
 
 def encode(body: Any) -> bytes:
-    """The stored bytes of a result: compact JSON without :data:`VOLATILE_KEYS`, the same for the same
-    compaction (docs/reliability.md)."""
+    """The stored bytes of a result: compact JSON without :data:`VOLATILE_KEYS` outside the transcript's items
+    (:data:`ITEM_FIELDS`), the same for the same compaction (docs/reliability.md)."""
+    if isinstance(body, dict):
+        stable = {key: item if key in ITEM_FIELDS else _stable(item) for key, item in body.items()
+                  if key not in VOLATILE_KEYS}
+        return dense_dumps(stable).encode("utf-8")
     return dense_dumps(_stable(body)).encode("utf-8")
 
 
@@ -349,11 +357,13 @@ Launcher = Callable[[Source], Outcome]
 
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
                   router: Any = None, max_bytes: int | None = None, observe: Observer | None = None,
-                  launch: Launcher | None = None) -> Outcome:
+                  launch: Launcher | None = None, windows_until: Any = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination). With
     ``launch``, an object over ``max_bytes`` becomes a windowed job instead of a 413; a transcript
-    over one request's limits is compacted in windows here (decision mode)."""
+    over one request's limits is compacted in windows here (decision mode): with ``windows_until``, each
+    window with its own flow budget, none past it, as a windowed job's workers run theirs; else all under
+    ``deadline``."""
     from compactor.service import compact_call, compact_large
 
     rel = relative_key(source.key)
@@ -378,7 +388,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
         return _write_failure(store, source, stored, rel, request, conditional=True)
     started_at = time.time()
     if request.mode_name == "decision" and _exceeds_one_request(request):
-        record = await compact_large(request, router=router, deadline=deadline)
+        record = await compact_large(request, router=router, until=windows_until,
+                                     deadline=deadline if windows_until is None else None)
     else:
         record = await compact_call(request, deadline=deadline, router=router)
     record = record.with_route(ROUTE)

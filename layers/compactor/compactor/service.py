@@ -32,6 +32,19 @@ def request_deadline(lambda_context: Any = None) -> Deadline:
     return Deadline.after_ms(flow_budget_ms(lambda_context=lambda_context))
 
 
+WINDOWS_END_MARGIN_MS = 15_000
+"""Kept back from an S3 invocation's remaining time when its windows run inline (docs/scale.md): the result of up
+to ``S3InlineMaxBytes`` is then encoded, written and billed."""
+
+
+def windows_deadline(lambda_context: Any = None) -> Deadline | None:
+    """When the windows of an inline S3 job must end (each has its own flow budget, docs/scale.md): the
+    invocation's remaining time less :data:`WINDOWS_END_MARGIN_MS`; None without a Lambda context."""
+    if lambda_context is None or not hasattr(lambda_context, "get_remaining_time_in_millis"):
+        return None
+    return Deadline.after_ms(max(0, int(lambda_context.get_remaining_time_in_millis()) - WINDOWS_END_MARGIN_MS))
+
+
 async def compact(request: CompactRequest, *, deadline: Deadline, router: Any = None,
                   on_event: Any = None, flow_runner: Any = None, archive: Any = None) -> tuple[int, dict[str, Any]]:
     """``POST /v1/compact`` in any mode, as a coroutine (the CLI and tests await it directly).
@@ -65,22 +78,24 @@ async def compact_call(request: CompactRequest, *, deadline: Deadline, router: A
 
 
 async def compact_large(request: CompactRequest, *, router: Any = None, on_event: Any = None,
-                        deadline: Deadline | None = None) -> CallRecord:
+                        deadline: Deadline | None = None, until: Deadline | None = None) -> CallRecord:
     """Decision-mode compaction in windows (docs/scale.md) for transcripts over one request's limits:
     every window runs inline, all under ``deadline``, else each with its own flow budget
-    (``COMPACTOR_FLOW_BUDGET_MS``)."""
+    (``COMPACTOR_FLOW_BUDGET_MS``), none past ``until`` (the S3 path: the invocation's end)."""
     from compactor.call_record import refused
     from compactor.compaction.windowed import compact_in_memory, inline_runner
     from compactor.container import get_router
-    from compactor.errors import InvalidFlow
+    from compactor.errors import InvalidFlow, InvalidMaxTokens
     from compactor.flow import FlowAdmissionError
 
     router = router or get_router()
-    runner = inline_runner(router, window_budget_ms=flow_budget_ms(), deadline=deadline)
+    runner = inline_runner(router, window_budget_ms=flow_budget_ms(), deadline=deadline, until=until)
     try:
         return await compact_in_memory(request, router=router, run_window=runner, on_event=on_event)
     except FlowAdmissionError as exc:
         return refused(InvalidFlow.rejected(exc), mode="decision")
+    except InvalidMaxTokens as exc:
+        return refused(exc, mode="decision")
 
 
 def handle_compact(request: CompactRequest, *, lambda_context: Any = None, flow_runner: Any = None,

@@ -285,6 +285,19 @@ def record_request(metrics: Any, status: int) -> None:
     metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
 
 
+S3_OBJECT_METRICS = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped",
+                     "started": "S3WindowedJobsStarted"}
+"""The per-object counter of each S3 job outcome (docs/deploy.md): counted by ``S3CompactFunction`` for the objects it
+compacts, and by ``WindowJobFunction`` for a windowed job's outcome (its start is counted by the first)."""
+
+
+def record_s3_object(metrics: Any, result: str) -> None:
+    """Count one S3 object's outcome (:data:`S3_OBJECT_METRICS`) in ``metrics``' set."""
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    metrics.add_metric(name=S3_OBJECT_METRICS[result], unit=MetricUnit.Count, value=1)
+
+
 # ----------------------------------------------------------------------------------------------- tracer
 
 class _Untraced(BaseSegment):

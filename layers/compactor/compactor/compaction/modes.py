@@ -82,9 +82,14 @@ def check_max_tokens(request: CompactRequest) -> None:
     """A negative ``max_tokens`` is 400 ``invalid_max_tokens`` in the modes that call a model (0 and null mean
     the default; docs/reliability.md), named as the caller sent it: decision mode refused it as an
     ``invalid_flow`` naming a node of the flow it builds, which the caller never wrote."""
+    refuse_negative_max_tokens(request.max_tokens)
+
+
+def refuse_negative_max_tokens(max_tokens: int | None) -> None:
+    """:func:`check_max_tokens` of a ``max_tokens`` alone (windowed runs keep it in their settings)."""
     from compactor.errors import InvalidMaxTokens
 
-    if request.max_tokens is not None and request.max_tokens < 0:
+    if max_tokens is not None and max_tokens < 0:
         raise InvalidMaxTokens("max_tokens must not be negative")
 
 

@@ -34,11 +34,15 @@ COPY_CHUNK_BYTES = 1 << 20
 
 
 def inline_runner(router: Any, *, window_budget_ms: int | None = None, deadline: Deadline | None = None,
-                  flow_runner: Any = None) -> Callable[[dict[str, Any]], Any]:
+                  until: Deadline | None = None, flow_runner: Any = None) -> Callable[[dict[str, Any]], Any]:
     """Runs each window here: under one shared ``deadline``, or a fresh ``window_budget_ms`` each (a
-    window is one request's worth of work, as one Distributed Map worker gets)."""
+    window is one request's worth of work, as one Distributed Map worker gets), none past ``until``."""
     async def run(task: dict[str, Any]) -> dict[str, Any]:
-        window_deadline = deadline if deadline is not None else Deadline.after_ms(window_budget_ms or 0)
+        if deadline is not None:
+            window_deadline = deadline
+        else:
+            budget_ms = window_budget_ms or 0
+            window_deadline = Deadline.after_ms(budget_ms if until is None else min(budget_ms, until.remaining_ms()))
         return await compact_window(task, router=router, deadline=window_deadline, flow_runner=flow_runner)
     return run
 

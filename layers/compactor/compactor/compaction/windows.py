@@ -28,7 +28,7 @@ from compactor.chat import Message, has_tool_calls, is_tool_result, role_of
 from compactor.errors import InvalidRequest
 from compactor.flow import admit_flow, run_flow
 from compactor.jsonutil import dense_size
-from compactor.compaction.modes import PINS_MESSAGE
+from compactor.compaction.modes import PINS_MESSAGE, refuse_negative_max_tokens
 from compactor.compaction.preparation import (
     BUDGET_FLOOR,
     MAX_BATCHES,
@@ -321,7 +321,9 @@ async def _run_batches(batches: list[Batch], task: dict[str, Any], *, router: An
 
 def admission_probe(settings: Settings, router: Any) -> None:
     """Admit the flow of a one-unit window: raises ``FlowAdmissionError`` when the run's policies are
-    not admissible, before any window runs."""
+    not admissible, before any window runs; first ``InvalidMaxTokens`` for a negative ``max_tokens``, as one
+    request refuses it (the flow's admission named a node of the preset instead)."""
+    refuse_negative_max_tokens(settings.max_tokens)
     batch = Batch()
     batch.add(candidate(Unit(0, 1), [{"role": "assistant", "content": "probe"}], question_template()))
     flow_ir, flow_input = materialise(
