@@ -1,0 +1,108 @@
+"""A new user's mistakes on the command line (README "Command line"): each is one line naming the file or
+option and the cause, exit 2 before any model call, never a traceback; and what a first run prints reads
+right on an empty or barely shrunk transcript."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactor.provider_failures import explain
+from compactor.providers import keys
+from compactor.providers.base import Offer, ProviderError
+from compactor_cli.main import main
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "corpus"
+TRANSCRIPT = CORPUS / "swe-agent-v0-text_gpt-4_pydicom-1458.json"
+pytestmark = pytest.mark.usefixtures("bundled_catalog")  # --catalog sets COMPACTOR_CATALOG: dropped after each test
+
+TINY = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "done"}]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def no_traceback(err: str) -> bool:
+    return "Traceback" not in err and "errors.pydantic.dev" not in err
+
+
+# -- compactor compact --------------------------------------------------------------------------------
+
+
+def test_a_file_that_is_not_utf8_is_exit_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = tmp_path / "transcript.bin"
+    binary.write_bytes(b'[{"role": "user", "content": "caf\xe9"}]')  # Latin-1, not UTF-8
+    code, out, err = run(capsys, "compact", str(binary), "-q")
+    assert (code, out) == (2, "")
+    assert f"{binary}: not UTF-8 text (an invalid byte at offset 33)" in err and no_traceback(err)
+
+
+def test_stdin_that_is_not_utf8_is_exit_2_naming_stdin(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe[]")))
+    code, _, err = run(capsys, "compact", "-", "-q")
+    assert code == 2 and "stdin: not UTF-8 text" in err and no_traceback(err)
+
+
+def test_a_missing_file_and_a_directory_say_so_in_plain_words(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(tmp_path / "missing.json"), "-q")
+    assert code == 2 and err == f"compactor compact: {tmp_path / 'missing.json'}: No such file or directory\n"
+    code, _, err = run(capsys, "compact", str(tmp_path), "-q")
+    assert code == 2 and err == f"compactor compact: {tmp_path}: Is a directory\n"
+
+
+def test_a_file_with_a_byte_order_mark_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    marked = tmp_path / "notepad.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(TINY).encode())
+    code, out, err = run(capsys, "compact", str(marked), "-q")
+    assert code == 0 and json.loads(out) == TINY, err
+
+
+@pytest.mark.parametrize("html", ["missing/report.html", "."])
+def test_an_unwritable_html_report_is_exit_2_before_compacting(html: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out.json"
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-o", str(out), "--html", str(tmp_path / html))
+    assert code == 2 and err.startswith(f"compactor compact: cannot write {tmp_path / html}: ") and no_traceback(err)
+    assert "units:" not in err and not out.exists()  # nothing compacted, nothing half-written
+
+
+def test_output_naming_a_directory_is_exit_2_before_compacting(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-o", str(tmp_path))
+    assert code == 2 and err == f"compactor compact: cannot write {tmp_path}: --output names a directory, not a file\n"
+
+
+def test_an_html_report_failing_at_the_end_still_writes_the_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli import compact_cmd
+
+    out, page = tmp_path / "out.json", tmp_path / "r.html"
+
+    def open_but_the_page(path: str, *args: object, **kwargs: object) -> object:
+        if path == str(page):
+            raise OSError(28, "No space left on device")
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(compact_cmd, "open", open_but_the_page, raising=False)
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "-o", str(out), "--html", str(page))
+    assert code == 2 and "cannot write" in err and "No space left on device" in err and no_traceback(err)
+    assert json.loads(out.read_text())  # the compaction is not lost
+
+
+def test_an_invalid_request_is_one_plain_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "--target-ratio", "0")
+    assert (code, err) == (2, "compactor compact: invalid request: target_ratio: Input should be greater than 0\n")
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "--format", "anthropic-messages")
+    assert code == 2 and "invalid request: messages[0]: role must be 'user' or 'assistant'" in err
+    assert no_traceback(err) and "input_value" not in err
