@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = import_module(f"{__package__}.{module_name}")
         subparser = subcommands.add_parser(name, help=summary, description=summary)
         module.add_arguments(subparser)
-        subparser.set_defaults(run=module.run)
+        subparser.set_defaults(run=module.run, parser=subparser)
     return parser
 
 
@@ -37,5 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process arguments) and run the chosen subcommand."""
     import compactor_aws  # noqa: F401  (the Bedrock transport and Secrets Manager keys, as deployed)
 
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top level's (argparse's own error names neither option list)
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args.run(args)

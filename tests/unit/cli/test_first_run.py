@@ -106,3 +106,12 @@ def test_an_invalid_request_is_one_plain_line(capsys: pytest.CaptureFixture[str]
     code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "--format", "anthropic-messages")
     assert code == 2 and "invalid request: messages[0]: role must be 'user' or 'assistant'" in err
     assert no_traceback(err) and "input_value" not in err
+
+
+def test_an_unknown_option_shows_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["compact", str(TRANSCRIPT), "--frobnicate"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("usage: compactor compact ")
+    assert err.endswith("compactor compact: error: unrecognized arguments: --frobnicate\n")
