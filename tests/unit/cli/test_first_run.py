@@ -115,3 +115,18 @@ def test_an_unknown_option_shows_the_subcommands_usage(capsys: pytest.CaptureFix
     assert exited.value.code == 2
     assert err.startswith("usage: compactor compact ")
     assert err.endswith("compactor compact: error: unrecognized arguments: --frobnicate\n")
+
+
+def test_an_empty_transcript_reports_without_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    code, out, err = run(capsys, "compact", str(empty))
+    assert (code, json.loads(out)) == (0, [])
+    assert "None" not in err and "output bytes by reason: none" in err
+
+
+def test_a_barely_smaller_result_claims_no_factor(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = CORPUS / "ccb_claude-opus-4-5_dependeval-java-accountauthenticator.jsonl"  # 12 477 -> 12 003 bytes
+    code, _, err = run(capsys, "compact", str(session), "-o", str(tmp_path / "out.jsonl"))
+    line = next(line for line in err.splitlines() if line.startswith("compacted:"))
+    assert code == 0 and "% smaller" in line and "1.0x" not in line and "less to send" not in line
