@@ -130,3 +130,23 @@ def test_a_barely_smaller_result_claims_no_factor(tmp_path: Path, capsys: pytest
     code, _, err = run(capsys, "compact", str(session), "-o", str(tmp_path / "out.jsonl"))
     line = next(line for line in err.splitlines() if line.startswith("compacted:"))
     assert code == 0 and "% smaller" in line and "1.0x" not in line and "less to send" not in line
+
+
+# -- compactor eval -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "bogus,seal"], "--methods: unknown 'bogus'; one or more of decision, mask, seal"),
+    (["--catalog", "/nonexistent/catalog.json"], "catalog /nonexistent/catalog.json: cannot read"),
+    (["--html", "/nonexistent/eval.html"], "cannot write /nonexistent/eval.html: directory /nonexistent does not"),
+    (["--target-ratio", "5"], "--target-ratio 5.0: must be in (0, 1]"),
+])
+def test_eval_usage_mistakes_are_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "eval", str(TRANSCRIPT), *argv)
+    assert (code, out) == (2, "") and message in err and no_traceback(err)
+
+
+def test_eval_skips_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "latin1.json").write_bytes(b"[\xe9]")
+    code, _, err = run(capsys, "eval", str(tmp_path))
+    assert code == 2 and "latin1.json: not UTF-8 text" in err and "skipped" in err and no_traceback(err)
