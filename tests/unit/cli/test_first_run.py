@@ -150,3 +150,23 @@ def test_eval_skips_a_file_that_is_not_utf8(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "latin1.json").write_bytes(b"[\xe9]")
     code, _, err = run(capsys, "eval", str(tmp_path))
     assert code == 2 and "latin1.json: not UTF-8 text" in err and "skipped" in err and no_traceback(err)
+
+
+# -- compactor usage ----------------------------------------------------------------------------------
+
+
+def test_usage_of_a_ledger_file_that_is_not_there_is_exit_2(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "usage", "--ledger", str(tmp_path / "ledgr.jsonl"))
+    assert (code, out) == (2, "") and "ledgr.jsonl: no such file" in err
+    code, _, err = run(capsys, "usage", "--ledger", str(tmp_path))
+    assert code == 2 and "a directory" in err
+
+
+@pytest.mark.parametrize("content", [b"hello\n", b'{"a": 1}\n', b"[1]\n", b"\xff\n"])
+def test_usage_of_a_file_that_is_no_ledger_is_exit_2(content: bytes, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    wrong = tmp_path / "transcript.json"
+    wrong.write_bytes(content)
+    code, _, err = run(capsys, "usage", "--ledger", str(wrong))
+    assert code == 2 and f"--ledger {wrong}: not a usage ledger" in err and no_traceback(err)
