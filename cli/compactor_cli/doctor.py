@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from compactor.catalog import Catalog, CatalogError, load_catalog
 from compactor.provider_failures import explain
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers.registry import BUILTIN
 
 CALL_TIMEOUT_S = 30.0
 PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
@@ -103,6 +104,13 @@ def _call_line(result: dict[str, Any]) -> str:
             f" cost {cost}, {json_word}")
 
 
+def _where(offer: Offer) -> str:
+    """Where the offer's calls go: its base_url, a Bedrock region, nowhere for the offline offers."""
+    if offer.transport == BUILTIN:
+        return ", offline in this process"
+    return f" at {offer.base_url or offer.region or 'the default region'}"
+
+
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
     """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
     failed = False
@@ -110,8 +118,7 @@ def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
         print(f"PROBLEM {problem}", file=out)
         failed = True
     for offer in catalog.offers:
-        where = offer.base_url or (offer.region or "default region")
-        print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model} at {where})", file=out)
+        print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model}{_where(offer)})", file=out)
         problem = credential_problem(offer)
         if problem:
             print(f"  PROBLEM {problem}", file=out)

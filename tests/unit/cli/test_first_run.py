@@ -170,3 +170,11 @@ def test_usage_of_a_file_that_is_no_ledger_is_exit_2(content: bytes, tmp_path: P
     wrong.write_bytes(content)
     code, _, err = run(capsys, "usage", "--ledger", str(wrong))
     assert code == 2 and f"--ledger {wrong}: not a usage ledger" in err and no_traceback(err)
+
+
+# -- compactor doctor and a real-provider catalog without its key --------------------------------------
+
+
+def test_doctor_says_the_offline_offers_run_here(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "doctor")
+    assert code == 0 and "(builtin-rules-decider, offline in this process)" in out and "region" not in out
