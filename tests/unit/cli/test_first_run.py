@@ -178,3 +178,27 @@ def test_usage_of_a_file_that_is_no_ledger_is_exit_2(content: bytes, tmp_path: P
 def test_doctor_says_the_offline_offers_run_here(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "doctor")
     assert code == 0 and "(builtin-rules-decider, offline in this process)" in out and "region" not in out
+
+
+def test_an_unset_variable_is_named_when_the_offer_also_has_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/catalogs/*.json give both: locally the variable is the fix, not Secrets Manager's permissions."""
+    def no_store(name: str) -> str:
+        raise RuntimeError("NoRegionError")
+
+    previous = keys._secret_resolver, keys._cached_secret
+    keys.set_secret_resolver(no_store)
+    monkeypatch.delenv("FIRST_RUN_KEY", raising=False)
+    offer = Offer(id="o", provider="p", family="f", model="m", protocol="chat", transport="openai",
+                  base_url="http://127.0.0.1:1/v1", api_key_env="FIRST_RUN_KEY", api_key_secret="compactor/x")
+    try:
+        with pytest.raises(ProviderError) as caught:
+            keys.api_key(offer)
+        with pytest.raises(ProviderError, match=r"^auth_error: API key secret compactor/x cannot be read"):
+            keys.api_key(dataclasses.replace(offer, api_key_env=None))  # a secret alone: as before
+    finally:
+        keys.set_secret_resolver(*previous)
+    assert caught.value.kind == "auth_error"
+    assert caught.value.message == ("API key variable FIRST_RUN_KEY is not set and API key secret compactor/x "
+                                    "cannot be read (RuntimeError)")
+    cause, fix = explain(caught.value.kind, caught.value.message)
+    assert fix.startswith("export FIRST_RUN_KEY=<key> (local), or check the secret exists")
