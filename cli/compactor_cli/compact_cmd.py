@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"compaction mode (default: a request body's own, inferred as the API does; "
                              f"{TRANSCRIPT_MODE} for a bare transcript)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target, 0 < r <= 1 (default 0.1)")
-    parser.add_argument("--keep-recent", type=int, help="messages of recent tail always kept (default 6)")
+    parser.add_argument("--keep-recent", type=int,
+                        help="messages of the recent tail always kept (default 6; decision mode without it: the "
+                             "last 6 as far as they fit in 30%% of the target, always the last one)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
                         help="protect this message index (repeatable; default: every user message)")
     parser.add_argument("--pin-task", action="store_true",

@@ -185,7 +185,7 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
         before, after = dense_size(messages), dense_size(output)
         lines.append(f"{request.mode_name}: {'compacted' if body['compacted'] else 'unchanged'};"
                      f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
-                     f" ({_pct(after, before)})")
+                     f" ({_pct(after, before)} of the original, {_pct(before - after, before)} smaller)")
     if record.nodes:
         cost = record.cost_usd
         lines.append(f"cost: {'unknown' if cost is None else f'${cost:.6f}'} ({record.cost_basis or 'no basis'})")

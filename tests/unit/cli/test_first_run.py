@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -202,3 +203,19 @@ def test_an_unset_variable_is_named_when_the_offer_also_has_a_secret(monkeypatch
                                     "cannot be read (RuntimeError)")
     cause, fix = explain(caught.value.kind, caught.value.message)
     assert fix.startswith("export FIRST_RUN_KEY=<key> (local), or check the secret exists")
+
+
+# -- what a first run reads ---------------------------------------------------------------------------
+
+
+def test_the_mask_and_seal_line_says_which_way_its_percentage_goes(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "--mode", "mask", "-o", str(tmp_path / "out.json"))
+    line = next(line for line in err.splitlines() if line.startswith("mask: "))
+    assert code == 0 and re.search(r"bytes (\d+) -> (\d+) \(\d+\.\d% of the original, \d+\.\d% smaller\)$", line)
+
+
+def test_keep_recents_help_tells_decision_modes_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["compact", "--help"])
+    assert "fit in 30% of the target" in " ".join(capsys.readouterr().out.split())
