@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", type=_json_arg, help="Σ_pol policy for summaries (JSON or @file)")
     parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
-    parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout")
+    parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout ('-' = stdout)")
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
     parser.add_argument("--show-summaries", type=int, default=0, metavar="N",
                         help="print the N summaries that saved the most, each beside its original")
@@ -96,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
+    if args.output == "-":  # as FILE '-' is stdin (it wrote a file named '-')
+        args.output = None
     problem = _output_problem(args)
     if problem:
         print(f"compactor compact: {problem}", file=sys.stderr)

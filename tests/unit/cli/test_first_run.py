@@ -219,3 +219,12 @@ def test_keep_recents_help_tells_decision_modes_default(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         main(["compact", "--help"])
     assert "fit in 30% of the target" in " ".join(capsys.readouterr().out.split())
+
+
+def test_output_dash_is_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "tiny.json"
+    source.write_text(json.dumps(TINY))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "compact", str(source), "-q", "-o", "-")
+    assert code == 0 and json.loads(out) == TINY and not (tmp_path / "-").exists()
