@@ -228,3 +228,19 @@ def test_output_dash_is_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.chdir(tmp_path)
     code, out, _ = run(capsys, "compact", str(source), "-q", "-o", "-")
     assert code == 0 and json.loads(out) == TINY and not (tmp_path / "-").exists()
+
+
+def test_the_readmes_command_line_names_every_option() -> None:
+    """README "Command line" is the synopsis a new user reads: every option of every subcommand is in it."""
+    from compactor_cli.main import build_parser
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Command line"):]
+    start = section.index("```sh\n") + 6
+    synopsis = section[start:section.index("\n```", start)]
+    subparsers = next(action for action in build_parser()._actions if action.dest == "command").choices
+    missing = {name: [option for action in parser._actions for option in action.option_strings
+                      if option.startswith("--") and option != "--help"
+                      and not re.search(rf"compactor {name} [^\n]*(\n +[^\n]*)*{re.escape(option)}\b", synopsis)]
+               for name, parser in subparsers.items()}
+    assert {name: options for name, options in missing.items() if options} == {}
