@@ -7,6 +7,7 @@ import os
 import sys
 
 BOM = "\ufeff"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian byte order marks
 
 
 class InputError(Exception):
@@ -35,7 +36,10 @@ def read_text(path: str) -> str:
             with open(path, encoding="utf-8", newline="") as handle:
                 text = handle.read()
     except UnicodeDecodeError as exc:
-        raise InputError(f"{display_name(path)}: not UTF-8 text (an invalid byte at offset {exc.start})") from None
+        utf16 = exc.start == 0 and exc.object[:2] in UTF16_BOMS
+        cause = ("UTF-16 text (what PowerShell's > writes); save it as UTF-8" if utf16
+                 else f"not UTF-8 text (an invalid byte at offset {exc.start})")
+        raise InputError(f"{display_name(path)}: {cause}") from None
     except OSError as exc:
         raise InputError(f"{display_name(path)}: {os_cause(exc)}") from None
     return text.removeprefix(BOM)

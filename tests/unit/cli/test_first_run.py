@@ -49,7 +49,7 @@ def test_a_file_that_is_not_utf8_is_exit_2_naming_it(tmp_path: Path, capsys: pyt
 
 def test_stdin_that_is_not_utf8_is_exit_2_naming_stdin(monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe[]")))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"[\xff]")))
     code, _, err = run(capsys, "compact", "-", "-q")
     assert code == 2 and "stdin: not UTF-8 text" in err and no_traceback(err)
 
@@ -244,3 +244,11 @@ def test_the_readmes_command_line_names_every_option() -> None:
                       and not re.search(rf"compactor {name} [^\n]*(\n +[^\n]*)*{re.escape(option)}\b", synopsis)]
                for name, parser in subparsers.items()}
     assert {name: options for name, options in missing.items() if options} == {}
+
+
+def test_a_utf16_file_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PowerShell 5's `>` writes UTF-16 with a byte order mark: the one fix is to save it as UTF-8."""
+    utf16 = tmp_path / "powershell.json"
+    utf16.write_bytes(json.dumps(TINY).encode("utf-16"))
+    code, _, err = run(capsys, "compact", str(utf16), "-q")
+    assert (code, err) == (2, f"compactor compact: {utf16}: UTF-16 text (what PowerShell's > writes); save it as UTF-8\n")
