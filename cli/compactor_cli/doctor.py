@@ -21,6 +21,10 @@ from compactor.providers.registry import BUILTIN
 
 CALL_TIMEOUT_S = 30.0
 PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
+PROBE_PROMPT = 'Reply with exactly this JSON object: {"ok": true}'
+# The offline summarizer answers what the summarizer node sends it, in JSON mode a JSON object of items to
+# summarize (docs/offline-offers.md): the probe's text as one item, whose summary comes back as a JSON object.
+BUILTIN_PROBE_ITEMS = json.dumps({"ok": PROBE_PROMPT})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +80,8 @@ async def probe(offer: Offer) -> dict[str, Any]:
     try:
         if offer.protocol == "chat":
             json_mode = offer.observations.get("supports_json_mode") is True
-            request = ChatRequest([{"role": "user", "content": 'Reply with exactly this JSON object: {"ok": true}'}],
-                                  max_tokens=16, json_mode=json_mode)
+            prompt = BUILTIN_PROBE_ITEMS if offer.transport == BUILTIN and json_mode else PROBE_PROMPT
+            request = ChatRequest([{"role": "user", "content": prompt}], max_tokens=16, json_mode=json_mode)
             response: Any = await transport.chat(offer, request, CALL_TIMEOUT_S)
             try:
                 json_ok = isinstance(json.loads(response.text or ""), dict)

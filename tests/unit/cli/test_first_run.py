@@ -181,6 +181,12 @@ def test_doctor_says_the_offline_offers_run_here(capsys: pytest.CaptureFixture[s
     assert code == 0 and "(builtin-rules-decider, offline in this process)" in out and "region" not in out
 
 
+def test_doctor_call_passes_on_the_bundled_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    """The probe asked the offline summarizer for prose it cannot answer: 'builtin refused the request', exit 1."""
+    code, out, _ = run(capsys, "doctor", "--call")
+    assert (code, out.count("call ok:"), out.count("JSON ok")) == (0, 2, 2), out
+
+
 def test_an_unset_variable_is_named_when_the_offer_also_has_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/catalogs/*.json give both: locally the variable is the fix, not Secrets Manager's permissions."""
     def no_store(name: str) -> str:
