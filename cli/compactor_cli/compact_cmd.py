@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from compactor.compaction.modes import names as mode_names
 from compactor.errors import describe_validation
 from compactor.formats import FORMAT_NAMES
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
-from compactor_cli.files import InputError, display_name, os_cause, read_text, unwritable
+from compactor_cli.files import InputError, display_name, os_cause, read_text, replaced_when_done, unwritable
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8", newline="") as handle:
+            with replaced_when_done(args.output) as handle:
                 handle.write(text)
         except OSError as exc:
             print(f"compactor compact: cannot write {args.output}: {os_cause(exc)}", file=sys.stderr)
@@ -307,20 +308,21 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
         return 2
     progress = None if args.quiet else WindowProgress(sys.stderr)
     started = time.monotonic()
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        router = get_router()
-        record = run_sync(compact_stream(
-            source, Settings.from_request(request), router=router,
-            run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
-            messages_only=not args.json, workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
-            on_event=progress.on_event if progress else None))
+        with replaced_when_done(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
+            router = get_router()
+            record = run_sync(compact_stream(
+                source, Settings.from_request(request), router=router,
+                run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
+                messages_only=not args.json,
+                workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
+                on_event=progress.on_event if progress else None))
     except (CatalogError, TranscriptError, InvalidRequest) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if args.output:
-            out.close()
+    except OSError as exc:  # reading the file or writing the output (a full disk …)
+        print(f"compactor compact: {exc.filename or args.output or args.file}: {os_cause(exc)}", file=sys.stderr)
+        return 2
     seconds = time.monotonic() - started
     html_written = not args.html or _write_html(args, [], record, [], request.keep_recent, seconds, request.format)
     if not args.quiet:

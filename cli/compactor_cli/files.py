@@ -3,8 +3,11 @@ problem in a line a person can act on (the commands exit 2 with it, before any m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import TextIO
 
 BOM = "\ufeff"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian byte order marks
@@ -54,3 +57,20 @@ def unwritable(path: str, what: str) -> str | None:
     if os.path.isdir(path):
         return f"cannot write {path}: {what} names a directory, not a file"
     return None
+
+
+@contextlib.contextmanager
+def replaced_when_done(path: str) -> Iterator[TextIO]:
+    """A text file that becomes ``path`` only when the block ends without an error: it is written beside it
+    under a hidden name and renamed over it, so an interrupted or failed run leaves ``path`` as it was (before,
+    a streamed run truncated it at the start and left what it had written when it failed)."""
+    target = os.path.realpath(path)  # through a symbolic link, as writing to it did
+    partial = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise

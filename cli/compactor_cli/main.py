@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from compactor import __version__
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
 
 _SUBCOMMANDS = (
     ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),
@@ -40,4 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # the subcommand's usage, not the top level's (argparse's own error names neither option list)
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for it, not a traceback
+        print(f"compactor {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT

@@ -10,6 +10,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -258,3 +259,54 @@ def test_a_utf16_file_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFix
     utf16.write_bytes(json.dumps(TINY).encode("utf-16"))
     code, _, err = run(capsys, "compact", str(utf16), "-q")
     assert (code, err) == (2, f"compactor compact: {utf16}: UTF-16 text (what PowerShell's > writes); save it as UTF-8\n")
+
+
+# -- interrupted and failed runs leave --output as it was ------------------------------------------------
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_output_untouched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli import compact_cmd
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compact_cmd, "compact_locally", interrupted)
+    out = tmp_path / "out.json"
+    out.write_text("the previous result")
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-o", str(out))
+    assert (code, err) == (130, "compactor compact: interrupted\n")
+    assert out.read_text() == "the previous result"
+
+
+def test_a_streamed_run_that_fails_leaves_the_output_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The streamed path (files over 32 MiB) opened --output at the start: it truncated a previous result and
+    left half a JSON array when a window failed or Ctrl-C came."""
+    from compactor.compaction import windowed
+    from compactor.errors import InvalidRequest
+    from compactor_cli import compact_cmd
+
+    async def fails_midway(source: object, settings: object, *, out: Any, **kwargs: object) -> None:
+        out.write('[\n{"role": "system", "content": "half')
+        raise InvalidRequest("a window failed")
+
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 0)  # stream this small file
+    monkeypatch.setattr(windowed, "compact_stream", fails_midway)
+    out = tmp_path / "out.json"
+    out.write_text("the previous result")
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "-o", str(out))
+    assert code == 2 and "a window failed" in err
+    assert out.read_text() == "the previous result"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no partial file left beside it
+
+
+def test_a_streamed_run_writes_its_output_when_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor_cli import compact_cmd
+
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 0)
+    out = tmp_path / "out.json"
+    code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-o", str(out))
+    assert code == 0 and "one dense message per line" in err
+    assert json.loads(out.read_text()) and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
