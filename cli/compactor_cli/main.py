@@ -46,5 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for it, not a traceback
+        import logging
+        import warnings
+
+        # The event loop's tasks cut short would each print their KeyboardInterrupt again at exit.
+        logging.getLogger("asyncio").disabled = True
+        warnings.simplefilter("ignore")
         print(f"compactor {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT

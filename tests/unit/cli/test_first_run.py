@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -272,6 +273,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_output_untouched(tmp_path: Path, mo
         raise KeyboardInterrupt
 
     monkeypatch.setattr(compact_cmd, "compact_locally", interrupted)
+    monkeypatch.setattr(logging.getLogger("asyncio"), "disabled", False)  # main() silences it: restored after
     out = tmp_path / "out.json"
     out.write_text("the previous result")
     code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-o", str(out))
