@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -10,8 +11,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
+from compactor.errors import describe_validation
 from compactor.formats import FORMAT_NAMES
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
+from compactor_cli.files import InputError, display_name, os_cause, read_text, replaced_when_done, unwritable
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -20,9 +23,9 @@ if TYPE_CHECKING:
 def _json_arg(value: str) -> Any:
     """A JSON value given inline or as ``@path`` (an unreadable file is a usage error, exit 2)."""
     try:
-        text = _read(value[1:]) if value.startswith("@") else value
-    except (OSError, UnicodeDecodeError) as exc:
-        raise argparse.ArgumentTypeError(f"cannot read {value[1:]}: {getattr(exc, 'strerror', None) or exc}") from None
+        text = read_text(value[1:]) if value.startswith("@") else value
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {exc}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -44,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"compaction mode (default: a request body's own, inferred as the API does; "
                              f"{TRANSCRIPT_MODE} for a bare transcript)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target, 0 < r <= 1 (default 0.1)")
-    parser.add_argument("--keep-recent", type=int, help="messages of recent tail always kept (default 6)")
+    parser.add_argument("--keep-recent", type=int,
+                        help="messages of the recent tail always kept (default 6; decision mode without it: the "
+                             "last 6 as far as they fit in 30%% of the target, always the last one)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
                         help="protect this message index (repeatable; default: every user message)")
     parser.add_argument("--pin-task", action="store_true",
@@ -53,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", type=_json_arg, help="Σ_pol policy for summaries (JSON or @file)")
     parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
-    parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout")
+    parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout ('-' = stdout)")
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
     parser.add_argument("--show-summaries", type=int, default=0, metavar="N",
                         help="print the N summaries that saved the most, each beside its original")
@@ -62,15 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true", help="no report on stderr")
     parser.add_argument("--strict", action="store_true",
                         help="exit 3 when any model call fell back (the output is still written)")
-
-
-def _read(path: str) -> str:
-    """The file's text with its line endings as they are (a session file's untouched lines are written back byte
-    for byte, CRLF included)."""
-    if path == "-":
-        return sys.stdin.buffer.read().decode("utf-8")
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
 
 
 def build_request_body(args: argparse.Namespace, transcript: Transcript) -> dict[str, Any]:
@@ -101,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
+    if args.output == "-":  # as FILE '-' is stdin (it wrote a file named '-')
+        args.output = None
     problem = _output_problem(args)
     if problem:
         print(f"compactor compact: {problem}", file=sys.stderr)
@@ -111,16 +109,19 @@ def run(args: argparse.Namespace) -> int:
         if streamed is not None:
             return streamed
     try:
-        transcript = read_transcript(_read(args.file), args.format)
-    except (OSError, TranscriptError) as exc:
-        print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
+        transcript = read_transcript(read_text(args.file), args.format)
+    except InputError as exc:
+        print(f"compactor compact: {exc}", file=sys.stderr)
+        return 2
+    except TranscriptError as exc:
+        print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
         return 2
     from compactor.models import CompactRequest
 
     try:
         request = CompactRequest.model_validate(build_request_body(args, transcript))
     except ValidationError as exc:
-        print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
+        print(f"compactor compact: invalid request: {describe_validation(exc)}", file=sys.stderr)
         return 2
     from compactor.catalog import CatalogError
     from compactor_cli.report import Progress, render_examples, render_report
@@ -143,18 +144,18 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(render_report(request, record, seconds, units))
     if args.show_summaries and record.report is not None and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
-    if args.html:
-        _write_html(args, request.messages, record, units, request.keep_recent, seconds, request.format)
+    html_written = not args.html or _write_html(args, request.messages, record, units, request.keep_recent,
+                                                seconds, request.format)
     items_field = "input" if request.format == "openai-responses" else "messages"
     session = None if args.json else transcript.write_back(record)
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8", newline="") as handle:
+            with replaced_when_done(args.output) as handle:
                 handle.write(text)
         except OSError as exc:
-            print(f"compactor compact: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"compactor compact: cannot write {args.output}: {os_cause(exc)}", file=sys.stderr)
             return 2
         if not args.quiet:
             _report_written(args.output, len(text.encode("utf-8")), written_as(
@@ -162,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
                 items_field=items_field, streamed=False))
     else:
         sys.stdout.write(text)
+    if not html_written:
+        return 2
     if args.strict:
         from compactor.provider_failures import fallback_count
 
@@ -193,24 +196,38 @@ def _report_written(path: str, size: int, what: str) -> None:
 
 
 def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], record: CallRecord,
-                units: list[dict[str, Any]], keep_recent: int, seconds: float, items_format: str) -> None:
+                units: list[dict[str, Any]], keep_recent: int, seconds: float, items_format: str) -> bool:
+    """Write the HTML report to ``--html``; False (said on stderr) when it cannot be written."""
     from compactor_cli.html_report import render_html
 
-    title = "stdin" if args.file == "-" else os.path.basename(args.file)
-    with open(args.html, "w", encoding="utf-8") as handle:
-        handle.write(render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds,
-                                 items_format=items_format))
+    title = display_name(os.path.basename(args.file))
+    page = render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds,
+                       items_format=items_format)
+    try:
+        with open(args.html, "w", encoding="utf-8") as handle:
+            handle.write(page)
+    except OSError as exc:  # checked before the compaction, so only a change since (a full disk …)
+        print(f"compactor compact: cannot write {args.html}: {os_cause(exc)}", file=sys.stderr)
+        return False
     if not args.quiet:
         print(f"wrote the HTML report {args.html}", file=sys.stderr)
+    return True
 
 
 def _output_problem(args: argparse.Namespace) -> str | None:
-    """Why ``--output`` cannot be used (checked before any model call), or None."""
+    """Why ``--output`` or ``--html`` cannot be used (checked before any model call), or None."""
+    if args.html:
+        problem = unwritable(args.html, "--html")
+        if problem:
+            return problem
+        if args.file != "-" and os.path.exists(args.html) and os.path.exists(args.file) \
+                and os.path.samefile(args.html, args.file):
+            return f"--html {args.html} is the input file"
     if not args.output:
         return None
-    parent = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(parent):
-        return f"cannot write {args.output}: directory {parent} does not exist"
+    problem = unwritable(args.output, "--output")
+    if problem:
+        return problem
     if args.file != "-" and not args.force and os.path.exists(args.output) and os.path.exists(args.file) \
             and os.path.samefile(args.output, args.file):
         return f"--output {args.output} is the input file; pass --force to overwrite it"
@@ -287,33 +304,33 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
-        print(f"compactor compact: invalid request: {exc}", file=sys.stderr)
+        print(f"compactor compact: invalid request: {describe_validation(exc)}", file=sys.stderr)
         return 2
     progress = None if args.quiet else WindowProgress(sys.stderr)
     started = time.monotonic()
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
-        router = get_router()
-        record = run_sync(compact_stream(
-            source, Settings.from_request(request), router=router,
-            run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
-            messages_only=not args.json, workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
-            on_event=progress.on_event if progress else None))
+        with replaced_when_done(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
+            router = get_router()
+            record = run_sync(compact_stream(
+                source, Settings.from_request(request), router=router,
+                run_window=inline_runner(router, window_budget_ms=flow_budget_ms()), out=out,
+                messages_only=not args.json,
+                workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
+                on_event=progress.on_event if progress else None))
     except (CatalogError, TranscriptError, InvalidRequest) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
-    finally:
-        if args.output:
-            out.close()
+    except OSError as exc:  # reading the file or writing the output (a full disk …)
+        print(f"compactor compact: {exc.filename or args.output or args.file}: {os_cause(exc)}", file=sys.stderr)
+        return 2
     seconds = time.monotonic() - started
-    if args.html:
-        _write_html(args, [], record, [], request.keep_recent, seconds, request.format)
+    html_written = not args.html or _write_html(args, [], record, [], request.keep_recent, seconds, request.format)
     if not args.quiet:
         sys.stderr.write(render_windowed_report(record, seconds))
         if args.output:
             _report_written(args.output, _size(args.output), written_as(
                 session=None, whole_body=args.json, items_field="messages", streamed=True))
-    return 0
+    return 0 if html_written else 2
 
 
 def _until_first_user(messages: Any) -> list[dict[str, Any]]:

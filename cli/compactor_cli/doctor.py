@@ -17,9 +17,14 @@ from urllib.parse import urlsplit
 from compactor.catalog import Catalog, CatalogError, load_catalog
 from compactor.provider_failures import explain
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers.registry import BUILTIN
 
 CALL_TIMEOUT_S = 30.0
 PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
+PROBE_PROMPT = 'Reply with exactly this JSON object: {"ok": true}'
+# The offline summarizer answers what the summarizer node sends it, in JSON mode a JSON object of items to
+# summarize (docs/offline-offers.md): the probe's text as one item, whose summary comes back as a JSON object.
+BUILTIN_PROBE_ITEMS = json.dumps({"ok": PROBE_PROMPT})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +80,8 @@ async def probe(offer: Offer) -> dict[str, Any]:
     try:
         if offer.protocol == "chat":
             json_mode = offer.observations.get("supports_json_mode") is True
-            request = ChatRequest([{"role": "user", "content": 'Reply with exactly this JSON object: {"ok": true}'}],
-                                  max_tokens=16, json_mode=json_mode)
+            prompt = BUILTIN_PROBE_ITEMS if offer.transport == BUILTIN and json_mode else PROBE_PROMPT
+            request = ChatRequest([{"role": "user", "content": prompt}], max_tokens=16, json_mode=json_mode)
             response: Any = await transport.chat(offer, request, CALL_TIMEOUT_S)
             try:
                 json_ok = isinstance(json.loads(response.text or ""), dict)
@@ -103,6 +108,13 @@ def _call_line(result: dict[str, Any]) -> str:
             f" cost {cost}, {json_word}")
 
 
+def _where(offer: Offer) -> str:
+    """Where the offer's calls go: its base_url, a Bedrock region, nowhere for the offline offers."""
+    if offer.transport == BUILTIN:
+        return ", offline in this process"
+    return f" at {offer.base_url or offer.region or 'the default region'}"
+
+
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
     """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
     failed = False
@@ -110,8 +122,7 @@ def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
         print(f"PROBLEM {problem}", file=out)
         failed = True
     for offer in catalog.offers:
-        where = offer.base_url or (offer.region or "default region")
-        print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model} at {where})", file=out)
+        print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model}{_where(offer)})", file=out)
         problem = credential_problem(offer)
         if problem:
             print(f"  PROBLEM {problem}", file=out)

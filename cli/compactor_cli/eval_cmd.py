@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from compactor.transcripts import TranscriptError, parse_transcript
+from compactor_cli.files import InputError, read_text, unwritable
 
 SUFFIXES = (".json", ".jsonl")
 
@@ -42,24 +43,44 @@ def transcript_files(paths: list[str]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from compactor.catalog import CatalogError
     from compactor.container import run_sync
     from compactor_cli.evaluation import evaluate, means, mode_names, render
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
-    modes = args.methods.split(",") if args.methods else mode_names()
+    modes = [mode.strip() for mode in args.methods.split(",")] if args.methods else mode_names()
+    unknown = [mode for mode in modes if mode not in mode_names()]
+    if unknown:
+        print(f"compactor eval: --methods: unknown {', '.join(map(repr, unknown))}; "
+              f"one or more of {', '.join(mode_names())} (trim comes with decision)", file=sys.stderr)
+        return 2
+    if args.target_ratio is not None and not 0 < args.target_ratio <= 1:
+        print(f"compactor eval: --target-ratio {args.target_ratio}: must be in (0, 1]", file=sys.stderr)
+        return 2
+    problem = args.html and unwritable(args.html, "--html")
+    if problem:
+        print(f"compactor eval: {problem}", file=sys.stderr)
+        return 2
     rows = []
     for path in transcript_files(args.paths):
         try:
-            messages, _ = parse_transcript(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, TranscriptError) as exc:
+            messages, _ = parse_transcript(read_text(str(path)))
+        except InputError as exc:
+            print(f"compactor eval: {exc}: skipped", file=sys.stderr)
+            continue
+        except TranscriptError as exc:
             print(f"compactor eval: {path}: skipped: {exc}", file=sys.stderr)
             continue
         if not messages:
             print(f"compactor eval: {path}: skipped: no chat messages", file=sys.stderr)
             continue
         settings = {} if args.target_ratio is None else {"target_ratio": args.target_ratio}
-        rows.extend(run_sync(evaluate(path.stem, messages, modes, settings)))
+        try:
+            rows.extend(run_sync(evaluate(path.stem, messages, modes, settings)))
+        except CatalogError as exc:
+            print(f"compactor eval: {exc}", file=sys.stderr)
+            return 2
     if not rows:
         print("compactor eval: no transcripts", file=sys.stderr)
         return 2

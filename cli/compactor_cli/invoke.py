@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from compactor_cli.files import InputError, display_name, read_text
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
@@ -50,9 +51,22 @@ def _parse_overrides(pairs: list[str]) -> dict[str, str]:
     return overrides
 
 
-def _read_event(source: str) -> Any:
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    return json.loads(text)
+class EventError(Exception):
+    """An event file that is not a JSON object."""
+
+
+def _read_event(source: str) -> dict[str, Any]:
+    """The event in ``source`` (``-``: stdin): every function of the template takes an object (API Gateway's,
+    S3's, the state machines'), so anything else is a mistake (a transcript given instead, say)."""
+    name = display_name(source)
+    try:
+        event = json.loads(read_text(source))
+    except json.JSONDecodeError as exc:
+        raise EventError(f"{name}: not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(event), "a number")
+        raise EventError(f"{name}: the event is {kind}, not a JSON object (the shape of tests/events/*.json)")
+    return event
 
 
 def invoke(template: Template, logical_id: str, event: Any) -> Any:
@@ -92,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         template = Template.load(Path(args.template), _parse_overrides(args.param))
         event = _read_event(args.event)
         template.function_properties(args.logical_id)
-    except (TemplateError, OSError, json.JSONDecodeError) as exc:
+    except (TemplateError, OSError, InputError, EventError) as exc:
         print(f"compactor invoke: {exc}", file=sys.stderr)
         return 2
     try:

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from compactor import __version__
+
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a command Ctrl-C stopped
 
 _SUBCOMMANDS = (
     ("compact", "compact_cmd", "compact a transcript file (JSON, object with messages, or JSONL)"),
@@ -29,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = import_module(f"{__package__}.{module_name}")
         subparser = subcommands.add_parser(name, help=summary, description=summary)
         module.add_arguments(subparser)
-        subparser.set_defaults(run=module.run)
+        subparser.set_defaults(run=module.run, parser=subparser)
     return parser
 
 
@@ -37,5 +40,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process arguments) and run the chosen subcommand."""
     import compactor_aws  # noqa: F401  (the Bedrock transport and Secrets Manager keys, as deployed)
 
-    args = build_parser().parse_args(argv)
-    return args.run(args)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top level's (argparse's own error names neither option list)
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for it, not a traceback
+        import logging
+        import warnings
+
+        # The event loop's tasks cut short would each print their KeyboardInterrupt again at exit.
+        logging.getLogger("asyncio").disabled = True
+        warnings.simplefilter("ignore")
+        print(f"compactor {args.command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT

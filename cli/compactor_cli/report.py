@@ -154,13 +154,14 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
                      " its id is fragment_<first message index>, so ids skip the results' numbers)")
         lines.append(f"compacted: {original_bytes} -> {output_bytes} bytes of dense JSON,"
                      f" {_pct(original_bytes - output_bytes, original_bytes)} smaller"
-                     + (f" ({original_bytes / output_bytes:.1f}x less to send)" if output_bytes < original_bytes else ""))
+                     + (f" ({original_bytes / output_bytes:.1f}x less to send)"
+                        if output_bytes and original_bytes / output_bytes >= 1.05 else ""))
         by_reason: Counter[str] = Counter()
         for row in rows:
             by_reason[row["reason"]] += row["after"]
         lines.append(f"target: {compaction['target_bytes']} bytes (ratio {compaction['target_ratio']:g})"
                      f" {'met' if compaction['target_met'] else 'not met'}; output bytes by reason: "
-                     + ", ".join(f"{reason} {size}" for reason, size in by_reason.most_common() if size))
+                     + (", ".join(f"{reason} {size}" for reason, size in by_reason.most_common() if size) or "none"))
         if compaction["reasons"]:
             counts = Counter(compaction["reasons"])
             lines.append("limits: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
@@ -171,8 +172,8 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
         if limits:
             lines.append(f"made of: pins {limits['pins_bytes']}, tail {limits['tail_bytes']}, kept units "
                          f"{limits['kept_units_bytes']}, summaries {limits['summaries_bytes']} bytes;"
-                         f" most from {limits['limited_by']}; smallest reachable ratio {limits['smallest_ratio']:g}"
-                         " (every candidate archived)")
+                         + (f" most from {limits['limited_by']};" if limits["limited_by"] else "")
+                         + f" smallest reachable ratio {limits['smallest_ratio']:g} (every candidate archived)")
         changed = compaction.get("first_changed_index")
         if changed is None:
             lines.append("prompt cache: nothing changed")
@@ -184,7 +185,7 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
         before, after = dense_size(messages), dense_size(output)
         lines.append(f"{request.mode_name}: {'compacted' if body['compacted'] else 'unchanged'};"
                      f" messages {len(messages)} -> {len(output)}; bytes {before} -> {after}"
-                     f" ({_pct(after, before)})")
+                     f" ({_pct(after, before)} of the original, {_pct(before - after, before)} smaller)")
     if record.nodes:
         cost = record.cost_usd
         lines.append(f"cost: {'unknown' if cost is None else f'${cost:.6f}'} ({record.cost_basis or 'no basis'})")

@@ -523,7 +523,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template or --param)."""
+    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param or --code-dir, or a
+    port that cannot be listened on)."""
     template = args.template or default_template()
     environment: dict[str, str] = {}
     if args.template is not None or template.is_file() or args.param:
@@ -537,6 +538,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.ledger is not None:
         environment[LEDGER_FILE_ENV] = str(args.ledger)
+    module = FUNCTION_HANDLER.partition(".")[0] + ".py"
+    if args.code_dir is not None and not (args.code_dir / module).is_file():  # else every worker fails to start
+        print(f"compactor serve: --code-dir {args.code_dir}: no {module} there (the API function's directory, "
+              "functions/compact)", file=sys.stderr)
+        return 2
     try:
         server = create_server(args.host, args.port, args.api_key, args.code_dir, environment, workers=args.workers)
     except OSError as exc:

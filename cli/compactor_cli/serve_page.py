@@ -44,6 +44,7 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
     ``(status, content type, body)``: the HTML report, or a JSON error naming the problem."""
     from pydantic import ValidationError
 
+    from compactor.errors import describe_validation
     from compactor.models import CompactRequest
     from compactor_cli.compact_cmd import build_request_body, compact_locally
     from compactor_cli.html_report import render_html
@@ -68,8 +69,10 @@ def report(payload: bytes) -> tuple[int, str, bytes]:
                                   max_tokens=None, decision_policy=None, target_ratio=form.get("target_ratio"),
                                   keep_recent=form.get("keep_recent"))
         request = CompactRequest.model_validate(build_request_body(args, transcript))
-    except (ValueError, TranscriptError, ValidationError) as exc:  # JSONLimitError is a ValueError
-        return _error(400 if not isinstance(exc, ValidationError) else 422, str(exc))
+    except ValidationError as exc:
+        return _error(422, f"invalid request: {describe_validation(exc)}")
+    except (ValueError, TranscriptError) as exc:  # JSONLimitError is a ValueError
+        return _error(400, str(exc))
     record, units = compact_locally(request)
     if not record.ok:
         return record.status, "application/json", json.dumps(record.body).encode("utf-8")
@@ -130,7 +133,8 @@ summarized or archived and why. Runs on this machine with the server's catalog.
 <div class="row">
 <div><label for="mode">Mode</label><select id="mode" name="mode">
 <option value="decision" selected>decision: keep, summarize or archive each unit</option>
-<option value="seal">seal: one summary of the aged middle</option></select></div>
+<option value="seal">seal: one summary of the aged middle</option>
+<option value="mask">mask: old tool outputs become a one-line placeholder</option></select></div>
 <div><label for="target">Target ratio <span class="hint">decision mode</span></label>
 <input type="number" id="target" name="target_ratio" min="0.01" max="1" step="0.01" value="0.1"></div>
 <div><label for="keep">Keep recent <span class="hint">empty: the last 6 as far as they fit</span></label><input type="number" id="keep" name="keep_recent" min="1" step="1" placeholder="default"></div>

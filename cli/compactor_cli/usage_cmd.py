@@ -41,22 +41,37 @@ def _ledger(args: argparse.Namespace) -> UsageLedger | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; 2 on a bad range or when no ledger is named."""
+    """Print the report; 2 on a bad range, when no ledger is named or the named file is not there."""
     try:
         first, last = parse_range(args.first, args.last)
     except UsageRangeError as exc:
         print(f"compactor usage: {exc}", file=sys.stderr)
         return 2
-    ledger = _ledger(args)
+    if args.ledger is not None and args.backfill_totals:
+        print("compactor usage: --backfill-totals needs a DynamoDB table (--table)", file=sys.stderr)
+        return 2
+    if args.ledger is not None and not args.ledger.is_file():  # a mistyped path is not an empty ledger
+        cause = "a directory, not a ledger file" if args.ledger.is_dir() else "no such file"
+        print(f"compactor usage: --ledger {args.ledger}: {cause} (compactor serve --ledger FILE writes one)",
+              file=sys.stderr)
+        return 2
+    try:
+        ledger = _ledger(args)
+        report = ledger.totals(first, last, args.key) if isinstance(ledger, LocalLedger) else None
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:  # its JSON, UTF-8 or an entry's fields
+        if args.ledger is None:
+            raise
+        print(f"compactor usage: --ledger {args.ledger}: not a usage ledger ({type(exc).__name__}: {exc})"[:300],
+              file=sys.stderr)
+        return 2
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2
-    if args.backfill_totals:
-        if isinstance(ledger, LocalLedger):
-            print("compactor usage: --backfill-totals needs a DynamoDB table (--table)", file=sys.stderr)
-            return 2
-        print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals", file=sys.stderr)
-    report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
+    if report is None:
+        if args.backfill_totals:
+            print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals",
+                  file=sys.stderr)
+        report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
     if args.json:
         print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))
         return 0

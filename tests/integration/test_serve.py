@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import os
 import socket
 import time
@@ -322,6 +323,27 @@ def test_the_report_page_refuses_what_the_api_refuses(open_server: str, payload:
 
     assert response.status_code == status
     assert response.json()["error"]["message"].startswith(message)
+
+
+def test_the_report_page_says_what_is_wrong_with_its_settings_in_one_line(open_server: str) -> None:
+    # Before: pydantic's dump, the input echoed and a link to its documentation.
+    response = httpx.post(open_server.removesuffix("/v1") + "/report", headers={"Content-Type": "application/json"},
+                          json={"transcript": REPORT_TRANSCRIPT, "mode": "decision", "target_ratio": 5})
+
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == "invalid request: target_ratio: Input should be less than or equal to 1"
+
+
+def test_the_report_page_offers_every_mode(open_server: str) -> None:
+    from compactor.compaction.modes import names
+
+    page = httpx.get(open_server.removesuffix("/v1") + "/").text
+    offered = re.findall(r'<option value="([a-z]+)"', page[page.index('id="mode"'):page.index("</select>")])
+
+    assert sorted(offered) == sorted(names())  # mask was missing
+    mask = httpx.post(open_server.removesuffix("/v1") + "/report", headers={"Content-Type": "application/json"},
+                      json={"transcript": REPORT_TRANSCRIPT, "mode": "mask"})
+    assert mask.status_code == 200 and "mask mode" in mask.text
 
 
 def test_the_template_environment_is_compact_functions_resolved_one() -> None:

@@ -75,6 +75,15 @@ def test_a_taken_port_is_a_clear_message(capsys: pytest.CaptureFixture[str], tmp
     assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
 
 
+def test_a_code_dir_without_the_function_is_a_clear_message(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, each worker instance failed to import it: a traceback per worker, then BrokenProcessPool (exit 1)."""
+    monkeypatch.setattr(serve, "default_template", lambda: tmp_path / "no-template.yaml")
+    code = main(["serve", "--port", "0", "--code-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--code-dir {tmp_path}: no compact.py there" in err and "Traceback" not in err
+
+
 def test_healthz_is_503_with_the_reason_when_the_catalog_cannot_load(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     broken = tmp_path / "catalog.json"

@@ -15,15 +15,13 @@ import math
 import os
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from compactor.errors import describe_validation
 from compactor.jsonutil import StrictJSONError, strict_loads
 from compactor.providers.base import Offer
 from compactor.providers.registry import BUILTIN, TRANSPORTS
 from compactor.records import record
-
-if TYPE_CHECKING:  # imported where a catalog goes to the models: the plain reading needs no pydantic
-    from pydantic import ValidationError
 
 CATALOG_ENV = "COMPACTOR_CATALOG"
 # Offer keys that are wiring, not observations.
@@ -68,15 +66,6 @@ def bundled_catalog_path() -> Path:
     return Path(__file__).parent / "presets" / "catalog.json"
 
 
-def _describe(error: "ValidationError") -> str:
-    problems = []
-    for item in error.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
-
-
 def parse_catalog(data: Any, source: str = "<catalog>") -> Catalog:
     """A :class:`Catalog` from already-parsed JSON; ``CatalogError`` names ``source`` and the problem."""
     plain = _plain_catalog(data)
@@ -92,7 +81,7 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
     try:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
-        raise CatalogError(f"catalog {source}: {_describe(exc)}") from None
+        raise CatalogError(f"catalog {source}: {describe_validation(exc)}") from None
     return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
 
 

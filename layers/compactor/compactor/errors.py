@@ -10,7 +10,10 @@ server, the CLI, the S3 job) turn them into answers. The 422 validation answer h
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 ADMISSION_PREFIX = "rejected at admission: "
 # An admission reason quotes what the caller sent (node ids, kinds, question names, values): an answer echoes at
@@ -206,3 +209,15 @@ class RouterError(CompactorError):
     @property
     def code(self) -> str | None:  # type: ignore[override]
         return self.kind
+
+
+def describe_validation(error: ValidationError, most: int = 5) -> str:
+    """A validation error in one line for a person: ``where: what`` for each of its first ``most``
+    problems, without pydantic's echo of the input and its documentation links (a catalog's, the CLI's
+    request)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return "; ".join(problems[:most]) + (f" (and {len(problems) - most} more)" if len(problems) > most else "")

@@ -32,11 +32,14 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     """``(cause, fix)`` for one failure of ``kind`` (a router error kind, or a node/flow error)."""
     kind = kind.removeprefix("exhausted: ")
     missing = _KEY_NOT_SET.search(message)
+    secret_fix = "check the secret exists and the function may read it (ProviderKeySecretArns)"
+    if missing and "secret" in message:  # an offer with both: the variable locally, the secret deployed
+        return message, f"export {missing.group(1)}=<key> (local), or {secret_fix} (deployed)"
     if missing:
         return (f"{missing.group(1)} is not set",
                 f"export {missing.group(1)}=<key> (local) or give the offer an api_key_secret (deployed)")
     if kind == "auth_error" and "secret" in message:
-        return message, "check the secret exists and the function may read it (ProviderKeySecretArns)"
+        return message, secret_fix
     if kind == "auth_error" and http_status in (400, 402, 429):  # kind_for_status: the account is out of credit
         return (f"{http_status} from {host}: the account has no credit left",
                 f"add credit or raise the spend limit at {host}")

@@ -154,6 +154,21 @@ def test_bad_input_exits_2_with_a_clear_message(echo_project: Path, args: tuple[
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    (b'{"caf\xe9": 1}', "bad.json: not UTF-8 text (an invalid byte at offset 5)"),
+    (b"not json", "bad.json: not JSON: Expecting value"),
+    (b'[{"role": "user", "content": "a transcript"}]', "bad.json: the event is an array, not a JSON object"),
+])
+def test_an_event_file_that_is_no_event_exits_2_without_a_traceback(echo_project: Path, content: bytes,
+                                                                     message: str) -> None:
+    (echo_project / "bad.json").write_bytes(content)
+
+    result = run_invoke("EchoFunction", "-e", "bad.json", cwd=echo_project)
+
+    assert (result.returncode, result.stdout) == (2, "")
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
 def test_resolves_sub_join_select_find_in_map_and_get_att(tmp_path: Path) -> None:
     path = tmp_path / "template.yaml"
     path.write_text(textwrap.dedent("""\

@@ -46,19 +46,32 @@ def api_key(offer: Offer) -> str | None:
     if offer.api_key_env and os.environ.get(offer.api_key_env, "").strip():
         return _checked(os.environ[offer.api_key_env], f"API key variable {offer.api_key_env}")
     if offer.api_key_secret:
-        where = f"API key secret {offer.api_key_secret}"
-        if _secret_resolver is None:
-            raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here")
         try:
-            value = _secret_resolver(offer.api_key_secret)
-        except ProviderError:
-            raise
-        except Exception as exc:  # the store's own errors may quote request details: name the type only
-            raise ProviderError(AUTH_ERROR, f"{where} cannot be read ({type(exc).__name__})") from None
-        return _checked(value, where)
+            return _secret_key(offer.api_key_secret)
+        except ProviderError as exc:
+            if not offer.api_key_env:
+                raise
+            # Both given and the variable unset: on a laptop the variable is the fix, so it is named first
+            # (the secret alone sent a local run to Secrets Manager's permissions).
+            raise ProviderError(exc.kind, f"API key variable {offer.api_key_env} is not set and {exc.message}",
+                                http_status=exc.http_status) from None
     if offer.api_key_env:
         raise ProviderError(AUTH_ERROR, f"API key variable {offer.api_key_env} is not set")
     return None
+
+
+def _secret_key(secret: str) -> str:
+    """The key held by the stored secret ``secret``; ``auth_error`` naming the secret when it cannot be had."""
+    where = f"API key secret {secret}"
+    if _secret_resolver is None:
+        raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here")
+    try:
+        value = _secret_resolver(secret)
+    except ProviderError:
+        raise
+    except Exception as exc:  # the store's own errors may quote request details: name the type only
+        raise ProviderError(AUTH_ERROR, f"{where} cannot be read ({type(exc).__name__})") from None
+    return _checked(value, where)
 
 
 async def resolve_key(offer: Offer) -> str | None:

@@ -1,0 +1,76 @@
+"""The command line's files: reading a transcript's text and checking where a result will be written, each
+problem in a line a person can act on (the commands exit 2 with it, before any model call)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+BOM = "\ufeff"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian byte order marks
+
+
+class InputError(Exception):
+    """A file (or stdin) that cannot be read as text: its message names the file and the cause."""
+
+
+def os_cause(exc: OSError) -> str:
+    """``No such file or directory``, ``Is a directory`` …: the OS's words without its ``[Errno N]`` and the
+    path the caller names already."""
+    return exc.strerror or str(exc)
+
+
+def display_name(path: str) -> str:
+    """How messages name ``path``: ``stdin`` for ``-``."""
+    return "stdin" if path == "-" else path
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of ``path`` (``-``: stdin) with its line endings as they are (a session file's untouched
+    lines are written back byte for byte, CRLF included), a leading byte order mark dropped (editors on
+    Windows write one; JSON has none)."""
+    try:
+        if path == "-":
+            text = sys.stdin.buffer.read().decode("utf-8")
+        else:
+            with open(path, encoding="utf-8", newline="") as handle:
+                text = handle.read()
+    except UnicodeDecodeError as exc:
+        utf16 = exc.start == 0 and exc.object[:2] in UTF16_BOMS
+        cause = ("UTF-16 text (what PowerShell's > writes); save it as UTF-8" if utf16
+                 else f"not UTF-8 text (an invalid byte at offset {exc.start})")
+        raise InputError(f"{display_name(path)}: {cause}") from None
+    except OSError as exc:
+        raise InputError(f"{display_name(path)}: {os_cause(exc)}") from None
+    return text.removeprefix(BOM)
+
+
+def unwritable(path: str, what: str) -> str | None:
+    """Why ``path`` cannot be written (its directory missing, or a directory itself), or None; ``what``
+    names the option in the message (``--output``, ``--html``)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"cannot write {path}: directory {parent} does not exist"
+    if os.path.isdir(path):
+        return f"cannot write {path}: {what} names a directory, not a file"
+    return None
+
+
+@contextlib.contextmanager
+def replaced_when_done(path: str) -> Iterator[TextIO]:
+    """A text file that becomes ``path`` only when the block ends without an error: it is written beside it
+    under a hidden name and renamed over it, so an interrupted or failed run leaves ``path`` as it was (before,
+    a streamed run truncated it at the start and left what it had written when it failed)."""
+    target = os.path.realpath(path)  # through a symbolic link, as writing to it did
+    partial = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.partial")
+    try:
+        with open(partial, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        os.replace(partial, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
