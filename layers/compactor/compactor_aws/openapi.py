@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn,
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compactor import __version__, http_api
+from compactor_aws.routes.common import BILLED_ROUTES
 
 TITLE = "Compactor API"
 DESCRIPTION = (
@@ -289,9 +290,6 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
 }
 """A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
 
-IDEMPOTENT_ROUTES = frozenset({("post", "/compact"), ("post", "/flows"), ("post", "/flows/normalize"),
-                               ("post", "/expand")})
-"""The routes that take an ``Idempotency-Key`` (the billed ones: ``compactor_aws.routes.common.billed``)."""
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key", "in": "header", "required": False,
     "description": "makes retries safe: the same key and body within the TTL (24 h) replay the stored answer "
@@ -411,7 +409,7 @@ def document(app: Any) -> dict[str, Any]:
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
-            if (method, path) in IDEMPOTENT_ROUTES:
+            if (method, path) in BILLED_ROUTES:  # they take an Idempotency-Key
                 _idempotent(operation, responses, components)
             request = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if request is not None and (method, path) in examples:
