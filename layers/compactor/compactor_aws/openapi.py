@@ -168,8 +168,11 @@ class Expand(BaseModel):
 
 
 class Health(BaseModel):
+    """The service's health (503 when its catalog does not load)."""
+
     ok: bool
     version: str
+    error: str | None = Field(default=None, description="503 only: why the catalog does not load")
 
 
 class ErrorDetail(BaseModel):
@@ -194,6 +197,12 @@ class Forbidden(BaseModel):
     """403 without a valid key (API Gateway's own answer)."""
 
     message: Literal["Forbidden"]
+
+
+class Throttled(BaseModel):
+    """429 past the key's rate or monthly quota (API Gateway's own answer; docs/billing.md#limits)."""
+
+    message: str
 
 
 def _tool_call(call_id: str, command: str, output: str) -> list[dict[str, Any]]:
@@ -276,7 +285,8 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
             "Idempotency-Key)", ErrorBody),
     "403": ("no valid API key", Forbidden),
     "404": ("no such job or handle (or not the caller's)", ErrorBody),
-    "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
+    "413": ("the body is over 10 MiB (`request_too_large`), or the answer would be over the 6 MB response limit "
+            "(`response_too_large`): send large transcripts through the S3 path or uploads", ErrorBody),
     "415": ("the body is declared as another media type than application/json, or compressed", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
@@ -284,7 +294,16 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
 }
 ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/{job_id}"},
                "415": {"/compact", "/expand", "/flows", "/flows/normalize", "/uploads"}}
+THROTTLED = ("the key's rate or monthly quota is spent (API Gateway's answer, `message`): retry after a pause",
+             Throttled)
+"""Every route's 429, beside a route's own (docs/billing.md#limits)."""
 ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
+    ("get", "/healthz"): {"503": ("the catalog does not load: `ok` is false and `error` says why", Health)},
+    ("post", "/flows"): {status: (f"the flow failed without a fallback (`router_error`, the code the error kind: "
+                                  f"{kinds}); `x_router` beside `error` traces it", ErrorBody)
+                         for status, kinds in (("401", "`auth_error`"), ("429", "`rate_limit`"),
+                                               ("502", "any other"), ("503", "`no_candidates`"),
+                                               ("504", "`timeout`, `flow_deadline`"))},
     ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
                                 "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
 }
@@ -302,6 +321,8 @@ REPLAYED_HEADER = {"Idempotent-Replayed": {"description": "`true` when the answe
 IDEMPOTENCY_ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "409": ("the first request with this Idempotency-Key is still running (`idempotency_in_progress`): "
             "retry later", ErrorBody),
+    "503": ("with an Idempotency-Key: the idempotency store is unavailable (`idempotency_unavailable`): retry "
+            "later", ErrorBody),
 }
 QUERY_PARAMETERS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("get", "/usage"): [
@@ -405,8 +426,9 @@ def document(app: Any) -> dict[str, Any]:
                 responses[status] = {"description": description,
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
             for status, (description, error_model) in ROUTE_ERRORS.get((method, path), {}).items():
-                responses[status] = {"description": description,
-                                     "content": {"application/json": {"schema": _component(error_model, components)}}}
+                responses.pop(status, None)  # this route's own answer replaces the general one
+                _respond(responses, status, description, _component(error_model, components))
+            _respond(responses, "429", THROTTLED[0], _component(THROTTLED[1], components))
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
             if (method, path) in BILLED_ROUTES:  # they take an Idempotency-Key
@@ -417,6 +439,20 @@ def document(app: Any) -> dict[str, Any]:
     return doc
 
 
+def _respond(responses: dict[str, Any], status: str, description: str, schema: dict[str, Any]) -> None:
+    """Document ``status``; a status already documented (by another cause) keeps both causes and both schemas."""
+    held = responses.get(status)
+    if held is None:
+        responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
+        return
+    held["description"] = f"{held['description']}; or {description}"
+    content = held.setdefault("content", {}).setdefault("application/json", {})
+    known = content.get("schema")
+    schemas = known["anyOf"] if known and "anyOf" in known else [known] if known else []
+    if schema not in schemas:
+        content["schema"] = {"anyOf": [*schemas, schema]} if schemas else schema
+
+
 def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components: dict[str, Any]) -> None:
     """The Idempotency-Key header of a billed route and the answers it adds (docs/billing.md)."""
     operation.setdefault("parameters", []).append(IDEMPOTENCY_KEY)
@@ -424,8 +460,7 @@ def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components
         if status in responses:
             responses[status]["headers"] = REPLAYED_HEADER
     for status, (description, error_model) in IDEMPOTENCY_ERRORS.items():
-        responses[status] = {"description": description,
-                             "content": {"application/json": {"schema": _component(error_model, components)}}}
+        _respond(responses, status, description, _component(error_model, components))
     responses["422"] = {
         "description": "the body failed schema validation (`detail`), or the Idempotency-Key came with another "
                        "body (`error`, `idempotency_key_reused`)",
