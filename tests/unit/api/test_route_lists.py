@@ -1,6 +1,7 @@
-"""The billed routes have one list (``compactor_aws.routes.common.BILLED_ROUTES``): the routes that answer
-through ``billed`` are in it, the others are not, and the OpenAPI document gives the ``Idempotency-Key``
-header to exactly those (docs/billing.md, docs/api.md)."""
+"""The lists of routes agree with the routes: the billed routes have one list
+(``compactor_aws.routes.common.BILLED_ROUTES``), whose routes answer through ``billed`` and the others not, and
+the OpenAPI document gives the ``Idempotency-Key`` header to exactly those (docs/billing.md, docs/api.md); the
+README's API table names every route of template.yaml."""
 
 from __future__ import annotations
 
@@ -53,3 +54,10 @@ def test_the_document_gives_the_idempotency_key_to_the_billed_routes_only(compac
              for method, operation in operations.items()
              if any(parameter["name"] == "Idempotency-Key" for parameter in operation.get("parameters", []))}
     assert keyed == BILLED_ROUTES
+
+
+def test_the_readmes_api_table_lists_every_route() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## The API"):readme.index("### Worked examples")]
+    missing = [(method, path) for method, path in template_routes() if f"| `{method} /v1{path}` |" not in table]
+    assert missing == []
