@@ -252,3 +252,26 @@ def test_every_route_documents_the_stages_throttling() -> None:
     for path, operations in paths.items():
         for method in operations:
             jsonschema.validate({"message": "Too Many Requests"}, _documented(method, path, 429))
+
+
+def test_a_usage_answer_is_documented_field_by_field(compact_module: Any, lambda_context: Any) -> None:
+    import dataclasses
+
+    import jsonschema
+
+    from compactor.billing import DayTotals
+    from compactor.http_api import rest_proxy_event
+
+    body = b'{"messages":[{"role":"user","content":"hi"}],"mode":"mask"}'
+    compact_module.handler(rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=[],
+                                            body=body), lambda_context)
+    response = compact_module.handler(rest_proxy_event(method="GET", resource_path="/usage", query={}, headers=[],
+                                                       body=b""), lambda_context)
+    answer = json.loads(response["body"])
+    assert response["statusCode"] == 200 and len(answer["days"]) == 1
+    schema = _documented("get", "/usage", 200)
+    jsonschema.validate(answer, schema)
+    day = schema["components"]["schemas"]["UsageDay"]
+    fields = [field.name for field in dataclasses.fields(DayTotals)]
+    assert list(answer["days"][0]) == fields
+    assert sorted(day["properties"]) == sorted(day["required"]) == sorted(fields)

@@ -123,6 +123,19 @@ class NormalizeResponse(BaseModel):
     version: Literal["sigma-flow/v1"]
 
 
+class UsageDay(BaseModel):
+    """One day's totals of the caller's billed calls (``compactor.billing.DayTotals``; docs/billing.md)."""
+
+    day: str = Field(description="YYYY-MM-DD (UTC)")
+    calls: int = Field(description="billed calls (a replayed Idempotency-Key is not billed again)")
+    bytes_in: int
+    bytes_out: int
+    bytes_saved: int
+    model_calls: int
+    cost_usd: float = Field(description="what the model calls cost, for the calls whose cost is known")
+    calls_cost_unknown: int = Field(description="calls whose cost is not known (not in `cost_usd`)")
+
+
 class Usage(BaseModel):
     """Answer of ``GET /v1/usage``: the caller's own totals per day (docs/billing.md)."""
 
@@ -131,7 +144,7 @@ class Usage(BaseModel):
     api_key_id: str | None
     from_: str = Field(alias="from", description="first day, YYYY-MM-DD")
     to: str = Field(description="last day, YYYY-MM-DD")
-    days: list[dict[str, Any]]
+    days: list[UsageDay] = Field(description="the days with billed calls, in order")
 
 
 class PresignedRequest(BaseModel):
