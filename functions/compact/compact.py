@@ -46,7 +46,9 @@ def openapi_json() -> Response[str]:
 def head_as_get(event: dict[str, Any]) -> dict[str, Any]:
     """``event``, or for a ``HEAD`` of a path with a ``GET`` route, that ``GET``: its answer, headers and status
     included, is the ``HEAD``'s (RFC 9110; the front door leaves the body out). It used to be a 404."""
-    if event.get("httpMethod") != "HEAD" or "GET" not in errors.allowed_methods(http_api.route_path(event.get("path") or "/")):
+    if event.get("httpMethod") != "HEAD":
+        return event
+    if "GET" not in errors.allowed_methods(http_api.route_path(event.get("path") or "/")):
         return event
     return {**event, "httpMethod": "GET"}
 

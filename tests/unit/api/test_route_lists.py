@@ -38,7 +38,8 @@ def test_a_route_replays_an_idempotency_key_exactly_when_it_is_listed_as_billed(
     for method, path in template_routes():
         answers = []
         for _ in range(2):
-            event = rest_proxy_event(method=method, resource_path=path, query={}, body=BODY if method == "POST" else b"",
+            event = rest_proxy_event(method=method, resource_path=path, query={},
+                                     body=BODY if method == "POST" else b"",
                                      headers=[("Content-Type", "application/json"), ("Idempotency-Key", "same-key")])
             answers.append(compact_module.handler(event, lambda_context))
         assert [answer["statusCode"] for answer in answers] in ([200, 200], [201, 201]), (method, path)
