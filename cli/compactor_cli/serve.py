@@ -79,6 +79,7 @@ MAX_TRAILER_LINES = 64
 DEFAULT_WORKERS = 4
 """Function instances ``compactor serve`` runs (``--workers``): concurrent requests answered at once."""
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
+_BODILESS_STATUSES = frozenset({204, 304})
 _STAGE_PREFIX = f"/{http_api.STAGE}"
 
 
@@ -442,11 +443,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers: dict[str, list[str]] = {name: [value] for name, value in (response.get("headers") or {}).items()}
         for name, values in (response.get("multiValueHeaders") or {}).items():
             headers[name] = list(values)
-        self.send_response(int(response.get("statusCode", 200)))
+        status = int(response.get("statusCode", 200))
+        self.send_response(status)
         for name, values in headers.items():
             if name.lower() not in ("content-length", "connection"):
                 for value in values:
                     self.send_header(name, str(value))
+        if status in _BODILESS_STATUSES:  # no Content-Length and no body (RFC 9110: OPTIONS is answered 204)
+            self.end_headers()
+            return
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self._write_body(payload)

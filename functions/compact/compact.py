@@ -24,7 +24,7 @@ from compactor_aws.routes.common import logger, metrics, tracer
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 
 # Bodies are parsed within depth and number-size limits: a violation is the 422 json_invalid (docs/reliability.md).
-app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[f"/{http_api.STAGE}"],
+app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[http_api.STAGE_PREFIX],
                              json_body_deserializer=bounded_loads)
 app.include_router(health.router)
 app.include_router(compact.router)
@@ -43,6 +43,16 @@ def openapi_json() -> Response[str]:
     return Response(status_code=200, content_type=http_api.JSON_CONTENT_TYPE, body=document_text(app))
 
 
+def head_as_get(event: dict[str, Any]) -> dict[str, Any]:
+    """``event``, or for a ``HEAD`` of a path with a ``GET`` route, that ``GET``: its answer, headers and status
+    included, is the ``HEAD``'s (RFC 9110; the front door leaves the body out). It used to be a 404."""
+    if event.get("httpMethod") != "HEAD":
+        return event
+    if "GET" not in errors.allowed_methods(http_api.route_path(event.get("path") or "/")):
+        return event
+    return {**event, "httpMethod": "GET"}
+
+
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, log_event=False)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
@@ -53,7 +63,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except CompactorError as refused:
         response = http_api.proxy_response(*refused.answer())
     else:
-        response = http_api.bounded_response(app.resolve(admitted, context))
+        response = http_api.bounded_response(app.resolve(head_as_get(admitted), context))
     observability.record_request(metrics, int(response["statusCode"]))
     return response
 

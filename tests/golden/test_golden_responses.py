@@ -4,6 +4,10 @@ error bodies of the front door. The goldens were generated once from the code be
 refactor (issue 8); they must never be regenerated to make a change pass. Only ``latency_ms`` values
 are volatile and are normalised before comparing.
 
+One golden was rewritten by a deliberate change of behaviour, not to make a change pass: ``error.wrong_method``
+(``GET /compact``) was the 404 ``no route for GET /compact`` and is the 405 ``method_not_allowed`` since a method
+a path has no route for is answered 405 with ``Allow`` (docs/behaviour.md#errors).
+
 To add a NEW case (never to change an existing one): ``python tests/golden/test_golden_responses.py``
 writes the missing goldens and leaves the existing ones alone.
 """

@@ -186,3 +186,92 @@ def test_billed_routes_document_the_idempotency_key_and_its_answers(url: str) ->
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
     jsonschema.validate(reused.json(), _documented("post", "/compact", 422))
     jsonschema.validate(invalid.json(), _documented("post", "/compact", 422))
+
+
+def test_a_health_check_without_a_catalog_answers_its_documented_503(
+        compact_module: Any, lambda_context: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import jsonschema
+
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+    from compactor.http_api import rest_proxy_event
+
+    broken = tmp_path / "catalog.json"
+    broken.write_text("{not json")
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(broken))
+    reset_catalog_cache()
+    reset_router()
+    try:
+        response = compact_module.handler(rest_proxy_event(method="GET", resource_path="/healthz", query={},
+                                                           headers=[], body=b""), lambda_context)
+    finally:
+        reset_catalog_cache()
+        reset_router()
+    assert response["statusCode"] == 503
+    jsonschema.validate(json.loads(response["body"]), _documented("get", "/healthz", 503))
+    assert json.loads(response["body"])["ok"] is False
+
+
+def test_an_unavailable_idempotency_store_answers_the_documented_503(
+        compact_module: Any, lambda_context: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jsonschema
+    from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyPersistenceLayerError
+
+    from compactor.http_api import rest_proxy_event
+    from compactor_aws import billing
+    from compactor_aws.routes.common import BILLED_ROUTES
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise IdempotencyPersistenceLayerError("the table is unreachable")
+
+    monkeypatch.setattr(billing, "idempotency_run", unavailable)
+    for method, path in sorted(BILLED_ROUTES):
+        event = rest_proxy_event(method=method.upper(), resource_path=path, query={},
+                                 body=b'{"messages":[],"flow_ir":["flow",{}],"handles":["cmp_0"]}',
+                                 headers=[("Idempotency-Key", "k"), ("Content-Type", "application/json")])
+        response = compact_module.handler(event, lambda_context)
+        assert response["statusCode"] == 503, (path, response["body"])
+        assert json.loads(response["body"])["error"]["code"] == "idempotency_unavailable"
+        jsonschema.validate(json.loads(response["body"]), _documented(method, path, 503))
+
+
+def test_every_status_a_flow_failure_maps_to_is_documented_on_flows() -> None:
+    import jsonschema
+
+    from compactor.errors import RouterError
+
+    for status in {*RouterError._STATUS_BY_KIND.values(), RouterError.status_of("anything else")}:
+        body = RouterError("the flow failed", kind="k").body()
+        jsonschema.validate(body, _documented("post", "/flows", status))
+
+
+def test_every_route_documents_the_stages_throttling() -> None:
+    import jsonschema
+
+    paths = json.loads(DOC_PATH.read_text(encoding="utf-8"))["paths"]
+    for path, operations in paths.items():
+        for method in operations:
+            jsonschema.validate({"message": "Too Many Requests"}, _documented(method, path, 429))
+
+
+def test_a_usage_answer_is_documented_field_by_field(compact_module: Any, lambda_context: Any) -> None:
+    import dataclasses
+
+    import jsonschema
+
+    from compactor.billing import DayTotals
+    from compactor.http_api import rest_proxy_event
+
+    body = b'{"messages":[{"role":"user","content":"hi"}],"mode":"mask"}'
+    compact_module.handler(rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=[],
+                                            body=body), lambda_context)
+    response = compact_module.handler(rest_proxy_event(method="GET", resource_path="/usage", query={}, headers=[],
+                                                       body=b""), lambda_context)
+    answer = json.loads(response["body"])
+    assert response["statusCode"] == 200 and len(answer["days"]) == 1
+    schema = _documented("get", "/usage", 200)
+    jsonschema.validate(answer, schema)
+    day = schema["components"]["schemas"]["UsageDay"]
+    fields = [field.name for field in dataclasses.fields(DayTotals)]
+    assert list(answer["days"][0]) == fields
+    assert sorted(day["properties"]) == sorted(day["required"]) == sorted(fields)

@@ -233,25 +233,30 @@ def test_unknown_paths_are_404_json(open_server: str, path: str) -> None:
     assert response.json()["error"]["code"] == "not_found"
 
 
-def test_head_and_unknown_methods_are_answered_as_the_function_answers_them(open_server: str) -> None:
-    # http.server answered both 501 with an HTML page; the function answers a method without a route 404 JSON.
+def test_head_options_and_unknown_methods_are_answered_as_the_function_answers_them(open_server: str) -> None:
+    # http.server answered them 501 with an HTML page; then the function answered every one 404 "no route for".
+    # Now: HEAD is the GET without its body, OPTIONS 204 with Allow, a method the path has no route for 405 with Allow.
     host, port = open_server.removeprefix("http://").removesuffix("/v1").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     try:
         answers = []
-        for method in ("HEAD", "FOO", "GET"):  # one kept-alive connection: a HEAD answer carries no body
+        for method in ("HEAD", "FOO", "OPTIONS", "GET"):  # one kept-alive connection: HEAD and 204 carry no body
             connection.request(method, "/v1/healthz")
             response = connection.getresponse()
-            answers.append((response.status, response.getheader("Content-Type"), response.read()))
+            answers.append((response.status, dict(response.getheaders()), response.read()))
     finally:
         connection.close()
 
-    (head, head_type, head_body), (foo, foo_type, foo_body), (get, _, _) = answers
-    assert (head, head_type, head_body) == (404, "application/json", b"")
-    assert (foo, foo_type) == (404, "application/json")
-    assert json.loads(foo_body)["error"] == {"message": "no route for FOO /healthz", "type": "invalid_request_error",
-                                             "code": "not_found"}
-    assert get == 200
+    (head, head_headers, head_body), (foo, foo_headers, foo_body), (options, options_headers, options_body), \
+        (get, get_headers, get_body) = answers
+    assert (get, head) == (200, 200) and head_body == b"" and get_body
+    assert head_headers["Content-Type"] == "application/json"
+    assert head_headers["Content-Length"] == get_headers["Content-Length"] == str(len(get_body))
+    assert (foo, foo_headers["Content-Type"], foo_headers["Allow"]) == (405, "application/json", "GET, HEAD, OPTIONS")
+    assert json.loads(foo_body)["error"] == {"message": "FOO is not allowed on /healthz; allowed: GET, HEAD, OPTIONS",
+                                             "type": "invalid_request_error", "code": "method_not_allowed"}
+    assert (options, options_headers["Allow"], options_body) == (204, "GET, HEAD, OPTIONS", b"")
+    assert "Content-Length" not in options_headers
 
 
 def echo_server(handler: Callable[[dict[str, Any], Any], dict[str, Any]]) -> serve.CompactorServer:

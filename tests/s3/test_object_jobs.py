@@ -90,7 +90,8 @@ def test_defaults_parse_and_validate() -> None:
     assert load_defaults(None) == Defaults() and load_defaults("  ") == Defaults()
     parsed = load_defaults('{"mode": "seal", "keep_recent": 2, "target_ratio": 0.3}')
     assert dict(parsed.fields) == {"mode": "seal", "keep_recent": 2, "target_ratio": 0.3}
-    for bad in ("nope", "[1]", '{"mode": "x"}', '{"colour": 1}', '{"target_ratio": 2}', '{"messages": []}'):
+    deep = '{"policy_ir": ' + "[" * 2000 + "]" * 2000 + "}"  # fits Lambda's 4 KB of environment
+    for bad in ("nope", "[1]", '{"mode": "x"}', '{"colour": 1}', '{"target_ratio": 2}', '{"messages": []}', deep):
         with pytest.raises(ConfigError):
             load_defaults(bad)
 

@@ -44,3 +44,18 @@ def test_messages_and_extra_keys() -> None:
     assert errors.RequestTooLarge.over(10).message == "request body exceeds 10 bytes"
     body = errors.RouterError("failed", "timeout", extra={"x_router": {"a": 1}}).body()
     assert list(body) == ["error", "x_router"] and body["x_router"] == {"a": 1}
+
+
+def _classes(base: type[errors.CompactorError]) -> list[type[errors.CompactorError]]:
+    return [base, *(found for sub in base.__subclasses__() for found in _classes(sub))]
+
+
+def test_every_coded_refusal_is_in_the_documented_table() -> None:
+    """docs/behaviour.md#errors lists every refusal the service decides: each error class with a code of its own
+    has its row (status, type, code)."""
+    from pathlib import Path
+
+    table = (Path(__file__).resolve().parents[2] / "docs" / "behaviour.md").read_text(encoding="utf-8")
+    missing = [cls.__name__ for cls in _classes(errors.CompactorError)
+               if isinstance(cls.code, str) and f"| {cls.status} | `{cls.type}` | `{cls.code}` |" not in table]
+    assert missing == []

@@ -122,6 +122,14 @@ class NotFound(CompactorError):
         return cls(f"no route for {method} {path}")
 
 
+class MethodNotAllowed(CompactorError):
+    status, code = 405, "method_not_allowed"  # the path has routes, none for this method (with an Allow header)
+
+    @classmethod
+    def route(cls, method: str, path: str, allowed: list[str]) -> MethodNotAllowed:
+        return cls(f"{method} is not allowed on {path}; allowed: {', '.join(allowed)}")
+
+
 class UnknownHandle(NotFound):
     type, code = "not_found_error", "unknown_handle"  # the same answer for unknown and foreign handles
 

@@ -25,6 +25,9 @@ answers 502), and the proxy envelope and headers need room too."""
 STAGE = "v1"
 """API Gateway stage: the public path of a route is ``/<stage><resource>`` (``/v1/compact``)."""
 
+STAGE_PREFIX = f"/{STAGE}"
+"""Stripped from a path before routing: a custom domain may pass the stage through (``/v1/compact``)."""
+
 JSON_CONTENT_TYPE = "application/json"
 FORBIDDEN_BODY: dict[str, Any] = {"message": "Forbidden"}
 """What API Gateway answers (403) when a required API key is missing or wrong."""
@@ -145,6 +148,13 @@ def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
     multi = {name: [JSON_CONTENT_TYPE] if name.lower() == "content-type" else values
              for name, values in (event.get("multiValueHeaders") or {}).items()}
     return {**event, "headers": plain, "multiValueHeaders": multi or None}
+
+
+def route_path(path: str) -> str:
+    """``path`` as the routes name it: without the :data:`STAGE_PREFIX` a custom domain may pass through."""
+    if path == STAGE_PREFIX:
+        return "/"
+    return path[len(STAGE_PREFIX):] if path.startswith(STAGE_PREFIX + "/") else path
 
 
 def header(event: Mapping[str, Any], name: str) -> str | None:

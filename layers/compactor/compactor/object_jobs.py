@@ -26,7 +26,6 @@ defaults name a ``mode`` (docs/behaviour.md, "Compaction modes").
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import field
@@ -191,9 +190,9 @@ def load_defaults(text: str | None) -> Defaults:
     """Parse ``COMPACTOR_S3_DEFAULTS`` (empty or unset: the API's field defaults)."""
     if text is None or not text.strip():
         return Defaults()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    try:  # within the bodies' limits: json.loads raised RecursionError on a deep value, failing every event
+        data = bounded_loads(text)
+    except JSONLimitError as exc:
         raise ConfigError(f"{DEFAULTS_ENV} is not JSON: {exc.msg}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{DEFAULTS_ENV} must be a JSON object")

@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn,
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compactor import __version__, http_api
+from compactor_aws.routes.common import BILLED_ROUTES
 
 TITLE = "Compactor API"
 DESCRIPTION = (
@@ -124,12 +125,12 @@ class NormalizeResponse(BaseModel):
 
 class UsageDay(BaseModel):
     """One day's totals of the caller's billed calls (``compactor.billing.DayTotals``; a test holds the fields
-    equal), in bytes, counts and US dollars."""
+    equal), in bytes, counts and US dollars (docs/billing.md)."""
 
     model_config = ConfigDict(extra="allow")
 
     day: str = Field(description="the day, YYYY-MM-DD (UTC)")
-    calls: int = Field(description="billed calls")
+    calls: int = Field(description="billed calls (a replayed Idempotency-Key is not billed again)")
     bytes_in: int = Field(description="bytes of the transcripts in (dense JSON)")
     bytes_out: int = Field(description="bytes of the transcripts out (dense JSON)")
     bytes_saved: int = Field(description="bytes_in - bytes_out")
@@ -184,8 +185,11 @@ class Expand(BaseModel):
 
 
 class Health(BaseModel):
+    """The service's health (503 when its catalog does not load)."""
+
     ok: bool
     version: str
+    error: str | None = Field(default=None, description="503 only: why the catalog does not load")
 
 
 class ErrorDetail(BaseModel):
@@ -210,6 +214,12 @@ class Forbidden(BaseModel):
     """403 without a valid key (API Gateway's own answer)."""
 
     message: Literal["Forbidden"]
+
+
+class Throttled(BaseModel):
+    """429 past the key's rate or monthly quota (API Gateway's own answer; docs/billing.md#limits)."""
+
+    message: str
 
 
 def _tool_call(call_id: str, command: str, output: str) -> list[dict[str, Any]]:
@@ -292,7 +302,8 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
             "Idempotency-Key)", ErrorBody),
     "403": ("no valid API key", Forbidden),
     "404": ("no such job or handle (or not the caller's)", ErrorBody),
-    "413": ("body over the size limit (use the S3 path or uploads for more)", ErrorBody),
+    "413": ("the body is over 10 MiB (`request_too_large`), or the answer would be over the 6 MB response limit "
+            "(`response_too_large`): send large transcripts through the S3 path or uploads", ErrorBody),
     "415": ("the body is declared as another media type than application/json, or compressed", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
@@ -300,15 +311,21 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
 }
 ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/{job_id}"},
                "415": {"/compact", "/expand", "/flows", "/flows/normalize", "/uploads"}}
+THROTTLED = ("the key's rate or monthly quota is spent (API Gateway's answer, `message`): retry after a pause",
+             Throttled)
+"""Every route's 429, beside a route's own (docs/billing.md#limits)."""
 ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
+    ("get", "/healthz"): {"503": ("the catalog does not load: `ok` is false and `error` says why", Health)},
+    ("post", "/flows"): {status: (f"the flow failed without a fallback (`router_error`, the code the error kind: "
+                                  f"{kinds}); `x_router` beside `error` traces it", ErrorBody)
+                         for status, kinds in (("401", "`auth_error`"), ("429", "`rate_limit`"),
+                                               ("502", "any other"), ("503", "`no_candidates`"),
+                                               ("504", "`timeout`, `flow_deadline`"))},
     ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
                                 "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
 }
 """A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
 
-IDEMPOTENT_ROUTES = frozenset({("post", "/compact"), ("post", "/flows"), ("post", "/flows/normalize"),
-                               ("post", "/expand")})
-"""The routes that take an ``Idempotency-Key`` (the billed ones: ``compactor_aws.routes.common.billed``)."""
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key", "in": "header", "required": False,
     "description": "makes retries safe: the same key and body within the TTL (24 h) replay the stored answer "
@@ -321,6 +338,8 @@ REPLAYED_HEADER = {"Idempotent-Replayed": {"description": "`true` when the answe
 IDEMPOTENCY_ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "409": ("the first request with this Idempotency-Key is still running (`idempotency_in_progress`): "
             "retry later", ErrorBody),
+    "503": ("with an Idempotency-Key: the idempotency store is unavailable (`idempotency_unavailable`): retry "
+            "later", ErrorBody),
 }
 QUERY_PARAMETERS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("get", "/usage"): [
@@ -425,16 +444,31 @@ def document(app: Any) -> dict[str, Any]:
                 responses[status] = {"description": description,
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
             for status, (description, error_model) in ROUTE_ERRORS.get((method, path), {}).items():
-                responses[status] = {"description": description,
-                                     "content": {"application/json": {"schema": _component(error_model, components)}}}
+                responses.pop(status, None)  # this route's own answer replaces the general one
+                _respond(responses, status, description, _component(error_model, components))
+            _respond(responses, "429", THROTTLED[0], _component(THROTTLED[1], components))
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
-            if (method, path) in IDEMPOTENT_ROUTES:
+            if (method, path) in BILLED_ROUTES:  # they take an Idempotency-Key
                 _idempotent(operation, responses, components)
             request = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if request is not None and (method, path) in examples:
                 request["examples"] = examples[(method, path)]
     return doc
+
+
+def _respond(responses: dict[str, Any], status: str, description: str, schema: dict[str, Any]) -> None:
+    """Document ``status``; a status already documented (by another cause) keeps both causes and both schemas."""
+    held = responses.get(status)
+    if held is None:
+        responses[status] = {"description": description, "content": {"application/json": {"schema": schema}}}
+        return
+    held["description"] = f"{held['description']}; or {description}"
+    content = held.setdefault("content", {}).setdefault("application/json", {})
+    known = content.get("schema")
+    schemas = known["anyOf"] if known and "anyOf" in known else [known] if known else []
+    if schema not in schemas:
+        content["schema"] = {"anyOf": [*schemas, schema]} if schemas else schema
 
 
 def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components: dict[str, Any]) -> None:
@@ -444,8 +478,7 @@ def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components
         if status in responses:
             responses[status]["headers"] = REPLAYED_HEADER
     for status, (description, error_model) in IDEMPOTENCY_ERRORS.items():
-        responses[status] = {"description": description,
-                             "content": {"application/json": {"schema": _component(error_model, components)}}}
+        _respond(responses, status, description, _component(error_model, components))
     responses["422"] = {
         "description": "the body failed schema validation (`detail`), or the Idempotency-Key came with another "
                        "body (`error`, `idempotency_key_reused`)",

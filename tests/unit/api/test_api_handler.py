@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from types import ModuleType
 
 import pytest
@@ -274,7 +275,7 @@ def test_a_base64_body_that_does_not_decode_is_a_400(
     assert stub_service.calls == []
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/nowhere"), ("GET", "/compact"), ("DELETE", "/healthz")])
+@pytest.mark.parametrize(("method", "path"), [("GET", "/nowhere"), ("POST", "/v1/nowhere"), ("OPTIONS", "/nowhere")])
 def test_unknown_route_is_404_json(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, method: str, path: str
 ) -> None:
@@ -283,6 +284,60 @@ def test_unknown_route_is_404_json(
     assert response["statusCode"] == 404
     assert response_json(response)["error"]["code"] == "not_found"
     assert content_type(response) == "application/json"
+
+
+def test_the_stage_answers_a_route_it_does_not_have_with_the_functions_404(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext
+) -> None:
+    # API Gateway answers it before the function runs; its own answer was 403 "Missing Authentication Token".
+    api = Template.load(REPO / "template.yaml").resources["CompactApi"]["Properties"]
+    unrouted = api["GatewayResponses"]["MISSING_AUTHENTICATION_TOKEN"]
+    function = response_json(compact_module.handler(load_event("healthz", path="/nowhere"), lambda_context))
+
+    assert unrouted["StatusCode"] == 404
+    stage = json.loads(unrouted["ResponseTemplates"]["application/json"])
+    assert stage["error"].keys() == function["error"].keys()
+    assert {**stage["error"], "message": None} == {**function["error"], "message": None}
+
+
+def template_methods() -> dict[str, set[str]]:
+    """The methods template.yaml routes at each path (``/jobs/{id}`` as a concrete ``/jobs/job-1``)."""
+    methods: dict[str, set[str]] = {}
+    properties = Template.load(REPO / "template.yaml").function_properties("CompactFunction")
+    for api_event in properties["Events"].values():
+        route = api_event["Properties"]
+        methods.setdefault(route["Path"].replace("{id}", "job-1"), set()).add(route["Method"])
+    return methods
+
+
+@pytest.mark.parametrize("path", sorted(template_methods()))
+@pytest.mark.parametrize("stage", ["", "/v1"])
+def test_a_method_a_route_does_not_take_is_405_with_allow_and_options_204(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, path: str, stage: str
+) -> None:
+    routed = template_methods()[path]
+    allow = ", ".join(sorted(routed | {"OPTIONS"} | ({"HEAD"} if "GET" in routed else set())))
+    for method in sorted({"GET", "POST", "PUT", "PATCH", "DELETE"} - routed):
+        response = compact_module.handler(load_event("healthz", path=stage + path, method=method), lambda_context)
+
+        assert response["statusCode"] == 405, (method, path)
+        assert response["multiValueHeaders"]["Allow"] == [allow]
+        assert response_json(response)["error"] == {
+            "message": f"{method} is not allowed on {stage}{path}; allowed: {allow}", "type": "invalid_request_error",
+            "code": "method_not_allowed"}
+    options = compact_module.handler(load_event("healthz", path=stage + path, method="OPTIONS"), lambda_context)
+    assert (options["statusCode"], options["multiValueHeaders"]["Allow"], options["body"]) == (204, [allow], "")
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/v1/healthz", "/usage", "/openapi.json"])
+def test_head_is_answered_as_the_get_of_its_path(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, path: str
+) -> None:
+    head = compact_module.handler(load_event("healthz", path=path, method="HEAD"), lambda_context)
+    get = compact_module.handler(load_event("healthz", path=path, method="GET"), lambda_context)
+
+    assert (head["statusCode"], head["body"]) == (get["statusCode"], get["body"]) == (200, get["body"])
+    assert content_type(head) == content_type(get)
 
 
 def test_unexpected_error_is_500_without_internals_in_body_or_logs(

@@ -9,7 +9,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from compactor.models import ExpandRequest
-from compactor_aws.routes.common import billed
+from compactor_aws.routes.common import billed, billed_post
 
 router = APIGatewayRouter()
 
@@ -23,7 +23,7 @@ def caller_archive(current: APIGatewayRouter) -> Any:
     return Archive(configured_store(), caller_of(current.current_event.raw_event))
 
 
-@router.post("/expand")
+@billed_post(router, "/expand")
 def expand(request: ExpandRequest) -> Response[str]:
     from compactor import service
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import Response
@@ -22,13 +22,28 @@ tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
 
 
+RouteFunction = TypeVar("RouteFunction", bound=Callable[..., Any])
+
+BILLED_ROUTES: set[tuple[str, str]] = set()
+"""The billed routes, ``(method, path)`` as the OpenAPI document names them: the ones that take an
+``Idempotency-Key`` (docs/billing.md). Filled by :func:`billed_post` as the route modules are imported; the
+OpenAPI document reads it (``compactor_aws.openapi``), so the routes and their document cannot disagree."""
+
+
+def billed_post(router: Router, path: str) -> Callable[[RouteFunction], RouteFunction]:
+    """``router.post(path)`` for a route that answers through :func:`billed`, registered in :data:`BILLED_ROUTES`."""
+    BILLED_ROUTES.add(("post", path))
+    return router.post(path)
+
+
 def json_response(status: int, body: Any) -> Response[str]:
     return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body))
 
 
 def billed(router: Router, route: str, run: Callable[[], CallRecord]) -> Response[str]:
     """The call's response, replayed under its Idempotency-Key or computed by ``run`` (then observed:
-    metrics, billing record, flow-node subsegments), billed once (docs/billing.md)."""
+    metrics, billing record, flow-node subsegments), billed once (docs/billing.md). The route is declared
+    with :func:`billed_post`."""
     from compactor_aws import billing
 
     answer = billing.answer_observed(router.current_event.raw_event, route, run, lambda_context=router.lambda_context,

@@ -7,12 +7,12 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from compactor.models import CompactRequest
 from compactor_aws.routes.archives import caller_archive
-from compactor_aws.routes.common import billed
+from compactor_aws.routes.common import billed, billed_post
 
 router = APIGatewayRouter()
 
 
-@router.post("/compact")
+@billed_post(router, "/compact")
 def compact(request: CompactRequest) -> Response[str]:
     from compactor import service
     from compactor_aws.stepfunctions_runner import configured_runner  # None unless BatchFanOut=stepfunctions

@@ -1,5 +1,6 @@
-"""How the API answers what no route answers: invalid bodies (422), unknown routes (404), errors of
-the core's hierarchy (``compactor.errors``) and anything unexpected (500, without internals)."""
+"""How the API answers what no route answers: invalid bodies (422), unknown routes (404), a method a path
+has no route for (405 with ``Allow``; ``OPTIONS`` 204 with ``Allow``), errors of the core's hierarchy
+(``compactor.errors``) and anything unexpected (500, without internals)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from compactor import http_api
-from compactor.errors import CompactorError, InternalError, NotFound
+from compactor.errors import CompactorError, InternalError, MethodNotAllowed, NotFound
+from compactor.jsonutil import dense_dumps
 from compactor_aws.routes.common import json_response, logger
 
 router = APIGatewayRouter()
@@ -25,9 +27,34 @@ def invalid_request(error: RequestValidationError | RequestUnsupportedContentTyp
     return json_response(422, http_api.validation_detail(error.errors()))
 
 
+def allowed_methods(path: str) -> list[str]:
+    """The methods the API answers at ``path`` (without the stage prefix), sorted: those of its routes, ``HEAD``
+    wherever ``GET`` (the handler answers it as the ``GET``), and ``OPTIONS``; empty when no route has the path."""
+    resolver = router.api_resolver  # the resolver this router is included in (functions/compact/compact.py)
+    routes = [*resolver._static_routes, *resolver._dynamic_routes]  # Powertools' route table: it has no public view
+    methods = {route.method for route in routes if route.rule.match(path)}
+    if not methods:
+        return []
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods | {"OPTIONS"})
+
+
 @router.exception_handler(NotFoundError)
 def not_found(_: NotFoundError) -> Response[str]:
-    return json_response(*NotFound.route(router.current_event.http_method, router.current_event.path).answer())
+    """404 for a path no route has; for a path with routes, none of them for this method, 405 with ``Allow``
+    (RFC 9110; it used to be the 404 ``no route for``, which reads as a wrong path), and ``OPTIONS`` 204 with
+    ``Allow`` (docs/behaviour.md#errors)."""
+    method, path = router.current_event.http_method, router.current_event.path
+    allowed = allowed_methods(http_api.route_path(path))
+    if not allowed:
+        return json_response(*NotFound.route(method, path).answer())
+    headers = {"Allow": ", ".join(allowed)}
+    if method == "OPTIONS":
+        return Response(status_code=204, content_type=None, body="", headers=headers)
+    status, body = MethodNotAllowed.route(method, path, allowed).answer()
+    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body),
+                    headers=headers)
 
 
 @router.exception_handler(CompactorError)

@@ -6,12 +6,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 
 from compactor.models import FlowsRequest, NormalizeRequest
-from compactor_aws.routes.common import billed
+from compactor_aws.routes.common import billed, billed_post
 
 router = APIGatewayRouter()
 
 
-@router.post("/flows")
+@billed_post(router, "/flows")
 def flows(request: FlowsRequest) -> Response[str]:
     from compactor import service
 
@@ -19,7 +19,7 @@ def flows(request: FlowsRequest) -> Response[str]:
                                                                 lambda_context=router.lambda_context))
 
 
-@router.post("/flows/normalize")
+@billed_post(router, "/flows/normalize")
 def flows_normalize(request: NormalizeRequest) -> Response[str]:
     from compactor import service
 
