@@ -55,15 +55,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor usage: --ledger {args.ledger}: {cause} (compactor serve --ledger FILE writes one)",
               file=sys.stderr)
         return 2
-    try:
-        ledger = _ledger(args)
-        report = ledger.totals(first, last, args.key) if isinstance(ledger, LocalLedger) else None
-    except (ValueError, LookupError, TypeError, AttributeError) as exc:  # its JSON, UTF-8 or an entry's fields
-        if args.ledger is None:
-            raise
-        print(f"compactor usage: --ledger {args.ledger}: not a usage ledger ({type(exc).__name__}: {exc})"[:300],
+    ledger = _ledger(args)
+    if isinstance(ledger, LocalLedger) and not ledger.reads_as_ledger():
+        print(f"compactor usage: --ledger {args.ledger}: not a usage ledger (no line of it is an entry)",
               file=sys.stderr)
         return 2
+    report = ledger.totals(first, last, args.key) if isinstance(ledger, LocalLedger) else None
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2

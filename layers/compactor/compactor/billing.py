@@ -255,6 +255,12 @@ class LocalLedger:
                     continue
                 yield entry
 
+    def reads_as_ledger(self) -> bool:
+        """Whether the file is a ledger: absent, blank, or holding at least one entry. A torn line among
+        entries is skipped (:meth:`_read`); a file none of whose lines is an entry (a transcript named by
+        mistake) is no ledger."""
+        return bool(self._ids) or self.path is None or not self.path.exists() or not self.path.read_bytes().strip()
+
     def _append(self, entry: LedgerEntry) -> None:
         """Append ``entry``'s line, on a line of its own: after a torn last line, a newline first."""
         assert self.path is not None
