@@ -139,8 +139,9 @@ def test_responses_units_keep_a_call_with_its_output_whatever_lies_between() -> 
 
 
 def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
-    """A call never answered (the agent stopped, or its output was lost) keeps the old rule: its unit ends
-    at the next item that is neither a call nor a result, even when a later call reuses its id."""
+    """A call never answered (the agent stopped, or its output was lost) waits for nothing: the rest of its
+    response stays with it, and its unit ends where that response does (after the next call's output), even when
+    a later call reuses its id."""
     items = [
         {"type": "function_call", "call_id": "lost", "name": "x", "arguments": "{}"},
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "next"}]},
@@ -150,7 +151,21 @@ def test_an_unanswered_call_does_not_swallow_what_follows() -> None:
         {"type": "function_call", "call_id": "b", "name": "x", "arguments": "{}"},  # an id used twice
         {"type": "function_call_output", "call_id": "b", "output": "B2"},
     ]
-    assert _spans(RESPONSES, items) == [(0, 1), (1, 4), (4, 7)]  # a message joins the call after it
+    assert _spans(RESPONSES, items) == [(0, 4), (4, 7)]  # a message joins the call after it
+
+
+def test_a_response_with_an_unanswered_call_keeps_its_reasoning_with_all_its_items() -> None:
+    """Reasoning, a call never answered and the response's message after it: the call ended the unit, so decision
+    could summarize the reasoning and the call and keep the message, which the Responses API refuses without its
+    reasoning (the property tests found it)."""
+    items = [
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "lost", "name": "x", "arguments": "{}"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "thanks"}]},
+        {"type": "function_call", "call_id": "end", "name": "x", "arguments": "{}"},  # stopped mid-call
+    ]
+    assert _spans(RESPONSES, items) == [(0, 3), (3, 4), (4, 5)]
 
 
 def _stand_in(call_id: str | None, output: Any) -> str:

@@ -99,16 +99,17 @@ def _response_output(item: Item) -> bool:
     return _message_role(item) == "assistant" or kind.endswith("_call") or kind == ITEM_REFERENCE
 
 
-def _same_response(prev: Item, nxt: Item) -> bool:
+def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = frozenset()) -> bool:
     """Items of one response's output: an assistant message, or a call that waits for no output (a server-side
-    call carries its result), followed by another message or call. A response lists them in order after its
+    call carries its result; a call no item of ``answered`` answers, as an interrupted agent leaves one, waits
+    for nothing either), followed by another message or call. A response lists them in order after its
     ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
-    the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run,
-    so an unanswered call still takes in nothing after it. A reference may be any of them, that reasoning too:
+    the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run:
+    what follows its output is the next response. A reference may be any of them, that reasoning too:
     it joins the message, call or reference after it (the outputs of a call it stands for join it by
     :func:`reference_links`)."""
     waits_for_nothing = (_message_role(prev) == "assistant" or kind_of(prev) == ITEM_REFERENCE
-                         or (kind_of(prev).endswith("_call") and not _opens(prev)))
+                         or (kind_of(prev).endswith("_call") and not _opens(prev) & answered))
     return waits_for_nothing and _response_output(nxt)
 
 
@@ -153,8 +154,10 @@ class OpenAIResponses(Dialect):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
+        links = reference_links(items)
+        answered = {call for item in items if (call := answered_call(item)) is not None}
         return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
-                            same_turn=_same_response, links=reference_links(items))
+                            same_turn=lambda prev, nxt: _same_response(prev, nxt, answered), links=links)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """``system`` and ``developer`` messages, earlier compactions' items, and every item of a unit holding a
