@@ -279,7 +279,8 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
 
     from compactor.catalog import CatalogError
     from compactor.container import get_router, run_sync
-    from compactor.errors import InvalidRequest
+    from compactor.errors import InvalidFlow, InvalidRequest
+    from compactor.flow import FlowAdmissionError
     from compactor.models import CompactRequest
     from compactor.budget import flow_budget_ms
     from compactor.compaction.windowed import compact_stream, inline_runner
@@ -317,7 +318,11 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
                 messages_only=not args.json,
                 workdir=os.path.dirname(os.path.abspath(args.output)) if args.output else None,
                 on_event=progress.on_event if progress else None))
-    except (CatalogError, TranscriptError, InvalidRequest) as exc:
+    except FlowAdmissionError as exc:  # the policies, refused before any window ran: the API's 400 invalid_flow
+        return _answered_with(InvalidFlow.rejected(exc))
+    except InvalidRequest as exc:  # a --pin past the transcript, known once the stream is counted; a negative max_tokens
+        return _answered_with(exc)
+    except (CatalogError, TranscriptError) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # reading the file or writing the output (a full disk …)
@@ -331,6 +336,14 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
             _report_written(args.output, _size(args.output), written_as(
                 session=None, whole_body=args.json, items_field="messages", streamed=True))
     return 0 if html_written else 2
+
+
+def _answered_with(error: Any) -> int:
+    """A streamed run the core refused (a ``compactor.errors.CompactorError``): its status and body on stderr and exit 1,
+    as a file read whole is answered (README, "Command line")."""
+    status, body = error.answer()
+    print(f"compactor compact: HTTP {status}: {json.dumps(body)}", file=sys.stderr)
+    return 1
 
 
 def _until_first_user(messages: Any) -> list[dict[str, Any]]:

@@ -615,13 +615,40 @@ def test_the_cli_reads_a_large_file_in_another_format_whole(tmp_path, monkeypatc
 
 def test_the_cli_refuses_pins_past_a_streamed_file(tmp_path, monkeypatch, capsys):
     """A streamed file's ``--pin`` is checked once the stream is counted, as one request's ``pinned_indices``:
-    out of range, the CLI says so and exits 2 (before, it compacted and the pin named nothing)."""
+    out of range, the CLI answers the API's 400 and exits 1, as for a file read whole (before, it compacted and the
+    pin named nothing; then it exited 2, which the README gives to unreadable input)."""
     from compactor_cli import compact_cmd
     from compactor_cli.main import main
 
     monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(list(PLAIN) * 40))
-    assert main(["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--pin", str(len(PLAIN) * 40)]) == 2
-    assert "pinned_indices must reference existing messages" in capsys.readouterr().err
+    assert main(["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--pin", str(len(PLAIN) * 40)]) == 1
+    assert "HTTP 400: " in (err := capsys.readouterr().err) and "pinned_indices must reference existing messages" in err
     assert main(["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--pin", "1"]) == 0
+
+
+def test_the_cli_answers_a_policy_it_cannot_admit_for_a_streamed_file_as_for_a_whole_one(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A policy the flow refuses, in a file over the streaming threshold: the same 400 ``invalid_flow`` and exit 1 as
+    the file read whole (before: a FlowAdmissionError traceback)."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    messages = [{"role": "user", "content": "fix the tests"}]
+    for i in range(20):  # old tool calls to compact: the policies are admitted
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                         "name": "bash", "arguments": json.dumps({"command": f"cat f{i}.py"})}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 200}]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(messages))
+    arguments = ["compact", str(path), "-o", str(tmp_path / "out.json"), "-q", "--decision-policy", '["policy", ["x"]]']
+    answers = []
+    for threshold in (10**9, 1000):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+        code = main(arguments)
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and '"code": "invalid_flow"' in err, err
+        answers.append((code, err))
+    assert answers[0] == answers[1] and answers[0][0] == 1
+    assert not (tmp_path / "out.json").exists()

@@ -298,7 +298,7 @@ def test_a_streamed_run_that_fails_leaves_the_output_as_it_was(tmp_path: Path, m
     out = tmp_path / "out.json"
     out.write_text("the previous result")
     code, _, err = run(capsys, "compact", str(TRANSCRIPT), "-q", "-o", str(out))
-    assert code == 2 and "a window failed" in err
+    assert code == 1 and "HTTP 400: " in err and "a window failed" in err  # answered as the API would (README)
     assert out.read_text() == "the previous result"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no partial file left beside it
 
