@@ -67,6 +67,22 @@ def test_error_for_status(status: int, body: bytes, kind: str | None) -> None:
     assert (error.kind if error else None) == kind
 
 
+def test_a_validation_errors_echo_of_the_request_is_not_its_message() -> None:
+    """FastAPI's 422 (vLLM, most Python model servers) echoes the request in each entry's ``input``: the transcript's
+    word "context" made it a context overflow, and its message showed the transcript's start. The entries'
+    ``loc: msg`` are the message now."""
+    import json
+
+    echoed = {"messages": [{"role": "user", "content": "the compaction context of this agent"}], "max_tokens": -1}
+    body = json.dumps({"detail": [{"type": "greater_than_equal", "loc": ["body", "max_tokens"],
+                                   "msg": "Input should be greater than or equal to 1", "input": echoed}]}).encode()
+    error = http.error_for_status(422, body)
+    assert error is not None and error.kind == "bad_request"
+    assert error.message == "HTTP 422: body.max_tokens: Input should be greater than or equal to 1"
+    overflow = json.dumps({"detail": [{"loc": ["body"], "msg": "maximum context length is 8192 tokens"}]}).encode()
+    assert http.error_for_status(400, overflow).kind == "context_overflow"  # the server's own words still count
+
+
 def test_scrub_known_secret_and_lookalikes() -> None:
     text = "key abc123secret, header Bearer xyz.789 and sk-proj-ABCDEFGH12"
     cleaned = http.safe_message(text, ["abc123secret"])

@@ -454,7 +454,26 @@ def error_detail(body: bytes) -> str:
         for key in ("error", "message", "detail"):
             if isinstance(parsed.get(key), str):
                 return bounded_text(parsed[key])
+        problems = _validation_problems(parsed.get("detail"))
+        if problems:
+            return bounded_text(problems)
     return bounded_text(text)
+
+
+def _validation_problems(detail: Any) -> str | None:
+    """``where: what`` of each entry of a validation error list (FastAPI's 422 ``{"detail": [{"loc", "msg", "input"},
+    …]}``, what vLLM and most Python model servers answer a malformed request with), or ``None``. The entries' ``input``
+    echoes the request, the transcript included: read as the error's text, a word of the transcript ("context") made
+    a request the server could not parse a context overflow."""
+    if not isinstance(detail, list):
+        return None
+    problems = []
+    for entry in detail:
+        if isinstance(entry, dict) and isinstance(entry.get("msg"), str):
+            where = entry.get("loc")
+            location = ".".join(str(part) for part in where) if isinstance(where, list) else ""
+            problems.append(f"{location}: {entry['msg']}" if location else entry["msg"])
+    return "; ".join(problems) or None
 
 
 def error_object(body: bytes, marker: bytes) -> dict[str, Any] | None:
