@@ -242,6 +242,14 @@ def test_renaming_nodes_or_reordering_choices_keeps_identity() -> None:
     assert renamed.fingerprint == reordered.fingerprint == base.fingerprint
 
 
+@pytest.mark.parametrize(("one", "other"), [(1, 1.0), (0, 0.0), (0, -0.0)])
+def test_one_threshold_spelt_two_ways_is_one_identity(one: float, other: float) -> None:
+    # JSON has one number type: a client that writes 1.0 and one that writes 1 send the same flow (the
+    # fingerprints differed, the typed encoding writing a float 1.0 as "1.0")
+    assert admit(routed_flow(routing(min_confidence=one))).encoding == \
+        admit(routed_flow(routing(min_confidence=other))).encoding
+
+
 SENSITIVE: list[tuple[str, dict[str, Any]]] = [
     ("routing policy", {"policy": FAST_POLICY}),
     ("instructions", {"instructions": "Pick a model."}),

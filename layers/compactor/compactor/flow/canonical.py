@@ -130,13 +130,22 @@ def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
 def routing_key(routing: Mapping[str, Any], policy_encoding: str, choice_encodings: Mapping[str, str]) -> str:
     """The routing key of a decision-routed llm node: the typed options encoding of its ``routing``
     record as submitted (present keys only, like the typed options), with the routing policy and
-    every choice policy replaced by its sigma-pol/v2 encoding. Choice order does not matter; node
-    ids never enter it; any change of a routing field (or of a policy's normal form) changes it."""
+    every choice policy replaced by its sigma-pol/v2 encoding and ``min_confidence`` integral as an integer.
+    Choice order does not matter; node ids never enter it; any change of a routing field (or of a policy's
+    normal form) changes it."""
     record = dict(routing)
+    if "min_confidence" in record:  # one number whatever its JSON spelling: 1, 1.0 and 1e0 are one threshold
+        record["min_confidence"] = _json_number(record["min_confidence"])
     record["policy"] = policy_encoding
     record["choices"] = {choice_id: {**choice, "policy": choice_encodings[choice_id]}
                          for choice_id, choice in routing["choices"].items()}
     return encode_typed(record)
+
+
+def _json_number(value: int | float) -> int | float:
+    """An integral number as an int (``-0.0`` as 0), any other as it is: JSON has one number type, so a client
+    that writes ``1.0`` and one that writes ``1`` send the same value."""
+    return int(value) if float(value).is_integer() else value
 
 
 def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None,
