@@ -245,6 +245,19 @@ def test_every_status_a_flow_failure_maps_to_is_documented_on_flows() -> None:
         jsonschema.validate(body, _documented("post", "/flows", status))
 
 
+def test_each_flow_error_kind_is_named_under_its_status_on_flows() -> None:
+    # data_error's 422 and bad_request's 400 were answered but documented nowhere on /flows (the 422 said
+    # schema validation and the Idempotency-Key only)
+    from compactor.errors import RouterError
+
+    doc = json.loads(DOC_PATH.read_text(encoding="utf-8"))
+    responses = doc["paths"]["/flows"]["post"]["responses"]
+    for kind, status in RouterError._STATUS_BY_KIND.items():
+        assert f"`{kind}`" in responses[str(status)]["description"], (kind, status)
+    assert "invalid policy or flow" in responses["400"]["description"]  # the admission's 400 is still there
+    assert "idempotency_key_reused" in responses["422"]["description"]
+
+
 def test_every_route_documents_the_stages_throttling() -> None:
     import jsonschema
 

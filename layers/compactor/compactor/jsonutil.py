@@ -277,6 +277,42 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)  # in C: the keys are looked at one by one only when one repeats
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
+_DUPLICATE_FINDER: json.JSONDecoder | None = None
+
+
+def repeated_key(text: str) -> str | None:
+    """A key that an object of the JSON ``text`` holds twice, or None (also for text that is not JSON). The
+    readers of request bodies keep the last value of a repeated key, as ``json.loads`` does (:func:`bounded_loads`);
+    a route whose body must lose nothing that way asks this of the same text."""
+    global _DUPLICATE_FINDER
+    if _DUPLICATE_FINDER is None:
+        _DUPLICATE_FINDER = json.JSONDecoder(object_pairs_hook=_unique_pairs)
+    try:
+        _DUPLICATE_FINDER.decode(text)
+    except _DuplicateKey as found:
+        return found.key
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def _reject_constant(name: str) -> Any:
     raise StrictJSONError(f"non-finite number: {name}")
 

@@ -320,11 +320,16 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
                                   f"{kinds}); `x_router` beside `error` traces it", ErrorBody)
                          for status, kinds in (("401", "`auth_error`"), ("429", "`rate_limit`"),
                                                ("502", "any other"), ("503", "`no_candidates`"),
-                                               ("504", "`timeout`, `flow_deadline`"))},
+                                               ("504", "`timeout`, `flow_deadline`"),
+                                               ("422", "`data_error`: a data operation that does not fit its data"),
+                                               ("400", "`bad_request`, `context_overflow`"))},
     ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
                                 "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
 }
 """A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
+ROUTE_ERRORS_BESIDE: dict[tuple[str, str], frozenset[str]] = {("post", "/flows"): frozenset({"400"})}
+"""The statuses of :data:`ROUTE_ERRORS` that a route answers beside the general cause, not instead of it (a flow
+that is not admitted is 400 ``invalid_flow``, a flow whose model call was refused 400 ``bad_request``)."""
 
 IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key", "in": "header", "required": False,
@@ -444,13 +449,17 @@ def document(app: Any) -> dict[str, Any]:
                 responses[status] = {"description": description,
                                      "content": {"application/json": {"schema": _component(error_model, components)}}}
             for status, (description, error_model) in ROUTE_ERRORS.get((method, path), {}).items():
-                responses.pop(status, None)  # this route's own answer replaces the general one
+                if status not in ROUTE_ERRORS_BESIDE.get((method, path), ()):
+                    responses.pop(status, None)  # this route's own answer replaces the general one
                 _respond(responses, status, description, _component(error_model, components))
             _respond(responses, "429", THROTTLED[0], _component(THROTTLED[1], components))
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
             if (method, path) in BILLED_ROUTES:  # they take an Idempotency-Key
                 _idempotent(operation, responses, components)
+                own_422 = ROUTE_ERRORS.get((method, path), {}).get("422")
+                if own_422 is not None:  # the Idempotency-Key's 422 keeps the route's own cause beside it
+                    _respond(responses, "422", own_422[0], _component(own_422[1], components))
             request = operation.get("requestBody", {}).get("content", {}).get("application/json")
             if request is not None and (method, path) in examples:
                 request["examples"] = examples[(method, path)]

@@ -14,7 +14,7 @@ from compactor.providers.base import ChatResponse, ProviderError
 from compactor.router import RouteResult
 
 from .fake_router import FakeRouter
-from .triage import FLOW_INPUT, triage_flow
+from .triage import FLOW_INPUT, POLICY, triage_flow
 
 
 async def call(router: FakeRouter, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -36,6 +36,8 @@ async def test_run_ok() -> None:
     {"flow_ir": triage_flow(classify={"questions": {}}), "flow_input": FLOW_INPUT},
     {"flow_ir": triage_flow(), "flow_input": {"tickets": {}, "blob": "x" * 1_048_576}},
     {},
+    # a fail plan's action that is no name (an array): a TypeError in policy admission, a 500, until fixed
+    {"flow_ir": triage_flow(classify={"policy": [*POLICY[:5], ["always", {"action": []}]]}), "flow_input": FLOW_INPUT},
 ])
 async def test_admission_failure_is_400_before_any_call(body: dict[str, Any]) -> None:
     router = FakeRouter()

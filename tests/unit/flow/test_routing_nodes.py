@@ -242,6 +242,25 @@ def test_renaming_nodes_or_reordering_choices_keeps_identity() -> None:
     assert renamed.fingerprint == reordered.fingerprint == base.fingerprint
 
 
+@pytest.mark.parametrize(("one", "other"), [(1, 1.0), (0, 0.0), (0, -0.0)])
+def test_one_threshold_spelt_two_ways_is_one_identity(one: float, other: float) -> None:
+    # JSON has one number type: a client that writes 1.0 and one that writes 1 send the same flow (the
+    # fingerprints differed, the typed encoding writing a float 1.0 as "1.0")
+    assert admit(routed_flow(routing(min_confidence=one))).encoding == \
+        admit(routed_flow(routing(min_confidence=other))).encoding
+
+
+@pytest.mark.parametrize(("one", "other"), [(0.3, 0.30000000000000004), (0.5, 0.500000000000001)])
+def test_two_thresholds_are_two_identities(one: float, other: float) -> None:
+    # the typed encoding writes a float with 14 significant digits, which told these apart from nothing
+    assert admit(routed_flow(routing(min_confidence=one))).encoding != \
+        admit(routed_flow(routing(min_confidence=other))).encoding
+
+
+def test_a_threshold_of_few_digits_keeps_its_encoding() -> None:
+    assert "s14:min_confidencen0.25:" in admit(routed_flow(routing(min_confidence=0.25))).encoding
+
+
 SENSITIVE: list[tuple[str, dict[str, Any]]] = [
     ("routing policy", {"policy": FAST_POLICY}),
     ("instructions", {"instructions": "Pick a model."}),

@@ -90,6 +90,10 @@ def test_non_finite_or_non_numbers_rejected(number: Any) -> None:
     (["provider_eq", None], "expected a string (Provider)"),
     (["served_by_eq", 1], "expected a string (ServedBy)"),
     (["has_cap", ["tools"]], "expected a string (Capability)"),
+    # a relation or tier that is an array or a record (no set member: it was a TypeError, a 500)
+    (["cmp", "price_in", ["le"], 1], "expected a relation"),
+    (["cmp", "price_in", {"le": 1}, 1], "expected a relation"),
+    (["tier_eq", ["partner"]], "unknown tier ['partner']"),
 ])
 def test_parameter_errors(pred: Any, needle: str) -> None:
     assert needle in rejected(policy(pred=pred))
@@ -158,6 +162,10 @@ def test_xform_parameters(xform: Any, ok: bool) -> None:
     ({"action": "retry_same", "backoff_ms": [100, -5]}, "backoff_ms entries must be numbers >= 0"),
     ({"action": "retry_same", "open_breaker_ms": math.nan}, "open_breaker_ms must be a number >= 0"),
     ({"action": "abort", "note": "why"}, "Action key 'note' must map to a finite number"),
+    # an action that is an array or a record (no set member: it was a TypeError, a 500)
+    ({"action": []}, "Action.action invalid: []"),
+    ({"action": {"name": "abort"}}, "Action.action invalid"),
+    ({"action": "retry_same", "then_action": ["abort"]}, "Action.then_action invalid"),
 ])
 def test_action_records(action: Any, needle: str) -> None:
     assert needle in rejected(policy(failplan=["always", action]))

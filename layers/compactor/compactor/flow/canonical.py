@@ -130,13 +130,28 @@ def typed_options(spec: Mapping[str, Any]) -> dict[str, Any]:
 def routing_key(routing: Mapping[str, Any], policy_encoding: str, choice_encodings: Mapping[str, str]) -> str:
     """The routing key of a decision-routed llm node: the typed options encoding of its ``routing``
     record as submitted (present keys only, like the typed options), with the routing policy and
-    every choice policy replaced by its sigma-pol/v2 encoding. Choice order does not matter; node
-    ids never enter it; any change of a routing field (or of a policy's normal form) changes it."""
+    every choice policy replaced by its sigma-pol/v2 encoding and ``min_confidence`` integral as an integer.
+    Choice order does not matter; node ids never enter it; any change of a routing field (or of a policy's
+    normal form) changes it."""
     record = dict(routing)
+    if "min_confidence" in record:  # one number whatever its JSON spelling (1, 1.0), two numbers two keys
+        record["min_confidence"] = _json_number(record["min_confidence"])
     record["policy"] = policy_encoding
     record["choices"] = {choice_id: {**choice, "policy": choice_encodings[choice_id]}
                          for choice_id, choice in routing["choices"].items()}
     return encode_typed(record)
+
+
+def _json_number(value: int | float) -> int | float | str:
+    """An integral number as an int (``-0.0`` as 0): JSON has one number type, so a client that writes ``1.0``
+    and one that writes ``1`` send the same value. A float that the typed encoding's 14 digits would not tell
+    from another (0.30000000000000004 from 0.3) as its shortest exact text, a string where no number can be;
+    any other as it is, so its encoding stays what it was."""
+    if float(value).is_integer():
+        return int(value)
+    if float(lua_number(value)) != value:
+        return repr(float(value))
+    return value
 
 
 def content_key(kind: str, spec: Mapping[str, Any], policy_encoding: str | None,

@@ -40,12 +40,17 @@ def _non_negative(value: Any) -> bool:
     return is_finite_number(value) and value >= 0
 
 
+def _is_action(value: Any) -> bool:
+    """A known action name (any JSON value may come: an array or a record is no name, and no set member)."""
+    return isinstance(value, str) and value in ACTIONS
+
+
 def _check_action(value: Any) -> str | None:
     if not isinstance(value, dict):
         return "Action must be a record"
-    if value.get("action") not in ACTIONS:
+    if not _is_action(value.get("action")):
         return f"Action.action invalid: {value.get('action')!r}"
-    if "then_action" in value and value["then_action"] not in ACTIONS:
+    if "then_action" in value and not _is_action(value["then_action"]):
         return f"Action.then_action invalid: {value['then_action']!r}"
     if "attempts" in value:
         attempts = value["attempts"]
@@ -103,7 +108,7 @@ def _check_param(sort: str, value: Any, schema: Mapping[str, FieldDecl]) -> str 
         ok = is_finite_number(value) and float(value).is_integer() and value >= 1
         return None if ok else "expected a positive integer count"
     if sort == "Rel":
-        return None if value in RELATIONS else "expected a relation (lt|le|eq|ne|ge|gt)"
+        return None if isinstance(value, str) and value in RELATIONS else "expected a relation (lt|le|eq|ne|ge|gt)"
     if sort in ("NumField", "BoolField"):
         if not isinstance(value, str):
             return "expected a field name"
@@ -113,7 +118,7 @@ def _check_param(sort: str, value: Any, schema: Mapping[str, FieldDecl]) -> str 
         wanted = "Num" if sort == "NumField" else "Bool"
         return None if decl.sort == wanted else f"field '{value}' has sort {decl.sort}, expected {wanted}"
     if sort == "Tier":
-        return None if value in TIER_ORDER else f"unknown tier {value!r}"
+        return None if isinstance(value, str) and value in TIER_ORDER else f"unknown tier {value!r}"
     if sort in _STRING_SORTS:
         return None if isinstance(value, str) else f"expected a string ({sort})"
     if sort == "Scalar":

@@ -15,13 +15,19 @@ router = APIGatewayRouter()
 def flows(request: FlowsRequest) -> Response[str]:
     from compactor import service
 
-    return billed(router, "flows", lambda: service.handle_flows(request.model_dump(exclude_unset=True),
-                                                                lambda_context=router.lambda_context))
+    from compactor.flows_service import repeated_key_refusal
+
+    refusal = repeated_key_refusal(router.current_event.decoded_body, route="flows")
+    return billed(router, "flows", lambda: refusal or service.handle_flows(request.model_dump(exclude_unset=True),
+                                                                           lambda_context=router.lambda_context))
 
 
 @billed_post(router, "/flows/normalize")
 def flows_normalize(request: NormalizeRequest) -> Response[str]:
     from compactor import service
 
+    from compactor.flows_service import repeated_key_refusal
+
+    refusal = repeated_key_refusal(router.current_event.decoded_body, route="flows_normalize")
     return billed(router, "flows_normalize",
-                  lambda: service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
+                  lambda: refusal or service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
