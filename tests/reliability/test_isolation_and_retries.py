@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from compactor import router as router_module
 from compactor import service
 from compactor.budget import Deadline
 from compactor.models import CompactRequest
@@ -99,6 +100,28 @@ async def test_a_callers_tiny_timeout_says_nothing_about_the_provider(fake_provi
                                ChatRequest(messages=[{"role": "user", "content": "hi"}]),
                                deadline=Deadline.after_ms(10_000))
     assert second.ok and second.chosen.id == "a/chat" and second.trace["rejected"] == []
+
+
+async def test_a_timeout_a_caller_can_cause_never_lets_its_failplan_disable_the_provider_for_everyone(
+        fake_provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A caller picks the attempt's timeout (a flow node's timeout_ms, up to 40 s) and how long an answer it asks
+    # for: 4,096 tokens within 5 s times out on a healthy provider. Its FailPlan then disabled the provider for
+    # every caller for 300 s and opened its breaker. Scaled down here: 5 s → 50 ms.
+    monkeypatch.setattr(router_module, "SHARED_TIMEOUT_MIN_S", 0.05)
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: chat_reply("a very long answer", delay_s=1.0)
+    hostile = router.admit_policy(policy(["always", {"action": "disable_provider", "open_breaker_ms": 10**9}]))
+    first = await router.chat(hostile, ChatRequest(messages=[{"role": "user", "content": "write 4096 tokens"}]),
+                              timeout_s=0.1)
+    assert first.error_kind == "exhausted: timeout"
+    assert [e.get("scope") for e in first.trace["decision_path"] if e["event"] == "provider_disabled"] == [
+        "call", "call"]
+    fake_provider.responder = None
+    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
+                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                               deadline=Deadline.after_ms(10_000))
+    assert second.ok and second.chosen.id == "a/chat"
+    assert not any(e["event"] == "skipped" for e in second.trace["decision_path"])
 
 
 async def test_provider_faults_still_disable_and_a_caller_opens_a_breaker_for_a_bounded_time(

@@ -247,7 +247,7 @@ async def test_disabled_providers_are_per_router_instance() -> None:
 
 async def test_all_skipped_is_no_candidates() -> None:
     offers = [offer("a")]
-    router, _, _, _ = make_router(offers, {"a": fail("timeout")})
+    router, _, _, _ = make_router(offers, {"a": fail("upstream_error")})
     policy = router.admit_policy(policy_with(["always", {"action": "disable_provider"}]))
     await router.chat(policy, ChatRequest(messages=[]))
     result = await router.chat(policy, ChatRequest(messages=[]))

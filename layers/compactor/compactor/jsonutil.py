@@ -446,6 +446,21 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
     return value
 
 
+def embedded_json(text: str, *, max_depth: int = MAX_BODY_DEPTH) -> tuple[bool, Any]:
+    """``(True, value)`` for ``text`` holding one JSON value (``json.loads``), else ``(False, None)``: not
+    JSON, or nested deeper than ``max_depth`` (the request's own bound, docs/reliability.md). For JSON a
+    transcript carries inside a string (a tool call's ``arguments``), which the request's depth check does not
+    see: parsed as it was, a string of 10,000 ``[`` raised ``RecursionError`` and failed the request with a
+    500 (docs/behaviour.md#errors)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False, None
+    if depth_exceeds(value, max_depth):
+        return False, None
+    return True, value
+
+
 class _ContainerTypes(dict):  # type: ignore[type-arg]
     """Whether a type is a ``dict`` or ``list`` (or a subclass of one), by type, learnt on first sight."""
 

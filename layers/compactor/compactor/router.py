@@ -158,6 +158,15 @@ class _Failure:
         return self.kind != TIMEOUT or self.timeout_s is None or self.timeout_s >= SHARED_TIMEOUT_MIN_S
 
     @property
+    def lets_a_caller_act_for_everyone(self) -> bool:
+        """Whether a caller's FailPlan may act on this failure for every caller (a TTL disable, its
+        ``open_breaker_ms``): a provider fault the request could not have caused. A timeout is not one: a
+        caller chooses both the attempt's timeout (up to 40 s) and how long an answer it asks for, so one
+        request asking for 4,096 tokens within 5 s disabled the provider for everyone for 300 s
+        (docs/reliability.md). Timeouts still count toward the router's own breaker."""
+        return self.says_provider_is_unwell and self.kind != TIMEOUT
+
+    @property
     def retryable(self) -> bool:
         """Client errors fail again when re-sent: only 408 and 429 among them are worth a retry."""
         if self.http_status is not None and 400 <= self.http_status < 500:
@@ -490,7 +499,8 @@ class Router:
         breaker.consecutive_faults += 1
         if breaker.consecutive_faults >= BREAKER_FAILURE_THRESHOLD:
             breaker.open_until = self._clock() + BREAKER_OPEN_S
-        if action is not None and action.open_breaker_ms:  # a caller may open it, for at most BREAKER_OPEN_S
+        if action is not None and action.open_breaker_ms and failure.lets_a_caller_act_for_everyone:
+            # a caller may open it, for at most BREAKER_OPEN_S
             open_s = min(action.open_breaker_ms / 1000, BREAKER_OPEN_S)
             breaker.open_until = max(breaker.open_until, self._clock() + open_s)
 
@@ -621,7 +631,7 @@ class _Failover:
                 return self.failed(self.last.kind, self.last.message)
             if outcome == DISABLE_PROVIDER:
                 assert self.last is not None
-                if self.last.says_provider_is_unwell:
+                if self.last.lets_a_caller_act_for_everyone:
                     self.router._disable_provider(offer.provider)
                     self.path.append({"event": "provider_disabled", "provider": offer.provider,
                                       "ttl_ms": round(PROVIDER_DISABLE_TTL_S * 1000)})

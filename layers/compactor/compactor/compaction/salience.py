@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from compactor.chat import Message, content_text
-from compactor.jsonutil import ascii_wire_size, dense_dumps, dense_size, json_text_size, spaced_dumps
+from compactor.jsonutil import (
+    MAX_BODY_DEPTH, ascii_wire_size, dense_dumps, dense_size, depth_exceeds, embedded_json, json_text_size, spaced_dumps)
 from compactor.patterns import pattern
 
 MAX_NAMES = 160
@@ -324,20 +325,18 @@ _SCAN_JSON = json.JSONDecoder().scan_once
 
 
 def _parsed_arguments(arguments: str) -> Any:
-    """``json.loads(arguments)``, and ``arguments`` itself when that raises ``ValueError``. The scanner alone
-    settles a text that is one JSON value from its first character to its last (what ``json.loads`` then
-    returns); anything else (surrounding whitespace, a byte order mark, extra data, an error) goes through
-    ``json.loads``."""
+    """``json.loads(arguments)``, and ``arguments`` itself when it is not JSON or is nested deeper than a
+    request may be (:func:`compactor.jsonutil.embedded_json`). The scanner alone settles a text that is one
+    shallow JSON value from its first character to its last (what ``json.loads`` then returns); anything else
+    (surrounding whitespace, a byte order mark, extra data, an error) goes through ``embedded_json``."""
     try:
         value, end = _SCAN_JSON(arguments, 0)
-        if end == len(arguments):
+        if end == len(arguments) and not depth_exceeds(value, MAX_BODY_DEPTH):
             return value
-    except Exception:  # noqa: BLE001 - json.loads below raises (or not) what it raises
+    except Exception:  # noqa: BLE001 - embedded_json below says what it is
         pass
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
+    parsed, value = embedded_json(arguments)
+    return value if parsed else arguments
 
 
 def _short_call(call: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, content_text
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import dense_dumps, embedded_json
 from compactor.patterns import lazy, pattern
 from compactor.records import record
 
@@ -109,10 +109,8 @@ def tool_call_action(call: Any) -> Action | None:
     raw = function.get("arguments")
     arguments: Any = raw
     if isinstance(raw, str):
-        try:
-            arguments = json.loads(raw)
-        except ValueError:
-            arguments = raw
+        parsed, value = embedded_json(raw)
+        arguments = value if parsed else raw
     command = None
     if isinstance(arguments, dict):  # ``command`` (string or argv list), or ``cmd`` as Codex' exec_command
         command = arguments.get("command", arguments.get("cmd"))
