@@ -12,17 +12,17 @@ import os
 from typing import Any
 from urllib.parse import unquote_plus
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, jobs, object_jobs
-from compactor_aws import observability, windowed_jobs
+from compactor_aws import logs, observability, windowed_jobs
 from compactor_aws.s3_store import S3Store
 from compactor_aws import snapstart
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))

@@ -17,15 +17,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, large_jobs, object_jobs
 from compactor.call_record import CallRecord
-from compactor_aws import snapstart
+from compactor_aws import logs, snapstart
 from compactor_aws.s3_store import S3Store
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+logger = logs.new_logger()  # the layer's module loggers write through it
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace,
 # and the job's outcome (S3ObjectsCompacted, ...)
 store = S3Store()
