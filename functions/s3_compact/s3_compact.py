@@ -75,10 +75,16 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
     return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
 
 
-@tracer.capture_method(capture_response=False)
-def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """One record: its object's job (:func:`run_job`), logged and counted."""
-    source = source_of(record)
+OBJECT_LOG_KEYS = ("bucket", "key", "version_id")
+"""The keys naming the object on each log line of its job (docs/deploy.md)."""
+
+
+def object_keys(source: object_jobs.Source) -> dict[str, str | None]:
+    return dict(zip(OBJECT_LOG_KEYS, (source.bucket, source.key, source.version_id), strict=True))
+
+
+def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,
+                   context: LambdaContext) -> dict[str, Any]:
     if not record.event_name.startswith("ObjectCreated:"):
         outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
     else:
@@ -89,10 +95,22 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
             outcome = run_job(source, rel, defaults, context)
         finally:
             store.discard()  # the object if the job did not read it (a redelivered event)
-    tracer.put_annotation("s3_result", outcome["result"])
-    logger.info("s3 object %s", outcome["result"], extra={
-        "bucket": source.bucket, "key": source.key, "version_id": source.version_id,
-        "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
+    return outcome
+
+
+@tracer.capture_method(capture_response=False)
+def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
+    """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
+    billing record included) names the object: ``bucket``, ``key``, ``version_id``."""
+    source = source_of(record)
+    logger.append_keys(**object_keys(source))
+    try:
+        outcome = object_outcome(record, source, defaults, context)
+        tracer.put_annotation("s3_result", outcome["result"])
+        logger.info("s3 object %s", outcome["result"], extra={
+            "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
+    finally:
+        logger.remove_keys(list(OBJECT_LOG_KEYS))  # the next record's (or invocation's) lines name their own
     observability.record_s3_object(metrics, outcome["result"])
     return outcome
 
