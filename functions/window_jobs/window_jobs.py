@@ -59,11 +59,24 @@ def bill(job: dict[str, Any], record: CallRecord, context: LambdaContext) -> Non
         api_key_id=billing.billed_caller(source, caller)), caller, context)
 
 
+JOB_LOG_KEYS = ("job_id", "bucket", "key", "version_id")
+"""The keys naming a job step's job on each of its log lines: ``job_id`` is the execution's name (docs/deploy.md)."""
+
+
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
         return run_batch(event, context)
-    step, job = event["step"], event["job"]
+    job = event["job"]
+    logger.append_keys(**{name: job.get(name) for name in JOB_LOG_KEYS})
+    try:
+        return run_step(event["step"], job, event, context)
+    finally:
+        logger.remove_keys(list(JOB_LOG_KEYS))  # a warm container's next invocation names its own job
+
+
+def run_step(step: str, job: dict[str, Any], event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One step of the job; every line it writes (the billing record included) names the job."""
     if step == "plan":
         from compactor.container import get_router
 
@@ -77,8 +90,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:
         raise ValueError(f"unknown step {step!r}")
-    logger.info("windowed job step", extra={"step": step, "job_id": job.get("job_id"), "key": job.get("key"),
-                                            "done": outcome.get("done"), "result": outcome.get("result")})
+    logger.info("windowed job step", extra={"step": step, "done": outcome.get("done"), "result": outcome.get("result")})
     if outcome.get("done"):  # the object's outcome, counted as S3CompactFunction counts the objects it compacts
         from compactor_aws import observability
 
