@@ -20,11 +20,10 @@ Nothing here knows what the flow computes.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Final
 
-from aws_lambda_powertools import Logger  # noqa: F401 - third-party packages first, then the own modules with the collector paused
+from aws_lambda_powertools import Logger  # noqa: F401 - third-party first, then own modules with the collector paused
 
 from compactor.container import collector_paused
 

@@ -25,7 +25,8 @@ from compactor_aws import snapstart
 logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # dimension service, also where POWERTOOLS_SERVICE_NAME is unset
 store = S3Store()
 
 def source_of(record: S3EventRecord) -> object_jobs.Source:
@@ -75,27 +76,17 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
     return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
 
 
-OBJECT_LOG_KEYS = ("bucket", "key", "version_id")
-"""The keys naming the object on each log line of its job (docs/deploy.md)."""
-
-
-def object_keys(source: object_jobs.Source) -> dict[str, str | None]:
-    return dict(zip(OBJECT_LOG_KEYS, (source.bucket, source.key, source.version_id), strict=True))
-
-
 def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,
                    context: LambdaContext) -> dict[str, Any]:
     if not record.event_name.startswith("ObjectCreated:"):
-        outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
-    else:
-        rel = object_jobs.relative_key(source.key)
-        if rel:  # read while the idempotency record is written (docs/performance.md#where-the-time-goes)
-            store.prefetch(source.bucket, source.key, version_id=source.version_id)
-        try:
-            outcome = run_job(source, rel, defaults, context)
-        finally:
-            store.discard()  # the object if the job did not read it (a redelivered event)
-    return outcome
+        return object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
+    rel = object_jobs.relative_key(source.key)
+    if rel:  # read while the idempotency record is written (docs/performance.md#where-the-time-goes)
+        store.prefetch(source.bucket, source.key, version_id=source.version_id)
+    try:
+        return run_job(source, rel, defaults, context)
+    finally:
+        store.discard()  # the object if the job did not read it (a redelivered event)
 
 
 @tracer.capture_method(capture_response=False)
@@ -103,14 +94,11 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
     """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
     billing record included) names the object: ``bucket``, ``key``, ``version_id``."""
     source = source_of(record)
-    logger.append_keys(**object_keys(source))
-    try:
+    with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
         outcome = object_outcome(record, source, defaults, context)
         tracer.put_annotation("s3_result", outcome["result"])
         logger.info("s3 object %s", outcome["result"], extra={
             "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
-    finally:
-        logger.remove_keys(list(OBJECT_LOG_KEYS))  # the next record's (or invocation's) lines name their own
     observability.record_s3_object(metrics, outcome["result"])
     return outcome
 

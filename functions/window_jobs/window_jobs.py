@@ -26,8 +26,9 @@ from compactor_aws import logs, snapstart
 from compactor_aws.s3_store import S3Store
 
 logger = logs.new_logger()  # the layer's module loggers write through it
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace,
-# and the job's outcome (S3ObjectsCompacted, ...)
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # the call metrics' namespace and service, and the job's outcome
+# (S3ObjectsCompacted, ...); dimension service also where POWERTOOLS_SERVICE_NAME is unset
 store = S3Store()
 # Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
 # the core warmed before the snapshot (docs/performance.md#snapstart).
@@ -59,20 +60,14 @@ def bill(job: dict[str, Any], record: CallRecord, context: LambdaContext) -> Non
         api_key_id=billing.billed_caller(source, caller)), caller, context)
 
 
-JOB_LOG_KEYS = ("job_id", "bucket", "key", "version_id")
-"""The keys naming a job step's job on each of its log lines: ``job_id`` is the execution's name (docs/deploy.md)."""
-
-
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
         return run_batch(event, context)
-    job = event["job"]
-    logger.append_keys(**{name: job.get(name) for name in JOB_LOG_KEYS})
-    try:
+    job = event["job"]  # its lines name it; job_id is the execution's name (docs/deploy.md)
+    with logs.naming(logger, job_id=job.get("job_id"), bucket=job.get("bucket"), key=job.get("key"),
+                     version_id=job.get("version_id")):
         return run_step(event["step"], job, event, context)
-    finally:
-        logger.remove_keys(list(JOB_LOG_KEYS))  # a warm container's next invocation names its own job
 
 
 def run_step(step: str, job: dict[str, Any], event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

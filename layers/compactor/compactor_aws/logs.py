@@ -1,4 +1,5 @@
-"""The functions' Powertools logger, and the layer's own module loggers routed through it (docs/deploy.md#reading-logs-metrics-billing-records-and-traces).
+"""The functions' Powertools logger, with the layer's own module loggers writing through it
+(docs/deploy.md#reading-logs-metrics-billing-records-and-traces).
 
 Modules log with ``logging.getLogger(__name__)``. Those of ``compactor`` are children of the Powertools logger
 of service ``compactor`` and write its JSON lines. Those of ``compactor_aws`` (the ledger, the S3 store, the
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from aws_lambda_powertools import Logger
 
@@ -42,3 +46,14 @@ def route_package_logs(logger: Logger, packages: tuple[str, ...] = LAYER_PACKAGE
         if handler not in package.handlers:
             package.addHandler(handler)
         package.setLevel(logger.log_level)
+
+
+@contextmanager
+def naming(logger: Logger, **keys: Any) -> Iterator[None]:
+    """Every line ``logger`` writes meanwhile carries ``keys`` (an S3 object's, a windowed job's: docs/deploy.md);
+    they are removed after, so that a warm container's next record or invocation names its own."""
+    logger.append_keys(**keys)
+    try:
+        yield
+    finally:
+        logger.remove_keys(list(keys))

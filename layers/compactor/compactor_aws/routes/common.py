@@ -19,7 +19,8 @@ from compactor_aws import logs, observability
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
 logger = logs.new_logger()  # the layer's module loggers write through it
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # dimension service, also where POWERTOOLS_SERVICE_NAME is unset
 
 
 RouteFunction = TypeVar("RouteFunction", bound=Callable[..., Any])
