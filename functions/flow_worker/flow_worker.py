@@ -20,11 +20,10 @@ Nothing here knows what the flow computes.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Final
 
-from aws_lambda_powertools import Logger  # third-party packages first, then the own modules with the collector paused
+from aws_lambda_powertools import Logger  # noqa: F401 - third-party first, then own modules with the collector paused
 
 from compactor.container import collector_paused
 
@@ -35,11 +34,11 @@ with collector_paused():  # the layer's modules only (docs/performance.md#the-wo
     from compactor.flow.result import result_to_json
     from compactor.flow.values import MISSING
     from compactor.jsonutil import dense_dumps
-    from compactor_aws import snapstart
+    from compactor_aws import logs, snapstart
 # boto3 and the S3 store load on first use: a batch whose payload and result travel in the execution makes no AWS
 # call, and its worker never imports boto3 (docs/performance.md#what-a-deployed-function-reads-thirteenth-round-issue-11).
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 
 # Inline results above this go to S3: 32 Map items x 6 KB keep the execution output under 256 KB.

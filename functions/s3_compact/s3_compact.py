@@ -12,20 +12,21 @@ import os
 from typing import Any
 from urllib.parse import unquote_plus
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
 from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, jobs, object_jobs
-from compactor_aws import observability, windowed_jobs
+from compactor_aws import logs, observability, windowed_jobs
 from compactor_aws.s3_store import S3Store
 from compactor_aws import snapstart
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # dimension service, also where POWERTOOLS_SERVICE_NAME is unset
 store = S3Store()
 
 def source_of(record: S3EventRecord) -> object_jobs.Source:
@@ -75,24 +76,29 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
     return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
 
 
+def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,
+                   context: LambdaContext) -> dict[str, Any]:
+    if not record.event_name.startswith("ObjectCreated:"):
+        return object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
+    rel = object_jobs.relative_key(source.key)
+    if rel:  # read while the idempotency record is written (docs/performance.md#where-the-time-goes)
+        store.prefetch(source.bucket, source.key, version_id=source.version_id)
+    try:
+        return run_job(source, rel, defaults, context)
+    finally:
+        store.discard()  # the object if the job did not read it (a redelivered event)
+
+
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """One record: its object's job (:func:`run_job`), logged and counted."""
+    """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
+    billing record included) names the object: ``bucket``, ``key``, ``version_id``."""
     source = source_of(record)
-    if not record.event_name.startswith("ObjectCreated:"):
-        outcome = object_jobs.Outcome("skipped", source, reason=f"event {record.event_name}").as_dict()
-    else:
-        rel = object_jobs.relative_key(source.key)
-        if rel:  # read while the idempotency record is written (docs/performance.md#where-the-time-goes)
-            store.prefetch(source.bucket, source.key, version_id=source.version_id)
-        try:
-            outcome = run_job(source, rel, defaults, context)
-        finally:
-            store.discard()  # the object if the job did not read it (a redelivered event)
-    tracer.put_annotation("s3_result", outcome["result"])
-    logger.info("s3 object %s", outcome["result"], extra={
-        "bucket": source.bucket, "key": source.key, "version_id": source.version_id,
-        "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
+    with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
+        outcome = object_outcome(record, source, defaults, context)
+        tracer.put_annotation("s3_result", outcome["result"])
+        logger.info("s3 object %s", outcome["result"], extra={
+            "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
     observability.record_s3_object(metrics, outcome["result"])
     return outcome
 

@@ -17,17 +17,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, large_jobs, object_jobs
 from compactor.call_record import CallRecord
-from compactor_aws import snapstart
+from compactor_aws import logs, snapstart
 from compactor_aws.s3_store import S3Store
 
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))  # the call metrics' namespace,
-# and the job's outcome (S3ObjectsCompacted, ...)
+logger = logs.new_logger()  # the layer's module loggers write through it
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # the call metrics' namespace and service, and the job's outcome
+# (S3ObjectsCompacted, ...); dimension service also where POWERTOOLS_SERVICE_NAME is unset
 store = S3Store()
 # Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
 # the core warmed before the snapshot (docs/performance.md#snapstart).
@@ -63,7 +64,14 @@ def bill(job: dict[str, Any], record: CallRecord, context: LambdaContext) -> Non
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
         return run_batch(event, context)
-    step, job = event["step"], event["job"]
+    job = event["job"]  # its lines name it; job_id is the execution's name (docs/deploy.md)
+    with logs.naming(logger, job_id=job.get("job_id"), bucket=job.get("bucket"), key=job.get("key"),
+                     version_id=job.get("version_id")):
+        return run_step(event["step"], job, event, context)
+
+
+def run_step(step: str, job: dict[str, Any], event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """One step of the job; every line it writes (the billing record included) names the job."""
     if step == "plan":
         from compactor.container import get_router
 
@@ -77,8 +85,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:
         raise ValueError(f"unknown step {step!r}")
-    logger.info("windowed job step", extra={"step": step, "job_id": job.get("job_id"), "key": job.get("key"),
-                                            "done": outcome.get("done"), "result": outcome.get("result")})
+    logger.info("windowed job step", extra={"step": step, "done": outcome.get("done"), "result": outcome.get("result")})
     if outcome.get("done"):  # the object's outcome, counted as S3CompactFunction counts the objects it compacts
         from compactor_aws import observability
 

@@ -158,3 +158,28 @@ def billing_ledger() -> Any:
     from compactor_aws import billing
 
     return billing.backends().ledger
+
+
+def test_every_line_of_a_job_step_names_the_job(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                big: bytes) -> None:
+    """The billing line of a windowed job, and each step's line, carry the job id (the execution's name) and its
+    object; they used to be on the step's own line only (not on the billing record), and never the bucket."""
+    import io
+
+    job = start(bucket, "incoming/named.json", big)
+    written = io.StringIO()  # what the function writes, formatted when written
+    stream = worker.logger.registered_handler.setStream(written)
+    try:
+        run_to_assemble(worker, job)
+        worker.logger.info("after the job")  # the next invocation's lines name no job of this one
+    finally:
+        worker.logger.registered_handler.setStream(stream)
+    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+
+    (billing,) = [line for line in lines if line.get("record_type") == "billing"]
+    steps = [line for line in lines if line["message"] == "windowed job step"]
+    assert len(steps) >= 2
+    for line in [billing, *steps]:
+        assert (line["job_id"], line["bucket"], line["key"], line["version_id"]) == (
+            job["job_id"], BUCKET, "incoming/named.json", job["version_id"])
+    assert lines[-1]["message"] == "after the job" and "job_id" not in lines[-1] and "key" not in lines[-1]

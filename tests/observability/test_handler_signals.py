@@ -57,6 +57,8 @@ def test_legacy_call_emits_call_metrics_with_small_dimensions(invoke) -> None:
     # the handler's own request counters stay in their own blob
     requests = [b for b in output.emf if "Requests" in b]
     assert len(requests) == 1 and "route" not in requests[0] and "Requests" not in blob
+    # with dimension service (docs/deploy.md), the logger's, also where POWERTOOLS_SERVICE_NAME is unset (it had none)
+    assert dimension_sets(requests[0]) == [["service"]] and requests[0]["service"] == "compactor"
 
 
 def test_decision_call_metrics_come_from_compaction_and_flow_nodes(invoke) -> None:

@@ -28,6 +28,8 @@ NODES = [
      "fallback": "input", "error": "invalid_summary: the summary said SECRET-CONTENT"},
     {"node": "n4", "kind": "llm", "inputs": ["n2"], "skipped": True, "cost_reported": 0, "error": "flow_deadline"},
 ]
+FAILED_NODE = {"node": "n5", "kind": "llm", "inputs": ["n2"], "provider": "acme", "latency_ms": 40,
+               "error": "provider_error: 500 echoing SECRET-CONTENT"}
 RECORD = CallRecord(status=200, body={}, mode="decision", bytes_in=10, bytes_out=5, target_met=True, cost_usd=0.0021,
                     flow_fingerprint="1-2", **flow_facts(NODES))
 
@@ -90,6 +92,23 @@ def test_one_subsegment_per_node_with_annotations_and_times(xray: Any) -> None:
     assert (by_node["n3"].start_time, by_node["n3"].end_time) == pytest.approx((1000.25, 1000.85))
     assert all(not sub.in_progress for sub in flow.subsegments) and not flow.in_progress
     # error text stays out of the trace
+    xray.recorder.end_segment()
+    (sent,) = xray.emitter.entities
+    assert "SECRET-CONTENT" not in sent.serialize()
+
+
+def test_failed_and_fallen_back_nodes_are_marked_fault_and_error(xray: Any) -> None:
+    """The console's fault and error views (and ``fault = true`` / ``error = true``) find a call whose model
+    call failed; the outcome used to be an annotation only, and every subsegment looked healthy."""
+    record = CallRecord(status=200, body={}, mode="decision", **flow_facts([*NODES, FAILED_NODE]))
+
+    trace_flow_nodes(xray.tracer, summarize(record), record.nodes, started_at=1000.0, ended_at=1001.0)
+
+    (flow,) = xray.segment.subsegments
+    flags = {sub.annotations["node"]: (getattr(sub, "fault", False), getattr(sub, "error", False))
+             for sub in flow.subsegments}
+    assert flags == {"n1": (False, False), "n2": (False, False), "n3": (False, True), "n4": (False, False),
+                     "n5": (True, False)}
     xray.recorder.end_segment()
     (sent,) = xray.emitter.entities
     assert "SECRET-CONTENT" not in sent.serialize()

@@ -175,7 +175,15 @@ def node_schedule(nodes: Sequence[NodeOutcome], started_at: float, ended_at: flo
     return spans
 
 
+FLAGGED_OUTCOMES = {"error": "add_fault_flag", "fallback": "add_error_flag"}
+"""The X-Ray flag of a node subsegment by outcome (docs/deploy.md): a node that failed is a fault, one that fell
+back to its fallback value an error, so the console's error and fault views and ``fault = true`` find them."""
+
+
 def _annotate_node(subsegment: Any, node: NodeOutcome) -> None:
+    flag = FLAGGED_OUTCOMES.get(node.outcome)
+    if flag is not None:
+        getattr(subsegment, flag)()
     subsegment.put_annotation("node", node.node)
     subsegment.put_annotation("kind", node.kind)
     subsegment.put_annotation("provider", str(node.provider or "none"))

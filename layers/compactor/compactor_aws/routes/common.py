@@ -7,19 +7,20 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from compactor import http_api
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
-from compactor_aws import observability
+from compactor_aws import logs, observability
 
 # The template sets these names; the defaults keep `compactor serve` and tests working without them.
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "compactor"))
+logger = logs.new_logger()  # the layer's module loggers write through it
 tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"))
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
+                  service=logger.service)  # dimension service, also where POWERTOOLS_SERVICE_NAME is unset
 
 
 RouteFunction = TypeVar("RouteFunction", bound=Callable[..., Any])
