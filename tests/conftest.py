@@ -31,6 +31,23 @@ def bundled_catalog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_router()
 
 
+@pytest.fixture
+def unloadable_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """A configured catalog that does not load (its file is not JSON), the cached catalog and router dropped
+    before and after."""
+    from compactor.catalog import reset_catalog_cache
+    from compactor.container import reset_router
+
+    broken = tmp_path / "catalog.json"
+    broken.write_text("{not json")
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(broken))
+    reset_catalog_cache()
+    reset_router()
+    yield
+    reset_catalog_cache()
+    reset_router()
+
+
 @pytest.fixture(autouse=True)
 def fresh_billing_state() -> Iterator[None]:
     """Every test starts with empty local idempotency records and ledger (docs/billing.md): an S3 job or

@@ -189,24 +189,13 @@ def test_billed_routes_document_the_idempotency_key_and_its_answers(url: str) ->
 
 
 def test_a_health_check_without_a_catalog_answers_its_documented_503(
-        compact_module: Any, lambda_context: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        compact_module: Any, lambda_context: Any, unloadable_catalog: None) -> None:
     import jsonschema
 
-    from compactor.catalog import reset_catalog_cache
-    from compactor.container import reset_router
     from compactor.http_api import rest_proxy_event
 
-    broken = tmp_path / "catalog.json"
-    broken.write_text("{not json")
-    monkeypatch.setenv("COMPACTOR_CATALOG", str(broken))
-    reset_catalog_cache()
-    reset_router()
-    try:
-        response = compact_module.handler(rest_proxy_event(method="GET", resource_path="/healthz", query={},
-                                                           headers=[], body=b""), lambda_context)
-    finally:
-        reset_catalog_cache()
-        reset_router()
+    response = compact_module.handler(rest_proxy_event(method="GET", resource_path="/healthz", query={},
+                                                       headers=[], body=b""), lambda_context)
     assert response["statusCode"] == 503
     jsonschema.validate(json.loads(response["body"]), _documented("get", "/healthz", 503))
     assert json.loads(response["body"])["ok"] is False

@@ -84,20 +84,10 @@ def test_a_code_dir_without_the_function_is_a_clear_message(capsys: pytest.Captu
     assert code == 2 and f"--code-dir {tmp_path}: no compact.py there" in err and "Traceback" not in err
 
 
-def test_healthz_is_503_with_the_reason_when_the_catalog_cannot_load(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    broken = tmp_path / "catalog.json"
-    broken.write_text("{not json")
-    monkeypatch.setenv("COMPACTOR_CATALOG", str(broken))
-    reset_catalog_cache()
-    reset_router()
-    try:
-        with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact")) as url:
-            with pytest.raises(urllib.error.HTTPError) as raised:
-                urllib.request.urlopen(f"{url}/healthz", timeout=30)
-    finally:
-        reset_catalog_cache()
-        reset_router()
+def test_healthz_is_503_with_the_reason_when_the_catalog_cannot_load(unloadable_catalog: None) -> None:
+    with running(serve.create_server(port=0, code_dir=REPO / "functions" / "compact")) as url:
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(f"{url}/healthz", timeout=30)
     assert raised.value.code == 503
     body = json.loads(raised.value.read())
     assert body["ok"] is False and "invalid JSON" in body["error"]
