@@ -25,6 +25,7 @@ from typing import Any
 
 from compactor.container import PerContainer
 from compactor.providers.base import AUTH_ERROR, ProviderError
+from compactor.providers.keys import shown_secret
 
 SECRET_TTL_ENV = "COMPACTOR_SECRET_TTL_S"
 DEFAULT_SECRET_TTL_S = 300
@@ -99,13 +100,13 @@ def _parsed_key(name: str, value: object) -> str:
     if isinstance(value, bytes):
         value = value.decode("utf-8")
     if not isinstance(value, str):
-        raise ProviderError(AUTH_ERROR, f"API key secret {name} is not a text secret")
+        raise ProviderError(AUTH_ERROR, f"API key secret {shown_secret(name)} is not a text secret")
     if value.lstrip().startswith("{"):
         try:
             parsed = json.loads(value)
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("api_key"), str):
-            raise ProviderError(AUTH_ERROR, f'API key secret {name} is JSON without a text "api_key"')
+            raise ProviderError(AUTH_ERROR, f'API key secret {shown_secret(name)} is JSON without a text "api_key"')
         return parsed["api_key"]
     return value

@@ -60,6 +60,16 @@ def test_secret_failures_name_the_secret_never_a_value(resolver: dict[str, str])
         keys.api_key(offer)
 
 
+def test_a_failure_names_a_secret_given_by_its_arn_without_the_operators_account(resolver: dict[str, str]) -> None:
+    """The message reaches the caller (x_router, a flow's error body): it named the whole ARN, account id and region
+    included."""
+    arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:compactor/openai-AbCdEf"
+    with pytest.raises(ProviderError) as caught:
+        keys.api_key(dataclasses.replace(OFFER, api_key_secret=arn))
+    assert caught.value.message == "API key secret compactor/openai-AbCdEf cannot be read (KeyError)"
+    assert "123456789012" not in caught.value.message and "eu-west-1" not in caught.value.message
+
+
 def test_secret_without_a_store() -> None:
     previous = keys._secret_resolver, keys._cached_secret
     keys.set_secret_resolver(None)

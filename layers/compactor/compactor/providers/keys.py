@@ -60,9 +60,18 @@ def api_key(offer: Offer) -> str | None:
     return None
 
 
+def shown_secret(secret: str) -> str:
+    """How a failure names the secret ``secret``: a Secrets Manager ARN by the secret's name alone. The message
+    reaches the caller (``x_router``, a flow's error), and an ARN holds the operator's account id and region
+    (docs/providers.md "Keys at run time")."""
+    if secret.startswith("arn:") and ":secret:" in secret:
+        return secret.partition(":secret:")[2]
+    return secret
+
+
 def _secret_key(secret: str) -> str:
     """The key held by the stored secret ``secret``; ``auth_error`` naming the secret when it cannot be had."""
-    where = f"API key secret {secret}"
+    where = f"API key secret {shown_secret(secret)}"
     if _secret_resolver is None:
         raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here")
     try:
@@ -82,6 +91,6 @@ async def resolve_key(offer: Offer) -> str | None:
         cached = _cached_secret
         kept = cached(offer.api_key_secret) if cached is not None else None
         if kept is not None:
-            return _checked(kept, f"API key secret {offer.api_key_secret}")
+            return _checked(kept, f"API key secret {shown_secret(offer.api_key_secret)}")
         return await asyncio.to_thread(api_key, offer)
     return api_key(offer)
