@@ -36,7 +36,7 @@ TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
 
 
-ITEM_REFERENCE = "item_reference"
+ITEM_REF = "item_reference"
 """An item standing for one the API stored from an earlier response (``{"type": "item_reference", "id": …}``, the
 ``type`` optional): a call, its reasoning, a message; what it is, the input does not say (:func:`reference_links`)."""
 
@@ -48,7 +48,7 @@ def kind_of(item: Item) -> str:
         return kind
     if "role" in item:
         return "message"
-    return ITEM_REFERENCE if isinstance(item.get("id"), str) else ""
+    return ITEM_REF if isinstance(item.get("id"), str) else ""
 
 
 TOOL_SEARCH = ("tool_search_call", "tool_search_output")
@@ -96,7 +96,7 @@ def _response_output(item: Item) -> bool:
     """An item a response outputs besides its reasoning: an assistant message or a call, or a reference, which may
     stand for either (or for the reasoning they need)."""
     kind = kind_of(item)
-    return _message_role(item) == "assistant" or kind.endswith("_call") or kind == ITEM_REFERENCE
+    return _message_role(item) == "assistant" or kind.endswith("_call") or kind == ITEM_REF
 
 
 def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = frozenset()) -> bool:
@@ -108,7 +108,7 @@ def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = 
     what follows its output is the next response. A reference may be any of them, that reasoning too:
     it joins the message, call or reference after it (the outputs of a call it stands for join it by
     :func:`reference_links`)."""
-    waits_for_nothing = (_message_role(prev) == "assistant" or kind_of(prev) == ITEM_REFERENCE
+    waits_for_nothing = (_message_role(prev) == "assistant" or kind_of(prev) == ITEM_REF
                          or (kind_of(prev).endswith("_call") and not _opens(prev) & answered))
     return waits_for_nothing and _response_output(nxt)
 
@@ -122,15 +122,15 @@ def reference_links(items: list[Item]) -> tuple[dict[int, set[str]], dict[int, s
     opened: dict[int, set[str]] = {}
     closed: dict[int, set[str]] = {}
     carried = {item["id"]: index for index, item in reversed(list(enumerate(items)))
-               if kind_of(item) != ITEM_REFERENCE and isinstance(item.get("id"), str)}
+               if kind_of(item) != ITEM_REF and isinstance(item.get("id"), str)}
     called: set[str] = set()
     last_reference: int | None = None
     for index, item in enumerate(items):
-        if kind_of(item) == ITEM_REFERENCE:
+        if kind_of(item) == ITEM_REF:
             last_reference = index
             target = carried.get(item["id"]) if isinstance(item.get("id"), str) else None
             if target is not None and target < index:
-                link = f"{ITEM_REFERENCE}:{item['id']}"  # apart from call ids
+                link = f"{ITEM_REF}:{item['id']}"  # apart from call ids
                 opened.setdefault(target, set()).add(link)
                 closed.setdefault(index, set()).add(link)
             continue
