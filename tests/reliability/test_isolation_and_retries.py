@@ -63,6 +63,12 @@ def policy(plan: list[Any]) -> list[Any]:
             ["argmax"], ["id"], plan]
 
 
+async def ask(router: Router, plan: Any, deadline_ms: int = 30_000) -> Any:
+    """One routed chat call ("hi") under the policy IR ``plan``, within ``deadline_ms``."""
+    return await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                             deadline=Deadline.after_ms(deadline_ms))
+
+
 def served_models(fake: FakeProviderServer) -> list[str]:
     return [request.json["model"] for request in fake.requests]
 
@@ -80,9 +86,7 @@ async def test_one_callers_failplan_never_disables_a_provider_for_the_next_calle
     assert [e.get("scope") for e in first.trace["decision_path"] if e["event"] == "provider_disabled"] == [
         "call", "call"]
 
-    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
-                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(10_000))
+    second = await ask(router, DEFAULT_CHAT_POLICY, 10_000)
     assert second.ok and second.chosen.id == "a/chat"  # the cheapest offer, neither disabled nor broken
     assert second.trace["rejected"] == [] and served_models(fake_provider)[-1] == "pa-model"
 
@@ -96,9 +100,7 @@ async def test_a_callers_tiny_timeout_says_nothing_about_the_provider(fake_provi
                                    timeout_s=0.01)
         assert result.error_kind == "exhausted: timeout"
     fake_provider.responder = None
-    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
-                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(10_000))
+    second = await ask(router, DEFAULT_CHAT_POLICY, 10_000)
     assert second.ok and second.chosen.id == "a/chat" and second.trace["rejected"] == []
 
 
@@ -117,9 +119,7 @@ async def test_a_timeout_a_caller_can_cause_never_lets_its_failplan_disable_the_
     assert [e.get("scope") for e in first.trace["decision_path"] if e["event"] == "provider_disabled"] == [
         "call", "call"]
     fake_provider.responder = None
-    second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY),
-                               ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(10_000))
+    second = await ask(router, DEFAULT_CHAT_POLICY, 10_000)
     assert second.ok and second.chosen.id == "a/chat"
     assert not any(e["event"] == "skipped" for e in second.trace["decision_path"])
 
@@ -131,8 +131,7 @@ async def test_provider_faults_still_disable_and_a_caller_opens_a_breaker_for_a_
     router = Router(offers, transport_for=transport_for, sleep=Sleeps(), clock=lambda: now[0])
     fake_provider.enqueue(Reply(503, {"error": {"message": "overloaded"}}))
     plan = policy(["always", {"action": "disable_provider", "open_breaker_ms": 10**9}])
-    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(10_000))
+    result = await ask(router, plan, 10_000)
     assert result.ok and result.chosen.id == "b/chat"
     assert {"event": "provider_disabled", "provider": "pa", "ttl_ms": 300_000} in result.trace["decision_path"]
     assert router._observed(offers[0]).observations["breaker_open"] is True
@@ -148,8 +147,7 @@ async def test_retry_after_is_honoured_and_retries_are_capped(fake_provider: Fak
     fake_provider.responder = lambda request: Reply(429, {"error": {"message": "slow down"}},
                                                     headers={"Retry-After": "2"})
     plan = policy(["always", {"action": "retry_same", "attempts": 1000, "then_action": "abort"}])
-    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(30_000))
+    result = await ask(router, plan)
     assert not result.ok and result.error_kind == "rate_limit"
     assert len(fake_provider.requests) == 1 + MAX_RETRIES_PER_OFFER
     assert len(sleeps.waits) == MAX_RETRIES_PER_OFFER and all(wait >= 2.0 for wait in sleeps.waits)
@@ -160,8 +158,7 @@ async def test_retry_after_beyond_the_deadline_moves_on_at_once(fake_provider: F
     router = make_router(fake_provider, sleeps)
     fake_provider.enqueue(Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "120"}))
     plan = policy(["always", {"action": "retry_same", "attempts": 5}])
-    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(10_000))
+    result = await ask(router, plan, 10_000)
     assert result.ok and result.chosen.id == "b/chat" and sleeps.waits == []
 
 
@@ -172,8 +169,7 @@ async def test_backoff_is_exponential_with_jitter(fake_provider: FakeProviderSer
         router = make_router(fake_provider, sleeps, rand=rand)
         fake_provider.responder = lambda request: Reply(502, {"error": {"message": "bad gateway"}})
         plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "abort"}])
-        await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                          deadline=Deadline.after_ms(30_000))
+        await ask(router, plan)
         waits[rand] = sleeps.waits
     low, high = waits[0.0], waits[0.999]
     assert len(low) == len(high) == 3
@@ -188,8 +184,7 @@ async def test_only_408_and_429_among_client_errors_are_retried(fake_provider: F
     router = make_router(fake_provider)
     fake_provider.responder = lambda request: Reply(status, {"error": {"message": "no"}})
     plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "abort"}])
-    await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                      deadline=Deadline.after_ms(30_000))
+    await ask(router, plan)
     assert len(fake_provider.requests) == calls
 
 
@@ -203,8 +198,7 @@ async def test_a_redirect_is_the_offers_address_not_the_providers_health(fake_pr
         Reply(301, "<html><body>Moved Permanently</body></html>", headers={"Location": moved})
         if request.json["model"] == "pa-model" else chat_reply("Summary.", prompt_tokens=1000, completion_tokens=10))
     plan = policy(["always", {"action": "retry_same", "attempts": 3, "then_action": "disable_provider"}])
-    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(30_000))
+    result = await ask(router, plan)
     attempts = [e for e in result.trace["decision_path"] if e["event"] == "attempted"]
     assert [(e["offer"], e["error_kind"], e["http_status"]) for e in attempts] == \
         [("a/chat", "bad_request", 301), ("b/chat", None, None)]  # not re-issued
@@ -219,8 +213,7 @@ async def test_one_request_retries_at_most_its_budget_whatever_the_policy(fake_p
     plan = policy(["always", {"action": "retry_same", "attempts": 1000, "then_action": "abort"}])
     with request_call_budget():
         for _ in range(5):  # five routed calls of one request
-            await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                              deadline=Deadline.after_ms(30_000))
+            await ask(router, plan)
     assert len(fake_provider.requests) == 5 + MAX_RETRIES_PER_REQUEST
 
 
@@ -272,8 +265,7 @@ async def test_retry_after_ms_alone_is_honoured(fake_provider: FakeProviderServe
     router = make_router(fake_provider, sleeps)
     fake_provider.enqueue(Reply(429, {"error": {"message": "slow down"}}, headers={"retry-after-ms": "2500"}))
     plan = policy(["always", {"action": "retry_same", "attempts": 1}])
-    result = await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
-                               deadline=Deadline.after_ms(30_000))
+    result = await ask(router, plan)
     assert result.ok and len(fake_provider.requests) == 2
     assert len(sleeps.waits) == 1 and sleeps.waits[0] >= 2.5
 
