@@ -17,9 +17,10 @@ def flows(request: FlowsRequest) -> Response[str]:
 
     from compactor.flows_service import repeated_key_refusal
 
-    refusal = repeated_key_refusal(router.current_event.decoded_body, route="flows")
-    return billed(router, "flows", lambda: refusal or service.handle_flows(request.model_dump(exclude_unset=True),
-                                                                           lambda_context=router.lambda_context))
+    body_text = router.current_event.decoded_body
+    # Looked for when the call is computed, not on a replay of its stored answer (the second parse of the body).
+    return billed(router, "flows", lambda: repeated_key_refusal(body_text, route="flows") or service.handle_flows(
+        request.model_dump(exclude_unset=True), lambda_context=router.lambda_context))
 
 
 @billed_post(router, "/flows/normalize")
@@ -28,6 +29,6 @@ def flows_normalize(request: NormalizeRequest) -> Response[str]:
 
     from compactor.flows_service import repeated_key_refusal
 
-    refusal = repeated_key_refusal(router.current_event.decoded_body, route="flows_normalize")
-    return billed(router, "flows_normalize",
-                  lambda: refusal or service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
+    body_text = router.current_event.decoded_body
+    return billed(router, "flows_normalize", lambda: repeated_key_refusal(body_text, route="flows_normalize")
+                  or service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
