@@ -39,6 +39,8 @@ sample is a fresh interpreter that times
   its first request imports httpx, builds the pooled client and its TLS context, and makes its decision and
   summary calls over HTTPS to the fake provider of tests/fakes (:func:`start_provider`, with moto's
   certificate, verified through the layer's hashed directory); it counts only when the provider got them.
+  A row ``worker (http)`` runs the worker's batch (its payload in the event) in such a deployment: its
+  decision and summary go to the same provider over HTTPS, and it counts only when the provider got them.
   The row ``window_jobs`` is a windowed job's worker, which a Distributed Map starts once per window, up to
   ``WindowConcurrency`` at a time, each new container cold: one Map item of the same request's messages as one
   window, its task (as ``plan`` writes it) read from S3, compacted on the bundled offers and its result
@@ -685,6 +687,11 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         made, seen[0] = len(provider.requests) - seen[0], len(provider.requests)
         return api_compacted(answer) and made >= 2
 
+    def worker_provider_called(answer: dict[str, Any]) -> bool:
+        """The worker ran its batch, and through the HTTP offers: the provider got its decision and summary."""
+        made, seen[0] = len(provider.requests) - seen[0], len(provider.requests)
+        return answer.get("status") == "done" and worker_ran(answer) and made >= 2
+
     http_environment = {"COMPACTOR_CATALOG": str(http_offers_catalog(code, provider)),
                         PROVIDER_KEY_ENV: "cold-start-key"}
     return [
@@ -695,6 +702,8 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         Function("flow_worker", worker_event, lambda a: a.get("status") == "done" and worker_ran(a), code, deployment),
         Function("flow_worker", worker_s3_event, lambda a: a.get("status") == "done" and worker_ran(a), code,
                  deployment, label="worker (S3)"),
+        Function("flow_worker", worker_event, worker_provider_called, code, deployment, label="worker (http)",
+                 environment=http_environment),
         Function("window_jobs", window_event_for, window_compacted, code, deployment),
         Function("authorizer", authorizer_event, lambda a: bool(a.get("usageIdentifierKey")), code, deployment,
                  hooks=False),
