@@ -88,6 +88,35 @@ def test_scan_agrees_with_single_request_preparation(sessions, bounded):
     assert {u.id for u in prep.units if context.protected(u)} == prep.protected
 
 
+def test_windows_show_the_pins_as_one_request_does():
+    """A window's decisions see the pinned messages as one request's do (``instructions_view``: role and content text,
+    bounded). They went whole: a harness's own fields and hidden reasoning on a pinned message reached the decision
+    model in every window (docs/differences.md: models see the format's model view)."""
+    messages = [{"role": "system", "content": "be terse", "x_harness": {"raw_response": "RAW-RESPONSE"}},
+                {"role": "user", "content": "fix it " * 700, "reasoning_content": "HIDDEN-REASONING", "timing_ms": 12}]
+    for i in range(6):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                         "name": "bash", "arguments": json.dumps({"command": f"cat f{i}.py"})}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 300}]
+    messages.append({"role": "assistant", "content": "done"})
+    s = settings(keep_recent=2)
+    (task,) = plan(messages, s)
+    prep = prepare(messages, keep_recent=2, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    assert task["instructions"] == prep.instructions
+    sent: list[str] = []
+
+    async def runner(admitted, flow_input, **kw):
+        from compactor.flow import run_flow
+
+        sent.append(json.dumps(flow_input))
+        return await run_flow(admitted, flow_input, **kw)
+
+    result = run(compact_window(task, router=frozen_router(), deadline=Deadline.after_ms(60_000), flow_runner=runner))
+    assert sent and result["actions"]["keep"] < 8
+    assert not [word for word in ("RAW-RESPONSE", "HIDDEN-REASONING", "timing_ms") if word in sent[0]]
+
+
 @pytest.mark.parametrize("pins", [None, [], [1, 7]])
 def test_scan_pins_what_one_request_pins(sessions, pins):
     from compactor.compaction.units import instruction_pins

@@ -42,6 +42,7 @@ from compactor.compaction.preparation import (
     bounded_tail,
     candidate,
     fit_batches,
+    instructions_view,
     recent_view,
     summary_budget,
     tail_length,
@@ -56,7 +57,8 @@ MAX_PASSES = 4
 MIN_PASS_GAIN = 0.01
 """A pass that removes less than this share of its input's bytes ends the run."""
 INSTRUCTIONS_MAX_BYTES = 8_000
-"""Pinned messages shown to every window's decisions, in transcript order, up to this many bytes."""
+"""Pinned messages shown to every window's decisions, in transcript order, up to this many bytes of them, as one
+request shows its pins (``preparation.instructions_view``: role and content text, bounded)."""
 WINDOW_MAX_BYTES = 4_000_000
 """A window also closes at this many bytes of messages (protected ones included)."""
 DEFAULT_CONCURRENCY = 4
@@ -96,7 +98,7 @@ class PassContext:
     count: int
     pins: set[int]
     tail_start: int
-    instructions: list[Message]
+    instructions: list[Message]  # what the decisions see of the pins (preparation.instructions_view)
     recent_evidence: list[str]
     input_bytes: int
     target_bytes: int
@@ -175,7 +177,10 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
         start = end
     retained = 2 + protected_bytes + max(0, protected_count - 1)
     recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
-    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions,
+    # As one request shows them: the role and content text of each (before, the pinned messages went whole, and a
+    # harness's own fields and hidden reasoning on them reached the decision model; docs/differences.md).
+    view = instructions_view(instructions, list(range(len(instructions))))
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=view,
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
                        budget=summary_budget(target, retained, candidates), message_bytes=sizes)
 
