@@ -31,6 +31,9 @@ def stream(text: str) -> io.BytesIO:
     "\ufeff" + json.dumps({"target_ratio": 0.3, "messages": MESSAGES, "keep_recent": 2, "other": {"x": [1]}}),
     json.dumps({"messages": MESSAGES, "pinned_indices": [1], "policy_ir": ["policy", ["top"]]}, indent=1),
     "\n".join(json.dumps(m) for m in MESSAGES) + "\n",
+    # A null format is no format, as a file read whole takes it (it was an "unknown format 'None'" in a stream).
+    json.dumps({"format": None, "messages": MESSAGES, "keep_recent": 2}),
+    json.dumps({"messages": MESSAGES, "format": ""}),
 ])
 def test_streamed_reading_matches_parse_transcript(text):
     messages, fields = parse_transcript(text.lstrip("\ufeff"))
