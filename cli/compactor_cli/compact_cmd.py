@@ -322,6 +322,9 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
         return _answered_with(InvalidFlow.rejected(exc))
     except InvalidRequest as exc:  # a --pin past the transcript, known once the stream is counted; a negative max_tokens
         return _answered_with(exc)
+    except NotChat:  # a later message in another format (Anthropic blocks after a first plain user message), met by
+        # the first pass's scan, which reads the whole file before any window runs or any output is written
+        return None
     except (CatalogError, TranscriptError) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2

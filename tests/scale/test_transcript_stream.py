@@ -31,6 +31,9 @@ def stream(text: str) -> io.BytesIO:
     "\ufeff" + json.dumps({"target_ratio": 0.3, "messages": MESSAGES, "keep_recent": 2, "other": {"x": [1]}}),
     json.dumps({"messages": MESSAGES, "pinned_indices": [1], "policy_ir": ["policy", ["top"]]}, indent=1),
     "\n".join(json.dumps(m) for m in MESSAGES) + "\n",
+    # A null format is no format, as a file read whole takes it (it was an "unknown format 'None'" in a stream).
+    json.dumps({"format": None, "messages": MESSAGES, "keep_recent": 2}),
+    json.dumps({"messages": MESSAGES, "format": ""}),
 ])
 def test_streamed_reading_matches_parse_transcript(text):
     messages, fields = parse_transcript(text.lstrip("\ufeff"))
@@ -611,6 +614,38 @@ def test_the_cli_reads_a_large_file_in_another_format_whole(tmp_path, monkeypatc
     monkeypatch.setenv("COMPACTOR_ARCHIVE_DIR", str(tmp_path / "archive"))
     assert main(["compact", str(tmp_path / "restorable.json"), "-o", str(tmp_path / "r.out"), "--json", "-q"]) == 0
     assert json.loads((tmp_path / "r.out").read_text())["compaction"].get("windows") is None
+
+
+def test_the_cli_reads_a_large_file_whole_when_a_later_message_is_in_another_format(tmp_path, monkeypatch, capsys):
+    """An Anthropic transcript without a ``format`` usually opens with a plain user message, which reads as chat: only
+    its later messages carry blocks. Over the streaming threshold the CLI looked at the first message alone, streamed
+    the file and exited 2 on message 1 ("an anthropic-messages item"), where the same file read whole is compacted as
+    anthropic-messages. It is read whole now, with the same output; so is a Responses item after a chat message."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    anthropic = [{"role": "user", "content": "fix the tests"}]
+    for i in range(20):
+        anthropic += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "bash",
+                                                         "input": {"command": f"cat f{i}.py"}}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}",
+                                                    "content": "x = 1\n" * 200}]}]
+    responses = [PLAIN[0], *[item for i in range(20) for item in (
+        dict(CALL, call_id=f"c{i}"), {"type": "function_call_output", "call_id": f"c{i}", "output": "x" * 2000})]]
+    files = {"anthropic.json": json.dumps({"messages": anthropic}),
+             "anthropic.jsonl": "\n".join(json.dumps(m) for m in anthropic) + "\n",
+             "responses.json": json.dumps(responses)}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        outputs = []
+        for threshold in (10**9, 1000):  # read whole, then over the threshold
+            monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+            out = tmp_path / f"{name}.{threshold}.out"
+            assert main(["compact", str(tmp_path / name), "-o", str(out), "--json", "-q"]) == 0, capsys.readouterr().err
+            body = json.loads(out.read_text())
+            body.pop("x_router", None)  # the models' timings
+            outputs.append(body)
+        assert outputs[0] == outputs[1] and outputs[1]["compacted"] is True, name
 
 
 def test_the_cli_refuses_pins_past_a_streamed_file(tmp_path, monkeypatch, capsys):

@@ -88,6 +88,64 @@ def test_scan_agrees_with_single_request_preparation(sessions, bounded):
     assert {u.id for u in prep.units if context.protected(u)} == prep.protected
 
 
+def test_windows_show_the_pins_as_one_request_does():
+    """A window's decisions see the pinned messages as one request's do (``instructions_view``: role and content text,
+    bounded). They went whole: a harness's own fields and hidden reasoning on a pinned message reached the decision
+    model in every window (docs/differences.md: models see the format's model view)."""
+    messages = [{"role": "system", "content": "be terse", "x_harness": {"raw_response": "RAW-RESPONSE"}},
+                {"role": "user", "content": "fix it " * 700, "reasoning_content": "HIDDEN-REASONING", "timing_ms": 12}]
+    for i in range(6):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                         "name": "bash", "arguments": json.dumps({"command": f"cat f{i}.py"})}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 300}]
+    messages.append({"role": "assistant", "content": "done"})
+    s = settings(keep_recent=2)
+    (task,) = plan(messages, s)
+    prep = prepare(messages, keep_recent=2, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    assert task["instructions"] == prep.instructions
+    sent: list[str] = []
+
+    async def runner(admitted, flow_input, **kw):
+        from compactor.flow import run_flow
+
+        sent.append(json.dumps(flow_input))
+        return await run_flow(admitted, flow_input, **kw)
+
+    result = run(compact_window(task, router=frozen_router(), deadline=Deadline.after_ms(60_000), flow_runner=runner))
+    assert sent and result["actions"]["keep"] < 8
+    assert not [word for word in ("RAW-RESPONSE", "HIDDEN-REASONING", "timing_ms") if word in sent[0]]
+
+
+def test_windows_show_a_long_task_as_one_request_does():
+    """A pin counted against the instructions' 8,000 bytes by its whole size: a task over them (a pasted spec), which
+    one request shows the first 3,000 characters of, was in no window's instructions. It counts by what its entry
+    shows now, so every window shows it as one request does."""
+    messages = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "Implement: " + "rule. " * 2000}]
+    for i in range(6):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                         "name": "bash", "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 300}]
+    prep = prepare(messages, keep_recent=2, target_ratio=0.1, pinned_indices=None,
+                   question_template=question_template())
+    assert [m["role"] for m in prep.instructions] == ["system", "user"]
+    assert scan(messages, settings(keep_recent=2)).instructions == prep.instructions
+
+
+@pytest.mark.parametrize("length", [0, 599, 600, 601, 2999, 3000, 3001, 5999, 6000, 6001, 50_000])
+def test_a_pin_text_held_by_its_ends_shows_what_the_whole_text_shows(length):
+    """The scan holds a pin's text by its ends (``pin_text``): the instructions it makes are those of the whole
+    texts, for the task and the other pins, at every excerpt length the bound leads to."""
+    from compactor.compaction.preparation import TASK_VIEW_CHARS, pin_text, pins_view
+
+    text = "".join(chr(0x41 + i % 26) for i in range(length))
+    for count in (1, 3, 12):  # more pins, shorter excerpts
+        messages = [{"role": "user", "content": text}, *[{"role": "system", "content": text[k:]} for k in range(count)]]
+        held = [pin_text(m) for m in messages]
+        assert all(len(h[1]) <= 2 * TASK_VIEW_CHARS for h in held)
+        assert pins_view(held) == pins_view([(m["role"], m["content"], len(m["content"])) for m in messages])
+
+
 @pytest.mark.parametrize("pins", [None, [], [1, 7]])
 def test_scan_pins_what_one_request_pins(sessions, pins):
     from compactor.compaction.units import instruction_pins

@@ -381,7 +381,10 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
         raise reader.stopped or _not_json(exc) from exc
     if reader.stopped is not None:
         raise reader.stopped
-    named = fields.pop("format", "openai-chat")
+    # A format that is null (or another false value) is no format, as a file read whole takes it (transcripts.
+    # read_transcript): it was an "unknown format 'None'", so the same file was compacted under the CLI's streaming
+    # threshold or the S3 path's inline size and refused above them.
+    named = fields.pop("format", None) or "openai-chat"
     if named != "openai-chat":
         if named in FORMAT_NAMES:
             raise NotChat(f"the transcript's format is {named}")

@@ -129,24 +129,52 @@ def excerpt(text: str, over: int, half: int, marker: str) -> tuple[str, bool]:
     return text[:half] + marker + text[-half:], True
 
 
-def _pin_excerpt(text: str, limit: int) -> str:
-    if len(text) <= limit:
+def _pin_excerpt(text: str, limit: int, length: int) -> str:
+    """``text`` (a pin's :func:`pin_text`, ``length`` characters whole) excerpted to ``limit`` characters."""
+    if length <= limit:
         return text
     head = limit * 3 // 4
     tail = limit - head
-    marker = PIN_MARKER.format(omitted=len(text) - head - tail, total=len(text))
+    marker = PIN_MARKER.format(omitted=length - head - tail, total=length)
     return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+PinText = tuple[str, str, int]
+"""A pinned message as the instructions show it: its role, its content text (only its ends when it is long: all an
+excerpt shows of it) and that text's whole length."""
+
+
+def pin_text(message: Message) -> PinText:
+    """What :func:`pins_view` needs of a pinned message, holding at most ``2 × TASK_VIEW_CHARS`` of its text: a
+    windowed scan keeps it for the whole transcript (``compaction/windows.py``)."""
+    text = content_text(message.get("content")) if isinstance(message, dict) else ""
+    length = len(text)
+    if length > 2 * TASK_VIEW_CHARS:  # an excerpt shows at most its first and last TASK_VIEW_CHARS
+        text = text[:TASK_VIEW_CHARS] + text[-TASK_VIEW_CHARS:]
+    return role_of(message), text, length
+
+
+def pin_view_bytes(pin: PinText) -> int:
+    """Dense bytes of the largest entry :func:`pins_view` makes of ``pin`` (as the task, in full up to
+    ``TASK_VIEW_CHARS``)."""
+    role, text, length = pin
+    return dense_size({"role": role, "content": _pin_excerpt(text, TASK_VIEW_CHARS, length)})
 
 
 def instructions_view(messages: list[Message], pins: list[int]) -> list[Message]:
     """What the decision state shows of the pinned messages: ``{"role", "content"}`` each, bounded."""
-    task = next((i for i in pins if role_of(messages[i]) == "user"), None)
-    texts = [(i, role_of(messages[i]), content_text(messages[i].get("content")) if isinstance(messages[i], dict)
-              else "") for i in pins]
+    return pins_view([pin_text(messages[i]) for i in pins])
+
+
+def pins_view(pins: list[PinText]) -> list[Message]:
+    """:func:`instructions_view` of the pins' :func:`pin_text`, in order: the task (the first user pin) in full up to
+    ``TASK_VIEW_CHARS``, the others excerpted to ``PIN_VIEW_CHARS``, halved until the whole fits
+    ``INSTRUCTIONS_VIEW_BYTES`` (or reaches 64 and 1000)."""
+    task = next((k for k, (role, _, _) in enumerate(pins) if role == "user"), None)
     task_limit, pin_limit = TASK_VIEW_CHARS, PIN_VIEW_CHARS
     while True:
-        view = [{"role": role, "content": _pin_excerpt(text, task_limit if i == task else pin_limit)}
-                for i, role, text in texts]
+        view = [{"role": role, "content": _pin_excerpt(text, task_limit if k == task else pin_limit, length)}
+                for k, (role, text, length) in enumerate(pins)]
         if ascii_wire_size(view) <= INSTRUCTIONS_VIEW_BYTES or (pin_limit <= 64 and task_limit <= 1000):
             return view
         pin_limit = max(64, pin_limit // 2)

@@ -38,10 +38,14 @@ from compactor.compaction.preparation import (
     Batch,
     BatchSizer,
     Candidate,
+    PinText,
     Questions,
     bounded_tail,
     candidate,
     fit_batches,
+    pin_text,
+    pin_view_bytes,
+    pins_view,
     recent_view,
     summary_budget,
     tail_length,
@@ -56,7 +60,9 @@ MAX_PASSES = 4
 MIN_PASS_GAIN = 0.01
 """A pass that removes less than this share of its input's bytes ends the run."""
 INSTRUCTIONS_MAX_BYTES = 8_000
-"""Pinned messages shown to every window's decisions, in transcript order, up to this many bytes."""
+"""Pinned messages shown to every window's decisions, in transcript order, as one request shows its pins
+(``preparation.pins_view``: role and content text, excerpted), while their largest entries take up to this many
+bytes."""
 WINDOW_MAX_BYTES = 4_000_000
 """A window also closes at this many bytes of messages (protected ones included)."""
 DEFAULT_CONCURRENCY = 4
@@ -96,7 +102,7 @@ class PassContext:
     count: int
     pins: set[int]
     tail_start: int
-    instructions: list[Message]
+    instructions: list[Message]  # what the decisions see of the pins (preparation.pins_view)
     recent_evidence: list[str]
     input_bytes: int
     target_bytes: int
@@ -128,7 +134,7 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     keep = max(1, settings.keep_recent)
     sizes: array = array("q")
     pins: set[int] = set()
-    instructions: list[Message] = []
+    instructions: list[PinText] = []
     instruction_bytes = 0
     unit_end, unit_bytes, unit_pinned = array("q"), array("q"), bytearray()
     recent: deque[tuple[Unit, list[Message]]] = deque()
@@ -147,9 +153,13 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
             if pin:
                 pins.add(index)
                 pinned = True
-                if instruction_bytes + sizes[index] <= INSTRUCTIONS_MAX_BYTES:
-                    instructions.append(message)
-                    instruction_bytes += sizes[index]
+                # What its entry can show, not the message's size: a long task (a pasted spec over 8,000 bytes),
+                # which one request shows the first 3,000 characters of, was left out of every window's instructions.
+                shown = pin_text(message)
+                shown_bytes = pin_view_bytes(shown)
+                if instruction_bytes + shown_bytes <= INSTRUCTIONS_MAX_BYTES:
+                    instructions.append(shown)
+                    instruction_bytes += shown_bytes
         unit_end.append(unit.end)
         unit_bytes.append(sum(sizes[unit.start:unit.end]))
         unit_pinned.append(pinned)
@@ -175,7 +185,10 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
         start = end
     retained = 2 + protected_bytes + max(0, protected_count - 1)
     recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
-    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions,
+    # As one request shows them: the role and content text of each (before, the pinned messages went whole, and a
+    # harness's own fields and hidden reasoning on them reached the decision model; docs/differences.md).
+    view = pins_view(instructions)
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=view,
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
                        budget=summary_budget(target, retained, candidates), message_bytes=sizes)
 
