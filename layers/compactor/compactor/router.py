@@ -149,6 +149,7 @@ class _Failure:
     cost_reported: float | None = None
     retry_after_s: float | None = None
     timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
+    answered: ChatResponse | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
 
     @property
     def says_provider_is_unwell(self) -> bool:
@@ -542,7 +543,7 @@ class Router:
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
             return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported,
-                            retry_after_s=exc.retry_after_s, timeout_s=timeout)
+                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered)
         except TimeoutError:
             return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms", timeout_s=timeout)
         except Exception as exc:  # any transport defect is a failed attempt, never a crash
@@ -565,7 +566,7 @@ class Router:
         pairs = [(self._observed(offer), offer) for offer in offers if not tokens or _fits(offer, tokens)]
         ranking = self._ranking(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
-        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s)
+        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
                                       "estimated_tokens": tokens} for offer in too_small)
         result = await run.execute()
@@ -579,8 +580,9 @@ class _Failover:
     """One routed call: walks the ranked offers under the FailPlan and records the decision path."""
 
     def __init__(self, router: Router, policy: Policy, ranking: Ranking, originals: dict[int, Offer],
-                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None) -> None:
+                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None, decimals: int) -> None:
         self.router = router
+        self.decimals = decimals  # of a rejected answer's cost priced by its usage
         self.plan = policy.fail_plan
         self.candidates = [originals[id(entry.offer)] for entry in ranking.ranked]
         self.invoke = invoke
@@ -675,14 +677,19 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
+            priced_cost = None if outcome.answered is None else compute_cost(offer, outcome.answered, self.decimals)[0]
             if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
+            elif priced_cost is not None:  # a rejected answer priced by its usage (reasoning tokens as output)
+                self.failed_costs.append(priced_cost)
             elif outcome.http_status is None or outcome.http_status < 300:
                 self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed
             # (an error status or a redirect, never followed, is no answer: nothing billed)
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
-                       **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}))
+                       **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
+                       **({"cost_computed": priced_cost} if priced_cost is not None
+                          and reported_cost(outcome.cost_reported) is None else {}))
             if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
                 self.router._record_outcome(offer, None, None)
                 return self.failed(INVALID_DECISION, outcome.message)
