@@ -88,6 +88,10 @@ class OfferSpec(BaseModel):
         refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens)
         if refused is not None:
             raise ValueError(refused)
+        room = reasoning.room_of(self.reasoning_effort, self.reasoning_budget_tokens)
+        if room and self.context and self.context <= room:
+            raise ValueError(f"context {self.context} leaves nothing beside the {room} tokens kept for reasoning: "
+                             "state the model's whole context")
         return self
 
     def to_offer(self) -> Offer:

@@ -49,6 +49,7 @@ from compactor.providers.base import (
     ProviderError,
     Transport,
 )
+from compactor.providers.reasoning import reasoning_room
 from compactor.records import record
 
 PROVIDER_DISABLE_TTL_S = 300.0
@@ -279,9 +280,21 @@ def _requirements(needs: frozenset[str]) -> Requirements:
     return known
 
 
-def _fits(offer: Offer, tokens: int) -> bool:
+def usable_context(offer: Offer) -> int | None:
+    """The tokens of ``offer``'s stated ``context`` a request and its answer may take: all of it, less the room
+    kept for a reasoning offer's reasoning (docs/providers.md "Reasoning models"; the catalog holds the room
+    below the context); None when the offer states no positive integer context."""
     context = offer.observations.get("context")
-    return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
+    if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
+        return None
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        return max(context - reasoning_room(offer), 1)
+    return context
+
+
+def _fits(offer: Offer, tokens: int) -> bool:
+    context = usable_context(offer)
+    return context is None or context >= tokens
 
 
 def _redact(message: str, offer: Offer) -> str:
@@ -416,30 +429,29 @@ class Router:
         contexts = self._protocol_contexts.get(protocol)
         if contexts is None:
             contexts = self._protocol_contexts[protocol] = tuple(
-                context for offer in self._offers_of(protocol) for context in (offer.observations.get("context"),)
-                if isinstance(context, int) and not isinstance(context, bool) and context > 0)
+                context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
+                if context is not None)
         return contexts
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
-        """The smallest ``context`` (tokens) among the offers of ``protocol`` a call may be routed to: the
+        """The smallest usable ``context`` (tokens, :func:`usable_context`) among the offers of ``protocol`` a call
+        may be routed to: the
         ones ``policy`` ranks (its whole failover order, over the catalog as declared, so an offer disabled
         for now still counts), else every enabled one; None when none of them states a context."""
         offers = [offer for offer in self._offers
                   if offer.protocol == protocol and offer.observations.get("disabled") is not True]
         if policy is not None:
             offers = [entry.offer for entry in self._ranking(policy.policy, offers, Requirements()).ranked]
-        contexts = [offer.observations["context"] for offer in offers
-                    if type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
+        contexts = [context for offer in offers for context in (usable_context(offer),) if context is not None]
         return min(contexts, default=None)
 
     def first_choice_context(self, protocol: str, policy: AdmittedPolicy) -> int | None:
-        """The ``context`` (tokens) of the offer ``policy`` ranks first among the ``protocol`` offers (the
+        """The usable ``context`` (tokens, :func:`usable_context`) of the offer ``policy`` ranks first among the
+        ``protocol`` offers (the
         one a call would try first); None when no offer passes or the first states no context."""
         offers = [self._observed(offer) for offer in self._offers if offer.protocol == protocol]
         for entry in self._ranking(policy.policy, offers, Requirements()).ranked[:1]:
-            context = entry.offer.observations.get("context")
-            if type(context) is int and context > 0:
-                return context
+            return usable_context(entry.offer)
         return None
 
     # -- state visible to policies ------------------------------------------------------------

@@ -242,3 +242,31 @@ def test_a_learned_reasoning_model_keeps_room_at_the_default_effort(monkeypatch:
     monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", {(offer.base_url, "o3")})
     body = openai.chat_body(offer, ChatRequest(MESSAGES, max_tokens=700))
     assert body["max_completion_tokens"] == 700 + 8192 and "reasoning_effort" not in body
+
+
+# --- the room is part of the context ------------------------------------------------------------------------
+
+def test_a_context_no_larger_than_the_room_is_refused() -> None:
+    assert "context 4096 leaves nothing beside the 4096 tokens kept for reasoning" in \
+        catalog_error(reasoning_effort="low", context=4096)
+    assert parse_catalog({"offers": [offer_entry(reasoning_effort="low", context=4097)]}).offers[0].observations == \
+        {"context": 4097}
+
+
+async def test_the_context_check_and_batch_sizes_leave_the_room_out(fake_provider: FakeProviderServer,
+                                                                    api_key: str) -> None:
+    # Before: a request fitting the stated context was sent with its answer's budget plus the room, past the
+    # model's context (OpenAI refuses prompt + max_completion_tokens over it), and batches were sized for it.
+    reasoner = Offer(id="reasoner", provider="openai", family="o4-mini", model="o4-mini", protocol="chat",
+                     transport="openai", base_url=fake_provider.base_url, api_key_env="COMPACTOR_TEST_PROVIDER_KEY",
+                     reasoning_budget_tokens=4000, observations={"context": 6000})
+    plain = dataclasses.replace(reasoner, id="plain", model="gpt-4.1-mini", reasoning_budget_tokens=None)
+    router = Router([reasoner, plain], transport_for=transport_for)
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["ordered"], ["id"],
+                                  ["always", {"action": "next_candidate"}]])
+    assert router.smallest_context("chat") == 2000 and router.first_choice_context("chat", policy) == 2000
+    fake_provider.enqueue(chat_reply("fine"))
+    result = await router.chat(policy, ChatRequest([{"role": "user", "content": "x" * 3000}], max_tokens=1500))
+    assert result.ok and result.chosen is not None and result.chosen.id == "plain"
+    assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 2510}]
+    assert fake_provider.requests[0].json["model"] == "gpt-4.1-mini"

@@ -44,12 +44,17 @@ def refusal(transport: str, effort: str | None, budget_tokens: int | None) -> st
     return None
 
 
-def reasoning_room(offer: Offer) -> int:
-    """The output tokens kept for the offer's reasoning: its ``reasoning_budget_tokens``, else its effort's room
+def room_of(effort: str | None, budget_tokens: int | None) -> int:
+    """The output tokens kept for reasoning by these settings: ``budget_tokens``, else the effort's room
     (:data:`ROOM_BY_EFFORT`), else 0."""
-    if offer.reasoning_budget_tokens is not None:
-        return offer.reasoning_budget_tokens
-    return ROOM_BY_EFFORT.get(offer.reasoning_effort, 0) if offer.reasoning_effort is not None else 0
+    if budget_tokens is not None:
+        return budget_tokens
+    return ROOM_BY_EFFORT.get(effort, 0) if effort is not None else 0
+
+
+def reasoning_room(offer: Offer) -> int:
+    """The output tokens kept for the offer's reasoning (:func:`room_of` of its settings)."""
+    return room_of(offer.reasoning_effort, offer.reasoning_budget_tokens)
 
 
 def output_limit(offer: Offer, answer_tokens: int) -> int:
