@@ -85,7 +85,7 @@ class OfferSpec(BaseModel):
         if self.region and not kind.regional:
             regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
             raise ValueError(f"only {regional} offers take a region")
-        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens)
+        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model)
         if refused is not None:
             raise ValueError(refused)
         room = reasoning.room_of(self.reasoning_effort, self.reasoning_budget_tokens)

@@ -48,12 +48,15 @@ def catalog_error(**fields: Any) -> str:
     ("chat-decisions", "decisions", {"reasoning_effort": "minimal"}),
     ("anthropic", "chat", {"reasoning_budget_tokens": 2048}),
     ("bedrock", "decisions", {"reasoning_budget_tokens": 1024}),
+    ("bedrock", "chat", {"reasoning_budget_tokens": 1024,
+                         "model": "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc"}),
 ])
 def test_the_catalog_takes_the_settings_a_transport_sends(transport: str, protocol: str,
                                                           fields: dict[str, Any]) -> None:
     entry = offer_entry(transport=transport, protocol=protocol, **fields)
     if transport == "bedrock":
         del entry["base_url"]
+        entry["model"] = fields.get("model", "us.anthropic.claude-sonnet-4-20250514-v1:0")
     offer = parse_catalog({"offers": [entry]}).offers[0]
     assert (offer.reasoning_effort, offer.reasoning_budget_tokens) == \
         (fields.get("reasoning_effort"), fields.get("reasoning_budget_tokens"))
@@ -69,6 +72,9 @@ def test_the_catalog_takes_the_settings_a_transport_sends(transport: str, protoc
     ({"transport": "anthropic", "reasoning_effort": "low"},
      "anthropic offers take no reasoning_effort: the transport cannot send it; set reasoning_budget_tokens instead"),
     ({"transport": "bedrock", "base_url": None, "reasoning_effort": "low"}, "bedrock offers take no reasoning_effort"),
+    ({"transport": "bedrock", "base_url": None, "model": "deepseek.r1-v1:0", "reasoning_budget_tokens": 2048},
+     "bedrock sends reasoning_budget_tokens as Claude's extended thinking (additionalModelRequestFields.thinking), "
+     "which model 'deepseek.r1-v1:0' does not take"),
     ({"transport": "decisions", "protocol": "decisions", "reasoning_effort": "low"},
      "decisions offers take no reasoning_effort: the transport has no way to send it"),
     ({"transport": "decisions", "protocol": "decisions", "reasoning_budget_tokens": 4096},

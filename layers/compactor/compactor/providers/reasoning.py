@@ -30,9 +30,18 @@ MIN_BUDGET_TOKENS: Final = 1024
 MAX_BUDGET_TOKENS: Final = 128_000
 
 
-def refusal(transport: str, effort: str | None, budget_tokens: int | None) -> str | None:
-    """Why an offer of ``transport`` (one of :data:`~compactor.providers.registry.TRANSPORTS`) cannot carry these
-    settings (a catalog error), or ``None``."""
+# Bedrock sends ``reasoning_budget_tokens`` as Claude's extended thinking, which its other models refuse (every
+# call a ValidationException): a model id naming Claude, or an ARN (an application inference profile), takes it.
+_BEDROCK_THINKING_MODEL = "anthropic.claude"
+
+
+def refusal(transport: str, effort: str | None, budget_tokens: int | None, model: str = "") -> str | None:
+    """Why an offer of ``transport`` (one of :data:`~compactor.providers.registry.TRANSPORTS`) and ``model``
+    cannot carry these settings (a catalog error), or ``None``."""
+    if budget_tokens is not None and transport == "bedrock" and _BEDROCK_THINKING_MODEL not in model \
+            and not model.startswith("arn:"):
+        return (f"bedrock sends reasoning_budget_tokens as Claude's extended thinking "
+                f"(additionalModelRequestFields.thinking), which model {model!r} does not take")
     sends = TRANSPORTS[transport].reasoning
     for name, value in (("reasoning_effort", effort), ("reasoning_budget_tokens", budget_tokens)):
         if value is None or name in sends:
