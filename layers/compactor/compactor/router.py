@@ -293,8 +293,14 @@ def usable_context(offer: Offer) -> int | None:
 
 
 def _fits(offer: Offer, tokens: int) -> bool:
-    context = usable_context(offer)
-    return context is None or context >= tokens
+    """Whether a request of ``tokens`` fits the offer's :func:`usable_context` (written out: it runs for each offer
+    of each call when the catalog states contexts, and an offer without a reasoning setting reads nothing more)."""
+    context = offer.observations.get("context")
+    if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
+        return True
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        context = max(context - reasoning_room(offer), 1)
+    return context >= tokens
 
 
 def _redact(message: str, offer: Offer) -> str:
