@@ -229,7 +229,7 @@ async def test_openai_reasoning_tokens_are_priced_as_output(fake_provider: FakeP
     fake_provider.enqueue(chat_reply("ok", prompt_tokens=1000, completion_tokens=3000, reasoning_tokens=2900))
     offer = reasoning(chat_offer, reasoning_effort="medium")
     response = await OpenAITransport().chat(offer, ChatRequest(MESSAGES, max_tokens=200), 10)
-    assert (response.tokens_out, response.tokens_reasoning) == (3000, 2900)
+    assert response.tokens_out == 3000  # (the reasoning part is read only from an answer stopped at its limit)
     assert compute_cost(offer, response, 12) == (pytest.approx(1000 / 1e6 * 1.0 + 3000 / 1e6 * 2.0), "computed")
 
 

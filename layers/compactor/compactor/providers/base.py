@@ -134,8 +134,9 @@ class ChatResponse:
     tokens_total: int | None = None
     tokens_cached: int | None = None  # input tokens read from the provider's prompt cache
     tokens_cache_written: int | None = None  # input tokens written to it (billed above price_in, compactor.cost)
-    # output tokens the model spent reasoning, part of ``tokens_out`` (OpenAI's reasoning_tokens; for Anthropic
-    # and Bedrock, which do not count them apart, all of ``tokens_out`` when the answer is thinking and no text)
+    # output tokens the model spent reasoning, part of ``tokens_out``, read for an answer stopped at its limit
+    # (OpenAI's reasoning_tokens) or without text (Anthropic and Bedrock, which do not count them apart: all of
+    # ``tokens_out`` when the answer is thinking and no text); None otherwise
     tokens_reasoning: int | None = None
     cost_reported: float | None = None  # provider-reported USD, wins over prices
 

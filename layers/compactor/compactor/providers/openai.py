@@ -202,11 +202,13 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     choice = choices[0]
     message = choice["message"]
     details = usage.get("prompt_tokens_details")
-    completion_details = usage.get("completion_tokens_details")
     model = payload.get("model")
+    finish_reason = _finish_reason(choice, message)
+    # reasoning tokens are read where they may say something: an answer stopped at its limit (spent_on_reasoning)
+    completion_details = usage.get("completion_tokens_details") if finish_reason == "length" else None
     return ChatResponse(
         text=_content_text(message.get("content")),
-        finish_reason=_finish_reason(choice, message),
+        finish_reason=finish_reason,
         tool_calls=_tool_calls(message.get("tool_calls")),
         served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=count(usage.get("prompt_tokens")),
