@@ -4,8 +4,8 @@
 ``response_format: {"type": "json_object"}``. A model that refuses ``max_tokens`` for ``max_completion_tokens``
 (OpenAI's reasoning models: the o-series, gpt-5) is sent the latter at once, and from then on, with room for its
 reasoning; an offer stating ``reasoning_effort`` or ``reasoning_budget_tokens`` is sent it from the first call
-(docs/providers.md "Reasoning models"). :func:`complete_chat` is also what the ``chat-decisions`` transport sends its prompts
-through.
+(docs/providers.md "Reasoning models"). :func:`complete_chat` is also what the ``chat-decisions`` transport sends
+its prompts through.
 """
 
 from __future__ import annotations
