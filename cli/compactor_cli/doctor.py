@@ -16,7 +16,9 @@ from urllib.parse import urlsplit
 
 from compactor.catalog import Catalog, CatalogError, load_catalog
 from compactor.provider_failures import explain
-from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
+from compactor.providers.base import (
+    REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError, spent_on_reasoning, unfinished,
+)
 from compactor.providers.registry import BUILTIN
 
 CALL_TIMEOUT_S = 30.0
@@ -83,6 +85,8 @@ async def probe(offer: Offer) -> dict[str, Any]:
             prompt = BUILTIN_PROBE_ITEMS if offer.transport == BUILTIN and json_mode else PROBE_PROMPT
             request = ChatRequest([{"role": "user", "content": prompt}], max_tokens=16, json_mode=json_mode)
             response: Any = await transport.chat(offer, request, CALL_TIMEOUT_S)
+            if spent_on_reasoning(response):  # no answer at all: not a JSON mode that does not work
+                raise ProviderError(REASONING_EXHAUSTED, f"probe answer {unfinished(response)}")
             try:
                 json_ok = isinstance(json.loads(response.text or ""), dict)
             except (ValueError, RecursionError):  # the model's text: not JSON, or nested past the parser's limit

@@ -17,8 +17,8 @@ import pytest
 import compactor_aws  # noqa: F401  (plugs the AWS provider adapters into the core)
 from compactor.catalog import parse_catalog
 from compactor.providers.base import (
-    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
-    ChatRequest, DecisionRequest, Offer, ProviderError,
+    AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, REASONING_EXHAUSTED, TIMEOUT,
+    UPSTREAM_ERROR, ChatRequest, DecisionRequest, Offer, ProviderError,
 )
 from compactor.providers.registry import transport_for
 from compactor.router import compute_cost
@@ -75,6 +75,30 @@ async def test_converse_request_is_signed_and_shaped(fake_provider: FakeProvider
     cost, basis = compute_cost(offer, response, 6)
     assert basis == "computed"
     assert cost == pytest.approx(round((200 * 0.8 + 800 * 0.8 * 0.1 + 30 * 4.0) / 1e6, 6))
+
+
+async def test_a_thinking_budget_is_sent_as_claudes_thinking_on_top_of_the_answer(
+        fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # docs/providers.md "Reasoning models": Claude's extended thinking through Converse, priced as output
+    fake_provider.enqueue(converse_reply("summary", reasoning="thinking it over", input_tokens=200, output_tokens=900))
+    thinking = dataclasses.replace(offer, reasoning_budget_tokens=2048)
+    response = await BedrockTransport().chat(thinking, ChatRequest([{"role": "user", "content": "x"}], max_tokens=77),
+                                             10)
+    sent = fake_provider.requests[0].json
+    assert sent["additionalModelRequestFields"] == {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+    assert sent["inferenceConfig"] == {"maxTokens": 77 + 2048}
+    assert response.text == "summary" and response.tokens_reasoning is None
+    assert compute_cost(thinking, response, 12) == (pytest.approx((200 * 0.8 + 900 * 4.0) / 1e6), "computed")
+
+
+async def test_a_decision_spent_on_thinking_says_so(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    fake_provider.enqueue(converse_reply("", reasoning="a long thought", stop_reason="max_tokens", output_tokens=1400))
+    thinking = dataclasses.replace(offer, protocol="decisions", reasoning_budget_tokens=1024)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().decide(thinking, DecisionRequest(state={"f1": "x"}, questions=QUESTIONS), 10)
+    assert caught.value.kind == REASONING_EXHAUSTED
+    assert caught.value.message == ("decision reply spent its whole output budget on reasoning (1400 reasoning "
+                                    "tokens, no answer text; finish_reason length)")
 
 
 async def test_max_tokens_stop_reads_as_length(fake_provider: FakeProviderServer, offer: Offer) -> None:

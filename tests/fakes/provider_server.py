@@ -75,8 +75,9 @@ Responder = Callable[[RecordedRequest], Reply]
 def chat_reply(content: str | None = "ok", *, finish_reason: str = "stop", model: str = "fake-model",
                prompt_tokens: int = 10, completion_tokens: int = 5, cached_tokens: int | None = None,
                cost: float | None = None, tool_calls: list[dict[str, Any]] | None = None,
-               status: int = 200, delay_s: float = 0.0) -> Reply:
-    """An OpenAI-style chat completion answer."""
+               status: int = 200, delay_s: float = 0.0, reasoning_tokens: int | None = None) -> Reply:
+    """An OpenAI-style chat completion answer; a reasoning model's counts its ``reasoning_tokens`` (part of
+    ``completion_tokens``) in ``usage.completion_tokens_details``."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls is not None:
         message["tool_calls"] = tool_calls
@@ -87,6 +88,8 @@ def chat_reply(content: str | None = "ok", *, finish_reason: str = "stop", model
     }
     if cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     if cost is not None:
         usage["cost"] = cost
     body = {
@@ -115,30 +118,37 @@ def decision_reply(answers: dict[str, Any], *, model: str = "fake-decider", inpu
 
 def anthropic_reply(text: str = "ok", *, stop_reason: str = "end_turn", model: str = "fake-claude",
                     input_tokens: int = 10, output_tokens: int = 5, cache_read: int | None = None,
-                    cache_write: int | None = None, status: int = 200, delay_s: float = 0.0) -> Reply:
-    """An Anthropic Messages answer with one text block."""
+                    cache_write: int | None = None, status: int = 200, delay_s: float = 0.0,
+                    thinking: str | None = None) -> Reply:
+    """An Anthropic Messages answer with one text block (none when ``text`` is empty), after a ``thinking`` block
+    when one is given (extended thinking)."""
     usage: dict[str, Any] = {"input_tokens": input_tokens, "output_tokens": output_tokens}
     if cache_read is not None:
         usage["cache_read_input_tokens"] = cache_read
     if cache_write is not None:
         usage["cache_creation_input_tokens"] = cache_write
     body = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": text}], "stop_reason": stop_reason, "stop_sequence": None,
+            "content": [*([{"type": "thinking", "thinking": thinking, "signature": "c2ln"}] if thinking else []),
+                        *([{"type": "text", "text": text}] if text else [])],
+            "stop_reason": stop_reason, "stop_sequence": None,
             "usage": usage}
     return Reply(status, body, delay_s)
 
 
 def converse_reply(text: str = "ok", *, stop_reason: str = "end_turn", input_tokens: int = 10,
                    output_tokens: int = 5, cache_read: int | None = None, cache_write: int | None = None,
-                   delay_s: float = 0.0) -> Reply:
-    """A Bedrock Converse answer (the REST shape boto3 parses)."""
+                   delay_s: float = 0.0, reasoning: str | None = None) -> Reply:
+    """A Bedrock Converse answer (the REST shape boto3 parses): one text block (none when ``text`` is empty), after
+    a ``reasoningContent`` block when ``reasoning`` is given (Claude's extended thinking)."""
     usage: dict[str, Any] = {"inputTokens": input_tokens, "outputTokens": output_tokens,
                              "totalTokens": input_tokens + output_tokens + (cache_read or 0) + (cache_write or 0)}
     if cache_read is not None:
         usage["cacheReadInputTokens"] = cache_read
     if cache_write is not None:
         usage["cacheWriteInputTokens"] = cache_write
-    body = {"output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+    content = [*([{"reasoningContent": {"reasoningText": {"text": reasoning, "signature": "c2ln"}}}] if reasoning
+                 else []), *([{"text": text}] if text else [])]
+    body = {"output": {"message": {"role": "assistant", "content": content}},
             "stopReason": stop_reason, "usage": usage, "metrics": {"latencyMs": 12}}
     return Reply(200, body, delay_s)
 

@@ -26,6 +26,7 @@ VALUES: dict[str, list[Any]] = {
     "price_in": PRICES, "price_out": PRICES, **{key: FLAGS for key in catalog._PLAIN_FLAGS},
     "context": [0, 5, -1, True, 1.0, None, 2**70, "5"],
     "latency_ms": [1.5, None], "tier": [1, "gold", None], "cache_min_tokens": [1024, None],
+    "reasoning_effort": ["low", None], "reasoning_budget_tokens": [2048, None],
     "extra_flag": [True, 1, 0.5, None, "x"], "credits": [0.0, None],
 }
 

@@ -27,7 +27,8 @@ CATALOG_ENV = "COMPACTOR_CATALOG"
 # Offer keys that are wiring, not observations.
 _WIRING_KEYS = frozenset({"id", "provider", "family", "model", "protocol", "transport", "base_url",
                           "api_key_env", "api_key_secret", "region", "max_concurrency", "price_in",
-                          "price_out", "price_cached_in", "price_cache_write"})
+                          "price_out", "price_cached_in", "price_cache_write", "reasoning_effort",
+                          "reasoning_budget_tokens"})
 
 
 class CatalogError(ValueError):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from compactor.catalog import _WIRING_KEYS
 from compactor.jsonutil import is_finite_number
+from compactor.providers import reasoning
 from compactor.providers.base import Offer
 from compactor.providers.registry import TRANSPORTS
 
@@ -56,6 +57,11 @@ class OfferSpec(BaseModel):
     # transport's), and the fewest prompt tokens worth a marker (default 1024).
     prompt_cache: bool | None = None
     cache_min_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    # Reasoning models (docs/providers.md "Reasoning models"): OpenAI's effort, and the output tokens kept for
+    # reasoning (Anthropic's and Bedrock's extended-thinking budget); each only where the transport sends it.
+    reasoning_effort: Literal[reasoning.EFFORTS] | None = None  # type: ignore[valid-type]
+    reasoning_budget_tokens: int | None = Field(default=None, ge=reasoning.MIN_BUDGET_TOKENS,
+                                                le=reasoning.MAX_BUDGET_TOKENS)
 
     @field_validator("base_url")
     @classmethod
@@ -79,6 +85,13 @@ class OfferSpec(BaseModel):
         if self.region and not kind.regional:
             regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
             raise ValueError(f"only {regional} offers take a region")
+        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model)
+        if refused is not None:
+            raise ValueError(refused)
+        room = reasoning.room_of(self.reasoning_effort, self.reasoning_budget_tokens)
+        if room and self.context and self.context <= room:
+            raise ValueError(f"context {self.context} leaves nothing beside the {room} tokens kept for reasoning: "
+                             "state the model's whole context")
         return self
 
     def to_offer(self) -> Offer:
@@ -91,6 +104,7 @@ class OfferSpec(BaseModel):
             api_key_env=self.api_key_env, api_key_secret=self.api_key_secret, region=self.region,
             max_concurrency=self.max_concurrency, price_in=self.price_in, price_out=self.price_out,
             price_cached_in=self.price_cached_in, price_cache_write=self.price_cache_write,
+            reasoning_effort=self.reasoning_effort, reasoning_budget_tokens=self.reasoning_budget_tokens,
             observations=observations,
         )
 

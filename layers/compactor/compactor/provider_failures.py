@@ -52,6 +52,10 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
         return f"no answer from {host} in time", "raise the node's timeout or the flow budget, or use a faster offer"
     if kind == "rate_limit":
         return f"rate limited by {host}", "lower max_concurrency for this offer or raise the provider's quota"
+    if kind == "reasoning_exhausted":  # providers.base.REASONING_EXHAUSTED (docs/providers.md "Reasoning models")
+        return ("the model spent its output budget on reasoning and gave no answer",
+                "raise the offer's reasoning_budget_tokens or lower its reasoning_effort (or raise max_tokens), "
+                "or fall back to a model that does not reason")
     if kind == "context_overflow":
         return f"request larger than the model's context at {host}", "set the offer's context so larger requests skip it"
     if kind == "bad_response":

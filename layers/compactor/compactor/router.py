@@ -49,6 +49,7 @@ from compactor.providers.base import (
     ProviderError,
     Transport,
 )
+from compactor.providers.reasoning import reasoning_room
 from compactor.records import record
 
 PROVIDER_DISABLE_TTL_S = 300.0
@@ -149,6 +150,7 @@ class _Failure:
     cost_reported: float | None = None
     retry_after_s: float | None = None
     timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
+    answered: ChatResponse | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
 
     @property
     def says_provider_is_unwell(self) -> bool:
@@ -278,9 +280,27 @@ def _requirements(needs: frozenset[str]) -> Requirements:
     return known
 
 
-def _fits(offer: Offer, tokens: int) -> bool:
+def usable_context(offer: Offer) -> int | None:
+    """The tokens of ``offer``'s stated ``context`` a request and its answer may take: all of it, less the room
+    kept for a reasoning offer's reasoning (docs/providers.md "Reasoning models"; the catalog holds the room
+    below the context); None when the offer states no positive integer context."""
     context = offer.observations.get("context")
-    return not (isinstance(context, int) and not isinstance(context, bool) and 0 < context < tokens)
+    if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
+        return None
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        return max(context - reasoning_room(offer), 1)
+    return context
+
+
+def _fits(offer: Offer, tokens: int) -> bool:
+    """Whether a request of ``tokens`` fits the offer's :func:`usable_context` (written out: it runs for each offer
+    of each call when the catalog states contexts, and an offer without a reasoning setting reads nothing more)."""
+    context = offer.observations.get("context")
+    if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
+        return True
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        context = max(context - reasoning_room(offer), 1)
+    return context >= tokens
 
 
 def _redact(message: str, offer: Offer) -> str:
@@ -415,30 +435,29 @@ class Router:
         contexts = self._protocol_contexts.get(protocol)
         if contexts is None:
             contexts = self._protocol_contexts[protocol] = tuple(
-                context for offer in self._offers_of(protocol) for context in (offer.observations.get("context"),)
-                if isinstance(context, int) and not isinstance(context, bool) and context > 0)
+                context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
+                if context is not None)
         return contexts
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
-        """The smallest ``context`` (tokens) among the offers of ``protocol`` a call may be routed to: the
+        """The smallest usable ``context`` (tokens, :func:`usable_context`) among the offers of ``protocol`` a call
+        may be routed to: the
         ones ``policy`` ranks (its whole failover order, over the catalog as declared, so an offer disabled
         for now still counts), else every enabled one; None when none of them states a context."""
         offers = [offer for offer in self._offers
                   if offer.protocol == protocol and offer.observations.get("disabled") is not True]
         if policy is not None:
             offers = [entry.offer for entry in self._ranking(policy.policy, offers, Requirements()).ranked]
-        contexts = [offer.observations["context"] for offer in offers
-                    if type(offer.observations.get("context")) is int and offer.observations["context"] > 0]
+        contexts = [context for offer in offers for context in (usable_context(offer),) if context is not None]
         return min(contexts, default=None)
 
     def first_choice_context(self, protocol: str, policy: AdmittedPolicy) -> int | None:
-        """The ``context`` (tokens) of the offer ``policy`` ranks first among the ``protocol`` offers (the
+        """The usable ``context`` (tokens, :func:`usable_context`) of the offer ``policy`` ranks first among the
+        ``protocol`` offers (the
         one a call would try first); None when no offer passes or the first states no context."""
         offers = [self._observed(offer) for offer in self._offers if offer.protocol == protocol]
         for entry in self._ranking(policy.policy, offers, Requirements()).ranked[:1]:
-            context = entry.offer.observations.get("context")
-            if type(context) is int and context > 0:
-                return context
+            return usable_context(entry.offer)
         return None
 
     # -- state visible to policies ------------------------------------------------------------
@@ -542,7 +561,7 @@ class Router:
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
             return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported,
-                            retry_after_s=exc.retry_after_s, timeout_s=timeout)
+                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered)
         except TimeoutError:
             return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms", timeout_s=timeout)
         except Exception as exc:  # any transport defect is a failed attempt, never a crash
@@ -565,7 +584,7 @@ class Router:
         pairs = [(self._observed(offer), offer) for offer in offers if not tokens or _fits(offer, tokens)]
         ranking = self._ranking(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
-        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s)
+        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
                                       "estimated_tokens": tokens} for offer in too_small)
         result = await run.execute()
@@ -579,8 +598,9 @@ class _Failover:
     """One routed call: walks the ranked offers under the FailPlan and records the decision path."""
 
     def __init__(self, router: Router, policy: Policy, ranking: Ranking, originals: dict[int, Offer],
-                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None) -> None:
+                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None, decimals: int) -> None:
         self.router = router
+        self.decimals = decimals  # of a rejected answer's cost priced by its usage
         self.plan = policy.fail_plan
         self.candidates = [originals[id(entry.offer)] for entry in ranking.ranked]
         self.invoke = invoke
@@ -675,14 +695,19 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
+            priced_cost = None if outcome.answered is None else compute_cost(offer, outcome.answered, self.decimals)[0]
             if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
+            elif priced_cost is not None:  # a rejected answer priced by its usage (reasoning tokens as output)
+                self.failed_costs.append(priced_cost)
             elif outcome.http_status is None or outcome.http_status < 300:
                 self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed
             # (an error status or a redirect, never followed, is no answer: nothing billed)
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
-                       **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}))
+                       **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
+                       **({"cost_computed": priced_cost} if priced_cost is not None
+                          and reported_cost(outcome.cost_reported) is None else {}))
             if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
                 self.router._record_outcome(offer, None, None)
                 return self.failed(INVALID_DECISION, outcome.message)

@@ -2,7 +2,9 @@
 function's role. Summaries are chat; decisions take the same prompt-and-validate path as
 ``chat-decisions``; usage comes from the answer and cost from the catalog prices. A request's cacheable
 prefix is followed by a ``cachePoint`` block for the models that take one
-(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`).
+(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`). An offer's ``reasoning_budget_tokens``
+turns Claude's extended thinking on (``additionalModelRequestFields.thinking``), its budget added to ``maxTokens``
+(docs/providers.md "Reasoning models").
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count
 from compactor.providers.prompt_cache import cache_split, written_first
+from compactor.providers.reasoning import output_limit
 from compactor.providers.turns import to_turns
 from compactor_aws import background
 
@@ -184,6 +187,10 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, An
         "messages": messages,
         "inferenceConfig": {"maxTokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS},
     }
+    if offer.reasoning_budget_tokens is not None:  # Claude's extended thinking, its budget on top of the answer's
+        arguments["additionalModelRequestFields"] = {
+            "thinking": {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}}
+        arguments["inferenceConfig"]["maxTokens"] = output_limit(offer, arguments["inferenceConfig"]["maxTokens"])
     if turns.system:
         arguments["system"] = [{"text": turns.system}]
     return arguments, None if split is None else split.key
@@ -202,6 +209,8 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     blocks = [block for block in message["content"] if isinstance(block, dict)]
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
+    # (looked for only in an answer without text: the others are answers, whatever they thought)
+    thought = (not text or text.isspace()) and any("reasoningContent" in block for block in blocks)
     usage = output.get("usage") if isinstance(output.get("usage"), dict) else {}
     fresh, cache_read, cache_write, out = (count(usage.get(key)) for key in
                                            ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
@@ -220,6 +229,7 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,
         tokens_cached=cache_read,
         tokens_cache_written=cache_write,
+        tokens_reasoning=out if thought else None,  # all the output was reasoning
     )
 
 

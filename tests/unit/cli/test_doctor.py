@@ -87,3 +87,18 @@ def test_unreadable_catalog_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     bad.write_text("{")
     assert main(["doctor", "--catalog", str(bad)]) == 2
     assert "invalid JSON" in capsys.readouterr().err
+
+
+def test_a_probe_spent_on_reasoning_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            fake_provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # docs/providers.md "Reasoning models": a reasoning model whose reasoning took the probe's whole output limit
+    # answered nothing, which doctor printed as "JSON mode NOT working".
+    monkeypatch.setenv(KEY_ENV, "sk-doctor-test-123456")
+    summarizer = [{**o, "reasoning_effort": "minimal"} for o in offers(fake_provider.base_url, api_key_env=KEY_ENV)
+                  if o["protocol"] == "chat"]
+    fake_provider.enqueue(chat_reply("", finish_reason="length", completion_tokens=1040, reasoning_tokens=1040))
+    code, out = doctor(capsys, "--catalog", write(tmp_path, summarizer), "--call")
+    assert code == 1
+    assert "call failed after" in out and "the model spent its output budget on reasoning and gave no answer" in out
+    assert "JSON mode NOT working" not in out
+    assert fake_provider.requests[0].json["max_completion_tokens"] == 16 + 1024

@@ -249,3 +249,27 @@ async def test_the_record_holds_each_seal_call_as_a_node_in_order():
     assert sum(node.trace["cost_reported"] for node in record.nodes) == pytest.approx(record.cost_usd)
     assert (record.cost_usd, record.cost_basis) == (record.body["x_router"]["cost_usd"],
                                                     record.body["x_router"]["cost_basis"])
+
+
+async def test_a_summary_spent_on_reasoning_says_so_in_the_answer_and_the_record():
+    # docs/providers.md "Reasoning models": a reasoning model whose reasoning took the whole output budget gave
+    # no text; the seal said summary_truncated and its record showed a node that went fine.
+    from compactor.models import CompactRequest
+    from compactor.provider_failures import failure_causes
+    from compactor.service import compact_call
+
+    messages = _msgs("system", "user", "assistant", "user", "assistant")
+    messages[2]["content"] += " and a long answer" * 5
+    answer = ChatResponse(text="", finish_reason="length", tokens_in=100, tokens_out=600, tokens_reasoning=600)
+    body = await seal(messages, keep_recent=2, policy_ir=None, max_tokens=None, router=_router(_Answer(answer)),
+                      deadline=Deadline.after_ms(5000))
+    assert body["messages"] == messages and body["compacted"] is False
+    assert body["reason"] == "summary_spent_on_reasoning"
+    assert body["x_router"]["cost_usd"] == pytest.approx((100 * 1.0 + 600 * 2.0) / 1e6)  # reasoning billed as output
+
+    request = CompactRequest.model_validate({"messages": messages, "keep_recent": 2, "mode": "seal"})
+    record = await compact_call(request, deadline=Deadline.after_ms(5000), router=_router(_Answer(answer)))
+    (node,) = record.nodes
+    assert node.outcome == "error" and node.error_kind == "reasoning_exhausted"
+    ((cause, count),) = failure_causes(record.nodes)
+    assert count == 1 and cause.cause == "the model spent its output budget on reasoning and gave no answer"

@@ -24,7 +24,7 @@ from compactor.policy.defaults import DEFAULT_CHAT_POLICY
 from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_size
 from compactor.markers import SEAL_HEAD
-from compactor.providers.base import ChatRequest, ChatResponse, unfinished
+from compactor.providers.base import REASONING_EXHAUSTED, ChatRequest, ChatResponse, spent_on_reasoning, unfinished
 from compactor.records import record
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE, RouteResult, Router
 from compactor.response_blocks import billed_cost, route_usage, route_x_router, usage_block
@@ -55,6 +55,9 @@ SUMMARY_TRUNCATED = "summary_truncated"  # the model stopped at max_tokens (fini
 # The model did not finish a summary otherwise: it refused, its answer was filtered (finish_reason "content_filter")
 # or it called tools (compactor.providers.base.unfinished).
 SUMMARY_UNFINISHED = "summary_unfinished"
+# A reasoning model spent its whole output budget on reasoning: no summary text (finish_reason "length";
+# compactor.providers.base.spent_on_reasoning, docs/providers.md "Reasoning models").
+SUMMARY_SPENT_ON_REASONING = "summary_spent_on_reasoning"
 NO_REDUCTION = "no_reduction"  # the sealed transcript would not be smaller than the original
 
 
@@ -314,6 +317,8 @@ def _call_nodes(results: list[RouteResult]) -> tuple[NodeOutcome, ...]:
         if not result.ok:
             kind = result.error_kind or "upstream_error"
             entry["error"] = f"{kind}: {result.error_message}" if result.error_message else kind
+        elif isinstance(response, ChatResponse) and spent_on_reasoning(response):  # answered, with no summary
+            entry["error"] = f"{REASONING_EXHAUSTED}: summary {unfinished(response)}"
         nodes.append(NodeOutcome.from_trace(entry))
     return tuple(nodes)
 
@@ -336,6 +341,8 @@ def _not_sealed_reason(response: ChatResponse | None, summary: str, sealed: list
     if response is None:
         return NO_SUMMARY
     # (before the summary's emptiness: a refusal or a cut-off answer may carry no text, and says why)
+    if spent_on_reasoning(response):
+        return SUMMARY_SPENT_ON_REASONING
     if response.finish_reason == "length":
         return SUMMARY_TRUNCATED
     if unfinished(response) is not None:

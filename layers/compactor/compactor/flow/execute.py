@@ -17,7 +17,8 @@ from ..jsonutil import (
     StrictJSONError, dense_dumps, depth_exceeds, ensure_parsed_encodable, strict_loads, utf8_len,
 )
 from ..providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, REFUSED, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest, unfinished,
+    BAD_REQUEST, BAD_RESPONSE, REASONING_EXHAUSTED, REFUSED, TIMEOUT, ChatRequest, ChatResponse, DecisionRequest,
+    spent_on_reasoning, unfinished,
 )
 from ..records import record
 from ..router import RouteResult
@@ -177,6 +178,8 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
         return NodeOutcome(parse_json_output(response), entry, OK)
     if response.finish_reason == REFUSED:  # the model declined (or a filter stopped it): no output to pass on
         raise _NodeFailure(BAD_RESPONSE, f"output {unfinished(response)}")
+    if spent_on_reasoning(response):  # nothing but reasoning: no output, and the failure says why
+        raise _NodeFailure(REASONING_EXHAUSTED, f"output {unfinished(response)}")
     return NodeOutcome(response.text or "", entry, OK, tool_calls=response.tool_calls or None)
 
 
@@ -267,7 +270,8 @@ def parse_json_output(response: ChatResponse) -> Any:
     refused or filtered, no tool calls), strict JSON (no duplicate keys, finite numbers), ≤ 1 MiB and depth ≤ 32."""
     problem = unfinished(response)
     if problem is not None:
-        raise _NodeFailure(BAD_RESPONSE, f"JSON output {problem}")
+        raise _NodeFailure(REASONING_EXHAUSTED if spent_on_reasoning(response) else BAD_RESPONSE,
+                           f"JSON output {problem}")
     text = response.text
     if not text or not text.strip():
         raise _NodeFailure(BAD_RESPONSE, "empty JSON output")

@@ -2,7 +2,9 @@
 
 ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the system prompt is a
 top-level field, turns alternate (:mod:`compactor.providers.turns`), ``max_tokens`` is required. The
-answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. A
+answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. An offer's
+``reasoning_budget_tokens`` turns extended thinking on (``thinking``), its budget added to ``max_tokens``
+(docs/providers.md "Reasoning models"). A
 request's cacheable prefix ends in a text block marked ``cache_control: {"type": "ephemeral"}``
 (:mod:`compactor.providers.prompt_cache`). Usage: ``input_tokens`` excludes cached input, so cache reads
 and writes are added back (and reported as read and written). Decisions go through the same
@@ -22,6 +24,7 @@ from compactor.providers.http import post_json, reply_error, safe_message
 from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
 from compactor.providers.prompt_cache import cache_split, written_first
+from compactor.providers.reasoning import output_limit
 from compactor.providers.turns import to_turns
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -29,6 +32,8 @@ DEFAULT_MAX_TOKENS = 1024  # the API requires max_tokens; used when the request 
 # Anthropic stop reasons in the finish_reason words the rest of Compactor reads.
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "refusal": "content_filter", "model_context_window_exceeded": "length"}
+# The content blocks of extended thinking (docs/providers.md "Reasoning models"); their text is not the answer.
+_THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
 
 def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], str | None]:
@@ -46,6 +51,9 @@ def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], s
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
         "messages": messages,
     }
+    if offer.reasoning_budget_tokens is not None:  # extended thinking: its budget is output on top of the answer's
+        body["thinking"] = {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}
+        body["max_tokens"] = output_limit(offer, body["max_tokens"])
     if turns.system:
         body["system"] = turns.system
     return body, None if split is None else split.key
@@ -63,6 +71,8 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
     text = "".join(block["text"] for block in blocks
                    if block.get("type") == "text" and isinstance(block.get("text"), str))
     tool_calls = [block for block in blocks if block.get("type") == "tool_use"] or None
+    # (looked for only in an answer without text: the others are answers, whatever they thought)
+    thought = (not text or text.isspace()) and any(block.get("type") in _THINKING_BLOCKS for block in blocks)
     usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
     fresh, cache_read, cache_write = (count(usage.get(key)) for key in
                                       ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
@@ -80,6 +90,7 @@ def parse_message(body: bytes, *, default_model: str) -> ChatResponse:
         tokens_total=None if tokens_in is None or out is None else tokens_in + out,
         tokens_cached=cache_read,
         tokens_cache_written=cache_write,
+        tokens_reasoning=out if thought else None,  # all the output was thinking
     )
 
 

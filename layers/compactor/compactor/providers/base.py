@@ -23,6 +23,10 @@ NETWORK_ERROR = "network_error"
 # A decision answer that breaks the decision rules (invented label, id, score ...): the call was made and may
 # be billed, but it says nothing about the provider's health and another offer is not tried.
 INVALID_DECISION = "invalid_decision"
+# A reasoning model that spent its whole output budget on reasoning and answered nothing (finish_reason
+# ``length``, reasoning tokens and no answer text; docs/providers.md "Reasoning models"): billed, no answer,
+# and no fault of the provider's health. Another offer (or a larger reasoning budget) may answer.
+REASONING_EXHAUSTED = "reasoning_exhausted"
 
 # The most characters of a model name a provider's answer may put in traces and answers (docs/reliability.md
 # "Bounded answers"): the catalog's names are far shorter; a longer one is cut by ``bounded_model``.
@@ -43,7 +47,8 @@ class ProviderError(Exception):
     """A failed model call. ``message`` never contains credentials."""
 
     def __init__(self, kind: str, message: str, *, http_status: int | None = None,
-                 cost_reported: float | None = None, retry_after_s: float | None = None) -> None:
+                 cost_reported: float | None = None, retry_after_s: float | None = None,
+                 answered: ChatResponse | None = None) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
@@ -51,6 +56,9 @@ class ProviderError(Exception):
         # A provider may bill a call whose answer is then rejected (e.g. bad JSON).
         self.cost_reported = cost_reported
         self.retry_after_s = retry_after_s  # the provider's Retry-After, in seconds
+        # The rejected answer, whose usage prices the attempt when no cost is reported (the router's
+        # compute_cost): a reasoning model's answer spent on reasoning (REASONING_EXHAUSTED) is billed in full.
+        self.answered = answered
 
 
 @record(frozen=True)
@@ -75,6 +83,11 @@ class Offer:
     # compactor.cost's default factors (Anthropic's five-minute cache prices), docs/providers.md "Prompt caching"
     price_cached_in: float | None = None
     price_cache_write: float | None = None
+    # Reasoning models (docs/providers.md "Reasoning models"): the effort sent as OpenAI's ``reasoning_effort``,
+    # and the tokens of output kept for reasoning (Anthropic's and Bedrock's extended-thinking budget), both
+    # checked against the transport when the catalog is loaded (compactor.providers.reasoning).
+    reasoning_effort: str | None = None
+    reasoning_budget_tokens: int | None = None
     observations: dict[str, Any] = field(default_factory=dict)
 
 
@@ -121,6 +134,10 @@ class ChatResponse:
     tokens_total: int | None = None
     tokens_cached: int | None = None  # input tokens read from the provider's prompt cache
     tokens_cache_written: int | None = None  # input tokens written to it (billed above price_in, compactor.cost)
+    # output tokens the model spent reasoning, part of ``tokens_out``, read for an answer stopped at its limit
+    # (OpenAI's reasoning_tokens) or without text (Anthropic and Bedrock, which do not count them apart: all of
+    # ``tokens_out`` when the answer is thinking and no text); None otherwise
+    tokens_reasoning: int | None = None
     cost_reported: float | None = None  # provider-reported USD, wins over prices
 
 
@@ -148,12 +165,23 @@ def unfinished(response: ChatResponse) -> str | None:
     instead of the answer (a ``"tool_calls"`` / ``"function_call"`` finish, or calls proposed) is not finished."""
     reason = response.finish_reason
     if reason == "length":
+        if spent_on_reasoning(response):
+            return (f"spent its whole output budget on reasoning ({response.tokens_reasoning} reasoning tokens, "
+                    "no answer text; finish_reason length)")
         return "cut off (finish_reason length)"
     if reason == REFUSED:
         return "refused or filtered (finish_reason content_filter)"
     if response.tool_calls or reason in ("tool_calls", "function_call"):
         return "tool calls instead of an answer"
     return None
+
+
+def spent_on_reasoning(response: ChatResponse) -> bool:
+    """Whether ``response`` is a reasoning model's answer cut off at its output limit before any answer text:
+    ``finish_reason: "length"``, reasoning tokens and no text (docs/providers.md "Reasoning models"). The
+    failure is :data:`REASONING_EXHAUSTED`, which says so, rather than an empty or cut-off answer."""
+    return response.finish_reason == "length" and bool(response.tokens_reasoning) \
+        and not (response.text and response.text.strip())
 
 
 @record

@@ -16,8 +16,8 @@ from typing import Any
 
 from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads_utf8
 from compactor.providers.base import (
-    BAD_REQUEST, BAD_RESPONSE, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer,
-    ProviderError, unfinished,
+    BAD_REQUEST, BAD_RESPONSE, REASONING_EXHAUSTED, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest,
+    DecisionResponse, Offer, ProviderError, spent_on_reasoning, unfinished,
 )
 from compactor.providers.native_decisions import checked_decision, checked_payload
 from compactor.providers.openai import complete_chat
@@ -71,8 +71,12 @@ def cache_boundary(messages: list[dict[str, str]], payload: dict[str, Any],
 
 
 def _reply_answers(chat: ChatResponse) -> Any:
-    """The ``answers`` of a complete JSON reply, else ``bad_response``."""
+    """The ``answers`` of a complete JSON reply, else ``bad_response``; ``reasoning_exhausted`` (carrying the
+    answer, whose usage prices it) when a reasoning model spent its output budget on reasoning."""
     unfinished_by = unfinished(chat)
+    if spent_on_reasoning(chat):
+        raise ProviderError(REASONING_EXHAUSTED, f"decision reply {unfinished_by}", cost_reported=chat.cost_reported,
+                            answered=chat)
     if unfinished_by is not None:
         problem = f"decision reply {unfinished_by}"
     elif not chat.text:

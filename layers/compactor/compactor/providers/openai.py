@@ -2,9 +2,10 @@
 
 ``POST {base_url}/chat/completions`` with ``model``, ``messages``, ``max_tokens`` and, for JSON nodes,
 ``response_format: {"type": "json_object"}``. A model that refuses ``max_tokens`` for ``max_completion_tokens``
-(OpenAI's reasoning models: the o-series, gpt-5) is sent the latter at once, and from then on
-(docs/providers.md). :func:`complete_chat` is also what the ``chat-decisions`` transport sends its prompts
-through.
+(OpenAI's reasoning models: the o-series, gpt-5) is sent the latter at once, and from then on, with room for its
+reasoning; an offer stating ``reasoning_effort`` or ``reasoning_budget_tokens`` is sent it from the first call
+(docs/providers.md "Reasoning models"). :func:`complete_chat` is also what the ``chat-decisions`` transport sends
+its prompts through.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from compactor.providers.http import (
     error_detail, error_object, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
 from compactor.providers.keys import resolve_key
+from compactor.providers.reasoning import DEFAULT_ROOM, output_limit
 from compactor.providers.turns import JSON_INSTRUCTION
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
@@ -84,7 +86,9 @@ def _mentions_json(messages: list[dict[str, Any]]) -> bool:
 
 def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     """The JSON body sent for ``request``: the output limit as ``max_tokens``, or as ``max_completion_tokens``
-    for a model known to want it. A JSON-mode request none of whose messages says "json" starts with a system
+    for a reasoning model (an offer stating ``reasoning_effort`` or ``reasoning_budget_tokens``, or a model found
+    to want it), with room for its reasoning added (:mod:`compactor.providers.reasoning`), and the offer's
+    ``reasoning_effort``. A JSON-mode request none of whose messages says "json" starts with a system
     message asking for one JSON object (:data:`~compactor.providers.turns.JSON_INSTRUCTION`, what the ``anthropic``
     and ``bedrock`` transports always add): OpenAI refuses ``response_format: json_object`` otherwise (a 400
     "'messages' must contain the word 'json'"), so an llm node whose prompt did not say it failed every call."""
@@ -92,9 +96,17 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
     if request.json_mode and not _mentions_json(messages):
         messages = [{"role": "system", "content": JSON_INSTRUCTION}, *messages]
     body: dict[str, Any] = {"model": offer.model, "messages": messages}
-    if request.max_tokens is not None:
-        wants_completion_tokens = (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS
-        body["max_completion_tokens" if wants_completion_tokens else "max_tokens"] = request.max_tokens
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        # a reasoning offer (docs/providers.md "Reasoning models"): the limit counts reasoning and answer
+        if request.max_tokens is not None:
+            body["max_completion_tokens"] = output_limit(offer, request.max_tokens)
+        if offer.reasoning_effort is not None:
+            body["reasoning_effort"] = offer.reasoning_effort
+    elif request.max_tokens is not None:
+        if (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS:  # found to reason: room at its default
+            body["max_completion_tokens"] = request.max_tokens + DEFAULT_ROOM
+        else:
+            body["max_tokens"] = request.max_tokens
     if request.json_mode:
         body["response_format"] = {"type": "json_object"}
     return body
@@ -191,15 +203,20 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     message = choice["message"]
     details = usage.get("prompt_tokens_details")
     model = payload.get("model")
+    finish_reason = _finish_reason(choice, message)
+    # reasoning tokens are read where they may say something: an answer stopped at its limit (spent_on_reasoning)
+    completion_details = usage.get("completion_tokens_details") if finish_reason == "length" else None
     return ChatResponse(
         text=_content_text(message.get("content")),
-        finish_reason=_finish_reason(choice, message),
+        finish_reason=finish_reason,
         tool_calls=_tool_calls(message.get("tool_calls")),
         served_model_id=bounded_model(model) if isinstance(model, str) and model else default_model,
         tokens_in=count(usage.get("prompt_tokens")),
         tokens_out=count(usage.get("completion_tokens")),
         tokens_total=count(usage.get("total_tokens")),
         tokens_cached=count(details.get("cached_tokens")) if isinstance(details, dict) else None,
+        tokens_reasoning=count(completion_details.get("reasoning_tokens"))
+        if isinstance(completion_details, dict) else None,
         cost_reported=reported(usage.get("cost")),
     )
 

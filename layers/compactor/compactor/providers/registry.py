@@ -27,15 +27,21 @@ class TransportKind:
     keys: bool  # takes api_key_env / api_key_secret
     regional: bool = False  # takes a region
     http: bool = False  # served over HTTP with httpx (the transports _http_transports builds)
+    # the reasoning settings it sends (docs/providers.md "Reasoning models"): the Chat Completions wire takes
+    # both (the budget as room only), Anthropic's Messages and Bedrock's Converse the budget (as ``thinking``)
+    reasoning: frozenset[str] = frozenset()
 
 
 _BOTH = frozenset({"chat", "decisions"})
+_EFFORT_AND_BUDGET = frozenset({"reasoning_effort", "reasoning_budget_tokens"})
+_BUDGET = frozenset({"reasoning_budget_tokens"})
 TRANSPORTS: Final[Mapping[str, TransportKind]] = MappingProxyType({
-    "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True),
-    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True),
-    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True),
+    "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET),
+    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True, reasoning=_BUDGET),
+    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True, reasoning=_BUDGET),
     "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
-    "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
+    "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True,
+                                    reasoning=_EFFORT_AND_BUDGET),
     "builtin": TransportKind(_BOTH, "none", keys=False),
 })
 BUILTIN: Final = "builtin"

@@ -1,0 +1,278 @@
+"""Reasoning models (docs/providers.md "Reasoning models"): the catalog's reasoning settings, the output budget
+that leaves room for reasoning, the failure of an answer spent on reasoning, and its cost, against the fake
+provider."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from compactor.catalog import CatalogError, parse_catalog
+from compactor.provider_failures import explain
+from compactor.providers import openai
+from compactor.providers.anthropic import AnthropicTransport
+from compactor.providers.base import (
+    BAD_RESPONSE, REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError,
+)
+from compactor.providers.chat_decisions import ChatDecisionsTransport
+from compactor.providers.openai import OpenAITransport
+from compactor.providers.registry import transport_for
+from compactor.router import Router, compute_cost
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, anthropic_reply, chat_reply
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+QUESTIONS = {"useful": {"type": "noul", "instructions": "Is it useful?"}}
+DECISION = DecisionRequest(state={"f1": "ls -la output"}, questions=QUESTIONS)
+GOOD = json.dumps({"answers": {"useful": {"type": "noul", "noul": 0.8}}})
+
+
+def offer_entry(**fields: Any) -> dict[str, Any]:
+    return {"id": "o", "provider": "openai", "family": "gpt-5", "model": "gpt-5-mini", "protocol": "chat",
+            "transport": "openai", "base_url": "https://api.openai.com/v1", **fields}
+
+
+def catalog_error(**fields: Any) -> str:
+    with pytest.raises(CatalogError) as caught:
+        parse_catalog({"offers": [offer_entry(**fields)]})
+    return str(caught.value)
+
+
+# --- the catalog -------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("transport, protocol, fields", [
+    ("openai", "chat", {"reasoning_effort": "low"}),
+    ("openai", "chat", {"reasoning_effort": "high", "reasoning_budget_tokens": 20000}),
+    ("chat-decisions", "decisions", {"reasoning_effort": "minimal"}),
+    ("anthropic", "chat", {"reasoning_budget_tokens": 2048}),
+    ("bedrock", "decisions", {"reasoning_budget_tokens": 1024}),
+    ("bedrock", "chat", {"reasoning_budget_tokens": 1024,
+                         "model": "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc"}),
+])
+def test_the_catalog_takes_the_settings_a_transport_sends(transport: str, protocol: str,
+                                                          fields: dict[str, Any]) -> None:
+    entry = offer_entry(transport=transport, protocol=protocol, **fields)
+    if transport == "bedrock":
+        del entry["base_url"]
+        entry["model"] = fields.get("model", "us.anthropic.claude-sonnet-4-20250514-v1:0")
+    offer = parse_catalog({"offers": [entry]}).offers[0]
+    assert (offer.reasoning_effort, offer.reasoning_budget_tokens) == \
+        (fields.get("reasoning_effort"), fields.get("reasoning_budget_tokens"))
+    assert not {"reasoning_effort", "reasoning_budget_tokens"} & offer.observations.keys()  # wiring, not observed
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"reasoning_effort": "hihg"}, "reasoning_effort: Input should be 'none', 'minimal', 'low', 'medium', 'high'"),
+    ({"reasoning_effort": 3}, "reasoning_effort"),
+    ({"reasoning_budget_tokens": 512}, "greater than or equal to 1024"),
+    ({"reasoning_budget_tokens": 10**9}, "less than or equal to 128000"),
+    ({"reasoning_budget_tokens": 2048.0}, "reasoning_budget_tokens"),
+    ({"transport": "anthropic", "reasoning_effort": "low"},
+     "anthropic offers take no reasoning_effort: the transport cannot send it; set reasoning_budget_tokens instead"),
+    ({"transport": "bedrock", "base_url": None, "reasoning_effort": "low"}, "bedrock offers take no reasoning_effort"),
+    ({"transport": "bedrock", "base_url": None, "model": "deepseek.r1-v1:0", "reasoning_budget_tokens": 2048},
+     "bedrock sends reasoning_budget_tokens as Claude's extended thinking (additionalModelRequestFields.thinking), "
+     "which model 'deepseek.r1-v1:0' does not take"),
+    ({"transport": "decisions", "protocol": "decisions", "reasoning_effort": "low"},
+     "decisions offers take no reasoning_effort: the transport has no way to send it"),
+    ({"transport": "decisions", "protocol": "decisions", "reasoning_budget_tokens": 4096},
+     "decisions offers take no reasoning_budget_tokens"),
+])
+def test_a_setting_the_transport_cannot_send_is_refused_at_load(fields: dict[str, Any], words: str) -> None:
+    # Before, reasoning_effort was an unknown extra field (a string: refused as "extra offer fields must be
+    # booleans, finite numbers or null"), and a reasoning_budget_tokens number became a policy observation the
+    # transports ignored.
+    assert words in catalog_error(**fields)
+
+
+def test_a_builtin_offer_takes_no_reasoning_setting() -> None:
+    entry = {"id": "b", "provider": "builtin", "family": "f", "model": "m", "protocol": "chat",
+             "transport": "builtin", "reasoning_budget_tokens": 2048}
+    with pytest.raises(CatalogError, match="builtin offers take no reasoning_budget_tokens"):
+        parse_catalog({"offers": [entry]})
+
+
+# --- the wire ----------------------------------------------------------------------------------------------------
+
+def reasoning(offer: Offer, **settings: Any) -> Offer:
+    return dataclasses.replace(offer, model="gpt-5-mini", **settings)
+
+
+async def test_an_effort_is_sent_with_room_for_reasoning(fake_provider: FakeProviderServer, chat_offer: Offer) -> None:
+    # Before: the catalog could not state an effort, and an o-series or gpt-5 model's max_completion_tokens was
+    # the answer's budget alone, which its hidden reasoning spends first.
+    fake_provider.enqueue(chat_reply("fine"), chat_reply("fine"), chat_reply("fine"))
+    await OpenAITransport().chat(reasoning(chat_offer, reasoning_effort="low"), ChatRequest(MESSAGES, max_tokens=512), 10)
+    await OpenAITransport().chat(reasoning(chat_offer, reasoning_effort="high", reasoning_budget_tokens=3000),
+                                 ChatRequest(MESSAGES, max_tokens=100), 10)
+    await OpenAITransport().chat(reasoning(chat_offer, reasoning_effort="none"), ChatRequest(MESSAGES), 10)
+    low, budgeted, unbounded = (request.json for request in fake_provider.requests)
+    assert low == {"model": "gpt-5-mini", "messages": MESSAGES, "max_completion_tokens": 512 + 4096,
+                   "reasoning_effort": "low"}  # at once: no max_tokens to be refused first
+    assert (budgeted["max_completion_tokens"], budgeted["reasoning_effort"]) == (100 + 3000, "high")
+    assert unbounded == {"model": "gpt-5-mini", "messages": MESSAGES, "reasoning_effort": "none"}
+
+
+async def test_an_offer_without_settings_is_sent_as_before(fake_provider: FakeProviderServer,
+                                                           chat_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply("fine"))
+    await OpenAITransport().chat(chat_offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    assert fake_provider.requests[0].json == {"model": "fake-chat-1", "messages": MESSAGES, "max_tokens": 64}
+
+
+async def test_chat_decisions_send_the_effort_and_room(fake_provider: FakeProviderServer,
+                                                       chat_decision_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply(GOOD, reasoning_tokens=40, completion_tokens=60))
+    offer = dataclasses.replace(chat_decision_offer, reasoning_effort="minimal")
+    decision = await ChatDecisionsTransport().decide(offer, DECISION, 10)
+    assert decision.answers == {"useful": {"type": "noul", "noul": 0.8}} and decision.tokens_out == 60
+    sent = fake_provider.requests[0].json
+    assert sent["reasoning_effort"] == "minimal"
+    assert sent["max_completion_tokens"] == 256 + 128 + 1024 and "max_tokens" not in sent  # answer + room
+
+
+async def test_anthropic_thinking_budget_is_sent_on_top_of_the_answer(fake_provider: FakeProviderServer,
+                                                                      anthropic_offer: Offer) -> None:
+    fake_provider.enqueue(anthropic_reply("the answer", thinking="let me think", output_tokens=700))
+    offer = dataclasses.replace(anthropic_offer, reasoning_budget_tokens=2048)
+    response = await AnthropicTransport().chat(offer, ChatRequest(MESSAGES, max_tokens=300), 10)
+    sent = fake_provider.requests[0].json
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert sent["max_tokens"] == 300 + 2048  # Anthropic requires max_tokens > budget_tokens
+    assert response.text == "the answer"  # the thinking block is not the answer
+    assert response.tokens_out == 700 and response.tokens_reasoning is None  # the split is not reported
+
+    fake_provider.enqueue(anthropic_reply("fine"))
+    await AnthropicTransport().chat(anthropic_offer, ChatRequest(MESSAGES), 10)
+    assert "thinking" not in fake_provider.requests[1].json and fake_provider.requests[1].json["max_tokens"] == 1024
+
+
+# --- an answer spent on reasoning ------------------------------------------------------------------------------
+
+def spent(prompt_tokens: int = 400, completion_tokens: int = 1408) -> Reply:
+    """OpenAI's answer when a reasoning model's reasoning used the whole max_completion_tokens."""
+    return chat_reply("", finish_reason="length", prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                      reasoning_tokens=completion_tokens)
+
+
+async def test_a_decision_spent_on_reasoning_says_so(fake_provider: FakeProviderServer,
+                                                     chat_decision_offer: Offer) -> None:
+    # Before: "decision reply cut off (finish_reason length)", a bad_response like any other, its cost unknown.
+    fake_provider.enqueue(spent())
+    offer = dataclasses.replace(chat_decision_offer, price_in=1.0, price_out=8.0, reasoning_effort="minimal")
+    with pytest.raises(ProviderError) as caught:
+        await ChatDecisionsTransport().decide(offer, DECISION, 10)
+    error = caught.value
+    assert error.kind == REASONING_EXHAUSTED
+    assert error.message == ("decision reply spent its whole output budget on reasoning (1408 reasoning tokens, "
+                             "no answer text; finish_reason length)")
+    assert error.answered is not None and error.answered.tokens_out == 1408
+    cause, fix = explain(error.kind, error.message)
+    assert cause == "the model spent its output budget on reasoning and gave no answer"
+    assert "reasoning_budget_tokens" in fix and "reasoning_effort" in fix
+
+
+async def test_a_reply_cut_off_after_its_answer_began_is_still_cut_off(fake_provider: FakeProviderServer,
+                                                                        chat_decision_offer: Offer) -> None:
+    fake_provider.enqueue(chat_reply('{"answers": {"use', finish_reason="length", reasoning_tokens=300))
+    with pytest.raises(ProviderError) as caught:
+        await ChatDecisionsTransport().decide(chat_decision_offer, DECISION, 10)
+    assert (caught.value.kind, caught.value.message) == (BAD_RESPONSE, "decision reply cut off (finish_reason length)")
+
+
+async def test_anthropic_thinking_without_text_is_spent_on_reasoning(fake_provider: FakeProviderServer,
+                                                                     anthropic_offer: Offer) -> None:
+    fake_provider.enqueue(anthropic_reply("", thinking="a long thought", stop_reason="max_tokens", output_tokens=1400))
+    offer = dataclasses.replace(anthropic_offer, protocol="decisions", reasoning_budget_tokens=1024)
+    with pytest.raises(ProviderError) as caught:
+        await AnthropicTransport().decide(offer, DECISION, 10)
+    assert caught.value.kind == REASONING_EXHAUSTED
+    assert "1400 reasoning tokens" in caught.value.message
+
+
+def chat_decider(fake_provider: FakeProviderServer, offer_id: str, model: str, **fields: Any) -> Offer:
+    return Offer(id=offer_id, provider=offer_id, family=model, model=model, protocol="decisions",
+                 transport="chat-decisions", base_url=fake_provider.base_url, api_key_env="COMPACTOR_TEST_PROVIDER_KEY",
+                 **fields)
+
+
+async def test_the_router_falls_back_and_prices_the_reasoning(fake_provider: FakeProviderServer, api_key: str) -> None:
+    def respond(request: RecordedRequest) -> Reply:
+        if request.json["model"] == "o4-mini":
+            return spent(prompt_tokens=1000, completion_tokens=2000)
+        return chat_reply(GOOD, prompt_tokens=1000, completion_tokens=10)
+
+    fake_provider.responder = respond
+    reasoner = chat_decider(fake_provider, "reasoner", "o4-mini", price_in=1.0, price_out=4.0,
+                            reasoning_effort="low")
+    plain = chat_decider(fake_provider, "plain", "gpt-4.1-mini", price_in=0.5, price_out=2.0)
+    router = Router([reasoner, plain], transport_for=transport_for)
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["ordered"], ["id"],
+                                  ["always", {"action": "next_candidate"}]])
+    result = await router.decide(policy, DECISION)
+    assert result.ok and result.chosen is not None and result.chosen.id == "plain"
+    failed = next(event for event in result.trace["decision_path"] if event.get("error_kind"))
+    assert failed["offer"] == "reasoner" and failed["error_kind"] == REASONING_EXHAUSTED
+    # the reasoning tokens are output tokens: 1000 in at $1, 2000 out at $4 per million
+    assert failed["cost_computed"] == pytest.approx(0.001 + 0.008)
+    assert result.failed_cost_known and result.failed_cost_usd == pytest.approx(0.009)
+    assert result.failure_cost() == pytest.approx(0.009)
+
+
+# --- cost: reasoning tokens are output tokens -----------------------------------------------------------------
+
+async def test_openai_reasoning_tokens_are_priced_as_output(fake_provider: FakeProviderServer,
+                                                            chat_offer: Offer) -> None:
+    # OpenAI's completion_tokens counts the reasoning tokens (completion_tokens_details.reasoning_tokens is a part)
+    fake_provider.enqueue(chat_reply("ok", prompt_tokens=1000, completion_tokens=3000, reasoning_tokens=2900))
+    offer = reasoning(chat_offer, reasoning_effort="medium")
+    response = await OpenAITransport().chat(offer, ChatRequest(MESSAGES, max_tokens=200), 10)
+    assert response.tokens_out == 3000  # (the reasoning part is read only from an answer stopped at its limit)
+    assert compute_cost(offer, response, 12) == (pytest.approx(1000 / 1e6 * 1.0 + 3000 / 1e6 * 2.0), "computed")
+
+
+async def test_anthropic_thinking_tokens_are_priced_as_output(fake_provider: FakeProviderServer,
+                                                              anthropic_offer: Offer) -> None:
+    # Anthropic's output_tokens counts the thinking (billed as output); there is no separate count
+    fake_provider.enqueue(anthropic_reply("ok", thinking="hmm", input_tokens=1000, output_tokens=3000))
+    offer = dataclasses.replace(anthropic_offer, reasoning_budget_tokens=4000)
+    response = await AnthropicTransport().chat(offer, ChatRequest(MESSAGES, max_tokens=200), 10)
+    assert compute_cost(offer, response, 12) == (pytest.approx(1000 / 1e6 * 3.0 + 3000 / 1e6 * 15.0), "computed")
+
+
+def test_a_learned_reasoning_model_keeps_room_at_the_default_effort(monkeypatch: pytest.MonkeyPatch) -> None:
+    offer = Offer(id="o", provider="openai", family="o3", model="o3", protocol="chat", transport="openai",
+                  base_url="https://api.openai.com/v1")
+    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", {(offer.base_url, "o3")})
+    body = openai.chat_body(offer, ChatRequest(MESSAGES, max_tokens=700))
+    assert body["max_completion_tokens"] == 700 + 8192 and "reasoning_effort" not in body
+
+
+# --- the room is part of the context ------------------------------------------------------------------------
+
+def test_a_context_no_larger_than_the_room_is_refused() -> None:
+    assert "context 4096 leaves nothing beside the 4096 tokens kept for reasoning" in \
+        catalog_error(reasoning_effort="low", context=4096)
+    assert parse_catalog({"offers": [offer_entry(reasoning_effort="low", context=4097)]}).offers[0].observations == \
+        {"context": 4097}
+
+
+async def test_the_context_check_and_batch_sizes_leave_the_room_out(fake_provider: FakeProviderServer,
+                                                                    api_key: str) -> None:
+    # Before: a request fitting the stated context was sent with its answer's budget plus the room, past the
+    # model's context (OpenAI refuses prompt + max_completion_tokens over it), and batches were sized for it.
+    reasoner = Offer(id="reasoner", provider="openai", family="o4-mini", model="o4-mini", protocol="chat",
+                     transport="openai", base_url=fake_provider.base_url, api_key_env="COMPACTOR_TEST_PROVIDER_KEY",
+                     reasoning_budget_tokens=4000, observations={"context": 6000})
+    plain = dataclasses.replace(reasoner, id="plain", model="gpt-4.1-mini", reasoning_budget_tokens=None)
+    router = Router([reasoner, plain], transport_for=transport_for)
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["ordered"], ["id"],
+                                  ["always", {"action": "next_candidate"}]])
+    assert router.smallest_context("chat") == 2000 and router.first_choice_context("chat", policy) == 2000
+    fake_provider.enqueue(chat_reply("fine"))
+    result = await router.chat(policy, ChatRequest([{"role": "user", "content": "x" * 3000}], max_tokens=1500))
+    assert result.ok and result.chosen is not None and result.chosen.id == "plain"
+    assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 2510}]
+    assert fake_provider.requests[0].json["model"] == "gpt-4.1-mini"
