@@ -183,3 +183,36 @@ def test_every_line_of_a_job_step_names_the_job(aws: dict[str, Any], bucket: Any
         assert (line["job_id"], line["bucket"], line["key"], line["version_id"]) == (
             job["job_id"], BUCKET, "incoming/named.json", job["version_id"])
     assert lines[-1]["message"] == "after the job" and "job_id" not in lines[-1] and "key" not in lines[-1]
+
+
+def s3_metrics(output: Any) -> list[str]:
+    from observability.conftest import metric_names
+
+    return sorted(name for blob in output.emf for name in metric_names(blob) if name.startswith("S3"))
+
+
+def test_a_retried_assemble_counts_the_object_once(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                   big: bytes, caplog: pytest.LogCaptureFixture,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Step Functions retries a step whose answer was lost (a timeout after it ran): the retried assemble counted
+    ``S3ObjectsCompacted`` again, and a retried RecordFailure ``S3ObjectsFailed``: one object, two outcomes."""
+    import logging
+
+    from observability.conftest import Output
+
+    job = start(bucket, "incoming/counted.json", big)
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        run_to_assemble(worker, job)
+        worker.handler({"step": "assemble", "job": job}, context())
+    output = Output(worker, caplog, capsys)
+    assert s3_metrics(output) == ["S3ObjectsCompacted"] and len(output.billing()) == 1
+
+    failed = start(bucket, "incoming/failing.json", big)
+    worker.handler({"step": "plan", "job": failed}, context())
+    capsys.readouterr()
+    for _ in range(2):
+        assert worker.handler({"step": "fail", "job": failed, "error": {"Error": "States.Timeout"}},
+                              context())["result"] == "failed"
+    assert s3_metrics(Output(worker, caplog, capsys)) == ["S3ObjectsFailed"]
+

@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager
 from typing import IO, Any, Protocol
 
 from compactor.object_jobs import (
+    CONCURRENT,
     JSON_CONTENT_TYPE,
     ROUTE,
     Defaults,
@@ -31,6 +32,7 @@ from compactor.object_jobs import (
     StoredObject,
     WriteRefused,
     _write_failure,
+    failure_key,
     newer_exists,
     relative_key,
     result_key,
@@ -55,6 +57,8 @@ messages, but one message may be larger, so a window may be too (docs/scale.md).
 size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
 :data:`UNKNOWN_TASK_BYTES`."""
 UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
+REPEATED = ("already processed", CONCURRENT)
+"""Why a failure was not written because this job's own was there: a retried step, whose outcome was counted."""
 RESULT_MAX_BYTES = 5 * 1024**3
 """A window's result is read whole whatever its size: this is S3's largest single ``PutObject``, which wrote it."""
 
@@ -152,29 +156,28 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
     except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
         # once it is counted
-        _write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]), conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
+                                        conditional=True))
     except NotChat as exc:
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
                                                       f"openai-chat only: {exc}")
     except TranscriptError as exc:
-        _write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
-            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
+            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:
             item["loc"] = ["body", *item["loc"]]
-        _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail),
-                       conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel,
+                                        _invalid("the transcript's request fields failed validation", detail),
+                                        conditional=True))
     return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
 
 
 def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:
     """End the job in ``failed/<rel>`` with a 413: what an object this large cannot be (docs/scale.md)."""
-    _write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]), conditional=True)
-    return {"done": True, "result": "failed"}
+    return _recorded(_write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]),
+                                    conditional=True))
 
 
 def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
@@ -247,6 +250,11 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
     key, skipped = _write_result(store, job, state, input_key, input_version)
+    return _finished(job, state, key, skipped)
+
+
+def _finished(job: dict[str, Any], state: Any, key: str, skipped: str | None) -> dict[str, Any]:
+    """The outcome of a job whose result was written (or kept from a newer version), with its record to bill."""
     outcome = {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
     return outcome if skipped is None else {**outcome, "result": "skipped", "reason": skipped}
 
@@ -274,7 +282,6 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
     newer one, and only if the key is still as seen when the write completes. The key and why it was not written
     (None when it was, or was already by this job)."""
     from compactor.compaction.windowed import run_record, write_body, write_body_of_array
-    from compactor.object_jobs import CONCURRENT
 
     source = source_of(job)
     rel = relative_key(source.key)
@@ -310,7 +317,28 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
     if rel is None:
         return {"done": True, "result": "skipped"}
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
-    message = "the windowed compaction job failed" + (f" ({name[:100]})" if name else "")
-    failure = Failure(500, {"message": message, "type": "server_error", "code": "job_failed"})
-    _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure, conditional=True)
-    return {"done": True, "result": "failed"}
+    return _job_failed(store, job, name[:100] if name else None)
+
+
+def _job_failure_error(cause: str | None) -> dict[str, Any]:
+    message = "the windowed compaction job failed" + (f" ({cause})" if cause else "")
+    return {"message": message, "type": "server_error", "code": "job_failed"}
+
+
+def _job_failed(store: StreamStore, job: dict[str, Any], cause: str | None) -> dict[str, Any]:
+    """Write ``failed/<rel>`` (500 ``job_failed``) as results are written; ``repeated`` when this job's own
+    failure was there already (a retried step: its outcome is counted once)."""
+    source = source_of(job)
+    rel = relative_key(source.key)
+    assert rel is not None
+    failure = Failure(500, _job_failure_error(cause))
+    written = _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure,
+                             conditional=True)
+    return {**_recorded(written), "key": failure_key(rel), "status": failure.status}
+
+
+def _recorded(written: Any) -> dict[str, Any]:
+    """A step's outcome once it wrote ``failed/<rel>`` (``object_jobs._write_failure``'s outcome): ``repeated`` when
+    this job's own failure was there already, a retried step whose outcome was counted by the first."""
+    outcome: dict[str, Any] = {"done": True, "result": "failed"}
+    return {**outcome, "repeated": True} if written.result == "skipped" and written.reason in REPEATED else outcome
