@@ -191,6 +191,36 @@ def s3_metrics(output: Any) -> list[str]:
     return sorted(name for blob in output.emf for name in metric_names(blob) if name.startswith("S3"))
 
 
+def test_a_job_whose_every_window_failed_is_a_failure_recorded_once_and_not_billed(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every window's worker failed (none wrote a result): nothing was compacted. The job used to write the
+    transcript unchanged to ``compacted/`` with status 200 and bill it; it now ends in ``failed/`` with the 500 the
+    caller reads there, its billing line and call metrics carry that status, it is not billed, and a retried
+    assemble step records, counts and bills nothing more."""
+    import logging
+
+    from observability.conftest import Output, value
+
+    job = start(bucket, "incoming/nothing.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):  # the step, then Step Functions' retry of it
+            done = worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]},
+                                  context())
+            assert (done["done"], done["result"]) == (True, "failed")
+    output = Output(worker, caplog, capsys)
+    failure = json.loads(bucket.get_object(Bucket=BUCKET, Key="failed/nothing.json")["Body"].read())
+    assert failure["status"] == 500 and failure["error"]["code"] == "job_failed"
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="compacted/").get("Contents")
+    assert ledger(aws) == []
+    (line,) = output.billing()
+    assert (line["status"], line["route"], line["model_calls"], line["cost_known"]) == (500, "s3_compact", 0, False)
+    assert value(output.call_blob(), "Calls") == 1
+    assert s3_metrics(output) == ["S3ObjectsFailed"]
+
+
 def test_a_retried_assemble_counts_the_object_once(aws: dict[str, Any], bucket: Any, worker: ModuleType,
                                                    big: bytes, caplog: pytest.LogCaptureFixture,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

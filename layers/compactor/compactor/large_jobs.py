@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from contextlib import AbstractContextManager
 from typing import IO, Any, Protocol
 
@@ -245,6 +246,8 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
             assembly.add(task, result)
         writer.finish()
     advance, more = state.finish_pass(assembly)
+    if no_window_ran(state):
+        return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
     if more:
         return {"done": False, "bucket": bucket,
@@ -257,6 +260,22 @@ def _finished(job: dict[str, Any], state: Any, key: str, skipped: str | None) ->
     """The outcome of a job whose result was written (or kept from a newer version), with its record to bill."""
     outcome = {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
     return outcome if skipped is None else {**outcome, "result": "skipped", "reason": skipped}
+
+
+def no_window_ran(state: Any) -> bool:
+    """Whether every window of the job failed (none left a result): nothing was compacted, and the transcript
+    unchanged is no result. A later pass whose windows all failed leaves the pass before it as the result."""
+    return bool(state.passes) and all(p["failed_windows"] == p["windows"] > 0 for p in state.passes)
+
+
+def _windows_failed(store: StreamStore, job: dict[str, Any], state: Any) -> dict[str, Any]:
+    """End a job whose every window failed in ``failed/<rel>`` (500 ``job_failed``), with the record of that
+    failure: observed with the caller's status, never billed (docs/billing.md). It used to write the transcript
+    unchanged to ``compacted/<rel>`` with status 200, billed."""
+    cause = "every window's worker failed"
+    recorded = _job_failed(store, job, cause)
+    record = replace(call_record(state), status=recorded["status"], body={"error": _job_failure_error(cause)})
+    return {**recorded, "record": record}
 
 
 def call_record(state: Any) -> CallRecord:
