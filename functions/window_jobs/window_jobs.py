@@ -7,7 +7,8 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
   batch (a window each), compacted under this invocation's remaining time;
 * ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
-* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
+* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it; a job whose result the
+  last assemble wrote before failing (on its billing record) is billed instead, and answered done.
 
 Each is one call into ``compactor.large_jobs``; transcripts are never logged.
 """
@@ -94,7 +95,7 @@ def run_step(step: str, job: dict[str, Any], event: dict[str, Any], context: Lam
                                   router=get_router())
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job, windows_key=event.get("windows_key"))
-    elif step == "fail":
+    elif step == "fail":  # also bills a job whose result the last assemble wrote before failing
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:
         raise ValueError(f"unknown step {step!r}")

@@ -246,3 +246,45 @@ def test_a_retried_assemble_counts_the_object_once(aws: dict[str, Any], bucket: 
                               context())["result"] == "failed"
     assert s3_metrics(Output(worker, caplog, capsys)) == ["S3ObjectsFailed"]
 
+
+def test_a_job_whose_ledger_write_failed_on_every_assemble_is_billed_by_record_failure(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The ledger write failed on the assemble step and its two retries: the state machine's RecordFailure step then
+    wrote ``failed/<rel>`` beside the delivered ``compacted/<rel>`` and the job was never billed. RecordFailure now
+    finds the job delivered: it writes no failure and bills the job (the same entry, the facts kept by the first
+    attempt); while the ledger still fails it fails too (Step Functions retries it, and a failed execution can be
+    redriven from it), never dropping the entry."""
+    from compactor_aws import billing
+
+    job = start(bucket, "incoming/unbilled.json", big)
+    store = billing.backends().ledger
+    real = store.record
+    down = [True]
+
+    def flaky(entry: Any) -> bool:
+        if down[0]:
+            raise RuntimeError("DynamoDB unavailable")
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)
+    for _ in range(2):  # the state machine's two retries of the step on States.TaskFailed
+        with pytest.raises(RuntimeError):
+            worker.handler({"step": "assemble", "job": job}, context())
+    error = {"Error": "RuntimeError", "Cause": "DynamoDB unavailable"}
+    with pytest.raises(RuntimeError):  # RecordFailure while the table is still down: retried, the entry kept
+        worker.handler({"step": "fail", "job": job, "error": error}, context())
+    assert ledger(aws) == []
+
+    down[0] = False
+    outcome = worker.handler({"step": "fail", "job": job, "error": error}, context())
+    assert (outcome["done"], outcome["result"]) == (True, "compacted")
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/unbilled.json")["Body"].read())
+    (entry,) = ledger(aws)
+    assert (entry.api_key_id, entry.bytes_in, entry.bytes_out) == (
+        f"s3:{BUCKET}", body["compaction"]["original_bytes"], body["compaction"]["output_bytes"])
+    assert entry.model_calls > 0
+    assert len(billing_lines(caplog)) == 1  # observed once, by the first attempt

@@ -272,6 +272,9 @@ def test_an_older_versions_job_never_replaces_a_newer_versions_result(s3: Any, s
     outcome = large_jobs.assemble(store, older)
     assert (outcome["result"], outcome["reason"]) == ("skipped", "a newer version was processed")
     assert "record" in outcome  # the job ran: it is billed as an inline job whose result a newer one kept
+    # RecordFailure after that assemble (failed on its billing record) finds the job done, and bills it the same
+    after = large_jobs.fail(store, older, {"Error": "States.TaskFailed"})
+    assert (after["result"], after["reason"], after["record"]) == ("skipped", outcome["reason"], outcome["record"])
     for prefix in ("compacted/", "failed/"):
         assert s3.get_object(Bucket=BUCKET, Key=prefix + "raced.json")["Body"].read() == b"{}"
 

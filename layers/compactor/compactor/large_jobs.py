@@ -8,7 +8,8 @@ runs inline); ``assemble`` concatenates the results in order (a window without a
 original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
 returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
-docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
+docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails, or, when the last ``assemble``
+had written the result before failing (on its billing record), returns the job's record to bill. Every step
 streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`, :data:`TASK_BYTES_IN_FLIGHT`) and an output's parts
 in flight (the store's writer), never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
@@ -58,6 +59,9 @@ messages, but one message may be larger, so a window may be too (docs/scale.md).
 size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
 :data:`UNKNOWN_TASK_BYTES`."""
 UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
+FINAL_STATE = "final.json"
+"""The finished run's state (``work/<job>/final.json``), saved before the result is written: the job's record, which
+``fail`` bills when the last ``assemble`` wrote the result and failed on the billing record (docs/billing.md)."""
 REPEATED = ("already processed", CONCURRENT)
 """Why a failure was not written because this job's own was there: a retried step, whose outcome was counted."""
 RESULT_MAX_BYTES = 5 * 1024**3
@@ -252,6 +256,7 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     if more:
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
+    _put_json(store, bucket, _work(job, FINAL_STATE), state.as_dict())  # what RecordFailure bills, should billing fail
     key, skipped = _write_result(store, job, state, input_key, input_version)
     return _finished(job, state, key, skipped)
 
@@ -330,11 +335,16 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
     """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500; the
-    message names the Step Functions error, never its cause, which may quote content)."""
+    message names the Step Functions error, never its cause, which may quote content). A job whose result
+    was written already (``assemble`` failed after it, writing the billing record) is not a failure: its
+    outcome is returned with its record, for the step to bill, and no ``failed/<rel>`` contradicts it."""
     source = source_of(job)
     rel = relative_key(source.key)
     if rel is None:
         return {"done": True, "result": "skipped"}
+    delivered = _delivered(store, job)
+    if delivered is not None:
+        return delivered
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
     return _job_failed(store, job, name[:100] if name else None)
 
@@ -361,3 +371,25 @@ def _recorded(written: Any) -> dict[str, Any]:
     this job's own failure was there already, a retried step whose outcome was counted by the first."""
     outcome: dict[str, Any] = {"done": True, "result": "failed"}
     return {**outcome, "repeated": True} if written.result == "skipped" and written.reason in REPEATED else outcome
+
+
+def _delivered(store: StreamStore, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's)
+    before failing, else None. Its record is rebuilt from the final run state ``assemble`` saved first."""
+    from compactor.compaction.windows import RunState
+
+    source = source_of(job)
+    rel = relative_key(source.key)
+    assert rel is not None
+    final = store.get_if_exists(source.bucket, _work(job, FINAL_STATE), max_bytes=RESULT_MAX_BYTES)
+    if final is None:
+        return None
+    key = result_key(rel)
+    head = store.head(source.bucket, key)
+    existing = head.metadata if head is not None else None
+    state = RunState.from_dict(json.loads(final.body))
+    if same_version(existing, source):
+        return _finished(job, state, key, None)
+    if newer_exists(existing, source):
+        return _finished(job, state, key, "a newer version was processed")
+    return None
