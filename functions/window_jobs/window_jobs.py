@@ -49,8 +49,8 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, context: LambdaContext) -> None:
     """After the job's outcome is stored: its metrics, billing log line and object outcome count, once, and one
-    ledger entry from them when it succeeded, to the uploading key (docs/billing.md). A retried step replays the
-    first one's record: it neither counts the job again nor bills it twice."""
+    ledger entry from them when its result was delivered, to the uploading key (docs/billing.md). A retried step
+    replays the first one's record: it neither counts the job again nor bills it twice."""
     from compactor import jobs
     from compactor_aws import billing, observability
 
@@ -65,7 +65,7 @@ def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, conte
         count(outcome["result"])
         return summary
 
-    billing.bill_windowed_job(source, observe, caller, context)
+    billing.bill_windowed_job(source, observe, caller, context, delivered=outcome["result"] == "compacted")
 
 
 def count(result: str) -> None:

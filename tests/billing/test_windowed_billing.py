@@ -288,3 +288,28 @@ def test_a_job_whose_ledger_write_failed_on_every_assemble_is_billed_by_record_f
         f"s3:{BUCKET}", body["compaction"]["original_bytes"], body["compaction"]["output_bytes"])
     assert entry.model_calls > 0
     assert len(billing_lines(caplog)) == 1  # observed once, by the first attempt
+
+
+def test_an_older_versions_job_whose_result_a_newer_one_kept_is_not_billed(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """A job ending after a newer version of its key was compacted keeps the newer result (``skipped``): nothing it
+    computed was delivered. The inline job bills such a job nothing (docs/billing.md: a call is billed when its
+    result was written); the windowed job billed it. It is now observed (its billing line) and not billed."""
+    from compactor.object_jobs import META_SEQUENCER
+
+    job = start(bucket, "incoming/raced.json", big)
+    job["sequencer"] = "0065A1"
+    for prefix in ("compacted/", "failed/"):  # the newer version's result and failure, as the inline job stores them
+        bucket.put_object(Bucket=BUCKET, Key=prefix + "raced.json", Body=b"{}",
+                          Metadata={META_SEQUENCER: "0065B2", "source-version-id": "newer"})
+    done = worker.handler({"step": "plan", "job": job}, context())
+    while not done["done"]:
+        for item in json.loads(worker.store.get(BUCKET, done["windows_key"], version_id=None,
+                                                max_bytes=10_000_000).body):
+            worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+        done = worker.handler({"step": "assemble", "job": job}, context())
+    assert (done["done"], done["result"], done["reason"]) == (True, "skipped", "a newer version was processed")
+    assert bucket.get_object(Bucket=BUCKET, Key="compacted/raced.json")["Body"].read() == b"{}"
+    assert ledger(aws) == []
+    (line,) = billing_lines(caplog)
+    assert line["status"] == 200 and line["model_calls"] > 0  # what it computed, observed as the inline job's is

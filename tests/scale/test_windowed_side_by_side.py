@@ -271,7 +271,7 @@ def test_an_older_versions_job_never_replaces_a_newer_versions_result(s3: Any, s
     assert large_jobs.fail(store, older, {"Error": "States.Timeout"})["result"] == "failed"
     outcome = large_jobs.assemble(store, older)
     assert (outcome["result"], outcome["reason"]) == ("skipped", "a newer version was processed")
-    assert "record" in outcome  # the job ran: it is billed as an inline job whose result a newer one kept
+    assert "record" in outcome  # the job ran: it is observed as an inline job whose result a newer one kept
     # RecordFailure after that assemble (failed on its billing record) finds the job done, and bills it the same
     after = large_jobs.fail(store, older, {"Error": "States.TaskFailed"})
     assert (after["result"], after["reason"], after["record"]) == ("skipped", outcome["reason"], outcome["record"])
