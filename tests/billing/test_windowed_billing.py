@@ -313,3 +313,36 @@ def test_an_older_versions_job_whose_result_a_newer_one_kept_is_not_billed(
     assert ledger(aws) == []
     (line,) = billing_lines(caplog)
     assert line["status"] == 200 and line["model_calls"] > 0  # what it computed, observed as the inline job's is
+
+
+def test_a_job_that_fails_after_its_windows_ran_is_recorded_with_its_failures_status(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A step failed after its retries (an assemble that kept failing) once the windows had run, paying for their
+    model calls: RecordFailure wrote ``failed/<rel>`` and the job was in no billing line or call metric, where an
+    inline job's server error is observed with its status. It is now observed once with the 500 the caller reads
+    (its cost unknown: the failing pass's windows may have paid), and not billed."""
+    import logging
+
+    from compactor.jsonutil import dense_dumps
+    from observability.conftest import Output, value
+
+    job = start(bucket, "incoming/crashed.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    for item in json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None,
+                                            max_bytes=10_000_000).body):
+        worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):  # RecordFailure, then its retry
+            failed = worker.handler({"step": "fail", "job": job, "error": {"Error": "States.Timeout"}}, context())
+            assert (failed["done"], failed["result"]) == (True, "failed")
+    output = Output(worker, caplog, capsys)
+    failure = json.loads(bucket.get_object(Bucket=BUCKET, Key="failed/crashed.json")["Body"].read())
+    (line,) = output.billing()
+    assert (line["status"], line["route"], line["mode"], line["cost_known"]) == (failure["status"], "s3_compact",
+                                                                                 "decision", False)
+    assert line["bytes_in"] == len(dense_dumps(json.loads(big)).encode())  # the transcript's, as a success's
+    assert value(output.call_blob(), "Calls") == 1
+    assert s3_metrics(output) == ["S3ObjectsFailed"]
+    assert ledger(aws) == []

@@ -279,8 +279,14 @@ def _windows_failed(store: StreamStore, job: dict[str, Any], state: Any) -> dict
     unchanged to ``compacted/<rel>`` with status 200, billed."""
     cause = "every window's worker failed"
     recorded = _job_failed(store, job, cause)
-    record = replace(call_record(state), status=recorded["status"], body={"error": _job_failure_error(cause)})
-    return {**recorded, "record": record}
+    return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
+
+
+def _failure_record(state: Any, status: int, cause: str | None) -> CallRecord:
+    """The record of a job that failed once its windows had run: the caller's status and error, the run's totals
+    of its finished passes, and its cost unknown (the windows of the pass that failed may have paid for model calls
+    first, docs/behaviour.md#cost-rules)."""
+    return replace(call_record(state), status=status, body={"error": _job_failure_error(cause)}, cost_usd=None)
 
 
 def call_record(state: Any) -> CallRecord:
@@ -335,7 +341,8 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
     """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500; the
-    message names the Step Functions error, never its cause, which may quote content). A job whose result
+    message names the Step Functions error, never its cause, which may quote content), with the record of that
+    failure once windows were planned (observed with its status, never billed: docs/billing.md). A job whose result
     was written already (``assemble`` failed after it, writing the billing record) is not a failure: its
     outcome is returned with its record, for the step to bill, and no ``failed/<rel>`` contradicts it."""
     source = source_of(job)
@@ -346,7 +353,15 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
     if delivered is not None:
         return delivered
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
-    return _job_failed(store, job, name[:100] if name else None)
+    cause = name[:100] if name else None
+    recorded = _job_failed(store, job, cause)
+    saved = store.get_if_exists(source.bucket, _work(job, "state.json"), max_bytes=RESULT_MAX_BYTES)
+    if saved is None:  # no window was planned: nothing ran to observe
+        return recorded
+    from compactor.compaction.windows import RunState
+
+    state = RunState.from_dict(json.loads(saved.body)["state"])
+    return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
 
 
 def _job_failure_error(cause: str | None) -> dict[str, Any]:
