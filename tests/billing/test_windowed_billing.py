@@ -346,3 +346,39 @@ def test_a_job_that_fails_after_its_windows_ran_is_recorded_with_its_failures_st
     assert value(output.call_blob(), "Calls") == 1
     assert s3_metrics(output) == ["S3ObjectsFailed"]
     assert ledger(aws) == []
+
+
+def test_record_failure_bills_a_delivered_job_from_its_saved_state_when_the_kept_record_is_gone(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts the first attempt kept expire with their idempotency record (a day): a RecordFailure redriven later
+    bills the job from the final run state the last assemble saved under ``work/``, the figures of its result."""
+    from compactor_aws import billing
+    from .conftest import IDEMPOTENCY_TABLE
+
+    job = start(bucket, "incoming/expired.json", big)
+    store = billing.backends().ledger
+    real = store.record
+    failures = [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: Any) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)
+    dynamodb = aws["dynamodb"]
+    kept = dynamodb.scan(TableName=IDEMPOTENCY_TABLE)["Items"]
+    assert kept  # the job's facts, kept by the attempt whose ledger write failed
+    for item in kept:
+        dynamodb.delete_item(TableName=IDEMPOTENCY_TABLE, Key={"id": item["id"]})
+
+    assert worker.handler({"step": "fail", "job": job, "error": {"Error": "RuntimeError"}},
+                          context())["result"] == "compacted"
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/expired.json")["Body"].read())
+    (entry,) = ledger(aws)
+    assert (entry.bytes_in, entry.bytes_out) == (body["compaction"]["original_bytes"],
+                                                 body["compaction"]["output_bytes"])
+    assert entry.model_calls > 0
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
