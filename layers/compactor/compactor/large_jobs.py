@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import IO, Any, Protocol
 
 from compactor.object_jobs import (
@@ -62,7 +62,7 @@ UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
 FINAL_STATE = "final.json"
 """The finished run's state (``work/<job>/final.json``), saved before the result is written: the job's record, which
 ``fail`` bills when the last ``assemble`` wrote the result and failed on the billing record (docs/billing.md)."""
-REPEATED = ("already processed", CONCURRENT)
+REPEATED = "already processed"
 """Why a failure was not written because this job's own was there: a retried step, whose outcome was counted."""
 RESULT_MAX_BYTES = 5 * 1024**3
 """A window's result is read whole whatever its size: this is S3's largest single ``PutObject``, which wrote it."""
@@ -385,7 +385,7 @@ def _recorded(written: Any) -> dict[str, Any]:
     """A step's outcome once it wrote ``failed/<rel>`` (``object_jobs._write_failure``'s outcome): ``repeated`` when
     this job's own failure was there already, a retried step whose outcome was counted by the first."""
     outcome: dict[str, Any] = {"done": True, "result": "failed"}
-    return {**outcome, "repeated": True} if written.result == "skipped" and written.reason in REPEATED else outcome
+    return {**outcome, "repeated": True} if written.result == "skipped" and written.reason == REPEATED else outcome
 
 
 def _delivered(store: StreamStore, job: dict[str, Any]) -> dict[str, Any] | None:
