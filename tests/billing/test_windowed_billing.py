@@ -382,3 +382,26 @@ def test_record_failure_bills_a_delivered_job_from_its_saved_state_when_the_kept
                                                  body["compaction"]["output_bytes"])
     assert entry.model_calls > 0
     assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+
+
+def test_a_windowed_jobs_fallbacks_are_the_sum_of_its_windows(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                              big: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """A window's flow nodes that fell back (here: every model node, skipped past its deadline) are the job's
+    fallbacks, as one request's record counts its own: a windowed job's record had none, so its billing line and
+    its ``Fallbacks`` metric said 0 whatever its windows' flows did."""
+    import asyncio
+
+    from compactor.budget import Deadline
+
+    job = start(bucket, "incoming/late.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
+    for item in items:  # no time left: each window's model nodes are skipped and fall back, the window kept
+        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
+                                                 deadline=Deadline.after_ms(0)))
+    done = worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]}, context())
+    assert (done["done"], done["result"]) == (True, "compacted")
+    results = [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
+                                           max_bytes=10_000_000).body) for item in items]
+    (line,) = billing_lines(caplog)
+    assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)
