@@ -7,7 +7,8 @@ Events (from ``infra/statemachine/windowed_job.asl.json``):
   batch (a window each), compacted under this invocation's remaining time;
 * ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
-* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it.
+* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it; a job whose result the
+  last assemble wrote before failing (on its billing record) is billed instead, and answered done.
 
 Each is one call into ``compactor.large_jobs``; transcripts are never logged.
 """
@@ -46,18 +47,33 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return {"windows": len(event["Items"])}
 
 
-def bill(job: dict[str, Any], record: CallRecord, context: LambdaContext) -> None:
-    """After the result is stored: the job's metrics and billing log line, once, and one ledger entry from
-    them, to the uploading key (docs/billing.md)."""
+def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, context: LambdaContext) -> None:
+    """After the job's outcome is stored: its metrics, billing log line and object outcome count, once, and one
+    ledger entry from them when its result was delivered, to the uploading key (docs/billing.md). A retried step
+    replays the first one's record: it neither counts the job again nor bills it twice."""
     from compactor import jobs
     from compactor_aws import billing, observability
 
     source = large_jobs.source_of(job)
     rel = object_jobs.relative_key(source.key)
     caller = jobs.upload_caller(store, source.bucket, rel) if rel else None
-    billing.bill_windowed_job(source, lambda: observability.record_call(
-        record, logger=logger, metrics=metrics, tracer=None, request_id=getattr(context, "aws_request_id", None),
-        api_key_id=billing.billed_caller(source, caller)), caller, context)
+
+    def observe() -> Any:
+        summary = observability.record_call(
+            record, logger=logger, metrics=metrics, tracer=None, request_id=getattr(context, "aws_request_id", None),
+            api_key_id=billing.billed_caller(source, caller))
+        count(outcome["result"])
+        return summary
+
+    billing.bill_windowed_job(source, observe, caller, context, delivered=outcome["result"] == "compacted")
+
+
+def count(result: str) -> None:
+    """The object's outcome, counted as S3CompactFunction counts the objects it compacts, and published at once."""
+    from compactor_aws import observability
+
+    observability.record_s3_object(metrics, result)
+    metrics.flush_metrics()
 
 
 @logger.inject_lambda_context(log_event=False)
@@ -79,18 +95,16 @@ def run_step(step: str, job: dict[str, Any], event: dict[str, Any], context: Lam
                                   router=get_router())
     elif step == "assemble":
         outcome = large_jobs.assemble(store, job, windows_key=event.get("windows_key"))
-        if "record" in outcome:  # the job ran, its result stored or kept from a newer version (as inline jobs)
-            bill(job, outcome.pop("record"), context)
-    elif step == "fail":
+    elif step == "fail":  # also bills a job whose result the last assemble wrote before failing
         outcome = large_jobs.fail(store, job, event.get("error"))
     else:
         raise ValueError(f"unknown step {step!r}")
+    record, repeated = outcome.pop("record", None), outcome.pop("repeated", False)
+    if record is not None:  # the job ran: its result stored or kept from a newer version (as inline jobs), or failed
+        bill(job, outcome, record, context)
     logger.info("windowed job step", extra={"step": step, "done": outcome.get("done"), "result": outcome.get("result")})
-    if outcome.get("done"):  # the object's outcome, counted as S3CompactFunction counts the objects it compacts
-        from compactor_aws import observability
-
-        observability.record_s3_object(metrics, outcome["result"])
-        metrics.flush_metrics()
+    if outcome.get("done") and record is None and not repeated:  # a retried step finds its failure: counted once
+        count(outcome["result"])
     return outcome
 
 

@@ -183,3 +183,225 @@ def test_every_line_of_a_job_step_names_the_job(aws: dict[str, Any], bucket: Any
         assert (line["job_id"], line["bucket"], line["key"], line["version_id"]) == (
             job["job_id"], BUCKET, "incoming/named.json", job["version_id"])
     assert lines[-1]["message"] == "after the job" and "job_id" not in lines[-1] and "key" not in lines[-1]
+
+
+def s3_metrics(output: Any) -> list[str]:
+    from observability.conftest import metric_names
+
+    return sorted(name for blob in output.emf for name in metric_names(blob) if name.startswith("S3"))
+
+
+def test_a_job_whose_every_window_failed_is_a_failure_recorded_once_and_not_billed(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every window's worker failed (none wrote a result): nothing was compacted. The job used to write the
+    transcript unchanged to ``compacted/`` with status 200 and bill it; it now ends in ``failed/`` with the 500 the
+    caller reads there, its billing line and call metrics carry that status, it is not billed, and a retried
+    assemble step records, counts and bills nothing more."""
+    import logging
+
+    from observability.conftest import Output, value
+
+    job = start(bucket, "incoming/nothing.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):  # the step, then Step Functions' retry of it
+            done = worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]},
+                                  context())
+            assert (done["done"], done["result"]) == (True, "failed")
+    output = Output(worker, caplog, capsys)
+    failure = json.loads(bucket.get_object(Bucket=BUCKET, Key="failed/nothing.json")["Body"].read())
+    assert failure["status"] == 500 and failure["error"]["code"] == "job_failed"
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="compacted/").get("Contents")
+    assert ledger(aws) == []
+    (line,) = output.billing()
+    assert (line["status"], line["route"], line["model_calls"], line["cost_known"]) == (500, "s3_compact", 0, False)
+    assert value(output.call_blob(), "Calls") == 1
+    assert s3_metrics(output) == ["S3ObjectsFailed"]
+
+
+def test_a_retried_assemble_counts_the_object_once(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                   big: bytes, caplog: pytest.LogCaptureFixture,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Step Functions retries a step whose answer was lost (a timeout after it ran): the retried assemble counted
+    ``S3ObjectsCompacted`` again, and a retried RecordFailure ``S3ObjectsFailed``: one object, two outcomes."""
+    import logging
+
+    from observability.conftest import Output
+
+    job = start(bucket, "incoming/counted.json", big)
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        run_to_assemble(worker, job)
+        worker.handler({"step": "assemble", "job": job}, context())
+    output = Output(worker, caplog, capsys)
+    assert s3_metrics(output) == ["S3ObjectsCompacted"] and len(output.billing()) == 1
+
+    failed = start(bucket, "incoming/failing.json", big)
+    worker.handler({"step": "plan", "job": failed}, context())
+    capsys.readouterr()
+    for _ in range(2):
+        assert worker.handler({"step": "fail", "job": failed, "error": {"Error": "States.Timeout"}},
+                              context())["result"] == "failed"
+    assert s3_metrics(Output(worker, caplog, capsys)) == ["S3ObjectsFailed"]
+
+
+def test_a_job_whose_ledger_write_failed_on_every_assemble_is_billed_by_record_failure(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The ledger write failed on the assemble step and its two retries: the state machine's RecordFailure step then
+    wrote ``failed/<rel>`` beside the delivered ``compacted/<rel>`` and the job was never billed. RecordFailure now
+    finds the job delivered: it writes no failure and bills the job (the same entry, the facts kept by the first
+    attempt); while the ledger still fails it fails too (Step Functions retries it, and a failed execution can be
+    redriven from it), never dropping the entry."""
+    from compactor_aws import billing
+
+    job = start(bucket, "incoming/unbilled.json", big)
+    store = billing.backends().ledger
+    real = store.record
+    down = [True]
+
+    def flaky(entry: Any) -> bool:
+        if down[0]:
+            raise RuntimeError("DynamoDB unavailable")
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)
+    for _ in range(2):  # the state machine's two retries of the step on States.TaskFailed
+        with pytest.raises(RuntimeError):
+            worker.handler({"step": "assemble", "job": job}, context())
+    error = {"Error": "RuntimeError", "Cause": "DynamoDB unavailable"}
+    with pytest.raises(RuntimeError):  # RecordFailure while the table is still down: retried, the entry kept
+        worker.handler({"step": "fail", "job": job, "error": error}, context())
+    assert ledger(aws) == []
+
+    down[0] = False
+    outcome = worker.handler({"step": "fail", "job": job, "error": error}, context())
+    assert (outcome["done"], outcome["result"]) == (True, "compacted")
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/unbilled.json")["Body"].read())
+    (entry,) = ledger(aws)
+    assert (entry.api_key_id, entry.bytes_in, entry.bytes_out) == (
+        f"s3:{BUCKET}", body["compaction"]["original_bytes"], body["compaction"]["output_bytes"])
+    assert entry.model_calls > 0
+    assert len(billing_lines(caplog)) == 1  # observed once, by the first attempt
+
+
+def test_an_older_versions_job_whose_result_a_newer_one_kept_is_not_billed(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """A job ending after a newer version of its key was compacted keeps the newer result (``skipped``): nothing it
+    computed was delivered. The inline job bills such a job nothing (docs/billing.md: a call is billed when its
+    result was written); the windowed job billed it. It is now observed (its billing line) and not billed."""
+    from compactor.object_jobs import META_SEQUENCER
+
+    job = start(bucket, "incoming/raced.json", big)
+    job["sequencer"] = "0065A1"
+    for prefix in ("compacted/", "failed/"):  # the newer version's result and failure, as the inline job stores them
+        bucket.put_object(Bucket=BUCKET, Key=prefix + "raced.json", Body=b"{}",
+                          Metadata={META_SEQUENCER: "0065B2", "source-version-id": "newer"})
+    done = worker.handler({"step": "plan", "job": job}, context())
+    while not done["done"]:
+        for item in json.loads(worker.store.get(BUCKET, done["windows_key"], version_id=None,
+                                                max_bytes=10_000_000).body):
+            worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+        done = worker.handler({"step": "assemble", "job": job}, context())
+    assert (done["done"], done["result"], done["reason"]) == (True, "skipped", "a newer version was processed")
+    assert bucket.get_object(Bucket=BUCKET, Key="compacted/raced.json")["Body"].read() == b"{}"
+    assert ledger(aws) == []
+    (line,) = billing_lines(caplog)
+    assert line["status"] == 200 and line["model_calls"] > 0  # what it computed, observed as the inline job's is
+
+
+def test_a_job_that_fails_after_its_windows_ran_is_recorded_with_its_failures_status(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A step failed after its retries (an assemble that kept failing) once the windows had run, paying for their
+    model calls: RecordFailure wrote ``failed/<rel>`` and the job was in no billing line or call metric, where an
+    inline job's server error is observed with its status. It is now observed once with the 500 the caller reads
+    (its cost unknown: the failing pass's windows may have paid), and not billed."""
+    import logging
+
+    from compactor.jsonutil import dense_dumps
+    from observability.conftest import Output, value
+
+    job = start(bucket, "incoming/crashed.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    for item in json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None,
+                                            max_bytes=10_000_000).body):
+        worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        for _ in range(2):  # RecordFailure, then its retry
+            failed = worker.handler({"step": "fail", "job": job, "error": {"Error": "States.Timeout"}}, context())
+            assert (failed["done"], failed["result"]) == (True, "failed")
+    output = Output(worker, caplog, capsys)
+    failure = json.loads(bucket.get_object(Bucket=BUCKET, Key="failed/crashed.json")["Body"].read())
+    (line,) = output.billing()
+    assert (line["status"], line["route"], line["mode"], line["cost_known"]) == (failure["status"], "s3_compact",
+                                                                                 "decision", False)
+    assert line["bytes_in"] == len(dense_dumps(json.loads(big)).encode())  # the transcript's, as a success's
+    assert value(output.call_blob(), "Calls") == 1
+    assert s3_metrics(output) == ["S3ObjectsFailed"]
+    assert ledger(aws) == []
+
+
+def test_record_failure_bills_a_delivered_job_from_its_saved_state_when_the_kept_record_is_gone(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts the first attempt kept expire with their idempotency record (a day): a RecordFailure redriven later
+    bills the job from the final run state the last assemble saved under ``work/``, the figures of its result."""
+    from compactor_aws import billing
+    from .conftest import IDEMPOTENCY_TABLE
+
+    job = start(bucket, "incoming/expired.json", big)
+    store = billing.backends().ledger
+    real = store.record
+    failures = [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(entry: Any) -> bool:
+        if failures:
+            raise failures.pop()
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)
+    dynamodb = aws["dynamodb"]
+    kept = dynamodb.scan(TableName=IDEMPOTENCY_TABLE)["Items"]
+    assert kept  # the job's facts, kept by the attempt whose ledger write failed
+    for item in kept:
+        dynamodb.delete_item(TableName=IDEMPOTENCY_TABLE, Key={"id": item["id"]})
+
+    assert worker.handler({"step": "fail", "job": job, "error": {"Error": "RuntimeError"}},
+                          context())["result"] == "compacted"
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/expired.json")["Body"].read())
+    (entry,) = ledger(aws)
+    assert (entry.bytes_in, entry.bytes_out) == (body["compaction"]["original_bytes"],
+                                                 body["compaction"]["output_bytes"])
+    assert entry.model_calls > 0
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+
+
+def test_a_windowed_jobs_fallbacks_are_the_sum_of_its_windows(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                              big: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """A window's flow nodes that fell back (here: every model node, skipped past its deadline) are the job's
+    fallbacks, as one request's record counts its own: a windowed job's record had none, so its billing line and
+    its ``Fallbacks`` metric said 0 whatever its windows' flows did."""
+    import asyncio
+
+    from compactor.budget import Deadline
+
+    job = start(bucket, "incoming/late.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
+    for item in items:  # no time left: each window's model nodes are skipped and fall back, the window kept
+        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
+                                                 deadline=Deadline.after_ms(0)))
+    done = worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]}, context())
+    assert (done["done"], done["result"]) == (True, "compacted")
+    results = [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
+                                           max_bytes=10_000_000).body) for item in items]
+    (line,) = billing_lines(caplog)
+    assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)

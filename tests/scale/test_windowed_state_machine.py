@@ -374,3 +374,37 @@ def test_a_retried_assemble_that_had_planned_the_next_pass_goes_on_with_it(aws, 
     assert lost and len(assembled) == len(steady["compaction"]["windows"]["passes"]) + 1
     result = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/lost.json")["Body"].read())
     assert result["messages"] == steady["messages"] and result["compaction"] == steady["compaction"]
+
+
+def test_a_job_whose_last_assemble_failed_on_its_billing_is_billed_by_record_failure_and_done(
+        aws, big, worker, monkeypatch):
+    """The last Assemble wrote ``compacted/`` and failed on its billing record after its retries: RecordFailure wrote
+    ``failed/`` beside the delivered result, the job was never billed and the execution failed. RecordFailure now
+    bills the job and the execution ends done. (This definition retries Assemble on TaskFailed at once.)"""
+    from compactor_aws import billing
+
+    asl = json.loads(definition())
+    for retry in asl["States"]["Assemble"]["Retry"]:
+        if retry["ErrorEquals"] == ["States.TaskFailed"]:
+            retry.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
+    arn = aws["sfn"].create_state_machine(name="compactor-WindowedJob-fast", definition=json.dumps(asl),
+                                          type="STANDARD", roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+    ledger = billing.backends().ledger
+    real, refused = ledger.record, []
+
+    def down_for_assemble(entry: Any) -> bool:
+        if len(refused) < 2:  # the step and its one retry
+            refused.append(entry)
+            raise RuntimeError("DynamoDB unavailable")
+        return real(entry)
+
+    monkeypatch.setattr(ledger, "record", down_for_assemble)
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/late-bill.json", Body=json.dumps(big).encode())
+    described = execute({**aws, "arn": arn}, "incoming/late-bill.json")
+    assert described["status"] == "SUCCEEDED", described
+    assert [e["step"] for e in aws["dispatch"].events if "step" in e][-3:] == ["assemble", "assemble", "fail"]
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    body = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="compacted/late-bill.json")["Body"].read())
+    (entry,) = ledger.entries("2000-01-01", "2999-12-31")
+    assert len(refused) == 2 and refused[0].entry_id == entry.entry_id
+    assert entry.bytes_in == body["compaction"]["original_bytes"]

@@ -8,7 +8,8 @@ runs inline); ``assemble`` concatenates the results in order (a window without a
 original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
 response body, byte for byte what ``compactor compact --json`` writes for the same object, and
 returns the job's :class:`~compactor.call_record.CallRecord` (the adapter observes and bills it once,
-docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails. Every step
+docs/billing.md). ``fail`` records ``failed/<rel>`` when the execution itself fails, or, when the last ``assemble``
+had written the result before failing (on its billing record), returns the job's record to bill. Every step
 streams: memory holds a few windows (:data:`WINDOWS_AT_ONCE`, :data:`TASK_BYTES_IN_FLIGHT`) and an output's parts
 in flight (the store's writer), never the transcript. Storage-agnostic: the store is :class:`StreamStore`.
 """
@@ -19,9 +20,11 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import IO, Any, Protocol
 
 from compactor.object_jobs import (
+    CONCURRENT,
     JSON_CONTENT_TYPE,
     ROUTE,
     Defaults,
@@ -31,6 +34,7 @@ from compactor.object_jobs import (
     StoredObject,
     WriteRefused,
     _write_failure,
+    failure_key,
     newer_exists,
     relative_key,
     result_key,
@@ -55,6 +59,11 @@ messages, but one message may be larger, so a window may be too (docs/scale.md).
 size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
 :data:`UNKNOWN_TASK_BYTES`."""
 UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
+FINAL_STATE = "final.json"
+"""The finished run's state (``work/<job>/final.json``), saved before the result is written: the job's record, which
+``fail`` bills when the last ``assemble`` wrote the result and failed on the billing record (docs/billing.md)."""
+REPEATED = "already processed"
+"""Why a failure was not written because this job's own was there: a retried step, whose outcome was counted."""
 RESULT_MAX_BYTES = 5 * 1024**3
 """A window's result is read whole whatever its size: this is S3's largest single ``PutObject``, which wrote it."""
 
@@ -152,29 +161,28 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         windows_key = _plan_pass(store, job, state, source.key, source.version_id)
     except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
         # once it is counted
-        _write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]), conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
+                                        conditional=True))
     except NotChat as exc:
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
                                                       f"openai-chat only: {exc}")
     except TranscriptError as exc:
-        _write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
-            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
+            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:
             item["loc"] = ["body", *item["loc"]]
-        _write_failure(store, source, stored, rel, _invalid("the transcript's request fields failed validation", detail),
-                       conditional=True)
-        return {"done": True, "result": "failed"}
+        return _recorded(_write_failure(store, source, stored, rel,
+                                        _invalid("the transcript's request fields failed validation", detail),
+                                        conditional=True))
     return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
 
 
 def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:
     """End the job in ``failed/<rel>`` with a 413: what an object this large cannot be (docs/scale.md)."""
-    _write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]), conditional=True)
-    return {"done": True, "result": "failed"}
+    return _recorded(_write_failure(store, source, stored, rel, Failure(413, RequestTooLarge(message).body()["error"]),
+                                    conditional=True))
 
 
 def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
@@ -242,13 +250,43 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
             assembly.add(task, result)
         writer.finish()
     advance, more = state.finish_pass(assembly)
+    if no_window_ran(state):
+        return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
     if more:
         return {"done": False, "bucket": bucket,
                 "windows_key": _plan_pass(store, job, state, input_key, input_version)}
+    _put_json(store, bucket, _work(job, FINAL_STATE), state.as_dict())  # what RecordFailure bills, should billing fail
     key, skipped = _write_result(store, job, state, input_key, input_version)
+    return _finished(job, state, key, skipped)
+
+
+def _finished(job: dict[str, Any], state: Any, key: str, skipped: str | None) -> dict[str, Any]:
+    """The outcome of a job whose result was written (or kept from a newer version), with its record to bill."""
     outcome = {"done": True, "result": "compacted", "key": key, "record": call_record(state)}
     return outcome if skipped is None else {**outcome, "result": "skipped", "reason": skipped}
+
+
+def no_window_ran(state: Any) -> bool:
+    """Whether every window of the job failed (none left a result): nothing was compacted, and the transcript
+    unchanged is no result. A later pass whose windows all failed leaves the pass before it as the result."""
+    return bool(state.passes) and all(p["failed_windows"] == p["windows"] > 0 for p in state.passes)
+
+
+def _windows_failed(store: StreamStore, job: dict[str, Any], state: Any) -> dict[str, Any]:
+    """End a job whose every window failed in ``failed/<rel>`` (500 ``job_failed``), with the record of that
+    failure: observed with the caller's status, never billed (docs/billing.md). It used to write the transcript
+    unchanged to ``compacted/<rel>`` with status 200, billed."""
+    cause = "every window's worker failed"
+    recorded = _job_failed(store, job, cause)
+    return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
+
+
+def _failure_record(state: Any, status: int, cause: str | None) -> CallRecord:
+    """The record of a job that failed once its windows had run: the caller's status and error, the run's totals
+    of its finished passes, and its cost unknown (the windows of the pass that failed may have paid for model calls
+    first, docs/behaviour.md#cost-rules)."""
+    return replace(call_record(state), status=status, body={"error": _job_failure_error(cause)}, cost_usd=None)
 
 
 def call_record(state: Any) -> CallRecord:
@@ -274,7 +312,6 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
     newer one, and only if the key is still as seen when the write completes. The key and why it was not written
     (None when it was, or was already by this job)."""
     from compactor.compaction.windowed import run_record, write_body, write_body_of_array
-    from compactor.object_jobs import CONCURRENT
 
     source = source_of(job)
     rel = relative_key(source.key)
@@ -304,13 +341,70 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
     """The execution failed (a step ran out of retries): record ``failed/<rel>`` (status 500; the
-    message names the Step Functions error, never its cause, which may quote content)."""
+    message names the Step Functions error, never its cause, which may quote content), with the record of that
+    failure once windows were planned (observed with its status, never billed: docs/billing.md). A job whose result
+    was written already (``assemble`` failed after it, writing the billing record) is not a failure: its
+    outcome is returned with its record, for the step to bill, and no ``failed/<rel>`` contradicts it."""
     source = source_of(job)
     rel = relative_key(source.key)
     if rel is None:
         return {"done": True, "result": "skipped"}
+    delivered = _delivered(store, job)
+    if delivered is not None:
+        return delivered
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
-    message = "the windowed compaction job failed" + (f" ({name[:100]})" if name else "")
-    failure = Failure(500, {"message": message, "type": "server_error", "code": "job_failed"})
-    _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure, conditional=True)
-    return {"done": True, "result": "failed"}
+    cause = name[:100] if name else None
+    recorded = _job_failed(store, job, cause)
+    saved = store.get_if_exists(source.bucket, _work(job, "state.json"), max_bytes=RESULT_MAX_BYTES)
+    if saved is None:  # no window was planned: nothing ran to observe
+        return recorded
+    from compactor.compaction.windows import RunState
+
+    state = RunState.from_dict(json.loads(saved.body)["state"])
+    return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
+
+
+def _job_failure_error(cause: str | None) -> dict[str, Any]:
+    message = "the windowed compaction job failed" + (f" ({cause})" if cause else "")
+    return {"message": message, "type": "server_error", "code": "job_failed"}
+
+
+def _job_failed(store: StreamStore, job: dict[str, Any], cause: str | None) -> dict[str, Any]:
+    """Write ``failed/<rel>`` (500 ``job_failed``) as results are written; ``repeated`` when this job's own
+    failure was there already (a retried step: its outcome is counted once)."""
+    source = source_of(job)
+    rel = relative_key(source.key)
+    assert rel is not None
+    failure = Failure(500, _job_failure_error(cause))
+    written = _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel, failure,
+                             conditional=True)
+    return {**_recorded(written), "key": failure_key(rel), "status": failure.status}
+
+
+def _recorded(written: Any) -> dict[str, Any]:
+    """A step's outcome once it wrote ``failed/<rel>`` (``object_jobs._write_failure``'s outcome): ``repeated`` when
+    this job's own failure was there already, a retried step whose outcome was counted by the first."""
+    outcome: dict[str, Any] = {"done": True, "result": "failed"}
+    return {**outcome, "repeated": True} if written.result == "skipped" and written.reason == REPEATED else outcome
+
+
+def _delivered(store: StreamStore, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's)
+    before failing, else None. Its record is rebuilt from the final run state ``assemble`` saved first."""
+    from compactor.compaction.windows import RunState
+
+    source = source_of(job)
+    rel = relative_key(source.key)
+    assert rel is not None
+    final = store.get_if_exists(source.bucket, _work(job, FINAL_STATE), max_bytes=RESULT_MAX_BYTES)
+    if final is None:
+        return None
+    key = result_key(rel)
+    head = store.head(source.bucket, key)
+    existing = head.metadata if head is not None else None
+    state = RunState.from_dict(json.loads(final.body))
+    if same_version(existing, source):
+        return _finished(job, state, key, None)
+    if newer_exists(existing, source):
+        return _finished(job, state, key, "a newer version was processed")
+    return None

@@ -290,7 +290,7 @@ def _object_scope(source: Any) -> str:
 
 
 def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | None,
-                      lambda_context: Any = None) -> None:
+                      lambda_context: Any = None, *, delivered: bool = True) -> None:
     """Bill a windowed job (docs/scale.md) once, after its result is stored: the entry the inline job
     of the same object version would have written (``s3:<version hash>``; the inline job that started
     the windowed one billed nothing), under ``caller`` (an API upload's key id) or ``s3:<bucket>``.
@@ -298,13 +298,18 @@ def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | Non
     (``compactor_aws.observability.record_call``), as the inline job's observer does; it runs once, and
     the entry's facts are read from its summary. Time and facts are kept under the object version's own
     idempotency scope, so a retried assemble step writes the same entry (the conditional write keeps
-    one) and never a second, and never observes the job again."""
+    one) and never a second, and never observes the job again. A job whose result was not ``delivered`` (a
+    newer version's was kept) is observed and billed nothing, as the inline job (``run_object_job``'s caller)."""
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
     windowed = idempotency.digest("s3-windowed", scope)
-    record = idempotency_run(lambda: {"facts": facts_of(observe()), "time": billing.utc_now_iso(),
-                                      "request_id": request_id},
-                             scope=windowed, body=windowed, lambda_context=lambda_context)
+
+    def observed() -> dict[str, Any]:
+        summary = observe()
+        return {"facts": facts_of(summary) if delivered else None, "time": billing.utc_now_iso(),
+                "request_id": request_id}
+
+    record = idempotency_run(observed, scope=windowed, body=windowed, lambda_context=lambda_context)
     _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
           record.get("request_id"), None)
 

@@ -58,7 +58,8 @@ def run_record(state: RunState, messages: list[Message] | None = None) -> CallRe
     cost = None if state.cost_usd is None else round(state.cost_usd, RESPONSE_DECIMALS)
     return CallRecord(status=200, body=summary if messages is None else {"messages": messages, **summary},
                       mode=DECISION, bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
-                      target_met=report["target_met"], model_calls=state.model_calls, cost_usd=cost,
+                      target_met=report["target_met"], model_calls=state.model_calls,
+                      fallbacks=tuple(state.fallbacks), cost_usd=cost,
                       tokens_in=state.tokens_in or None, tokens_out=state.tokens_out or None, report=report)
 
 

@@ -296,14 +296,15 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
              for u in units if u.start not in protected)
     batches = fit_batches(cands, sizer, reasons)
     result: dict[str, Any] = {"index": task["index"], "reasons": reasons, "ok": True, "tokens_in": 0,
-                              "tokens_out": 0, "cost_usd": 0.0, "model_calls": 0}
+                              "tokens_out": 0, "cost_usd": 0.0, "model_calls": 0, "fallbacks": []}
     values = None
     if batches:
         flow = await _run_batches(batches, task, router=router, deadline=deadline, flow_runner=flow_runner,
                                   on_event=on_event)
         values = flow.output if flow.ok and isinstance(flow.output, dict) else None
+        facts = flow_facts(flow.flow_nodes)
         result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
-                      cost_usd=flow.cost_usd, model_calls=flow_facts(flow.flow_nodes)["model_calls"])
+                      cost_usd=flow.cost_usd, model_calls=facts["model_calls"], fallbacks=list(facts["fallbacks"]))
     items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
     output: list[Message] = []
     actions = {"keep": 0, "summarize": 0, "archive": 0}
@@ -367,6 +368,7 @@ class PassAssembly:
     tokens_out: int = 0
     cost_usd: float | None = 0.0
     model_calls: int = 0
+    fallbacks: list[str] = field(default_factory=list)  # one reason per flow node that fell back or failed
     new_pins: list[int] = field(default_factory=list)
     prefix_bytes: int | None = None  # dense bytes of the input's messages before ``first_changed``
     _input_sum: int = 0  # dense bytes of the input messages of the windows added so far
@@ -390,6 +392,7 @@ class PassAssembly:
             self.tokens_in += result["tokens_in"]
             self.tokens_out += result["tokens_out"]
             self.model_calls += result.get("model_calls", 0)
+            self.fallbacks.extend(result.get("fallbacks", ()))
             cost = result.get("cost_usd")
             self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
         if self.first_changed is None and output is not original:
@@ -479,6 +482,7 @@ class RunState:
     tokens_out: int = 0
     cost_usd: float | None = 0.0
     model_calls: int = 0
+    fallbacks: list[str] = field(default_factory=list)  # of every window and pass (a state saved before has none)
 
     @classmethod
     def begin(cls, settings: Settings) -> "RunState":
@@ -508,6 +512,7 @@ class RunState:
         self.tokens_in += assembly.tokens_in
         self.tokens_out += assembly.tokens_out
         self.model_calls += assembly.model_calls
+        self.fallbacks.extend(assembly.fallbacks)
         self.cost_usd = None if self.cost_usd is None or assembly.cost_usd is None else self.cost_usd + assembly.cost_usd
         self.reasons.extend(r for r in assembly.reasons if r not in self.reasons)
         gain = self.input_bytes - assembly.output_bytes
