@@ -430,7 +430,11 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
     Nesting deeper than ``max_depth``, number literals over :data:`MAX_NUMBER_CHARS` characters,
     ``NaN``/``Infinity`` and overflowing floats raise :class:`JSONLimitError` (a ``JSONDecodeError``),
     never ``RecursionError`` or ``ValueError``. Duplicate keys keep the last value, as ``json.loads`` does.
+    A leading byte order mark is skipped, in text as in bytes (``json.loads`` skips it only in bytes): every
+    path reads a body or file that starts with one as the JSON after it (docs/behaviour.md#requests-and-responses).
     """
+    if type(text) is str and text.startswith("\ufeff"):
+        text = text[1:]
     try:
         value = json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant)
     except JSONLimitError:
