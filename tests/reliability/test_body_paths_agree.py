@@ -6,6 +6,7 @@ docs/scale.md "Streaming")."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -69,3 +70,33 @@ def test_a_byte_order_mark_inside_a_base64_body_is_skipped_too(compact_module: M
 
     assert response["statusCode"] == 200, response["body"]
     assert json.loads(response["body"])["messages"] == MESSAGES
+
+
+TWO_TRANSCRIPTS = (b'{"messages": [{"role": "user", "content": "first transcript"}], '
+                   b'"messages": [{"role": "user", "content": "second transcript"}]}')
+A_KEY_TWICE_IN_A_MESSAGE = b'{"messages": [{"role": "user", "content": "kept", "content": "lost"}]}'
+A_KEY_TWICE_IN_A_JSONL_LINE = (b'{"role": "user", "content": "kept", "content": "lost"}\n'
+                               b'{"role": "assistant", "content": "Done."}\n')
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    (TWO_TRANSCRIPTS, "messages"),
+    (A_KEY_TWICE_IN_A_MESSAGE, "content"),
+    (A_KEY_TWICE_IN_A_JSONL_LINE, "content"),
+])
+def test_a_key_named_twice_in_one_object_is_refused_on_every_path(compact_module: ModuleType, tmp_path: Path,
+                                                                  raw: bytes, key: str) -> None:
+    # Every reader kept the last value (the streamed reading refused two `messages`): one of two transcripts, or
+    # one of two contents, was compacted and the other lost without a word.
+    reason = f'the key "{key}" appears twice in one object: send each key once'
+
+    status, body = api(compact_module, raw)
+    assert status == 422, body
+    assert body["detail"][0]["type"] == "json_invalid" and body["detail"][0]["ctx"]["error"] == reason
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"]
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        cli(raw, tmp_path)
+    if key == "messages" or raw is A_KEY_TWICE_IN_A_JSONL_LINE:  # a message's own keys: docs/scale.md "Streaming"
+        with pytest.raises(TranscriptError, match=re.escape(reason)):
+            streamed(raw, tmp_path)

@@ -40,7 +40,7 @@ import ijson
 
 from compactor.jsonutil import (
     MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
-    parsed_depth_exceeds,
+    parsed_depth_exceeds, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES
 from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
@@ -93,8 +93,9 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
         try:
             bounded_loads(line)
             return "jsonl", _Replay(head, raw)
-        except JSONLimitError:
-            pass
+        except JSONLimitError as exc:
+            if not exc.syntax:  # JSON over a limit (a key twice, too deep): a line the JSONL reading refuses
+                return "jsonl", _Replay(head, raw)
     if stripped[:1] == b"{":
         return "object", _Replay(head, raw)
     return "jsonl", _Replay(head, raw)
@@ -343,13 +344,14 @@ def _refuse_past_levels(depth: int) -> None:
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
-    past :data:`MAX_LEVELS` refused as it opens); the last of a field named twice."""
+    past :data:`MAX_LEVELS` refused as it opens); a member named twice is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
     reader = _Watched(replay, counted=False, surrogates=backend is None)
     fields: dict[str, Any] = {}
     depth, key, builder, members, messages_value = 0, None, None, [], False
+    named: set[str] = set()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
@@ -362,6 +364,9 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
+                if value in named:  # the API refuses it (bounded_loads); items would give both messages arrays
+                    raise TranscriptError(repeated_key_message(value))
+                named.add(value)
                 if value in _STRUCTURAL:
                     members.append(value)
                     _refuse_members(members)
@@ -400,10 +405,8 @@ _STRUCTURAL = frozenset(("messages", "input", "messages.item"))
 
 
 def _refuse_members(members: list[str]) -> None:
-    """What a stream cannot read as the API would: ``messages`` named twice (the API keeps the last, a stream has
-    given the first), and a member named ``messages.item`` (ijson's items would give it as a message)."""
-    if members.count("messages") > 1:
-        raise TranscriptError("the transcript names 'messages' twice")
+    """What a stream cannot read as the API would: a member named ``messages.item`` (ijson's items would give it
+    as a message)."""
     if members[-1] == "messages.item":
         raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot tell from "
                               "its messages")
