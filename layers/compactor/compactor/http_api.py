@@ -188,15 +188,21 @@ def rest_proxy_event(
     """The event API Gateway (REST, Lambda proxy) hands the function for a request to stage :data:`STAGE`.
 
     ``resource_path`` is the path without the stage prefix (``/compact`` for ``/v1/compact``), as in
-    the event's ``path`` and ``resource`` when the API is called through its execute-api URL. The body is
-    text (``isBase64Encoded`` false), as API Gateway delivers it when the API declares no binary media
-    types: bytes that are not UTF-8 become U+FFFD, so a malformed body is the handler's 422, never a
-    base64 event the handler would fail to decode.
+    the event's ``path`` and ``resource`` when the API is called through its execute-api URL. A UTF-8 body is
+    text (``isBase64Encoded`` false), as API Gateway delivers it when the API declares no binary media types.
+    A body that is not UTF-8 is delivered as it came, base64 (``isBase64Encoded`` true), so that the handler
+    refuses it with the 400 of :func:`admitted_event` (docs/reliability.md#bounded-input). API Gateway itself
+    turns its invalid bytes into U+FFFD before the function runs, which it cannot tell from text the caller
+    sent; this event used to do the same, and ``compactor serve`` then compacted a transcript other than the
+    one it was sent (``"A\xff"`` became ``"A\ufffd"``) and answered 200.
     """
     multi_headers: dict[str, list[str]] = {}
     for name, value in headers:
         multi_headers.setdefault(name, []).append(value)
-    text = body.decode("utf-8", errors="replace")
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode("ascii"), True
     now = datetime.now(timezone.utc)
     return {
         "resource": resource_path,
@@ -223,5 +229,5 @@ def rest_proxy_event(
             "identity": {"sourceIp": source_ip},
         },
         "body": text if body else None,
-        "isBase64Encoded": False,
+        "isBase64Encoded": encoded,
     }
