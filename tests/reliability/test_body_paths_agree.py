@@ -16,7 +16,7 @@ import pytest
 from compactor.object_jobs import Defaults, Failure, build_request
 from compactor.transcript_stream import fields_from, messages_from, opener
 from compactor.transcripts import TranscriptError, read_transcript
-from compactor_cli.files import read_text
+from compactor_cli.files import InputError, read_text
 
 from .conftest import post
 
@@ -100,3 +100,19 @@ def test_a_key_named_twice_in_one_object_is_refused_on_every_path(compact_module
     if key == "messages" or raw is A_KEY_TWICE_IN_A_JSONL_LINE:  # a message's own keys: docs/scale.md "Streaming"
         with pytest.raises(TranscriptError, match=re.escape(reason)):
             streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"role": "user", "content": "A\xed\xa0\x80"}\n{"role": "assistant", "content": "Done."}\n',  # a surrogate, encoded
+    b'{"role": "user", "content": "A\xff"}\n{"role": "assistant", "content": "Done."}\n',
+])
+def test_jsonl_that_is_not_utf8_is_refused_by_the_streamed_reading_too(tmp_path: Path, raw: bytes) -> None:
+    # The S3 path and the CLI refuse the bytes; the streamed reading parsed each line with json.loads of bytes, which
+    # read ED A0 80 as a lone surrogate into the message, and named an invalid byte an "unreadable number".
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.error["message"] == "the object is not UTF-8 text"
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        cli(raw, tmp_path)
+    reason = "line 1 is not JSON: not UTF-8 text (an invalid byte at offset 30)"
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        streamed(raw, tmp_path)

@@ -417,8 +417,16 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
     compacted one transcript and lost the other (docs/behaviour.md#requests-and-responses).
     A leading byte order mark is skipped, in text as in bytes (``json.loads`` skips it only in bytes): every
     path reads a body or file that starts with one as the JSON after it (docs/behaviour.md#requests-and-responses).
+    Bytes must be UTF-8, as a body or file read whole must be: ``json.loads`` read UTF-16 and UTF-32 too and let a
+    surrogate encoded as if it were a character (ED A0 80) through as a lone surrogate, and named an invalid byte
+    an "unreadable number".
     """
-    if type(text) is str and text.startswith("\ufeff"):
+    if type(text) is not str:
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONLimitError(f"not UTF-8 text (an invalid byte at offset {exc.start})") from None
+    if text.startswith("\ufeff"):
         text = text[1:]
     try:
         value = json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant,
