@@ -116,3 +116,26 @@ def test_jsonl_that_is_not_utf8_is_refused_by_the_streamed_reading_too(tmp_path:
     reason = "line 1 is not JSON: not UTF-8 text (an invalid byte at offset 30)"
     with pytest.raises(TranscriptError, match=re.escape(reason)):
         streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x0c" + BODY,  # a form feed
+    "\u00a0".encode("utf-8") + BODY,  # a no-break space
+    b" \xef\xbb\xbf" + BODY,  # a byte order mark that does not lead
+    BODY + b"\x0b",  # a vertical tab
+    BODY.replace(b'"content"', b'\x0c"content"'),  # between two members of a message (ijson's C backend took it)
+])
+def test_what_is_not_json_whitespace_is_refused_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, raw: bytes,
+) -> None:
+    # The API refused it (422 json_invalid); the S3 path and the CLI read the body after str.strip(), which takes
+    # these away around it, and the streamed reading took a form feed or vertical tab anywhere between values.
+    status, body = api(compact_module, raw)
+    assert status == 422 and body["detail"][0]["type"] == "json_invalid", body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422, failure
+    assert failure.detail[0]["type"] == "json_invalid"
+    with pytest.raises(TranscriptError, match="is not JSON"):
+        cli(raw, tmp_path)
+    with pytest.raises(TranscriptError):
+        streamed(raw, tmp_path)

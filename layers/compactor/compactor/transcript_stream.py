@@ -156,7 +156,7 @@ class _Watched:
     def read(self, size: int = -1) -> bytes:
         if self.stopped is not None:
             return b""
-        data = self.raw.read(size)
+        data = self._read(size)
         if self.surrogates:
             data = self._judged(data, size)
             if self.stopped is not None:
@@ -172,6 +172,18 @@ class _Watched:
                 self.stopped = PathsTooLong(f"{self.openers} '[' and '{{' in {self.size} bytes since the last "
                                             "message: the transcript is to be read path-free")
                 return b""
+        return data
+
+    def _read(self, size: int) -> bytes:
+        """The next bytes of the stream; none, and :attr:`stopped`, when they hold a form feed or a vertical tab.
+        ijson's C backend reads them as whitespace between values; in JSON, and so for the API, they are no
+        whitespace, and a string holds them only escaped: no JSON text holds one as a byte (two scans in C of each
+        read, docs/scale.md "Streaming")."""
+        data = self.raw.read(size)
+        if b"\x0c" in data or b"\x0b" in data:
+            self.stopped = TranscriptError("not JSON: a raw form feed or vertical tab (JSON's whitespace is space, "
+                                           "tab, newline and return; a string holds them escaped)")
+            return b""
         return data
 
     def _judged(self, data: bytes, size: int) -> bytes:
@@ -192,7 +204,7 @@ class _Watched:
             self.held = text[cut:]
             if cut or not data:
                 break
-            data = self.raw.read(size)
+            data = self._read(size)
         self.escaped = _HIGH_ESCAPE.search(text) is not None
         if self.escaped and any(found.start(1) < cut for found in _LONE_HIGH.finditer(text)):
             self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "

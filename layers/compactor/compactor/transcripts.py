@@ -209,11 +209,10 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
     """The transcript in ``text``; ``format`` (a ``format`` name) overrides what the content suggests."""
     if format is not None and format not in FORMAT_NAMES:
         raise TranscriptError(f"unknown format {format!r}; one of {', '.join(FORMAT_NAMES)}")
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise TranscriptError("the input is empty")
-    try:
-        data = bounded_loads(stripped)
+    try:  # the text as it is: JSON's whitespace only around the value, as the API reads a body (not str.strip's)
+        data = bounded_loads(text)
     except JSONLimitError as exc:
         if not exc.syntax:
             raise TranscriptError(exc.msg) from None
