@@ -139,8 +139,11 @@ def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
     content_type = (header(event, "content-type") or "").strip()
     if not content_type:
         return event
-    if content_type.split(";", 1)[0].strip().lower() != JSON_CONTENT_TYPE:
+    media_type, _, parameters = content_type.partition(";")
+    if media_type.strip().lower() != JSON_CONTENT_TYPE:
         raise UnsupportedMediaType.content_type(content_type)
+    if _declared_charset(parameters) not in _UTF8_CHARSETS:
+        raise UnsupportedMediaType.charset(content_type)
     if content_type.startswith(JSON_CONTENT_TYPE):
         return event
     plain = {name: JSON_CONTENT_TYPE if name.lower() == "content-type" else value
@@ -148,6 +151,21 @@ def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
     multi = {name: [JSON_CONTENT_TYPE] if name.lower() == "content-type" else values
              for name, values in (event.get("multiValueHeaders") or {}).items()}
     return {**event, "headers": plain, "multiValueHeaders": multi or None}
+
+
+_UTF8_CHARSETS = frozenset({None, "utf-8", "utf8", "us-ascii"})  # UTF-8, or ASCII, which is UTF-8 too
+
+
+def _declared_charset(parameters: str) -> str | None:
+    """The ``charset`` among a media type's ``parameters`` (``; name=value`` …), lower case and unquoted; None
+    when none is declared. A body declared in another charset is 415: API Gateway hands the function its body as
+    UTF-8 text, so the bytes of another charset that are not UTF-8 would reach the transcript as U+FFFD, and those
+    that are would be read as other characters (docs/behaviour.md#requests-and-responses)."""
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return None
 
 
 def route_path(path: str) -> str:
