@@ -139,3 +139,27 @@ def test_what_is_not_json_whitespace_is_refused_on_every_path(
         cli(raw, tmp_path)
     with pytest.raises(TranscriptError):
         streamed(raw, tmp_path)
+
+
+CHAT_ITEM = {"role": "user", "content": "the chat message"}
+RESPONSES_ITEM = {"type": "message", "role": "user", "content": "the Responses item"}
+
+
+@pytest.mark.parametrize(("request_body", "reason"), [
+    ({"format": "openai-responses", "messages": [CHAT_ITEM], "input": [RESPONSES_ITEM]},
+     "openai-responses items go in 'input', not 'messages'"),
+    ({"format": "openai-chat", "input": [CHAT_ITEM]}, "openai-chat items go in 'messages', not 'input'"),
+])
+def test_items_under_another_field_than_the_named_formats_are_refused_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, request_body: dict[str, Any], reason: str,
+) -> None:
+    # The API refused both (422); the S3 path and the CLI read the first's `messages` as its Responses items and
+    # dropped its `input` without a word, and read the second's `input` as chat messages.
+    raw = json.dumps(request_body).encode("utf-8")
+
+    status, body = api(compact_module, raw)
+    assert status == 422, body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"], failure
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        cli(raw, tmp_path)
