@@ -1,6 +1,6 @@
-"""A flow body whose JSON repeats a key in one object is refused, as every body is (docs/behaviour.md#requests-and-
-responses): a JSON reader keeps the last value of a repeated key, so a second node under one id, or an option given
-twice, used to vanish and the flow that ran was not the one sent. Until every body was read that way the flow routes
+"""A flow body whose JSON repeats a key in one object is refused, as every body is
+(docs/behaviour.md#requests-and-responses): a JSON reader keeps the last value of a repeated key, so a second node
+under one id, or an option given twice, used to vanish and the flow that ran was not the one sent. Until every body was read that way the flow routes
 looked for it in a second parse of the body and answered 400 invalid_flow; it is now the 422 json_invalid of any
 route."""
 
