@@ -21,15 +21,19 @@ if TYPE_CHECKING:
 
 
 def _json_arg(value: str) -> Any:
-    """A JSON value given inline or as ``@path`` (an unreadable file is a usage error, exit 2)."""
+    """A JSON value given inline or as ``@path`` (an unreadable file is a usage error, exit 2), read as the API
+    reads a body (``bounded_loads``): a key twice in one object, ``NaN`` or nesting past 128 levels is refused,
+    where ``json.loads`` kept the last of the key's values, took ``NaN`` and raised ``RecursionError``."""
+    from compactor.jsonutil import JSONLimitError, bounded_loads
+
     try:
         text = read_text(value[1:]) if value.startswith("@") else value
     except InputError as exc:
         raise argparse.ArgumentTypeError(f"cannot read {exc}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}") from exc
+        return bounded_loads(text)
+    except JSONLimitError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc.msg}" if exc.syntax else exc.msg) from None
 
 
 STRICT_EXIT = 3  # --strict and a model call fell back

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import re
@@ -207,21 +208,27 @@ def test_invalid_bodies_are_422(open_server: str, content: bytes, error_type: st
     assert error_type in [item["type"] for item in response.json()["detail"]]
 
 
-def test_a_body_that_is_not_utf8_is_the_json_422_api_gateway_would_give(open_server: str) -> None:
-    # Without binary media types API Gateway hands the function text, never a base64 body.
-    response = httpx.post(f"{open_server}/compact", content=b"\xff\xfe{}",
-                          headers={"Content-Type": "application/json"})
+@pytest.mark.parametrize("content", [b'{"messages": [{"role": "user", "content": "A\xff"}]}', b"\xff\xfe{}"])
+def test_a_body_that_is_not_utf8_is_a_400_naming_the_byte(open_server: str, content: bytes) -> None:
+    # Its invalid bytes were replaced by U+FFFD: the first body, valid JSON then, was compacted as "A\ufffd" (200).
+    response = httpx.post(f"{open_server}/compact", content=content, headers={"Content-Type": "application/json"})
 
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert response.headers["content-type"] == "application/json"
-    assert "json_invalid" in [item["type"] for item in response.json()["detail"]]
+    offset = content.index(b"\xff")
+    assert response.json() == {"error": {"message": f"the body is not UTF-8 text (an invalid byte at offset {offset})",
+                                         "type": "invalid_request_error", "code": None}}
 
 
-def test_events_carry_text_bodies_with_invalid_bytes_replaced() -> None:
-    event = rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=[],
-                             body=b'\xff\xfe{"a": "\xc3\xa9"}')
+def test_events_carry_utf8_bodies_as_text_and_others_as_they_came() -> None:
+    def event(body: bytes) -> dict[str, Any]:
+        return rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=[], body=body)
 
-    assert (event["body"], event["isBase64Encoded"]) == ('\ufffd\ufffd{"a": "\u00e9"}', False)
+    assert (event(b'{"a": "\xc3\xa9"}')["body"], event(b'{"a": "\xc3\xa9"}')["isBase64Encoded"]) == (
+        '{"a": "\u00e9"}', False)
+    invalid = event(b'\xff\xfe{"a": "\xc3\xa9"}')
+    assert (invalid["body"], invalid["isBase64Encoded"]) == (base64.b64encode(b'\xff\xfe{"a": "\xc3\xa9"}').decode(),
+                                                             True)
 
 
 @pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/nowhere", "/report"])

@@ -562,13 +562,14 @@ def test_fields_in_another_format_are_not_chat(text, reason):
     ('{"other": [1], "mode": "decision"}', "an object with a 'messages' array"),
     ('{"messages": {"item": {"role": "user"}}}', "'messages' is not an array"),
     ('{"messages": null}', "'messages' is not an array"),
-    ('{"messages": [], "keep_recent": 2, "messages": []}', "names 'messages' twice"),
+    ('{"messages": [], "keep_recent": 2, "messages": []}', 'the key "messages" appears twice in one object'),
+    ('{"messages": [], "keep_recent": 2, "keep_recent": 3}', 'the key "keep_recent" appears twice in one object'),
     ('{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "member named 'messages.item'"),
     ('{"messages": [], "format": "bogus"}', "unknown format 'bogus'"),
     ('{"messages": [], "format": ["openai-chat"]}', "unknown format"),
 ])
 def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
-    """The API refuses an object without a messages array and keeps the last of two; the items of a stream gave no
+    """The API refuses an object without a messages array and one naming a member twice; the items of a stream gave no
     messages, both arrays, or a root member named messages.item as a message."""
     from compactor.transcripts import NotChat
 

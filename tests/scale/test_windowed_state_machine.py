@@ -279,7 +279,8 @@ def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, na
     ("empty.json", b"{}", "an object with a 'messages' array"),
     ("other.json", b'{"other": [{"role": "user", "content": "x"}]}', "an object with a 'messages' array"),
     ("object.json", b'{"messages": {"item": {"role": "user", "content": "x"}}}', "'messages' is not an array"),
-    ("twice.json", b'{"messages": [{"role": "user", "content": "old"}], "messages": []}', "'messages' twice"),
+    ("twice.json", b'{"messages": [{"role": "user", "content": "old"}], "messages": []}',
+     'the key "messages" appears twice in one object'),
     ("member.json", b'{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "'messages.item'"),
     ("format.json", b'{"format": "bogus", "messages": []}', "unknown format 'bogus'"),
 ])

@@ -155,6 +155,10 @@ class UnsupportedMediaType(CompactorError):
         return cls(f"Content-Type {_quoted(value)} is not supported: send the body as application/json")
 
     @classmethod
+    def charset(cls, value: str) -> UnsupportedMediaType:
+        return cls(f"Content-Type {_quoted(value)} is not supported: send the body as UTF-8 (application/json)")
+
+    @classmethod
     def content_encoding(cls, value: str) -> UnsupportedMediaType:
         return cls(f"Content-Encoding {_quoted(value)} is not supported: send the body uncompressed")
 

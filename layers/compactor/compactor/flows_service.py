@@ -7,7 +7,6 @@ flow's ``x_router`` block.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -16,7 +15,6 @@ from compactor.call_record import FLOW_MODE, NO_MODE, CallRecord, flow_facts, re
 from compactor.errors import InvalidFlow, RouterError
 from compactor.flow import MISSING, FlowAdmissionError, FlowResult, FlowRouter, admit_flow, normalize_flow, run_flow
 from compactor.flow.graph import AdmittedPolicyLike
-from compactor.jsonutil import repeated_key
 from compactor.response_blocks import compact_hint
 
 
@@ -61,20 +59,6 @@ async def run_flows_request(body: dict[str, Any], *, router: FlowsRouter, deadli
     with request_call_budget():
         result = await run_flow(admitted, flow_input, router=router, deadline=deadline)
     return flow_record(result)
-
-
-def repeated_key_refusal(body_text: str | None, *, route: str) -> CallRecord | None:
-    """The 400 ``invalid_flow`` of a flow body whose JSON text repeats a key in one object, else None
-    (docs/behaviour.md#flow-admission). The body's reader keeps the last of them, so a second node under one
-    id, or an option given twice, would be dropped without a word: the flow that runs would not be the one
-    sent."""
-    key = None if body_text is None else repeated_key(body_text)
-    if key is None:
-        return None
-    shown = key if len(key) <= 80 else key[:80] + "…"
-    problem = (f"the body repeats the key {json.dumps(shown, ensure_ascii=False)} in one object; node ids, "
-               "a node's options and flow_input's keys must be unique")
-    return refused(InvalidFlow.rejected(problem), mode=FLOW_MODE if route == "flows" else NO_MODE, route=route)
 
 
 def normalize_request(body: dict[str, Any], *,

@@ -139,8 +139,11 @@ def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
     content_type = (header(event, "content-type") or "").strip()
     if not content_type:
         return event
-    if content_type.split(";", 1)[0].strip().lower() != JSON_CONTENT_TYPE:
+    media_type, _, parameters = content_type.partition(";")
+    if media_type.strip().lower() != JSON_CONTENT_TYPE:
         raise UnsupportedMediaType.content_type(content_type)
+    if _declared_charset(parameters) not in _UTF8_CHARSETS:
+        raise UnsupportedMediaType.charset(content_type)
     if content_type.startswith(JSON_CONTENT_TYPE):
         return event
     plain = {name: JSON_CONTENT_TYPE if name.lower() == "content-type" else value
@@ -148,6 +151,21 @@ def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
     multi = {name: [JSON_CONTENT_TYPE] if name.lower() == "content-type" else values
              for name, values in (event.get("multiValueHeaders") or {}).items()}
     return {**event, "headers": plain, "multiValueHeaders": multi or None}
+
+
+_UTF8_CHARSETS = frozenset({None, "utf-8", "utf8", "us-ascii"})  # UTF-8, or ASCII, which is UTF-8 too
+
+
+def _declared_charset(parameters: str) -> str | None:
+    """The ``charset`` among a media type's ``parameters`` (``; name=value`` …), lower case and unquoted; None
+    when none is declared. A body declared in another charset is 415: API Gateway hands the function its body as
+    UTF-8 text, so the bytes of another charset that are not UTF-8 would reach the transcript as U+FFFD, and those
+    that are would be read as other characters (docs/behaviour.md#requests-and-responses)."""
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower()
+    return None
 
 
 def route_path(path: str) -> str:
@@ -188,15 +206,21 @@ def rest_proxy_event(
     """The event API Gateway (REST, Lambda proxy) hands the function for a request to stage :data:`STAGE`.
 
     ``resource_path`` is the path without the stage prefix (``/compact`` for ``/v1/compact``), as in
-    the event's ``path`` and ``resource`` when the API is called through its execute-api URL. The body is
-    text (``isBase64Encoded`` false), as API Gateway delivers it when the API declares no binary media
-    types: bytes that are not UTF-8 become U+FFFD, so a malformed body is the handler's 422, never a
-    base64 event the handler would fail to decode.
+    the event's ``path`` and ``resource`` when the API is called through its execute-api URL. A UTF-8 body is
+    text (``isBase64Encoded`` false), as API Gateway delivers it when the API declares no binary media types.
+    A body that is not UTF-8 is delivered as it came, base64 (``isBase64Encoded`` true), so that the handler
+    refuses it with the 400 of :func:`admitted_event` (docs/reliability.md#bounded-input). API Gateway itself
+    turns its invalid bytes into U+FFFD before the function runs, which it cannot tell from text the caller
+    sent; this event used to do the same, and ``compactor serve`` then compacted a transcript other than the
+    one it was sent (``"A\xff"`` became ``"A\ufffd"``) and answered 200.
     """
     multi_headers: dict[str, list[str]] = {}
     for name, value in headers:
         multi_headers.setdefault(name, []).append(value)
-    text = body.decode("utf-8", errors="replace")
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode("ascii"), True
     now = datetime.now(timezone.utc)
     return {
         "resource": resource_path,
@@ -223,5 +247,5 @@ def rest_proxy_event(
             "identity": {"sourceIp": source_ip},
         },
         "body": text if body else None,
-        "isBase64Encoded": False,
+        "isBase64Encoded": encoded,
     }

@@ -40,7 +40,7 @@ import ijson
 
 from compactor.jsonutil import (
     MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
-    parsed_depth_exceeds,
+    parsed_depth_exceeds, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES
 from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
@@ -93,8 +93,9 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
         try:
             bounded_loads(line)
             return "jsonl", _Replay(head, raw)
-        except JSONLimitError:
-            pass
+        except JSONLimitError as exc:
+            if not exc.syntax:  # JSON over a limit (a key twice, too deep): a line the JSONL reading refuses
+                return "jsonl", _Replay(head, raw)
     if stripped[:1] == b"{":
         return "object", _Replay(head, raw)
     return "jsonl", _Replay(head, raw)
@@ -155,7 +156,7 @@ class _Watched:
     def read(self, size: int = -1) -> bytes:
         if self.stopped is not None:
             return b""
-        data = self.raw.read(size)
+        data = self._read(size)
         if self.surrogates:
             data = self._judged(data, size)
             if self.stopped is not None:
@@ -171,6 +172,18 @@ class _Watched:
                 self.stopped = PathsTooLong(f"{self.openers} '[' and '{{' in {self.size} bytes since the last "
                                             "message: the transcript is to be read path-free")
                 return b""
+        return data
+
+    def _read(self, size: int) -> bytes:
+        """The next bytes of the stream; none, and :attr:`stopped`, when they hold a form feed or a vertical tab.
+        ijson's C backend reads them as whitespace between values; in JSON, and so for the API, they are no
+        whitespace, and a string holds them only escaped: no JSON text holds one as a byte (two scans in C of each
+        read, docs/scale.md "Streaming")."""
+        data = self.raw.read(size)
+        if b"\x0c" in data or b"\x0b" in data:
+            self.stopped = TranscriptError("not JSON: a raw form feed or vertical tab (JSON's whitespace is space, "
+                                           "tab, newline and return; a string holds them escaped)")
+            return b""
         return data
 
     def _judged(self, data: bytes, size: int) -> bytes:
@@ -191,7 +204,7 @@ class _Watched:
             self.held = text[cut:]
             if cut or not data:
                 break
-            data = self.raw.read(size)
+            data = self._read(size)
         self.escaped = _HIGH_ESCAPE.search(text) is not None
         if self.escaped and any(found.start(1) < cut for found in _LONE_HIGH.finditer(text)):
             self.stopped = SurrogateEscape("a surrogate escape the C backend reads as '?': the stream is to be "
@@ -343,13 +356,14 @@ def _refuse_past_levels(depth: int) -> None:
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
-    past :data:`MAX_LEVELS` refused as it opens); the last of a field named twice."""
+    past :data:`MAX_LEVELS` refused as it opens); a member named twice is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
     reader = _Watched(replay, counted=False, surrogates=backend is None)
     fields: dict[str, Any] = {}
     depth, key, builder, members, messages_value = 0, None, None, [], False
+    named: set[str] = set()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
@@ -362,6 +376,9 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
+                if value in named:  # the API refuses it (bounded_loads); items would give both messages arrays
+                    raise TranscriptError(repeated_key_message(value))
+                named.add(value)
                 if value in _STRUCTURAL:
                     members.append(value)
                     _refuse_members(members)
@@ -403,10 +420,8 @@ _STRUCTURAL = frozenset(("messages", "input", "messages.item"))
 
 
 def _refuse_members(members: list[str]) -> None:
-    """What a stream cannot read as the API would: ``messages`` named twice (the API keeps the last, a stream has
-    given the first), and a member named ``messages.item`` (ijson's items would give it as a message)."""
-    if members.count("messages") > 1:
-        raise TranscriptError("the transcript names 'messages' twice")
+    """What a stream cannot read as the API would: a member named ``messages.item`` (ijson's items would give it
+    as a message)."""
     if members[-1] == "messages.item":
         raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot tell from "
                               "its messages")

@@ -209,11 +209,10 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
     """The transcript in ``text``; ``format`` (a ``format`` name) overrides what the content suggests."""
     if format is not None and format not in FORMAT_NAMES:
         raise TranscriptError(f"unknown format {format!r}; one of {', '.join(FORMAT_NAMES)}")
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise TranscriptError("the input is empty")
-    try:
-        data = bounded_loads(stripped)
+    try:  # the text as it is: JSON's whitespace only around the value, as the API reads a body (not str.strip's)
+        data = bounded_loads(text)
     except JSONLimitError as exc:
         if not exc.syntax:
             raise TranscriptError(exc.msg) from None
@@ -228,6 +227,7 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
         return Transcript(format or _guess_format(items), items)
     if isinstance(data, dict) and isinstance(data.get("messages") if "messages" in data else data.get("input"), list):
         key = "messages" if "messages" in data else "input"
+        _items_where_the_api_reads_them(data, key)
         items = _check_items(data[key])
         # Agent trajectory files carry run metadata next to the items: keep only request fields.
         fields = {k: v for k, v in data.items() if k in FILE_FIELDS}
@@ -235,6 +235,18 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
         fields.pop("format", None)
         return Transcript(chosen, items, fields, request_body=True)
     raise TranscriptError("expected a JSON array of messages, an object with a 'messages' array, or JSONL")
+
+
+def _items_where_the_api_reads_them(body: dict[str, Any], key: str) -> None:
+    """A :class:`TranscriptError` when ``body`` names its ``format`` and holds its items under another field than
+    that format's, which the API refuses (``CompactRequest``): an ``openai-responses`` body with ``messages``
+    (a file's reading compacted them as its items and dropped its ``input`` without a word), another format's
+    without ``messages`` (read from ``input``). A body that names no format is read by its field, as before."""
+    named = body.get("format")
+    if named == "openai-responses" and key == "messages":
+        raise TranscriptError("openai-responses items go in 'input', not 'messages'")
+    if named is not None and named != "openai-responses" and key == "input":
+        raise TranscriptError(f"{str(named)[:64]} items go in 'messages', not 'input'")
 
 
 def _guess_format(items: list[dict[str, Any]]) -> str:

@@ -304,7 +304,7 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "404": ("no such job or handle (or not the caller's)", ErrorBody),
     "413": ("the body is over 10 MiB (`request_too_large`), or the answer would be over the 6 MB response limit "
             "(`response_too_large`): send large transcripts through the S3 path or uploads", ErrorBody),
-    "415": ("the body is declared as another media type than application/json, or compressed", ErrorBody),
+    "415": ("the body is declared as another media type than application/json, in another charset than UTF-8, or compressed", ErrorBody),
     "422": ("the body failed schema validation", ValidationErrorBody),
     "500": ("unexpected failure (details are in the logs, never in the answer)", ErrorBody),
     "503": ("uploads are not configured on this deployment", ErrorBody),

@@ -199,6 +199,34 @@ def test_json_media_types_are_compared_case_insensitively(
     assert event["headers"]["Content-Type"] == content_type  # the caller's event is left as it came
 
 
+@pytest.mark.parametrize("content_type", ["application/json; charset=iso-8859-1", 'application/json;charset="UTF-16"',
+                                          "application/json; boundary=x; Charset=windows-1252"])
+def test_a_body_declared_in_another_charset_than_utf8_is_415(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, content_type: str,
+) -> None:
+    # It was read as UTF-8 whatever it declared: Latin-1's "é" (E9) reached the transcript as U+FFFD, deployed.
+    event = load_event("compact-legacy", body={"messages": []}, headers={"Content-Type": content_type})
+
+    response = compact_module.handler(event, lambda_context)
+
+    assert response["statusCode"] == 415
+    assert response_json(response)["error"] == {
+        "message": f"Content-Type {content_type!r} is not supported: send the body as UTF-8 (application/json)",
+        "type": "invalid_request_error", "code": "unsupported_media_type"}
+    assert stub_service.calls == []
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", 'application/json; charset="UTF8"',
+                                          "application/json; charset=US-ASCII", "application/json; version=2"])
+def test_a_body_declared_utf8_or_ascii_is_read(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService, content_type: str,
+) -> None:
+    stub_service.answer = (200, {"messages": [], "compacted": False})
+    event = load_event("compact-legacy", body={"messages": []}, headers={"Content-Type": content_type})
+
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 200
+
+
 def test_a_get_without_a_body_may_declare_any_content_type(
     compact_module: ModuleType, lambda_context: LocalLambdaContext,
 ) -> None:

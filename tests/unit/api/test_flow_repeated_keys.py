@@ -1,6 +1,8 @@
-"""A flow body whose JSON repeats a key in one object is refused (docs/behaviour.md#flow-admission): the
-body's reader keeps the last value of a repeated key, so a second node under one id, or an option given
-twice, used to vanish and the flow that ran was not the one sent."""
+"""A flow body whose JSON repeats a key in one object is refused, as every body is
+(docs/behaviour.md#requests-and-responses): a JSON reader keeps the last value of a repeated key, so a second node
+under one id, or an option given twice, used to vanish and the flow that ran was not the one sent. Until every body was read that way the flow routes
+looked for it in a second parse of the body and answered 400 invalid_flow; it is now the 422 json_invalid of any
+route."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from types import ModuleType
 
 import pytest
 
-from compactor.jsonutil import repeated_key
+from compactor.jsonutil import JSONLimitError, bounded_loads
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .helpers import load_event, response_json
@@ -34,21 +36,22 @@ INPUT_KEY_TWICE = ('{"flow_ir": ["flow", {"i": {"kind": "input"}, "o": {"kind": 
     ("/flows/normalize", TWO_NODES_ONE_ID, "a"),
 ])
 @pytest.mark.usefixtures("bundled_catalog")
-def test_a_repeated_key_is_400_invalid_flow_naming_it(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+def test_a_repeated_key_is_422_json_invalid_naming_it(compact_module: ModuleType,
+                                                      lambda_context: LocalLambdaContext,
                                                       path: str, raw: str, key: str) -> None:
     response = compact_module.handler(load_event("flows", raw_body=raw, path=path), lambda_context)
 
-    assert response["statusCode"] == 400
-    error = response_json(response)["error"]
-    assert error["code"] == "invalid_flow" and error["type"] == "invalid_request_error"
-    assert error["message"].startswith(f'flow_ir rejected at admission: the body repeats the key "{key}" ')
+    assert response["statusCode"] == 422
+    [item] = response_json(response)["detail"]
+    assert item["type"] == "json_invalid" and item["loc"][0] == "body"
+    assert item["ctx"]["error"] == f'the key "{key}" appears twice in one object: send each key once'
 
 
 @pytest.mark.usefixtures("bundled_catalog")
 def test_a_base64_body_is_read_the_same_way(compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     event = load_event("flows", base64_body=TWO_NODES_ONE_ID.encode("utf-8"))
 
-    assert compact_module.handler(event, lambda_context)["statusCode"] == 400
+    assert compact_module.handler(event, lambda_context)["statusCode"] == 422
 
 
 @pytest.mark.usefixtures("bundled_catalog")
@@ -63,7 +66,13 @@ def test_the_same_flow_without_repeats_runs(compact_module: ModuleType, lambda_c
 
 @pytest.mark.parametrize(("text", "key"), [
     ('{"a": 1, "b": {"c": 2, "c": 3}}', "c"), ('[{"a": 1}, {"a": 2}]', None), ('{"a": {"a": 1}}', None),
-    ("not json", None), ('{"x": 1, "x": 1}', "x"),
+    ('"not an object"', None), ('{"x": 1, "x": 1}', "x"),
 ])
-def test_repeated_key(text: str, key: str | None) -> None:
-    assert repeated_key(text) == key
+def test_bounded_loads_names_a_repeated_key(text: str, key: str | None) -> None:
+    if key is None:
+        bounded_loads(text)
+        return
+    with pytest.raises(JSONLimitError) as refused:
+        bounded_loads(text)
+    assert refused.value.msg == f'the key "{key}" appears twice in one object: send each key once'
+    assert not refused.value.syntax  # JSON over a limit: a transcript file is not read again as JSONL

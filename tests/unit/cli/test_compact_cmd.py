@@ -94,3 +94,21 @@ def test_a_windowed_run_gets_a_page_of_passes(tmp_path):
     html = page.read_text()
     assert html.count('<tr class="pass">') == len(compaction["windows"]["passes"]) > 0
     assert f"{compaction['original_bytes']:,}".replace(",", "\u202f") in html
+
+
+@pytest.mark.parametrize(("policy", "message"), [
+    ('["policy", {"a": 1, "a": 2}]', 'the key "a" appears twice in one object: send each key once'),
+    ('["policy", NaN]', "NaN is not JSON"),
+    ("[" * 5000 + "]" * 5000, "JSON nested deeper than 128 levels"),
+    ("[1", "not JSON: Expecting"),
+])
+def test_a_policy_argument_is_read_as_the_api_reads_a_body(tmp_path, capsys, policy, message):
+    # json.loads kept the last of a key's values, took NaN, and raised RecursionError (a traceback) on deep nesting.
+    source = tmp_path / "t.json"
+    source.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+
+    with pytest.raises(SystemExit) as exited:
+        main(["compact", str(source), "--decision-policy", policy])
+
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err

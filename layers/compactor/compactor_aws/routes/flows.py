@@ -15,20 +15,13 @@ router = APIGatewayRouter()
 def flows(request: FlowsRequest) -> Response[str]:
     from compactor import service
 
-    from compactor.flows_service import repeated_key_refusal
-
-    body_text = router.current_event.decoded_body
-    # Looked for when the call is computed, not on a replay of its stored answer (the second parse of the body).
-    return billed(router, "flows", lambda: repeated_key_refusal(body_text, route="flows") or service.handle_flows(
-        request.model_dump(exclude_unset=True), lambda_context=router.lambda_context))
+    return billed(router, "flows", lambda: service.handle_flows(request.model_dump(exclude_unset=True),
+                                                                lambda_context=router.lambda_context))
 
 
 @billed_post(router, "/flows/normalize")
 def flows_normalize(request: NormalizeRequest) -> Response[str]:
     from compactor import service
 
-    from compactor.flows_service import repeated_key_refusal
-
-    body_text = router.current_event.decoded_body
-    return billed(router, "flows_normalize", lambda: repeated_key_refusal(body_text, route="flows_normalize")
-                  or service.handle_flows_normalize(request.model_dump(exclude_unset=True)))
+    return billed(router, "flows_normalize",
+                  lambda: service.handle_flows_normalize(request.model_dump(exclude_unset=True)))

@@ -1,0 +1,165 @@
+"""The same bytes judged the same way on every path that reads a transcript request: the API (its handler, with
+the event ``compactor serve`` builds), the S3 path (an object read whole), ``compactor compact`` (a file read
+whole) and the streamed reading of large files and objects (docs/behaviour.md#requests-and-responses,
+docs/scale.md "Streaming")."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor.object_jobs import Defaults, Failure, build_request
+from compactor.transcript_stream import fields_from, messages_from, opener
+from compactor.transcripts import TranscriptError, read_transcript
+from compactor_cli.files import InputError, read_text
+
+from .conftest import post
+
+pytestmark = pytest.mark.usefixtures("bundled_catalog")
+
+MESSAGES = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+BODY = json.dumps({"messages": MESSAGES}).encode("utf-8")
+
+
+def api(module: ModuleType, raw: bytes) -> tuple[int, Any]:
+    status, text = post(module, "compact", raw)
+    return status, json.loads(text)
+
+
+def s3(raw: bytes) -> Any:
+    return build_request(raw, Defaults())
+
+
+def cli(raw: bytes, tmp_path: Path) -> Any:
+    path = tmp_path / "transcript.json"
+    path.write_bytes(raw)
+    return read_transcript(read_text(str(path)))
+
+
+def streamed(raw: bytes, tmp_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    path = tmp_path / "streamed.json"
+    path.write_bytes(raw)
+    source = opener(str(path))
+    return fields_from(source), list(messages_from(source))
+
+
+def test_a_leading_byte_order_mark_is_skipped_on_every_path(compact_module: ModuleType, tmp_path: Path) -> None:
+    # The API answered 422 "Unexpected UTF-8 BOM" where the S3 path and the CLI read the JSON after it.
+    raw = b"\xef\xbb\xbf" + BODY
+
+    status, body = api(compact_module, raw)
+    assert status == 200, body
+    assert body["messages"] == MESSAGES
+    assert s3(raw).messages == MESSAGES
+    assert cli(raw, tmp_path).items == MESSAGES
+    assert streamed(raw, tmp_path) == ({}, MESSAGES)
+
+
+def test_a_byte_order_mark_inside_a_base64_body_is_skipped_too(compact_module: ModuleType) -> None:
+    from compactor_cli.lambda_runtime import LocalLambdaContext
+
+    from ..unit.api.helpers import load_event
+
+    event = load_event("compact-legacy", base64_body=b"\xef\xbb\xbf" + BODY)
+    response = compact_module.handler(event, LocalLambdaContext("CompactFunction", timeout_s=60))
+
+    assert response["statusCode"] == 200, response["body"]
+    assert json.loads(response["body"])["messages"] == MESSAGES
+
+
+TWO_TRANSCRIPTS = (b'{"messages": [{"role": "user", "content": "first transcript"}], '
+                   b'"messages": [{"role": "user", "content": "second transcript"}]}')
+A_KEY_TWICE_IN_A_MESSAGE = b'{"messages": [{"role": "user", "content": "kept", "content": "lost"}]}'
+A_KEY_TWICE_IN_A_JSONL_LINE = (b'{"role": "user", "content": "kept", "content": "lost"}\n'
+                               b'{"role": "assistant", "content": "Done."}\n')
+
+
+@pytest.mark.parametrize(("raw", "key"), [
+    (TWO_TRANSCRIPTS, "messages"),
+    (A_KEY_TWICE_IN_A_MESSAGE, "content"),
+    (A_KEY_TWICE_IN_A_JSONL_LINE, "content"),
+])
+def test_a_key_named_twice_in_one_object_is_refused_on_every_path(compact_module: ModuleType, tmp_path: Path,
+                                                                  raw: bytes, key: str) -> None:
+    # Every reader kept the last value (the streamed reading refused two `messages`): one of two transcripts, or
+    # one of two contents, was compacted and the other lost without a word.
+    reason = f'the key "{key}" appears twice in one object: send each key once'
+
+    status, body = api(compact_module, raw)
+    assert status == 422, body
+    assert body["detail"][0]["type"] == "json_invalid" and body["detail"][0]["ctx"]["error"] == reason
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"]
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        cli(raw, tmp_path)
+    if key == "messages" or raw is A_KEY_TWICE_IN_A_JSONL_LINE:  # a message's own keys: docs/scale.md "Streaming"
+        with pytest.raises(TranscriptError, match=re.escape(reason)):
+            streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"role": "user", "content": "A\xed\xa0\x80"}\n{"role": "assistant", "content": "Done."}\n',  # a surrogate, encoded
+    b'{"role": "user", "content": "A\xff"}\n{"role": "assistant", "content": "Done."}\n',
+])
+def test_jsonl_that_is_not_utf8_is_refused_by_the_streamed_reading_too(tmp_path: Path, raw: bytes) -> None:
+    # The S3 path and the CLI refuse the bytes; the streamed reading parsed each line with json.loads of bytes, which
+    # read ED A0 80 as a lone surrogate into the message, and named an invalid byte an "unreadable number".
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.error["message"] == "the object is not UTF-8 text"
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        cli(raw, tmp_path)
+    reason = "line 1 is not JSON: not UTF-8 text (an invalid byte at offset 30)"
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
+    b"\x0c" + BODY,  # a form feed
+    "\u00a0".encode("utf-8") + BODY,  # a no-break space
+    b" \xef\xbb\xbf" + BODY,  # a byte order mark that does not lead
+    BODY + b"\x0b",  # a vertical tab
+    BODY.replace(b'"content"', b'\x0c"content"'),  # between two members of a message (ijson's C backend took it)
+])
+def test_what_is_not_json_whitespace_is_refused_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, raw: bytes,
+) -> None:
+    # The API refused it (422 json_invalid); the S3 path and the CLI read the body after str.strip(), which takes
+    # these away around it, and the streamed reading took a form feed or vertical tab anywhere between values.
+    status, body = api(compact_module, raw)
+    assert status == 422 and body["detail"][0]["type"] == "json_invalid", body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422, failure
+    assert failure.detail[0]["type"] == "json_invalid"
+    with pytest.raises(TranscriptError, match="is not JSON"):
+        cli(raw, tmp_path)
+    with pytest.raises(TranscriptError):
+        streamed(raw, tmp_path)
+
+
+CHAT_ITEM = {"role": "user", "content": "the chat message"}
+RESPONSES_ITEM = {"type": "message", "role": "user", "content": "the Responses item"}
+
+
+@pytest.mark.parametrize(("request_body", "reason"), [
+    ({"format": "openai-responses", "messages": [CHAT_ITEM], "input": [RESPONSES_ITEM]},
+     "openai-responses items go in 'input', not 'messages'"),
+    ({"format": "openai-chat", "input": [CHAT_ITEM]}, "openai-chat items go in 'messages', not 'input'"),
+])
+def test_items_under_another_field_than_the_named_formats_are_refused_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, request_body: dict[str, Any], reason: str,
+) -> None:
+    # The API refused both (422); the S3 path and the CLI read the first's `messages` as its Responses items and
+    # dropped its `input` without a word, and read the second's `input` as chat messages.
+    raw = json.dumps(request_body).encode("utf-8")
+
+    status, body = api(compact_module, raw)
+    assert status == 422, body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"], failure
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        cli(raw, tmp_path)
