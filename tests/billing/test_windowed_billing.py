@@ -54,6 +54,25 @@ def context() -> LocalLambdaContext:
     return LocalLambdaContext("WindowJobFunction", timeout_s=900)
 
 
+def ledger_down(monkeypatch: pytest.MonkeyPatch, *, once: bool = False) -> list[bool]:
+    """Make the ledger's writes fail (DynamoDB unavailable) while the returned flag's one item is true; ``once``:
+    only the first write fails."""
+    from compactor_aws import billing
+
+    store = billing.backends().ledger
+    real = store.record
+    down = [True]
+
+    def flaky(entry: Any) -> bool:
+        if down[0]:
+            down[0] = not once
+            raise RuntimeError("DynamoDB unavailable")
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    return down
+
+
 def start(s3: Any, key: str, data: bytes) -> dict[str, Any]:
     put = s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     source = Source(BUCKET, key, put.get("VersionId"), put["ETag"].strip('"'))
@@ -106,19 +125,8 @@ def test_a_ledger_failure_fails_assemble_and_its_retry_bills_once(aws: dict[str,
                                                                   worker: ModuleType, big: bytes,
                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    from compactor_aws import billing
-
     job = start(bucket, "incoming/retried.json", big)
-    store = billing.backends().ledger
-    real = store.record
-    failures = [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(store, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     with pytest.raises(RuntimeError):
         run_to_assemble(worker, job)  # Step Functions retries the failed assemble step
     assert bucket.head_object(Bucket=BUCKET, Key="compacted/retried.json")  # stored before billing
@@ -255,19 +263,8 @@ def test_a_job_whose_ledger_write_failed_on_every_assemble_is_billed_by_record_f
     finds the job delivered: it writes no failure and bills the job (the same entry, the facts kept by the first
     attempt); while the ledger still fails it fails too (Step Functions retries it, and a failed execution can be
     redriven from it), never dropping the entry."""
-    from compactor_aws import billing
-
     job = start(bucket, "incoming/unbilled.json", big)
-    store = billing.backends().ledger
-    real = store.record
-    down = [True]
-
-    def flaky(entry: Any) -> bool:
-        if down[0]:
-            raise RuntimeError("DynamoDB unavailable")
-        return real(entry)
-
-    monkeypatch.setattr(store, "record", flaky)
+    down = ledger_down(monkeypatch)
     with pytest.raises(RuntimeError):
         run_to_assemble(worker, job)
     for _ in range(2):  # the state machine's two retries of the step on States.TaskFailed
@@ -352,20 +349,10 @@ def test_record_failure_bills_a_delivered_job_from_its_saved_state_when_the_kept
         aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """The facts the first attempt kept expire with their idempotency record (a day): a RecordFailure redriven later
     bills the job from the final run state the last assemble saved under ``work/``, the figures of its result."""
-    from compactor_aws import billing
     from .conftest import IDEMPOTENCY_TABLE
 
     job = start(bucket, "incoming/expired.json", big)
-    store = billing.backends().ledger
-    real = store.record
-    failures = [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(store, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     with pytest.raises(RuntimeError):
         run_to_assemble(worker, job)
     dynamodb = aws["dynamodb"]
