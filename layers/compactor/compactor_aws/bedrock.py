@@ -2,9 +2,10 @@
 function's role. Summaries are chat; decisions take the same prompt-and-validate path as
 ``chat-decisions``; usage comes from the answer and cost from the catalog prices. A request's cacheable
 prefix is followed by a ``cachePoint`` block for the models that take one
-(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`). An offer's ``reasoning_budget_tokens``
-turns Claude's extended thinking on (``additionalModelRequestFields.thinking``), its budget added to ``maxTokens``
-(docs/providers.md "Reasoning models").
+(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`). An offer's ``reasoning_effort`` turns
+Claude's adaptive thinking on (``additionalModelRequestFields.thinking``, ``outputConfig.effort``), its
+``reasoning_budget_tokens`` alone extended thinking, and the reasoning room is added to ``maxTokens``; a model's
+refusal of that thinking says what to change in the catalog (docs/providers.md "Reasoning models").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count
 from compactor.providers.prompt_cache import cache_split, written_first
-from compactor.providers.reasoning import output_limit
+from compactor.providers.reasoning import claude_thinking, output_limit, thinking_refusal
 from compactor.providers.turns import to_turns
 from compactor_aws import background
 
@@ -187,9 +188,11 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, An
         "messages": messages,
         "inferenceConfig": {"maxTokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS},
     }
-    if offer.reasoning_budget_tokens is not None:  # Claude's extended thinking, its budget on top of the answer's
-        arguments["additionalModelRequestFields"] = {
-            "thinking": {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}}
+    thinking = claude_thinking(offer)
+    if thinking:  # Claude's thinking, on top of the answer's output
+        arguments["additionalModelRequestFields"] = {"thinking": thinking["thinking"]}
+        if "output_config" in thinking:  # Converse's own field for Anthropic's output_config.effort
+            arguments["outputConfig"] = {"effort": thinking["output_config"]["effort"]}
         arguments["inferenceConfig"]["maxTokens"] = output_limit(offer, arguments["inferenceConfig"]["maxTokens"])
     if turns.system:
         arguments["system"] = [{"text": turns.system}]
@@ -289,7 +292,7 @@ class BedrockTransport:
         except AnswerTooLarge as exc:
             raise ProviderError(BAD_RESPONSE, str(exc)) from None
         except Exception as exc:
-            raise provider_error(exc) from None
+            raise thinking_refusal(offer, provider_error(exc)) from None
         finally:
             _CALL_DEADLINE.reset(deadline)
         return parse_converse(output, default_model=offer.model)
