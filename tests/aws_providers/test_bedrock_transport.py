@@ -112,6 +112,25 @@ async def test_an_effort_is_sent_as_claudes_adaptive_thinking(fake_provider: Fak
         ({"thinking": {"type": "adaptive"}}, {"effort": "max"}, {"maxTokens": 77 + 40000})
 
 
+async def test_an_answer_with_redacted_reasoning_is_read(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # Before: Converse's redactedContent (encrypted reasoning, a blob boto3 reads as bytes) made the answer's
+    # Unicode check raise "TypeError: Object of type bytes is not JSON serializable": a billed answer lost as an
+    # upstream_error, on every call whose thinking Claude redacted.
+    reply = converse_reply("summary", reasoning="thinking it over", output_tokens=900)
+    reply.body["output"]["message"]["content"].insert(0, {"reasoningContent": {"redactedContent": "ZW5jcnlwdGVk"}})
+    fake_provider.enqueue(reply)
+    thinking = dataclasses.replace(offer, reasoning_budget_tokens=1024)
+    response = await BedrockTransport().chat(thinking, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert response.text == "summary" and response.tokens_out == 900  # the reasoning is not the answer
+    only_redacted = converse_reply("", stop_reason="max_tokens", output_tokens=1400)
+    only_redacted.body["output"]["message"]["content"] = [{"reasoningContent": {"redactedContent": "ZW5j"}}]
+    fake_provider.enqueue(only_redacted)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().decide(dataclasses.replace(thinking, protocol="decisions"),
+                                        DecisionRequest(state={"f1": "x"}, questions=QUESTIONS), 10)
+    assert caught.value.kind == REASONING_EXHAUSTED and "1400 reasoning tokens" in caught.value.message
+
+
 async def test_a_model_refusing_a_thinking_budget_says_what_to_change(fake_provider: FakeProviderServer,
                                                                       offer: Offer) -> None:
     fake_provider.enqueue(bedrock_error(400, "ValidationException", (

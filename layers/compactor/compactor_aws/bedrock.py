@@ -63,6 +63,8 @@ _BODY_PIECE = 64 * 1024
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
                    "model_context_window_exceeded": "length", "malformed_tool_use": "tool_calls"}
+# The content block of Claude's thinking in a Converse answer (its text, or ``redactedContent``): not the answer.
+_REASONING = "reasoningContent"
 # The stop reason of an answer Bedrock itself calls broken: no answer at all (bad_response, another offer may do).
 _MALFORMED_OUTPUT = "malformed_model_output"
 
@@ -205,15 +207,17 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     message = (output.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
-    try:  # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8)
-        ensure_utf8_encodable(message)
+    blocks = [block for block in message["content"] if isinstance(block, dict)]
+    # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8). The
+    # reasoning is not read, and is not checked: a redacted one (``redactedContent``, encrypted) is bytes.
+    try:
+        ensure_utf8_encodable([block for block in blocks if _REASONING not in block])
     except ValueError as exc:
         raise ProviderError(BAD_RESPONSE, f"Converse answer {exc}") from None
-    blocks = [block for block in message["content"] if isinstance(block, dict)]
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
     # (looked for only in an answer without text: the others are answers, whatever they thought)
-    thought = (not text or text.isspace()) and any("reasoningContent" in block for block in blocks)
+    thought = (not text or text.isspace()) and any(_REASONING in block for block in blocks)
     usage = output.get("usage") if isinstance(output.get("usage"), dict) else {}
     fresh, cache_read, cache_write, out = (count(usage.get(key)) for key in
                                            ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
