@@ -91,6 +91,71 @@ async def test_a_thinking_budget_is_sent_as_claudes_thinking_on_top_of_the_answe
     assert compute_cost(thinking, response, 12) == (pytest.approx((200 * 0.8 + 900 * 4.0) / 1e6), "computed")
 
 
+async def test_an_effort_is_sent_as_claudes_adaptive_thinking(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # Before: refused at load ("bedrock offers take no reasoning_effort"); the budget, the only setting, is sent as
+    # thinking.type "enabled", which Claude 4.7 and later refuse (docs/providers.md "Reasoning models").
+    fake_provider.enqueue(converse_reply("summary", reasoning="thinking it over", output_tokens=900),
+                          converse_reply("fine"))
+    adaptive = dataclasses.replace(offer, model="us.anthropic.claude-opus-4-7", reasoning_effort="medium")
+    response = await BedrockTransport().chat(adaptive, ChatRequest([{"role": "user", "content": "x"}], max_tokens=77),
+                                             10)
+    sent = fake_provider.requests[0].json
+    assert sent["additionalModelRequestFields"] == {"thinking": {"type": "adaptive"}}
+    assert sent["outputConfig"] == {"effort": "medium"}
+    assert sent["inferenceConfig"] == {"maxTokens": 77 + 8192}
+    assert response.text == "summary"  # the reasoning blocks are not the answer
+
+    roomy = dataclasses.replace(adaptive, reasoning_effort="max", reasoning_budget_tokens=40000)
+    await BedrockTransport().chat(roomy, ChatRequest([{"role": "user", "content": "x"}], max_tokens=77), 10)
+    sent = fake_provider.requests[1].json
+    assert (sent["additionalModelRequestFields"], sent["outputConfig"], sent["inferenceConfig"]) == \
+        ({"thinking": {"type": "adaptive"}}, {"effort": "max"}, {"maxTokens": 77 + 40000})
+
+
+async def test_an_answer_with_redacted_reasoning_is_read(fake_provider: FakeProviderServer, offer: Offer) -> None:
+    # Before: Converse's redactedContent (encrypted reasoning, a blob boto3 reads as bytes) made the answer's
+    # Unicode check raise "TypeError: Object of type bytes is not JSON serializable": a billed answer lost as an
+    # upstream_error, on every call whose thinking Claude redacted.
+    reply = converse_reply("summary", reasoning="thinking it over", output_tokens=900)
+    reply.body["output"]["message"]["content"].insert(0, {"reasoningContent": {"redactedContent": "ZW5jcnlwdGVk"}})
+    fake_provider.enqueue(reply)
+    thinking = dataclasses.replace(offer, reasoning_budget_tokens=1024)
+    response = await BedrockTransport().chat(thinking, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert response.text == "summary" and response.tokens_out == 900  # the reasoning is not the answer
+    only_redacted = converse_reply("", stop_reason="max_tokens", output_tokens=1400)
+    only_redacted.body["output"]["message"]["content"] = [{"reasoningContent": {"redactedContent": "ZW5j"}}]
+    fake_provider.enqueue(only_redacted)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().decide(dataclasses.replace(thinking, protocol="decisions"),
+                                        DecisionRequest(state={"f1": "x"}, questions=QUESTIONS), 10)
+    assert caught.value.kind == REASONING_EXHAUSTED and "1400 reasoning tokens" in caught.value.message
+
+
+async def test_a_model_refusing_a_thinking_budget_says_what_to_change(fake_provider: FakeProviderServer,
+                                                                      offer: Offer) -> None:
+    fake_provider.enqueue(bedrock_error(400, "ValidationException", (
+        'The model returned the following errors: "thinking.type.enabled" is not supported for this model. Use '
+        '"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.')))
+    budgeted = dataclasses.replace(offer, model="us.anthropic.claude-opus-4-7", reasoning_budget_tokens=2048)
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(budgeted, ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert (caught.value.kind, caught.value.http_status) == (BAD_REQUEST, 400)
+    assert caught.value.message.startswith(
+        "model 'us.anthropic.claude-opus-4-7' takes adaptive thinking only, not extended thinking with a budget: in "
+        "the catalog, replace \"reasoning_budget_tokens\": 2048 with \"reasoning_effort\" (low, medium, high, xhigh "
+        "or max: adaptive thinking) in offer 'bedrock/haiku'; the provider said: ValidationException: The model")
+
+    fake_provider.enqueue(bedrock_error(400, "ValidationException", (
+        "The model returned the following errors: thinking: Input tag 'adaptive' found using 'type' does not match "
+        "any of the expected tags: 'disabled', 'enabled'")))
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(dataclasses.replace(offer, reasoning_effort="low"),
+                                      ChatRequest([{"role": "user", "content": "x"}]), 10)
+    assert caught.value.message.startswith(
+        f"model '{MODEL}' does not take adaptive thinking: in the catalog, replace \"reasoning_effort\": \"low\" with "
+        "\"reasoning_budget_tokens\" (1024 to 128000: extended thinking) in offer 'bedrock/haiku'")
+
+
 async def test_a_decision_spent_on_thinking_says_so(fake_provider: FakeProviderServer, offer: Offer) -> None:
     fake_provider.enqueue(converse_reply("", reasoning="a long thought", stop_reason="max_tokens", output_tokens=1400))
     thinking = dataclasses.replace(offer, protocol="decisions", reasoning_budget_tokens=1024)

@@ -57,8 +57,9 @@ class OfferSpec(BaseModel):
     # transport's), and the fewest prompt tokens worth a marker (default 1024).
     prompt_cache: bool | None = None
     cache_min_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
-    # Reasoning models (docs/providers.md "Reasoning models"): OpenAI's effort, and the output tokens kept for
-    # reasoning (Anthropic's and Bedrock's extended-thinking budget); each only where the transport sends it.
+    # Reasoning models (docs/providers.md "Reasoning models"): the effort (OpenAI's, or Anthropic's for Claude's
+    # adaptive thinking), and the output tokens kept for reasoning (alone, Claude's extended-thinking budget);
+    # each only where the transport sends it, an effort only of the values its wire takes.
     reasoning_effort: Literal[reasoning.EFFORTS] | None = None  # type: ignore[valid-type]
     reasoning_budget_tokens: int | None = Field(default=None, ge=reasoning.MIN_BUDGET_TOKENS,
                                                 le=reasoning.MAX_BUDGET_TOKENS)

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from compactor.call_record import MODEL_NODE_KINDS, NodeOutcome
+from compactor.providers.reasoning import PROVIDER_SAID
 
 _KEY_NOT_SET = re.compile(r"API key variable (\w+) is not set")
 
@@ -75,6 +76,9 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "bad_request" and http_status is not None and 300 <= http_status < 400:
         return (f"{host} redirects ({http_status})",
                 "set the offer's base_url to the address the error message names (redirects are not followed)")
+    if kind == "bad_request" and "in the catalog, replace" in message:  # providers.reasoning.thinking_refusal
+        said, _, fix = message.partition(": in the catalog, ")
+        return said, f"in the catalog, {fix.partition(f'; {PROVIDER_SAID}')[0]}"
     if kind == "bad_request":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
         return status, "check the offer's model name and transport"

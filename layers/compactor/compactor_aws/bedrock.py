@@ -2,9 +2,10 @@
 function's role. Summaries are chat; decisions take the same prompt-and-validate path as
 ``chat-decisions``; usage comes from the answer and cost from the catalog prices. A request's cacheable
 prefix is followed by a ``cachePoint`` block for the models that take one
-(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`). An offer's ``reasoning_budget_tokens``
-turns Claude's extended thinking on (``additionalModelRequestFields.thinking``), its budget added to ``maxTokens``
-(docs/providers.md "Reasoning models").
+(:mod:`compactor.providers.prompt_cache`, :data:`CACHE_POINT_MODELS`). An offer's ``reasoning_effort`` turns
+Claude's adaptive thinking on (``additionalModelRequestFields.thinking``, ``outputConfig.effort``), its
+``reasoning_budget_tokens`` alone extended thinking, and the reasoning room is added to ``maxTokens``; a model's
+refusal of that thinking says what to change in the catalog (docs/providers.md "Reasoning models").
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from compactor.providers.chat_decisions import decide_by_chat
 from compactor.providers.http import CONTEXT_OVERFLOW_WORDS, parse_retry_after, safe_message
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count
 from compactor.providers.prompt_cache import cache_split, written_first
-from compactor.providers.reasoning import output_limit
+from compactor.providers.reasoning import claude_thinking, output_limit, thinking_refusal
 from compactor.providers.turns import to_turns
 from compactor_aws import background
 
@@ -62,6 +63,8 @@ _BODY_PIECE = 64 * 1024
 _FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
                    "guardrail_intervened": "content_filter", "content_filtered": "content_filter",
                    "model_context_window_exceeded": "length", "malformed_tool_use": "tool_calls"}
+# The content block of Claude's thinking in a Converse answer (its text, or ``redactedContent``): not the answer.
+_REASONING = "reasoningContent"
 # The stop reason of an answer Bedrock itself calls broken: no answer at all (bad_response, another offer may do).
 _MALFORMED_OUTPUT = "malformed_model_output"
 
@@ -187,9 +190,11 @@ def converse_arguments(offer: Offer, request: ChatRequest) -> tuple[dict[str, An
         "messages": messages,
         "inferenceConfig": {"maxTokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS},
     }
-    if offer.reasoning_budget_tokens is not None:  # Claude's extended thinking, its budget on top of the answer's
-        arguments["additionalModelRequestFields"] = {
-            "thinking": {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}}
+    thinking = claude_thinking(offer)
+    if thinking:  # Claude's thinking, on top of the answer's output
+        arguments["additionalModelRequestFields"] = {"thinking": thinking["thinking"]}
+        if "output_config" in thinking:  # Converse's own field for Anthropic's output_config.effort
+            arguments["outputConfig"] = {"effort": thinking["output_config"]["effort"]}
         arguments["inferenceConfig"]["maxTokens"] = output_limit(offer, arguments["inferenceConfig"]["maxTokens"])
     if turns.system:
         arguments["system"] = [{"text": turns.system}]
@@ -202,15 +207,17 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
     message = (output.get("output") or {}).get("message")
     if not isinstance(message, dict) or not isinstance(message.get("content"), list):
         raise ProviderError(BAD_RESPONSE, "Converse answer has no output.message.content")
-    try:  # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8)
-        ensure_utf8_encodable(message)
+    blocks = [block for block in message["content"] if isinstance(block, dict)]
+    # botocore parsed the body: an escaped lone surrogate is no text (as compactor.jsonutil.strict_loads_utf8). The
+    # reasoning is not read, and is not checked: a redacted one (``redactedContent``, encrypted) is bytes.
+    try:
+        ensure_utf8_encodable([block for block in blocks if _REASONING not in block])
     except ValueError as exc:
         raise ProviderError(BAD_RESPONSE, f"Converse answer {exc}") from None
-    blocks = [block for block in message["content"] if isinstance(block, dict)]
     text = "".join(block["text"] for block in blocks if isinstance(block.get("text"), str))
     tool_calls = [block["toolUse"] for block in blocks if isinstance(block.get("toolUse"), dict)] or None
     # (looked for only in an answer without text: the others are answers, whatever they thought)
-    thought = (not text or text.isspace()) and any("reasoningContent" in block for block in blocks)
+    thought = (not text or text.isspace()) and any(_REASONING in block for block in blocks)
     usage = output.get("usage") if isinstance(output.get("usage"), dict) else {}
     fresh, cache_read, cache_write, out = (count(usage.get(key)) for key in
                                            ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens",
@@ -289,7 +296,7 @@ class BedrockTransport:
         except AnswerTooLarge as exc:
             raise ProviderError(BAD_RESPONSE, str(exc)) from None
         except Exception as exc:
-            raise provider_error(exc) from None
+            raise thinking_refusal(offer, provider_error(exc)) from None
         finally:
             _CALL_DEADLINE.reset(deadline)
         return parse_converse(output, default_model=offer.model)

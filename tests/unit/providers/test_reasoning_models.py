@@ -47,6 +47,9 @@ def catalog_error(**fields: Any) -> str:
     ("openai", "chat", {"reasoning_effort": "high", "reasoning_budget_tokens": 20000}),
     ("chat-decisions", "decisions", {"reasoning_effort": "minimal"}),
     ("anthropic", "chat", {"reasoning_budget_tokens": 2048}),
+    ("anthropic", "chat", {"reasoning_effort": "max"}),
+    ("anthropic", "decisions", {"reasoning_effort": "low", "reasoning_budget_tokens": 2048}),
+    ("bedrock", "chat", {"reasoning_effort": "xhigh"}),
     ("bedrock", "decisions", {"reasoning_budget_tokens": 1024}),
     ("bedrock", "chat", {"reasoning_budget_tokens": 1024,
                          "model": "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc"}),
@@ -69,9 +72,17 @@ def test_the_catalog_takes_the_settings_a_transport_sends(transport: str, protoc
     ({"reasoning_budget_tokens": 512}, "greater than or equal to 1024"),
     ({"reasoning_budget_tokens": 10**9}, "less than or equal to 128000"),
     ({"reasoning_budget_tokens": 2048.0}, "reasoning_budget_tokens"),
-    ({"transport": "anthropic", "reasoning_effort": "low"},
-     "anthropic offers take no reasoning_effort: the transport cannot send it; set reasoning_budget_tokens instead"),
-    ({"transport": "bedrock", "base_url": None, "reasoning_effort": "low"}, "bedrock offers take no reasoning_effort"),
+    ({"transport": "anthropic", "reasoning_effort": "minimal"},
+     "anthropic offers take a reasoning_effort of low, medium, high, xhigh or max (Anthropic's effort levels), "
+     "not 'minimal'"),
+    ({"transport": "anthropic", "reasoning_effort": "none"}, "anthropic offers take a reasoning_effort of low"),
+    ({"reasoning_effort": "max"}, "openai offers take a reasoning_effort of none, minimal, low, medium, high or xhigh "
+                                  "(OpenAI's reasoning_effort), not 'max'"),
+    ({"transport": "bedrock", "base_url": None, "reasoning_effort": "low"},
+     "bedrock sends reasoning_effort as Claude's adaptive thinking (additionalModelRequestFields.thinking, "
+     "outputConfig.effort), which model 'gpt-5-mini' does not take"),
+    ({"transport": "bedrock", "base_url": None, "model": "us.anthropic.claude-opus-4-7", "reasoning_effort": "minimal"},
+     "bedrock offers take a reasoning_effort of low, medium, high, xhigh or max"),
     ({"transport": "bedrock", "base_url": None, "model": "deepseek.r1-v1:0", "reasoning_budget_tokens": 2048},
      "bedrock sends reasoning_budget_tokens as Claude's extended thinking (additionalModelRequestFields.thinking), "
      "which model 'deepseek.r1-v1:0' does not take"),
@@ -147,6 +158,101 @@ async def test_anthropic_thinking_budget_is_sent_on_top_of_the_answer(fake_provi
     fake_provider.enqueue(anthropic_reply("fine"))
     await AnthropicTransport().chat(anthropic_offer, ChatRequest(MESSAGES), 10)
     assert "thinking" not in fake_provider.requests[1].json and fake_provider.requests[1].json["max_tokens"] == 1024
+
+
+def adaptive_reply(text: str) -> Reply:
+    """An answer of adaptive thinking: a thinking block (its text omitted, as Claude 4.7 and later send it by
+    default), a redacted one, then the text."""
+    reply = anthropic_reply(text, output_tokens=900)
+    reply.body["content"][:0] = [{"type": "thinking", "thinking": "", "signature": "c2ln"},
+                                 {"type": "redacted_thinking", "data": "ZW5jcnlwdGVk"}]
+    return reply
+
+
+async def test_an_anthropic_effort_is_sent_as_adaptive_thinking(fake_provider: FakeProviderServer,
+                                                                 anthropic_offer: Offer) -> None:
+    # Before: refused at load ("anthropic offers take no reasoning_effort"), and reasoning_budget_tokens, the only
+    # setting, is sent as thinking.type "enabled", which Claude 4.7 and later refuse with a 400.
+    fake_provider.enqueue(adaptive_reply("the answer"), adaptive_reply("fine"))
+    offer = dataclasses.replace(anthropic_offer, model="claude-opus-4-7", reasoning_effort="high")
+    response = await AnthropicTransport().chat(offer, ChatRequest(MESSAGES, max_tokens=300), 10)
+    sent = fake_provider.requests[0].json
+    assert list(sent) == ["model", "max_tokens", "messages", "thinking", "output_config"]
+    assert sent["thinking"] == {"type": "adaptive"} and sent["output_config"] == {"effort": "high"}
+    assert sent["max_tokens"] == 300 + 16384  # max_tokens bounds thinking and answer together
+    assert response.text == "the answer"  # neither thinking block is the answer
+
+    # beside an effort, the budget is the room alone: adaptive thinking takes no budget_tokens
+    roomy = dataclasses.replace(offer, reasoning_effort="low", reasoning_budget_tokens=20000)
+    await AnthropicTransport().chat(roomy, ChatRequest(MESSAGES, max_tokens=100), 10)
+    sent = fake_provider.requests[1].json
+    assert (sent["thinking"], sent["output_config"], sent["max_tokens"]) == \
+        ({"type": "adaptive"}, {"effort": "low"}, 100 + 20000)
+
+
+async def test_anthropic_requests_without_a_setting_are_unchanged(fake_provider: FakeProviderServer,
+                                                                  anthropic_offer: Offer) -> None:
+    fake_provider.enqueue(anthropic_reply("fine"), anthropic_reply("fine"))
+    await AnthropicTransport().chat(anthropic_offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    await AnthropicTransport().chat(dataclasses.replace(anthropic_offer, reasoning_budget_tokens=1024),
+                                    ChatRequest(MESSAGES, max_tokens=64), 10)
+    plain, budgeted = (request.body for request in fake_provider.requests)
+    assert plain == (b'{"model":"' + anthropic_offer.model.encode() +
+                     b'","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}')
+    assert budgeted == plain.replace(b"64,", b"1088,")[:-1] + b',"thinking":{"type":"enabled","budget_tokens":1024}}'
+
+
+# What Anthropic answers a thinking.type "enabled" sent to Claude 4.7 and later (docs/providers.md "Reasoning models").
+REFUSES_ENABLED = Reply(400, {"type": "error", "error": {
+    "type": "invalid_request_error",
+    "message": '"thinking.type.enabled" is not supported for this model. Use "thinking.type.adaptive" and '
+               '"output_config.effort" to control thinking behavior.'}})
+
+
+async def test_a_model_refusing_a_thinking_budget_says_what_to_change(fake_provider: FakeProviderServer,
+                                                                      anthropic_offer: Offer) -> None:
+    # Before: "HTTP 400: "thinking.type.enabled" is not supported for this model...", explained as "check the
+    # offer's model name and transport": the catalog's words (reasoning_budget_tokens) were nowhere.
+    fake_provider.enqueue(REFUSES_ENABLED)
+    offer = dataclasses.replace(anthropic_offer, id="anthropic/opus", model="claude-opus-4-7",
+                                reasoning_budget_tokens=4096)
+    with pytest.raises(ProviderError) as caught:
+        await AnthropicTransport().chat(offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    error = caught.value
+    assert (error.kind, error.http_status) == ("bad_request", 400)
+    assert error.message.startswith(
+        "model 'claude-opus-4-7' takes adaptive thinking only, not extended thinking with a budget: in the catalog, "
+        "replace \"reasoning_budget_tokens\": 4096 with \"reasoning_effort\" (low, medium, high, xhigh or max: "
+        "adaptive thinking) in offer 'anthropic/opus'; the provider said: HTTP 400: \"thinking.type.enabled\" is not "
+        "supported for this model.")
+    assert len(fake_provider.requests) == 1  # not sent again another way: the operator's setting is not guessed at
+    cause, fix = explain(error.kind, error.message, error.http_status)
+    assert cause == "model 'claude-opus-4-7' takes adaptive thinking only, not extended thinking with a budget"
+    assert fix == ("in the catalog, replace \"reasoning_budget_tokens\": 4096 with \"reasoning_effort\" (low, medium, "
+                   "high, xhigh or max: adaptive thinking) in offer 'anthropic/opus'")
+
+
+async def test_a_model_refusing_adaptive_thinking_says_what_to_change(fake_provider: FakeProviderServer,
+                                                                      anthropic_offer: Offer) -> None:
+    fake_provider.enqueue(Reply(400, {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "adaptive thinking is not supported on this model"}}))
+    offer = dataclasses.replace(anthropic_offer, model="claude-haiku-4-5", reasoning_effort="medium")
+    with pytest.raises(ProviderError) as caught:
+        await AnthropicTransport().chat(offer, ChatRequest(MESSAGES), 10)
+    assert caught.value.message.startswith(
+        "model 'claude-haiku-4-5' does not take adaptive thinking: in the catalog, replace \"reasoning_effort\": "
+        "\"medium\" with \"reasoning_budget_tokens\" (1024 to 128000: extended thinking) in offer 'fake/claude'; "
+        "the provider said: HTTP 400: adaptive thinking is not supported on this model")
+
+    # another 400, or one to an offer that sent no thinking, is left as it was
+    fake_provider.enqueue(REFUSES_ENABLED, Reply(400, {"type": "error", "error": {
+        "type": "invalid_request_error", "message": "max_tokens: 999999 > 64000"}}))
+    with pytest.raises(ProviderError) as caught:
+        await AnthropicTransport().chat(anthropic_offer, ChatRequest(MESSAGES), 10)
+    assert caught.value.message.startswith('HTTP 400: "thinking.type.enabled"')
+    with pytest.raises(ProviderError) as caught:
+        await AnthropicTransport().chat(offer, ChatRequest(MESSAGES), 10)
+    assert caught.value.message == "HTTP 400: max_tokens: 999999 > 64000"
 
 
 # --- an answer spent on reasoning ------------------------------------------------------------------------------

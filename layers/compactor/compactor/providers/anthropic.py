@@ -2,9 +2,11 @@
 
 ``POST {base_url}/v1/messages`` with ``x-api-key`` and ``anthropic-version``; the system prompt is a
 top-level field, turns alternate (:mod:`compactor.providers.turns`), ``max_tokens`` is required. The
-answer's text blocks are joined; ``stop_reason: max_tokens`` reads as ``finish_reason: length``. An offer's
-``reasoning_budget_tokens`` turns extended thinking on (``thinking``), its budget added to ``max_tokens``
-(docs/providers.md "Reasoning models"). A
+answer's text blocks are joined (thinking blocks are not the answer); ``stop_reason: max_tokens`` reads as
+``finish_reason: length``. An offer's ``reasoning_effort`` turns adaptive thinking on (``thinking``,
+``output_config.effort``), its ``reasoning_budget_tokens`` alone extended thinking, and the reasoning room is added
+to ``max_tokens``; a model's refusal of that thinking says what to change in the catalog (docs/providers.md
+"Reasoning models"). A
 request's cacheable prefix ends in a text block marked ``cache_control: {"type": "ephemeral"}``
 (:mod:`compactor.providers.prompt_cache`). Usage: ``input_tokens`` excludes cached input, so cache reads
 and writes are added back (and reported as read and written). Decisions go through the same
@@ -24,7 +26,7 @@ from compactor.providers.http import post_json, reply_error, safe_message
 from compactor.providers.keys import resolve_key
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, count, endpoint
 from compactor.providers.prompt_cache import cache_split, written_first
-from compactor.providers.reasoning import output_limit
+from compactor.providers.reasoning import claude_thinking, output_limit, thinking_refusal
 from compactor.providers.turns import to_turns
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -51,8 +53,9 @@ def messages_body(offer: Offer, request: ChatRequest) -> tuple[dict[str, Any], s
         "max_tokens": request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS,
         "messages": messages,
     }
-    if offer.reasoning_budget_tokens is not None:  # extended thinking: its budget is output on top of the answer's
-        body["thinking"] = {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}
+    thinking = claude_thinking(offer)
+    if thinking:  # Claude's thinking is output on top of the answer's
+        body.update(thinking)
         body["max_tokens"] = output_limit(offer, body["max_tokens"])
     if turns.system:
         body["system"] = turns.system
@@ -107,7 +110,7 @@ class AnthropicTransport:
                                     max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
             error = reply_error(reply, (key,))
             if error is not None:
-                raise error
+                raise thinking_refusal(offer, error)
         try:
             return parse_message(reply.body, default_model=offer.model)
         except ProviderError as exc:

@@ -83,9 +83,9 @@ class Offer:
     # compactor.cost's default factors (Anthropic's five-minute cache prices), docs/providers.md "Prompt caching"
     price_cached_in: float | None = None
     price_cache_write: float | None = None
-    # Reasoning models (docs/providers.md "Reasoning models"): the effort sent as OpenAI's ``reasoning_effort``,
-    # and the tokens of output kept for reasoning (Anthropic's and Bedrock's extended-thinking budget), both
-    # checked against the transport when the catalog is loaded (compactor.providers.reasoning).
+    # Reasoning models (docs/providers.md "Reasoning models"): the effort (OpenAI's ``reasoning_effort``, or
+    # Claude's adaptive thinking), and the tokens of output kept for reasoning (alone, Claude's extended-thinking
+    # budget), both checked against the transport when the catalog is loaded (compactor.providers.reasoning).
     reasoning_effort: str | None = None
     reasoning_budget_tokens: int | None = None
     observations: dict[str, Any] = field(default_factory=dict)

@@ -1,27 +1,37 @@
 """Reasoning models' settings and output budget (docs/providers.md "Reasoning models").
 
 A reasoning model's output limit counts its hidden reasoning as well as its answer: OpenAI's
-``max_completion_tokens`` (o-series, gpt-5), Anthropic's and Bedrock's ``max_tokens`` with extended thinking.
+``max_completion_tokens`` (o-series, gpt-5), Anthropic's and Bedrock's ``max_tokens`` with Claude's thinking.
 A call asking for an answer of ``max_tokens`` is therefore sent a limit of ``max_tokens`` plus the offer's
 reasoning room (:func:`output_limit`), so that the answer keeps the budget it was given.
 
-The catalog says which offers reason, per offer: ``reasoning_effort`` (OpenAI's own parameter, sent by the
-transports that speak Chat Completions) and ``reasoning_budget_tokens`` (the room; for Anthropic and Bedrock
-the extended-thinking budget, which turns thinking on). :func:`refusal` is the catalog's check that the
-offer's transport can send what it states (``TransportKind.reasoning``).
+The catalog says which offers reason, per offer: ``reasoning_effort`` and ``reasoning_budget_tokens`` (the room).
+The transports that speak Chat Completions send the effort as OpenAI's ``reasoning_effort``; for Claude
+(``anthropic``, ``bedrock``) the effort turns adaptive thinking on and the budget alone turns extended thinking on
+(:func:`claude_thinking`). :func:`refusal` is the catalog's check that the offer's transport can send what it
+states (``TransportKind.reasoning``); :func:`thinking_refusal` words a Claude model's refusal of the thinking it
+was sent as the catalog change that ends it.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
-from compactor.providers.base import Offer
+from compactor.providers.base import BAD_REQUEST, Offer, ProviderError
 from compactor.providers.registry import TRANSPORTS
 
 # OpenAI's ``reasoning_effort`` values (``none`` and ``xhigh`` only some models take: the provider says so).
-EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
-# The reasoning room of an offer that states an effort and no ``reasoning_budget_tokens``.
-ROOM_BY_EFFORT: Final = {"none": 0, "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 32768}
+OPENAI_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh")
+# Anthropic's effort levels (``output_config.effort``; ``xhigh`` and ``max`` only some models take).
+CLAUDE_EFFORTS: Final = ("low", "medium", "high", "xhigh", "max")
+# Every value the catalog's ``reasoning_effort`` may hold; which of them an offer takes depends on its transport.
+EFFORTS: Final = (*OPENAI_EFFORTS, "max")
+# The transports whose effort is Anthropic's (adaptive thinking); the others send OpenAI's.
+_CLAUDE_WIRES: Final = frozenset({"anthropic", "bedrock"})
+# The reasoning room of an offer that states an effort and no ``reasoning_budget_tokens`` (``max`` as ``xhigh``:
+# a larger room is stated with ``reasoning_budget_tokens`` beside the effort).
+ROOM_BY_EFFORT: Final = {"none": 0, "minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 32768,
+                         "max": 32768}
 # The room of an OpenAI model found to be a reasoning model (it refused ``max_tokens``) whose offer states
 # neither setting: that of OpenAI's default effort, ``medium``.
 DEFAULT_ROOM: Final = ROOM_BY_EFFORT["medium"]
@@ -30,18 +40,26 @@ MIN_BUDGET_TOKENS: Final = 1024
 MAX_BUDGET_TOKENS: Final = 128_000
 
 
-# Bedrock sends ``reasoning_budget_tokens`` as Claude's extended thinking, which its other models refuse (every
-# call a ValidationException): a model id naming Claude, or an ARN (an application inference profile), takes it.
+# Bedrock sends the settings as Claude's thinking, which its other models refuse (every call a
+# ValidationException): a model id naming Claude, or an ARN (an application inference profile), takes them.
 _BEDROCK_THINKING_MODEL = "anthropic.claude"
 
 
 def refusal(transport: str, effort: str | None, budget_tokens: int | None, model: str = "") -> str | None:
     """Why an offer of ``transport`` (one of :data:`~compactor.providers.registry.TRANSPORTS`) and ``model``
     cannot carry these settings (a catalog error), or ``None``."""
-    if budget_tokens is not None and transport == "bedrock" and _BEDROCK_THINKING_MODEL not in model \
-            and not model.startswith("arn:"):
-        return (f"bedrock sends reasoning_budget_tokens as Claude's extended thinking "
-                f"(additionalModelRequestFields.thinking), which model {model!r} does not take")
+    if transport == "bedrock" and _BEDROCK_THINKING_MODEL not in model and not model.startswith("arn:"):
+        if effort is not None:
+            return (f"bedrock sends reasoning_effort as Claude's adaptive thinking (additionalModelRequestFields"
+                    f".thinking, outputConfig.effort), which model {model!r} does not take")
+        if budget_tokens is not None:
+            return (f"bedrock sends reasoning_budget_tokens as Claude's extended thinking "
+                    f"(additionalModelRequestFields.thinking), which model {model!r} does not take")
+    takes = CLAUDE_EFFORTS if transport in _CLAUDE_WIRES else OPENAI_EFFORTS
+    if effort is not None and effort not in takes and "reasoning_effort" in TRANSPORTS[transport].reasoning:
+        whose = "Anthropic's effort levels" if transport in _CLAUDE_WIRES else "OpenAI's reasoning_effort"
+        return (f"{transport} offers take a reasoning_effort of {', '.join(takes[:-1])} or {takes[-1]} "
+                f"({whose}), not {effort!r}")
     sends = TRANSPORTS[transport].reasoning
     for name, value in (("reasoning_effort", effort), ("reasoning_budget_tokens", budget_tokens)):
         if value is None or name in sends:
@@ -70,3 +88,45 @@ def output_limit(offer: Offer, answer_tokens: int) -> int:
     """The output limit sent for an answer of ``answer_tokens``: that plus the offer's reasoning room."""
     return answer_tokens + reasoning_room(offer)
 
+
+
+def claude_thinking(offer: Offer) -> dict[str, Any]:
+    """The request fields of a Claude offer's thinking (Anthropic's Messages API names; Bedrock sends ``thinking``
+    in ``additionalModelRequestFields`` and the effort as Converse's ``outputConfig.effort``): an effort turns
+    adaptive thinking on, ``{"thinking": {"type": "adaptive"}, "output_config": {"effort": E}}`` (adaptive thinking
+    takes no budget: a ``reasoning_budget_tokens`` beside the effort is the room alone); a budget alone turns
+    extended thinking on, ``{"thinking": {"type": "enabled", "budget_tokens": N}}``; neither, nothing."""
+    if offer.reasoning_effort is not None:
+        return {"thinking": {"type": "adaptive"}, "output_config": {"effort": offer.reasoning_effort}}
+    if offer.reasoning_budget_tokens is not None:
+        return {"thinking": {"type": "enabled", "budget_tokens": offer.reasoning_budget_tokens}}
+    return {}
+
+
+# What a Claude model's 400 says when it refuses the thinking it was sent (docs/providers.md "Reasoning models"):
+# Claude 4.7 and later take adaptive thinking only, and refuse ``thinking.type: "enabled"``; the models before
+# Claude 4.6 take extended thinking only, and refuse ``"adaptive"``.
+_REFUSES_ENABLED = "thinking.type.enabled"
+_ADAPTIVE = "adaptive"
+# What parts the catalog change from the provider's own words in :func:`thinking_refusal`'s message.
+PROVIDER_SAID: Final = "the provider said: "
+
+
+def thinking_refusal(offer: Offer, error: ProviderError) -> ProviderError:
+    """``error`` (a call's failure), or, when it is a Claude model's refusal of the thinking the offer's settings
+    sent (a ``bad_request`` naming it), a ``bad_request`` whose message says what to change in the catalog."""
+    if error.kind != BAD_REQUEST or not claude_thinking(offer):
+        return error
+    if offer.reasoning_effort is None and _REFUSES_ENABLED in error.message:
+        fix = (f"model {offer.model!r} takes adaptive thinking only, not extended thinking with a budget: in the "
+               f"catalog, replace \"reasoning_budget_tokens\": {offer.reasoning_budget_tokens} with "
+               f"\"reasoning_effort\" ({', '.join(CLAUDE_EFFORTS[:-1])} or {CLAUDE_EFFORTS[-1]}: adaptive thinking) "
+               f"in offer {offer.id!r}")
+    elif offer.reasoning_effort is not None and _ADAPTIVE in error.message and _REFUSES_ENABLED not in error.message:
+        fix = (f"model {offer.model!r} does not take adaptive thinking: in the catalog, replace "
+               f"\"reasoning_effort\": \"{offer.reasoning_effort}\" with \"reasoning_budget_tokens\" "
+               f"({MIN_BUDGET_TOKENS} to {MAX_BUDGET_TOKENS}: extended thinking) in offer {offer.id!r}")
+    else:
+        return error
+    return ProviderError(BAD_REQUEST, f"{fix}; {PROVIDER_SAID}{error.message}", http_status=error.http_status,
+                         retry_after_s=error.retry_after_s)

@@ -28,17 +28,17 @@ class TransportKind:
     regional: bool = False  # takes a region
     http: bool = False  # served over HTTP with httpx (the transports _http_transports builds)
     # the reasoning settings it sends (docs/providers.md "Reasoning models"): the Chat Completions wire takes
-    # both (the budget as room only), Anthropic's Messages and Bedrock's Converse the budget (as ``thinking``)
+    # both (the budget as room only), Anthropic's Messages and Bedrock's Converse both as Claude's ``thinking``
+    # (the effort adaptive, the budget alone extended: compactor.providers.reasoning.claude_thinking)
     reasoning: frozenset[str] = frozenset()
 
 
 _BOTH = frozenset({"chat", "decisions"})
 _EFFORT_AND_BUDGET = frozenset({"reasoning_effort", "reasoning_budget_tokens"})
-_BUDGET = frozenset({"reasoning_budget_tokens"})
 TRANSPORTS: Final[Mapping[str, TransportKind]] = MappingProxyType({
     "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET),
-    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True, reasoning=_BUDGET),
-    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True, reasoning=_BUDGET),
+    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET),
+    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True, reasoning=_EFFORT_AND_BUDGET),
     "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
     "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True,
                                     reasoning=_EFFORT_AND_BUDGET),
