@@ -150,7 +150,7 @@ class _Failure:
     cost_reported: float | None = None
     retry_after_s: float | None = None
     timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
-    answered: ChatResponse | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
+    answered: Response | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
 
     @property
     def says_provider_is_unwell(self) -> bool:
