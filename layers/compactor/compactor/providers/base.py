@@ -48,7 +48,7 @@ class ProviderError(Exception):
 
     def __init__(self, kind: str, message: str, *, http_status: int | None = None,
                  cost_reported: float | None = None, retry_after_s: float | None = None,
-                 answered: ChatResponse | DecisionResponse | None = None) -> None:
+                 answered: ChatResponse | DecisionResponse | None = None, sent: bool = True) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
@@ -60,6 +60,9 @@ class ProviderError(Exception):
         # compute_cost): a reasoning model's answer spent on reasoning (REASONING_EXHAUSTED) is billed in full,
         # and so is a decision reply refused as bad JSON or an invalid decision (docs/behaviour.md "Cost rules").
         self.answered = answered
+        # False when the call failed before its request left (no key, nothing to send, no connection made): no
+        # provider saw it, so it is no model call and billed nothing (docs/behaviour.md "Cost rules").
+        self.sent = sent
 
 
 @record(frozen=True)

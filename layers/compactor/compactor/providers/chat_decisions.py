@@ -137,4 +137,4 @@ class ChatDecisionsTransport:
         return await decide_by_chat(complete_chat, offer, request, timeout_s)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat", sent=False)

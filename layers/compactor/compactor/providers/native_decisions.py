@@ -88,7 +88,7 @@ def checked_payload(offer: Offer, request: DecisionRequest) -> dict[str, Any]:
     try:
         validate_payload(payload)
     except DecisionValidationError as exc:
-        raise ProviderError(BAD_REQUEST, f"{exc.message} (offer {offer.id})") from exc
+        raise ProviderError(BAD_REQUEST, f"{exc.message} (offer {offer.id})", sent=False) from exc
     return payload
 
 
@@ -112,4 +112,4 @@ class DecisionsTransport:
         return checked_decision(request, answer, model_family=offer.family, http_status=reply.status)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat", sent=False)
