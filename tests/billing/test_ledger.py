@@ -198,3 +198,14 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_entry_is_counted(tm
     assert [(day.calls, day.cost_usd) for day in totals] == [(3, 1.5)]
     path.write_text(path.read_text(encoding="utf-8", errors="replace") + '7\n["not", "an entry"]\n{"time": 1}\n')
     assert [e.entry_id for e in LocalLedger(path=path).entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
+
+
+def test_a_flows_call_saves_no_transcript_bytes_in_the_totals() -> None:
+    """A ``/v1/flows`` entry's bytes are its HTTP request and response bodies, and its billing line says
+    ``bytes_saved: null``; the day's totals used to add its request minus its response (here -200) to the
+    compactions' savings, so the usage report disagreed with the records it sums."""
+    flow = LedgerEntry(entry_id="f", api_key_id="k", request_id=None, time="2026-11-30T10:00:00.000000Z",
+                       route="flows", mode="flow", bytes_in=100, bytes_out=300, model_calls=1, cost_usd=0.0)
+    assert flow.bytes_saved is None
+    (day,) = daily_totals([entry("a"), flow])
+    assert (day.calls, day.bytes_in, day.bytes_out, day.bytes_saved) == (2, 200, 340, 60)

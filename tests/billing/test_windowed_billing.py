@@ -225,6 +225,7 @@ def test_a_job_whose_every_window_failed_is_a_failure_recorded_once_and_not_bill
     assert ledger(aws) == []
     (line,) = output.billing()
     assert (line["status"], line["route"], line["model_calls"], line["cost_known"]) == (500, "s3_compact", 0, False)
+    assert (line["bytes_out"], line["bytes_saved"], line["target_met"]) == (None, None, None)  # nothing delivered
     assert value(output.call_blob(), "Calls") == 1
     assert s3_metrics(output) == ["S3ObjectsFailed"]
 
@@ -326,9 +327,10 @@ def test_a_job_that_fails_after_its_windows_ran_is_recorded_with_its_failures_st
 
     job = start(bucket, "incoming/crashed.json", big)
     outcome = worker.handler({"step": "plan", "job": job}, context())
-    for item in json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None,
-                                            max_bytes=10_000_000).body):
+    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
+    for item in items:
         worker.handler({"Items": [item], "BatchInput": {"bucket": BUCKET}}, context())
+    results = [json.loads(bucket.get_object(Bucket=BUCKET, Key=item["result_key"])["Body"].read()) for item in items]
     capsys.readouterr()
     with caplog.at_level(logging.INFO):
         for _ in range(2):  # RecordFailure, then its retry
@@ -340,6 +342,11 @@ def test_a_job_that_fails_after_its_windows_ran_is_recorded_with_its_failures_st
     assert (line["status"], line["route"], line["mode"], line["cost_known"]) == (failure["status"], "s3_compact",
                                                                                  "decision", False)
     assert line["bytes_in"] == len(dense_dumps(json.loads(big)).encode())  # the transcript's, as a success's
+    # the model calls its windows made, though their pass was never assembled (they used to be left out), and no
+    # result's figures: nothing was delivered (it used to say bytes_out = bytes_in and target_met false)
+    assert line["model_calls"] == sum(result["model_calls"] for result in results) > 0
+    assert line["tokens_in"] == sum(result["tokens_in"] for result in results) > 0
+    assert (line["bytes_out"], line["bytes_saved"], line["target_met"]) == (None, None, None)
     assert value(output.call_blob(), "Calls") == 1
     assert s3_metrics(output) == ["S3ObjectsFailed"]
     assert ledger(aws) == []

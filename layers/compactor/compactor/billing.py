@@ -19,6 +19,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from compactor.call_record import FLOW_MODE
 from compactor.records import record
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,10 @@ class LedgerEntry:
 
     @property
     def bytes_saved(self) -> int | None:
-        if self.bytes_in is None or self.bytes_out is None:
+        """Transcript bytes in minus out: a compaction's; None for a ``/v1/flows`` call, whose bytes are its HTTP
+        bodies (as its billing line says, ``compactor_aws.observability.summarize``). The day's totals used to add a
+        flow's request size minus its response size, often negative, to the compactions' savings."""
+        if self.bytes_in is None or self.bytes_out is None or self.mode == FLOW_MODE:
             return None
         return self.bytes_in - self.bytes_out
 

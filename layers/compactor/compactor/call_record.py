@@ -91,10 +91,11 @@ class NodeOutcome:
 
 
 def attempts(decision_trace: Any) -> int:
-    """Provider calls one routed call made: the ``attempted`` events of its ``decision_path``."""
+    """Provider calls one routed call made: the ``attempted`` events of its ``decision_path``, but for those that
+    failed before their request left (``sent: false``: no key, no connection; no provider saw them)."""
     path = decision_trace.get("decision_path") if isinstance(decision_trace, dict) else None
-    return sum(1 for step in path if isinstance(step, dict) and step.get("event") == "attempted") \
-        if isinstance(path, list) else 0
+    return sum(1 for step in path if isinstance(step, dict) and step.get("event") == "attempted"
+               and step.get("sent", True)) if isinstance(path, list) else 0
 
 
 def failovers(decision_trace: Any) -> tuple[str, ...]:

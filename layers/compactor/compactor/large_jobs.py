@@ -282,11 +282,37 @@ def _windows_failed(store: StreamStore, job: dict[str, Any], state: Any) -> dict
     return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
 
 
-def _failure_record(state: Any, status: int, cause: str | None) -> CallRecord:
-    """The record of a job that failed once its windows had run: the caller's status and error, the run's totals
-    of its finished passes, and its cost unknown (the windows of the pass that failed may have paid for model calls
-    first, docs/behaviour.md#cost-rules)."""
-    return replace(call_record(state), status=status, body={"error": _job_failure_error(cause)}, cost_usd=None)
+def _failure_record(state: Any, status: int, cause: str | None,
+                    unassembled: list[dict[str, Any]] | None = None) -> CallRecord:
+    """The record of a job that failed once its windows had run, as any failed compaction's (docs/billing.md, "A
+    failed call's fields"): the caller's status and error, the transcript's ``bytes_in``, no ``bytes_out`` and no
+    ``target_met`` (nothing was delivered), the model calls, fallbacks and tokens of every window that left a
+    result (the finished passes', and ``unassembled``, those of the pass that failed), and its cost unknown (a
+    window that left none may have paid for model calls first, docs/behaviour.md#cost-rules). It used to leave out
+    the failed pass's windows and say ``bytes_out`` = ``bytes_in`` and ``target_met: false``, a result's figures."""
+    record = call_record(state)
+    done = unassembled or []
+    tokens_in = (record.tokens_in or 0) + sum(result.get("tokens_in", 0) for result in done)
+    tokens_out = (record.tokens_out or 0) + sum(result.get("tokens_out", 0) for result in done)
+    return replace(record, status=status, body={"error": _job_failure_error(cause)}, cost_usd=None, bytes_out=None,
+                   target_met=None, model_calls=record.model_calls + sum(r.get("model_calls", 0) for r in done),
+                   fallbacks=(*record.fallbacks, *(kind for r in done for kind in r.get("fallbacks", ()))),
+                   tokens_in=tokens_in or None, tokens_out=tokens_out or None)
+
+
+def _unassembled_results(store: StreamStore, bucket: str, windows_key: str) -> list[dict[str, Any]]:
+    """What the windows of a pass not yet assembled (a failed execution's last pass) counted in the results they
+    left (their calls, fallbacks and tokens, not their messages), read as ``assemble`` reads them."""
+    counted = ("model_calls", "fallbacks", "tokens_in", "tokens_out")
+
+    def counts(item: dict[str, Any]) -> dict[str, Any] | None:
+        result = _result(store, bucket, item["result_key"])
+        return None if result is None else {name: result[name] for name in counted if name in result}
+
+    items = _get_json(store, bucket, windows_key)
+    found = side_by_side(counts, items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
+                         weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES))
+    return [result for result in found if result is not None]
 
 
 def call_record(state: Any) -> CallRecord:
@@ -360,8 +386,10 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
         return recorded
     from compactor.compaction.windows import RunState
 
-    state = RunState.from_dict(json.loads(saved.body)["state"])
-    return {**recorded, "record": _failure_record(state, recorded["status"], cause)}
+    run = json.loads(saved.body)
+    state = RunState.from_dict(run["state"])
+    unassembled = _unassembled_results(store, source.bucket, run["windows_key"])
+    return {**recorded, "record": _failure_record(state, recorded["status"], cause, unassembled)}
 
 
 def _job_failure_error(cause: str | None) -> dict[str, Any]:

@@ -150,7 +150,8 @@ class _Failure:
     cost_reported: float | None = None
     retry_after_s: float | None = None
     timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
-    answered: ChatResponse | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
+    answered: Response | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
+    sent: bool = True  # False: failed before its request left (ProviderError.sent): no model call, nothing billed
 
     @property
     def says_provider_is_unwell(self) -> bool:
@@ -546,7 +547,7 @@ class Router:
         except TimeoutError:
             # Waiting on other calls says nothing about the provider (timeout_s 0: no shared state changes).
             return _Failure(TIMEOUT, f"no free slot (max_concurrency {offer.max_concurrency}) before the deadline",
-                            timeout_s=0.0)
+                            timeout_s=0.0, sent=False)
         try:
             return await self._call(invoke, offer, deadline.cap(timeout) if deadline is not None else timeout)
         finally:
@@ -554,14 +555,14 @@ class Router:
 
     async def _call(self, invoke: Invoke, offer: Offer, timeout: float) -> Response | _Failure:
         if timeout <= 0:
-            return _Failure(TIMEOUT, "no time left for the call", timeout_s=timeout)
+            return _Failure(TIMEOUT, "no time left for the call", timeout_s=timeout, sent=False)
         try:
             # Cancelling an HTTP call on timeout closes its connection (docs/providers.md).
             async with asyncio.timeout(timeout):
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
             return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported,
-                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered)
+                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered, sent=exc.sent)
         except TimeoutError:
             return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms", timeout_s=timeout)
         except Exception as exc:  # any transport defect is a failed attempt, never a crash
@@ -700,11 +701,13 @@ class _Failover:
                 self.failed_costs.append(outcome.cost_reported)
             elif priced_cost is not None:  # a rejected answer priced by its usage (reasoning tokens as output)
                 self.failed_costs.append(priced_cost)
-            elif outcome.http_status is None or outcome.http_status < 300:
+            elif outcome.sent and (outcome.http_status is None or outcome.http_status < 300):
                 self.failed_cost_known = False  # answered (or cut off) without a price: maybe billed
-            # (an error status or a redirect, never followed, is no answer: nothing billed)
+            # (an error status or a redirect, never followed, is no answer, and a request that never left no call:
+            # nothing billed)
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
+                       **({} if outcome.sent else {"sent": False}),
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
                        **({"cost_computed": priced_cost} if priced_cost is not None
                           and reported_cost(outcome.cost_reported) is None else {}))

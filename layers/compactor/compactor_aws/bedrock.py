@@ -262,12 +262,15 @@ def provider_error(exc: Exception) -> ProviderError:
         # The wait the service asks for, as the HTTP transports read it (docs/reliability.md "Polite retries").
         return ProviderError(kind, safe_message(message), http_status=status,
                              retry_after_s=parse_retry_after(headers.get("retry-after")))
+    # Nothing was sent without credentials or a connection (docs/behaviour.md "Cost rules"): no model call, no bill.
     if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
-        return ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}"))
+        return ProviderError(TIMEOUT, safe_message(f"{type(exc).__name__}: {exc}"),
+                             sent=not isinstance(exc, ConnectTimeoutError))
     if isinstance(exc, NoCredentialsError):
-        return ProviderError(AUTH_ERROR, "no AWS credentials for Bedrock (the function's role signs the calls)")
+        return ProviderError(AUTH_ERROR, "no AWS credentials for Bedrock (the function's role signs the calls)",
+                             sent=False)
     if isinstance(exc, EndpointConnectionError):
-        return ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}"))
+        return ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}"), sent=False)
     return ProviderError(UPSTREAM_ERROR, safe_message(f"{type(exc).__name__}: {exc}"))
 
 
@@ -283,7 +286,7 @@ class BedrockTransport:
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
         if timeout_s <= 0:
-            raise ProviderError(TIMEOUT, "no time left for the call")
+            raise ProviderError(TIMEOUT, "no time left for the call", sent=False)
         step = next((s for s in READ_TIMEOUT_STEPS_S if s >= timeout_s), READ_TIMEOUT_STEPS_S[-1])
         client = _bedrock_client(offer.region, offer.base_url, step)
         arguments, prefix = converse_arguments(offer, request)

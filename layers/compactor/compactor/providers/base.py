@@ -48,7 +48,7 @@ class ProviderError(Exception):
 
     def __init__(self, kind: str, message: str, *, http_status: int | None = None,
                  cost_reported: float | None = None, retry_after_s: float | None = None,
-                 answered: ChatResponse | None = None) -> None:
+                 answered: ChatResponse | DecisionResponse | None = None, sent: bool = True) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
@@ -57,8 +57,12 @@ class ProviderError(Exception):
         self.cost_reported = cost_reported
         self.retry_after_s = retry_after_s  # the provider's Retry-After, in seconds
         # The rejected answer, whose usage prices the attempt when no cost is reported (the router's
-        # compute_cost): a reasoning model's answer spent on reasoning (REASONING_EXHAUSTED) is billed in full.
+        # compute_cost): a reasoning model's answer spent on reasoning (REASONING_EXHAUSTED) is billed in full,
+        # and so is a decision reply refused as bad JSON or an invalid decision (docs/behaviour.md "Cost rules").
         self.answered = answered
+        # False when the call failed before its request left (no key, nothing to send, no connection made): no
+        # provider saw it, so it is no model call and billed nothing (docs/behaviour.md "Cost rules").
+        self.sent = sent
 
 
 @record(frozen=True)

@@ -4,7 +4,9 @@ Compactor sends its own prompt over the OpenAI wire format in JSON mode: a syste
 explains the question types and the exact answer shape, and a user message holding the state and
 questions as JSON. The reply must be strict JSON ``{"answers": {...}}``; it is wrapped as
 ``{"model": offer.model, "answers": …, "usage": …}`` and validated like a native decision
-(docs/providers.md). :func:`decide_by_chat` is the same path for every chat transport. Anything else is ``bad_response`` (still carrying the billed cost).
+(docs/providers.md). :func:`decide_by_chat` is the same path for every chat transport. Anything else is ``bad_response``
+(still carrying the billed cost); a rejected reply, ``bad_response`` or ``invalid_decision``, also carries the chat
+answer, whose usage prices the attempt when the provider reports no cost (docs/behaviour.md "Cost rules").
 The request's ``cache_prefix`` becomes the chat request's cache boundary: the end of those state members
 in the user message, after which nothing is shared between related requests.
 """
@@ -90,7 +92,7 @@ def _reply_answers(chat: ChatResponse) -> Any:
             if isinstance(reply, dict) and set(reply) == {"answers"}:
                 return reply["answers"]
             problem = 'decision reply is not {"answers": {...}}'
-    raise ProviderError(BAD_RESPONSE, problem, cost_reported=chat.cost_reported)
+    raise ProviderError(BAD_RESPONSE, problem, cost_reported=chat.cost_reported, answered=chat)
 
 
 def _decision_usage(chat: ChatResponse) -> dict[str, Any]:
@@ -119,7 +121,11 @@ async def decide_by_chat(send: SendChat, offer: Offer, request: DecisionRequest,
                                          cache_boundary=cache_boundary(messages, payload, request.cache_prefix)),
                       timeout_s)
     answer = {"model": offer.model, "answers": _reply_answers(chat), "usage": _decision_usage(chat)}
-    decision = checked_decision(request, answer, model_family=offer.family)
+    try:
+        decision = checked_decision(request, answer, model_family=offer.family)
+    except ProviderError as exc:  # an answer that breaks the rules was still billed: its usage prices it
+        exc.answered = chat
+        raise
     decision.tokens_cached, decision.tokens_cache_written = chat.tokens_cached, chat.tokens_cache_written
     return decision
 
@@ -131,4 +137,4 @@ class ChatDecisionsTransport:
         return await decide_by_chat(complete_chat, offer, request, timeout_s)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat", sent=False)

@@ -48,6 +48,8 @@ ERROR_MESSAGE_MAX_CHARS = 300
 # error body may be as large as an answer (megabytes of a proxy's page), and every regex pass over 8 MiB held the
 # event loop for most of a second. Providers' error messages are a few hundred characters.
 ERROR_TEXT_MAX_CHARS = 8192
+# Failures before the request left: no connection was made, or the URL could not be used (nothing billed).
+_NOTHING_SENT = (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.InvalidURL)
 RETRY_AFTER_MAX_S = 600.0  # a longer Retry-After is read as this (the deadline decides anyway)
 _USER_AGENT = "compactor"
 
@@ -205,11 +207,11 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
     """
     secrets = tuple(secrets)
     if timeout_s <= 0:
-        raise ProviderError(TIMEOUT, "no time left for the call")
+        raise ProviderError(TIMEOUT, "no time left for the call", sent=False)
     try:
         content = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        raise ProviderError(BAD_REQUEST, f"request is not JSON-serialisable ({exc})") from None
+        raise ProviderError(BAD_REQUEST, f"request is not JSON-serialisable ({exc})", sent=False) from None
     request_headers = {"Content-Type": "application/json", "Accept": "application/json", **headers}
     pooled = client()
     # A client closed meanwhile (aclose_client) sends nothing: its own path raises, as it always did.
@@ -229,12 +231,13 @@ async def post_json(url: str, payload: Any, *, headers: dict[str, str], timeout_
                 await response.aclose()
     except TimeoutError:
         raise ProviderError(TIMEOUT, f"no answer within {timeout_s:.3g} s") from None
-    except httpx.TimeoutException as exc:
-        raise ProviderError(TIMEOUT, _describe(exc, secrets)) from None
+    except httpx.TimeoutException as exc:  # a connect timeout sent nothing; a later one may have been billed
+        raise ProviderError(TIMEOUT, _describe(exc, secrets), sent=not isinstance(exc, httpx.ConnectTimeout)) from None
     except httpx.DecodingError as exc:
         raise ProviderError(BAD_RESPONSE, _describe(exc, secrets)) from None
-    except (httpx.RequestError, httpx.InvalidURL) as exc:
-        raise ProviderError(NETWORK_ERROR, _describe(exc, secrets)) from None
+    except (httpx.RequestError, httpx.InvalidURL) as exc:  # no connection made, no usable URL: nothing was sent
+        raise ProviderError(NETWORK_ERROR, _describe(exc, secrets),
+                            sent=not isinstance(exc, _NOTHING_SENT)) from None
 
 
 def direct_request(url: str, content: bytes, headers: dict[str, str],

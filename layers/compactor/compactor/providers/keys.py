@@ -32,9 +32,9 @@ def set_secret_resolver(resolver: SecretResolver | None, cached: CachedSecret | 
 def _checked(key: str, where: str) -> str:
     key = key.strip()
     if not key:
-        raise ProviderError(AUTH_ERROR, f"{where} is empty")
+        raise ProviderError(AUTH_ERROR, f"{where} is empty", sent=False)
     if not key.isascii() or not key.isprintable():
-        raise ProviderError(AUTH_ERROR, f"{where} holds an invalid value")
+        raise ProviderError(AUTH_ERROR, f"{where} holds an invalid value", sent=False)
     return key
 
 
@@ -54,9 +54,9 @@ def api_key(offer: Offer) -> str | None:
             # Both given and the variable unset: on a laptop the variable is the fix, so it is named first
             # (the secret alone sent a local run to Secrets Manager's permissions).
             raise ProviderError(exc.kind, f"API key variable {offer.api_key_env} is not set and {exc.message}",
-                                http_status=exc.http_status) from None
+                                http_status=exc.http_status, sent=False) from None
     if offer.api_key_env:
-        raise ProviderError(AUTH_ERROR, f"API key variable {offer.api_key_env} is not set")
+        raise ProviderError(AUTH_ERROR, f"API key variable {offer.api_key_env} is not set", sent=False)
     return None
 
 
@@ -73,13 +73,14 @@ def _secret_key(secret: str) -> str:
     """The key held by the stored secret ``secret``; ``auth_error`` naming the secret when it cannot be had."""
     where = f"API key secret {shown_secret(secret)}"
     if _secret_resolver is None:
-        raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here")
+        raise ProviderError(AUTH_ERROR, f"{where} cannot be read: no secret store is configured here", sent=False)
     try:
         value = _secret_resolver(secret)
-    except ProviderError:
+    except ProviderError as exc:
+        exc.sent = False  # no key, no call: nothing reached the provider
         raise
     except Exception as exc:  # the store's own errors may quote request details: name the type only
-        raise ProviderError(AUTH_ERROR, f"{where} cannot be read ({type(exc).__name__})") from None
+        raise ProviderError(AUTH_ERROR, f"{where} cannot be read ({type(exc).__name__})", sent=False) from None
     return _checked(value, where)
 
 

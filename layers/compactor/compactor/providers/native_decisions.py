@@ -42,7 +42,7 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
     """Validate a provider's decision object and turn it into a :class:`DecisionResponse`.
 
     Usage junk is dropped (:func:`sane_usage`); invalid answers raise ``invalid_decision`` that still
-    carries the billed cost, if any."""
+    carries the billed cost, if any, and the usage that prices it otherwise."""
     usage = sane_usage(answer.get("usage")) if isinstance(answer, dict) else None
     if isinstance(answer, dict):
         answer = {**answer, "usage": usage}
@@ -56,7 +56,8 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
         malformed = not isinstance(answer, dict) or not isinstance(answer.get("answers"), dict) \
             or not isinstance(answer.get("model"), str)
         raise ProviderError(BAD_RESPONSE if malformed else INVALID_DECISION, f"invalid decision: {exc.message}",
-                            http_status=http_status, cost_reported=reported_cost(usage)) from exc
+                            http_status=http_status, cost_reported=reported_cost(usage),
+                            answered=_usage_only(usage)) from exc
     return DecisionResponse(
         model=answer["model"],
         answers=answer["answers"],
@@ -66,6 +67,15 @@ def checked_decision(request: DecisionRequest, answer: Any, *, model_family: str
         tokens_total=(usage or {}).get("total_tokens"),
         cost_reported=reported_cost(usage),
     )
+
+
+def _usage_only(usage: dict[str, Any] | None) -> DecisionResponse | None:
+    """A rejected answer's usage, which prices the attempt when the provider reports no cost (the router's
+    ``compute_cost``, docs/behaviour.md "Cost rules"); None without token counts."""
+    if not usage or "input_tokens" not in usage or "output_tokens" not in usage:
+        return None
+    return DecisionResponse(model="", answers={}, usage=usage, tokens_in=usage["input_tokens"],
+                            tokens_out=usage["output_tokens"], tokens_total=usage.get("total_tokens"))
 
 
 def checked_payload(offer: Offer, request: DecisionRequest) -> dict[str, Any]:
@@ -78,7 +88,7 @@ def checked_payload(offer: Offer, request: DecisionRequest) -> dict[str, Any]:
     try:
         validate_payload(payload)
     except DecisionValidationError as exc:
-        raise ProviderError(BAD_REQUEST, f"{exc.message} (offer {offer.id})") from exc
+        raise ProviderError(BAD_REQUEST, f"{exc.message} (offer {offer.id})", sent=False) from exc
     return payload
 
 
@@ -102,4 +112,4 @@ class DecisionsTransport:
         return checked_decision(request, answer, model_family=offer.family, http_status=reply.status)
 
     async def chat(self, offer: Offer, request: ChatRequest, timeout_s: float) -> ChatResponse:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} answers decisions, not chat", sent=False)

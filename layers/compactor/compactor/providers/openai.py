@@ -34,7 +34,7 @@ def endpoint(offer: Offer, suffix: str) -> str:
     """``{base_url}/{suffix}``, a query ``base_url`` carries kept after it (Azure OpenAI's ``?api-version=…``, a
     gateway's parameters); an offer without ``base_url`` is a configuration error."""
     if not offer.base_url:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} has no base_url", sent=False)
     root, mark, query = offer.base_url.partition("?")
     return f"{root.rstrip('/')}/{suffix}{mark}{query}"
 
@@ -228,4 +228,4 @@ class OpenAITransport:
         return await complete_chat(offer, request, timeout_s)
 
     async def decide(self, offer: Offer, request: DecisionRequest, timeout_s: float) -> DecisionResponse:
-        raise ProviderError(BAD_REQUEST, f"offer {offer.id} speaks chat, not decisions")
+        raise ProviderError(BAD_REQUEST, f"offer {offer.id} speaks chat, not decisions", sent=False)
