@@ -206,9 +206,13 @@ async def test_a_provider_failing_two_callers_is_down_for_everyone(fake_provider
     assert scopes == ["caller", "all"]
     third = await ask_as("key-3", router, DEFAULT_CHAT_POLICY, deadline=Deadline.after_ms(10_000))
     assert {r["offer"]: r["reason"] for r in third.trace["rejected"]} == {"a/chat": "not"}
-    router._disabled_until.clear()  # its breaker too: three faults in a row, from more than one caller
+    router._disabled_until.clear()  # its breaker too: when two callers each saw three faults in a row
     router._disabled_for.clear()
-    await ask_as("key-3", router, policy(["always", {"action": "next_candidate"}]), deadline=Deadline.after_ms(10_000))
+    onward = policy(["always", {"action": "next_candidate"}])
+    for caller in ("key-1", "key-1", "key-2"):  # with their faults above (one each): key-1 three, key-2 two
+        await ask_as(caller, router, onward, deadline=Deadline.after_ms(10_000))
+    assert ranked(await ask_as("key-4", router, BREAKER_AWARE, deadline=Deadline.after_ms(10_000)))[0] == "a/chat"
+    await ask_as("key-2", router, onward, deadline=Deadline.after_ms(10_000))
     assert ranked(await ask_as("key-4", router, BREAKER_AWARE, deadline=Deadline.after_ms(10_000)))[0] == "b/chat"
 
 

@@ -81,7 +81,7 @@ SHARED_TIMEOUT_MIN_S = 5.0
 # be the request's doing (a request over a per-request token limit answered 429, content a provider answers 500,
 # a transcript too long to answer within the caller's timeout), so one caller's faults open a breaker and disable
 # a provider for that caller's calls only; they act for every caller once SHARED_FAULT_CALLERS callers
-# (``compactor.caller.current_caller``) saw them. A router remembers at most TRACKED_CALLERS callers' own
+# (``compactor.caller.current_caller``) each reached the breaker's threshold or disabled the provider. A router remembers at most TRACKED_CALLERS callers' own
 # state per provider (breaker, disable); past that the oldest is dropped.
 SHARED_FAULT_CALLERS = 2
 TRACKED_CALLERS = 64
@@ -222,13 +222,15 @@ class _Breaker:
 
     def fault(self, caller: str | None, open_until: float) -> None:
         """Count a provider fault of ``caller``'s; open the breaker for it at ``caller``'s threshold, and for
-        every caller at the threshold once SHARED_FAULT_CALLERS callers took part."""
+        every caller once SHARED_FAULT_CALLERS callers reached it in this run of faults (one caller's faults
+        and another's stray one are not enough)."""
         self.consecutive_faults += 1
         faults = self.faults_by[caller] = self.faults_by.pop(caller, 0) + 1
         _drop_oldest(self.faults_by)
-        if faults >= BREAKER_FAILURE_THRESHOLD:
-            self.open_caller(caller, open_until)
-        if self.consecutive_faults >= BREAKER_FAILURE_THRESHOLD and len(self.faults_by) >= SHARED_FAULT_CALLERS:
+        if faults < BREAKER_FAILURE_THRESHOLD:
+            return
+        self.open_caller(caller, open_until)
+        if sum(1 for count in self.faults_by.values() if count >= BREAKER_FAILURE_THRESHOLD) >= SHARED_FAULT_CALLERS:
             self.open_until = max(self.open_until, open_until)
 
     def open_caller(self, caller: str | None, open_until: float) -> None:
