@@ -541,7 +541,8 @@ class Router:
         sees them: one copy per offer and state, made once (docs/performance.md); read it, never change it."""
         now = self._clock()
         disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider, now, caller)
-        breaker_open = self._breaker(offer).is_open(now, caller)
+        breaker = self._breaker(offer)
+        breaker_open = now < breaker.open_until or bool(breaker.open_for) and breaker.is_open(now, caller)
         key = (id(offer), disabled, breaker_open)  # the offer is one of self._offers, alive as long as the router
         observed = self._observed_copies.get(key)
         if observed is None:
@@ -575,7 +576,8 @@ class Router:
                         caller: str | None = None) -> None:
         breaker = self._breaker(offer)
         if failure is None:
-            breaker.close()
+            if breaker.consecutive_faults:  # (every opening follows a fault)
+                breaker.close()
             return
         if not failure.says_provider_is_unwell:
             return  # the caller's request, credentials or answer: nothing to tell other callers
