@@ -15,6 +15,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, http_api
+from compactor.caller import caller_of, calling_as
 from compactor.errors import CompactorError
 from compactor.jsonutil import bounded_loads
 from compactor_aws import observability, snapstart
@@ -63,7 +64,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except CompactorError as refused:
         response = http_api.proxy_response(*refused.answer())
     else:
-        response = http_api.bounded_response(app.resolve(head_as_get(admitted), context))
+        # The router keeps this caller's failures to this caller's routing (docs/reliability.md).
+        with calling_as(caller_of(admitted)):
+            response = http_api.bounded_response(app.resolve(head_as_get(admitted), context))
     observability.record_request(metrics, int(response["statusCode"]))
     return response
 

@@ -5,7 +5,7 @@ Event (one Map iteration of ``BatchFanOutStateMachine``)::
     {"bucket": str, "item": {"key": str | None, "payload": str | None, "result_key": str},
      "deadline_epoch_ms": int}
 
-The payload ``{"flow_ir", "flow_input"?, "conversation"?}`` is the item's ``payload`` (its JSON text) when it
+The payload ``{"flow_ir", "flow_input"?, "conversation"?, "caller"?}`` is the item's ``payload`` (its JSON text) when it
 fit in the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#batch-fan-out-through-step-functions).
 The state machine of an earlier deployment passes ``key`` and ``result_key`` beside ``bucket`` instead of an
 item: CloudFormation updates this function before it, and both shapes run.
@@ -29,6 +29,7 @@ from compactor.container import collector_paused
 
 with collector_paused():  # the layer's modules only (docs/performance.md#the-workers-cold-start-eighth-round-issue-11)
     from compactor.budget import Deadline
+    from compactor.caller import calling_as
     from compactor.container import freeze_init_objects, get_router, run_sync
     from compactor.flow import admit_flow, run_flow
     from compactor.flow.result import result_to_json
@@ -59,8 +60,10 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
     router = get_router()
     flow_input = payload.get("flow_input", MISSING)
     admitted = admit_flow(payload["flow_ir"], admit_policy=router.admit_policy, flow_input=flow_input)
-    result = await run_flow(admitted, flow_input, router=router, deadline=deadline,
-                            conversation=payload.get("conversation") or ())
+    caller = payload.get("caller")  # whose request: its provider faults are its own (docs/reliability.md)
+    with calling_as(caller if isinstance(caller, str) else None):
+        result = await run_flow(admitted, flow_input, router=router, deadline=deadline,
+                                conversation=payload.get("conversation") or ())
     return result_to_json(result)
 
 

@@ -76,6 +76,27 @@ def test_an_inline_payload_runs_without_touching_s3(fanout_aws: FanOutAws, worke
     assert json.dumps(answer["result"]) == json.dumps(result_to_json(expected))
 
 
+def test_the_worker_runs_the_flow_as_the_payloads_caller(fanout_aws: FanOutAws, worker_module: ModuleType,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from compactor.caller import current_caller
+
+    flow_ir, flow_input = preset_flow(fixture_t(), 1)
+    router = fanout_aws.router
+    flow = admit_flow(flow_ir, admit_policy=router.admit_policy, flow_input=flow_input)
+    payload = {**partition_flow(flow, router.admit_policy).components[0].payload(flow_input), "caller": "key-a"}
+    seen: list[str | None] = []
+    real_run_flow = worker_module.run_flow
+
+    async def recording_run_flow(*args: object, **kwargs: object) -> object:
+        seen.append(current_caller.get())
+        return await real_run_flow(*args, **kwargs)
+
+    monkeypatch.setattr(worker_module, "run_flow", recording_run_flow)
+    event = {**EVENT, "item": {**EVENT["item"], "key": None, "payload": json.dumps(payload)}}
+    assert worker_module.handler(event, LocalLambdaContext("FlowWorkerFunction", timeout_s=60))["status"] == "done"
+    assert seen == ["key-a"] and current_caller.get() is None
+
+
 def test_worker_deadline_is_the_callers_capped_by_its_own_time(worker_module: ModuleType) -> None:
     now_ms = int(time.time() * 1000)
     short = worker_module.worker_deadline({"deadline_epoch_ms": now_ms + 5_000},

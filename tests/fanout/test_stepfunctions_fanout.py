@@ -236,6 +236,25 @@ async def test_the_remaining_budget_reaches_every_worker(fanout_aws: FanOutAws, 
     assert len(seen) == 2 and all(5_000 <= remaining <= 9_500 for remaining in seen)
 
 
+async def test_every_workers_payload_names_the_caller(fanout_aws: FanOutAws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's router keeps a caller's provider faults to that caller, as the API's does (docs/reliability.md):
+    the payloads say whose request they are, inline or in S3."""
+    from compactor.caller import calling_as
+
+    texts: list[str] = []
+    real_map_items = stepfunctions_runner.map_items
+
+    def recording_map_items(payloads: Any, run: str, budget: int | None = None) -> Any:
+        texts.extend(payloads)
+        return real_map_items(payloads, run, budget)
+
+    monkeypatch.setattr(stepfunctions_runner, "map_items", recording_map_items)
+    with calling_as("key-a"):
+        await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(40_000),
+                              router=fanout_aws.router, flow_runner=runner(fanout_aws))
+    assert len(texts) == 2 and all(json.loads(text)["caller"] == "key-a" for text in texts)
+
+
 @pytest.mark.parametrize("remaining_ms", [1, 400, 999, 1_000, 1_500, 1_999, 2_000, 2_999, 3_000, 6_999, 7_000,
                                           7_999, 8_000, 12_345, 25_000, 40_000, 59_999])
 def test_every_task_ends_before_the_caller_stops_waiting(remaining_ms: int) -> None:

@@ -14,8 +14,9 @@ import pytest
 from compactor import router as router_module
 from compactor import service
 from compactor.budget import Deadline
+from compactor.caller import calling_as
 from compactor.models import CompactRequest
-from compactor.policy import DEFAULT_CHAT_POLICY
+from compactor.policy import DEFAULT_CHAT_POLICY, DEFAULT_DECISIONS_POLICY
 from compactor.providers.base import ChatRequest, Offer
 from compactor.providers.http import RETRY_AFTER_MAX_S, parse_go_duration, parse_retry_after, retry_after_of
 from compactor.providers.registry import transport_for
@@ -133,10 +134,86 @@ async def test_provider_faults_still_disable_and_a_caller_opens_a_breaker_for_a_
     plan = policy(["always", {"action": "disable_provider", "open_breaker_ms": 10**9}])
     result = await ask(router, plan, 10_000)
     assert result.ok and result.chosen.id == "b/chat"
-    assert {"event": "provider_disabled", "provider": "pa", "ttl_ms": 300_000} in result.trace["decision_path"]
+    assert {"event": "provider_disabled", "provider": "pa", "ttl_ms": 300_000, "scope": "caller"} \
+        in result.trace["decision_path"]
     assert router._observed(offers[0]).observations["breaker_open"] is True
     now[0] += BREAKER_OPEN_S + 1  # the operator's ceiling, not the caller's 10^9 ms
     assert router._observed(offers[0]).observations["breaker_open"] is False
+
+
+# -- one caller's failures are that caller's (docs/reliability.md) ---------------------------------------
+
+# The default decisions policy's order, over the chat offers: closed breakers first, then the cheapest.
+BREAKER_AWARE = ["policy", *DEFAULT_DECISIONS_POLICY[1:]]
+TOO_LARGE = Reply(429, {"error": {"message": "Request too large for pa-model on tokens per min (TPM): Limit 30000, "
+                                             "Requested 250000.", "code": "rate_limit_exceeded"}})
+
+
+async def ask_as(caller: str, router: Router, plan: Any, **options: Any) -> Any:
+    with calling_as(caller):
+        return await router.chat(router.admit_policy(plan), ChatRequest(messages=[{"role": "user", "content": "hi"}]),
+                                 **options)
+
+
+def ranked(result: Any) -> list[str]:
+    return [entry["offer"] for entry in result.trace["ranked"]]
+
+
+async def test_one_callers_timeouts_open_the_breaker_for_its_own_calls_only(
+        fake_provider: FakeProviderServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A caller whose own requests time out (a huge transcript, a long answer asked within a node's 5 s) opened the
+    # cheapest offer's breaker after three timeouts, and for 30 s every caller's decisions went to a dearer offer
+    # first. Scaled down here: the 5 s that count toward a breaker → 50 ms.
+    monkeypatch.setattr(router_module, "SHARED_TIMEOUT_MIN_S", 0.05)
+    router = make_router(fake_provider)
+    fake_provider.responder = lambda request: chat_reply("late", delay_s=1.0 if request.json["model"] == "pa-model"
+                                                         else 0.0)
+    for _ in range(3):
+        result = await ask_as("key-slow", router, BREAKER_AWARE, timeout_s=0.1)
+        assert result.ok and result.chosen.id == "b/chat"
+    assert ranked(await ask_as("key-slow", router, BREAKER_AWARE, timeout_s=0.1)) == ["b/chat", "a/chat"]
+    fake_provider.responder = None
+    other = await ask_as("key-other", router, BREAKER_AWARE, deadline=Deadline.after_ms(10_000))
+    assert ranked(other) == ["a/chat", "b/chat"] and other.chosen.id == "a/chat"
+
+
+async def test_a_429_one_callers_request_provokes_disables_the_provider_for_that_caller_only(
+        fake_provider: FakeProviderServer) -> None:
+    # Some providers answer a request over their per-request token limit 429: its FailPlan's disable_provider
+    # disabled the provider for every caller for 300 s.
+    router = make_router(fake_provider)
+    hostile = policy(["always", {"action": "disable_provider"}])
+    fake_provider.enqueue(TOO_LARGE)
+    first = await ask_as("key-huge", router, hostile, deadline=Deadline.after_ms(10_000))
+    assert first.ok and first.chosen.id == "b/chat"
+    assert [e.get("scope") for e in first.trace["decision_path"] if e["event"] == "provider_disabled"] == ["caller"]
+    again = await ask_as("key-huge", router, DEFAULT_CHAT_POLICY, deadline=Deadline.after_ms(10_000))
+    assert again.chosen.id == "b/chat"  # its own calls skip the provider for the TTL
+    other = await ask_as("key-other", router, DEFAULT_CHAT_POLICY, deadline=Deadline.after_ms(10_000))
+    assert other.ok and other.chosen.id == "a/chat" and other.trace["rejected"] == []
+
+
+async def test_a_provider_failing_two_callers_is_down_for_everyone(fake_provider: FakeProviderServer) -> None:
+    router = make_router(fake_provider)
+    down = Reply(503, {"error": {"message": "overloaded"}})
+    plan = policy(["always", {"action": "disable_provider"}])
+    fake_provider.responder = lambda request: down if request.json["model"] == "pa-model" else chat_reply("ok")
+    scopes = []
+    for caller in ("key-1", "key-2"):
+        result = await ask_as(caller, router, plan, deadline=Deadline.after_ms(10_000))
+        assert result.chosen.id == "b/chat"
+        scopes += [e["scope"] for e in result.trace["decision_path"] if e["event"] == "provider_disabled"]
+    assert scopes == ["caller", "all"]
+    third = await ask_as("key-3", router, DEFAULT_CHAT_POLICY, deadline=Deadline.after_ms(10_000))
+    assert {r["offer"]: r["reason"] for r in third.trace["rejected"]} == {"a/chat": "not"}
+    router._disabled_until.clear()  # its breaker too: when two callers each saw three faults in a row
+    router._disabled_for.clear()
+    onward = policy(["always", {"action": "next_candidate"}])
+    for caller in ("key-1", "key-1", "key-2"):  # with their faults above (one each): key-1 three, key-2 two
+        await ask_as(caller, router, onward, deadline=Deadline.after_ms(10_000))
+    assert ranked(await ask_as("key-4", router, BREAKER_AWARE, deadline=Deadline.after_ms(10_000)))[0] == "a/chat"
+    await ask_as("key-2", router, onward, deadline=Deadline.after_ms(10_000))
+    assert ranked(await ask_as("key-4", router, BREAKER_AWARE, deadline=Deadline.after_ms(10_000)))[0] == "b/chat"
 
 
 # -- polite retries (finding 6) --------------------------------------------------------------------

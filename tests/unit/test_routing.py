@@ -225,7 +225,8 @@ async def test_disable_provider_ttl() -> None:
     policy = router.admit_policy(["policy", ["top"], ["neg", ["field", "price_in"]], ["argmax"], ["id"], plan])
     first = await router.chat(policy, ChatRequest(messages=[]))
     assert first.chosen.id == "b"
-    assert events(first, "provider_disabled") == [{"event": "provider_disabled", "provider": "pa", "ttl_ms": 300000}]
+    assert events(first, "provider_disabled") == [{"event": "provider_disabled", "provider": "pa", "ttl_ms": 300000,
+                                                   "scope": "caller"}]  # one caller: its own calls (see below)
     assert [e["offer"] for e in events(first, "skipped")] == ["a2"]
     # While disabled the `disabled` observation is set, so the default policy filters them out.
     second = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY), ChatRequest(messages=[]))

@@ -8,19 +8,37 @@ through the authorizer in ``functions/authorizer``) and puts its id in
 ``requestContext.identity.apiKeyId``; the authorizer's principal (a hash of the key) stands in when
 that is absent. Locally (``compactor serve``), the same field carries :func:`local_key_id` of the
 presented key. Headers are never trusted by the function itself: only the request context is.
-Billing, the usage route and per-key state (restorable archives) all scope by :func:`caller_of`.
+Billing, the usage route and per-key state (restorable archives) all scope by :func:`caller_of`, and the
+router's provider health by :data:`current_caller` (docs/reliability.md#isolation-one-callers-failures-are-that-callers).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 ANONYMOUS = "anonymous"
 """The caller of an API that requires no key (``compactor serve`` without ``--api-key``)."""
 BEARER_PREFIX = "bearer "
 LOCAL_ID_PREFIX = "key-"
+
+current_caller: ContextVar[str | None] = ContextVar("compactor_caller", default=None)
+"""Whose request runs (:func:`caller_of`), set by the API handler around each event (:func:`calling_as`): the
+router keeps one caller's failures to that caller's routing. None outside the API (the CLI, the S3 path): one
+caller, the operator."""
+
+
+@contextmanager
+def calling_as(caller: str | None) -> Iterator[None]:
+    """Run what is inside as ``caller``'s request (see :data:`current_caller`)."""
+    token = current_caller.set(caller)
+    try:
+        yield
+    finally:
+        current_caller.reset(token)
 
 
 def local_key_id(key: str) -> str:

@@ -5,7 +5,8 @@ Generic: it knows offers, policies, transports and costs, never what the calls a
 Per call: the offers of the call's protocol (``chat`` or ``decisions``; docs/behaviour.md#the-policy-language) are ranked
 by the policy (with the host envelope composed in), then tried in order under the policy's
 FailPlan (docs/behaviour.md#fallbacks). Router state (TTL-disabled providers, circuit breakers) lives in the instance and
-is visible to policies as the ``disabled`` and ``breaker_open`` observations.
+is visible to policies as the ``disabled`` and ``breaker_open`` observations, as the calling caller sees them: one
+caller's faults act for its own calls, two callers' for everyone's (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import field, replace
 from typing import Any
 
 from compactor.budget import Deadline
+from compactor.caller import current_caller
 from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
 from compactor.cost import reported as reported_cost
 from compactor.jsonutil import dense_dumps, dense_size_bound, is_finite_number
@@ -75,6 +77,14 @@ ERROR_MESSAGE_LIMIT = 300
 # Any other failure's `disable_provider` skips the provider for the rest of that call only.
 PROVIDER_FAULT_KINDS = frozenset({TIMEOUT, RATE_LIMIT, UPSTREAM_ERROR, NETWORK_ERROR})
 SHARED_TIMEOUT_MIN_S = 5.0
+# Whose failures they are (docs/reliability.md#isolation-one-callers-failures-are-that-callers): any failure may
+# be the request's doing (a request over a per-request token limit answered 429, content a provider answers 500,
+# a transcript too long to answer within the caller's timeout), so one caller's faults open a breaker and disable
+# a provider for that caller's calls only; they act for every caller once SHARED_FAULT_CALLERS callers
+# (``compactor.caller.current_caller``) each reached the breaker's threshold or disabled the provider. A router remembers at most TRACKED_CALLERS callers' own
+# state per provider (breaker, disable); past that the oldest is dropped.
+SHARED_FAULT_CALLERS = 2
+TRACKED_CALLERS = 64
 CLIENT_ERROR_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR})
 
 # Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the large side for prose, code and JSON alike.
@@ -200,10 +210,45 @@ def request_call_budget() -> Iterator[CallBudget]:
 
 @record
 class _Breaker:
-    """An offer's circuit breaker: faults in a row and until when it stays open."""
+    """An offer's circuit breaker: faults in a row (by caller) and until when it stays open, for every caller
+    (``open_until``) or for one (``open_for``)."""
 
     consecutive_faults: int = 0
     open_until: float = -math.inf
+    faults_by: dict[str | None, int] = field(default_factory=dict)  # this run of faults, by caller
+    open_for: dict[str | None, float] = field(default_factory=dict)
+
+    def is_open(self, now: float, caller: str | None) -> bool:
+        return now < self.open_until or bool(self.open_for) and now < self.open_for.get(caller, -math.inf)
+
+    def fault(self, caller: str | None, open_until: float) -> None:
+        """Count a provider fault of ``caller``'s; open the breaker for it at ``caller``'s threshold, and for
+        every caller once SHARED_FAULT_CALLERS callers reached it in this run of faults (one caller's faults
+        and another's stray one are not enough)."""
+        self.consecutive_faults += 1
+        faults = self.faults_by[caller] = self.faults_by.pop(caller, 0) + 1
+        _drop_oldest(self.faults_by)
+        if faults < BREAKER_FAILURE_THRESHOLD:
+            return
+        self.open_caller(caller, open_until)
+        if sum(1 for count in self.faults_by.values() if count >= BREAKER_FAILURE_THRESHOLD) >= SHARED_FAULT_CALLERS:
+            self.open_until = max(self.open_until, open_until)
+
+    def open_caller(self, caller: str | None, open_until: float) -> None:
+        self.open_for[caller] = max(self.open_for.pop(caller, -math.inf), open_until)
+        _drop_oldest(self.open_for)
+
+    def close(self) -> None:
+        self.consecutive_faults, self.open_until = 0, -math.inf
+        if self.faults_by or self.open_for:
+            self.faults_by.clear()
+            self.open_for.clear()
+
+
+def _drop_oldest(by_caller: dict[Any, Any]) -> None:
+    """Keep a by-caller map within TRACKED_CALLERS (insertion order: the least recently written goes)."""
+    while len(by_caller) > TRACKED_CALLERS:
+        del by_caller[next(iter(by_caller))]
 
 
 def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None]:
@@ -341,7 +386,8 @@ class Router:
         self._clock = clock
         self._sleep = sleep
         self._random = random
-        self._disabled_until: dict[str, float] = {}
+        self._disabled_until: dict[str, float] = {}  # for every caller
+        self._disabled_for: dict[str, dict[str | None, float]] = {}  # for one caller, by provider
         self._breakers: dict[tuple[str, str], _Breaker] = {}
         self._observed_copies: dict[tuple[int, bool, bool], Offer] = {}
         self._admitted: dict[str, AdmittedPolicy] = {}
@@ -456,30 +502,48 @@ class Router:
         """The usable ``context`` (tokens, :func:`usable_context`) of the offer ``policy`` ranks first among the
         ``protocol`` offers (the
         one a call would try first); None when no offer passes or the first states no context."""
-        offers = [self._observed(offer) for offer in self._offers if offer.protocol == protocol]
+        caller = current_caller.get()
+        offers = [self._observed(offer, caller) for offer in self._offers if offer.protocol == protocol]
         for entry in self._ranking(policy.policy, offers, Requirements()).ranked[:1]:
             return usable_context(entry.offer)
         return None
 
     # -- state visible to policies ------------------------------------------------------------
 
-    def _provider_disabled(self, provider: str, now: float | None = None) -> bool:
-        return (self._clock() if now is None else now) < self._disabled_until.get(provider, -math.inf)
+    def _provider_disabled(self, provider: str, now: float | None = None, caller: str | None = None) -> bool:
+        now = self._clock() if now is None else now
+        if now < self._disabled_until.get(provider, -math.inf):
+            return True
+        own = self._disabled_for.get(provider)
+        return bool(own) and now < own.get(caller, -math.inf)
 
-    def _disable_provider(self, provider: str) -> None:
-        self._disabled_until[provider] = self._clock() + PROVIDER_DISABLE_TTL_S
+    def _disable_provider(self, provider: str, caller: str | None = None) -> bool:
+        """Disable ``provider`` for ``caller``'s calls, and for every caller's when SHARED_FAULT_CALLERS callers
+        disabled it within the TTL; True when it is now disabled for every caller."""
+        now = self._clock()
+        until = now + PROVIDER_DISABLE_TTL_S
+        own = self._disabled_for.setdefault(provider, {})
+        own.pop(caller, None)
+        own[caller] = until
+        for other in [other for other, other_until in own.items() if other_until <= now]:
+            del own[other]
+        _drop_oldest(own)
+        if len(own) >= SHARED_FAULT_CALLERS:
+            self._disabled_until[provider] = until
+        return now < self._disabled_until.get(provider, -math.inf)
 
     def _breaker(self, offer: Offer) -> _Breaker:
         key = (offer.provider, offer.family)
         breaker = self._breakers.get(key)
         return breaker if breaker is not None else self._breakers.setdefault(key, _Breaker())
 
-    def _observed(self, offer: Offer) -> Offer:
-        """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations: one copy
-        per offer and state, made once (docs/performance.md); read it, never change it."""
+    def _observed(self, offer: Offer, caller: str | None = None) -> Offer:
+        """The offer with router state overlaid on its ``disabled``/``breaker_open`` observations, as ``caller``
+        sees them: one copy per offer and state, made once (docs/performance.md); read it, never change it."""
         now = self._clock()
-        disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider, now)
-        breaker_open = now < self._breaker(offer).open_until
+        disabled = offer.observations.get("disabled") is True or self._provider_disabled(offer.provider, now, caller)
+        breaker = self._breaker(offer)
+        breaker_open = now < breaker.open_until or bool(breaker.open_for) and breaker.is_open(now, caller)
         key = (id(offer), disabled, breaker_open)  # the offer is one of self._offers, alive as long as the router
         observed = self._observed_copies.get(key)
         if observed is None:
@@ -509,20 +573,19 @@ class Router:
         self._rankings[key] = (policy.fields, ranking)
         return ranking
 
-    def _record_outcome(self, offer: Offer, failure: _Failure | None, action: Action | None) -> None:
+    def _record_outcome(self, offer: Offer, failure: _Failure | None, action: Action | None,
+                        caller: str | None = None) -> None:
         breaker = self._breaker(offer)
         if failure is None:
-            breaker.consecutive_faults, breaker.open_until = 0, -math.inf
+            if breaker.consecutive_faults:  # (every opening follows a fault)
+                breaker.close()
             return
         if not failure.says_provider_is_unwell:
             return  # the caller's request, credentials or answer: nothing to tell other callers
-        breaker.consecutive_faults += 1
-        if breaker.consecutive_faults >= BREAKER_FAILURE_THRESHOLD:
-            breaker.open_until = self._clock() + BREAKER_OPEN_S
+        breaker.fault(caller, self._clock() + BREAKER_OPEN_S)
         if action is not None and action.open_breaker_ms and failure.lets_a_caller_act_for_everyone:
-            # a caller may open it, for at most BREAKER_OPEN_S
-            open_s = min(action.open_breaker_ms / 1000, BREAKER_OPEN_S)
-            breaker.open_until = max(breaker.open_until, self._clock() + open_s)
+            # a caller may open it for its own calls, for at most BREAKER_OPEN_S
+            breaker.open_caller(caller, self._clock() + min(action.open_breaker_ms / 1000, BREAKER_OPEN_S))
 
     # -- one call -----------------------------------------------------------------------------
 
@@ -582,10 +645,11 @@ class Router:
         # Offers whose context the request does not fit are never sent it (docs/providers.md); with no
         # stated context (tokens 0) every offer fits.
         too_small = [offer for offer in offers if not _fits(offer, tokens)] if tokens else []
-        pairs = [(self._observed(offer), offer) for offer in offers if not tokens or _fits(offer, tokens)]
+        caller = current_caller.get()
+        pairs = [(self._observed(offer, caller), offer) for offer in offers if not tokens or _fits(offer, tokens)]
         ranking = self._ranking(policy.policy, [observed for observed, _ in pairs], requirements)
         originals = {id(observed): offer for observed, offer in pairs}
-        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals)
+        run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals, caller)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
                                       "estimated_tokens": tokens} for offer in too_small)
         result = await run.execute()
@@ -599,8 +663,10 @@ class _Failover:
     """One routed call: walks the ranked offers under the FailPlan and records the decision path."""
 
     def __init__(self, router: Router, policy: Policy, ranking: Ranking, originals: dict[int, Offer],
-                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None, decimals: int) -> None:
+                 invoke: Invoke, deadline: Deadline | None, timeout_s: float | None, decimals: int,
+                 caller: str | None = None) -> None:
         self.router = router
+        self.caller = caller  # whose call: its provider faults change its own routing first
         self.decimals = decimals  # of a rejected answer's cost priced by its usage
         self.plan = policy.fail_plan
         self.candidates = [originals[id(entry.offer)] for entry in ranking.ranked]
@@ -640,7 +706,8 @@ class _Failover:
         index = 0
         while index < len(self.candidates):
             offer = self.candidates[index]
-            if self.router._provider_disabled(offer.provider) or offer.provider in self.skipped_providers:
+            if self.router._provider_disabled(offer.provider, caller=self.caller) \
+                    or offer.provider in self.skipped_providers:
                 self.event("skipped", offer, reason="provider_disabled")
                 index += 1
                 continue
@@ -653,9 +720,10 @@ class _Failover:
             if outcome == DISABLE_PROVIDER:
                 assert self.last is not None
                 if self.last.lets_a_caller_act_for_everyone:
-                    self.router._disable_provider(offer.provider)
+                    everyone = self.router._disable_provider(offer.provider, self.caller)
                     self.path.append({"event": "provider_disabled", "provider": offer.provider,
-                                      "ttl_ms": round(PROVIDER_DISABLE_TTL_S * 1000)})
+                                      "ttl_ms": round(PROVIDER_DISABLE_TTL_S * 1000),
+                                      "scope": "all" if everyone else "caller"})
                 else:  # the request's own failure: skip the provider for this call, tell no one else
                     self.skipped_providers.add(offer.provider)
                     self.path.append({"event": "provider_disabled", "provider": offer.provider, "scope": "call"})
@@ -691,7 +759,7 @@ class _Failover:
             outcome = await self.router._attempt(self.invoke, offer, timeout, self.deadline)
             latency_ms = round((self.router._clock() - started) * 1000)
             if not isinstance(outcome, _Failure):
-                self.router._record_outcome(offer, None, None)
+                self.router._record_outcome(offer, None, None, self.caller)
                 self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=None,
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
@@ -712,10 +780,10 @@ class _Failover:
                        **({"cost_computed": priced_cost} if priced_cost is not None
                           and reported_cost(outcome.cost_reported) is None else {}))
             if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
-                self.router._record_outcome(offer, None, None)
+                self.router._record_outcome(offer, None, None, self.caller)
                 return self.failed(INVALID_DECISION, outcome.message)
             action = self.plan.action_for(outcome.kind)
-            self.router._record_outcome(offer, outcome, action)
+            self.router._record_outcome(offer, outcome, action, self.caller)
             if action.action != RETRY_SAME:
                 return action.action
             if outcome.retryable and attempt <= min(action.attempts, MAX_RETRIES_PER_OFFER) \

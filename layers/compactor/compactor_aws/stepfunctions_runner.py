@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from compactor.budget import Deadline
+from compactor.caller import current_caller
 from compactor.flow import AdmittedFlow, FlowResult, run_flow
 from compactor.flow.values import MISSING
 from compactor.jsonutil import dense_dumps
@@ -129,7 +130,10 @@ class StepFunctionsFlowRunner:
         value = start_value(flow_input, conversation)
         components = partition.components
         run = f"{self.prefix}{self.run_id()}/"
-        items, uploads = map_items([dense_dumps(c.payload(value, conversation)) for c in components], run)
+        # The workers' routers keep this caller's provider faults to this caller, as this one does (docs/reliability.md).
+        caller = current_caller.get()
+        items, uploads = map_items([dense_dumps(with_caller(c.payload(value, conversation), caller))
+                                    for c in components], run)
         for component in components:
             _emit_started(on_event, component)
         try:
@@ -208,6 +212,11 @@ class StepFunctionsFlowRunner:
     def _read(self, key: str) -> Any:
         body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
         return json.loads(body)
+
+
+def with_caller(payload: dict[str, Any], caller: str | None) -> dict[str, Any]:
+    """A worker's ``payload`` naming whose request it runs (``"caller"``, none outside the API)."""
+    return payload if caller is None else {**payload, "caller": caller}
 
 
 def map_items(payloads: Sequence[str], run: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,30 @@ def test_compact_passes_the_validated_request_and_the_context(
     assert route == "compact" and isinstance(request, CompactRequest)
     assert request.messages == TRANSCRIPT and request.keep_recent == 3
     assert kwargs["lambda_context"] is lambda_context
+
+
+def test_the_core_runs_as_the_events_caller(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router keeps one caller's provider failures to that caller (docs/reliability.md): it reads whose
+    request runs from ``current_caller``, which the handler sets from the event, and unsets after it."""
+    from compactor import service
+    from compactor.caller import current_caller
+
+    seen: list[str | None] = []
+    answer = stub_service.handle_compact
+
+    def handle_compact(request: Any, **kwargs: Any) -> Any:
+        seen.append(current_caller.get())
+        return answer(request, **kwargs)
+
+    monkeypatch.setattr(service, "handle_compact", handle_compact)
+    for key_id in ("k1l2m3n4o5", "other-key"):
+        event = load_event("compact-legacy", body={"messages": TRANSCRIPT})
+        event["requestContext"]["identity"]["apiKeyId"] = key_id
+        assert compact_module.handler(event, lambda_context)["statusCode"] == 200
+    assert seen == ["k1l2m3n4o5", "other-key"] and current_caller.get() is None
 
 
 def test_service_errors_keep_their_status_and_body(
