@@ -362,8 +362,8 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
         return {}
     reader = _Watched(replay, counted=False, surrogates=backend is None)
     fields: dict[str, Any] = {}
-    depth, key, builder, members, messages_value = 0, None, None, [], False
-    named: set[str] = set()
+    depth, key, builder, messages_value = 0, None, None, False
+    members: set[str] = set()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
@@ -376,13 +376,13 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
-                if value in named:  # the API refuses it (bounded_loads); items would give both messages arrays
+                if value in members:  # the API refuses it (bounded_loads); items would give both messages arrays
                     raise TranscriptError(repeated_key_message(value))
-                named.add(value)
-                if value in _STRUCTURAL:
-                    members.append(value)
-                    _refuse_members(members)
-                    messages_value = value == "messages"
+                members.add(value)
+                if value == "messages.item":  # ijson's items would give it as a message
+                    raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot "
+                                          "tell from its messages")
+                messages_value = value == "messages"
                 key = value if value in FILE_FIELDS else None
                 continue
             if key is None:
@@ -413,18 +413,6 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     if backend is not None:
         _check_as_api(fields, "the request fields")
     return fields
-
-
-_STRUCTURAL = frozenset(("messages", "input", "messages.item"))
-"""The members of an object transcript that say how its items are read."""
-
-
-def _refuse_members(members: list[str]) -> None:
-    """What a stream cannot read as the API would: a member named ``messages.item`` (ijson's items would give it
-    as a message)."""
-    if members[-1] == "messages.item":
-        raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot tell from "
-                              "its messages")
 
 
 # Integers with more characters than the API reads are at least this large (its sign counts as a character).
