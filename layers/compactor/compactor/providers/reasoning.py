@@ -89,7 +89,6 @@ def output_limit(offer: Offer, answer_tokens: int) -> int:
     return answer_tokens + reasoning_room(offer)
 
 
-
 def claude_thinking(offer: Offer) -> dict[str, Any]:
     """The request fields of a Claude offer's thinking (Anthropic's Messages API names; Bedrock sends ``thinking``
     in ``additionalModelRequestFields`` and the effort as Converse's ``outputConfig.effort``): an effort turns
