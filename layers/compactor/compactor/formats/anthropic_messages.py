@@ -20,7 +20,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_split
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -72,7 +72,11 @@ class AnthropicMessages(Dialect):
                                  "(the system prompt is the top-level 'system')")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
-        return paired_units(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn)
+        return self.paired(items)[0]
+
+    def paired(self, items: list[Item]) -> tuple[list[Unit], set[int]]:
+        return paired_split(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn,
+                            turn_start=_human)
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """The first message when it is a user message: the Messages API (Amazon Bedrock's too) refuses a
@@ -81,8 +85,9 @@ class AnthropicMessages(Dialect):
         later calls of those tools need it, and the whole unit, so that seal, which holds the always-pinned items
         of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools")."""
         pinned = {0} if items and items[0].get("role") == "user" else set()
-        return pinned | self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
-                                                 for item in items])
+        pinned |= self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
+                                           for item in items])
+        return pinned | self.late_pairs(items)
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}

@@ -25,7 +25,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_units, shown_text
+from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -176,10 +176,14 @@ class OpenAIResponses(Dialect):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
+        return self.paired(items)[0]
+
+    def paired(self, items: list[Item]) -> tuple[list[Unit], set[int]]:
         links = reference_links(items)
         answered = {call for item in items if (call := answered_call(item)) is not None}
-        return paired_units(items, opens=_opens, closes=_closes, leads=_leads,
-                            same_turn=lambda prev, nxt: _same_response(prev, nxt, answered), links=links)
+        return paired_split(items, opens=_opens, closes=_closes, leads=_leads,
+                            same_turn=lambda prev, nxt: _same_response(prev, nxt, answered), links=links,
+                            turn_start=lambda item: _message_role(item) == "user")
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """``system`` and ``developer`` messages, earlier compactions' items, and every item of a unit holding a
@@ -187,7 +191,7 @@ class OpenAIResponses(Dialect):
         pinned = {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
         pinned |= self.opaque_state(items)
         pinned |= self.whole_units(items, [kind_of(item) in TOOL_SEARCH for item in items])
-        return pinned | self.reference_units(items)
+        return pinned | self.reference_units(items) | self.late_pairs(items)
 
     def reference_units(self, items: list[Item]) -> set[int]:
         """Every item of a unit holding nothing but item references: what they stand for is stored with the API,
