@@ -136,7 +136,7 @@ def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = 
 
 
 def reference_links(items: list[Item]) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
-    """What the item references of ``items`` open and close, by index (``paired_units``' ``links``): an output
+    """What the item references of ``items`` open and close, by index (``paired_split``' ``links``): an output
     answering a call that no item before it makes answers the call a reference stands for, the last reference before
     it in its turn (the references before that one join it as one response's items, :func:`_same_response`); a
     reference naming an item of the input answers that item, so the two stay in one unit. Without them, a reference
