@@ -326,3 +326,39 @@ def test_decision_compacts_the_work_between_a_call_and_its_late_answer() -> None
         text = json.dumps(output)
         assert "make all" in text or '"build"' in text, fmt  # the late call and its answer, kept
         assert ("built " * 300) in text and ("notes " * 300) not in text, fmt  # the work between: compacted
+
+
+def test_one_claude_code_response_interleaved_with_its_results_is_one_unit() -> None:
+    """Claude Code writes a response as a record per block and each call's result as soon as it has it, so a
+    response's later calls and text come after the results of its first calls. Only consecutive records of one
+    ``id`` were joined: the response spanned units, and decision could keep its first part (with its thinking, whose
+    signature covers the whole response) and summarize the rest."""
+    def block(kind: str, n: int) -> dict[str, Any]:
+        if kind == "thinking":
+            return {"type": "thinking", "thinking": "", "signature": "sig"}
+        if kind == "text":
+            return {"type": "text", "text": "All three read."}
+        return {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"n": n}}
+
+    def result(n: int) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"file {n}"}]}
+
+    items = [{"role": "user", "content": "read three files"},
+             {"role": "assistant", "id": "m1", "content": [block("thinking", 0)]},
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 1)]}, result(1),
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 2)]}, result(2),
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 3)]}, result(3),
+             {"role": "assistant", "id": "m1", "content": [block("text", 0)]},
+             {"role": "user", "content": "thanks"},
+             {"role": "assistant", "id": "m2", "content": [block("tool_use", 4)]}, result(4)]
+    assert _spans(ANTHROPIC, items) == [(0, 1), (1, 9), (9, 10), (10, 12)]
+
+
+def test_no_response_of_the_real_claude_code_session_spans_units() -> None:
+    items = claude_code_messages(CLAUDE_CODE)
+    unit_of = {i: k for k, unit in enumerate(ANTHROPIC.split_units(items)) for i in unit.indexes()}
+    units_of_response: dict[str, set[int]] = {}
+    for index, item in enumerate(items):
+        if item.get("role") == "assistant" and isinstance(item.get("id"), str):
+            units_of_response.setdefault(item["id"], set()).add(unit_of[index])
+    assert units_of_response and all(len(units) == 1 for units in units_of_response.values())
