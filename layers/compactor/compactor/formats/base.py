@@ -115,9 +115,10 @@ def paired_split(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     further on: whatever lies between a call and its last answer (reasoning, a message, other calls)
     is in the call's unit, so no call is parted from its results. An unanswered call at the end (an
     agent stopped mid-call) ends its unit at the next item that is neither a call nor a result.
-    A call answered late, past other work (a human turn, ``turn_start``, answered before its answer comes, or a call
-    answered before it), does not take that work in (d): its unit ends there, and the call and its answers are returned to be
-    protected, so that they stay paired, in order, whatever happens to the work between them.
+    A call answered late, past other work (a call answered before the late answer, or a human turn, ``turn_start``,
+    answered before it), does not take that work in by (d): its unit ends there, and the call and its late answers
+    are returned, to be protected with their units, so that they stay paired and in order whatever happens to the
+    work between them.
     ``links``: what items open and close by their index, besides their own calls and results (ids the item alone
     does not name: the calls an OpenAI Responses item reference stands for).
     """
