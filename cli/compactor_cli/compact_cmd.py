@@ -75,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_request_body(args: argparse.Namespace, transcript: Transcript) -> dict[str, Any]:
     """The ``/v1/compact`` body for ``transcript`` with the command line's settings over its own fields."""
-    messages = transcript.items
     body = transcript.compact_body(mode=args.mode)
+    messages = body[transcript.items_field]  # a session's: from where its harness resumes (docs/formats.md)
     if getattr(args, "restorable", False):
         body["restorable"] = True
     if args.pin_task:

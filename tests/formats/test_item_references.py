@@ -155,3 +155,46 @@ def test_a_file_of_items_with_bare_references_reads_as_responses() -> None:
                  json.dumps([{"role": "user", "content": "go"}, {"id": "fc_1"}])):
         with pytest.raises(NotChat, match="(line 2|message 1) is an openai-responses item"):
             list(messages_from(lambda text=text: io.BytesIO(text.encode())))
+
+
+def _history_by_reference(turns: int) -> list[dict[str, Any]]:
+    """An agent sending its earlier turns back as references to what the API stored (the user's messages, the
+    reasoning, the answers: ``msg_`` and ``rs_`` ids), then a new prompt and a call of its own."""
+    items: list[dict[str, Any]] = []
+    for n in range(turns):
+        items += [{"type": "item_reference", "id": f"msg_user{n}"}, {"type": "item_reference", "id": f"rs_{n}"},
+                  {"type": "item_reference", "id": f"msg_answer{n}"}]
+    return [*items, {"role": "user", "content": "now the tests"}, *_cycle(99),
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+
+
+def test_a_run_of_references_is_not_one_unit_and_follows_what_it_stands_for() -> None:
+    """A run of references was one unit (each joined the next), and took in the call after it: a decision about that
+    call covered every stored item the run stood for. A reference standing for reasoning (``rs_``) leads into the
+    item after it, one standing for a message (``msg_``) joins nothing by itself."""
+    items = _history_by_reference(20)
+    spans = _spans(items)
+    assert spans[:3] == [(0, 1), (1, 3), (3, 4)]  # the user's message; the reasoning with its answer; the next one
+    assert (61, 64) in spans  # the new call with its reasoning and output, alone
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal"])
+def test_units_of_nothing_but_references_are_kept(compact_module: ModuleType, lambda_context: LocalLambdaContext,
+                                                   mode: str) -> None:
+    """A unit of nothing but references to items the API stored was compactable: the decider read only their ids
+    (short enough to be archived whole), and a summary or an archive dropped the stored items unseen; seal sealed
+    them. They are always protected now, like the system-like items: the call of the input is compacted as before."""
+    items = _history_by_reference(20)
+    assert RESPONSES.always_pinned(items) == set(range(60))
+    body: dict[str, Any] = {"format": "openai-responses", "input": items, "mode": mode, "keep_recent": 1}
+    if mode == "decision":
+        body |= {"target_ratio": 0.01, "decision_policy_ir": decision_policy(), "pinned_indices": []}
+    response = compact_module.handler(api_event("/compact", body), lambda_context)
+    assert response["statusCode"] == 200, response["body"]
+    answer = json.loads(response["body"])
+    assert answer["compacted"] is True
+    assert [item for item in answer["input"] if item.get("type") == "item_reference"] == items[:60]
+    if mode == "decision":
+        fragments = answer["compaction"]["fragments"]
+        assert all(f["action"] == "keep" and f["reason"] == "pinned" for f in fragments if f["end"] <= 60)
+        assert any(f["action"] != "keep" for f in fragments if f["start"] >= 61)

@@ -410,3 +410,104 @@ def test_explicit_pins_keep_the_summary_a_native_compaction_resumes_from(tmp_pat
     assert resumed[0] == {"role": "user", "content": SUMMARY}
     assert PROBLEMS["anthropic-messages"](resumed) == []
     assert len(resumed) < len(_resumed_conversation(source.read_text(encoding="utf-8")))
+
+
+def _claude_code_with_a_boundary() -> list[dict[str, Any]]:
+    """Four Read cycles, Claude Code's own compaction (``compact_boundary``, then its summary as a user record),
+    four more cycles and a last answer."""
+    def cycles(tag: str, parent: str) -> tuple[list[dict[str, Any]], str]:
+        records = []
+        for n in range(4):
+            records.append(_record("assistant", f"{tag}a{n}", parent, {"role": "assistant", "id": f"{tag}m{n}",
+                                   "content": [{"type": "tool_use", "id": f"{tag}t{n}", "name": "Read",
+                                                "input": {"n": n}}]}))
+            records.append(_record("user", f"{tag}r{n}", f"{tag}a{n}", {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"{tag}t{n}", "content": f"{tag} line {n} " * 80}]}))
+            parent = f"{tag}r{n}"
+        return records, parent
+
+    before, last = cycles("b", "u0")
+    after, end = cycles("c", "summary")
+    return [_record("user", "u0", None, {"role": "user", "content": "Fix the build."}), *before,
+            {"parentUuid": None, "logicalParentUuid": last, "type": "system", "subtype": "compact_boundary",
+             "uuid": "boundary", "content": "Conversation compacted"},
+            {**_record("user", "summary", "boundary", {"role": "user", "content": SUMMARY}), "isCompactSummary": True},
+            *after, _record("assistant", "fin", end, {"role": "assistant", "content": [{"type": "text",
+                                                                                      "text": "Done."}]})]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_history_before_claude_codes_own_compaction_is_kept_and_not_sent(tmp_path: Path, mode: str) -> None:
+    """Claude Code resumes from the summary after its ``compact_boundary``: what came before is no longer sent to
+    its model. It was compacted as live context (decision summarized the cycles before the boundary, seal sealed
+    them into its summary, mask masked their results). Now the request holds the items from the summary on, the
+    summary first (pinned, the decision's context), and the lines before the boundary come back byte for byte."""
+    records = _claude_code_with_a_boundary()
+    text = "\n".join(json.dumps(r) for r in records) + "\n"
+    transcript = read_transcript(text)
+    body = transcript.compact_body(mode=mode)
+    assert body["messages"][0] == {"role": "user", "content": SUMMARY} and len(body["messages"]) == 10
+    assert all(" b line " not in json.dumps(m) for m in body["messages"])
+
+    source, out = tmp_path / "session.jsonl", tmp_path / "out.jsonl"
+    source.write_text(text, encoding="utf-8")
+    assert main(["compact", str(source), "--mode", mode, "--keep-recent", "1", "-o", str(out), "-q"]) == 0
+    written = out.read_text(encoding="utf-8").splitlines()
+    boundary = next(n for n, ln in enumerate(written) if "compact_boundary" in ln)
+    assert written[:boundary + 2] == text.splitlines()[:boundary + 2]  # the history and the summary as they were
+    assert written != text.splitlines()  # what follows the summary was compacted
+    resumed = _resumed_conversation(out.read_text(encoding="utf-8"))
+    assert resumed[0] == {"role": "user", "content": SUMMARY} and PROBLEMS["anthropic-messages"](resumed) == []
+
+
+def _codex_with_a_compacted_line(replacement: bool = True) -> str:
+    def line(payload: dict[str, Any], kind: str = "response_item") -> str:
+        return json.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload}) + "\n"
+
+    def message(role: str, text: str) -> dict[str, Any]:
+        part = "output_text" if role == "assistant" else "input_text"
+        return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+
+    def cycles(tag: str) -> list[str]:
+        return [line(p) for n in range(4) for p in (
+            {"type": "reasoning", "summary": [], "encrypted_content": f"opaque {tag}{n}"},
+            {"type": "function_call", "call_id": f"{tag}{n}", "name": "exec", "arguments": f'{{"cmd": "cat {tag}{n}"}}'},
+            {"type": "function_call_output", "call_id": f"{tag}{n}", "output": f"{tag} line {n} " * 200})]
+
+    history = [message("user", "Sync the refs."), message("assistant", "Synced the branches; tags are next."),
+               message("user", "Now the tags.")]
+    compacted = {"message": "" if replacement else "Synced the branches; tags are next.",
+                 **({"replacement_history": history} if replacement else {})}
+    return "".join([line({"id": "s1"}, "session_meta"), line(history[0]), *cycles("b"),
+                    line(history[1]), line(history[2]), line(compacted, "compacted"), *cycles("c"),
+                    line(message("assistant", "Tags synced."))])
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_history_before_a_codex_compacted_line_is_kept_and_not_sent(mode: str, replacement: bool) -> None:
+    """Codex resumes a rollout from its last ``compacted`` line: its ``replacement_history`` (or, from an older Codex,
+    its summary) stands for everything before, then come the items after the line. The items before it were
+    compacted as live context; now they are neither sent nor changed, and decision reads the replacement history as
+    pinned context before the items after the line."""
+    text = _codex_with_a_compacted_line(replacement)
+    transcript = read_transcript(text)
+    body = {**transcript.compact_body(mode=mode), "keep_recent": 1}
+    context = 0
+    if mode == "decision":
+        context = 3 if replacement else 1
+        assert set(range(context)) <= set(body["pinned_indices"])
+        assert "Now the tags." in json.dumps(body["input"][:context]) if replacement else True
+    assert len(body["input"]) == context + 13
+    assert all(" b line " not in json.dumps(item) for item in body["input"])
+    request = CompactRequest.model_validate(body)
+    record = run_sync(compact_call(request, deadline=request_deadline()))
+    assert record.status == 200 and record.body["compacted"] is True
+    assert record.body["input"][:context] == body["input"][:context]
+    written = transcript.write_back(record)
+
+    assert written is not None
+    boundary = next(n for n, ln in enumerate(text.splitlines()) if '"type": "compacted"' in ln)
+    assert written.splitlines()[:boundary + 1] == text.splitlines()[:boundary + 1]
+    assert _items_of(CODEX, written)[len(transcript.items[:transcript.resumed_from]):] == record.body["input"][context:]
+    assert PROBLEMS["openai-responses"](record.body["input"]) == []

@@ -253,3 +253,112 @@ def test_a_compaction_item_is_protected_and_hidden_from_the_models() -> None:
     assert _spans(RESPONSES, items) == [(0, 1), (1, 2), (2, 3), (3, 5)]  # it leads into nothing
     assert RESPONSES.model_view(items) == [items[0], items[3], items[4]]
     assert RESPONSES.render_line(items[1]) == RESPONSES.render_line(items[2]) == ""
+
+
+def _late_responses() -> list[dict[str, Any]]:
+    """A call answered late: a build started, the human asks for something else, the agent does it (a call and its
+    output), and the build's output comes after all of that."""
+    def call(call_id: str, cmd: str) -> dict[str, Any]:
+        return {"type": "function_call", "call_id": call_id, "name": "exec", "arguments": json.dumps({"cmd": cmd})}
+
+    return [
+        {"role": "user", "content": "build it"},
+        {"type": "reasoning", "summary": []}, call("build", "make all"),
+        {"role": "user", "content": "meanwhile, what is in notes.txt?"},
+        {"type": "reasoning", "summary": []}, call("cat", "cat notes.txt"),
+        {"type": "function_call_output", "call_id": "cat", "output": "notes " * 300},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "The notes say ..."}]},
+        {"type": "function_call_output", "call_id": "build", "output": "built " * 300},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Built."}]},
+    ]
+
+
+def _late_anthropic() -> list[dict[str, Any]]:
+    def use(tool_id: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": tool_id, "name": "Bash", "input": {}}]}
+
+    def result(tool_id: str, text: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": text * 300}]}
+
+    return [{"role": "user", "content": "build it"}, use("build"), {"role": "user", "content": "meanwhile, the notes?"},
+            use("cat"), result("cat", "notes "), {"role": "assistant", "content": [{"type": "text", "text": "..."}]},
+            result("build", "built "), {"role": "assistant", "content": [{"type": "text", "text": "Built."}]}]
+
+
+def test_a_call_answered_late_keeps_its_answer_without_taking_in_the_work_between() -> None:
+    """A call whose answer comes past other work (a human turn, a call answered before it) made one unit of
+    everything between the call and its answer, so one decision covered unrelated work. The call's unit now ends
+    where it would without the late answer; the call and its answer are protected, paired and in order, and the work
+    between them is compacted as usual."""
+    items = _late_responses()
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 3), (3, 4), (4, 7), (7, 8), (8, 9), (9, 10)]
+    assert RESPONSES.always_pinned(items) == {1, 2, 8}
+    items = _late_anthropic()
+    assert _spans(ANTHROPIC, items) == [(0, 1), (1, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8)]
+    assert ANTHROPIC.always_pinned(items) == {0, 1, 6}
+
+
+def test_a_late_answer_past_reasoning_and_messages_of_its_own_turn_stays_in_the_unit() -> None:
+    """No other work between (reasoning, the agent's messages, Codex's developer notes): one unit, as before."""
+    items = _late_responses()
+    del items[3:7]
+    assert _spans(RESPONSES, items) == [(0, 1), (1, 5), (5, 6)] and RESPONSES.always_pinned(items) == set()
+
+
+def test_decision_compacts_the_work_between_a_call_and_its_late_answer() -> None:
+    from compactor.container import run_sync
+    from compactor.models import CompactRequest
+    from compactor.service import compact_call, request_deadline
+
+    from .conftest import decision_policy
+    from .validity import PROBLEMS
+
+    for fmt, items, field in (("openai-responses", _late_responses(), "input"),
+                              ("anthropic-messages", _late_anthropic(), "messages")):
+        request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "decision", "keep_recent": 1,
+                                                 "target_ratio": 0.01, "pinned_indices": [0],
+                                                 "decision_policy_ir": decision_policy()})
+        record = run_sync(compact_call(request, deadline=request_deadline()))
+        assert record.status == 200 and record.body["compacted"] is True, fmt
+        output = record.body[field]
+        # the Messages API wants a result right after its call: such an input has that problem already, no other
+        assert set(PROBLEMS[fmt](output)) <= set(PROBLEMS[fmt](items)), fmt
+        text = json.dumps(output)
+        assert "make all" in text or '"build"' in text, fmt  # the late call and its answer, kept
+        assert ("built " * 300) in text and ("notes " * 300) not in text, fmt  # the work between: compacted
+
+
+def test_one_claude_code_response_interleaved_with_its_results_is_one_unit() -> None:
+    """Claude Code writes a response as a record per block and each call's result as soon as it has it, so a
+    response's later calls and text come after the results of its first calls. Only consecutive records of one
+    ``id`` were joined: the response spanned units, and decision could keep its first part (with its thinking, whose
+    signature covers the whole response) and summarize the rest."""
+    def block(kind: str, n: int) -> dict[str, Any]:
+        if kind == "thinking":
+            return {"type": "thinking", "thinking": "", "signature": "sig"}
+        if kind == "text":
+            return {"type": "text", "text": "All three read."}
+        return {"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"n": n}}
+
+    def result(n: int) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"file {n}"}]}
+
+    items = [{"role": "user", "content": "read three files"},
+             {"role": "assistant", "id": "m1", "content": [block("thinking", 0)]},
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 1)]}, result(1),
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 2)]}, result(2),
+             {"role": "assistant", "id": "m1", "content": [block("tool_use", 3)]}, result(3),
+             {"role": "assistant", "id": "m1", "content": [block("text", 0)]},
+             {"role": "user", "content": "thanks"},
+             {"role": "assistant", "id": "m2", "content": [block("tool_use", 4)]}, result(4)]
+    assert _spans(ANTHROPIC, items) == [(0, 1), (1, 9), (9, 10), (10, 12)]
+
+
+def test_no_response_of_the_real_claude_code_session_spans_units() -> None:
+    items = claude_code_messages(CLAUDE_CODE)
+    unit_of = {i: k for k, unit in enumerate(ANTHROPIC.split_units(items)) for i in unit.indexes()}
+    units_of_response: dict[str, set[int]] = {}
+    for index, item in enumerate(items):
+        if item.get("role") == "assistant" and isinstance(item.get("id"), str):
+            units_of_response.setdefault(item["id"], set()).add(unit_of[index])
+    assert units_of_response and all(len(units) == 1 for units in units_of_response.values())

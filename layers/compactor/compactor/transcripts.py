@@ -57,6 +57,15 @@ class Transcript:
     conversation_starts: list[int] = field(default_factory=list)
     """Claude Code sessions: the user items that start a conversation Claude Code resumes (after a native
     compaction's ``compact_boundary``, its summary), always pinned (:meth:`pinning_starts`)."""
+    resumed_from: int = 0
+    """Session files: the first item the agent's harness resumes from. The items before it came before the
+    harness's own last compaction (Claude Code's ``compact_boundary`` record, Codex's ``compacted`` line): the
+    harness no longer sends them to its model, so they are written back as they are and never sent to ours
+    (docs/formats.md, "Session files")."""
+    resumed_context: list[dict[str, Any]] = field(default_factory=list)
+    """Codex rollouts: what the model's context holds at the last ``compacted`` line (its ``replacement_history``),
+    which is no item of the rollout. Decision mode reads it as pinned context before the items after that line."""
+    sent_context: int = 0  # how many items of :attr:`resumed_context` the last :meth:`compact_body` sent
 
     @property
     def items_field(self) -> str:
@@ -66,22 +75,36 @@ class Transcript:
     def compact_body(self, defaults: Mapping[str, Any] | None = None, *, mode: str | None = None) -> dict[str, Any]:
         """The ``/v1/compact`` body for these items: ``defaults`` under the transcript's own fields, ``mode``
         over both. Without a mode, a request body is inferred exactly as the API infers it; a bare
-        transcript runs in :data:`TRANSCRIPT_MODE` (docs/behaviour.md, "Compaction modes")."""
-        body = {**(defaults or {}), **self.fields, "format": self.format, self.items_field: self.items}
+        transcript runs in :data:`TRANSCRIPT_MODE` (docs/behaviour.md, "Compaction modes"). A session file
+        sends the items its harness resumes from (:attr:`resumed_from`), after the context it resumes with
+        in decision mode (:attr:`resumed_context`)."""
+        body = {**(defaults or {}), **self.fields, "format": self.format}
         if mode is not None:
             body["mode"] = mode
         elif body.get("mode") is None and not self.request_body:
             body["mode"] = TRANSCRIPT_MODE
+        context = self.resumed_context if body.get("mode") == "decision" else []
+        self.sent_context = len(context)
+        body[self.items_field] = [*context, *self.items[self.resumed_from:]]
         return self.pinning_starts(body)
 
     def pinning_starts(self, body: dict[str, Any]) -> dict[str, Any]:
         """``body`` with :attr:`conversation_starts` among its explicit ``pinned_indices``: a summary is an
         assistant message, and a conversation the Messages API is sent must start with a user message. (The
         default pins hold them, the human's turns; explicit pins, such as ``--pin-task``'s, did not: a session
-        holding a native compaction came back resuming a conversation that started with an assistant summary.)"""
+        holding a native compaction came back resuming a conversation that started with an assistant summary.)
+        The resumed context sent (:attr:`sent_context`) is pinned too, with the default pins when there are no
+        explicit ones: it is in no line a compaction could rewrite."""
         pins = body.get("pinned_indices")
-        if self.conversation_starts and isinstance(pins, list) and all(type(pin) is int for pin in pins):
-            body["pinned_indices"] = sorted({*pins, *self.conversation_starts})  # other pins: the request's 422
+        shift = self.sent_context - self.resumed_from
+        starts = {start + shift for start in self.conversation_starts if start >= self.resumed_from}
+        starts |= set(range(self.sent_context))
+        if starts and pins is None and self.sent_context:
+            from compactor.formats import get_dialect
+
+            pins = sorted(get_dialect(self.format).default_pins(body[self.items_field]))
+        if starts and isinstance(pins, list) and all(type(pin) is int for pin in pins):
+            body["pinned_indices"] = sorted({*pins, *starts})  # other pins: the request's 422
         return body
 
     def write_back(self, record: CallRecord) -> str | None:
@@ -96,7 +119,10 @@ class Transcript:
         if not record.body.get("compacted"):
             return "".join(self.lines)
         output = record.body[self.items_field]
-        replaced = _replacements(self.items, output, record.report or {})
+        sent = [*self.resumed_context[:self.sent_context], *self.items[self.resumed_from:]]
+        shift = self.resumed_from - self.sent_context  # a sent item's index in ``items``
+        replaced = [(start + shift, end + shift, new) for start, end, new
+                    in _replacements(sent, output, record.report or {}) if start >= self.sent_context]
         dropped = {i for start, end, _ in replaced for i in range(start, end)}
         by_first = {start: (end, new) for start, end, new in replaced}
         relink = self._relinks(replaced) if self.session == CLAUDE_CODE else {}
@@ -289,7 +315,13 @@ def _read_jsonl(text: str) -> Transcript:
     if any(isinstance(r, dict) and r.get("type") == "response_item" for _, r in records):
         picked = [(n, r["payload"]) for n, r in records
                   if isinstance(r, dict) and r.get("type") == "response_item" and isinstance(r.get("payload"), dict)]
-        return _session(CODEX, "openai-responses", lines, picked)
+        transcript = _session(CODEX, "openai-responses", lines, picked)
+        compacted = [(n, r) for n, r in records if isinstance(r, dict) and r.get("type") == "compacted"]
+        if compacted:
+            number, line_record = compacted[-1]
+            transcript.resumed_from = sum(1 for n, _ in picked if n < number)
+            transcript.resumed_context = _codex_context(line_record.get("payload"))
+        return transcript
     if any(isinstance(r, dict) and r.get("type") in ("user", "assistant") and isinstance(r.get("message"), dict)
            for _, r in records):
         # A sub-agent's records (``isSidechain``) are another conversation, which Claude Code interleaves with the
@@ -299,6 +331,10 @@ def _read_jsonl(text: str) -> Transcript:
                   and r.get("isSidechain") is not True]
         transcript = _session(CLAUDE_CODE, "anthropic-messages", lines, picked)
         transcript.conversation_starts = _conversation_starts(records, picked)
+        boundaries = [n for n, r in records if isinstance(r, dict) and r.get("type") == "system"
+                      and r.get("subtype") == "compact_boundary" and r.get("isSidechain") is not True]
+        if boundaries:
+            transcript.resumed_from = sum(1 for n, _ in picked if n < boundaries[-1])
         return transcript
     # Any other JSONL is the array of its lines (docs/formats.md): Responses items, which carry a type and no
     # role, read as Responses, as in an array.
@@ -307,6 +343,20 @@ def _read_jsonl(text: str) -> Transcript:
             raise TranscriptError(f"line {number + 1} is not a message (an object with a role or a type)")
     items = [record for _, record in records]
     return Transcript(_guess_format(items), items)
+
+
+def _codex_context(payload: Any) -> list[dict[str, Any]]:
+    """What a Codex rollout's ``compacted`` line resumes the model's context with: its ``replacement_history``; for
+    a Codex that wrote only its summary (``message``), that summary as a user message, as Codex rebuilds it."""
+    if not isinstance(payload, dict):
+        return []
+    history = payload.get("replacement_history")
+    if isinstance(history, list):
+        return [item for item in history if isinstance(item, dict)]
+    summary = payload.get("message")
+    if isinstance(summary, str) and summary.strip():
+        return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": summary}]}]
+    return []
 
 
 def _conversation_starts(records: list[tuple[int, Any]], picked: list[tuple[int, dict[str, Any]]]) -> list[int]:

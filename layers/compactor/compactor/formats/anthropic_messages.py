@@ -2,8 +2,9 @@
 
 Calls and results are content blocks: an assistant ``tool_use`` block is answered by a ``tool_result``
 block (same id) in a later user message, and a unit holds the call with every message answering it.
-Consecutive assistant messages with the same ``id`` (Claude Code stores one response per block) are one
-turn, and a message holding only ``thinking`` joins the message after it. The system prompt is the
+The assistant messages with the same ``id`` (Claude Code stores one response per block, and the results of
+its first calls between its blocks) are one unit, and a message holding only ``thinking`` joins the message
+after it. The system prompt is the
 request's top-level ``system``, outside the messages, so it is never touched. User messages with
 anything besides tool results are the human's turns, protected by default.
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_units
+from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_split
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -51,6 +52,30 @@ def _same_turn(prev: Item, nxt: Item) -> bool:
             and nxt.get("id") == turn)
 
 
+def _response_links(items: list[Item]) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+    """The first assistant message of a response id opens, and the last closes, a link of their own (``paired_split``'s
+    ``links``), when the id's messages are not all next to each other: Claude Code writes one response as a record
+    per content block and writes each call's result as soon as it has it, so the response's later blocks (more
+    calls, its text) come after the results of its first calls. One unit holds the response with its results: a
+    response's thinking signature covers all of its blocks, and the API sends it as one message."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for index, item in enumerate(items):
+        response = item.get("id")
+        if item.get("role") == "assistant" and isinstance(response, str):
+            first.setdefault(response, index)
+            last[response] = index
+    opened: dict[int, set[str]] = {}
+    closed: dict[int, set[str]] = {}
+    for response, start in first.items():
+        end = last[response]
+        if any(items[k].get("id") != response or items[k].get("role") != "assistant" for k in range(start, end + 1)):
+            link = f"response:{response}"  # apart from tool_use ids
+            opened.setdefault(start, set()).add(link)
+            closed.setdefault(end, set()).add(link)
+    return opened, closed
+
+
 def _human(item: Item) -> bool:
     if item.get("role") != "user":
         return False
@@ -72,7 +97,11 @@ class AnthropicMessages(Dialect):
                                  "(the system prompt is the top-level 'system')")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
-        return paired_units(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn)
+        return self.paired(items)[0]
+
+    def paired(self, items: list[Item]) -> tuple[list[Unit], set[int]]:
+        return paired_split(items, opens=_opens, closes=_closes, leads=_hidden_only, same_turn=_same_turn,
+                            turn_start=_human, links=_response_links(items))
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """The first message when it is a user message: the Messages API (Amazon Bedrock's too) refuses a
@@ -81,8 +110,9 @@ class AnthropicMessages(Dialect):
         later calls of those tools need it, and the whole unit, so that seal, which holds the always-pinned items
         of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools")."""
         pinned = {0} if items and items[0].get("role") == "user" else set()
-        return pinned | self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
-                                                 for item in items])
+        pinned |= self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
+                                           for item in items])
+        return pinned | self.late_pairs(items)
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}

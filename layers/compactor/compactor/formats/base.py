@@ -52,6 +52,17 @@ class Dialect:
             return set()
         return {i for unit in self.split_units(items) if any(marked[unit.start:unit.end]) for i in unit.indexes()}
 
+    def paired(self, items: list[Item]) -> tuple[list[Unit], set[int]]:
+        """:meth:`split_units`, and the items of the calls answered late, past other work, with their late answers
+        (formats whose calls and results are items paired by id: :func:`paired_split`)."""
+        return self.split_units(items), set()
+
+    def late_pairs(self, items: list[Item]) -> set[int]:
+        """Every item of the units holding a call answered late or its late answer: always protected, so that they
+        stay paired, in order, while the work between them is compacted (docs/formats.md)."""
+        units, late = self.paired(items)
+        return {i for unit in units if not late.isdisjoint(unit.indexes()) for i in unit.indexes()} if late else set()
+
     def opaque_state(self, items: list[Item]) -> set[int]:
         """Items carrying state no summary can stand in for (an earlier compaction's encrypted state): always
         pinned, hidden from the models, and seal mode seals only what follows the last one."""
@@ -90,10 +101,12 @@ class Dialect:
         return None
 
 
-def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],
+def paired_split(items: list[Item], *, opens: Callable[[Item], set[str]], closes: Callable[[Item], set[str]],
                  leads: Callable[[Item], bool], same_turn: Callable[[Item, Item], bool],
-                 links: tuple[Mapping[int, set[str]], Mapping[int, set[str]]] = ({}, {})) -> list[Unit]:
-    """Units of a dialect whose calls and results are separate items paired by id.
+                 links: tuple[Mapping[int, set[str]], Mapping[int, set[str]]] = ({}, {}),
+                 turn_start: Callable[[Item], bool] = lambda item: False) -> tuple[list[Unit], set[int]]:
+    """Units of a dialect whose calls and results are separate items paired by id, and the items of the calls
+    answered late with their late answers (to protect, each with its unit: docs/formats.md).
 
     A unit starts at an item and takes in the items after it while (a) the previous item only leads
     into the next one (hidden reasoning before what it reasons about), (b) both belong to the same
@@ -102,6 +115,10 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     further on: whatever lies between a call and its last answer (reasoning, a message, other calls)
     is in the call's unit, so no call is parted from its results. An unanswered call at the end (an
     agent stopped mid-call) ends its unit at the next item that is neither a call nor a result.
+    A call answered late, past other work (a call answered before the late answer, or a human turn, ``turn_start``,
+    answered before it), does not take that work in by (d): its unit ends there, and the call and its late answers
+    are returned, to be protected with their units, so that they stay paired and in order whatever happens to the
+    work between them.
     ``links``: what items open and close by their index, besides their own calls and results (ids the item alone
     does not name: the calls an OpenAI Responses item reference stands for).
     """
@@ -110,6 +127,7 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     closed = [closes(item) | also_closes.get(index, set()) for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
     units: list[Unit] = []
+    late: set[int] = set()
     i, n = 0, len(items)
     while i < n:
         pending = opened[i] - closed[i]
@@ -118,15 +136,46 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
         while end < n:
             prev, nxt = items[end - 1], items[end]
             answered = closed[end]
-            if not (end <= reach or leads(prev) or same_turn(prev, nxt)
-                    or (pending and (opened[end] or answered & pending))):
-                break
+            if not (leads(prev) or same_turn(prev, nxt) or (pending and (opened[end] or answered & pending))):
+                if end > reach:
+                    break
+                calls = set().union(*opened[i:end])
+                if _other_work(items, end, reach, answered_by, closed, calls, turn_start):
+                    late |= _late_pairs(opened, closed, answered_by, i, end)
+                    break
             pending = (pending | opened[end]) - answered
             reach = max(reach, answered_by[end])
             end += 1
         units.append(Unit(i, end))
         i = end
-    return units
+    return units, late
+
+
+def _other_work(items: list[Item], start: int, reach: int, answered_by: list[int], closed: list[set[str]],
+                calls: set[str], turn_start: Callable[[Item], bool]) -> bool:
+    """Whether ``items[start:reach]`` (what lies before the last late answer, at ``reach``, of the unit's ``calls``)
+    holds other work: a call answered there, or a human turn answered there by something else than answers to
+    ``calls`` (a human turn and the answers to the unit's calls only, such as an MCP approval and its response, is
+    not other work)."""
+    turn = False
+    for k in range(start, reach):
+        if k < answered_by[k] < reach or (turn and not closed[k] & calls):
+            return True
+        turn = turn or turn_start(items[k])
+    return False
+
+
+def _late_pairs(opened: list[set[str]], closed: list[set[str]], answered_by: list[int], start: int, end: int
+                ) -> set[int]:
+    """The items of ``start:end`` whose calls are answered at ``end`` or later, with those answers."""
+    late: set[int] = set()
+    for k in range(start, end):
+        if answered_by[k] < end:
+            continue
+        late.add(k)
+        calls = opened[k] - closed[k]
+        late |= {m for m in range(end, answered_by[k] + 1) if closed[m] & calls}
+    return late
 
 
 def last_answers(opened: list[set[str]], closed: list[set[str]]) -> list[int]:

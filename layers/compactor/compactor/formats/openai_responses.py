@@ -25,7 +25,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_units, shown_text
+from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -39,6 +39,25 @@ CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool outpu
 ITEM_REF = "item_reference"
 """An item standing for one the API stored from an earlier response (``{"type": "item_reference", "id": …}``, the
 ``type`` optional): a call, its reasoning, a message; what it is, the input does not say (:func:`reference_links`)."""
+
+
+REFERENCE_PREFIXES = {"rs_": "reasoning", "msg_": "message"}
+"""What the id of an item reference says of the item it stands for, where the API's id prefix tells: ``rs_`` a
+``reasoning`` item, ``msg_`` a message (of any role: the API stores input messages too). Any other id (``fc_`` a
+function call, ``ctc_`` a custom one, …, or an id of no known prefix) may be a call, a message or its reasoning."""
+
+
+def reference_kind(item: Item) -> str | None:
+    """``reasoning``, ``message`` (:data:`REFERENCE_PREFIXES`) or ``None`` (anything) for an item reference."""
+    ref = item.get("id")
+    return next((kind for prefix, kind in REFERENCE_PREFIXES.items() if ref.startswith(prefix)), None) \
+        if isinstance(ref, str) else None
+
+
+def _leads(item: Item) -> bool:
+    """A ``reasoning`` item, or a reference standing for one, leads into the item after it (its response's output)."""
+    kind = kind_of(item)
+    return kind in REASONING or (kind == ITEM_REF and reference_kind(item) == "reasoning")
 
 
 def kind_of(item: Item) -> str:
@@ -96,7 +115,8 @@ def _response_output(item: Item) -> bool:
     """An item a response outputs besides its reasoning: an assistant message or a call, or a reference, which may
     stand for either (or for the reasoning they need)."""
     kind = kind_of(item)
-    return _message_role(item) == "assistant" or kind.endswith("_call") or kind == ITEM_REF
+    return (_message_role(item) == "assistant" or kind.endswith("_call")
+            or (kind == ITEM_REF and reference_kind(item) is None))
 
 
 def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = frozenset()) -> bool:
@@ -105,16 +125,18 @@ def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = 
     for nothing either), followed by another message or call. A response lists them in order after its
     ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
     the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run:
-    what follows its output is the next response. A reference may be any of them, that reasoning too:
-    it joins the message, call or reference after it (the outputs of a call it stands for join it by
-    :func:`reference_links`)."""
-    waits_for_nothing = (_message_role(prev) == "assistant" or kind_of(prev) == ITEM_REF
+    what follows its output is the next response. A reference whose id does not tell what it stands for may be
+    any of them: it joins the message, call or such reference after it (the outputs of a call it stands for join it
+    by :func:`reference_links`); one standing for reasoning leads into the item after it (:func:`_leads`), one
+    standing for a message (of any role) joins nothing by itself."""
+    unknown_reference = kind_of(prev) == ITEM_REF and reference_kind(prev) is None
+    waits_for_nothing = (_message_role(prev) == "assistant" or unknown_reference
                          or (kind_of(prev).endswith("_call") and not _opens(prev) & answered))
     return waits_for_nothing and _response_output(nxt)
 
 
 def reference_links(items: list[Item]) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
-    """What the item references of ``items`` open and close, by index (``paired_units``' ``links``): an output
+    """What the item references of ``items`` open and close, by index (``paired_split``' ``links``): an output
     answering a call that no item before it makes answers the call a reference stands for, the last reference before
     it in its turn (the references before that one join it as one response's items, :func:`_same_response`); a
     reference naming an item of the input answers that item, so the two stay in one unit. Without them, a reference
@@ -154,17 +176,33 @@ class OpenAIResponses(Dialect):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
 
     def split_units(self, items: list[Item]) -> list[Unit]:
+        return self.paired(items)[0]
+
+    def paired(self, items: list[Item]) -> tuple[list[Unit], set[int]]:
         links = reference_links(items)
         answered = {call for item in items if (call := answered_call(item)) is not None}
-        return paired_units(items, opens=_opens, closes=_closes, leads=lambda i: kind_of(i) in REASONING,
-                            same_turn=lambda prev, nxt: _same_response(prev, nxt, answered), links=links)
+        return paired_split(items, opens=_opens, closes=_closes, leads=_leads,
+                            same_turn=lambda prev, nxt: _same_response(prev, nxt, answered), links=links,
+                            turn_start=lambda item: _message_role(item) == "user")
 
     def always_pinned(self, items: list[Item]) -> set[int]:
         """``system`` and ``developer`` messages, earlier compactions' items, and every item of a unit holding a
         tool search (:data:`TOOL_SEARCH`), so that seal holds such a unit whole after its summary."""
         pinned = {i for i, m in enumerate(items) if _message_role(m) in ("system", "developer")}
         pinned |= self.opaque_state(items)
-        return pinned | self.whole_units(items, [kind_of(item) in TOOL_SEARCH for item in items])
+        pinned |= self.whole_units(items, [kind_of(item) in TOOL_SEARCH for item in items])
+        return pinned | self.reference_units(items) | self.late_pairs(items)
+
+    def reference_units(self, items: list[Item]) -> set[int]:
+        """Every item of a unit holding nothing but item references: what they stand for is stored with the API,
+        not in the input, so a model would judge or summarize nothing but their ids, and a summary or an archive
+        would drop those stored items unseen (docs/formats.md "Item references"). A reference that stands with
+        an item of the input (the output of the call it stands for, the item it names, the call it may be the
+        reasoning of) follows that item's unit instead."""
+        if not any(kind_of(item) == ITEM_REF for item in items):
+            return set()
+        return {i for unit in self.split_units(items) if all(kind_of(items[k]) == ITEM_REF for k in unit.indexes())
+                for i in unit.indexes()}
 
     def opaque_state(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if kind_of(m) in COMPACTION}
