@@ -155,9 +155,11 @@ async def aclose_client() -> None:
 
 def drop_clients() -> None:
     """Forget every pooled client without awaiting their close (a SnapStart restore: connections opened
-    before the snapshot are not to be reused). Their sockets are released with the objects."""
+    before the snapshot are not to be reused). Their sockets are released with the objects. The kept request
+    heads go too: they hold the keys the calls sent, which a restore reads again."""
     with _clients_lock:
         _clients.clear()
+    _heads.clear()
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
