@@ -53,7 +53,8 @@ _PADDING = "x" * 9000  # past the length up to which an answer's text is searche
 def test_an_escaped_lone_surrogate_is_refused_in_short_and_long_answers(data: str | bytes, padded: bool) -> None:
     """Short answers are searched for the escape, long ones walked (docs/performance.md): either refuses it."""
     if padded:
-        data = data[:-1] + (b', "pad": "%s"}' % _PADDING.encode() if isinstance(data, bytes) else f', "pad": "{_PADDING}"}}')
+        pad = f', "pad": "{_PADDING}"}}'
+        data = data[:-1] + (pad.encode() if isinstance(data, bytes) else pad)
     with pytest.raises(StrictJSONError, match="lone surrogate"):
         strict_loads_utf8(data)
 
