@@ -78,9 +78,12 @@ def test_after_restore_reseeds_and_drops_pooled_clients(monkeypatch: pytest.Monk
     ledger.CLIENT.value = object()
     monkeypatch.setitem(secrets._keys, "prod/key", ("sk-read-before-the-snapshot", time.monotonic()))
     assert secrets.cached_secret_key("prod/key") == "sk-read-before-the-snapshot"
+    monkeypatch.setitem(http._heads, ("https://x/v1", (("Authorization", "Bearer sk-read-before-the-snapshot"),), ()),
+                        [(b"Authorization", b"Bearer sk-read-before-the-snapshot")])
     snapstart.after_restore()
     loop.close()
     assert len(http._clients) == 0 and s3_store.CLIENT.value is None and ledger.CLIENT.value is None
+    assert http._heads == {}  # the request heads kept before the snapshot hold its keys
     assert secrets.cached_secret_key("prod/key") is None  # read again after a restore
     assert random.random() != expected_without_reseed.random()
 

@@ -187,6 +187,62 @@ async def test_the_direct_request_is_the_one_the_client_builds(no_proxy_variable
     await http.aclose_client()
 
 
+async def test_the_kept_head_of_a_call_gives_the_request_the_client_builds(no_proxy_variables: None,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each direct request's head is kept by URL and headers (docs/performance.md, "The transports' per-call
+    work"): the next call of the same URL and headers, with another body, is still exactly the request the
+    client builds, and callers of the same URL with other keys or other headers each get their own."""
+    monkeypatch.setattr(http, "_heads", {})
+    await http.aclose_client()
+    pooled = http.client()
+    client_headers = http._direct[pooled][1]
+    urls = ["https://api.example.invalid:8443/v1/messages?beta=1", "http://127.0.0.1:9/v1/decisions"]
+    header_sets = [{"Content-Type": "application/json", "Accept": "application/json", **headers}
+                   for headers in HEADER_SETS + [{"Authorization": "Bearer sk-other-9876543210"}]]
+    header_sets.append(dict(reversed(header_sets[3].items())))  # the same headers in another order
+    bodies = [b'{"a":1}', b"", b'{"text":"' + b"x" * 70_000 + b'"}', "naïve ✓".encode()]
+    for round_ in range(2):
+        for body in bodies:
+            for url in urls:
+                for headers in header_sets:
+                    direct = http.direct_request(url, body, headers, client_headers, 7.5 + round_)
+                    built = pooled.build_request("POST", url, content=body, headers=headers,
+                                                 timeout=httpx.Timeout(7.5 + round_))
+                    assert direct is not None
+                    assert (direct.method, direct.url, direct.headers.raw, direct.content, direct.extensions) == \
+                        (built.method, built.url, built.headers.raw, built.content, built.extensions)
+                    direct.headers["X-Amzn-Trace-Id"] = "Root=1-changed"  # a tracer's header stays its request's
+    assert len(http._heads) == len(urls) * len(header_sets)
+    await http.aclose_client()
+
+
+@pytest.mark.parametrize("headers", [{"Content-Length": "3"}, {"transfer-encoding": "chunked"}])
+async def test_a_call_naming_its_bodys_length_is_built_by_httpx_every_time(no_proxy_variables: None,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            headers: dict[str, str]) -> None:
+    monkeypatch.setattr(http, "_heads", {})
+    await http.aclose_client()
+    pooled = http.client()
+    for body in (b"abc", b"abcdef"):
+        direct = http.direct_request("http://127.0.0.1:9/x", body, headers, http._direct[pooled][1], 5)
+        built = pooled.build_request("POST", "http://127.0.0.1:9/x", content=body, headers=headers,
+                                     timeout=httpx.Timeout(5))
+        assert direct is not None and direct.headers.raw == built.headers.raw
+    assert http._heads == {}
+    await http.aclose_client()
+
+
+async def test_kept_heads_are_bounded(no_proxy_variables: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "_heads", {})
+    monkeypatch.setattr(http, "_HEADS_MAX", 3)
+    await http.aclose_client()
+    client_headers = http._direct[http.client()][1]
+    for index in range(10):
+        http.direct_request("http://127.0.0.1:9/x", b"{}", {"Authorization": f"Bearer k-{index}"}, client_headers, 5)
+        assert 0 < len(http._heads) <= 3
+    await http.aclose_client()
+
+
 async def test_a_client_closed_after_a_call_took_it_sends_nothing(raw_server: RawServer,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A call that took the pooled client just before an orderly close (``aclose_client``) fails as the

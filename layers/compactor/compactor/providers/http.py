@@ -62,6 +62,12 @@ _direct: weakref.WeakKeyDictionary[httpx.AsyncClient, tuple[httpx.AsyncBaseTrans
 # Parsed endpoint URLs (a few per catalog), so that a call does not parse its URL string again.
 _urls: dict[str, httpx.URL] = {}
 _URLS_MAX = 256
+# The head of each direct request without its Content-Length, by URL, the call's headers and the client's
+# (a few per catalog and key): the headers httpx builds for that call, kept from the first one so that the next
+# does not build them again (docs/performance.md, "The transports' per-call work").
+_heads: dict[tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, bytes, bytes], ...]],
+             list[tuple[bytes, bytes]]] = {}
+_HEADS_MAX = 256
 
 # Credential-looking substrings providers sometimes echo back in error bodies.
 _SECRET_PATTERNS = (
@@ -149,9 +155,11 @@ async def aclose_client() -> None:
 
 def drop_clients() -> None:
     """Forget every pooled client without awaiting their close (a SnapStart restore: connections opened
-    before the snapshot are not to be reused). Their sockets are released with the objects."""
+    before the snapshot are not to be reused). Their sockets are released with the objects. The kept request
+    heads go too: they hold the keys the calls sent, which a restore reads again."""
     with _clients_lock:
         _clients.clear()
+    _heads.clear()
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
@@ -255,12 +263,31 @@ def direct_request(url: str, content: bytes, headers: dict[str, str],
         if len(_urls) >= _URLS_MAX:
             _urls.clear()
         _urls[url] = parsed
+    extensions = {"timeout": {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}}
+    key = (url, tuple(headers.items()), tuple(client_headers))
+    head = _heads.get(key) if content else None  # (an empty body's Content-Length comes right after Host)
+    if head is not None:  # httpx's headers for this call: the kept head, then the body's Content-Length
+        request = httpx.Request("POST", parsed, headers=[*head, (b"Content-Length", b"%d" % len(content))],
+                                stream=httpx.ByteStream(content), extensions=extensions)
+        request.read()
+        return request
     named = {name.lower() for name in headers}
     merged: list[tuple[str | bytes, str | bytes]] = [(name, value) for lower, name, value in client_headers
                                                      if lower not in named]
     merged.extend(headers.items())
-    return httpx.Request("POST", parsed, content=content, headers=merged, extensions={"timeout": {
-        "connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}})
+    request = httpx.Request("POST", parsed, content=content, headers=merged, extensions=extensions)
+    raw = request.headers.raw
+    # httpx puts the body's Content-Length last, after the call's headers and its Host before them; a call
+    # naming its own Content-Length or Transfer-Encoding is built by httpx every time.
+    if content and raw[-1] == (b"Content-Length", b"%d" % len(content)) and not named & _BODY_HEADERS \
+            and not any(lower in _BODY_HEADERS for lower, _, _ in client_headers):
+        if len(_heads) >= _HEADS_MAX:
+            _heads.clear()
+        _heads[key] = raw[:-1]
+    return request
+
+
+_BODY_HEADERS = frozenset({"content-length", "transfer-encoding"})
 
 
 async def _reply(response: httpx.Response, max_body_bytes: int) -> HttpReply:

@@ -66,9 +66,9 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         except BaseException:
             self._closed(index)
             raise
-        return httpx.Response(response.status_code, headers=response.headers,
-                              stream=_ClosedOnce(response.stream, lambda: self._closed(index)),
-                              extensions=response.extensions)
+        # The shard's own response, its body wrapped: a new response would copy its headers again.
+        response.stream = _ClosedOnce(response.stream, lambda: self._closed(index))
+        return response
 
     def _closed(self, index: int) -> None:
         self._open[index] -= 1
@@ -86,9 +86,8 @@ class _ClosedOnce(httpx.AsyncByteStream):
         self._stream = stream
         self._on_close: Callable[[], None] | None = on_close
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()  # the wrapped stream's own iterator: nothing added per chunk
 
     async def aclose(self) -> None:
         on_close, self._on_close = self._on_close, None
