@@ -35,7 +35,7 @@ from compactor.errors import (
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
 from compactor_aws import background
-from compactor_aws.caller import caller_of
+from compactor_aws.caller import caller_of, calling_as
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 S3_CALLER_PREFIX = "s3:"
@@ -247,8 +247,10 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
                    prepare: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run an S3 object's job once per object version; bill it once, after its result is stored, to
-    ``caller`` (an API upload's key id) or ``s3:<bucket>``.
+    """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
+    ``caller``, an API upload's key id, or ``s3:<bucket>``), so that its provider faults change that caller's
+    routing only (docs/reliability.md#isolation-one-callers-failures-are-that-callers; every job of a container ran
+    as one caller); bill it once, after its result is stored, to that caller.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
     the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
@@ -263,7 +265,8 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     billing_now: list[Future[None]] = []
 
     def run() -> dict[str, Any]:
-        outcome, facts = job()
+        with calling_as(billed_to):
+            outcome, facts = job()
         fresh.append(True)
         record = {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
         if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
