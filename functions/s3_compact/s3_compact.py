@@ -61,14 +61,14 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
 
     caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
     request_id = getattr(context, "aws_request_id", None)
+    billed_to = billing.billed_caller(source, caller)  # also the caller the job runs as, its windows too
 
     def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
         billed: list[Any] = []
-        launch = windowed_jobs.launcher()  # large objects: a windowed job (docs/scale.md)
+        launch = windowed_jobs.launcher(caller=billed_to)  # large objects: a windowed job (docs/scale.md)
         done = run_sync(object_jobs.run_job(
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
-            windows_until=service.windows_deadline(context),
-            observe=observer(request_id, billing.billed_caller(source, caller), billed),
+            windows_until=service.windows_deadline(context), observe=observer(request_id, billed_to, billed),
             launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
         facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
         return done.as_dict(), facts

@@ -3,8 +3,9 @@
 Events (from ``infra/statemachine/windowed_job.asl.json``):
 
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
-* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket"}}``: one Distributed Map
-  batch (a window each), compacted under this invocation's remaining time;
+* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller"}}``: one Distributed Map
+  batch (a window each), compacted under this invocation's remaining time as the job's caller (the one it is
+  billed to: its provider faults are its own, docs/reliability.md);
 * ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it; a job whose result the
@@ -23,6 +24,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, large_jobs, object_jobs
 from compactor.call_record import CallRecord
+from compactor.caller import calling_as
 from compactor_aws import logs, snapstart
 from compactor_aws.s3_store import S3Store
 
@@ -40,10 +42,11 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     from compactor import service
     from compactor.container import get_router, run_sync
 
-    bucket = event["BatchInput"]["bucket"]
-    for item in event["Items"]:
-        run_sync(large_jobs.run_window(store, bucket, item, router=get_router(),
-                                       deadline=service.request_deadline(context)))
+    bucket, caller = event["BatchInput"]["bucket"], event["BatchInput"].get("caller")  # none: a job started before
+    with calling_as(caller):
+        for item in event["Items"]:
+            run_sync(large_jobs.run_window(store, bucket, item, router=get_router(),
+                                           deadline=service.request_deadline(context)))
     return {"windows": len(event["Items"])}
 
 
@@ -82,7 +85,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return run_batch(event, context)
     job = event["job"]  # its lines name it; job_id is the execution's name (docs/deploy.md)
     with logs.naming(logger, job_id=job.get("job_id"), bucket=job.get("bucket"), key=job.get("key"),
-                     version_id=job.get("version_id")):
+                     version_id=job.get("version_id")), calling_as(job.get("caller")):
         return run_step(event["step"], job, event, context)
 
 

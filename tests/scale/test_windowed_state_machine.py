@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.utilities.data_classes import S3Event
 from moto import mock_aws
 
 from compactor import container
@@ -188,6 +189,53 @@ def test_s3_event_for_a_large_object_starts_the_job_once(aws, big, monkeypatch):
         assert time.monotonic() < stop
         time.sleep(0.05)
     assert aws["s3"].get_object(Bucket=BUCKET, Key="compacted/large.json")["Body"].read() == inline_bytes(big)
+
+
+def test_a_jobs_steps_and_windows_run_as_the_caller_it_is_billed_to(aws, worker, monkeypatch):
+    """The S3 path starts a windowed job with the caller it bills (the uploading key, else ``s3:<bucket>``), and every
+    step and window worker runs as that caller, its provider faults its own (docs/reliability.md): windows ran as one
+    caller, so one upload's faults opened breakers and disabled providers for every other job's windows."""
+    from compactor import jobs
+    from compactor.caller import current_caller
+    from compactor.compaction import windows
+    from compactor_aws import windowed_jobs
+    from s3.conftest import s3_event
+
+    seen: list[str | None] = []
+    compact_window = windows.compact_window
+
+    async def watched(task, **options):
+        seen.append(current_caller.get())
+        return await compact_window(task, **options)
+
+    monkeypatch.setattr(windows, "compact_window", watched)
+    load_handler(REPO / "functions" / "s3_compact", "s3_compact.handler")
+    s3_module = sys.modules["s3_compact"]
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    monkeypatch.setenv(windowed_jobs.STATE_MACHINE_ENV, aws["arn"])
+    monkeypatch.setenv(windowed_jobs.INLINE_MAX_ENV, "100000")
+    caller = "abc123keyid"
+    status, created = jobs.create_upload(worker.store, BUCKET, caller, lambda *args: "https://presigned")
+    assert status == 201
+    for who, key in ((caller, "incoming/" + jobs.upload_rel(caller, created["job_id"])),
+                     (f"s3:{BUCKET}", "incoming/direct.json")):
+        seen.clear()
+        data = json.dumps(list(transcripts.messages(250_000))).encode()
+        put = aws["s3"].put_object(Bucket=BUCKET, Key=key, Body=data)
+        event = s3_event(BUCKET, key, version_id=put.get("VersionId"), etag=put["ETag"].strip('"'), size=len(data))
+        assert s3_module.handler(event, LocalLambdaContext("S3CompactFunction", timeout_s=300))["results"][0][
+            "result"] == "started"
+        (execution,) = [e for e in aws["sfn"].list_executions(stateMachineArn=aws["arn"])["executions"]
+                        if e["name"] == job_id(s3_module.source_of(S3Event(event).record))]
+        stop = time.monotonic() + 120
+        while aws["sfn"].describe_execution(executionArn=execution["executionArn"])["status"] == "RUNNING":
+            assert time.monotonic() < stop
+            time.sleep(0.05)
+        assert aws["sfn"].describe_execution(executionArn=execution["executionArn"])["status"] == "SUCCEEDED"
+        windows_run = [e for e in aws["dispatch"].events if "Items" in e and e["BatchInput"].get("caller") == who]
+        assert windows_run and len(seen) == len(windows_run) and set(seen) == {who}
+        steps = [e for e in aws["dispatch"].events if "step" in e and e["job"]["key"] == key]
+        assert steps and {e["job"]["caller"] for e in steps} == {who}
 
 
 def test_the_last_step_meters_and_bills_each_job_from_its_record(aws, worker, caplog, capsys):

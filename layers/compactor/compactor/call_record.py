@@ -10,6 +10,9 @@ back out of a body.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import field, replace
 from typing import Any
 
@@ -181,3 +184,53 @@ def refused(error: Any, *, mode: str, route: str = "compact") -> CallRecord:
     """The record of a call the core refused (a ``compactor.errors.CompactorError``): no model call."""
     status, body = error.answer()
     return CallRecord(status=status, body=body, mode=mode, route=route)
+
+
+@record
+class CallTally:
+    """What the routed calls run inside :func:`counting_calls` are known to have done, counted by the router as each
+    ends: the provider calls they made (:func:`attempts` of their traces, as a record counts them) and the tokens their
+    answers reported. Read when a call ends in an exception no handler expects, whose record was never built
+    (:func:`crashed`)."""
+
+    model_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def add(self, decision_trace: Any, response: Any) -> None:
+        """One routed call that ended: its trace, and its answer (None when it failed)."""
+        self.model_calls += attempts(decision_trace)
+        if response is not None:
+            self.tokens_in += response.tokens_in or 0
+            self.tokens_out += response.tokens_out or 0
+
+
+_tally: ContextVar[CallTally | None] = ContextVar("compactor_call_tally", default=None)
+
+
+@contextmanager
+def counting_calls() -> Iterator[CallTally]:
+    """Count the routed calls of everything run inside (one call of a front door; its tasks share the tally)."""
+    token = _tally.set(CallTally())
+    try:
+        yield _tally.get()  # type: ignore[misc]
+    finally:
+        _tally.reset(token)
+
+
+def tally() -> CallTally | None:
+    """The tally of the call running (:func:`counting_calls`), None outside one."""
+    return _tally.get()
+
+
+def crashed(error: BaseException, counted: CallTally, *, mode: str, route: str = "compact") -> CallRecord:
+    """The record of a call that raised ``error`` instead of returning its record: the status its front door answers
+    (a ``compactor.errors.CompactorError``'s own, else the 500 ``internal server error`` of an exception no handler
+    expects), nothing delivered (no ``bytes_out``, no ``target_met``), the provider calls and tokens ``counted``, and
+    its cost unknown: the exception cut the call off wherever it was, and an attempt then running (or a fan-out
+    worker's) may have been paid (docs/billing.md, "A failed call's fields")."""
+    from compactor.errors import CompactorError, InternalError
+
+    status, body = (error if isinstance(error, CompactorError) else InternalError()).answer()
+    return CallRecord(status=status, body=body, mode=mode, route=route, model_calls=counted.model_calls,
+                      cost_usd=None, tokens_in=counted.tokens_in or None, tokens_out=counted.tokens_out or None)

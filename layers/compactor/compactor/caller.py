@@ -26,9 +26,9 @@ BEARER_PREFIX = "bearer "
 LOCAL_ID_PREFIX = "key-"
 
 current_caller: ContextVar[str | None] = ContextVar("compactor_caller", default=None)
-"""Whose request runs (:func:`caller_of`), set by the API handler around each event (:func:`calling_as`): the
-router keeps one caller's failures to that caller's routing. None outside the API (the CLI, the S3 path): one
-caller, the operator."""
+"""Whose request runs (:func:`caller_of`), set by the API handler around each event (:func:`calling_as`), and
+around each S3 object's job, its windowed job's steps and windows, as the caller the job is billed to: the router
+keeps one caller's failures to that caller's routing. None elsewhere (the CLI): one caller, the operator."""
 
 
 @contextmanager

@@ -81,10 +81,17 @@ def job_id(source: Source) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def job_input(source: Source, *, max_concurrency: int) -> dict[str, Any]:
-    """The state machine's execution input for ``source``."""
-    return {"job": {**source.as_dict(), "sequencer": source.sequencer, "job_id": job_id(source)},
+def job_input(source: Source, *, max_concurrency: int, caller: str | None = None) -> dict[str, Any]:
+    """The state machine's execution input for ``source``; ``caller``, the one the job is billed to, is the one its
+    windows run as (docs/reliability.md#isolation-one-callers-failures-are-that-callers)."""
+    return {"job": {**source.as_dict(), "sequencer": source.sequencer, "job_id": job_id(source), "caller": caller},
             "max_concurrency": max_concurrency}
+
+
+def _next_pass(job: dict[str, Any], windows_key: str) -> dict[str, Any]:
+    """A step's answer when a pass's windows are to run: the Map reads ``windows_key`` and hands each window's worker
+    the bucket and the job's ``caller`` (None for a job started before it was kept)."""
+    return {"done": False, "bucket": job["bucket"], "windows_key": windows_key, "caller": job.get("caller")}
 
 
 def source_of(job: dict[str, Any]) -> Source:
@@ -176,7 +183,7 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel,
                                         _invalid("the transcript's request fields failed validation", detail),
                                         conditional=True))
-    return {"done": False, "bucket": source.bucket, "windows_key": windows_key}
+    return _next_pass(job, windows_key)
 
 
 def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:
@@ -235,7 +242,7 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     bucket = job["bucket"]
     saved = _get_json(store, bucket, _work(job, "state.json"))
     if windows_key is not None and saved["windows_key"] != windows_key:
-        return {"done": False, "bucket": bucket, "windows_key": saved["windows_key"]}
+        return _next_pass(job, saved["windows_key"])
     state = RunState.from_dict(saved["state"])
     items = _get_json(store, bucket, saved["windows_key"])
     output_key = _work(job, f"p{state.number + 1}/output.json")
@@ -254,8 +261,7 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
         return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
     if more:
-        return {"done": False, "bucket": bucket,
-                "windows_key": _plan_pass(store, job, state, input_key, input_version)}
+        return _next_pass(job, _plan_pass(store, job, state, input_key, input_version))
     _put_json(store, bucket, _work(job, FINAL_STATE), state.as_dict())  # what RecordFailure bills, should billing fail
     key, skipped = _write_result(store, job, state, input_key, input_version)
     return _finished(job, state, key, skipped)

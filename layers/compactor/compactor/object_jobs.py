@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import Any, Literal, Protocol
 
+from compactor.call_record import counting_calls, crashed
 from compactor.errors import InvalidTranscript, KeyTooLong, RequestTooLarge
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 from compactor.records import record
@@ -386,11 +387,20 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     if isinstance(request, Failure):
         return _write_failure(store, source, stored, rel, request, conditional=True)
     started_at = time.time()
-    if request.mode_name == "decision" and _exceeds_one_request(request):
-        record = await compact_large(request, router=router, until=windows_until,
-                                     deadline=deadline if windows_until is None else None)
-    else:
-        record = await compact_call(request, deadline=deadline, router=router)
+    with counting_calls() as counted:
+        try:
+            if request.mode_name == "decision" and _exceeds_one_request(request):
+                record = await compact_large(request, router=router, until=windows_until,
+                                             deadline=deadline if windows_until is None else None)
+            else:
+                record = await compact_call(request, deadline=deadline, router=router)
+        except Exception as error:
+            # An exception instead of the record (one no handler expects: a 500): observed with its status and what
+            # the job is known to have done (its model calls may have been paid), then raised as a 5xx is
+            # (docs/billing.md). It was in no billing line or call metric.
+            if observe is not None:
+                observe(crashed(error, counted, mode=request.mode_name, route=ROUTE), started_at, time.time())
+            raise
     record = record.with_route(ROUTE)
     if observe is not None:
         observe(record, started_at, time.time())

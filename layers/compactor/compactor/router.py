@@ -25,6 +25,7 @@ from dataclasses import field, replace
 from typing import Any
 
 from compactor.budget import Deadline
+from compactor.call_record import tally as call_tally
 from compactor.caller import current_caller
 from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
 from compactor.cost import reported as reported_cost
@@ -656,6 +657,9 @@ class Router:
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
             result.cost_usd, result.cost_basis = compute_cost(result.chosen, result.response, decimals)
+        counted = call_tally()
+        if counted is not None:  # what the call is known to have done, should it crash (docs/billing.md)
+            counted.add(result.trace, result.response)
         return result
 
 

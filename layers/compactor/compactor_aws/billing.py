@@ -21,7 +21,7 @@ from functools import cached_property
 from typing import Any
 
 from compactor import billing, http_api, idempotency
-from compactor.call_record import CallRecord
+from compactor.call_record import NO_MODE, CallRecord, counting_calls, crashed
 from compactor.container import PerContainer
 from compactor.errors import (
     CompactorError,
@@ -35,7 +35,7 @@ from compactor.errors import (
 from compactor.jsonutil import dense_dumps
 from compactor.records import record
 from compactor_aws import background
-from compactor_aws.caller import caller_of
+from compactor_aws.caller import caller_of, calling_as
 
 REPLAYED_HEADER = "Idempotent-Replayed"
 S3_CALLER_PREFIX = "s3:"
@@ -177,29 +177,39 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
 
 
 def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], CallRecord], *,
-                    lambda_context: Any, logger: Any, metrics: Any, tracer: Any) -> Answer:
+                    lambda_context: Any, logger: Any, metrics: Any, tracer: Any, mode: str = NO_MODE) -> Answer:
     """:func:`answer_call` for a handler's ``run()`` (the core's ``CallRecord``): a computed call is
-    observed (metrics, billing log line, trace) by ``compactor_aws.observability`` and billed from that."""
+    observed (metrics, billing log line, trace) by ``compactor_aws.observability`` and billed from that. A ``run()``
+    that raises is observed too, with the status the resolver answers (``compactor.call_record.crashed``, in ``mode``,
+    the request's: a ``CompactorError``'s own, else 500), never billed, and the exception goes on to the resolver:
+    such a call was in no billing line or call metric, though it may have paid for model calls (docs/billing.md)."""
     import time
 
     from compactor_aws import observability
 
+    def observe(record: CallRecord, text: str, started_at: float) -> Any:
+        return observability.record_call(
+            record, logger=logger, metrics=metrics, tracer=tracer, started_at=started_at, ended_at=time.time(),
+            response_bytes=len(text.encode("utf-8")), **observability.api_request_details(event))
+
     def compute() -> Computed:
         started_at = time.time()
-        record = run()
-        text = dense_dumps(record.body)
-        size = len(text.encode("utf-8"))
-        if size > http_api.MAX_RESPONSE_BYTES:
+        with counting_calls() as counted:
+            try:
+                record = run()
+                text = dense_dumps(record.body)
+            except Exception as error:
+                failed = crashed(error, counted, mode=mode, route=route)
+                observe(failed, dense_dumps(failed.body), started_at)
+                raise
+        if len(text.encode("utf-8")) > http_api.MAX_RESPONSE_BYTES:
             # The 413 the handler would send instead (http_api.bounded_response), decided here so that it is
             # what is observed, stored and billed: nothing (docs/billing.md). It used to be decided after the
             # call had been billed and its oversized answer stored for replay.
             record = replace(record, status=ResponseTooLarge.status,
                              body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body())
             text = dense_dumps(record.body)
-            size = len(text.encode("utf-8"))
-        summary = observability.record_call(
-            record, logger=logger, metrics=metrics, tracer=tracer, started_at=started_at, ended_at=time.time(),
-            response_bytes=size, **observability.api_request_details(event))
+        summary = observe(record, text, started_at)
         return Computed(record.status, text, facts_of(summary))
 
     return answer_call(event, route, compute, lambda_context)
@@ -247,8 +257,10 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
                    prepare: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run an S3 object's job once per object version; bill it once, after its result is stored, to
-    ``caller`` (an API upload's key id) or ``s3:<bucket>``.
+    """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
+    ``caller``, an API upload's key id, or ``s3:<bucket>``), so that its provider faults change that caller's
+    routing only (docs/reliability.md#isolation-one-callers-failures-are-that-callers; every job of a container ran
+    as one caller); bill it once, after its result is stored, to that caller.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
     the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
@@ -263,7 +275,8 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     billing_now: list[Future[None]] = []
 
     def run() -> dict[str, Any]:
-        outcome, facts = job()
+        with calling_as(billed_to):
+            outcome, facts = job()
         fresh.append(True)
         record = {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
         if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools

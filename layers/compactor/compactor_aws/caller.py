@@ -7,9 +7,10 @@ from compactor.caller import (
     LOCAL_ID_PREFIX,
     authorizer_response,
     caller_of,
+    calling_as,
     local_key_id,
     presented_key,
 )
 
-__all__ = ["ANONYMOUS", "BEARER_PREFIX", "LOCAL_ID_PREFIX", "authorizer_response", "caller_of", "local_key_id",
-           "presented_key"]
+__all__ = ["ANONYMOUS", "BEARER_PREFIX", "LOCAL_ID_PREFIX", "authorizer_response", "caller_of", "calling_as",
+           "local_key_id", "presented_key"]

@@ -18,9 +18,10 @@ DEFAULT_CONCURRENCY: Final = 40
 DEFAULT_INLINE_MAX_BYTES: Final = 8 * 1024 * 1024
 
 
-def launcher(env: Mapping[str, str] | None = None, client: Any = None) -> Launcher | None:
+def launcher(env: Mapping[str, str] | None = None, client: Any = None, *, caller: str | None = None) -> Launcher | None:
     """Starts the state machine when ``COMPACTOR_WINDOWED_STATE_MACHINE_ARN`` is set, else None
-    (large objects then get the 413 record)."""
+    (large objects then get the 413 record). The job's windows run as ``caller``, the one it is billed to
+    (``compactor_aws.billing.billed_caller``; docs/reliability.md#isolation-one-callers-failures-are-that-callers)."""
     source_env = os.environ if env is None else env
     arn = source_env.get(STATE_MACHINE_ENV)
     if not arn:
@@ -34,8 +35,8 @@ def launcher(env: Mapping[str, str] | None = None, client: Any = None) -> Launch
         sfn = client or aws_session.client("stepfunctions")
         name = large_jobs.job_id(source)
         try:
-            sfn.start_execution(stateMachineArn=arn, name=name,
-                                input=json.dumps(large_jobs.job_input(source, max_concurrency=concurrency)))
+            started = large_jobs.job_input(source, max_concurrency=concurrency, caller=caller)
+            sfn.start_execution(stateMachineArn=arn, name=name, input=json.dumps(started))
         except sfn.exceptions.ExecutionAlreadyExists:
             return Outcome("skipped", source, reason="windowed job already started")
         return Outcome("started", source, reason=f"windowed job {name}")

@@ -12,7 +12,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from compactor import http_api
-from compactor.call_record import CallRecord
+from compactor.call_record import NO_MODE, CallRecord
 from compactor.jsonutil import dense_dumps
 from compactor_aws import logs, observability
 
@@ -41,13 +41,13 @@ def json_response(status: int, body: Any) -> Response[str]:
     return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body))
 
 
-def billed(router: Router, route: str, run: Callable[[], CallRecord]) -> Response[str]:
+def billed(router: Router, route: str, run: Callable[[], CallRecord], mode: str = NO_MODE) -> Response[str]:
     """The call's response, replayed under its Idempotency-Key or computed by ``run`` (then observed:
-    metrics, billing record, flow-node subsegments), billed once (docs/billing.md). The route is declared
-    with :func:`billed_post`."""
+    metrics, billing record, flow-node subsegments; in ``mode`` with the status it is answered, should ``run``
+    raise), billed once (docs/billing.md). The route is declared with :func:`billed_post`."""
     from compactor_aws import billing
 
     answer = billing.answer_observed(router.current_event.raw_event, route, run, lambda_context=router.lambda_context,
-                                     logger=logger, metrics=metrics, tracer=tracer)
+                                     logger=logger, metrics=metrics, tracer=tracer, mode=mode)
     return Response(status_code=answer.status, content_type=http_api.JSON_CONTENT_TYPE, body=answer.body,
                     headers=answer.headers)

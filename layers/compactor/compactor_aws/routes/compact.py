@@ -19,4 +19,5 @@ def compact(request: CompactRequest) -> Response[str]:
 
     return billed(router, "compact", lambda: service.handle_compact(
         request, lambda_context=router.lambda_context, flow_runner=configured_runner(),
-        archive=caller_archive(router) if request.restorable else None))  # docs/archives.md
+        archive=caller_archive(router) if request.restorable else None),  # docs/archives.md
+        mode=request.mode_name)

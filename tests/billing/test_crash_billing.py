@@ -1,0 +1,126 @@
+"""A call that ends in an exception no handler expects, after it paid for model calls: on the API and on the S3 path's
+inline job it is observed once as the server error it is (billing log line and call metrics with status 500, the
+model calls and tokens known so far, cost unknown) and billed nothing (docs/billing.md, "A failed call's fields").
+Such a call used to be in no billing line and no call metric: the operator's ledger silently missed it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from compactor import jobs
+from compactor.compaction.seal import SealMode
+from compactor_aws.s3_store import S3Store
+from compactor_cli.lambda_runtime import LocalLambdaContext
+from observability.conftest import Output, value
+
+from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
+from .conftest import table_entries
+from .test_api_billing import KEY_A, call, event, usage
+
+SECRET = "another-callers-secret-3f9a"
+
+
+def crash_after_the_model_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seal mode's report (after its one model call, with the offline offers) raises what no handler expects."""
+    def report(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError(SECRET)
+
+    monkeypatch.setattr(SealMode, "report", report)
+
+
+def crashed_line(output: Output, caller: str, route: str) -> dict[str, Any]:
+    (line,) = output.billing()
+    assert (line["status"], line["api_key_id"], line["route"], line["mode"]) == (500, caller, route, "seal")
+    assert line["model_calls"] == 1 and line["tokens_in"] and line["tokens_out"]  # the call it made before
+    assert line["cost_usd"] is None and line["cost_known"] is False  # it may have been paid: unknown
+    assert line["bytes_out"] is None and line["bytes_saved"] is None and line["target_met"] is None
+    blob = output.call_blob()
+    assert (blob["route"], blob["mode"], value(blob, "Calls"), value(blob, "ModelCalls")) == (route, "seal", 1, 1)
+    assert value(blob, "CostUnknown") == 1 and "BytesOut" not in blob
+    return line
+
+
+@pytest.mark.parametrize("idempotency_key", [None, "crash-1"])
+def test_an_api_call_that_crashes_is_observed_as_its_500_once_and_not_billed(
+        aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str], idempotency_key: str | None) -> None:
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    ev = event("POST", "/compact", body={"messages": transcript(), "mode": "seal"}, headers=headers)
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO), monkeypatch.context() as patched:
+        crash_after_the_model_call(patched)
+        response = call(compact_module, ev)
+    output = Output(compact_module, caplog, capsys)
+
+    assert response["statusCode"] == 500
+    assert json.loads(response["body"]) == {"error": {"message": "internal server error", "type": "server_error",
+                                                      "code": None}}
+    assert SECRET not in response["body"] and "Traceback" not in response["body"]
+    crashed_line(output, KEY_A, "compact")
+    (requests,) = [blob for blob in output.emf if "Requests" in blob]
+    assert value(requests, "ServerErrors") == 1
+    assert table_entries(aws["dynamodb"]) == [] and usage(compact_module, KEY_A)["days"] == []
+
+    # the retry succeeds: computed (the crash was not stored for replay) and billed once
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert call(compact_module, dict(ev))["statusCode"] == 200
+    (line,) = Output(compact_module, caplog, capsys).billing()
+    assert line["status"] == 200
+    assert len(table_entries(aws["dynamodb"])) == 1
+
+
+def test_a_refusal_raised_after_the_model_call_is_observed_with_the_status_it_answers(
+        aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor.errors import RouterError
+
+    def report(*args: Any, **kwargs: Any) -> Any:
+        raise RouterError("the flow ran out of time", "timeout")
+
+    monkeypatch.setattr(SealMode, "report", report)
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        response = call(compact_module, event("POST", "/compact", body={"messages": transcript(), "mode": "seal"}))
+    assert response["statusCode"] == 504
+    (line,) = Output(compact_module, caplog, capsys).billing()
+    assert (line["status"], line["model_calls"], line["cost_known"]) == (504, 1, False)
+    assert table_entries(aws["dynamodb"]) == []
+
+
+def test_an_inline_s3_job_that_crashes_is_observed_as_its_500_once_then_the_retry_bills_once(
+        aws: dict[str, Any], s3_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    aws["s3"].create_bucket(Bucket=BUCKET)
+    aws["s3"].put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    caller = "uploaderkeyid"
+    status, created = jobs.create_upload(S3Store(), BUCKET, caller, lambda *args: "https://presigned")
+    assert status == 201
+    s3_event = put_and_event(aws["s3"], "incoming/" + jobs.upload_rel(caller, created["job_id"]),
+                             json.dumps({"mode": "seal", "messages": transcript()}))
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO), monkeypatch.context() as patched, pytest.raises(KeyError):  # Lambda retries
+        crash_after_the_model_call(patched)
+        s3_module.handler(s3_event, LocalLambdaContext("S3CompactFunction", 300))
+    crashed_line(Output(s3_module, caplog, capsys), caller, "s3_compact")
+    assert table_entries(aws["dynamodb"]) == []
+    assert not aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="compacted/").get("Contents")
+
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert s3_module.handler(s3_event, LocalLambdaContext("S3CompactFunction", 300))["results"][0]["result"] \
+            == "compacted"
+    (line,) = Output(s3_module, caplog, capsys).billing()
+    assert (line["status"], line["api_key_id"]) == (200, caller)
+    (entry,) = table_entries(aws["dynamodb"])
+    assert entry["api_key_id"]["S"] == caller
