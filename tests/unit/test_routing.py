@@ -508,3 +508,15 @@ async def test_retry_same_is_capped_and_yields_between_instant_failures() -> Non
     assert not result.ok
     assert Failing.calls == 1 + MAX_RETRIES_PER_OFFER
     assert ticks >= MAX_RETRIES_PER_OFFER
+
+
+async def test_reasoning_exhausted_is_not_retried_on_the_same_offer() -> None:
+    """An answer spent on reasoning is sent the same limit again by a re-issue, and is spent (and billed) again:
+    ``retry_same`` moves on to the next offer at once, as for the other failures a re-issue repeats."""
+    offers = [offer("a", price_in=1), offer("b", price_in=2)]
+    router, transport, _, sleeps = make_router(offers, {"a": fail("reasoning_exhausted"), "b": ok()})
+    plan = ["override", ["always", {"action": "next_candidate"}], "reasoning_exhausted",
+            {"action": "retry_same", "attempts": 3}]
+    result = await router.chat(router.admit_policy(policy_with(plan)), ChatRequest(messages=[]))
+    assert result.ok and result.chosen.id == "b"
+    assert [c[0] for c in transport.calls] == ["a", "b"] and sleeps == []

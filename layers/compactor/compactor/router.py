@@ -41,6 +41,7 @@ from compactor.providers.base import (
     MAX_SANE_TOKENS,
     NETWORK_ERROR,
     RATE_LIMIT,
+    REASONING_EXHAUSTED,
     TIMEOUT,
     UPSTREAM_ERROR,
     ChatRequest,
@@ -70,6 +71,10 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 10.0
 # Client errors are not retried (the same request would fail the same way), except these statuses.
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+# The failures a re-issue of the same request to the same offer repeats, whatever the FailPlan says: `retry_same`
+# moves on at once (its then_action). The client errors, and an answer spent on reasoning (the same output limit
+# is spent again, and billed again: docs/providers.md "Reasoning models"). The one list of them.
+NOT_RETRIED_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR, REASONING_EXHAUSTED})
 ERROR_MESSAGE_LIMIT = 300
 # Failures that say something about the provider's health and nothing about the request's content: only
 # these change state shared by every caller (breakers, and provider disables a FailPlan asks for). A
@@ -85,7 +90,6 @@ SHARED_TIMEOUT_MIN_S = 5.0
 # state per provider (breaker, disable); past that the oldest is dropped.
 SHARED_FAULT_CALLERS = 2
 TRACKED_CALLERS = 64
-CLIENT_ERROR_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR})
 
 # Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the large side for prose, code and JSON alike.
 BYTES_PER_TOKEN_ESTIMATE = 3
@@ -181,10 +185,11 @@ class _Failure:
 
     @property
     def retryable(self) -> bool:
-        """Client errors fail again when re-sent: only 408 and 429 among them are worth a retry."""
+        """Whether a re-issue may fare otherwise: not for client errors (only 408 and 429 among them are worth a
+        retry) nor any of NOT_RETRIED_KINDS."""
         if self.http_status is not None and 400 <= self.http_status < 500:
             return self.http_status in RETRYABLE_CLIENT_STATUSES
-        return self.kind not in CLIENT_ERROR_KINDS
+        return self.kind not in NOT_RETRIED_KINDS
 
 
 @record
