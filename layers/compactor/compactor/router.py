@@ -52,7 +52,7 @@ from compactor.providers.base import (
     ProviderError,
     Transport,
 )
-from compactor.providers.reasoning import reasoning_room
+from compactor.providers.reasoning import found_generation, reasoning_room
 from compactor.records import record
 
 PROVIDER_DISABLE_TTL_S = 300.0
@@ -338,19 +338,19 @@ def usable_context(offer: Offer) -> int | None:
     context = offer.observations.get("context")
     if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
         return None
-    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
-        return max(context - reasoning_room(offer), 1)
-    return context
+    room = reasoning_room(offer)
+    return max(context - room, 1) if room else context
 
 
 def _fits(offer: Offer, tokens: int) -> bool:
     """Whether a request of ``tokens`` fits the offer's :func:`usable_context` (written out: it runs for each offer
-    of each call when the catalog states contexts, and an offer without a reasoning setting reads nothing more)."""
+    of each call when the catalog states contexts)."""
     context = offer.observations.get("context")
     if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
         return True
-    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
-        context = max(context - reasoning_room(offer), 1)
+    room = reasoning_room(offer)
+    if room:
+        context = max(context - room, 1)
     return context >= tokens
 
 
@@ -382,9 +382,10 @@ class Router:
                  random: Callable[[], float] = random.random,
                  fields: FieldDeclarations | None = None) -> None:
         self._offers = tuple(offers)
-        # Each protocol's offers and the contexts they state, found once: the catalog is fixed for a router.
+        # Each protocol's offers and the contexts they state, found once: the catalog is fixed for a router (the
+        # usable contexts again when a model is found to reason: reasoning.found_generation).
         self._protocol_offers: dict[str, tuple[Offer, ...]] = {}
-        self._protocol_contexts: dict[str, tuple[int, ...]] = {}
+        self._protocol_contexts: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._fields: FieldDeclarations = {**fields_observed_in(self._offers), **(fields or {})}
         self._envelope = None if envelope is None else admit_pred(envelope, fields=self._fields)
         self._transport_for = transport_for
@@ -483,12 +484,14 @@ class Router:
         return offers
 
     def _stated_contexts(self, protocol: str) -> tuple[int, ...]:
-        """The positive integer ``context`` observations of the ``protocol`` offers."""
-        contexts = self._protocol_contexts.get(protocol)
-        if contexts is None:
-            contexts = self._protocol_contexts[protocol] = tuple(
-                context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
-                if context is not None)
+        """The usable contexts (:func:`usable_context`) of the ``protocol`` offers that state one."""
+        generation = found_generation()
+        known = self._protocol_contexts.get(protocol)
+        if known is not None and known[0] == generation:
+            return known[1]
+        contexts = tuple(context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
+                         if context is not None)
+        self._protocol_contexts[protocol] = (generation, contexts)
         return contexts
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
