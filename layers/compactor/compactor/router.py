@@ -213,6 +213,23 @@ def request_call_budget() -> Iterator[CallBudget]:
         _request_budget.reset(token)
 
 
+# The traces of the routed calls started inside :func:`routed_traces`, in this task.
+_started_traces: ContextVar[list[dict[str, Any]] | None] = ContextVar("compactor_routed_traces", default=None)
+
+
+@contextmanager
+def routed_traces() -> Iterator[list[dict[str, Any]]]:
+    """The traces of the routed calls run inside, as they are made: a caller that cancels a routed call (a flow
+    node's timeout) reads in its trace the attempts it sent, the one cut off included (``attempted``,
+    ``error_kind: "timeout"``), which billing counts as model calls (docs/billing.md)."""
+    traces: list[dict[str, Any]] = []
+    token = _started_traces.set(traces)
+    try:
+        yield traces
+    finally:
+        _started_traces.reset(token)
+
+
 @record
 class _Breaker:
     """An offer's circuit breaker: faults in a row (by caller) and until when it stays open, for every caller
@@ -660,6 +677,9 @@ class Router:
         run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals, caller)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
                                       "estimated_tokens": tokens} for offer in too_small)
+        started_traces = _started_traces.get()
+        if started_traces is not None:
+            started_traces.append(run.trace)
         result = await run.execute()
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
@@ -686,6 +706,7 @@ class _Failover:
         self.failed_cost_known = True
         self.skipped_providers: set[str] = set()  # disabled for this call only (see PROVIDER_FAULT_KINDS)
         self.last: _Failure | None = None
+        self.invoked = False  # whether the attempt under way called its transport (past any slot wait)
         self.trace: dict[str, Any] = {
             "policy_fingerprint": policy.fingerprint,
             "ranked": [
@@ -764,7 +785,15 @@ class _Failover:
                 budget.calls_left -= 1
             attempt += 1
             started = self.router._clock()
-            outcome = await self.router._attempt(self.invoke, offer, timeout, self.deadline)
+            self.invoked = False
+            try:
+                outcome = await self.router._attempt(self.send, offer, timeout, self.deadline)
+            except asyncio.CancelledError:  # the caller gave up on the call (a flow node's timeout)
+                if self.invoked:  # its request may have left: a model call, maybe billed (docs/billing.md)
+                    self.event("attempted", offer, attempt=attempt,
+                               latency_ms=round((self.router._clock() - started) * 1000), error_kind=TIMEOUT,
+                               http_status=None, error_message="cancelled by the caller before an answer")
+                raise
             latency_ms = round((self.router._clock() - started) * 1000)
             if not isinstance(outcome, _Failure):
                 self.router._record_outcome(offer, None, None, self.caller)
@@ -798,6 +827,11 @@ class _Failover:
                     and self.take_retry() and await self.backoff(offer, action, attempt, outcome):
                 continue
             return NEXT_CANDIDATE if action.then_action == RETRY_SAME else action.then_action
+
+    async def send(self, transport: Transport, offer: Offer, timeout: float) -> Response:
+        """The call's ``invoke``, noting that the attempt called its transport."""
+        self.invoked = True
+        return await self.invoke(transport, offer, timeout)
 
     @staticmethod
     def take_retry() -> bool:
