@@ -26,7 +26,7 @@ from typing import Any
 
 from compactor.budget import Deadline
 from compactor.caller import current_caller
-from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, default_cache_prices, priced
 from compactor.cost import reported as reported_cost
 from compactor.jsonutil import dense_dumps, dense_size_bound, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
@@ -280,21 +280,28 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     cache prices (by default 10 % and 125 % of ``price_in``, ``compactor.cost.priced``); an offer priced 0/0
     costs 0.0 whatever its token counts; otherwise unknown.
     """
+    cost, basis, _ = _priced(offer, response, decimals)
+    return cost, basis
+
+
+def _priced(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None, tuple[str, ...]]:
+    """:func:`compute_cost`, and the cache prices it took from the defaults (``compactor.cost.default_cache_prices``)."""
     provider_cost = reported_cost(response.cost_reported)
     if provider_cost is not None:
-        return round(provider_cost, decimals), "reported"
+        return round(provider_cost, decimals), "reported", ()
     price_in, price_out = offer.price_in, offer.price_out
     if not (is_finite_number(price_in) and is_finite_number(price_out)):
-        return None, None
+        return None, None, ()
     if price_in == 0 and price_out == 0 and not offer.price_cached_in and not offer.price_cache_write:
-        return 0.0, "computed"
+        return 0.0, "computed", ()
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
-        return None, None
-    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None),
-                      getattr(response, "tokens_cache_written", None), price_cached_in=offer.price_cached_in,
-                      price_cache_write=offer.price_cache_write)
-    return round(computed, decimals), "computed"
+        return None, None, ()
+    cached, written = getattr(response, "tokens_cached", None), getattr(response, "tokens_cache_written", None)
+    computed = priced(price_in, price_out, tokens_in, tokens_out, cached, written,
+                      price_cached_in=offer.price_cached_in, price_cache_write=offer.price_cache_write)
+    return round(computed, decimals), "computed", default_cache_prices(
+        tokens_in, cached, written, price_cached_in=offer.price_cached_in, price_cache_write=offer.price_cache_write)
 
 
 def estimate_tokens(value: Any) -> int:
@@ -683,7 +690,9 @@ class Router:
         result = await run.execute()
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
-            result.cost_usd, result.cost_basis = compute_cost(result.chosen, result.response, decimals)
+            result.cost_usd, result.cost_basis, defaults = _priced(result.chosen, result.response, decimals)
+            if defaults:  # priced at Claude's cache factors, whatever the provider (docs/billing.md)
+                result.trace["default_cache_prices"] = list(defaults)
         return result
 
 
@@ -801,7 +810,8 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
-            priced_cost = None if outcome.answered is None else compute_cost(offer, outcome.answered, self.decimals)[0]
+            priced_cost, _, defaults = (None, None, ()) if outcome.answered is None \
+                else _priced(offer, outcome.answered, self.decimals)
             if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
             elif priced_cost is not None:  # a rejected answer priced by its usage (reasoning tokens as output)
@@ -815,6 +825,8 @@ class _Failover:
                        **({} if outcome.sent else {"sent": False}),
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
                        **({"cost_computed": priced_cost} if priced_cost is not None
+                          and reported_cost(outcome.cost_reported) is None else {}),
+                       **({"default_cache_prices": list(defaults)} if defaults
                           and reported_cost(outcome.cost_reported) is None else {}))
             if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
                 self.router._record_outcome(offer, None, None, self.caller)
