@@ -357,8 +357,9 @@ def _requirements(needs: frozenset[str]) -> Requirements:
 
 def usable_context(offer: Offer) -> int | None:
     """The tokens of ``offer``'s stated ``context`` a request and its answer may take: all of it, less the room
-    kept for a reasoning offer's reasoning (docs/providers.md "Reasoning models"; the catalog holds the room
-    below the context); None when the offer states no positive integer context."""
+    kept for a reasoning offer's reasoning, or a model's found to reason (``reasoning_room``; docs/providers.md
+    "Reasoning models"; the catalog holds a stated room below the context); None when the offer states no positive
+    integer context."""
     context = offer.observations.get("context")
     if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
         return None
