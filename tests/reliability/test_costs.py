@@ -168,11 +168,11 @@ async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider:
     """A node's timeout cancels its routed call during its third attempt: three requests were sent, and billing
     counts three (it counted one, as for a node cut off with nothing known of its call)."""
     down = Reply(503, {"error": {"message": "down"}})
-    fake_provider.enqueue(down, down, chat_reply("late", delay_s=3.0))
+    fake_provider.enqueue(down, down, chat_reply("late", delay_s=30.0))
     one = Router([offers(fake_provider)[2]], transport_for=transport_for, sleep=Sleeps())
     flow = ["flow", {"input": {"kind": "input"},
                      "write": {"kind": "llm", "inputs": ["input"], "policy": RETRY_SAME, "system": "Answer.",
-                               "timeout_ms": 1000},
+                               "timeout_ms": 5000},
                      "output": {"kind": "output", "inputs": ["write"]}}]
     admitted = admit_flow(flow, admit_policy=one.admit_policy, flow_input="a question")
     result = await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
@@ -186,8 +186,8 @@ async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider:
 
 async def test_a_routing_decision_cut_off_by_its_timeout_is_counted(fake_provider: FakeProviderServer) -> None:
     """A routing decision cancelled at its timeout was sent: it counts beside the generation (it counted none)."""
-    fake_provider.enqueue(decision_reply({}, delay_s=2.0), chat_reply("answer"))
-    flow = routed_flow(routing(timeout_ms=100))
+    fake_provider.enqueue(decision_reply({}, delay_s=30.0), chat_reply("answer"))
+    flow = routed_flow(routing(timeout_ms=2000))
     shared = router(fake_provider)
     admitted = admit_flow(flow, admit_policy=shared.admit_policy, flow_input="a question")
     result = await run_flow(admitted, "a question", router=shared, deadline=Deadline.after_ms(20_000))
