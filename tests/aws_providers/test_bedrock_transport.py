@@ -417,3 +417,15 @@ async def test_calls_in_threads_carry_the_callers_context_and_its_errors() -> No
     assert await background.in_thread(read, " segment") == "the request's segment"
     with pytest.raises(ValueError, match="boom"):
         await background.in_thread(read, "boom")
+
+
+async def test_a_request_botocore_refuses_to_send_is_an_unsent_bad_request(fake_provider: FakeProviderServer,
+                                                                          offer: Offer) -> None:
+    # botocore checks the parameters before it sends anything (ParamValidationError: here an output limit of 0,
+    # below Converse's least maxTokens): it was an upstream_error that may have been billed, retried and counted
+    # toward the breaker, though no request left.
+    with pytest.raises(ProviderError) as caught:
+        await BedrockTransport().chat(offer, ChatRequest([{"role": "user", "content": "x"}], max_tokens=0), 5)
+    assert "ParamValidationError" in caught.value.message or "Parameter validation failed" in caught.value.message
+    assert (caught.value.kind, caught.value.sent) == (BAD_REQUEST, False)
+    assert fake_provider.requests == []

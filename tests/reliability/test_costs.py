@@ -8,6 +8,7 @@ from typing import Any
 
 from compactor import service
 from compactor.budget import Deadline
+from compactor.call_record import flow_facts
 from compactor.flow import admit_flow, run_flow
 from compactor.models import CompactRequest
 from compactor.providers.base import Offer
@@ -16,7 +17,7 @@ from compactor.router import Router
 from compactor_aws.observability import summarize
 from fakes.provider_server import FakeProviderServer, Reply, chat_reply, decision_reply, default_answers
 
-from ..unit.flow.test_routing_nodes import FAST_POLICY, STRONG_POLICY, routed_flow
+from ..unit.flow.test_routing_nodes import FAST_POLICY, STRONG_POLICY, routed_flow, routing
 from .test_isolation_and_retries import Sleeps, transcript
 
 CHEAP_FIRST = ["policy", ["meets_req"], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
@@ -157,3 +158,40 @@ async def test_an_unpriced_failed_attempt_makes_the_answered_cost_unknown(fake_p
                                                else chat_reply("A short sealed summary.", cost=0.5))
     _, body = await service.compact(request, deadline=Deadline.after_ms(20_000), router=router(fake_provider))
     assert body["compacted"] is True and body["x_router"]["cost_usd"] == 0.75
+
+
+RETRY_SAME = ["policy", ["meets_req"], ["neg", ["field", "price_in"]], ["argmax"], ["id"],
+              ["always", {"action": "retry_same", "attempts": 3, "backoff_ms": 0}]]
+
+
+async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider: FakeProviderServer) -> None:
+    """A node's timeout cancels its routed call during its third attempt: three requests were sent, and billing
+    counts three (it counted one, as for a node cut off with nothing known of its call)."""
+    down = Reply(503, {"error": {"message": "down"}})
+    fake_provider.enqueue(down, down, chat_reply("late", delay_s=30.0))
+    one = Router([offers(fake_provider)[2]], transport_for=transport_for, sleep=Sleeps())
+    flow = ["flow", {"input": {"kind": "input"},
+                     "write": {"kind": "llm", "inputs": ["input"], "policy": RETRY_SAME, "system": "Answer.",
+                               "timeout_ms": 5000},
+                     "output": {"kind": "output", "inputs": ["write"]}}]
+    admitted = admit_flow(flow, admit_policy=one.admit_policy, flow_input="a question")
+    result = await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
+    assert not result.ok and result.error_kind == "timeout"
+    assert flow_facts(result.flow_nodes)["model_calls"] == len(fake_provider.requests) == 3
+    entry = next(node for node in result.flow_nodes if node["kind"] == "llm")
+    assert [(event["attempt"], event["error_kind"]) for event in entry["decision_trace"]["decision_path"]
+            if event["event"] == "attempted"] == [(1, "upstream_error"), (2, "upstream_error"), (3, "timeout")]
+    assert result.cost_usd is None  # the cut-off attempt may have been billed
+
+
+async def test_a_routing_decision_cut_off_by_its_timeout_is_counted(fake_provider: FakeProviderServer) -> None:
+    """A routing decision cancelled at its timeout was sent: it counts beside the generation (it counted none)."""
+    fake_provider.enqueue(decision_reply({}, delay_s=30.0), chat_reply("answer"))
+    flow = routed_flow(routing(timeout_ms=2000))
+    shared = router(fake_provider)
+    admitted = admit_flow(flow, admit_policy=shared.admit_policy, flow_input="a question")
+    result = await run_flow(admitted, "a question", router=shared, deadline=Deadline.after_ms(20_000))
+    assert result.ok
+    entry = next(node for node in result.flow_nodes if node["kind"] == "llm")
+    assert entry["routing"]["fallback_reason"] == "decision_timeout"
+    assert flow_facts(result.flow_nodes)["model_calls"] == len(fake_provider.requests) == 2

@@ -321,3 +321,20 @@ def test_inadmissible_policy_fails_before_any_window(sessions):
     with pytest.raises(FlowAdmissionError):
         run(compact_in_memory(request, router=frozen_router(), run_window=record))
     assert ran == []
+
+
+def test_a_windowed_runs_record_says_how_its_cost_was_found(sessions):
+    """docs/billing.md: the record of a windowed run (a windowed job's, an inline one's) has the cost basis an
+    inline compaction's has: ``reported`` (summed from the flows' nodes) when the cost is known and a model was
+    called, else none. It had none whatever the cost, and the report said "no basis" for a known cost."""
+    request = CompactRequest.model_validate({"messages": sessions, "decision_policy_ir": decision_policy()})
+    router = frozen_router()
+    record = run(compact_in_memory(request, router=router, run_window=inline_runner(router, window_budget_ms=60_000)))
+    assert record.model_calls > 0 and record.cost_known and record.cost_basis == "reported"
+    s = settings()
+    failed = run(compact_windowed(lambda: sessions, s, run_window=lambda task: _none(), concurrency=2))
+    assert run_record(failed.state).cost_usd is None and run_record(failed.state).cost_basis is None
+
+
+async def _none() -> None:
+    return None

@@ -508,3 +508,52 @@ async def test_retry_same_is_capped_and_yields_between_instant_failures() -> Non
     assert not result.ok
     assert Failing.calls == 1 + MAX_RETRIES_PER_OFFER
     assert ticks >= MAX_RETRIES_PER_OFFER
+
+
+async def test_reasoning_exhausted_is_not_retried_on_the_same_offer() -> None:
+    """An answer spent on reasoning is sent the same limit again by a re-issue, and is spent (and billed) again:
+    ``retry_same`` moves on to the next offer at once, as for the other failures a re-issue repeats."""
+    offers = [offer("a", price_in=1), offer("b", price_in=2)]
+    router, transport, _, sleeps = make_router(offers, {"a": fail("reasoning_exhausted"), "b": ok()})
+    plan = ["override", ["always", {"action": "next_candidate"}], "reasoning_exhausted",
+            {"action": "retry_same", "attempts": 3}]
+    result = await router.chat(router.admit_policy(policy_with(plan)), ChatRequest(messages=[]))
+    assert result.ok and result.chosen.id == "b"
+    assert [c[0] for c in transport.calls] == ["a", "b"] and sleeps == []
+
+
+@pytest.mark.parametrize("stated, cached, written, defaults", [
+    ({}, 400, None, ["price_cached_in"]),
+    ({}, 400, 300, ["price_cached_in", "price_cache_write"]),
+    ({"price_cached_in": 0.5}, 400, 300, ["price_cache_write"]),
+    ({"price_cached_in": 0.5, "price_cache_write": 1.0}, 400, 300, None),
+    ({}, None, None, None),  # nothing read from or written to a cache: no cache price was needed
+    ({}, 0, 0, None),
+])
+async def test_the_trace_says_when_a_cache_price_was_a_default(stated: dict[str, float], cached: int | None,
+                                                               written: int | None, defaults: list[str] | None) -> None:
+    """docs/billing.md: an offer stating no cache price has cache reads and writes priced at Claude's factors of
+    price_in, whatever its provider; the trace says which prices were such defaults (it did not say)."""
+    a = Offer(id="a", provider="a", family="f", model="f", protocol="chat", transport="openai", price_in=1.0,
+              price_out=2.0, **stated)
+    router, _, _, _ = make_router([a], {"a": ok(tokens_cached=cached, tokens_cache_written=written)})
+    result = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY), ChatRequest(messages=[]))
+    assert result.ok and result.cost_basis == "computed"
+    assert result.trace.get("default_cache_prices") == defaults
+
+
+async def test_a_reported_cost_uses_no_default_cache_price() -> None:
+    router, _, _, _ = make_router([offer("a")], {"a": ok(tokens_cached=400, cost_reported=0.001)})
+    result = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY), ChatRequest(messages=[]))
+    assert result.cost_basis == "reported" and "default_cache_prices" not in result.trace
+
+
+async def test_a_rejected_answer_priced_with_a_default_cache_price_says_so() -> None:
+    answered = ChatResponse(text="", finish_reason="length", tokens_in=1000, tokens_out=500, tokens_cached=600,
+                            tokens_reasoning=500)
+    spent = lambda o, n: ProviderError("reasoning_exhausted", "spent", answered=answered)  # noqa: E731
+    router, _, _, _ = make_router([offer("a", price_in=1), offer("b", price_in=2)], {"a": spent, "b": ok()})
+    result = await router.chat(router.admit_policy(DEFAULT_CHAT_POLICY), ChatRequest(messages=[]))
+    failed = next(event for event in result.trace["decision_path"] if event.get("error_kind"))
+    assert failed["cost_computed"] == pytest.approx((400 + 600 * 0.1) / 1e6 * 1.0 + 500 / 1e6 * 2.0)
+    assert failed["default_cache_prices"] == ["price_cached_in"]

@@ -81,8 +81,9 @@ class NodeOutcome:
     @property
     def calls_made(self) -> int:
         """Provider calls this node made (its routing decision included): the ``attempted`` events of its
-        traces, retries and failovers included; a model node without a trace (a call cut off by a
-        timeout) made one, unless it failed before sending anything. Billing counts these."""
+        traces, retries and failovers included, and a call cut off by a timeout keeps its trace (the attempt cut
+        off is one of them: ``compactor.router.routed_traces``); a model node without a trace made one, unless it
+        failed before sending anything. Billing counts these."""
         if not self.model_call:
             return 0
         routing = self.trace.get("routing")

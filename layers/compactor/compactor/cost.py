@@ -50,6 +50,18 @@ def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, t
     return max(cost, 0.0)
 
 
+def default_cache_prices(tokens_in: int, tokens_cached: int | None, tokens_cache_written: int | None, *,
+                         price_cached_in: float | None = None, price_cache_write: float | None = None
+                         ) -> tuple[str, ...]:
+    """The cache prices :func:`priced` took from the default factors for these tokens (the offer states none, and
+    tokens were read from / written to a cache): ``price_cached_in``, ``price_cache_write``, both or none. The
+    traces name them (docs/billing.md "Prices the catalog does not state")."""
+    cached = min(tokens_cached or 0, tokens_in)
+    written = min(tokens_cache_written or 0, tokens_in - cached)
+    return (("price_cached_in",) if cached > 0 and price_cached_in is None else ()) \
+        + (("price_cache_write",) if written > 0 and price_cache_write is None else ())
+
+
 def with_failed_attempts(cost: float | None, failed: float | None, decimals: int, *, failed_known: bool
                          ) -> float | None:
     """The answering call's cost plus what earlier, failed attempts were billed (a billed response keeps

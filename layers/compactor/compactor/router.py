@@ -27,7 +27,7 @@ from typing import Any
 from compactor.budget import Deadline
 from compactor.call_record import tally as call_tally
 from compactor.caller import current_caller
-from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, priced
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, default_cache_prices, priced
 from compactor.cost import reported as reported_cost
 from compactor.jsonutil import dense_dumps, dense_size_bound, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
@@ -42,6 +42,7 @@ from compactor.providers.base import (
     MAX_SANE_TOKENS,
     NETWORK_ERROR,
     RATE_LIMIT,
+    REASONING_EXHAUSTED,
     TIMEOUT,
     UPSTREAM_ERROR,
     ChatRequest,
@@ -52,7 +53,7 @@ from compactor.providers.base import (
     ProviderError,
     Transport,
 )
-from compactor.providers.reasoning import reasoning_room
+from compactor.providers.reasoning import found_generation, reasoning_room
 from compactor.records import record
 
 PROVIDER_DISABLE_TTL_S = 300.0
@@ -71,6 +72,10 @@ BACKOFF_BASE_S = 0.2
 BACKOFF_MAX_S = 10.0
 # Client errors are not retried (the same request would fail the same way), except these statuses.
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+# The failures a re-issue of the same request to the same offer repeats, whatever the FailPlan says: `retry_same`
+# moves on at once (its then_action). The client errors, and an answer spent on reasoning (the same output limit
+# is spent again, and billed again: docs/providers.md "Reasoning models"). The one list of them.
+NOT_RETRIED_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR, REASONING_EXHAUSTED})
 ERROR_MESSAGE_LIMIT = 300
 # Failures that say something about the provider's health and nothing about the request's content: only
 # these change state shared by every caller (breakers, and provider disables a FailPlan asks for). A
@@ -86,7 +91,6 @@ SHARED_TIMEOUT_MIN_S = 5.0
 # state per provider (breaker, disable); past that the oldest is dropped.
 SHARED_FAULT_CALLERS = 2
 TRACKED_CALLERS = 64
-CLIENT_ERROR_KINDS = frozenset({BAD_REQUEST, CONTEXT_OVERFLOW, AUTH_ERROR})
 
 # Tokens estimated from UTF-8 bytes: 3 bytes a token errs on the large side for prose, code and JSON alike.
 BYTES_PER_TOKEN_ESTIMATE = 3
@@ -182,10 +186,11 @@ class _Failure:
 
     @property
     def retryable(self) -> bool:
-        """Client errors fail again when re-sent: only 408 and 429 among them are worth a retry."""
+        """Whether a re-issue may fare otherwise: not for client errors (only 408 and 429 among them are worth a
+        retry) nor any of NOT_RETRIED_KINDS."""
         if self.http_status is not None and 400 <= self.http_status < 500:
             return self.http_status in RETRYABLE_CLIENT_STATUSES
-        return self.kind not in CLIENT_ERROR_KINDS
+        return self.kind not in NOT_RETRIED_KINDS
 
 
 @record
@@ -207,6 +212,23 @@ def request_call_budget() -> Iterator[CallBudget]:
         yield _request_budget.get()  # type: ignore[misc]
     finally:
         _request_budget.reset(token)
+
+
+# The traces of the routed calls started inside :func:`routed_traces`, in this task.
+_started_traces: ContextVar[list[dict[str, Any]] | None] = ContextVar("compactor_routed_traces", default=None)
+
+
+@contextmanager
+def routed_traces() -> Iterator[list[dict[str, Any]]]:
+    """The traces of the routed calls run inside, as they are made: a caller that cancels a routed call (a flow
+    node's timeout) reads in its trace the attempts it sent, the one cut off included (``attempted``,
+    ``error_kind: "timeout"``), which billing counts as model calls (docs/billing.md)."""
+    traces: list[dict[str, Any]] = []
+    token = _started_traces.set(traces)
+    try:
+        yield traces
+    finally:
+        _started_traces.reset(token)
 
 
 @record
@@ -259,21 +281,28 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     cache prices (by default 10 % and 125 % of ``price_in``, ``compactor.cost.priced``); an offer priced 0/0
     costs 0.0 whatever its token counts; otherwise unknown.
     """
+    cost, basis, _ = _priced(offer, response, decimals)
+    return cost, basis
+
+
+def _priced(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None, tuple[str, ...]]:
+    """:func:`compute_cost`, and the cache prices it took from the defaults (``compactor.cost.default_cache_prices``)."""
     provider_cost = reported_cost(response.cost_reported)
     if provider_cost is not None:
-        return round(provider_cost, decimals), "reported"
+        return round(provider_cost, decimals), "reported", ()
     price_in, price_out = offer.price_in, offer.price_out
     if not (is_finite_number(price_in) and is_finite_number(price_out)):
-        return None, None
+        return None, None, ()
     if price_in == 0 and price_out == 0 and not offer.price_cached_in and not offer.price_cache_write:
-        return 0.0, "computed"
+        return 0.0, "computed", ()
     tokens_in, tokens_out = response.tokens_in, response.tokens_out
     if tokens_in is None or tokens_out is None or max(tokens_in, tokens_out) > MAX_SANE_TOKENS:
-        return None, None
-    computed = priced(price_in, price_out, tokens_in, tokens_out, getattr(response, "tokens_cached", None),
-                      getattr(response, "tokens_cache_written", None), price_cached_in=offer.price_cached_in,
-                      price_cache_write=offer.price_cache_write)
-    return round(computed, decimals), "computed"
+        return None, None, ()
+    cached, written = getattr(response, "tokens_cached", None), getattr(response, "tokens_cache_written", None)
+    computed = priced(price_in, price_out, tokens_in, tokens_out, cached, written,
+                      price_cached_in=offer.price_cached_in, price_cache_write=offer.price_cache_write)
+    return round(computed, decimals), "computed", default_cache_prices(
+        tokens_in, cached, written, price_cached_in=offer.price_cached_in, price_cache_write=offer.price_cache_write)
 
 
 def estimate_tokens(value: Any) -> int:
@@ -329,24 +358,25 @@ def _requirements(needs: frozenset[str]) -> Requirements:
 
 def usable_context(offer: Offer) -> int | None:
     """The tokens of ``offer``'s stated ``context`` a request and its answer may take: all of it, less the room
-    kept for a reasoning offer's reasoning (docs/providers.md "Reasoning models"; the catalog holds the room
-    below the context); None when the offer states no positive integer context."""
+    kept for a reasoning offer's reasoning, or a model's found to reason (``reasoning_room``; docs/providers.md
+    "Reasoning models"; the catalog holds a stated room below the context); None when the offer states no positive
+    integer context."""
     context = offer.observations.get("context")
     if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
         return None
-    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
-        return max(context - reasoning_room(offer), 1)
-    return context
+    room = reasoning_room(offer)
+    return max(context - room, 1) if room else context
 
 
 def _fits(offer: Offer, tokens: int) -> bool:
     """Whether a request of ``tokens`` fits the offer's :func:`usable_context` (written out: it runs for each offer
-    of each call when the catalog states contexts, and an offer without a reasoning setting reads nothing more)."""
+    of each call when the catalog states contexts)."""
     context = offer.observations.get("context")
     if not (isinstance(context, int) and not isinstance(context, bool) and context > 0):
         return True
-    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
-        context = max(context - reasoning_room(offer), 1)
+    room = reasoning_room(offer)
+    if room:
+        context = max(context - room, 1)
     return context >= tokens
 
 
@@ -378,9 +408,10 @@ class Router:
                  random: Callable[[], float] = random.random,
                  fields: FieldDeclarations | None = None) -> None:
         self._offers = tuple(offers)
-        # Each protocol's offers and the contexts they state, found once: the catalog is fixed for a router.
+        # Each protocol's offers and the contexts they state, found once: the catalog is fixed for a router (the
+        # usable contexts again when a model is found to reason: reasoning.found_generation).
         self._protocol_offers: dict[str, tuple[Offer, ...]] = {}
-        self._protocol_contexts: dict[str, tuple[int, ...]] = {}
+        self._protocol_contexts: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._fields: FieldDeclarations = {**fields_observed_in(self._offers), **(fields or {})}
         self._envelope = None if envelope is None else admit_pred(envelope, fields=self._fields)
         self._transport_for = transport_for
@@ -479,12 +510,14 @@ class Router:
         return offers
 
     def _stated_contexts(self, protocol: str) -> tuple[int, ...]:
-        """The positive integer ``context`` observations of the ``protocol`` offers."""
-        contexts = self._protocol_contexts.get(protocol)
-        if contexts is None:
-            contexts = self._protocol_contexts[protocol] = tuple(
-                context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
-                if context is not None)
+        """The usable contexts (:func:`usable_context`) of the ``protocol`` offers that state one."""
+        generation = found_generation()
+        known = self._protocol_contexts.get(protocol)
+        if known is not None and known[0] == generation:
+            return known[1]
+        contexts = tuple(context for offer in self._offers_of(protocol) for context in (usable_context(offer),)
+                         if context is not None)
+        self._protocol_contexts[protocol] = (generation, contexts)
         return contexts
 
     def smallest_context(self, protocol: str, policy: AdmittedPolicy | None = None) -> int | None:
@@ -653,10 +686,15 @@ class Router:
         run = _Failover(self, policy.policy, ranking, originals, invoke, deadline, timeout_s, decimals, caller)
         run.trace["rejected"].extend({"offer": offer.id, "reason": CONTEXT_REJECTION,
                                       "estimated_tokens": tokens} for offer in too_small)
+        started_traces = _started_traces.get()
+        if started_traces is not None:
+            started_traces.append(run.trace)
         result = await run.execute()
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
-            result.cost_usd, result.cost_basis = compute_cost(result.chosen, result.response, decimals)
+            result.cost_usd, result.cost_basis, defaults = _priced(result.chosen, result.response, decimals)
+            if defaults:  # priced at Claude's cache factors, whatever the provider (docs/billing.md)
+                result.trace["default_cache_prices"] = list(defaults)
         counted = call_tally()
         if counted is not None:  # what the call is known to have done, should it crash (docs/billing.md)
             counted.add(result.trace, result.response)
@@ -682,6 +720,7 @@ class _Failover:
         self.failed_cost_known = True
         self.skipped_providers: set[str] = set()  # disabled for this call only (see PROVIDER_FAULT_KINDS)
         self.last: _Failure | None = None
+        self.invoked = False  # whether the attempt under way called its transport (past any slot wait)
         self.trace: dict[str, Any] = {
             "policy_fingerprint": policy.fingerprint,
             "ranked": [
@@ -760,7 +799,15 @@ class _Failover:
                 budget.calls_left -= 1
             attempt += 1
             started = self.router._clock()
-            outcome = await self.router._attempt(self.invoke, offer, timeout, self.deadline)
+            self.invoked = False
+            try:
+                outcome = await self.router._attempt(self.send, offer, timeout, self.deadline)
+            except asyncio.CancelledError:  # the caller gave up on the call (a flow node's timeout)
+                if self.invoked:  # its request may have left: a model call, maybe billed (docs/billing.md)
+                    self.event("attempted", offer, attempt=attempt,
+                               latency_ms=round((self.router._clock() - started) * 1000), error_kind=TIMEOUT,
+                               http_status=None, error_message="cancelled by the caller before an answer")
+                raise
             latency_ms = round((self.router._clock() - started) * 1000)
             if not isinstance(outcome, _Failure):
                 self.router._record_outcome(offer, None, None, self.caller)
@@ -768,7 +815,8 @@ class _Failover:
                            http_status=None, error_message=None)
                 return self.result(ok=True, response=outcome, chosen=offer)
             self.last = outcome
-            priced_cost = None if outcome.answered is None else compute_cost(offer, outcome.answered, self.decimals)[0]
+            priced_cost, _, defaults = (None, None, ()) if outcome.answered is None \
+                else _priced(offer, outcome.answered, self.decimals)
             if reported_cost(outcome.cost_reported) is not None:
                 self.failed_costs.append(outcome.cost_reported)
             elif priced_cost is not None:  # a rejected answer priced by its usage (reasoning tokens as output)
@@ -782,6 +830,8 @@ class _Failover:
                        **({} if outcome.sent else {"sent": False}),
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
                        **({"cost_computed": priced_cost} if priced_cost is not None
+                          and reported_cost(outcome.cost_reported) is None else {}),
+                       **({"default_cache_prices": list(defaults)} if defaults
                           and reported_cost(outcome.cost_reported) is None else {}))
             if outcome.kind == INVALID_DECISION:  # the model answered: another offer is no remedy
                 self.router._record_outcome(offer, None, None, self.caller)
@@ -794,6 +844,11 @@ class _Failover:
                     and self.take_retry() and await self.backoff(offer, action, attempt, outcome):
                 continue
             return NEXT_CANDIDATE if action.then_action == RETRY_SAME else action.then_action
+
+    async def send(self, transport: Transport, offer: Offer, timeout: float) -> Response:
+        """The call's ``invoke``, noting that the attempt called its transport."""
+        self.invoked = True
+        return await self.invoke(transport, offer, timeout)
 
     @staticmethod
     def take_retry() -> bool:

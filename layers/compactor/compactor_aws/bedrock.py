@@ -243,7 +243,8 @@ def parse_converse(output: dict[str, Any], *, default_model: str) -> ChatRespons
 def provider_error(exc: Exception) -> ProviderError:
     """A botocore exception as a :class:`ProviderError` of the router's kinds."""
     from botocore.exceptions import (
-        ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError, ReadTimeoutError,
+        ClientError, ConnectTimeoutError, EndpointConnectionError, NoCredentialsError, ParamValidationError,
+        ReadTimeoutError,
     )
 
     if isinstance(exc, ClientError):
@@ -271,6 +272,8 @@ def provider_error(exc: Exception) -> ProviderError:
                              sent=False)
     if isinstance(exc, EndpointConnectionError):
         return ProviderError(NETWORK_ERROR, safe_message(f"{type(exc).__name__}: {exc}"), sent=False)
+    if isinstance(exc, ParamValidationError):  # botocore's check of the request, before anything is sent
+        return ProviderError(BAD_REQUEST, safe_message(f"{type(exc).__name__}: {exc}"), sent=False)
     return ProviderError(UPSTREAM_ERROR, safe_message(f"{type(exc).__name__}: {exc}"))
 
 

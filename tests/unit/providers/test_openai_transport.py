@@ -11,7 +11,7 @@ import pytest
 import respx
 
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
-from compactor.providers import openai
+from compactor.providers import openai, reasoning
 from compactor.providers.openai import CHAT_RESPONSE_MAX_BYTES, OpenAITransport
 from compactor.providers.turns import JSON_INSTRUCTION
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply
@@ -59,7 +59,7 @@ async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
         fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
     # docs/providers.md: every call with an output limit to gpt-5 or an o-series model was a 400 bad_request,
     # so no node using such an offer ever had an answer.
-    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    monkeypatch.setattr(reasoning, "_FOUND", set())
     fake_provider.responder = reasoning_model
     for _ in range(2):
         response = await TRANSPORT.chat(chat_offer, ChatRequest(JSON_MESSAGES, max_tokens=512, json_mode=True), 10)
@@ -84,7 +84,7 @@ async def test_a_model_refusing_max_tokens_gets_max_completion_tokens(
 async def test_calls_in_flight_when_max_tokens_is_refused_are_all_sent_again(
         fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
     # A request's batches go at once: each of them is refused before any learns the model's wish.
-    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    monkeypatch.setattr(reasoning, "_FOUND", set())
     refusal = reasoning_model(RecordedRequest("POST", "/v1/chat/completions", {}, b"", {"max_tokens": 1}))
     fake_provider.enqueue(*[dataclasses.replace(refusal, delay_s=0.2 * (i + 1)) for i in range(3)])
     fake_provider.responder = reasoning_model
@@ -95,7 +95,7 @@ async def test_calls_in_flight_when_max_tokens_is_refused_are_all_sent_again(
 
 async def test_other_400s_are_not_sent_again(fake_provider: FakeProviderServer, chat_offer: Offer,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", set())
+    monkeypatch.setattr(reasoning, "_FOUND", set())
     fake_provider.enqueue(Reply(400, {"error": {"message": "max_tokens is too large: 99999999. This model supports "
                                                            "at most 16384 completion tokens", "param": "max_tokens"}}))
     error = await failure(chat_offer, ChatRequest(MESSAGES, max_tokens=99_999_999))

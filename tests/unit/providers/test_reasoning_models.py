@@ -13,6 +13,7 @@ import pytest
 from compactor.catalog import CatalogError, parse_catalog
 from compactor.provider_failures import explain
 from compactor.providers import openai
+from compactor.providers import reasoning as reasoning_module
 from compactor.providers.anthropic import AnthropicTransport
 from compactor.providers.base import (
     BAD_RESPONSE, REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError,
@@ -351,7 +352,7 @@ async def test_anthropic_thinking_tokens_are_priced_as_output(fake_provider: Fak
 def test_a_learned_reasoning_model_keeps_room_at_the_default_effort(monkeypatch: pytest.MonkeyPatch) -> None:
     offer = Offer(id="o", provider="openai", family="o3", model="o3", protocol="chat", transport="openai",
                   base_url="https://api.openai.com/v1")
-    monkeypatch.setattr(openai, "_COMPLETION_TOKENS_MODELS", {(offer.base_url, "o3")})
+    monkeypatch.setattr(reasoning_module, "_FOUND", {(offer.base_url, "o3")})
     body = openai.chat_body(offer, ChatRequest(MESSAGES, max_tokens=700))
     assert body["max_completion_tokens"] == 700 + 8192 and "reasoning_effort" not in body
 
@@ -382,3 +383,31 @@ async def test_the_context_check_and_batch_sizes_leave_the_room_out(fake_provide
     assert result.ok and result.chosen is not None and result.chosen.id == "plain"
     assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 2510}]
     assert fake_provider.requests[0].json["model"] == "gpt-4.1-mini"
+
+
+async def test_a_model_found_to_reason_keeps_its_room_out_of_the_context_too(
+        fake_provider: FakeProviderServer, api_key: str) -> None:
+    # Before: an OpenAI model found to reason at run time (it refused max_tokens) was sent its answer's budget plus
+    # 8192 tokens of room, but the router's context check and the batch sizes counted the answer's budget alone,
+    # so a request that fit there went out past the model's context. (A model name no other test uses: the
+    # container's memory of it is the test process's.)
+    reasoner = Offer(id="reasoner", provider="openai", family="o3", model="o3-found", protocol="chat", transport="openai",
+                     base_url=fake_provider.base_url, api_key_env="COMPACTOR_TEST_PROVIDER_KEY",
+                     observations={"context": 12000})
+    plain = dataclasses.replace(reasoner, id="plain", model="gpt-4.1-mini", observations={"context": 6000})
+    router = Router([reasoner, plain], transport_for=transport_for)
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["ordered"], ["id"],
+                                  ["always", {"action": "next_candidate"}]])
+    assert router.smallest_context("chat") == 6000 and router.first_choice_context("chat", policy) == 12000
+    fake_provider.enqueue(Reply(400, {"error": {
+        "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+                   "Use 'max_completion_tokens' instead.", "param": "max_tokens"}}), chat_reply("first"))
+    small = ChatRequest([{"role": "user", "content": "x" * 300}], max_tokens=100)
+    assert (await router.chat(policy, small)).chosen.id == "reasoner"
+    assert fake_provider.requests[1].json["max_completion_tokens"] == 100 + 8192
+    # found to reason: 12000 - 8192 = 3808 tokens are the request's and its answer's
+    assert router.smallest_context("chat") == 3808 and router.first_choice_context("chat", policy) == 3808
+    fake_provider.enqueue(chat_reply("fine"))
+    result = await router.chat(policy, ChatRequest([{"role": "user", "content": "x" * 9000}], max_tokens=1000))
+    assert result.ok and result.chosen is not None and result.chosen.id == "plain"
+    assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 4010}]

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from compactor.call_record import attempts
-from compactor.providers.base import ChatRequest, Offer
+from compactor.providers.base import ChatRequest, Offer, ProviderError
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from fakes.provider_server import FakeProviderServer, chat_reply
@@ -50,3 +50,35 @@ async def test_an_attempt_cut_off_after_it_left_stays_unknown(fake_provider: Fak
     assert result.ok and result.chosen is not None and result.chosen.id == "good"
     assert not result.failed_cost_known  # the provider may have billed the request it was sent
     assert attempts(result.trace) == 2
+
+
+async def test_a_proxy_refusing_the_tunnel_sent_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The proxy answers CONNECT with 407: httpx's ProxyError, raised before the request reached the provider. It
+    # was counted a model call that may have been billed (sent), which made the call's cost unknown.
+    import asyncio
+
+    from compactor.providers import http
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(refuse, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                 "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    await http.aclose_client()
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await http.post_json("https://provider.invalid/v1/chat/completions", {}, headers={}, timeout_s=5,
+                                 max_body_bytes=100)
+    finally:
+        await http.aclose_client()
+        server.close()
+        await server.wait_closed()
+    assert "ProxyError" in caught.value.message or "407" in caught.value.message
+    assert (caught.value.kind, caught.value.sent) == ("network_error", False)

@@ -56,10 +56,13 @@ def run_record(state: RunState, messages: list[Message] | None = None) -> CallRe
     if state.tokens_in or state.tokens_out:
         summary["usage"] = usage_block(state.tokens_in, state.tokens_out, state.tokens_in + state.tokens_out, None)
     cost = None if state.cost_usd is None else round(state.cost_usd, RESPONSE_DECIMALS)
+    # summed from the window flows' nodes, as an inline compaction's flow cost (FlowResult.cost_basis); none when
+    # the cost is unknown or no model was called
+    basis = "reported" if cost is not None and state.model_calls else None
     return CallRecord(status=200, body=summary if messages is None else {"messages": messages, **summary},
                       mode=DECISION, bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
                       target_met=report["target_met"], model_calls=state.model_calls,
-                      fallbacks=tuple(state.fallbacks), cost_usd=cost,
+                      fallbacks=tuple(state.fallbacks), cost_usd=cost, cost_basis=basis,
                       tokens_in=state.tokens_in or None, tokens_out=state.tokens_out or None, report=report)
 
 

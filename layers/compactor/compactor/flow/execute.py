@@ -21,7 +21,7 @@ from ..providers.base import (
     spent_on_reasoning, unfinished,
 )
 from ..records import record
-from ..router import RouteResult
+from ..router import RouteResult, routed_traces
 from . import data_ops, decision_routing as routed
 from .graph import DATA, DECISION, AdmittedPolicyLike, AdmittedRouting, FlowNode
 from .values import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, WireSized, is_empty_container, view_of
@@ -62,10 +62,11 @@ class NodeOutcome:
 
 
 class _NodeFailure(Exception):
-    def __init__(self, kind: str, message: str = "") -> None:
+    def __init__(self, kind: str, message: str = "", *, trace: dict[str, Any] | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
         self.text = f"{kind}: {message}" if message else kind
+        self.trace = trace  # the trace of a routed call cut off (_bounded): the attempts it sent
 
 
 async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRouter, deadline: Deadline,
@@ -113,6 +114,8 @@ def execute_data_node(node: FlowNode, values: Sequence[Any]) -> NodeOutcome:
 def _failed(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], failure: _NodeFailure) -> NodeOutcome:
     """The outcome of a node that failed: FALLBACK to its first input with ``on_error: "input"``, else FAILED."""
     entry["error"] = failure.text
+    if failure.trace is not None:  # its routed call was cut off: what it sent is counted (docs/billing.md)
+        entry["decision_trace"] = failure.trace
     if node.option("on_error") == "input":
         entry["fallback"] = "input"
         return NodeOutcome(values[0], entry, FALLBACK, failure.kind, failure.text)
@@ -220,6 +223,7 @@ async def _route(routing: AdmittedRouting, entry: dict[str, Any], router: FlowRo
             lambda timeout_s: router.decide(routing.policy, request, deadline=deadline, timeout_s=timeout_s),
             limit_ms, deadline, left_s=left_s, label=label)
     except _NodeFailure as failure:  # the call was cancelled or raised: its cost is unknown
+        record["decision_trace"] = failure.trace  # the attempts it sent, counted (docs/billing.md)
         reason = routed.DECISION_TIMEOUT if failure.kind == TIMEOUT else routed.DECISION_ERROR
         return settle(None, reason, failure.text)
     response, chosen = result.response, result.chosen
@@ -304,22 +308,25 @@ async def _bounded(call: Callable[[float | None], Awaitable[RouteResult]], timeo
                    deadline: Deadline, *, left_s: float | None = None, label: str = "node timeout") -> RouteResult:
     """Run a routed call under the node timeout and the time left, cancelling it at either bound.
     ``left_s`` is what remains of ``timeout_ms`` when part of it was spent already; ``label`` names
-    the timeout in the failure message."""
+    the timeout in the failure message. A call cut off leaves its trace on the failure (the attempts it sent)."""
     node_limit = left_s if left_s is not None else (None if timeout_ms is None else timeout_ms / 1000)
     remaining = deadline.remaining_s()
     limit = remaining if node_limit is None else min(node_limit, remaining)
     scope = asyncio.timeout(limit)
-    try:
-        async with scope:
-            return await call(node_limit)
-    except TimeoutError as exc:
-        if not scope.expired():
-            raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
-        if node_limit is not None and node_limit <= remaining:
-            raise _NodeFailure(TIMEOUT, f"{label} after {timeout_ms} ms; call cancelled") from exc
-        raise _NodeFailure(TIMEOUT, "flow budget expired; call cancelled") from exc
-    except Exception as exc:  # any router defect is a clean node failure, never a crash
-        raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}") from exc
+    with routed_traces() as traces:
+        try:
+            async with scope:
+                return await call(node_limit)
+        except TimeoutError as exc:
+            trace = traces[-1] if traces else None
+            if not scope.expired():
+                raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}", trace=trace) from exc
+            if node_limit is not None and node_limit <= remaining:
+                raise _NodeFailure(TIMEOUT, f"{label} after {timeout_ms} ms; call cancelled", trace=trace) from exc
+            raise _NodeFailure(TIMEOUT, "flow budget expired; call cancelled", trace=trace) from exc
+        except Exception as exc:  # any router defect is a clean node failure, never a crash
+            raise _NodeFailure(NODE_EXCEPTION, f"{type(exc).__name__}: {exc}",
+                               trace=traces[-1] if traces else None) from exc
 
 
 def _route_cost(result: RouteResult) -> float | None:

@@ -48,8 +48,9 @@ ERROR_MESSAGE_MAX_CHARS = 300
 # error body may be as large as an answer (megabytes of a proxy's page), and every regex pass over 8 MiB held the
 # event loop for most of a second. Providers' error messages are a few hundred characters.
 ERROR_TEXT_MAX_CHARS = 8192
-# Failures before the request left: no connection was made, or the URL could not be used (nothing billed).
-_NOTHING_SENT = (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.InvalidURL)
+# Failures before the request left: no connection was made, the proxy refused the tunnel or the connection to the
+# provider (httpx's ProxyError, raised before the request is written), or the URL could not be used (nothing billed).
+_NOTHING_SENT = (httpx.ConnectError, httpx.ProxyError, httpx.UnsupportedProtocol, httpx.InvalidURL)
 RETRY_AFTER_MAX_S = 600.0  # a longer Retry-After is read as this (the deadline decides anyway)
 _USER_AGENT = "compactor"
 

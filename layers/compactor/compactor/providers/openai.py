@@ -24,7 +24,7 @@ from compactor.providers.http import (
     error_detail, error_object, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
 from compactor.providers.keys import resolve_key
-from compactor.providers.reasoning import DEFAULT_ROOM, output_limit
+from compactor.providers.reasoning import found_to_reason, note_reasoning_model, output_limit
 from compactor.providers.turns import JSON_INSTRUCTION
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
@@ -72,12 +72,6 @@ async def key_headers(offer: Offer) -> tuple[dict[str, str], str | None]:
     return {"Authorization": f"Bearer {key}"}, key
 
 
-# The (base_url, model) pairs that refused ``max_tokens`` for ``max_completion_tokens``, as this container saw
-# them: their calls name the output limit so. A catalog names a few; the set is cleared if it ever grows past this.
-_COMPLETION_TOKENS_MODELS: set[tuple[str | None, str]] = set()
-_COMPLETION_TOKENS_MODELS_MAX = 256
-
-
 def _mentions_json(messages: list[dict[str, Any]]) -> bool:
     """Whether a message's text says "json" (any case), which OpenAI requires of a JSON-mode request."""
     return any("json" in content_text(message.get("content")).lower() for message in messages
@@ -103,8 +97,8 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
         if offer.reasoning_effort is not None:
             body["reasoning_effort"] = offer.reasoning_effort
     elif request.max_tokens is not None:
-        if (offer.base_url, offer.model) in _COMPLETION_TOKENS_MODELS:  # found to reason: room at its default
-            body["max_completion_tokens"] = request.max_tokens + DEFAULT_ROOM
+        if found_to_reason(offer):  # it refused max_tokens: room at the default effort's (reasoning_room)
+            body["max_completion_tokens"] = output_limit(offer, request.max_tokens)
         else:
             body["max_tokens"] = request.max_tokens
     if request.json_mode:
@@ -132,9 +126,7 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
                             max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))
     # (each call that sent max_tokens is sent again: calls in flight when the first refusal came sent it too)
     if "max_tokens" in body and refuses_max_tokens(reply.status, reply.body):
-        if len(_COMPLETION_TOKENS_MODELS) >= _COMPLETION_TOKENS_MODELS_MAX:
-            _COMPLETION_TOKENS_MODELS.clear()
-        _COMPLETION_TOKENS_MODELS.add((offer.base_url, offer.model))
+        note_reasoning_model(offer)  # for every later call to it, and the router's context check
         reply = await post_json(url, chat_body(offer, request), headers=headers,
                                 timeout_s=timeout_s - (time.monotonic() - started),
                                 max_body_bytes=CHAT_RESPONSE_MAX_BYTES, secrets=(key,))

@@ -79,13 +79,51 @@ def room_of(effort: str | None, budget_tokens: int | None) -> int:
     return ROOM_BY_EFFORT.get(effort, 0) if effort is not None else 0
 
 
+# The models found at run time to be reasoning models, by ``(base_url, model)``: an OpenAI model that refused
+# ``max_tokens`` for ``max_completion_tokens`` (``compactor.providers.openai``), whose offers state neither setting.
+# What the container learned of the model from the provider's own answer, whatever request carried it: no caller's
+# content or settings can put a model here, so it is kept for every caller's calls (docs/providers.md "Reasoning
+# models"). Its room (:data:`DEFAULT_ROOM`) is added to the output limit sent and left out of the context the router
+# checks requests against, one and the same :func:`reasoning_room`. A catalog names a few models; the set is
+# cleared if it ever grows past _FOUND_MAX. ``found_generation`` changes whenever the set does.
+_FOUND: set[tuple[str | None, str]] = set()
+_FOUND_MAX = 256
+_found_generation = 0
+
+
+def found_to_reason(offer: Offer) -> bool:
+    """Whether the offer's model was found at run time to be a reasoning model (see :func:`note_reasoning_model`)."""
+    return bool(_FOUND) and (offer.base_url, offer.model) in _FOUND
+
+
+def note_reasoning_model(offer: Offer) -> None:
+    """Remember that the offer's model reasons (the provider said so), for this container's calls to it."""
+    global _found_generation
+    key = (offer.base_url, offer.model)
+    if key in _FOUND:
+        return
+    if len(_FOUND) >= _FOUND_MAX:
+        _FOUND.clear()
+    _FOUND.add(key)
+    _found_generation += 1
+
+
+def found_generation() -> int:
+    """A number that changes whenever the models found to reason do (for memos of :func:`reasoning_room`)."""
+    return _found_generation
+
+
 def reasoning_room(offer: Offer) -> int:
-    """The output tokens kept for the offer's reasoning (:func:`room_of` of its settings)."""
-    return room_of(offer.reasoning_effort, offer.reasoning_budget_tokens)
+    """The output tokens kept for the offer's reasoning: :func:`room_of` of its settings, else
+    :data:`DEFAULT_ROOM` for a model found to reason at run time (:func:`found_to_reason`), else 0."""
+    if offer.reasoning_effort is not None or offer.reasoning_budget_tokens is not None:
+        return room_of(offer.reasoning_effort, offer.reasoning_budget_tokens)
+    return DEFAULT_ROOM if found_to_reason(offer) else 0
 
 
 def output_limit(offer: Offer, answer_tokens: int) -> int:
-    """The output limit sent for an answer of ``answer_tokens``: that plus the offer's reasoning room."""
+    """The output limit sent for an answer of ``answer_tokens``: that plus the offer's reasoning room
+    (:func:`reasoning_room`)."""
     return answer_tokens + reasoning_room(offer)
 
 
