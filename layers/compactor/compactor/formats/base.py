@@ -106,8 +106,12 @@ def paired_units(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     does not name: the calls an OpenAI Responses item reference stands for).
     """
     also_opens, also_closes = links
-    opened = [opens(item) | also_opens.get(index, set()) for index, item in enumerate(items)]
-    closed = [closes(item) | also_closes.get(index, set()) for index, item in enumerate(items)]
+    # An item's own ids as they are when nothing links to it: no new set per item (a windowed scan finds the units
+    # of a whole stream, most of its items with no ids: docs/scale.md).
+    opened = [opens(item) | also_opens[index] if index in also_opens else opens(item)
+              for index, item in enumerate(items)]
+    closed = [closes(item) | also_closes[index] if index in also_closes else closes(item)
+              for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
     units: list[Unit] = []
     i, n = 0, len(items)
