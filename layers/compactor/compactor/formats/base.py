@@ -66,6 +66,13 @@ class Dialect:
         addition to the last ``keep_recent`` items; ``None`` when it needs none (docs/formats.md)."""
         return None
 
+    def stream_facts(self) -> Any:
+        """For a format whose units are known only once every item is read (calls and results paired by id), an
+        object that is given each item of a stream (``add``) and then answers its units, pins and protected tail
+        (``units``, ``pins``, ``tail_start``) without holding the items: windows read such a format so (docs/scale.md).
+        ``None``: a unit is known from the items next to each other (``openai-chat``)."""
+        return None
+
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
         fields and blocks are only left out, so a view item keeps its item's key order."""
