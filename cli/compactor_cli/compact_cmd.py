@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
 from compactor.errors import describe_validation
-from compactor.formats import FORMAT_NAMES
+from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 from compactor_cli.files import InputError, display_name, os_cause, read_text, replaced_when_done, unwritable
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor compact: {problem}", file=sys.stderr)
         return 2
     if (args.mode in (None, "decision") and args.file != "-" and _size(args.file) > STREAM_BYTES
-            and not args.restorable and args.format in (None, "openai-chat")):  # streamed windows read chat (docs/scale.md)
+            and not args.restorable and args.format in (None, *WINDOWED_FORMATS)):  # what windows read (docs/scale.md)
         streamed = _run_streamed(args)
         if streamed is not None:
             return streamed
@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else Progress(sys.stderr)
     started = time.monotonic()
     try:
-        record, units = compact_locally(request, progress, _archive() if request.restorable else None)
+        record, units = compact_locally(request, progress, _archive() if request.restorable else None,
+                                        windows=transcript.session is None)
     except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
@@ -238,10 +239,11 @@ def _output_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def compact_locally(request: Any, progress: Any = None, archive: Any = None
+def compact_locally(request: Any, progress: Any = None, archive: Any = None, *, windows: bool = True
                     ) -> tuple[CallRecord, list[dict[str, Any]]]:
     """Compact in-process: the call's record and the whole manifest, each unit with its reason
-    (docs/report.md)."""
+    (docs/report.md). ``windows`` False: one request whatever its limits (a session file is written back from
+    its manifest, which windows do not give)."""
     from compactor.container import run_sync
     from compactor.service import compact_call, compact_large, request_deadline
 
@@ -253,7 +255,7 @@ def compact_locally(request: Any, progress: Any = None, archive: Any = None
         elif progress is not None:
             progress.on_event(event)
 
-    if request.mode_name == "decision":
+    if request.mode_name == "decision" and windows:
         from compactor.compaction.decision import exceeds_one_request
 
         if exceeds_one_request(request):
@@ -277,8 +279,24 @@ def _size(path: str) -> int:
 
 
 def _run_streamed(args: argparse.Namespace) -> int | None:
-    """A large file: read twice per pass as a stream, windows compacted inline, output streamed; None when the
-    file is to be read whole instead: another format than chat, or a restorable request (docs/formats.md)."""
+    """A large file: read twice per pass as a stream (three times for ``anthropic-messages``), windows compacted
+    inline, output streamed; None when the file is to be read whole instead: a format windows do not read (an
+    ``openai-responses`` transcript, a session file), or a restorable request (docs/scale.md). A file naming no
+    format is read as chat until an Anthropic message shows it is ``anthropic-messages``: it is then read as that
+    (the first pass's scan reads the whole file before any window runs or any output is written)."""
+    from compactor.transcripts import NotChat
+
+    try:
+        return _run_streamed_as(args, args.format)
+    except NotChat as exc:
+        if args.format is not None or exc.format is None:
+            return None
+        return _run_streamed_as(args, exc.format)
+
+
+def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None:
+    """:func:`_run_streamed` reading the file in ``format`` (None: the one it names, else ``openai-chat``); a
+    :class:`NotChat` naming the format the file is in when it names none and holds another."""
     from pydantic import ValidationError
 
     from compactor.catalog import CatalogError
@@ -294,16 +312,21 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
     from compactor_cli.report import WindowProgress, render_windowed_report
 
     source = opener(args.file)
+    named = None
     try:
         fields = fields_from(source)
         if fields.get("restorable") is True:
             return None
+        named = fields.pop("format", None)  # --format over it, as for a file read whole
+        format = format or named or "openai-chat"
         # Its first message read (the --pin-task reading reads it too): a file in another format is read whole.
-        first_user = _until_first_user(messages_from(source)) if args.pin_task else []
+        first_user = _until_first_user(messages_from(source, format)) if args.pin_task else []
         if not args.pin_task:
-            next(iter(messages_from(source)), None)
-        request = CompactRequest.model_validate(build_request_body(args, Transcript("openai-chat", first_user, fields, request_body=bool(fields))) | {"messages": []})
-    except NotChat:
+            next(iter(messages_from(source, format)), None)
+        request = CompactRequest.model_validate(build_request_body(args, Transcript(format, first_user, fields, request_body=bool(fields))) | {"messages": []})
+    except NotChat as exc:
+        if exc.format is not None and format == "openai-chat" and args.format is None and named is None:
+            raise
         return None
     except (OSError, TranscriptError) as exc:
         print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
@@ -326,8 +349,10 @@ def _run_streamed(args: argparse.Namespace) -> int | None:
         return _answered_with(InvalidFlow.rejected(exc))
     except InvalidRequest as exc:  # a --pin past the transcript, known once the stream is counted; a negative max_tokens
         return _answered_with(exc)
-    except NotChat:  # a later message in another format (Anthropic blocks after a first plain user message), met by
-        # the first pass's scan, which reads the whole file before any window runs or any output is written
+    except NotChat as exc:  # a later message in another format (Anthropic blocks after a first plain user message),
+        # met by the first pass's scan, which reads the whole file before any window runs or any output is written
+        if exc.format is not None and format == "openai-chat" and args.format is None and named is None:
+            raise  # read again in that format (_run_streamed)
         return None
     except (CatalogError, TranscriptError) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)

@@ -188,9 +188,9 @@ def test_the_result_copies_the_last_pass_output_without_parsing_it(
     parsed: list[str] = []
     messages = large_jobs._messages
 
-    def counted(store: Any, bucket: str, key: str, version_id: str | None) -> Any:
+    def counted(store: Any, bucket: str, key: str, version_id: str | None, format: str | None = None) -> Any:
         parsed.append(key)
-        return messages(store, bucket, key, version_id)
+        return messages(store, bucket, key, version_id, format)
 
     monkeypatch.setattr(large_jobs, "_messages", counted)
     result = _run(s3, GaugedStore(s3), "incoming/copied.json", body)

@@ -295,11 +295,9 @@ TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "n
 
 
 @pytest.mark.parametrize("name, body, reason", [
-    ("anthropic.json", {"format": "anthropic-messages", "messages": CHAT}, "format is anthropic-messages"),
     ("responses.json", {"format": "openai-responses", "input": [CALL, OUTPUT]}, "format is openai-responses"),
     ("input.json", {"input": [CALL, OUTPUT]}, "request body (its items in 'input')"),
     ("items.json", [*CHAT, CALL, OUTPUT], "message 2 is an openai-responses item"),
-    ("blocks.json", {"messages": [*CHAT, TOOL_USE]}, "message 2 is an anthropic-messages item"),
     ("rollout.jsonl", '{"type": "session_meta", "payload": {}}\n' + json.dumps(
         {"type": "response_item", "payload": CALL}) + "\n", "line 2 is a Codex rollout's response_item"),
     ("items.jsonl", "\n".join(json.dumps(item) for item in [*CHAT, CALL]), "line 3 is an openai-responses item"),
@@ -311,8 +309,9 @@ TOOL_USE = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "n
     ("restorable.json", {"restorable": True, "messages": CHAT}, "keep no restorable archives"),
 ])
 def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, name, body, reason):
-    """Windows read openai-chat only (docs/scale.md): a transcript in another format read as chat gave no messages
-    (a "compacted" empty result) or lost its pairs, and a restorable request kept no archives."""
+    """Windows read openai-chat and anthropic-messages only (docs/scale.md): a transcript in another format read as
+    chat gave no messages (a "compacted" empty result) or lost its pairs, and a restorable request kept no archives.
+    (An Anthropic transcript, named or shown by its blocks, is compacted in windows: test_windowed_anthropic.py.)"""
     data = body if isinstance(body, str) else json.dumps(body)
     aws["s3"].put_object(Bucket=BUCKET, Key=f"incoming/{name}", Body=data.encode())
     described = execute(aws, f"incoming/{name}")

@@ -52,3 +52,41 @@ def write(stream: TextIO, target_bytes: int) -> int:
         count += 1
     stream.write("\n]\n")
     return count
+
+
+ANTHROPIC_SOURCE = CORPUS / "anthropic-messages" / "claude-code-2.1.179_claude-opus-4-8_git-sync_omitted-thinking.jsonl"
+
+
+def _distinct_anthropic(message: dict[str, Any], rep: int) -> dict[str, Any]:
+    """``message`` of repetition ``rep``: its call ids, response ``id`` and text its own."""
+    out = json.loads(json.dumps(message, ensure_ascii=False))
+    if isinstance(out.get("id"), str):
+        out["id"] = f"{out['id']}-s{rep}"
+    content = out.get("content")
+    if isinstance(content, str):
+        out["content"] = f"[session {rep}] {content}"
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") in ("tool_use", "server_tool_use") and isinstance(block.get("id"), str):
+            block["id"] = f"{block['id']}-s{rep}"
+        if isinstance(block.get("tool_use_id"), str):
+            block["tool_use_id"] = f"{block['tool_use_id']}-s{rep}"
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            block["text"] = f"[session {rep}] {block['text']}"
+    return out
+
+
+def anthropic_messages(target_bytes: int) -> Iterator[dict[str, Any]]:
+    """The corpus's Claude Code session's messages (``anthropic-messages``), one repetition after another, until
+    about ``target_bytes`` of dense JSON."""
+    from compactor.transcripts import read_transcript
+
+    source = read_transcript(ANTHROPIC_SOURCE.read_text(encoding="utf-8")).items
+    written, rep = 0, 0
+    while written < target_bytes:
+        for message in source:
+            out = _distinct_anthropic(message, rep)
+            written += len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) + 1
+            yield out
+        rep += 1

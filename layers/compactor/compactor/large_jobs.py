@@ -1,8 +1,8 @@
 """Large transcripts on the S3 path (docs/scale.md): the steps of the windowed-job state machine.
 
 An object too large to compact in one invocation becomes a *windowed job*, run by a Standard state
-machine: ``plan`` streams the object once to learn the pass's context and once more to write its
-window tasks under ``work/<job>/p<n>/`` with the list the Distributed Map reads; one ``window``
+machine: ``plan`` streams the object once to learn the pass's context (twice for ``anthropic-messages``, whose units
+are known once the whole stream is read) and once more to write its window tasks under ``work/<job>/p<n>/`` with the list the Distributed Map reads; one ``window``
 worker per item compacts a task (:func:`compactor.compaction.windows.compact_window`, exactly what
 runs inline); ``assemble`` concatenates the results in order (a window without a result keeps its
 original), then either plans the next pass or writes ``compacted/<rel>``: the ``/v1/compact``
@@ -45,6 +45,7 @@ from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
 from compactor.errors import InvalidRequest, RequestTooLarge
+from compactor.formats import WINDOWED_FORMATS
 from compactor.side_by_side import side_by_side
 from compactor.transcripts import NotChat, TranscriptError
 
@@ -122,8 +123,9 @@ def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
     store.put(bucket, key, data, content_type=JSON_CONTENT_TYPE, metadata={})
 
 
-def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None) -> Iterator[dict[str, Any]]:
-    return messages_from(lambda: store.open(bucket, key, version_id=version_id))
+def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None,
+              format: str | None = None) -> Iterator[dict[str, Any]]:
+    return messages_from(lambda: store.open(bucket, key, version_id=version_id), format)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -164,15 +166,22 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
             admission_probe(settings, router or get_router())
         except FlowAdmissionError as exc:
             raise InvalidFlow.rejected(exc) from exc
-        state = RunState.begin(settings)
-        windows_key = _plan_pass(store, job, state, source.key, source.version_id)
+        try:
+            windows_key = _plan_pass(store, job, RunState.begin(settings), source.key, source.version_id)
+        except NotChat as exc:
+            # An object naming no format is read as chat until an Anthropic message shows it is not: the scan
+            # meets it before any task is written, and the object is planned again as anthropic-messages.
+            if "format" in fields or exc.format is None:
+                raise
+            settings = Settings(**{**settings.__dict__, "format": exc.format})
+            windows_key = _plan_pass(store, job, RunState.begin(settings), source.key, source.version_id)
     except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
         # once it is counted
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
                                         conditional=True))
     except NotChat as exc:
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
-                                                      f"openai-chat only: {exc}")
+                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}")
     except TranscriptError as exc:
         return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
             {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))
@@ -197,15 +206,17 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
     """Scan the pass input, write its window tasks and the list of them; save the run state."""
     from compactor.compaction.windows import windows
 
-    bucket = job["bucket"]
+    bucket, format = job["bucket"], state.settings.format
     number = state.number + 1
-    context = state.scan(_messages(store, bucket, input_key, input_version))
+    context = state.scan(_messages(store, bucket, input_key, input_version, format),
+                         reread=lambda: _messages(store, bucket, input_key, input_version, format))
     items = []
 
     def tasks() -> Iterator[tuple[str, bytes]]:
         """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
         is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
-        for task in windows(_messages(store, bucket, input_key, input_version), context, state.pass_settings()):
+        for task in windows(_messages(store, bucket, input_key, input_version, format), context,
+                            state.pass_settings()):
             task_key, data = _work(job, f"p{number}/w{task['index']}.json"), _json_bytes(task)
             items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json"),
                           "task_bytes": len(data)})
@@ -364,8 +375,8 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
                 with store.open(source.bucket, input_key) as array:
                     write_body_of_array(out, array, summary)
             else:
-                write_body(out, _messages(store, source.bucket, input_key, input_version), summary,
-                           messages_only=False)
+                write_body(out, _messages(store, source.bucket, input_key, input_version, state.settings.format),
+                           summary, messages_only=False)
     except WriteRefused:
         return key, CONCURRENT
     return key, None

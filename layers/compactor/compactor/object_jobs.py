@@ -389,7 +389,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     started_at = time.time()
     with counting_calls() as counted:
         try:
-            if request.mode_name == "decision" and _exceeds_one_request(request):
+            # A session file is written back from a single request's manifest (Transcript.write_back): never in windows.
+            if request.mode_name == "decision" and transcript.session is None and _exceeds_one_request(request):
                 record = await compact_large(request, router=router, until=windows_until,
                                              deadline=deadline if windows_until is None else None)
             else:

@@ -42,7 +42,7 @@ from compactor.jsonutil import (
     MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
     parsed_depth_exceeds, repeated_key_message,
 )
-from compactor.formats import FORMAT_NAMES
+from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
 
 PEEK_BYTES = 1 << 20
@@ -230,10 +230,15 @@ def _other_backend(backend: Any, refused: NotForTheCBackend) -> Any:
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
-def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
+def messages_from(open_source: Opener, format: str | None = None) -> Iterator[dict[str, Any]]:
     """The messages of the stream ``open_source()`` opens, one at a time (numbers as ``json.loads`` makes them:
     int and float, never Decimal), as the API would take them; the stream is opened again when it has to be
-    read another way (module docstring), and each new reading goes on after the messages already given."""
+    read another way (module docstring), and each new reading goes on after the messages already given.
+    ``format``: one of ``WINDOWED_FORMATS`` (None: ``openai-chat``); an item of another format is :class:`NotChat`
+    (naming ``anthropic-messages`` when it is one, so that a stream read as chat can be read again as that), and
+    an ``anthropic-messages`` message whose role is neither ``user`` nor ``assistant`` is refused as the API
+    refuses it (``Dialect.validate``)."""
+    anthropic = format == "anthropic-messages"
     given, backend, path_free = 0, None, False
     while True:
         try:
@@ -241,8 +246,12 @@ def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
                 for index, message in enumerate(_messages(raw, backend, path_free=path_free)):
                     if index >= given:
                         other = item_format(message)
-                        if other is not None:
-                            raise NotChat(f"message {index} is an {other} item")
+                        if other is not None and not (anthropic and other == "anthropic-messages"):
+                            raise NotChat(f"message {index} is an {other} item",
+                                          other if other == "anthropic-messages" else None)
+                        if anthropic and message.get("role") not in ("user", "assistant"):
+                            raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
+                                                  "anthropic-messages (the system prompt is the top-level 'system')")
                         yield message
                         given += 1
             return
@@ -255,8 +264,8 @@ def messages_from(open_source: Opener) -> Iterator[dict[str, Any]]:
 def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
     arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
-    C one cannot read it. A stream is read as ``openai-chat``: another ``format`` is :class:`NotChat`, an unknown
-    one a :class:`TranscriptError`."""
+    C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` other than ``openai-chat`` is among the fields; any
+    other is :class:`NotChat`, an unknown one a :class:`TranscriptError`."""
     backend = None
     while True:
         try:
@@ -403,9 +412,12 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     # threshold or the S3 path's inline size and refused above them.
     named = fields.pop("format", None) or "openai-chat"
     if named != "openai-chat":
-        if named in FORMAT_NAMES:
+        if named in WINDOWED_FORMATS:
+            fields["format"] = named
+        elif named in FORMAT_NAMES:
             raise NotChat(f"the transcript's format is {named}")
-        raise TranscriptError(f"unknown format {str(named)[:64]!r}; one of {', '.join(FORMAT_NAMES)}")
+        else:
+            raise TranscriptError(f"unknown format {str(named)[:64]!r}; one of {', '.join(FORMAT_NAMES)}")
     if "messages" not in members:
         if "input" in members:
             raise NotChat("the transcript is an openai-responses request body (its items in 'input')")

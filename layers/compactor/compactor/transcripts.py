@@ -40,7 +40,13 @@ class TranscriptError(ValueError):
 
 
 class NotChat(TranscriptError):
-    """A transcript read as a stream (docs/scale.md), which reads ``openai-chat`` only, is in another format."""
+    """A transcript read as a stream (docs/scale.md) in one format is in another: ``format`` names it when the stream
+    can be read again in that format (an ``anthropic-messages`` item met in a stream read as chat), else None (a
+    session file, an ``openai-responses`` transcript: read whole)."""
+
+    def __init__(self, message: str, format: str | None = None) -> None:
+        super().__init__(message)
+        self.format = format
 
 
 @record

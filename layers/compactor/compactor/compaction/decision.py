@@ -205,16 +205,19 @@ LIMIT_REASONS = (REASON_FRAGMENTS, REASON_BATCHES, REASON_FLOW_INPUT)
 
 def exceeds_one_request(request: CompactRequest) -> bool:
     """Whether one ``/v1/compact`` request would leave candidates out for its limits (False for a request
-    the single-request path rejects, so it answers it). Windows read ``openai-chat`` and keep no
-    originals: other formats and restorable requests run as one request (docs/formats.md). Here, not in
-    the windowed module, so that the S3 path asks without importing what windows need
+    the single-request path rejects, so it answers it). Windows read ``openai-chat`` and ``anthropic-messages``
+    (``formats.WINDOWED_FORMATS``) and keep no originals: other formats and restorable requests run as one request
+    (docs/scale.md). Here, not in the windowed module, so that the S3 path asks without importing what windows need
     (docs/performance.md#where-the-time-goes)."""
-    if request.format != "openai-chat" or request.restorable:
+    from compactor.formats import WINDOWED_FORMATS, get_dialect
+
+    if request.format not in WINDOWED_FORMATS or request.restorable:
         return False
     pins = request.pinned_indices
     if pins is not None and any(i < 0 or i >= len(request.messages) for i in pins):
         return False
     prep = prepare(request.messages, keep_recent=request.keep_recent, target_ratio=request.target_ratio,
                    pinned_indices=request.pinned_indices, question_template=question_template(),
-                   bounded=bounded_tail(request), salience=False)  # the reasons only: no names scan
+                   bounded=bounded_tail(request), salience=False,  # the reasons only: no names scan
+                   dialect=get_dialect(request.format))
     return any(reason in LIMIT_REASONS for reason in prep.reasons)

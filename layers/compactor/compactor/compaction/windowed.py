@@ -115,7 +115,8 @@ class FileSink:
     """A pass's output as a temporary JSON file under ``directory`` (deleted when the next pass is done
     with it, or by :meth:`cleanup`)."""
 
-    def __init__(self, directory: str, created: list[str]) -> None:
+    def __init__(self, directory: str, created: list[str], format: str | None = None) -> None:
+        self.format = format  # the messages' (None: openai-chat), as the next pass reads them
         handle, self.path = tempfile.mkstemp(prefix="pass-", suffix=".json", dir=directory)
         created.append(self.path)
         self.stream = os.fdopen(handle, "w", encoding="utf-8")
@@ -127,12 +128,12 @@ class FileSink:
     def close(self) -> Callable[[], Iterable[Message]]:
         self.writer.finish()
         self.stream.close()
-        path = self.path
-        return lambda: _file_messages(path)
+        path, format = self.path, self.format
+        return lambda: _file_messages(path, format)
 
 
-def _file_messages(path: str) -> Iterable[Message]:
-    return messages_from(lambda: open(path, "rb"))
+def _file_messages(path: str, format: str | None = None) -> Iterable[Message]:
+    return messages_from(lambda: open(path, "rb"), format)
 
 
 async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Settings, *, router: Any,
@@ -141,16 +142,17 @@ async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Setting
                          on_event: Callable[[dict[str, Any]], None] | None = None) -> CallRecord:
     """Windowed compaction read from ``open_source()`` (opened once per read) and written to ``out``:
     the messages array, or the whole response body. Memory holds a few windows, never the transcript.
-    Returns the call's record, its body without the messages."""
+    Returns the call's record, its body without the messages. The stream is read in ``settings.format``."""
     admission_probe(settings, router)
     created: list[str] = []
 
     def source() -> Iterable[Message]:
-        return messages_from(open_source)
+        return messages_from(open_source, settings.format)
 
     try:
         run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
-                                     new_sink=lambda: FileSink(workdir or tempfile.gettempdir(), created),
+                                     new_sink=lambda: FileSink(workdir or tempfile.gettempdir(), created,
+                                                               settings.format),
                                      on_event=on_event)
         record = run_record(run.state)
         write_body(out, run.source(), record.body, messages_only=messages_only)

@@ -10,7 +10,10 @@ output misses the target and a pass still shrinks it, another pass runs on the o
 ``MAX_PASSES``).
 
 Everything reads messages from iterators, so a transcript never has to be in memory whole:
-:func:`scan` (one read) gives a pass its context, :func:`windows` (a second read) yields the tasks.
+:func:`scan` (one read; two for a format whose units are known only once the whole stream is read,
+``anthropic-messages``) gives a pass its context, :func:`windows` (another read) yields the tasks. The format is the
+run's (``Settings.format``, one of ``formats.WINDOWED_FORMATS``): its units, pins, protected tail, model view and
+summaries are the dialect's, as for one request.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ from compactor.compaction.decision import summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
+from compactor.formats import DEFAULT_FORMAT, get_dialect
+from compactor.formats.base import Dialect
 
 MAX_PASSES = 4
 MIN_PASS_GAIN = 0.01
@@ -79,6 +84,7 @@ class Settings:
     policy_ir: Any = None
     max_tokens: int | None = None  # None: each summary call sized to its batch (preset.requested_max_tokens)
     bounded_tail: bool = True  # the default tail, bounded by bytes (compaction.preparation.bounded_tail)
+    format: str = DEFAULT_FORMAT  # one of formats.WINDOWED_FORMATS (a run state saved before has none: chat)
 
     @classmethod
     def from_request(cls, request: Any) -> "Settings":
@@ -88,7 +94,7 @@ class Settings:
                    decision_policy_ir=(default_decision_policy() if request.decision_policy_ir is None
                                        else request.decision_policy_ir),
                    policy_ir=request.policy_ir, max_tokens=requested_max_tokens(request),
-                   bounded_tail=bounded_tail(request))
+                   bounded_tail=bounded_tail(request), format=request.format)
 
     def flow_settings(self) -> dict[str, Any]:
         return {"decision_policy_ir": self.decision_policy_ir, "policy_ir": self.policy_ir,
@@ -108,6 +114,8 @@ class PassContext:
     target_bytes: int
     budget: int
     message_bytes: array  # dense size of each message, in order
+    unit_ends: array | None = None  # where each unit ends, for a format whose units the scan found from the whole
+    # stream (Dialect.stream_facts); None: units are found as the messages come (group_units)
 
     def protected(self, unit: Unit) -> bool:
         return unit.end > self.tail_start or any(i in self.pins for i in unit.indexes())
@@ -127,9 +135,18 @@ def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Messag
         yield Unit(start, start + len(current)), current
 
 
-def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int | None = None) -> PassContext:
+def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int | None = None,
+         reread: Callable[[], Iterable[Message]] | None = None) -> PassContext:
     """One read of a pass's input: pins, tail, instructions, recent evidence, sizes and budget.
-    ``target_bytes`` is the run's target (default: this input's bytes times the target ratio)."""
+    ``target_bytes`` is the run's target (default: this input's bytes times the target ratio). A format whose
+    units are known only once the whole stream is read (``Dialect.stream_facts``: ``anthropic-messages``) is read
+    twice, the second time from ``reread()`` (:func:`_scan_paired`)."""
+    dialect = get_dialect(settings.format)
+    facts = dialect.stream_facts()
+    if facts is not None:
+        if reread is None:
+            raise ValueError(f"a scan of {settings.format} reads its input twice: reread is needed")
+        return _scan_paired(messages, reread, settings, dialect, facts, target_bytes)
     explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
     keep = max(1, settings.keep_recent)
     sizes: array = array("q")
@@ -193,6 +210,78 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
                        budget=summary_budget(target, retained, candidates), message_bytes=sizes)
 
 
+def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Message]], settings: Settings,
+                 dialect: Dialect, facts: Any, target_bytes: int | None) -> PassContext:
+    """:func:`scan` of a format whose calls and results are paired by id (docs/scale.md): a ``tool_use``'s unit runs to
+    its last ``tool_result``, so the first read records each message's facts (size, call ids opened and answered,
+    roles, thinking-only, same turn: ``Dialect.stream_facts``) and the units, pins and the tail (with the turn in
+    progress the format protects) are found from them once it ends; the second read takes the pins' text and the
+    tail's recent evidence. What one request of this format finds for the whole transcript (``prepare``)."""
+    explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
+    keep = max(1, settings.keep_recent)
+    sizes: array = array("q")
+    for message in _counted(messages, sizes):
+        facts.add(message)
+    count = len(sizes)
+    if explicit and (min(explicit) < 0 or max(explicit) >= count):
+        raise InvalidRequest(PINS_MESSAGE)
+    units = facts.units()
+    pins = facts.pins(explicit, units)
+    input_bytes = 2 + sum(sizes) + max(0, count - 1)
+    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
+    last = sizes[max(0, count - keep):]
+    tail_start = count - (tail_length(last, int(target * TAIL_TARGET_SHARE)) if settings.bounded_tail else len(last))
+    format_tail = facts.tail_start(units)
+    if format_tail is not None and format_tail < tail_start:
+        tail_start = format_tail
+    protected_bytes, protected_count, candidates = 0, 0, 0
+    for unit in units:
+        if unit.end > tail_start or any(i in pins for i in unit.indexes()):
+            protected_bytes += sum(sizes[unit.start:unit.end])
+            protected_count += unit.end - unit.start
+        else:
+            candidates += 1
+    retained = 2 + protected_bytes + max(0, protected_count - 1)
+    unit_ends = array("q", (unit.end for unit in units))
+    del units
+    # The second read: the pins' text (while their entries fit, as above) and the tail units' recent evidence.
+    instructions: list[PinText] = []
+    instruction_bytes = 0
+    recent_evidence: list[str] = []
+    first_tail = next((k for k, end in enumerate(unit_ends) if end > tail_start), len(unit_ends))
+    tail_from = unit_ends[first_tail - 1] if first_tail else 0
+    ends = iter(unit_ends[first_tail:])
+    end, held = next(ends, None), []
+    for index, message in enumerate(reread()):
+        if index in pins:
+            shown = pin_text(message)
+            shown_bytes = pin_view_bytes(shown)
+            if instruction_bytes + shown_bytes <= INSTRUCTIONS_MAX_BYTES:
+                instructions.append(shown)
+                instruction_bytes += shown_bytes
+        if index >= tail_from:
+            held.append(message)
+            if index + 1 == end:
+                recent_evidence.append(recent_view(held, dialect))
+                end, held = next(ends, None), []
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=pins_view(instructions),
+                       recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
+                       budget=summary_budget(target, retained, candidates), message_bytes=sizes, unit_ends=unit_ends)
+
+
+def _units_ending(messages: Iterable[Message], ends: array) -> Iterator[tuple[Unit, list[Message]]]:
+    """The units that end at ``ends`` (a scan's ``unit_ends``) with their messages, lazily."""
+    start, current, following = 0, [], iter(ends)
+    end = next(following, None)
+    for index, message in enumerate(messages):
+        current.append(message)
+        if index + 1 == end:
+            yield Unit(start, end), current
+            start, current, end = end, [], next(following, None)
+    if current:  # read again, the input held more messages than its scan: what is left, as one unit
+        yield Unit(start, start + len(current)), current
+
+
 def _counted(messages: Iterable[Message], sizes: array) -> Iterator[Message]:
     for message in messages:
         sizes.append(dense_size(message))
@@ -245,30 +334,39 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
     ``recent_evidence`` and ``budget``, and the run's flow ``settings``."""
     template = Questions.of(question_template())
     sizer = BatchSizer(context.instructions, context.recent_evidence)
+    dialect = get_dialect(settings.format)
+    paired = context.unit_ends is not None
     index = 0
-    offset, held, protected, held_bytes = 0, [], [], 0
+    offset, held, protected, held_bytes, starts = 0, [], [], 0, []
     fit = _Fit(sizer)
 
     def task() -> dict[str, Any]:
-        return {"index": index, "offset": offset, "messages": held, "protected": protected,
-                "instructions": context.instructions, "recent_evidence": context.recent_evidence,
-                "budget": context.budget, "settings": settings.flow_settings()}
+        window = {"index": index, "offset": offset, "messages": held, "protected": protected,
+                  "instructions": context.instructions, "recent_evidence": context.recent_evidence,
+                  "budget": context.budget, "settings": settings.flow_settings()}
+        if settings.format != DEFAULT_FORMAT:  # a chat task stays as it was
+            window["format"] = settings.format
+        if paired:  # the units the scan found from the whole stream, by their start (the window's alone may differ)
+            window["units"] = starts
+        return window
 
-    for unit, unit_messages in group_units(messages):
+    grouped = group_units(messages) if context.unit_ends is None else _units_ending(messages, context.unit_ends)
+    for unit, unit_messages in grouped:
         size = sum(context.message_bytes[unit.start:unit.end])
         is_protected = context.protected(unit)
-        cand = None if is_protected else candidate(unit, unit_messages, template)
+        cand = None if is_protected else candidate(unit, unit_messages, template, dialect)
         grown = None if cand is None else fit.with_candidate(cand)
         if held and (held_bytes + size > WINDOW_MAX_BYTES or (grown is not None and not grown.within_limits())):
             yield task()
             index += 1
-            offset, held, protected, held_bytes = unit.start, [], [], 0
+            offset, held, protected, held_bytes, starts = unit.start, [], [], 0, []
             fit = _Fit(sizer)
             grown = None if cand is None else fit.with_candidate(cand)
         if grown is not None:
             fit = grown
         if is_protected:
             protected.append(unit.start)
+        starts.append(unit.start)
         held.extend(unit_messages)
         held_bytes += size
     if held:
@@ -283,16 +381,23 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
                          on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Compact one window task with the preset flow. The result: ``index``, ``messages`` (what the
     window becomes), ``actions`` (count per action), ``reasons`` and the flow's token and cost totals.
-    A failed flow keeps every unit; a window that would not shrink keeps its original."""
+    A failed flow keeps every unit; a window that would not shrink keeps its original. The task's ``format`` (none:
+    ``openai-chat``) is its messages'; its ``units`` (their starts), when it has them, are the units the pass's scan
+    found; the window's messages, in that format, are checked (``Dialect.validate``) before they are answered."""
     from compactor.compaction.units import split_units
 
     messages, offset = task["messages"], task["offset"]
     protected = set(task["protected"])
-    units = [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
+    dialect = get_dialect(task.get("format"))
+    if "units" in task:
+        starts = task["units"]
+        units = [Unit(start, end) for start, end in zip(starts, [*starts[1:], offset + len(messages)], strict=True)]
+    else:
+        units = [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
     template = Questions.of(question_template())
     sizer = BatchSizer(task["instructions"], task["recent_evidence"])
     reasons: list[str] = []
-    cands = (candidate(u, messages[u.start - offset:u.end - offset], template)
+    cands = (candidate(u, messages[u.start - offset:u.end - offset], template, dialect)
              for u in units if u.start not in protected)
     batches = fit_batches(cands, sizer, reasons)
     result: dict[str, Any] = {"index": task["index"], "reasons": reasons, "ok": True, "tokens_in": 0,
@@ -310,11 +415,12 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
     actions = {"keep": 0, "summarize": 0, "archive": 0}
     for unit in units:
         original = messages[unit.start - offset:unit.end - offset]
-        action, emitted = unit_outcome(unit.id, original, items.get(unit.id), values)
+        action, emitted = unit_outcome(unit.id, original, items.get(unit.id), values, dialect)
         actions[action] += 1
         output.extend(emitted)
     if actions["keep"] < len(units) and dense_size(output) >= dense_size(messages):  # expansion guard
         output, actions = messages, {"keep": len(units), "summarize": 0, "archive": 0}
+    dialect.validate(output)  # what is written is of the task's format (a ValueError fails the window: kept whole)
     result.update(messages=output, actions=actions)
     return result
 
@@ -492,9 +598,10 @@ class RunState:
         pins = None if self.pins is None else tuple(self.pins)
         return Settings(**{**self.settings.__dict__, "pinned_indices": pins})
 
-    def scan(self, messages: Iterable[Message]) -> PassContext:
-        """The context of the next pass over ``messages`` (its input)."""
-        context = scan(messages, self.pass_settings(), target_bytes=self.target_bytes)
+    def scan(self, messages: Iterable[Message], reread: Callable[[], Iterable[Message]] | None = None) -> PassContext:
+        """The context of the next pass over ``messages`` (its input; ``reread()`` reads it again, for a format
+        whose scan reads it twice: :func:`scan`)."""
+        context = scan(messages, self.pass_settings(), target_bytes=self.target_bytes, reread=reread)
         if self.original_bytes is None:
             self.original_bytes, self.target_bytes = context.input_bytes, context.target_bytes
             self.preserved_prefix_bytes = context.input_bytes
@@ -582,7 +689,7 @@ async def compact_windowed(source: Callable[[], Iterable[Message]], settings: Se
     current = source
     more = True
     while more:
-        context = state.scan(current())
+        context = state.scan(current(), reread=current)
         sink = new_sink()
         assembly = state.assembly(sink.write)
         async for task, result in ordered_results(windows(current(), context, state.pass_settings()), run_window,

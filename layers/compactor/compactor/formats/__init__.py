@@ -6,6 +6,8 @@ from compactor.formats.base import Dialect
 
 DEFAULT_FORMAT = "openai-chat"
 FORMAT_NAMES = ("openai-chat", "anthropic-messages", "openai-responses")
+WINDOWED_FORMATS = ("openai-chat", "anthropic-messages")
+"""The formats compacted in windows and read as streams (docs/scale.md): the others run as one request."""
 _MODULES = {"openai-chat": "openai_chat", "anthropic-messages": "anthropic_messages",
             "openai-responses": "openai_responses"}
 

@@ -135,6 +135,9 @@ class AnthropicMessages(Dialect):
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
 
+    def stream_facts(self) -> StreamFacts:
+        return StreamFacts()
+
     def model_view(self, items: list[Item]) -> list[Item]:
         view = []
         for item in items:
@@ -187,6 +190,90 @@ class AnthropicMessages(Dialect):
                     block, changed = {**block, "content": text}, True
             replaced.append(block)
         return {**item, "content": replaced} if changed else None
+
+
+# The flags :class:`StreamFacts` keeps of each message, a byte each.
+_USER, _ASSISTANT, _HUMAN, _HIDDEN_ONLY, _SAME_TURN, _LOADS_TOOLS = 1, 2, 4, 8, 16, 32
+_NONE: frozenset[str] = frozenset()
+
+
+class StreamFacts:
+    """What windows need of a stream's messages to find its units, pins and the tail of the turn in progress without
+    holding the messages (docs/scale.md): a byte of flags per message, and the call ids of the messages that open or
+    answer calls. A ``tool_use``'s unit runs to its last ``tool_result``, so where a unit ends is known only once
+    the whole stream is read: :meth:`add` every message, in order, then ask. Each answer is what the dialect answers
+    for the messages whole (``split_units``, ``default_pins`` and ``always_pinned``, ``protected_tail_start``)."""
+
+    def __init__(self) -> None:
+        self.flags = bytearray()
+        self.opens: dict[int, frozenset[str]] = {}
+        self.closes: dict[int, frozenset[str]] = {}
+        self._turn: str | None = None  # the ``id`` of the previous message when it is an assistant message
+        # Each assistant response id: its first and last message and how many messages carry it (``_response_links``).
+        self._responses: dict[str, list[int]] = {}
+        self._late: set[int] = set()  # the calls answered late and their late answers, once ``units`` is asked
+
+    def add(self, item: Item) -> None:
+        index, role = len(self.flags), item.get("role")
+        flags = (_USER if role == "user" else 0) | (_ASSISTANT if role == "assistant" else 0)
+        flags |= (_HUMAN if _human(item) else 0) | (_HIDDEN_ONLY if _hidden_only(item) else 0)
+        if self._turn is not None and role == "assistant" and item.get("id") == self._turn:
+            flags |= _SAME_TURN
+        if any(_loads_tools(block) for block in blocks(item.get("content"))):
+            flags |= _LOADS_TOOLS
+        self.flags.append(flags)
+        turn = item.get("id")
+        self._turn = turn if role == "assistant" and isinstance(turn, str) else None
+        if self._turn is not None:
+            seen = self._responses.get(self._turn)
+            if seen is None:
+                self._responses[self._turn] = [index, index, 1]
+            else:
+                seen[1], seen[2] = index, seen[2] + 1
+        if opened := _opens(item):
+            self.opens[index] = frozenset(opened)
+        if closed := _closes(item):
+            self.closes[index] = frozenset(closed)
+
+    def units(self) -> list[Unit]:
+        """:meth:`AnthropicMessages.split_units` of the messages added."""
+        flags = self.flags
+        opened: dict[int, set[str]] = {}
+        closed: dict[int, set[str]] = {}
+        for response, (start, end, count) in self._responses.items():
+            if count != end - start + 1:  # another message between the response's messages (``_response_links``)
+                opened.setdefault(start, set()).add(f"response:{response}")
+                closed.setdefault(end, set()).add(f"response:{response}")
+        units, self._late = paired_split(
+            range(len(flags)), opens=lambda i: self.opens.get(i, _NONE),  # type: ignore[arg-type]
+            closes=lambda i: self.closes.get(i, _NONE), leads=lambda i: bool(flags[i] & _HIDDEN_ONLY),
+            same_turn=lambda _, nxt: bool(flags[nxt] & _SAME_TURN), turn_start=lambda i: bool(flags[i] & _HUMAN),
+            links=(opened, closed))
+        return units
+
+    def pins(self, explicit: set[int] | None, units: list[Unit]) -> set[int]:
+        """``instruction_pins``: ``explicit`` (else the human's turns), with the always-pinned messages."""
+        flags = self.flags
+        pins = set(explicit) if explicit is not None else {i for i, f in enumerate(flags) if f & _HUMAN}
+        if flags and flags[0] & _USER:
+            pins.add(0)
+        late = self._late
+        for unit in units:
+            if any(flags[i] & _LOADS_TOOLS for i in unit.indexes()) or not late.isdisjoint(unit.indexes()):
+                pins.update(unit.indexes())  # ``Dialect.late_pairs`` too
+        return pins
+
+    def tail_start(self, units: list[Unit]) -> int | None:
+        """:meth:`AnthropicMessages.protected_tail_start` of the messages added."""
+        flags = self.flags
+        human = max((i for i, f in enumerate(flags) if f & _HUMAN), default=-1)
+        final = max((i for i, f in enumerate(flags) if f & _ASSISTANT), default=-1)
+        if final <= human:
+            return None
+        while final > 0 and flags[final - 1] & _ASSISTANT:
+            final -= 1
+        at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
+        return units[max(0, at - 1)].start
 
 
 def _loads_tools(result: Item) -> bool:

@@ -77,6 +77,13 @@ class Dialect:
         addition to the last ``keep_recent`` items; ``None`` when it needs none (docs/formats.md)."""
         return None
 
+    def stream_facts(self) -> Any:
+        """For a format whose units are known only once every item is read (calls and results paired by id), an
+        object that is given each item of a stream (``add``) and then answers its units, pins and protected tail
+        (``units``, ``pins``, ``tail_start``) without holding the items: windows read such a format so (docs/scale.md).
+        ``None``: a unit is known from the items next to each other (``openai-chat``)."""
+        return None
+
     def model_view(self, items: list[Item]) -> list[Item]:
         """What the decision and summary models see of these items (hidden reasoning left out), item by item:
         fields and blocks are only left out, so a view item keeps its item's key order."""
@@ -123,8 +130,12 @@ def paired_split(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     does not name: the calls an OpenAI Responses item reference stands for).
     """
     also_opens, also_closes = links
-    opened = [opens(item) | also_opens.get(index, set()) for index, item in enumerate(items)]
-    closed = [closes(item) | also_closes.get(index, set()) for index, item in enumerate(items)]
+    # An item's own ids as they are when nothing links to it: no new set per item (a windowed scan finds the units
+    # of a whole stream, most of its items with no ids: docs/scale.md).
+    opened = [opens(item) | also_opens[index] if index in also_opens else opens(item)
+              for index, item in enumerate(items)]
+    closed = [closes(item) | also_closes[index] if index in also_closes else closes(item)
+              for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
     units: list[Unit] = []
     late: set[int] = set()
