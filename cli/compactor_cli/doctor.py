@@ -39,7 +39,7 @@ def _host(offer: Offer) -> str:
 
 
 def _problem(offer: Offer, exc: ProviderError) -> str:
-    cause, fix = explain(exc.kind, exc.message, exc.http_status, _host(offer))
+    cause, fix = explain(exc.kind, exc.detail or exc.message, exc.http_status, _host(offer))  # the operator's words
     return f"{cause}; fix: {fix}"
 
 

@@ -20,7 +20,7 @@ from compactor.errors import CompactorError
 from compactor.jsonutil import bounded_loads
 from compactor_aws import observability, snapstart
 from compactor_aws.routes import archives, compact, errors, flows, health, jobs, usage
-from compactor_aws.routes.common import logger, metrics, tracer
+from compactor_aws.routes.common import logger, metrics, route, tracer
 
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
 
@@ -36,7 +36,7 @@ app.include_router(jobs.router)  # POST /uploads, GET /jobs/{id} (docs/scale.md)
 app.include_router(errors.router)
 
 
-@app.get("/openapi.json", include_in_schema=False)  # left out of the document itself
+@route(app, "GET", "/openapi.json", include_in_schema=False)  # left out of the document itself
 def openapi_json() -> Response[str]:
     """The API's OpenAPI document (docs/api.md); its models load on this route's first call only."""
     from compactor_aws.openapi import document_text

@@ -3,7 +3,10 @@
 Event (one Map iteration of ``BatchFanOutStateMachine``)::
 
     {"bucket": str, "item": {"key": str | None, "payload": str | None, "result_key": str},
-     "deadline_epoch_ms": int}
+     "deadline_epoch_ms": int, "execution_id": str}
+
+Every line an invocation writes carries ``execution_id``, the Step Functions execution's id (``$$.Execution.Id``),
+so a worker's lines are found from the execution and the execution from a line (docs/deploy.md).
 
 The payload ``{"flow_ir", "flow_input"?, "conversation"?, "caller"?}`` is the item's ``payload`` (its JSON text) when it
 fit in the execution's input, else ``s3://bucket/key`` holds it (docs/deploy.md#batch-fan-out-through-step-functions).
@@ -69,6 +72,12 @@ async def run_payload(payload: dict[str, Any], deadline: Deadline) -> dict[str, 
 
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    with logs.naming(logger, execution_id=event.get("execution_id")):  # none from an earlier state machine
+        return run_item(event, context)
+
+
+def run_item(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The answer to one Map iteration's ``event``."""
     deadline = worker_deadline(event, context)
     bucket = event["bucket"]
     item = event.get("item", event)  # an earlier deployment's state machine passes them beside bucket

@@ -3,9 +3,10 @@
 Events (from ``infra/statemachine/windowed_job.asl.json``):
 
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
-* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller"}}``: one Distributed Map
-  batch (a window each), compacted under this invocation's remaining time as the job's caller (the one it is
-  billed to: its provider faults are its own, docs/reliability.md);
+* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller", "execution_id"}}``: one
+  Distributed Map batch (a window each), compacted under this invocation's remaining time as the job's caller (the
+  one it is billed to: its provider faults are its own, docs/reliability.md), every line naming the job's execution
+  (``execution_id``: its ``$$.Execution.Id``, whose last part is the ``job_id`` the other steps name);
 * ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
 * ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it; a job whose result the
@@ -47,6 +48,7 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         for item in event["Items"]:
             run_sync(large_jobs.run_window(store, bucket, item, router=get_router(),
                                            deadline=service.request_deadline(context)))
+    logger.info("windows ran", extra={"windows": len(event["Items"])})
     return {"windows": len(event["Items"])}
 
 
@@ -82,7 +84,8 @@ def count(result: str) -> None:
 @logger.inject_lambda_context(log_event=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
-        return run_batch(event, context)
+        with logs.naming(logger, execution_id=event["BatchInput"].get("execution_id")):
+            return run_batch(event, context)
     job = event["job"]  # its lines name it; job_id is the execution's name (docs/deploy.md)
     with logs.naming(logger, job_id=job.get("job_id"), bucket=job.get("bucket"), key=job.get("key"),
                      version_id=job.get("version_id")), calling_as(job.get("caller")):

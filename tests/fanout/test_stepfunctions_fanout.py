@@ -4,7 +4,10 @@ task dispatched in-process to ``flow_worker.handler``, and ``/v1/compact`` answe
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -373,3 +376,29 @@ async def test_a_late_worker_times_out_in_the_map_and_only_its_batch_is_kept(
     decisions = [n for n in body["x_router"]["decision_trace"]["flow_nodes"] if n["kind"] == "decision"]
     errors = sorted(n.get("error", "") for n in decisions)
     assert errors[0] == "" and "worker failed: States.Timeout" in errors[1]  # one per batch, in canonical order
+
+
+async def test_every_workers_lines_name_the_execution(fanout_aws: FanOutAws, worker_module: ModuleType) -> None:
+    """A worker's log lines named no execution: an operator could not tell which execution's lines they were.
+    The state machine passes ``$$.Execution.Id``, and every line of the invocation carries it (the handler is
+    called again, alone, since the Map's iterations share one logger in one process here, never in Lambda)."""
+    await service.compact(CompactRequest(**fixture_t_body()), deadline=Deadline.after_ms(40_000),
+                          router=fanout_aws.router, flow_runner=runner(fanout_aws))
+    (execution,) = fanout_aws.stepfunctions.client.list_executions(
+        stateMachineArn=fanout_aws.state_machine_arn)["executions"]
+    events = fanout_aws.dispatch.events
+    assert len(events) == 2 and all(event["execution_id"] == execution["executionArn"] for event in events)
+    written = io.StringIO()  # the lines as the function's formatter writes them, when they are written
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(worker_module.logger.registered_formatter)
+    logging.getLogger(worker_module.logger.name).addHandler(handler)
+    try:
+        await asyncio.to_thread(worker_module.handler,
+                                {**events[0], "deadline_epoch_ms": int(time.time() * 1000) + 30_000},
+                                LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
+        worker_module.logger.info("a later invocation's line")
+    finally:
+        logging.getLogger(worker_module.logger.name).removeHandler(handler)
+    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert [line["message"] for line in lines] == ["flow ran", "a later invocation's line"]
+    assert lines[0]["execution_id"] == execution["executionArn"] and "execution_id" not in lines[1]

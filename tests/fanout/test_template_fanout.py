@@ -83,7 +83,7 @@ def test_map_runs_every_batch_concurrently_and_tolerates_a_failed_item(asl_text:
     for task in (retrying, once):
         assert task["Type"] == "Task" and task["Resource"] == "arn:${Partition}:states:::lambda:invoke"
         assert task["Parameters"]["FunctionName"] == "${FlowWorkerFunctionArn}"
-        assert set(task["Parameters"]["Payload"]) == {"bucket.$", "item.$", "deadline_epoch_ms.$"}
+        assert set(task["Parameters"]["Payload"]) == {"bucket.$", "item.$", "deadline_epoch_ms.$", "execution_id.$"}
         assert task["TimeoutSecondsPath"] == "$.timeout_s"
         (catch,) = task["Catch"]
         assert catch["ErrorEquals"] == ["States.ALL"]

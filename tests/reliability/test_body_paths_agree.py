@@ -72,6 +72,29 @@ def test_a_byte_order_mark_inside_a_base64_body_is_skipped_too(compact_module: M
     assert json.loads(response["body"])["messages"] == MESSAGES
 
 
+@pytest.mark.parametrize("raw", [
+    b"\xef\xbb\xbf\xef\xbb\xbf" + BODY,
+    b"\xef\xbb\xbf\xef\xbb\xbf" + json.dumps(MESSAGES).encode(),
+    b"\xef\xbb\xbf\xef\xbb\xbf" + b"".join(json.dumps(message).encode() + b"\n" for message in MESSAGES),
+])
+def test_two_byte_order_marks_are_refused_on_every_path(compact_module: ModuleType, tmp_path: Path,
+                                                        raw: bytes) -> None:
+    # The API answered 422 (json.loads's "Unexpected UTF-8 BOM (decode using utf-8-sig)") where the S3 path and the
+    # CLI skipped one mark when they decoded the bytes and the JSON reading the other, and read the transcript.
+    reason = "two byte order marks at the start: a body or file has at most one"
+
+    if not raw.endswith(b"\n"):  # the API reads JSON bodies only
+        status, body = api(compact_module, raw)
+        assert status == 422, body
+        assert body["detail"][0]["type"] == "json_invalid" and body["detail"][0]["ctx"]["error"] == reason
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"]
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        cli(raw, tmp_path)
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        streamed(raw, tmp_path)
+
+
 TWO_TRANSCRIPTS = (b'{"messages": [{"role": "user", "content": "first transcript"}], '
                    b'"messages": [{"role": "user", "content": "second transcript"}]}')
 A_KEY_TWICE_IN_A_MESSAGE = b'{"messages": [{"role": "user", "content": "kept", "content": "lost"}]}'

@@ -118,6 +118,8 @@ def test_distributed_map_result_is_the_inline_result(aws, big):
     passes = body["compaction"]["windows"]["passes"]
     assert len(windows) == sum(p["windows"] for p in passes) and passes[0]["windows"] >= 2
     assert all(len(e["Items"]) == 1 for e in windows)
+    # each batch names its execution (it logged none: docs/deploy.md)
+    assert {e["BatchInput"]["execution_id"] for e in windows} == {described["executionArn"]}
     assert stored["Metadata"]["compactor-status"] == "200"
     manifests = [o["Key"] for o in aws["s3"].list_objects_v2(Bucket=BUCKET, Prefix="work/map-results/")["Contents"]]
     assert len(manifests) == len(passes) and all(key.endswith("/manifest.json") for key in manifests)
@@ -456,3 +458,22 @@ def test_a_job_whose_last_assemble_failed_on_its_billing_is_billed_by_record_fai
     (entry,) = ledger.entries("2000-01-01", "2999-12-31")
     assert len(refused) == 2 and refused[0].entry_id == entry.entry_id
     assert entry.bytes_in == body["compaction"]["original_bytes"]
+
+
+def test_a_batchs_lines_name_its_execution(worker: ModuleType) -> None:
+    """The batch steps' lines named no execution (the other steps name its job_id): each now carries the
+    ``execution_id`` the state machine puts in the batch input, for that invocation only."""
+    execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:compactor-WindowedJob:job-1"
+    written = io.StringIO()  # the lines as the function's formatter writes them, when they are written
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(worker.logger.registered_formatter)
+    logging.getLogger(worker.logger.name).addHandler(handler)
+    try:
+        worker.handler({"Items": [], "BatchInput": {"bucket": BUCKET, "execution_id": execution}},
+                       LocalLambdaContext("WindowJobFunction", timeout_s=900))
+        worker.logger.info("a later invocation's line")
+    finally:
+        logging.getLogger(worker.logger.name).removeHandler(handler)
+    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert [line["message"] for line in lines] == ["windows ran", "a later invocation's line"]
+    assert lines[0]["execution_id"] == execution and "execution_id" not in lines[1]

@@ -386,6 +386,13 @@ MAX_NUMBER_CHARS = 100
 """Longest number literal a request body or S3 object may hold (Python refuses ints past 4,300 digits)."""
 
 
+BYTE_ORDER_MARK = "\ufeff"
+SECOND_BYTE_ORDER_MARK = "two byte order marks at the start: a body or file has at most one"
+"""Why a text is refused that starts with a byte order mark after the one every reader skips: every path says it
+(the API, the S3 path, the CLI, the streamed reading), where json.loads said "Unexpected UTF-8 BOM (decode using
+utf-8-sig)" and the S3 path and the CLI read the transcript (docs/behaviour.md#requests-and-responses)."""
+
+
 class JSONLimitError(json.JSONDecodeError):
     """Raised by :func:`bounded_loads`: syntax errors and the depth/number limits, with a clear message.
 
@@ -436,8 +443,10 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JSONLimitError(f"not UTF-8 text (an invalid byte at offset {exc.start})") from None
-    if text.startswith("\ufeff"):
+    if text.startswith(BYTE_ORDER_MARK):
         text = text[1:]
+        if text.startswith(BYTE_ORDER_MARK):
+            raise JSONLimitError(SECOND_BYTE_ORDER_MARK, syntax=True)
     try:
         value = json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant,
                            object_pairs_hook=_unique_pairs)

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from compactor.call_record import MODEL_NODE_KINDS, NodeOutcome
+from compactor.policy.trace import OPERATOR_DETAIL
 from compactor.providers.reasoning import PROVIDER_SAID
 
 _KEY_NOT_SET = re.compile(r"API key variable (\w+) is not set")
@@ -115,7 +116,9 @@ def failure_causes(nodes: Iterable[NodeOutcome], base_url_of: Callable[[str], st
         attempts = list(_attempt_failures(trace))
         for event in attempts:
             offer = str(event.get("offer"))
-            cause, fix = explain(str(event["error_kind"]), str(event.get("error_message") or ""),
+            # the operator's words where the trace holds them (a key's variable or secret name; never in an answer)
+            message = event.get(OPERATOR_DETAIL) or event.get("error_message") or ""
+            cause, fix = explain(str(event["error_kind"]), str(message),
                                  event.get("http_status"), _host(base_url_of(offer)))
             counts[Cause(offer, cause, fix)] += 1
         if final_error and not attempts:  # failed before any offer was tried

@@ -34,6 +34,7 @@ from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
 from compactor.policy.failplan import ABORT, DISABLE_PROVIDER, NEXT_CANDIDATE, NEXT_PROVIDER_SAME_MODEL, RETRY_SAME, Action
 from compactor.policy.fields import FieldDeclarations, fields_observed_in
 from compactor.policy.ranking import Ranking, Requirements, rank
+from compactor.policy.trace import OPERATOR_DETAIL
 from compactor.providers.base import (
     AUTH_ERROR,
     BAD_REQUEST,
@@ -167,6 +168,7 @@ class _Failure:
     timeout_s: float | None = None  # the attempt's own timeout, for TIMEOUT failures
     answered: Response | None = None  # a rejected answer whose usage prices the attempt (ProviderError.answered)
     sent: bool = True  # False: failed before its request left (ProviderError.sent): no model call, nothing billed
+    detail: str | None = None  # the operator's words (ProviderError.detail): the trace's OPERATOR_DETAIL
 
     @property
     def says_provider_is_unwell(self) -> bool:
@@ -659,7 +661,8 @@ class Router:
                 return await invoke(self._transport_for(offer), offer, timeout)
         except ProviderError as exc:
             return _Failure(exc.kind, _redact(exc.message, offer), exc.http_status, exc.cost_reported,
-                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered, sent=exc.sent)
+                            retry_after_s=exc.retry_after_s, timeout_s=timeout, answered=exc.answered, sent=exc.sent,
+                            detail=None if exc.detail is None else _redact(exc.detail, offer))
         except TimeoutError:
             return _Failure(TIMEOUT, f"no answer within {round(timeout * 1000)} ms", timeout_s=timeout)
         except Exception as exc:  # any transport defect is a failed attempt, never a crash
@@ -828,6 +831,7 @@ class _Failover:
             self.event("attempted", offer, attempt=attempt, latency_ms=latency_ms, error_kind=outcome.kind,
                        http_status=outcome.http_status, error_message=outcome.message,
                        **({} if outcome.sent else {"sent": False}),
+                       **({} if outcome.detail is None else {OPERATOR_DETAIL: outcome.detail}),
                        **({"cost_reported": outcome.cost_reported} if outcome.cost_reported is not None else {}),
                        **({"cost_computed": priced_cost} if priced_cost is not None
                           and reported_cost(outcome.cost_reported) is None else {}),

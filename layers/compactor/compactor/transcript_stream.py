@@ -39,8 +39,8 @@ from typing import IO, Any
 import ijson
 
 from compactor.jsonutil import (
-    MAX_BODY_DEPTH, MAX_NUMBER_CHARS, JSONLimitError, bounded_loads, dense_dumps, ensure_utf8_encodable,
-    parsed_depth_exceeds, repeated_key_message,
+    BYTE_ORDER_MARK, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError, bounded_loads,
+    dense_dumps, ensure_utf8_encodable, parsed_depth_exceeds, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
@@ -78,11 +78,16 @@ class _Replay:
         return self.raw.read(size)
 
 
+_UTF8_BOM = BYTE_ORDER_MARK.encode()
+
+
 def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
     """``array``, ``object`` or ``jsonl``, and a reader positioned at the start."""
     head = raw.read(PEEK_BYTES)
-    if head.startswith(b"\xef\xbb\xbf"):
+    if head.startswith(_UTF8_BOM):
         head = head[3:]
+        if head.startswith(_UTF8_BOM):
+            raise TranscriptError(SECOND_BYTE_ORDER_MARK)
     stripped = head.lstrip()
     if not stripped:
         raise TranscriptError("the input is empty")

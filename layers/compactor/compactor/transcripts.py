@@ -16,7 +16,13 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
-from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+from compactor.jsonutil import (
+    BYTE_ORDER_MARK,
+    SECOND_BYTE_ORDER_MARK,
+    JSONLimitError,
+    bounded_loads,
+    dense_dumps,
+)
 from compactor.records import record
 
 if TYPE_CHECKING:
@@ -238,9 +244,12 @@ def _sealed_runs(items: list[Any], output: list[Any]) -> list[tuple[int, int, li
 
 
 def read_transcript(text: str, format: str | None = None) -> Transcript:
-    """The transcript in ``text``; ``format`` (a ``format`` name) overrides what the content suggests."""
+    """The transcript in ``text``; ``format`` (a ``format`` name) overrides what the content suggests. ``text`` is
+    as its reader decoded it, a leading byte order mark skipped (an S3 object, a file): one left is a second."""
     if format is not None and format not in FORMAT_NAMES:
         raise TranscriptError(f"unknown format {format!r}; one of {', '.join(FORMAT_NAMES)}")
+    if text.startswith(BYTE_ORDER_MARK):  # the JSON reading would skip it as a first one
+        raise TranscriptError(SECOND_BYTE_ORDER_MARK)
     if not text.strip():
         raise TranscriptError("the input is empty")
     try:  # the text as it is: JSON's whitespace only around the value, as the API reads a body (not str.strip's)

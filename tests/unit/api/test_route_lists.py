@@ -62,3 +62,32 @@ def test_the_readmes_api_table_lists_every_route() -> None:
     table = readme[readme.index("## The API"):readme.index("### Worked examples")]
     missing = [(method, path) for method, path in template_routes() if f"| `{method} /v1{path}` |" not in table]
     assert missing == []
+
+
+def test_the_route_table_is_the_templates(compact_module: ModuleType) -> None:
+    """One declared table of the API's routes (``compactor_aws.routes.common.ROUTES``) registers the Powertools
+    routes and answers ``Allow``: it holds exactly the routes API Gateway sends to the function."""
+    from compactor_aws.routes.common import ROUTES
+
+    declared = {(method, path.replace("<job_id>", "{id}")) for path, methods in ROUTES.items() for method in methods}
+    assert declared == set(template_routes())
+
+
+def test_allow_is_answered_from_the_projects_table_not_powertools_internals(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Allow`` read Powertools' private route tables (``_static_routes``, ``_dynamic_routes``): a Powertools
+    release that renames or reshapes them turned every 405 into a 404 and every ``HEAD`` into a 404. Here the
+    resolver's tables are emptied (as a renamed attribute would leave nothing to read): no route resolves, and the
+    answers of a path the API has are still 405 with its ``Allow``."""
+    app = compact_module.app
+    monkeypatch.setattr(app, "_static_routes", [])
+    monkeypatch.setattr(app, "_dynamic_routes", [])
+    for path, allow in (("/compact", "OPTIONS, POST"), ("/jobs/job-1", "GET, HEAD, OPTIONS"),
+                        ("/v1/healthz", "GET, HEAD, OPTIONS")):
+        event = rest_proxy_event(method="PUT", resource_path=path, query={}, body=b"", headers=[])
+        response = compact_module.handler(event, lambda_context)
+        assert (response["statusCode"], response["multiValueHeaders"].get("Allow")) == (405, [allow]), path
+    unknown = compact_module.handler(rest_proxy_event(method="PUT", resource_path="/jobs", query={}, body=b"",
+                                                      headers=[]), lambda_context)
+    assert unknown["statusCode"] == 404

@@ -202,14 +202,15 @@ def test_an_unset_variable_is_named_when_the_offer_also_has_a_secret(monkeypatch
     try:
         with pytest.raises(ProviderError) as caught:
             keys.api_key(offer)
-        with pytest.raises(ProviderError, match=r"^auth_error: API key secret compactor/x cannot be read"):
+        with pytest.raises(ProviderError) as unnamed:
             keys.api_key(dataclasses.replace(offer, api_key_env=None))  # a secret alone: as before
+        assert re.search(r"^API key secret compactor/x cannot be read", unnamed.value.detail)
     finally:
         keys.set_secret_resolver(*previous)
     assert caught.value.kind == "auth_error"
-    assert caught.value.message == ("API key variable FIRST_RUN_KEY is not set and API key secret compactor/x "
-                                    "cannot be read (RuntimeError)")
-    cause, fix = explain(caught.value.kind, caught.value.message)
+    assert caught.value.detail == ("API key variable FIRST_RUN_KEY is not set and API key secret compactor/x "
+                                   "cannot be read (RuntimeError)")
+    cause, fix = explain(caught.value.kind, caught.value.detail)
     assert fix.startswith("export FIRST_RUN_KEY=<key> (local), or check the secret exists")
 
 

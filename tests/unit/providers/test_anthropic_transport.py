@@ -111,7 +111,7 @@ async def test_missing_key_is_named(anthropic_offer: Offer, monkeypatch: pytest.
     monkeypatch.delenv(anthropic_offer.api_key_env)
     with pytest.raises(ProviderError) as caught:
         await TRANSPORT.chat(anthropic_offer, ChatRequest(MESSAGES), 10)
-    assert caught.value.kind == AUTH_ERROR and anthropic_offer.api_key_env in caught.value.message
+    assert caught.value.kind == AUTH_ERROR and anthropic_offer.api_key_env in caught.value.detail
 
 
 async def test_decisions_go_through_the_validated_chat_path(fake_provider: FakeProviderServer,

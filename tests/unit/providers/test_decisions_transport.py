@@ -127,7 +127,7 @@ async def test_timeout(fake_provider: FakeProviderServer, decision_offer: Offer)
 async def test_missing_key(decision_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(decision_offer.api_key_env)
     error = await failure(decision_offer)
-    assert error.kind == "auth_error" and decision_offer.api_key_env in error.message
+    assert error.kind == "auth_error" and decision_offer.api_key_env in error.detail
 
 
 async def test_jev_family_comes_from_the_offer(fake_provider: FakeProviderServer, decision_offer: Offer) -> None:

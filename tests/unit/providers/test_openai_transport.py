@@ -213,7 +213,7 @@ async def test_missing_key_is_auth_error_naming_the_variable(fake_provider: Fake
     monkeypatch.delenv(chat_offer.api_key_env)
     error = await failure(chat_offer)
     assert error.kind == "auth_error"
-    assert chat_offer.api_key_env in error.message
+    assert chat_offer.api_key_env in error.detail
     assert fake_provider.requests == []
 
 

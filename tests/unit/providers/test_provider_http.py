@@ -108,3 +108,41 @@ def test_a_key_cut_by_the_bound_is_not_shown(key: str) -> None:
         message = http.safe_message(" " * padding + key + " tail", (key,))
         assert key[:6] not in message
     assert http.safe_message("Invalid key " + key + " x" * 8000, (key,)).startswith("Invalid key [redacted] x x")
+
+
+KEY = "sk-proj-Abc123Def456Ghi789"
+
+
+@pytest.mark.parametrize("echo", [
+    "sk-proj-Abc\n Def456Ghi789".replace("Def", "123Def"),  # a line break and an indent within the key
+    "<pre>sk-proj-Abc123\r\n<br>Def456Ghi789</pre>".replace("<br>", ""),  # an HTML error page's wrapped line
+    "s k - p r o j - A b c 1 2 3 D e f 4 5 6 G h i 7 8 9",  # a space between every character
+    "sk-proj-Abc123Def456Gh\ti789",  # a tab
+])
+def test_a_key_echoed_split_by_whitespace_is_scrubbed(echo: str) -> None:
+    """A provider echoing the key wrapped over lines (an HTML error page, a pretty-printed body) showed its pieces
+    once the message's whitespace was folded: only the key's exact characters, and lookalikes of 6+ characters
+    after ``sk-``, were redacted."""
+    body = f"<html><body><h1>401</h1>Invalid API key: {echo} (check your account)</body></html>"
+    message = http.safe_message(body, (KEY,))
+    assert "Abc" not in message and "789" not in message, message
+    assert "[redacted]" in message and message.endswith("(check your account)</body></html>")
+    error = http.error_for_status(401, body.encode(), (KEY,))
+    assert error is not None and "789" not in error.message
+
+
+def test_a_split_key_cut_by_the_bound_shows_no_piece() -> None:
+    """The bound on the text looked at (ERROR_TEXT_MAX_CHARS) may fall between a split key's pieces: the pieces
+    before it are redacted too."""
+    key = "0123456789abcdef" * 2  # no lookalike pattern knows it
+    first, second = key[:14], key[14:]
+    padding = "x " * ((http.ERROR_TEXT_MAX_CHARS - len(first) - 1) // 2)
+    text = padding + first + " " + second + " tail" * 10
+    assert len(padding + first) < http.ERROR_TEXT_MAX_CHARS < len(padding + first + " " + second)
+    assert first not in http.scrub(http.bounded_text(text), (key,))
+    assert first not in http.safe_message(text, (key,))
+
+
+def test_whitespace_between_words_is_not_read_as_a_split_key() -> None:
+    message = http.safe_message("the key sk- was refused; proj is unknown", (KEY,))
+    assert message == "the key sk- was refused; proj is unknown"

@@ -7,6 +7,9 @@ from typing import Any
 
 TRACE_LIST_CAP = 10
 _UNKNOWN_REASON = "unknown"
+OPERATOR_DETAIL = "operator_detail"
+"""A ``decision_path`` event's words for the operator only (``ProviderError.detail``: which key variable or secret
+could not be had): in the routing trace the operator's tools read, left out of every trimmed trace (the answer's)."""
 
 
 def _reason(entry: Any) -> str:
@@ -24,13 +27,17 @@ def trim_decision_trace(trace: Any) -> Any:
     ``rejected_reasons`` (count per reason; non-string reasons count as ``"unknown"``).
 
     Applied recursively to every ``flow_nodes[i].decision_trace`` (and ``flow_nodes[i].routing.
-    decision_trace``). ``decision_path`` is never
-    trimmed, the input is not mutated, and trimming a trimmed trace changes nothing. Anything that
-    is not a dict is returned as it is.
+    decision_trace``). ``decision_path`` keeps every event, its events without :data:`OPERATOR_DETAIL`; the
+    input is not mutated, and trimming a trimmed trace changes nothing. Anything that is not a dict is returned
+    as it is.
     """
     if not isinstance(trace, dict):
         return trace
     out = dict(trace)
+    path = trace.get("decision_path")
+    if isinstance(path, list) and any(isinstance(event, dict) and OPERATOR_DETAIL in event for event in path):
+        out["decision_path"] = [{key: value for key, value in event.items() if key != OPERATOR_DETAIL}
+                                if isinstance(event, dict) else event for event in path]
     ranked = trace.get("ranked")
     if isinstance(ranked, list):
         out["ranked_total"] = _total(trace, "ranked_total", ranked)

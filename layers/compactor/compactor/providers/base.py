@@ -44,14 +44,18 @@ def sane_tokens(value: Any) -> int | None:
 
 
 class ProviderError(Exception):
-    """A failed model call. ``message`` never contains credentials."""
+    """A failed model call. ``message`` never contains credentials; it reaches the caller (``x_router``, a flow's
+    error). ``detail``, when given, is the operator's own words for it (a key's variable or secret name,
+    ``compactor.providers.keys``): kept in the routing trace the operator's tools read, never in an answer."""
 
     def __init__(self, kind: str, message: str, *, http_status: int | None = None,
                  cost_reported: float | None = None, retry_after_s: float | None = None,
-                 answered: ChatResponse | DecisionResponse | None = None, sent: bool = True) -> None:
+                 answered: ChatResponse | DecisionResponse | None = None, sent: bool = True,
+                 detail: str | None = None) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+        self.detail = detail
         self.http_status = http_status
         # A provider may bill a call whose answer is then rejected (e.g. bad JSON).
         self.cost_reported = cost_reported

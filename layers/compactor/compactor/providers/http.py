@@ -11,6 +11,8 @@ with the next caller's calls (docs/performance.md, end-to-end concurrency).
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import json
 import math
 import os
@@ -164,12 +166,50 @@ def drop_clients() -> None:
 
 
 def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with known secret values and credential-looking tokens replaced by ``[redacted]``."""
+    """``text`` with known secret values and credential-looking tokens replaced by ``[redacted]``. A known secret
+    is found with whitespace anywhere within it as well (an echo wrapped over lines, an HTML error page's ``<pre>``),
+    and so is its start at the end of ``text`` (where :func:`bounded_text` may have cut it)."""
     for secret in secrets:
         if secret:
-            text = text.replace(secret, "[redacted]")
+            text = _without_spaced(text.replace(secret, "[redacted]"), secret)
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub("[redacted]", text)
+    return text
+
+
+_SPACE = re.compile(r"\s+")
+# The fewest characters of a secret's start at the end of a text that are redacted: fewer may be any word's end.
+_SECRET_START_MIN_CHARS = 8
+
+
+def _without_spaced(text: str, secret: str) -> str:
+    """``text`` with each occurrence of ``secret`` that whitespace splits replaced by ``[redacted]``: the secret is
+    looked for with ``str.find`` in the text without its whitespace, and each match mapped back to its span, so the
+    cost is linear in the text (no regex with a ``\\s*`` between characters, which backtracks)."""
+    wanted = "".join(secret.split())
+    joined = _SPACE.sub("", text)
+    if not wanted or not joined:
+        return text
+    found = joined.find(wanted)
+    start_len = next((size for size in range(min(len(wanted) - 1, len(joined)), _SECRET_START_MIN_CHARS - 1, -1)
+                      if joined.endswith(wanted[:size])), 0)
+    if found < 0 and not start_len:
+        return text  # the common case: one pass to drop the whitespace, one search
+    words = [match.span() for match in re.finditer(r"\S+", text)]
+    offsets = list(itertools.accumulate((end - start for start, end in words), initial=0))  # each word's in joined
+
+    def position(index: int) -> int:  # where the joined text's character ``index`` is in ``text``
+        word = bisect.bisect_right(offsets, index) - 1
+        return words[word][0] + index - offsets[word]
+
+    spans = []
+    while found >= 0:
+        spans.append((position(found), position(found + len(wanted) - 1) + 1))
+        found = joined.find(wanted, found + len(wanted))
+    if start_len and (not spans or position(len(joined) - start_len) >= spans[-1][1]):
+        spans.append((position(len(joined) - start_len), words[-1][1]))
+    for start, end in reversed(spans):
+        text = f"{text[:start]}[redacted]{text[end:]}"
     return text
 
 

@@ -2,13 +2,19 @@
 (``api_key_secret``, a name or ARN read at run time by a pluggable resolver, see docs/providers.md).
 
 The core reads no secret store itself: an adapter (``compactor_aws.providers`` for Secrets Manager)
-installs the resolver with :func:`set_secret_resolver`. Messages name the variable or the secret,
-never the value.
+installs the resolver with :func:`set_secret_resolver`.
+
+A key that cannot be had fails the call with ``auth_error`` in generic words ("provider X is not configured
+...; contact the operator"): the failure reaches the caller (``x_router``, a flow's error), who may not learn the
+operator's variable or secret names. Those are the error's ``detail``: logged here, kept in the routing trace the
+operator's tools read (``compactor.provider_failures``) and printed by ``compactor doctor``; neither ever holds
+the value (docs/providers.md "Keys at run time").
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable
 
@@ -19,6 +25,8 @@ CachedSecret = Callable[[str], "str | None"]
 
 _secret_resolver: SecretResolver | None = None
 _cached_secret: CachedSecret | None = None
+
+logger = logging.getLogger(__name__)
 
 
 def set_secret_resolver(resolver: SecretResolver | None, cached: CachedSecret | None = None) -> None:
@@ -38,11 +46,29 @@ def _checked(key: str, where: str) -> str:
     return key
 
 
+def not_configured(offer: Offer, failure: ProviderError) -> ProviderError:
+    """The caller's ``auth_error`` for ``failure`` to have ``offer``'s key: generic words, the operator's
+    (``failure.message``, naming the variable or secret) as its ``detail``, which is logged here."""
+    detail = failure.detail or failure.message
+    logger.warning("offer %s: %s", offer.id, detail)
+    return ProviderError(AUTH_ERROR, f"provider {offer.provider} is not configured here (no usable API key); "
+                         "contact the operator", http_status=failure.http_status, sent=False, detail=detail)
+
+
 def api_key(offer: Offer) -> str | None:
-    """The offer's key, or None when it needs none; a missing or unreadable key is ``auth_error``.
+    """The offer's key, or None when it needs none; a missing or unreadable key is ``auth_error``
+    (:func:`not_configured`).
 
     A set ``api_key_env`` variable wins, so one catalog serves local runs (variable) and the deployed
     function (secret)."""
+    try:
+        return _named_key(offer)
+    except ProviderError as exc:
+        raise not_configured(offer, exc) from None
+
+
+def _named_key(offer: Offer) -> str | None:
+    """:func:`api_key`, its failures naming the variable or the secret."""
     if offer.api_key_env and os.environ.get(offer.api_key_env, "").strip():
         return _checked(os.environ[offer.api_key_env], f"API key variable {offer.api_key_env}")
     if offer.api_key_secret:
@@ -61,8 +87,8 @@ def api_key(offer: Offer) -> str | None:
 
 
 def shown_secret(secret: str) -> str:
-    """How a failure names the secret ``secret``: a Secrets Manager ARN by the secret's name alone. The message
-    reaches the caller (``x_router``, a flow's error), and an ARN holds the operator's account id and region
+    """How a failure names the secret ``secret``: a Secrets Manager ARN by the secret's name alone. The operator
+    reads it (logs, ``compactor doctor``, the CLI report): an ARN's account id and region add nothing there
     (docs/providers.md "Keys at run time")."""
     if secret.startswith("arn:") and ":secret:" in secret:
         return secret.partition(":secret:")[2]
@@ -92,6 +118,9 @@ async def resolve_key(offer: Offer) -> str | None:
         cached = _cached_secret
         kept = cached(offer.api_key_secret) if cached is not None else None
         if kept is not None:
-            return _checked(kept, f"API key secret {shown_secret(offer.api_key_secret)}")
+            try:
+                return _checked(kept, f"API key secret {shown_secret(offer.api_key_secret)}")
+            except ProviderError as exc:
+                raise not_configured(offer, exc) from None
         return await asyncio.to_thread(api_key, offer)
     return api_key(offer)

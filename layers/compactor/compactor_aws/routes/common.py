@@ -1,11 +1,12 @@
-"""What every route shares: the Powertools logger, metrics and tracer of the API function, the JSON
-response, and :func:`billed` (idempotent replay, metrics, billing record and traces of one call)."""
+"""What every route shares: the Powertools logger, metrics and tracer of the API function, the table of routes
+(:func:`route`), the JSON response, and :func:`billed` (idempotent replay, metrics, billing record and traces of
+one call)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.event_handler import Response
@@ -25,6 +26,32 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Comp
 
 RouteFunction = TypeVar("RouteFunction", bound=Callable[..., Any])
 
+ROUTES: dict[str, set[str]] = {}
+"""Every route of the API: its path as Powertools' rule names it (no stage prefix, ``<name>`` for a path
+parameter) → its methods. Filled by :func:`route` as the route modules are imported; the ``Allow`` of a 405 and of
+an ``OPTIONS`` answer and the ``HEAD`` of a ``GET`` route are read from it (``compactor_aws.routes.errors``), never
+from Powertools' own route tables, which have no public view (a release could rename them)."""
+
+
+def route(router: Router, method: str, path: str, **options: Any) -> Callable[[RouteFunction], RouteFunction]:
+    """``router.route(path, method, **options)``, the route entered in :data:`ROUTES`: every route is declared
+    through here (``router`` may be the resolver itself)."""
+    ROUTES.setdefault(path, set()).add(method)
+    return cast(Callable[[RouteFunction], RouteFunction], router.route(path, method, **options))
+
+
+def methods_at(path: str) -> set[str]:
+    """The methods of the routes whose rule matches ``path`` (without the stage prefix): a ``<name>`` segment
+    matches any one non-empty segment, as Powertools' rule does."""
+    parts = path.split("/")
+    return {method for rule, methods in ROUTES.items() if _matches(rule.split("/"), parts) for method in methods}
+
+
+def _matches(rule: list[str], parts: list[str]) -> bool:
+    return len(rule) == len(parts) and all(
+        want == part or (want.startswith("<") and want.endswith(">") and part != "") for want, part in zip(rule, parts))
+
+
 BILLED_ROUTES: set[tuple[str, str]] = set()
 """The billed routes, ``(method, path)`` as the OpenAPI document names them: the ones that take an
 ``Idempotency-Key`` (docs/billing.md). Filled by :func:`billed_post` as the route modules are imported; the
@@ -34,7 +61,7 @@ OpenAPI document reads it (``compactor_aws.openapi``), so the routes and their d
 def billed_post(router: Router, path: str) -> Callable[[RouteFunction], RouteFunction]:
     """``router.post(path)`` for a route that answers through :func:`billed`, registered in :data:`BILLED_ROUTES`."""
     BILLED_ROUTES.add(("post", path))
-    return router.post(path)
+    return route(router, "POST", path)
 
 
 def json_response(status: int, body: Any) -> Response[str]:

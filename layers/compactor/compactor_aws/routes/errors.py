@@ -17,7 +17,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from compactor import http_api
 from compactor.errors import CompactorError, InternalError, MethodNotAllowed, NotFound
 from compactor.jsonutil import dense_dumps
-from compactor_aws.routes.common import json_response, logger
+from compactor_aws.routes.common import json_response, logger, methods_at
 
 router = APIGatewayRouter()
 
@@ -28,11 +28,10 @@ def invalid_request(error: RequestValidationError | RequestUnsupportedContentTyp
 
 
 def allowed_methods(path: str) -> list[str]:
-    """The methods the API answers at ``path`` (without the stage prefix), sorted: those of its routes, ``HEAD``
-    wherever ``GET`` (the handler answers it as the ``GET``), and ``OPTIONS``; empty when no route has the path."""
-    resolver = router.api_resolver  # the resolver this router is included in (functions/compact/compact.py)
-    routes = [*resolver._static_routes, *resolver._dynamic_routes]  # Powertools' route table: it has no public view
-    methods = {route.method for route in routes if route.rule.match(path)}
+    """The methods the API answers at ``path`` (without the stage prefix), sorted: those of its routes
+    (``compactor_aws.routes.common.ROUTES``), ``HEAD`` wherever ``GET`` (the handler answers it as the ``GET``),
+    and ``OPTIONS``; empty when no route has the path."""
+    methods = methods_at(path)
     if not methods:
         return []
     if "GET" in methods:

@@ -12,6 +12,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from compactor.errors import UploadsUnavailable
 from compactor.http_api import JSON_CONTENT_TYPE
 from compactor.jsonutil import dense_dumps
+from compactor_aws.routes.common import route
 
 BUCKET_ENV: Final = "COMPACTOR_JOBS_BUCKET"
 router = Router()
@@ -41,7 +42,7 @@ def _ready() -> tuple[str, Any] | Response[str]:
     return bucket, (S3Store(), caller_of(router.current_event.raw_event))
 
 
-@router.post("/uploads")
+@route(router, "POST", "/uploads")
 def create_upload() -> Response[str]:
     from compactor import jobs
 
@@ -52,7 +53,7 @@ def create_upload() -> Response[str]:
     return _json(*jobs.create_upload(store, bucket, caller, presign))
 
 
-@router.get("/jobs/<job_id>")
+@route(router, "GET", "/jobs/<job_id>")
 def get_job(job_id: str) -> Response[str]:
     from compactor import jobs
 
