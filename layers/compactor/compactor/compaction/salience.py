@@ -322,6 +322,10 @@ def _shortened(text: str) -> str:
 # json.loads' own C scanner: ``json.loads`` wraps it in two Python calls and a whitespace regex, about half
 # of what parsing a call's short arguments costs (docs/performance.md).
 _SCAN_JSON = json.JSONDecoder().scan_once
+# A container at a level deeper than MAX_BODY_DEPTH (the root is level 0) sits inside MAX_BODY_DEPTH + 1 others, so
+# its JSON text holds at least 2 * (MAX_BODY_DEPTH + 2) brackets: a shorter text is not looked into for its depth
+# (a call's arguments are mostly short; docs/performance.md).
+_DEPTH_TEXT_MIN = 2 * (MAX_BODY_DEPTH + 2)
 
 
 def _parsed_arguments(arguments: str) -> Any:
@@ -331,7 +335,7 @@ def _parsed_arguments(arguments: str) -> Any:
     (surrounding whitespace, a byte order mark, extra data, an error) goes through ``embedded_json``."""
     try:
         value, end = _SCAN_JSON(arguments, 0)
-        if end == len(arguments) and not depth_exceeds(value, MAX_BODY_DEPTH):
+        if end == len(arguments) and (end < _DEPTH_TEXT_MIN or not depth_exceeds(value, MAX_BODY_DEPTH)):
             return value
     except Exception:  # noqa: BLE001 - embedded_json below says what it is
         pass
