@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from compactor.caller import calling_as
 from compactor.providers.anthropic import AnthropicTransport
 from compactor.providers.base import CacheBoundary, ChatRequest, DecisionRequest, Offer
 from compactor.providers.chat_decisions import cache_boundary, decision_messages
@@ -122,3 +123,27 @@ async def test_the_first_call_with_a_prefix_goes_alone_and_a_failed_one_lets_the
     assert order == ["f start", "f end", "g start", "g end"]
     async with written_first(None):  # no marker, no gate
         pass
+
+
+async def test_callers_with_the_same_prefix_do_not_wait_on_each_other() -> None:
+    """The gate is each caller's own (docs/providers.md "Prompt caching"): another caller's first call with the same
+    prefix, however slow, does not hold this caller's call back, while a caller's own calls still wait."""
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def call(name: str, caller: str, slow: bool = False) -> None:
+        with calling_as(caller):
+            async with written_first("same prefix"):
+                order.append(f"{name} start")
+                if slow:
+                    await release.wait()
+                order.append(f"{name} end")
+
+    slow = asyncio.create_task(call("a1", "caller-a", slow=True))
+    own = asyncio.create_task(call("a2", "caller-a"))
+    other = asyncio.create_task(call("b1", "caller-b"))
+    await asyncio.wait_for(other, 1)  # caller b's call ran while a's first call was still writing
+    assert order == ["a1 start", "b1 start", "b1 end"] and not own.done()
+    release.set()
+    await asyncio.gather(slow, own)
+    assert order[3:] == ["a1 end", "a2 start", "a2 end"]

@@ -9,7 +9,8 @@ marker before a model's real minimum is accepted and simply caches nothing.
 
 A provider can read a prefix only once a call has written it, and concurrent calls that all miss all pay
 the write. So the first call with a marked prefix goes alone (:func:`written_first`): calls with the same
-prefix wait for it within the container, then read what it wrote.
+prefix wait for it within the container, then read what it wrote. Only a caller's own calls wait on each other: one
+caller's slow or failing call never holds another caller's back (docs/providers.md "Prompt caching").
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final, NamedTuple
 
+from compactor.caller import current_caller
 from compactor.providers.base import Offer
 from compactor.providers.turns import Turns
 from compactor.router import BYTES_PER_TOKEN_ESTIMATE
@@ -71,17 +73,18 @@ def cache_split(offer: Offer, turns: Turns, *, default: bool) -> CacheSplit | No
 
 
 class _Gate:
-    """The prefixes being written (one call each) and those written recently, in one event loop."""
+    """The prefixes being written (one call each) and those written recently, in one event loop, by caller and
+    prefix."""
 
     def __init__(self) -> None:
-        self.writing: dict[str, asyncio.Event] = {}
-        self.written: OrderedDict[str, float] = OrderedDict()
+        self.writing: dict[tuple[str | None, str], asyncio.Event] = {}
+        self.written: OrderedDict[tuple[str | None, str], float] = OrderedDict()
 
-    def warm(self, key: str, now: float) -> bool:
+    def warm(self, key: tuple[str | None, str], now: float) -> bool:
         at = self.written.get(key)
         return at is not None and now - at < CACHE_TTL_S
 
-    def mark(self, key: str, now: float) -> None:
+    def mark(self, key: tuple[str | None, str], now: float) -> None:
         self.written[key] = now
         self.written.move_to_end(key)
         while len(self.written) > _WARM_MAX:
@@ -96,21 +99,24 @@ async def written_first(key: str | None, clock: Callable[[], float] = time.monot
     """Around one call with a marked prefix (``key``; ``None``: no marker, no wait): the first call with
     that prefix runs alone; the others wait until it has answered, then run together and read the
     cache. A failed first call lets the next one write. A prefix written within :data:`CACHE_TTL_S` is
-    not waited for. The wait is part of the call's own time (its timeout covers it)."""
+    not waited for. The wait is part of the call's own time (its timeout covers it). The gate is the
+    caller's own (:data:`~compactor.caller.current_caller`): another caller's calls with the same prefix
+    neither wait for these nor hold them back."""
     if key is None:
         yield
         return
     gate = _gates.setdefault(asyncio.get_running_loop(), _Gate())
-    while not gate.warm(key, clock()) and key in gate.writing:
-        await gate.writing[key].wait()
-    if gate.warm(key, clock()):
-        gate.mark(key, clock())  # a read keeps the provider's entry alive
+    slot = (current_caller.get(), key)
+    while not gate.warm(slot, clock()) and slot in gate.writing:
+        await gate.writing[slot].wait()
+    if gate.warm(slot, clock()):
+        gate.mark(slot, clock())  # a read keeps the provider's entry alive
         yield
         return
-    done = gate.writing[key] = asyncio.Event()
+    done = gate.writing[slot] = asyncio.Event()
     try:
         yield
-        gate.mark(key, clock())
+        gate.mark(slot, clock())
     finally:
-        del gate.writing[key]
+        del gate.writing[slot]
         done.set()
