@@ -8,7 +8,7 @@ from typing import Any
 
 from compactor import service
 from compactor.budget import Deadline
-from compactor.call_record import flow_facts
+from compactor.call_record import counting_calls, flow_facts
 from compactor.flow import admit_flow, run_flow
 from compactor.models import CompactRequest
 from compactor.providers.base import Offer
@@ -182,6 +182,24 @@ async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider:
     assert [(event["attempt"], event["error_kind"]) for event in entry["decision_trace"]["decision_path"]
             if event["event"] == "attempted"] == [(1, "upstream_error"), (2, "upstream_error"), (3, "timeout")]
     assert result.cost_usd is None  # the cut-off attempt may have been billed
+
+
+async def test_a_call_cut_off_by_a_node_timeout_is_in_the_calls_tally(fake_provider: FakeProviderServer) -> None:
+    """The tally a crashed call's record is built from (counting_calls) counts the attempts of a routed call a node
+    timeout cancelled, as the node's record does: it counted none, so a call that then crashed was recorded with
+    fewer model calls than it had sent."""
+    down = Reply(503, {"error": {"message": "down"}})
+    fake_provider.enqueue(down, down, chat_reply("late", delay_s=30.0))
+    one = Router([offers(fake_provider)[2]], transport_for=transport_for, sleep=Sleeps())
+    flow = ["flow", {"input": {"kind": "input"},
+                     "write": {"kind": "llm", "inputs": ["input"], "policy": RETRY_SAME, "system": "Answer.",
+                               "timeout_ms": 5000},
+                     "output": {"kind": "output", "inputs": ["write"]}}]
+    admitted = admit_flow(flow, admit_policy=one.admit_policy, flow_input="a question")
+    with counting_calls() as counted:
+        result = await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
+    assert not result.ok and result.error_kind == "timeout"
+    assert counted.model_calls == flow_facts(result.flow_nodes)["model_calls"] == len(fake_provider.requests) == 3
 
 
 async def test_a_routing_decision_cut_off_by_its_timeout_is_counted(fake_provider: FakeProviderServer) -> None:

@@ -692,7 +692,13 @@ class Router:
         started_traces = _started_traces.get()
         if started_traces is not None:
             started_traces.append(run.trace)
-        result = await run.execute()
+        try:
+            result = await run.execute()
+        except BaseException:  # cancelled (a node's timeout): the attempts it sent, the one cut off included
+            counted = call_tally()
+            if counted is not None:
+                counted.add(run.trace, None)
+            raise
         result.latency_ms = round((self._clock() - started) * 1000)
         if result.ok and result.chosen is not None and result.response is not None:
             result.cost_usd, result.cost_basis, defaults = _priced(result.chosen, result.response, decimals)
