@@ -75,10 +75,12 @@ Responder = Callable[[RecordedRequest], Reply]
 def chat_reply(content: str | None = "ok", *, finish_reason: str = "stop", model: str = "fake-model",
                prompt_tokens: int = 10, completion_tokens: int = 5, cached_tokens: int | None = None,
                cost: float | None = None, tool_calls: list[dict[str, Any]] | None = None,
-               status: int = 200, delay_s: float = 0.0, reasoning_tokens: int | None = None) -> Reply:
+               status: int = 200, delay_s: float = 0.0, reasoning_tokens: int | None = None,
+               reasoning: dict[str, str] | None = None) -> Reply:
     """An OpenAI-style chat completion answer; a reasoning model's counts its ``reasoning_tokens`` (part of
-    ``completion_tokens``) in ``usage.completion_tokens_details``."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    ``completion_tokens``) in ``usage.completion_tokens_details``; ``reasoning`` adds message fields carrying
+    its reasoning text (``{"reasoning_content": ...}`` as vLLM and llama.cpp send it, ``{"reasoning": ...}``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content, **(reasoning or {})}
     if tool_calls is not None:
         message["tool_calls"] = tool_calls
     usage: dict[str, Any] = {

@@ -48,3 +48,29 @@ def test_layer_module_warnings_are_json_lines_with_the_correlation(module: str) 
         "ledger index unreadable", "fan-out component 1 degraded", "usage ledger line skipped"]
     assert all(record["correlation_id"] == "corr-7f3a" and record["key"] == "incoming/a.json"
                and record["service"] == "compactor" and record["level"] == "WARNING" for record in records)
+
+
+OWN_LINE = """
+function.logger.warning("the function's own line")
+"""
+
+
+@pytest.mark.parametrize("service", ["payments", "compactor-prod", "compactor.api"])
+@pytest.mark.parametrize("module", ["compact", "s3_compact"])
+def test_each_line_is_written_once_whatever_the_service_name(module: str, service: str) -> None:
+    """A deployment's own service name (``POWERTOOLS_SERVICE_NAME``): the Lambda runtime's root handler filters
+    only the service's name, so the routed package loggers' records used to be written twice, once as JSON by
+    the Powertools handler and once more by the root handler (and a dotted service's own lines twice as JSON)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "functions" / module), str(REPO / "layers" / "compactor"), os.environ.get("PYTHONPATH", "")]),
+        "POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_SERVICE_NAME": service}
+    done = subprocess.run([sys.executable, "-c", PROBE.format(module=module) + OWN_LINE], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert not [line for line in lines if line.startswith("ROOT")], lines
+    records = [json.loads(line) for line in lines]
+    assert [record["message"] for record in records] == [
+        "ledger index unreadable", "fan-out component 1 degraded", "usage ledger line skipped",
+        "the function's own line"], lines
+    assert all(record["service"] == service and record["correlation_id"] == "corr-7f3a" for record in records)

@@ -7,7 +7,7 @@ batch fan-out) are not: their records went to the root logger, whose handler in 
 every record whose logger name contains the service name (its ``SuppressFilter``, meant for the service's
 own children), so a ledger, S3 or fan-out warning was written nowhere. :func:`new_logger` gives such
 packages the Powertools handler: JSON lines with ``correlation_id`` and the appended keys, at the
-function's log level.
+function's log level, each written once whatever the service name (:func:`route_package_logs`).
 """
 
 from __future__ import annotations
@@ -35,17 +35,23 @@ def new_logger() -> Logger:
 
 
 def route_package_logs(logger: Logger, packages: tuple[str, ...] = LAYER_PACKAGES) -> None:
-    """Give each of ``packages`` that is not already under ``logger`` its handler and level. Records still
-    propagate to the root logger: with the service ``compactor`` (the template's), whose name both package
-    names contain, its Lambda handler drops them as Powertools' own, so each is written once."""
+    """Give each of ``packages`` that is not already under ``logger`` its handler and level, and stop its records
+    there (``propagate``, as Powertools' ``copy_config_to_registered_loggers`` does): the Lambda runtime's root
+    handler filters only the service's name, so with a service other than ``compactor`` (a deployment's own
+    ``POWERTOOLS_SERVICE_NAME``) each routed record was written twice, as JSON and again by the root handler.
+    A service logger inside one of ``packages`` (``compactor.api``) stops its own records too: they would
+    otherwise reach the same handler again through the package."""
     handler = logger.registered_handler
     for name in packages:
         if name == logger.name or name.startswith(logger.name + "."):
             continue  # already a child of the Powertools logger
+        if logger.name.startswith(name + "."):
+            logging.getLogger(logger.name).propagate = False  # else its records reach ``handler`` again via ``name``
         package = logging.getLogger(name)
         if handler not in package.handlers:
             package.addHandler(handler)
         package.setLevel(logger.log_level)
+        package.propagate = False
 
 
 @contextmanager

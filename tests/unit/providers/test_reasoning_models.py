@@ -411,3 +411,68 @@ async def test_a_model_found_to_reason_keeps_its_room_out_of_the_context_too(
     result = await router.chat(policy, ChatRequest([{"role": "user", "content": "x" * 9000}], max_tokens=1000))
     assert result.ok and result.chosen is not None and result.chosen.id == "plain"
     assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 4010}]
+
+
+# --- a model found to reason by its answer -----------------------------------------------------------------------
+
+REASONED = {
+    "reasoning_tokens": chat_reply("fine", completion_tokens=900, reasoning_tokens=880),
+    "reasoning_content": chat_reply("fine", reasoning={"reasoning_content": "The user wants..."}),
+    "reasoning": chat_reply("fine", reasoning={"reasoning": "The user wants..."}),
+}
+
+
+@pytest.mark.parametrize("signal", sorted(REASONED))
+async def test_a_model_reasoning_within_max_tokens_gets_its_room_from_the_next_call(
+        fake_provider: FakeProviderServer, api_key: str, signal: str) -> None:
+    # Before: only a refusal of max_tokens marked a model as reasoning, so a reasoning model behind a server that
+    # takes max_tokens (vLLM, llama.cpp, OpenRouter) was sent its answer's budget alone on every call, which its
+    # reasoning spent first (reasoning_exhausted or a cut-off answer), and the router checked its whole context.
+    # (A model name no other test uses: the container's memory of it is the test process's.)
+    reasoner = Offer(id="reasoner", provider="vllm", family="qwq", model=f"qwq-32b-{signal}", protocol="chat",
+                     transport="openai",
+                     base_url=fake_provider.base_url, api_key_env="COMPACTOR_TEST_PROVIDER_KEY",
+                     observations={"context": 12000})
+    plain = dataclasses.replace(reasoner, id="plain", model="plain-chat", observations={"context": 6000})
+    router = Router([reasoner, plain], transport_for=transport_for)
+    policy = router.admit_policy(["policy", ["top"], ["zero"], ["ordered"], ["id"],
+                                  ["always", {"action": "next_candidate"}]])
+    assert router.first_choice_context("chat", policy) == 12000
+    fake_provider.enqueue(REASONED[signal], chat_reply("fine"))
+    small = ChatRequest([{"role": "user", "content": "x" * 300}], max_tokens=100)
+    for _ in range(2):
+        assert (await router.chat(policy, small)).chosen.id == "reasoner"
+    first, second = (request.json for request in fake_provider.requests)
+    assert first["max_tokens"] == 100  # nothing known of the model yet
+    # the same parameter it took, with room at the default effort's; no max_completion_tokens it may not take
+    assert second["max_tokens"] == 100 + 8192 and "max_completion_tokens" not in second
+    # the room is left out of the context the router checks: 12000 - 8192 = 3808
+    assert router.smallest_context("chat") == 3808 and router.first_choice_context("chat", policy) == 3808
+    fake_provider.enqueue(chat_reply("fine"))
+    result = await router.chat(policy, ChatRequest([{"role": "user", "content": "x" * 9000}], max_tokens=1000))
+    assert result.ok and result.chosen is not None and result.chosen.id == "plain"
+    assert result.trace["rejected"] == [{"offer": "reasoner", "reason": "context_too_small", "estimated_tokens": 4010}]
+
+
+@pytest.mark.parametrize("reply", [chat_reply("fine", reasoning_tokens=0), chat_reply("fine"),
+                                   chat_reply("fine", reasoning={"reasoning_content": " ", "reasoning": ""})],
+                         ids=["zero-tokens", "none", "blank-text"])
+async def test_an_answer_without_reasoning_marks_nothing(fake_provider: FakeProviderServer, chat_offer: Offer,
+                                                         monkeypatch: pytest.MonkeyPatch, reply: Reply) -> None:
+    monkeypatch.setattr(reasoning_module, "_REASONED", set())
+    fake_provider.enqueue(reply, chat_reply("fine"))
+    for _ in range(2):
+        await OpenAITransport().chat(chat_offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    assert [request.json["max_tokens"] for request in fake_provider.requests] == [64, 64]
+    assert reasoning_module.reasoning_room(chat_offer) == 0
+
+
+async def test_a_reasoning_answer_of_an_offer_stating_its_settings_keeps_the_stated_room(
+        fake_provider: FakeProviderServer, chat_offer: Offer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reasoning_module, "_REASONED", set())
+    offer = reasoning(chat_offer, reasoning_effort="low")
+    fake_provider.enqueue(chat_reply("fine", reasoning_tokens=500), chat_reply("fine"))
+    for _ in range(2):
+        await OpenAITransport().chat(offer, ChatRequest(MESSAGES, max_tokens=64), 10)
+    assert [request.json["max_completion_tokens"] for request in fake_provider.requests] == [64 + 4096] * 2
+    assert reasoning_module._REASONED == set()

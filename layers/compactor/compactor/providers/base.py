@@ -147,6 +147,9 @@ class ChatResponse:
     # ``tokens_out`` when the answer is thinking and no text); None otherwise
     tokens_reasoning: int | None = None
     cost_reported: float | None = None  # provider-reported USD, wins over prices
+    # the answer reports reasoning (openai: reasoning tokens, or a reasoning_content / reasoning text), whatever
+    # its finish: how a model that takes max_tokens is found to reason (compactor.providers.reasoning)
+    reasoned: bool = False
 
 
 def bounded_model(value: Any) -> Any:

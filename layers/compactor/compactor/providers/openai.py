@@ -24,7 +24,9 @@ from compactor.providers.http import (
     error_detail, error_object, kind_for_status, post_json, reply_error, safe_message, status_of_error_object,
 )
 from compactor.providers.keys import resolve_key
-from compactor.providers.reasoning import found_to_reason, note_reasoning_model, output_limit
+from compactor.providers.reasoning import (
+    found_to_reason, note_reasoning_answer, note_reasoning_model, output_limit, refused_max_tokens,
+)
 from compactor.providers.turns import JSON_INSTRUCTION
 
 CHAT_RESPONSE_MAX_BYTES = 8 * 1024 * 1024
@@ -97,10 +99,10 @@ def chat_body(offer: Offer, request: ChatRequest) -> dict[str, Any]:
         if offer.reasoning_effort is not None:
             body["reasoning_effort"] = offer.reasoning_effort
     elif request.max_tokens is not None:
-        if found_to_reason(offer):  # it refused max_tokens: room at the default effort's (reasoning_room)
-            body["max_completion_tokens"] = output_limit(offer, request.max_tokens)
-        else:
-            body["max_tokens"] = request.max_tokens
+        # a model found to reason gets room at the default effort's (reasoning_room): as max_completion_tokens
+        # when it refused max_tokens, else (its answer reported reasoning) in the max_tokens it took
+        limit = output_limit(offer, request.max_tokens) if found_to_reason(offer) else request.max_tokens
+        body["max_completion_tokens" if refused_max_tokens(offer) else "max_tokens"] = limit
     if request.json_mode:
         body["response_format"] = {"type": "json_object"}
     return body
@@ -134,10 +136,14 @@ async def complete_chat(offer: Offer, request: ChatRequest, timeout_s: float) ->
     if error is not None:
         raise error
     try:
-        return parse_chat_completion(reply.body, default_model=offer.model)
+        response = parse_chat_completion(reply.body, default_model=offer.model)
     except ProviderError as exc:
         raise ProviderError(exc.kind, safe_message(exc.message, (key,)), http_status=reply.status,
                             cost_reported=exc.cost_reported, retry_after_s=reply.retry_after_s) from None
+    if response.reasoned and not found_to_reason(offer) \
+            and offer.reasoning_effort is None and offer.reasoning_budget_tokens is None:
+        note_reasoning_answer(offer)  # it reasons within max_tokens: room from its next call (reasoning_room)
+    return response
 
 
 count = sane_tokens
@@ -196,8 +202,8 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
     details = usage.get("prompt_tokens_details")
     model = payload.get("model")
     finish_reason = _finish_reason(choice, message)
-    # reasoning tokens are read where they may say something: an answer stopped at its limit (spent_on_reasoning)
-    completion_details = usage.get("completion_tokens_details") if finish_reason == "length" else None
+    details_out = usage.get("completion_tokens_details")
+    reasoning_tokens = count(details_out.get("reasoning_tokens")) if isinstance(details_out, dict) else None
     return ChatResponse(
         text=_content_text(message.get("content")),
         finish_reason=finish_reason,
@@ -207,10 +213,18 @@ def parse_chat_completion(body: bytes, *, default_model: str) -> ChatResponse:
         tokens_out=count(usage.get("completion_tokens")),
         tokens_total=count(usage.get("total_tokens")),
         tokens_cached=count(details.get("cached_tokens")) if isinstance(details, dict) else None,
-        tokens_reasoning=count(completion_details.get("reasoning_tokens"))
-        if isinstance(completion_details, dict) else None,
+        # reasoning tokens are read where they may say something: an answer stopped at its limit (spent_on_reasoning)
+        tokens_reasoning=reasoning_tokens if finish_reason == "length" else None,
+        reasoned=bool(reasoning_tokens) or _reasoning_text(message),
         cost_reported=reported(usage.get("cost")),
     )
+
+
+def _reasoning_text(message: dict[str, Any]) -> bool:
+    """Whether the message carries the model's reasoning as text: ``reasoning_content`` (vLLM, llama.cpp,
+    DeepSeek) or ``reasoning`` (OpenRouter, Ollama), a non-blank string."""
+    return any(isinstance(message.get(name), str) and bool(message[name].strip())
+               for name in ("reasoning_content", "reasoning"))
 
 
 class OpenAITransport:

@@ -79,33 +79,55 @@ def room_of(effort: str | None, budget_tokens: int | None) -> int:
     return ROOM_BY_EFFORT.get(effort, 0) if effort is not None else 0
 
 
-# The models found at run time to be reasoning models, by ``(base_url, model)``: an OpenAI model that refused
-# ``max_tokens`` for ``max_completion_tokens`` (``compactor.providers.openai``), whose offers state neither setting.
+# The models found at run time to be reasoning models, by ``(base_url, model)``, whose offers state neither setting:
+# in ``_FOUND`` an OpenAI model that refused ``max_tokens`` for ``max_completion_tokens`` (sent the latter from then
+# on), in ``_REASONED`` one whose answer reported reasoning (``compactor.providers.openai.reports_reasoning``: an
+# OpenAI-compatible server's reasoning model that takes ``max_tokens``, which it keeps being sent).
 # What the container learned of the model from the provider's own answer, whatever request carried it: no caller's
-# content or settings can put a model here, so it is kept for every caller's calls (docs/providers.md "Reasoning
-# models"). Its room (:data:`DEFAULT_ROOM`) is added to the output limit sent and left out of the context the router
-# checks requests against, one and the same :func:`reasoning_room`. A catalog names a few models; the set is
-# cleared if it ever grows past _FOUND_MAX. ``found_generation`` changes whenever the set does.
+# settings can put a model here, and a caller's content cannot turn a model's reasoning on (docs/providers.md
+# "Reasoning models" says where a server could let it), so it is kept for every caller's calls. Its room
+# (:data:`DEFAULT_ROOM`) is added to the output limit sent and left out of the context the router checks requests
+# against, one and the same :func:`reasoning_room`. A catalog names a few models; a set is cleared if it ever grows
+# past _FOUND_MAX. ``found_generation`` changes whenever a set does.
 _FOUND: set[tuple[str | None, str]] = set()
+_REASONED: set[tuple[str | None, str]] = set()
 _FOUND_MAX = 256
 _found_generation = 0
 
 
 def found_to_reason(offer: Offer) -> bool:
-    """Whether the offer's model was found at run time to be a reasoning model (see :func:`note_reasoning_model`)."""
-    return bool(_FOUND) and (offer.base_url, offer.model) in _FOUND
+    """Whether the offer's model was found at run time to be a reasoning model (:func:`note_reasoning_model`,
+    :func:`note_reasoning_answer`)."""
+    key = (offer.base_url, offer.model)
+    return key in _FOUND or key in _REASONED
+
+
+def refused_max_tokens(offer: Offer) -> bool:
+    """Whether the offer's model refused ``max_tokens`` for ``max_completion_tokens`` (:func:`note_reasoning_model`)."""
+    return (offer.base_url, offer.model) in _FOUND
+
+
+def _remember(found: set[tuple[str | None, str]], offer: Offer) -> None:
+    global _found_generation
+    key = (offer.base_url, offer.model)
+    if key in found:
+        return
+    if len(found) >= _FOUND_MAX:
+        found.clear()
+    found.add(key)
+    _found_generation += 1
 
 
 def note_reasoning_model(offer: Offer) -> None:
-    """Remember that the offer's model reasons (the provider said so), for this container's calls to it."""
-    global _found_generation
-    key = (offer.base_url, offer.model)
-    if key in _FOUND:
-        return
-    if len(_FOUND) >= _FOUND_MAX:
-        _FOUND.clear()
-    _FOUND.add(key)
-    _found_generation += 1
+    """Remember that the offer's model refused ``max_tokens`` (it reasons: the provider said so), for this
+    container's calls to it."""
+    _remember(_FOUND, offer)
+
+
+def note_reasoning_answer(offer: Offer) -> None:
+    """Remember that the offer's model answered with reasoning (it reasons: the provider's answer said so), for
+    this container's calls to it."""
+    _remember(_REASONED, offer)
 
 
 def found_generation() -> int:
