@@ -2,7 +2,8 @@
 
 Events (from ``infra/statemachine/windowed_job.asl.json``):
 
-* ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key"}``;
+* ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key", "caller"}``
+  (``caller``: the one the job is billed to, null for a job started before uploads named it);
 * ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller", "execution_id"}}``: one
   Distributed Map batch (a window each), compacted under this invocation's remaining time as the job's caller (the
   one it is billed to: its provider faults are its own, docs/reliability.md), every line naming the job's execution

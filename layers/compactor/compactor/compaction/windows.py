@@ -420,7 +420,10 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
         output.extend(emitted)
     if actions["keep"] < len(units) and dense_size(output) >= dense_size(messages):  # expansion guard
         output, actions = messages, {"keep": len(units), "summarize": 0, "archive": 0}
-    dialect.validate(output)  # what is written is of the task's format (a ValueError fails the window: kept whole)
+    # What is written is of the task's format. A ValueError fails the window: the state machine's Catch keeps it whole;
+    # an inline run (CLI, S3 inline, API) fails as a whole and keeps the original. Not expected: the stream's reader
+    # checked the input's roles, and summaries are written with valid ones.
+    dialect.validate(output)
     result.update(messages=output, actions=actions)
     return result
 
