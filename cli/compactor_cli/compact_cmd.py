@@ -319,7 +319,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     from compactor.budget import flow_budget_ms
     from compactor.compaction.windowed import compact_stream, inline_runner
     from compactor.compaction.windows import Settings
-    from compactor.transcript_stream import fields_from, messages_from, opener
+    from compactor.transcript_stream import fields_from, messages_from, opener, whole_read_mode
     from compactor.transcripts import NotChat
     from compactor_cli.report import WindowProgress, render_windowed_report
 
@@ -327,8 +327,8 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     named = None
     try:
         fields = fields_from(source)
-        if fields.get("restorable") is True:
-            return None
+        if fields.get("restorable") is True or (args.mode is None and whole_read_mode(source, fields) != "decision"):
+            return None  # read whole: the mode a request body naming none runs in is inferred (docs/scale.md)
         named = fields.pop("format", None)  # --format over it, as for a file read whole
         format = format or named or "openai-chat"
         # Its first message read (the --pin-task reading reads it too): a file in another format is read whole.

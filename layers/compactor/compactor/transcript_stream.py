@@ -43,7 +43,9 @@ from compactor.jsonutil import (
     dense_dumps, ensure_utf8_encodable, parsed_depth_exceeds, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
-from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
+from compactor.transcripts import (
+    FILE_FIELDS, NotChat, Transcript, TranscriptError, _jsonl_record_messages, item_format,
+)
 
 PEEK_BYTES = 1 << 20
 """How far a first line is looked at to tell JSONL from one JSON document."""
@@ -278,6 +280,19 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
                 return _fields(raw, backend)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
+
+
+def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
+    """The mode the transcript ``open_source()`` opens runs in when read whole, its ``fields`` (:func:`fields_from`)
+    over ``defaults``: the one ``Transcript.compact_body`` sends, a request body's inferred as the API infers it
+    (``seal`` without a ``mode`` or a ``decision_policy_ir``), a bare transcript's ``decision`` (docs/behaviour.md,
+    "Compaction modes"). The streamed and windowed readings follow it (docs/scale.md): they compacted a request
+    body naming neither in decision mode, which the same body read whole sealed."""
+    from compactor.compaction.modes import infer
+
+    with open_source() as raw:
+        kind, _ = _sniff(raw)
+    return infer(Transcript("openai-chat", [], dict(fields), request_body=kind == "object").compact_body(defaults))
 
 
 def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Iterator[dict[str, Any]]:
