@@ -577,9 +577,9 @@ def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     assert not isinstance(refused.value, NotChat)
 
 
-def test_the_fields_keep_restorable_and_drop_a_chat_format():
+def test_the_fields_keep_restorable_and_a_named_chat_format():
     text = json.dumps({"format": "openai-chat", "restorable": True, "messages": PLAIN, "keep_recent": 2})
-    assert fields_from(Opener(text)) == {"restorable": True, "keep_recent": 2}
+    assert fields_from(Opener(text)) == {"format": "openai-chat", "restorable": True, "keep_recent": 2}
 
 
 def test_session_bookkeeping_is_not_a_responses_item():

@@ -330,3 +330,19 @@ def test_a_windowed_job_runs_in_the_mode_the_object_would_run_in_read_whole(s3: 
             ("incoming/defaults.json", {"messages": messages}, Defaults(fields={"mode": "decision"}))):
         state = _plan_only(s3, key, body, defaults)
         assert state["done"] is False and "windows_key" in state, (key, state)
+
+
+def test_a_windowed_job_refuses_an_object_naming_chat_that_holds_anthropic_blocks(s3: Any) -> None:
+    """An object naming openai-chat is read as chat inline (as the API reads it), whatever its messages hold; the
+    windowed job dropped the named format and planned it again as anthropic-messages when the scan met a tool_use
+    block. Windows do not read chat holding Anthropic blocks: it is refused (413), the message naming why."""
+    messages = [{"role": "user", "content": "fix the tests"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+    state = _plan_only(s3, "incoming/named.json", {"format": "openai-chat", "mode": "decision", "messages": messages})
+    assert state["done"] is True and state["result"] == "failed", state
+    failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/named.json")["Body"].read())
+    assert failure["status"] == 413 and "it names openai-chat, so it is not read as anthropic-messages" in \
+        failure["error"]["message"], failure
+    state = _plan_only(s3, "incoming/unnamed.json", {"mode": "decision", "messages": messages})
+    assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole

@@ -183,8 +183,10 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
                                         conditional=True))
     except NotChat as exc:
+        named = (f"; it names openai-chat, so it is not read as {exc.format} (name that format, or none, to compact it "
+                 f"in windows)") if exc.format is not None else ""
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
-                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}")
+                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}{named}")
     except TranscriptError as exc:
         return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
             {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))

@@ -271,8 +271,9 @@ def messages_from(open_source: Opener, format: str | None = None) -> Iterator[di
 def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
     arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
-    C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` other than ``openai-chat`` is among the fields; any
-    other is :class:`NotChat`, an unknown one a :class:`TranscriptError`."""
+    C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` is among the fields (a named ``openai-chat`` too, so
+    that its reader does not read it again as the format its messages show); any other is :class:`NotChat`, an
+    unknown one a :class:`TranscriptError`."""
     backend = None
     while True:
         try:
@@ -430,8 +431,11 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     # A format that is null (or another false value) is no format, as a file read whole takes it (transcripts.
     # read_transcript): it was an "unknown format 'None'", so the same file was compacted under the CLI's streaming
     # threshold or the S3 path's inline size and refused above them.
-    named = fields.pop("format", None) or "openai-chat"
-    if named != "openai-chat":
+    # A named openai-chat stays among them: a stream that names it is not read again as the format its messages
+    # show (docs/formats.md), as a whole read honours it; it was dropped, and an openai-chat body holding Anthropic
+    # blocks was compacted as anthropic-messages over the CLI's streaming threshold and in S3 windowed jobs.
+    named = fields.pop("format", None)
+    if named:
         if named in WINDOWED_FORMATS:
             fields["format"] = named
         elif named in FORMAT_NAMES:
