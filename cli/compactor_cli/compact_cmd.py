@@ -327,7 +327,9 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     named = None
     try:
         fields = fields_from(source)
-        if fields.get("restorable") is True or (args.mode is None and whole_read_mode(source, fields) != "decision"):
+        policy = {} if args.decision_policy is None else {"decision_policy_ir": args.decision_policy}
+        if fields.get("restorable") is True or (args.mode is None and whole_read_mode(source, {**fields, **policy})
+                                                != "decision"):
             return None  # read whole: the mode a request body naming none runs in is inferred (docs/scale.md)
         named = fields.pop("format", None)  # --format over it, as for a file read whole
         format = format or named or "openai-chat"

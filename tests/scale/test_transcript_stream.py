@@ -712,6 +712,7 @@ def test_a_large_request_body_naming_no_mode_runs_in_the_mode_it_runs_in_read_wh
                          "name": "bash", "arguments": json.dumps({"command": f"cat f{i}.py"})}}]},
                      {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 200}]
     for name, body, mode in (("inferred.json", {"messages": messages, "keep_recent": 2}, "seal"),
+                             ("cli-policy.json", {"messages": messages, "keep_recent": 2}, "decision"),
                              ("policy.json", {"messages": messages, "decision_policy_ir": default_decision_policy()},
                               "decision"),
                              ("bare.json", messages, "decision")):
@@ -720,7 +721,9 @@ def test_a_large_request_body_naming_no_mode_runs_in_the_mode_it_runs_in_read_wh
         for threshold in (10**9, 1000):  # read whole, then over the threshold
             monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
             out = tmp_path / f"{name}.{threshold}.out"
-            assert main(["compact", str(tmp_path / name), "-o", str(out), "--json", "-q"]) == 0, capsys.readouterr().err
+            policy = ["--decision-policy", json.dumps(default_decision_policy())] if name == "cli-policy.json" else []
+            assert main(["compact", str(tmp_path / name), "-o", str(out), "--json", "-q", *policy]) == 0, \
+                capsys.readouterr().err
             outputs.append(json.loads(out.read_text()))
         whole, streamed = outputs
         assert ("windows" in streamed.get("compaction", {})) is (mode == "decision"), name
