@@ -147,12 +147,16 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.monotonic() - started
     if not args.quiet:
         sys.stderr.write(render_report(request, record, seconds, units))
+        if transcript.already_compacted:
+            print(already_compacted_line(transcript), file=sys.stderr)
     if args.show_summaries and record.report is not None and not args.quiet:
         sys.stderr.write(render_examples(request.messages, body, units, args.show_summaries))
     html_written = not args.html or _write_html(args, request.messages, record, units, request.keep_recent,
                                                 seconds, request.format)
     items_field = "input" if request.format == "openai-responses" else "messages"
     session = None if args.json else transcript.write_back(record)
+    if args.json and transcript.already_compacted is not None:  # the items the response leaves out, counted
+        body = {**body, "already_compacted": transcript.already_compacted}
     text = session if session is not None else json.dumps(body if args.json else body[items_field],
                                                            ensure_ascii=False, indent=2) + "\n"
     if args.output:
@@ -181,6 +185,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 SESSION_FILES = {CLAUDE_CODE: "a Claude Code session", CODEX: "a Codex rollout"}
+
+
+def already_compacted_line(transcript: Transcript) -> str:
+    """The report's line on a session file's items before its harness's own last compaction: left out of the
+    request, written back as they are (docs/formats.md, "Session files")."""
+    where = "compact_boundary" if transcript.session == CLAUDE_CODE else "compacted line"
+    return (f"already compacted: {transcript.already_compacted} items before the last {where} of"
+            f" {SESSION_FILES[transcript.session or '']} were left out, not sent, and written back as they are")
 
 
 def written_as(*, session: str | None, whole_body: bool, items_field: str, streamed: bool) -> str:
@@ -307,7 +319,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     from compactor.budget import flow_budget_ms
     from compactor.compaction.windowed import compact_stream, inline_runner
     from compactor.compaction.windows import Settings
-    from compactor.transcript_stream import fields_from, messages_from, opener
+    from compactor.transcript_stream import fields_from, messages_from, opener, whole_read_mode
     from compactor.transcripts import NotChat
     from compactor_cli.report import WindowProgress, render_windowed_report
 
@@ -315,8 +327,10 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     named = None
     try:
         fields = fields_from(source)
-        if fields.get("restorable") is True:
-            return None
+        policy = {} if args.decision_policy is None else {"decision_policy_ir": args.decision_policy}
+        if fields.get("restorable") is True or (args.mode is None and whole_read_mode(source, {**fields, **policy})
+                                                != "decision"):
+            return None  # read whole: the mode a request body naming none runs in is inferred (docs/scale.md)
         named = fields.pop("format", None)  # --format over it, as for a file read whole
         format = format or named or "openai-chat"
         # Its first message read (the --pin-task reading reads it too): a file in another format is read whole.

@@ -98,7 +98,8 @@ def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: Lamb
         outcome = object_outcome(record, source, defaults, context)
         tracer.put_annotation("s3_result", outcome["result"])
         logger.info("s3 object %s", outcome["result"], extra={
-            "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason")})
+            "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason"),
+            "already_compacted": outcome.get("already_compacted")})
     observability.record_s3_object(metrics, outcome["result"])
     return outcome
 

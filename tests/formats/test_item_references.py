@@ -198,3 +198,28 @@ def test_units_of_nothing_but_references_are_kept(compact_module: ModuleType, la
         fragments = answer["compaction"]["fragments"]
         assert all(f["action"] == "keep" and f["reason"] == "pinned" for f in fragments if f["end"] <= 60)
         assert any(f["action"] != "keep" for f in fragments if f["start"] >= 61)
+
+
+def _calls_by_reference(turns: int, prefix: str) -> list[dict[str, Any]]:
+    """An agent sending its earlier calls back as references whose ids do not say what they stand for (``fc_``, or
+    a prefix the API never documented), then a new call of its own, answered, and an answer."""
+    return [{"role": "user", "content": "go on"},
+            *({"type": "item_reference", "id": f"{prefix}{n}"} for n in range(turns)),
+            *_cycle(99)[1:],
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}]
+
+
+@pytest.mark.parametrize("prefix", ["fc_", "ctc_", "item_"])
+def test_a_run_of_references_of_unknown_kind_stays_apart_from_the_input_items_around_it(prefix: str) -> None:
+    """References whose id has no known prefix joined the next call or message as well as the next reference: a run
+    of them was one unit with the new call after it (and the call's output and the answer after that), compactable,
+    so a decision about that call summarized every stored item the run stood for by its ids. As ``rs_`` and ``msg_``
+    references follow what they stand for, a reference that may stand for anything now joins only the references
+    of unknown kind next to it (one response's stored items, always protected), no item of the input."""
+    items = _calls_by_reference(5, prefix)
+    assert _spans(items) == [(0, 1), (1, 6), (6, 8), (8, 9)]
+    assert RESPONSES.always_pinned(items) == set(range(1, 6))
+    before_the_run = [{"role": "user", "content": "go on"},
+                      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+                      *items[1:]]
+    assert _spans(before_the_run)[:3] == [(0, 1), (1, 2), (2, 7)]  # an assistant message takes in no run after it

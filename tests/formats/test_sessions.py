@@ -511,3 +511,28 @@ def test_history_before_a_codex_compacted_line_is_kept_and_not_sent(mode: str, r
     assert written.splitlines()[:boundary + 1] == text.splitlines()[:boundary + 1]
     assert _items_of(CODEX, written)[len(transcript.items[:transcript.resumed_from]):] == record.body["input"][context:]
     assert PROBLEMS["openai-responses"](record.body["input"]) == []
+
+
+def test_the_report_json_and_s3_outcome_count_the_items_the_agent_compacted_itself(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], s3: Any, s3_module: ModuleType, s3_context: Any) -> None:
+    """The items before a session's last ``compact_boundary`` (Claude Code) or ``compacted`` line (Codex) are left out
+    of the request and written back as they are; nothing said so: the report, ``--json`` and the S3 job's outcome
+    counted only the items sent. Each now says how many were left out (9 Claude Code items, 15 Codex items)."""
+    from tests.s3.conftest import put_and_event
+
+    claude = "\n".join(json.dumps(r) for r in _claude_code_with_a_boundary()) + "\n"
+    for name, text, left_out, where in (("claude.jsonl", claude, 9, "compact_boundary of a Claude Code session"),
+                                        ("codex.jsonl", _codex_with_a_compacted_line(), 15,
+                                         "compacted line of a Codex rollout")):
+        source = tmp_path / name
+        source.write_text(text, encoding="utf-8")
+        assert main(["compact", str(source), "--mode", "seal", "--keep-recent", "1", "-o", str(tmp_path / "o")]) == 0
+        assert f"already compacted: {left_out} items before the last {where} were left out" in capsys.readouterr().err
+        assert main(["compact", str(source), "--mode", "seal", "--keep-recent", "1", "--json", "-q"]) == 0
+        assert json.loads(capsys.readouterr().out)["already_compacted"] == left_out
+        [result] = s3_module.handler(put_and_event(s3, f"incoming/{name}", text), s3_context)["results"]
+        assert result["result"] == "compacted" and result["already_compacted"] == left_out, result
+        capsys.readouterr()  # the Lambda's metrics
+
+    main(["compact", str(SESSIONS[CODEX]), "--mode", "seal", "--json", "-q"])
+    assert json.loads(capsys.readouterr().out)["already_compacted"] == 0  # a session without one: none left out

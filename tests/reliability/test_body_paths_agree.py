@@ -186,3 +186,47 @@ def test_items_under_another_field_than_the_named_formats_are_refused_on_every_p
     assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"], failure
     with pytest.raises(TranscriptError, match=re.escape(reason)):
         cli(raw, tmp_path)
+
+
+ANTHROPIC = [{"role": "user", "content": "Fix the bug."}]
+for _n in range(6):
+    ANTHROPIC += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"t{_n}", "name": "bash",
+                                                     "input": {"command": f"cat f{_n}.py"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{_n}", "content": "x = 1\n" * 40}]}]
+ANTHROPIC.append({"role": "assistant", "content": "Done."})
+
+
+def test_a_named_chat_format_holding_anthropic_blocks_is_read_as_chat_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The API, the S3 path and the CLI read a body naming openai-chat as chat, whatever its messages hold; the streamed
+    # reading dropped the named openai-chat from its fields and read the same bytes again as anthropic-messages (its
+    # blocks showed it), so the CLI over its streaming threshold compacted them in another format than under it.
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    raw = json.dumps({"format": "openai-chat", "mode": "decision", "messages": ANTHROPIC}).encode("utf-8")
+
+    status, body = api(compact_module, raw)
+    assert status == 200, body
+    assert s3(raw).format == "openai-chat"
+    assert cli(raw, tmp_path).format == "openai-chat"
+    assert streamed_fields(raw, tmp_path) == {"format": "openai-chat", "mode": "decision"}
+    path = tmp_path / "named.json"
+    path.write_bytes(raw)
+    outputs = []
+    for threshold in (10**9, 100):  # read whole, then over the streaming threshold
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+        out = tmp_path / f"out.{threshold}.json"
+        assert main(["compact", str(path), "-o", str(out), "--json", "-q"]) == 0
+        answer = json.loads(out.read_text())
+        answer.pop("x_router", None)  # the models' timings
+        outputs.append(answer)
+    assert outputs[0] == outputs[1]
+    assert "windows" not in outputs[1]["compaction"]  # read whole, as chat: windows would read it as Anthropic
+
+
+def streamed_fields(raw: bytes, tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / "streamed-fields.json"
+    path.write_bytes(raw)
+    return fields_from(opener(str(path)))

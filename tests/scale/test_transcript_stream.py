@@ -184,7 +184,7 @@ def test_the_cli_streams_a_large_file_with_integers_outside_64_bits(tmp_path, mo
     assert messages[1]["role"] == "user"  # the task, which --pin-task pins: read before the windows
     messages[1] = dict(messages[1], meta={"id": 2 ** 70})
     source = tmp_path / "big.json"
-    source.write_text(json.dumps({"messages": messages, "keep_recent": 4, "seed": 2 ** 64}))
+    source.write_text(json.dumps({"mode": "decision", "messages": messages, "keep_recent": 4, "seed": 2 ** 64}))
     monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 1000)
     assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "--json", "-q", "--pin-task"]) == 0
     out = json.loads((tmp_path / "out.json").read_text())
@@ -577,9 +577,9 @@ def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     assert not isinstance(refused.value, NotChat)
 
 
-def test_the_fields_keep_restorable_and_drop_a_chat_format():
+def test_the_fields_keep_restorable_and_a_named_chat_format():
     text = json.dumps({"format": "openai-chat", "restorable": True, "messages": PLAIN, "keep_recent": 2})
-    assert fields_from(Opener(text)) == {"restorable": True, "keep_recent": 2}
+    assert fields_from(Opener(text)) == {"format": "openai-chat", "restorable": True, "keep_recent": 2}
 
 
 def test_session_bookkeeping_is_not_a_responses_item():
@@ -635,7 +635,7 @@ def test_the_cli_reads_a_large_file_whole_when_a_later_message_is_in_another_for
                                                     "content": "x = 1\n" * 200}]}]
     responses = [PLAIN[0], *[item for i in range(20) for item in (
         dict(CALL, call_id=f"c{i}"), {"type": "function_call_output", "call_id": f"c{i}", "output": "x" * 2000})]]
-    files = {"anthropic.json": json.dumps({"messages": anthropic}),
+    files = {"anthropic.json": json.dumps({"mode": "decision", "messages": anthropic}),
              "anthropic.jsonl": "\n".join(json.dumps(m) for m in anthropic) + "\n",
              "responses.json": json.dumps(responses)}
     for name, text in files.items():
@@ -695,3 +695,37 @@ def test_the_cli_answers_a_policy_it_cannot_admit_for_a_streamed_file_as_for_a_w
         answers.append((code, err))
     assert answers[0] == answers[1] and answers[0][0] == 1
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_large_request_body_naming_no_mode_runs_in_the_mode_it_runs_in_read_whole(tmp_path, monkeypatch, capsys):
+    """A request body naming no mode and no ``decision_policy_ir`` is sealed read whole (the API's inference,
+    docs/behaviour.md "Compaction modes"); over the streaming threshold the CLI compacted it in decision windows, so
+    the same file came back in another mode by its size. It is read whole in the mode inferred now; one carrying a
+    decision policy, and a bare transcript, still stream in decision windows."""
+    from compactor.compaction.preset import default_decision_policy
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    messages = [{"role": "user", "content": "fix the tests"}]
+    for i in range(20):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": {
+                         "name": "bash", "arguments": json.dumps({"command": f"cat f{i}.py"})}}]},
+                     {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\n" * 200}]
+    for name, body, mode in (("inferred.json", {"messages": messages, "keep_recent": 2}, "seal"),
+                             ("cli-policy.json", {"messages": messages, "keep_recent": 2}, "decision"),
+                             ("policy.json", {"messages": messages, "decision_policy_ir": default_decision_policy()},
+                              "decision"),
+                             ("bare.json", messages, "decision")):
+        (tmp_path / name).write_text(json.dumps(body))
+        outputs = []
+        for threshold in (10**9, 1000):  # read whole, then over the threshold
+            monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+            out = tmp_path / f"{name}.{threshold}.out"
+            policy = ["--decision-policy", json.dumps(default_decision_policy())] if name == "cli-policy.json" else []
+            assert main(["compact", str(tmp_path / name), "-o", str(out), "--json", "-q", *policy]) == 0, \
+                capsys.readouterr().err
+            outputs.append(json.loads(out.read_text()))
+        whole, streamed = outputs
+        assert ("windows" in streamed.get("compaction", {})) is (mode == "decision"), name
+        if mode == "seal":
+            assert "compaction" not in whole and whole["messages"] == streamed["messages"], name

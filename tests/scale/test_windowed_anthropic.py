@@ -242,7 +242,7 @@ def test_a_windowed_job_compacts_a_large_anthropic_transcript(aws, large, named)
     byte for byte as the inline run does, whether the object names its format or its messages show it."""
     from .test_windowed_state_machine import BUCKET, execute
 
-    data = json.dumps({"format": "anthropic-messages", "messages": large} if named else large).encode()
+    data = json.dumps({"format": "anthropic-messages", "mode": "decision", "messages": large} if named else large).encode()
     aws["s3"].put_object(Bucket=BUCKET, Key="incoming/claude.json", Body=data)
     described = execute(aws, "incoming/claude.json")
     assert described["status"] == "SUCCEEDED", described

@@ -230,7 +230,7 @@ def test_integers_outside_64_bits_go_through_every_pass(s3: Any, sessions: list[
     big = {"id": 2 ** 70, "low": -(2 ** 63) - 1, "ratio": 0.1}
     messages = [dict(sessions[0], meta=big), *sessions[1:-1], dict(sessions[-1], meta=big)]
     result = json.loads(_run(s3, GaugedStore(s3), "incoming/big-integers.json",
-                             json.dumps({"messages": messages, "keep_recent": 1, "seed": 2 ** 64}).encode()))
+                             json.dumps({"mode": "decision", "messages": messages, "keep_recent": 1, "seed": 2 ** 64}).encode()))
     assert len(result["compaction"]["windows"]["passes"]) >= 2
     assert result["messages"][0] == messages[0] and result["messages"][-1] == messages[-1]
     assert type(result["messages"][0]["meta"]["id"]) is int
@@ -296,3 +296,53 @@ def test_a_result_written_meanwhile_is_not_replaced(s3: Any, sessions: list[dict
     assert (outcome["result"], outcome["reason"]) == ("skipped", "another delivery wrote the result first")
     assert s3.get_object(Bucket=BUCKET, Key="compacted/meanwhile.json")["Body"].read() == b"theirs"
     assert not s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
+
+
+def _plan_only(client: Any, key: str, body: Any, defaults: Defaults | None = None) -> dict[str, Any]:
+    client.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(body).encode())
+    head = client.head_object(Bucket=BUCKET, Key=key)
+    job = large_jobs.job_input(Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"')),
+                               max_concurrency=4)["job"]
+    return large_jobs.plan(S3Store(client), job, defaults or Defaults())
+
+
+def test_a_windowed_job_runs_in_the_mode_the_object_would_run_in_read_whole(s3: Any) -> None:
+    from compactor.compaction.preset import default_decision_policy
+
+    """A request body naming no mode and no ``decision_policy_ir`` is sealed when read whole, as the API infers it
+    (docs/behaviour.md "Compaction modes"); a windowed job compacted the same body in decision windows, so one object
+    was compacted in two modes by its size. Such a body is refused now (413, naming the inferred mode), as a named
+    seal is; a body whose fields or the defaults make it decision, and a bare transcript, are still planned."""
+    from compactor.compaction.preset import default_decision_policy
+
+    messages = [{"role": "user", "content": "fix the tests"}, {"role": "assistant", "content": "done " * 50}]
+    for key, body in (("incoming/inferred.json", {"messages": messages}),
+                      ("incoming/inferred-keep.json", {"messages": messages, "keep_recent": 1})):
+        state = _plan_only(s3, key, body)
+        assert state["done"] is True and state["result"] == "failed", state
+        failure = json.loads(s3.get_object(Bucket=BUCKET, Key=key.replace("incoming/", "failed/"))["Body"].read())
+        assert failure["status"] == 413 and "names no mode and no decision_policy_ir, so it runs in seal mode" in \
+            failure["error"]["message"], failure
+    for key, body, defaults in (
+            ("incoming/named.json", {"mode": "decision", "messages": messages}, None),
+            ("incoming/policy.json", {"decision_policy_ir": default_decision_policy(), "messages": messages}, None),
+            ("incoming/bare.json", messages, None),
+            ("incoming/defaults.json", {"messages": messages}, Defaults(fields={"mode": "decision"}))):
+        state = _plan_only(s3, key, body, defaults)
+        assert state["done"] is False and "windows_key" in state, (key, state)
+
+
+def test_a_windowed_job_refuses_an_object_naming_chat_that_holds_anthropic_blocks(s3: Any) -> None:
+    """An object naming openai-chat is read as chat inline (as the API reads it), whatever its messages hold; the
+    windowed job dropped the named format and planned it again as anthropic-messages when the scan met a tool_use
+    block. Windows do not read chat holding Anthropic blocks: it is refused (413), the message naming why."""
+    messages = [{"role": "user", "content": "fix the tests"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+    state = _plan_only(s3, "incoming/named.json", {"format": "openai-chat", "mode": "decision", "messages": messages})
+    assert state["done"] is True and state["result"] == "failed", state
+    failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/named.json")["Body"].read())
+    assert failure["status"] == 413 and "it names openai-chat, so it is not read as anthropic-messages" in \
+        failure["error"]["message"], failure
+    state = _plan_only(s3, "incoming/unnamed.json", {"mode": "decision", "messages": messages})
+    assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole

@@ -159,7 +159,7 @@ def test_a_failing_step_records_the_job_in_failed(aws, big):
 
 
 def test_bad_content_is_recorded_in_failed(aws):
-    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/bad.json", Body=b'{"messages": [1, 2]}')
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/bad.json", Body=b'{"mode": "decision", "messages": [1, 2]}')
     described = execute(aws, "incoming/bad.json")
     assert described["status"] == "SUCCEEDED", described
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/bad.json")["Body"].read())
@@ -346,7 +346,7 @@ def test_pins_past_the_transcript_are_refused_as_one_request_refuses_them(aws, p
     """A windowed job's ``pinned_indices`` are checked once the stream is counted: out of range, the job ends in
     ``failed/`` with the API's 400 (before, it compacted and the pins named nothing)."""
     aws["s3"].put_object(Bucket=BUCKET, Key="incoming/pins.json",
-                         Body=json.dumps({"messages": CHAT, "pinned_indices": pins}).encode())
+                         Body=json.dumps({"mode": "decision", "messages": CHAT, "pinned_indices": pins}).encode())
     assert execute(aws, "incoming/pins.json")["status"] == "SUCCEEDED"
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/pins.json")["Body"].read())
     assert failure["status"] == 400 and failure["error"]["message"] == "pinned_indices must reference existing messages"

@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from functools import partial
 from typing import IO, Any, Protocol
 
 from compactor.object_jobs import (
@@ -43,7 +44,7 @@ from compactor.object_jobs import (
 )
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
-from compactor.transcript_stream import ArrayWriter, fields_from, messages_from
+from compactor.transcript_stream import ArrayWriter, fields_from, messages_from, whole_read_mode
 from compactor.errors import InvalidRequest, RequestTooLarge
 from compactor.formats import WINDOWED_FORMATS
 from compactor.side_by_side import side_by_side
@@ -152,13 +153,15 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     if rel is None:
         return {"done": True, "result": "skipped"}
     try:
-        fields = fields_from(lambda: store.open(source.bucket, source.key, version_id=source.version_id))
+        open_source = partial(store.open, source.bucket, source.key, version_id=source.version_id)
+        fields = fields_from(open_source)
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
-        if body.get("mode") not in (None, "decision"):  # a mode named by the object or the defaults
-            return _too_large(store, source, stored, rel, "transcripts this large are compacted in decision mode only")
         if body.get("restorable") is True:
             return _too_large(store, source, stored, rel, "transcripts this large are compacted in windows, which "
                                                           "keep no restorable archives")
+        mode = whole_read_mode(open_source, fields, defaults.fields)  # the mode a smaller object runs in
+        if mode != "decision":
+            return _too_large(store, source, stored, rel, too_large_for_its_mode(mode, body))
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
         settings = Settings.from_request(request)
@@ -180,8 +183,10 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
                                         conditional=True))
     except NotChat as exc:
+        named = (f"; it names openai-chat, so it is not read as {exc.format} (name that format, or none, to compact it "
+                 f"in windows)") if exc.format is not None else ""
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
-                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}")
+                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}{named}")
     except TranscriptError as exc:
         return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
             {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))
@@ -193,6 +198,16 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
                                         _invalid("the transcript's request fields failed validation", detail),
                                         conditional=True))
     return _next_pass(job, windows_key)
+
+
+def too_large_for_its_mode(mode: str, body: dict[str, Any]) -> str:
+    """Why a transcript over the windowed size is refused in ``mode`` (any but decision, docs/scale.md), ``body`` its
+    fields over the defaults: when it names no mode, which mode it was inferred to run in, and how to window it."""
+    if body.get("mode") is not None:
+        return "transcripts this large are compacted in decision mode only"
+    return (f"transcripts this large are compacted in decision mode only; this request body names no mode and no "
+            f"decision_policy_ir, so it runs in {mode} mode, as the API infers it (name mode 'decision' to compact it "
+            f"in windows)")
 
 
 def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, message: str) -> dict[str, Any]:

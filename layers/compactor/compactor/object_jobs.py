@@ -150,9 +150,14 @@ class Outcome:
     key: str | None = None
     status: int | None = None
     reason: str | None = None
+    already_compacted: int | None = None
+    """A session file's items before its harness's own last compaction, left out and written back as they are
+    (``Transcript.already_compacted``); None for other transcripts."""
 
     def as_dict(self) -> dict[str, Any]:
         out = {"result": self.result, "source": self.source.as_dict(), "key": self.key, "status": self.status}
+        if self.already_compacted is not None:
+            out["already_compacted"] = self.already_compacted
         return {**out, "reason": self.reason} if self.reason else out
 
 
@@ -415,7 +420,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     skipped = _put_once(store, source, key, encode(body) if session is None else session.encode("utf-8"),
                         content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
                         metadata=result_metadata(source, stored, status))
-    return skipped or Outcome("compacted", source, key=key, status=status)
+    return skipped or Outcome("compacted", source, key=key, status=status,
+                              already_compacted=transcript.already_compacted)
 
 
 def _exceeds_one_request(request: Any) -> bool:

@@ -43,7 +43,9 @@ from compactor.jsonutil import (
     dense_dumps, ensure_utf8_encodable, parsed_depth_exceeds, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
-from compactor.transcripts import FILE_FIELDS, NotChat, TranscriptError, _jsonl_record_messages, item_format
+from compactor.transcripts import (
+    FILE_FIELDS, NotChat, Transcript, TranscriptError, _jsonl_record_messages, item_format,
+)
 
 PEEK_BYTES = 1 << 20
 """How far a first line is looked at to tell JSONL from one JSON document."""
@@ -269,8 +271,9 @@ def messages_from(open_source: Opener, format: str | None = None) -> Iterator[di
 def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
     arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
-    C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` other than ``openai-chat`` is among the fields; any
-    other is :class:`NotChat`, an unknown one a :class:`TranscriptError`."""
+    C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` is among the fields (a named ``openai-chat`` too, so
+    that its reader does not read it again as the format its messages show); any other is :class:`NotChat`, an
+    unknown one a :class:`TranscriptError`."""
     backend = None
     while True:
         try:
@@ -278,6 +281,19 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
                 return _fields(raw, backend)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
+
+
+def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
+    """The mode the transcript ``open_source()`` opens runs in when read whole, its ``fields`` (:func:`fields_from`)
+    over ``defaults``: the one ``Transcript.compact_body`` sends, a request body's inferred as the API infers it
+    (``seal`` without a ``mode`` or a ``decision_policy_ir``), a bare transcript's ``decision`` (docs/behaviour.md,
+    "Compaction modes"). The streamed and windowed readings follow it (docs/scale.md): they compacted a request
+    body naming neither in decision mode, which the same body read whole sealed."""
+    from compactor.compaction.modes import infer
+
+    with open_source() as raw:
+        kind, _ = _sniff(raw)
+    return infer(Transcript("openai-chat", [], dict(fields), request_body=kind == "object").compact_body(defaults))
 
 
 def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Iterator[dict[str, Any]]:
@@ -415,8 +431,11 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     # A format that is null (or another false value) is no format, as a file read whole takes it (transcripts.
     # read_transcript): it was an "unknown format 'None'", so the same file was compacted under the CLI's streaming
     # threshold or the S3 path's inline size and refused above them.
-    named = fields.pop("format", None) or "openai-chat"
-    if named != "openai-chat":
+    # A named openai-chat stays among them: a stream that names it is not read again as the format its messages
+    # show (docs/formats.md), as a whole read honours it; it was dropped, and an openai-chat body holding Anthropic
+    # blocks was compacted as anthropic-messages over the CLI's streaming threshold and in S3 windowed jobs.
+    named = fields.pop("format", None)
+    if named:
         if named in WINDOWED_FORMATS:
             fields["format"] = named
         elif named in FORMAT_NAMES:

@@ -80,6 +80,13 @@ class Transcript:
     sent_context: int = 0  # how many items of :attr:`resumed_context` the last :meth:`compact_body` sent
 
     @property
+    def already_compacted(self) -> int | None:
+        """Session files: how many items came before the harness's own last compaction (:attr:`resumed_from`), left
+        out of the request and written back as they are; None for other transcripts. The CLI's report and ``--json``
+        and the S3 path's outcome say it (docs/formats.md, "Session files")."""
+        return self.resumed_from if self.session is not None else None
+
+    @property
     def items_field(self) -> str:
         """The request field that holds the items in this format."""
         return "input" if self.format == "openai-responses" else "messages"

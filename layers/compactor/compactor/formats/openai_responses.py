@@ -111,12 +111,15 @@ def _message_role(item: Item) -> Any:
     return item.get("role") if kind_of(item) == "message" else None
 
 
+def _unknown_reference(item: Item) -> bool:
+    """A reference whose id does not say what it stands for (:data:`REFERENCE_PREFIXES`)."""
+    return kind_of(item) == ITEM_REF and reference_kind(item) is None
+
+
 def _response_output(item: Item) -> bool:
-    """An item a response outputs besides its reasoning: an assistant message or a call, or a reference, which may
-    stand for either (or for the reasoning they need)."""
+    """An item a response outputs besides its reasoning: an assistant message or a call."""
     kind = kind_of(item)
-    return (_message_role(item) == "assistant" or kind.endswith("_call")
-            or (kind == ITEM_REF and reference_kind(item) is None))
+    return _message_role(item) == "assistant" or kind.endswith("_call")
 
 
 def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = frozenset()) -> bool:
@@ -126,11 +129,14 @@ def _same_response(prev: Item, nxt: Item, answered: set[str] | frozenset[str] = 
     ``reasoning`` item (Codex's preamble message before a call; a ``web_search_call`` before the answer), and
     the API refuses any of them sent back without that reasoning. A call waiting for its output ends the run:
     what follows its output is the next response. A reference whose id does not tell what it stands for may be
-    any of them: it joins the message, call or such reference after it (the outputs of a call it stands for join it
-    by :func:`reference_links`); one standing for reasoning leads into the item after it (:func:`_leads`), one
-    standing for a message (of any role) joins nothing by itself."""
-    unknown_reference = kind_of(prev) == ITEM_REF and reference_kind(prev) is None
-    waits_for_nothing = (_message_role(prev) == "assistant" or unknown_reference
+    any of a stored response's items: it joins such a reference after it, and nothing else (an item of the input
+    is not stored with them; the outputs of a call it stands for join it by :func:`reference_links`), so a run of
+    them is one unit of stored items, always protected, apart from the calls and messages around it; one standing
+    for reasoning leads into the item after it (:func:`_leads`), one standing for a message (of any role) joins
+    nothing by itself."""
+    if _unknown_reference(prev) or _unknown_reference(nxt):
+        return _unknown_reference(prev) and _unknown_reference(nxt)
+    waits_for_nothing = (_message_role(prev) == "assistant"
                          or (kind_of(prev).endswith("_call") and not _opens(prev) & answered))
     return waits_for_nothing and _response_output(nxt)
 
