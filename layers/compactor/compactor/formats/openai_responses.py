@@ -41,16 +41,16 @@ ITEM_REF = "item_reference"
 ``type`` optional): a call, its reasoning, a message; what it is, the input does not say (:func:`reference_links`)."""
 
 
-REFERENCE_PREFIXES = {"rs_": "reasoning", "msg_": "message"}
+ID_PREFIX_KINDS = {"rs_": "reasoning", "msg_": "message"}
 """What the id of an item reference says of the item it stands for, where the API's id prefix tells: ``rs_`` a
 ``reasoning`` item, ``msg_`` a message (of any role: the API stores input messages too). Any other id (``fc_`` a
 function call, ``ctc_`` a custom one, …, or an id of no known prefix) may be a call, a message or its reasoning."""
 
 
 def reference_kind(item: Item) -> str | None:
-    """``reasoning``, ``message`` (:data:`REFERENCE_PREFIXES`) or ``None`` (anything) for an item reference."""
+    """``reasoning``, ``message`` (:data:`ID_PREFIX_KINDS`) or ``None`` (anything) for an item reference."""
     ref = item.get("id")
-    return next((kind for prefix, kind in REFERENCE_PREFIXES.items() if ref.startswith(prefix)), None) \
+    return next((kind for prefix, kind in ID_PREFIX_KINDS.items() if ref.startswith(prefix)), None) \
         if isinstance(ref, str) else None
 
 
@@ -112,7 +112,7 @@ def _message_role(item: Item) -> Any:
 
 
 def _unknown_reference(item: Item) -> bool:
-    """A reference whose id does not say what it stands for (:data:`REFERENCE_PREFIXES`)."""
+    """A reference whose id does not say what it stands for (:data:`ID_PREFIX_KINDS`)."""
     return kind_of(item) == ITEM_REF and reference_kind(item) is None
 
 
