@@ -164,9 +164,9 @@ RETRY_SAME = ["policy", ["meets_req"], ["neg", ["field", "price_in"]], ["argmax"
               ["always", {"action": "retry_same", "attempts": 3, "backoff_ms": 0}]]
 
 
-async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider: FakeProviderServer) -> None:
-    """A node's timeout cancels its routed call during its third attempt: three requests were sent, and billing
-    counts three (it counted one, as for a node cut off with nothing known of its call)."""
+async def _cut_off_mid_retry(fake_provider: FakeProviderServer) -> Any:
+    """A flow whose llm node's timeout (5 s) cancels its routed call during the third attempt under ``retry_same``:
+    two 503s, then an answer held 30 s."""
     down = Reply(503, {"error": {"message": "down"}})
     fake_provider.enqueue(down, down, chat_reply("late", delay_s=30.0))
     one = Router([offers(fake_provider)[2]], transport_for=transport_for, sleep=Sleeps())
@@ -175,7 +175,13 @@ async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider:
                                "timeout_ms": 5000},
                      "output": {"kind": "output", "inputs": ["write"]}}]
     admitted = admit_flow(flow, admit_policy=one.admit_policy, flow_input="a question")
-    result = await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
+    return await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
+
+
+async def test_a_node_timeout_mid_retry_counts_every_attempt_sent(fake_provider: FakeProviderServer) -> None:
+    """A node's timeout cancels its routed call during its third attempt: three requests were sent, and billing
+    counts three (it counted one, as for a node cut off with nothing known of its call)."""
+    result = await _cut_off_mid_retry(fake_provider)
     assert not result.ok and result.error_kind == "timeout"
     assert flow_facts(result.flow_nodes)["model_calls"] == len(fake_provider.requests) == 3
     entry = next(node for node in result.flow_nodes if node["kind"] == "llm")
@@ -188,16 +194,8 @@ async def test_a_call_cut_off_by_a_node_timeout_is_in_the_calls_tally(fake_provi
     """The tally a crashed call's record is built from (counting_calls) counts the attempts of a routed call a node
     timeout cancelled, as the node's record does: it counted none, so a call that then crashed was recorded with
     fewer model calls than it had sent."""
-    down = Reply(503, {"error": {"message": "down"}})
-    fake_provider.enqueue(down, down, chat_reply("late", delay_s=30.0))
-    one = Router([offers(fake_provider)[2]], transport_for=transport_for, sleep=Sleeps())
-    flow = ["flow", {"input": {"kind": "input"},
-                     "write": {"kind": "llm", "inputs": ["input"], "policy": RETRY_SAME, "system": "Answer.",
-                               "timeout_ms": 5000},
-                     "output": {"kind": "output", "inputs": ["write"]}}]
-    admitted = admit_flow(flow, admit_policy=one.admit_policy, flow_input="a question")
     with counting_calls() as counted:
-        result = await run_flow(admitted, "a question", router=one, deadline=Deadline.after_ms(20_000))
+        result = await _cut_off_mid_retry(fake_provider)
     assert not result.ok and result.error_kind == "timeout"
     assert counted.model_calls == flow_facts(result.flow_nodes)["model_calls"] == len(fake_provider.requests) == 3
 
