@@ -381,25 +381,7 @@ def test_explicit_pins_keep_the_summary_a_native_compaction_resumes_from(tmp_pat
     as a user record) the session resumes from the summary. The default pins hold it (a human turn); with explicit
     pins (``--pin-task``: the first user message only) decision summarized it, and the resumed conversation started
     with an assistant message, which the Messages API refuses."""
-    def cycles(tag: str, parent: str) -> tuple[list[dict[str, Any]], str]:
-        records = []
-        for n in range(4):
-            records.append(_record("assistant", f"{tag}a{n}", parent, {"role": "assistant", "id": f"{tag}m{n}",
-                                   "content": [{"type": "tool_use", "id": f"{tag}t{n}", "name": "Read",
-                                                "input": {"n": n}}]}))
-            records.append(_record("user", f"{tag}r{n}", f"{tag}a{n}", {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": f"{tag}t{n}", "content": f"{tag} line {n} " * 80}]}))
-            parent = f"{tag}r{n}"
-        return records, parent
-
-    before, last = cycles("b", "u0")
-    after, end = cycles("c", "summary")
-    records = [_record("user", "u0", None, {"role": "user", "content": "Fix the build."}), *before,
-               {"parentUuid": None, "logicalParentUuid": last, "type": "system", "subtype": "compact_boundary",
-                "uuid": "boundary", "content": "Conversation compacted"},
-               {**_record("user", "summary", "boundary", {"role": "user", "content": SUMMARY}), "isCompactSummary": True},
-               *after, _record("assistant", "fin", end, {"role": "assistant", "content": [{"type": "text",
-                                                                                         "text": "Done."}]})]
+    records = _claude_code_with_a_boundary()
     source, out = tmp_path / "session.jsonl", tmp_path / "out.jsonl"
     source.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
     assert read_transcript(source.read_text(encoding="utf-8")).conversation_starts == [9]
