@@ -81,8 +81,9 @@ def room_of(effort: str | None, budget_tokens: int | None) -> int:
 
 # The models found at run time to be reasoning models, by ``(base_url, model)``, whose offers state neither setting:
 # in ``_FOUND`` an OpenAI model that refused ``max_tokens`` for ``max_completion_tokens`` (sent the latter from then
-# on), in ``_REASONED`` one whose answer reported reasoning (``compactor.providers.openai.reports_reasoning``: an
-# OpenAI-compatible server's reasoning model that takes ``max_tokens``, which it keeps being sent).
+# on), in ``_REASONED`` one whose answer reported reasoning (``ChatResponse.reasoned``, read by
+# ``openai.parse_chat_completion``: an OpenAI-compatible server's reasoning model that takes ``max_tokens``, which it
+# keeps being sent).
 # What the container learned of the model from the provider's own answer, whatever request carried it: no caller's
 # settings can put a model here, and a caller's content cannot turn a model's reasoning on (docs/providers.md
 # "Reasoning models" says where a server could let it), so it is kept for every caller's calls. Its room
