@@ -325,6 +325,12 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
 
     source = opener(args.file)
     named = None
+
+    def shows_another_format(exc: NotChat) -> bool:
+        """Whether a file read as chat only because it names no format showed another that windows read:
+        :func:`_run_streamed` reads it again in that format."""
+        return exc.format is not None and format == "openai-chat" and args.format is None and named is None
+
     try:
         fields = fields_from(source)
         policy = {} if args.decision_policy is None else {"decision_policy_ir": args.decision_policy}
@@ -339,7 +345,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
             next(iter(messages_from(source, format)), None)
         request = CompactRequest.model_validate(build_request_body(args, Transcript(format, first_user, fields, request_body=bool(fields))) | {"messages": []})
     except NotChat as exc:
-        if exc.format is not None and format == "openai-chat" and args.format is None and named is None:
+        if shows_another_format(exc):
             raise
         return None
     except (OSError, TranscriptError) as exc:
@@ -365,7 +371,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         return _answered_with(exc)
     except NotChat as exc:  # a later message in another format (Anthropic blocks after a first plain user message),
         # met by the first pass's scan, which reads the whole file before any window runs or any output is written
-        if exc.format is not None and format == "openai-chat" and args.format is None and named is None:
+        if shows_another_format(exc):
             raise  # read again in that format (_run_streamed)
         return None
     except (CatalogError, TranscriptError) as exc:
