@@ -5,9 +5,7 @@ task dispatched in-process to ``flow_worker.handler``, and ``/v1/compact`` answe
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import logging
 import threading
 import time
 from pathlib import Path
@@ -24,6 +22,7 @@ from compactor.http_api import rest_proxy_event
 from compactor.models import CompactRequest
 from compactor_aws import stepfunctions_runner
 from compactor_aws.stepfunctions_runner import StepFunctionsFlowRunner
+from fakes.log_lines import lines_written
 from scenarios.helpers import fixture_t
 
 from .conftest import BUCKET, FanOutAws
@@ -388,17 +387,10 @@ async def test_every_workers_lines_name_the_execution(fanout_aws: FanOutAws, wor
         stateMachineArn=fanout_aws.state_machine_arn)["executions"]
     events = fanout_aws.dispatch.events
     assert len(events) == 2 and all(event["execution_id"] == execution["executionArn"] for event in events)
-    written = io.StringIO()  # the lines as the function's formatter writes them, when they are written
-    handler = logging.StreamHandler(written)
-    handler.setFormatter(worker_module.logger.registered_formatter)
-    logging.getLogger(worker_module.logger.name).addHandler(handler)
-    try:
+    with lines_written(worker_module.logger) as lines:
         await asyncio.to_thread(worker_module.handler,
                                 {**events[0], "deadline_epoch_ms": int(time.time() * 1000) + 30_000},
                                 LocalLambdaContext("FlowWorkerFunction", timeout_s=60))
         worker_module.logger.info("a later invocation's line")
-    finally:
-        logging.getLogger(worker_module.logger.name).removeHandler(handler)
-    lines = [json.loads(line) for line in written.getvalue().splitlines()]
     assert [line["message"] for line in lines] == ["flow ran", "a later invocation's line"]
     assert lines[0]["execution_id"] == execution["executionArn"] and "execution_id" not in lines[1]

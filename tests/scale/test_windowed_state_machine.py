@@ -26,6 +26,7 @@ from compactor.large_jobs import job_id, job_input
 from compactor.object_jobs import Source
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from fakes.lambda_dispatch import LambdaDispatch
+from fakes.log_lines import lines_written
 from fakes.routers import frozen_router
 
 from scale import transcripts
@@ -464,16 +465,9 @@ def test_a_batchs_lines_name_its_execution(worker: ModuleType) -> None:
     """The batch steps' lines named no execution (the other steps name its job_id): each now carries the
     ``execution_id`` the state machine puts in the batch input, for that invocation only."""
     execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:compactor-WindowedJob:job-1"
-    written = io.StringIO()  # the lines as the function's formatter writes them, when they are written
-    handler = logging.StreamHandler(written)
-    handler.setFormatter(worker.logger.registered_formatter)
-    logging.getLogger(worker.logger.name).addHandler(handler)
-    try:
+    with lines_written(worker.logger) as lines:
         worker.handler({"Items": [], "BatchInput": {"bucket": BUCKET, "execution_id": execution}},
                        LocalLambdaContext("WindowJobFunction", timeout_s=900))
         worker.logger.info("a later invocation's line")
-    finally:
-        logging.getLogger(worker.logger.name).removeHandler(handler)
-    lines = [json.loads(line) for line in written.getvalue().splitlines()]
     assert [line["message"] for line in lines] == ["windows ran", "a later invocation's line"]
     assert lines[0]["execution_id"] == execution and "execution_id" not in lines[1]
