@@ -90,3 +90,75 @@ def anthropic_messages(target_bytes: int) -> Iterator[dict[str, Any]]:
             written += len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode("utf-8")) + 1
             yield out
         rep += 1
+
+
+# -- small random transcripts of every shape the units depend on --------------------------------------------------
+
+
+def _late_pick(rng: Any, opened: list[str]) -> str:
+    """One of the calls made so far: often a recent one, often an early one (answered late)."""
+    return rng.choice(opened[-3:]) if rng.random() < 0.5 else opened[min(len(opened) - 1, int(rng.random() ** 2
+                                                                                              * len(opened)))]
+
+
+def random_anthropic(rng: Any, length: int = 60) -> list[dict[str, Any]]:
+    """Anthropic messages of up to ``length`` + 1: calls answered at once, late (past other calls and human turns),
+    twice or never, parallel calls, results of no call, ids reused, thinking-only messages, responses stored as
+    several messages (one ``id``), text beside results."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    opened: list[str] = []
+    for _ in range(rng.randint(0, length)):
+        draw = rng.random()
+        if draw < 0.12:
+            items.append({"role": "user", "content": rng.choice(["and", [{"type": "text", "text": "so"}]])})
+        elif draw < 0.45:
+            content: list[dict[str, Any]] = []
+            if rng.random() < 0.2:
+                content.append({"type": "thinking", "thinking": "t", "signature": "s"})
+            for _ in range(rng.choice([0, 1, 1, 2, 3])):
+                opened.append(f"toolu_{rng.randrange(40)}")
+                content.append({"type": "tool_use", "id": opened[-1], "name": "bash", "input": {}})
+            if rng.random() < 0.6 or not content:
+                content.append({"type": "text", "text": "ok"})
+            message = {"role": "assistant", "content": content}
+            if rng.random() < 0.3:
+                message["id"] = rng.choice(["msg_1", "msg_2", "msg_3"])
+            items.append(message)
+        elif draw < 0.5:
+            items.append({"role": "assistant", "content": [{"type": "thinking", "thinking": "z", "signature": "s"}]})
+        else:
+            content = [{"type": "tool_result", "content": "out", "tool_use_id": _late_pick(rng, opened)
+                        if opened and rng.random() < 0.9 else f"toolu_{rng.randrange(40, 50)}"}
+                       for _ in range(rng.choice([1, 1, 2]))]
+            if rng.random() < 0.1:
+                content.append({"type": "text", "text": "also"})
+            items.append({"role": "user", "content": content})
+    return items
+
+
+def random_chat(rng: Any, length: int = 60) -> list[dict[str, Any]]:
+    """OpenAI chat messages of up to ``length`` + 1: calls answered at once, late (after other messages), twice or
+    never, parallel calls, results of no call, legacy ``function_call`` turns and their ``function`` messages, text
+    agents' observations."""
+    items: list[dict[str, Any]] = [{"role": "system", "content": "be terse"}]
+    opened: list[str] = []
+    for _ in range(rng.randint(0, length)):
+        draw = rng.random()
+        if draw < 0.12:
+            items.append({"role": "user", "content": rng.choice(["go on", "<returncode>0</returncode>"])})
+        elif draw < 0.4:
+            calls = []
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                opened.append(f"call_{rng.randrange(40)}")
+                calls.append({"id": opened[-1], "type": "function", "function": {"name": "bash", "arguments": "{}"}})
+            items.append({"role": "assistant", "content": None, "tool_calls": calls})
+        elif draw < 0.45:
+            items.append({"role": "assistant", "content": None, "function_call": {"name": "bash", "arguments": "{}"}})
+        elif draw < 0.5:
+            items.append({"role": "function", "name": "bash", "content": "legacy out"})
+        elif draw < 0.65:
+            items.append({"role": "assistant", "content": "thinking aloud"})
+        else:
+            call = _late_pick(rng, opened) if opened and rng.random() < 0.9 else f"call_{rng.randrange(40, 50)}"
+            items.append({"role": "tool", "tool_call_id": call, "content": "out"})
+    return items

@@ -151,9 +151,8 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     keep = max(1, settings.keep_recent)
     sizes: array = array("q")
     pins: set[int] = set()
-    instructions: list[PinText] = []
-    instruction_bytes = 0
-    unit_end, unit_bytes, unit_pinned = array("q"), array("q"), bytearray()
+    instructions = _PinTexts()
+    unit_end, unit_pinned = array("q"), bytearray()
     recent: deque[tuple[Unit, list[Message]]] = deque()
     count = 0
     previous: Message | None = None
@@ -170,44 +169,19 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
             if pin:
                 pins.add(index)
                 pinned = True
-                # What its entry can show, not the message's size: a long task (a pasted spec over 8,000 bytes),
-                # which one request shows the first 3,000 characters of, was left out of every window's instructions.
-                shown = pin_text(message)
-                shown_bytes = pin_view_bytes(shown)
-                if instruction_bytes + shown_bytes <= INSTRUCTIONS_MAX_BYTES:
-                    instructions.append(shown)
-                    instruction_bytes += shown_bytes
+                instructions.add(message)
         unit_end.append(unit.end)
-        unit_bytes.append(sum(sizes[unit.start:unit.end]))
         unit_pinned.append(pinned)
         count = unit.end
         recent.append((unit, unit_messages))
         while len(recent) > 1 and recent[1][0].start <= count - keep:
             recent.popleft()
-    if explicit and (min(explicit) < 0 or max(explicit) >= count):
-        # As one request's check_pins (compactor.compaction.modes), once the stream is counted.
-        raise InvalidRequest(PINS_MESSAGE)
-    input_bytes = 2 + sum(sizes) + max(0, count - 1)
-    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
-    last = sizes[max(0, count - keep):]
-    tail_start = count - (tail_length(last, int(target * TAIL_TARGET_SHARE)) if settings.bounded_tail else len(last))
-    protected_bytes, protected_count, candidates = 0, 0, 0
-    start = 0
-    for end, size, pinned in zip(unit_end, unit_bytes, unit_pinned):
-        if pinned or end > tail_start:
-            protected_bytes += size
-            protected_count += end - start
-        else:
-            candidates += 1
-        start = end
-    retained = 2 + protected_bytes + max(0, protected_count - 1)
+    _check_pins(explicit, count)
+    input_bytes, target, tail_start = _input_target_tail(sizes, settings, target_bytes)
     recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
-    # As one request shows them: the role and content text of each (before, the pinned messages went whole, and a
-    # harness's own fields and hidden reasoning on them reached the decision model; docs/differences.md).
-    view = pins_view(instructions)
-    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=view,
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
-                       budget=summary_budget(target, retained, candidates), message_bytes=sizes)
+                       budget=_budget(target, tail_start, sizes, unit_end, unit_pinned), message_bytes=sizes)
 
 
 def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Message]], settings: Settings,
@@ -218,35 +192,19 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     progress the format protects) are found from them once it ends; the second read takes the pins' text and the
     tail's recent evidence. What one request of this format finds for the whole transcript (``prepare``)."""
     explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
-    keep = max(1, settings.keep_recent)
     sizes: array = array("q")
     for message in _counted(messages, sizes):
         facts.add(message)
     count = len(sizes)
-    if explicit and (min(explicit) < 0 or max(explicit) >= count):
-        raise InvalidRequest(PINS_MESSAGE)
+    _check_pins(explicit, count)
     units = facts.units()
     pins = facts.pins(explicit, units)
-    input_bytes = 2 + sum(sizes) + max(0, count - 1)
-    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
-    last = sizes[max(0, count - keep):]
-    tail_start = count - (tail_length(last, int(target * TAIL_TARGET_SHARE)) if settings.bounded_tail else len(last))
-    format_tail = facts.tail_start(units)
-    if format_tail is not None and format_tail < tail_start:
-        tail_start = format_tail
-    protected_bytes, protected_count, candidates = 0, 0, 0
-    for unit in units:
-        if unit.end > tail_start or any(i in pins for i in unit.indexes()):
-            protected_bytes += sum(sizes[unit.start:unit.end])
-            protected_count += unit.end - unit.start
-        else:
-            candidates += 1
-    retained = 2 + protected_bytes + max(0, protected_count - 1)
+    input_bytes, target, tail_start = _input_target_tail(sizes, settings, target_bytes, facts.tail_start(units))
     unit_ends = array("q", (unit.end for unit in units))
+    budget = _budget(target, tail_start, sizes, unit_ends, (not pins.isdisjoint(unit.indexes()) for unit in units))
     del units
-    # The second read: the pins' text (while their entries fit, as above) and the tail units' recent evidence.
-    instructions: list[PinText] = []
-    instruction_bytes = 0
+    # The second read: the pins' text (while their entries fit: _PinTexts) and the tail units' recent evidence.
+    instructions = _PinTexts()
     recent_evidence: list[str] = []
     first_tail = next((k for k, end in enumerate(unit_ends) if end > tail_start), len(unit_ends))
     tail_from = unit_ends[first_tail - 1] if first_tail else 0
@@ -254,19 +212,77 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     end, held = next(ends, None), []
     for index, message in enumerate(reread()):
         if index in pins:
-            shown = pin_text(message)
-            shown_bytes = pin_view_bytes(shown)
-            if instruction_bytes + shown_bytes <= INSTRUCTIONS_MAX_BYTES:
-                instructions.append(shown)
-                instruction_bytes += shown_bytes
+            instructions.add(message)
         if index >= tail_from:
             held.append(message)
             if index + 1 == end:
                 recent_evidence.append(recent_view(held, dialect))
                 end, held = next(ends, None), []
-    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=pins_view(instructions),
+    return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
-                       budget=summary_budget(target, retained, candidates), message_bytes=sizes, unit_ends=unit_ends)
+                       budget=budget, message_bytes=sizes, unit_ends=unit_ends)
+
+
+# What both scans find once their first read ends: one home for each (docs/scale.md).
+
+
+def _check_pins(explicit: set[int] | None, count: int) -> None:
+    """As one request's check_pins (compactor.compaction.modes), once the stream is counted."""
+    if explicit and (min(explicit) < 0 or max(explicit) >= count):
+        raise InvalidRequest(PINS_MESSAGE)
+
+
+def _input_target_tail(sizes: array, settings: Settings, target_bytes: int | None,
+                       format_tail: int | None = None) -> tuple[int, int, int]:
+    """The input's dense bytes (its messages' ``sizes``), the run's target (``target_bytes``, default: those bytes
+    times the target ratio) and where the protected tail starts: the last ``keep_recent`` messages (the default
+    tail bounded by bytes: ``preparation.bounded_tail``), from ``format_tail`` when the format protects more
+    (``Dialect.protected_tail_start``)."""
+    count = len(sizes)
+    input_bytes = 2 + sum(sizes) + max(0, count - 1)
+    target = int(input_bytes * settings.target_ratio) if target_bytes is None else target_bytes
+    last = sizes[max(0, count - max(1, settings.keep_recent)):]
+    tail_start = count - (tail_length(last, int(target * TAIL_TARGET_SHARE)) if settings.bounded_tail else len(last))
+    if format_tail is not None and format_tail < tail_start:
+        tail_start = format_tail
+    return input_bytes, target, tail_start
+
+
+def _budget(target: int, tail_start: int, sizes: array, ends: Iterable[int], pinned: Iterable[bool]) -> int:
+    """The pass's summary budget (``preparation.summary_budget``): the units (each ``end``, and whether it holds a
+    pin, in order) that are protected (pinned, or ending in the tail) are kept, the others are candidates."""
+    protected_bytes, protected_count, candidates, start = 0, 0, 0, 0
+    for end, pin in zip(ends, pinned):
+        if pin or end > tail_start:
+            protected_bytes += sum(sizes[start:end])
+            protected_count += end - start
+        else:
+            candidates += 1
+        start = end
+    return summary_budget(target, 2 + protected_bytes + max(0, protected_count - 1), candidates)
+
+
+class _PinTexts:
+    """What the decisions see of the pins (``preparation.pins_view``), added in transcript order while their largest
+    entries fit ``INSTRUCTIONS_MAX_BYTES``: what its entry can show, not the message's size (a long task, a pasted
+    spec over 8,000 bytes, which one request shows the first 3,000 characters of, was left out of every window's
+    instructions)."""
+
+    def __init__(self) -> None:
+        self.texts: list[PinText] = []
+        self.bytes = 0
+
+    def add(self, message: Message) -> None:
+        shown = pin_text(message)
+        shown_bytes = pin_view_bytes(shown)
+        if self.bytes + shown_bytes <= INSTRUCTIONS_MAX_BYTES:
+            self.texts.append(shown)
+            self.bytes += shown_bytes
+
+    def view(self) -> list[Message]:
+        # As one request shows them: the role and content text of each (before, the pinned messages went whole, and
+        # a harness's own fields and hidden reasoning on them reached the decision model; docs/differences.md).
+        return pins_view(self.texts)
 
 
 def _units_ending(messages: Iterable[Message], ends: array) -> Iterator[tuple[Unit, list[Message]]]:
@@ -376,6 +392,18 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
 # ------------------------------------------------------------------------------------ one window
 
 
+def task_units(task: dict[str, Any]) -> list[Unit]:
+    """The units of a window task, by their index in the pass input: those its ``units`` (their starts) name, the
+    units the pass's scan found from the whole stream; else (``openai-chat``) those of its messages."""
+    from compactor.compaction.units import split_units
+
+    messages, offset = task["messages"], task["offset"]
+    if "units" in task:
+        starts = task["units"]
+        return [Unit(start, end) for start, end in zip(starts, [*starts[1:], offset + len(messages)], strict=True)]
+    return [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
+
+
 async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadline,
                          flow_runner: Callable[..., Awaitable[Any]] | None = None,
                          on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -384,16 +412,10 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
     A failed flow keeps every unit; a window that would not shrink keeps its original. The task's ``format`` (none:
     ``openai-chat``) is its messages'; its ``units`` (their starts), when it has them, are the units the pass's scan
     found; the window's messages, in that format, are checked (``Dialect.validate``) before they are answered."""
-    from compactor.compaction.units import split_units
-
     messages, offset = task["messages"], task["offset"]
     protected = set(task["protected"])
     dialect = get_dialect(task.get("format"))
-    if "units" in task:
-        starts = task["units"]
-        units = [Unit(start, end) for start, end in zip(starts, [*starts[1:], offset + len(messages)], strict=True)]
-    else:
-        units = [Unit(u.start + offset, u.end + offset) for u in split_units(messages)]
+    units = task_units(task)
     template = Questions.of(question_template())
     sizer = BatchSizer(task["instructions"], task["recent_evidence"])
     reasons: list[str] = []

@@ -137,11 +137,15 @@ def paired_split(items: list[Item], *, opens: Callable[[Item], set[str]], closes
     closed = [closes(item) | also_closes[index] if index in also_closes else closes(item)
               for index, item in enumerate(items)]
     answered_by = last_answers(opened, closed)
+    between = _Between(items, opened, closed, answered_by, turn_start)
     units: list[Unit] = []
-    late: set[int] = set()
+    parted: list[tuple[int, int]] = []  # units whose calls are answered past other work: (start, end)
     i, n = 0, len(items)
     while i < n:
-        pending = opened[i] - closed[i]
+        # A set of its own (an item's ids may be a frozenset), updated in place below: a new set per item was
+        # quadratic in the calls open at once.
+        pending = set(opened[i])
+        pending -= closed[i]
         reach = answered_by[i]
         end = i + 1
         while end < n:
@@ -150,42 +154,99 @@ def paired_split(items: list[Item], *, opens: Callable[[Item], set[str]], closes
             if not (leads(prev) or same_turn(prev, nxt) or (pending and (opened[end] or answered & pending))):
                 if end > reach:
                     break
-                calls = set().union(*opened[i:end])
-                if _other_work(items, end, reach, answered_by, closed, calls, turn_start):
-                    late |= _late_pairs(opened, closed, answered_by, i, end)
+                if between.other_work(i, end, reach):
+                    parted.append((i, end))
                     break
-            pending = (pending | opened[end]) - answered
+            pending |= opened[end]
+            pending -= answered
             reach = max(reach, answered_by[end])
             end += 1
         units.append(Unit(i, end))
         i = end
-    return units, late
+    return units, _late_pairs(opened, closed, answered_by, parted) if parted else set()
 
 
-def _other_work(items: list[Item], start: int, reach: int, answered_by: list[int], closed: list[set[str]],
-                calls: set[str], turn_start: Callable[[Item], bool]) -> bool:
-    """Whether ``items[start:reach]`` (what lies before the last late answer, at ``reach``, of the unit's ``calls``)
-    holds other work: a call answered there, or a human turn answered there by something else than answers to
-    ``calls`` (a human turn and the answers to the unit's calls only, such as an MCP approval and its response, is
-    not other work)."""
-    turn = False
-    for k in range(start, reach):
-        if k < answered_by[k] < reach or (turn and not closed[k] & calls):
+class _Between:
+    """Whether what lies between a unit's end and the last late answer of its calls holds other work
+    (:meth:`other_work`), in time linear in the items however late the calls are answered (docs/performance.md):
+    each question comes at a later item than the one before it, so what an earlier one found is kept."""
+
+    def __init__(self, items: Any, opened: list[set[str]], closed: list[set[str]], answered_by: list[int],
+                 turn_start: Callable[[Item], bool]) -> None:
+        self.items, self.opened, self.closed, self.answered_by, self.turn_start = (
+            items, opened, closed, answered_by, turn_start)
+        self.first_answer: list[float] | None = None  # the least answer past its call at or after each item
+        self.turn = -1  # the first human turn at or after the last question's start (len(items): none)
+        self.unit = -1  # the unit asked about, its calls so far (those of its items before ``calls_to``)
+        self.calls: set[str] = set()
+        self.calls_to = 0
+        self.answering = 0  # every item after ``self.turn`` and before this one answers one of ``self.calls``
+
+    def other_work(self, unit: int, start: int, reach: int) -> bool:
+        """Whether ``items[start:reach]`` (what lies before the last late answer, at ``reach``, of the calls of the
+        unit starting at ``unit`` and running to ``start``) holds other work: a call answered there, or a human
+        turn answered there by something else than answers to the unit's calls (a human turn and the answers to
+        the unit's calls only, such as an MCP approval and its response, is not other work)."""
+        # A call of an item from ``start`` on answered before ``reach`` (then the call is before ``reach`` too).
+        if self.first_answer is None:
+            self.first_answer = _first_answers(self.answered_by)
+        if self.first_answer[start] < reach:
             return True
-        turn = turn or turn_start(items[k])
-    return False
+        turn = self._turn_from(start)
+        if turn + 1 >= reach:
+            return False
+        if unit != self.unit:
+            self.unit, self.calls, self.calls_to, self.answering = unit, set(), unit, 0
+        calls, closed = self.calls, self.closed
+        for k in range(self.calls_to, start):
+            calls |= self.opened[k]
+        self.calls_to = start
+        # Those answering the unit's calls after an earlier question's turn still do: its calls only grew since.
+        k = max(self.answering, turn + 1)
+        while k < reach and closed[k] & calls:
+            k += 1
+        self.answering = k
+        return k < reach
+
+    def _turn_from(self, start: int) -> int:
+        """The first human turn at or after ``start`` (``start`` at least the last one asked about)."""
+        if self.turn >= start:
+            return self.turn
+        k, n = start, len(self.answered_by)
+        while k < n and not self.turn_start(self.items[k]):
+            k += 1
+        self.turn = k
+        return k
 
 
-def _late_pairs(opened: list[set[str]], closed: list[set[str]], answered_by: list[int], start: int, end: int
-                ) -> set[int]:
-    """The items of ``start:end`` whose calls are answered at ``end`` or later, with those answers."""
+def _first_answers(answered_by: list[int]) -> list[float]:
+    """For each item, the least index answering a call of it or of an item after it (infinity: none)."""
+    least: list[float] = [0.0] * (len(answered_by) + 1)
+    least[-1] = float("inf")
+    for k in range(len(answered_by) - 1, -1, -1):
+        answer = answered_by[k]
+        least[k] = answer if k < answer < least[k + 1] else least[k + 1]
+    return least
+
+
+def _late_pairs(opened: list[set[str]], closed: list[set[str]], answered_by: list[int],
+                parted: list[tuple[int, int]]) -> set[int]:
+    """The items of each unit ``start:end`` of ``parted`` whose calls are answered at ``end`` or later, with those
+    answers: one read of the items for all of them (each unit's own read to its last answer was quadratic)."""
     late: set[int] = set()
-    for k in range(start, end):
-        if answered_by[k] < end:
-            continue
-        late.add(k)
-        calls = opened[k] - closed[k]
-        late |= {m for m in range(end, answered_by[k] + 1) if closed[m] & calls}
+    wanted: dict[str, list[tuple[int, int]]] = {}  # call id -> (from, to): the answers to look for
+    for start, end in parted:
+        for k in range(start, end):
+            if answered_by[k] >= end:
+                late.add(k)
+                for call in opened[k] - closed[k]:
+                    wanted.setdefault(call, []).append((end, answered_by[k]))
+    first = min(end for _, end in parted)
+    last = max((to for spans in wanted.values() for _, to in spans), default=first - 1)
+    for m in range(first, last + 1):
+        for call in closed[m]:
+            if any(since <= m <= to for since, to in wanted.get(call, ())):
+                late.add(m)
     return late
 
 
