@@ -91,11 +91,19 @@ def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: 
 
 @tracer.capture_method(capture_response=False)
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
-    billing record included) names the object: ``bucket``, ``key``, ``version_id``."""
+    """One record: its object's job (:func:`run_job`), logged and counted (an attempt that raises, as ``errored``).
+    Every line written meanwhile (the billing record included) names the object: ``bucket``, ``key``,
+    ``version_id``."""
     source = source_of(record)
     with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
-        outcome = object_outcome(record, source, defaults, context)
+        try:
+            outcome = object_outcome(record, source, defaults, context)
+        except Exception:
+            # Raised for Lambda's retry (a crash, a server error, a failed store or ledger write): counted as this
+            # attempt's outcome, as every other attempt's is (it used to be counted nowhere, docs/deploy.md).
+            tracer.put_annotation("s3_result", observability.ERRORED)
+            observability.record_s3_object(metrics, observability.ERRORED)
+            raise
         tracer.put_annotation("s3_result", outcome["result"])
         logger.info("s3 object %s", outcome["result"], extra={
             "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason"),

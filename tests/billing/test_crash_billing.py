@@ -124,3 +124,30 @@ def test_an_inline_s3_job_that_crashes_is_observed_as_its_500_once_then_the_retr
     assert (line["status"], line["api_key_id"]) == (200, caller)
     (entry,) = table_entries(aws["dynamodb"])
     assert entry["api_key_id"]["S"] == caller
+
+
+def s3_counts(output: Output) -> list[str]:
+    from observability.conftest import metric_names
+
+    return sorted(name for blob in output.emf for name in metric_names(blob) if name.startswith("S3"))
+
+
+def test_an_inline_s3_job_that_crashes_counts_its_object_as_errored(
+        aws: dict[str, Any], s3_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every attempt at an object counts one outcome (docs/deploy.md): a crashed one ``S3ObjectsErrored`` (Lambda
+    retries it), then the retry that compacts it ``S3ObjectsCompacted``. A crashed attempt used to count nothing: a
+    dashboard of the S3 objects missed every object whose job raised."""
+    aws["s3"].create_bucket(Bucket=BUCKET)
+    s3_event = put_and_event(aws["s3"], "incoming/crash.json", json.dumps({"mode": "seal", "messages": transcript()}))
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO), monkeypatch.context() as patched, pytest.raises(KeyError):
+        crash_after_the_model_call(patched)
+        s3_module.handler(s3_event, LocalLambdaContext("S3CompactFunction", 300))
+    assert s3_counts(Output(s3_module, caplog, capsys)) == ["S3ObjectsErrored"]
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        s3_module.handler(s3_event, LocalLambdaContext("S3CompactFunction", 300))
+    assert s3_counts(Output(s3_module, caplog, capsys)) == ["S3ObjectsCompacted"]
