@@ -272,17 +272,22 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     state = RunState.from_dict(saved["state"])
     items = _get_json(store, bucket, saved["windows_key"])
     output_key = _work(job, f"p{state.number + 1}/output.json")
-    with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
-        writer = ArrayWriter(out)
-        assembly = state.assembly(writer.write)
-        # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
-        for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
-                                                       _result(store, bucket, item["result_key"])),
-                                         items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
-                                         weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES)):
-            assembly.add(task, result)
-        writer.finish()
-    advance, more = state.finish_pass(assembly)
+    try:
+        with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
+            writer = ArrayWriter(out)
+            assembly = state.assembly(writer.write)
+            # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
+            for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
+                                                           _result(store, bucket, item["result_key"])),
+                                             items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
+                                             weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES)):
+                assembly.add(task, result)
+            writer.finish()
+            advance, more = state.finish_pass(assembly)
+            if not advance:
+                raise _Unread
+    except _Unread:  # the pass changed nothing: its input stays, and its output, which nothing reads, is not stored
+        pass  # (it was: one more PutObject, or a multipart upload's completion)
     if no_window_ran(state):
         return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
@@ -291,6 +296,10 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     _put_json(store, bucket, _work(job, FINAL_STATE), state.as_dict())  # what RecordFailure bills, should billing fail
     key, skipped = _write_result(store, job, state, input_key, input_version)
     return _finished(job, state, key, skipped)
+
+
+class _Unread(Exception):
+    """Raised in ``assemble``'s output writer to discard the output (the store's writer aborts on an exception)."""
 
 
 def _finished(job: dict[str, Any], state: Any, key: str, skipped: str | None) -> dict[str, Any]:
