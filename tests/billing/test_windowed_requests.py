@@ -106,3 +106,52 @@ def test_record_failure_reads_no_record_of_the_caller(aws: dict[str, Any], bucke
     assert recorded["result"] == "failed"
     assert not [key for _, key in sent if key.startswith(jobs.JOBS_PREFIX)]
     assert [operation for operation, _ in sent].count("PutObject") == 1  # failed/<rel>
+
+
+def test_a_retried_last_assemble_assembles_nothing_again(aws: dict[str, Any], bucket: Any, worker: ModuleType,
+                                                         big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last assemble wrote the result and failed on its ledger write; Step Functions retries it. The retry read
+    every window's task and result again and wrote the pass's output and the final run state again, already
+    written, to find the result there: it now reads the run state, finds the result written, and bills (two
+    requests). The job is billed once, with the first attempt's figures."""
+    from .test_windowed_billing import ledger_down
+
+    job = upload_job(bucket, "uploaderkeyid", big)
+    ledger_down(monkeypatch, once=True)
+    with pytest.raises(RuntimeError):
+        run_job(worker, job)
+    key = job["key"].replace("incoming/", "compacted/", 1)
+    written = bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    with s3_requests() as sent:
+        outcome = worker.handler({"step": "assemble", "job": job}, context())
+    assert (outcome["done"], outcome["result"], outcome["key"]) == (True, "compacted", key)
+    assert [operation for operation, _ in sent] == ["GetObject", "HeadObject"]
+    assert bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read() == written
+    (entry,) = ledger(aws)
+    body = json.loads(written)
+    assert (entry.api_key_id, entry.bytes_in, entry.bytes_out) == (
+        "uploaderkeyid", body["compaction"]["original_bytes"], body["compaction"]["output_bytes"])
+
+
+def test_record_failure_finds_the_final_state_an_earlier_assemble_saved_apart(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An execution whose last assemble ran before the final run state moved into ``state.json`` saved it in
+    ``work/<job>/final.json``: RecordFailure (after that assemble failed on its ledger write) still finds the job
+    delivered and bills it, writing no failure."""
+    from compactor.large_jobs import FINAL
+
+    from .test_windowed_billing import ledger_down
+
+    job = upload_job(bucket, "uploaderkeyid", big)
+    ledger_down(monkeypatch, once=True)
+    with pytest.raises(RuntimeError):
+        run_job(worker, job)
+    state_key = f"work/{job['job_id']}/state.json"
+    saved = json.loads(bucket.get_object(Bucket=BUCKET, Key=state_key)["Body"].read())
+    bucket.put_object(Bucket=BUCKET, Key=f"work/{job['job_id']}/final.json", Body=json.dumps(saved.pop(FINAL)))
+    bucket.put_object(Bucket=BUCKET, Key=state_key, Body=json.dumps(saved))
+    outcome = worker.handler({"step": "fail", "job": job, "error": {"Error": "RuntimeError"}}, context())
+    assert (outcome["done"], outcome["result"]) == (True, "compacted")
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    (entry,) = ledger(aws)
+    assert entry.api_key_id == "uploaderkeyid"
