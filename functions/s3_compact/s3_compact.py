@@ -18,9 +18,8 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, jobs, object_jobs
-from compactor_aws import logs, observability, windowed_jobs
+from compactor_aws import logs, observability, snapstart, windowed_jobs
 from compactor_aws.s3_store import S3Store
-from compactor_aws import snapstart
 
 logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
@@ -90,20 +89,13 @@ def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: 
 
 
 @tracer.capture_method(capture_response=False)
+@observability.counting_errored(metrics, tracer)  # an attempt that raises is counted too
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
-    """One record: its object's job (:func:`run_job`), logged and counted (an attempt that raises, as ``errored``).
-    Every line written meanwhile (the billing record included) names the object: ``bucket``, ``key``,
-    ``version_id``."""
+    """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
+    billing record included) names the object: ``bucket``, ``key``, ``version_id``."""
     source = source_of(record)
     with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
-        try:
-            outcome = object_outcome(record, source, defaults, context)
-        except Exception:
-            # Raised for Lambda's retry (a crash, a server error, a failed store or ledger write): counted as this
-            # attempt's outcome, as every other attempt's is (it used to be counted nowhere, docs/deploy.md).
-            tracer.put_annotation("s3_result", observability.ERRORED)
-            observability.record_s3_object(metrics, observability.ERRORED)
-            raise
+        outcome = object_outcome(record, source, defaults, context)
         tracer.put_annotation("s3_result", outcome["result"])
         logger.info("s3 object %s", outcome["result"], extra={
             "target": outcome["key"], "status": outcome["status"], "reason": outcome.get("reason"),

@@ -309,6 +309,19 @@ def record_s3_object(metrics: Any, result: str) -> None:
     metrics.add_metric(name=S3_OBJECT_METRICS[result], unit=MetricUnit.Count, value=1)
 
 
+@contextmanager
+def counting_errored(metrics: Any, tracer: Any) -> Iterator[None]:
+    """An S3 job attempt that raises (a crash, a server error, a failed store or ledger write: Lambda retries it) is
+    counted as its outcome, :data:`ERRORED` (metric and ``s3_result`` annotation), as every other attempt's outcome
+    is, then raised. It used to be counted nowhere (docs/deploy.md)."""
+    try:
+        yield
+    except Exception:
+        tracer.put_annotation("s3_result", ERRORED)
+        record_s3_object(metrics, ERRORED)
+        raise
+
+
 # ----------------------------------------------------------------------------------------------- tracer
 
 class _Untraced(BaseSegment):
