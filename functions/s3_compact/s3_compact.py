@@ -18,9 +18,8 @@ from aws_lambda_powertools.utilities.data_classes.s3_event import S3EventRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, jobs, object_jobs
-from compactor_aws import logs, observability, windowed_jobs
+from compactor_aws import logs, observability, snapstart, windowed_jobs
 from compactor_aws.s3_store import S3Store
-from compactor_aws import snapstart
 
 logger = logs.new_logger()  # the layer's module loggers write through it
 snapstart.register()  # warm the core before a SnapStart snapshot (docs/performance.md)
@@ -90,6 +89,7 @@ def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: 
 
 
 @tracer.capture_method(capture_response=False)
+@observability.counting_errored(metrics, tracer)  # an attempt that raises is counted too
 def process(record: S3EventRecord, defaults: object_jobs.Defaults, context: LambdaContext) -> dict[str, Any]:
     """One record: its object's job (:func:`run_job`), logged and counted. Every line written meanwhile (the
     billing record included) names the object: ``bucket``, ``key``, ``version_id``."""

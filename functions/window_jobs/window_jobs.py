@@ -62,7 +62,9 @@ def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, conte
 
     source = large_jobs.source_of(job)
     rel = object_jobs.relative_key(source.key)
-    caller = jobs.upload_caller(store, source.bucket, rel) if rel else None
+    # The one the S3 function found and billed the job to, in the execution's input; read from the upload's record
+    # only for a job started before executions named it (reading it always was one more GET for each job that bills).
+    caller = job.get("caller") or (jobs.upload_caller(store, source.bucket, rel) if rel else None)
 
     def observe() -> Any:
         summary = observability.record_call(

@@ -394,3 +394,19 @@ async def test_every_workers_lines_name_the_execution(fanout_aws: FanOutAws, wor
         worker_module.logger.info("a later invocation's line")
     assert [line["message"] for line in lines] == ["flow ran", "a later invocation's line"]
     assert lines[0]["execution_id"] == execution["executionArn"] and "execution_id" not in lines[1]
+
+
+async def test_a_fan_out_makes_the_tally_of_a_crashed_calls_cost_unknown(fanout_aws: FanOutAws) -> None:
+    """The workers' model calls are in no tally of this process: a call that crashed after its batches fanned out
+    has an unknown cost (docs/billing.md, "A failed call's fields"), where the inline run's is known."""
+    from compactor.call_record import counting_calls
+
+    request = CompactRequest(**fixture_t_body())
+    with counting_calls() as inline:
+        await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router)
+    with counting_calls() as fanned:
+        await service.compact(request, deadline=Deadline.after_ms(40_000), router=fanout_aws.router,
+                              flow_runner=runner(fanout_aws))
+    assert fanout_aws.stepfunctions.inputs  # it fanned out
+    assert inline.model_calls and inline.cost is not None
+    assert fanned.elsewhere and fanned.cost is None

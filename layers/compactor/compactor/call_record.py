@@ -190,20 +190,42 @@ def refused(error: Any, *, mode: str, route: str = "compact") -> CallRecord:
 @record
 class CallTally:
     """What the routed calls run inside :func:`counting_calls` are known to have done, counted by the router as each
-    ends: the provider calls they made (:func:`attempts` of their traces, as a record counts them) and the tokens their
-    answers reported. Read when a call ends in an exception no handler expects, whose record was never built
-    (:func:`crashed`)."""
+    ends: the provider calls they made (:func:`attempts` of their traces, as a record counts them), the tokens their
+    answers reported and what they cost, known while every call that ended was priced (as its record prices it) and
+    none is still running or ran elsewhere (a fan-out worker's). Read when a call ends in an exception no handler
+    expects, whose record was never built (:func:`crashed`)."""
 
     model_calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    cost_usd: float = 0.0
+    priced: bool = True  # every routed call that ended had a known cost
+    running: int = 0  # routed calls begun and not ended
+    elsewhere: bool = False  # provider calls were made outside this process (a fan-out's workers)
 
-    def add(self, decision_trace: Any, response: Any) -> None:
-        """One routed call that ended: its trace, and its answer (None when it failed)."""
-        self.model_calls += attempts(decision_trace)
+    def begin(self) -> None:
+        """One routed call starts."""
+        self.running += 1
+
+    def add(self, decision_trace: Any, response: Any, cost_usd: float | None = None) -> None:
+        """One routed call that ended (begun with :meth:`begin`): its trace, its answer (None when it failed) and its
+        cost with its failed attempts' (None when unknown: a call cut off by a timeout, an unpriced answer; a call
+        that sent nothing cost nothing)."""
+        self.running -= 1
+        made = attempts(decision_trace)
+        self.model_calls += made
         if response is not None:
             self.tokens_in += response.tokens_in or 0
             self.tokens_out += response.tokens_out or 0
+        if cost_usd is not None:
+            self.cost_usd += cost_usd
+        elif made:
+            self.priced = False
+
+    @property
+    def cost(self) -> float | None:
+        """What the routed calls cost, when it is known (:class:`CallTally`), else None."""
+        return self.cost_usd if self.priced and not self.running and not self.elsewhere else None
 
 
 _tally: ContextVar[CallTally | None] = ContextVar("compactor_call_tally", default=None)
@@ -228,10 +250,12 @@ def crashed(error: BaseException, counted: CallTally, *, mode: str, route: str =
     """The record of a call that raised ``error`` instead of returning its record: the status its front door answers
     (a ``compactor.errors.CompactorError``'s own, else the 500 ``internal server error`` of an exception no handler
     expects), nothing delivered (no ``bytes_out``, no ``target_met``), the provider calls and tokens ``counted``, and
-    its cost unknown: the exception cut the call off wherever it was, and an attempt then running (or a fan-out
-    worker's) may have been paid (docs/billing.md, "A failed call's fields")."""
+    their cost when every one is known (:attr:`CallTally.cost`: no call that ended unpriced, none still running or run
+    by a fan-out's workers), else unknown (docs/billing.md, "A failed call's fields"). Its cost was always unknown."""
     from compactor.errors import CompactorError, InternalError
 
     status, body = (error if isinstance(error, CompactorError) else InternalError()).answer()
+    cost = counted.cost
     return CallRecord(status=status, body=body, mode=mode, route=route, model_calls=counted.model_calls,
-                      cost_usd=None, tokens_in=counted.tokens_in or None, tokens_out=counted.tokens_out or None)
+                      cost_usd=cost, cost_basis="reported" if cost is not None and counted.model_calls else None,
+                      tokens_in=counted.tokens_in or None, tokens_out=counted.tokens_out or None)

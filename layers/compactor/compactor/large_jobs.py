@@ -61,9 +61,15 @@ messages, but one message may be larger, so a window may be too (docs/scale.md).
 size in the list the Map reads (``task_bytes``); an item without it (a job planned before) weighs
 :data:`UNKNOWN_TASK_BYTES`."""
 UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
+RUN_STATE = "state.json"
+"""``work/<job>/state.json``: the run state before the pass the Map runs, that pass's input and its windows' list; the
+last ``assemble`` adds the finished run's state (:data:`FINAL`) before it writes the result."""
+FINAL = "final"
+"""The finished run's state in the run state object: the job's record, which ``fail`` bills when the last ``assemble``
+wrote the result and failed on the billing record (docs/billing.md), and which a retry of that ``assemble`` finds."""
 FINAL_STATE = "final.json"
-"""The finished run's state (``work/<job>/final.json``), saved before the result is written: the job's record, which
-``fail`` bills when the last ``assemble`` wrote the result and failed on the billing record (docs/billing.md)."""
+"""Where an ``assemble`` before :data:`FINAL` saved the finished run's state (``work/<job>/final.json``): read by ``fail``
+for a job whose run state does not have it."""
 REPEATED = "already processed"
 """Why a failure was not written because this job's own was there: a retried step, whose outcome was counted."""
 RESULT_MAX_BYTES = 5 * 1024**3
@@ -243,7 +249,7 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
         pass
     windows_key = _work(job, f"p{number}/windows.json")
     _put_json(store, bucket, windows_key, items)
-    _put_json(store, bucket, _work(job, "state.json"), {"state": state.as_dict(), "input_key": input_key,
+    _put_json(store, bucket, _work(job, RUN_STATE), {"state": state.as_dict(), "input_key": input_key,
                                                         "input_version": input_version, "windows_key": windows_key})
     return windows_key
 
@@ -266,31 +272,45 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     from compactor.compaction.windows import RunState
 
     bucket = job["bucket"]
-    saved = _get_json(store, bucket, _work(job, "state.json"))
+    saved = _get_json(store, bucket, _work(job, RUN_STATE))
     if windows_key is not None and saved["windows_key"] != windows_key:
         return _next_pass(job, saved["windows_key"])
+    delivered = _delivered(store, job, saved.get(FINAL))
+    if delivered is not None:  # a retry of the assemble that wrote the result and failed on its billing record: it
+        # assembled the pass again (every window's task and result read, the output and the final state written again)
+        return delivered
     state = RunState.from_dict(saved["state"])
     items = _get_json(store, bucket, saved["windows_key"])
     output_key = _work(job, f"p{state.number + 1}/output.json")
-    with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
-        writer = ArrayWriter(out)
-        assembly = state.assembly(writer.write)
-        # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
-        for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
-                                                       _result(store, bucket, item["result_key"])),
-                                         items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
-                                         weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES)):
-            assembly.add(task, result)
-        writer.finish()
-    advance, more = state.finish_pass(assembly)
+    try:
+        with store.open_writer(bucket, output_key, content_type=JSON_CONTENT_TYPE, metadata={}) as out:
+            writer = ArrayWriter(out)
+            assembly = state.assembly(writer.write)
+            # In order, the next windows read while this one is added: up to WINDOWS_AT_ONCE in flight.
+            for task, result in side_by_side(lambda item: (_get_json(store, bucket, item["task_key"]),
+                                                           _result(store, bucket, item["result_key"])),
+                                             items, at_once=WINDOWS_AT_ONCE, max_weight=TASK_BYTES_IN_FLIGHT,
+                                             weight=lambda item: item.get("task_bytes", UNKNOWN_TASK_BYTES)):
+                assembly.add(task, result)
+            writer.finish()
+            advance, more = state.finish_pass(assembly)
+            if not advance:
+                raise _Unread
+    except _Unread:  # the pass changed nothing: its input stays, and its output, which nothing reads, is not stored
+        pass  # (it was: one more PutObject, or a multipart upload's completion)
     if no_window_ran(state):
         return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
     if more:
         return _next_pass(job, _plan_pass(store, job, state, input_key, input_version))
-    _put_json(store, bucket, _work(job, FINAL_STATE), state.as_dict())  # what RecordFailure bills, should billing fail
+    # What RecordFailure bills, should billing fail, and what a retry of this step finds.
+    _put_json(store, bucket, _work(job, RUN_STATE), {**saved, FINAL: state.as_dict()})
     key, skipped = _write_result(store, job, state, input_key, input_version)
     return _finished(job, state, key, skipped)
+
+
+class _Unread(Exception):
+    """Raised in ``assemble``'s output writer to discard the output (the store's writer aborts on an exception)."""
 
 
 def _finished(job: dict[str, Any], state: Any, key: str, skipped: str | None) -> dict[str, Any]:
@@ -407,18 +427,22 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
     rel = relative_key(source.key)
     if rel is None:
         return {"done": True, "result": "skipped"}
-    delivered = _delivered(store, job)
+    saved = store.get_if_exists(source.bucket, _work(job, RUN_STATE), max_bytes=RESULT_MAX_BYTES)
+    run = None if saved is None else json.loads(saved.body)
+    final = None if run is None else run.get(FINAL)
+    if final is None:  # saved apart by an assemble before FINAL
+        found = store.get_if_exists(source.bucket, _work(job, FINAL_STATE), max_bytes=RESULT_MAX_BYTES)
+        final = None if found is None else json.loads(found.body)
+    delivered = _delivered(store, job, final)
     if delivered is not None:
         return delivered
     name = error.get("Error") if isinstance(error, dict) and isinstance(error.get("Error"), str) else None
     cause = name[:100] if name else None
     recorded = _job_failed(store, job, cause)
-    saved = store.get_if_exists(source.bucket, _work(job, "state.json"), max_bytes=RESULT_MAX_BYTES)
-    if saved is None:  # no window was planned: nothing ran to observe
+    if run is None:  # no window was planned: nothing ran to observe
         return recorded
     from compactor.compaction.windows import RunState
 
-    run = json.loads(saved.body)
     state = RunState.from_dict(run["state"])
     unassembled = _unassembled_results(store, source.bucket, run["windows_key"])
     return {**recorded, "record": _failure_record(state, recorded["status"], cause, unassembled)}
@@ -448,21 +472,21 @@ def _recorded(written: Any) -> dict[str, Any]:
     return {**outcome, "repeated": True} if written.result == "skipped" and written.reason == REPEATED else outcome
 
 
-def _delivered(store: StreamStore, job: dict[str, Any]) -> dict[str, Any] | None:
+def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any] | None:
     """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's)
-    before failing, else None. Its record is rebuilt from the final run state ``assemble`` saved first."""
+    before failing, else None. ``final`` is the final run state ``assemble`` saved first (None: it saved none), its
+    record rebuilt from it."""
     from compactor.compaction.windows import RunState
 
+    if final is None:
+        return None
     source = source_of(job)
     rel = relative_key(source.key)
     assert rel is not None
-    final = store.get_if_exists(source.bucket, _work(job, FINAL_STATE), max_bytes=RESULT_MAX_BYTES)
-    if final is None:
-        return None
     key = result_key(rel)
     head = store.head(source.bucket, key)
     existing = head.metadata if head is not None else None
-    state = RunState.from_dict(json.loads(final.body))
+    state = RunState.from_dict(final)
     if same_version(existing, source):
         return _finished(job, state, key, None)
     if newer_exists(existing, source):

@@ -402,8 +402,8 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
                 record = await compact_call(request, deadline=deadline, router=router)
         except Exception as error:
             # An exception instead of the record (one no handler expects: a 500): observed with its status and what
-            # the job is known to have done (its model calls may have been paid), then raised as a 5xx is
-            # (docs/billing.md). It was in no billing line or call metric.
+            # the job is known to have done (its model calls, and their cost when each is known), then raised as a
+            # 5xx is, billed nothing (docs/billing.md). It was in no billing line or call metric.
             if observe is not None:
                 observe(crashed(error, counted, mode=request.mode_name, route=ROUTE), started_at, time.time())
             raise

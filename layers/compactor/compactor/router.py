@@ -27,7 +27,7 @@ from typing import Any
 from compactor.budget import Deadline
 from compactor.call_record import tally as call_tally
 from compactor.caller import current_caller
-from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, default_cache_prices, priced
+from compactor.cost import NODE_DECIMALS, RESPONSE_DECIMALS, default_cache_prices, priced, with_failed_attempts
 from compactor.cost import reported as reported_cost
 from compactor.jsonutil import dense_dumps, dense_size_bound, is_finite_number
 from compactor.policy import Policy, admit_policy, admit_pred, with_envelope
@@ -285,6 +285,15 @@ def compute_cost(offer: Offer, response: Response, decimals: int) -> tuple[float
     """
     cost, basis, _ = _priced(offer, response, decimals)
     return cost, basis
+
+
+def _tallied_cost(result: RouteResult, decimals: int) -> float | None:
+    """What one routed call cost as a record prices it (an answer's with the billed failed attempts before it, a failed
+    call's attempts'), None when unknown: what a call that crashed sums (``compactor.call_record.CallTally``)."""
+    if result.ok:
+        return with_failed_attempts(result.cost_usd, result.failed_cost_usd, decimals,
+                                    failed_known=result.failed_cost_known)
+    return result.failure_cost()
 
 
 def _priced(offer: Offer, response: Response, decimals: int) -> tuple[float | None, str | None, tuple[str, ...]]:
@@ -692,10 +701,13 @@ class Router:
         started_traces = _started_traces.get()
         if started_traces is not None:
             started_traces.append(run.trace)
+        counted = call_tally()
+        if counted is not None:  # what the call is known to have done, should it crash (docs/billing.md)
+            counted.begin()
         try:
             result = await run.execute()
-        except BaseException:  # cancelled (a node's timeout): the attempts it sent, the one cut off included
-            counted = call_tally()
+        except BaseException:  # cancelled (a node's timeout): the attempts it sent, the one cut off included (which
+            # may have been paid: its cost unknown)
             if counted is not None:
                 counted.add(run.trace, None)
             raise
@@ -704,9 +716,8 @@ class Router:
             result.cost_usd, result.cost_basis, defaults = _priced(result.chosen, result.response, decimals)
             if defaults:  # priced at Claude's cache factors, whatever the provider (docs/billing.md)
                 result.trace["default_cache_prices"] = list(defaults)
-        counted = call_tally()
-        if counted is not None:  # what the call is known to have done, should it crash (docs/billing.md)
-            counted.add(result.trace, result.response)
+        if counted is not None:
+            counted.add(result.trace, result.response, _tallied_cost(result, decimals))
         return result
 
 

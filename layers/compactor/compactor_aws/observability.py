@@ -293,10 +293,13 @@ def record_request(metrics: Any, status: int) -> None:
     metrics.add_metric(name="ServerErrors", unit=MetricUnit.Count, value=int(status >= 500))
 
 
+ERRORED = "errored"
+"""The outcome of an S3 job attempt that raised (Lambda retries it): no result and no failure was written."""
 S3_OBJECT_METRICS = {"compacted": "S3ObjectsCompacted", "failed": "S3ObjectsFailed", "skipped": "S3ObjectsSkipped",
-                     "started": "S3WindowedJobsStarted"}
+                     "started": "S3WindowedJobsStarted", ERRORED: "S3ObjectsErrored"}
 """The per-object counter of each S3 job outcome (docs/deploy.md): counted by ``S3CompactFunction`` for the objects it
-compacts, and by ``WindowJobFunction`` for a windowed job's outcome (its start is counted by the first)."""
+compacts (``errored`` once per attempt that raised), and by ``WindowJobFunction`` for a windowed job's outcome (its
+start is counted by the first)."""
 
 
 def record_s3_object(metrics: Any, result: str) -> None:
@@ -304,6 +307,19 @@ def record_s3_object(metrics: Any, result: str) -> None:
     from aws_lambda_powertools.metrics import MetricUnit
 
     metrics.add_metric(name=S3_OBJECT_METRICS[result], unit=MetricUnit.Count, value=1)
+
+
+@contextmanager
+def counting_errored(metrics: Any, tracer: Any) -> Iterator[None]:
+    """An S3 job attempt that raises (a crash, a server error, a failed store or ledger write: Lambda retries it) is
+    counted as its outcome, :data:`ERRORED` (metric and ``s3_result`` annotation), as every other attempt's outcome
+    is, then raised. It used to be counted nowhere (docs/deploy.md)."""
+    try:
+        yield
+    except Exception:
+        tracer.put_annotation("s3_result", ERRORED)
+        record_s3_object(metrics, ERRORED)
+        raise
 
 
 # ----------------------------------------------------------------------------------------------- tracer

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from compactor.budget import Deadline
+from compactor.call_record import tally
 from compactor.caller import current_caller
 from compactor.flow import AdmittedFlow, FlowResult, run_flow
 from compactor.flow.values import MISSING
@@ -127,6 +128,9 @@ class StepFunctionsFlowRunner:
         if partition is None:
             return await run_flow(admitted, flow_input, router=router, deadline=deadline, on_event=on_event,
                                   conversation=conversation)
+        counted = tally()
+        if counted is not None:  # the workers' calls are in no tally of this call: a crash's cost is unknown
+            counted.elsewhere = True
         value = start_value(flow_input, conversation)
         components = partition.components
         run = f"{self.prefix}{self.run_id()}/"
