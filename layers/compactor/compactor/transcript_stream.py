@@ -26,6 +26,10 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
   :data:`PATH_NAMES_BUDGET`, the stream is read again from its parser's events, which name no path
   (:func:`_path_free_messages`: slower, its memory the message being built), refusing a level deeper than
   the API's as soon as it opens. The request fields are always read that way.
+* **Keys named twice.** ijson's builders keep the last value of a key an object names twice, which the API refuses
+  (``jsonutil.bounded_loads``). Every builder here is given a map type of ours (:class:`_KeysOnce`) that notes a key
+  set twice, and the message is refused as the API refuses it; its maps are made plain dicts as the message's depth
+  is checked (:func:`_as_loaded`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import ijson
 
 from compactor.jsonutil import (
     BYTE_ORDER_MARK, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError, bounded_loads,
-    dense_dumps, ensure_utf8_encodable, parsed_depth_exceeds, repeated_key_message,
+    dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import (
@@ -305,16 +309,19 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         yield from _jsonl(replay)
         return
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
+    keyed = _KeysOnce.made()
     try:
         if path_free:
-            items = _path_free_messages(reader, kind, backend)
+            items = _path_free_messages(reader, kind, backend, keyed)
         else:
             items = (backend or ijson).items(reader, "item" if kind == "array" else "messages.item",
-                                             use_float=True, buf_size=READ_BYTES)
+                                             use_float=True, buf_size=READ_BYTES, map_type=keyed)
         for index, message in enumerate(items):
             if not isinstance(message, dict):
                 raise TranscriptError(f"message {index} is not a JSON object")
-            if parsed_depth_exceeds(message, MAX_BODY_DEPTH):  # the limits of bounded_loads (docs/reliability.md)
+            keyed.refuse_repeated()
+            message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
+            if message is None:
                 raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
@@ -328,15 +335,71 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         raise reader.stopped
 
 
+class _KeysOnce(dict):  # type: ignore[type-arg]
+    """The map type ijson's builders are given: a dict that notes in :attr:`repeated` (its class's, one class a
+    reading: :meth:`made`) a key set twice, which the builders would otherwise overwrite. Noted, not raised: an
+    exception raised inside the C backend's builder comes out as a ``SystemError``. A Python call for every key set
+    (about a third more than the items' parse alone, docs/performance.md "Streamed reading")."""
+
+    __slots__ = ()
+    repeated: list[str]
+
+    @classmethod
+    def made(cls) -> type[_KeysOnce]:
+        return type("_KeysOnce", (cls,), {"__slots__": (), "repeated": []})
+
+    def __setitem__(self, key: str, value: Any, _set: Callable[..., None] = dict.__setitem__) -> None:
+        if key in self:
+            self.repeated.append(key)
+        _set(self, key, value)
+
+    @classmethod
+    def refuse_repeated(cls) -> None:
+        """A :class:`TranscriptError` as the API words it when a map built so far named a key twice."""
+        if cls.repeated:
+            raise TranscriptError(repeated_key_message(cls.repeated[0]))
+
+
+def _as_loaded(value: Any, keyed: type, limit: int) -> Any:
+    """``value`` as ``json.loads`` builds it, every map of type ``keyed`` (:class:`_KeysOnce`) made a plain dict;
+    None when a container sits deeper than ``limit`` (the root is level 0: ``jsonutil.depth_exceeds``), found before
+    the recursion goes deeper than ``limit`` + 1 calls. A map is copied (in C), a list changed in place."""
+    def loaded(node: Any, level: int) -> Any:
+        if level > limit:
+            raise _TooDeep
+        if type(node) is list:  # in place
+            for at, child in enumerate(node):
+                if type(child) is keyed or type(child) is list:
+                    node[at] = loaded(child, level + 1)
+            return node
+        plain = dict(node)  # a copy in C; its containers replaced in it
+        for key, child in plain.items():
+            if type(child) is keyed or type(child) is list:
+                plain[key] = loaded(child, level + 1)
+        return plain
+
+    if type(value) is not keyed and type(value) is not list:
+        return value
+    try:
+        return loaded(value, 0)
+    except _TooDeep:
+        return None
+
+
+class _TooDeep(Exception):
+    """A container past :func:`_as_loaded`'s limit."""
+
+
 _STARTS = frozenset(("start_map", "start_array"))
 _ENDS = frozenset(("end_map", "end_array"))
 
 
-def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[Any]:
+def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: type) -> Iterator[Any]:
     """The values ijson's items give (the root array's, or those named ``messages.item`` in an object: the
     ``messages`` array's items, a ``messages`` object's ``item`` members and a root ``messages.item`` member),
     built from the parser's events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens.
-    The same values as the items, so a reading that goes on from here skips the messages given before."""
+    The same values as the items, so a reading that goes on from here skips the messages given before; their maps
+    of type ``keyed`` (:class:`_KeysOnce`), as the items'."""
     events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
     depth, item_depth, builder = 0, 0, None
     root_key = inner_key = opened = None  # the member of the root, of a messages object; how messages opened
@@ -371,7 +434,7 @@ def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[A
                 yield value  # a scalar item: not a message, which the reading refuses
             continue
         if at_item:
-            builder, item_depth = ijson.ObjectBuilder(), depth
+            builder, item_depth = ijson.ObjectBuilder(map_type=keyed), depth
             builder.event(event, value)
         elif depth == 1 and root_key == "messages":
             opened = event
@@ -386,7 +449,8 @@ def _refuse_past_levels(depth: int) -> None:
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
-    past :data:`MAX_LEVELS` refused as it opens); a member named twice is refused, as the API refuses it."""
+    past :data:`MAX_LEVELS` refused as it opens); a member named twice, or a key named twice inside a member's value,
+    is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
@@ -394,6 +458,7 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     depth, key, builder, messages_value = 0, None, None, False
     members: set[str] = set()
+    keyed = _KeysOnce.made()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
@@ -418,10 +483,11 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             if key is None:
                 continue
             if builder is None:
-                builder = ijson.ObjectBuilder()
+                builder = ijson.ObjectBuilder(map_type=keyed)
             builder.event(event, value)
             if depth == 1:  # the member's value is whole: a scalar, or its container closed
-                fields[key], key, builder = builder.value, None, None
+                keyed.refuse_repeated()
+                fields[key], key, builder = _as_loaded(builder.value, keyed, MAX_LEVELS), None, None
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:
