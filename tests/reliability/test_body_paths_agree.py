@@ -141,6 +141,23 @@ def test_jsonl_that_is_not_utf8_is_refused_by_the_streamed_reading_too(tmp_path:
 
 
 @pytest.mark.parametrize("raw", [
+    b'[{"role": "user", "content": "A\xff"}, {"role": "assistant", "content": "Done."}]',
+    b'{"mode": "decision", "messages": [{"role": "user", "content": "A\xed\xa0\x80"}]}',  # a surrogate, encoded
+    b'[{"role": "user", "content": "A\xc3"}]',  # a sequence cut short
+])
+def test_json_that_is_not_utf8_is_refused_by_the_streamed_reading_as_not_utf8(tmp_path: Path, raw: bytes) -> None:
+    # The streamed reading refused it as "not JSON: b'lexical error: invalid bytes in UTF8 string.\n ..." (the C
+    # backend's bytes, their repr) or "not JSON: 'utf-8' codec can't decode byte 0xed in position 31" (the
+    # pure-Python backend's, a position in one read), where the other paths say it is not UTF-8.
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.error["message"] == "the object is not UTF-8 text"
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        cli(raw, tmp_path)
+    with pytest.raises(TranscriptError, match=re.escape("not UTF-8 text (an invalid byte in a string)")):
+        streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
     b"\x0c" + BODY,  # a form feed
     "\u00a0".encode("utf-8") + BODY,  # a no-break space
     b" \xef\xbb\xbf" + BODY,  # a byte order mark that does not lead

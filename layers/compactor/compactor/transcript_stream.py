@@ -547,14 +547,27 @@ def _refused_integer(exc: Exception) -> bool:
     return str(exc).startswith("parse error: integer overflow")
 
 
+# What a stream that is not UTF-8 is refused with, as the CLI and the S3 path refuse the file or object read whole
+# ("not UTF-8 text"): ijson's C backend said "not JSON: b'lexical error: invalid bytes in UTF8 string.\n ...'" (its
+# bytes' repr), the pure-Python one "not JSON: 'utf-8' codec can't decode byte 0xed in position 31 ..." (a position
+# in one read).
+NOT_UTF8 = "not UTF-8 text (an invalid byte in a string)"
+
+
 def _not_json(exc: Exception) -> TranscriptError:
-    if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape
+    if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape, or bytes that are
+        # no UTF-8 (ED A0 80): the pure-Python backend tells them apart
         return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
                                "pure-Python backend")
     if isinstance(exc, ijson.JSONError) and _refused_integer(exc):
         return IntegerOutside64Bits("an integer outside 64 bits: the stream is to be read again by the "
                                     "pure-Python backend")
-    return TranscriptError(f"not JSON: {str(exc)[:200]}")
+    reason = exc.args[0] if isinstance(exc, ijson.JSONError) and exc.args else exc
+    if isinstance(reason, UnicodeDecodeError) or (
+            isinstance(reason, bytes) and reason.startswith(b"lexical error: invalid bytes in UTF8 string")):
+        return TranscriptError(NOT_UTF8)
+    text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    return TranscriptError(f"not JSON: {text[:200]}")
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
