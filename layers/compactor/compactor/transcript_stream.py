@@ -27,9 +27,9 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
   (:func:`_path_free_messages`: slower, its memory the message being built), refusing a level deeper than
   the API's as soon as it opens. The request fields are always read that way.
 * **Keys named twice.** ijson's builders keep the last value of a key an object names twice, which the API refuses
-  (``jsonutil.bounded_loads``). Every builder here is given a map type of ours (:class:`_KeysOnce`) that notes a key
-  set twice, and the message is refused as the API refuses it; its maps are made plain dicts as the message's depth
-  is checked (:func:`_as_loaded`).
+  (``jsonutil.bounded_loads``). Every builder here is given a map type of ours (:func:`_keys_once`) that notes a key
+  set twice, and the message is refused as the API refuses it; the maps in its lists are given their plain dicts as
+  the message's depth is checked (:func:`_as_loaded`).
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         yield from _jsonl(replay)
         return
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
-    keyed = _KeysOnce.made()
+    keyed = _keys_once()
     try:
         if path_free:
             items = _path_free_messages(reader, kind, backend, keyed)
@@ -317,7 +317,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
             items = (backend or ijson).items(reader, "item" if kind == "array" else "messages.item",
                                              use_float=True, buf_size=READ_BYTES, map_type=keyed)
         for index, message in enumerate(items):
-            if not isinstance(message, dict):
+            if type(message) is not keyed:
                 raise TranscriptError(f"message {index} is not a JSON object")
             keyed.refuse_repeated()
             message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
@@ -335,71 +335,76 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         raise reader.stopped
 
 
-class _KeysOnce(dict):  # type: ignore[type-arg]
-    """The map type ijson's builders are given: a dict that notes in :attr:`repeated` (its class's, one class a
-    reading: :meth:`made`) a key set twice, which the builders would otherwise overwrite. Noted, not raised: an
-    exception raised inside the C backend's builder comes out as a ``SystemError``. A Python call for every key set
-    (about a third more than the items' parse alone, docs/performance.md "Streamed reading")."""
+def _keys_once() -> Any:
+    """The map type ijson's builders are given in one reading (C or pure-Python items, the path-free reading, the request
+    fields), a class made for it: a map holds a plain dict (``plain``), which its parent map holds in its place, and
+    notes a key set twice, which the builders would otherwise overwrite; ``refuse_repeated()`` then refuses it as the
+    API words it. Noted, not raised: an exception raised inside the C backend's builder comes out as a
+    ``SystemError``. A list holds the maps themselves (the builders make their lists): :func:`_as_loaded` puts their
+    dicts in their place. A Python call for every map and every key set (docs/performance.md "Streamed reading")."""
+    repeated: list[str] = []
 
-    __slots__ = ()
-    repeated: list[str]
+    class KeysOnce:
+        __slots__ = ("plain",)
 
-    @classmethod
-    def made(cls) -> type[_KeysOnce]:
-        return type("_KeysOnce", (cls,), {"__slots__": (), "repeated": []})
+        def __init__(self) -> None:
+            self.plain: dict[str, Any] = {}
 
-    def __setitem__(self, key: str, value: Any, _set: Callable[..., None] = dict.__setitem__) -> None:
-        if key in self:
-            self.repeated.append(key)
-        _set(self, key, value)
+        def __setitem__(self, key: str, value: Any) -> None:
+            plain = self.plain
+            if key in plain:
+                repeated.append(key)
+            plain[key] = value.plain if type(value) is KeysOnce else value
 
-    @classmethod
-    def refuse_repeated(cls) -> None:
-        """A :class:`TranscriptError` as the API words it when a map built so far named a key twice."""
-        if cls.repeated:
-            raise TranscriptError(repeated_key_message(cls.repeated[0]))
+        @staticmethod
+        def refuse_repeated() -> None:
+            if repeated:
+                raise TranscriptError(repeated_key_message(repeated[0]))
+
+    return KeysOnce
 
 
-def _as_loaded(value: Any, keyed: type, limit: int) -> Any:
-    """``value`` as ``json.loads`` builds it, every map of type ``keyed`` (:class:`_KeysOnce`) made a plain dict;
-    None when a container sits deeper than ``limit`` (the root is level 0: ``jsonutil.depth_exceeds``), found before
-    the recursion goes deeper than ``limit`` + 1 calls. A map is copied (in C), a list changed in place."""
-    def loaded(node: Any, level: int) -> Any:
-        if level > limit:
-            raise _TooDeep
-        if type(node) is list:  # in place
-            for at, child in enumerate(node):
-                if type(child) is keyed or type(child) is list:
-                    node[at] = loaded(child, level + 1)
-            return node
-        plain = dict(node)  # a copy in C; its containers replaced in it
-        for key, child in plain.items():
-            if type(child) is keyed or type(child) is list:
-                plain[key] = loaded(child, level + 1)
-        return plain
-
-    if type(value) is not keyed and type(value) is not list:
+def _as_loaded(value: Any, keyed: Any, limit: int) -> Any:
+    """``value`` (a builder's, its maps of the type ``keyed``: :func:`_keys_once`) as ``json.loads`` builds it, the
+    dict of each map in a list put in the map's place; None when a container sits deeper than ``limit`` (the root is
+    level 0: ``jsonutil.depth_exceeds``). A level at a time, with a loop over each container: the depth check the
+    messages had before, which finds the maps in lists as it goes."""
+    if type(value) is keyed:
+        value = value.plain
+    elif type(value) is not list:
         return value
-    try:
-        return loaded(value, 0)
-    except _TooDeep:
-        return None
-
-
-class _TooDeep(Exception):
-    """A container past :func:`_as_loaded`'s limit."""
+    level, nodes = 0, [value]
+    while nodes:
+        if level > limit:
+            return None
+        deeper = []
+        for node in nodes:
+            if type(node) is list:
+                for at, child in enumerate(node):
+                    kind = type(child)
+                    if kind is keyed:
+                        node[at] = child = child.plain
+                        deeper.append(child)
+                    elif kind is dict or kind is list:
+                        deeper.append(child)
+            else:
+                for child in node.values():
+                    if type(child) is dict or type(child) is list:
+                        deeper.append(child)
+        nodes, level = deeper, level + 1
+    return value
 
 
 _STARTS = frozenset(("start_map", "start_array"))
 _ENDS = frozenset(("end_map", "end_array"))
 
 
-def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: type) -> Iterator[Any]:
+def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: Any) -> Iterator[Any]:
     """The values ijson's items give (the root array's, or those named ``messages.item`` in an object: the
     ``messages`` array's items, a ``messages`` object's ``item`` members and a root ``messages.item`` member),
     built from the parser's events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens.
     The same values as the items, so a reading that goes on from here skips the messages given before; their maps
-    of type ``keyed`` (:class:`_KeysOnce`), as the items'."""
+    of type ``keyed`` (:func:`_keys_once`), as the items'."""
     events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
     depth, item_depth, builder = 0, 0, None
     root_key = inner_key = opened = None  # the member of the root, of a messages object; how messages opened
@@ -458,7 +463,7 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     depth, key, builder, messages_value = 0, None, None, False
     members: set[str] = set()
-    keyed = _KeysOnce.made()
+    keyed = _keys_once()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
