@@ -142,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
         progress.finish()
     body = record.body
     if not record.ok:
-        print(f"compactor compact: HTTP {record.status}: {json.dumps(body)}", file=sys.stderr)
-        return 1
+        return _answered_with(record)
     seconds = time.monotonic() - started
     if not args.quiet:
         sys.stderr.write(render_report(request, record, seconds, units))
@@ -390,10 +389,11 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     return 0 if html_written else 2
 
 
-def _answered_with(error: Any) -> int:
-    """A streamed run the core refused (a ``compactor.errors.CompactorError``): its status and body on stderr and exit 1,
-    as a file read whole is answered (README, "Command line")."""
-    status, body = error.answer()
+def _answered_with(answer: Any) -> int:
+    """A run the core refused, its status and body on stderr and exit 1 (README, "Command line"): ``answer`` is the
+    ``CallRecord`` of a file read whole, or the ``compactor.errors.CompactorError`` a streamed run raised; each gives
+    the API's status and body (``answer()``, as ``call_record.refused`` makes a record of an error)."""
+    status, body = answer.answer()
     print(f"compactor compact: HTTP {status}: {json.dumps(body)}", file=sys.stderr)
     return 1
 

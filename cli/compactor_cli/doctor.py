@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from compactor.catalog import Catalog, CatalogError, load_catalog
+from compactor.jsonutil import loads_within
 from compactor.provider_failures import explain
 from compactor.providers.base import (
     REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError, spent_on_reasoning, unfinished,
@@ -88,8 +89,8 @@ async def probe(offer: Offer) -> dict[str, Any]:
             if spent_on_reasoning(response):  # no answer at all: not a JSON mode that does not work
                 raise ProviderError(REASONING_EXHAUSTED, f"probe answer {unfinished(response)}")
             try:
-                json_ok = isinstance(json.loads(response.text or ""), dict)
-            except (ValueError, RecursionError):  # the model's text: not JSON, or nested past the parser's limit
+                json_ok = isinstance(loads_within(response.text or ""), dict)
+            except ValueError:  # the model's text: not JSON, or nested past the parser's limit (NestedTooDeep)
                 json_ok = False
             decimals = RESPONSE_DECIMALS
         else:

@@ -117,12 +117,11 @@ A_KEY_TWICE_IN_A_JSONL_LINE = (b'{"role": "user", "content": "kept", "content": 
 ])
 def test_a_key_named_twice_in_one_object_is_refused_on_every_path(compact_module: ModuleType, tmp_path: Path,
                                                                   raw: bytes, key: str) -> None:
-    # Every reader kept the last value (the streamed reading refused two `messages`): one of two transcripts, or
-    # one of two contents, was compacted and the other lost without a word.
+    # Every reader kept the last value (the streamed reading refused two `messages`, then a key twice inside a message
+    # kept its last value there only): one of two transcripts, or one of two contents, was compacted and the other
+    # lost without a word.
     reason = f'the key "{key}" appears twice in one object: send each key once'
-    # The streamed reader does not check a message's own keys: docs/scale.md "Streaming".
-    _refused_on_every_path(compact_module, tmp_path, raw, reason,
-                           by_stream=key == "messages" or raw is A_KEY_TWICE_IN_A_JSONL_LINE)
+    _refused_on_every_path(compact_module, tmp_path, raw, reason)
 
 
 @pytest.mark.parametrize("raw", [
@@ -138,6 +137,23 @@ def test_jsonl_that_is_not_utf8_is_refused_by_the_streamed_reading_too(tmp_path:
         cli(raw, tmp_path)
     reason = "line 1 is not JSON: not UTF-8 text (an invalid byte at offset 30)"
     with pytest.raises(TranscriptError, match=re.escape(reason)):
+        streamed(raw, tmp_path)
+
+
+@pytest.mark.parametrize("raw", [
+    b'[{"role": "user", "content": "A\xff"}, {"role": "assistant", "content": "Done."}]',
+    b'{"mode": "decision", "messages": [{"role": "user", "content": "A\xed\xa0\x80"}]}',  # a surrogate, encoded
+    b'[{"role": "user", "content": "A\xc3"}]',  # a sequence cut short
+])
+def test_json_that_is_not_utf8_is_refused_by_the_streamed_reading_as_not_utf8(tmp_path: Path, raw: bytes) -> None:
+    # The streamed reading refused it as "not JSON: b'lexical error: invalid bytes in UTF8 string.\n ..." (the C
+    # backend's bytes, their repr) or "not JSON: 'utf-8' codec can't decode byte 0xed in position 31" (the
+    # pure-Python backend's, a position in one read), where the other paths say it is not UTF-8.
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.error["message"] == "the object is not UTF-8 text"
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        cli(raw, tmp_path)
+    with pytest.raises(TranscriptError, match=re.escape("not UTF-8 text (an invalid byte in a string)")):
         streamed(raw, tmp_path)
 
 

@@ -729,3 +729,54 @@ def test_a_large_request_body_naming_no_mode_runs_in_the_mode_it_runs_in_read_wh
         assert ("windows" in streamed.get("compaction", {})) is (mode == "decision"), name
         if mode == "seal":
             assert "compaction" not in whole and whole["messages"] == streamed["messages"], name
+
+
+TWICE = '{"role": "user", "content": "kept", "content": "lost"}'
+NESTED_TWICE = '{"role": "user", "content": [{"type": "text", "text": "kept", "text": "lost"}]}'
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[" + TWICE + "]", "content"),
+    ('{"messages": [' + json.dumps(PLAIN[0]) + ", " + NESTED_TWICE + "]}", "text"),
+    # read by ijson's pure-Python backend (an integer outside 64 bits) and path-free (many openers in a string)
+    ("[" + json.dumps(PLAIN[0] | {"n": 2 ** 80}) + ", " + TWICE + "]", "content"),
+    ("[" + json.dumps({"role": "tool", "content": "{" * 20_000}) + ", " + NESTED_TWICE + "]", "text"),
+    ('{"messages": [], "decision_policy_ir": {"policy": 1, "policy": 2}}', "policy"),
+])
+def test_a_key_named_twice_inside_a_message_or_a_field_is_refused_as_the_api_refuses_it(text, key):
+    """ijson's builders kept the last value of a key named twice inside a message, where the API, the S3 path and
+    the CLI's whole reading refuse the object (jsonutil.bounded_loads): a message's two contents came out as one."""
+    reason = f'the key "{key}" appears twice in one object: send each key once'
+    with pytest.raises(TranscriptError, match=re.escape(reason)):
+        fields_from(Opener(text))
+        list(messages_from(Opener(text)))
+
+
+def test_the_messages_read_are_plain_dicts_as_json_loads_builds_them():
+    text = json.dumps([{"role": "user", "content": [{"type": "text", "text": "a", "meta": {"k": [{"x": {}}]}}]}])
+    for path_free in (False, True):
+        from compactor.transcript_stream import _messages
+
+        [message] = _messages(stream(text), None, path_free=path_free)
+        nodes, kinds = [message], set()
+        while nodes:
+            node = nodes.pop()
+            kinds.add(type(node))
+            nodes.extend(child for child in (node.values() if isinstance(node, dict) else node)
+                         if isinstance(child, (dict, list)))
+        assert message == json.loads(text)[0] and kinds == {dict, list}
+
+
+def test_the_cli_refuses_a_large_file_with_a_key_twice_in_a_message_as_it_refuses_a_small_one(tmp_path, monkeypatch,
+                                                                                               capsys):
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    source = tmp_path / "twice.json"
+    source.write_text("[" + ", ".join([json.dumps(PLAIN[0]), TWICE, json.dumps(PLAIN[1])]) + "]")
+    reason = 'the key "content" appears twice in one object: send each key once'
+    for stream_bytes in (compact_cmd.STREAM_BYTES, 10):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"]) == 2
+        assert capsys.readouterr().err == f"compactor compact: {source}: {reason}\n"
+    assert not (tmp_path / "out.json").exists()

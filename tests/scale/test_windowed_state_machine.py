@@ -331,6 +331,10 @@ def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, na
     ("object.json", b'{"messages": {"item": {"role": "user", "content": "x"}}}', "'messages' is not an array"),
     ("twice.json", b'{"messages": [{"role": "user", "content": "old"}], "messages": []}',
      'the key "messages" appears twice in one object'),
+    ("content.json", b'{"mode": "decision", "messages": [{"role": "user", "content": "kept", "content": "lost"}]}',
+     'the key "content" appears twice in one object'),
+    ("array.json", b'[{"role": "user", "content": [{"type": "text", "text": "kept", "text": "lost"}]}]',
+     'the key "text" appears twice in one object'),
     ("member.json", b'{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "'messages.item'"),
     ("format.json", b'{"format": "bogus", "messages": []}', "unknown format 'bogus'"),
 ])

@@ -264,6 +264,31 @@ def ensure_parsed_encodable(text: str, value: Any) -> None:
         ensure_utf8_encodable(value)  # an escaped lone surrogate ("\\ud800") parses but is no text
 
 
+class NestedTooDeep(ValueError):
+    """JSON nested deeper than a reader's bound, or than the parser's recursion reads: :func:`loads_within`."""
+
+    def __init__(self, max_depth: int | None) -> None:
+        super().__init__(f"JSON nested deeper than {max_depth} levels" if max_depth is not None
+                         else "JSON nested deeper than the parser reads")
+
+
+def loads_within(text: str | bytes, *, max_depth: int | None = None, decode: Callable[[Any], Any] = json.loads) -> Any:
+    """``decode(text)`` (``json.loads``, or a decoder of ours), where JSON nested deeper than ``max_depth`` (the root is
+    level 0; None: as deep as the parser reads) is a :class:`NestedTooDeep`, a ``ValueError`` as text that is not JSON
+    is. The one place a JSON reader meets nesting past the parser's recursion: ``json.loads`` raises
+    ``RecursionError`` there (``[`` repeated 100,000 times), not ``ValueError``, which escaped its callers as a 500,
+    an unclassified provider failure or a traceback (docs/reliability.md). Every reader of JSON that may be nested
+    that deep reads through it: :func:`bounded_loads`, :func:`strict_loads`, :func:`embedded_json`, the providers'
+    error bodies."""
+    try:
+        value = decode(text)
+    except RecursionError:
+        raise NestedTooDeep(max_depth) from None
+    if max_depth is not None and depth_exceeds(value, max_depth):
+        raise NestedTooDeep(max_depth)
+    return value
+
+
 class StrictJSONError(ValueError):
     """Raised by :func:`strict_loads` for duplicate keys, non-finite numbers or bad syntax."""
 
@@ -332,17 +357,17 @@ def strict_loads(text: str | bytes) -> Any:
             if _STRICT_DECODER is None:
                 _STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
                                                    parse_float=_finite_float)
-            return _STRICT_DECODER.decode(text)
-        return json.loads(
-            text,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-        )
+            return loads_within(text, decode=_STRICT_DECODER.decode)
+        return loads_within(text, decode=_strict_json_loads)
     except StrictJSONError:
         raise
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:  # NestedTooDeep among them
         raise StrictJSONError(str(exc)) from exc
+
+
+def _strict_json_loads(text: str | bytes) -> Any:
+    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                      parse_float=_finite_float)
 
 
 def strict_loads_utf8(data: str | bytes) -> Any:
@@ -448,21 +473,22 @@ def bounded_loads(text: str | bytes, *, max_depth: int = MAX_BODY_DEPTH) -> Any:
         if text.startswith(BYTE_ORDER_MARK):
             raise JSONLimitError(SECOND_BYTE_ORDER_MARK, syntax=True)
     try:
-        value = json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant,
-                           object_pairs_hook=_unique_pairs)
+        return loads_within(text, max_depth=max_depth, decode=_bounded_json_loads)
     except JSONLimitError:
         raise
     except _DuplicateKey as repeated:
         raise JSONLimitError(repeated_key_message(repeated.key)) from None
     except json.JSONDecodeError as exc:
         raise JSONLimitError(exc.msg, exc.doc, exc.pos, syntax=True) from None
-    except RecursionError:
-        raise JSONLimitError(f"JSON nested deeper than {max_depth} levels") from None
+    except NestedTooDeep as exc:
+        raise JSONLimitError(str(exc)) from None
     except ValueError as exc:  # a number Python refuses to convert
         raise JSONLimitError(f"unreadable number: {str(exc)[:80]}") from None
-    if depth_exceeds(value, max_depth):
-        raise JSONLimitError(f"JSON nested deeper than {max_depth} levels")
-    return value
+
+
+def _bounded_json_loads(text: str) -> Any:
+    return json.loads(text, parse_int=_BOUNDED_INT, parse_float=_BOUNDED_FLOAT, parse_constant=_no_constant,
+                      object_pairs_hook=_unique_pairs)
 
 
 def repeated_key_message(key: str) -> str:
@@ -479,12 +505,9 @@ def embedded_json(text: str, *, max_depth: int = MAX_BODY_DEPTH) -> tuple[bool, 
     see: parsed as it was, a string of 10,000 ``[`` raised ``RecursionError`` and failed the request with a
     500 (docs/behaviour.md#errors)."""
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
+        return True, loads_within(text, max_depth=max_depth)
+    except ValueError:  # NestedTooDeep among them
         return False, None
-    if depth_exceeds(value, max_depth):
-        return False, None
-    return True, value
 
 
 class _ContainerTypes(dict):  # type: ignore[type-arg]
@@ -526,22 +549,4 @@ def depth_exceeds(value: Any, limit: int) -> bool:
             containers = list({id(child): child for child in compress(
                 children, map(_is_container_type, map(type, children)))}.values())
         level += 1
-    return False
-
-
-def parsed_depth_exceeds(value: dict[str, Any] | list[Any], limit: int) -> bool:
-    """:func:`depth_exceeds` of a value a parser has just built (plain dicts and lists, none held twice), a level at
-    a time with a loop over each container: on a transcript's messages, a few small containers each, about 0.6 of
-    its time (0.09 s against 0.15 s for 64 MB of corpus messages), which finds containers in C and looks into a
-    container held twice once, what a flow input's wide, shared levels need."""
-    level, nodes = 0, [value]
-    while nodes:
-        if level > limit:
-            return True
-        deeper = []
-        for node in nodes:
-            for child in (node.values() if type(node) is dict else node):
-                if type(child) is dict or type(child) is list:
-                    deeper.append(child)
-        nodes, level = deeper, level + 1
     return False

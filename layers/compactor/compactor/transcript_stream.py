@@ -26,6 +26,10 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
   :data:`PATH_NAMES_BUDGET`, the stream is read again from its parser's events, which name no path
   (:func:`_path_free_messages`: slower, its memory the message being built), refusing a level deeper than
   the API's as soon as it opens. The request fields are always read that way.
+* **Keys named twice.** ijson's builders keep the last value of a key an object names twice, which the API refuses
+  (``jsonutil.bounded_loads``). Every builder here is given a map type of ours (:func:`_keys_once`) that notes a key
+  set twice, and the message is refused as the API refuses it; the maps in its lists are given their plain dicts as
+  the message's depth is checked (:func:`_as_loaded`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import ijson
 
 from compactor.jsonutil import (
     BYTE_ORDER_MARK, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError, bounded_loads,
-    dense_dumps, ensure_utf8_encodable, parsed_depth_exceeds, repeated_key_message,
+    dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import (
@@ -305,16 +309,19 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         yield from _jsonl(replay)
         return
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
+    keyed = _keys_once()
     try:
         if path_free:
-            items = _path_free_messages(reader, kind, backend)
+            items = _path_free_messages(reader, kind, backend, keyed)
         else:
             items = (backend or ijson).items(reader, "item" if kind == "array" else "messages.item",
-                                             use_float=True, buf_size=READ_BYTES)
+                                             use_float=True, buf_size=READ_BYTES, map_type=keyed)
         for index, message in enumerate(items):
-            if not isinstance(message, dict):
+            if type(message) is not keyed:
                 raise TranscriptError(f"message {index} is not a JSON object")
-            if parsed_depth_exceeds(message, MAX_BODY_DEPTH):  # the limits of bounded_loads (docs/reliability.md)
+            keyed.refuse_repeated()
+            message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
+            if message is None:
                 raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
@@ -328,15 +335,76 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
         raise reader.stopped
 
 
+def _keys_once() -> Any:
+    """The map type ijson's builders are given in one reading (C or pure-Python items, the path-free reading, the request
+    fields), a class made for it: a map holds a plain dict (``plain``), which its parent map holds in its place, and
+    notes a key set twice, which the builders would otherwise overwrite; ``refuse_repeated()`` then refuses it as the
+    API words it. Noted, not raised: an exception raised inside the C backend's builder comes out as a
+    ``SystemError``. A list holds the maps themselves (the builders make their lists): :func:`_as_loaded` puts their
+    dicts in their place. A Python call for every map and every key set (docs/performance.md "Streamed reading")."""
+    repeated: list[str] = []
+
+    class KeysOnce:
+        __slots__ = ("plain",)
+
+        def __init__(self) -> None:
+            self.plain: dict[str, Any] = {}
+
+        def __setitem__(self, key: str, value: Any) -> None:
+            plain = self.plain
+            if key in plain:
+                repeated.append(key)
+            plain[key] = value.plain if type(value) is KeysOnce else value
+
+        @staticmethod
+        def refuse_repeated() -> None:
+            if repeated:
+                raise TranscriptError(repeated_key_message(repeated[0]))
+
+    return KeysOnce
+
+
+def _as_loaded(value: Any, keyed: Any, limit: int) -> Any:
+    """``value`` (a builder's, its maps of the type ``keyed``: :func:`_keys_once`) as ``json.loads`` builds it, the
+    dict of each map in a list put in the map's place; None when a container sits deeper than ``limit`` (the root is
+    level 0: ``jsonutil.depth_exceeds``). A level at a time, with a loop over each container: the depth check the
+    messages had before, which finds the maps in lists as it goes."""
+    if type(value) is keyed:
+        value = value.plain
+    elif type(value) is not list:
+        return value
+    level, nodes = 0, [value]
+    while nodes:
+        if level > limit:
+            return None
+        deeper = []
+        for node in nodes:
+            if type(node) is list:
+                for at, child in enumerate(node):
+                    kind = type(child)
+                    if kind is keyed:
+                        node[at] = child = child.plain
+                        deeper.append(child)
+                    elif kind is dict or kind is list:
+                        deeper.append(child)
+            else:
+                for child in node.values():
+                    if type(child) is dict or type(child) is list:
+                        deeper.append(child)
+        nodes, level = deeper, level + 1
+    return value
+
+
 _STARTS = frozenset(("start_map", "start_array"))
 _ENDS = frozenset(("end_map", "end_array"))
 
 
-def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[Any]:
+def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: Any) -> Iterator[Any]:
     """The values ijson's items give (the root array's, or those named ``messages.item`` in an object: the
     ``messages`` array's items, a ``messages`` object's ``item`` members and a root ``messages.item`` member),
     built from the parser's events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens.
-    The same values as the items, so a reading that goes on from here skips the messages given before."""
+    The same values as the items, so a reading that goes on from here skips the messages given before; their maps
+    of type ``keyed`` (:func:`_keys_once`), as the items'."""
     events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
     depth, item_depth, builder = 0, 0, None
     root_key = inner_key = opened = None  # the member of the root, of a messages object; how messages opened
@@ -371,7 +439,7 @@ def _path_free_messages(reader: _Watched, kind: str, backend: Any) -> Iterator[A
                 yield value  # a scalar item: not a message, which the reading refuses
             continue
         if at_item:
-            builder, item_depth = ijson.ObjectBuilder(), depth
+            builder, item_depth = ijson.ObjectBuilder(map_type=keyed), depth
             builder.event(event, value)
         elif depth == 1 and root_key == "messages":
             opened = event
@@ -386,7 +454,8 @@ def _refuse_past_levels(depth: int) -> None:
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
-    past :data:`MAX_LEVELS` refused as it opens); a member named twice is refused, as the API refuses it."""
+    past :data:`MAX_LEVELS` refused as it opens); a member named twice, or a key named twice inside a member's value,
+    is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
@@ -394,6 +463,7 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     depth, key, builder, messages_value = 0, None, None, False
     members: set[str] = set()
+    keyed = _keys_once()
     try:
         for event, value in (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES):
             if messages_value:
@@ -418,10 +488,11 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             if key is None:
                 continue
             if builder is None:
-                builder = ijson.ObjectBuilder()
+                builder = ijson.ObjectBuilder(map_type=keyed)
             builder.event(event, value)
             if depth == 1:  # the member's value is whole: a scalar, or its container closed
-                fields[key], key, builder = builder.value, None, None
+                keyed.refuse_repeated()
+                fields[key], key, builder = _as_loaded(builder.value, keyed, MAX_LEVELS), None, None
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:
@@ -481,14 +552,27 @@ def _refused_integer(exc: Exception) -> bool:
     return str(exc).startswith("parse error: integer overflow")
 
 
+# What a stream that is not UTF-8 is refused with, as the CLI and the S3 path refuse the file or object read whole
+# ("not UTF-8 text"): ijson's C backend said "not JSON: b'lexical error: invalid bytes in UTF8 string.\n ...'" (its
+# bytes' repr), the pure-Python one "not JSON: 'utf-8' codec can't decode byte 0xed in position 31 ..." (a position
+# in one read).
+NOT_UTF8 = "not UTF-8 text (an invalid byte in a string)"
+
+
 def _not_json(exc: Exception) -> TranscriptError:
-    if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape
+    if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape, or bytes that are
+        # no UTF-8 (ED A0 80): the pure-Python backend tells them apart
         return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
                                "pure-Python backend")
     if isinstance(exc, ijson.JSONError) and _refused_integer(exc):
         return IntegerOutside64Bits("an integer outside 64 bits: the stream is to be read again by the "
                                     "pure-Python backend")
-    return TranscriptError(f"not JSON: {str(exc)[:200]}")
+    reason = exc.args[0] if isinstance(exc, ijson.JSONError) and exc.args else exc
+    if isinstance(reason, UnicodeDecodeError) or (
+            isinstance(reason, bytes) and reason.startswith(b"lexical error: invalid bytes in UTF8 string")):
+        return TranscriptError(NOT_UTF8)
+    text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    return TranscriptError(f"not JSON: {text[:200]}")
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:

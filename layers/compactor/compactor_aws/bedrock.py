@@ -11,14 +11,13 @@ refusal of that thinking says what to change in the catalog (docs/providers.md "
 from __future__ import annotations
 
 import contextvars
-import json
 import re
 import time
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from compactor.jsonutil import ensure_utf8_encodable
+from compactor.jsonutil import NestedTooDeep, ensure_utf8_encodable, loads_within
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT, UPSTREAM_ERROR,
     ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
@@ -114,12 +113,13 @@ _UNREADABLE_ERROR_BODY = b'{"message": "(error body nested too deep to read)"}'
 
 def _readable_error_body(body: bytes) -> bytes:
     """An error answer's ``body``, or one holding only a message when ``body`` is JSON nested past the parser's
-    recursion limit: botocore's ``json.loads`` of it raises ``RecursionError`` (it expects ``ValueError``), and the
+    recursion limit (``jsonutil.loads_within``): botocore's ``json.loads`` of it raises ``RecursionError`` (it expects
+    ``ValueError``), and the
     error's code (``x-amzn-ErrorType``), status and ``Retry-After`` were lost with it (docs/providers.md "Errors").
     Error bodies are small: parsing one twice costs nothing worth counting."""
     try:
-        json.loads(body)
-    except RecursionError:
+        loads_within(body)
+    except NestedTooDeep:
         return _UNREADABLE_ERROR_BODY
     except ValueError:
         pass

@@ -31,6 +31,7 @@ from dataclasses import field
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, as_messages
+from compactor.jsonutil import loads_within
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER, fragment_start
 from compactor.offline.transcript_reading import (
     Action, content_text, error_lines, fenced_commands, message_actions, return_codes,
@@ -209,8 +210,8 @@ class FragmentView:
 
 def _parse_messages(text: str) -> list[dict[str, Any]] | None:
     try:
-        return as_messages(json.loads(text))
-    except (ValueError, RecursionError):
+        return as_messages(loads_within(text))
+    except ValueError:  # jsonutil.NestedTooDeep among them
         return None
 
 

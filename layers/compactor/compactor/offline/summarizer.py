@@ -16,12 +16,11 @@ sentences that announce decisions or next steps, within ``max_tokens × 4`` byte
 from __future__ import annotations
 
 import heapq
-import json
 import re
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, as_messages
-from compactor.jsonutil import dense_dumps, dense_size, strict_loads
+from compactor.jsonutil import dense_dumps, dense_size, loads_within, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
 from compactor.markers import tool_call_pattern
 from compactor.offline.text_fit import (
@@ -193,8 +192,8 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
 
 def _item_lines(text: str, names: frozenset[str]) -> list[_Line]:
     try:
-        messages = as_messages(json.loads(text))
-    except (ValueError, RecursionError):
+        messages = as_messages(loads_within(text))
+    except ValueError:  # jsonutil.NestedTooDeep among them
         messages = None
     if messages:
         return _message_lines(messages, names)

@@ -31,7 +31,7 @@ import h11
 import httpx
 
 from compactor import ca_directory
-from compactor.jsonutil import utf8_safe
+from compactor.jsonutil import loads_within, utf8_safe
 from compactor.providers.base import (
     AUTH_ERROR, BAD_REQUEST, BAD_RESPONSE, CONTEXT_OVERFLOW, NETWORK_ERROR, RATE_LIMIT, TIMEOUT,
     UPSTREAM_ERROR, Offer, ProviderError,
@@ -504,12 +504,12 @@ async def _read_bounded(response: httpx.Response, max_body_bytes: int) -> bytes:
 
 def _parsed_or_none(body: bytes | str) -> Any:
     """``json.loads(body)``, or ``None`` when ``body`` is not JSON, which includes JSON nested deeper than the
-    parser's recursion allows (``[`` repeated 100 000 times raises ``RecursionError``, not ``ValueError``): an error
+    parser's recursion allows (``jsonutil.loads_within``; ``[`` repeated 100 000 times raised ``RecursionError``): an error
     body is the provider's text, and whatever it holds, the call's failure is still the status's
     (docs/providers.md "Errors")."""
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
+        return loads_within(body)
+    except ValueError:  # jsonutil.NestedTooDeep among them
         return None
 
 
