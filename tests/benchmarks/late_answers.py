@@ -14,7 +14,10 @@ each message):
 
 For each: the seconds of the dialect's unit split (``split_units``, as one request finds the units), of a stream's
 facts (``StreamFacts.units``, as a windowed scan finds them), and of ``compactor compact FILE --json -q`` in a child
-process with the bundled offline offers (which finds them several times). Goal: each split at most 2 s.
+process with the bundled offline offers (which finds them several times). Each split is also timed on the same shape
+a tenth as long, in the same run (the fastest of three each), and the goal is read as a ratio, which a loaded machine
+moves far less than a time: each split's time per message at ``--items`` at most ``GOAL_GROWTH`` (3) times its time
+per message at a tenth of them. A linear split reads about 1; the quadratic one read about 10.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-GOAL_SECONDS = 2.0
+GOAL_GROWTH = 3.0
 
 
 def _use(call: str) -> dict[str, Any]:
@@ -65,6 +68,30 @@ def parallel(items: int) -> list[dict[str, Any]]:
             *(_result(f"toolu_{k}") for k in range(calls))]
 
 
+def _split_units(dialect: Any, messages: list[dict[str, Any]]) -> tuple[Any, float]:
+    """The dialect's units of ``messages`` and the fastest of three splits' seconds."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        units = dialect.split_units(messages)
+        best = min(best, time.perf_counter() - started)
+    return units, best
+
+
+def _stream_units(dialect: Any, messages: list[dict[str, Any]]) -> tuple[Any, float]:
+    """The units a stream's facts find in ``messages`` and the fastest of three finds' seconds (the facts added
+    before the clock)."""
+    best = float("inf")
+    for _ in range(3):
+        facts = dialect.stream_facts()
+        for message in messages:
+            facts.add(message)
+        started = time.perf_counter()
+        units = facts.units()
+        best = min(best, time.perf_counter() - started)
+    return units, best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20_000)
@@ -81,19 +108,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as workdir:
         for label, shape in (("one late", one_late), ("many late", many_late), ("parallel", parallel)):
             messages = shape(args.items)
-            started = time.perf_counter()
-            units = dialect.split_units(messages)
-            split = time.perf_counter() - started
-            facts = dialect.stream_facts()
-            for message in messages:
-                facts.add(message)
-            started = time.perf_counter()
-            streamed = facts.units()
-            stream = time.perf_counter() - started
+            units, split = _split_units(dialect, messages)
+            streamed, stream = _stream_units(dialect, messages)
             same = streamed == units
-            met &= same and split <= GOAL_SECONDS and stream <= GOAL_SECONDS
-            line = (f"{label}: {len(messages)} messages, {len(units)} units; split_units {split:.2f} s, "
-                    f"StreamFacts.units {stream:.2f} s{'' if same else ', NOT THE SAME UNITS'}")
+            short = shape(args.items // 10)
+            split_growth = split / len(messages) / (_split_units(dialect, short)[1] / len(short))
+            stream_growth = stream / len(messages) / (_stream_units(dialect, short)[1] / len(short))
+            met &= same and split_growth <= GOAL_GROWTH and stream_growth <= GOAL_GROWTH
+            line = (f"{label}: {len(messages)} messages, {len(units)} units; split_units {split:.2f} s "
+                    f"(per message x{split_growth:.2f} of a tenth as long), StreamFacts.units {stream:.2f} s "
+                    f"(x{stream_growth:.2f}){'' if same else ', NOT THE SAME UNITS'}")
             if not args.no_cli:
                 path = Path(workdir) / "transcript.json"
                 path.write_text(json.dumps({"format": "anthropic-messages", "messages": messages}))
@@ -104,7 +128,8 @@ def main() -> int:
                 line += f"; compactor compact {time.monotonic() - started:.2f} s (rc {child.returncode})"
                 met &= child.returncode == 0
             print(line)
-    print(f"goal: each split <= {GOAL_SECONDS} s  {'OK' if met else 'MISSED'}")
+    print(f"goal: each split's time per message grows at most x{GOAL_GROWTH} over ten times the messages  "
+          f"{'OK' if met else 'MISSED'}")
     return 0 if met else 1
 
 
