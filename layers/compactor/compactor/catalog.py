@@ -82,8 +82,22 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
     try:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
-        raise CatalogError(f"catalog {source}: {describe_validation(exc)}") from None
+        raise CatalogError(f"catalog {source}: {describe_validation(exc, located=_offer_named(data))}") from None
     return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+
+
+def _offer_named(data: Any) -> Any:
+    """A problem's location in ``data``, naming the offer it is in by its id where it has one:
+    ``offer 'openai/gpt-5' at offers.2.price_in``."""
+    def located(loc: tuple[Any, ...]) -> str:
+        where = ".".join(str(part) for part in loc)
+        if len(loc) >= 2 and loc[0] == "offers" and type(loc[1]) is int:
+            offer = data["offers"][loc[1]]
+            if type(offer) is dict and type(offer.get("id")) is str:
+                return f"offer {offer['id']!r} at {where}"
+        return where
+
+    return located
 
 
 _PLAIN_NAMES = ("id", "provider", "family", "model")

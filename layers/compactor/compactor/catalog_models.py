@@ -86,7 +86,8 @@ class OfferSpec(BaseModel):
         if self.region and not kind.regional:
             regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
             raise ValueError(f"only {regional} offers take a region")
-        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model)
+        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model,
+                                    self.base_url)
         if refused is not None:
             raise ValueError(refused)
         room = reasoning.room_of(self.reasoning_effort, self.reasoning_budget_tokens)

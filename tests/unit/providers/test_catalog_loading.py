@@ -155,3 +155,13 @@ def test_the_http_transports_are_those_built_over_httpx() -> None:
     from compactor.providers.registry import TRANSPORTS, _http_transports
 
     assert {name for name, kind in TRANSPORTS.items() if kind.http} == set(_http_transports())
+
+
+def test_a_problem_names_its_offer(tmp_path: Path) -> None:
+    # Before: "offers.1.price_in: …", the offer's place in the file only, which a catalog of many offers (or one
+    # edited since) leaves the operator to count.
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, {"offers": [DECIDER, {**CHAT, "price_in": -1}, {"id": 7}]}))
+    message = str(caught.value)
+    assert "offer 'acme/chat' at offers.1.price_in: Input should be greater than or equal to 0" in message
+    assert "; offers.2.provider: " in message  # an offer without a string id is named by its place alone
