@@ -135,6 +135,8 @@ def _plain_catalog(data: Any) -> Catalog | None:
                    for key in _PLAIN_NAMES):
             return None
         prices = [item.get("price_in"), item.get("price_out")]
+        if (prices[0] is None) != (prices[1] is None):  # one price without the other: the models refuse it
+            return None
         if not all(price is None or (type(price) is float and math.isfinite(price) and price >= 0)
                    or (type(price) is int and 0 <= price < 2**53) for price in prices):  # ints exact as floats
             return None
