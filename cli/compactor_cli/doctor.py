@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from compactor.catalog import Catalog, CatalogError, load_catalog
+from compactor.cost import CACHE_WRITE_PRICE_FACTOR, CACHED_INPUT_PRICE_FACTOR, default_cache_prices_apply
 from compactor.provider_failures import explain
 from compactor.providers.base import (
     REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError, spent_on_reasoning, unfinished,
@@ -119,6 +120,25 @@ def _where(offer: Offer) -> str:
     return f" at {offer.base_url or offer.region or 'the default region'}"
 
 
+_FACTORS = {"price_cached_in": f"{CACHED_INPUT_PRICE_FACTOR:.0%}", "price_cache_write": f"{CACHE_WRITE_PRICE_FACTOR:.0%}"}
+# The transports that read cache reads from an answer, and those that read cache writes too (the Chat Completions
+# wire reports reads only; a native decisions endpoint neither).
+_READS_CACHE = frozenset({"openai", "chat-decisions", "anthropic", "bedrock"})
+_READS_CACHE_WRITES = frozenset({"anthropic", "bedrock"})
+
+
+def guessed_cache_prices(offer: Offer) -> tuple[str, ...]:
+    """The cache prices a priced offer of a model other than Claude leaves to the default factors of ``price_in``
+    (``compactor.cost``): Claude's, not its model's, so its cost would be a guess (docs/billing.md "Prices the
+    catalog does not state")."""
+    if offer.transport not in _READS_CACHE or not offer.price_in \
+            or default_cache_prices_apply(offer.transport, offer.model):
+        return ()
+    return tuple(name for name, price in (("price_cached_in", offer.price_cached_in),
+                                          ("price_cache_write", offer.price_cache_write))
+                 if price is None and (name == "price_cached_in" or offer.transport in _READS_CACHE_WRITES))
+
+
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
     """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
     failed = False
@@ -127,6 +147,11 @@ def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
         failed = True
     for offer in catalog.offers:
         print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model}{_where(offer)})", file=out)
+        guessed = guessed_cache_prices(offer)
+        if guessed:
+            print(f"  note: no {' or '.join(guessed)}: the provider's cache would be priced at Claude's "
+                  f"{' and '.join(_FACTORS[name] for name in guessed)} of price_in, which is not this model's "
+                  "price; state it (the traces name it as default_cache_prices)", file=out)
         problem = credential_problem(offer)
         if problem:
             print(f"  PROBLEM {problem}", file=out)
