@@ -13,6 +13,7 @@ same offers, without building the models (docs/performance.md#the-catalog-withou
 
 import math
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
     return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
 
 
-def _offer_named(data: Any) -> Any:
+def _offer_named(data: Any) -> Callable[[tuple[Any, ...]], str]:
     """A problem's location in ``data``, naming the offer it is in by its id where it has one:
     ``offer 'openai/gpt-5' at offers.2.price_in``."""
     def located(loc: tuple[Any, ...]) -> str:
