@@ -20,7 +20,7 @@ from compactor.provider_failures import explain
 from compactor.providers.base import (
     REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError, spent_on_reasoning, unfinished,
 )
-from compactor.providers.registry import BUILTIN
+from compactor.providers.registry import BUILTIN, TRANSPORTS
 
 CALL_TIMEOUT_S = 30.0
 PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
@@ -120,23 +120,17 @@ def _where(offer: Offer) -> str:
     return f" at {offer.base_url or offer.region or 'the default region'}"
 
 
-_FACTORS = {"price_cached_in": f"{CACHED_INPUT_PRICE_FACTOR:.0%}", "price_cache_write": f"{CACHE_WRITE_PRICE_FACTOR:.0%}"}
-# The transports that read cache reads from an answer, and those that read cache writes too (the Chat Completions
-# wire reports reads only; a native decisions endpoint neither).
-_READS_CACHE = frozenset({"openai", "chat-decisions", "anthropic", "bedrock"})
-_READS_CACHE_WRITES = frozenset({"anthropic", "bedrock"})
-
-
+# The default factors of price_in, as a note prints them, by the cache price each stands for.
+_FACTORS = {"price_cached_in": f"{CACHED_INPUT_PRICE_FACTOR:.0%}",
+            "price_cache_write": f"{CACHE_WRITE_PRICE_FACTOR:.0%}"}
 def guessed_cache_prices(offer: Offer) -> tuple[str, ...]:
     """The cache prices a priced offer of a model other than Claude leaves to the default factors of ``price_in``
-    (``compactor.cost``): Claude's, not its model's, so its cost would be a guess (docs/billing.md "Prices the
-    catalog does not state")."""
-    if offer.transport not in _READS_CACHE or not offer.price_in \
-            or default_cache_prices_apply(offer.transport, offer.model):
+    (``compactor.cost``), among those its transport's answers can call for (``TransportKind.cache_prices``):
+    Claude's, not its model's, so its cost would be a guess (docs/billing.md "Prices the catalog does not state")."""
+    if not offer.price_in or default_cache_prices_apply(offer.transport, offer.model):
         return ()
-    return tuple(name for name, price in (("price_cached_in", offer.price_cached_in),
-                                          ("price_cache_write", offer.price_cache_write))
-                 if price is None and (name == "price_cached_in" or offer.transport in _READS_CACHE_WRITES))
+    called_for = TRANSPORTS[offer.transport].cache_prices
+    return tuple(name for name in _FACTORS if name in called_for and getattr(offer, name) is None)
 
 
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
