@@ -15,12 +15,13 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from compactor.catalog import Catalog, CatalogError, load_catalog
+from compactor.cost import CACHE_WRITE_PRICE_FACTOR, CACHED_INPUT_PRICE_FACTOR, default_cache_prices_apply
 from compactor.jsonutil import loads_within
 from compactor.provider_failures import explain
 from compactor.providers.base import (
     REASONING_EXHAUSTED, ChatRequest, DecisionRequest, Offer, ProviderError, spent_on_reasoning, unfinished,
 )
-from compactor.providers.registry import BUILTIN
+from compactor.providers.registry import BUILTIN, TRANSPORTS
 
 CALL_TIMEOUT_S = 30.0
 PROBE_QUESTIONS = {"ok": {"type": "noul", "instructions": "Is the state's value true?"}}
@@ -120,6 +121,19 @@ def _where(offer: Offer) -> str:
     return f" at {offer.base_url or offer.region or 'the default region'}"
 
 
+# The default factors of price_in, as a note prints them, by the cache price each stands for.
+_FACTORS = {"price_cached_in": f"{CACHED_INPUT_PRICE_FACTOR:.0%}",
+            "price_cache_write": f"{CACHE_WRITE_PRICE_FACTOR:.0%}"}
+def guessed_cache_prices(offer: Offer) -> tuple[str, ...]:
+    """The cache prices a priced offer of a model other than Claude leaves to the default factors of ``price_in``
+    (``compactor.cost``), among those its transport's answers can call for (``TransportKind.cache_prices``):
+    Claude's, not its model's, so its cost would be a guess (docs/billing.md "Prices the catalog does not state")."""
+    if not offer.price_in or default_cache_prices_apply(offer.transport, offer.model):
+        return ()
+    called_for = TRANSPORTS[offer.transport].cache_prices
+    return tuple(name for name in _FACTORS if name in called_for and getattr(offer, name) is None)
+
+
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
     """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
     failed = False
@@ -128,6 +142,11 @@ def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
         failed = True
     for offer in catalog.offers:
         print(f"{offer.id}: {offer.protocol} via {offer.transport} ({offer.model}{_where(offer)})", file=out)
+        guessed = guessed_cache_prices(offer)
+        if guessed:
+            print(f"  note: no {' or '.join(guessed)}: the provider's cache would be priced at Claude's "
+                  f"{' and '.join(_FACTORS[name] for name in guessed)} of price_in, which is not this model's "
+                  "price; state it (the traces name it as default_cache_prices)", file=out)
         problem = credential_problem(offer)
         if problem:
             print(f"  PROBLEM {problem}", file=out)

@@ -13,6 +13,7 @@ same offers, without building the models (docs/performance.md#the-catalog-withou
 
 import math
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,22 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
     try:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
-        raise CatalogError(f"catalog {source}: {describe_validation(exc)}") from None
+        raise CatalogError(f"catalog {source}: {describe_validation(exc, located=_offer_named(data))}") from None
     return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+
+
+def _offer_named(data: Any) -> Callable[[tuple[Any, ...]], str]:
+    """A problem's location in ``data``, naming the offer it is in by its id where it has one:
+    ``offer 'openai/gpt-5' at offers.2.price_in``."""
+    def located(loc: tuple[Any, ...]) -> str:
+        where = ".".join(str(part) for part in loc)
+        if len(loc) >= 2 and loc[0] == "offers" and type(loc[1]) is int:
+            offer = data["offers"][loc[1]]
+            if type(offer) is dict and type(offer.get("id")) is str:
+                return f"offer {offer['id']!r} at {where}"
+        return where
+
+    return located
 
 
 _PLAIN_NAMES = ("id", "provider", "family", "model")
@@ -121,6 +136,8 @@ def _plain_catalog(data: Any) -> Catalog | None:
                    for key in _PLAIN_NAMES):
             return None
         prices = [item.get("price_in"), item.get("price_out")]
+        if (prices[0] is None) != (prices[1] is None):  # one price without the other: the models refuse it
+            return None
         if not all(price is None or (type(price) is float and math.isfinite(price) and price >= 0)
                    or (type(price) is int and 0 <= price < 2**53) for price in prices):  # ints exact as floats
             return None

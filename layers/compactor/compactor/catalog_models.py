@@ -18,6 +18,27 @@ from compactor.providers.base import Offer
 from compactor.providers.registry import TRANSPORTS
 
 
+_PRICES = ("price_in", "price_out", "price_cached_in", "price_cache_write")
+# The closeness (difflib's ratio) from which an extra key is taken for a misspelt field: "price_cachd_in",
+# "max_concurency", "suports_json_mode" are refused; observations such as "latency_p50_ms" (0.83 to "latency_ms"),
+# "context_window" or a field's name made longer ("tier2") are not.
+_TYPO_RATIO = 0.88
+
+
+def _meant(key: str) -> str | None:
+    """The offer field ``key`` is a misspelling of (another case, ``-`` for ``_``, a letter or two off), or None."""
+    from difflib import get_close_matches
+
+    fields = OfferSpec.model_fields
+    plain = key.lower().replace("-", "_").replace(" ", "_")
+    if plain in fields:
+        return plain
+    if any(plain.startswith(name) for name in fields):  # a field's name made longer ("tier2", "success_rate_7d")
+        return None
+    close = get_close_matches(plain, fields, n=1, cutoff=_TYPO_RATIO)
+    return close[0] if close else None
+
+
 class OfferSpec(BaseModel):
     """One offer as written in the catalog file."""
 
@@ -72,8 +93,16 @@ class OfferSpec(BaseModel):
     @model_validator(mode="after")
     def _check_wiring(self) -> "OfferSpec":
         for key, value in (self.model_extra or {}).items():
+            if (meant := _meant(key)) is not None:
+                raise ValueError(f"unknown field {key!r}: did you mean {meant!r}? (any other key is a policy "
+                                 "observation, which nothing else reads)")
             if not (value is None or isinstance(value, bool) or is_finite_number(value)):
                 raise ValueError(f"unknown field {key!r}: extra offer fields must be booleans, finite numbers or null")
+        stated = [name for name in _PRICES if getattr(self, name) is not None]
+        if stated and not {"price_in", "price_out"} <= set(stated):
+            missing = " and ".join(name for name in ("price_in", "price_out") if name not in stated)
+            raise ValueError(f"{', '.join(stated)} without {missing}: every call's cost would be unknown; state both "
+                             "price_in and price_out (USD per million tokens), or no price")
         kind = TRANSPORTS[self.transport]
         if self.protocol not in kind.protocols:
             raise ValueError(f"transport {self.transport!r} cannot serve protocol {self.protocol!r}")
@@ -86,7 +115,8 @@ class OfferSpec(BaseModel):
         if self.region and not kind.regional:
             regional = " or ".join(name for name, other in TRANSPORTS.items() if other.regional)
             raise ValueError(f"only {regional} offers take a region")
-        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model)
+        refused = reasoning.refusal(self.transport, self.reasoning_effort, self.reasoning_budget_tokens, self.model,
+                                    self.base_url)
         if refused is not None:
             raise ValueError(refused)
         room = reasoning.room_of(self.reasoning_effort, self.reasoning_budget_tokens)

@@ -50,6 +50,14 @@ def priced(price_in: float, price_out: float, tokens_in: int, tokens_out: int, t
     return max(cost, 0.0)
 
 
+def default_cache_prices_apply(transport: str, model: str) -> bool:
+    """Whether the default cache factors are the offer's own prices: Claude's five-minute cache, on Anthropic's API
+    or on Bedrock (a model id naming ``anthropic.claude``). OpenAI bills cached input at a tenth, a quarter or a half
+    of its input price by model, Amazon Nova reads at a quarter: for another offer a default is a guess, which
+    ``compactor doctor`` points out (docs/billing.md "Prices the catalog does not state")."""
+    return transport == "anthropic" or (transport == "bedrock" and "anthropic.claude" in model)
+
+
 def default_cache_prices(tokens_in: int, tokens_cached: int | None, tokens_cache_written: int | None, *,
                          price_cached_in: float | None = None, price_cache_write: float | None = None
                          ) -> tuple[str, ...]:

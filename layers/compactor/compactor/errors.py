@@ -9,7 +9,7 @@ server, the CLI, the S3 job) turn them into answers. The 422 validation answer h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -223,13 +223,14 @@ class RouterError(CompactorError):
         return self.kind
 
 
-def describe_validation(error: ValidationError, most: int = 5) -> str:
+def describe_validation(error: ValidationError, most: int = 5,
+                        located: Callable[[tuple[Any, ...]], str] | None = None) -> str:
     """A validation error in one line for a person: ``where: what`` for each of its first ``most``
     problems, without pydantic's echo of the input and its documentation links (a catalog's, the CLI's
-    request)."""
+    request); ``located`` writes a problem's location (``where``) when the parts joined by dots are not enough."""
     problems = []
     for item in error.errors(include_url=False):
-        where = ".".join(str(part) for part in item["loc"])
+        where = located(item["loc"]) if located else ".".join(str(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems[:most]) + (f" (and {len(problems) - most} more)" if len(problems) > most else "")

@@ -102,3 +102,26 @@ def test_a_probe_spent_on_reasoning_says_so(tmp_path: Path, capsys: pytest.Captu
     assert "call failed after" in out and "the model spent its output budget on reasoning and gave no answer" in out
     assert "JSON mode NOT working" not in out
     assert fake_provider.requests[0].json["max_completion_tokens"] == 16 + 1024
+
+
+def test_a_priced_offer_of_another_model_than_claude_without_cache_prices_is_noted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before, nothing said that an OpenAI (or Nova) offer stating no cache price has its provider's cache priced at
+    # Claude's 10 % (and 125 %) of price_in, and recorded as a known cost (docs/billing.md).
+    monkeypatch.setenv(KEY_ENV, "sk-doctor-test-123456")
+    listed = offers("https://api.openai.com/v1", api_key_env=KEY_ENV)
+    nova = {**listed[1], "id": "aws/nova", "transport": "bedrock", "model": "amazon.nova-lite-v1:0",
+            "base_url": None, "api_key_env": None}
+    claude = {**nova, "id": "aws/claude", "model": "us.anthropic.claude-sonnet-4-5-20250929-v1:0"}
+    stated = {**listed[1], "id": "openai/stated", "price_cached_in": 0.25}
+    code, out = doctor(capsys, "--catalog", write(tmp_path, [*listed, nova, claude, stated]))
+    assert [line for line in out.splitlines() if "PROBLEM" in line] == [  # a note is no problem
+        "  PROBLEM no AWS credentials for Bedrock; fix: configure a profile or role with bedrock:InvokeModel"] * 2 \
+        or "PROBLEM" not in out, out
+    notes = [line for line in out.splitlines() if line.startswith("  note:")]
+    assert notes == [
+        "  note: no price_cached_in: the provider's cache would be priced at Claude's 10% of price_in, which is not "
+        "this model's price; state it (the traces name it as default_cache_prices)"] * 2 + [
+        "  note: no price_cached_in or price_cache_write: the provider's cache would be priced at Claude's 10% and "
+        "125% of price_in, which is not this model's price; state it (the traces name it as default_cache_prices)"]
+    assert out.index("aws/nova") < out.index(notes[2].strip()) < out.index("aws/claude")

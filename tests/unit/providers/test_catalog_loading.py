@@ -20,7 +20,7 @@ DECIDER = {
 }
 CHAT = {
     "id": "acme/chat", "provider": "acme", "family": "chat-1", "model": "chat-1", "protocol": "chat",
-    "transport": "openai", "base_url": "http://127.0.0.1:9/v1", "price_in": None, "price_out": 1,
+    "transport": "openai", "base_url": "http://127.0.0.1:9/v1", "price_in": 0.5, "price_out": 1,
     "tier": "pro", "latency_ms": 800, "cache_hot": True, "quality": 0.7, "notes_are_null": None,
 }
 BUILTIN = {"id": "builtin/x", "provider": "builtin", "family": "x", "model": "x", "protocol": "chat",
@@ -42,7 +42,7 @@ def test_offers_prices_and_observations(tmp_path: Path) -> None:
     assert (decider.price_in, decider.price_out, decider.api_key_env) == (0.05, 0.2, "ACME_API_KEY")
     assert decider.observations == {"context": 32000, "supports_json_mode": True, "no_log": True,
                                     "has_tee": False, "disabled": False}
-    assert chat.price_in is None and chat.price_out == 1.0
+    assert chat.price_in == 0.5 and chat.price_out == 1.0
     assert chat.observations == {"tier": "pro", "latency_ms": 800, "cache_hot": True, "quality": 0.7}
     assert builtin.base_url is None and builtin.observations == {}
     assert catalog.offer("acme/chat") is chat and catalog.offer("nope") is None
@@ -155,3 +155,51 @@ def test_the_http_transports_are_those_built_over_httpx() -> None:
     from compactor.providers.registry import TRANSPORTS, _http_transports
 
     assert {name for name, kind in TRANSPORTS.items() if kind.http} == set(_http_transports())
+
+
+def test_a_problem_names_its_offer(tmp_path: Path) -> None:
+    # Before: "offers.1.price_in: …", the offer's place in the file only, which a catalog of many offers (or one
+    # edited since) leaves the operator to count.
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, {"offers": [DECIDER, {**CHAT, "price_in": -1}, {"id": 7}]}))
+    message = str(caught.value)
+    assert "offer 'acme/chat' at offers.1.price_in: Input should be greater than or equal to 0" in message
+    assert "; offers.2.provider: " in message  # an offer without a string id is named by its place alone
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"price_cachd_in": 0.05}, "unknown field 'price_cachd_in': did you mean 'price_cached_in'?"),
+    ({"max_concurency": 1}, "unknown field 'max_concurency': did you mean 'max_concurrency'?"),
+    ({"suports_json_mode": True}, "unknown field 'suports_json_mode': did you mean 'supports_json_mode'?"),
+    ({"Price-Cache-Write": 0.6}, "unknown field 'Price-Cache-Write': did you mean 'price_cache_write'?"),
+    ({"contxt": 128000}, "unknown field 'contxt': did you mean 'context'?"),
+    ({"reasoning_efort": "low"}, "unknown field 'reasoning_efort': did you mean 'reasoning_effort'?"),
+    ({"base_ur": "https://api.openai.com/v1"}, "unknown field 'base_ur': did you mean 'base_url'?"),
+])
+def test_a_misspelt_field_is_refused(tmp_path: Path, fields: dict[str, Any], problem: str) -> None:
+    # Before, a misspelt number or flag loaded as a policy observation nothing reads: a misspelt cache price left
+    # the default (10 % of price_in), a misspelt max_concurrency no limit, a misspelt context no context check.
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(write(tmp_path, {"offers": [{**CHAT, **fields}]}))
+    assert f"offer 'acme/chat' at offers.0: {problem}" in str(caught.value)
+
+
+def test_observations_near_a_field_name_still_load(tmp_path: Path) -> None:
+    fields = {"latency_p50_ms": 900, "success_rate_7d": 0.99, "tier2": True, "context_window_note": None}
+    catalog = load_catalog(write(tmp_path, {"offers": [{**CHAT, **fields}]}))
+    assert fields.items() - {"context_window_note": None}.items() <= catalog.offers[0].observations.items()
+
+
+@pytest.mark.parametrize("prices, problem", [
+    ({"price_in": 1.0, "price_out": None}, "price_in without price_out: every call's cost would be unknown"),
+    ({"price_in": None, "price_out": 2.0}, "price_out without price_in"),
+    ({"price_in": None, "price_out": None, "price_cached_in": 0.1},
+     "price_cached_in without price_in and price_out"),
+])
+def test_a_price_without_its_pair_is_refused(tmp_path: Path, prices: dict[str, Any], problem: str) -> None:
+    # Before, it loaded, and every call of the offer had an unknown cost (cost_usd null, cost_known false).
+    with pytest.raises(CatalogError, match=problem):
+        load_catalog(write(tmp_path, {"offers": [{**CHAT, **prices}]}))
+    builtin = {**BUILTIN, "price_out": None}  # the plain reading of built-in offers refuses it as the models do
+    with pytest.raises(CatalogError, match="price_in without price_out"):
+        load_catalog(write(tmp_path, {"offers": [builtin]}))

@@ -60,7 +60,9 @@ def test_the_catalog_takes_the_settings_a_transport_sends(transport: str, protoc
     entry = offer_entry(transport=transport, protocol=protocol, **fields)
     if transport == "bedrock":
         del entry["base_url"]
-        entry["model"] = fields.get("model", "us.anthropic.claude-sonnet-4-20250514-v1:0")
+        # a Claude that takes the thinking the settings send: adaptive (an effort), or extended (a budget alone)
+        entry["model"] = fields.get("model", "us.anthropic.claude-opus-4-7" if "reasoning_effort" in fields
+                                    else "us.anthropic.claude-sonnet-4-20250514-v1:0")
     offer = parse_catalog({"offers": [entry]}).offers[0]
     assert (offer.reasoning_effort, offer.reasoning_budget_tokens) == \
         (fields.get("reasoning_effort"), fields.get("reasoning_budget_tokens"))
@@ -97,6 +99,74 @@ def test_a_setting_the_transport_cannot_send_is_refused_at_load(fields: dict[str
     # booleans, finite numbers or null"), and a reasoning_budget_tokens number became a policy observation the
     # transports ignored.
     assert words in catalog_error(**fields)
+
+
+@pytest.mark.parametrize("transport, model, fields, words", [
+    # Claude 4.7 (and Mythos) take adaptive thinking only: a budget alone is sent as extended thinking, a 400
+    ("anthropic", "claude-opus-4-7", {"reasoning_budget_tokens": 4096},
+     "offer 'o' at offers.0: model 'claude-opus-4-7' takes adaptive thinking only, and reasoning_budget_tokens alone sends "
+     "extended thinking with a budget, which it refuses: state reasoning_effort (low, medium, high, xhigh or max: "
+     "adaptive thinking) instead"),
+    ("bedrock", "anthropic.claude-mythos-preview", {"reasoning_budget_tokens": 2048},
+     "state reasoning_effort (low, medium, high or max: adaptive thinking)"),
+    # Claude 4.5 and earlier take no adaptive thinking, which an effort turns on
+    ("anthropic", "claude-sonnet-4-5-20250929", {"reasoning_effort": "medium"},
+     "model 'claude-sonnet-4-5-20250929' takes no adaptive thinking (Claude 4.5 and earlier think with a budget, if "
+     "at all), which reasoning_effort turns on: state reasoning_budget_tokens (1024 to 128000: extended thinking)"),
+    ("bedrock", "us.anthropic.claude-3-7-sonnet-20250219-v1:0", {"reasoning_effort": "low"}, "no adaptive thinking"),
+    ("anthropic", "claude-haiku-4-5", {"reasoning_effort": "low", "reasoning_budget_tokens": 2048},
+     "no adaptive thinking"),
+    # xhigh is not among the levels of Claude Opus 4.6, Sonnet 4.6 and Mythos Preview
+    ("bedrock", "us.anthropic.claude-opus-4-6-v1", {"reasoning_effort": "xhigh"},
+     "model 'us.anthropic.claude-opus-4-6-v1' takes a reasoning_effort of low, medium, high or max, not 'xhigh'"),
+    ("anthropic", "claude-sonnet-4-6", {"reasoning_effort": "xhigh"}, "not 'xhigh'"),
+    # OpenAI's API: gpt-5.1 takes none to high, the models before it neither none nor xhigh, gpt-5-pro high only
+    ("openai", "gpt-5.1", {"reasoning_effort": "minimal"},
+     "model 'gpt-5.1' does not take reasoning_effort 'minimal' on OpenAI's API (gpt-5.1 takes none, low, medium or "
+     "high)"),
+    ("openai", "gpt-5-mini", {"reasoning_effort": "xhigh"},
+     "(the models before gpt-5.1 take neither none nor xhigh)"),
+    ("chat-decisions", "o4-mini-2025-04-16", {"reasoning_effort": "none"}, "does not take reasoning_effort 'none'"),
+    ("openai", "gpt-5-pro", {"reasoning_effort": "medium"}, "(gpt-5-pro takes high only)"),
+])
+def test_a_setting_the_model_refuses_is_refused_at_load(transport: str, model: str, fields: dict[str, Any],
+                                                        words: str) -> None:
+    # Before, each loaded, and every call of the offer was a provider 400 (a bad_request the router failed over from,
+    # counted as a failed attempt), explained only after the first call.
+    protocol = "decisions" if transport == "chat-decisions" else "chat"
+    base_url = None if transport == "bedrock" else "https://api.openai.com/v1" if transport != "anthropic" \
+        else "https://api.anthropic.com"
+    assert words in catalog_error(transport=transport, protocol=protocol, model=model, base_url=base_url, **fields)
+
+
+@pytest.mark.parametrize("transport, model, fields", [
+    ("anthropic", "claude-opus-4-7", {"reasoning_effort": "xhigh"}),
+    ("anthropic", "claude-opus-4-7", {"reasoning_effort": "max", "reasoning_budget_tokens": 40000}),  # N the room
+    ("anthropic", "claude-opus-4-6", {"reasoning_effort": "max"}),
+    ("anthropic", "claude-sonnet-4-6", {"reasoning_budget_tokens": 2048}),  # deprecated, still answered
+    ("anthropic", "claude-sonnet-4-20250514", {"reasoning_budget_tokens": 2048}),
+    ("bedrock", "anthropic.claude-opus-4-1-20250805-v1:0", {"reasoning_budget_tokens": 2048}),
+    # models the references name nothing of are the provider's to judge
+    ("anthropic", "claude-opus-4-8", {"reasoning_budget_tokens": 2048}),
+    ("anthropic", "claude-fable-5-1", {"reasoning_budget_tokens": 2048}),
+    ("anthropic", "my-gateway-alias", {"reasoning_effort": "xhigh"}),
+    ("bedrock", "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc", {"reasoning_effort": "low"}),
+    ("openai", "gpt-5.2", {"reasoning_effort": "xhigh"}),
+    ("openai", "gpt-5.1", {"reasoning_effort": "none"}),
+    ("openai", "o3", {"reasoning_effort": "high"}),
+])
+def test_a_setting_the_model_takes_or_that_nothing_is_known_of_loads(transport: str, model: str,
+                                                                      fields: dict[str, Any]) -> None:
+    base_url = None if transport == "bedrock" else "https://api.openai.com/v1" if transport == "openai" \
+        else "https://api.anthropic.com"
+    entry = offer_entry(transport=transport, model=model, base_url=base_url, **fields)
+    assert parse_catalog({"offers": [entry]}).offers[0].model == model
+
+
+def test_openai_names_behind_another_server_are_that_servers() -> None:
+    # OpenRouter, vLLM or a gateway may take what OpenAI's own API refuses for the same name
+    entry = offer_entry(model="gpt-5-mini", base_url="http://localhost:8000/v1", reasoning_effort="xhigh")
+    assert parse_catalog({"offers": [entry]}).offers[0].reasoning_effort == "xhigh"
 
 
 def test_a_builtin_offer_takes_no_reasoning_setting() -> None:

@@ -15,7 +15,9 @@ was sent as the catalog change that ends it.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from compactor.providers.base import BAD_REQUEST, Offer, ProviderError
 from compactor.providers.registry import TRANSPORTS
@@ -45,9 +47,11 @@ MAX_BUDGET_TOKENS: Final = 128_000
 _BEDROCK_THINKING_MODEL = "anthropic.claude"
 
 
-def refusal(transport: str, effort: str | None, budget_tokens: int | None, model: str = "") -> str | None:
-    """Why an offer of ``transport`` (one of :data:`~compactor.providers.registry.TRANSPORTS`) and ``model``
-    cannot carry these settings (a catalog error), or ``None``."""
+def refusal(transport: str, effort: str | None, budget_tokens: int | None, model: str = "",
+            base_url: str | None = None) -> str | None:
+    """Why an offer of ``transport`` (one of :data:`~compactor.providers.registry.TRANSPORTS`), ``model`` and
+    ``base_url`` cannot carry these settings (a catalog error), or ``None``: what the transport cannot send, then
+    what the model is known to refuse (:func:`model_refusal`)."""
     if transport == "bedrock" and _BEDROCK_THINKING_MODEL not in model and not model.startswith("arn:"):
         if effort is not None:
             return (f"bedrock sends reasoning_effort as Claude's adaptive thinking (additionalModelRequestFields"
@@ -68,6 +72,82 @@ def refusal(transport: str, effort: str | None, budget_tokens: int | None, model
             return f"{transport} offers take no {name}: the transport has no way to send it"
         return (f"{transport} offers take no {name}: the transport cannot send it; "
                 f"set {' or '.join(sorted(sends))} instead")
+    return model_refusal(transport, effort, budget_tokens, model, base_url)
+
+
+# What the providers' own references say of named models (docs/providers.md "Reasoning models"), checked when the
+# catalog loads so that a setting the model refuses is not first found by a 400 on a call. A model they do not name
+# (a newer one, a gateway's alias, an inference profile ARN) is left to the provider, whose refusal
+# :func:`thinking_refusal` words as the catalog change.
+# Claude, by the version in its id (``claude-opus-4-7``, ``claude-sonnet-4-5-20250929``, ``claude-3-7-sonnet-…``,
+# Bedrock's ``us.anthropic.claude-opus-4-6-v1``; a trailing 8-digit date is no version). The patterns are strings,
+# compiled by ``re`` when a catalog with a reasoning setting is first checked, not when the module is imported.
+_CLAUDE_ID = (r"claude-(?:(opus|sonnet|haiku|mythos|fable)-(\d+)(?:-(\d{1,2}))?"
+              r"|(\d+)(?:-(\d{1,2}))?-(opus|sonnet|haiku))(?=$|[-@:.])")
+_MYTHOS_PREVIEW = "claude-mythos-preview"
+# Anthropic's and Bedrock's "Adaptive thinking" pages: the models before Claude 4.6 (Sonnet 4.5, Opus 4.5 and
+# older) take no adaptive thinking; Claude Opus 4.7, Mythos Preview, Mythos 5 and Fable 5 take nothing else (a
+# thinking.type "enabled" with budget_tokens is a 400).
+_LAST_WITHOUT_ADAPTIVE: Final = (4, 5)
+_ADAPTIVE_ONLY: Final = frozenset({("opus", 4, 7), ("mythos", 5, 0), ("fable", 5, 0), ("mythos", "preview")})
+# Anthropic's "Effort" page: xhigh is taken by Claude Opus 4.7 and some later models, not by these, which take max.
+_NO_XHIGH: Final = frozenset({("opus", 4, 6), ("sonnet", 4, 6), ("mythos", "preview")})
+# OpenAI's API reference of reasoning_effort (api.openai.com): gpt-5.1 takes none, low, medium and high; the models
+# before it (the o-series, gpt-5 and its variants) take no none, nor xhigh ("supported for all models after
+# gpt-5.1-codex-max"); gpt-5-pro takes high only. The same names behind another server are that server's.
+_OPENAI_API_HOST = "api.openai.com"
+_OPENAI_REFUSES: Final = (  # (model id, the efforts it refuses, why), the first that matches the whole id
+    (r"gpt-5-pro(?:-\d{4}-\d{2}-\d{2})?", ("none", "minimal", "low", "medium", "xhigh"), "gpt-5-pro takes high only"),
+    (r"gpt-5\.1(?:-\d{4}-\d{2}-\d{2})?", ("minimal", "xhigh"), "gpt-5.1 takes none, low, medium or high"),
+    (r"(?:o\d+|gpt-5)(?:-[a-z0-9-]+)?", ("none", "xhigh"), "the models before gpt-5.1 take neither none nor xhigh"),
+)
+
+
+def _claude_model(model: str) -> tuple[str, int, int] | tuple[str, str] | None:
+    """``(family, major, minor)`` of a Claude model id, ``("mythos", "preview")``, or None (no Claude id known)."""
+    if _MYTHOS_PREVIEW in model:
+        return ("mythos", "preview")
+    found = re.search(_CLAUDE_ID, model)
+    if found is None:
+        return None
+    family, major, minor, old_major, old_minor, old_family = found.groups()
+    if family is None:
+        family, major, minor = old_family, old_major, old_minor
+    return (family, int(major), int(minor or 0))
+
+
+def _listed(values: tuple[str, ...]) -> str:
+    return values[0] if len(values) == 1 else f"{', '.join(values[:-1])} or {values[-1]}"
+
+
+def model_refusal(transport: str, effort: str | None, budget_tokens: int | None, model: str,
+                  base_url: str | None = None) -> str | None:
+    """Why ``model`` is known to refuse these settings as ``transport`` sends them (the providers' references,
+    above), or ``None`` (it takes them, or nothing is known of it)."""
+    if effort is None and budget_tokens is None:
+        return None
+    if transport in _CLAUDE_WIRES:
+        claude = _claude_model(model)
+        if claude is None:
+            return None
+        if effort is not None and len(claude) == 3 and claude[1:] <= _LAST_WITHOUT_ADAPTIVE:
+            return (f"model {model!r} takes no adaptive thinking (Claude 4.5 and earlier think with a budget, if "
+                    f"at all), which reasoning_effort turns on: state reasoning_budget_tokens ({MIN_BUDGET_TOKENS} to "
+                    f"{MAX_BUDGET_TOKENS}: extended thinking) instead")
+        efforts = tuple(level for level in CLAUDE_EFFORTS if not (level == "xhigh" and claude in _NO_XHIGH))
+        if effort is None and claude in _ADAPTIVE_ONLY:
+            return (f"model {model!r} takes adaptive thinking only, and reasoning_budget_tokens alone sends extended "
+                    f"thinking with a budget, which it refuses: state reasoning_effort ({_listed(efforts)}: adaptive "
+                    f"thinking) instead")
+        if effort is not None and effort not in efforts:
+            return f"model {model!r} takes a reasoning_effort of {_listed(efforts)}, not {effort!r}"
+        return None
+    if effort is None or urlsplit(base_url or "").hostname != _OPENAI_API_HOST:
+        return None
+    for pattern, refused, why in _OPENAI_REFUSES:
+        if re.fullmatch(pattern, model):
+            return (f"model {model!r} does not take reasoning_effort {effort!r} on OpenAI's API ({why})"
+                    if effort in refused else None)
     return None
 
 
@@ -164,8 +244,9 @@ def claude_thinking(offer: Offer) -> dict[str, Any]:
 
 
 # What a Claude model's 400 says when it refuses the thinking it was sent (docs/providers.md "Reasoning models"):
-# Claude 4.7 and later take adaptive thinking only, and refuse ``thinking.type: "enabled"``; the models before
-# Claude 4.6 take extended thinking only, and refuse ``"adaptive"``.
+# the models that take adaptive thinking only (those of _ADAPTIVE_ONLY, refused at load, and any the references do
+# not name) refuse ``thinking.type: "enabled"``; the models before Claude 4.6 take extended thinking only, and refuse
+# ``"adaptive"``.
 _REFUSES_ENABLED = "thinking.type.enabled"
 _ADAPTIVE = "adaptive"
 # What parts the catalog change from the provider's own words in :func:`thinking_refusal`'s message.

@@ -31,17 +31,25 @@ class TransportKind:
     # both (the budget as room only), Anthropic's Messages and Bedrock's Converse both as Claude's ``thinking``
     # (the effort adaptive, the budget alone extended: compactor.providers.reasoning.claude_thinking)
     reasoning: frozenset[str] = frozenset()
+    # the cache prices its answers' usage can call for (compactor.cost.priced): cache reads on the Chat Completions
+    # wire, reads and writes on Anthropic's and Bedrock's; none where an answer reports no cache tokens
+    cache_prices: frozenset[str] = frozenset()
 
 
 _BOTH = frozenset({"chat", "decisions"})
 _EFFORT_AND_BUDGET = frozenset({"reasoning_effort", "reasoning_budget_tokens"})
+_READS = frozenset({"price_cached_in"})
+_READS_AND_WRITES = frozenset({"price_cached_in", "price_cache_write"})
 TRANSPORTS: Final[Mapping[str, TransportKind]] = MappingProxyType({
-    "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET),
-    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET),
-    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True, reasoning=_EFFORT_AND_BUDGET),
+    "openai": TransportKind(frozenset({"chat"}), "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET,
+                            cache_prices=_READS),
+    "anthropic": TransportKind(_BOTH, "required", keys=True, http=True, reasoning=_EFFORT_AND_BUDGET,
+                               cache_prices=_READS_AND_WRITES),
+    "bedrock": TransportKind(_BOTH, "optional", keys=False, regional=True, reasoning=_EFFORT_AND_BUDGET,
+                             cache_prices=_READS_AND_WRITES),
     "decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True),
     "chat-decisions": TransportKind(frozenset({"decisions"}), "required", keys=True, http=True,
-                                    reasoning=_EFFORT_AND_BUDGET),
+                                    reasoning=_EFFORT_AND_BUDGET, cache_prices=_READS),
     "builtin": TransportKind(_BOTH, "none", keys=False),
 })
 BUILTIN: Final = "builtin"
