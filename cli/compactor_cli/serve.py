@@ -363,8 +363,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes | None:
         """The request's body, from its ``Content-Length`` or its chunks (``Transfer-Encoding: chunked``, which
         API Gateway takes too: streaming clients send it when they do not know the length in advance); None
-        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk, 411 for a
-        transfer coding other than chunked."""
+        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk or a body that ends
+        before its length (it was compacted as it came: 200 for a body padded past its end, else the 422
+        ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
         coding = self.headers.get("Transfer-Encoding", "").strip().lower()
         if coding:
             if coding != "chunked":
@@ -382,7 +383,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._drain(length)
             self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
             return None
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        if len(body) < length:  # the client ended its side early: what came is not the request it declared
+            self._send_json(*InvalidRequest(f"the body ended after {len(body)} of its Content-Length {length} bytes")
+                            .answer(), close=True)
+            return None
+        return body
 
     def _read_chunks(self) -> bytes | None:
         """A chunked body (RFC 9112 section 7.1), read within the body limit; past the limit the rest is read

@@ -127,6 +127,19 @@ def test_a_content_length_is_digits(open_server: str, declared: str, status: int
         assert json.loads(payload)["error"]["message"] == "invalid Content-Length"
 
 
+@pytest.mark.parametrize("body", [b'{"messages": []}', b'{"messages": [{"role": "user", "content": "hi"'])
+def test_a_body_shorter_than_its_content_length_is_400(open_server: str, body: bytes) -> None:
+    # The client ended its side early: the bytes that came were compacted as the request, 200 for a whole JSON value
+    # (its Content-Length counting more than was sent) and the 422 json_invalid of a body it never sent otherwise.
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (len(body) + 20))
+
+    status, payload = _exchange(open_server, head + body)
+
+    assert status == 400
+    assert json.loads(payload)["error"]["message"] == f"the body ended after {len(body)} of its Content-Length {len(body) + 20} bytes"
+
+
 def _exchange(base: str, request: bytes) -> tuple[int, bytes]:
     url = httpx.URL(base)
     with socket.create_connection((url.host, url.port), timeout=30) as client:
