@@ -51,7 +51,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
-from compactor.errors import InternalError, InvalidRequest, LengthRequired, NotFound, RequestTooLarge
+from compactor.errors import (
+    InternalError,
+    InvalidRequest,
+    LengthRequired,
+    MalformedRequest,
+    NotFound,
+    RequestTooLarge,
+)
 from compactor.idempotency import DIR_ENV as IDEMPOTENCY_DIR_ENV
 from compactor.provider_failures import Cause, failure_causes
 from compactor_aws.caller import local_key_id, presented_key
@@ -305,6 +312,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if name.startswith("do_"):
             return self.do_GET
         raise AttributeError(name)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What ``http.server`` answers itself, for a request it cannot parse (a malformed or too long request line,
+        header lines too long or too many, another HTTP version): JSON with the connection closed, like every other
+        answer; it was an HTML page, which a client reading the API's errors as JSON cannot read."""
+        self.log_error("code %d, message %s", code, message)
+        self._send_json(*MalformedRequest(code, message or self.responses.get(code, ("error",))[0]).answer(),
+                        close=True)
 
     def send_response(self, code: int, message: str | None = None) -> None:
         self._responded = True
