@@ -137,7 +137,8 @@ def test_a_body_shorter_than_its_content_length_is_400(open_server: str, body: b
     status, payload = _exchange(open_server, head + body)
 
     assert status == 400
-    assert json.loads(payload)["error"]["message"] == f"the body ended after {len(body)} of its Content-Length {len(body) + 20} bytes"
+    expected = f"the body ended after {len(body)} of its Content-Length {len(body) + 20} bytes"
+    assert json.loads(payload)["error"]["message"] == expected
 
 
 @pytest.mark.parametrize(("request_head", "status"), [

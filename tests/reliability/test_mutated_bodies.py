@@ -38,7 +38,8 @@ def base_bodies() -> dict[str, tuple[str, dict[str, Any]]]:
     for name, path in (("openai-chat", "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"),
                        ("anthropic-messages", "anthropic-messages/claude-code-2.1.179_claude-opus-4-8_git-sync_"
                                               "omitted-thinking.jsonl"),
-                       ("openai-responses", "openai-responses/codex-desktop-0.133.0_gpt-5.5_entire-graph_resumed.jsonl")):
+                       ("openai-responses",
+                        "openai-responses/codex-desktop-0.133.0_gpt-5.5_entire-graph_resumed.jsonl")):
         transcript = read_transcript((CORPUS / path).read_text(encoding="utf-8"))
         body = transcript.compact_body({}, mode="decision")
         body.pop("pinned_indices", None)
