@@ -51,7 +51,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
-from compactor.errors import InternalError, InvalidRequest, LengthRequired, NotFound, RequestTooLarge
+from compactor.errors import (
+    InternalError,
+    InvalidRequest,
+    LengthRequired,
+    MalformedRequest,
+    NotFound,
+    RequestTooLarge,
+)
 from compactor.idempotency import DIR_ENV as IDEMPOTENCY_DIR_ENV
 from compactor.provider_failures import Cause, failure_causes
 from compactor_aws.caller import local_key_id, presented_key
@@ -306,6 +313,14 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return self.do_GET
         raise AttributeError(name)
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """What ``http.server`` answers itself, for a request it cannot parse (a malformed or too long request line,
+        header lines too long or too many, another HTTP version): JSON with the connection closed, like every other
+        answer; it was an HTML page, which a client reading the API's errors as JSON cannot read."""
+        self.log_error("code %d, message %s", code, message)
+        self._send_json(*MalformedRequest(code, message or self.responses.get(code, ("error",))[0]).answer(),
+                        close=True)
+
     def send_response(self, code: int, message: str | None = None) -> None:
         self._responded = True
         super().send_response(code, message)
@@ -363,8 +378,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes | None:
         """The request's body, from its ``Content-Length`` or its chunks (``Transfer-Encoding: chunked``, which
         API Gateway takes too: streaming clients send it when they do not know the length in advance); None
-        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk, 411 for a
-        transfer coding other than chunked."""
+        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk or a body that ends
+        before its length (it was compacted as it came: 200 for a body padded past its end, else the 422
+        ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
         coding = self.headers.get("Transfer-Encoding", "").strip().lower()
         if coding:
             if coding != "chunked":
@@ -382,7 +398,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._drain(length)
             self._send_json(*RequestTooLarge.over(http_api.MAX_BODY_BYTES).answer(), close=True)
             return None
-        return self.rfile.read(length)
+        body = self.rfile.read(length)
+        if len(body) < length:  # the client ended its side early: what came is not the request it declared
+            self._send_json(*InvalidRequest(f"the body ended after {len(body)} of its Content-Length {length} bytes")
+                            .answer(), close=True)
+            return None
+        return body
 
     def _read_chunks(self) -> bytes | None:
         """A chunked body (RFC 9112 section 7.1), read within the body limit; past the limit the rest is read

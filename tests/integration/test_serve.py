@@ -127,6 +127,49 @@ def test_a_content_length_is_digits(open_server: str, declared: str, status: int
         assert json.loads(payload)["error"]["message"] == "invalid Content-Length"
 
 
+@pytest.mark.parametrize("body", [b'{"messages": []}', b'{"messages": [{"role": "user", "content": "hi"'])
+def test_a_body_shorter_than_its_content_length_is_400(open_server: str, body: bytes) -> None:
+    # The client ended its side early: the bytes that came were compacted as the request, 200 for a whole JSON value
+    # (its Content-Length counting more than was sent) and the 422 json_invalid of a body it never sent otherwise.
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (len(body) + 20))
+
+    status, payload = _exchange(open_server, head + body)
+
+    assert status == 400
+    expected = f"the body ended after {len(body)} of its Content-Length {len(body) + 20} bytes"
+    assert json.loads(payload)["error"]["message"] == expected
+
+
+@pytest.mark.parametrize(("request_head", "status"), [
+    (b"GET /v1/" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", 414),
+    (b"GET /v1/healthz HTTP/1.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+    (b"GET /v1/healthz HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n", 431),
+    # A request line http.server cannot read is answered as HTTP/0.9 is: the body alone, no status line.
+    (b"GET /v1/healthz HTTP/9.9\r\n\r\n", None),
+    (b'GET /v1/healthz HTTP/1."x\\\r\n\r\n', None),
+    (b"GET\r\n\r\n", None),
+])
+def test_what_http_server_refuses_itself_is_answered_as_json(open_server: str, request_head: bytes,
+                                                             status: int | None) -> None:
+    # http.server answered these with an HTML page, which a client reading the API's errors as JSON cannot read.
+    url = httpx.URL(open_server)
+    with socket.create_connection((url.host, url.port), timeout=30) as client:
+        client.sendall(request_head)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+
+    if status is None:
+        payload = answer
+    else:
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == str(status).encode()
+        assert b"\r\ncontent-type: application/json\r\n" in head.lower() + b"\r\n"
+    error = json.loads(payload)["error"]
+    assert error["message"].strip() and error["type"] in ("invalid_request_error", "server_error")
+
+
 def _exchange(base: str, request: bytes) -> tuple[int, bytes]:
     url = httpx.URL(base)
     with socket.create_connection((url.host, url.port), timeout=30) as client:

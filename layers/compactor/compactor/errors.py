@@ -138,6 +138,23 @@ class LengthRequired(CompactorError):
     status = 411
 
 
+class MalformedRequest(CompactorError):
+    """``compactor serve``: a request its HTTP layer refuses before any route reads it, with the status that layer
+    chose (400 a malformed request line, 414 one too long, 431 header lines too long or too many, 505 an HTTP version
+    it does not speak)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.http_status = status
+
+    def body(self) -> dict[str, Any]:
+        kind = "server_error" if self.http_status >= 500 else self.type
+        return {"error": {"message": self.message, "type": kind, "code": self.code}}
+
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return self.http_status, self.body()
+
+
 class RequestTooLarge(CompactorError):
     status = 413
     code = "request_too_large"

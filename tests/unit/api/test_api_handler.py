@@ -382,6 +382,29 @@ def test_a_method_a_route_does_not_take_is_405_with_allow_and_options_204(
     assert (options["statusCode"], options["multiValueHeaders"]["Allow"], options["body"]) == (204, [allow], "")
 
 
+@pytest.mark.parametrize("job_id", ['a"b', "a`b", "a\\b", "a\x01b", "a\u2028b"])
+@pytest.mark.parametrize("method", ["GET", "PUT", "OPTIONS"])
+def test_a_path_no_route_takes_is_404_whatever_its_shape(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, job_id: str, method: str
+) -> None:
+    # API Gateway decodes the path (/v1/jobs/a%22b arrives as /jobs/a"b); no route takes a '"' in a path parameter,
+    # yet the answer was 405 "GET is not allowed on /jobs/a\"b; allowed: GET, HEAD, OPTIONS" (OPTIONS: 204 with it).
+    response = compact_module.handler(load_event("healthz", path=f"/jobs/{job_id}", method=method), lambda_context)
+
+    assert response["statusCode"] == 404
+    assert response_json(response)["error"]["code"] == "not_found"
+    assert "Allow" not in (response.get("multiValueHeaders") or {})
+
+
+def test_a_trailing_slash_has_the_methods_of_its_route(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext
+) -> None:
+    # The resolver routes POST /compact/ as POST /compact; GET /compact/ was 404 while GET /compact was 405.
+    response = compact_module.handler(load_event("healthz", path="/compact/", method="GET"), lambda_context)
+
+    assert response["statusCode"] == 405 and response["multiValueHeaders"]["Allow"] == ["OPTIONS, POST"]
+
+
 @pytest.mark.parametrize("path", ["/healthz", "/v1/healthz", "/usage", "/openapi.json"])
 def test_head_is_answered_as_the_get_of_its_path(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, path: str
