@@ -206,6 +206,9 @@ class Template:
             return pseudo[name]
         if name in self.resources:
             return name
+        function, _, alias = name.partition(".")
+        if alias == "Alias" and self.resources.get(function, {}).get("Type") == SERVERLESS_FUNCTION:
+            return name  # SAM's reference to a function's AutoPublishAlias (an on-failure destination's)
         raise TemplateError(f"Ref to unknown name {name}")
 
     def _sub(self, argument: Any) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from typing import Any
-from urllib.parse import unquote_plus
 
 from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.data_classes import S3Event, event_source
@@ -19,6 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import container, jobs, object_jobs
 from compactor_aws import logs, observability, snapstart, windowed_jobs
+from compactor_aws.s3_events import source_of
 from compactor_aws.s3_store import S3Store
 
 logger = logs.new_logger()  # the layer's module loggers write through it
@@ -27,17 +27,6 @@ tracer = observability.new_tracer()  # no X-Ray SDK where tracing is off
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
                   service=logger.service)  # dimension service, also where POWERTOOLS_SERVICE_NAME is unset
 store = S3Store()
-
-def source_of(record: S3EventRecord) -> object_jobs.Source:
-    """The object a record names; the key is URL-decoded (``+`` is a space, ``%XX`` a byte of UTF-8)."""
-    obj = record.s3.get_object
-    return object_jobs.Source(
-        bucket=record.s3.bucket.name,
-        key=unquote_plus(obj["key"]),
-        version_id=obj.get("versionId") or None,
-        etag=object_jobs.normalize_etag(obj.get("eTag")),
-        sequencer=obj.get("sequencer") or None,
-    )
 
 
 def observer(request_id: str | None, api_key_id: str, billed: list[Any]) -> object_jobs.Observer:

@@ -58,6 +58,13 @@ def s3_module() -> ModuleType:
     return sys.modules["s3_compact"]
 
 
+@pytest.fixture(scope="session")
+def gave_up_module() -> ModuleType:
+    """``functions/s3_gave_up/s3_gave_up.py``, S3CompactFunction's on-failure destination (module ``s3_gave_up``)."""
+    load_handler(REPO / "functions" / "s3_gave_up", "s3_gave_up.handler")
+    return sys.modules["s3_gave_up"]
+
+
 @pytest.fixture
 def lambda_context() -> LocalLambdaContext:
     return LocalLambdaContext("S3CompactFunction", timeout_s=300)

@@ -335,3 +335,27 @@ def test_inline_windows_each_have_their_own_flow_budget(
     assert result["result"] == "compacted"
     slow, _ = read_json(s3, "compacted/slow.json")
     assert slow["messages"] == quick["messages"] and slow["compaction"] == quick["compaction"]
+
+
+def test_what_ended_the_last_attempt_is_named_by_its_kind() -> None:
+    """The cause a ``failed/<rel>`` record of a job Lambda gave up on names: never the error's message."""
+    from compactor_aws.s3_events import gave_up_cause as cause
+
+    assert cause({"requestContext": {"condition": "RetriesExhausted"},
+                  "responsePayload": {"errorType": "ClientError", "errorMessage": "secret content"}}) == "ClientError"
+    assert cause({"requestContext": {"condition": "RetriesExhausted"},
+                  "responsePayload": {"errorMessage": "2026-12-03T16:00:00Z r-1 Task timed out after 300.00 seconds"}}
+                 ) == "timeout"
+    assert cause({"requestContext": {"condition": "EventAgeExceeded"}}) == "EventAgeExceeded"
+    assert cause({}) is None
+
+
+def test_the_destination_records_nothing_for_events_without_new_objects(
+        s3: Any, gave_up_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    test_event = {"Service": "Amazon S3", "Event": "s3:TestEvent", "Bucket": BUCKET}
+    removed = s3_event(BUCKET, "incoming/a.json", version_id="v1", etag="abc", event_name="ObjectRemoved:Delete")
+    for payload in (test_event, removed):
+        invocation = {"requestContext": {"condition": "RetriesExhausted"}, "requestPayload": payload}
+        answer = gave_up_module.handler(invocation, lambda_context)
+        assert answer == {"cause": "RetriesExhausted", "results": []}
+    assert keys(s3, "failed/") == []

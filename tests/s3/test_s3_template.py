@@ -78,14 +78,37 @@ def test_function_budget_timeout_and_defaults(template: Template, resources: dic
         "Ref": "S3CompactDefaults"}
 
 
-def test_failures_are_retried_a_bounded_number_of_times_then_queued(
+def test_failures_are_retried_a_bounded_number_of_times_recorded_then_queued(
         template: Template, resources: dict[str, Any]) -> None:
+    """Once Lambda gave up, S3CompactGaveUpFunction records failed/<rel> (an upload's status was running forever
+    before), and its own invocation record, holding S3CompactFunction's, reaches the failure queue whether it
+    succeeded or failed: the queue stays the operator's record of every event given up on."""
     config = template.function_properties("S3CompactFunction")["EventInvokeConfig"]
     assert 0 <= config["MaximumRetryAttempts"] <= 2
     on_failure = config["DestinationConfig"]["OnFailure"]
-    assert on_failure["Type"] == "SQS" and on_failure["Destination"] == "S3CompactFailureQueue.Arn"
+    assert on_failure == {"Type": "Lambda", "Destination": "S3CompactGaveUpFunction.Alias"}
+    gave_up = template.function_properties("S3CompactGaveUpFunction")
+    assert gave_up["Handler"] == "s3_gave_up.handler" and gave_up["CodeUri"] == "functions/s3_gave_up/"
+    assert (REPO / "functions" / "s3_gave_up" / "s3_gave_up.py").is_file()
+    assert "Events" not in gave_up  # invoked by Lambda only, as the destination
+    destinations = gave_up["EventInvokeConfig"]["DestinationConfig"]
+    assert destinations == {outcome: {"Type": "SQS", "Destination": "S3CompactFailureQueue.Arn"}
+                            for outcome in ("OnSuccess", "OnFailure")}
     queue = properties(resources, "S3CompactFailureQueue", "AWS::SQS::Queue")
     assert queue["SqsManagedSseEnabled"] is True and queue["MessageRetentionPeriod"] == 1209600
+
+
+def test_the_gave_up_function_only_checks_results_and_writes_failures(resources: dict[str, Any]) -> None:
+    assert "Policies" not in resources["S3CompactGaveUpFunction"]["Properties"]
+    access = properties(resources, "S3CompactGaveUpFunctionBucketAccess", "AWS::IAM::RolePolicy")
+    assert access["RoleName"] == {"Ref": "S3CompactGaveUpFunctionRole"}
+    grants: dict[str, set[str]] = {}
+    for statement in access["PolicyDocument"]["Statement"]:
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        grants.setdefault(statement["Resource"]["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
+    assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject"}, f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
+                      "": {"s3:ListBucket"}}
 
 
 def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import pytest
 from compactor.compaction.preset import load_preset
 
 from scale import transcripts
-from s3.conftest import s3_module  # noqa: F401  (the S3 handler fixture, shared)
+from s3.conftest import gave_up_module, s3_module  # noqa: F401  (the S3 handlers' fixtures, shared)
 
 
 def decision_policy() -> Any:

@@ -132,3 +132,163 @@ def test_an_upload_sent_again_reports_its_own_outcome_not_the_last_ones(aws, com
     assert status() == "running"  # before: "done" (the first result), not this upload's
     process()
     assert status() == "done"
+
+
+# ------------------------------------------------------------------ a job whose every attempt crashes
+
+ATTEMPTS = 3  # S3CompactFunction's EventInvokeConfig: the first attempt and MaximumRetryAttempts (2) more
+
+
+def invocation_record(event: dict[str, Any], error: BaseException) -> dict[str, Any]:
+    """The invocation record Lambda sends S3CompactFunction's on-failure destination once it gave up."""
+    return {"version": "1.0", "timestamp": "2026-12-03T16:00:00.000Z",
+            "requestContext": {"requestId": "r-1", "condition": "RetriesExhausted", "approximateInvokeCount": ATTEMPTS,
+                               "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:s3-compact:live"},
+            "requestPayload": event,
+            "responseContext": {"statusCode": 200, "executedVersion": "1", "functionError": "Unhandled"},
+            "responsePayload": {"errorMessage": str(error), "errorType": type(error).__name__, "stackTrace": []}}
+
+
+class Crashes:
+    """``compactor.service.compact_call`` failing its first ``times`` calls (an exception no handler expects)."""
+
+    def __init__(self, times: int):
+        self.left = times
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from compactor import service
+
+        real = service.compact_call
+
+        async def compact_call(*args: Any, **kwargs: Any) -> Any:
+            if self.left > 0:
+                self.left -= 1
+                raise RuntimeError("the store went away")
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(service, "compact_call", compact_call)
+
+
+def deliver(s3_module: Any, gave_up_module: Any, event: dict[str, Any], between: Any = None) -> dict[str, Any] | None:
+    """Lambda's asynchronous invocation of S3CompactFunction: up to :data:`ATTEMPTS` attempts (``between()``
+    after each that raised), then, when all raised, its on-failure destination. The destination's answer (what
+    goes on to the failure queue), None when an attempt succeeded."""
+    error: BaseException | None = None
+    for _ in range(ATTEMPTS):
+        try:
+            s3_module.handler(event, LocalLambdaContext("S3CompactFunction", timeout_s=300))
+            return None
+        except Exception as exc:  # noqa: BLE001 - what Lambda retries
+            error = exc
+            if between is not None:
+                between()
+    assert error is not None
+    return give_up(gave_up_module, event, error)
+
+
+def give_up(gave_up_module: Any, event: dict[str, Any], error: BaseException) -> dict[str, Any]:
+    """S3CompactGaveUpFunction called with the invocation record of ``event``, whose last attempt raised ``error``."""
+    context = LocalLambdaContext("S3CompactGaveUpFunction", timeout_s=60)
+    return gave_up_module.handler(invocation_record(event, error), context)
+
+
+def status_of(compact_module: Any, job_id: str) -> str:
+    return call(compact_module, "GET", f"/jobs/{job_id}")[1]["status"]
+
+
+def upload_event(aws: Any, key: str, body: bytes, sequencer: str = "0065A1B2C3D4E5F601") -> dict[str, Any]:
+    aws.put_object(Bucket=BUCKET, Key=key, Body=body)
+    head = aws.head_object(Bucket=BUCKET, Key=key)
+    return s3_event(BUCKET, key, version_id=head.get("VersionId"), etag=head["ETag"].strip('"'),
+                    size=head["ContentLength"], sequencer=sequencer)
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_a_job_whose_every_attempt_crashes_is_failed_once_lambda_gives_up(
+        aws, compact_module, s3_module, gave_up_module, monkeypatch, capsys):
+    """Before, nothing recorded such a job (the event went to the failure queue only): its status stayed
+    ``running`` forever. Meanwhile, while a retry may still succeed, it is ``running``, never ``failed``."""
+    job_id = call(compact_module, "POST", "/uploads")[1]["job_id"]
+    key = "incoming/" + jobs.upload_rel("key-a", job_id)
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    monkeypatch.setattr(gave_up_module, "store", s3_module.S3Store())
+    Crashes(ATTEMPTS).install(monkeypatch)
+    event = upload_event(aws, key, json.dumps({"messages": transcript(), "keep_recent": 1}).encode())
+    seen: list[str] = []
+
+    queued = deliver(s3_module, gave_up_module, event, between=lambda: seen.append(status_of(compact_module, job_id)))
+
+    assert seen == ["running"] * ATTEMPTS
+    status, failed = call(compact_module, "GET", f"/jobs/{job_id}")
+    assert status == 200 and failed["status"] == "failed" and failed["error_status"] == 500
+    assert failed["error"]["code"] == "job_failed" and "RuntimeError" in failed["error"]["message"]
+    assert "the store went away" not in failed["error"]["message"]  # the error's kind, never its message
+    assert queued is not None and queued["cause"] == "RuntimeError"
+    assert '"S3ObjectsFailed":[1.0]' in capsys.readouterr().out  # the object's outcome, counted once
+    assert [result["result"] for result in queued["results"]] == ["failed"]
+    assert aws.get_object(Bucket=BUCKET, Key=key)["Body"].read()  # the upload is kept
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_a_crash_then_a_successful_retry_is_done_and_never_failed(
+        aws, compact_module, s3_module, gave_up_module, monkeypatch):
+    """A retry that succeeds: ``running`` between the attempts, then ``done``. And a duplicate delivery of the
+    same event whose attempts all crashed (Lambda delivers at least once) does not make it ``failed``: its
+    destination finds this version's result and records nothing."""
+    job_id = call(compact_module, "POST", "/uploads")[1]["job_id"]
+    key = "incoming/" + jobs.upload_rel("key-a", job_id)
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    monkeypatch.setattr(gave_up_module, "store", s3_module.S3Store())
+    Crashes(ATTEMPTS - 1).install(monkeypatch)
+    event = upload_event(aws, key, json.dumps({"messages": transcript(), "keep_recent": 1}).encode())
+    seen: list[str] = []
+
+    queued = deliver(s3_module, gave_up_module, event, between=lambda: seen.append(status_of(compact_module, job_id)))
+
+    assert queued is None  # an attempt succeeded: Lambda calls no destination
+    assert seen == ["running"] * (ATTEMPTS - 1)
+    assert call(compact_module, "GET", f"/jobs/{job_id}")[1]["status"] == "done"
+    late = give_up(gave_up_module, event, RuntimeError("x"))
+    assert [(each["result"], each.get("reason")) for each in late["results"]] == [("skipped", "already processed")]
+    assert call(compact_module, "GET", f"/jobs/{job_id}")[1]["status"] == "done"
+    assert aws.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("KeyCount") == 0
+
+
+@pytest.mark.filterwarnings("ignore:No application metrics to publish")
+def test_a_failed_upload_never_shadows_the_newer_upload_of_its_job(
+        aws, compact_module, s3_module, gave_up_module, monkeypatch):
+    """The job is sent again after its first upload crashed every attempt: ``running`` until the new upload's
+    own outcome, and an older upload's destination arriving late neither makes it ``failed`` nor replaces the
+    newer upload's own failure record."""
+    job_id = call(compact_module, "POST", "/uploads")[1]["job_id"]
+    key = "incoming/" + jobs.upload_rel("key-a", job_id)
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    monkeypatch.setattr(gave_up_module, "store", s3_module.S3Store())
+    good = json.dumps({"messages": transcript(), "keep_recent": 1}).encode()
+
+    def status() -> dict[str, Any]:
+        return call(compact_module, "GET", f"/jobs/{job_id}")[1]
+
+    Crashes(ATTEMPTS).install(monkeypatch)
+    first = upload_event(aws, key, good, sequencer="0065A1B2C3D4E5F601")
+    deliver(s3_module, gave_up_module, first)
+    assert status()["status"] == "failed"
+    second = upload_event(aws, key, good.replace(b'"keep_recent": 1', b'"keep_recent": 2'),
+                          sequencer="0065A1B2C3D4E5F602")
+    assert status()["status"] == "running"  # not the first upload's failure
+    assert deliver(s3_module, gave_up_module, second) is None  # no crash left: compacted
+    assert status()["status"] == "done"
+    give_up(gave_up_module, first, RuntimeError("x"))
+    assert status()["status"] == "done"
+
+    Crashes(ATTEMPTS).install(monkeypatch)
+    third = upload_event(aws, key, good.replace(b'"keep_recent": 1', b'"keep_recent": 3'),
+                         sequencer="0065A1B2C3D4E5F603")
+    assert status()["status"] == "running"
+    deliver(s3_module, gave_up_module, third)
+    assert status()["status"] == "failed"
+    late = give_up(gave_up_module, first, ValueError("x"))
+    assert [(each["result"], each.get("reason")) for each in late["results"]] == [
+        ("skipped", "a newer version was processed")]
+    failed = status()
+    assert failed["status"] == "failed" and "RuntimeError" in failed["error"]["message"]  # the third upload's own

@@ -204,6 +204,12 @@ class InternalError(CompactorError):
         super().__init__(message, **kwargs)
 
 
+class JobFailed(InternalError):
+    """500: an S3 object's job that ended without a result (docs/scale.md), recorded under ``failed/<rel>``."""
+
+    code = "job_failed"
+
+
 class RouterError(CompactorError):
     """A routed model call or flow failed without a fallback; the status follows the error kind."""
 

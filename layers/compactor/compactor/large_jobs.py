@@ -45,7 +45,7 @@ from compactor.object_jobs import (
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
 from compactor.transcript_stream import ArrayWriter, fields_from, messages_from, whole_read_mode
-from compactor.errors import InvalidRequest, RequestTooLarge
+from compactor.errors import InvalidRequest, JobFailed, RequestTooLarge
 from compactor.formats import WINDOWED_FORMATS
 from compactor.side_by_side import side_by_side
 from compactor.transcripts import NotChat, TranscriptError
@@ -449,8 +449,7 @@ def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str
 
 
 def _job_failure_error(cause: str | None) -> dict[str, Any]:
-    message = "the windowed compaction job failed" + (f" ({cause})" if cause else "")
-    return {"message": message, "type": "server_error", "code": "job_failed"}
+    return JobFailed("the windowed compaction job failed" + (f" ({cause})" if cause else "")).body()["error"]
 
 
 def _job_failed(store: StreamStore, job: dict[str, Any], cause: str | None) -> dict[str, Any]:

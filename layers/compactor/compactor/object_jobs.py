@@ -32,7 +32,7 @@ from dataclasses import field
 from typing import Any, Literal, Protocol
 
 from compactor.call_record import counting_calls, crashed
-from compactor.errors import InvalidTranscript, KeyTooLong, RequestTooLarge
+from compactor.errors import InvalidTranscript, JobFailed, KeyTooLong, RequestTooLarge
 from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 from compactor.records import record
 
@@ -463,3 +463,23 @@ def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel
         return Outcome("failed", source, key=key, status=failure.status)
     return _put_once(store, source, key, body, content_type=JSON_CONTENT_TYPE, metadata=metadata) or Outcome(
         "failed", source, key=key, status=failure.status)
+
+
+def record_gave_up(store: ObjectStore, source: Source, cause: str | None) -> Outcome:
+    """Lambda gave up on the object's job (every attempt raised or timed out, or its event grew too old; the
+    function's on-failure destination says so, docs/deploy.md): record ``failed/<rel>``, 500 ``job_failed``
+    naming ``cause`` (an error's type, never its message, which may quote content), written as results are
+    written (never over a result of this version or a newer one), so that ``GET /v1/jobs/{id}`` answers
+    ``failed`` (docs/scale.md). Nothing is written when ``compacted/<rel>`` holds this version's result (another
+    delivery of the event wrote it, or only billing failed after it). Before, such a job had no record: an API
+    upload's status stayed ``running``. A failed attempt records nothing: a retry may still succeed, and a
+    caller must not read ``failed`` meanwhile."""
+    rel = relative_key(source.key)
+    if rel is None or len(result_key(rel).encode("utf-8")) > MAX_KEY_BYTES:
+        return Outcome("skipped", source, reason="no job of its own")  # a too-long key records its own 400
+    head = store.head(source.bucket, result_key(rel))
+    if head is not None and same_version(head.metadata, source):
+        return Outcome("skipped", source, key=result_key(rel), reason="already processed")
+    error = JobFailed("the compaction job failed on every attempt" + (f" ({cause})" if cause else ""))
+    return _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel,
+                          Failure(error.status, error.body()["error"]), conditional=True)
