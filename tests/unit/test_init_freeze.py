@@ -76,6 +76,36 @@ def test_the_worker_imports_only_its_own_modules_with_the_collector_paused() -> 
             and name.split(".")[0] not in sys.stdlib_module_names] == []  # third-party ones load before the pause
 
 
+# What the windowed jobs' worker's third-party packages load when imported alone, in a fresh interpreter.
+_WINDOW_THIRD_PARTY_PROBE = """
+import json, sys
+before = set(sys.modules)
+import boto3
+from aws_lambda_powertools import Metrics
+from aws_lambda_powertools.utilities.typing import LambdaContext
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_window_worker_imports_only_its_own_modules_with_the_collector_paused() -> None:
+    """The windowed jobs' worker pauses the collector around its own imports as the fan-out worker does
+    (docs/performance.md#the-three-rows-above-the-goal-twenty-second-round-issue-11): boto3 and Powertools load before
+    the pause, and nothing they load is imported inside it."""
+    probe = _IMPORTS_PROBE.format(functions=str(REPO / "functions" / "window_jobs"), module="window_jobs")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    paused = [name for name, enabled in seen["seen"] if not enabled]
+    third_party = set(json.loads(subprocess.run([sys.executable, "-c", _WINDOW_THIRD_PARTY_PROBE],
+                                                capture_output=True, text=True, cwd=REPO,
+                                                check=True).stdout.strip().splitlines()[-1]))
+
+    assert seen["enabled"] and seen["frozen"] > 10_000
+    assert {"compactor.large_jobs", "compactor_aws.s3_store", "asyncio"} <= set(paused)
+    assert [name for name in paused if name.split(".")[0] not in OWN and name in third_party] == []
+    assert [name for name in paused if name.split(".")[0] not in OWN
+            and name.split(".")[0] not in sys.stdlib_module_names] == []  # third-party ones load before the pause
+
+
 def test_collector_paused_freezes_what_its_block_loaded_and_restores_the_collector() -> None:
     probe = """
 import gc, json

@@ -44,11 +44,12 @@ from compactor.object_jobs import (
 )
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
-from compactor.transcript_stream import ArrayWriter, fields_from, messages_from, whole_read_mode
 from compactor.errors import InvalidRequest, JobFailed, RequestTooLarge
-from compactor.formats import WINDOWED_FORMATS
-from compactor.side_by_side import side_by_side
-from compactor.transcripts import NotChat, TranscriptError
+
+# The streamed reader (``compactor.transcript_stream``, with ijson and ``compactor.transcripts``) and the side-by-side
+# requests are imported by the steps that read or write a whole pass (``plan``, ``assemble``, ``fail``): a Distributed
+# Map item (:func:`run_window`), what a job's first wave of cold workers runs, reads its task and writes its result
+# only (docs/performance.md#the-three-rows-above-the-goal-twenty-second-round-issue-11).
 
 WORK_PREFIX = "work/"
 WINDOWS_AT_ONCE = 8
@@ -132,6 +133,8 @@ def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
 
 def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None,
               format: str | None = None) -> Iterator[dict[str, Any]]:
+    from compactor.transcript_stream import messages_from
+
     return messages_from(lambda: store.open(bucket, key, version_id=version_id), format)
 
 
@@ -149,9 +152,12 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     from compactor.container import get_router
     from compactor.errors import InvalidFlow
     from compactor.flow import FlowAdmissionError
+    from compactor.formats import WINDOWED_FORMATS
     from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
     from compactor.object_jobs import _invalid
+    from compactor.transcript_stream import fields_from, whole_read_mode
+    from compactor.transcripts import NotChat, TranscriptError
 
     source = source_of(job)
     rel = relative_key(source.key)
@@ -226,6 +232,7 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
                input_version: str | None) -> str:
     """Scan the pass input, write its window tasks and the list of them; save the run state."""
     from compactor.compaction.windows import windows
+    from compactor.side_by_side import side_by_side
 
     bucket, format = job["bucket"], state.settings.format
     number = state.number + 1
@@ -270,6 +277,8 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
     assemble that planned the next pass (its answer was lost), and that pass is what follows; assembling again
     read the next pass's windows, which have no results yet, as all failed and ended the job there."""
     from compactor.compaction.windows import RunState
+    from compactor.side_by_side import side_by_side
+    from compactor.transcript_stream import ArrayWriter
 
     bucket = job["bucket"]
     saved = _get_json(store, bucket, _work(job, RUN_STATE))
@@ -355,6 +364,8 @@ def _failure_record(state: Any, status: int, cause: str | None,
 def _unassembled_results(store: StreamStore, bucket: str, windows_key: str) -> list[dict[str, Any]]:
     """What the windows of a pass not yet assembled (a failed execution's last pass) counted in the results they
     left (their calls, fallbacks and tokens, not their messages), read as ``assemble`` reads them."""
+    from compactor.side_by_side import side_by_side
+
     counted = ("model_calls", "fallbacks", "tokens_in", "tokens_out")
 
     def counts(item: dict[str, Any]) -> dict[str, Any] | None:
