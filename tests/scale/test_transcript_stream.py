@@ -780,3 +780,70 @@ def test_the_cli_refuses_a_large_file_with_a_key_twice_in_a_message_as_it_refuse
         assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"]) == 2
         assert capsys.readouterr().err == f"compactor compact: {source}: {reason}\n"
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_run_checks_the_keys_of_the_callers_bytes_until_a_reading_has_gone_through_them_whole(monkeypatch):
+    """Refusing a key named twice costs the streamed reading a Python call for every key (docs/performance.md,
+    "Streamed reading"), which every reading of a run paid: its scan, its windows, its result, its passes' outputs.
+    The caller's bytes are checked until one reading has read them whole; the readings after it, and of the passes'
+    outputs (ArrayWriter's), are not."""
+    from compactor import transcript_stream
+    from compactor.compaction.windowed import compact_stream, inline_runner
+    from compactor.compaction.windows import Settings
+    from compactor.container import run_sync
+    from compactor.compaction.preset import default_decision_policy
+    from fakes.routers import frozen_router
+
+    checked = []
+    keys_once = transcript_stream._keys_once
+    monkeypatch.setattr(transcript_stream, "_keys_once", lambda: checked.append(1) or keys_once())
+    data = json.dumps(PLAIN * 40).encode()
+    router = frozen_router()
+    out = io.StringIO()
+    run_sync(compact_stream(lambda: io.BytesIO(data), Settings(decision_policy_ir=default_decision_policy()),
+                            router=router, run_window=inline_runner(router, window_budget_ms=60_000), out=out,
+                            messages_only=True))
+    assert len(checked) == 1 and json.loads(out.getvalue())
+
+    # A reading left before its end, or refused, leaves the next one checked.
+    from compactor.transcript_stream import CheckedOnce
+
+    first = {"role": "user", "content": "x" * 100_000}  # read before the parser reads the repeated key
+    reads = CheckedOnce(Opener("[" + ", ".join([json.dumps(first), json.dumps(first), TWICE]) + "]"))
+    assert next(reads()) == first
+    for _ in range(2):
+        with pytest.raises(TranscriptError, match="appears twice"):
+            list(reads())
+    assert not reads.checked_whole
+
+
+def test_a_file_read_again_is_the_file_read_first(tmp_path):
+    """A run reads its file several times (the windows are cut from its first readings, whose keys were checked:
+    the later ones are not); the file was opened again by its path, and a file changed in between was read as it
+    had become."""
+    import os
+
+    from compactor.transcript_stream import opener
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(PLAIN))
+    source = opener(str(path))
+    assert list(messages_from(source)) == list(messages_from(source)) == PLAIN
+    path.write_text(json.dumps(PLAIN[:1]))  # another size
+    with pytest.raises(TranscriptError, match="changed while it was compacted"):
+        list(messages_from(source))
+
+    path.write_text(json.dumps(PLAIN))
+    source = opener(str(path))
+    assert list(messages_from(source)) == PLAIN
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # the same size, written again
+    with pytest.raises(TranscriptError, match="changed while"):
+        list(messages_from(source))
+
+    path.write_text(json.dumps(PLAIN))
+    source = opener(str(path))
+    with pytest.raises(TranscriptError, match="changed while"):
+        for message in messages_from(source):  # written while it is read
+            with path.open("a") as handle:
+                handle.write(" ")

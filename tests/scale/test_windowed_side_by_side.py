@@ -188,9 +188,10 @@ def test_the_result_copies_the_last_pass_output_without_parsing_it(
     parsed: list[str] = []
     messages = large_jobs._messages
 
-    def counted(store: Any, bucket: str, key: str, version_id: str | None, format: str | None = None) -> Any:
+    def counted(store: Any, bucket: str, key: str, version_id: str | None, format: str | None = None,
+                **options: Any) -> Any:
         parsed.append(key)
-        return messages(store, bucket, key, version_id, format)
+        return messages(store, bucket, key, version_id, format, **options)
 
     monkeypatch.setattr(large_jobs, "_messages", counted)
     result = _run(s3, GaugedStore(s3), "incoming/copied.json", body)
@@ -346,3 +347,28 @@ def test_a_windowed_job_refuses_an_object_naming_chat_that_holds_anthropic_block
         failure["error"]["message"], failure
     state = _plan_only(s3, "incoming/unnamed.json", {"mode": "decision", "messages": messages})
     assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole
+
+
+@pytest.mark.parametrize("versioned", [True, False])
+def test_a_job_checks_the_keys_of_the_callers_object_once_and_of_its_own_outputs_never(
+        s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, versioned: bool) -> None:
+    """Refusing a key named twice costs the streamed reading a Python call for every key (docs/performance.md,
+    "Streamed reading"); every read of every step paid it. Plan's scan checks the object, which the reads after it
+    read at the same version unchecked (an unversioned object, which may be replaced between reads, each time
+    checked); a pass output, which ArrayWriter wrote, is never checked."""
+    if versioned:
+        s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    reads: list[tuple[str, bool]] = []
+    messages = large_jobs._messages
+
+    def counted(store: Any, bucket: str, key: str, version_id: str | None, format: str | None = None,
+                **options: Any) -> Any:
+        reads.append((key, options.get("keys_checked", True)))
+        return messages(store, bucket, key, version_id, format, **options)
+
+    monkeypatch.setattr(large_jobs, "_messages", counted)
+    result = json.loads(_run(s3, GaugedStore(s3), "incoming/checked.json", json.dumps(sessions).encode()))
+    source = [checked for key, checked in reads if key == "incoming/checked.json"]
+    outputs = [checked for key, checked in reads if key != "incoming/checked.json"]
+    assert len(result["compaction"]["windows"]["passes"]) >= 2 and len(source) == 2 and outputs
+    assert source == ([True, False] if versioned else [True, True]) and not any(outputs)

@@ -132,10 +132,11 @@ def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
 
 
 def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None,
-              format: str | None = None) -> Iterator[dict[str, Any]]:
+              format: str | None = None, *, keys_checked: bool = True) -> Iterator[dict[str, Any]]:
+    """The messages of an object (``keys_checked``: :func:`~compactor.transcript_stream.messages_from`)."""
     from compactor.transcript_stream import messages_from
 
-    return messages_from(lambda: store.open(bucket, key, version_id=version_id), format)
+    return messages_from(lambda: store.open(bucket, key, version_id=version_id), format, keys_checked=keys_checked)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -230,20 +231,27 @@ def _too_large(store: StreamStore, source: Any, stored: StoredObject, rel: str, 
 
 def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: str,
                input_version: str | None) -> str:
-    """Scan the pass input, write its window tasks and the list of them; save the run state."""
+    """Scan the pass input, write its window tasks and the list of them; save the run state. The keys of the
+    caller's object are checked by the scan, which reads it whole before the rest reads it again (the same version:
+    unchecked); a pass output, which ``ArrayWriter`` wrote, is read unchecked (docs/scale.md "Streaming")."""
     from compactor.compaction.windows import windows
     from compactor.side_by_side import side_by_side
 
     bucket, format = job["bucket"], state.settings.format
     number = state.number + 1
-    context = state.scan(_messages(store, bucket, input_key, input_version, format),
-                         reread=lambda: _messages(store, bucket, input_key, input_version, format))
+    ours = input_key.startswith(_work(job, ""))
+    same_bytes = ours or input_version is not None  # an unversioned object may be replaced between reads
+
+    def read(keys_checked: bool) -> Iterator[dict[str, Any]]:
+        return _messages(store, bucket, input_key, input_version, format, keys_checked=keys_checked)
+
+    context = state.scan(read(not ours), reread=lambda: read(not same_bytes))
     items = []
 
     def tasks() -> Iterator[tuple[str, bytes]]:
         """Each window's task key and JSON, encoded here, on the scan's thread: a task handed to a writing thread
         is bytes, nothing the scan may still change (and holds only its bytes while in flight)."""
-        for task in windows(_messages(store, bucket, input_key, input_version, format), context,
+        for task in windows(read(not same_bytes), context,
                             state.pass_settings()):
             task_key, data = _work(job, f"p{number}/w{task['index']}.json"), _json_bytes(task)
             items.append({"task_key": task_key, "result_key": _work(job, f"p{number}/w{task['index']}.result.json"),
@@ -421,8 +429,9 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
                 with store.open(source.bucket, input_key) as array:
                     write_body_of_array(out, array, summary)
             else:
-                write_body(out, _messages(store, source.bucket, input_key, input_version, state.settings.format),
-                           summary, messages_only=False)
+                # The caller's object, which plan's scan read whole, its keys checked: unchecked when the same version
+                write_body(out, _messages(store, source.bucket, input_key, input_version, state.settings.format,
+                                          keys_checked=input_version is None), summary, messages_only=False)
     except WriteRefused:
         return key, CONCURRENT
     return key, None

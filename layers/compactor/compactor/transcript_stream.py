@@ -29,15 +29,18 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
 * **Keys named twice.** ijson's builders keep the last value of a key an object names twice, which the API refuses
   (``jsonutil.bounded_loads``). Every builder here is given a map type of ours (:func:`_keys_once`) that notes a key
   set twice, and the message is refused as the API refuses it; the maps in its lists are given their plain dicts as
-  the message's depth is checked (:func:`_as_loaded`).
+  the message's depth is checked (:func:`_as_loaded`). That costs a Python call for every key: a run reads the same
+  bytes several times, so only a reading of bytes no reading has yet checked whole needs it (``keys_checked``;
+  :class:`CheckedOnce`, :func:`opener`); the others read plain dicts (docs/performance.md "Streamed reading").
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import IO, Any
 
 import ijson
@@ -241,20 +244,24 @@ def _other_backend(backend: Any, refused: NotForTheCBackend) -> Any:
 Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 
 
-def messages_from(open_source: Opener, format: str | None = None) -> Iterator[dict[str, Any]]:
+def messages_from(open_source: Opener, format: str | None = None, *,
+                  keys_checked: bool = True) -> Iterator[dict[str, Any]]:
     """The messages of the stream ``open_source()`` opens, one at a time (numbers as ``json.loads`` makes them:
     int and float, never Decimal), as the API would take them; the stream is opened again when it has to be
     read another way (module docstring), and each new reading goes on after the messages already given.
     ``format``: one of ``WINDOWED_FORMATS`` (None: ``openai-chat``); an item of another format is :class:`NotChat`
     (naming ``anthropic-messages`` when it is one, so that a stream read as chat can be read again as that), and
     an ``anthropic-messages`` message whose role is neither ``user`` nor ``assistant`` is refused as the API
-    refuses it (``Dialect.validate``)."""
+    refuses it (``Dialect.validate``). ``keys_checked=False`` skips the refusal of a key named twice inside a
+    message (a Python call for every key: module docstring), only for bytes a checked reading has gone through whole
+    (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
     given, backend, path_free = 0, None, False
     while True:
         try:
             with open_source() as raw:
-                for index, message in enumerate(_messages(raw, backend, path_free=path_free)):
+                for index, message in enumerate(_messages(raw, backend, path_free=path_free,
+                                                          keys_checked=keys_checked)):
                     if index >= given:
                         other = item_format(message)
                         if other is not None and not (anthropic and other == "anthropic-messages"):
@@ -300,16 +307,18 @@ def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[
     return infer(Transcript("openai-chat", [], dict(fields), request_body=kind == "object").compact_body(defaults))
 
 
-def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Iterator[dict[str, Any]]:
+def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
+              keys_checked: bool = True) -> Iterator[dict[str, Any]]:
     """The messages of one reading of ``raw`` by ``backend`` (None: ijson's default, its C one): its items with
-    the reader counting, or ``path_free``. A :class:`NotForTheCBackend` or :class:`PathsTooLong`
-    when it is to be read another way (:func:`messages_from`)."""
+    the reader counting, or ``path_free``; their maps of :func:`_keys_once` when ``keys_checked``, else plain dicts.
+    A :class:`NotForTheCBackend` or :class:`PathsTooLong` when it is to be read another way (:func:`messages_from`)."""
     kind, replay = _sniff(raw)
     if kind == "jsonl":
         yield from _jsonl(replay)
         return
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
-    keyed = _keys_once()
+    keyed = _keys_once() if keys_checked else None
+    mapped = keyed or dict
     try:
         if path_free:
             items = _path_free_messages(reader, kind, backend, keyed)
@@ -317,9 +326,10 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False) -> Itera
             items = (backend or ijson).items(reader, "item" if kind == "array" else "messages.item",
                                              use_float=True, buf_size=READ_BYTES, map_type=keyed)
         for index, message in enumerate(items):
-            if type(message) is not keyed:
+            if type(message) is not mapped:
                 raise TranscriptError(f"message {index} is not a JSON object")
-            keyed.refuse_repeated()
+            if keyed is not None:
+                keyed.refuse_repeated()
             message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
             if message is None:
                 raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
@@ -365,13 +375,13 @@ def _keys_once() -> Any:
 
 
 def _as_loaded(value: Any, keyed: Any, limit: int) -> Any:
-    """``value`` (a builder's, its maps of the type ``keyed``: :func:`_keys_once`) as ``json.loads`` builds it, the
-    dict of each map in a list put in the map's place; None when a container sits deeper than ``limit`` (the root is
-    level 0: ``jsonutil.depth_exceeds``). A level at a time, with a loop over each container: the depth check the
+    """``value`` (a builder's, its maps of the type ``keyed``: :func:`_keys_once`; None: plain dicts) as
+    ``json.loads`` builds it, the dict of each map in a list put in the map's place; None when a container sits
+    deeper than ``limit`` (the root is level 0: ``jsonutil.depth_exceeds``). A level at a time, with a loop over each container: the depth check the
     messages had before, which finds the maps in lists as it goes."""
     if type(value) is keyed:
         value = value.plain
-    elif type(value) is not list:
+    elif type(value) is not list and type(value) is not dict:
         return value
     level, nodes = 0, [value]
     while nodes:
@@ -404,7 +414,7 @@ def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: Any) -
     ``messages`` array's items, a ``messages`` object's ``item`` members and a root ``messages.item`` member),
     built from the parser's events, which name no path; a level past :data:`MAX_LEVELS` is refused as it opens.
     The same values as the items, so a reading that goes on from here skips the messages given before; their maps
-    of type ``keyed`` (:func:`_keys_once`), as the items'."""
+    of type ``keyed`` (:func:`_keys_once`; None: dicts), as the items'."""
     events = (backend or ijson).basic_parse(reader, use_float=True, buf_size=READ_BYTES)
     depth, item_depth, builder = 0, 0, None
     root_key = inner_key = opened = None  # the member of the root, of a messages object; how messages opened
@@ -619,6 +629,47 @@ class ArrayWriter:
         self.stream.write("\n]" if self.count else "]")
 
 
-def opener(path: str) -> Callable[[], IO[bytes]]:
-    """A callable opening ``path`` for reading, once per pass."""
-    return lambda: open(path, "rb")
+class CheckedOnce:
+    """A run's readings of the messages of the stream ``open_source()`` opens (the caller's bytes, read several
+    times: the scan, its second read, the windows, the result): their keys checked (:func:`messages_from`) until one
+    reading has gone through the stream whole, the readings after it unchecked. ``open_source`` must open the same
+    bytes each time (:func:`opener`, an object version)."""
+
+    def __init__(self, open_source: Opener, format: str | None = None) -> None:
+        self.open_source, self.format = open_source, format
+        self.checked_whole = False
+
+    def __call__(self) -> Iterator[dict[str, Any]]:
+        checked = not self.checked_whole
+        yield from messages_from(self.open_source, self.format, keys_checked=checked)
+        self.checked_whole = True  # a reading abandoned or refused leaves the next one checked
+
+
+class FileChanged(TranscriptError):
+    """The file a run reads several times is not the one it read first."""
+
+
+def opener(path: str) -> Opener:
+    """A callable opening ``path`` for reading, once per pass. Each opening is the file as first opened (its
+    device, inode, size and modification time, when it opens and when its reading ends), else a
+    :class:`FileChanged`: a run's windows were cut from its first readings, and its readings after the first whole
+    one skip the key check (:class:`CheckedOnce`)."""
+    first: list[tuple[int, int, int, int]] = []
+
+    def same(handle: IO[bytes]) -> None:
+        stat = os.fstat(handle.fileno())
+        seen = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if not first:
+            first.append(seen)
+        elif seen != first[0]:
+            raise FileChanged(f"{path} changed while it was compacted (it is read several times): run again once "
+                              "nothing writes it")
+
+    @contextmanager
+    def opened() -> Iterator[IO[bytes]]:
+        with open(path, "rb") as handle:
+            same(handle)
+            yield handle
+            same(handle)
+
+    return opened

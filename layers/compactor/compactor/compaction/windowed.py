@@ -18,7 +18,7 @@ from compactor.chat import Message
 from compactor.cost import RESPONSE_DECIMALS
 from compactor.jsonutil import dense_dumps
 from compactor.response_blocks import usage_block
-from compactor.transcript_stream import ArrayWriter, messages_from
+from compactor.transcript_stream import ArrayWriter, CheckedOnce, messages_from
 from compactor.compaction.windows import (
     DEFAULT_CONCURRENCY,
     RunState,
@@ -133,7 +133,8 @@ class FileSink:
 
 
 def _file_messages(path: str, format: str | None = None) -> Iterable[Message]:
-    return messages_from(lambda: open(path, "rb"), format)
+    """A pass output's messages: :class:`ArrayWriter` wrote them from dicts, so no key is named twice in them."""
+    return messages_from(lambda: open(path, "rb"), format, keys_checked=False)
 
 
 async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Settings, *, router: Any,
@@ -142,12 +143,12 @@ async def compact_stream(open_source: Callable[[], IO[bytes]], settings: Setting
                          on_event: Callable[[dict[str, Any]], None] | None = None) -> CallRecord:
     """Windowed compaction read from ``open_source()`` (opened once per read) and written to ``out``:
     the messages array, or the whole response body. Memory holds a few windows, never the transcript.
-    Returns the call's record, its body without the messages. The stream is read in ``settings.format``."""
+    Returns the call's record, its body without the messages. The stream is read in ``settings.format``, its keys
+    checked until the first pass's scan has read it whole (:class:`CheckedOnce`: ``open_source`` opens the same bytes
+    each time, as :func:`~compactor.transcript_stream.opener` makes sure)."""
     admission_probe(settings, router)
     created: list[str] = []
-
-    def source() -> Iterable[Message]:
-        return messages_from(open_source, settings.format)
+    source = CheckedOnce(open_source, settings.format)
 
     try:
         run = await compact_windowed(source, settings, run_window=run_window, concurrency=concurrency,
