@@ -62,14 +62,9 @@ def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, conte
     """After the job's outcome is stored: its metrics, billing log line and object outcome count, once, and one
     ledger entry from them when its result was delivered, to the uploading key (docs/billing.md). A retried step
     replays the first one's record: it neither counts the job again nor bills it twice."""
-    from compactor import jobs
     from compactor_aws import billing, observability
 
-    source = large_jobs.source_of(job)
-    rel = object_jobs.relative_key(source.key)
-    # The one the S3 function found and billed the job to, in the execution's input; read from the upload's record
-    # only for a job started before executions named it (reading it always was one more GET for each job that bills).
-    caller = job.get("caller") or (jobs.upload_caller(store, source.bucket, rel) if rel else None)
+    source, caller = large_jobs.source_of(job), large_jobs.billed_caller(store, job)
 
     def observe() -> Any:
         summary = observability.record_call(

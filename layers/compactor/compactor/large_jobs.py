@@ -107,6 +107,19 @@ def source_of(job: dict[str, Any]) -> Source:
     return Source(job["bucket"], job["key"], job.get("version_id"), job.get("etag") or "", job.get("sequencer"))
 
 
+def billed_caller(store: ObjectStore, job: dict[str, Any]) -> str | None:
+    """The one a job is billed to: the caller the S3 function found, in the execution's input; read from the
+    upload's record only for a job started before executions named it (reading it always was one more GET for each
+    job that bills, docs/billing.md)."""
+    from compactor.jobs import upload_caller
+
+    if job.get("caller"):
+        return job["caller"]
+    source = source_of(job)
+    rel = relative_key(source.key)
+    return upload_caller(store, source.bucket, rel) if rel else None
+
+
 def _work(job: dict[str, Any], name: str) -> str:
     return f"{WORK_PREFIX}{job['job_id']}/{name}"
 
