@@ -356,6 +356,7 @@ KEPT = b'{"role": "user", "content": "kept"}'
     b'{"mode": "decision", "messages": [{"role": "user", "content": "kept", "content": "lost"}]}',  # a key twice
     b'{"mode": "decision", "messages": [' + KEPT + b'], "messages": []}',  # a member twice
     b"[" + KEPT + b', {"role": "user", "content": "kept", "content": "lost"}]',
+    b"\xef\xbb\xbf\xef\xbb\xbf[" + KEPT + b"]",  # two byte order marks
     b"not json\n" + KEPT + b"\n",  # a JSONL line that is not JSON
     KEPT + b"\n" + KEPT[:-1] + b"\n",  # nor this one
 ])

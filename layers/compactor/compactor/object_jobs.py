@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from compactor.call_record import counting_calls, crashed
 from compactor.errors import InvalidTranscript, JobFailed, KeyTooLong, RequestTooLarge
-from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+from compactor.jsonutil import BYTE_ORDER_MARK, JSONLimitError, bounded_loads, dense_dumps
 from compactor.records import record
 
 INCOMING_PREFIX = "incoming/"
@@ -280,6 +280,10 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
 
 
 def _not_json(text: str) -> bool:
+    """Whether the API refuses ``text`` (the object decoded, a first byte order mark skipped) as JSON: a mark left is
+    a second one, which ``bounded_loads`` would skip as a first."""
+    if text.startswith(BYTE_ORDER_MARK):
+        return True
     try:
         bounded_loads(text)
     except JSONLimitError:
