@@ -96,6 +96,7 @@ def _refused_on_every_path(compact_module: ModuleType, tmp_path: Path, raw: byte
         assert body["detail"][0]["type"] == "json_invalid" and body["detail"][0]["ctx"]["error"] == reason
     failure = s3(raw)
     assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"]
+    assert failure.detail[0]["type"] == "json_invalid" and failure.detail[0]["ctx"]["error"] == reason, failure
     with pytest.raises(TranscriptError, match=re.escape(reason)):
         cli(raw, tmp_path)
     if by_stream:

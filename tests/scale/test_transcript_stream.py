@@ -847,3 +847,35 @@ def test_a_file_read_again_is_the_file_read_first(tmp_path):
         for message in messages_from(source):  # written while it is read
             with path.open("a") as handle:
                 handle.write(" ")
+
+
+_MESSAGE = b'{"role": "user", "content": "kept"}'
+
+
+@pytest.mark.parametrize(("raw", "not_json"), [
+    (b"[" + _MESSAGE + b"] trailing", True),
+    (b"[" + _MESSAGE + b"]]", True),
+    (b'[{"role": "user", "content": NaN}]', True),
+    (b'[{"role": "user", "content": "x", "n": 1e999}]', True),
+    (b'[{"role": "user", "content": "x", "n": ' + b"1" * 120 + b"}]", True),
+    (b'[{"role": "user", "content": "kept", "content": "lost"}]', True),
+    (b'{"messages": [' + _MESSAGE + b'], "messages": []}', True),
+    (b"\x0c[" + _MESSAGE + b"]", True),
+    (b'[{"role": "user", "content": "A\xff"}]', True),
+    (b"\xef\xbb\xbf\xef\xbb\xbf[" + _MESSAGE + b"]", True),
+    (b'[{"role": "user", "content": ' + b"[" * 200 + b"]" * 200 + b"}]", True),
+    (b"not json\n" + _MESSAGE + b"\n", True),
+    (_MESSAGE + b"\n[1]\n", True),  # JSONL: no JSON document the API reads, whatever its lines hold
+    (b"[1]", False),
+    (b'{"messages": {"item": ' + _MESSAGE + b"}}", False),
+    (b"{}", False),
+])
+def test_what_the_api_does_not_read_as_json_is_refused_as_not_json(raw: bytes, not_json: bool) -> None:
+    # The S3 windowed job records a NotJSON with the API's 422 json_invalid detail, as the inline job records the
+    # same bytes; it recorded every refusal of the stream as a value_error.
+    from compactor.transcripts import NotJSON
+
+    with pytest.raises(TranscriptError) as refused:
+        fields_from(lambda: io.BytesIO(raw))
+        list(messages_from(lambda: io.BytesIO(raw)))
+    assert isinstance(refused.value, NotJSON) is not_json, refused.value

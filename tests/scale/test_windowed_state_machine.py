@@ -23,7 +23,7 @@ from compactor.compaction.windowed import compact_stream, inline_runner
 from compactor.compaction.windows import Settings
 from compactor.container import run_sync
 from compactor.large_jobs import job_id, job_input
-from compactor.object_jobs import Source
+from compactor.object_jobs import Defaults, Failure, Source, build_request
 from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from fakes.lambda_dispatch import LambdaDispatch
 from fakes.log_lines import lines_written
@@ -344,6 +344,33 @@ def test_an_object_the_stream_cannot_read_as_the_api_is_refused(aws, name, data,
     failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key=f"failed/{name}")["Body"].read())
     assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript", failure
     assert reason in failure["error"]["message"]
+    inline = build_request(data, Defaults())  # what the inline job records for the same bytes, when it refuses them
+    if isinstance(inline, Failure) and inline.detail and inline.detail[0]["loc"] == ["body"]:
+        assert failure["detail"][0]["type"] == inline.detail[0]["type"], (failure, inline)
+
+
+KEPT = b'{"role": "user", "content": "kept"}'
+
+
+@pytest.mark.parametrize("data", [
+    b'{"mode": "decision", "messages": [{"role": "user", "content": "kept", "content": "lost"}]}',  # a key twice
+    b'{"mode": "decision", "messages": [' + KEPT + b'], "messages": []}',  # a member twice
+    b"[" + KEPT + b', {"role": "user", "content": "kept", "content": "lost"}]',
+    b"\xef\xbb\xbf\xef\xbb\xbf[" + KEPT + b"]",  # two byte order marks
+    b"not json\n" + KEPT + b"\n",  # a JSONL line that is not JSON
+    KEPT + b"\n" + KEPT[:-1] + b"\n",  # nor this one
+])
+def test_bytes_the_api_does_not_read_as_json_are_recorded_as_the_inline_job_records_them(aws, data):
+    """The inline job records bytes the API would not read as JSON with the API's 422 ``json_invalid`` detail; the
+    windowed job recorded the same bytes with a ``value_error`` one, so ``failed/<rel>`` (and the job's status)
+    said another thing for the same object by its size."""
+    inline = build_request(data, Defaults())
+    assert isinstance(inline, Failure) and inline.detail[0]["type"] == "json_invalid", inline
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/bad.json", Body=data)
+    assert execute(aws, "incoming/bad.json")["status"] == "SUCCEEDED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/bad.json")["Body"].read())
+    assert {key: failure[key] for key in ("status", "error", "detail")} == \
+        {"status": inline.status, "error": inline.error, "detail": inline.detail}
 
 
 @pytest.mark.parametrize("pins", [[len(CHAT)], [0, 10_000], [-1]])

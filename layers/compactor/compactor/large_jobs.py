@@ -169,9 +169,9 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     from compactor.formats import WINDOWED_FORMATS
     from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
-    from compactor.object_jobs import _invalid
+    from compactor.object_jobs import _invalid, not_a_transcript
     from compactor.transcript_stream import fields_from, whole_read_mode
-    from compactor.transcripts import NotChat, TranscriptError
+    from compactor.transcripts import NotChat, NotJSON, TranscriptError
 
     source = source_of(job)
     rel = relative_key(source.key)
@@ -214,8 +214,8 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
                                                       f"{' and '.join(WINDOWED_FORMATS)} only: {exc}{named}")
     except TranscriptError as exc:
-        return _recorded(_write_failure(store, source, stored, rel, _invalid(f"not a transcript: {exc}", [
-            {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}]), conditional=True))
+        return _recorded(_write_failure(store, source, stored, rel,
+                                        not_a_transcript(exc, json_invalid=isinstance(exc, NotJSON)), conditional=True))
     except ValidationError as exc:
         detail = validation_detail(exc.errors())["detail"]
         for item in detail:

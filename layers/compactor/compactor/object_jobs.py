@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 
 from compactor.call_record import counting_calls, crashed
 from compactor.errors import InvalidTranscript, JobFailed, KeyTooLong, RequestTooLarge
-from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
+from compactor.jsonutil import BYTE_ORDER_MARK, JSONLimitError, bounded_loads, dense_dumps
 from compactor.records import record
 
 INCOMING_PREFIX = "incoming/"
@@ -234,6 +234,15 @@ def _invalid(msg: str, detail: list[dict[str, Any]], status: int = 422) -> Failu
     return Failure(status, InvalidTranscript(msg).body()["error"], detail)
 
 
+def not_a_transcript(exc: Exception, *, json_invalid: bool) -> Failure:
+    """The 422 of an object that is not a transcript, as an inline job and a windowed one record it: its ``detail``
+    is ``json_invalid`` when the API would refuse the bytes as JSON (``json_invalid``: an inline job parses the text
+    once more, a windowed job's streamed reading raises ``NotJSON``), else ``value_error``."""
+    detail = {"type": "json_invalid", "loc": ["body"], "msg": "JSON decode error", "ctx": {"error": str(exc)}} \
+        if json_invalid else {"type": "value_error", "loc": ["body"], "msg": str(exc), "ctx": {"error": str(exc)}}
+    return _invalid(f"not a transcript: {exc}", [detail])
+
+
 def build_request(body: bytes, defaults: Defaults) -> Any:
     """A validated ``CompactRequest`` for this object, or the :class:`Failure` to record.
 
@@ -260,10 +269,7 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
     except TranscriptError as exc:
         if not text.strip():
             return _invalid("the object is empty", [{"type": "missing", "loc": ["body"], "msg": "Field required"}]), None
-        kind = "json_invalid" if _not_json(text) else "value_error"
-        msg = "JSON decode error" if kind == "json_invalid" else str(exc)
-        return _invalid(f"not a transcript: {exc}",
-                        [{"type": kind, "loc": ["body"], "msg": msg, "ctx": {"error": str(exc)}}]), None
+        return not_a_transcript(exc, json_invalid=_not_json(text)), None
     try:
         return CompactRequest.model_validate(transcript.compact_body(defaults.fields)), transcript
     except ValidationError as exc:
@@ -274,6 +280,10 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
 
 
 def _not_json(text: str) -> bool:
+    """Whether the API refuses ``text`` (the object decoded, a first byte order mark skipped) as JSON: a mark left is
+    a second one, which ``bounded_loads`` would skip as a first."""
+    if text.startswith(BYTE_ORDER_MARK):
+        return True
     try:
         bounded_loads(text)
     except JSONLimitError:

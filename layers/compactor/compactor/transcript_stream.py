@@ -51,7 +51,7 @@ from compactor.jsonutil import (
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import (
-    FILE_FIELDS, NotChat, Transcript, TranscriptError, _jsonl_record_messages, item_format,
+    FILE_FIELDS, NotChat, NotJSON, Transcript, TranscriptError, _jsonl_record_messages, item_format,
 )
 
 PEEK_BYTES = 1 << 20
@@ -96,7 +96,7 @@ def _sniff(raw: IO[bytes]) -> tuple[str, _Replay]:
     if head.startswith(_UTF8_BOM):
         head = head[3:]
         if head.startswith(_UTF8_BOM):
-            raise TranscriptError(SECOND_BYTE_ORDER_MARK)
+            raise NotJSON(SECOND_BYTE_ORDER_MARK)
     stripped = head.lstrip()
     if not stripped:
         raise TranscriptError("the input is empty")
@@ -195,8 +195,8 @@ class _Watched:
         read, docs/scale.md "Streaming")."""
         data = self.raw.read(size)
         if b"\x0c" in data or b"\x0b" in data:
-            self.stopped = TranscriptError("not JSON: a raw form feed or vertical tab (JSON's whitespace is space, "
-                                           "tab, newline and return; a string holds them escaped)")
+            self.stopped = NotJSON("not JSON: a raw form feed or vertical tab (JSON's whitespace is space, "
+                                   "tab, newline and return; a string holds them escaped)")
             return b""
         return data
 
@@ -314,7 +314,12 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
     A :class:`NotForTheCBackend` or :class:`PathsTooLong` when it is to be read another way (:func:`messages_from`)."""
     kind, replay = _sniff(raw)
     if kind == "jsonl":
-        yield from _jsonl(replay)
+        try:
+            yield from _jsonl(replay)
+        except (NotChat, NotJSON):
+            raise
+        except TranscriptError as exc:  # JSONL is no JSON document the API reads, whatever its lines hold (NotJSON)
+            raise NotJSON(str(exc)) from exc
         return
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
     keyed = _keys_once() if keys_checked else None
@@ -332,7 +337,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
                 keyed.refuse_repeated()
             message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
             if message is None:
-                raise TranscriptError(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
+                raise NotJSON(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
             reader.settled()
@@ -369,7 +374,7 @@ def _keys_once() -> Any:
         @staticmethod
         def refuse_repeated() -> None:
             if repeated:
-                raise TranscriptError(repeated_key_message(repeated[0]))
+                raise NotJSON(repeated_key_message(repeated[0]))
 
     return KeysOnce
 
@@ -459,7 +464,7 @@ def _path_free_messages(reader: _Watched, kind: str, backend: Any, keyed: Any) -
 
 def _refuse_past_levels(depth: int) -> None:
     if depth > MAX_LEVELS:
-        raise TranscriptError(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
+        raise NotJSON(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
 
 
 def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
@@ -487,7 +492,7 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object
                 if value in members:  # the API refuses it (bounded_loads); items would give both messages arrays
-                    raise TranscriptError(repeated_key_message(value))
+                    raise NotJSON(repeated_key_message(value))
                 members.add(value)
                 if value == "messages.item":  # ijson's items would give it as a message
                     raise TranscriptError("the transcript has a member named 'messages.item', which a stream cannot "
@@ -546,13 +551,15 @@ def _check_as_api(value: Any, where: str) -> None:
             node = nodes.pop()
             for child in (node.values() if type(node) is dict else node if type(node) is list else ()):
                 if type(child) is int and not -_LONG_INTEGER < child < _LONG_INTEGER and \
-                        len(str(child)) > MAX_NUMBER_CHARS:
-                    raise ValueError(f"number literal longer than {MAX_NUMBER_CHARS} characters")
+                        len(str(child)) > MAX_NUMBER_CHARS:  # as bounded_loads refuses them: not JSON the API reads
+                    raise NotJSON(f"{where}: number literal longer than {MAX_NUMBER_CHARS} characters")
                 if type(child) is float and not math.isfinite(child):
-                    raise ValueError(f"number out of range: {child}")
+                    raise NotJSON(f"{where}: number out of range: {child}")
                 if type(child) is dict or type(child) is list:
                     nodes.append(child)
         ensure_utf8_encodable(value)
+    except NotJSON:
+        raise
     except ValueError as exc:
         raise TranscriptError(f"{where}: {exc}") from None
 
@@ -580,9 +587,9 @@ def _not_json(exc: Exception) -> TranscriptError:
     reason = exc.args[0] if isinstance(exc, ijson.JSONError) and exc.args else exc
     if isinstance(reason, UnicodeDecodeError) or (
             isinstance(reason, bytes) and reason.startswith(b"lexical error: invalid bytes in UTF8 string")):
-        return TranscriptError(NOT_UTF8)
+        return NotJSON(NOT_UTF8)
     text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-    return TranscriptError(f"not JSON: {text[:200]}")
+    return NotJSON(f"not JSON: {text[:200]}")
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
@@ -593,7 +600,7 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
         try:
             record = bounded_loads(line)
         except JSONLimitError as exc:
-            raise TranscriptError(f"line {number} is not JSON: {exc.msg}") from exc
+            raise NotJSON(f"line {number} is not JSON: {exc.msg}") from exc
         messages = _jsonl_record_messages(record, number)
         if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
             _check_as_api(messages, f"line {number}")  # the messages, not the record's bookkeeping

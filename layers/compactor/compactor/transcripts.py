@@ -45,6 +45,14 @@ class TranscriptError(ValueError):
     """The input is not a transcript this command understands (the message says why)."""
 
 
+class NotJSON(TranscriptError):
+    """The input is not one JSON document the API reads (its syntax, a limit of ``jsonutil.bounded_loads``: a key
+    twice, too deep, a number too long or out of range; a JSONL file, which no request body is): the S3 path records
+    it as the API answers such a body, a 422 whose ``detail`` is ``json_invalid`` (docs/behaviour.md). A streamed
+    reading raises it (``compactor.transcript_stream``); an object read whole is judged by its text
+    (``object_jobs``)."""
+
+
 class NotChat(TranscriptError):
     """A transcript read as a stream (docs/scale.md) in one format is in another: ``format`` names it when the stream
     can be read again in that format (an ``anthropic-messages`` item met in a stream read as chat), else None (a
