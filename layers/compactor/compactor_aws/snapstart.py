@@ -56,6 +56,8 @@ def before_snapshot() -> None:
     for extra in ({"decision_policy_ir": DEFAULT_DECISIONS_POLICY}, {}):
         request = CompactRequest.model_validate({"messages": _WARM_MESSAGES, "keep_recent": 1, **extra})
         run_sync(service.compact(request, deadline=service.request_deadline(), router=router))
+    if "compactor.large_jobs" in sys.modules:  # a windowed job's worker: its Map item compacts a window task
+        _warm_windows(router, CompactRequest.model_validate({"messages": _WARM_MESSAGES, "keep_recent": 1}))
     # botocore loads and caches the service models on a session's first clients; the clients themselves
     # are dropped after the restore and rebuilt from the cached models in a few ms.
     s3_store.s3_client()
@@ -64,6 +66,19 @@ def before_snapshot() -> None:
     # A client's first connection checks its host name with the IDNA codec (urllib3 encodes it), whose
     # import (with stringprep and unicodedata) every restored container would pay on its first request.
     codecs.lookup("idna")
+
+
+def _warm_windows(router: Any, request: Any) -> None:
+    """One tiny windowed compaction on the offline offers, each window through ``compact_window`` as a Map item
+    runs it: the windows module and the window flow's first run are in the snapshot, not in a restored item's."""
+    from compactor import service
+    from compactor.compaction.windows import Settings, compact_window, compact_windowed
+    from compactor.container import run_sync
+
+    async def run(task: dict[str, Any]) -> dict[str, Any]:
+        return await compact_window(task, router=router, deadline=service.request_deadline())
+
+    run_sync(compact_windowed(lambda: iter(_WARM_MESSAGES), Settings.from_request(request), run_window=run))
 
 
 def after_restore() -> None:

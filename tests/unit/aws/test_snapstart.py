@@ -166,3 +166,29 @@ def test_every_function_with_random_state_registers_both_hooks(module: str) -> N
                           env={**__import__("os").environ, "AWS_DEFAULT_REGION": "us-east-1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == '["before", "after"]'
+
+
+def test_before_snapshot_warms_a_window_item_of_a_windowed_jobs_worker() -> None:
+    """A windowed job's worker (its handler imports ``compactor.large_jobs`` at init): the windows module and one
+    window's ``compact_window`` run on the offline offers are in the snapshot, not in a restored Map item's first
+    request; no connection is opened (docs/performance.md#snapstart)."""
+    code = ("import socket, sys; socket.socket.connect = None; from compactor import large_jobs; "
+            "from compactor_aws import snapstart; windows = []; "
+            "sys.setprofile(lambda frame, event, arg: windows.append(1) if event == 'call' and "
+            "frame.f_code.co_name == 'compact_window' else None); "
+            "snapstart.before_snapshot(); sys.setprofile(None); "
+            "print('compactor.compaction.windows' in sys.modules, len(windows) > 0)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_before_snapshot_leaves_the_windows_out_of_other_functions() -> None:
+    """The API and the fan-out worker never import ``compactor.large_jobs`` at init: their snapshot has no windows."""
+    code = ("import sys; from compactor_aws import snapstart; snapstart.before_snapshot(); "
+            "print('compactor.compaction.windows' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert done.stdout.split() == ["False"]
