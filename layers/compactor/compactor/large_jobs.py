@@ -32,6 +32,7 @@ from compactor.object_jobs import (
     Failure,
     ObjectStore,
     Source,
+    SourceChanged,
     StoredObject,
     WriteRefused,
     _write_failure,
@@ -65,6 +66,9 @@ UNKNOWN_TASK_BYTES = TASK_BYTES_IN_FLIGHT // WINDOWS_AT_ONCE
 RUN_STATE = "state.json"
 """``work/<job>/state.json``: the run state before the pass the Map runs, that pass's input and its windows' list; the
 last ``assemble`` adds the finished run's state (:data:`FINAL`) before it writes the result."""
+REPLACED = "the object was replaced while it was compacted"
+"""Why a job ended without a result: the caller's object, which the job reads several times, was written again
+meanwhile (an unversioned bucket; its ETag changed). The new object's own event starts its own job."""
 FINAL = "final"
 """The finished run's state in the run state object: the job's record, which ``fail`` bills when the last ``assemble``
 wrote the result and failed on the billing record (docs/billing.md), and which a retry of that ``assemble`` finds."""
@@ -78,7 +82,11 @@ RESULT_MAX_BYTES = 5 * 1024**3
 
 
 class StreamStore(ObjectStore, Protocol):
-    def open(self, bucket: str, key: str, *, version_id: str | None = None) -> AbstractContextManager[IO[bytes]]: ...
+    def open(self, bucket: str, key: str, *, version_id: str | None = None,
+             etag: str | None = None) -> AbstractContextManager[IO[bytes]]:
+        """The object's body as a stream; with ``etag``, only while the object is still the one with that ETag, else
+        :class:`~compactor.object_jobs.SourceChanged`."""
+        ...
 
     def open_writer(self, bucket: str, key: str, *, content_type: str, metadata: dict[str, str],
                     conditional: bool = False, replacing: str | None = None) -> AbstractContextManager[IO[str]]: ...
@@ -145,11 +153,20 @@ def _put_bytes(store: StreamStore, bucket: str, key: str, data: bytes) -> None:
 
 
 def _messages(store: StreamStore, bucket: str, key: str, version_id: str | None,
-              format: str | None = None, *, keys_checked: bool = True) -> Iterator[dict[str, Any]]:
-    """The messages of an object (``keys_checked``: :func:`~compactor.transcript_stream.messages_from`)."""
+              format: str | None = None, *, keys_checked: bool = True,
+              etag: str | None = None) -> Iterator[dict[str, Any]]:
+    """The messages of an object (``keys_checked``: :func:`~compactor.transcript_stream.messages_from`), with
+    ``etag`` only while it is the object with that ETag (:meth:`StreamStore.open`)."""
     from compactor.transcript_stream import messages_from
 
-    return messages_from(lambda: store.open(bucket, key, version_id=version_id), format, keys_checked=keys_checked)
+    return messages_from(lambda: store.open(bucket, key, version_id=version_id, etag=etag), format,
+                         keys_checked=keys_checked)
+
+
+def _pinned(job: dict[str, Any], input_key: str) -> str | None:
+    """The ETag every read of the pass input ``input_key`` must find: the caller's object's, which the S3 event named
+    (None when it named none); a pass output is the job's own."""
+    return None if input_key.startswith(_work(job, "")) else (job.get("etag") or None)
 
 
 # ------------------------------------------------------------------------------------------ steps
@@ -179,7 +196,8 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     if rel is None:
         return {"done": True, "result": "skipped"}
     try:
-        open_source = partial(store.open, source.bucket, source.key, version_id=source.version_id)
+        open_source = partial(store.open, source.bucket, source.key, version_id=source.version_id,
+                              etag=source.etag or None)
         fields = fields_from(open_source)
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
         if body.get("restorable") is True:
@@ -204,6 +222,8 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
                 raise
             settings = Settings(**{**settings.__dict__, "format": exc.format})
             windows_key = _plan_pass(store, job, RunState.begin(settings), source.key, source.version_id)
+    except SourceChanged:  # no window ran: nothing to record or bill
+        return {"done": True, "result": "skipped", "reason": REPLACED}
     except InvalidRequest as exc:  # an inadmissible policy; pinned_indices past the transcript's messages, known
         # once it is counted
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
@@ -253,10 +273,13 @@ def _plan_pass(store: StreamStore, job: dict[str, Any], state: Any, input_key: s
     bucket, format = job["bucket"], state.settings.format
     number = state.number + 1
     ours = input_key.startswith(_work(job, ""))
-    same_bytes = ours or input_version is not None  # an unversioned object may be replaced between reads
+    etag = _pinned(job, input_key)
+    # The same bytes at every read: a version, or the ETag the event named (an unversioned object may be replaced
+    # between reads: a read then raises SourceChanged rather than mix two objects' messages)
+    same_bytes = ours or input_version is not None or etag is not None
 
     def read(keys_checked: bool) -> Iterator[dict[str, Any]]:
-        return _messages(store, bucket, input_key, input_version, format, keys_checked=keys_checked)
+        return _messages(store, bucket, input_key, input_version, format, keys_checked=keys_checked, etag=etag)
 
     context = state.scan(read(not ours), reread=lambda: read(not same_bytes))
     items = []
@@ -332,7 +355,10 @@ def assemble(store: StreamStore, job: dict[str, Any], *, windows_key: str | None
         return _windows_failed(store, job, state)
     input_key, input_version = (output_key, None) if advance else (saved["input_key"], saved["input_version"])
     if more:
-        return _next_pass(job, _plan_pass(store, job, state, input_key, input_version))
+        try:
+            return _next_pass(job, _plan_pass(store, job, state, input_key, input_version))
+        except SourceChanged:  # the pass changed nothing, and the next reads the caller's object, written again
+            return _finished(job, state, result_key(relative_key(job["key"]) or ""), REPLACED)
     # What RecordFailure bills, should billing fail, and what a retry of this step finds.
     _put_json(store, bucket, _work(job, RUN_STATE), {**saved, FINAL: state.as_dict()})
     key, skipped = _write_result(store, job, state, input_key, input_version)
@@ -442,11 +468,16 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
                 with store.open(source.bucket, input_key) as array:
                     write_body_of_array(out, array, summary)
             else:
-                # The caller's object, which plan's scan read whole, its keys checked: unchecked when the same version
+                # The caller's object, which plan's scan read whole, its keys checked: unchecked when the same bytes
+                # (its version, or its ETag, else SourceChanged: the upload of the result is then aborted)
+                etag = _pinned(job, input_key)
                 write_body(out, _messages(store, source.bucket, input_key, input_version, state.settings.format,
-                                          keys_checked=input_version is None), summary, messages_only=False)
+                                          keys_checked=input_version is None and etag is None, etag=etag),
+                           summary, messages_only=False)
     except WriteRefused:
         return key, CONCURRENT
+    except SourceChanged:
+        return key, REPLACED
     return key, None
 
 

@@ -68,6 +68,11 @@ class ObjectTooLarge(Exception):
         self.size, self.limit = size, limit
 
 
+class SourceChanged(Exception):
+    """Raised by a store when the object read is no longer the one its job was started for (its ETag differs: the key
+    was written again meanwhile). A job reading an object several times must not mix two versions' bytes."""
+
+
 @record(frozen=True)
 class StoredObject:
     """What a store's ``get`` returns: the bytes and the identity of the version read."""

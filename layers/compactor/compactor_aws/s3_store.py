@@ -36,6 +36,8 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 logger = logging.getLogger(__name__)
 # A conditional write lost its race (412), or an identical one is in flight (409).
 _PRECONDITION = {"412", "PreconditionFailed", "409", "ConditionalRequestConflict"}
+# A read's If-Match failed: the object is no longer the one asked for.
+_CHANGED = {"412", "PreconditionFailed"}
 CLIENT: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=_CLIENT_CONFIG))
 s3_client = CLIENT.get
 """The container's one S3 client (the S3 path, the fan-out's large results, the worker)."""
@@ -140,9 +142,21 @@ class S3Store:
         return True
 
     @contextlib.contextmanager
-    def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[IO[bytes]]:
-        """The object's body as a stream (read in chunks, never whole)."""
-        body = self.client.get_object(**_object(bucket, key, version_id))["Body"]
+    def open(self, bucket: str, key: str, *, version_id: str | None = None,
+             etag: str | None = None) -> Iterator[IO[bytes]]:
+        """The object's body as a stream (read in chunks, never whole); with ``etag``, only if the object still has
+        that ETag (``If-Match``), else :class:`~compactor.object_jobs.SourceChanged`."""
+        params = _object(bucket, key, version_id)
+        if etag:
+            params["IfMatch"] = f'"{etag.strip(chr(34))}"'
+        try:
+            body = self.client.get_object(**params)["Body"]
+        except ClientError as exc:
+            if etag and str(exc.response.get("Error", {}).get("Code")) in _CHANGED:
+                from compactor.object_jobs import SourceChanged
+
+                raise SourceChanged(f"s3://{bucket}/{key} is no longer the object this job was started for") from None
+            raise
         try:
             yield body
         finally:
