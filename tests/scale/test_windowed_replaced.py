@@ -7,30 +7,14 @@ of another's (docs/scale.md, "The S3 path at scale")."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from compactor import large_jobs
 from compactor.object_jobs import Defaults, Source
 from compactor_aws.s3_store import S3Store
-
-REGION, BUCKET = "us-east-1", "compactor-transcripts-test"
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION, "AWS_REGION": REGION}.items():
-        monkeypatch.setenv(name, value)
-    with mock_aws():
-        import boto3
-
-        client = boto3.client("s3", region_name=REGION)
-        client.create_bucket(Bucket=BUCKET)
-        yield client
+from scale.test_windowed_side_by_side import BUCKET, _keep_every_window, s3  # noqa: F401  (its moto S3 fixture)
 
 
 def _job(s3: Any, key: str, body: bytes) -> dict[str, Any]:
@@ -55,6 +39,20 @@ def _replaced_at_read(monkeypatch: pytest.MonkeyPatch, s3: Any, key: str, body: 
     return readings
 
 
+def _checked_reads(monkeypatch: pytest.MonkeyPatch, key: str) -> list[bool]:
+    """Whether each reading of ``key``'s messages checks its keys, in order."""
+    checked: list[bool] = []
+    messages = large_jobs._messages
+
+    def counted(store: Any, bucket: str, name: str, *args: Any, **options: Any) -> Any:
+        if name == key:
+            checked.append(options.get("keys_checked", True))
+        return messages(store, bucket, name, *args, **options)
+
+    monkeypatch.setattr(large_jobs, "_messages", counted)
+    return checked
+
+
 def test_an_object_replaced_between_the_scan_and_the_windows_ends_the_job_skipped(
         s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     """Before, plan's windows were cut from the new object's messages under the scan of the old one (its units, pins
@@ -76,8 +74,6 @@ def test_an_object_replaced_before_the_result_is_read_again_writes_no_result(
         s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
     """A transcript no pass changed is read again for the result: before, the result held the new object's messages
     with the old one's metadata (its ETag), and the new object's own job found it written."""
-    from scale.test_windowed_side_by_side import _keep_every_window
-
     key = "incoming/unchanged.json"
     job = _job(s3, key, json.dumps(sessions).encode())
     store = S3Store(s3)
@@ -98,15 +94,7 @@ def test_an_object_left_alone_is_read_unchecked_after_the_scan(
     repeated-key check the scan made, as a versioned object's reads do (docs/performance.md, "Streamed reading")."""
     key = "incoming/kept.json"
     job = _job(s3, key, json.dumps(sessions).encode())
-    checked: list[bool] = []
-    messages = large_jobs._messages
-
-    def counted(store: Any, bucket: str, name: str, *args: Any, **options: Any) -> Any:
-        if name == key:
-            checked.append(options.get("keys_checked", True))
-        return messages(store, bucket, name, *args, **options)
-
-    monkeypatch.setattr(large_jobs, "_messages", counted)
+    checked = _checked_reads(monkeypatch, key)
     outcome = large_jobs.plan(S3Store(s3), job, Defaults())
     assert outcome["done"] is False and checked == [True, False]
 
@@ -117,14 +105,6 @@ def test_an_event_naming_no_etag_reads_the_key_as_it_is(s3: Any, sessions: list[
     key = "incoming/no-etag.json"
     s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(sessions).encode())
     job = large_jobs.job_input(Source(BUCKET, key, None, ""), max_concurrency=4)["job"]
-    checked: list[bool] = []
-    messages = large_jobs._messages
-
-    def counted(store: Any, bucket: str, name: str, *args: Any, **options: Any) -> Any:
-        if name == key:
-            checked.append(options.get("keys_checked", True))
-        return messages(store, bucket, name, *args, **options)
-
-    monkeypatch.setattr(large_jobs, "_messages", counted)
+    checked = _checked_reads(monkeypatch, key)
     outcome = large_jobs.plan(S3Store(s3), job, Defaults())
     assert outcome["done"] is False and checked == [True, True]
