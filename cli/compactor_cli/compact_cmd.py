@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pin only the first user message (for agents whose observations are user messages)")
     parser.add_argument("--decision-policy", type=_json_arg, help="Σ_pol policy for decisions (JSON or @file)")
     parser.add_argument("--policy", type=_json_arg, help="Σ_pol policy for summaries (JSON or @file)")
-    parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
+    parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512; decision mode without it:"
+                        " room for each batch's summaries, 512-4096)")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout ('-' = stdout)")
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
