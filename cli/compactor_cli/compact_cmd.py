@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="messages of the recent tail always kept (default 6; decision mode without it: the "
                              "last 6 as far as they fit in 30%% of the target, always the last one)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
-                        help="protect this message index (repeatable; default: every user message)")
+                        help="protect this message index (repeatable; default: every user message but a text "
+                             "agent's tool observations)")
     parser.add_argument("--pin-task", action="store_true",
                         help="pin only the first user message (for agents whose observations are user messages)")
     parser.add_argument("--decision-policy", type=_json_arg, help="Σ_pol policy for decisions (JSON or @file)")
