@@ -175,13 +175,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if not html_written:
         return 2
-    if args.strict:
-        from compactor.provider_failures import fallback_count
+    return _strict_exit(args, record)
 
-        fell_back = fallback_count(record.nodes)
-        if fell_back:
-            print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
-            return STRICT_EXIT
+
+def _strict_exit(args: argparse.Namespace, record: CallRecord) -> int:
+    """0, or with ``--strict`` 3 when any model call fell back, in one request or in windows (README)."""
+    from compactor.provider_failures import calls_fell_back
+
+    fell_back = calls_fell_back(record)
+    if args.strict and fell_back:
+        print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
+        return STRICT_EXIT
     return 0
 
 
@@ -388,7 +392,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if args.output:
             _report_written(args.output, _size(args.output), written_as(
                 session=None, whole_body=args.json, items_field="messages", streamed=True))
-    return 0 if html_written else 2
+    return _strict_exit(args, record) if html_written else 2
 
 
 def _answered_with(answer: Any) -> int:
