@@ -55,12 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="messages of the recent tail always kept (default 6; decision mode without it: the "
                              "last 6 as far as they fit in 30%% of the target, always the last one)")
     parser.add_argument("--pin", type=int, action="append", dest="pins", metavar="INDEX",
-                        help="protect this message index (repeatable; default: every user message)")
+                        help="protect this message index (repeatable; default: every user message but a text "
+                             "agent's tool observations)")
     parser.add_argument("--pin-task", action="store_true",
                         help="pin only the first user message (for agents whose observations are user messages)")
     parser.add_argument("--decision-policy", type=_json_arg, help="Σ_pol policy for decisions (JSON or @file)")
     parser.add_argument("--policy", type=_json_arg, help="Σ_pol policy for summaries (JSON or @file)")
-    parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512)")
+    parser.add_argument("--max-tokens", type=int, help="summary max_tokens (default 512; decision mode without it:"
+                        " room for each batch's summaries, 512-4096)")
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout ('-' = stdout)")
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
@@ -173,13 +175,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if not html_written:
         return 2
-    if args.strict:
-        from compactor.provider_failures import fallback_count
+    return _strict_exit(args, record)
 
-        fell_back = fallback_count(record.nodes)
-        if fell_back:
-            print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
-            return STRICT_EXIT
+
+def _strict_exit(args: argparse.Namespace, record: CallRecord) -> int:
+    """0, or with ``--strict`` 3 when any model call fell back, in one request or in windows (README)."""
+    from compactor.provider_failures import calls_fell_back
+
+    fell_back = calls_fell_back(record)
+    if args.strict and fell_back:
+        print(f"compactor compact: --strict: {fell_back} model call(s) fell back", file=sys.stderr)
+        return STRICT_EXIT
     return 0
 
 
@@ -386,7 +392,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if args.output:
             _report_written(args.output, _size(args.output), written_as(
                 session=None, whole_body=args.json, items_field="messages", streamed=True))
-    return 0 if html_written else 2
+    return _strict_exit(args, record) if html_written else 2
 
 
 def _answered_with(answer: Any) -> int:

@@ -400,7 +400,21 @@ async def run_mode(mode: str, messages: list[Message], settings: dict[str, Any] 
     record = await compact_call(request, deadline=request_deadline())
     if not record.ok:
         return messages, 0, None, f"HTTP {record.status}: {record.body.get('error', {}).get('message')}"
-    return record.body["messages"], record.model_calls, record.cost_usd, ""
+    return record.body["messages"], record.model_calls, record.cost_usd, fallback_note(record)
+
+
+def fallback_note(record: Any) -> str:
+    """What a row must say when model calls fell back: its figures then measure the originals kept, not the
+    models (a catalog whose key is unset or whose server is down); the most frequent cause in plain words."""
+    from compactor.provider_failures import failure_causes, fallback_count
+    from compactor_cli.report import base_url_of
+
+    fell_back = fallback_count(record.nodes)
+    if not fell_back:
+        return ""
+    causes = failure_causes(record.nodes, base_url_of)
+    cause = f": {causes[0][0].cause} (offer {causes[0][0].offer})" if causes else ""
+    return f"{fell_back} model call{'s' if fell_back != 1 else ''} fell back{cause}"
 
 
 def score(name: str, method: str, messages: list[Message], output: list[Message], calls: int,

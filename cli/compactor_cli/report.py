@@ -97,6 +97,14 @@ def render_windowed_report(record: CallRecord, seconds: float) -> str:
     if compaction["reasons"]:
         lines.append("reasons: " + ", ".join(compaction["reasons"]))
     lines.append(f"tokens: {record.tokens_in or 0} in, {record.tokens_out or 0} out")
+    cost = record.cost_usd
+    lines.append(f"model calls: {record.model_calls}; cost: {'unknown' if cost is None else f'${cost:.6f}'}"
+                 f" ({record.cost_basis or 'no basis'})")
+    if record.fallbacks:  # one per window flow node that fell back or failed: the windows keep their units
+        kinds = Counter(record.fallbacks)
+        lines.append(f"problems: {len(record.fallbacks)} model call{'s' if len(record.fallbacks) != 1 else ''} fell"
+                     f" back ({', '.join(f'{kind} x{count}' for kind, count in kinds.most_common())}); their windows"
+                     " kept those units (compactor doctor --catalog FILE --call checks the offers)")
     lines.append(f"time: {seconds:.2f}s")
     return "\n".join(lines) + "\n"
 

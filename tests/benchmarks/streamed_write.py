@@ -127,12 +127,13 @@ def main() -> int:
                 windowed.write_body_of_array, side_by_side.InFlight = body, parts  # type: ignore[misc]
                 try:
                     started, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
-                    key = large_jobs._write_result(store, job, state, output_key, None)
+                    key, refused = large_jobs._write_result(store, job, state, output_key, None)
                     cpus[name].append(time.thread_time() - cpu)
                     process_cpus[name].append(time.process_time() - process_cpu)
                     walls[name].append(time.perf_counter() - started)
                 finally:
                     windowed.write_body_of_array, side_by_side.InFlight = copy, in_flight  # type: ignore[misc]
+                assert refused is None, f"the result was not written: {refused}"
                 results.add(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
                 client.delete_object(Bucket=BUCKET, Key=key)
         part_bytes, at_once = s3_store.PART_BYTES, s3_store.PARTS_AT_ONCE

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from compactor.call_record import MODEL_NODE_KINDS, NodeOutcome
+from compactor.call_record import MODEL_NODE_KINDS, CallRecord, NodeOutcome
 from compactor.policy.trace import OPERATOR_DETAIL
 from compactor.providers.reasoning import PROVIDER_SAID
 
@@ -132,3 +132,10 @@ def fallback_count(nodes: Iterable[NodeOutcome]) -> int:
     """How many model calls fell back: a flow node used its fallback or failed, or a seal call failed
     (the seal then returns the original)."""
     return sum(1 for node in nodes if node.kind in MODEL_NODE_KINDS and node.fell_back)
+
+
+def calls_fell_back(record: CallRecord) -> int:
+    """How many model calls of a call fell back: its nodes' (:func:`fallback_count`), or, for a windowed run, whose
+    record holds no nodes, its windows' fallbacks (one per flow node that fell back or failed,
+    ``compactor.compaction.windowed.run_record``)."""
+    return fallback_count(record.nodes) if record.nodes else len(record.fallbacks)

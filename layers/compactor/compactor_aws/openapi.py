@@ -370,8 +370,8 @@ REQUEST_DOCS: dict[str, tuple[str, dict[str, str]]] = {
         "max_tokens": "most tokens one summary call may generate",
         "decision_policy_ir": "routing policy for the decision calls; its presence selects decision mode",
         "target_ratio": "decision mode: aim for output bytes ≤ this share of the input (0 < r ≤ 1)",
-        "pinned_indices": "decision and mask modes: message indexes never changed (default: every user message; "
-                          "system and developer messages are always pinned)",
+        "pinned_indices": "decision and mask modes: message indexes never changed (default: every user message "
+                          "but a text agent's tool observations; system and developer messages are always pinned)",
         "format": "openai-chat (default), anthropic-messages or openai-responses (items in `input`); the "
                   "answer uses the same format (docs/formats.md)",
         "restorable": "decision mode: keep the originals of changed units; the manifest and markers carry "

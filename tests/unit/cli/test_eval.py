@@ -1,6 +1,8 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from compactor.jsonutil import dense_size
 from compactor_cli.evaluation import Item, changed_indexes, evidence, haystack, trim
 from compactor_cli.main import main
@@ -101,3 +103,26 @@ def test_eval_names_the_subfolders_it_does_not_read(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{tmp_path / 'sub'}: a subfolder: not read" in err
     assert "notes" not in err
+
+
+@pytest.mark.usefixtures("bundled_catalog")  # the cached catalog and router dropped before and after
+def test_eval_says_when_model_calls_fell_back(tmp_path, monkeypatch, capsys):
+    # A catalog whose offers cannot be reached: every model call falls back and decision mode keeps the
+    # transcript. The rows must say so, or the table reads as a measurement of the models.
+    offer = {"provider": "local", "family": "m", "model": "m", "base_url": "http://127.0.0.1:1/v1",
+             "price_in": 0, "price_out": 0, "context": 32000, "supports_json_mode": True}
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"offers": [
+        {**offer, "id": "local/decider", "protocol": "decisions", "transport": "chat-decisions"},
+        {**offer, "id": "local/summarizer", "protocol": "chat", "transport": "openai"}]}))
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog))  # eval sets it; monkeypatch restores it
+    source = CORPUS / "msa-v2-toolcalls_deepseek-reasoner_pvlib-1707_apierror.json"
+
+    assert main(["eval", "--json", "--methods", "decision,seal", "--catalog", str(catalog), str(source)]) == 0
+
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["decision"]["output_bytes"] == rows["decision"]["input_bytes"]
+    for method in ("decision", "seal"):
+        assert "fell back" in rows[method]["note"] and "127.0.0.1" in rows[method]["note"], rows[method]["note"]
+    assert main(["eval", "--methods", "decision", "--catalog", str(catalog), str(source)]) == 0
+    assert "fell back" in capsys.readouterr().out

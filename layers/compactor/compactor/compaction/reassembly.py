@@ -23,7 +23,7 @@ RESTORABLE_PLACEHOLDER = "[Archived {id}; restorable: {handle}]"
 # A unit a decider judged also carries ``decider_reason``, the decider's own short reason, when it gave one
 # (the built-in decider always does: docs/offline-offers.md "Reasons in the manifest").
 UNIT_REASONS = {
-    "pinned": "keep: holds a pinned message (system/developer always; user messages unless pins are given)",
+    "pinned": "keep: holds a pinned message (system/developer always; the human's turns unless pins are given)",
     "recent_tail": "keep: inside the protected recent tail (keep_recent)",
     "not_sent": "keep: left out of every batch by a preparation limit (see compaction.reasons)",
     "flow_failed": "keep: the flow failed as a whole, so every unit is kept",
