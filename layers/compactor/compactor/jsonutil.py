@@ -140,7 +140,7 @@ def dense_body(value: Any) -> bytes:
 
     The encoder looks at every character of a string to escape it. A string without a control character needs
     only a backslash before each ``"`` and ``\\``: a ``bytes.translate`` of its UTF-8 finds whether it holds one,
-    and two ``bytes.replace`` write the escapes, in about half the encoder's time on a summary prompt (the JSON
+    and two ``bytes.replace`` write the escapes, in about two fifths of the encoder's time on a summary prompt (the JSON
     text of a batch's items, about 50 KB a call; docs/performance.md, "The calls' bodies"). So the body's first
     levels are put together here: a dict with string keys or a list of at most 8 members, within three levels (a
     chat body, its messages, each message), member by member, a long string in it quoted so, everything else by
