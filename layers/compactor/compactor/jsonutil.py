@@ -124,6 +124,66 @@ def dense_with_plain_member_at(value: dict[Any, Any], key: str, text: str) -> tu
     return "".join([head, _plain_escaped(text), '",', after[1:]]), len(head)
 
 
+# A model call's body (:func:`dense_body`): the strings of at least BODY_QUOTED_MIN characters among the members of
+# its dicts and lists of at most _BODY_WALKED_MEMBERS members within _BODY_WALKED_LEVELS levels (a chat message's
+# content: its prompt) are quoted by replacements when none of their UTF-8 bytes is a control character (which a
+# translation deleting _NOT_CONTROL finds).
+BODY_QUOTED_MIN = 2048
+_BODY_WALKED_MEMBERS = 8
+_BODY_WALKED_LEVELS = 3
+_NOT_CONTROL = bytes(range(0x20, 0x100))
+
+
+def dense_body(value: Any) -> bytes:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")``, the body of
+    every HTTP model call (``providers.http.post_json``): the same bytes, and the same errors.
+
+    The encoder looks at every character of a string to escape it. A string without a control character needs
+    only a backslash before each ``"`` and ``\\``: a ``bytes.translate`` of its UTF-8 finds whether it holds one,
+    and two ``bytes.replace`` write the escapes, in about two fifths of the encoder's time on a summary prompt (the JSON
+    text of a batch's items, about 50 KB a call; docs/performance.md, "The calls' bodies"). So the body's first
+    levels are put together here: a dict with string keys or a list of at most 8 members, within three levels (a
+    chat body, its messages, each message), member by member, a long string in it quoted so, everything else by
+    the dense encoder (a container of more members, such as a decision's questions, whole: walking it costs more
+    than it saves). A key of another type, or any error: the body is encoded by ``json.dumps``, which raises what
+    it raised."""
+    out: list[str] = []
+    try:
+        _body_parts(value, out, _BODY_WALKED_LEVELS)
+        return "".join(out).encode("utf-8")
+    except (TypeError, ValueError, RecursionError):  # a lone surrogate's UnicodeEncodeError among them
+        pass
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def _body_parts(value: Any, out: list[str], levels: int) -> None:
+    kind = type(value)
+    if kind is str:
+        data = value.encode("utf-8") if len(value) >= BODY_QUOTED_MIN else None  # a lone surrogate raises here
+        if data is None or data.translate(None, _NOT_CONTROL):  # short, or a control character: the encoder's
+            out.append(_dense(value))
+        else:  # on the UTF-8, where a replacement costs about a third of what it costs on the text
+            out += ('"', data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').decode("utf-8"), '"')
+    elif levels and (kind is dict or kind is list) and 0 < len(value) <= _BODY_WALKED_MEMBERS:
+        separator = "{" if kind is dict else "["
+        if kind is dict:
+            for key, item in value.items():
+                if type(key) is not str:
+                    raise TypeError("a key that is not a string")  # json.dumps's rules for it
+                out += (separator, _dense(key), ":")
+                separator = ","
+                _body_parts(item, out, levels - 1)
+            out.append("}")
+        else:
+            for item in value:
+                out.append(separator)
+                separator = ","
+                _body_parts(item, out, levels - 1)
+            out.append("]")
+    else:
+        out.append(_dense(value))
+
+
 def dense_join(texts: list[str]) -> str:
     """:func:`dense_dumps` of a list, from the dense texts of its elements."""
     return "[" + ",".join(texts) + "]"

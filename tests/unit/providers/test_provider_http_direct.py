@@ -6,6 +6,7 @@ still sees every call; the parsed URLs and the response's close keep nothing wro
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,7 +64,7 @@ async def test_the_direct_path_sends_the_bytes_the_client_sends(raw_server: RawS
     assert (reply.status, reply.body) == (200, b"ok")
     pooled = http.client()
     assert pooled in http._direct  # this call took the direct path
-    content = http.json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    content = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
     # What the client itself sends for the same call (post_json's path behind a proxy).
     async with pooled.stream("POST", url, content=content, timeout=httpx.Timeout(10),
                              headers={"Content-Type": "application/json", "Accept": "application/json",
