@@ -139,6 +139,17 @@ class S3Store:
             raise
         return True
 
+    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
+        """A conditional DeleteObject (``If-Match`` its ETag; in a versioned bucket, a delete marker). False when S3
+        refuses the condition (the key was written meanwhile) or the key is gone."""
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION | _NOT_FOUND:
+                return False
+            raise
+        return True
+
     @contextlib.contextmanager
     def open(self, bucket: str, key: str, *, version_id: str | None = None) -> Iterator[IO[bytes]]:
         """The object's body as a stream (read in chunks, never whole)."""
