@@ -221,6 +221,34 @@ def test_a_destination_firing_after_a_newer_versions_result_records_nothing(vers
     assert listing(versioned, rel) == ["compacted/" + rel]  # before: and failed/<rel>, version 1's
 
 
+def test_the_same_bytes_sent_again_are_running_until_their_own_outcome(versioned, handlers, monkeypatch):
+    """An upload whose job crashed on every attempt is sent again as it was (a retried PUT: a new version, the same
+    ETag). Its status read the first upload's ``failed`` at once, while the new upload's job ran: a result counts
+    only for the upload it was computed from, and the ETag alone did not tell them apart."""
+    from .test_jobs_routes import Crashes
+
+    _, created = jobs.create_upload(handlers["s3"].store, BUCKET, "key-a", lambda *args: "https://presigned")
+    key = "incoming/" + jobs.upload_rel("key-a", created["job_id"])
+
+    def status() -> str:
+        return jobs.job_status(handlers["s3"].store, BUCKET, "key-a", created["job_id"], lambda *a: "https://x")[1][
+            "status"]
+
+    first = upload(versioned, key, transcript_body(), "0065A1B2C3D4E5F601")
+    Crashes(ATTEMPTS).install(monkeypatch)
+    for _ in range(ATTEMPTS):
+        with pytest.raises(RuntimeError):
+            run(handlers, first)
+    handlers["gave_up"].handler(invocation_record(first, RuntimeError("x")),
+                                LocalLambdaContext("S3CompactGaveUpFunction", timeout_s=60))
+    assert status() == "failed"
+    again = upload(versioned, key, transcript_body(), "0065A1B2C3D4E5F602")
+    assert again["Records"][0]["s3"]["object"]["eTag"] == first["Records"][0]["s3"]["object"]["eTag"]
+    assert status() == "running"  # before: failed, the first upload's
+    assert run(handlers, again)["result"] == "compacted"
+    assert status() == "done"
+
+
 @pytest.mark.parametrize("failures, steps", [(1, ["assemble", "assemble"]), (2, ["assemble", "assemble", "fail"])])
 def test_a_step_retried_after_the_result_was_written_settles_its_outcome(aws, big, handlers, monkeypatch, failures,
                                                                         steps):

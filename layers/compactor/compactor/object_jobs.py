@@ -79,10 +79,12 @@ class StoredObject:
 
 @record(frozen=True)
 class ObjectHead:
-    """What a store's ``head`` returns: the object's user metadata and its ETag."""
+    """What a store's ``head`` returns: the object's user metadata, its ETag and its version id (None where the
+    store has none, or the bucket no versioning)."""
 
     metadata: Mapping[str, str]
     etag: str
+    version_id: str | None = None
 
 
 class ObjectStore(Protocol):

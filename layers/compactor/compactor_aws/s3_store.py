@@ -115,7 +115,7 @@ class S3Store:
                 return None
             raise
         metadata = {name.lower(): value for name, value in (response.get("Metadata") or {}).items()}
-        return ObjectHead(metadata, response.get("ETag", ""))
+        return ObjectHead(metadata, response.get("ETag", ""), response.get("VersionId"))
 
     def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
         """User metadata of ``key`` (see :meth:`head`), None when it does not exist."""
