@@ -492,6 +492,8 @@ def settle(store: ObjectStore, source: Source, key: str) -> Outcome | None:
     assert rel is not None
     success = key == result_key(rel)
     other = failure_key(rel) if success else result_key(rel)
+    if len(other.encode("utf-8")) > MAX_KEY_BYTES:  # nothing there, and S3 answers a HEAD of it 400 KeyTooLongError
+        return None
     head = store.head(source.bucket, other)
     order = None if head is None else _order(head.metadata, source)
     if head is not None and (order == "older" or (order == "same" and success)):
