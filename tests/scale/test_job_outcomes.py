@@ -141,7 +141,7 @@ def test_a_failure_recorded_before_the_windowed_job_was_seen_gives_way_to_its_re
     assert listing(aws, rel) == ["compacted/" + rel]
 
 
-def test_an_older_versions_windowed_result_never_stands_beside_a_newer_versions_failure(aws, big, handlers):
+def test_an_older_versions_windowed_result_never_stands_beside_a_newer_versions_failure(aws, big, handlers, worker):
     """Version 1 (large) runs as a windowed job; version 2 is sent meanwhile and its content is bad, recorded at once in
     ``failed/``. When version 1's job ended it wrote its result to ``compacted/`` beside version 2's failure: a caller
     listing ``compacted/`` took an outcome of an upload replaced since. Its result is now withdrawn (the job is
@@ -160,6 +160,14 @@ def test_an_older_versions_windowed_result_never_stands_beside_a_newer_versions_
     assert json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/" + rel)["Body"].read())["status"] == 422
     ended = [e for e in aws["dispatch"].events if e.get("step") == "assemble"]
     assert ended and all(e["job"]["sequencer"] == "0065A1B2C3D4E5F601" for e in ended)
+    # RecordFailure after that assemble (its answer lost, or its billing failed after its retries): the job's result
+    # was withdrawn, not failed. It recorded a failure (refused: a newer version's is there) and counted the job
+    # failed with a 500 record; it now finds the withdrawn result and answers skipped, as the assemble did.
+    job = ended[-1]["job"]
+    context = LocalLambdaContext("WindowJobFunction", timeout_s=900)
+    recorded = worker.handler({"step": "fail", "job": job, "error": {"Error": "States.TaskFailed"}}, context)
+    assert (recorded["result"], recorded.get("reason")) == ("skipped", object_jobs.NEWER)
+    assert listing(aws, rel) == ["failed/" + rel]
 
 
 @pytest.fixture

@@ -515,8 +515,8 @@ def _recorded(written: Any) -> dict[str, Any]:
 
 
 def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's)
-    before failing, else None. ``final`` is the final run state ``assemble`` saved first (None: it saved none), its
+    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's, or
+    withdrew its own for a newer version's failure) before failing, else None. ``final`` is the final run state ``assemble`` saved first (None: it saved none), its
     record rebuilt from it."""
     from compactor.compaction.windows import RunState
 
@@ -533,4 +533,7 @@ def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | 
         return _finished(job, state, key, _settled(store, source, key))
     if newer_exists(existing, source):
         return _finished(job, state, key, NEWER)
+    failure = store.head(source.bucket, failure_key(rel))
+    if failure is not None and newer_exists(failure.metadata, source):  # the result withdrawn once written: a newer
+        return _finished(job, state, key, NEWER)  # version's failure was there (object_jobs.settle)
     return None
