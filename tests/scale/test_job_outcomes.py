@@ -287,3 +287,31 @@ def test_a_step_retried_after_the_result_was_written_settles_its_outcome(aws, bi
     assert wait(aws, arn, job_id(source)) == "SUCCEEDED"
     assert [e["step"] for e in aws["dispatch"].events if "step" in e][-len(steps):] == steps
     assert len(failed) == failures and listing(aws, rel) == ["compacted/" + rel]  # before: and failed/<rel>
+
+
+@pytest.mark.parametrize("status, owned", [("RUNNING", True), ("PENDING_REDRIVE", True), ("SUCCEEDED", True),
+                                           ("FAILED", False), ("TIMED_OUT", False), ("ABORTED", False), (None, False)])
+def test_the_destination_defers_only_to_an_execution_that_writes_its_outcome(status: str | None, owned: bool) -> None:
+    """A windowed job's execution that failed, timed out or was aborted may have written no outcome (RecordFailure
+    catches a step's failure, not the execution's end): the destination records the failure then."""
+    from compactor_aws import windowed_jobs
+
+    class Missing(Exception):
+        pass
+
+    class StepFunctions:
+        exceptions = type("Exceptions", (), {"ExecutionDoesNotExist": Missing})
+        asked: list[str] = []
+
+        def describe_execution(self, executionArn: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+            self.asked.append(executionArn)
+            if status is None:
+                raise Missing(executionArn)
+            return {"status": status}
+
+    source = Source(BUCKET, "incoming/x.json", "v1", "e1", "01")
+    machine = f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:compactor-WindowedJob"
+    client = StepFunctions()
+    assert windowed_jobs.owns(source, {windowed_jobs.STATE_MACHINE_ENV: machine}, client) is owned
+    assert client.asked == [f"arn:aws:states:us-east-1:{ACCOUNT}:execution:compactor-WindowedJob:{job_id(source)}"]
+    assert windowed_jobs.owns(source, {}, client) is False and len(client.asked) == 1  # no state machine: no job

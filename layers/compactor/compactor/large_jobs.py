@@ -516,8 +516,8 @@ def _recorded(written: Any) -> dict[str, Any]:
 
 def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any] | None:
     """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's, or
-    withdrew its own for a newer version's failure) before failing, else None. ``final`` is the final run state ``assemble`` saved first (None: it saved none), its
-    record rebuilt from it."""
+    withdrew its own for a newer version's failure) before failing, else None. ``final`` is the final run state
+    ``assemble`` saved first (None: it saved none), its record rebuilt from it."""
     from compactor.compaction.windows import RunState
 
     if final is None:
