@@ -3,8 +3,10 @@
 Lambda calls it once it gave up on an S3 event (every attempt raised or timed out, or the event grew too old:
 no attempt knows it is the last), with its invocation record: the event in ``requestPayload``, the last error in
 ``responsePayload``. Each object the event created is recorded under ``failed/<rel>``, 500 ``job_failed`` naming
-the error's kind (``compactor.object_jobs.record_gave_up``), so that an API upload's ``GET /v1/jobs/{id}``
-answers ``failed`` instead of ``running`` forever (docs/scale.md), and its outcome is counted (``S3ObjectsFailed``).
+the error's kind (``compactor.object_jobs.record_gave_up``), unless the object version's windowed job runs or ended
+done (``compactor_aws.windowed_jobs.owns``: it writes that version's outcome), so that an API upload's
+``GET /v1/jobs/{id}`` answers ``failed`` instead of ``running`` forever (docs/scale.md), and its outcome is counted
+(``S3ObjectsFailed``).
 This function's own destinations pass its invocation record, which holds ``S3CompactFunction``'s, on to the
 failure queue: the operator's record.
 """
@@ -18,7 +20,7 @@ from aws_lambda_powertools import Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from compactor import object_jobs
-from compactor_aws import logs, observability, s3_events
+from compactor_aws import logs, observability, s3_events, windowed_jobs
 from compactor_aws.s3_store import S3Store
 
 logger = logs.new_logger()
@@ -33,7 +35,7 @@ def handler(invocation: dict[str, Any], context: LambdaContext) -> dict[str, Any
     results = []
     for source in s3_events.given_up(invocation):
         with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
-            outcome = object_jobs.record_gave_up(store, source, cause).as_dict()
+            outcome = object_jobs.record_gave_up(store, source, cause, windowed=windowed_jobs.owns(source)).as_dict()
             logger.warning("s3 job given up: %s", outcome["result"], extra={
                 "cause": cause, "target": outcome["key"], "reason": outcome.get("reason")})
         observability.record_s3_object(metrics, outcome["result"])  # S3ObjectsFailed, once per object version

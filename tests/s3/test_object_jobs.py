@@ -76,6 +76,14 @@ class MemoryStore:
         self.put(bucket, key, body, content_type=content_type, metadata=metadata)
         return True
 
+    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
+        self.calls.append((f"delete_if {etag}", key))
+        current = self._head(bucket, key)
+        if current is None or current.etag != etag:
+            return False
+        del self.objects[(bucket, key)]
+        return True
+
 
 @pytest.mark.parametrize(("key", "rel"), [
     ("incoming/a.json", "a.json"), ("incoming/x/y z.jsonl", "x/y z.jsonl"), ("incoming/", None),
@@ -171,9 +179,10 @@ async def test_run_job_writes_once_and_deterministically() -> None:
 
 
 async def test_a_job_reads_the_object_and_writes_once_without_looking_first() -> None:
-    """The usual path is two requests (docs/performance.md#where-the-time-goes); an existing object is looked at only
-    when the conditional write is refused: an older version's result is replaced on its ETag, a newer
-    version's stays, and so does this version's."""
+    """The usual path is three requests (docs/performance.md#where-the-time-goes): the object, the conditional write
+    and a look at the other place (``failed/`` for a result, ``compacted/`` for a failure), which keeps no other
+    outcome (docs/scale.md); an existing object is looked at only when the conditional write is refused: an older
+    version's result is replaced on its ETag, a newer version's stays, and so does this version's."""
     store = MemoryStore()
     store.add("incoming/t.json", json.dumps({"messages": transcript(), "mode": "seal"}).encode())
     store.add("incoming/bad.json", b"not json")
@@ -185,15 +194,16 @@ async def test_a_job_reads_the_object_and_writes_once_without_looking_first() ->
 
     first = await job("incoming/t.json", "v1", "01")
     assert first.result == "compacted"
-    assert store.calls == [("get", "incoming/t.json"), ("put_if None", "compacted/t.json")]
+    assert store.calls == [("get", "incoming/t.json"), ("put_if None", "compacted/t.json"), ("head", "failed/t.json")]
     failed = await job("incoming/bad.json", "v1", "01")
     assert (failed.result, failed.status) == ("failed", 422)
-    assert store.calls == [("get", "incoming/bad.json"), ("put_if None", "failed/bad.json")]
+    assert store.calls == [("get", "incoming/bad.json"), ("put_if None", "failed/bad.json"),
+                           ("head", "compacted/bad.json")]
 
     newer = await job("incoming/t.json", "v3", "03")
     assert newer.result == "compacted"
     assert store.calls[1:] == [("put_if None", "compacted/t.json"), ("head", "compacted/t.json"),
-                               ('put_if "w1"', "compacted/t.json")]
+                               ('put_if "w1"', "compacted/t.json"), ("head", "failed/t.json")]
     assert store.objects[("b", "compacted/t.json")][1]["source-version-id"] == "v3"
     late = await job("incoming/t.json", "v2", "02")
     again = await job("incoming/t.json", "v3", "03")
@@ -213,11 +223,21 @@ async def test_run_job_records_too_large_objects() -> None:
     assert body["error"]["code"] == "request_too_large"
 
 
+class KeyLimitedStore(MemoryStore):
+    """S3's refusal of a key over 1,024 bytes: 400 ``KeyTooLongError`` to a HEAD as to a write."""
+
+    def head(self, bucket: str, key: str) -> ObjectHead | None:
+        if len(key.encode("utf-8")) > object_jobs.MAX_KEY_BYTES:
+            raise RuntimeError("400 KeyTooLongError")
+        return super().head(bucket, key)
+
+
 @pytest.mark.parametrize("length", [1014, 1015])  # incoming/ plus 1015 bytes: S3's longest key, 1024
 async def test_a_key_too_long_for_its_result_is_recorded_in_failed(length: int) -> None:
     """compacted/<rel> is one byte longer than incoming/<rel>: at S3's longest key its write failed on every
-    attempt (the model calls made again each time) and the event went to the failure queue."""
-    store, rel = MemoryStore(), "é" + "a" * (length - 2)  # 2 bytes in UTF-8: the limit counts bytes
+    attempt (the model calls made again each time) and the event went to the failure queue. Its failure is recorded
+    without a look at ``compacted/<rel>`` (one outcome per object, docs/scale.md), a key S3 refuses."""
+    store, rel = KeyLimitedStore(), "é" + "a" * (length - 2)  # 2 bytes in UTF-8: the limit counts bytes
     store.add("incoming/" + rel, json.dumps([{"role": "user", "content": "hi"}]).encode())
     outcome = await run_job(Source("b", "incoming/" + rel, "v1", "e"), store=store, defaults=Defaults(),
                             deadline=Deadline.after_ms(1000))

@@ -107,8 +107,14 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
         assert statement["Effect"] == "Allow"
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         grants.setdefault(statement["Resource"]["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
-    assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject"}, f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
-                      "": {"s3:ListBucket"}}
+    assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:DeleteObject"},
+                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}, "": {"s3:ListBucket"}}
+    # It records nothing for an object version whose windowed job runs or ended done: that job's executions only
+    described = resources["S3CompactGaveUpFunctionWindowedJobs"]["Properties"]["PolicyDocument"]["Statement"]
+    assert [(s["Action"], s["Resource"]["Fn::Sub"].split(":execution:")[1]) for s in described] == [
+        ("states:DescribeExecution", "${WindowedJobStateMachine.Name}:*")]
+    env = resources["S3CompactGaveUpFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["COMPACTOR_WINDOWED_STATE_MACHINE_ARN"] == {"Ref": "WindowedJobStateMachine"}
 
 
 def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:
@@ -125,8 +131,8 @@ def test_bucket_access_is_least_privilege_and_outside_the_function(resources: di
             grants.setdefault(target["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
     assert grants == {
         f"/{INCOMING_PREFIX}*": {"s3:GetObject", "s3:GetObjectVersion"},
-        f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
-        f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject"},
+        f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},  # one outcome (docs/scale.md)
+        f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
         "": {"s3:ListBucket"},
         "/jobs/*": {"s3:GetObject"},  # an API upload's record names the key it is billed to (docs/billing.md)
     }

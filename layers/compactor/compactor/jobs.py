@@ -24,6 +24,8 @@ from compactor.object_jobs import (
     INCOMING_PREFIX,
     JSON_CONTENT_TYPE,
     META_ETAG,
+    META_VERSION,
+    NO_VERSION,
     ObjectHead,
     ObjectStore,
     encode,
@@ -126,12 +128,18 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
 
 def _of_upload(result: ObjectHead | None, upload: ObjectHead | None) -> bool:
     """Whether a result object exists and was computed from ``upload`` (the object under ``incoming/``): its
-    ``source-etag`` is the upload's ETag. A result without that metadata, or with no upload left to compare
-    with, is taken as it is."""
+    ``source-etag`` is the upload's ETag and, in a versioned bucket, its ``source-version-id`` the upload's version.
+    A result without that metadata, or with no upload left to compare with, is taken as it is. The same bytes sent
+    again (a retried PUT) are a new version with the same ETag: its job is ``running`` until its own outcome is
+    written; before, the earlier upload's ``failed`` answered for it at once."""
     if result is None:
         return False
     source = result.metadata.get(META_ETAG)
-    return upload is None or source is None or source == normalize_etag(upload.etag)
+    if upload is None or source is None:
+        return True
+    version = result.metadata.get(META_VERSION)
+    return source == normalize_etag(upload.etag) and (
+        upload.version_id in (None, NO_VERSION) or version in (None, NO_VERSION) or version == upload.version_id)
 
 
 def _found(looked_up: ObjectHead | None | Exception) -> ObjectHead | None:

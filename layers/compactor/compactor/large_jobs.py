@@ -27,6 +27,7 @@ from typing import IO, Any, Protocol
 from compactor.object_jobs import (
     CONCURRENT,
     JSON_CONTENT_TYPE,
+    NEWER,
     ROUTE,
     Defaults,
     Failure,
@@ -42,6 +43,7 @@ from compactor.object_jobs import (
     result_key,
     result_metadata,
     same_version,
+    settle,
 )
 from compactor.call_record import CallRecord
 from compactor.jsonutil import dense_dumps
@@ -445,8 +447,9 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
     """The result object around the last input: a pass's output (``assemble`` wrote it as an ``ArrayWriter``
     array) is copied as it is; the transcript itself (no pass changed it) is read message by message. Written
     as the inline job writes its result (``object_jobs._put_once``): never over a result of this version or of a
-    newer one, and only if the key is still as seen when the write completes. The key and why it was not written
-    (None when it was, or was already by this job)."""
+    newer one, and only if the key is still as seen when the write completes; then ``failed/<rel>`` keeps no other
+    outcome (``object_jobs.settle``: a failure recorded while this job ran, say, is deleted). The key and why it was
+    not written or was withdrawn (None when it was, or was already by this job)."""
     from compactor.compaction.windowed import run_record, write_body, write_body_of_array
 
     source = source_of(job)
@@ -456,9 +459,9 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
     head = store.head(source.bucket, key)
     existing = head.metadata if head is not None else None
     if same_version(existing, source):  # this job's own result: a retried assemble (billing failed after it)
-        return key, None
+        return key, _settled(store, source, key)
     if newer_exists(existing, source):  # an older version's job ending late (docs/behaviour.md#the-s3-path)
-        return key, "a newer version was processed"
+        return key, NEWER
     metadata = result_metadata(source, StoredObject(b"", source.version_id, source.etag), 200)
     summary = run_record(state).body
     try:
@@ -478,7 +481,14 @@ def _write_result(store: StreamStore, job: dict[str, Any], state: Any, input_key
         return key, CONCURRENT
     except SourceChanged:
         return key, REPLACED
-    return key, None
+    return key, _settled(store, source, key)
+
+
+def _settled(store: StreamStore, source: Source, key: str) -> str | None:
+    """Why this job's result was withdrawn once written (``object_jobs.settle``: a newer version's failure is in
+    ``failed/<rel>``), None when it stands."""
+    withdrawn = settle(store, source, key)
+    return None if withdrawn is None else withdrawn.reason
 
 
 def fail(store: StreamStore, job: dict[str, Any], error: Any = None) -> dict[str, Any]:
@@ -536,9 +546,9 @@ def _recorded(written: Any) -> dict[str, Any]:
 
 
 def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's)
-    before failing, else None. ``final`` is the final run state ``assemble`` saved first (None: it saved none), its
-    record rebuilt from it."""
+    """The finished job's outcome when ``assemble`` wrote its result (this version's, or kept a newer version's, or
+    withdrew its own for a newer version's failure) before failing, else None. ``final`` is the final run state
+    ``assemble`` saved first (None: it saved none), its record rebuilt from it."""
     from compactor.compaction.windows import RunState
 
     if final is None:
@@ -550,8 +560,11 @@ def _delivered(store: StreamStore, job: dict[str, Any], final: dict[str, Any] | 
     head = store.head(source.bucket, key)
     existing = head.metadata if head is not None else None
     state = RunState.from_dict(final)
-    if same_version(existing, source):
-        return _finished(job, state, key, None)
+    if same_version(existing, source):  # and settled, should the step have failed between its write and settling
+        return _finished(job, state, key, _settled(store, source, key))
     if newer_exists(existing, source):
-        return _finished(job, state, key, "a newer version was processed")
+        return _finished(job, state, key, NEWER)
+    failure = store.head(source.bucket, failure_key(rel))
+    if failure is not None and newer_exists(failure.metadata, source):  # the result withdrawn once written: a newer
+        return _finished(job, state, key, NEWER)  # version's failure was there (object_jobs.settle)
     return None

@@ -84,10 +84,12 @@ class StoredObject:
 
 @record(frozen=True)
 class ObjectHead:
-    """What a store's ``head`` returns: the object's user metadata and its ETag."""
+    """What a store's ``head`` returns: the object's user metadata, its ETag and its version id (None where the
+    store has none, or the bucket no versioning)."""
 
     metadata: Mapping[str, str]
     etag: str
+    version_id: str | None = None
 
 
 class ObjectStore(Protocol):
@@ -107,6 +109,11 @@ class ObjectStore(Protocol):
                replacing: str | None) -> bool:
         """Write only if the key still is as seen: absent (``replacing`` None) or holding the object whose
         ETag is ``replacing``. False when it changed meanwhile (another delivery wrote first)."""
+        ...
+
+    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
+        """Delete ``key`` only if it still holds the object whose ETag is ``etag``. False when it changed meanwhile
+        or is gone."""
         ...
 
 
@@ -354,11 +361,16 @@ def same_version(metadata: Mapping[str, str] | None, source: Source) -> bool:
 
 def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
     """Whether an existing result comes from a later write of the key (S3 sequencers, same key)."""
-    theirs = (metadata or {}).get(META_SEQUENCER)
-    if not (theirs and source.sequencer):
+    return _later((metadata or {}).get(META_SEQUENCER), source.sequencer)
+
+
+def _later(one: str | None, other: str | None) -> bool:
+    """Whether the write of S3 sequencer ``one`` came after that of ``other`` (the same key); False when either is
+    unknown."""
+    if not (one and other):
         return False
     try:
-        return int(theirs, 16) > int(source.sequencer, 16)
+        return int(one, 16) > int(other, 16)
     except ValueError:
         return False
 
@@ -446,25 +458,67 @@ def _exceeds_one_request(request: Any) -> bool:
 
 
 CONCURRENT = "another delivery wrote the result first"
+NEWER = "a newer version was processed"
+"""Why an outcome was not written, or was withdrawn: the key's newer version has its own (docs/scale.md)."""
+PROCESSED = "already processed"
+"""Why an outcome was not written: this version's own is there (a redelivered event, a retried step)."""
 
 
 def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, content_type: str,
               metadata: Mapping[str, str]) -> Outcome | None:
     """Write ``key`` where no object is (one request on the usual path); when one is, keep it if it comes
     from this source version or a newer one, else replace it on the condition that it is still the one
-    looked at. None when written, else the ``skipped`` outcome."""
+    looked at. Then the other place holds no other outcome (:func:`settle`). None when written, else the
+    ``skipped`` outcome."""
     if store.put_if(source.bucket, key, body, content_type=content_type, metadata=metadata, replacing=None):
-        return None
+        return settle(store, source, key)
     head = store.head(source.bucket, key)
     existing = head.metadata if head is not None else None
-    if same_version(existing, source):
-        return Outcome("skipped", source, key=key, reason="already processed")
+    if same_version(existing, source):  # a crash may have come between the write and its settling
+        return settle(store, source, key) or Outcome("skipped", source, key=key, reason=PROCESSED)
     if newer_exists(existing, source):
-        return Outcome("skipped", source, key=key, reason="a newer version was processed")
+        return Outcome("skipped", source, key=key, reason=NEWER)
     if store.put_if(source.bucket, key, body, content_type=content_type, metadata=metadata,
                     replacing=head.etag if head is not None else None):
-        return None
+        return settle(store, source, key)
     return Outcome("skipped", source, key=key, reason=CONCURRENT)
+
+
+def settle(store: ObjectStore, source: Source, key: str) -> Outcome | None:
+    """Once ``key`` (``compacted/<rel>`` or ``failed/<rel>``) holds this version's outcome, the other place holds
+    no other: one outcome per key (docs/scale.md, "One outcome per object"). The other place's object is deleted
+    (on its ETag, so never one written meanwhile) when it comes from an older version, or is this version's failure
+    and ``key`` its result (the result supersedes a failure recorded while a retry or a windowed job was still
+    running). This version's own object is withdrawn instead when the other place holds a newer version's outcome,
+    or this version's result and ``key`` a failure: the ``skipped`` outcome, else None. Two writers of the two
+    places each look at the other's after their own write, so the later one always sees the earlier one's;
+    outcomes whose order is unknown (no S3 sequencer on one of them) are left as they are."""
+    rel = relative_key(source.key)
+    assert rel is not None
+    success = key == result_key(rel)
+    other = failure_key(rel) if success else result_key(rel)
+    if len(other.encode("utf-8")) > MAX_KEY_BYTES:  # nothing there, and S3 answers a HEAD of it 400 KeyTooLongError
+        return None
+    head = store.head(source.bucket, other)
+    order = None if head is None else _order(head.metadata, source)
+    if head is not None and (order == "older" or (order == "same" and success)):
+        store.delete_if(source.bucket, other, etag=head.etag)
+    elif order == "newer" or order == "same":
+        mine = store.head(source.bucket, key)
+        if mine is not None and same_version(mine.metadata, source):
+            store.delete_if(source.bucket, key, etag=mine.etag)
+        return Outcome("skipped", source, key=key, reason=NEWER if order == "newer" else PROCESSED)
+    return None
+
+
+def _order(metadata: Mapping[str, str], source: Source) -> Literal["same", "newer", "older"] | None:
+    """Where the outcome with ``metadata`` stands against this source version: the same version, a newer or an
+    older write of the key (their S3 sequencers), None when unknown."""
+    if same_version(metadata, source):
+        return "same"
+    if newer_exists(metadata, source):
+        return "newer"
+    return "older" if _later(source.sequencer, metadata.get(META_SEQUENCER)) else None
 
 
 def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel: str, failure: Failure, *,
@@ -480,21 +534,27 @@ def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel
         "failed", source, key=key, status=failure.status)
 
 
-def record_gave_up(store: ObjectStore, source: Source, cause: str | None) -> Outcome:
+def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, windowed: bool = False) -> Outcome:
     """Lambda gave up on the object's job (every attempt raised or timed out, or its event grew too old; the
     function's on-failure destination says so, docs/deploy.md): record ``failed/<rel>``, 500 ``job_failed``
     naming ``cause`` (an error's type, never its message, which may quote content), written as results are
     written (never over a result of this version or a newer one), so that ``GET /v1/jobs/{id}`` answers
     ``failed`` (docs/scale.md). Nothing is written when ``compacted/<rel>`` holds this version's result (another
-    delivery of the event wrote it, or only billing failed after it). Before, such a job had no record: an API
-    upload's status stayed ``running``. A failed attempt records nothing: a retry may still succeed, and a
-    caller must not read ``failed`` meanwhile."""
+    delivery of the event wrote it, or only billing failed after it) or a newer version's, nor while the version's
+    windowed job runs or once it ended done (``windowed``): that job writes the version's outcome, its result or its
+    own failure. Before, a job whose inline attempts crashed after starting it was recorded failed while it ran, and
+    its result was later written beside that failure. A failed attempt records nothing: a retry may still
+    succeed, and a caller must not read ``failed`` meanwhile."""
     rel = relative_key(source.key)
     if rel is None or len(result_key(rel).encode("utf-8")) > MAX_KEY_BYTES:
         return Outcome("skipped", source, reason="no job of its own")  # a too-long key records its own 400
+    if windowed:
+        return Outcome("skipped", source, reason="its windowed job writes its outcome")
     head = store.head(source.bucket, result_key(rel))
     if head is not None and same_version(head.metadata, source):
-        return Outcome("skipped", source, key=result_key(rel), reason="already processed")
+        return Outcome("skipped", source, key=result_key(rel), reason=PROCESSED)
+    if head is not None and newer_exists(head.metadata, source):
+        return Outcome("skipped", source, key=result_key(rel), reason=NEWER)
     error = JobFailed("the compaction job failed on every attempt" + (f" ({cause})" if cause else ""))
     return _write_failure(store, source, StoredObject(b"", source.version_id, source.etag), rel,
                           Failure(error.status, error.body()["error"]), conditional=True)

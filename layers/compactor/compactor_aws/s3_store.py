@@ -117,7 +117,7 @@ class S3Store:
                 return None
             raise
         metadata = {name.lower(): value for name, value in (response.get("Metadata") or {}).items()}
-        return ObjectHead(metadata, response.get("ETag", ""))
+        return ObjectHead(metadata, response.get("ETag", ""), response.get("VersionId"))
 
     def head_metadata(self, bucket: str, key: str) -> Mapping[str, str] | None:
         """User metadata of ``key`` (see :meth:`head`), None when it does not exist."""
@@ -137,6 +137,17 @@ class S3Store:
                                    Metadata=dict(metadata), **condition)
         except ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION:
+                return False
+            raise
+        return True
+
+    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
+        """A conditional DeleteObject (``If-Match`` its ETag; in a versioned bucket, a delete marker). False when S3
+        refuses the condition (the key was written meanwhile) or the key is gone."""
+        try:
+            self.client.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+        except ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION | _NOT_FOUND:
                 return False
             raise
         return True

@@ -43,6 +43,30 @@ def launcher(env: Mapping[str, str] | None = None, client: Any = None, *, caller
     return launch
 
 
+OWNING = frozenset({"RUNNING", "PENDING_REDRIVE", "SUCCEEDED"})
+"""States of a windowed job's execution in which it writes, or has written, its object version's outcome: its result or
+its own failure (RecordFailure). One that failed, timed out or was aborted may have written none."""
+
+
+def owns(source: Source, env: Mapping[str, str] | None = None, client: Any = None) -> bool:
+    """Whether the windowed job of this object version (its execution, named after it) is running or ended done,
+    so that its outcome is the job's (``compactor.object_jobs.record_gave_up``): the S3 function's attempts may all
+    crash after one of them started it. False without a state machine (``COMPACTOR_WINDOWED_STATE_MACHINE_ARN``)."""
+    arn = (os.environ if env is None else env).get(STATE_MACHINE_ENV)
+    if not arn:
+        return False
+    from compactor import large_jobs
+    from compactor_aws import aws_session
+
+    sfn = client or aws_session.client("stepfunctions")
+    prefix, _, name = arn.rpartition(":stateMachine:")
+    try:
+        status = sfn.describe_execution(executionArn=f"{prefix}:execution:{name}:{large_jobs.job_id(source)}")["status"]
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return False
+    return status in OWNING
+
+
 def inline_max_bytes(env: Mapping[str, str] | None = None) -> int:
     source_env = os.environ if env is None else env
     return int(source_env.get(INLINE_MAX_ENV) or DEFAULT_INLINE_MAX_BYTES)
