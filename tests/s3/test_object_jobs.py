@@ -156,7 +156,13 @@ def test_same_version_and_newer_exists() -> None:
     assert object_jobs.same_version({"source-version-id": "null", "source-etag": "e"}, Source("b", "k", None, "e"))
     assert not object_jobs.same_version({"source-etag": "e"}, Source("b", "k", None, ""))
     assert object_jobs.newer_exists(meta, Source("b", "k", sequencer="00AE"))
-    assert object_jobs.newer_exists(meta, Source("b", "k", sequencer="AE"))  # shorter = left-padded
+    # Sequencers of different lengths: the shorter right-padded with zeros ("AE" is "AE00", after "00AF"), as S3's
+    # event message structure says; they were compared as numbers, left-padded ("00AE", before it)
+    assert not object_jobs.newer_exists(meta, Source("b", "k", sequencer="AE"))
+    assert object_jobs.newer_exists({**meta, "source-sequencer": "00AF01"}, Source("b", "k", sequencer="00AF"))
+    assert not object_jobs.newer_exists({**meta, "source-sequencer": "00af"}, Source("b", "k", sequencer="00AF"))
+    assert object_jobs.newer_exists({**meta, "source-sequencer": "00af"}, Source("b", "k", sequencer="00AE"))
+    assert not object_jobs.newer_exists({**meta, "source-sequencer": "zz"}, Source("b", "k", sequencer="00AE"))
     assert not object_jobs.newer_exists(meta, Source("b", "k", sequencer="00B0"))
     assert not object_jobs.newer_exists(meta, Source("b", "k"))
 

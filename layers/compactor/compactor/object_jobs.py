@@ -366,13 +366,19 @@ def newer_exists(metadata: Mapping[str, str] | None, source: Source) -> bool:
 
 def _later(one: str | None, other: str | None) -> bool:
     """Whether the write of S3 sequencer ``one`` came after that of ``other`` (the same key); False when either is
-    unknown."""
+    unknown or not hexadecimal. Sequencers may differ in length: the shorter is right-padded with zeros, then the two
+    are compared as strings, as S3's event message structure says (docs/scale.md, "One outcome per object"); comparing
+    them as numbers left-padded the shorter one and could order two writes backwards."""
     if not (one and other):
         return False
-    try:
-        return int(one, 16) > int(other, 16)
-    except ValueError:
+    width = max(len(one), len(other))
+    one, other = one.upper().ljust(width, "0"), other.upper().ljust(width, "0")
+    if not all(character in _HEX for character in one + other):
         return False
+    return one > other
+
+
+_HEX = frozenset("0123456789ABCDEF")
 
 
 # ----------------------------------------------------------------------------------------- the job
