@@ -296,6 +296,22 @@ def test_a_bad_usage_range_is_422(compact_module: ModuleType, query: dict[str, s
     assert message in json.loads(response["body"])["error"]["message"]
 
 
+def test_two_different_idempotency_keys_are_400(aws: dict[str, Any], compact_module: ModuleType,
+                                                counted: list[int]) -> None:
+    """The last was taken: a retry that sent them in the other order was computed and billed again."""
+    headers = [("Content-Type", "application/json"), ("Idempotency-Key", "first"), ("Idempotency-Key", "second")]
+    ev = http_api.rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=headers,
+                                   body=json.dumps({"messages": TRANSCRIPT}).encode())
+
+    response = call(compact_module, ev)
+
+    assert response["statusCode"] == 400
+    error = json.loads(response["body"])["error"]
+    assert error["code"] == "invalid_idempotency_key"
+    assert error["message"] == "the header Idempotency-Key was sent with 2 different values: send it once"
+    assert counted == [] and ledger_items(aws) == []
+
+
 # ------------------------------------------- a key computed again after its TTL (docs/billing.md)
 
 def expire_records(aws: dict[str, Any]) -> None:

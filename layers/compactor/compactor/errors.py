@@ -46,6 +46,13 @@ class InvalidRequest(CompactorError):
     """A request the service understands but refuses (400, no code)."""
 
 
+class InvalidEvent(InvalidRequest):
+    """The API function's event is not an API Gateway REST proxy event it can read: a hand-made or test invoke,
+    another integration's payload (``compactor.http_api.well_formed_event``; docs/reliability.md#bounded-input)."""
+
+    code = "invalid_event"
+
+
 class KeyTooLong(InvalidRequest):
     code = "key_too_long"  # S3 path: compacted/<rel> would pass S3's longest key
 

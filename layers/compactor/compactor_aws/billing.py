@@ -29,6 +29,7 @@ from compactor.errors import (
     IdempotencyKeyReused,
     IdempotencyUnavailable,
     InvalidIdempotencyKey,
+    InvalidRequest,
     InvalidUsageRange,
     ResponseTooLarge,
 )
@@ -129,7 +130,10 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     context = event.get("requestContext") or {}
     request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
     caller = caller_of(event)
-    raw_key = http_api.header(event, idempotency.HEADER)
+    try:
+        raw_key = http_api.header(event, idempotency.HEADER)
+    except InvalidRequest as twice:
+        return _error(InvalidIdempotencyKey(twice.message))
     if raw_key is None:
         computed = compute()
         _bill(f"req:{request_id}", caller, computed.facts, billing.utc_now_iso(), request_id, None)
