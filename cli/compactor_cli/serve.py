@@ -5,8 +5,9 @@ arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact
 For people it also serves, outside the stage, the report page at ``/`` (with ``POST /report``) and Swagger
 UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself:
 403 ``{"message": "Forbidden"}`` without one of the ``--api-key`` values (when set; in ``x-api-key`` or
-``Authorization: Bearer``) and 413 for a body over the limit, before reading it (a chunked body, which it
-reads as API Gateway does: as soon as its chunks pass the limit). A presented key's id
+``Authorization: Bearer``), 400 ``ambiguous_api_key`` for two different keys (the authorizer's deny, deployed), and
+413 for a body over the limit, before reading it (a chunked body, which it reads as API Gateway does: as soon as its
+chunks pass the limit). A presented key's id
 (``compactor_aws.caller.local_key_id``) goes into the event's ``requestContext.identity.apiKeyId``, where
 API Gateway puts the key id.
 
@@ -52,6 +53,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
 from compactor.errors import (
+    AmbiguousApiKey,
     InternalError,
     InvalidRequest,
     LengthRequired,
@@ -330,7 +332,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
     def _accepted_key(self) -> tuple[bool, str | None]:
-        """(whether the request may pass, the key it presented)."""
+        """(whether the request may pass, the key it presented); raises
+        :class:`~compactor.errors.AmbiguousApiKey` when it presents two different keys, with or without
+        ``--api-key``: it took the last ``x-api-key``, or the ``x-api-key`` over a different bearer token."""
         key = presented_key(self.headers.items())
         if not self.server.api_keys:
             return True, key
@@ -345,7 +349,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     else serve_page.swagger_html(self.server.instances.openapi_text()))
             self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
             return
-        allowed, key = self._accepted_key()
+        try:
+            allowed, key = self._accepted_key()
+        except AmbiguousApiKey as refused:  # two different keys: the deployed API's 400 too (docs/billing.md)
+            self._send_json(*refused.answer(), close=True)
+            return
         if not allowed:
             self._send_json(403, http_api.FORBIDDEN_BODY, close=True)
             return

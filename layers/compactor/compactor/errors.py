@@ -53,6 +53,18 @@ class InvalidEvent(InvalidRequest):
     code = "invalid_event"
 
 
+class AmbiguousApiKey(InvalidRequest):
+    """The request presents two different API keys (RFC 6750's ``invalid_request``: more than one method, or
+    the same field repeated, for one credential): no key is taken (docs/billing.md#bearer-keys)."""
+
+    code = "ambiguous_api_key"
+    MESSAGE: ClassVar[str] = ("the request presents more than one API key (x-api-key twice, Authorization: Bearer "
+                              "twice, or both with different keys): send one key")
+
+    def __init__(self, message: str = MESSAGE) -> None:
+        super().__init__(message)
+
+
 class KeyTooLong(InvalidRequest):
     code = "key_too_long"  # S3 path: compacted/<rel> would pass S3's longest key
 
