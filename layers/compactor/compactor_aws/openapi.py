@@ -326,8 +326,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
                                                ("504", "`timeout`, `flow_deadline`"),
                                                ("422", "`data_error`: a data operation that does not fit its data"),
                                                ("400", "`bad_request`, `context_overflow`"))},
-    ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
-                                "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
+    ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD or is given twice, `from` is after `to`, "
+                                "or the range spans more than 366 days (`invalid_usage_range`; the message names "
+                                "every bad parameter)", ErrorBody)},
 }
 """A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
 ROUTE_ERRORS_BESIDE: dict[tuple[str, str], frozenset[str]] = {("post", "/flows"): frozenset({"400"})}
