@@ -386,17 +386,25 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes | None:
         """The request's body, from its ``Content-Length`` or its chunks (``Transfer-Encoding: chunked``, which
         API Gateway takes too: streaming clients send it when they do not know the length in advance); None
-        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk or a body that ends
-        before its length (it was compacted as it came: 200 for a body padded past its end, else the 422
-        ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
-        coding = self.headers.get("Transfer-Encoding", "").strip().lower()
+        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk, two different lengths,
+        or a body that ends before its length (it was compacted as it came: 200 for a body padded past its end, else
+        the 422 ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
+        # Every line of each (``get`` reads the first): the last of two was dropped. Two transfer codings are a list
+        # (RFC 9110 5.3), "chunked, gzip" not "chunked"; two different lengths are a 400 (RFC 9112 6.3): the first
+        # was read, and the rest of the body was then read as the next request on the connection.
+        coding = ", ".join(value.strip() for value in self.headers.get_all("Transfer-Encoding", [])).lower()
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length", [])}
         if coding:
             if coding != "chunked":
                 self._send_json(*LengthRequired("send the body with a Content-Length, or chunked").answer(),
                                 close=True)
                 return None
             return self._read_chunks()
-        declared = (self.headers.get("Content-Length") or "0").strip()
+        if len(lengths) > 1:
+            self._send_json(*InvalidRequest(f"Content-Length was sent with {len(lengths)} different values: send it "
+                                            "once").answer(), close=True)
+            return None
+        declared = lengths.pop() if lengths else "0"
         # Digits only (RFC 9110), as many as a length can have: int() also read "1_5" and "+15" as 15.
         if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:
             self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)
