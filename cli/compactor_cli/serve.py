@@ -5,8 +5,9 @@ arrives as ``path`` ``/compact``) and is answered by ``functions/compact/compact
 For people it also serves, outside the stage, the report page at ``/`` (with ``POST /report``) and Swagger
 UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server answers some requests itself:
 403 ``{"message": "Forbidden"}`` without one of the ``--api-key`` values (when set; in ``x-api-key`` or
-``Authorization: Bearer``) and 413 for a body over the limit, before reading it (a chunked body, which it
-reads as API Gateway does: as soon as its chunks pass the limit). A presented key's id
+``Authorization: Bearer``), 400 ``ambiguous_api_key`` for two different keys (the authorizer's deny, deployed), and
+413 for a body over the limit, before reading it (a chunked body, which it reads as API Gateway does: as soon as its
+chunks pass the limit). A presented key's id
 (``compactor_aws.caller.local_key_id``) goes into the event's ``requestContext.identity.apiKeyId``, where
 API Gateway puts the key id.
 
@@ -52,6 +53,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
 from compactor.errors import (
+    AmbiguousApiKey,
     InternalError,
     InvalidRequest,
     LengthRequired,
@@ -330,7 +332,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
     def _accepted_key(self) -> tuple[bool, str | None]:
-        """(whether the request may pass, the key it presented)."""
+        """(whether the request may pass, the key it presented); raises
+        :class:`~compactor.errors.AmbiguousApiKey` when it presents two different keys, with or without
+        ``--api-key``: it took the last ``x-api-key``, or the ``x-api-key`` over a different bearer token."""
         key = presented_key(self.headers.items())
         if not self.server.api_keys:
             return True, key
@@ -345,7 +349,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     else serve_page.swagger_html(self.server.instances.openapi_text()))
             self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
             return
-        allowed, key = self._accepted_key()
+        try:
+            allowed, key = self._accepted_key()
+        except AmbiguousApiKey as refused:  # two different keys: the deployed API's 400 too (docs/billing.md)
+            self._send_json(*refused.answer(), close=True)
+            return
         if not allowed:
             self._send_json(403, http_api.FORBIDDEN_BODY, close=True)
             return
@@ -378,17 +386,25 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes | None:
         """The request's body, from its ``Content-Length`` or its chunks (``Transfer-Encoding: chunked``, which
         API Gateway takes too: streaming clients send it when they do not know the length in advance); None
-        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk or a body that ends
-        before its length (it was compacted as it came: 200 for a body padded past its end, else the 422
-        ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
-        coding = self.headers.get("Transfer-Encoding", "").strip().lower()
+        once a refusal is answered: 413 over the limit, 400 for a malformed length or chunk, two different lengths,
+        or a body that ends before its length (it was compacted as it came: 200 for a body padded past its end, else
+        the 422 ``json_invalid`` of a body the client never sent), 411 for a transfer coding other than chunked."""
+        # Every line of each (``get`` reads the first): the last of two was dropped. Two transfer codings are a list
+        # (RFC 9110 5.3), "chunked, gzip" not "chunked"; two different lengths are a 400 (RFC 9112 6.3): the first
+        # was read, and the rest of the body was then read as the next request on the connection.
+        coding = ", ".join(value.strip() for value in self.headers.get_all("Transfer-Encoding", [])).lower()
+        lengths = {value.strip() for value in self.headers.get_all("Content-Length", [])}
         if coding:
             if coding != "chunked":
                 self._send_json(*LengthRequired("send the body with a Content-Length, or chunked").answer(),
                                 close=True)
                 return None
             return self._read_chunks()
-        declared = (self.headers.get("Content-Length") or "0").strip()
+        if len(lengths) > 1:
+            self._send_json(*InvalidRequest(f"Content-Length was sent with {len(lengths)} different values: send it "
+                                            "once").answer(), close=True)
+            return None
+        declared = lengths.pop() if lengths else "0"
         # Digits only (RFC 9110), as many as a length can have: int() also read "1_5" and "+15" as 15.
         if not (declared.isascii() and declared.isdigit()) or len(declared) > 18:
             self._send_json(*InvalidRequest("invalid Content-Length").answer(), close=True)

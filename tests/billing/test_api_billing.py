@@ -296,6 +296,60 @@ def test_a_bad_usage_range_is_422(compact_module: ModuleType, query: dict[str, s
     assert message in json.loads(response["body"])["error"]["message"]
 
 
+def test_a_usage_range_with_both_bounds_bad_names_both(compact_module: ModuleType) -> None:
+    """It named ``to`` alone: a caller who fixed it met ``from`` on the next call."""
+    response = call(compact_module, event("GET", "/usage", query={"from": "2026-13-01", "to": "yesterday"}))
+
+    assert response["statusCode"] == 422
+    error = json.loads(response["body"])["error"]
+    assert error["code"] == "invalid_usage_range"
+    assert error["message"] == "from must be a date YYYY-MM-DD; to must be a date YYYY-MM-DD"
+
+
+def usage_event(query: dict[str, list[str]], *, single: bool = True) -> dict[str, Any]:
+    ev = http_api.rest_proxy_event(method="GET", resource_path="/usage", query=query, headers=[], body=b"")
+    ev["requestContext"]["identity"]["apiKeyId"] = KEY_A
+    if not single:  # a hand-made event with the multi-value field only
+        ev["queryStringParameters"] = None
+    return ev
+
+
+@pytest.mark.parametrize("single", [True, False])
+def test_a_usage_bound_given_twice_is_422_naming_it(compact_module: ModuleType, single: bool) -> None:
+    """The last ``from`` was taken (the one ``queryStringParameters`` holds), and an event with
+    ``multiValueQueryStringParameters`` alone was answered for the default range."""
+    query = {"from": ["2026-01-01", "2026-02-01"], "to": ["2026-03-01", "bad"]}
+
+    response = call(compact_module, usage_event(query, single=single))
+
+    assert response["statusCode"] == 422
+    assert json.loads(response["body"])["error"]["message"] == (
+        "from is given 2 times: give it once; to is given 2 times: give it once")
+
+
+def test_a_usage_bound_given_twice_alike_is_that_bound(compact_module: ModuleType) -> None:
+    response = call(compact_module, usage_event({"from": ["2026-01-01"] * 2, "to": ["2026-01-31"]}, single=False))
+
+    assert response["statusCode"] == 200, response["body"]
+    assert json.loads(response["body"])["from"] == "2026-01-01"
+
+
+def test_two_different_idempotency_keys_are_400(aws: dict[str, Any], compact_module: ModuleType,
+                                                counted: list[int]) -> None:
+    """The last was taken: a retry that sent them in the other order was computed and billed again."""
+    headers = [("Content-Type", "application/json"), ("Idempotency-Key", "first"), ("Idempotency-Key", "second")]
+    ev = http_api.rest_proxy_event(method="POST", resource_path="/compact", query={}, headers=headers,
+                                   body=json.dumps({"messages": TRANSCRIPT}).encode())
+
+    response = call(compact_module, ev)
+
+    assert response["statusCode"] == 400
+    error = json.loads(response["body"])["error"]
+    assert error["code"] == "invalid_idempotency_key"
+    assert error["message"] == "the header Idempotency-Key was sent with 2 different values: send it once"
+    assert counted == [] and ledger_items(aws) == []
+
+
 # ------------------------------------------- a key computed again after its TTL (docs/billing.md)
 
 def expire_records(aws: dict[str, Any]) -> None:

@@ -256,6 +256,19 @@ def test_every_route_documents_the_stages_throttling() -> None:
             jsonschema.validate({"message": "Too Many Requests"}, _documented(method, path, 429))
 
 
+def test_every_route_documents_the_400_of_two_different_keys() -> None:
+    """Deployed (the authorizer's deny) and in compactor serve, any route answers it (docs/billing.md#bearer-keys)."""
+    import jsonschema
+
+    from compactor.errors import AmbiguousApiKey
+
+    paths = json.loads(DOC_PATH.read_text(encoding="utf-8"))["paths"]
+    for path, operations in paths.items():
+        for method, operation in operations.items():
+            assert "`ambiguous_api_key`" in operation["responses"]["400"]["description"], (method, path)
+            jsonschema.validate(AmbiguousApiKey().body(), _documented(method, path, 400))
+
+
 def test_a_usage_answer_is_documented_field_by_field(compact_module: Any, lambda_context: Any) -> None:
     import dataclasses
 

@@ -239,6 +239,40 @@ def test_another_transfer_coding_is_411(open_server: str) -> None:
     assert status == 411
 
 
+def test_a_transfer_coding_on_a_second_line_is_read_too(open_server: str) -> None:
+    """``chunked`` then ``gzip`` on two lines is the list "chunked, gzip" (RFC 9110 5.3): the first line alone was
+    read, and the body was taken as chunked JSON."""
+    head = CHUNKED_HEAD.replace(b"Transfer-Encoding: chunked\r\n",
+                                b"Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n")
+
+    status, _ = _exchange(open_server, head + _chunked(b'{"messages": []}', 100))
+
+    assert status == 411
+
+
+@pytest.mark.parametrize("lengths", [(5, 16), (16, 5)])
+def test_two_different_content_lengths_are_400(open_server: str, lengths: tuple[int, int]) -> None:
+    """The first was read: with 5 first, the 422 of a body never sent, and the rest of the body read as the next
+    request on the connection; with 16 first, a 200 for a request whose length was in doubt."""
+    body = b'{"messages": []}'
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % lengths)
+
+    status, payload = _exchange(open_server, head + body)
+
+    assert status == 400
+    assert json.loads(payload)["error"]["message"] == (
+        "Content-Length was sent with 2 different values: send it once")
+
+
+def test_one_content_length_twice_is_that_length(open_server: str) -> None:
+    body = b'{"messages": []}'
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: 16\r\nContent-Length: 16\r\n\r\n")
+
+    assert _exchange(open_server, head + body)[0] == 200
+
+
 @pytest.mark.parametrize(
     ("content", "error_type"),
     [(b"not json", "json_invalid"), (b'{"keep_recent": 1}', "missing"), (b'{"messages": [], "target_ratio": 2}',

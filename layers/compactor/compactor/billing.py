@@ -187,17 +187,24 @@ def totals_by_key(entries: Iterable[LedgerEntry]) -> dict[str, list[DayTotals]]:
 
 def parse_range(first: str | None, last: str | None, *, today: date | None = None) -> tuple[str, str]:
     """``from``/``to`` (``YYYY-MM-DD``, both included) checked; absent ``to`` is today, absent ``from``
-    is ``to``'s first day of the month. Raises :class:`UsageRangeError`."""
-    def day(value: str, name: str) -> date:
+    is ``to``'s first day of the month. Raises :class:`UsageRangeError` naming every bad one: with both bad it
+    named ``to`` alone, and a caller who fixed it met the other on the next call."""
+    problems: list[str] = []
+
+    def day(value: str | None, name: str) -> date | None:
         try:
-            if not _DAY.fullmatch(value):
+            if value is None or not _DAY.fullmatch(value):
                 raise ValueError
             return date.fromisoformat(value)
         except ValueError:
-            raise UsageRangeError(f"{name} must be a date YYYY-MM-DD") from None
+            problems.append(f"{name} must be a date YYYY-MM-DD")
+            return None
 
+    start = day(first, "from") if first else None
     end = day(last, "to") if last else (today or datetime.now(timezone.utc).date())
-    start = day(first, "from") if first else end.replace(day=1)
+    if problems or end is None:
+        raise UsageRangeError("; ".join(problems))
+    start = start or end.replace(day=1)
     if start > end:
         raise UsageRangeError("from must not be after to")
     if end - start >= timedelta(days=MAX_RANGE_DAYS):

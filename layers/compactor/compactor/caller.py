@@ -46,16 +46,41 @@ def local_key_id(key: str) -> str:
     return LOCAL_ID_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def presented_key(headers: Iterable[tuple[str, str]]) -> str | None:
-    """The key a request presents: ``x-api-key``, else the token of ``Authorization: Bearer <key>``."""
-    api_key = bearer = None
+def presented_key(headers: Iterable[tuple[str, Any]]) -> str | None:
+    """The key a request presents, in ``x-api-key`` or as the token of ``Authorization: Bearer <key>``; None
+    without one. The same key in both (or twice) is that key. Two different keys raise
+    :class:`~compactor.errors.AmbiguousApiKey`, the 400 both front doors answer (the authorizer's deny, ``compactor
+    serve``): ``x-api-key`` used to win over the bearer token, and the last of two ``x-api-key`` headers over the
+    first, without a word (docs/billing.md#bearer-keys)."""
+    from compactor.errors import AmbiguousApiKey
+
+    keys: list[str] = []
     for name, value in headers:
-        lowered = name.lower()
-        if lowered == "x-api-key" and value:
-            api_key = value
+        if not isinstance(value, str):  # an event's header without a value (null) presents nothing
+            continue
+        lowered, key = name.lower(), None
+        if lowered == "x-api-key":
+            key = value or None
         elif lowered == "authorization" and value[:len(BEARER_PREFIX)].lower() == BEARER_PREFIX:
-            bearer = value[len(BEARER_PREFIX):].strip() or None
-    return api_key or bearer
+            key = value[len(BEARER_PREFIX):].strip() or None
+        if key is not None and key not in keys:
+            keys.append(key)
+    if len(keys) > 1:
+        raise AmbiguousApiKey
+    return keys[0] if keys else None
+
+
+def event_headers(event: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Every header line of an API Gateway REST event: ``multiValueHeaders`` (each value of a header sent more than
+    once) and ``headers`` (one value each: the last), as ``(name, value)`` pairs."""
+    pairs: list[tuple[str, Any]] = []
+    multi = event.get("multiValueHeaders")
+    if isinstance(multi, Mapping):
+        pairs += [(name, value) for name, values in multi.items() if isinstance(values, list) for value in values]
+    single = event.get("headers")
+    if isinstance(single, Mapping):
+        pairs += list(single.items())
+    return pairs
 
 
 def _text(value: Any) -> str | None:
@@ -76,20 +101,32 @@ def authorizer_response(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Lambda authorizer's answer to an API Gateway REQUEST event: allow the API's methods with the
     presented key as ``usageIdentifierKey`` (API Gateway then checks it against the usage plan: 403
     when it is not a key of the plan), or None when no key is presented (the authorizer then fails:
-    API Gateway's UNAUTHORIZED response, which the template makes the same 403 ``Forbidden``)."""
-    headers = event.get("headers") or {}
-    key = presented_key(headers.items()) if isinstance(headers, Mapping) else None
-    if not key:
-        return None
+    API Gateway's UNAUTHORIZED response, which the template makes the same 403 ``Forbidden``). Two different keys
+    are denied: API Gateway answers its ACCESS_DENIED response, which the template makes the 400
+    ``ambiguous_api_key`` ``compactor serve`` answers (docs/billing.md#bearer-keys)."""
+    from compactor.errors import AmbiguousApiKey
+
     # arn:aws:execute-api:region:account:api-id/stage/METHOD/path -> every method of that stage
     arn, _, path = str(event.get("methodArn", "")).partition("/")
     stage = path.split("/", 1)[0]
     resource = f"{arn}/{stage}/*/*" if arn and stage else "*"
-    source = "x-api-key" if any(name.lower() == "x-api-key" and value for name, value in headers.items()) else "bearer"
+    headers = event_headers(event)
+    try:
+        key = presented_key(headers)
+    except AmbiguousApiKey as refused:
+        return {"principalId": str(refused.code), "policyDocument": _policy("Deny", resource),
+                "context": {"refusal": str(refused.code)}}
+    if not key:
+        return None
+    source = "x-api-key" if any(name.lower() == "x-api-key" and value for name, value in headers) else "bearer"
     return {
         "principalId": local_key_id(key),
-        "policyDocument": {"Version": "2012-10-17", "Statement": [
-            {"Action": "execute-api:Invoke", "Effect": "Allow", "Resource": resource}]},
+        "policyDocument": _policy("Allow", resource),
         "usageIdentifierKey": key,
         "context": {"keySource": source},
     }
+
+
+def _policy(effect: str, resource: str) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": [{"Action": "execute-api:Invoke", "Effect": effect,
+                                                   "Resource": resource}]}

@@ -46,6 +46,25 @@ class InvalidRequest(CompactorError):
     """A request the service understands but refuses (400, no code)."""
 
 
+class InvalidEvent(InvalidRequest):
+    """The API function's event is not an API Gateway REST proxy event it can read: a hand-made or test invoke,
+    another integration's payload (``compactor.http_api.well_formed_event``; docs/reliability.md#bounded-input)."""
+
+    code = "invalid_event"
+
+
+class AmbiguousApiKey(InvalidRequest):
+    """The request presents two different API keys (RFC 6750's ``invalid_request``: more than one method, or
+    the same field repeated, for one credential): no key is taken (docs/billing.md#bearer-keys)."""
+
+    code = "ambiguous_api_key"
+    MESSAGE: ClassVar[str] = ("the request presents more than one API key (x-api-key twice, Authorization: Bearer "
+                              "twice, or both with different keys): send one key")
+
+    def __init__(self, message: str = MESSAGE) -> None:
+        super().__init__(message)
+
+
 class KeyTooLong(InvalidRequest):
     code = "key_too_long"  # S3 path: compacted/<rel> would pass S3's longest key
 

@@ -92,14 +92,16 @@ def event_body_size(event: Mapping[str, Any]) -> int:
     return max(0, len(text) * 3 // 4 - padding)
 
 
-def admitted_event(event: dict[str, Any]) -> dict[str, Any]:
+def admitted_event(event: Any) -> dict[str, Any]:
     """``event`` with a text body, as the routes read it, or the refusal the handler answers before any route
-    runs: 413 :class:`~compactor.errors.RequestTooLarge` over :data:`MAX_BODY_BYTES`, measured before any
+    runs: 400 :class:`~compactor.errors.InvalidEvent` for an event of another shape (:func:`well_formed_event`),
+    413 :class:`~compactor.errors.RequestTooLarge` over :data:`MAX_BODY_BYTES`, measured before any
     decoding, and 400 when a base64 body (``isBase64Encoded``) is not base64 or does not decode to UTF-8 text,
-    which Powertools' decoding raised as a 500 (docs/reliability.md#bounded-input). A text body is the event
-    itself; a base64 one is decoded here once, into a copy."""
+    which Powertools' decoding raised as a 500 (docs/reliability.md#bounded-input). A base64 body is decoded here
+    once, into a copy."""
     from compactor.errors import InvalidRequest, RequestTooLarge
 
+    event = well_formed_event(event)
     if event_body_size(event) > MAX_BODY_BYTES:
         raise RequestTooLarge.over(MAX_BODY_BYTES)
     event = _plain_json(event)
@@ -117,6 +119,95 @@ def admitted_event(event: dict[str, Any]) -> dict[str, Any]:
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_FLAGS: dict[Any, bool] = {None: False, False: False, True: True, "false": False, "true": True}
+_FLAG_TYPES = (str, bool, type(None))  # not 0 and 1, which are numbers
+
+
+def well_formed_event(event: Any) -> dict[str, Any]:
+    """``event`` when it has the shape of an API Gateway REST (v1) proxy event, in a copy where ``headers`` and
+    ``multiValueHeaders`` (and the query's two fields) hold the same names, or 400
+    :class:`~compactor.errors.InvalidEvent` naming what is not (docs/reliability.md#bounded-input).
+
+    API Gateway always sends that shape; a test console, a hand-made invoke or another integration may not, and
+    each of these used to raise from the handler or answer 500: no ``httpMethod`` or ``path`` (a Function URL's
+    payload), a body that is a JSON object or number instead of text, a header or query value ``null``, a field of
+    the wrong type. ``isBase64Encoded`` ``"true"``/``"false"`` (strings) are the flags they name: ``"false"`` was
+    truthy, and its JSON body was refused as "not valid base64". An event with ``multiValueHeaders`` only was
+    read as having no headers: its ``Content-Type`` went unchecked and its ``Idempotency-Key`` unseen.
+    """
+    from compactor.errors import InvalidEvent
+
+    if not isinstance(event, Mapping):
+        raise InvalidEvent(f"the event is a JSON {_json_kind(event)}, not an API Gateway REST proxy event (an object)")
+    for name in ("httpMethod", "path"):
+        if not (isinstance(event.get(name), str) and event[name]):
+            raise InvalidEvent(f"the event has no {name} (a string): it is not an API Gateway REST proxy event")
+    body = event.get("body")
+    if body is not None and not isinstance(body, str):
+        raise InvalidEvent(f"the event's body is a JSON {_json_kind(body)}: a proxy event carries the request body "
+                           "as a string (the JSON text)")
+    flag = event.get("isBase64Encoded")
+    encoded = _FLAGS.get(flag.lower() if isinstance(flag, str) else flag) if isinstance(flag, _FLAG_TYPES) else None
+    if encoded is None:
+        raise InvalidEvent(f"the event's isBase64Encoded is {_quoted_value(flag)}: true or false")
+    for name in ("requestContext", "pathParameters", "stageVariables"):
+        if event.get(name) is not None and not isinstance(event[name], Mapping):
+            raise InvalidEvent(f"the event's {name} is a JSON {_json_kind(event[name])}, not an object")
+    headers, multi_headers = _fields(event, "headers", "multiValueHeaders", "header")
+    query, multi_query = _fields(event, "queryStringParameters", "multiValueQueryStringParameters", "query parameter")
+    return {**event, "isBase64Encoded": encoded, "headers": headers, "multiValueHeaders": multi_headers,
+            "queryStringParameters": query, "multiValueQueryStringParameters": multi_query}
+
+
+def _fields(event: Mapping[str, Any], single: str, multi: str, what: str) -> tuple[dict[str, str] | None,
+                                                                                   dict[str, list[str]] | None]:
+    """The ``single`` (name → last value) and ``multi`` (name → every value) fields of an event, each holding every
+    name of both (headers by any case, as API Gateway and HTTP treat them), or 400 for a field that is not an object
+    of strings (lists of strings)."""
+    from compactor.errors import InvalidEvent
+
+    fold = str.lower if what == "header" else str
+    values: dict[str, list[str]] = {}
+    spelled: dict[str, str] = {}
+    last: dict[str, str] = {}
+    for field, many in ((multi, True), (single, False)):
+        given = event.get(field)
+        if given is None:
+            continue
+        if not isinstance(given, Mapping):
+            raise InvalidEvent(f"the event's {field} is a JSON {_json_kind(given)}, not an object")
+        for name, value in given.items():
+            listed = value if many else [value]
+            if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
+                wanted = "a list of strings" if many else "a string"
+                raise InvalidEvent(f"the event's {what} {_quoted_value(name)} is {_quoted_value(value)}: {wanted} "
+                                   f"(leave out a {what} without a value)")
+            key = fold(name)
+            spelled.setdefault(key, name)
+            held = values.setdefault(key, [])
+            if many:  # every line as it came, repeats included
+                held.extend(listed)
+            elif value not in held:  # the single field's value is normally the multi-value field's last
+                held.append(value)
+            if listed:
+                last[key] = listed[-1]
+    if not values:
+        return None, None
+    return ({spelled[key]: last[key] for key in values if key in last},
+            {spelled[key]: held for key, held in values.items()})
+
+
+def _json_kind(value: Any) -> str:
+    kinds = ((bool, "boolean"), (str, "string"), (int, "number"), (float, "number"), (list, "array"),
+             (Mapping, "object"), (type(None), "null"))
+    return next((kind for python_type, kind in kinds if isinstance(value, python_type)), type(value).__name__)
+
+
+def _quoted_value(value: Any, limit: int = 100) -> str:
+    """``value`` as a refusal quotes it: a string in quotes, anything else as JSON, at most ``limit`` characters."""
+    text = value if isinstance(value, str) else dense_dumps(value)
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
 
 
 def _plain_json(event: dict[str, Any]) -> dict[str, Any]:
@@ -176,8 +267,18 @@ def route_path(path: str) -> str:
 
 
 def header(event: Mapping[str, Any], name: str) -> str | None:
-    """The value of header ``name`` (any case) in a proxy event's ``headers``; None when absent."""
+    """The value of header ``name`` (any case) in a proxy event (:func:`well_formed_event`'s); None when absent.
+    A header sent more than once with different values is 400 :class:`~compactor.errors.InvalidRequest`: the
+    last of them was taken (the one ``headers`` holds), so of two ``Idempotency-Key`` values one was dropped
+    without a word (docs/behaviour.md#errors)."""
+    from compactor.errors import InvalidRequest
+
     wanted = name.lower()
+    sent = [(key, value) for key, given in (event.get("multiValueHeaders") or {}).items() if key.lower() == wanted
+            for value in given]
+    different = len({value for _, value in sent})
+    if different > 1:
+        raise InvalidRequest(f"the header {sent[0][0]} was sent with {different} different values: send it once")
     for key, value in (event.get("headers") or {}).items():
         if key.lower() == wanted:
             return value

@@ -29,6 +29,7 @@ from compactor.errors import (
     IdempotencyKeyReused,
     IdempotencyUnavailable,
     InvalidIdempotencyKey,
+    InvalidRequest,
     InvalidUsageRange,
     ResponseTooLarge,
 )
@@ -129,7 +130,10 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     context = event.get("requestContext") or {}
     request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
     caller = caller_of(event)
-    raw_key = http_api.header(event, idempotency.HEADER)
+    try:
+        raw_key = http_api.header(event, idempotency.HEADER)
+    except InvalidRequest as twice:
+        return _error(InvalidIdempotencyKey(twice.message))
     if raw_key is None:
         computed = compute()
         _bill(f"req:{request_id}", caller, computed.facts, billing.utc_now_iso(), request_id, None)
@@ -334,10 +338,17 @@ def billed_caller(source: Any, caller: str | None) -> str:
 
 def usage_answer(event: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
     """``GET /v1/usage``: the caller's own totals per day."""
-    query = event.get("queryStringParameters") or {}
+    # Every value of each (the event's multiValueQueryStringParameters): of a bound given twice, the last was taken.
+    query = event.get("multiValueQueryStringParameters") or {}
+    given = {name: query.get(name) or [None] for name in ("from", "to")}
+    problems = [f"{name} is given {len(values)} times: give it once" for name, values in given.items()
+                if len(set(values)) > 1]
     try:
-        first, last = billing.parse_range(query.get("from"), query.get("to"))
+        first, last = billing.parse_range(*(values[0] if len(set(values)) == 1 else None
+                                            for values in given.values()))
     except billing.UsageRangeError as exc:
-        return InvalidUsageRange(str(exc)).answer()
+        problems.append(str(exc))
+    if problems:
+        return InvalidUsageRange("; ".join(problems)).answer()
     caller = caller_of(event)
     return 200, {"api_key_id": caller, **billing.usage_body(caller, first, last, backends().ledger)}

@@ -314,6 +314,9 @@ ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/
 THROTTLED = ("the key's rate or monthly quota is spent (API Gateway's answer, `message`): retry after a pause",
              Throttled)
 """Every route's 429, beside a route's own (docs/billing.md#limits)."""
+AMBIGUOUS_KEY = ("two different API keys: two `x-api-key` headers, or `x-api-key` and `Authorization: Bearer` "
+                 "(`ambiguous_api_key`)", ErrorBody)
+"""Every route's 400 for an ambiguous credential, beside a route's own (docs/billing.md#bearer-keys)."""
 ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
     ("get", "/healthz"): {"503": ("the catalog does not load: `ok` is false and `error` says why", Health)},
     ("post", "/flows"): {status: (f"the flow failed without a fallback (`router_error`, the code the error kind: "
@@ -323,8 +326,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
                                                ("504", "`timeout`, `flow_deadline`"),
                                                ("422", "`data_error`: a data operation that does not fit its data"),
                                                ("400", "`bad_request`, `context_overflow`"))},
-    ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD, `from` is after `to`, or the range "
-                                "spans more than 366 days (`invalid_usage_range`)", ErrorBody)},
+    ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD or is given twice, `from` is after `to`, "
+                                "or the range spans more than 366 days (`invalid_usage_range`; the message names "
+                                "every bad parameter)", ErrorBody)},
 }
 """A route's own answer for a status, where it is not the one of :data:`ERRORS`."""
 ROUTE_ERRORS_BESIDE: dict[tuple[str, str], frozenset[str]] = {("post", "/flows"): frozenset({"400"})}
@@ -452,6 +456,7 @@ def document(app: Any) -> dict[str, Any]:
                 if status not in ROUTE_ERRORS_BESIDE.get((method, path), ()):
                     responses.pop(status, None)  # this route's own answer replaces the general one
                 _respond(responses, status, description, _component(error_model, components))
+            _respond(responses, "400", AMBIGUOUS_KEY[0], _component(AMBIGUOUS_KEY[1], components))
             _respond(responses, "429", THROTTLED[0], _component(THROTTLED[1], components))
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
