@@ -10,7 +10,10 @@ each message):
 * ``one late``: one ``tool_use`` answered after all the other messages (assistant messages, no other work);
 * ``many late``: a third of the messages are calls, each followed by a message, all answered after a human turn at
   the end (each call's unit ends there and its answer is a late pair);
-* ``parallel``: half the messages are calls in a row, the other half their results.
+* ``parallel``: half the messages are calls in a row, the other half their results;
+* ``reused id``: a harness that names every call ``toolu_1``, each answered after a human turn (an approval) and a
+  message: each call's unit ends at the turn and its answer is a late pair. pair9's split looked through every unit's
+  span of the id at each of its answers (quadratic in the calls: 0.42 s at 16,000 messages, 1.46 s at 32,000).
 
 For each: the seconds of the dialect's unit split (``split_units``, as one request finds the units), of a stream's
 facts (``StreamFacts.units``, as a windowed scan finds them), and of ``compactor compact FILE --json -q`` in a child
@@ -68,6 +71,14 @@ def parallel(items: int) -> list[dict[str, Any]]:
             *(_result(f"toolu_{k}") for k in range(calls))]
 
 
+def reused_id(items: int) -> list[dict[str, Any]]:
+    messages = [_text("user", "start")]
+    for k in range((items - 1) // 4):
+        messages += [_use("toolu_1"), _text("user", f"approve {k}?"), _text("assistant", "approved"),
+                     _result("toolu_1")]
+    return messages
+
+
 def _split_units(dialect: Any, messages: list[dict[str, Any]]) -> tuple[Any, float]:
     """The dialect's units of ``messages`` and the fastest of three splits' seconds."""
     best = float("inf")
@@ -106,7 +117,8 @@ def main() -> int:
         [str(REPO / "layers" / "compactor"), str(REPO / "cli"), os.environ.get("PYTHONPATH", "")])}
     met = True
     with tempfile.TemporaryDirectory() as workdir:
-        for label, shape in (("one late", one_late), ("many late", many_late), ("parallel", parallel)):
+        for label, shape in (("one late", one_late), ("many late", many_late), ("parallel", parallel),
+                             ("reused id", reused_id)):
             messages = shape(args.items)
             units, split = _split_units(dialect, messages)
             streamed, stream = _stream_units(dialect, messages)

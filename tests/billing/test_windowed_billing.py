@@ -399,3 +399,41 @@ def test_a_windowed_jobs_fallbacks_are_the_sum_of_its_windows(aws: dict[str, Any
                                            max_bytes=10_000_000).body) for item in items]
     (line,) = billing_lines(caplog)
     assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)
+
+
+def test_record_failure_after_the_result_write_failed_counts_each_windows_fallbacks_once(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last assemble saved the final run state beside the run state it read, then failed writing the result, and
+    the execution failed: RecordFailure observes the job from that run state and the pass's windows. Finishing the
+    pass had appended its fallbacks to the run state's own list, so they were counted twice (the billing line and the
+    Fallbacks metric)."""
+    import asyncio
+    import logging
+
+    from compactor.budget import Deadline
+
+    job = start(bucket, "incoming/unwritten.json", big)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
+    for item in items:  # no time left: each window's model nodes fall back, the window kept
+        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
+                                                 deadline=Deadline.after_ms(0)))
+    real = worker.store.open_writer
+
+    def open_writer(bucket_name: str, key: str, **options: Any) -> Any:
+        if key.startswith("compacted/"):
+            raise RuntimeError("S3 unavailable")
+        return real(bucket_name, key, **options)
+
+    monkeypatch.setattr(worker.store, "open_writer", open_writer)
+    with pytest.raises(RuntimeError):
+        worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]}, context())
+    with caplog.at_level(logging.INFO):
+        failed = worker.handler({"step": "fail", "job": job, "error": {"Error": "RuntimeError"}}, context())
+
+    assert (failed["done"], failed["result"]) == (True, "failed")
+    results = [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
+                                           max_bytes=10_000_000).body) for item in items]
+    (line,) = billing_lines(caplog)
+    assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)

@@ -156,3 +156,38 @@ def test_record_failure_finds_the_final_state_an_earlier_assemble_saved_apart(
     assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
     (entry,) = ledger(aws)
     assert entry.api_key_id == "uploaderkeyid"
+
+
+def test_a_last_assemble_retried_after_its_result_write_failed_writes_the_undisturbed_result(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last assemble saved the final run state beside the run state it read, then failed writing the result (S3
+    unavailable, the step's time out): Step Functions retries it, and the retry assembles the last pass again from
+    that run state. Finishing the pass appended to the lists the run state it read held (its passes, fallbacks and
+    reasons), so the state saved again held the last pass already: the retry's result listed that pass twice in
+    ``compaction.windows.passes``, and its record counted that pass's fallbacks twice (the billing line, metrics)."""
+    reference = upload_job(bucket, "otherkeyid", big)
+    run_job(worker, reference)
+    expected = json.loads(bucket.get_object(Bucket=BUCKET, Key=reference["key"].replace("incoming/", "compacted/", 1))
+                          ["Body"].read())
+    job = upload_job(bucket, "uploaderkeyid", big)
+    real, failures = worker.store.open_writer, [1]
+
+    def open_writer(bucket_name: str, key: str, **options: Any) -> Any:
+        if key.startswith("compacted/") and failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("S3 unavailable")
+        return real(bucket_name, key, **options)
+
+    monkeypatch.setattr(worker.store, "open_writer", open_writer)
+    with pytest.raises(RuntimeError):
+        run_job(worker, job)
+    saved = json.loads(bucket.get_object(Bucket=BUCKET, Key=f"work/{job['job_id']}/state.json")["Body"].read())
+    outcome = worker.handler({"step": "assemble", "job": job, "windows_key": saved["windows_key"]}, context())
+
+    assert (outcome["done"], outcome["result"]) == (True, "compacted")
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key=outcome["key"])["Body"].read())
+    assert body["compaction"]["windows"] == expected["compaction"]["windows"]
+    assert body == expected
+    entries = {entry.api_key_id: entry for entry in ledger(aws)}
+    assert (entries["uploaderkeyid"].model_calls, entries["uploaderkeyid"].bytes_out) == (
+        entries["otherkeyid"].model_calls, entries["otherkeyid"].bytes_out)

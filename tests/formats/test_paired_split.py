@@ -221,3 +221,12 @@ def test_the_work_is_linear_in_the_items_however_late_the_calls_are_answered(sha
                                leads=_leads, same_turn=_same_turn, turn_start=turn_start)
     assert len(asked) <= len(items) and _Ids.copied <= 4 * len(items), (len(asked), _Ids.copied)
     assert (units, late) == reference_split(items, **RULES)
+
+
+def test_an_id_reused_in_every_late_answered_unit_gives_the_reference_late_pairs():
+    """One call id in every unit, each answered after a human turn and a message: its late pairs are the reference's
+    (the read for late answers takes each id's spans as it reaches them; tests/benchmarks/late_answers.py times it)."""
+    items = [item for _ in range(300) for item in (_item(opens=["x"]), _item(human=True), _item(), _item(closes=["x"]))]
+    units, late = paired_split(items, **RULES)
+    assert (units, late) == reference_split(items, **RULES)
+    assert len(late) == 600

@@ -13,7 +13,8 @@ from typing import Any
 from compactor.transcript_stream import (
     PATH_NAMES_BUDGET, ArrayWriter, IntegerOutside64Bits, NotForTheCBackend, fields_from, messages_from,
 )
-from compactor.transcripts import TranscriptError, parse_transcript
+from compactor.jsonutil import bounded_loads
+from compactor.transcripts import TranscriptError, parse_transcript, read_transcript
 
 MESSAGES = [{"role": "system", "content": "s"}, {"role": "user", "content": "héllo", "n": 1.5},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
@@ -230,8 +231,8 @@ def openers_in_strings(count: int) -> str:
 def test_many_openers_in_strings_are_read_as_they_are_path_free(shape):
     deepest = {"role": "user", "content": "x"}
     level: dict[str, Any] = deepest
-    for _ in range(128):  # the depth a message may have: its levels 0 to 128
-        level["c"] = level = {}
+    for _ in range(127 if shape == "array" else 126):  # the depth a message may have: the body's 128 levels less
+        level["c"] = level = {}  # its own level in the body (1 in an array, 2 in an object's messages)
     messages = [*PLAIN[:2], {"role": "tool", "tool_call_id": "c1", "content": openers_in_strings(12_000)},
                 deepest, *PLAIN[2:], {"role": "tool", "tool_call_id": "c2", "content": "{" * 9000}]
     text = json.dumps(messages if shape == "array" else {"messages": messages, "keep_recent": 2,
@@ -378,10 +379,18 @@ def test_many_levels_of_long_keys_are_refused_as_they_open(read):
 
 
 @pytest.mark.parametrize("path_free", [False, True])
-def test_a_message_may_be_128_levels_deep_not_129(path_free):
-    for levels, refused in ((128, False), (129, True)):
+@pytest.mark.parametrize("in_object", [False, True])
+def test_a_message_may_be_as_deep_as_the_body_allows_the_api_not_deeper(path_free, in_object):
+    # The API's 128 levels count from the body's root (bounded_loads): a message of an array is at level 1, one of an
+    # object's messages at level 2. A message was given 128 levels of its own, so bodies of 129 and 130 levels, which
+    # the API, the S3 path's whole reading and compactor compact below 32 MiB refuse, were compacted when streamed.
+    own = 128 - (2 if in_object else 1)
+    for levels, refused in ((own, False), (own + 1, True)):
         message = nested_keys(levels, 8)  # its deepest level: the innermost dict
-        text = json.dumps([PLAIN[0], message] + ([{"role": "tool", "content": "{" * 40_000}] if path_free else []))
+        messages = [PLAIN[0], message] + ([{"role": "tool", "content": "{" * 40_000}] if path_free else [])
+        body = {"messages": messages} if in_object else messages
+        text = json.dumps(body)
+        assert (refused, refused) == (_refused(lambda: bounded_loads(text)), _refused(lambda: read_transcript(text)))
         opener = Opener(text)
         if refused:
             with pytest.raises(TranscriptError, match="nested deeper than 128 levels"):
@@ -389,6 +398,26 @@ def test_a_message_may_be_128_levels_deep_not_129(path_free):
         else:
             assert list(messages_from(opener))[:2] == [PLAIN[0], message]
             assert opener.opened == (2 if path_free else 1)
+
+
+@pytest.mark.parametrize("levels, refused", [(128, False), (129, True), (130, True)])
+def test_a_member_beside_the_messages_may_be_as_deep_as_the_body_allows_the_api(levels, refused):
+    # A member the reading does not keep (metadata) was only bounded by the reading's memory guard (131 levels).
+    text = json.dumps({"metadata": nested_keys(levels - 1, 8), "messages": PLAIN})  # the member at level 1
+    assert refused == _refused(lambda: bounded_loads(text))
+    if refused:
+        with pytest.raises(TranscriptError, match="nested deeper than 128 levels"):
+            fields_from(Opener(text))
+    else:
+        assert fields_from(Opener(text)) == {}
+
+
+def _refused(read: Any) -> bool:
+    try:
+        read()
+    except ValueError:  # JSONLimitError, TranscriptError
+        return True
+    return False
 
 
 @pytest.mark.parametrize(("number", "reason"), [

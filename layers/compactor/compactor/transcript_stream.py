@@ -324,6 +324,10 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
     reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
     keyed = _keys_once() if keys_checked else None
     mapped = keyed or dict
+    # The body's levels, as bounded_loads counts them from its root (docs/reliability.md): a message is at level 1 of
+    # an array, at level 2 of an object (its messages array at 1). It was given all 128 of its own, so a message 1
+    # or 2 levels too deep for the API, the S3 path's whole reading and compactor compact below 32 MiB was compacted.
+    message_levels = MAX_BODY_DEPTH - (1 if kind == "array" else 2)
     try:
         if path_free:
             items = _path_free_messages(reader, kind, backend, keyed)
@@ -335,9 +339,9 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
                 raise TranscriptError(f"message {index} is not a JSON object")
             if keyed is not None:
                 keyed.refuse_repeated()
-            message = _as_loaded(message, keyed, MAX_BODY_DEPTH)  # the limits of bounded_loads (docs/reliability.md)
+            message = _as_loaded(message, keyed, message_levels)  # the limits of bounded_loads (docs/reliability.md)
             if message is None:
-                raise NotJSON(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels")
+                raise NotJSON(f"message {index} is nested deeper than {MAX_BODY_DEPTH} levels (the body's)")
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
             reader.settled()
@@ -488,6 +492,8 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
             if event in _STARTS:
                 depth += 1
                 _refuse_past_levels(depth)
+                if depth > MAX_BODY_DEPTH + 1:  # the body's level depth - 1, past bounded_loads' (its root is 0)
+                    raise NotJSON(f"JSON nested deeper than {MAX_BODY_DEPTH} levels")
             elif event in _ENDS:
                 depth -= 1
             if depth == 1 and event == "map_key":  # a member of the object

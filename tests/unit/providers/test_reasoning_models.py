@@ -163,6 +163,24 @@ def test_a_setting_the_model_takes_or_that_nothing_is_known_of_loads(transport: 
     assert parse_catalog({"offers": [entry]}).offers[0].model == model
 
 
+@pytest.mark.parametrize("model, fields, refused", [
+    ("anthropic/claude-opus-4.7", {"reasoning_effort": "high"}, None),  # adaptive only: an effort is what it takes
+    ("claude-sonnet-4.6", {"reasoning_effort": "max"}, None),
+    ("claude-opus-4.7", {"reasoning_budget_tokens": 4096}, "takes adaptive thinking only"),
+    ("claude-opus-4.6", {"reasoning_effort": "xhigh"}, "not 'xhigh'"),
+    ("claude-3.7-sonnet", {"reasoning_effort": "low"}, "no adaptive thinking"),
+])
+def test_a_claude_version_written_with_a_dot_is_read_as_that_version(model: str, fields: dict[str, Any],
+                                                                     refused: str | None) -> None:
+    # A gateway's id (OpenRouter's anthropic/claude-opus-4.7) was read as Claude 4.0: an effort on Opus 4.7, which
+    # takes adaptive thinking only, was refused at load as "Claude 4.5 and earlier"
+    entry = offer_entry(transport="anthropic", model=model, base_url="https://gateway.example", **fields)
+    if refused is None:
+        assert parse_catalog({"offers": [entry]}).offers[0].model == model
+    else:
+        assert refused in catalog_error(transport="anthropic", model=model, base_url="https://gateway.example", **fields)
+
+
 def test_openai_names_behind_another_server_are_that_servers() -> None:
     # OpenRouter, vLLM or a gateway may take what OpenAI's own API refuses for the same name
     entry = offer_entry(model="gpt-5-mini", base_url="http://localhost:8000/v1", reasoning_effort="xhigh")

@@ -685,10 +685,13 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunState":
+        """The state ``data`` saved, its lists copied: a pass it finishes leaves ``data`` as it was (the last
+        ``assemble`` saves the run state it read again, beside the final one: ``compactor.large_jobs``)."""
         settings = dict(data["settings"])
         if settings.get("pinned_indices") is not None:
             settings["pinned_indices"] = tuple(settings["pinned_indices"])
-        return cls(**{**data, "settings": Settings(**settings)})
+        copied = {key: list(value) if type(value) is list else value for key, value in data.items()}
+        return cls(**{**copied, "settings": Settings(**settings)})
 
 
 @record

@@ -8,6 +8,7 @@ are built here, in the dialect's own shape.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -232,10 +233,13 @@ def _first_answers(answered_by: list[int]) -> list[float]:
 def _late_pairs(opened: list[set[str]], closed: list[set[str]], answered_by: list[int],
                 parted: list[tuple[int, int]]) -> set[int]:
     """The items of each unit ``start:end`` of ``parted`` whose calls are answered at ``end`` or later, with those
-    answers: one read of the items for all of them (each unit's own read to its last answer was quadratic)."""
+    answers: one read of the items for all of them (each unit's own read to its last answer was quadratic). An id's
+    spans are taken in as the read reaches them and let go once it has passed them (a heap of their ends): an id that
+    a harness reuses in every unit has one span per unit, and looking through all of them at each of its answers was
+    quadratic too."""
     late: set[int] = set()
-    wanted: dict[str, list[tuple[int, int]]] = {}  # call id -> (from, to): the answers to look for
-    for start, end in parted:
+    wanted: dict[str, list[tuple[int, int]]] = {}  # call id -> (from, to): the answers to look for, by their from
+    for start, end in parted:  # in order: each id's spans come by their from
         for k in range(start, end):
             if answered_by[k] >= end:
                 late.add(k)
@@ -243,9 +247,21 @@ def _late_pairs(opened: list[set[str]], closed: list[set[str]], answered_by: lis
                     wanted.setdefault(call, []).append((end, answered_by[k]))
     first = min(end for _, end in parted)
     last = max((to for spans in wanted.values() for _, to in spans), default=first - 1)
+    taken: dict[str, int] = {}  # call id -> how many of its spans the read has reached
+    open_until: dict[str, list[int]] = {}  # call id -> the ends of its spans reached and not yet passed (a heap)
     for m in range(first, last + 1):
         for call in closed[m]:
-            if any(since <= m <= to for since, to in wanted.get(call, ())):
+            spans = wanted.get(call)
+            if spans is None:
+                continue
+            ends, at = open_until.setdefault(call, []), taken.get(call, 0)
+            while at < len(spans) and spans[at][0] <= m:
+                heapq.heappush(ends, spans[at][1])
+                at += 1
+            taken[call] = at
+            while ends and ends[0] < m:
+                heapq.heappop(ends)
+            if ends:
                 late.add(m)
     return late
 

@@ -80,10 +80,11 @@ def refusal(transport: str, effort: str | None, budget_tokens: int | None, model
 # (a newer one, a gateway's alias, an inference profile ARN) is left to the provider, whose refusal
 # :func:`thinking_refusal` words as the catalog change.
 # Claude, by the version in its id (``claude-opus-4-7``, ``claude-sonnet-4-5-20250929``, ``claude-3-7-sonnet-…``,
-# Bedrock's ``us.anthropic.claude-opus-4-6-v1``; a trailing 8-digit date is no version). The patterns are strings,
-# compiled by ``re`` when a catalog with a reasoning setting is first checked, not when the module is imported.
-_CLAUDE_ID = (r"claude-(?:(opus|sonnet|haiku|mythos|fable)-(\d+)(?:-(\d{1,2}))?"
-              r"|(\d+)(?:-(\d{1,2}))?-(opus|sonnet|haiku))(?=$|[-@:.])")
+# Bedrock's ``us.anthropic.claude-opus-4-6-v1``, a gateway's ``anthropic/claude-opus-4.6``: the minor version after a
+# dash or a dot; a trailing 8-digit date is no version). The patterns are strings, compiled by ``re`` when a catalog
+# with a reasoning setting is first checked, not when the module is imported.
+_CLAUDE_ID = (r"claude-(?:(opus|sonnet|haiku|mythos|fable)-(\d+)(?:[-.](\d{1,2}))?"
+              r"|(\d+)(?:[-.](\d{1,2}))?-(opus|sonnet|haiku))(?=$|[-@:.])")
 _MYTHOS_PREVIEW = "claude-mythos-preview"
 # Anthropic's and Bedrock's "Adaptive thinking" pages: the models before Claude 4.6 (Sonnet 4.5, Opus 4.5 and
 # older) take no adaptive thinking; Claude Opus 4.7, Mythos Preview, Mythos 5 and Fable 5 take nothing else (a
