@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, field
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +29,12 @@ MAX_RANGE_DAYS = 366
 """Longest ``from``..``to`` span the usage route answers (both days included)."""
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 """``YYYY-MM-DD`` in ASCII digits: ``date.fromisoformat`` alone also takes ISO week dates (``2026-W01-1``)."""
+
+COST_QUANTUM = Decimal("1e-15")
+"""What a call's cost adds to its day's totals is rounded to this (reports show 10 decimals): a DynamoDB
+number holds 38 significant digits, which a sum of costs of very different sizes could otherwise pass."""
+REPORTED_COST_DECIMALS = 10
+"""A day's ``cost_usd`` in the reports (``GET /v1/usage``, ``compactor usage``) is rounded to this."""
 
 BILLED_FACTS = ("route", "mode", "bytes_in", "bytes_out", "model_calls", "cost_usd")
 """What a front door passes about a call (see :func:`billing_facts`); the rest comes from the request."""
@@ -102,6 +109,18 @@ def make_entry(*, entry_id: str, api_key_id: str, facts: Mapping[str, Any], time
                        idempotency_key=idempotency_key, **{name: facts.get(name) for name in BILLED_FACTS})
 
 
+def cost_share(cost: float) -> Decimal:
+    """What a call's known cost adds to its day's totals, exactly: its shortest decimal rounded to
+    :data:`COST_QUANTUM` (a cost too large to round within the decimal context's 28 digits is kept as it is).
+    Every ledger sums these decimals (DynamoDB's ``ADD`` does too), so the reports of the same calls agree to
+    the last digit whichever ledger holds them."""
+    exact = Decimal(repr(float(cost)))
+    try:
+        return exact.quantize(COST_QUANTUM)
+    except InvalidOperation:
+        return exact
+
+
 # --------------------------------------------------------------------------------------------- ports
 
 
@@ -133,7 +152,7 @@ class DayTotals:
     bytes_out: int = 0
     bytes_saved: int = 0
     model_calls: int = 0
-    cost_usd: float = 0.0  # of the calls whose cost is known
+    cost_usd: Decimal = Decimal(0)  # of the calls whose cost is known, summed exactly (:func:`cost_share`)
     calls_cost_unknown: int = 0
 
     def add(self, entry: LedgerEntry) -> None:
@@ -145,7 +164,7 @@ class DayTotals:
         if entry.cost_usd is None:
             self.calls_cost_unknown += 1
         else:
-            self.cost_usd += entry.cost_usd
+            self.cost_usd += cost_share(entry.cost_usd)
 
     def add_totals(self, other: DayTotals) -> None:
         """Count ``other``'s calls (of the same day) in these totals."""
@@ -161,7 +180,10 @@ class DayTotals:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["cost_usd"] = round(self.cost_usd, 10)
+        try:  # the exact decimal sum, rounded once: a sum of floats drifted (10,000 calls of $0.1: 1000.0000000002)
+            out["cost_usd"] = float(round(self.cost_usd, REPORTED_COST_DECIMALS))
+        except InvalidOperation:  # past the decimal context's 28 digits
+            out["cost_usd"] = float(self.cost_usd)
         return out
 
 
