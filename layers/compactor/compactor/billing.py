@@ -89,14 +89,27 @@ class LedgerEntry:
 
 
 def billing_facts(*, route: str, mode: str, bytes_in: int | None, bytes_out: int | None, model_calls: int,
-                  cost_usd: float | None) -> dict[str, Any]:
+                  cost_usd: float | None, time: str | None = None) -> dict[str, Any]:
     """The facts of one call that its ledger entry records, as a small JSON-able dict.
 
     Front doors build it from the call's record and keep it with the stored response, so a replay
-    can write the entry the first attempt may not have written.
+    can write the entry the first attempt may not have written. ``time``, when given, is the UTC time the
+    call was observed (its billing line's ``time``): the entry's time, and so its day (:func:`call_time`).
     """
-    return {"route": route, "mode": mode, "bytes_in": bytes_in, "bytes_out": bytes_out,
-            "model_calls": int(model_calls), "cost_usd": cost_usd}
+    facts: dict[str, Any] = {"route": route, "mode": mode, "bytes_in": bytes_in, "bytes_out": bytes_out,
+                             "model_calls": int(model_calls), "cost_usd": cost_usd}
+    if time is not None:
+        facts["time"] = time
+    return facts
+
+
+def call_time(facts: Mapping[str, Any] | None) -> str:
+    """The time a billed call's entry is written under: the time its facts say it was observed (the one its
+    billing line carries), else now. The entry's day, and so the day ``GET /v1/usage`` counts it on, is that
+    time's UTC date: the day its billing line and call metrics were written, also for a call that ran across
+    midnight (docs/billing.md)."""
+    time = facts.get("time") if facts else None
+    return time if isinstance(time, str) else utc_now_iso()
 
 
 def utc_now_iso() -> str:
