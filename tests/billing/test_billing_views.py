@@ -157,3 +157,60 @@ def test_two_callers_sending_one_key_at_once_each_get_their_own_answer_and_bill(
     for caller, cost in ((KEY_A, 0.25), (KEY_B, 0.5)):
         (day,) = usage(compact_module, caller)["days"]
         assert (day["calls"], day["cost_usd"]) == (1, cost)
+
+
+def test_a_response_the_idempotency_store_could_not_keep_is_503_and_billed_once_when_retried(
+        aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from .conftest import IDEMPOTENCY_TABLE
+
+    layer = billing.backends().layer
+    real, failures = type(layer)._update_record, [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(self: Any, data_record: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real(self, data_record)
+
+    monkeypatch.setattr(type(layer), "_update_record", flaky)
+    ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "store-down"})
+
+    unkept = call(compact_module, ev)  # computed, but neither stored nor delivered: not billed
+    held = call(compact_module, dict(ev))  # the key is held until the Lambda's remaining time has passed
+    (item,) = aws["dynamodb"].scan(TableName=IDEMPOTENCY_TABLE)["Items"]
+    aws["dynamodb"].update_item(TableName=IDEMPOTENCY_TABLE, Key={"id": item["id"]},
+                                UpdateExpression="SET in_progress_expiration = :past",
+                                ExpressionAttributeValues={":past": {"N": str(int(time.time() * 1000) - 1)}})
+    retried, replay = call(compact_module, dict(ev)), call(compact_module, dict(ev))
+
+    assert json.loads(unkept["body"])["error"]["code"] == "idempotency_unavailable" and unkept["statusCode"] == 503
+    assert json.loads(held["body"])["error"]["code"] == "idempotency_in_progress"
+    assert (retried["statusCode"], replay["statusCode"], replay["body"]) == (200, 200, retried["body"])
+    assert len(ledger_items(aws)) == 1 and usage(compact_module, KEY_A)["days"][0]["calls"] == 1
+
+
+def test_another_body_under_a_key_still_running_is_422(aws: dict[str, Any]) -> None:
+    import threading
+
+    first = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "running"})
+    other = event("POST", "/compact", body={"messages": TRANSCRIPT[:1]}, headers={"Idempotency-Key": "running"})
+    started, release = threading.Event(), threading.Event()
+    facts = core_billing.billing_facts(route="compact", mode="seal", bytes_in=9, bytes_out=3, model_calls=1,
+                                       cost_usd=0.001)
+
+    def compute() -> billing.Computed:
+        started.set()
+        assert release.wait(10)
+        return billing.Computed(200, '{"ok":true}', facts)
+
+    answers: list[billing.Answer] = []
+    thread = threading.Thread(target=lambda: answers.append(billing.answer_call(first, "compact", compute)))
+    thread.start()
+    assert started.wait(10)
+    refused = billing.answer_call(other, "compact", compute)
+    release.set()
+    thread.join(10)
+
+    assert refused.status == 422 and json.loads(refused.body)["error"]["code"] == "idempotency_key_reused"
+    assert answers[0].status == 200 and len(ledger_items(aws)) == 1
