@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, field
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +29,12 @@ MAX_RANGE_DAYS = 366
 """Longest ``from``..``to`` span the usage route answers (both days included)."""
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 """``YYYY-MM-DD`` in ASCII digits: ``date.fromisoformat`` alone also takes ISO week dates (``2026-W01-1``)."""
+
+COST_QUANTUM = Decimal("1e-15")
+"""What a call's cost adds to its day's totals is rounded to this (reports show 10 decimals): a DynamoDB
+number holds 38 significant digits, which a sum of costs of very different sizes could otherwise pass."""
+REPORTED_COST_DECIMALS = 10
+"""A day's ``cost_usd`` in the reports (``GET /v1/usage``, ``compactor usage``) is rounded to this."""
 
 BILLED_FACTS = ("route", "mode", "bytes_in", "bytes_out", "model_calls", "cost_usd")
 """What a front door passes about a call (see :func:`billing_facts`); the rest comes from the request."""
@@ -82,14 +89,27 @@ class LedgerEntry:
 
 
 def billing_facts(*, route: str, mode: str, bytes_in: int | None, bytes_out: int | None, model_calls: int,
-                  cost_usd: float | None) -> dict[str, Any]:
+                  cost_usd: float | None, time: str | None = None) -> dict[str, Any]:
     """The facts of one call that its ledger entry records, as a small JSON-able dict.
 
     Front doors build it from the call's record and keep it with the stored response, so a replay
-    can write the entry the first attempt may not have written.
+    can write the entry the first attempt may not have written. ``time``, when given, is the UTC time the
+    call was observed (its billing line's ``time``): the entry's time, and so its day (:func:`call_time`).
     """
-    return {"route": route, "mode": mode, "bytes_in": bytes_in, "bytes_out": bytes_out,
-            "model_calls": int(model_calls), "cost_usd": cost_usd}
+    facts: dict[str, Any] = {"route": route, "mode": mode, "bytes_in": bytes_in, "bytes_out": bytes_out,
+                             "model_calls": int(model_calls), "cost_usd": cost_usd}
+    if time is not None:
+        facts["time"] = time
+    return facts
+
+
+def call_time(facts: Mapping[str, Any] | None) -> str:
+    """The time a billed call's entry is written under: the time its facts say it was observed (the one its
+    billing line carries), else now. The entry's day, and so the day ``GET /v1/usage`` counts it on, is that
+    time's UTC date: the day its billing line and call metrics were written, also for a call that ran across
+    midnight (docs/billing.md)."""
+    time = facts.get("time") if facts else None
+    return time if isinstance(time, str) else utc_now_iso()
 
 
 def utc_now_iso() -> str:
@@ -100,6 +120,18 @@ def make_entry(*, entry_id: str, api_key_id: str, facts: Mapping[str, Any], time
                request_id: str | None = None, idempotency_key: str | None = None) -> LedgerEntry:
     return LedgerEntry(entry_id=entry_id, api_key_id=api_key_id, request_id=request_id, time=time,
                        idempotency_key=idempotency_key, **{name: facts.get(name) for name in BILLED_FACTS})
+
+
+def cost_share(cost: float) -> Decimal:
+    """What a call's known cost adds to its day's totals, exactly: its shortest decimal rounded to
+    :data:`COST_QUANTUM` (a cost too large to round within the decimal context's 28 digits is kept as it is).
+    Every ledger sums these decimals (DynamoDB's ``ADD`` does too), so the reports of the same calls agree to
+    the last digit whichever ledger holds them."""
+    exact = Decimal(repr(float(cost)))
+    try:
+        return exact.quantize(COST_QUANTUM)
+    except InvalidOperation:
+        return exact
 
 
 # --------------------------------------------------------------------------------------------- ports
@@ -133,7 +165,7 @@ class DayTotals:
     bytes_out: int = 0
     bytes_saved: int = 0
     model_calls: int = 0
-    cost_usd: float = 0.0  # of the calls whose cost is known
+    cost_usd: Decimal = Decimal(0)  # of the calls whose cost is known, summed exactly (:func:`cost_share`)
     calls_cost_unknown: int = 0
 
     def add(self, entry: LedgerEntry) -> None:
@@ -145,7 +177,7 @@ class DayTotals:
         if entry.cost_usd is None:
             self.calls_cost_unknown += 1
         else:
-            self.cost_usd += entry.cost_usd
+            self.cost_usd += cost_share(entry.cost_usd)
 
     def add_totals(self, other: DayTotals) -> None:
         """Count ``other``'s calls (of the same day) in these totals."""
@@ -161,7 +193,10 @@ class DayTotals:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["cost_usd"] = round(self.cost_usd, 10)
+        try:  # the exact decimal sum, rounded once: a sum of floats drifted (10,000 calls of $0.1: 1000.0000000002)
+            out["cost_usd"] = float(round(self.cost_usd, REPORTED_COST_DECIMALS))
+        except InvalidOperation:  # past the decimal context's 28 digits
+            out["cost_usd"] = float(self.cost_usd)
         return out
 
 

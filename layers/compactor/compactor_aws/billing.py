@@ -67,7 +67,7 @@ def facts_of(summary: Any) -> dict[str, Any] | None:
         return None
     return billing.billing_facts(route=summary.route, mode=summary.mode, bytes_in=summary.bytes_in,
                                  bytes_out=summary.bytes_out, model_calls=summary.model_calls,
-                                 cost_usd=summary.cost_usd)
+                                 cost_usd=summary.cost_usd, time=getattr(summary, "time", None))
 
 
 class Backends:
@@ -136,7 +136,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         return _error(InvalidIdempotencyKey(twice.message))
     if raw_key is None:
         computed = compute()
-        _bill(f"req:{request_id}", caller, computed.facts, billing.utc_now_iso(), request_id, None)
+        _bill(f"req:{request_id}", caller, computed.facts, billing.call_time(computed.facts), request_id, None)
         return Answer(computed.status, computed.body, {})
     try:
         key = idempotency.checked_key(raw_key)
@@ -231,7 +231,7 @@ def keyed_entry_id(scope: str, record: Mapping[str, Any]) -> str:
 def _stored(scope: str, computed: Computed, request_id: str | None) -> dict[str, Any]:
     """The idempotency record's result: status, facts, time, the ledger entry id, and the body inline or by
     reference."""
-    now = billing.utc_now_iso()
+    now = billing.call_time(computed.facts)
     record: dict[str, Any] = {"status": computed.status, "facts": computed.facts, "time": now,
                               "request_id": request_id, "entry_id": f"idem:{scope}:{now}"}
     data = computed.body.encode("utf-8")
@@ -282,7 +282,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         with calling_as(billed_to):
             outcome, facts = job()
         fresh.append(True)
-        record = {"outcome": outcome, "facts": facts, "time": billing.utc_now_iso(), "request_id": request_id}
+        record = {"outcome": outcome, "facts": facts, "time": billing.call_time(facts), "request_id": request_id}
         if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
             # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
             billing_now.append(background.start(_bill, entry_id, billed_to, facts, record["time"], request_id, None))
@@ -322,9 +322,9 @@ def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | Non
     windowed = idempotency.digest("s3-windowed", scope)
 
     def observed() -> dict[str, Any]:
-        summary = observe()
-        return {"facts": facts_of(summary) if delivered else None, "time": billing.utc_now_iso(),
-                "request_id": request_id}
+        summary = observe()  # every job is observed; one not delivered is billed nothing
+        facts = facts_of(summary) if delivered else None
+        return {"facts": facts, "time": billing.call_time(facts), "request_id": request_id}
 
     record = idempotency_run(observed, scope=windowed, body=windowed, lambda_context=lambda_context)
     _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],

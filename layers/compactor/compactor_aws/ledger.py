@@ -22,7 +22,7 @@ import random
 import time
 import zlib
 from collections.abc import Iterator, Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from compactor.billing import TOTALED, DayTotals, LedgerEntry, LocalLedger, UsageLedger
@@ -47,9 +47,6 @@ CONFLICT_ATTEMPTS = 8
 RETRIED_CANCELLATIONS = frozenset({"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"})
 """Why a transaction may be cancelled and then succeed as it is: another on the same item, or throttling
 (which botocore's retries do not see inside a cancellation)."""
-COST_QUANTUM = Decimal("1e-15")
-"""What a call's cost adds to its day's totals is rounded to this (reports show 10 decimals): a DynamoDB
-number holds 38 significant digits, which a sum of costs of very different sizes could otherwise pass."""
 _LAST = "\U0010ffff"
 
 
@@ -234,7 +231,7 @@ def _count(days: dict[str, DayTotals], item: Mapping[str, Any]) -> None:
         days.setdefault(entry.day, DayTotals(entry.day)).add(entry)
         return
     day = sort_key[len(TOTALS_PREFIX):].partition("#")[0]
-    stored = DayTotals(day, **{name: (float if name == "cost_usd" else int)(item[name]["N"])
+    stored = DayTotals(day, **{name: (Decimal if name == "cost_usd" else int)(item[name]["N"])
                                for name in TOTALED if name in item})
     days.setdefault(day, DayTotals(day)).add_totals(stored)
 
@@ -243,15 +240,9 @@ def _in_order(days: dict[str, DayTotals]) -> list[DayTotals]:
     return [days[day] for day in sorted(days)]
 
 
-def _cost(value: float) -> str:
-    """What a call's cost adds to its day's totals: rounded to :data:`COST_QUANTUM` (a cost too large to
-    round within the decimal context's 28 digits is kept as it is)."""
-    exact = Decimal(repr(value))
-    try:
-        exact = exact.quantize(COST_QUANTUM)
-    except InvalidOperation:
-        pass
-    return format(exact.normalize(), "f")
+def _cost(value: Decimal) -> str:
+    """What a call's cost adds to its day's totals (``compactor.billing.cost_share``), as a DynamoDB number."""
+    return format(value.normalize(), "f")
 
 
 def _number(value: int | float) -> str:

@@ -58,6 +58,7 @@ class CallSummary:
     tokens_out: int | None = None
     cost_usd: float | None = 0.0  # None: a model call's cost is unknown
     flow_fingerprint: str | None = None
+    time: str | None = None  # UTC, ISO 8601: when the call was observed, its ledger entry's time (docs/billing.md)
 
     @property
     def cost_known(self) -> bool:
@@ -83,9 +84,10 @@ def _number(value: Any) -> float | None:
 
 
 def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: str | None = None,
-              request_bytes: int | None = None, response_bytes: int | None = None) -> CallSummary:
+              request_bytes: int | None = None, response_bytes: int | None = None,
+              time: str | None = None) -> CallSummary:
     """The :class:`CallSummary` of a core record and what the front door knows. A flow's bytes in and
-    out are the HTTP request and response bodies."""
+    out are the HTTP request and response bodies. ``time``: when the call was observed (:func:`record_call`'s now)."""
     flow = record.mode == FLOW_MODE
     return CallSummary(
         route=record.route, mode=record.mode, status=int(record.status), request_id=request_id,
@@ -94,6 +96,7 @@ def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: 
         bytes_saved=None if flow else record.bytes_saved, target_met=record.target_met,
         model_calls=record.model_calls, fallbacks=len(record.fallbacks), tokens_in=record.tokens_in,
         tokens_out=record.tokens_out, cost_usd=record.cost_usd, flow_fingerprint=record.flow_fingerprint,
+        time=time,
     )
 
 
@@ -247,9 +250,11 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
     entry is made from it (``compactor_aws.billing.facts_of``), and a call delivered must be billed
     (docs/billing.md); it used to be None after any such failure, and the call went unbilled.
     """
-    try:
+    from compactor.billing import utc_now_iso
+
+    try:  # its time, UTC, is the ledger entry's, so the line and the entry name one day (docs/billing.md)
         summary = summarize(record, request_id=request_id, api_key_id=api_key_id, request_bytes=request_bytes,
-                            response_bytes=response_bytes)
+                            response_bytes=response_bytes, time=utc_now_iso())
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
         _observing_failed(logger, error, record, request_id)
         return None
