@@ -22,6 +22,7 @@ def test_a_window_items_modules_leave_out_the_other_steps_and_the_request_models
     probe = ("import json, sys; "
              "from compactor import container, large_jobs, object_jobs, service; "
              "from compactor.compaction.windows import compact_window; "
+             "from compactor_aws import windowed_jobs; "
              "from compactor_aws.s3_store import S3Store; "
              f"print(json.dumps([name for name in {NOT_FOR_AN_ITEM!r} if name in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
