@@ -1,17 +1,17 @@
 """Lambda handler of ``WindowJobFunction``: every step of ``WindowedJobStateMachine`` (docs/scale.md).
 
-Events (from ``infra/statemachine/windowed_job.asl.json``):
+Events (from ``infra/statemachine/windowed_job.asl.json``, and EventBridge):
 
 * ``{"step": "plan", "job": {...}}``: the first pass's windows; ``{"done", "bucket", "windows_key", "caller"}``
   (``caller``: the one the job is billed to, null for a job started before uploads named it);
-* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller", "execution_id"}}``: one
-  Distributed Map batch (a window each), compacted under this invocation's remaining time as the job's caller (the
-  one it is billed to: its provider faults are its own, docs/reliability.md), every line naming the job's execution
-  (``execution_id``: its ``$$.Execution.Id``, whose last part is the ``job_id`` the other steps name);
+* ``{"Items": [{"task_key", "result_key"}, ...], "BatchInput": {"bucket", "caller", "execution_id"}}``: one Map batch
+  (a window each), compacted in this invocation's remaining time as the job's caller (its provider faults are its own,
+  docs/reliability.md), every line naming the execution (``execution_id``, ending in the ``job_id`` steps name);
 * ``{"step": "assemble", "job": {...}, "windows_key"}``: the pass's results in order, then the next pass or the result
   (metered and billed once from its call record, as the inline S3 job, docs/billing.md);
-* ``{"step": "fail", "job": {...}}``: the execution failed, ``failed/<rel>`` records it; a job whose result the
-  last assemble wrote before failing (on its billing record) is billed instead, and answered done.
+* ``{"step": "fail", "job": {...}}``: ``failed/<rel>`` records the failed execution, or a job whose last assemble wrote
+  its result before failing (on its billing record) is billed and answered done; the same for EventBridge's event of an
+  execution ended failed, timed out or aborted, which RecordFailure may not have run (``windowed_jobs.ended_step``).
 
 Each is one call into ``compactor.large_jobs``; transcripts are never logged.
 """
@@ -32,13 +32,12 @@ with collector_paused():
     from compactor import container, large_jobs, object_jobs
     from compactor.call_record import CallRecord
     from compactor.caller import calling_as
-    from compactor_aws import logs, snapstart
+    from compactor_aws import logs, snapstart, windowed_jobs
     from compactor_aws.s3_store import S3Store
 
 logger = logs.new_logger()  # the layer's module loggers write through it
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"),
-                  service=logger.service)  # the call metrics' namespace and service, and the job's outcome
-# (S3ObjectsCompacted, ...); dimension service also where POWERTOOLS_SERVICE_NAME is unset
+# call metrics and the job's outcome (S3ObjectsCompacted, ...); dimension service even without POWERTOOLS_SERVICE_NAME
+metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Compactor"), service=logger.service)
 store = S3Store()
 # Fresh randomness (the router's retry jitter across a Distributed Map's containers) and clients after a restore,
 # the core warmed before the snapshot (docs/performance.md#snapstart).
@@ -59,9 +58,8 @@ def run_batch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, context: LambdaContext) -> None:
-    """After the job's outcome is stored: its metrics, billing log line and object outcome count, once, and one
-    ledger entry from them when its result was delivered, to the uploading key (docs/billing.md). A retried step
-    replays the first one's record: it neither counts the job again nor bills it twice."""
+    """After the job's outcome is stored: its metrics, billing log line and object outcome count, and one ledger entry
+    when its result was delivered, to the uploading key (docs/billing.md), once: a retried step replays the record."""
     from compactor_aws import billing, observability
 
     source, caller = large_jobs.source_of(job), large_jobs.billed_caller(store, job)
@@ -89,6 +87,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if "Items" in event:
         with logs.naming(logger, execution_id=event["BatchInput"].get("execution_id")):
             return run_batch(event, context)
+    if "detail-type" in event and (event := windowed_jobs.ended_step(event)) is None:
+        return {"done": False}  # no job's end to record: another status, or a Map child's execution
     job = event["job"]  # its lines name it; job_id is the execution's name (docs/deploy.md)
     with logs.naming(logger, job_id=job.get("job_id"), bucket=job.get("bucket"), key=job.get("key"),
                      version_id=job.get("version_id")), calling_as(job.get("caller")):

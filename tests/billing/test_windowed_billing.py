@@ -288,6 +288,33 @@ def test_a_job_whose_ledger_write_failed_on_every_assemble_is_billed_by_record_f
     assert len(billing_lines(caplog)) == 1  # observed once, by the first attempt
 
 
+def test_a_job_stopped_after_its_result_was_written_is_billed_once_by_its_end(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The last assemble wrote the result and its ledger write failed; an operator stopped the execution before its
+    retry (RecordFailure never ran): nothing billed the delivered result, and nothing recorded the stopped job. Its
+    ABORTED event (template.yaml's ExecutionEnded rule) runs the ``fail`` step: it bills the job once however often the
+    event comes, and writes no failure beside the result (docs/scale.md#one-outcome-per-object)."""
+    job = start(bucket, "incoming/stopped.json", big)
+    down = ledger_down(monkeypatch)
+    with pytest.raises(RuntimeError):
+        run_to_assemble(worker, job)
+    down[0] = False
+    execution = f"arn:aws:states:us-east-1:123456789012:execution:compactor-WindowedJob:{job['job_id']}"
+    ended = {"version": "0", "id": "e-1", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
+             "account": "123456789012", "region": "us-east-1", "resources": [execution],
+             "detail": {"executionArn": execution, "status": "ABORTED", "name": job["job_id"],
+                        "stateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:compactor-WindowedJob",
+                        "input": json.dumps({"job": job, "max_concurrency": 2}), "inputDetails": {"included": True}}}
+    for _ in range(2):  # EventBridge delivers at least once
+        outcome = worker.handler(ended, context())
+        assert (outcome["done"], outcome["result"]) == (True, "compacted")
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    (entry,) = ledger(aws)
+    assert entry.api_key_id == f"s3:{BUCKET}" and entry.model_calls > 0
+    assert len(billing_lines(caplog)) == 1  # observed once, by the assemble
+
+
 def test_an_older_versions_job_whose_result_a_newer_one_kept_is_not_billed(
         aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, caplog: pytest.LogCaptureFixture) -> None:
     """A job ending after a newer version of its key was compacted keeps the newer result (``skipped``): nothing it

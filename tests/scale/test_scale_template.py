@@ -91,3 +91,33 @@ def test_api_routes_and_jobs_bucket(resources):
 
 def test_window_job_handler_stays_small():
     assert len((REPO / "functions" / "window_jobs" / "window_jobs.py").read_text().splitlines()) <= 120
+
+
+def test_an_execution_ended_without_record_failure_reaches_the_window_job_function(resources):
+    """The job's own executions (not its Distributed Map's children) that ended failed, timed out or aborted are
+    recorded by WindowJobFunction's ``fail`` step (docs/scale.md#one-outcome-per-object); an event EventBridge could not
+    deliver, or one the function failed to record after its retries, reaches a queue only EventBridge and the function
+    may send to."""
+    function = resources["WindowJobFunction"]["Properties"]
+    (name, rule), = function["Events"].items()
+    assert rule["Type"] == "EventBridgeRule"
+    pattern = rule["Properties"]["Pattern"]
+    assert pattern["source"] == ["aws.states"] and pattern["detail-type"] == ["Step Functions Execution Status Change"]
+    assert pattern["detail"]["stateMachineArn"] == [{"Ref": "WindowedJobStateMachine"}]
+    assert sorted(pattern["detail"]["status"]) == sorted(windowed_jobs.ENDED)
+    queue = {"Fn::GetAtt": ["WindowedJobEndedQueue", "Arn"]}
+    assert rule["Properties"]["DeadLetterConfig"] == {"Arn": queue}
+    assert 0 < rule["Properties"]["RetryPolicy"]["MaximumEventAgeInSeconds"] <= 86400
+    config = function["EventInvokeConfig"]  # asynchronous invocations: the rule's only
+    assert 0 <= config["MaximumRetryAttempts"] <= 2
+    assert config["DestinationConfig"] == {"OnFailure": {"Type": "SQS", "Destination": queue}}
+    assert resources["WindowedJobEndedQueue"]["Properties"] == {"SqsManagedSseEnabled": True,
+                                                                 "MessageRetentionPeriod": 1209600}
+    policy = resources["WindowedJobEndedQueuePolicy"]["Properties"]
+    assert policy["Queues"] == [{"Ref": "WindowedJobEndedQueue"}]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert (statement["Principal"], statement["Action"], statement["Resource"]) == (
+        {"Service": "events.amazonaws.com"}, "sqs:SendMessage", queue)
+    # the rule SAM makes of the event is named after the function and the event
+    assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [f"WindowJobFunction{name}",
+                                                                                     "Arn"]}}}

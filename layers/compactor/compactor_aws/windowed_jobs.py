@@ -67,6 +67,33 @@ def owns(source: Source, env: Mapping[str, str] | None = None, client: Any = Non
     return status in OWNING
 
 
+ENDED: Final = frozenset({"FAILED", "TIMED_OUT", "ABORTED"})
+"""Ends of a windowed job's execution that may leave its object version with no outcome: RecordFailure catches a step's
+failure, not an operator's StopExecution, the execution's TimeoutSeconds, a runtime error (``States.Runtime``, which
+no Catch takes) or RecordFailure's own failure after its retries."""
+
+
+def ended_step(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``fail`` step RecordFailure runs (``compactor.large_jobs.fail``) for EventBridge's "Step Functions Execution
+    Status Change" event of a windowed job's execution that ended failed, timed out or aborted, so that its object
+    version's outcome is written whichever way it ended (docs/scale.md#one-outcome-per-object); the error it names is
+    the status, or a failed execution's error. None for another status, or an execution whose input holds no job (a
+    Distributed Map's child). The job is the execution's input, which the event holds (it is a few hundred bytes:
+    EventBridge leaves out inputs past 248 KB)."""
+    detail = event.get("detail") or {}
+    status = detail.get("status")
+    if status not in ENDED:
+        return None
+    if not (detail.get("inputDetails") or {}).get("included", True):
+        raise ValueError(f"the event of execution {detail.get('executionArn')} holds no input")
+    started = json.loads(detail.get("input") or "null")
+    job = started.get("job") if isinstance(started, dict) else None
+    if not isinstance(job, dict):
+        return None
+    error = detail.get("error") if status == "FAILED" else None
+    return {"step": "fail", "job": job, "error": {"Error": error if isinstance(error, str) and error else status}}
+
+
 def inline_max_bytes(env: Mapping[str, str] | None = None) -> int:
     source_env = os.environ if env is None else env
     return int(source_env.get(INLINE_MAX_ENV) or DEFAULT_INLINE_MAX_BYTES)
