@@ -19,6 +19,8 @@ from compactor.chat import content_text, role_of
 from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
 
+from compactor.provider_failures import calls_fell_back
+
 from compactor_cli.report import unit_rows
 
 TEXT_HEAD = 1200
@@ -193,8 +195,14 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
     headline = (f"{_n(original)} → {_n(output)} bytes: {_pct(saved, original)} smaller"
                 + (f" ({original / output:.1f}× less to send)" if output and saved > 0 else ""))
     out.append(f'<p class="headline" id="headline">{headline}</p>')
-    out.append(f'<p class="sub">{escape(mode)} mode · {len(rows)} units: '
-               + " · ".join(f'{counts[a]} {a}' for a in ("keep", "summarize", "archive") if counts[a])
+    if windows is not None:  # no units to count: the passes, each over its windows
+        passes = windows.get("passes") or []
+        what = (f"{len(passes)} pass{'es' * (len(passes) != 1)} over windows: "
+                + ", ".join(str(entry["windows"]) for entry in passes) + " windows")
+    else:
+        what = (f"{len(rows)} unit{'s' * (len(rows) != 1)}: "
+                + " · ".join(f'{counts[a]} {a}' for a in ("keep", "summarize", "archive") if counts[a]))
+    out.append(f'<p class="sub">{escape(mode)} mode · {what}'
                + (f" · {seconds:.2f} s" if seconds is not None else "") + "</p></header>")
     out.append("<main>")
     out.append(_overview(original, output, target, compaction, rows))
@@ -261,17 +269,30 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
 
 
 def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
+    """The cost and the model calls: each call's node in one request; a windowed run, whose record holds no nodes,
+    by its totals over every window (``record.model_calls``, ``record.fallbacks``), as the text report says them."""
     parts = ['<section aria-labelledby="calls-h"><h2 id="calls-h">Cost and model calls</h2><dl class="facts">']
-    if not record.nodes:
+    windowed = "windows" in (record.report or {})
+    if not record.nodes and not windowed:
         parts.append('<dt>Cost</dt><dd id="cost">none: no model was called</dd>')
     else:
         cost = record.cost_usd
         basis = record.cost_basis or "no basis"
         parts.append(f'<dt>Cost</dt><dd id="cost">{"unknown" if cost is None else f"${cost:.6f}"} '
                      f'({escape(str(basis))})</dd>')
-    troubled = [c for c in calls if c["outcome"] != "ok"]
-    parts.append(f'<dt>Model calls</dt><dd id="calls">{len(calls)} call{"s" * (len(calls) != 1)}, '
-                 f'{len(troubled)} with a fallback, failure or skip</dd></dl>')
+    fell_back = calls_fell_back(record)  # what the text report and --strict count
+    if not windowed:
+        count = len(calls)
+        skipped = sum(1 for node in record.nodes if node.kind in MODEL_NODE_KINDS and node.outcome == "skipped")
+        line = (f'{count} call{"s" * (count != 1)}, {fell_back} with a fallback or failure'
+                + (f", {skipped} skipped (not needed, nothing sent)" if skipped else ""))
+    else:
+        count = record.model_calls
+        kinds = Counter(record.fallbacks).most_common()
+        line = (f'{count} call{"s" * (count != 1)} in the windows, {fell_back} with a fallback or failure'
+                + (" (" + ", ".join(f"{escape(kind)} ×{n}" for kind, n in kinds) + "; their windows kept those units)"
+                   if kinds else ""))
+    parts.append(f'<dt>Model calls</dt><dd id="calls">{line}</dd></dl>')
     if calls:
         parts.append('<details class="calls"><summary>Every model call</summary><div class="scroll">'
                      '<table><thead><tr><th scope="col">node</th><th scope="col">kind</th>'
