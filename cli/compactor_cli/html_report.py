@@ -10,6 +10,7 @@ a page of a few megabytes.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from html import escape
 from typing import Any
@@ -48,13 +49,39 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
 
 
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufe00-\ufe0d\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+"""Characters a page would not show as they are: controls but tab and line ends (the HTML parser drops a NUL),
+bidirectional formatting (an override reorders the text after it), zero-width and other invisible format
+characters, tag characters (text hidden from readers but not from models), variation selectors other than the
+emoji ones, and lone surrogates (not encodable). The page shows each as a visible ``U+XXXX`` mark
+(docs/report.md). The zero-width joiners (U+200C, U+200D) stay: emoji and several scripts need them."""
+
+
+def _text(text: str, markup: bool = True) -> str:
+    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page: escaped, each :data:`INVISIBLE`
+    character shown as a ``U+XXXX`` mark (in a ``<span class="cc">`` where markup is allowed)."""
+    escaped = escape(text)
+    if markup:
+        return INVISIBLE.sub(lambda m: f'<span class="cc">U+{ord(m.group()):04X}</span>', escaped)
+    return INVISIBLE.sub(lambda m: f"[U+{ord(m.group()):04X}]", escaped)
+
+
+def _inline(text: str) -> str:
+    """Untrusted ``text`` among the page's own words, isolated (``<bdi>``) so that right-to-left text in it cannot
+    reorder theirs."""
+    return f"<bdi>{_text(text)}</bdi>"
+
+
 def _clip(text: str) -> str:
-    """``text`` escaped, cut to a head and a tail around a note of how many bytes are not shown."""
+    """``text`` for the page (:func:`_text`), cut to a head and a tail around a note of how many bytes are not
+    shown."""
     if len(text) <= TEXT_HEAD + TEXT_TAIL + 200:
-        return escape(text)
-    hidden = len(text[TEXT_HEAD:-TEXT_TAIL].encode("utf-8"))
-    return (f"{escape(text[:TEXT_HEAD])}<span class=\"cut\">… {_n(hidden)} bytes not shown …</span>"
-            f"{escape(text[-TEXT_TAIL:])}")
+        return _text(text)
+    hidden = len(text[TEXT_HEAD:-TEXT_TAIL].encode("utf-8", "surrogatepass"))
+    return (f"{_text(text[:TEXT_HEAD])}<span class=\"cut\">… {_n(hidden)} bytes not shown …</span>"
+            f"{_text(text[-TEXT_TAIL:])}")
 
 
 def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,12 +99,13 @@ def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _who(messages: list[dict[str, Any]]) -> str:
+    """Who speaks in a unit, as HTML: its first role, the tools it calls (each isolated) and its results."""
     roles = [str(role_of(m)) for m in messages]
     tools = _tool_names(messages)
-    text = roles[0] if roles else "—"
+    text = _inline(roles[0]) if roles else "—"
     if tools:
         counts = Counter(tools)
-        text += " → " + ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+        text += " → " + ", ".join(_inline(name) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
     results = roles.count("tool")
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
@@ -85,12 +113,12 @@ def _who(messages: list[dict[str, Any]]) -> str:
 
 
 def _message_html(message: dict[str, Any]) -> str:
-    parts = [f'<div class="msg"><span class="role">{escape(str(role_of(message)))}</span>']
+    parts = [f'<div class="msg"><span class="role">{_inline(str(role_of(message)))}</span>']
     for call in _calls_of(message):
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        parts.append(f'<pre class="call"><b>{escape(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
+        parts.append(f'<pre class="call"><b>{_inline(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
     text = content_text(message.get("content"))
     if text:
         parts.append(f"<pre>{_clip(text)}</pre>")
@@ -188,9 +216,9 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
     widest = max([r["before"] for r in rows] + [1])
     counts = Counter(r["action"] for r in rows)
 
-    out: list[str] = [_HEAD.format(title=escape(title), css=_CSS)]
+    out: list[str] = [_HEAD.format(title=_text(title, markup=False), css=_CSS)]
     out.append('<a class="skip" href="#units">Skip to the units</a>')
-    out.append(f'<header><h1>Compaction report <span class="file">{escape(title)}</span></h1>')
+    out.append(f'<header><h1>Compaction report <span class="file">{_inline(title)}</span></h1>')
     saved = original - output
     headline = (f"{_n(original)} → {_n(output)} bytes: {_pct(saved, original)} smaller"
                 + (f" ({original / output:.1f}× less to send)" if output and saved > 0 else ""))
@@ -290,7 +318,7 @@ def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
         count = record.model_calls
         kinds = Counter(record.fallbacks).most_common()
         line = (f'{count} call{"s" * (count != 1)} in the windows, {fell_back} with a fallback or failure'
-                + (" (" + ", ".join(f"{escape(kind)} ×{n}" for kind, n in kinds) + "; their windows kept those units)"
+                + (" (" + ", ".join(f"{_text(kind)} ×{n}" for kind, n in kinds) + "; their windows kept those units)"
                    if kinds else ""))
     parts.append(f'<dt>Model calls</dt><dd id="calls">{line}</dd></dl>')
     if calls:
@@ -301,11 +329,11 @@ def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
         for call in calls:
             cost = "" if call["cost"] is None else f"${call['cost']:.6f}"
             latency = "" if call["latency_ms"] is None else f"{call['latency_ms']} ms"
-            causes = "".join(f"<br><small>{escape(c)}</small>" for c in call["causes"])
+            causes = "".join(f"<br><small>{_inline(c)}</small>" for c in call["causes"])
             parts.append(f'<tr class="{"bad" if call["outcome"] != "ok" else ""}"><td>{escape(str(call["node"]))}</td>'
-                         f'<td>{escape(str(call["kind"]))}</td><td>{escape(str(call["model"] or "—"))}</td>'
-                         f'<td>{call["tokens_in"] or 0}/{call["tokens_out"] or 0}</td><td>{cost}</td>'
-                         f'<td>{latency}</td><td>{escape(call["outcome"])}{causes}</td></tr>')
+                         f'<td>{escape(str(call["kind"]))}</td><td>{_inline(str(call["model"] or "—"))}</td>'
+                         f'<td>{_text(str(call["tokens_in"] or 0))}/{_text(str(call["tokens_out"] or 0))}</td>'
+                         f'<td>{cost}</td><td>{_text(latency)}</td><td>{escape(call["outcome"])}{causes}</td></tr>')
         parts.append("</tbody></table></div></details>")
     parts.append("</section>")
     return "".join(parts)
@@ -353,17 +381,17 @@ def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
         badges = '<span class="badge pin">pinned</span>'
     elif reason == "recent_tail":
         badges = '<span class="badge tail">protected tail</span>'
-    explanation = glossary.get(reason, reason).split(": ", 1)[-1]
-    if row.get("decider_reason"):
-        explanation += f" (the decider's reason: {row['decider_reason']})"
+    explanation = escape(glossary.get(reason, reason).split(": ", 1)[-1])
+    if row.get("decider_reason"):  # a model's words, read from untrusted text
+        explanation += f" (the decider's reason: {_inline(str(row['decider_reason']))})"
     before, after = row["before"], row["after"]
     change = f"−{_pct(before - after, before)}" if after < before else "unchanged"
     parts = [f'<li class="unit {action}" id="{escape(row["id"])}" data-id="{escape(row["id"])}" '
              f'data-action="{action}" data-reason="{escape(reason)}" data-before="{before}" data-after="{after}">',
              f'<div class="head"><span class="uid">{escape(row["id"])}</span>'
-             f'<span class="span">msg {span}</span><span class="who">{escape(_who(row["original"]))}</span>'
+             f'<span class="span">msg {span}</span><span class="who">{_who(row["original"])}</span>'
              f'<span class="action {action}">{action}</span>{badges}</div>',
-             f'<div class="body"><p class="reason"><code>{escape(reason)}</code> {escape(explanation)}</p>',
+             f'<div class="body"><p class="reason"><code>{escape(reason)}</code> {explanation}</p>',
              f'<div class="size"><div class="bars" role="img" aria-label="{before} bytes before, {after} bytes after">'
              f'<span class="bar before" style="width:{100.0 * before / widest:.2f}%"></span>'
              f'<span class="bar after {action}" style="width:{100.0 * after / widest:.2f}%"></span></div>',
@@ -443,7 +471,9 @@ color:#fff;background:var(--keep)}
 .badge{font-size:.72rem;padding:1px 7px;border-radius:999px;border:1px solid var(--mute);color:var(--mute)}
 .body{display:grid;grid-template-columns:minmax(0,1fr) 340px;gap:4px 18px;align-items:center}
 @media (max-width:760px){.body{grid-template-columns:1fr}}
-.reason{margin:2px 0;font-size:.88rem}.reason code{color:var(--mute)}
+.reason{margin:2px 0;font-size:.88rem;overflow-wrap:anywhere}
+.cc{font:600 .72em ui-monospace,Menlo,Consolas,monospace;padding:0 2px;margin:0 1px;border:1px solid currentColor;
+border-radius:3px;color:var(--archive);white-space:nowrap}.reason code{color:var(--mute)}
 .bars{display:grid;gap:2px;margin:4px 0 0}
 .bar{display:block;height:7px;border-radius:3px;min-width:1px}
 .bar.before{background:var(--before)}.bar.after{background:var(--keep)}.bar.after.summarize{background:var(--summarize)}
