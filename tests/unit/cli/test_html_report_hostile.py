@@ -149,3 +149,18 @@ def test_a_file_name_that_is_not_utf8_gets_its_page(tmp_path: Path) -> None:
     html = page.read_text(encoding="utf-8")
     assert '<span class="file"><bdi>session-<span class="cc">U+DCFF</span>.json</bdi>' in html
     assert out.exists()
+
+
+def test_the_page_allows_its_own_script_and_nothing_else() -> None:
+    # The Content Security Policy (docs/report.md): the second wall behind the escaping, checked in Chromium by
+    # tests/browser/test_html_report_hostile.py; here, that it names the script the page holds.
+    import base64
+    import hashlib
+
+    page, _ = hostile_page()
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', page.split("<style>")[0])
+    script = re.search(r"<script>(.*?)</script>", page, re.S).group(1)
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert policy and policy.group(1).split("; ") == [
+        "default-src 'none'", "style-src 'unsafe-inline'", f"script-src 'sha256-{digest}'", "base-uri 'none'",
+        "form-action 'none'"]
