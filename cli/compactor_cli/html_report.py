@@ -263,7 +263,10 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         protected = sum(r["before"] for r in rows if r["reason"] in PROTECTED)
         met = compaction["target_met"]
         why = ""
-        if not met and protected > target:
+        if not met and "windows" in compaction:  # no units: pins and tail are not known here, passes are
+            why = (" The run went in windows, so this page counts no units: the passes below show "
+                   "what each pass took off.")
+        elif not met and protected > target:
             why = (f" The pinned messages and the protected tail alone are {_n(protected)} bytes, more than the "
                    "target, so no choice of actions could reach it: pin fewer messages (<code>--pin</code>, "
                    "<code>--pin-task</code>) or protect a shorter tail (<code>--keep-recent</code>).")
@@ -290,7 +293,7 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         if compaction.get("reasons"):
             limits = ", ".join(f"<code>{escape(r)}</code> ×{n}" for r, n in Counter(compaction["reasons"]).items())
             parts.append(f"<dt>Preparation limits</dt><dd>{limits}</dd>")
-    if target is not None:
+    if target is not None and "windows" not in compaction:
         parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
                      "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers "
                      "of the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")

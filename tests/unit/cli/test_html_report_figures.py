@@ -84,3 +84,15 @@ def test_a_windowed_page_counts_the_windows_model_calls_and_cost(tmp_path: Path,
         assert int(calls) > 0 and problems is None and shown["calls"].endswith(", 0 with a fallback or failure")
     assert re.search(r'class="sub">decision mode · 1 pass over windows: \d+ windows', html) or \
         re.search(r'class="sub">decision mode · \d+ passes over windows', html)
+
+
+def test_a_windowed_page_that_misses_its_target_claims_no_bytes_it_does_not_know(tmp_path: Path) -> None:
+    # It said "The pinned messages and the protected tail alone are 0 bytes (0.0% of the target); the output bytes
+    # by reason below show the rest": a windowed page has no units, so it summed none, and has no such section.
+    page = tmp_path / "report.html"
+    assert main(["compact", str(windowed_transcript(tmp_path)), "--target-ratio", "0.01", "-q", "-o",
+                 str(tmp_path / "out.json"), "--html", str(page)]) == 0
+    html = page.read_text()
+    target = re.search(r'<dd id="target">(.*?)</dd>', html).group(1)
+    assert "<strong>not met</strong>" in target and "alone are" not in target and "below show the rest" not in target
+    assert "the passes below" in target and 'id="by-reason"' not in html and "<dt>Unit ids</dt>" not in html
