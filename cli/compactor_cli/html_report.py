@@ -21,7 +21,6 @@ from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
-
 from compactor.provider_failures import calls_fell_back
 
 from compactor_cli.report import unit_rows
