@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 from collections import Counter
 from html import escape
 from typing import Any
@@ -23,7 +22,7 @@ from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import calls_fell_back
 
-from compactor_cli.report import unit_rows
+from compactor_cli.report import INVISIBLE, unit_rows
 
 TEXT_HEAD = 1200
 """Characters shown from the start of a long message text; TEXT_TAIL from its end."""
@@ -48,16 +47,6 @@ def _n(value: int) -> str:
 
 def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
-
-
-INVISIBLE = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064"
-    "\u2066-\u206f\ufe00-\ufe0d\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
-"""Characters a page would not show as they are: controls but tab and line ends (the HTML parser drops a NUL),
-bidirectional formatting (an override reorders the text after it), zero-width and other invisible format
-characters, tag characters (text hidden from readers but not from models), variation selectors other than the
-emoji ones, and lone surrogates (not encodable). The page shows each as a visible ``U+XXXX`` mark
-(docs/report.md). The zero-width joiners (U+200C, U+200D) stay: emoji and several scripts need them."""
 
 
 def _text(text: str, markup: bool = True) -> str:

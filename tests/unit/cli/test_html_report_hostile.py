@@ -165,3 +165,24 @@ def test_the_page_allows_its_own_script_and_nothing_else() -> None:
     assert policy and policy.group(1).split("; ") == [
         "default-src 'none'", "style-src 'unsafe-inline'", f"script-src 'sha256-{digest}'", "base-uri 'none'",
         "form-action 'none'"]
+
+
+def test_the_text_report_writes_a_transcripts_escape_sequences_as_text(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # --show-summaries wrote a tool output's escape sequences to the terminal as they were: they erased the report's
+    # lines above, set the window's title and printed a forged "compacted:" line in their place.
+    forged = "\x1b[2K\x1b[1A" * 3 + "\x1b]0;pwned\x07\rcompacted: 1 -> 1 bytes\u202e\n"
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    for i in range(6):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": forged + "real output line\n" * 300})
+    messages.append({"role": "assistant", "content": "done"})
+    source = tmp_path / "t.json"
+    source.write_text(json.dumps(messages))
+
+    assert main(["compact", str(source), "--show-summaries", "2", "-o", str(tmp_path / "out.json")]) == 0
+
+    report = capsys.readouterr().err
+    assert "summary:" in report and not html_report.INVISIBLE.search(report) and "\r" not in report
+    assert "  tool: \\x1b[2K\\x1b[1A" in report and "\\x1b]0;pwned\\x07 compacted: 1 -> 1 bytes\\u202e real" in report
