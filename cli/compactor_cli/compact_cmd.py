@@ -222,7 +222,8 @@ def _write_html(args: argparse.Namespace, messages: list[dict[str, Any]], record
     """Write the HTML report to ``--html``; False (said on stderr) when it cannot be written."""
     from compactor_cli.html_report import render_html
 
-    title = display_name(os.path.basename(args.file))
+    # a name's bytes that are not UTF-8 as \xNN, as compactor eval names them (docs/report.md)
+    title = os.fsencode(display_name(os.path.basename(args.file))).decode("utf-8", "backslashreplace")
     page = render_html(messages, record, units, title=title, keep_recent=keep_recent, seconds=seconds,
                        items_format=items_format)
     try:

@@ -77,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
             continue
         settings = {} if args.target_ratio is None else {"target_ratio": args.target_ratio}
         try:
-            rows.extend(run_sync(evaluate(path.stem, messages, modes, settings)))
+            # a name's bytes that are not UTF-8 as \xNN: as lone surrogates they failed the page and the table
+            name = os.fsencode(path.stem).decode("utf-8", "backslashreplace")
+            rows.extend(run_sync(evaluate(name, messages, modes, settings)))
         except CatalogError as exc:
             print(f"compactor eval: {exc}", file=sys.stderr)
             return 2

@@ -9,6 +9,8 @@ a page of a few megabytes.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from collections import Counter
 from html import escape
@@ -18,8 +20,9 @@ from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
+from compactor.provider_failures import calls_fell_back
 
-from compactor_cli.report import unit_rows
+from compactor_cli.report import INVISIBLE, unit_rows
 
 TEXT_HEAD = 1200
 """Characters shown from the start of a long message text; TEXT_TAIL from its end."""
@@ -46,13 +49,29 @@ def _pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "n/a"
 
 
+def _text(text: str, markup: bool = True) -> str:
+    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page: escaped, each :data:`INVISIBLE`
+    character shown as a ``U+XXXX`` mark (in a ``<span class="cc">`` where markup is allowed)."""
+    escaped = escape(text)
+    if markup:
+        return INVISIBLE.sub(lambda m: f'<span class="cc">U+{ord(m.group()):04X}</span>', escaped)
+    return INVISIBLE.sub(lambda m: f"[U+{ord(m.group()):04X}]", escaped)
+
+
+def _inline(text: str) -> str:
+    """Untrusted ``text`` among the page's own words, isolated (``<bdi>``) so that right-to-left text in it cannot
+    reorder theirs."""
+    return f"<bdi>{_text(text)}</bdi>"
+
+
 def _clip(text: str) -> str:
-    """``text`` escaped, cut to a head and a tail around a note of how many bytes are not shown."""
+    """``text`` for the page (:func:`_text`), cut to a head and a tail around a note of how many bytes are not
+    shown."""
     if len(text) <= TEXT_HEAD + TEXT_TAIL + 200:
-        return escape(text)
-    hidden = len(text[TEXT_HEAD:-TEXT_TAIL].encode("utf-8"))
-    return (f"{escape(text[:TEXT_HEAD])}<span class=\"cut\">… {_n(hidden)} bytes not shown …</span>"
-            f"{escape(text[-TEXT_TAIL:])}")
+        return _text(text)
+    hidden = len(text[TEXT_HEAD:-TEXT_TAIL].encode("utf-8", "surrogatepass"))
+    return (f"{_text(text[:TEXT_HEAD])}<span class=\"cut\">… {_n(hidden)} bytes not shown …</span>"
+            f"{_text(text[-TEXT_TAIL:])}")
 
 
 def _calls_of(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,12 +89,13 @@ def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _who(messages: list[dict[str, Any]]) -> str:
+    """Who speaks in a unit, as HTML: its first role, the tools it calls (each isolated) and its results."""
     roles = [str(role_of(m)) for m in messages]
     tools = _tool_names(messages)
-    text = roles[0] if roles else "—"
+    text = _inline(roles[0]) if roles else "—"
     if tools:
         counts = Counter(tools)
-        text += " → " + ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+        text += " → " + ", ".join(_inline(name) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
     results = roles.count("tool")
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
@@ -83,12 +103,12 @@ def _who(messages: list[dict[str, Any]]) -> str:
 
 
 def _message_html(message: dict[str, Any]) -> str:
-    parts = [f'<div class="msg"><span class="role">{escape(str(role_of(message)))}</span>']
+    parts = [f'<div class="msg"><span class="role">{_inline(str(role_of(message)))}</span>']
     for call in _calls_of(message):
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        parts.append(f'<pre class="call"><b>{escape(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
+        parts.append(f'<pre class="call"><b>{_inline(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
     text = content_text(message.get("content"))
     if text:
         parts.append(f"<pre>{_clip(text)}</pre>")
@@ -186,15 +206,21 @@ def render_html(messages: list[dict[str, Any]], record: CallRecord, units: list[
     widest = max([r["before"] for r in rows] + [1])
     counts = Counter(r["action"] for r in rows)
 
-    out: list[str] = [_HEAD.format(title=escape(title), css=_CSS)]
+    out: list[str] = [_HEAD.format(title=_text(title, markup=False), css=_CSS, policy=POLICY)]
     out.append('<a class="skip" href="#units">Skip to the units</a>')
-    out.append(f'<header><h1>Compaction report <span class="file">{escape(title)}</span></h1>')
+    out.append(f'<header><h1>Compaction report <span class="file">{_inline(title)}</span></h1>')
     saved = original - output
     headline = (f"{_n(original)} → {_n(output)} bytes: {_pct(saved, original)} smaller"
                 + (f" ({original / output:.1f}× less to send)" if output and saved > 0 else ""))
     out.append(f'<p class="headline" id="headline">{headline}</p>')
-    out.append(f'<p class="sub">{escape(mode)} mode · {len(rows)} units: '
-               + " · ".join(f'{counts[a]} {a}' for a in ("keep", "summarize", "archive") if counts[a])
+    if windows is not None:  # no units to count: the passes, each over its windows
+        passes = windows.get("passes") or []
+        what = (f"{len(passes)} pass{'es' * (len(passes) != 1)} over windows: "
+                + ", ".join(str(entry["windows"]) for entry in passes) + " windows")
+    else:
+        what = (f"{len(rows)} unit{'s' * (len(rows) != 1)}: "
+                + " · ".join(f'{counts[a]} {a}' for a in ("keep", "summarize", "archive") if counts[a]))
+    out.append(f'<p class="sub">{escape(mode)} mode · {what}'
                + (f" · {seconds:.2f} s" if seconds is not None else "") + "</p></header>")
     out.append("<main>")
     out.append(_overview(original, output, target, compaction, rows))
@@ -225,7 +251,10 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         protected = sum(r["before"] for r in rows if r["reason"] in PROTECTED)
         met = compaction["target_met"]
         why = ""
-        if not met and protected > target:
+        if not met and "windows" in compaction:  # no units: pins and tail are not known here, passes are
+            why = (" The run went in windows, so this page counts no units: the passes below show "
+                   "what each pass took off.")
+        elif not met and protected > target:
             why = (f" The pinned messages and the protected tail alone are {_n(protected)} bytes, more than the "
                    "target, so no choice of actions could reach it: pin fewer messages (<code>--pin</code>, "
                    "<code>--pin-task</code>) or protect a shorter tail (<code>--keep-recent</code>).")
@@ -252,7 +281,7 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
         if compaction.get("reasons"):
             limits = ", ".join(f"<code>{escape(r)}</code> ×{n}" for r, n in Counter(compaction["reasons"]).items())
             parts.append(f"<dt>Preparation limits</dt><dd>{limits}</dd>")
-    if target is not None:
+    if target is not None and "windows" not in compaction:
         parts.append("<dt>Unit ids</dt><dd>A unit is one message, or a tool call together with all its results. "
                      "Its id is <code>fragment_&lt;index of its first message&gt;</code>, so ids skip the numbers "
                      "of the tool results inside a unit (fragment_2 covers messages 2–3).</dd>")
@@ -261,17 +290,30 @@ def _overview(original: int, output: int, target: int | None, compaction: dict[s
 
 
 def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
+    """The cost and the model calls: each call's node in one request; a windowed run, whose record holds no nodes,
+    by its totals over every window (``record.model_calls``, ``record.fallbacks``), as the text report says them."""
     parts = ['<section aria-labelledby="calls-h"><h2 id="calls-h">Cost and model calls</h2><dl class="facts">']
-    if not record.nodes:
+    windowed = "windows" in (record.report or {})
+    if not record.nodes and not windowed:
         parts.append('<dt>Cost</dt><dd id="cost">none: no model was called</dd>')
     else:
         cost = record.cost_usd
         basis = record.cost_basis or "no basis"
         parts.append(f'<dt>Cost</dt><dd id="cost">{"unknown" if cost is None else f"${cost:.6f}"} '
                      f'({escape(str(basis))})</dd>')
-    troubled = [c for c in calls if c["outcome"] != "ok"]
-    parts.append(f'<dt>Model calls</dt><dd id="calls">{len(calls)} call{"s" * (len(calls) != 1)}, '
-                 f'{len(troubled)} with a fallback, failure or skip</dd></dl>')
+    fell_back = calls_fell_back(record)  # what the text report and --strict count
+    if not windowed:
+        count = len(calls)
+        skipped = sum(1 for node in record.nodes if node.kind in MODEL_NODE_KINDS and node.outcome == "skipped")
+        line = (f'{count} call{"s" * (count != 1)}, {fell_back} with a fallback or failure'
+                + (f", {skipped} skipped (not needed, nothing sent)" if skipped else ""))
+    else:
+        count = record.model_calls
+        kinds = Counter(record.fallbacks).most_common()
+        line = (f'{count} call{"s" * (count != 1)} in the windows, {fell_back} with a fallback or failure'
+                + (" (" + ", ".join(f"{_text(kind)} ×{n}" for kind, n in kinds) + "; their windows kept those units)"
+                   if kinds else ""))
+    parts.append(f'<dt>Model calls</dt><dd id="calls">{line}</dd></dl>')
     if calls:
         parts.append('<details class="calls"><summary>Every model call</summary><div class="scroll">'
                      '<table><thead><tr><th scope="col">node</th><th scope="col">kind</th>'
@@ -280,11 +322,11 @@ def _calls_section(record: CallRecord, calls: list[dict[str, Any]]) -> str:
         for call in calls:
             cost = "" if call["cost"] is None else f"${call['cost']:.6f}"
             latency = "" if call["latency_ms"] is None else f"{call['latency_ms']} ms"
-            causes = "".join(f"<br><small>{escape(c)}</small>" for c in call["causes"])
+            causes = "".join(f"<br><small>{_inline(c)}</small>" for c in call["causes"])
             parts.append(f'<tr class="{"bad" if call["outcome"] != "ok" else ""}"><td>{escape(str(call["node"]))}</td>'
-                         f'<td>{escape(str(call["kind"]))}</td><td>{escape(str(call["model"] or "—"))}</td>'
-                         f'<td>{call["tokens_in"] or 0}/{call["tokens_out"] or 0}</td><td>{cost}</td>'
-                         f'<td>{latency}</td><td>{escape(call["outcome"])}{causes}</td></tr>')
+                         f'<td>{escape(str(call["kind"]))}</td><td>{_inline(str(call["model"] or "—"))}</td>'
+                         f'<td>{_text(str(call["tokens_in"] or 0))}/{_text(str(call["tokens_out"] or 0))}</td>'
+                         f'<td>{cost}</td><td>{_text(latency)}</td><td>{escape(call["outcome"])}{causes}</td></tr>')
         parts.append("</tbody></table></div></details>")
     parts.append("</section>")
     return "".join(parts)
@@ -332,17 +374,17 @@ def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
         badges = '<span class="badge pin">pinned</span>'
     elif reason == "recent_tail":
         badges = '<span class="badge tail">protected tail</span>'
-    explanation = glossary.get(reason, reason).split(": ", 1)[-1]
-    if row.get("decider_reason"):
-        explanation += f" (the decider's reason: {row['decider_reason']})"
+    explanation = escape(glossary.get(reason, reason).split(": ", 1)[-1])
+    if row.get("decider_reason"):  # a model's words, read from untrusted text
+        explanation += f" (the decider's reason: {_inline(str(row['decider_reason']))})"
     before, after = row["before"], row["after"]
     change = f"−{_pct(before - after, before)}" if after < before else "unchanged"
     parts = [f'<li class="unit {action}" id="{escape(row["id"])}" data-id="{escape(row["id"])}" '
              f'data-action="{action}" data-reason="{escape(reason)}" data-before="{before}" data-after="{after}">',
              f'<div class="head"><span class="uid">{escape(row["id"])}</span>'
-             f'<span class="span">msg {span}</span><span class="who">{escape(_who(row["original"]))}</span>'
+             f'<span class="span">msg {span}</span><span class="who">{_who(row["original"])}</span>'
              f'<span class="action {action}">{action}</span>{badges}</div>',
-             f'<div class="body"><p class="reason"><code>{escape(reason)}</code> {escape(explanation)}</p>',
+             f'<div class="body"><p class="reason"><code>{escape(reason)}</code> {explanation}</p>',
              f'<div class="size"><div class="bars" role="img" aria-label="{before} bytes before, {after} bytes after">'
              f'<span class="bar before" style="width:{100.0 * before / widest:.2f}%"></span>'
              f'<span class="bar after {action}" style="width:{100.0 * after / widest:.2f}%"></span></div>',
@@ -373,6 +415,7 @@ def _glossary(glossary: dict[str, str]) -> str:
 
 _HEAD = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{policy}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Compaction report: {title}</title>
 <style>{css}</style></head><body>
@@ -422,7 +465,9 @@ color:#fff;background:var(--keep)}
 .badge{font-size:.72rem;padding:1px 7px;border-radius:999px;border:1px solid var(--mute);color:var(--mute)}
 .body{display:grid;grid-template-columns:minmax(0,1fr) 340px;gap:4px 18px;align-items:center}
 @media (max-width:760px){.body{grid-template-columns:1fr}}
-.reason{margin:2px 0;font-size:.88rem}.reason code{color:var(--mute)}
+.reason{margin:2px 0;font-size:.88rem;overflow-wrap:anywhere}
+.cc{font:600 .72em ui-monospace,Menlo,Consolas,monospace;padding:0 2px;margin:0 1px;border:1px solid currentColor;
+border-radius:3px;color:var(--archive);white-space:nowrap}.reason code{color:var(--mute)}
 .bars{display:grid;gap:2px;margin:4px 0 0}
 .bar{display:block;height:7px;border-radius:3px;min-width:1px}
 .bar.before{background:var(--before)}.bar.after{background:var(--keep)}.bar.after.summarize{background:var(--summarize)}
@@ -456,3 +501,10 @@ _JS = """
   document.getElementById('collapse-all').addEventListener('click',function(){all(false);});
 })();
 """
+
+POLICY = ("default-src 'none'; style-src 'unsafe-inline'; "
+          f"script-src 'sha256-{base64.b64encode(hashlib.sha256(_JS.encode()).digest()).decode()}'; "
+          "base-uri 'none'; form-action 'none'")
+"""The page's Content Security Policy: its own script (by its hash) and inline styles, nothing else, nothing fetched.
+Untrusted text is escaped (:func:`_text`); the policy is the second wall should a change ever let markup through: no
+other script would run and no image, style sheet or font would load (docs/report.md)."""

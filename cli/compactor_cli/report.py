@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from typing import Any, TextIO
@@ -10,6 +11,26 @@ from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import failure_causes, fallback_count
+
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\xad\u061c\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufe00-\ufe0d\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+"""Characters a report would not show as they are: controls but tab and line ends (the HTML parser drops a NUL; a
+terminal runs escape sequences), bidirectional formatting (an override reorders the text after it), zero-width and
+other invisible format characters, tag characters (text hidden from readers but not from models), variation
+selectors other than the emoji ones, and lone surrogates (not encodable). The HTML page shows each as a visible
+``U+XXXX`` mark, the text report as an escape (docs/report.md). The zero-width joiners (U+200C, U+200D) stay: emoji
+and several scripts need them."""
+
+
+def visible(text: str) -> str:
+    """``text`` for a terminal: each :data:`INVISIBLE` character and each carriage return written as a Python escape
+    (``\\x1b``, ``\\u202e``), so that a transcript's escape sequences cannot move the cursor, erase the report's
+    lines or print others over them."""
+    def escaped(match: re.Match[str]) -> str:
+        code = ord(match.group())
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return INVISIBLE.sub(escaped, text.replace("\r", "\\r"))
 
 
 class _StreamProgress:
@@ -208,7 +229,7 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
         lines.append("cost: none (no model call)")
     lines.extend(problem_lines(record))
     lines.append(f"time: {seconds:.2f}s")
-    return "\n".join(lines) + "\n"
+    return visible("\n".join(lines) + "\n")  # a model's reason and a provider's words among them
 
 
 def base_url_of(offer_id: str) -> str | None:
@@ -258,7 +279,7 @@ def render_examples(messages: list[dict[str, Any]], body: dict[str, Any], units:
                 lines.append(f"  call {function.get('name')}: {_line(str(function.get('arguments')), width)}")
         lines.append("summary:")
         lines.extend(f"  {line}" for line in str(row["emitted"][0].get("content")).splitlines())
-    return "\n".join(lines) + "\n" if lines else ""
+    return visible("\n".join(lines) + "\n") if lines else ""  # a transcript's and a model's text
 
 
 def _pct(part: int, whole: int) -> str:

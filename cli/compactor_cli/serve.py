@@ -60,6 +60,7 @@ from compactor.errors import (
     MalformedRequest,
     NotFound,
     RequestTooLarge,
+    UnsupportedMediaType,
 )
 from compactor.idempotency import DIR_ENV as IDEMPOTENCY_DIR_ENV
 from compactor.provider_failures import Cause, failure_causes
@@ -360,6 +361,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         local = self.command == "POST" and url.path == serve_page.REPORT_PATH
         if not local and url.path != _STAGE_PREFIX and not url.path.startswith(_STAGE_PREFIX + "/"):
             self._send_json(404, NotFound.route(self.command, url.path).body(), close=True)
+            return
+        if local and self.headers.get_content_type() != http_api.JSON_CONTENT_TYPE:
+            # Only the report page's fetch, which declares JSON, may run a compaction here: a form or a typeless
+            # fetch on any other site could post one without a preflight (docs/report.md).
+            self._send_json(*UnsupportedMediaType.content_type(self.headers.get("Content-Type") or "").answer(),
+                            close=True)
             return
         body = self._read_body()
         if body is None:  # refused and answered

@@ -537,3 +537,17 @@ def test_model_failures_are_logged_by_cause_never_the_key(tmp_path: Path, monkey
     logged = capsys.readouterr().err
     assert "model call fell back x1: cannot reach 127.0.0.1 (offer acme/summarizer); fix: check base_url" in logged
     assert secret not in logged
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "text/plain"}, {"Content-Type": "application/x-www-form-urlencoded"},
+                                     {}])
+def test_the_report_page_runs_only_what_declares_json(open_server: str, headers: dict[str, str]) -> None:
+    # Any body was compacted: a form (text/plain) or a typeless fetch on any site the user visited could run a
+    # compaction with the server's catalog (a paid one too) without a CORS preflight. Only JSON is taken now.
+    payload = json.dumps({"transcript": REPORT_TRANSCRIPT}).encode()
+    response = httpx.post(open_server.removesuffix("/v1") + "/report", content=payload, headers=headers)
+
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert httpx.post(open_server.removesuffix("/v1") + "/report", content=payload,
+                      headers={"Content-Type": "application/json; charset=utf-8"}).status_code == 200

@@ -126,3 +126,19 @@ def test_eval_says_when_model_calls_fell_back(tmp_path, monkeypatch, capsys):
         assert "fell back" in rows[method]["note"] and "127.0.0.1" in rows[method]["note"], rows[method]["note"]
     assert main(["eval", "--methods", "decision", "--catalog", str(catalog), str(source)]) == 0
     assert "fell back" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("bundled_catalog")
+def test_a_transcript_named_in_bytes_that_are_not_utf8_is_evaluated_and_plotted(tmp_path, capsys):
+    # Its name reached the page and the table as lone surrogates: writing the page raised UnicodeEncodeError.
+    import os
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    (folder / os.fsdecode(b"run-\xff.json")).write_bytes(
+        (CORPUS / "msa-v2-toolcalls_deepseek-reasoner_pvlib-1707_apierror.json").read_bytes())
+    page = tmp_path / "eval.html"
+
+    assert main(["eval", str(folder), "--methods", "mask", "--html", str(page)]) == 0
+
+    assert "run-\\xff" in page.read_text(encoding="utf-8") and "run-\\xff" in capsys.readouterr().out
