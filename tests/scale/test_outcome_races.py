@@ -1,5 +1,5 @@
-"""An upload's status while its outcome settles (docs/scale.md, "One outcome per object"): a writer may delete the
-object a poll has just looked up between the poll's look and its read."""
+"""Outcomes settling while readers run (docs/scale.md, "One outcome per object"): a writer may delete the object a
+poll has just looked up."""
 
 from __future__ import annotations
 
@@ -50,3 +50,4 @@ def test_a_failure_deleted_between_the_polls_look_and_its_read_is_not_a_500(vers
     monkeypatch.setattr(store, "get_if_exists", delivered_first(store.get_if_exists))
     assert status()["status"] == "done"
     assert [outcome["result"] for outcome in delivered] == ["compacted"]
+
