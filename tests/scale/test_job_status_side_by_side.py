@@ -35,6 +35,9 @@ class GatedStore:
         self.read.append(key)
         return StoredObject(self.objects[key], None, "etag")
 
+    def get_if_exists(self, bucket: str, key: str, *, max_bytes: int) -> StoredObject | None:
+        return self.get(bucket, key, version_id=None, max_bytes=max_bytes) if key in self.objects else None
+
 
 def _presign(operation: str, key: str, expires: int, content_type: str | None) -> str:
     return f"https://signed/{key}"

@@ -88,7 +88,8 @@ def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
     return caller if isinstance(caller, str) and _caller_segment(caller) == segment else None
 
 
-def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign) -> tuple[int, dict[str, Any]]:
+def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign, *,
+               looked_again: bool = False) -> tuple[int, dict[str, Any]]:
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
     ``/v1/compact`` response body) or ``failed`` (the recorded error and its status). The job's record and its
     three places are looked up side by side: one round trip instead of four for a job still running (they are
@@ -96,7 +97,9 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
     places hold. An upload can be sent again (its URL stays valid until it expires), so a result counts only
     when it was computed from the upload now under ``incoming/`` (its ``source-etag``): a newer upload whose
     result is not written yet is ``running``, never the older upload's outcome. A lookup that failed fails the
-    request only when the answer needs it."""
+    request only when the answer needs it. A failure deleted between its look-up and its read (a result of the same
+    upload superseded it, docs/scale.md "One outcome per object") is looked up again, once: S3's NoSuchKey was a
+    500."""
     from compactor.errors import NotFound
     from compactor.side_by_side import each_side_by_side
 
@@ -120,7 +123,11 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
         url = presign("get_object", COMPACTED_PREFIX + rel, URL_EXPIRES_S, None)
         return 200, {**body, "status": "done", "result": {"url": url, "expires_in": URL_EXPIRES_S}}
     if _of_upload(_found(failed), upload):
-        stored = store.get(bucket, FAILED_PREFIX + rel, version_id=None, max_bytes=FAILURE_READ_MAX_BYTES)
+        stored = store.get_if_exists(bucket, FAILED_PREFIX + rel, max_bytes=FAILURE_READ_MAX_BYTES)
+        if stored is None:  # deleted since it was looked up: its result, or a newer upload's outcome, is there now
+            if looked_again:
+                return 200, {**body, "status": "running"}
+            return job_status(store, bucket, caller, job_id, presign, looked_again=True)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
     return 200, {**body, "status": "running" if upload is not None else "awaiting_upload"}

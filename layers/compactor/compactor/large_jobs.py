@@ -95,8 +95,13 @@ class StreamStore(ObjectStore, Protocol):
 
 
 def job_id(source: Source) -> str:
-    """The job of one object version: the same id (and execution name) however often it is started."""
-    text = "\n".join((source.bucket, source.key, source.version_id or "null", source.etag))
+    """The job of one object version: the same id (and execution name) however often it is started. Without versioning,
+    the same bytes written again are another write (its S3 sequencer too): they were the earlier write's job, whose
+    execution name refused their start ("already started") and to which the on-failure destination deferred."""
+    parts = (source.bucket, source.key, source.version_id or "null", source.etag)
+    if source.version_id is None and source.sequencer:
+        parts += (source.sequencer,)
+    text = "\n".join(parts)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

@@ -350,8 +350,13 @@ def _stable(value: Any) -> Any:
 
 
 def same_version(metadata: Mapping[str, str] | None, source: Source) -> bool:
-    """Whether an existing result was computed from the version this event names."""
+    """Whether an existing result was computed from the version this event names. Where both S3 sequencers are known
+    they name the same write: in a bucket without versioning the ETag alone took a later write of the same bytes (a
+    revert) for the earlier write, whose outcome an intervening version's then deleted as older."""
     if not metadata:
+        return False
+    recorded = metadata.get(META_SEQUENCER)
+    if _later(recorded, source.sequencer) or _later(source.sequencer, recorded):
         return False
     if source.version_id is not None:
         return metadata.get(META_VERSION) == source.version_id and (

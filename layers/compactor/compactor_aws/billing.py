@@ -302,7 +302,9 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
 
 
 def _object_scope(source: Any) -> str:
-    version = source.version_id or f"etag:{source.etag}"
+    # Without versioning, the write (its S3 sequencer) beside the ETag: the same bytes written again are another
+    # write, and were answered as the earlier one's redelivered event (docs/scale.md, "One outcome per object").
+    version = source.version_id or f"etag:{source.etag}" + (f":{source.sequencer}" if source.sequencer else "")
     return idempotency.digest("s3", source.bucket, source.key, version)
 
 
