@@ -6,7 +6,8 @@ no attempt knows it is the last), with its invocation record: the event in ``req
 the error's kind (``compactor.object_jobs.record_gave_up``), unless the object version's windowed job runs or ended
 done (``compactor_aws.windowed_jobs.owns``: it writes that version's outcome), so that an API upload's
 ``GET /v1/jobs/{id}`` answers ``failed`` instead of ``running`` forever (docs/scale.md), and its outcome is counted
-(``S3ObjectsFailed``).
+(``S3ObjectsFailed``). An object whose result was written (only its billing failed, on every attempt) is billed
+once instead, from what the job stored (``compactor_aws.billing.bill_given_up``; docs/billing.md).
 This function's own destinations pass its invocation record, which holds ``S3CompactFunction``'s, on to the
 failure queue: the operator's record.
 """
@@ -14,6 +15,7 @@ failure queue: the operator's record.
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools import Metrics
@@ -28,6 +30,12 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Comp
 store = S3Store()
 
 
+def bill(source: object_jobs.Source) -> str | None:
+    from compactor_aws import billing  # only for a result written: the usual crash loads no billing (cold start)
+
+    return billing.bill_given_up(source)
+
+
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
 def handler(invocation: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -35,9 +43,11 @@ def handler(invocation: dict[str, Any], context: LambdaContext) -> dict[str, Any
     results = []
     for source in s3_events.given_up(invocation):
         with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
-            outcome = object_jobs.record_gave_up(store, source, cause, windowed=windowed_jobs.owns(source)).as_dict()
+            outcome = object_jobs.record_gave_up(store, source, cause, windowed=windowed_jobs.owns(source),
+                                                 bill=partial(bill, source)).as_dict()
             logger.warning("s3 job given up: %s", outcome["result"], extra={
-                "cause": cause, "target": outcome["key"], "reason": outcome.get("reason")})
+                "cause": cause, "target": outcome["key"], "reason": outcome.get("reason"),
+                "billing": outcome.get("billing")})
         observability.record_s3_object(metrics, outcome["result"])  # S3ObjectsFailed, once per object version
         results.append(outcome)
     return {"cause": cause, "results": results}

@@ -93,6 +93,21 @@ def test_the_functions_name_the_tables_and_may_do_only_what_they_need(resources:
                           "IdempotencyRecords": (record_actions, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})}
 
 
+def test_the_s3_functions_destination_reads_the_jobs_record_and_writes_its_entry_only(
+        resources: dict[str, Any]) -> None:
+    """S3CompactGaveUpFunction bills a job whose result was written and whose every ledger write failed
+    (docs/billing.md): it names both tables, reads the job's idempotency record (never writes it) and writes the
+    entry with its day's totals, as the S3 function does."""
+    env = Template.load(TEMPLATE_PATH).function_properties("S3CompactGaveUpFunction")["Environment"]["Variables"]
+    assert (env[USAGE_ENV], env[IDEMPOTENCY_ENV]) == ("UsageTable", "IdempotencyTable") and BUCKET_ENV not in env
+    grants = statements(resources["S3CompactGaveUpFunctionBillingAccess"]["Properties"]["PolicyDocument"])
+    assert resources["S3CompactGaveUpFunctionBillingAccess"]["Properties"]["RoleName"] == {
+        "Ref": "S3CompactGaveUpFunctionRole"}
+    assert grants == {"WriteUsage": ({"dynamodb:PutItem"}, {"Fn::GetAtt": ["UsageTable", "Arn"]}),
+                      "AddToDailyTotals": TOTALS_GRANT,
+                      "ReadIdempotencyRecords": ({"dynamodb:GetItem"}, {"Fn::GetAtt": ["IdempotencyTable", "Arn"]})}
+
+
 def test_stored_responses_expire_after_the_longest_ttl(resources: dict[str, Any]) -> None:
     rules = resources["TranscriptBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     expiring = [rule for rule in rules if rule.get("Prefix") == RESPONSES_PREFIX and "ExpirationInDays" in rule]

@@ -48,3 +48,13 @@ def test_every_other_handler_installs_the_adapters(module: str) -> None:
 @pytest.mark.parametrize("module", ["compactor_cli.serve", "compactor_aws.caller"])
 def test_compactor_serve_and_the_adapters_caller_module_install_them(module: str) -> None:
     assert imported(module)["adapters"] == {"bedrock": True, "secrets": True}
+
+
+def test_the_s3_functions_destination_loads_billing_only_when_it_bills() -> None:
+    """``S3CompactGaveUpFunction`` bills a job whose result was written (docs/billing.md) and imports billing for it
+    then only: its usual invocation, a job that crashed, starts as light as before."""
+    loaded = imported("s3_gave_up", REPO / "functions" / "s3_gave_up")["loaded"]
+
+    assert "compactor.object_jobs" in loaded
+    assert {"compactor.billing", "compactor_aws.billing", "compactor_aws.idempotency",
+            "compactor_aws.ledger"}.isdisjoint(loaded)

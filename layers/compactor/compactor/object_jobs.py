@@ -165,11 +165,15 @@ class Outcome:
     already_compacted: int | None = None
     """A session file's items before its harness's own last compaction, left out and written back as they are
     (``Transcript.already_compacted``); None for other transcripts."""
+    billing: str | None = None
+    """What the on-failure destination billed for a job whose result was written (:func:`record_gave_up`)."""
 
     def as_dict(self) -> dict[str, Any]:
         out = {"result": self.result, "source": self.source.as_dict(), "key": self.key, "status": self.status}
         if self.already_compacted is not None:
             out["already_compacted"] = self.already_compacted
+        if self.billing is not None:
+            out["billing"] = self.billing
         return {**out, "reason": self.reason} if self.reason else out
 
 
@@ -545,7 +549,8 @@ def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel
         "failed", source, key=key, status=failure.status)
 
 
-def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, windowed: bool = False) -> Outcome:
+def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, windowed: bool = False,
+                   bill: Callable[[], str | None] | None = None) -> Outcome:
     """Lambda gave up on the object's job (every attempt raised or timed out, or its event grew too old; the
     function's on-failure destination says so, docs/deploy.md): record ``failed/<rel>``, 500 ``job_failed``
     naming ``cause`` (an error's type, never its message, which may quote content), written as results are
@@ -555,7 +560,11 @@ def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, win
     windowed job runs or once it ended done (``windowed``): that job writes the version's outcome, its result or its
     own failure. Before, a job whose inline attempts crashed after starting it was recorded failed while it ran, and
     its result was later written beside that failure. A failed attempt records nothing: a retry may still
-    succeed, and a caller must not read ``failed`` meanwhile."""
+    succeed, and a caller must not read ``failed`` meanwhile.
+
+    This version's result written, ``bill()`` bills the job if no attempt could (its ledger write failed on every
+    one: docs/billing.md), once however often it is called, and says what it did (the outcome's ``billing``: None
+    when there was nothing to bill). Such a job used to be delivered and never billed."""
     rel = relative_key(source.key)
     if rel is None or len(result_key(rel).encode("utf-8")) > MAX_KEY_BYTES:
         return Outcome("skipped", source, reason="no job of its own")  # a too-long key records its own 400
@@ -563,7 +572,8 @@ def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, win
         return Outcome("skipped", source, reason="its windowed job writes its outcome")
     head = store.head(source.bucket, result_key(rel))
     if head is not None and same_version(head.metadata, source):
-        return Outcome("skipped", source, key=result_key(rel), reason=PROCESSED)
+        return Outcome("skipped", source, key=result_key(rel), reason=PROCESSED,
+                       billing=bill() if bill is not None else None)
     if head is not None and newer_exists(head.metadata, source):
         return Outcome("skipped", source, key=result_key(rel), reason=NEWER)
     error = JobFailed("the compaction job failed on every attempt" + (f" ({cause})" if cause else ""))

@@ -252,10 +252,13 @@ def idempotency_run(function: Callable[[], dict[str, Any]], *, scope: str, body:
 
 
 def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str, request_id: str | None,
-          key: str | None) -> None:
-    if facts:
-        backends().ledger.record(billing.make_entry(entry_id=entry_id, api_key_id=caller, facts=facts, time=time,
-                                                    request_id=request_id, idempotency_key=key))
+          key: str | None) -> bool | None:
+    """Write the entry of a billed call (``facts``): True when written, False when it was there (billed
+    already), None when there is nothing to bill."""
+    if not facts:
+        return None
+    return backends().ledger.record(billing.make_entry(entry_id=entry_id, api_key_id=caller, facts=facts, time=time,
+                                                       request_id=request_id, idempotency_key=key))
 
 
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
@@ -282,7 +285,8 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         with calling_as(billed_to):
             outcome, facts = job()
         fresh.append(True)
-        record = {"outcome": outcome, "facts": facts, "time": billing.call_time(facts), "request_id": request_id}
+        record = {"outcome": outcome, "facts": facts, "time": billing.call_time(facts), "request_id": request_id,
+                  "caller": billed_to}  # whom a replay, or the on-failure destination, bills (bill_given_up)
         if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
             # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
             billing_now.append(background.start(_bill, entry_id, billed_to, facts, record["time"], request_id, None))
@@ -294,11 +298,37 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
         for billed in billing_now:
             billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
     if not fresh:
-        _bill(entry_id, billed_to, record.get("facts"), record["time"], record.get("request_id"), None)
+        _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
+              record.get("request_id"), None)
     if fresh or record["outcome"].get("result") == "skipped":
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
     return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}
+
+
+BILLED_NOW = "billed"
+BILLED_BEFORE = "already billed"
+"""What :func:`bill_given_up` did: wrote the job's entry, or found it written."""
+
+
+def bill_given_up(source: Any) -> str | None:
+    """Bill the inline job of an object version Lambda gave up on, whose result was written (the S3 function's
+    on-failure destination, docs/billing.md): its entry from what the job's idempotency record kept when its
+    result was stored (facts, time, request id, caller), the one a retry's replay writes (``s3:<version hash>``, on
+    the call's day), so that a job whose every ledger write failed is billed once, and never a second time
+    (:data:`BILLED_BEFORE`) when a later attempt's write succeeded or the destination runs twice. None when the
+    record holds nothing to bill: none completed (gone, expired, or left in progress by an attempt that crashed
+    hard), a job that billed nothing, or a record from a version that did not keep its caller."""
+    from compactor_aws.idempotency import completed_result
+
+    scope = _object_scope(source)
+    store = backends()
+    record = completed_result(scope=scope, body=scope, layer=store.layer, config=store.config)
+    if record is None or not record.get("caller"):
+        return None
+    billed = _bill(f"s3:{scope}", record["caller"], record.get("facts"), record["time"], record.get("request_id"),
+                   None)
+    return None if billed is None else BILLED_NOW if billed else BILLED_BEFORE
 
 
 def _object_scope(source: Any) -> str:

@@ -174,6 +174,23 @@ def new_config() -> IdempotencyConfig:
                              hash_function="sha256")
 
 
+def completed_result(*, scope: str, body: str, layer: BasePersistenceLayer,
+                     config: IdempotencyConfig) -> dict[str, Any] | None:
+    """The result :func:`run_once` stored under ``scope`` (with ``body``) once its function completed; None when
+    there is none: no record, an expired one, or one still in progress (its function running, or crashed hard).
+    Reads the record only (DynamoDB ``GetItem``): nothing is written."""
+    from aws_lambda_powertools.utilities.idempotency.persistence.datarecord import STATUS_CONSTANTS
+
+    layer.configure(config, key_prefix=KEY_PREFIX)
+    try:
+        record = layer.get_record({"scope": scope, "body": body})
+    except IdempotencyItemNotFoundError:
+        return None
+    if record is None or record.status != STATUS_CONSTANTS["COMPLETED"]:
+        return None
+    return record.response_json_as_dict()
+
+
 def run_once(function: Callable[[], dict[str, Any]], *, scope: str, body: str, layer: BasePersistenceLayer,
              config: IdempotencyConfig, lambda_context: Any = None,
              meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
