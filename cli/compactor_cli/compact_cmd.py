@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +14,8 @@ from compactor.compaction.modes import names as mode_names
 from compactor.errors import describe_validation
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
-from compactor_cli.files import InputError, display_name, os_cause, read_text, replaced_when_done, unwritable
+from compactor_cli.files import (InputError, StdoutError, display_name, os_cause, read_text, replaced_when_done,
+                                 unwritable, write_stdout, written_when_done)
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -172,7 +173,11 @@ def run(args: argparse.Namespace) -> int:
                 session=transcript.session if session is not None else None, whole_body=args.json,
                 items_field=items_field, streamed=False))
     else:
-        sys.stdout.write(text)
+        try:
+            write_stdout([text])
+        except StdoutError as exc:
+            print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
+            return 2
     if not html_written:
         return 2
     return _strict_exit(args, record)
@@ -363,7 +368,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     progress = None if args.quiet else WindowProgress(sys.stderr)
     started = time.monotonic()
     try:
-        with replaced_when_done(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
+        with written_when_done(args.output) as out:  # stdout too: nothing of a run that fails (docs/scale.md)
             router = get_router()
             record = run_sync(compact_stream(
                 source, Settings.from_request(request), router=router,
@@ -383,8 +388,12 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     except (CatalogError, TranscriptError) as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # reading the file or writing the output (a full disk …)
-        print(f"compactor compact: {exc.filename or args.output or args.file}: {os_cause(exc)}", file=sys.stderr)
+    except StdoutError as exc:
+        print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # opening the file (named), or writing the output or a pass's (a full disk …)
+        where = exc.filename or f"cannot write {args.output or f'a temporary file in {tempfile.gettempdir()}'}"
+        print(f"compactor compact: {where}: {os_cause(exc)}", file=sys.stderr)
         return 2
     seconds = time.monotonic() - started
     html_written = not args.html or _write_html(args, [], record, [], request.keep_recent, seconds, request.format)
