@@ -359,8 +359,11 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if shows_another_format(exc):
             raise
         return None
-    except (OSError, TranscriptError) as exc:
-        print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
+    except OSError as exc:  # gone, or unreadable, since its size was read
+        print(f"compactor compact: {display_name(args.file)}: {os_cause(exc)}", file=sys.stderr)
+        return 2
+    except TranscriptError as exc:
+        print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {describe_validation(exc)}", file=sys.stderr)
@@ -385,8 +388,11 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if shows_another_format(exc):
             raise  # read again in that format (_run_streamed)
         return None
-    except (CatalogError, TranscriptError) as exc:
+    except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
+        return 2
+    except TranscriptError as exc:  # met by a reading after the first message: named as a file read whole names it
+        print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
         return 2
     except StdoutError as exc:
         print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)

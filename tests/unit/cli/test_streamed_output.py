@@ -2,7 +2,7 @@
 of a document: not in ``--output`` (written beside it, renamed when done) and not on stdout, which it wrote as it
 went: a file found changed during the result's last reading, a refusal, a full disk or Ctrl-C left a truncated JSON
 array on stdout (``compactor compact big.json > out.json``) with a non-zero exit. Stdout that cannot be written is
-one line and exit 2 (it was a traceback, exit 1)."""
+one line and exit 2 (it was a traceback, exit 1). Its refusals name the file, as a file read whole names them."""
 
 from __future__ import annotations
 
@@ -84,13 +84,13 @@ def test_a_file_changed_during_the_results_reading_leaves_no_output(streamed: Pa
     target.write_text("the previous result")
     code, out, err = run(capsys, "compact", str(streamed), "-q", *(["-o", str(target)] if output else []))
     assert (code, out) == (2, "")
-    assert err.endswith(f"{CHANGED}\n")
+    assert err == f"compactor compact: {streamed}: {CHANGED}\n"  # the file named once, as every refusal names it
     assert target.read_text() == "the previous result"
     assert left(tmp_path) == ["big.json", "out.json", "tmp"]
 
 
 FAILURES = {
-    "refused late": (TranscriptError("message 9: not JSON"), 2, "message 9: not JSON"),
+    "refused late": (TranscriptError("message 9: not JSON"), 2, "{source}: message 9: not JSON"),
     "answered": (InvalidRequest("a window failed"), 1, "HTTP 400: "),
     "disk full": (OSError(errno.ENOSPC, "No space left on device"), 2, "cannot write {where}: No space left on device"),
     "Ctrl-C": (KeyboardInterrupt(), 130, "interrupted"),
@@ -144,3 +144,26 @@ def test_stdout_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path, stream
     monkeypatch.setattr(sys, "stdout", FullDisk())
     code = main(["compact", str(source), "-q"])
     assert (code, capsys.readouterr().err) == (2, "compactor compact: cannot write stdout: No space left on device\n")
+
+
+def test_a_refusal_met_past_the_first_message_names_the_file_as_a_whole_read_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The streamed run's first reading reads the first message; what the scan met after it was said without the
+    file's name ("compactor compact: not JSON: ...")."""
+    source = tmp_path / "bad.json"
+    source.write_text('[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"} oops]')
+    for stream_bytes in (10**9, 0):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        code, out, err = run(capsys, "compact", str(source), "-q")
+        assert (code, out) == (2, "") and err.startswith(f"compactor compact: {source}: ") and "not JSON" in err
+
+
+def test_a_file_gone_before_the_streamed_reading_opens_it_is_named_as_a_whole_read_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Removed after its size was read: the streamed reading said "[Errno 2] No such file or directory: '<path>'"
+    after the path."""
+    missing = tmp_path / "gone.json"
+    for stream_bytes in (10**9, -1):  # read whole, then streamed (a missing file's size reads as 0)
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert run(capsys, "compact", str(missing), "-q") == (
+            2, "", f"compactor compact: {missing}: No such file or directory\n")
