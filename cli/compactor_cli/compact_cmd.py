@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
@@ -100,6 +104,32 @@ STREAM_BYTES = 32 * 1024 * 1024
 
 
 def run(args: argparse.Namespace) -> int:
+    with _terminate_as_interrupt():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a job cancelled) stops the run as Ctrl-C does: ``--output``'s hidden file and
+    the pass outputs beside it (or under ``$TMPDIR``) are removed and it exits 130 (README). It killed the process at
+    once, leaving them there (``.out.json.<pid>.partial`` and a ``pass-*.json`` the size of a pass). Only from the
+    main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run is cleaning up
+    raise KeyboardInterrupt
+
+
+def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     if args.catalog:

@@ -167,3 +167,48 @@ def test_a_file_gone_before_the_streamed_reading_opens_it_is_named_as_a_whole_re
         monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
         assert run(capsys, "compact", str(missing), "-q") == (
             2, "", f"compactor compact: {missing}: No such file or directory\n")
+
+
+class NotStopped(Exception):
+    """SIGTERM reached the test's own handler: the run had none of its own (the process would have died)."""
+
+
+@pytest.mark.parametrize("output", [False, True], ids=["stdout", "--output"])
+def test_sigterm_stops_a_run_as_ctrl_c_does(streamed: Path, tmp_path: Path, output: bool,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`timeout`, `kill` or a cancelled job send SIGTERM, which killed the process at once: `--output`'s hidden
+    `.out.json.<pid>.partial` and the pass outputs (`pass-*.json`, the size of a pass) were left beside it."""
+    import os
+    import signal
+
+    from compactor.compaction import windowed
+
+    async def terminated_midway(source: object, settings: object, *, out: Any, workdir: str | None,
+                                **kwargs: object) -> None:
+        out.write('[\n{"role":"system","content":"s"},\n{"role":"user","content":"ta')
+        pass_output = Path(workdir or tempfile.gettempdir()) / "pass-x.json"
+        try:
+            pass_output.write_text("[")
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between two bytecodes
+                pass
+        finally:
+            pass_output.unlink()
+
+    def not_stopped(signum: int, frame: object) -> None:
+        raise NotStopped
+
+    monkeypatch.setattr(windowed, "compact_stream", terminated_midway)
+    monkeypatch.setattr(logging.getLogger("asyncio"), "disabled", False)  # main() silences it: restored after
+    previous = signal.signal(signal.SIGTERM, not_stopped)
+    try:
+        target = tmp_path / "out.json"
+        target.write_text("the previous result")
+        code, out, err = run(capsys, "compact", str(streamed), "-q", *(["-o", str(target)] if output else []))
+        assert (code, out, err) == (130, "", "compactor compact: interrupted\n")
+        assert target.read_text() == "the previous result"
+        assert left(tmp_path) == ["big.json", "out.json", "tmp"]
+        assert signal.getsignal(signal.SIGTERM) is not_stopped  # the run's handler is gone with it
+    finally:
+        signal.signal(signal.SIGTERM, previous)
