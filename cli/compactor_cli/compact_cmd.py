@@ -6,15 +6,20 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from compactor.compaction.modes import names as mode_names
 from compactor.errors import describe_validation
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
-from compactor_cli.files import InputError, display_name, os_cause, read_text, replaced_when_done, unwritable
+from compactor_cli.files import (InputError, StdoutError, display_name, os_cause, read_text, replaced_when_done,
+                                 unwritable, write_stdout, written_when_done)
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -99,6 +104,32 @@ STREAM_BYTES = 32 * 1024 * 1024
 
 
 def run(args: argparse.Namespace) -> int:
+    with _terminate_as_interrupt():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a job cancelled) stops the run as Ctrl-C does: ``--output``'s hidden file and
+    the pass outputs beside it (or under ``$TMPDIR``) are removed and it exits 130 (README). It killed the process at
+    once, leaving them there (``.out.json.<pid>.partial`` and a ``pass-*.json`` the size of a pass). Only from the
+    main thread, where Python runs signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run is cleaning up
+    raise KeyboardInterrupt
+
+
+def _run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     if args.catalog:
@@ -172,7 +203,11 @@ def run(args: argparse.Namespace) -> int:
                 session=transcript.session if session is not None else None, whole_body=args.json,
                 items_field=items_field, streamed=False))
     else:
-        sys.stdout.write(text)
+        try:
+            write_stdout([text])
+        except StdoutError as exc:
+            print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
+            return 2
     if not html_written:
         return 2
     return _strict_exit(args, record)
@@ -354,8 +389,11 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if shows_another_format(exc):
             raise
         return None
-    except (OSError, TranscriptError) as exc:
-        print(f"compactor compact: {args.file}: {exc}", file=sys.stderr)
+    except OSError as exc:  # gone, or unreadable, since its size was read
+        print(f"compactor compact: {display_name(args.file)}: {os_cause(exc)}", file=sys.stderr)
+        return 2
+    except TranscriptError as exc:
+        print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
         print(f"compactor compact: invalid request: {describe_validation(exc)}", file=sys.stderr)
@@ -363,7 +401,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
     progress = None if args.quiet else WindowProgress(sys.stderr)
     started = time.monotonic()
     try:
-        with replaced_when_done(args.output) if args.output else contextlib.nullcontext(sys.stdout) as out:
+        with written_when_done(args.output) as out:  # stdout too: nothing of a run that fails (docs/scale.md)
             router = get_router()
             record = run_sync(compact_stream(
                 source, Settings.from_request(request), router=router,
@@ -380,11 +418,18 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         if shows_another_format(exc):
             raise  # read again in that format (_run_streamed)
         return None
-    except (CatalogError, TranscriptError) as exc:
+    except CatalogError as exc:
         print(f"compactor compact: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # reading the file or writing the output (a full disk …)
-        print(f"compactor compact: {exc.filename or args.output or args.file}: {os_cause(exc)}", file=sys.stderr)
+    except TranscriptError as exc:  # met by a reading after the first message: named as a file read whole names it
+        print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
+        return 2
+    except StdoutError as exc:
+        print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # opening the file (named), or writing the output or a pass's (a full disk …)
+        where = exc.filename or f"cannot write {args.output or f'a temporary file in {tempfile.gettempdir()}'}"
+        print(f"compactor compact: {where}: {os_cause(exc)}", file=sys.stderr)
         return 2
     seconds = time.monotonic() - started
     html_written = not args.html or _write_html(args, [], record, [], request.keep_recent, seconds, request.format)

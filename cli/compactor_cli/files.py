@@ -3,11 +3,13 @@ problem in a line a person can act on (the commands exit 2 with it, before any m
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
-from typing import TextIO
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
 
 BOM = "\ufeff"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian byte order marks
@@ -74,3 +76,51 @@ def replaced_when_done(path: str) -> Iterator[TextIO]:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         raise
+
+
+class StdoutError(Exception):
+    """stdout could not be written (a closed pipe, a full disk): its message is the OS's words for it."""
+
+
+COPY_BYTES = 1 << 20
+
+
+def write_stdout(chunks: Iterable[str]) -> None:
+    """Writes ``chunks`` to stdout and flushes it, so that a failure is known here, not at the interpreter's exit (a
+    traceback, exit 1, or a second message and exit 120); one is raised as :class:`StdoutError`, and what was left
+    unwritten is then dropped."""
+    try:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout with no descriptor (a test's)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # the exit's flush writes what is left there
+            os.close(devnull)
+        raise StdoutError(os_cause(exc)) from None
+
+
+@contextlib.contextmanager
+def written_when_done(path: str | None) -> Iterator[TextIO]:
+    """A text file whose content reaches ``path`` (None: stdout) only when the block ends without an error:
+    :func:`replaced_when_done`, or for stdout an unnamed temporary file (under ``$TMPDIR``, gone when closed)
+    copied to stdout once complete, a chunk at a time. A failure or Ctrl-C before that leaves stdout empty, where
+    a streamed run wrote to stdout as it went and left a truncated document when its last reading failed (the
+    file changed) or it was interrupted; only stdout itself failing during the copy (:class:`StdoutError`) or
+    Ctrl-C then can cut it."""
+    if path:
+        with replaced_when_done(path) as handle:
+            yield handle
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as spool:
+        yield spool
+        spool.seek(0)
+        write_stdout(_decoded(spool.buffer))
+
+
+def _decoded(data: Any) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    while chunk := data.read(COPY_BYTES):
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)

@@ -675,8 +675,8 @@ def opener(path: str) -> Opener:
         if not first:
             first.append(seen)
         elif seen != first[0]:
-            raise FileChanged(f"{path} changed while it was compacted (it is read several times): run again once "
-                              "nothing writes it")
+            raise FileChanged("changed while it was compacted (it is read several times): run again once nothing "
+                              "writes it")  # the caller names the file, as it names it for every refusal
 
     @contextmanager
     def opened() -> Iterator[IO[bytes]]:
