@@ -9,7 +9,9 @@ UI at ``/docs`` (``compactor_cli.serve_page``). Like API Gateway, the server ans
 413 for a body over the limit, before reading it (a chunked body, which it reads as API Gateway does: as soon as its
 chunks pass the limit). A presented key's id
 (``compactor_aws.caller.local_key_id``) goes into the event's ``requestContext.identity.apiKeyId``, where
-API Gateway puts the key id.
+API Gateway puts the key id. Unlike API Gateway, it also refuses what a page of another site could make the user's
+browser send it (``cross_site_refusal``: 403 ``cross_site_request``; without a key, 415 for a body without a
+``Content-Type``; docs/api.md), since it runs on the user's machine, without a key by default.
 
 Concurrent requests are answered concurrently, the way Lambda scales out: ``--workers N`` instances of
 the function, each a process of its own that imports the handler once and answers one event at a time
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hmac
+import ipaddress
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -44,6 +47,7 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Mapping, MutableMapping
+from email.message import Message
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -54,6 +58,7 @@ from urllib.parse import parse_qs, urlsplit
 from compactor import http_api
 from compactor.errors import (
     AmbiguousApiKey,
+    CrossSiteRequest,
     InternalError,
     InvalidRequest,
     LengthRequired,
@@ -91,6 +96,9 @@ DEFAULT_WORKERS = 4
 _LAMBDA_FAILURE_BODY = {"message": "Internal server error"}
 _BODILESS_STATUSES = frozenset({204, 304})
 _STAGE_PREFIX = f"/{http_api.STAGE}"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_OWN_SITE = frozenset({"same-origin", "none"})
+"""``Sec-Fetch-Site`` of a request this server's own page made, or one the user made (typed, bookmarked)."""
 
 
 def default_code_dir() -> Path:
@@ -350,6 +358,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
                     else serve_page.swagger_html(self.server.instances.openapi_text()))
             self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
             return
+        refused = cross_site_refusal(self.command, self.headers, keyed=bool(self.server.api_keys))
+        if refused is not None:
+            self._send_json(*refused.answer(), close=True)
+            return
         try:
             allowed, key = self._accepted_key()
         except AmbiguousApiKey as refused:  # two different keys: the deployed API's 400 too (docs/billing.md)
@@ -370,6 +382,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             return
         body = self._read_body()
         if body is None:  # refused and answered
+            return
+        if body and not self.server.api_keys and not (self.headers.get("Content-Type") or "").strip():
+            # Without a key, a body must declare JSON (the function refuses every other type): a page on any site
+            # can make the browser post one without a type, and without a CORS preflight (docs/api.md).
+            self._send_json(*UnsupportedMediaType.undeclared().answer())
             return
         if local:  # the report page's compaction, on one of the function's instances
             self._send(*self.server.instances.report(body))
@@ -525,6 +542,49 @@ def _chunk_size(line: bytes) -> int | None:
     if not digits or len(digits) > 16 or any(c not in b"0123456789abcdefABCDEF" for c in digits):
         return None
     return int(digits, 16)
+
+
+def cross_site_refusal(method: str, headers: Message, *, keyed: bool) -> CrossSiteRequest | None:
+    """Why a request a browser sent for another site's page is refused (403), or None (docs/api.md).
+
+    Without ``--api-key``, the ``Host`` must be a local name (``localhost``) or an IP address: a name of another
+    site that resolves to this machine (DNS rebinding) makes the browser treat the server as that site's, whose
+    pages could then read every answer. With or without a key, a request other than ``GET``, ``HEAD`` or
+    ``OPTIONS`` is refused when the browser says another site's page sent it: ``Sec-Fetch-Site`` other than
+    ``same-origin`` or ``none``, or an ``Origin`` that is not this server's. API clients send neither header."""
+    host = (headers.get("Host") or "").strip()
+    if not keyed and host and not _local_host(host):
+        return CrossSiteRequest.host(host)
+    if method in _SAFE_METHODS:
+        return None
+    site = (headers.get("Sec-Fetch-Site") or "").strip().lower()
+    if site and site not in _OWN_SITE:
+        return CrossSiteRequest.site(site)
+    origin = headers.get("Origin")
+    if origin is not None:
+        sent = urlsplit(origin.strip())
+        if sent.scheme != "http" or not host or sent.netloc.lower() != host.lower():
+            return CrossSiteRequest.origin(origin)
+    return None
+
+
+def _local_host(host: str) -> bool:
+    """Whether a ``Host`` header (with its port) names this machine without DNS: ``localhost`` or an IP address."""
+    if any(character in host for character in "@/\\?#"):
+        return False
+    try:
+        parts = urlsplit("//" + host)
+        name = parts.hostname or ""
+        parts.port  # noqa: B018 (a malformed port raises)
+    except ValueError:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list[str] | None = None,

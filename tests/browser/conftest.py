@@ -18,6 +18,8 @@ import pytest
 CHROMIUM = os.environ.get("COMPACTOR_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("COMPACTOR_CHROMEDRIVER", "/usr/bin/chromedriver")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "browser"
+REBOUND_NAME = "rebound.test"
+"""A name of another site the browser resolves to 127.0.0.1, as a DNS rebinding attack makes it."""
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +42,8 @@ def browser() -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,1600", "--force-prefers-reduced-motion"):
+                 "--window-size=1280,1600", "--force-prefers-reduced-motion",
+                 f"--host-resolver-rules=MAP {REBOUND_NAME} 127.0.0.1"):  # DNS rebinding, for test_serve_cross_site
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:

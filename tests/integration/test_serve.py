@@ -115,7 +115,7 @@ def test_a_content_length_is_digits(open_server: str, declared: str, status: int
     url = httpx.URL(open_server)
     body = b'{"messages":[]}'
     with socket.create_connection((url.host, url.port), timeout=30) as client:
-        client.sendall(b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        client.sendall(b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                        b"Content-Length: " + declared.encode("utf-8") + b"\r\nConnection: close\r\n\r\n" + body)
         answer = b""
         while chunk := client.recv(65536):
@@ -131,7 +131,7 @@ def test_a_content_length_is_digits(open_server: str, declared: str, status: int
 def test_a_body_shorter_than_its_content_length_is_400(open_server: str, body: bytes) -> None:
     # The client ended its side early: the bytes that came were compacted as the request, 200 for a whole JSON value
     # (its Content-Length counting more than was sent) and the 422 json_invalid of a body it never sent otherwise.
-    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % (len(body) + 20))
 
     status, payload = _exchange(open_server, head + body)
@@ -187,7 +187,7 @@ def _chunked(body: bytes, size: int) -> bytes:
                     for i in range(0, len(body), size)) + b"0\r\nX-Trailer: t\r\n\r\n"
 
 
-CHUNKED_HEAD = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+CHUNKED_HEAD = (b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
 
 
@@ -255,7 +255,7 @@ def test_two_different_content_lengths_are_400(open_server: str, lengths: tuple[
     """The first was read: with 5 first, the 422 of a body never sent, and the rest of the body read as the next
     request on the connection; with 16 first, a 200 for a request whose length was in doubt."""
     body = b'{"messages": []}'
-    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % lengths)
 
     status, payload = _exchange(open_server, head + body)
@@ -267,7 +267,7 @@ def test_two_different_content_lengths_are_400(open_server: str, lengths: tuple[
 
 def test_one_content_length_twice_is_that_length(open_server: str) -> None:
     body = b'{"messages": []}'
-    head = (b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    head = (b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n"
             b"Content-Length: 16\r\nContent-Length: 16\r\n\r\n")
 
     assert _exchange(open_server, head + body)[0] == 200
@@ -551,3 +551,100 @@ def test_the_report_page_runs_only_what_declares_json(open_server: str, headers:
     assert response.json()["error"]["code"] == "unsupported_media_type"
     assert httpx.post(open_server.removesuffix("/v1") + "/report", content=payload,
                       headers={"Content-Type": "application/json; charset=utf-8"}).status_code == 200
+
+
+COMPACT_BODY = json.dumps({"messages": TRANSCRIPT}).encode()
+
+
+@pytest.mark.parametrize("path", ["/compact", "/expand", "/flows", "/flows/normalize", "/uploads"])
+def test_a_body_without_a_content_type_is_415_without_a_key(open_server: str, path: str) -> None:
+    # A page on any site can make the browser post a body without a type (a fetch of a Blob, no CORS preflight);
+    # the function took it as JSON, so the user's keyless server ran the compaction, with its catalog's paid offers.
+    response = httpx.post(f"{open_server}{path}", content=COMPACT_BODY)
+
+    assert response.status_code == 415
+    assert response.json()["error"] == {"message": "the body has no Content-Type: send it as application/json",
+                                        "type": "invalid_request_error", "code": "unsupported_media_type"}
+    assert "access-control-allow-origin" not in response.headers
+
+
+def test_a_body_without_a_content_type_is_taken_with_a_key_as_deployed(keyed_server: str) -> None:
+    # A browser cannot send the key to another site without a preflight, which the server never allows.
+    response = httpx.post(f"{keyed_server}/compact", content=COMPACT_BODY, headers={"x-api-key": API_KEY})
+
+    assert response.status_code == 200 and response.json()["messages"] == TRANSCRIPT
+
+
+@pytest.mark.parametrize("headers", [
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site"},  # another port of localhost: another server's page
+    {"Origin": "https://attacker.example"},
+    {"Origin": "http://localhost:3000"},
+    {"Origin": "null"},  # a sandboxed frame or a file
+])
+def test_a_post_another_sites_page_sent_is_403(open_server: str, headers: dict[str, str]) -> None:
+    # With a JSON type a browser preflights first; as text/plain (a form) it does not. Either way the body went to
+    # the function, and a form's JSON-looking text/plain body was then the function's 415 after the request was in.
+    for content_type in ("application/json", "text/plain"):
+        response = httpx.post(f"{open_server}/compact", content=COMPACT_BODY,
+                              headers={**headers, "Content-Type": content_type})
+
+        assert response.status_code == 403, (headers, content_type)
+        assert response.json()["error"]["code"] == "cross_site_request"
+    report = httpx.post(open_server.removesuffix("/v1") + "/report",
+                        content=json.dumps({"transcript": REPORT_TRANSCRIPT}),
+                        headers={**headers, "Content-Type": "application/json"})
+    assert report.status_code == 403 and report.json()["error"]["code"] == "cross_site_request"
+
+
+def test_the_servers_own_pages_and_api_clients_are_served(open_server: str) -> None:
+    own = open_server.removesuffix("/v1")
+    for headers in ({"Sec-Fetch-Site": "same-origin", "Origin": own}, {"Sec-Fetch-Site": "none"}, {}):
+        response = httpx.post(f"{open_server}/compact", json={"messages": TRANSCRIPT}, headers=headers)
+
+        assert response.status_code == 200, headers
+    # A cross-site GET reads nothing (no CORS header) and changes nothing: it is answered.
+    assert httpx.get(f"{open_server}/healthz", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:8787", "127.0.0.1.nip.io"])
+def test_another_host_name_is_403_without_a_key(open_server: str, host: str) -> None:
+    # DNS rebinding: attacker.example resolved to 127.0.0.1 makes the server that site's origin in the browser, so
+    # its page could post with a JSON type and read every answer (the usage ledger, jobs, compactions).
+    for method, path in (("GET", "/usage"), ("POST", "/compact")):
+        response = httpx.request(method, f"{open_server}{path}", json={"messages": TRANSCRIPT}, headers={"Host": host})
+
+        assert response.status_code == 403, (method, host)
+        assert response.json()["error"]["code"] == "cross_site_request"
+    port = open_server.removesuffix("/v1").rsplit(":", 1)[1]
+    for local in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "app.localhost"):
+        assert httpx.get(f"{open_server}/usage", headers={"Host": local}).status_code == 200, local
+
+
+def test_a_host_name_is_served_with_a_key(keyed_server: str) -> None:
+    response = httpx.get(f"{keyed_server}/usage", headers={"Host": "devbox.lan:8787", "x-api-key": API_KEY})
+
+    assert response.status_code == 200
+
+
+def test_no_answer_allows_another_origin(open_server: str) -> None:
+    # No CORS header on any answer, a preflight's included: another site's page can never read an answer.
+    origin = {"Origin": "https://attacker.example"}
+    answers = [
+        httpx.options(f"{open_server}/compact", headers={**origin, "Access-Control-Request-Method": "POST",
+                                                          "Access-Control-Request-Headers": "content-type"}),
+        httpx.get(f"{open_server}/healthz", headers=origin),
+        httpx.get(f"{open_server}/usage", headers=origin),
+        httpx.get(open_server.removesuffix("/v1") + "/", headers=origin),
+    ]
+    for response in answers:
+        assert not [name for name in response.headers if name.lower().startswith("access-control-")], response.headers
+
+
+def test_serve_listens_on_loopback_by_default() -> None:
+    server = serve.create_server(port=0, code_dir=REPO / "functions" / "compact")
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.server_close()
+    assert build_parser().parse_args(["serve"]).host == "127.0.0.1"

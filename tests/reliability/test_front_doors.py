@@ -57,7 +57,7 @@ def test_a_silent_client_is_disconnected(server_url: str, monkeypatch: pytest.Mo
     monkeypatch.setattr(serve._RequestHandler, "timeout", 0.5)  # the same mechanism, quickly
     host, port = server_url.split("//")[1].split("/")[0].split(":")
     with socket.create_connection((host, int(port)), timeout=30) as client:
-        client.sendall(b"POST /v1/compact HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        client.sendall(b"POST /v1/compact HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")
         client.settimeout(30)
         assert client.recv(1024) == b""  # the server closed the connection instead of waiting forever
 

@@ -198,6 +198,30 @@ class UnsupportedMediaType(CompactorError):
     def content_encoding(cls, value: str) -> UnsupportedMediaType:
         return cls(f"Content-Encoding {_quoted(value)} is not supported: send the body uncompressed")
 
+    @classmethod
+    def undeclared(cls) -> UnsupportedMediaType:
+        return cls("the body has no Content-Type: send it as application/json")
+
+
+class CrossSiteRequest(CompactorError):
+    """403 from ``compactor serve``: a request another site's page made the browser send (docs/behaviour.md#errors)."""
+
+    status, code = 403, "cross_site_request"
+
+    @classmethod
+    def site(cls, value: str) -> CrossSiteRequest:
+        return cls(f"a {_quoted(value)} request (Sec-Fetch-Site) from a browser: only this server's own pages may "
+                   "send one")
+
+    @classmethod
+    def origin(cls, value: str) -> CrossSiteRequest:
+        return cls(f"Origin {_quoted(value)} is not this server's: only its own pages may send this request")
+
+    @classmethod
+    def host(cls, value: str) -> CrossSiteRequest:
+        return cls(f"Host {_quoted(value)} is not a local name or an IP address: call the server by its address "
+                   "(127.0.0.1, localhost), or start it with --api-key")
+
 
 def _quoted(value: str, limit: int = 100) -> str:
     """``value`` (a header a caller sent) quoted, at most ``limit`` characters of it."""
