@@ -427,7 +427,7 @@ def _line(row: dict[str, Any]) -> str:
     emitted = _first_text(row["emitted"], LINE_EMITTED) if action == "summarize" else ""
     return (f'<li class="unit {action}" id="{escape(row["id"])}"><b>msg {span}</b> <i>{_who(row["original"])}</i> '
             f'<code>{escape(row["reason"])}</code> {_n(row["before"])} → {_n(row["after"])} B'
-            + (f' <q class="e">{emitted}</q>' if emitted else "") + (f" <q>{text}</q>" if text else "") + "</li>")
+            + (f' <samp class="e">{emitted}</samp>' if emitted else "") + (f" <samp>{text}</samp>" if text else "") + "</li>")
 
 
 def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
@@ -523,8 +523,8 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 #units[data-show=summarize] .page:not(.has-summarize),#units[data-show=archive] .page:not(.has-archive){display:none}
 .page{border-top:1px solid var(--line);padding:6px 0}
 .lines .unit{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
-.lines b{font-weight:600}.lines i{font-style:normal;color:var(--mute)}.lines q{color:var(--mute)}
-.lines q.e{color:var(--ink)}
+.lines b{font-weight:600}.lines i{font-style:normal;color:var(--mute)}.lines samp{font:inherit;color:var(--mute)}
+.lines samp.e{color:var(--ink)}
 .head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
 .uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
 .who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
