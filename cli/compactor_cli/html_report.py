@@ -387,7 +387,8 @@ def _pages(rows: list[dict[str, Any]]) -> str:
     parts = [f'<p class="legend" id="paged">{_n(len(rows))} units: too many to show each in full, so each is one '
              "line (its messages, who speaks, its reason code, its bytes, its summary and the start of its text) in "
              f"pages of {PAGE_ROWS}. Find a message by its number (<code>msg 1234</code>) or a tool by its name with "
-             "the browser's search: it opens the page that holds it.</p>"]
+             "the browser's search, or link to a unit by its id (<code>#fragment_1234</code>, "
+             "<code>#messages_1234</code>): the page that holds it opens.</p>"]
     for first in range(0, len(rows), PAGE_ROWS):
         page = rows[first:first + PAGE_ROWS]
         counts = Counter(r["action"] for r in page)
@@ -401,6 +402,12 @@ def _pages(rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+def _shorten(text: str, limit: int) -> str:
+    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis."""
+    text = " ".join(text[:limit + 1].split())
+    return text[:limit] + "…" if len(text) > limit else text
+
+
 def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
     """The start of the first text in ``messages`` (a message's content, else a call's arguments), for one line."""
     for message in messages:
@@ -412,14 +419,13 @@ def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
                 text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
                 break
         if text:
-            text = " ".join(text[:limit + 1].split())
-            return _text(text[:limit] + "…" if len(text) > limit else text)
+            return _text(_shorten(text, limit))
     return ""
 
 
 def _line(row: dict[str, Any]) -> str:
     """One unit on one line: its messages, who speaks, its reason code (the glossary says its action and meaning), its
-    bytes before and after, its summary or placeholder (up to LINE_EMITTED characters) and the start of its original
+    bytes before and after, the decider's reason if it gave one, its summary or placeholder (up to LINE_EMITTED characters) and the start of its original
     (LINE_TEXT characters). The unit's colour and the reason code say its action."""
     action = row["action"]
     span = f"{row['start']}–{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
@@ -427,6 +433,8 @@ def _line(row: dict[str, Any]) -> str:
     emitted = _first_text(row["emitted"], LINE_EMITTED) if action == "summarize" else ""
     return (f'<li class="unit {action}" id="{escape(row["id"])}"><b>msg {span}</b> <i>{_who(row["original"])}</i> '
             f'<code>{escape(row["reason"])}</code> {_n(row["before"])} → {_n(row["after"])} B'
+            + (f" (the decider's reason: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
+               if row.get("decider_reason") else "")
             + (f' <samp class="e">{emitted}</samp>' if emitted else "") + (f" <samp>{text}</samp>" if text else "") + "</li>")
 
 

@@ -218,3 +218,7 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
     assert all(p.is_displayed() for p in pages)
     browser.find_element(By.ID, "collapse-all").click()
     assert not any(p.get_attribute("open") for p in pages)
+    # a link to a unit opens the page that holds it (the browser reveals a closed <details> holding the target)
+    browser.get(page.as_uri() + f"#messages_{masked[-1]}")
+    assert [p.get_attribute("open") for p in browser.find_elements(By.CSS_SELECTOR, "details.page")].count("true") == 1
+    assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()

@@ -72,3 +72,19 @@ def test_a_units_line_shows_hostile_text_as_text() -> None:
     page, _ = mask_page(items(3000, name=name))
     assert page.count("<script>") == 1  # the page's own
     assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page and "\u202e" not in page.split("<title>")[1]
+
+
+def test_a_units_line_gives_the_deciders_reason() -> None:
+    from compactor.call_record import CallRecord
+
+    messages = items(2 * FULL_ROWS + 10)
+    units = [{"id": f"fragment_{i}", "start": i, "end": i + 1, "action": "keep", "reason": "model_kept",
+              **({"decider_reason": "still needed <b>later</b>"} if i == 7 else {})} for i in range(len(messages))]
+    report = {"original_bytes": dense_size(messages), "output_bytes": dense_size(messages), "target_bytes": 10,
+              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": None,
+              "preserved_prefix_bytes": dense_size(messages), "fragments": [dict(u) for u in units]}
+    record = CallRecord(status=200, body={"messages": messages, "compacted": False, "compaction": report},
+                        mode="decision", bytes_in=dense_size(messages), bytes_out=dense_size(messages), report=report)
+    page = render_html(messages, record, units, title="run.json", keep_recent=2)
+    line = re.search(r'<li class="unit keep" id="fragment_7">(.*?)</li>', page).group(1)
+    assert "(the decider's reason: <bdi>still needed &lt;b&gt;later" in line
