@@ -3,8 +3,8 @@
 The page is static HTML with inline CSS and a few lines of optional JavaScript (filters, expand all):
 no network access, readable without scripts, keyboard- and screen-reader-friendly. Each unit's original
 is shown inside a closed ``<details>`` (the browser does not lay it out until opened) and long message
-texts are cut to a head and a tail with the number of bytes left out, so a 50 MB transcript still gives
-a page of a few megabytes.
+texts are cut to a head and a tail with the number of bytes left out. Past FULL_ROWS units, each unit is one
+line in closed pages, so that a transcript of many short items gives a page smaller than itself.
 """
 
 from __future__ import annotations
@@ -348,6 +348,8 @@ def _passes_section(windows: dict[str, Any]) -> str:
 
 
 def _units_section(rows: list[dict[str, Any]], widest: int, glossary: dict[str, str]) -> str:
+    """Every unit in transcript order: each in full up to :data:`FULL_ROWS` rows; past that, one line per unit in
+    closed pages of :data:`PAGE_ROWS` (:func:`_pages`), so that the page stays smaller than the transcript."""
     parts = ['<section aria-labelledby="units-h" id="units"><h2 id="units-h">Units in transcript order</h2>',
              '<div class="tools" role="toolbar" aria-label="Filter and expand units">']
     for action in ("all", "summarize", "archive", "keep"):
@@ -355,15 +357,85 @@ def _units_section(rows: list[dict[str, Any]], widest: int, glossary: dict[str, 
                      f'{"show all" if action == "all" else action}</button>')
     parts.append('<button type="button" id="expand-all">expand all</button>'
                  '<button type="button" id="collapse-all">collapse all</button></div>')
-    parts.append('<p class="legend"><span class="bar before"></span> bytes before '
-                 '<span class="bar after keep"></span> bytes after, on one scale '
-                 f'(widest unit {_n(widest)} B). <span class="badge pin">pinned</span> and '
-                 '<span class="badge tail">protected tail</span> units are never sent to a model.</p>')
-    parts.append('<ol class="units" aria-label="Units">')
-    for row in rows:
-        parts.append(_unit(row, widest, glossary))
-    parts.append("</ol></section>")
+    if len(rows) > FULL_ROWS:
+        parts.append(_pages(rows))
+    else:
+        parts.append('<p class="legend"><span class="bar before"></span> bytes before '
+                     '<span class="bar after keep"></span> bytes after, on one scale '
+                     f'(widest unit {_n(widest)} B). <span class="badge pin">pinned</span> and '
+                     '<span class="badge tail">protected tail</span> units are never sent to a model.</p>')
+        parts.append('<ol class="units" aria-label="Units">')
+        parts.extend(_unit(row, widest, glossary) for row in rows)
+        parts.append("</ol>")
+    parts.append("</section>")
     return "".join(parts)
+
+
+FULL_ROWS = 500
+"""Up to this many rows, each unit is shown in full (its bars, its explanation, its original and summary side by
+side); past it, each is one line (:func:`_line`) in pages of PAGE_ROWS (docs/report.md "Large transcripts")."""
+PAGE_ROWS = 200
+LINE_TEXT = 60
+"""Characters of a unit's first text shown on its line; a summary or placeholder gets LINE_EMITTED."""
+LINE_EMITTED = 400
+
+
+def _pages(rows: list[dict[str, Any]]) -> str:
+    """The rows in closed ``<details>`` pages of PAGE_ROWS, each summed up in its ``<summary>`` (its messages, its
+    units by action and its bytes before and after), so that the browser lays out only the pages opened and a filter
+    hides the pages that hold none of its action (their ``has-<action>`` classes)."""
+    parts = [f'<p class="legend" id="paged">{_n(len(rows))} units: too many to show each in full, so each is one '
+             "line (its messages, who speaks, its reason code, its bytes, its summary and the start of its text) in "
+             f"pages of {PAGE_ROWS}. Find a message by its number (<code>msg 1234</code>) or a tool by its name with "
+             "the browser's search, or link to a unit by its id (<code>#fragment_1234</code>, "
+             "<code>#messages_1234</code>): the page that holds it opens.</p>"]
+    for first in range(0, len(rows), PAGE_ROWS):
+        page = rows[first:first + PAGE_ROWS]
+        counts = Counter(r["action"] for r in page)
+        before, after = sum(r["before"] for r in page), sum(r["after"] for r in page)
+        has = " ".join(f"has-{a}" for a in ("keep", "summarize", "archive") if counts[a])
+        what = " · ".join(f"{counts[a]} {a}" for a in ("keep", "summarize", "archive") if counts[a])
+        parts.append(f'<details class="page {has}"><summary>msg {page[0]["start"]}–{page[-1]["end"] - 1} · {what} · '
+                     f'{_n(before)} B → {_n(after)} B</summary><ol class="units lines" start="{first + 1}">')
+        parts.extend(_line(row) for row in page)
+        parts.append("</ol></details>")
+    return "".join(parts)
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis."""
+    text = " ".join(text[:limit + 1].split())
+    return text[:limit] + "…" if len(text) > limit else text
+
+
+def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
+    """The start of the first text in ``messages`` (a message's content, else a call's arguments), for one line."""
+    for message in messages:
+        text = content_text(message.get("content"))
+        if not text:
+            for call in _calls_of(message):
+                function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                arguments = function.get("arguments")
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                break
+        if text:
+            return _text(_shorten(text, limit))
+    return ""
+
+
+def _line(row: dict[str, Any]) -> str:
+    """One unit on one line: its messages, who speaks, its reason code (the glossary says its action and meaning), its
+    bytes before and after, the decider's reason if it gave one, its summary or placeholder (up to LINE_EMITTED characters) and the start of its original
+    (LINE_TEXT characters). The unit's colour and the reason code say its action."""
+    action = row["action"]
+    span = f"{row['start']}–{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
+    text = _first_text(row["original"], LINE_TEXT)
+    emitted = _first_text(row["emitted"], LINE_EMITTED) if action == "summarize" else ""
+    return (f'<li class="unit {action}" id="{escape(row["id"])}"><b>msg {span}</b> <i>{_who(row["original"])}</i> '
+            f'<code>{escape(row["reason"])}</code> {_n(row["before"])} → {_n(row["after"])} B'
+            + (f" (the decider's reason: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
+               if row.get("decider_reason") else "")
+            + (f' <samp class="e">{emitted}</samp>' if emitted else "") + (f" <samp>{text}</samp>" if text else "") + "</li>")
 
 
 def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
@@ -452,10 +524,15 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 .legend{color:var(--mute);font-size:.85rem}
 .legend .bar{display:inline-block;width:22px;height:8px;vertical-align:middle;position:static}
 .units{list-style:none;margin:0;padding:0}
-.unit{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep);
-content-visibility:auto;contain-intrinsic-size:auto 120px}
+.unit{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep)}
 .unit.summarize{border-left-color:var(--summarize)}.unit.archive{border-left-color:var(--archive)}
-.unit[hidden]{display:none}
+#units[data-show=keep] .unit:not(.keep),#units[data-show=summarize] .unit:not(.summarize),
+#units[data-show=archive] .unit:not(.archive),#units[data-show=keep] .page:not(.has-keep),
+#units[data-show=summarize] .page:not(.has-summarize),#units[data-show=archive] .page:not(.has-archive){display:none}
+.page{border-top:1px solid var(--line);padding:6px 0}
+.lines .unit{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
+.lines b{font-weight:600}.lines i{font-style:normal;color:var(--mute)}.lines samp{font:inherit;color:var(--mute)}
+.lines samp.e{color:var(--ink)}
 .head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
 .uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
 .who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
@@ -490,13 +567,14 @@ tr.bad td{background:rgba(211,51,51,.08)}
 
 _JS = """
 (function(){
-  var units=document.querySelectorAll('li.unit'), filters=document.querySelectorAll('[data-filter]');
+  var section=document.getElementById('units'), filters=document.querySelectorAll('[data-filter]'), want='all';
   filters.forEach(function(b){b.addEventListener('click',function(){
-    var want=b.getAttribute('data-filter');
+    want=b.getAttribute('data-filter');
     filters.forEach(function(o){o.setAttribute('aria-pressed',String(o===b));});
-    units.forEach(function(u){u.hidden=!(want==='all'||u.getAttribute('data-action')===want);});
+    section.setAttribute('data-show',want);
   });});
-  function all(open){document.querySelectorAll('li.unit:not([hidden]) details').forEach(function(d){d.open=open;});}
+  function all(open){var only=want==='all'?'':'.'+want, has=want==='all'?'':'.has-'+want;
+    section.querySelectorAll('details.page'+has+', li.unit'+only+' details').forEach(function(d){d.open=open;});}
   document.getElementById('expand-all').addEventListener('click',function(){all(true);});
   document.getElementById('collapse-all').addEventListener('click',function(){all(false);});
 })();

@@ -11,6 +11,14 @@ and every seventh archived (the report renders what the body says, so no model r
    number of units, not with their bytes); its share of the transcript is printed;
 3. with Chromium installed: seconds to the load event, and to open every ``<details>`` (printed only).
 
+``--items 10000 100000`` then measures many small items (~280 bytes each, a tool call and its short output) in
+mask mode (the real local masking) and in decision mode (a synthetic body as above), where the page lists each
+unit on one line in closed pages (docs/report.md "Large transcripts"):
+
+4. page bytes against the transcript's; goal: not more;
+5. with Chromium installed: seconds to the load event and for each filter button (the click and the layout it
+   causes), and for expand all (printed only; goal ~2 s at 10 000 items on the project's 2-core machine).
+
 Exits 1 when a goal is missed.
 """
 
@@ -70,9 +78,84 @@ def record_for(messages: list[dict[str, Any]]) -> tuple[CallRecord, list[dict[st
     return CallRecord(status=200, body=body, mode="decision", bytes_in=original, bytes_out=out, report=compaction), units
 
 
+def small_items(count: int) -> list[dict[str, Any]]:
+    """``count`` items: a system prompt, a task, then tool calls each answered by a ~420-byte output."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "Fix the build."}]
+    i = 0
+    while len(messages) < count:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}",
+                         "content": f"{i:06d} build output with a path src/pkg/module_{i % 97}.py ok\n" * 7})
+        i += 1
+    return messages
+
+
+def chromium() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=Service(executable_path="/usr/bin/chromedriver"))
+
+
+CLICK = """var done = arguments[arguments.length - 1], t = performance.now();
+document.querySelector(arguments[0]).click(); document.body.offsetHeight;
+requestAnimationFrame(function () { setTimeout(function () { done((performance.now() - t) / 1000); }); });"""
+"""A click, the style and layout it causes, and the next frame drawn: seconds."""
+
+
+def many_items(counts: list[int]) -> bool:
+    """Figures 4 and 5 for each count, in mask and decision mode."""
+    from compactor.models import CompactRequest
+    from compactor_cli.compact_cmd import compact_locally
+
+    ok, browser = True, shutil.which("/usr/bin/chromium") and shutil.which("/usr/bin/chromedriver")
+    for count in counts:
+        messages = small_items(count)
+        size = dense_size(messages)
+        mask, mask_units = compact_locally(CompactRequest.model_validate(
+            {"messages": messages, "mode": "mask", "target_ratio": 0.5}))
+        for mode, (record, units) in (("mask", (mask, mask_units)), ("decision", record_for(messages))):
+            started = time.perf_counter()
+            page = render_html(messages, record, units, title="synthetic.json", keep_recent=6)
+            render_s = time.perf_counter() - started
+            page_bytes = len(page.encode("utf-8"))
+            ok = ok and page_bytes <= size
+            print(f"{count} items, {mode}: transcript {size / 1e6:.2f} MB, page {page_bytes / 1e6:.2f} MB "
+                  f"({100 * page_bytes / size:.0f}%, goal <= 100%), {page_bytes / len(messages):.0f} B per item; "
+                  f"render {render_s:.2f} s")
+            if not browser:
+                continue
+            driver = chromium()
+            driver.set_script_timeout(600)
+            try:
+                with tempfile.TemporaryDirectory() as folder:
+                    path = Path(folder) / "report.html"
+                    path.write_text(page, encoding="utf-8")
+                    started = time.perf_counter()
+                    driver.get(path.as_uri())
+                    driver.execute_script("return document.body.offsetHeight")
+                    print(f"  chromium: load {time.perf_counter() - started:.2f} s", end="", flush=True)
+                    for action in ("keep", "summarize", "archive", "all"):
+                        seconds = driver.execute_async_script(CLICK, f'[data-filter="{action}"]')
+                        print(f", {action} {seconds:.2f} s", end="", flush=True)
+                    for name, button in (("expand all", "#expand-all"), ("collapse all", "#collapse-all")):
+                        print(f", {name} {driver.execute_async_script(CLICK, button):.2f} s", end="", flush=True)
+                    print()
+            finally:
+                driver.quit()
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=50)
+    parser.add_argument("--items", type=int, nargs="*", default=[], help="also measure these many small items")
     args = parser.parse_args()
     messages = transcript(args.mb)
     record, units = record_for(messages)
@@ -89,14 +172,7 @@ def main() -> int:
           f"{100 * size / len(dumped.encode()):.1f}% of the transcript")
     ok = render_s / dump_s <= RENDER_GOAL and size / len(units) <= UNIT_BYTES_GOAL
     if shutil.which("/usr/bin/chromium") and shutil.which("/usr/bin/chromedriver"):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        options = webdriver.ChromeOptions()
-        options.binary_location = "/usr/bin/chromium"
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(options=options, service=Service(executable_path="/usr/bin/chromedriver"))
+        driver = chromium()
         try:
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "report.html"
@@ -113,6 +189,8 @@ def main() -> int:
             driver.quit()
     else:
         print("chromium: not installed, load time not measured")
+    if args.items:
+        ok = many_items(args.items) and ok
     print("OK" if ok else "GOAL MISSED")
     return 0 if ok else 1
 

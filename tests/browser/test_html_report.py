@@ -12,7 +12,9 @@ from selenium.webdriver.common.keys import Keys
 from compactor.call_record import CallRecord, NodeOutcome
 from compactor.compaction.preparation import TAIL_TARGET_SHARE, tail_length
 from compactor.transcripts import parse_transcript
-from compactor_cli.html_report import TEXT_HEAD, TEXT_TAIL, render_html
+from compactor.models import CompactRequest
+from compactor_cli.compact_cmd import compact_locally
+from compactor_cli.html_report import TEXT_HEAD, TEXT_TAIL, mask_rows, render_html
 from compactor_cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -178,3 +180,45 @@ def test_the_page_is_usable_without_a_mouse_or_eyes(browser: Any, tmp_path: Path
     browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
     assert browser.switch_to.active_element.get_attribute("class") == "skip"
     assert not browser.find_elements(By.CSS_SELECTOR, "script[src], link[href], img[src]")  # nothing fetched
+
+
+def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path: Path) -> None:
+    # Past FULL_ROWS units each is one line in closed pages (docs/report.md "Large transcripts"): a filter hides the
+    # lines and the pages without its action; expand all opens only the pages that hold it.
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."}]
+    for i in range(1500):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"output {i}\n" * 30})
+    page = tmp_path / "report.html"
+    record, units_ = compact_locally(CompactRequest.model_validate(
+        {"messages": messages, "mode": "mask", "target_ratio": 0.5}))
+    page.write_text(render_html(messages, record, units_, title="run.json", keep_recent=6), encoding="utf-8")
+    masked = sorted({entry["index"] for entry in record.report["masked"]})
+
+    browser.get(page.as_uri())
+
+    pages = browser.find_elements(By.CSS_SELECTOR, "details.page")
+    assert len(pages) > 1 and not any(p.get_attribute("open") for p in pages)
+    assert len(units(browser)) == len(mask_rows(messages, record.body, record.report))
+    browser.find_element(By.CSS_SELECTOR, '[data-filter="summarize"]').click()
+    shown = [p for p in pages if p.is_displayed()]
+    assert shown == [p for p in pages if "has-summarize" in p.get_attribute("class")]
+    browser.find_element(By.ID, "expand-all").click()
+    assert all(p.get_attribute("open") for p in shown)
+    shown_lines = browser.execute_script(  # one call: a round trip for each of 3 000 lines takes half a minute
+        "return Array.from(document.querySelectorAll('li.unit')).filter(function (u) {"
+        " return u.getClientRects().length; }).map(function (u) { return u.id; });")
+    assert [int(i.split("_")[1]) for i in shown_lines] == masked
+    line = browser.find_element(By.ID, f"messages_{masked[0]}").text
+    assert "masked" in line and "omitted by compaction" in line and "output" in line
+    browser.find_element(By.CSS_SELECTOR, '[data-filter="archive"]').click()  # a mask run archives nothing
+    assert not any(p.is_displayed() for p in pages)
+    browser.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+    assert all(p.is_displayed() for p in pages)
+    browser.find_element(By.ID, "collapse-all").click()
+    assert not any(p.get_attribute("open") for p in pages)
+    # a link to a unit opens the page that holds it (the browser reveals a closed <details> holding the target)
+    browser.get(page.as_uri() + f"#messages_{masked[-1]}")
+    assert [p.get_attribute("open") for p in browser.find_elements(By.CSS_SELECTOR, "details.page")].count("true") == 1
+    assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()

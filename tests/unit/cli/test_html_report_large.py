@@ -1,0 +1,90 @@
+"""The HTML report of a transcript of many items (docs/report.md "Large transcripts"): past FULL_ROWS units, one line
+per unit in closed pages, so that the page is smaller than the transcript and every unit is still on it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from compactor.jsonutil import dense_size
+from compactor.models import CompactRequest
+from compactor_cli.compact_cmd import compact_locally
+from compactor_cli.html_report import FULL_ROWS, PAGE_ROWS, mask_rows, render_html
+
+
+def items(count: int, name: str = "bash") -> list[dict[str, Any]]:
+    """A task, then tool calls each answered by a short output (~280 bytes an item, as a long agent run has)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "Fix the build."}]
+    i = 0
+    while len(messages) < count:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{i}", "type": "function", "function": {"name": name, "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{i:06d} src/pkg/m{i % 97}.py ok\n" * 12})
+        i += 1
+    return messages
+
+
+def mask_page(messages: list[dict[str, Any]]) -> tuple[str, Any]:
+    record, units = compact_locally(CompactRequest.model_validate(
+        {"messages": messages, "mode": "mask", "target_ratio": 0.5}))
+    return render_html(messages, record, units, title="run.json", keep_recent=6), record
+
+
+def test_a_mask_page_of_many_items_is_smaller_than_the_transcript_and_lists_every_unit() -> None:
+    # Each unit was a full row (bars, explanation, original and placeholder side by side): about 1 KB an item, so a
+    # 10 000-item mask page was 4.5 times its transcript and Chromium took a minute to filter it.
+    messages = items(3000)
+    page, record = mask_page(messages)
+    rows = mask_rows(messages, record.body, record.report)
+    assert len(rows) > FULL_ROWS
+
+    assert len(page.encode()) <= dense_size(messages)
+    assert re.findall(r'<li class="unit \w+" id="(messages_\d+)"', page) == [row["id"] for row in rows]
+    assert "details class=\"pair\"" not in page  # no full rows
+    pages = re.findall(r'<details class="page ([\w -]+)"><summary>msg (\d+)–(\d+) · ([^<]*)</summary>', page)
+    assert len(pages) == -(-len(rows) // PAGE_ROWS)
+    assert [(int(start), int(end)) for _, start, end, _ in pages] == [
+        (rows[i]["start"], rows[min(i + PAGE_ROWS, len(rows)) - 1]["end"] - 1) for i in range(0, len(rows), PAGE_ROWS)]
+    # each page's summary adds up its units' bytes, and names the actions its filter classes say it holds
+    for (classes, _, _, what), first in zip(pages, range(0, len(rows), PAGE_ROWS)):
+        chunk = rows[first:first + PAGE_ROWS]
+        before = f"{sum(r['before'] for r in chunk):,}".replace(",", "\u202f")
+        after = f"{sum(r['after'] for r in chunk):,}".replace(",", "\u202f")
+        assert what.endswith(f"{before} B → {after} B")
+        assert set(classes.split()) == {f"has-{r['action']}" for r in chunk}
+    # a masked output's line: its reason, its bytes, its placeholder and the start of its original
+    masked = next(r for r in rows if r["reason"] == "masked")
+    line = re.search(rf'<li class="unit summarize" id="{masked["id"]}">(.*?)</li>', page).group(1)
+    assert "<code>masked</code>" in line and f"{masked['before']} → {masked['after']} B" in line
+    assert "omitted by compaction" in line and messages[masked["start"]]["content"][:20] in line
+
+
+def test_a_page_of_few_units_still_shows_each_in_full() -> None:
+    messages = items(FULL_ROWS - 100)
+    page, record = mask_page(messages)
+    assert len(mask_rows(messages, record.body, record.report)) <= FULL_ROWS
+    assert 'details class="pair"' in page and '<details class="page' not in page
+
+
+def test_a_units_line_shows_hostile_text_as_text() -> None:
+    name = "<script>window.pwned=1</script>\u202e"
+    page, _ = mask_page(items(3000, name=name))
+    assert page.count("<script>") == 1  # the page's own
+    assert "&lt;script&gt;window.pwned=1&lt;/script&gt;" in page and "\u202e" not in page.split("<title>")[1]
+
+
+def test_a_units_line_gives_the_deciders_reason() -> None:
+    from compactor.call_record import CallRecord
+
+    messages = items(2 * FULL_ROWS + 10)
+    units = [{"id": f"fragment_{i}", "start": i, "end": i + 1, "action": "keep", "reason": "model_kept",
+              **({"decider_reason": "still needed <b>later</b>"} if i == 7 else {})} for i in range(len(messages))]
+    report = {"original_bytes": dense_size(messages), "output_bytes": dense_size(messages), "target_bytes": 10,
+              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": None,
+              "preserved_prefix_bytes": dense_size(messages), "fragments": [dict(u) for u in units]}
+    record = CallRecord(status=200, body={"messages": messages, "compacted": False, "compaction": report},
+                        mode="decision", bytes_in=dense_size(messages), bytes_out=dense_size(messages), report=report)
+    page = render_html(messages, record, units, title="run.json", keep_recent=2)
+    line = re.search(r'<li class="unit keep" id="fragment_7">(.*?)</li>', page).group(1)
+    assert "(the decider's reason: <bdi>still needed &lt;b&gt;later" in line
