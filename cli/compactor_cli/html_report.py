@@ -575,8 +575,9 @@ _JS = """
   });});
   function all(open){var only=want==='all'?'':'.'+want, has=want==='all'?'':'.has-'+want;
     section.querySelectorAll('details.page'+has+', li.unit'+only+' details').forEach(function(d){d.open=open;});}
-  document.getElementById('expand-all').addEventListener('click',function(){all(true);});
-  document.getElementById('collapse-all').addEventListener('click',function(){all(false);});
+  var expand=document.getElementById('expand-all'), collapse=document.getElementById('collapse-all');
+  if(expand){expand.addEventListener('click',function(){all(true);});}
+  if(collapse){collapse.addEventListener('click',function(){all(false);});}
 })();
 """
 

@@ -45,6 +45,7 @@ def browser() -> Iterator[Any]:
                  "--window-size=1280,1600", "--force-prefers-reduced-motion",
                  f"--host-resolver-rules=MAP {REBOUND_NAME} 127.0.0.1"):  # DNS rebinding, for test_serve_cross_site
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the pages' script errors, for the tests to read
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     try:
         yield driver
