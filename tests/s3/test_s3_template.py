@@ -121,6 +121,9 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
         ("states:DescribeExecution", "${WindowedJobStateMachine.Name}:*")]
     env = resources["S3CompactGaveUpFunction"]["Properties"]["Environment"]["Variables"]
     assert env["COMPACTOR_WINDOWED_STATE_MACHINE_ARN"] == {"Ref": "WindowedJobStateMachine"}
+    # asked only for an object over the size past which S3CompactFunction starts a windowed job: the same one
+    s3_env = resources["S3CompactFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["COMPACTOR_S3_INLINE_MAX_BYTES"] == s3_env["COMPACTOR_S3_INLINE_MAX_BYTES"] == {"Ref": "S3InlineMaxBytes"}
 
 
 def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:
