@@ -123,7 +123,8 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
     assert env["COMPACTOR_WINDOWED_STATE_MACHINE_ARN"] == {"Ref": "WindowedJobStateMachine"}
     # asked only for an object over the size past which S3CompactFunction starts a windowed job: the same one
     s3_env = resources["S3CompactFunction"]["Properties"]["Environment"]["Variables"]
-    assert env["COMPACTOR_S3_INLINE_MAX_BYTES"] == s3_env["COMPACTOR_S3_INLINE_MAX_BYTES"] == {"Ref": "S3InlineMaxBytes"}
+    inline_max = {"Ref": "S3InlineMaxBytes"}
+    assert env["COMPACTOR_S3_INLINE_MAX_BYTES"] == s3_env["COMPACTOR_S3_INLINE_MAX_BYTES"] == inline_max
 
 
 def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:

@@ -155,8 +155,8 @@ def test_a_delete_never_removes_a_newer_versions_result_of_the_same_bytes(versio
 
 def test_a_deleted_versions_older_outcome_below_it_does_not_come_back(versioned, handlers):
     """Deleting the version looked at makes the one below it current again: version 2's result had replaced version
-    1's, so version 3's failure, deleting version 2's result, would have brought version 1's back beside it. It goes too,
-    and no delete marker is left behind (the bucket keeps none of these deletes)."""
+    1's, so version 3's failure, deleting version 2's result, would have brought version 1's back beside it. It goes
+    too, and no delete marker is left behind (the bucket keeps none of these deletes)."""
     rel = "three.json"
     for number, body in ((1, transcript_body(1)), (2, transcript_body(2))):
         assert run(handlers, upload(versioned, "incoming/" + rel, body, f"0065A1B2C3D4E5F60{number}"))[

@@ -503,9 +503,9 @@ def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, cont
 def settle(store: ObjectStore, source: Source, key: str) -> Outcome | None:
     """Once ``key`` (``compacted/<rel>`` or ``failed/<rel>``) holds this version's outcome, the other place holds
     no other: one outcome per key (docs/scale.md, "One outcome per object"). The other place's object is deleted
-    (the version looked at in a versioned bucket, else on its ETag: :func:`_delete`) when it comes from an older version, or is this version's failure
-    and ``key`` its result (the result supersedes a failure recorded while a retry or a windowed job was still
-    running). This version's own object is withdrawn instead when the other place holds a newer version's outcome,
+    (the version looked at in a versioned bucket, else on its ETag: :func:`_delete`) when it comes from an older
+    version, or is this version's failure and ``key`` its result (the result supersedes a failure recorded while a
+    retry or a windowed job was still running). This version's own object is withdrawn instead when the other place holds a newer version's outcome,
     or this version's result and ``key`` a failure: the ``skipped`` outcome, else None. Two writers of the two
     places each look at the other's after their own write, so the later one always sees the earlier one's;
     outcomes whose order is unknown (no S3 sequencer on one of them) are left as they are."""
