@@ -4,10 +4,12 @@ Lambda calls it once it gave up on an S3 event (every attempt raised or timed ou
 no attempt knows it is the last), with its invocation record: the event in ``requestPayload``, the last error in
 ``responsePayload``. Each object the event created is recorded under ``failed/<rel>``, 500 ``job_failed`` naming
 the error's kind (``compactor.object_jobs.record_gave_up``), unless the object version's windowed job runs or ended
-done (``compactor_aws.windowed_jobs.owns``: it writes that version's outcome), so that an API upload's
+done (``compactor_aws.windowed_jobs.owns``, asked only for an object over the inline size: it writes that version's
+outcome), so that an API upload's
 ``GET /v1/jobs/{id}`` answers ``failed`` instead of ``running`` forever (docs/scale.md), and its outcome is counted
 (``S3ObjectsFailed``). An object whose result was written (only its billing failed, on every attempt) is billed
-once instead, from what the job stored (``compactor_aws.billing.bill_given_up``; docs/billing.md).
+once instead, from what the job stored (``compactor_aws.billing.bill_given_up``; docs/billing.md), and counted then
+(``S3ObjectsCompacted``).
 This function's own destinations pass its invocation record, which holds ``S3CompactFunction``'s, on to the
 failure queue: the operator's record.
 """
@@ -36,18 +38,32 @@ def bill(source: object_jobs.Source) -> str | None:
     return billing.bill_given_up(source)
 
 
+def counted(outcome: dict[str, Any]) -> str:
+    """The object's outcome as the S3 path counts it: ``failed`` when recorded here, and ``compacted`` when this
+    invocation billed the job whose result was written (``"billing": "billed"``): no attempt counted that delivery (each
+    raised on its ledger write: ``S3ObjectsErrored``), as the windowed job's step that bills it counts it. It used to be
+    ``S3ObjectsSkipped``, and such an object was never counted compacted. Found billed already, it was counted."""
+    if outcome.get("billing"):
+        from compactor_aws import billing  # loaded by the billing itself
+
+        if outcome["billing"] == billing.BILLED_NOW:
+            return "compacted"
+    return outcome["result"]
+
+
 @logger.inject_lambda_context(log_event=False)
 @metrics.log_metrics
 def handler(invocation: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     cause = s3_events.gave_up_cause(invocation)
     results = []
-    for source in s3_events.given_up(invocation):
+    for source, size in s3_events.given_up(invocation):
         with logs.naming(logger, bucket=source.bucket, key=source.key, version_id=source.version_id):
-            outcome = object_jobs.record_gave_up(store, source, cause, windowed=windowed_jobs.owns(source),
+            windowed = windowed_jobs.owns(source, size=size)  # asks Step Functions only past the inline size
+            outcome = object_jobs.record_gave_up(store, source, cause, windowed=windowed,
                                                  bill=partial(bill, source)).as_dict()
             logger.warning("s3 job given up: %s", outcome["result"], extra={
                 "cause": cause, "target": outcome["key"], "reason": outcome.get("reason"),
                 "billing": outcome.get("billing")})
-        observability.record_s3_object(metrics, outcome["result"])  # S3ObjectsFailed, once per object version
+        observability.record_s3_object(metrics, counted(outcome))  # once per object version
         results.append(outcome)
     return {"cause": cause, "results": results}

@@ -147,3 +147,56 @@ def test_a_ledger_write_that_succeeded_on_the_last_attempt_is_not_billed_again(
 
     assert outcome["billing"] == "already billed"
     assert table_entries(aws["dynamodb"]) == [entry]
+
+
+def s3_counts(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The per-object S3 counters the invocations since the last call published (their EMF lines)."""
+    from observability.conftest import metric_names
+
+    names = []
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("{") and '"_aws"' in line:
+            names += [name for name in metric_names(json.loads(line)) if name.startswith("S3")]
+    return sorted(names)
+
+
+def test_a_job_delivered_by_the_destination_counts_as_compacted_once(
+        aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each attempt wrote the result and raised on its ledger write (``S3ObjectsErrored``); the destination that bills
+    the job delivers it, and counts it ``S3ObjectsCompacted`` as the windowed job's billing step does. It counted it
+    ``S3ObjectsSkipped``: the object was never counted compacted. Invoked again, it finds the job billed: skipped."""
+    ledger = Ledger(monkeypatch)
+    _, event = upload(aws, handlers)
+    capsys.readouterr()
+    attempts(handlers, event)
+    assert s3_counts(capsys) == ["S3ObjectsErrored"] * ATTEMPTS
+    ledger.failing = False
+
+    assert [outcome["billing"] for outcome in gave_up(handlers, event)] == ["billed"]
+    assert s3_counts(capsys) == ["S3ObjectsCompacted"]  # before: S3ObjectsSkipped
+    assert [outcome["billing"] for outcome in gave_up(handlers, event)] == ["already billed"]
+    assert s3_counts(capsys) == ["S3ObjectsSkipped"]
+
+
+def test_a_retry_that_bills_a_job_whose_ledger_write_failed_counts_it_compacted(
+        aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first attempt wrote the result and raised on its ledger write (``S3ObjectsErrored``); Lambda's retry replays
+    the job's record and bills it: it delivers the job and answers and counts ``compacted``. It answered "skipped"
+    ("already processed", as a redelivered event of a job billed before), and no attempt counted the object compacted.
+    A later delivery still finds it billed: skipped."""
+    ledger = Ledger(monkeypatch)
+    _, event = upload(aws, handlers)
+    capsys.readouterr()
+    with pytest.raises(RuntimeError):
+        handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))
+    assert s3_counts(capsys) == ["S3ObjectsErrored"]
+    ledger.failing = False
+
+    retried = handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))["results"]
+    assert [outcome["result"] for outcome in retried] == ["compacted"]  # before: skipped
+    assert s3_counts(capsys) == ["S3ObjectsCompacted"] and len(table_entries(aws["dynamodb"])) == 1
+    again = handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))["results"]
+    assert [(outcome["result"], outcome["reason"]) for outcome in again] == [("skipped", "already processed")]
+    assert s3_counts(capsys) == ["S3ObjectsSkipped"] and len(table_entries(aws["dynamodb"])) == 1

@@ -76,7 +76,7 @@ class MemoryStore:
         self.put(bucket, key, body, content_type=content_type, metadata=metadata)
         return True
 
-    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
+    def delete_if(self, bucket: str, key: str, *, etag: str, version_id: str | None = None) -> bool:
         self.calls.append((f"delete_if {etag}", key))
         current = self._head(bucket, key)
         if current is None or current.etag != etag:

@@ -39,9 +39,14 @@ def test_bucket_is_private_encrypted_versioned_and_expires_scratch(resources: di
     assert any("NoncurrentVersionExpiration" in rule and "Prefix" not in rule for rule in rules)
     assert any(rule.get("Prefix") == "fanout/" and rule["ExpirationInDays"] == 1
                and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1 for rule in rules)
-    # Expired scratch leaves delete markers in the versioned bucket: they are removed, not kept forever.
-    assert any(rule.get("Prefix") == "fanout/" and rule.get("ExpiredObjectDeleteMarker") is True
-               and rule["Status"] == "Enabled" and "ExpirationInDays" not in rule for rule in rules)
+    # Expired scratch leaves delete markers in the versioned bucket, and so does a delete of an outcome without a
+    # version id (docs/scale.md): they are removed, not kept forever, under every prefix that has them. Only fanout/,
+    # idempotency/ and archives/ had that rule: compacted/, failed/, work/ and jobs/ kept theirs.
+    removing = [rule.get("Prefix", "") for rule in rules if rule.get("ExpiredObjectDeleteMarker") is True
+                and rule["Status"] == "Enabled" and "ExpirationInDays" not in rule]
+    expiring = [rule["Prefix"] for rule in rules if "ExpirationInDays" in rule]
+    for prefix in (*expiring, COMPACTED_PREFIX, FAILED_PREFIX, "fanout/", "work/", "jobs/"):
+        assert any(prefix.startswith(covering) for covering in removing), prefix
     assert "NotificationConfiguration" not in bucket  # SAM adds it from the function's S3 events
 
 
@@ -107,14 +112,19 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
         assert statement["Effect"] == "Allow"
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         grants.setdefault(statement["Resource"]["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
-    assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:DeleteObject"},
-                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}, "": {"s3:ListBucket"}}
+    deletes = {"s3:DeleteObject", "s3:DeleteObjectVersion"}  # the version looked at (docs/scale.md)
+    assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject", *deletes},
+                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", *deletes}, "": {"s3:ListBucket"}}
     # It records nothing for an object version whose windowed job runs or ended done: that job's executions only
     described = resources["S3CompactGaveUpFunctionWindowedJobs"]["Properties"]["PolicyDocument"]["Statement"]
     assert [(s["Action"], s["Resource"]["Fn::Sub"].split(":execution:")[1]) for s in described] == [
         ("states:DescribeExecution", "${WindowedJobStateMachine.Name}:*")]
     env = resources["S3CompactGaveUpFunction"]["Properties"]["Environment"]["Variables"]
     assert env["COMPACTOR_WINDOWED_STATE_MACHINE_ARN"] == {"Ref": "WindowedJobStateMachine"}
+    # asked only for an object over the size past which S3CompactFunction starts a windowed job: the same one
+    s3_env = resources["S3CompactFunction"]["Properties"]["Environment"]["Variables"]
+    inline_max = {"Ref": "S3InlineMaxBytes"}
+    assert env["COMPACTOR_S3_INLINE_MAX_BYTES"] == s3_env["COMPACTOR_S3_INLINE_MAX_BYTES"] == inline_max
 
 
 def test_bucket_access_is_least_privilege_and_outside_the_function(resources: dict[str, Any]) -> None:
@@ -131,11 +141,33 @@ def test_bucket_access_is_least_privilege_and_outside_the_function(resources: di
             grants.setdefault(target["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
     assert grants == {
         f"/{INCOMING_PREFIX}*": {"s3:GetObject", "s3:GetObjectVersion"},
-        f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},  # one outcome (docs/scale.md)
-        f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"},
+        # one outcome (docs/scale.md): the version looked at is deleted, or, without one, the object on its ETag
+        f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"},
+        f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"},
         "": {"s3:ListBucket"},
         "/jobs/*": {"s3:GetObject"},  # an API upload's record names the key it is billed to (docs/billing.md)
     }
+
+
+def test_every_role_that_deletes_outcomes_may_delete_the_version_it_looked_at(resources: dict[str, Any]) -> None:
+    """In the versioned bucket a writer deletes the version of the outcome it looked at (docs/scale.md, "One outcome per
+    object"), which needs ``s3:DeleteObjectVersion``: ``s3:DeleteObject`` alone let it delete only on the ETag, and a
+    newer version's result of the same bytes has the same one."""
+    deleting = set()
+    for name, resource in resources.items():
+        if resource["Type"] != "AWS::IAM::RolePolicy":
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            targets = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            for target in targets:
+                path = target.get("Fn::Sub", "").split("${TranscriptBucket}")[-1] if isinstance(target, dict) else ""
+                if "s3:DeleteObject" in actions and path in (f"/{COMPACTED_PREFIX}*", f"/{FAILED_PREFIX}*"):
+                    deleting.add((resource["Properties"]["RoleName"]["Ref"], path))
+                    assert "s3:DeleteObjectVersion" in actions, (name, path)
+    assert {role for role, _ in deleting} == {"S3CompactFunctionRole", "S3CompactGaveUpFunctionRole",
+                                              "WindowJobFunctionRole"}
+    assert len(deleting) == 6  # both places, each
 
 
 def test_log_group_has_retention(resources: dict[str, Any], template: Template) -> None:

@@ -315,3 +315,65 @@ def test_the_destination_defers_only_to_an_execution_that_writes_its_outcome(sta
     assert windowed_jobs.owns(source, {windowed_jobs.STATE_MACHINE_ENV: machine}, client) is owned
     assert client.asked == [f"arn:aws:states:us-east-1:{ACCOUNT}:execution:compactor-WindowedJob:{job_id(source)}"]
     assert windowed_jobs.owns(source, {}, client) is False and len(client.asked) == 1  # no state machine: no job
+
+
+@pytest.mark.parametrize("size, asked", [(99_999, False), (100_000, False), (100_001, True), (None, True)])
+def test_the_destination_asks_about_a_windowed_job_only_for_an_object_that_could_have_one(size, asked) -> None:
+    """The S3 function reads an object of at most ``COMPACTOR_S3_INLINE_MAX_BYTES`` inline and starts no windowed job
+    for it: the destination knows that from the event's size, and no longer asks Step Functions (one DescribeExecution
+    for every object it was handed, most of them small). An event without a size is asked about, as before."""
+    from compactor_aws import windowed_jobs
+
+    class StepFunctions:
+        exceptions = type("Exceptions", (), {"ExecutionDoesNotExist": KeyError})
+        asked: list[str] = []
+
+        def describe_execution(self, executionArn: str) -> dict[str, Any]:  # noqa: N803 - boto3's name
+            self.asked.append(executionArn)
+            return {"status": "RUNNING"}
+
+    env = {windowed_jobs.STATE_MACHINE_ENV: f"arn:aws:states:us-east-1:{ACCOUNT}:stateMachine:compactor-WindowedJob",
+           windowed_jobs.INLINE_MAX_ENV: "100000"}
+    client = StepFunctions()
+    assert windowed_jobs.owns(Source(BUCKET, "incoming/x.json", "v1", "e1", "01"), env, client, size=size) is asked
+    assert len(client.asked) == int(asked)  # before: asked whatever the size
+
+
+def test_the_destination_records_a_small_objects_failure_without_asking_step_functions(versioned, handlers,
+                                                                                        monkeypatch):
+    """Every attempt at a small object crashed: the destination records its failure, and asks Step Functions nothing
+    (its event's size is under the inline limit). A large object's is still asked about."""
+    from compactor_aws import aws_session
+
+    from .test_jobs_routes import Crashes
+
+    real, described = aws_session.client, []
+
+    class Counting:
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def describe_execution(self, **kwargs: Any) -> Any:
+            described.append(kwargs["executionArn"])
+            return self.client.describe_execution(**kwargs)
+
+    monkeypatch.setattr(aws_session, "client", lambda service, **kwargs: Counting(real(service, **kwargs))
+                        if service == "stepfunctions" else real(service, **kwargs))
+    rel = "small.json"
+    event = upload(versioned, "incoming/" + rel, transcript_body(), "0065A1B2C3D4E5F601")
+    assert event["Records"][0]["s3"]["object"]["size"] < 100_000
+    Crashes(ATTEMPTS).install(monkeypatch)
+    for _ in range(ATTEMPTS):
+        with pytest.raises(RuntimeError):
+            run(handlers, event)
+    gave_up = handlers["gave_up"].handler(invocation_record(event, RuntimeError("x")),
+                                          LocalLambdaContext("S3CompactGaveUpFunction", timeout_s=60))
+    assert [(r["result"], r["status"]) for r in gave_up["results"]] == [("failed", 500)]
+    assert listing(versioned, rel) == ["failed/" + rel] and described == []  # before: one DescribeExecution
+    large = upload(versioned, "incoming/large.json", b" " * 100_001, "0065A1B2C3D4E5F602")
+    handlers["gave_up"].handler(invocation_record(large, RuntimeError("x")),
+                                LocalLambdaContext("S3CompactGaveUpFunction", timeout_s=60))
+    assert len(described) == 1

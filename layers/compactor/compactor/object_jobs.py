@@ -111,9 +111,10 @@ class ObjectStore(Protocol):
         ETag is ``replacing``. False when it changed meanwhile (another delivery wrote first)."""
         ...
 
-    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
-        """Delete ``key`` only if it still holds the object whose ETag is ``etag``. False when it changed meanwhile
-        or is gone."""
+    def delete_if(self, bucket: str, key: str, *, etag: str, version_id: str | None = None) -> bool:
+        """Delete the object looked at: with ``version_id`` (a versioned bucket's, :func:`version_of`), that version
+        itself, which never removes an object written since; else ``key`` only if it still holds the object whose ETag
+        is ``etag``. False when it changed meanwhile or is gone (without ``version_id``)."""
         ...
 
 
@@ -502,9 +503,9 @@ def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, cont
 def settle(store: ObjectStore, source: Source, key: str) -> Outcome | None:
     """Once ``key`` (``compacted/<rel>`` or ``failed/<rel>``) holds this version's outcome, the other place holds
     no other: one outcome per key (docs/scale.md, "One outcome per object"). The other place's object is deleted
-    (on its ETag, so never one written meanwhile) when it comes from an older version, or is this version's failure
-    and ``key`` its result (the result supersedes a failure recorded while a retry or a windowed job was still
-    running). This version's own object is withdrawn instead when the other place holds a newer version's outcome,
+    (the version looked at in a versioned bucket, else on its ETag: :func:`_delete`) when it comes from an older
+    version, or is this version's failure and ``key`` its result (the result supersedes a failure recorded while a
+    retry or a windowed job was still running). This version's own object is withdrawn instead when the other place holds a newer version's outcome,
     or this version's result and ``key`` a failure: the ``skipped`` outcome, else None. Two writers of the two
     places each look at the other's after their own write, so the later one always sees the earlier one's;
     outcomes whose order is unknown (no S3 sequencer on one of them) are left as they are."""
@@ -517,13 +518,38 @@ def settle(store: ObjectStore, source: Source, key: str) -> Outcome | None:
     head = store.head(source.bucket, other)
     order = None if head is None else _order(head.metadata, source)
     if head is not None and (order == "older" or (order == "same" and success)):
-        store.delete_if(source.bucket, other, etag=head.etag)
+        _delete(store, source, other, head, same=success)
     elif order == "newer" or order == "same":
         mine = store.head(source.bucket, key)
         if mine is not None and same_version(mine.metadata, source):
-            store.delete_if(source.bucket, key, etag=mine.etag)
+            _delete(store, source, key, mine, same=True)
         return Outcome("skipped", source, key=key, reason=NEWER if order == "newer" else PROCESSED)
     return None
+
+
+def version_of(head: ObjectHead) -> str | None:
+    """The version id that names the object ``head`` looked at, and only it: None without versioning, and for S3's
+    ``null`` version (written while versioning was off or suspended), which the next such write replaces."""
+    return None if head.version_id in (None, NO_VERSION) else head.version_id
+
+
+def _delete(store: ObjectStore, source: Source, key: str, head: ObjectHead, *, same: bool) -> None:
+    """Delete the outcome ``head`` looked at in ``key`` (an older version's, or this one's). Outcomes are deterministic,
+    so two versions' results of the same bytes have the same ETag: a delete on the ETag alone (``If-Match``) removed a
+    newer version's result written between the look and the delete, and that version was left with no outcome (its
+    upload ``running`` for ever). In a versioned bucket the version looked at is deleted instead, which never removes a
+    newer one. Such a delete brings back the version below it, an outcome the deleted one had replaced (an older
+    version's, as the deleted one was older than this version, or was this version's own): it goes too, and so on down
+    while they come from older versions (or this version, with ``same``); one of unknown order stays."""
+    while True:
+        version = version_of(head)
+        if not store.delete_if(source.bucket, key, etag=head.etag, version_id=version) or version is None:
+            return
+        below = store.head(source.bucket, key)
+        order = None if below is None else _order(below.metadata, source)
+        if below is None or not (order == "older" or (order == "same" and same)):
+            return
+        head = below
 
 
 def _order(metadata: Mapping[str, str], source: Source) -> Literal["same", "newer", "older"] | None:

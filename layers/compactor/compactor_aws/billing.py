@@ -297,10 +297,11 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     finally:
         for billed in billing_now:
             billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
-    if not fresh:
-        _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
-              record.get("request_id"), None)
-    if fresh or record["outcome"].get("result") == "skipped":
+    billed_now = not fresh and _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
+                                     record.get("request_id"), None)
+    if fresh or billed_now or record["outcome"].get("result") == "skipped":
+        # Billed now, the job is delivered now: the attempt that stored its result raised on its ledger write and
+        # counted no outcome (S3ObjectsErrored), so this one answers, and counts, its outcome (it said skipped).
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
     return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}

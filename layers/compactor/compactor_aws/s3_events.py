@@ -25,13 +25,19 @@ def source_of(record: S3EventRecord) -> object_jobs.Source:
     )
 
 
-def given_up(invocation: dict[str, Any]) -> list[object_jobs.Source]:
-    """The objects created that the event of an invocation record (its ``requestPayload``) named; none for S3's
-    ``s3:TestEvent`` and for other events."""
+def given_up(invocation: dict[str, Any]) -> list[tuple[object_jobs.Source, int | None]]:
+    """The objects created that the event of an invocation record (its ``requestPayload``) named, each with its size
+    in bytes (None where the record has none); none for S3's ``s3:TestEvent`` and for other events."""
     payload = invocation.get("requestPayload")
     if not (isinstance(payload, dict) and "Records" in payload):
         return []
-    return [source_of(record) for record in S3Event(payload).records if record.event_name.startswith("ObjectCreated:")]
+    return [(source_of(record), _size(record)) for record in S3Event(payload).records
+            if record.event_name.startswith("ObjectCreated:")]
+
+
+def _size(record: S3EventRecord) -> int | None:
+    size = record.s3.get_object.get("size")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def gave_up_cause(invocation: dict[str, Any]) -> str | None:

@@ -141,11 +141,14 @@ class S3Store:
             raise
         return True
 
-    def delete_if(self, bucket: str, key: str, *, etag: str) -> bool:
-        """A conditional DeleteObject (``If-Match`` its ETag; in a versioned bucket, a delete marker). False when S3
-        refuses the condition (the key was written meanwhile) or the key is gone."""
+    def delete_if(self, bucket: str, key: str, *, etag: str, version_id: str | None = None) -> bool:
+        """DeleteObject of the object looked at: with ``version_id``, that version (``s3:DeleteObjectVersion``: no
+        delete marker, and a version written since stays, whatever its ETag); else conditional on its ETag
+        (``If-Match``; in a versioned bucket, a delete marker). False when S3 refuses the condition (the key was
+        written meanwhile) or the key is gone."""
+        condition = {"VersionId": version_id} if version_id else {"IfMatch": etag}
         try:
-            self.client.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+            self.client.delete_object(Bucket=bucket, Key=key, **condition)
         except ClientError as exc:
             if str(exc.response.get("Error", {}).get("Code")) in _PRECONDITION | _NOT_FOUND:
                 return False

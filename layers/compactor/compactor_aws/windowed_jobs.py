@@ -48,12 +48,16 @@ OWNING = frozenset({"RUNNING", "PENDING_REDRIVE", "SUCCEEDED"})
 its own failure (RecordFailure). One that failed, timed out or was aborted may have written none."""
 
 
-def owns(source: Source, env: Mapping[str, str] | None = None, client: Any = None) -> bool:
+def owns(source: Source, env: Mapping[str, str] | None = None, client: Any = None, *, size: int | None = None) -> bool:
     """Whether the windowed job of this object version (its execution, named after it) is running or ended done,
     so that its outcome is the job's (``compactor.object_jobs.record_gave_up``): the S3 function's attempts may all
-    crash after one of them started it. False without a state machine (``COMPACTOR_WINDOWED_STATE_MACHINE_ARN``)."""
-    arn = (os.environ if env is None else env).get(STATE_MACHINE_ENV)
-    if not arn:
+    crash after one of them started it. False without a state machine (``COMPACTOR_WINDOWED_STATE_MACHINE_ARN``), and
+    without asking Step Functions for an object of ``size`` bytes (its event's) that is not over
+    ``COMPACTOR_S3_INLINE_MAX_BYTES``: the S3 function reads such an object inline and starts no job for it (one
+    ``DescribeExecution`` for every object Lambda gave up on, most of them small)."""
+    env = os.environ if env is None else env
+    arn = env.get(STATE_MACHINE_ENV)
+    if not arn or (size is not None and size <= inline_max_bytes(env)):
         return False
     from compactor import large_jobs
     from compactor_aws import aws_session
