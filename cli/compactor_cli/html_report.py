@@ -22,7 +22,7 @@ from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import calls_fell_back
 
-from compactor_cli.report import INVISIBLE, unit_rows
+from compactor_cli.report import INVISIBLE, short_name, unit_rows
 
 TEXT_HEAD = 1200
 """Characters shown from the start of a long message text; TEXT_TAIL from its end."""
@@ -90,12 +90,12 @@ def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
 
 def _who(messages: list[dict[str, Any]]) -> str:
     """Who speaks in a unit, as HTML: its first role, the tools it calls (each isolated) and its results."""
-    roles = [str(role_of(m)) for m in messages]
+    roles = [short_name(role_of(m)) for m in messages]
     tools = _tool_names(messages)
     text = _inline(roles[0]) if roles else "—"
     if tools:
         counts = Counter(tools)
-        text += " → " + ", ".join(_inline(name) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
+        text += " → " + ", ".join(_inline(short_name(name)) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
     results = roles.count("tool")
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
@@ -103,12 +103,12 @@ def _who(messages: list[dict[str, Any]]) -> str:
 
 
 def _message_html(message: dict[str, Any]) -> str:
-    parts = [f'<div class="msg"><span class="role">{_inline(str(role_of(message)))}</span>']
+    parts = [f'<div class="msg"><span class="role">{_inline(short_name(role_of(message)))}</span>']
     for call in _calls_of(message):
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        parts.append(f'<pre class="call"><b>{_inline(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
+        parts.append(f'<pre class="call"><b>{_inline(short_name(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
     text = content_text(message.get("content"))
     if text:
         parts.append(f"<pre>{_clip(text)}</pre>")
