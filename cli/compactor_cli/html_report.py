@@ -50,9 +50,10 @@ def _pct(part: int, whole: int) -> str:
 
 
 def _text(text: str, markup: bool = True) -> str:
-    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page: escaped, each :data:`INVISIBLE`
+    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page's text, never an attribute value:
+    escaped (``<``, ``>`` and ``&``; quotes mean nothing in text, and JSON is full of them), each :data:`INVISIBLE`
     character shown as a ``U+XXXX`` mark (in a ``<span class="cc">`` where markup is allowed)."""
-    escaped = escape(text)
+    escaped = escape(text, quote=False)
     if markup:
         return INVISIBLE.sub(lambda m: f'<span class="cc">U+{ord(m.group()):04X}</span>', escaped)
     return INVISIBLE.sub(lambda m: f"[U+{ord(m.group()):04X}]", escaped)
@@ -60,8 +61,10 @@ def _text(text: str, markup: bool = True) -> str:
 
 def _inline(text: str) -> str:
     """Untrusted ``text`` among the page's own words, isolated (``<bdi>``) so that right-to-left text in it cannot
-    reorder theirs."""
-    return f"<bdi>{_text(text)}</bdi>"
+    reorder theirs. Text that is all ASCII once marked (:func:`_text`) has no right-to-left character and needs no
+    isolation: most names are, and a page of many units has one or two on each line."""
+    shown = _text(text)
+    return shown if shown.isascii() else f"<bdi>{shown}</bdi>"
 
 
 def _clip(text: str) -> str:
@@ -96,7 +99,7 @@ def _who(messages: list[dict[str, Any]]) -> str:
     if tools:
         counts = Counter(tools)
         text += " → " + ", ".join(_inline(short_name(name)) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
-    results = roles.count("tool")
+    results = roles[1:].count("tool")  # a unit that is one tool message is not "tool + 1 result"
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
     return text
@@ -408,8 +411,8 @@ def _shorten(text: str, limit: int) -> str:
     return text[:limit] + "…" if len(text) > limit else text
 
 
-def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
-    """The start of the first text in ``messages`` (a message's content, else a call's arguments), for one line."""
+def _first_text(messages: list[dict[str, Any]]) -> str:
+    """The first text in ``messages`` (a message's content, else a call's arguments)."""
     for message in messages:
         text = content_text(message.get("content"))
         if not text:
@@ -419,23 +422,33 @@ def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
                 text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
                 break
         if text:
-            return _text(_shorten(text, limit))
+            return text
     return ""
 
 
 def _line(row: dict[str, Any]) -> str:
     """One unit on one line: its messages, who speaks, its reason code (the glossary says its action and meaning), its
-    bytes before and after, the decider's reason if it gave one, its summary or placeholder (up to LINE_EMITTED characters) and the start of its original
-    (LINE_TEXT characters). The unit's colour and the reason code say its action."""
+    bytes before and after (one figure when they are equal), the decider's reason if it gave one, its summary or
+    placeholder (LINE_EMITTED characters) and the start of its original
+    (LINE_TEXT characters). Its class (``k``, ``s``, ``a``: its action) gives its colour and the filters' hold; names
+    are isolated only where they need it (:func:`_inline`) and the ``</li>`` is left to the parser, so that a line
+    costs little more than its texts (docs/report.md "Large transcripts")."""
     action = row["action"]
     span = f"{row['start']}–{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
-    text = _first_text(row["original"], LINE_TEXT)
-    emitted = _first_text(row["emitted"], LINE_EMITTED) if action == "summarize" else ""
-    return (f'<li class="unit {action}" id="{escape(row["id"])}"><b>msg {span}</b> <i>{_who(row["original"])}</i> '
-            f'<code>{escape(row["reason"])}</code> {_n(row["before"])} → {_n(row["after"])} B'
-            + (f" (the decider's reason: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
+    before, after = row["before"], row["after"]
+    size = f"{_n(before)} B" if before == after else f"{_n(before)} → {_n(after)} B"
+    text = _first_text(row["original"])
+    return (f'<li class={action[0]} id="{escape(row["id"])}"><b>msg {span}</b> {_who(row["original"])} '
+            f'<code>{escape(row["reason"])}</code> {size}'
+            + (f" (decider: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
                if row.get("decider_reason") else "")
-            + (f' <samp class="e">{emitted}</samp>' if emitted else "") + (f" <samp>{text}</samp>" if text else "") + "</li>")
+            + (_emitted(_first_text(row["emitted"])) if action == "summarize" else "")
+            + (f" <small>{_text(_shorten(text, LINE_TEXT))}</small>" if text else ""))
+
+
+def _emitted(text: str) -> str:
+    """A line's summary or placeholder, up to LINE_EMITTED characters."""
+    return f" <samp>{_text(_shorten(text, LINE_EMITTED))}</samp>" if text else ""
 
 
 def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
@@ -524,15 +537,16 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 .legend{color:var(--mute);font-size:.85rem}
 .legend .bar{display:inline-block;width:22px;height:8px;vertical-align:middle;position:static}
 .units{list-style:none;margin:0;padding:0}
-.unit{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep)}
-.unit.summarize{border-left-color:var(--summarize)}.unit.archive{border-left-color:var(--archive)}
+.unit,.lines>li{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep)}
+.unit.summarize,.lines>.s{border-left-color:var(--summarize)}.unit.archive,.lines>.a{border-left-color:var(--archive)}
 #units[data-show=keep] .unit:not(.keep),#units[data-show=summarize] .unit:not(.summarize),
-#units[data-show=archive] .unit:not(.archive),#units[data-show=keep] .page:not(.has-keep),
+#units[data-show=archive] .unit:not(.archive),#units[data-show=keep] .lines>li:not(.k),
+#units[data-show=summarize] .lines>li:not(.s),#units[data-show=archive] .lines>li:not(.a),
+#units[data-show=keep] .page:not(.has-keep),
 #units[data-show=summarize] .page:not(.has-summarize),#units[data-show=archive] .page:not(.has-archive){display:none}
 .page{border-top:1px solid var(--line);padding:6px 0}
-.lines .unit{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
-.lines b{font-weight:600}.lines i{font-style:normal;color:var(--mute)}.lines samp{font:inherit;color:var(--mute)}
-.lines samp.e{color:var(--ink)}
+.lines>li{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
+.lines b{font-weight:600}.lines small{font-size:inherit;color:var(--mute)}.lines samp{font:inherit}
 .head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
 .uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
 .who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}

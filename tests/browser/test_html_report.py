@@ -200,14 +200,14 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
 
     pages = browser.find_elements(By.CSS_SELECTOR, "details.page")
     assert len(pages) > 1 and not any(p.get_attribute("open") for p in pages)
-    assert len(units(browser)) == len(mask_rows(messages, record.body, record.report))
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".lines > li")) == len(mask_rows(messages, record.body, record.report))
     browser.find_element(By.CSS_SELECTOR, '[data-filter="summarize"]').click()
     shown = [p for p in pages if p.is_displayed()]
     assert shown == [p for p in pages if "has-summarize" in p.get_attribute("class")]
     browser.find_element(By.ID, "expand-all").click()
     assert all(p.get_attribute("open") for p in shown)
     shown_lines = browser.execute_script(  # one call: a round trip for each of 3 000 lines takes half a minute
-        "return Array.from(document.querySelectorAll('li.unit')).filter(function (u) {"
+        "return Array.from(document.querySelectorAll('.lines > li')).filter(function (u) {"
         " return u.getClientRects().length; }).map(function (u) { return u.id; });")
     assert [int(i.split("_")[1]) for i in shown_lines] == masked
     line = browser.find_element(By.ID, f"messages_{masked[0]}").text
@@ -222,3 +222,4 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
     browser.get(page.as_uri() + f"#messages_{masked[-1]}")
     assert [p.get_attribute("open") for p in browser.find_elements(By.CSS_SELECTOR, "details.page")].count("true") == 1
     assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()
+

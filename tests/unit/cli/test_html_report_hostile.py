@@ -127,14 +127,17 @@ def test_every_bidi_control_and_hidden_character_is_marked() -> None:
 
 
 def test_untrusted_names_are_isolated_from_the_pages_words() -> None:
-    # A right-to-left tool name reordered the words after it ("× 2", "+ 1 result"): each name is a <bdi>.
+    # A right-to-left tool name reordered the words after it ("× 2", "+ 1 result"): each name that could hold
+    # right-to-left text is a <bdi>.
     page, _ = hostile_page()
     who = re.search(r'<span class="who">(.*?)</span><span class="action', page.split('data-id="fragment_2"')[1]).group(1)
-    assert who.startswith("<bdi>assistant</bdi> → <bdi>bash<span class=\"cc\">U+202E</span>")
+    assert who.startswith("assistant → <bdi>bash<span class=\"cc\">U+202E</span>")  # ASCII needs no <bdi>
     assert who.endswith("</bdi> + 1 result")
-    assert '<span class="file"><bdi>session' in page
-    assert "(the decider's reason: <bdi>bulky" in page
-    assert "<br><small><bdi>acme/" in page
+    # text that is all ASCII once its invisible characters are marks holds no right-to-left letter: no <bdi> needed
+    assert '<span class="file">session&lt;script&gt;alert(1)&lt;/script&gt;' in page
+    assert html_report._inline("make \u05e9\u05dc\u05d5\u05dd") == "<bdi>make \u05e9\u05dc\u05d5\u05dd</bdi>"
+    assert "(the decider's reason: bulky&lt;script&gt;" in page
+    assert "<br><small>acme/&lt;script&gt;" in page
 
 
 def test_a_file_name_that_is_not_utf8_gets_its_page(tmp_path: Path) -> None:
@@ -148,7 +151,7 @@ def test_a_file_name_that_is_not_utf8_gets_its_page(tmp_path: Path) -> None:
     assert main(["compact", str(source), "-q", "-o", str(out), "--html", str(page)]) == 0
 
     html = page.read_text(encoding="utf-8")
-    assert '<span class="file"><bdi>session-\\xff.json</bdi>' in html
+    assert '<span class="file">session-\\xff.json</span>' in html
     assert out.exists()
 
 
