@@ -406,9 +406,15 @@ def _pages(rows: list[dict[str, Any]]) -> str:
 
 
 def _shorten(text: str, limit: int) -> str:
-    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis."""
-    text = " ".join(text[:limit + 1].split())
-    return text[:limit] + "…" if len(text) > limit else text
+    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis. Only
+    a start of ``text`` is read, as long as it takes to fill the line (runs of white space can make it long): when the
+    first ``limit + 1`` characters held white space, the text after them was dropped without the ellipsis."""
+    end = limit + 1
+    while True:
+        line = " ".join(text[:end].split())
+        if len(line) > limit or end >= len(text):
+            return line[:limit] + "…" if len(line) > limit else line
+        end *= 4
 
 
 def _first_text(messages: list[dict[str, Any]]) -> str:
@@ -429,7 +435,7 @@ def _first_text(messages: list[dict[str, Any]]) -> str:
 def _line(row: dict[str, Any]) -> str:
     """One unit on one line: its messages, who speaks, its reason code (the glossary says its action and meaning), its
     bytes before and after (one figure when they are equal), the decider's reason if it gave one, its summary or
-    placeholder (LINE_EMITTED characters) and the start of its original
+    placeholder (LINE_EMITTED characters, the rest on demand: :func:`_emitted`) and the start of its original
     (LINE_TEXT characters). Its class (``k``, ``s``, ``a``: its action) gives its colour and the filters' hold; names
     are isolated only where they need it (:func:`_inline`) and the ``</li>`` is left to the parser, so that a line
     costs little more than its texts (docs/report.md "Large transcripts")."""
@@ -447,8 +453,15 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def _emitted(text: str) -> str:
-    """A line's summary or placeholder, up to LINE_EMITTED characters."""
-    return f" <samp>{_text(_shorten(text, LINE_EMITTED))}</samp>" if text else ""
+    """A line's summary or placeholder: on the line up to LINE_EMITTED characters; a longer one is the ``<summary>`` of
+    a closed ``<details>`` that holds the whole text, as a full row shows it (:func:`_clip`), so that a click (or the
+    browser's search) completes it and a closed one costs no layout."""
+    if not text:
+        return ""
+    head = _shorten(text, LINE_EMITTED)
+    if len(head) <= LINE_EMITTED:  # not cut
+        return f" <samp>{_text(head)}</samp>"
+    return f" <details><summary><samp>{_text(head)}</samp></summary><pre>{_clip(text)}</pre></details>"
 
 
 def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
@@ -547,6 +560,8 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 .page{border-top:1px solid var(--line);padding:6px 0}
 .lines>li{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
 .lines b{font-weight:600}.lines small{font-size:inherit;color:var(--mute)}.lines samp{font:inherit}
+.lines details{display:inline;margin:0}.lines summary{display:inline;font-size:inherit}
+.lines pre{background:var(--bg);border-radius:6px;padding:6px 8px}
 .head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
 .uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
 .who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}

@@ -223,3 +223,23 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
     assert [p.get_attribute("open") for p in browser.find_elements(By.CSS_SELECTOR, "details.page")].count("true") == 1
     assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()
 
+
+def test_a_lines_cut_summary_opens_whole(browser: Any, tmp_path: Path) -> None:
+    # Past FULL_ROWS units a line shows 400 characters of a summary; the rest was nowhere on the page. The cut text is
+    # the toggle of a closed <details> holding the whole summary.
+    from unit.cli.test_html_report_large import decision_page
+
+    summary = "[Summary of fragment_3; original retained by caller]\n" + "".join(
+        f"step {i}: ran make and read the output\n" for i in range(40)) + "END-OF-SUMMARY"
+    html, _ = decision_page({3: summary})
+    page = tmp_path / "report.html"
+    page.write_text(html, encoding="utf-8")
+    browser.get(page.as_uri() + "#fragment_3")
+
+    line = browser.find_element(By.ID, "fragment_3")
+    details = line.find_element(By.TAG_NAME, "details")
+    assert details.get_attribute("open") is None and "END-OF-SUMMARY" not in line.text
+    assert line.find_element(By.TAG_NAME, "summary").text.endswith("…")
+    line.find_element(By.TAG_NAME, "summary").click()
+    assert details.get_attribute("open") == "true"
+    assert line.find_element(By.TAG_NAME, "pre").text == summary

@@ -4,13 +4,13 @@ per unit in closed pages, so that the page is smaller than the transcript and ev
 from __future__ import annotations
 
 import re
-from html import unescape
+from html import escape, unescape
 from typing import Any
 
 from compactor.jsonutil import dense_size
 from compactor.models import CompactRequest
 from compactor_cli.compact_cmd import compact_locally
-from compactor_cli.html_report import FULL_ROWS, PAGE_ROWS, mask_rows, render_html
+from compactor_cli.html_report import FULL_ROWS, LINE_EMITTED, PAGE_ROWS, mask_rows, render_html
 
 
 def items(count: int, name: str = "bash") -> list[dict[str, Any]]:
@@ -116,3 +116,39 @@ def test_a_line_costs_little_more_than_its_texts() -> None:
     assert '<li class=k id="messages_4"><b>msg 4</b> assistant → bash <code>not_masked</code> 143 B <small>' \
            '{"cmd": "make 1"}</small><li class=s id="messages_5">' in lists
 
+
+def decision_page(summaries: dict[int, str]) -> tuple[str, list[dict[str, Any]]]:
+    """A decision page of many one-message units, those in ``summaries`` summarized into the text given."""
+    from compactor.call_record import CallRecord
+
+    messages = items(2 * FULL_ROWS + 10)
+    units, output = [], []
+    for i, message in enumerate(messages):
+        action = "summarize" if i in summaries else "keep"
+        units.append({"id": f"fragment_{i}", "start": i, "end": i + 1, "action": action,
+                      "reason": "summarized" if i in summaries else "model_kept"})
+        output.append({"role": "assistant", "content": summaries[i]} if i in summaries else message)
+    report = {"original_bytes": dense_size(messages), "output_bytes": dense_size(output), "target_bytes": 10,
+              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": min(summaries),
+              "preserved_prefix_bytes": 0, "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units]}
+    record = CallRecord(status=200, body={"messages": output, "compacted": True, "compaction": report},
+                        mode="decision", bytes_in=dense_size(messages), bytes_out=dense_size(output), report=report)
+    return render_html(messages, record, units, title="run.json", keep_recent=2), units
+
+
+def test_a_lines_cut_summary_is_completed_on_demand() -> None:
+    # A line showed a summary's first 400 characters and the rest was nowhere on the page; a summary whose first 401
+    # characters held a run of white space lost the words after it without even an ellipsis.
+    long = "[Summary of fragment_3; original retained by caller]\n" + "".join(
+        f"step {i}: ran <make> & read \"out\"\n" for i in range(40)) + "END-OF-SUMMARY"
+    spaced = "[Summary of fragment_5; original retained by caller]" + " " * 500 + "\nHIDDEN-AFTER-SPACES"
+    page, _ = decision_page({3: long, 5: spaced, 7: "[Summary of fragment_7; original retained by caller] short"})
+
+    def line(number: int) -> str:
+        return re.search(rf'<li class=s id="fragment_{number}">(.*?)(?=<li|</ol>)', page, re.S).group(1)
+
+    head = " ".join(long.split())[:LINE_EMITTED]
+    assert (f"<details><summary><samp>{escape(head, quote=False)}…</samp></summary>"
+            f"<pre>{escape(long, quote=False)}</pre></details>") in line(3)
+    assert "retained by caller] HIDDEN-AFTER-SPACES</samp>" in line(5)  # whole once its white space is one space
+    assert "<details>" not in line(7) and "<samp>[Summary of fragment_7; original retained by caller] short</samp>" in line(7)
