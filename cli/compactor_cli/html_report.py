@@ -557,7 +557,7 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 #units[data-show=summarize] .lines>li:not(.s),#units[data-show=archive] .lines>li:not(.a),
 #units[data-show=keep] .page:not(.has-keep),
 #units[data-show=summarize] .page:not(.has-summarize),#units[data-show=archive] .page:not(.has-archive){display:none}
-.page{border-top:1px solid var(--line);padding:6px 0}
+.page{border-top:1px solid var(--line);padding:6px 0}#units.all .page[open]{content-visibility:auto;contain-intrinsic-size:auto 4000px}
 .lines>li{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
 .lines b{font-weight:600}.lines small{font-size:inherit;color:var(--mute)}.lines samp{font:inherit}
 .lines details{display:inline;margin:0}.lines summary{display:inline;font-size:inherit}
@@ -603,7 +603,11 @@ _JS = """
     section.setAttribute('data-show',want);
   });});
   function all(open){var only=want==='all'?'':'.'+want, has=want==='all'?'':'.has-'+want;
+    section.classList.toggle('all',open);
     section.querySelectorAll('details.page'+has+', li.unit'+only+' details').forEach(function(d){d.open=open;});}
+  window.addEventListener('hashchange',function(){
+    var t=document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if(t&&section.contains(t)){t.scrollIntoView();requestAnimationFrame(function(){t.scrollIntoView();});}});
   var expand=document.getElementById('expand-all'), collapse=document.getElementById('collapse-all');
   if(expand){expand.addEventListener('click',function(){all(true);});}
   if(collapse){collapse.addEventListener('click',function(){all(false);});}

@@ -224,6 +224,50 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
     assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()
 
 
+def many_items_page(tmp_path: Path) -> Path:
+    """A mask page of 3 000 items: 15 closed pages of lines."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."}]
+    for i in range(1500):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"output {i}\n" * 30})
+    record, units_ = compact_locally(CompactRequest.model_validate(
+        {"messages": messages, "mode": "mask", "target_ratio": 0.5}))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(messages, record, units_, title="run.json", keep_recent=6), encoding="utf-8")
+    return page
+
+
+LAID_OUT = """return Array.from(document.querySelectorAll('details.page')).map(function (page) {
+  return page.querySelector('.lines > li').checkVisibility({contentVisibilityAuto: true}); });"""
+"""For each page, whether the browser lays out its lines (false: closed, or open and skipped as off screen)."""
+
+
+def test_expand_all_lays_out_only_the_pages_on_screen(browser: Any, tmp_path: Path) -> None:
+    # Expand all opened every page and the browser laid out every line at once: 1.0 s at 10 000 units, where it had
+    # taken 0.14 s before the lines were paged. An open page off screen is skipped now (content-visibility), so the
+    # click lays out what the window shows; the rest is laid out as it is scrolled to, and found and linked to as before.
+    page = many_items_page(tmp_path)
+    browser.get(page.as_uri())
+    assert not any(browser.execute_script(LAID_OUT))
+
+    browser.find_element(By.ID, "expand-all").click()
+
+    pages = browser.find_elements(By.CSS_SELECTOR, "details.page")
+    assert all(p.get_attribute("open") for p in pages)
+    laid_out = browser.execute_script(LAID_OUT)
+    assert laid_out[0] and not any(laid_out[-5:])
+    # a link to a unit of an open page off screen brings it into view, laid out
+    target = browser.find_elements(By.CSS_SELECTOR, ".lines > li")[-3].get_attribute("id")
+    browser.get(page.as_uri() + "#" + target)
+    browser.execute_script("return new Promise(function (done) { requestAnimationFrame(function () {"
+                           " requestAnimationFrame(done); }); })")
+    assert all(p.get_attribute("open") for p in pages) and browser.execute_script(LAID_OUT)[-1]
+    top = browser.execute_script("return document.getElementById(arguments[0]).getBoundingClientRect().top", target)
+    assert 0 <= top < browser.execute_script("return innerHeight")
+    assert browser.find_element(By.ID, target).text.startswith("msg ")
+
+
 def test_a_lines_cut_summary_opens_whole(browser: Any, tmp_path: Path) -> None:
     # Past FULL_ROWS units a line shows 400 characters of a summary; the rest was nowhere on the page. The cut text is
     # the toggle of a closed <details> holding the whole summary.
