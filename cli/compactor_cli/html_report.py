@@ -606,7 +606,7 @@ _JS = """
     section.classList.toggle('all',open);
     section.querySelectorAll('details.page'+has+', li.unit'+only+' details').forEach(function(d){d.open=open;});}
   window.addEventListener('hashchange',function(){
-    var t=document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    var t=document.getElementById(location.hash.slice(1));
     if(t&&section.contains(t)){t.scrollIntoView();requestAnimationFrame(function(){t.scrollIntoView();});}});
   var expand=document.getElementById('expand-all'), collapse=document.getElementById('collapse-all');
   if(expand){expand.addEventListener('click',function(){all(true);});}
