@@ -22,7 +22,7 @@ from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import calls_fell_back
 
-from compactor_cli.report import INVISIBLE, unit_rows
+from compactor_cli.report import INVISIBLE, short_name, unit_rows
 
 TEXT_HEAD = 1200
 """Characters shown from the start of a long message text; TEXT_TAIL from its end."""
@@ -50,9 +50,10 @@ def _pct(part: int, whole: int) -> str:
 
 
 def _text(text: str, markup: bool = True) -> str:
-    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page: escaped, each :data:`INVISIBLE`
+    """Untrusted ``text`` (a transcript's, a tool's, a model's) for the page's text, never an attribute value:
+    escaped (``<``, ``>`` and ``&``; quotes mean nothing in text, and JSON is full of them), each :data:`INVISIBLE`
     character shown as a ``U+XXXX`` mark (in a ``<span class="cc">`` where markup is allowed)."""
-    escaped = escape(text)
+    escaped = escape(text, quote=False)
     if markup:
         return INVISIBLE.sub(lambda m: f'<span class="cc">U+{ord(m.group()):04X}</span>', escaped)
     return INVISIBLE.sub(lambda m: f"[U+{ord(m.group()):04X}]", escaped)
@@ -60,8 +61,10 @@ def _text(text: str, markup: bool = True) -> str:
 
 def _inline(text: str) -> str:
     """Untrusted ``text`` among the page's own words, isolated (``<bdi>``) so that right-to-left text in it cannot
-    reorder theirs."""
-    return f"<bdi>{_text(text)}</bdi>"
+    reorder theirs. Text that is all ASCII once marked (:func:`_text`) has no right-to-left character and needs no
+    isolation: most names are, and a page of many units has one or two on each line."""
+    shown = _text(text)
+    return shown if shown.isascii() else f"<bdi>{shown}</bdi>"
 
 
 def _clip(text: str) -> str:
@@ -90,25 +93,25 @@ def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
 
 def _who(messages: list[dict[str, Any]]) -> str:
     """Who speaks in a unit, as HTML: its first role, the tools it calls (each isolated) and its results."""
-    roles = [str(role_of(m)) for m in messages]
+    roles = [short_name(role_of(m)) for m in messages]
     tools = _tool_names(messages)
     text = _inline(roles[0]) if roles else "—"
     if tools:
         counts = Counter(tools)
-        text += " → " + ", ".join(_inline(name) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
-    results = roles.count("tool")
+        text += " → " + ", ".join(_inline(short_name(name)) + ("" if n == 1 else f" ×{n}") for name, n in counts.items())
+    results = roles[1:].count("tool")  # a unit that is one tool message is not "tool + 1 result"
     if results:
         text += f" + {results} result{'s' * (results > 1)}"
     return text
 
 
 def _message_html(message: dict[str, Any]) -> str:
-    parts = [f'<div class="msg"><span class="role">{_inline(str(role_of(message)))}</span>']
+    parts = [f'<div class="msg"><span class="role">{_inline(short_name(role_of(message)))}</span>']
     for call in _calls_of(message):
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-        parts.append(f'<pre class="call"><b>{_inline(str(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
+        parts.append(f'<pre class="call"><b>{_inline(short_name(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
     text = content_text(message.get("content"))
     if text:
         parts.append(f"<pre>{_clip(text)}</pre>")
@@ -403,13 +406,19 @@ def _pages(rows: list[dict[str, Any]]) -> str:
 
 
 def _shorten(text: str, limit: int) -> str:
-    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis."""
-    text = " ".join(text[:limit + 1].split())
-    return text[:limit] + "…" if len(text) > limit else text
+    """``text`` on one line (its runs of white space as one space), cut to ``limit`` characters and an ellipsis. Only
+    a start of ``text`` is read, as long as it takes to fill the line (runs of white space can make it long): when the
+    first ``limit + 1`` characters held white space, the text after them was dropped without the ellipsis."""
+    end = limit + 1
+    while True:
+        line = " ".join(text[:end].split())
+        if len(line) > limit or end >= len(text):
+            return line[:limit] + "…" if len(line) > limit else line
+        end *= 4
 
 
-def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
-    """The start of the first text in ``messages`` (a message's content, else a call's arguments), for one line."""
+def _first_text(messages: list[dict[str, Any]]) -> str:
+    """The first text in ``messages`` (a message's content, else a call's arguments)."""
     for message in messages:
         text = content_text(message.get("content"))
         if not text:
@@ -419,23 +428,40 @@ def _first_text(messages: list[dict[str, Any]], limit: int) -> str:
                 text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
                 break
         if text:
-            return _text(_shorten(text, limit))
+            return text
     return ""
 
 
 def _line(row: dict[str, Any]) -> str:
     """One unit on one line: its messages, who speaks, its reason code (the glossary says its action and meaning), its
-    bytes before and after, the decider's reason if it gave one, its summary or placeholder (up to LINE_EMITTED characters) and the start of its original
-    (LINE_TEXT characters). The unit's colour and the reason code say its action."""
+    bytes before and after (one figure when they are equal), the decider's reason if it gave one, its summary or
+    placeholder (LINE_EMITTED characters, the rest on demand: :func:`_emitted`) and the start of its original
+    (LINE_TEXT characters). Its class (``k``, ``s``, ``a``: its action) gives its colour and the filters' hold; names
+    are isolated only where they need it (:func:`_inline`) and the ``</li>`` is left to the parser, so that a line
+    costs little more than its texts (docs/report.md "Large transcripts")."""
     action = row["action"]
     span = f"{row['start']}–{row['end'] - 1}" if row["end"] - row["start"] > 1 else str(row["start"])
-    text = _first_text(row["original"], LINE_TEXT)
-    emitted = _first_text(row["emitted"], LINE_EMITTED) if action == "summarize" else ""
-    return (f'<li class="unit {action}" id="{escape(row["id"])}"><b>msg {span}</b> <i>{_who(row["original"])}</i> '
-            f'<code>{escape(row["reason"])}</code> {_n(row["before"])} → {_n(row["after"])} B'
-            + (f" (the decider's reason: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
+    before, after = row["before"], row["after"]
+    size = f"{_n(before)} B" if before == after else f"{_n(before)} → {_n(after)} B"
+    text = _first_text(row["original"])
+    return (f'<li class={action[0]} id="{escape(row["id"])}"><b>msg {span}</b> {_who(row["original"])} '
+            f'<code>{escape(row["reason"])}</code> {size}'
+            + (f" (decider: {_inline(_shorten(str(row['decider_reason']), LINE_EMITTED))})"
                if row.get("decider_reason") else "")
-            + (f' <samp class="e">{emitted}</samp>' if emitted else "") + (f" <samp>{text}</samp>" if text else "") + "</li>")
+            + (_emitted(_first_text(row["emitted"])) if action == "summarize" else "")
+            + (f" <small>{_text(_shorten(text, LINE_TEXT))}</small>" if text else ""))
+
+
+def _emitted(text: str) -> str:
+    """A line's summary or placeholder: on the line up to LINE_EMITTED characters; a longer one is the ``<summary>`` of
+    a closed ``<details>`` that holds the whole text, as a full row shows it (:func:`_clip`), so that a click (or the
+    browser's search) completes it and a closed one costs no layout."""
+    if not text:
+        return ""
+    head = _shorten(text, LINE_EMITTED)
+    if len(head) <= LINE_EMITTED:  # not cut
+        return f" <samp>{_text(head)}</samp>"
+    return f" <details><summary><samp>{_text(head)}</samp></summary><pre>{_clip(text)}</pre></details>"
 
 
 def _unit(row: dict[str, Any], widest: int, glossary: dict[str, str]) -> str:
@@ -524,15 +550,18 @@ button[aria-pressed=true]{background:var(--ink);color:var(--card);border-color:v
 .legend{color:var(--mute);font-size:.85rem}
 .legend .bar{display:inline-block;width:22px;height:8px;vertical-align:middle;position:static}
 .units{list-style:none;margin:0;padding:0}
-.unit{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep)}
-.unit.summarize{border-left-color:var(--summarize)}.unit.archive{border-left-color:var(--archive)}
+.unit,.lines>li{border-top:1px solid var(--line);padding:10px 0 10px 12px;border-left:4px solid var(--keep)}
+.unit.summarize,.lines>.s{border-left-color:var(--summarize)}.unit.archive,.lines>.a{border-left-color:var(--archive)}
 #units[data-show=keep] .unit:not(.keep),#units[data-show=summarize] .unit:not(.summarize),
-#units[data-show=archive] .unit:not(.archive),#units[data-show=keep] .page:not(.has-keep),
+#units[data-show=archive] .unit:not(.archive),#units[data-show=keep] .lines>li:not(.k),
+#units[data-show=summarize] .lines>li:not(.s),#units[data-show=archive] .lines>li:not(.a),
+#units[data-show=keep] .page:not(.has-keep),
 #units[data-show=summarize] .page:not(.has-summarize),#units[data-show=archive] .page:not(.has-archive){display:none}
-.page{border-top:1px solid var(--line);padding:6px 0}
-.lines .unit{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
-.lines b{font-weight:600}.lines i{font-style:normal;color:var(--mute)}.lines samp{font:inherit;color:var(--mute)}
-.lines samp.e{color:var(--ink)}
+.page{border-top:1px solid var(--line);padding:6px 0}#units.all .page[open]{content-visibility:auto;contain-intrinsic-size:auto 4000px}
+.lines>li{padding:3px 0 3px 8px;font-size:.85rem;overflow-wrap:anywhere}
+.lines b{font-weight:600}.lines small{font-size:inherit;color:var(--mute)}.lines samp{font:inherit}
+.lines details{display:inline;margin:0}.lines summary{display:inline;font-size:inherit}
+.lines pre{background:var(--bg);border-radius:6px;padding:6px 8px}
 .head{display:flex;flex-wrap:wrap;align-items:baseline;gap:10px}
 .uid{font:600 13px ui-monospace,Menlo,Consolas,monospace}.span,.who{color:var(--mute);font-size:.85rem}
 .who{flex:1;min-width:10em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
@@ -574,7 +603,11 @@ _JS = """
     section.setAttribute('data-show',want);
   });});
   function all(open){var only=want==='all'?'':'.'+want, has=want==='all'?'':'.has-'+want;
+    section.classList.toggle('all',open);
     section.querySelectorAll('details.page'+has+', li.unit'+only+' details').forEach(function(d){d.open=open;});}
+  window.addEventListener('hashchange',function(){
+    var t=document.getElementById(location.hash.slice(1));
+    if(t&&section.contains(t)){t.scrollIntoView();requestAnimationFrame(function(){t.scrollIntoView();});}});
   var expand=document.getElementById('expand-all'), collapse=document.getElementById('collapse-all');
   if(expand){expand.addEventListener('click',function(){all(true);});}
   if(collapse){collapse.addEventListener('click',function(){all(false);});}

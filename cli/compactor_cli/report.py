@@ -23,6 +23,18 @@ selectors other than the emoji ones, and lone surrogates (not encodable). The HT
 and several scripts need them."""
 
 
+NAME_CHARS = 128
+"""A tool's name or a message's role as both reports show it: cut to this many characters, the last one ``…`` (a
+transcript's names are untrusted, as a provider's model ids are, which are cut the same way; a 1 MB tool name was
+shown in full wherever it appeared). The providers' own limits on tool names are 64 or 128 characters."""
+
+
+def short_name(value: object) -> str:
+    """``value`` (a tool's name, a role) as the reports show it: at most :data:`NAME_CHARS` characters."""
+    text = str(value)
+    return text if len(text) <= NAME_CHARS else text[:NAME_CHARS - 1] + "…"
+
+
 def visible(text: str) -> str:
     """``text`` for a terminal: each :data:`INVISIBLE` character and each carriage return written as a Python escape
     (``\\x1b``, ``\\u202e``), so that a transcript's escape sequences cannot move the cursor, erase the report's
@@ -273,10 +285,11 @@ def render_examples(messages: list[dict[str, Any]], body: dict[str, Any], units:
         for message in row["original"]:
             text = content_text(message.get("content"))
             if text:
-                lines.append(f"  {role_of(message)}: {_line(text, width)}")
+                lines.append(f"  {short_name(role_of(message))}: {_line(text, width)}")
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {} if isinstance(call, dict) else {}
-                lines.append(f"  call {function.get('name')}: {_line(str(function.get('arguments')), width)}")
+                lines.append(f"  call {short_name(function.get('name'))}: "
+                             f"{_line(str(function.get('arguments')), width)}")
         lines.append("summary:")
         lines.extend(f"  {line}" for line in str(row["emitted"][0].get("content")).splitlines())
     return visible("\n".join(lines) + "\n") if lines else ""  # a transcript's and a model's text

@@ -200,14 +200,14 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
 
     pages = browser.find_elements(By.CSS_SELECTOR, "details.page")
     assert len(pages) > 1 and not any(p.get_attribute("open") for p in pages)
-    assert len(units(browser)) == len(mask_rows(messages, record.body, record.report))
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".lines > li")) == len(mask_rows(messages, record.body, record.report))
     browser.find_element(By.CSS_SELECTOR, '[data-filter="summarize"]').click()
     shown = [p for p in pages if p.is_displayed()]
     assert shown == [p for p in pages if "has-summarize" in p.get_attribute("class")]
     browser.find_element(By.ID, "expand-all").click()
     assert all(p.get_attribute("open") for p in shown)
     shown_lines = browser.execute_script(  # one call: a round trip for each of 3 000 lines takes half a minute
-        "return Array.from(document.querySelectorAll('li.unit')).filter(function (u) {"
+        "return Array.from(document.querySelectorAll('.lines > li')).filter(function (u) {"
         " return u.getClientRects().length; }).map(function (u) { return u.id; });")
     assert [int(i.split("_")[1]) for i in shown_lines] == masked
     line = browser.find_element(By.ID, f"messages_{masked[0]}").text
@@ -222,3 +222,68 @@ def test_a_page_of_many_units_filters_its_pages_and_lines(browser: Any, tmp_path
     browser.get(page.as_uri() + f"#messages_{masked[-1]}")
     assert [p.get_attribute("open") for p in browser.find_elements(By.CSS_SELECTOR, "details.page")].count("true") == 1
     assert browser.find_element(By.ID, f"messages_{masked[-1]}").is_displayed()
+
+
+def many_items_page(tmp_path: Path) -> Path:
+    """A mask page of 3 000 items: 15 closed pages of lines."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix it."}]
+    for i in range(1500):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "bash", "arguments": f'{{"cmd": "make {i}"}}'}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"output {i}\n" * 30})
+    record, units_ = compact_locally(CompactRequest.model_validate(
+        {"messages": messages, "mode": "mask", "target_ratio": 0.5}))
+    page = tmp_path / "report.html"
+    page.write_text(render_html(messages, record, units_, title="run.json", keep_recent=6), encoding="utf-8")
+    return page
+
+
+LAID_OUT = """return Array.from(document.querySelectorAll('details.page')).map(function (page) {
+  return page.querySelector('.lines > li').checkVisibility({contentVisibilityAuto: true}); });"""
+"""For each page, whether the browser lays out its lines (false: closed, or open and skipped as off screen)."""
+
+
+def test_expand_all_lays_out_only_the_pages_on_screen(browser: Any, tmp_path: Path) -> None:
+    # Expand all opened every page and the browser laid out every line at once: 1.0 s at 10 000 units, where it had
+    # taken 0.14 s before the lines were paged. An open page off screen is skipped now (content-visibility), so the
+    # click lays out what the window shows; the rest is laid out as it is scrolled to, and found and linked to as before.
+    page = many_items_page(tmp_path)
+    browser.get(page.as_uri())
+    assert not any(browser.execute_script(LAID_OUT))
+
+    browser.find_element(By.ID, "expand-all").click()
+
+    pages = browser.find_elements(By.CSS_SELECTOR, "details.page")
+    assert all(p.get_attribute("open") for p in pages)
+    laid_out = browser.execute_script(LAID_OUT)
+    assert laid_out[0] and not any(laid_out[-5:])
+    # a link to a unit of an open page off screen brings it into view, laid out
+    target = browser.find_elements(By.CSS_SELECTOR, ".lines > li")[-3].get_attribute("id")
+    browser.get(page.as_uri() + "#" + target)
+    browser.execute_script("return new Promise(function (done) { requestAnimationFrame(function () {"
+                           " requestAnimationFrame(done); }); })")
+    assert all(p.get_attribute("open") for p in pages) and browser.execute_script(LAID_OUT)[-1]
+    top = browser.execute_script("return document.getElementById(arguments[0]).getBoundingClientRect().top", target)
+    assert 0 <= top < browser.execute_script("return innerHeight")
+    assert browser.find_element(By.ID, target).text.startswith("msg ")
+
+
+def test_a_lines_cut_summary_opens_whole(browser: Any, tmp_path: Path) -> None:
+    # Past FULL_ROWS units a line shows 400 characters of a summary; the rest was nowhere on the page. The cut text is
+    # the toggle of a closed <details> holding the whole summary.
+    from unit.cli.test_html_report_large import decision_page
+
+    summary = "[Summary of fragment_3; original retained by caller]\n" + "".join(
+        f"step {i}: ran make and read the output\n" for i in range(40)) + "END-OF-SUMMARY"
+    html, _ = decision_page({3: summary})
+    page = tmp_path / "report.html"
+    page.write_text(html, encoding="utf-8")
+    browser.get(page.as_uri() + "#fragment_3")
+
+    line = browser.find_element(By.ID, "fragment_3")
+    details = line.find_element(By.TAG_NAME, "details")
+    assert details.get_attribute("open") is None and "END-OF-SUMMARY" not in line.text
+    assert line.find_element(By.TAG_NAME, "summary").text.endswith("…")
+    line.find_element(By.TAG_NAME, "summary").click()
+    assert details.get_attribute("open") == "true"
+    assert line.find_element(By.TAG_NAME, "pre").text == summary

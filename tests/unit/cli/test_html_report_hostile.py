@@ -127,14 +127,17 @@ def test_every_bidi_control_and_hidden_character_is_marked() -> None:
 
 
 def test_untrusted_names_are_isolated_from_the_pages_words() -> None:
-    # A right-to-left tool name reordered the words after it ("× 2", "+ 1 result"): each name is a <bdi>.
+    # A right-to-left tool name reordered the words after it ("× 2", "+ 1 result"): each name that could hold
+    # right-to-left text is a <bdi>.
     page, _ = hostile_page()
     who = re.search(r'<span class="who">(.*?)</span><span class="action', page.split('data-id="fragment_2"')[1]).group(1)
-    assert who.startswith("<bdi>assistant</bdi> → <bdi>bash<span class=\"cc\">U+202E</span>")
+    assert who.startswith("assistant → <bdi>bash<span class=\"cc\">U+202E</span>")  # ASCII needs no <bdi>
     assert who.endswith("</bdi> + 1 result")
-    assert '<span class="file"><bdi>session' in page
-    assert "(the decider's reason: <bdi>bulky" in page
-    assert "<br><small><bdi>acme/" in page
+    # text that is all ASCII once its invisible characters are marks holds no right-to-left letter: no <bdi> needed
+    assert '<span class="file">session&lt;script&gt;alert(1)&lt;/script&gt;' in page
+    assert html_report._inline("make \u05e9\u05dc\u05d5\u05dd") == "<bdi>make \u05e9\u05dc\u05d5\u05dd</bdi>"
+    assert "(the decider's reason: bulky&lt;script&gt;" in page
+    assert "<br><small>acme/&lt;script&gt;" in page
 
 
 def test_a_file_name_that_is_not_utf8_gets_its_page(tmp_path: Path) -> None:
@@ -148,7 +151,7 @@ def test_a_file_name_that_is_not_utf8_gets_its_page(tmp_path: Path) -> None:
     assert main(["compact", str(source), "-q", "-o", str(out), "--html", str(page)]) == 0
 
     html = page.read_text(encoding="utf-8")
-    assert '<span class="file"><bdi>session-\\xff.json</bdi>' in html
+    assert '<span class="file">session-\\xff.json</span>' in html
     assert out.exists()
 
 
@@ -186,3 +189,36 @@ def test_the_text_report_writes_a_transcripts_escape_sequences_as_text(tmp_path:
     report = capsys.readouterr().err
     assert "summary:" in report and not html_report.INVISIBLE.search(report) and "\r" not in report
     assert "  tool: \\x1b[2K\\x1b[1A" in report and "\\x1b]0;pwned\\x07 compacted: 1 -> 1 bytes\\u202e real" in report
+
+
+def test_a_huge_tool_name_is_cut_in_both_reports() -> None:
+    # A transcript's tool name is as untrusted as its text: a 1 MB name was shown in full in the unit's head, in its
+    # call and in --show-summaries; the reports cut it as a provider's model id is cut.
+    from compactor_cli.report import NAME_CHARS, render_examples
+
+    name = "x" * 1_000_000
+    messages = [{"role": "user", "content": "Fix it."},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": name, "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                {"role": "y" * 1_000_000, "content": "odd role"}]
+    summary = {"role": "assistant", "content": "[Summary of fragment_1; original retained by caller]\nran it"}
+    output = [messages[0], summary, messages[3]]
+    units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
+             {"id": "fragment_1", "start": 1, "end": 3, "action": "summarize", "reason": "summarized"},
+             {"id": "fragment_3", "start": 3, "end": 4, "action": "keep", "reason": "recent_tail"}]
+    report = {"original_bytes": dense(messages), "output_bytes": dense(output), "target_bytes": 100,
+              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": 1,
+              "preserved_prefix_bytes": dense(messages[:1]),
+              "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units]}
+    body = {"messages": output, "compacted": True, "compaction": report}
+    record = CallRecord(status=200, body=body, mode="decision", bytes_in=report["original_bytes"],
+                        bytes_out=report["output_bytes"], report=report)
+
+    page = render_html(messages, record, units, title="t.json", keep_recent=1)
+    text = render_examples(messages, body, units, 1)
+
+    cut = "x" * (NAME_CHARS - 1) + "…"
+    assert len(page) < 50_000 and "x" * NAME_CHARS not in page and "y" * NAME_CHARS not in page
+    assert f"<bdi>{cut}</bdi>" in page.split('data-id="fragment_1"')[1].split("</li>")[0]
+    assert len(text) < 5_000 and f"  call {cut}: {{}}" in text
