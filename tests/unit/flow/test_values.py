@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from compactor.flow.data_ops import apply
 from compactor.flow.values import JSONTextMap, view_of
-from compactor.jsonutil import ascii_dumps, dense_dumps, json_text_escaped
+from compactor.jsonutil import ascii_dumps, dense_dumps
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
@@ -40,21 +40,6 @@ def test_select_keeps_the_mark_and_other_values_view_as_before() -> None:
     assert view_of(selected) == dense_dumps(dict(selected))
     for value in ({"a": '{"x":"y"}'}, {}, [items], {"a": {"b": items}}, JSONTextMap({"a": 1})):
         assert view_of(value) == dense_dumps(value)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(KEYS.filter(bool), JSON_VALUES, max_size=6), st.data())
-def test_a_map_that_carries_its_escaped_texts_views_as_its_dense_json(members: dict[str, Any], data: Any) -> None:
-    """The host's escaped texts (``JSONTextMap.escaped``, for any subset of the keys) are what a prompt
-    quotes, and ``select`` keeps them: the view is still the dense JSON of the map."""
-    texts = {key: dense_dumps(item) for key, item in members.items()}
-    carried = data.draw(st.sets(st.sampled_from(sorted(texts)))) if texts else set()
-    items = JSONTextMap(texts, {key: json_text_escaped(texts[key]) for key in carried})
-    assert view_of(items) == dense_dumps(texts)
-    answers = {key: {"choice": data.draw(st.sampled_from(["s", "k"]))} for key in texts}
-    selected = apply("select", {"field": "choice", "equals": "s"}, [items, answers])
-    assert type(selected) is JSONTextMap and selected.escaped is items.escaped
-    assert view_of(selected) == dense_dumps(dict(selected))
 
 
 def _embedded(texts: dict[str, str]) -> str:

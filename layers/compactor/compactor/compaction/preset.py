@@ -101,8 +101,7 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
         # as JSON (the generate node's ``embed_json_text``) without parsing it (docs/performance.md).
         flow_input[key] = {"state": WireSized(batch_state(instructions, recent_evidence, batch.candidates, batch.later),
                                               state_wire.of(batch)),
-                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates},
-                                                {c.unit.id: c.escaped_item for c in batch.candidates}, whole=True)}
+                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates}, whole=True)}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
                 continue

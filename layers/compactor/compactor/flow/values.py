@@ -7,7 +7,6 @@ serialisation behind every byte bound of the flow IR.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from typing import Any, Final
 
 from ..jsonutil import dense_dumps, dense_size, depth_exceeds, json_text_escaped, strict_loads
@@ -49,21 +48,18 @@ class JSONTextMap(dict):  # type: ignore[type-arg]
     the JSON encoder's escape of every character, for the same text, and ``select`` keeps the mark (a
     subset of the values). Otherwise a plain object (docs/performance.md).
 
-    ``escaped``: by key, the value with ``"`` and ``\\`` escaped (``jsonutil.json_text_escaped``), when the
-    host made it already (measuring a value's size as a JSON string does): a prompt takes it as it is.
     ``whole``: each value is one whole JSON text (no join or cut), so a prompt that embeds JSON text
     (:func:`embedded_view`) takes it without parsing it."""
 
-    __slots__ = ("escaped", "whole")
+    __slots__ = ("whole",)
 
-    def __init__(self, value: Any = (), escaped: Mapping[str, str] | None = None, whole: bool = False) -> None:
+    def __init__(self, value: Any = (), whole: bool = False) -> None:
         super().__init__(value)
-        self.escaped = escaped
         self.whole = whole
 
     def like(self) -> JSONTextMap:
-        """An empty map with this one's marks, for a subset of its members (``select``)."""
-        return JSONTextMap(escaped=self.escaped, whole=self.whole)
+        """An empty map with this one's mark, for a subset of its members (``select``)."""
+        return JSONTextMap(whole=self.whole)
 
 
 class WireSized(dict):  # type: ignore[type-arg]
@@ -97,10 +93,9 @@ def view_of(value: Any, embed_json_text: bool = False) -> str:
         return embedded_view(value)
     if (type(value) is JSONTextMap and all(type(key) is str for key in value)
             and all(type(item) is str for item in value.values())):
-        escaped = value.escaped or {}
         parts = ["{"]
         for key, item in value.items():
-            parts += (",", _quoted_key(key), ':"', escaped.get(key) or json_text_escaped(item), '"')
+            parts += (",", _quoted_key(key), ':"', json_text_escaped(item), '"')
         parts[1:2] = []  # no comma before the first member (an empty map is "{}")
         parts.append("}")
         return "".join(parts)
