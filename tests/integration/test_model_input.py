@@ -19,7 +19,7 @@ from compactor.providers.base import Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.transcripts import parse_transcript
-from fakes.provider_server import FakeProviderServer
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 TRANSCRIPT = CORPUS / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
@@ -60,3 +60,29 @@ async def test_the_batches_of_a_request_share_one_prefix_holding_the_shared_stat
         shared = json.dumps(shared, ensure_ascii=False)[1:-1]  # the payload travels as a JSON string
     assert shared.encode() in prefix
     assert len(prefix) >= 0.3 * min(map(len, sent))
+
+
+async def test_the_summary_prompt_embeds_each_item_as_json_not_as_a_quoted_string(
+        fake_provider: FakeProviderServer) -> None:
+    """An item is the JSON of a unit's messages; the summary prompt shows it as that JSON, not as a JSON string
+    inside the prompt's JSON object (escaped once more in what the model reads, and once more on the wire: a
+    fifth to a quarter of the bytes of a Claude Code or Codex session's summary requests, docs/performance.md)."""
+    def answer(request: RecordedRequest) -> Reply:  # every fragment to summarize; summaries: none ("{}")
+        if request.path.endswith("/decisions"):
+            return decision_reply({name: {"type": "choice", "choice": "summarize", "confidence": 1.0}
+                                   for name in request.json["questions"]})
+        return chat_reply("{}")
+
+    fake_provider.responder = answer
+    messages, fields = parse_transcript(TRANSCRIPT.read_text(encoding="utf-8"))
+    request = CompactRequest.model_validate({**fields, "messages": messages, "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
+    status, _ = await service.compact(request, deadline=Deadline.after_ms(60_000),
+                                      router=router(fake_provider, "decisions"))
+    assert status == 200
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    prompts = [r.json["messages"][1]["content"] for r in fake_provider.requests
+               if r.path.endswith("/chat/completions")]
+    items = {key: item for prompt in prompts for key, item in json.loads(prompt).items()}
+    assert len(asked) > 10 and set(items) == asked
+    for item in items.values():
+        assert isinstance(item, list) and all(isinstance(message, dict) and "role" in message for message in item)

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from compactor.jsonutil import dense_dumps
 from compactor.providers.base import (
     UPSTREAM_ERROR, ChatRequest, ChatResponse, DecisionRequest, DecisionResponse, Offer, ProviderError,
 )
@@ -148,7 +149,10 @@ class ScriptedTransport:
         if self.script.hang:
             await asyncio.sleep(3600)
         assert request.json_mode, "decision mode only makes JSON-mode chat calls"
-        items = json.loads(request.messages[-1]["content"])
+        # Each item is shown as the JSON of its messages (the generate node's embed_json_text); the scripted
+        # kinds below work on its text, the dense JSON the flow's item is.
+        items = {fid: item if isinstance(item, str) else dense_dumps(item)
+                 for fid, item in json.loads(request.messages[-1]["content"]).items()}
         first = min(start_of(fid) for fid in items)
         mode = pick(self.script.summary_modes, first)
         value: Any = {}

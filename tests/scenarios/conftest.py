@@ -75,7 +75,7 @@ class Script:
 
     choices: dict[str, str] = field(default_factory=dict)
     default_choice: str = "summarize"
-    summary_for: Callable[[str, str], Any] = lambda fid, item: f"Evidence {fid}"
+    summary_for: Callable[[str, Any], Any] = lambda fid, item: f"Evidence {fid}"
     extra: dict[str, Any] = field(default_factory=dict)
     decision_reply_for: Callable[[dict[str, Any]], Reply] | None = None
     summary_reply_for: Callable[[dict[str, Any]], Reply] | None = None

@@ -38,8 +38,8 @@ def test_units_crossing_the_tail_are_kept_whole(stack: Stack) -> None:
     tail = compact_json(messages[5:])
     assert decision["state"]["recent_evidence"] == [tail[:500] + "[excerpt]" + tail[-500:]]
     summaries, = stack.requests("summaries")
-    assert json.loads(summaries["messages"][1]["content"]) == {"fragment_2": compact_json(messages[2:4]),
-                                                              "fragment_4": compact_json(messages[4:5])}
+    # each item embedded as its JSON (the generate node's embed_json_text), not as a quoted string
+    assert json.loads(summaries["messages"][1]["content"]) == {"fragment_2": messages[2:4], "fragment_4": messages[4:5]}
 
 
 def test_bad_or_expanding_summaries_keep_their_units(stack: Stack) -> None:
@@ -213,7 +213,7 @@ def test_excerpted_fragments_are_summarised_from_the_full_item_but_never_archive
     assert set(decision["questions"]["fragment_2"]["criteria"]) == {"keep", "summarize"}
     assert set(decision["questions"]["fragment_3"]["criteria"]) == {"keep", "summarize", "archive"}
     summaries, = stack.requests("summaries")
-    assert json.loads(summaries["messages"][1]["content"]) == {"fragment_2": compact_json([big])}
+    assert json.loads(summaries["messages"][1]["content"]) == {"fragment_2": [big]}
     assert body["messages"] == [SYSTEM, TASK, summary("fragment_2", "Evidence fragment_2"), DONE]
 
 

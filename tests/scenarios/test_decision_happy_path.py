@@ -57,8 +57,7 @@ def test_fixture_t_sends_two_decisions_and_two_summaries(stack: Stack) -> None:
     # fixture T's budget is 128 for each of the two items; one summary may take the batch's total
     # (docs/differences.md)
     assert "at most 256 UTF-8 bytes, and all summaries together at most 256" in small["messages"][0]["content"]
-    assert json.loads(small["messages"][1]["content"]) == {
-        f"fragment_{i}": compact_json([messages[i]]) for i in (10, 11)}
+    assert json.loads(small["messages"][1]["content"]) == {f"fragment_{i}": [messages[i]] for i in (10, 11)}
     assert small["messages"][1]["content"] == compact_json(json.loads(small["messages"][1]["content"]))
 
 

@@ -74,6 +74,7 @@ MALFORMED: list[tuple[str, Any, str]] = [
     ("reply bound not an int", legacy(a={**LLM, "output_format": "json", "max_string_bytes": 1.5}),
      "max_string_bytes must be an integer 1–1048576"),
     ("names without json", legacy(a={**LLM, "keep_names": ["read_file"]}), 'keep_names needs output_format "json"'),
+    ("embedding not a boolean", legacy(a={**LLM, "embed_json_text": "yes"}), "embed_json_text must be a boolean"),
     ("names not a list", legacy(a={**LLM, "output_format": "json", "keep_names": "read_file"}),
      "keep_names must be 1–256 strings of 1–512 bytes"),
     ("no names", legacy(a={**LLM, "output_format": "json", "keep_names": []}),

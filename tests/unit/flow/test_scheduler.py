@@ -164,6 +164,25 @@ async def test_prompt_views_sections_and_templates() -> None:
     assert "[input 1]\ndone\n\n[input 2]\ndone" in prompts
 
 
+async def test_a_node_embedding_json_text_shows_its_inputs_json_texts_as_json() -> None:
+    """``embed_json_text`` (docs/behaviour.md "Node values"): an object's strings holding a JSON array or object are
+    shown as that JSON, not quoted again, in a lone input's view, in sections and in a template; without it, quoted."""
+    router = FakeRouter(chat=lambda request: ChatResponse(text="done"))
+    items = {"a": '[{"role":"tool","content":"x\\"y"}]', "b": "plain"}
+    flow = flow_of(items={"kind": "data", "operation": "project", "inputs": ["input"], "path": ["items"]},
+                   lone={**LLM, "inputs": ["items"], "embed_json_text": True},
+                   sections={**LLM, "inputs": ["items", "items"], "embed_json_text": True},
+                   templated={**LLM, "inputs": ["items"], "template": "Items: $1", "embed_json_text": True},
+                   quoted={**LLM, "inputs": ["items"]},
+                   last={**LLM, "inputs": ["lone", "sections", "templated", "quoted"]},
+                   output={"kind": "output", "inputs": ["last"]})
+    await run(router, flow, {"items": items})
+    shown = '{"a":[{"role":"tool","content":"x\\"y"}],"b":"plain"}'
+    prompts = {call.request.messages[-1]["content"] for call in router.calls}
+    assert {shown, f"[input 1]\n{shown}\n\n[input 2]\n{shown}", f"Items: {shown}",
+            json.dumps(items, separators=(",", ":"))} < prompts
+
+
 async def test_a_json_nodes_reply_bounds_reach_the_chat_request_as_data() -> None:
     router = FakeRouter(chat=lambda request: ChatResponse(text='{"a": "x"}'))
     bounded = {**LLM, "inputs": ["input"], "output_format": "json", "max_string_bytes": 40,

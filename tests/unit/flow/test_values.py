@@ -3,6 +3,7 @@ must give exactly the dense JSON the encoder gives (docs/performance.md)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from compactor.flow.data_ops import apply
 from compactor.flow.values import JSONTextMap, view_of
-from compactor.jsonutil import ascii_dumps, dense_dumps, json_text_escaped
+from compactor.jsonutil import ascii_dumps, dense_dumps
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False)
@@ -41,16 +42,44 @@ def test_select_keeps_the_mark_and_other_values_view_as_before() -> None:
         assert view_of(value) == dense_dumps(value)
 
 
+def _embedded(texts: dict[str, str]) -> str:
+    """What ``embed_json_text`` shows: the dense JSON of the map with each string holding a JSON array or
+    object as that JSON."""
+    values = {}
+    for key, text in texts.items():
+        parsed = json.loads(text) if text[:1] in ("[", "{") else None
+        values[key] = parsed if isinstance(parsed, (list, dict)) else text
+    return dense_dumps(values)
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(KEYS.filter(bool), JSON_VALUES, max_size=6), st.data())
-def test_a_map_that_carries_its_escaped_texts_views_as_its_dense_json(members: dict[str, Any], data: Any) -> None:
-    """The host's escaped texts (``JSONTextMap.escaped``, for any subset of the keys) are what a prompt
-    quotes, and ``select`` keeps them: the view is still the dense JSON of the map."""
+@given(st.dictionaries(KEYS.filter(bool), JSON_VALUES, max_size=6))
+def test_embedding_json_text_shows_arrays_and_objects_as_json_marked_or_not(members: dict[str, Any]) -> None:
+    """``embed_json_text``: a member whose string holds a JSON array or object is shown as that JSON (the model
+    reads it once, not escaped again), the same text whether the host marked the map whole (no parse) or the map
+    crossed a process boundary as plain JSON (a Step Functions worker's flow input: parsed); ``select`` keeps the
+    mark. Other members are quoted as before."""
     texts = {key: dense_dumps(item) for key, item in members.items()}
-    carried = data.draw(st.sets(st.sampled_from(sorted(texts)))) if texts else set()
-    items = JSONTextMap(texts, {key: json_text_escaped(texts[key]) for key in carried})
-    assert view_of(items) == dense_dumps(texts)
-    answers = {key: {"choice": data.draw(st.sampled_from(["s", "k"]))} for key in texts}
-    selected = apply("select", {"field": "choice", "equals": "s"}, [items, answers])
-    assert type(selected) is JSONTextMap and selected.escaped is items.escaped
-    assert view_of(selected) == dense_dumps(dict(selected))
+    expected = _embedded(texts)
+    marked = JSONTextMap(texts, whole=True)
+    assert view_of(marked, embed_json_text=True) == expected
+    assert view_of(dict(texts), embed_json_text=True) == expected
+    assert view_of(JSONTextMap(texts), embed_json_text=True) == expected
+    answers = {key: {"choice": "s"} for key in texts}
+    selected = apply("select", {"field": "choice", "equals": "s"}, [marked, answers])
+    assert type(selected) is JSONTextMap and selected.whole
+    assert view_of(marked, embed_json_text=False) == dense_dumps(texts)
+
+
+def test_embedding_json_text_quotes_what_is_not_one_json_array_or_object() -> None:
+    """Only a string that parses as a JSON array or object is embedded (a cut, a number, a string, text that
+    merely starts with a bracket, one nested past what the parser reads, a key named twice); other values and
+    non-objects are shown as dense JSON."""
+    deep = "[" * 100_000 + "]" * 100_000
+    texts = {"cut": '[{"a":1}', "number": "12", "text": "[note] done", "deep": deep, "twice": '{"a":1,"a":2}',
+             "spaced": ' [1]', "nan": "[NaN]", "list": '[{"role":"tool","content":"x\\"y"}]', "other": 3}
+    expected = {**texts, "list": [{"role": "tool", "content": 'x"y'}]}
+    assert json.loads(view_of(texts, embed_json_text=True)) == expected
+    assert json.loads(view_of(JSONTextMap(texts), embed_json_text=True)) == expected  # a cut is not whole JSON
+    for value in (['[1]'], '[1]', {"a": {"b": "[1]"}}):
+        assert view_of(value, embed_json_text=True) == view_of(value)

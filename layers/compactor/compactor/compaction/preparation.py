@@ -13,7 +13,7 @@ from typing import Any
 from compactor.chat import Message, chat_reading, content_text, role_of
 from compactor.decision_validation import DECISION_REQUEST_MAX_BYTES as DECISION_PAYLOAD_MAX_BYTES
 from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense_join, dense_join_size, dense_size,
-                                dense_str_size, dense_with_plain_member_at, json_text_escaped, json_text_size,
+                                dense_str_size, dense_with_plain_member_at, json_text_size,
                                 utf8_len)
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
@@ -62,7 +62,7 @@ REASON_BATCHES = "batch_limit"
 REASON_FLOW_INPUT = "flow_input_limit"
 
 
-@record  # not frozen: a frozen dataclass sets each of its ten fields through object.__setattr__, about
+@record  # not frozen: a frozen dataclass sets each of its nine fields through object.__setattr__, about
 # 1 µs more per candidate (docs/performance.md); nothing changes a candidate once it is built
 class Candidate:
     """A unit that may go, with what sending and keeping it costs."""
@@ -71,7 +71,6 @@ class Candidate:
     evidence: str
     question: dict[str, Any]
     item: str  # compact JSON of the model view of the unit's messages: what the summarizer sees
-    escaped_item: str  # ``item`` escaped as in a JSON string (its record's size; the summary prompt quotes it)
     size: int  # compact bytes of the unit's messages as they are: what keeping them costs
     decision_bytes: int  # ASCII wire bytes of its fragment entry + question entry in a decision payload
     record_bytes: int  # compact bytes of its ``"id":"<item>"`` entry in the summary record
@@ -419,10 +418,9 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
     size = utf8_len(whole)
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
-    escaped_item = json_text_escaped(item)  # the summary prompt's text of it: escaped once, measured here
-    item_bytes = utf8_len(escaped_item) + 2
+    item_bytes = json_text_size(item)  # the flow input holds it as a string (the summary prompt embeds it as JSON)
     return Candidate(
-        unit, evidence, question, item, escaped_item, size,
+        unit, evidence, question, item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
         record_bytes=key_bytes + 1 + item_bytes,
         bound_bytes=key_bytes + 1 + (item_bytes if whole is item else json_text_size(whole)),

@@ -97,12 +97,11 @@ def materialise(batches: list[Batch], *, instructions: list[Any], recent_evidenc
     state_wire = _StateWire(instructions, recent_evidence)
     for index, batch in enumerate(batches):
         key = f"batch_{index}"
-        # An item is the dense JSON text of the unit's model view: the summary prompt quotes the items
-        # without the encoder's escape of every character (docs/performance.md).
+        # An item is the dense JSON text of the unit's model view, one whole text: the summary prompt embeds it
+        # as JSON (the generate node's ``embed_json_text``) without parsing it (docs/performance.md).
         flow_input[key] = {"state": WireSized(batch_state(instructions, recent_evidence, batch.candidates, batch.later),
                                               state_wire.of(batch)),
-                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates},
-                                                {c.unit.id: c.escaped_item for c in batch.candidates})}
+                           "items": JSONTextMap({c.unit.id: c.item for c in batch.candidates}, whole=True)}
         for name, template in template_nodes.items():
             if template["kind"] in ("input", "output"):
                 continue

@@ -64,7 +64,7 @@ def select(records: Any, answers: Any, field: str, equals: str) -> dict[str, Any
     :class:`JSONTextMap` of records gives one)."""
     records = record_map(records, "select records")
     answers = record_map(answers, "select answers")
-    out: dict[str, Any] = JSONTextMap(escaped=records.escaped) if type(records) is JSONTextMap else {}
+    out: dict[str, Any] = records.like() if type(records) is JSONTextMap else {}
     for key, record in records.items():
         answer = answers.get(key)
         if isinstance(answer, dict) and answer.get(field) == equals:

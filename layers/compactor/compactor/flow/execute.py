@@ -152,7 +152,7 @@ async def _run_llm(node: FlowNode, values: Sequence[Any], entry: dict[str, Any],
                    deadline: Deadline, conversation: Sequence[Mapping[str, Any]],
                    proposed_tool_calls: Sequence[Mapping[str, Any]]) -> NodeOutcome:
     messages: list[dict[str, Any]] = [] if node.option("context") == "inputs" else [dict(m) for m in conversation]
-    prompt = build_prompt(node.option("template"), values, proposed_tool_calls)
+    prompt = build_prompt(node.option("template"), values, proposed_tool_calls, node.option("embed_json_text", False))
     messages.append({"role": "system", "content": node.spec["system"]})
     messages.append({"role": "user", "content": prompt})
     json_mode = node.option("output_format") == "json"
@@ -244,10 +244,11 @@ async def _route(routing: AdmittedRouting, entry: dict[str, Any], router: FlowRo
 
 
 def build_prompt(template: str | None, values: Sequence[Any],
-                 proposed_tool_calls: Sequence[Mapping[str, Any]] = ()) -> str:
+                 proposed_tool_calls: Sequence[Mapping[str, Any]] = (), embed_json_text: bool = False) -> str:
     """The user prompt of an llm node: ``template`` with ``$n`` → view of input n (out of range → ""),
     else the single input's view, else ``[input i]`` sections joined by blank lines; proposed tool
-    calls of predecessors follow in a ``[proposed tool calls]`` block."""
+    calls of predecessors follow in a ``[proposed tool calls]`` block. ``embed_json_text``: the node's
+    option (``values.view_of``)."""
     if template is not None:
         views: dict[int, str] = {}
 
@@ -256,14 +257,14 @@ def build_prompt(template: str | None, values: Sequence[Any],
             if not 1 <= position <= len(values):
                 return ""
             if position not in views:
-                views[position] = view_of(values[position - 1])
+                views[position] = view_of(values[position - 1], embed_json_text)
             return views[position]
 
         text = re.sub(_PLACEHOLDER, substitute, template)
     elif len(values) == 1:
-        text = view_of(values[0])
+        text = view_of(values[0], embed_json_text)
     else:
-        text = "\n\n".join(f"[input {i}]\n{view_of(value)}" for i, value in enumerate(values, start=1))
+        text = "\n\n".join(f"[input {i}]\n{view_of(value, embed_json_text)}" for i, value in enumerate(values, start=1))
     if proposed_tool_calls:
         text += "\n\n[proposed tool calls]\n" + dense_dumps(list(proposed_tool_calls))
     return text

@@ -18,12 +18,12 @@ from .values import MAX_VALUE_BYTES
 TYPED_OPTION_KEYS: Final = (
     "operation", "path", "field", "equals", "questions", "output_format", "skip_empty", "on_error",
     "context", "max_tokens", "timeout_ms", "max_string_bytes", "min_string_bytes", "only_shrink",
-    "max_total_string_bytes", "keep_names",
+    "max_total_string_bytes", "keep_names", "embed_json_text",
 )
 # Options whose presence on an llm node makes the flow typed.
 TYPING_LLM_OPTIONS: Final = frozenset(
     {"output_format", "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
-     "max_total_string_bytes", "keep_names"})
+     "max_total_string_bytes", "keep_names", "embed_json_text"})
 
 OPERATION_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "project": frozenset({"path"}),
@@ -41,7 +41,7 @@ _BASE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     OUTPUT: frozenset({"kind", "inputs"}),
     LLM: frozenset({"kind", "inputs", "system", "policy", "template", "routing", "output_format",
                     "skip_empty", "on_error", "context", "max_tokens", "timeout_ms", "max_string_bytes",
-                    "max_total_string_bytes", "keep_names"}),
+                    "max_total_string_bytes", "keep_names", "embed_json_text"}),
     DECISION: frozenset({"kind", "inputs", "policy", "questions", "skip_empty", "on_error", "timeout_ms",
                          "cache_prefix"}),
     DATA: frozenset({"kind", "inputs", "operation", "on_error"}),
@@ -120,8 +120,8 @@ def common_option_problem(node: Mapping[str, Any]) -> str | None:
 
 
 def llm_option_problem(node: Mapping[str, Any]) -> str | None:
-    """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, the reply's
-    string bounds and names to keep, ``routing``."""
+    """llm nodes: ``system``, ``template``, ``output_format``, ``context``, ``max_tokens``, ``embed_json_text``,
+    the reply's string bounds and names to keep, ``routing``."""
     if not isinstance(node.get("system"), str):
         return "system must be a string"
     if "template" in node and not isinstance(node["template"], str):
@@ -132,6 +132,8 @@ def llm_option_problem(node: Mapping[str, Any]) -> str | None:
         return 'context must be "inputs"'
     if "max_tokens" in node and not _is_int_in(node["max_tokens"], *MAX_TOKENS_RANGE):
         return "max_tokens must be an integer 1–4096"
+    if "embed_json_text" in node and not isinstance(node["embed_json_text"], bool):
+        return "embed_json_text must be a boolean"
     for key in REPLY_BYTES_OPTIONS:
         if key in node and not _is_int_in(node[key], 1, MAX_VALUE_BYTES):
             return f"{key} must be an integer 1–{MAX_VALUE_BYTES}"

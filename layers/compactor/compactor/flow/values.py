@@ -7,10 +7,9 @@ serialisation behind every byte bound of the flow IR.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from typing import Any, Final
 
-from ..jsonutil import dense_dumps, dense_size, depth_exceeds, json_text_escaped
+from ..jsonutil import dense_dumps, dense_size, depth_exceeds, json_text_escaped, strict_loads
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32
@@ -49,14 +48,18 @@ class JSONTextMap(dict):  # type: ignore[type-arg]
     the JSON encoder's escape of every character, for the same text, and ``select`` keeps the mark (a
     subset of the values). Otherwise a plain object (docs/performance.md).
 
-    ``escaped``: by key, the value with ``"`` and ``\\`` escaped (``jsonutil.json_text_escaped``), when the
-    host made it already (measuring a value's size as a JSON string does): a prompt takes it as it is."""
+    ``whole``: each value is one whole JSON text (no join or cut), so a prompt that embeds JSON text
+    (:func:`embedded_view`) takes it without parsing it."""
 
-    __slots__ = ("escaped",)
+    __slots__ = ("whole",)
 
-    def __init__(self, value: Any = (), escaped: Mapping[str, str] | None = None) -> None:
+    def __init__(self, value: Any = (), whole: bool = False) -> None:
         super().__init__(value)
-        self.escaped = escaped
+        self.whole = whole
+
+    def like(self) -> JSONTextMap:
+        """An empty map with this one's mark, for a subset of its members (``select``)."""
+        return JSONTextMap(whole=self.whole)
 
 
 class WireSized(dict):  # type: ignore[type-arg]
@@ -79,21 +82,49 @@ def _quoted_key(key: str) -> str:
     return dense_dumps(key)
 
 
-def view_of(value: Any) -> str:
+def view_of(value: Any, embed_json_text: bool = False) -> str:
     """The text an llm prompt shows for a value: strings as they are, anything else as dense JSON (a
-    :class:`JSONTextMap` quoted member by member: the same text)."""
+    :class:`JSONTextMap` quoted member by member: the same text). ``embed_json_text`` (an llm node's option,
+    docs/behaviour.md "Node values"): an object's members whose strings hold a JSON array or object are shown
+    as that JSON, not quoted again (:func:`embedded_view`)."""
     if isinstance(value, str):
         return value
+    if embed_json_text and isinstance(value, dict) and all(type(key) is str for key in value):
+        return embedded_view(value)
     if (type(value) is JSONTextMap and all(type(key) is str for key in value)
             and all(type(item) is str for item in value.values())):
-        escaped = value.escaped or {}
         parts = ["{"]
         for key, item in value.items():
-            parts += (",", _quoted_key(key), ':"', escaped.get(key) or json_text_escaped(item), '"')
+            parts += (",", _quoted_key(key), ':"', json_text_escaped(item), '"')
         parts[1:2] = []  # no comma before the first member (an empty map is "{}")
         parts.append("}")
         return "".join(parts)
     return dense_dumps(value)
+
+
+def embedded_view(value: dict[str, Any]) -> str:
+    """The dense JSON of ``value`` with each member whose string holds a JSON array or object shown as that JSON
+    text (the model reads the JSON once, not escaped inside a string: docs/performance.md "Model input"). A
+    string that starts with ``[`` or ``{`` is taken as it is when it parses as JSON (strictly: no key twice, no
+    ``NaN``), or without parsing in a :class:`JSONTextMap` marked ``whole`` (the host's word). Every other member
+    is shown as dense JSON, as without the option."""
+    marked = type(value) is JSONTextMap and value.whole
+    parts = []
+    for key, item in value.items():
+        shown = item if type(item) is str and _holds_container(item, marked) else dense_dumps(item)
+        parts.append(_quoted_key(key) + ":" + shown)
+    return "{" + ",".join(parts) + "}"
+
+
+def _holds_container(text: str, marked: bool) -> bool:
+    if text[:1] not in ("[", "{"):
+        return False
+    if marked:
+        return True
+    try:
+        return isinstance(strict_loads(text), (list, dict))
+    except ValueError:  # not JSON, or nested deeper than the parser reads
+        return False
 
 
 def is_empty_container(value: Any) -> bool:
