@@ -59,6 +59,7 @@ class CallSummary:
     cost_usd: float | None = 0.0  # None: a model call's cost is unknown
     flow_fingerprint: str | None = None
     time: str | None = None  # UTC, ISO 8601: when the call was observed, its ledger entry's time (docs/billing.md)
+    default_cache_prices: tuple[str, ...] = ()  # cache prices taken from the defaults, not the catalog (docs/billing.md)
 
     @property
     def cost_known(self) -> bool:
@@ -96,7 +97,7 @@ def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: 
         bytes_saved=None if flow else record.bytes_saved, target_met=record.target_met,
         model_calls=record.model_calls, fallbacks=len(record.fallbacks), tokens_in=record.tokens_in,
         tokens_out=record.tokens_out, cost_usd=record.cost_usd, flow_fingerprint=record.flow_fingerprint,
-        time=time,
+        time=time, default_cache_prices=record.default_cache_prices,
     )
 
 
