@@ -108,7 +108,8 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         grants.setdefault(statement["Resource"]["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
     assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject", "s3:DeleteObject"},
-                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}, "": {"s3:ListBucket"}}
+                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}, "": {"s3:ListBucket"},
+                      "/jobs/*": {"s3:GetObject"}}  # the caller of an upload whose job's record names none
     # It records nothing for an object version whose windowed job runs or ended done: that job's executions only
     described = resources["S3CompactGaveUpFunctionWindowedJobs"]["Properties"]["PolicyDocument"]["Statement"]
     assert [(s["Action"], s["Resource"]["Fn::Sub"].split(":execution:")[1]) for s in described] == [

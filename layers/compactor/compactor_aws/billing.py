@@ -261,7 +261,7 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
                                                        request_id=request_id, idempotency_key=key))
 
 
-def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
+def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | billing.ResultBill | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
                    prepare: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
@@ -270,7 +270,10 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     as one caller); bill it once, after its result is stored, to that caller.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
-    the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
+    the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again. The facts may be a
+    :class:`compactor.billing.ResultBill` instead: the bill of a result an earlier attempt wrote and may not have billed
+    (it crashed between the two), which this attempt found and bills as that attempt would have (its caller, time and
+    request id: one entry, whichever of them writes it).
     ``prepare()`` (imports the job will need) runs while the in-progress record is written
     (``compactor_aws.idempotency.run_once``'s ``meanwhile``).
     """
@@ -279,17 +282,23 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     entry_id, billed_to = f"s3:{scope}", billed_caller(source, caller)
 
     fresh: list[bool] = []
+    found: list[bool] = []
     billing_now: list[Future[None]] = []
 
     def run() -> dict[str, Any]:
         with calling_as(billed_to):
             outcome, facts = job()
         fresh.append(True)
-        record = {"outcome": outcome, "facts": facts, "time": billing.call_time(facts), "request_id": request_id,
-                  "caller": billed_to}  # whom a replay, or the on-failure destination, bills (bill_given_up)
-        if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
+        bill = facts if isinstance(facts, billing.ResultBill) else billing.ResultBill(facts or {}, billed_to, request_id)
+        record = {"outcome": outcome, "facts": dict(bill.facts) or None, "time": bill.time,
+                  "request_id": bill.request_id,
+                  "caller": bill.caller}  # whom a replay, or the on-failure destination, bills (bill_given_up)
+        if isinstance(facts, billing.ResultBill):  # an earlier attempt's result: billed below, with its line
+            found.append(True)
+        elif bill.facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
             # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
-            billing_now.append(background.start(_bill, entry_id, billed_to, facts, record["time"], request_id, None))
+            billing_now.append(background.start(_bill, entry_id, bill.caller, bill.facts, bill.time, bill.request_id,
+                                                None))
         return record
 
     try:
@@ -297,7 +306,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     finally:
         for billed in billing_now:
             billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
-    if not fresh:
+    if not fresh or found:
         _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
               record.get("request_id"), None)
     if fresh or record["outcome"].get("result") == "skipped":
@@ -311,23 +320,29 @@ BILLED_BEFORE = "already billed"
 """What :func:`bill_given_up` did: wrote the job's entry, or found it written."""
 
 
-def bill_given_up(source: Any) -> str | None:
+def bill_given_up(source: Any, metadata: Mapping[str, str] | None, caller: Callable[[], str]) -> str | None:
     """Bill the inline job of an object version Lambda gave up on, whose result was written (the S3 function's
-    on-failure destination, docs/billing.md): its entry from what the job's idempotency record kept when its
-    result was stored (facts, time, request id, caller), the one a retry's replay writes (``s3:<version hash>``, on
-    the call's day), so that a job whose every ledger write failed is billed once, and never a second time
-    (:data:`BILLED_BEFORE`) when a later attempt's write succeeded or the destination runs twice. None when the
-    record holds nothing to bill: none completed (gone, expired, or left in progress by an attempt that crashed
-    hard), a job that billed nothing, or a record from a version that did not keep its caller."""
+    on-failure destination, docs/billing.md), with the entry a retry's replay writes (``s3:<version hash>``, on the
+    call's day, to the caller billed), so that a job whose every ledger write failed, or whose attempt crashed between
+    writing its result and billing it, is billed once, and never a second time (:data:`BILLED_BEFORE`) when an
+    attempt's write succeeded or the destination runs twice. What it is billed: the bill the result was written with
+    (``metadata``, :class:`compactor.billing.ResultBill`), whatever became of the job's idempotency record (expired,
+    left in progress by a hard crash); for a result written before results carried it, what the completed record kept
+    when it was stored, billed to the caller it names or, in a record from before records named it, to ``caller()``
+    (the job's: what that version billed). None when nothing says what to bill: an older result whose record is
+    gone or was never completed, or a job that billed nothing."""
     from compactor_aws.idempotency import completed_result
 
     scope = _object_scope(source)
-    store = backends()
-    record = completed_result(scope=scope, body=scope, layer=store.layer, config=store.config)
-    if record is None or not record.get("caller"):
-        return None
-    billed = _bill(f"s3:{scope}", record["caller"], record.get("facts"), record["time"], record.get("request_id"),
-                   None)
+    bill = billing.ResultBill.of_metadata(metadata)
+    if bill is None:
+        store = backends()
+        record = completed_result(scope=scope, body=scope, layer=store.layer, config=store.config)
+        if record is None or not record.get("facts"):
+            return None
+        bill = billing.ResultBill({**record["facts"], "time": record["time"]}, record.get("caller") or caller(),
+                                  record.get("request_id"))
+    billed = _bill(f"s3:{scope}", bill.caller, bill.facts, bill.time, bill.request_id, None)
     return None if billed is None else BILLED_NOW if billed else BILLED_BEFORE
 
 
