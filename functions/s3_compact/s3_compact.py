@@ -35,7 +35,7 @@ def observer(request_id: str | None, api_key_id: str, billed: list[Any]) -> obje
     def observe(record: Any, started_at: float, ended_at: float) -> None:
         billed.append(observability.record_call(record, logger=logger, metrics=metrics, tracer=tracer,
                                                 request_id=request_id, api_key_id=api_key_id,
-                                                started_at=started_at, ended_at=ended_at))
+                                                started_at=started_at, ended_at=ended_at, settle_later=True))
     return observe
 
 
@@ -51,8 +51,9 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
     request_id = getattr(context, "aws_request_id", None)
     billed_to = billing.billed_caller(source, caller)  # also the caller the job runs as, its windows too
 
+    billed: list[Any] = []  # the job's observed summary, whose billing line waits for its billing (docs/billing.md)
+
     def job() -> tuple[dict[str, Any], Any]:
-        billed: list[Any] = []
         launch = windowed_jobs.launcher(caller=billed_to)  # large objects: a windowed job (docs/scale.md)
 
         def bill() -> dict[str, str]:  # what the result is billed, written with it (docs/billing.md)
@@ -68,7 +69,14 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
         # An earlier attempt wrote this version's result and crashed before billing it: bill what it was written with
         return done.as_dict(), core_billing.ResultBill.of_metadata(done.found)
 
-    return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
+    outcome = None
+    try:
+        outcome = billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
+                                         logger=logger)
+        return outcome
+    finally:  # billed: its result written, its entry written (or found); not when it raised or the result was not kept
+        for summary in billed:
+            observability.write_settled_line(logger, summary, outcome is not None and outcome["result"] == "compacted")
 
 
 def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,

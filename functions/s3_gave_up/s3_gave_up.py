@@ -41,7 +41,7 @@ def bill(source: object_jobs.Source, metadata: Mapping[str, str]) -> str | None:
         rel = object_jobs.relative_key(source.key)
         return billing.billed_caller(source, jobs.upload_caller(store, source.bucket, rel) if rel else None)
 
-    return billing.bill_given_up(source, metadata, caller)
+    return billing.bill_given_up(source, metadata, caller, logger=logger)
 
 
 @logger.inject_lambda_context(log_event=False)
