@@ -69,14 +69,13 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
         # An earlier attempt wrote this version's result and crashed before billing it: bill what it was written with
         return done.as_dict(), core_billing.ResultBill.of_metadata(done.found)
 
-    outcome = None
+    settled: list[bool] = []  # whether the job's own computation was billed: its result written, its entry too
     try:
-        outcome = billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
-                                         logger=logger)
-        return outcome
-    finally:  # billed: its result written, its entry written (or found); not when it raised or the result was not kept
+        return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
+                                      logger=logger, settle=settled.append)
+    finally:
         for summary in billed:
-            observability.write_settled_line(logger, summary, outcome is not None and outcome["result"] == "compacted")
+            observability.write_settled_line(logger, summary, any(settled))
 
 
 def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,

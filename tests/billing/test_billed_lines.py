@@ -128,3 +128,4 @@ def test_s3_jobs_lines_sum_to_the_ledger(aws: dict[str, Any], s3_module: ModuleT
 
     assert [(line["billed"]) for line in lines(caplog)] == [True, False, True, True, False]
     assert billed_sum(caplog) == ledger_sum(aws) and ledger_sum(aws)[0] == 3
+

@@ -190,3 +190,25 @@ def test_a_result_bill_reads_back_and_refuses_what_is_not_one() -> None:
     for broken in ({}, {core_billing.RESULT_BILL_META: "{"}, {core_billing.RESULT_BILL_META: '{"facts":{}}'},
                    {core_billing.RESULT_BILL_META: '{"facts":{"route":"s3_compact","model_calls":1},"caller":"k"}'}):
         assert core_billing.ResultBill.of_metadata(broken) is None
+
+
+def test_an_attempt_that_billed_and_then_failed_has_a_billed_line(
+        aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its ledger write went through, then its idempotency record could not be completed (the attempt fails): its
+    billing line says billed, and the retry that finds the result computes again (a line not billed) and bills nothing
+    more: the billed lines sum to the ledger (docs/billing.md)."""
+    from .test_billed_lines import billed_sum, ledger_sum, lines
+
+    crash = HardCrash(monkeypatch)
+    crash.ledger.failing = False
+    _, event = upload(aws, handlers)
+    caplog.clear()
+    with pytest.raises(Exception):
+        invoke(handlers, event)
+    crash.over()
+    in_progress_expired(aws)
+    invoke(handlers, event)
+
+    assert [line["billed"] for line in lines(caplog)] == [True, False]
+    assert billed_sum(caplog) == ledger_sum(aws) and ledger_sum(aws)[0] == 1

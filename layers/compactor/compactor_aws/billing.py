@@ -297,7 +297,8 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | billing.ResultBill | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
-                   prepare: Callable[[], None] | None = None, logger: Any = None) -> dict[str, Any]:
+                   prepare: Callable[[], None] | None = None, logger: Any = None,
+                   settle: Callable[[bool], None] | None = None) -> dict[str, Any]:
     """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
     ``caller``, an API upload's key id, or ``s3:<bucket>``), so that its provider faults change that caller's
     routing only (docs/reliability.md#isolation-one-callers-failures-are-that-callers; every job of a container ran
@@ -308,7 +309,9 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
     :class:`compactor.billing.ResultBill` instead: the bill of a result an earlier attempt wrote and may not have billed
     (it crashed between the two), which this attempt found and bills as that attempt would have (its caller, time and
     request id: one entry, whichever of them writes it). With ``logger``, an entry this invocation writes for a
-    computation it did not make (a replay's, a found result's) gets its billing line (:func:`_bill`).
+    computation it did not make (a replay's, a found result's) gets its billing line (:func:`_bill`). ``settle(billed)``
+    is called once ``job()`` has returned and its billing is settled: whether its own computation's entry was written
+    (or found written), also when the invocation then fails (its idempotency record could not be completed).
     ``prepare()`` (imports the job will need) runs while the in-progress record is written
     (``compactor_aws.idempotency.run_once``'s ``meanwhile``).
     """
@@ -336,11 +339,17 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
                                                 None))
         return record
 
+    written = False
     try:
         record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context, meanwhile=prepare)
     finally:
-        for billed in billing_now:
-            billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
+        try:
+            for billed in billing_now:
+                billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
+                written = True
+        finally:
+            if settle is not None and fresh:
+                settle(written)
     if not fresh or found:
         _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
               record.get("request_id"), None, logger=logger)
