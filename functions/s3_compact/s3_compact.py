@@ -43,39 +43,26 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
             context: LambdaContext) -> dict[str, Any]:
     """The object's job under the Lambda's remaining time (docs/behaviour.md#configuration flow budget), once per
     object version, billed once after its result is stored (docs/billing.md)."""
-    from compactor import billing as core_billing, service
+    from compactor import service
     from compactor.container import run_sync
     from compactor_aws import billing
 
     caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
     request_id = getattr(context, "aws_request_id", None)
     billed_to = billing.billed_caller(source, caller)  # also the caller the job runs as, its windows too
-
     billed: list[Any] = []  # the job's observed summary, whose billing line waits for its billing (docs/billing.md)
 
     def job() -> tuple[dict[str, Any], Any]:
         launch = windowed_jobs.launcher(caller=billed_to)  # large objects: a windowed job (docs/scale.md)
-
-        def bill() -> dict[str, str]:  # what the result is billed, written with it (docs/billing.md)
-            facts = billing.facts_of(billed[0]) if billed else None
-            return core_billing.ResultBill(facts, billed_to, request_id).metadata() if facts else {}
-
         done = run_sync(object_jobs.run_job(
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
             windows_until=service.windows_deadline(context), observe=observer(request_id, billed_to, billed),
-            launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None, bill=bill))
-        if done.result == "compacted":
-            return done.as_dict(), billing.facts_of(billed[0]) if billed else None
-        # An earlier attempt wrote this version's result and crashed before billing it: bill what it was written with
-        return done.as_dict(), core_billing.ResultBill.of_metadata(done.found)
+            launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None,
+            bill=billing.result_bill(billed, billed_to, request_id)))  # the result carries its bill
+        return done.as_dict(), billing.job_bill(done, billed)
 
-    settled: list[bool] = []  # whether the job's own computation was billed: its result written, its entry too
-    try:
-        return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
-                                      logger=logger, settle=settled.append)
-    finally:
-        for summary in billed:
-            observability.write_settled_line(logger, summary, any(settled))
+    return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
+                                  logger=logger, observed=billed)
 
 
 def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,

@@ -1,9 +1,9 @@
 """The billing log line says whether its call is billed (``billed``), so that an operator summing the lines with
-``billed: true`` gets the ledger's figures (docs/billing.md): the ledger is the invoice. A 2xx call's line is written once
-its billing is settled; a call computed but not delivered (the idempotency store failed as its answer was stored: the
-caller got 503), or whose ledger write failed, says ``billed: false``; the invocation that writes an entry for a call it
-did not compute (a replay, a retry finding the result written) writes that entry's line, ``billed: true``. A line
-used to be written for every computed call, with nothing telling the ones billed from the others."""
+``billed: true`` gets the ledger's figures (docs/billing.md): the ledger is the invoice. A 2xx call's line is written
+once its billing is settled; a call computed but not delivered (the idempotency store failed as its answer was stored:
+the caller got 503), or whose ledger write failed, says ``billed: false``; the invocation that writes an entry for a
+call it did not compute (a replay, a retry finding the result written) writes that entry's line, ``billed: true``. A
+line used to be written for every computed call, with nothing telling the ones billed from the others."""
 
 from __future__ import annotations
 
@@ -128,4 +128,3 @@ def test_s3_jobs_lines_sum_to_the_ledger(aws: dict[str, Any], s3_module: ModuleT
 
     assert [(line["billed"]) for line in lines(caplog)] == [True, False, True, True, False]
     assert billed_sum(caplog) == ledger_sum(aws) and ledger_sum(aws)[0] == 3
-

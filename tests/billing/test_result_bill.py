@@ -73,7 +73,8 @@ def test_a_retry_that_finds_the_result_of_an_attempt_that_crashed_before_billing
         aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch,
         clock: list[str]) -> None:
     """The first attempt's settling fails after its result is written (a handled failure: its record is removed);
-    Lambda's retry compacts again, the next day, finds the result and bills it: the first attempt's facts, on its day."""
+    Lambda's retry compacts again, the next day, finds the result and bills it: the first attempt's facts, on its
+    day."""
     from compactor_aws.s3_store import S3Store
 
     real_head, failures = S3Store.head, [RuntimeError("S3 HeadObject failed")]

@@ -129,8 +129,8 @@ RESULT_BILL_META = "compactor-bill"
 @record(frozen=True)
 class ResultBill:
     """What a delivered S3 job is billed (docs/billing.md): its facts (:func:`billing_facts`, with the ``time`` it was
-    observed: the entry's day), the caller billed and the request id of the attempt that computed it. The job keeps it in
-    its object version's idempotency record and writes it with its result (:meth:`metadata`), so that whichever step
+    observed: the entry's day), the caller billed and the request id of the attempt that computed it. The job keeps it
+    in its object version's idempotency record and writes it with its result (:meth:`metadata`), so that whichever step
     finds the result written (a retry after a crash between writing it and billing it, the on-failure destination after
     the record expired or was left in progress) writes the very entry the job would have: ``s3:<version hash>`` on the
     same day, to the same caller, which the ledger's conditional write keeps once."""

@@ -14,7 +14,7 @@ what is billed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import field, replace
 from functools import cached_property
@@ -298,7 +298,7 @@ def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str
 def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | billing.ResultBill | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
                    prepare: Callable[[], None] | None = None, logger: Any = None,
-                   settle: Callable[[bool], None] | None = None) -> dict[str, Any]:
+                   observed: Sequence[Any] = ()) -> dict[str, Any]:
     """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
     ``caller``, an API upload's key id, or ``s3:<bucket>``), so that its provider faults change that caller's
     routing only (docs/reliability.md#isolation-one-callers-failures-are-that-callers; every job of a container ran
@@ -309,9 +309,10 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
     :class:`compactor.billing.ResultBill` instead: the bill of a result an earlier attempt wrote and may not have billed
     (it crashed between the two), which this attempt found and bills as that attempt would have (its caller, time and
     request id: one entry, whichever of them writes it). With ``logger``, an entry this invocation writes for a
-    computation it did not make (a replay's, a found result's) gets its billing line (:func:`_bill`). ``settle(billed)``
-    is called once ``job()`` has returned and its billing is settled: whether its own computation's entry was written
-    (or found written), also when the invocation then fails (its idempotency record could not be completed).
+    computation it did not make (a replay's, a found result's) gets its billing line (:func:`_bill`), and ``observed``,
+    the summaries of the job's own computation (observed with ``record_call``'s ``settle_later``), get theirs once its
+    billing is settled: ``billed`` when its entry was written (or found written), also when the invocation then fails
+    (its idempotency record could not be completed), not when it failed before or its result was not kept.
     ``prepare()`` (imports the job will need) runs while the in-progress record is written
     (``compactor_aws.idempotency.run_once``'s ``meanwhile``).
     """
@@ -327,7 +328,8 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
         with calling_as(billed_to):
             outcome, facts = job()
         fresh.append(True)
-        bill = facts if isinstance(facts, billing.ResultBill) else billing.ResultBill(facts or {}, billed_to, request_id)
+        bill = facts if isinstance(facts, billing.ResultBill) \
+            else billing.ResultBill(facts or {}, billed_to, request_id)
         record = {"outcome": outcome, "facts": dict(bill.facts) or None, "time": bill.time,
                   "request_id": bill.request_id,
                   "caller": bill.caller}  # whom a replay, or the on-failure destination, bills (bill_given_up)
@@ -348,8 +350,11 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
                 billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
                 written = True
         finally:
-            if settle is not None and fresh:
-                settle(written)
+            if logger is not None and observed:
+                from compactor_aws import observability
+
+                for summary in observed:
+                    observability.write_settled_line(logger, summary, written)
     if not fresh or found:
         _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
               record.get("request_id"), None, logger=logger)
@@ -357,6 +362,25 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
     return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}
+
+
+def result_bill(observed: Sequence[Any], caller: str, request_id: str | None) -> Callable[[], dict[str, str]]:
+    """``compactor.object_jobs.run_job``'s ``bill``: the user metadata an inline job's result is written with, what the
+    job is billed (:class:`compactor.billing.ResultBill` of its observed summary, the first of ``observed``, billed to
+    ``caller``), so that whichever step finds the result bills it (docs/billing.md)."""
+    def bill() -> dict[str, str]:
+        facts = facts_of(observed[0]) if observed else None
+        return billing.ResultBill(facts, caller, request_id).metadata() if facts else {}
+    return bill
+
+
+def job_bill(done: Any, observed: Sequence[Any]) -> dict[str, Any] | billing.ResultBill | None:
+    """What an inline job's run (``done``, its ``compactor.object_jobs.Outcome``) bills, for :func:`run_object_job`:
+    its own facts when it wrote its result; the bill the result was written with when it found this version's result
+    written by an earlier attempt (which may have crashed before billing it); else nothing."""
+    if done.result == "compacted":
+        return facts_of(observed[0]) if observed else None
+    return billing.ResultBill.of_metadata(done.found)
 
 
 BILLED_NOW = "billed"

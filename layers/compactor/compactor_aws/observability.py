@@ -59,7 +59,7 @@ class CallSummary:
     cost_usd: float | None = 0.0  # None: a model call's cost is unknown
     flow_fingerprint: str | None = None
     time: str | None = None  # UTC, ISO 8601: when the call was observed, its ledger entry's time (docs/billing.md)
-    default_cache_prices: tuple[str, ...] = ()  # cache prices taken from the defaults, not the catalog (docs/billing.md)
+    default_cache_prices: tuple[str, ...] = ()  # cache prices the catalog did not state (docs/billing.md)
     billed: bool = False  # this line's figures are a ledger entry's: summing billed lines gives the ledger's totals
 
     @property

@@ -432,7 +432,8 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
         facts = flow_facts(flow.flow_nodes)
         result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
                       cost_usd=flow.cost_usd, model_calls=facts["model_calls"], fallbacks=list(facts["fallbacks"]),
-                      default_cache_prices=sorted({name for node in facts["nodes"] for name in node.default_cache_prices}))
+                      default_cache_prices=sorted({name for node in facts["nodes"]
+                                                   for name in node.default_cache_prices}))
     items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
     output: list[Message] = []
     actions = {"keep": 0, "summarize": 0, "archive": 0}
