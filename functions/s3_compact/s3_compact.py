@@ -35,7 +35,7 @@ def observer(request_id: str | None, api_key_id: str, billed: list[Any]) -> obje
     def observe(record: Any, started_at: float, ended_at: float) -> None:
         billed.append(observability.record_call(record, logger=logger, metrics=metrics, tracer=tracer,
                                                 request_id=request_id, api_key_id=api_key_id,
-                                                started_at=started_at, ended_at=ended_at))
+                                                started_at=started_at, ended_at=ended_at, settle_later=True))
     return observe
 
 
@@ -50,18 +50,19 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
     caller = jobs.upload_caller(store, source.bucket, rel) if rel else None  # an API upload's key
     request_id = getattr(context, "aws_request_id", None)
     billed_to = billing.billed_caller(source, caller)  # also the caller the job runs as, its windows too
+    billed: list[Any] = []  # the job's observed summary, whose billing line waits for its billing (docs/billing.md)
 
-    def job() -> tuple[dict[str, Any], dict[str, Any] | None]:
-        billed: list[Any] = []
+    def job() -> tuple[dict[str, Any], Any]:
         launch = windowed_jobs.launcher(caller=billed_to)  # large objects: a windowed job (docs/scale.md)
         done = run_sync(object_jobs.run_job(
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
             windows_until=service.windows_deadline(context), observe=observer(request_id, billed_to, billed),
-            launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
-        facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
-        return done.as_dict(), facts
+            launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None,
+            bill=billing.result_bill(billed, billed_to, request_id)))  # the result carries its bill
+        return done.as_dict(), billing.job_bill(done, billed)
 
-    return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))
+    return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults),
+                                  logger=logger, observed=billed)
 
 
 def object_outcome(record: S3EventRecord, source: object_jobs.Source, defaults: object_jobs.Defaults,

@@ -17,6 +17,7 @@ failure queue: the operator's record.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
@@ -32,10 +33,17 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Comp
 store = S3Store()
 
 
-def bill(source: object_jobs.Source) -> str | None:
+def bill(source: object_jobs.Source, metadata: Mapping[str, str]) -> str | None:
+    """Bill the job whose result ``metadata`` belongs to, once (docs/billing.md)."""
     from compactor_aws import billing  # only for a result written: the usual crash loads no billing (cold start)
 
-    return billing.bill_given_up(source)
+    def caller() -> str:  # whom a job of a version that kept no caller in its record billed: the job's own caller
+        from compactor import jobs
+
+        rel = object_jobs.relative_key(source.key)
+        return billing.billed_caller(source, jobs.upload_caller(store, source.bucket, rel) if rel else None)
+
+    return billing.bill_given_up(source, metadata, caller, logger=logger)
 
 
 def counted(outcome: dict[str, Any]) -> str:

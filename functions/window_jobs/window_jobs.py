@@ -61,17 +61,17 @@ def bill(job: dict[str, Any], outcome: dict[str, Any], record: CallRecord, conte
     """After the job's outcome is stored: its metrics, billing log line and object outcome count, and one ledger entry
     when its result was delivered, to the uploading key (docs/billing.md), once: a retried step replays the record."""
     from compactor_aws import billing, observability
-
     source, caller = large_jobs.source_of(job), large_jobs.billed_caller(store, job)
 
     def observe() -> Any:
-        summary = observability.record_call(
+        summary = observability.record_call(  # its billing line once it is billed, or not (docs/billing.md)
             record, logger=logger, metrics=metrics, tracer=None, request_id=getattr(context, "aws_request_id", None),
-            api_key_id=billing.billed_caller(source, caller))
+            api_key_id=billing.billed_caller(source, caller), settle_later=True)
         count(outcome["result"])
         return summary
 
-    billing.bill_windowed_job(source, observe, caller, context, delivered=outcome["result"] == "compacted")
+    billing.bill_windowed_job(source, observe, caller, context, logger=logger,
+                              delivered=outcome["result"] == "compacted")
 
 
 def count(result: str) -> None:

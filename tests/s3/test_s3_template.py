@@ -114,7 +114,8 @@ def test_the_gave_up_function_only_checks_results_and_writes_failures(resources:
         grants.setdefault(statement["Resource"]["Fn::Sub"].split("${TranscriptBucket}")[1], set()).update(actions)
     deletes = {"s3:DeleteObject", "s3:DeleteObjectVersion"}  # the version looked at (docs/scale.md)
     assert grants == {f"/{COMPACTED_PREFIX}*": {"s3:GetObject", *deletes},
-                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", *deletes}, "": {"s3:ListBucket"}}
+                      f"/{FAILED_PREFIX}*": {"s3:GetObject", "s3:PutObject", *deletes}, "": {"s3:ListBucket"},
+                      "/jobs/*": {"s3:GetObject"}}  # the caller of an upload whose job's record names none
     # It records nothing for an object version whose windowed job runs or ended done: that job's executions only
     described = resources["S3CompactGaveUpFunctionWindowedJobs"]["Properties"]["PolicyDocument"]["Statement"]
     assert [(s["Action"], s["Resource"]["Fn::Sub"].split(":execution:")[1]) for s in described] == [

@@ -122,6 +122,48 @@ def make_entry(*, entry_id: str, api_key_id: str, facts: Mapping[str, Any], time
                        idempotency_key=idempotency_key, **{name: facts.get(name) for name in BILLED_FACTS})
 
 
+RESULT_BILL_META = "compactor-bill"
+"""The user metadata (``x-amz-meta-compactor-bill``) of an inline S3 job's result object: :class:`ResultBill`."""
+
+
+@record(frozen=True)
+class ResultBill:
+    """What a delivered S3 job is billed (docs/billing.md): its facts (:func:`billing_facts`, with the ``time`` it was
+    observed: the entry's day), the caller billed and the request id of the attempt that computed it. The job keeps it
+    in its object version's idempotency record and writes it with its result (:meth:`metadata`), so that whichever step
+    finds the result written (a retry after a crash between writing it and billing it, the on-failure destination after
+    the record expired or was left in progress) writes the very entry the job would have: ``s3:<version hash>`` on the
+    same day, to the same caller, which the ledger's conditional write keeps once."""
+
+    facts: Mapping[str, Any]
+    caller: str
+    request_id: str | None = None
+
+    @property
+    def time(self) -> str:
+        return call_time(self.facts)
+
+    def metadata(self) -> dict[str, str]:
+        """The result object's user metadata holding this bill: one ASCII JSON value (S3 metadata is ASCII)."""
+        return {RESULT_BILL_META: json.dumps({"facts": dict(self.facts), "caller": self.caller,
+                                              "request_id": self.request_id}, separators=(",", ":"))}
+
+    @classmethod
+    def of_metadata(cls, metadata: Mapping[str, str] | None) -> ResultBill | None:
+        """The bill a result object's metadata holds (:meth:`metadata`), None when it holds none (a result written by a
+        version before this metadata, a windowed job's, a failure) or none that reads as one."""
+        try:
+            data = json.loads((metadata or {})[RESULT_BILL_META])
+            facts, caller, request_id = data["facts"], data["caller"], data.get("request_id")
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not (isinstance(facts, dict) and isinstance(caller, str) and caller
+                and isinstance(facts.get("time"), str) and isinstance(facts.get("route"), str)
+                and isinstance(facts.get("model_calls"), int) and (request_id is None or isinstance(request_id, str))):
+            return None
+        return cls({name: facts.get(name) for name in (*BILLED_FACTS, "time")}, caller, request_id)
+
+
 def cost_share(cost: float) -> Decimal:
     """What a call's known cost adds to its day's totals, exactly: its shortest decimal rounded to
     :data:`COST_QUANTUM` (a cost too large to round within the decimal context's 28 digits is kept as it is).

@@ -93,6 +93,15 @@ class NodeOutcome:
         nothing_sent = self.trace.get("cost_reported") == 0 and "error" in self.trace
         return made + (0 if nothing_sent else 1)
 
+    @property
+    def default_cache_prices(self) -> tuple[str, ...]:
+        """The cache prices this node's calls (its routing decision's included) were priced at by default, the offer
+        stating none (:func:`default_cache_prices`)."""
+        routing = self.trace.get("routing")
+        return tuple(sorted({*default_cache_prices(routing.get("decision_trace") if isinstance(routing, dict)
+                                                   else None),
+                             *default_cache_prices(self.trace.get("decision_trace"))}))
+
 
 def attempts(decision_trace: Any) -> int:
     """Provider calls one routed call made: the ``attempted`` events of its ``decision_path``, but for those that
@@ -108,6 +117,18 @@ def failovers(decision_trace: Any) -> tuple[str, ...]:
     return tuple(str(step["error_kind"]) for step in path if isinstance(step, dict) and step.get("error_kind")) \
         if isinstance(path, list) else ()
 
+
+def default_cache_prices(decision_trace: Any) -> tuple[str, ...]:
+    """The cache prices one routed call was priced at by default (``price_cached_in``, ``price_cache_write``): the
+    answer's (the trace's ``default_cache_prices``) and those of the rejected answers priced from their usage whose
+    cost the call's includes (its ``attempted`` events'), as ``compactor.router`` names them (docs/billing.md "Prices
+    the catalog does not state")."""
+    if not isinstance(decision_trace, dict):
+        return ()
+    path = decision_trace.get("decision_path")
+    named = [decision_trace.get("default_cache_prices")] + (
+        [step.get("default_cache_prices") for step in path if isinstance(step, dict)] if isinstance(path, list) else [])
+    return tuple(sorted({str(name) for names in named if isinstance(names, list) for name in names}))
 
 
 MODEL_NODE_KINDS = frozenset({"llm", "decision"})
@@ -143,6 +164,7 @@ class CallRecord:
     nodes: tuple[NodeOutcome, ...] = ()
     flow_fingerprint: str | None = None
     report: dict[str, Any] | None = field(default=None, compare=False)  # the mode's compaction report
+    windows_default_cache_prices: tuple[str, ...] = ()  # a windowed run's (its windows' nodes are not in ``nodes``)
 
     @property
     def ok(self) -> bool:
@@ -151,6 +173,14 @@ class CallRecord:
     @property
     def cost_known(self) -> bool:
         return self.cost_usd is not None
+
+    @property
+    def default_cache_prices(self) -> tuple[str, ...]:
+        """The cache prices some of this call's model calls were priced at by default, the offer stating none
+        (``price_cached_in``, ``price_cache_write``; docs/billing.md "Prices the catalog does not state"): what its
+        billing line says, so that an invoice can be checked. Empty when every price was stated or reported."""
+        return tuple(sorted({*self.windows_default_cache_prices,
+                             *(name for node in self.nodes for name in node.default_cache_prices)}))
 
     @property
     def bytes_saved(self) -> int | None:

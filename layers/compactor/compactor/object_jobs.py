@@ -168,6 +168,10 @@ class Outcome:
     (``Transcript.already_compacted``); None for other transcripts."""
     billing: str | None = None
     """What the on-failure destination billed for a job whose result was written (:func:`record_gave_up`)."""
+    found: Mapping[str, str] | None = field(default=None, compare=False)
+    """The user metadata of this version's result, found written by an earlier attempt (``skipped``, ``already
+    processed``): what it is billed (``compactor.billing.ResultBill``) when an attempt crashed between writing it and
+    billing it (docs/billing.md). Not part of :meth:`as_dict`."""
 
     def as_dict(self) -> dict[str, Any]:
         out = {"result": self.result, "source": self.source.as_dict(), "key": self.key, "status": self.status}
@@ -405,13 +409,15 @@ Launcher = Callable[[Source], Outcome]
 
 async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, deadline: Any,
                   router: Any = None, max_bytes: int | None = None, observe: Observer | None = None,
-                  launch: Launcher | None = None, windows_until: Any = None) -> Outcome:
+                  launch: Launcher | None = None, windows_until: Any = None,
+                  bill: Callable[[], Mapping[str, str]] | None = None) -> Outcome:
     """Compact one object. Bad content ends in ``failed/``; storage and configuration errors raise
     (so the asynchronous invocation retries, then lands in its on-failure destination). With
     ``launch``, an object over ``max_bytes`` becomes a windowed job instead of a 413; a transcript
     over one request's limits is compacted in windows here (decision mode): with ``windows_until``, each
     window with its own flow budget, none past it, as a windowed job's workers run theirs; else all under
-    ``deadline``."""
+    ``deadline``. ``bill()``, asked once the call is observed, is user metadata the result is written with: what the
+    job is billed (``compactor.billing.ResultBill``), so that a step finding the result bills it (docs/billing.md)."""
     from compactor.service import compact_call, compact_large
 
     rel = relative_key(source.key)
@@ -462,7 +468,7 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
     session = transcript.write_back(record)  # a session file is answered by the session, compacted
     skipped = _put_once(store, source, key, encode(body) if session is None else session.encode("utf-8"),
                         content_type=JSON_CONTENT_TYPE if session is None else JSONL_CONTENT_TYPE,
-                        metadata=result_metadata(source, stored, status))
+                        metadata={**result_metadata(source, stored, status), **(bill() if bill is not None else {})})
     return skipped or Outcome("compacted", source, key=key, status=status,
                               already_compacted=transcript.already_compacted)
 
@@ -490,8 +496,8 @@ def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, cont
         return settle(store, source, key)
     head = store.head(source.bucket, key)
     existing = head.metadata if head is not None else None
-    if same_version(existing, source):  # a crash may have come between the write and its settling
-        return settle(store, source, key) or Outcome("skipped", source, key=key, reason=PROCESSED)
+    if same_version(existing, source):  # a crash may have come between the write and its settling (and billing)
+        return settle(store, source, key) or Outcome("skipped", source, key=key, reason=PROCESSED, found=existing)
     if newer_exists(existing, source):
         return Outcome("skipped", source, key=key, reason=NEWER)
     if store.put_if(source.bucket, key, body, content_type=content_type, metadata=metadata,
@@ -576,7 +582,7 @@ def _write_failure(store: ObjectStore, source: Source, stored: StoredObject, rel
 
 
 def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, windowed: bool = False,
-                   bill: Callable[[], str | None] | None = None) -> Outcome:
+                   bill: Callable[[Mapping[str, str]], str | None] | None = None) -> Outcome:
     """Lambda gave up on the object's job (every attempt raised or timed out, or its event grew too old; the
     function's on-failure destination says so, docs/deploy.md): record ``failed/<rel>``, 500 ``job_failed``
     naming ``cause`` (an error's type, never its message, which may quote content), written as results are
@@ -588,9 +594,10 @@ def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, win
     its result was later written beside that failure. A failed attempt records nothing: a retry may still
     succeed, and a caller must not read ``failed`` meanwhile.
 
-    This version's result written, ``bill()`` bills the job if no attempt could (its ledger write failed on every
-    one: docs/billing.md), once however often it is called, and says what it did (the outcome's ``billing``: None
-    when there was nothing to bill). Such a job used to be delivered and never billed."""
+    This version's result written, ``bill(its metadata)`` bills the job if no attempt could (its ledger write failed on
+    every one, or an attempt crashed between writing the result and billing it: docs/billing.md), once however often it
+    is called, and says what it did (the outcome's ``billing``: None when there was nothing to bill). Such a job used
+    to be delivered and never billed."""
     rel = relative_key(source.key)
     if rel is None or len(result_key(rel).encode("utf-8")) > MAX_KEY_BYTES:
         return Outcome("skipped", source, reason="no job of its own")  # a too-long key records its own 400
@@ -599,7 +606,7 @@ def record_gave_up(store: ObjectStore, source: Source, cause: str | None, *, win
     head = store.head(source.bucket, result_key(rel))
     if head is not None and same_version(head.metadata, source):
         return Outcome("skipped", source, key=result_key(rel), reason=PROCESSED,
-                       billing=bill() if bill is not None else None)
+                       billing=bill(head.metadata) if bill is not None else None)
     if head is not None and newer_exists(head.metadata, source):
         return Outcome("skipped", source, key=result_key(rel), reason=NEWER)
     error = JobFailed("the compaction job failed on every attempt" + (f" ({cause})" if cause else ""))

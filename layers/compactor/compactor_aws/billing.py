@@ -14,9 +14,9 @@ what is billed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import replace
+from dataclasses import field, replace
 from functools import cached_property
 from typing import Any
 
@@ -44,11 +44,14 @@ S3_CALLER_PREFIX = "s3:"
 
 @record(frozen=True)
 class Computed:
-    """One call's answer as sent (the body text) and, when the call is billed, its billing facts."""
+    """One call's answer as sent (the body text) and, when the call is billed, its billing facts; ``summary``: its
+    observed summary (``compactor_aws.observability.CallSummary``) whose billing line waits for its billing to settle
+    (``record_call``'s ``settle_later``)."""
 
     status: int
     body: str
     facts: dict[str, Any] | None = None
+    summary: Any = field(default=None, compare=False)
 
 
 @record(frozen=True)
@@ -125,8 +128,11 @@ def _error(error: CompactorError) -> Answer:
 
 
 def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
-                lambda_context: Any = None) -> Answer:
-    """Answer one POST: replayed or computed, then billed once (see the module docstring)."""
+                lambda_context: Any = None, logger: Any = None) -> Answer:
+    """Answer one POST: replayed or computed, then billed once (see the module docstring). With ``logger``, a computed
+    call's billing line waiting for its billing (``Computed.summary``) is written once it is settled, ``billed`` or not
+    (its answer could not be stored, its ledger write failed), and a replay that writes the entry its computation could
+    not writes that entry's line (``compactor_aws.observability``; docs/billing.md)."""
     context = event.get("requestContext") or {}
     request_id = context.get("requestId") or getattr(lambda_context, "aws_request_id", None)
     caller = caller_of(event)
@@ -135,8 +141,12 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     except InvalidRequest as twice:
         return _error(InvalidIdempotencyKey(twice.message))
     if raw_key is None:
-        computed = compute()
-        _bill(f"req:{request_id}", caller, computed.facts, billing.call_time(computed.facts), request_id, None)
+        computed, billed = compute(), False
+        try:
+            _bill(f"req:{request_id}", caller, computed.facts, billing.call_time(computed.facts), request_id, None)
+            billed = True
+        finally:
+            _settled(logger, computed, billed)
         return Answer(computed.status, computed.body, {})
     try:
         key = idempotency.checked_key(raw_key)
@@ -159,25 +169,41 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         return _stored(scope, computed, request_id)
 
     store = backends()
+    billed = False
     try:
-        record = idempotency_run(compute_and_store, scope=scope, body=idempotency.body_hash(event.get("body")),
-                                 lambda_context=lambda_context)
-    except _NotStored as failed:
-        return Answer(failed.computed.status, failed.computed.body, {})
-    except IdempotencyValidationError:
-        return _error(IdempotencyKeyReused(f"this {idempotency.HEADER} was used with a different request body"))
-    except IdempotencyAlreadyInProgressError:
-        return _error(IdempotencyInProgress(f"a request with this {idempotency.HEADER} is still running; retry later"))
-    except IdempotencyPersistenceLayerError:
-        return _error(IdempotencyUnavailable("the idempotency store is unavailable; retry later"))
-    if fresh:
-        body = fresh[0].body
-    elif "body" in record:
-        body = record["body"]
-    else:
-        body = store.responses.get(record["body_ref"]).decode("utf-8")
-    _bill(keyed_entry_id(scope, record), caller, record.get("facts"), record["time"], record.get("request_id"), key)
-    return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
+        try:
+            record = idempotency_run(compute_and_store, scope=scope, body=idempotency.body_hash(event.get("body")),
+                                     lambda_context=lambda_context)
+        except _NotStored as failed:
+            return Answer(failed.computed.status, failed.computed.body, {})
+        except IdempotencyValidationError:
+            return _error(IdempotencyKeyReused(f"this {idempotency.HEADER} was used with a different request body"))
+        except IdempotencyAlreadyInProgressError:
+            return _error(IdempotencyInProgress(
+                f"a request with this {idempotency.HEADER} is still running; retry later"))
+        except IdempotencyPersistenceLayerError:  # computed, not stored: not delivered, not billed (its line says so)
+            return _error(IdempotencyUnavailable("the idempotency store is unavailable; retry later"))
+        if fresh:
+            body = fresh[0].body
+        elif "body" in record:
+            body = record["body"]
+        else:
+            body = store.responses.get(record["body_ref"]).decode("utf-8")
+        _bill(keyed_entry_id(scope, record), caller, record.get("facts"), record["time"], record.get("request_id"),
+              key, logger=None if fresh else logger, status=int(record["status"]))
+        billed = True
+        return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
+    finally:
+        if fresh:
+            _settled(logger, fresh[0], billed)
+
+
+def _settled(logger: Any, computed: Computed, billed: bool) -> None:
+    """The billing line of ``computed`` once its billing is settled (``compactor_aws.observability``)."""
+    if logger is not None and computed.summary is not None:
+        from compactor_aws import observability
+
+        observability.write_settled_line(logger, computed.summary, billed)
 
 
 def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], CallRecord], *,
@@ -194,7 +220,7 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
     def observe(record: CallRecord, text: str, started_at: float) -> Any:
         return observability.record_call(
             record, logger=logger, metrics=metrics, tracer=tracer, started_at=started_at, ended_at=time.time(),
-            response_bytes=len(text.encode("utf-8")), **observability.api_request_details(event))
+            response_bytes=len(text.encode("utf-8")), settle_later=True, **observability.api_request_details(event))
 
     def compute() -> Computed:
         started_at = time.time()
@@ -214,9 +240,9 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
                              body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body())
             text = dense_dumps(record.body)
         summary = observe(record, text, started_at)
-        return Computed(record.status, text, facts_of(summary))
+        return Computed(record.status, text, facts_of(summary), summary)
 
-    return answer_call(event, route, compute, lambda_context)
+    return answer_call(event, route, compute, lambda_context, logger)
 
 
 def keyed_entry_id(scope: str, record: Mapping[str, Any]) -> str:
@@ -252,25 +278,41 @@ def idempotency_run(function: Callable[[], dict[str, Any]], *, scope: str, body:
 
 
 def _bill(entry_id: str, caller: str, facts: Mapping[str, Any] | None, time: str, request_id: str | None,
-          key: str | None) -> bool | None:
+          key: str | None, *, logger: Any = None, status: int = 200) -> bool | None:
     """Write the entry of a billed call (``facts``): True when written, False when it was there (billed
-    already), None when there is nothing to bill."""
+    already), None when there is nothing to bill. With ``logger`` (this invocation did not compute the call, so its
+    computation's line did not say it was billed), an entry written gets its billing line
+    (``compactor_aws.observability.write_entry_line``, answered ``status``)."""
     if not facts:
         return None
-    return backends().ledger.record(billing.make_entry(entry_id=entry_id, api_key_id=caller, facts=facts, time=time,
-                                                       request_id=request_id, idempotency_key=key))
+    entry = billing.make_entry(entry_id=entry_id, api_key_id=caller, facts=facts, time=time, request_id=request_id,
+                               idempotency_key=key)
+    written = backends().ledger.record(entry)
+    if written and logger is not None:
+        from compactor_aws import observability
+
+        observability.write_entry_line(logger, entry, status)
+    return written
 
 
-def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str, Any] | None]],
+def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | billing.ResultBill | None]],
                    lambda_context: Any = None, caller: str | None = None, *,
-                   prepare: Callable[[], None] | None = None) -> dict[str, Any]:
+                   prepare: Callable[[], None] | None = None, logger: Any = None,
+                   observed: Sequence[Any] = ()) -> dict[str, Any]:
     """Run an S3 object's job once per object version, as the caller it is billed to (:func:`billed_caller`:
     ``caller``, an API upload's key id, or ``s3:<bucket>``), so that its provider faults change that caller's
     routing only (docs/reliability.md#isolation-one-callers-failures-are-that-callers; every job of a container ran
     as one caller); bill it once, after its result is stored, to that caller.
 
     ``job()`` stores the result and returns ``(outcome dict, billing facts or None)``; it raises when
-    the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again.
+    the result could not be stored, and then nothing is recorded, so Lambda's retry runs it again. The facts may be a
+    :class:`compactor.billing.ResultBill` instead: the bill of a result an earlier attempt wrote and may not have billed
+    (it crashed between the two), which this attempt found and bills as that attempt would have (its caller, time and
+    request id: one entry, whichever of them writes it). With ``logger``, an entry this invocation writes for a
+    computation it did not make (a replay's, a found result's) gets its billing line (:func:`_bill`), and ``observed``,
+    the summaries of the job's own computation (observed with ``record_call``'s ``settle_later``), get theirs once its
+    billing is settled: ``billed`` when its entry was written (or found written), also when the invocation then fails
+    (its idempotency record could not be completed), not when it failed before or its result was not kept.
     ``prepare()`` (imports the job will need) runs while the in-progress record is written
     (``compactor_aws.idempotency.run_once``'s ``meanwhile``).
     """
@@ -279,32 +321,67 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], dict[str
     entry_id, billed_to = f"s3:{scope}", billed_caller(source, caller)
 
     fresh: list[bool] = []
+    found: list[bool] = []
     billing_now: list[Future[None]] = []
 
     def run() -> dict[str, Any]:
         with calling_as(billed_to):
             outcome, facts = job()
         fresh.append(True)
-        record = {"outcome": outcome, "facts": facts, "time": billing.call_time(facts), "request_id": request_id,
-                  "caller": billed_to}  # whom a replay, or the on-failure destination, bills (bill_given_up)
-        if facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
+        bill = facts if isinstance(facts, billing.ResultBill) \
+            else billing.ResultBill(facts or {}, billed_to, request_id)
+        record = {"outcome": outcome, "facts": dict(bill.facts) or None, "time": bill.time,
+                  "request_id": bill.request_id,
+                  "caller": bill.caller}  # whom a replay, or the on-failure destination, bills (bill_given_up)
+        if isinstance(facts, billing.ResultBill):  # an earlier attempt's result: billed below, with its line
+            found.append(True)
+        elif bill.facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
             # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
-            billing_now.append(background.start(_bill, entry_id, billed_to, facts, record["time"], request_id, None))
+            billing_now.append(background.start(_bill, entry_id, bill.caller, bill.facts, bill.time, bill.request_id,
+                                                None))
         return record
 
+    written = False
     try:
         record = idempotency_run(run, scope=scope, body=scope, lambda_context=lambda_context, meanwhile=prepare)
     finally:
-        for billed in billing_now:
-            billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
-    billed_now = not fresh and _bill(entry_id, record.get("caller") or billed_to, record.get("facts"), record["time"],
-                                     record.get("request_id"), None)
+        try:
+            for billed in billing_now:
+                billed.result()  # a failed ledger write fails the invocation: Lambda's retry replays and bills
+                written = True
+        finally:
+            if logger is not None and observed:
+                from compactor_aws import observability
+
+                for summary in observed:
+                    observability.write_settled_line(logger, summary, written)
+    billed_now = (not fresh or bool(found)) and _bill(entry_id, record.get("caller") or billed_to, record.get("facts"),
+                                                      record["time"], record.get("request_id"), None, logger=logger)
     if fresh or billed_now or record["outcome"].get("result") == "skipped":
-        # Billed now, the job is delivered now: the attempt that stored its result raised on its ledger write and
-        # counted no outcome (S3ObjectsErrored), so this one answers, and counts, its outcome (it said skipped).
+        # Billed now, a replayed job is delivered now: the attempt that stored its result raised on its ledger write
+        # and counted no outcome (S3ObjectsErrored), so this one answers, and counts, its outcome (it said skipped).
         return record["outcome"]
     # A redelivered event: the version's job already ran (and wrote its result), as object_jobs reports it.
     return {**record["outcome"], "result": "skipped", "status": None, "reason": "already processed"}
+
+
+def result_bill(observed: Sequence[Any], caller: str, request_id: str | None) -> Callable[[], dict[str, str]]:
+    """``compactor.object_jobs.run_job``'s ``bill``: the user metadata an inline job's result is written with, what the
+    job is billed (:class:`compactor.billing.ResultBill` of its observed summary, the first of ``observed``, billed to
+    ``caller``), so that whichever step finds the result bills it (docs/billing.md)."""
+    def bill() -> dict[str, str]:
+        facts = facts_of(observed[0]) if observed else None
+        return billing.ResultBill(facts, caller, request_id).metadata() if facts else {}
+    return bill
+
+
+def job_bill(done: Any, observed: Sequence[Any]) -> dict[str, Any] | billing.ResultBill | None:
+    """What an inline job's run (``done``, its ``compactor.object_jobs.Outcome``) bills, for :func:`run_object_job`:
+    its own facts when it wrote its result; the bill the result was written with when it found this version's result
+    written by an earlier attempt (which may have crashed before billing it); else nothing."""
+    if done.result == "compacted":
+        return facts_of(observed[0]) if observed else None
+    return billing.ResultBill.of_metadata(done.found)
 
 
 BILLED_NOW = "billed"
@@ -312,23 +389,31 @@ BILLED_BEFORE = "already billed"
 """What :func:`bill_given_up` did: wrote the job's entry, or found it written."""
 
 
-def bill_given_up(source: Any) -> str | None:
+def bill_given_up(source: Any, metadata: Mapping[str, str] | None, caller: Callable[[], str], *,
+                  logger: Any = None) -> str | None:
     """Bill the inline job of an object version Lambda gave up on, whose result was written (the S3 function's
-    on-failure destination, docs/billing.md): its entry from what the job's idempotency record kept when its
-    result was stored (facts, time, request id, caller), the one a retry's replay writes (``s3:<version hash>``, on
-    the call's day), so that a job whose every ledger write failed is billed once, and never a second time
-    (:data:`BILLED_BEFORE`) when a later attempt's write succeeded or the destination runs twice. None when the
-    record holds nothing to bill: none completed (gone, expired, or left in progress by an attempt that crashed
-    hard), a job that billed nothing, or a record from a version that did not keep its caller."""
+    on-failure destination, docs/billing.md), with the entry a retry's replay writes (``s3:<version hash>``, on the
+    call's day, to the caller billed), so that a job whose every ledger write failed, or whose attempt crashed between
+    writing its result and billing it, is billed once, and never a second time (:data:`BILLED_BEFORE`) when an
+    attempt's write succeeded or the destination runs twice. What it is billed: the bill the result was written with
+    (``metadata``, :class:`compactor.billing.ResultBill`), whatever became of the job's idempotency record (expired,
+    left in progress by a hard crash); for a result written before results carried it, what the completed record kept
+    when it was stored, billed to the caller it names or, in a record from before records named it, to ``caller()``
+    (the job's: what that version billed). None when nothing says what to bill: an older result whose record is
+    gone or was never completed, or a job that billed nothing. With ``logger``, the entry written gets its billing line
+    (:func:`_bill`)."""
     from compactor_aws.idempotency import completed_result
 
     scope = _object_scope(source)
-    store = backends()
-    record = completed_result(scope=scope, body=scope, layer=store.layer, config=store.config)
-    if record is None or not record.get("caller"):
-        return None
-    billed = _bill(f"s3:{scope}", record["caller"], record.get("facts"), record["time"], record.get("request_id"),
-                   None)
+    bill = billing.ResultBill.of_metadata(metadata)
+    if bill is None:
+        store = backends()
+        record = completed_result(scope=scope, body=scope, layer=store.layer, config=store.config)
+        if record is None or not record.get("facts"):
+            return None
+        bill = billing.ResultBill({**record["facts"], "time": record["time"]}, record.get("caller") or caller(),
+                                  record.get("request_id"))
+    billed = _bill(f"s3:{scope}", bill.caller, bill.facts, bill.time, bill.request_id, None, logger=logger)
     return None if billed is None else BILLED_NOW if billed else BILLED_BEFORE
 
 
@@ -340,7 +425,7 @@ def _object_scope(source: Any) -> str:
 
 
 def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | None,
-                      lambda_context: Any = None, *, delivered: bool = True) -> None:
+                      lambda_context: Any = None, *, delivered: bool = True, logger: Any = None) -> None:
     """Bill a windowed job (docs/scale.md) once, after its result is stored: the entry the inline job
     of the same object version would have written (``s3:<version hash>``; the inline job that started
     the windowed one billed nothing), under ``caller`` (an API upload's key id) or ``s3:<bucket>``.
@@ -349,19 +434,31 @@ def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | Non
     the entry's facts are read from its summary. Time and facts are kept under the object version's own
     idempotency scope, so a retried assemble step writes the same entry (the conditional write keeps
     one) and never a second, and never observes the job again. A job whose result was not ``delivered`` (a
-    newer version's was kept) is observed and billed nothing, as the inline job (``run_object_job``'s caller)."""
+    newer version's was kept) is observed and billed nothing, as the inline job (``run_object_job``'s caller).
+    With ``logger``, ``observe()``'s summary waits for its billing line (``record_call``'s ``settle_later``): written
+    once the entry is, ``billed`` or not; a retried step that writes the entry writes that entry's line."""
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
     windowed = idempotency.digest("s3-windowed", scope)
+    summaries: list[Any] = []
 
     def observed() -> dict[str, Any]:
         summary = observe()  # every job is observed; one not delivered is billed nothing
+        summaries.append(summary)
         facts = facts_of(summary) if delivered else None
         return {"facts": facts, "time": billing.call_time(facts), "request_id": request_id}
 
-    record = idempotency_run(observed, scope=windowed, body=windowed, lambda_context=lambda_context)
-    _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
-          record.get("request_id"), None)
+    billed = False
+    try:
+        record = idempotency_run(observed, scope=windowed, body=windowed, lambda_context=lambda_context)
+        _bill(f"s3:{scope}", billed_caller(source, caller), record.get("facts"), record["time"],
+              record.get("request_id"), None, logger=None if summaries else logger)
+        billed = delivered
+    finally:
+        if logger is not None and summaries:
+            from compactor_aws import observability
+
+            observability.write_settled_line(logger, summaries[0], billed)
 
 
 def billed_caller(source: Any, caller: str | None) -> str:

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from aws_lambda_powertools import Tracer  # the X-Ray SDK stays lazy until a tracer is enabled
@@ -59,6 +59,13 @@ class CallSummary:
     cost_usd: float | None = 0.0  # None: a model call's cost is unknown
     flow_fingerprint: str | None = None
     time: str | None = None  # UTC, ISO 8601: when the call was observed, its ledger entry's time (docs/billing.md)
+    default_cache_prices: tuple[str, ...] = ()  # cache prices the catalog did not state (docs/billing.md)
+    billed: bool = False  # this line's figures are a ledger entry's: summing billed lines gives the ledger's totals
+
+    @property
+    def billable(self) -> bool:
+        """A 2xx: billed once its answer or result is delivered (docs/billing.md); its line waits for that."""
+        return 200 <= self.status < 300
 
     @property
     def cost_known(self) -> bool:
@@ -96,7 +103,7 @@ def summarize(record: CallRecord, *, request_id: str | None = None, api_key_id: 
         bytes_saved=None if flow else record.bytes_saved, target_met=record.target_met,
         model_calls=record.model_calls, fallbacks=len(record.fallbacks), tokens_in=record.tokens_in,
         tokens_out=record.tokens_out, cost_usd=record.cost_usd, flow_fingerprint=record.flow_fingerprint,
-        time=time,
+        time=time, default_cache_prices=record.default_cache_prices,
     )
 
 
@@ -240,8 +247,13 @@ def trace_flow_nodes(tracer: Any, summary: CallSummary, nodes: Sequence[NodeOutc
 
 def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, request_id: str | None = None,
                 api_key_id: str | None = None, request_bytes: int | None = None, response_bytes: int | None = None,
-                started_at: float | None = None, ended_at: float | None = None) -> CallSummary | None:
+                started_at: float | None = None, ended_at: float | None = None,
+                settle_later: bool = False) -> CallSummary | None:
     """Metrics, billing record and X-Ray node subsegments for one call; the one helper each handler calls.
+
+    ``settle_later``: a 2xx call's billing line is not written here but by :func:`write_settled_line`, once the front
+    door knows whether the call is billed (its answer stored, its result kept, its ledger entry written: the line's
+    ``billed``); a call that is not a 2xx is billed nothing, and its line (``billed: false``) is written here.
 
     ``metrics`` supplies the namespace and service (its own metric set is not touched); ``started_at`` /
     ``ended_at`` (``time.time()`` around the core call) place the flow in the trace. Never raises: a
@@ -259,7 +271,8 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
         _observing_failed(logger, error, record, request_id)
         return None
     try:
-        write_billing_record(logger, summary)
+        if not (settle_later and summary.billable):
+            write_billing_record(logger, summary)
         emit_metrics(summary, namespace=getattr(metrics, "namespace", None),
                      service=getattr(metrics, "service", None) or getattr(logger, "service", None))
         if started_at is not None:
@@ -271,6 +284,39 @@ def record_call(record: CallRecord, *, logger: Any, metrics: Any, tracer: Any, r
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
         _observing_failed(logger, error, record, request_id)
     return summary
+
+
+def write_settled_line(logger: Any, summary: CallSummary | None, billed: bool) -> None:
+    """The billing line of a 2xx call observed with ``settle_later``, once its billing is settled: ``billed`` when its
+    ledger entry is written (by this invocation, or found written), else not (its answer could not be stored, so it
+    was not delivered; a newer version's result was kept; its ledger write failed). Never raises; nothing for a call
+    whose line was written when it was observed."""
+    if summary is None or not summary.billable:
+        return
+    try:
+        write_billing_record(logger, replace(summary, billed=billed))
+    except Exception as error:  # noqa: BLE001 - observing must never fail the call
+        logger.warning("observability failed: %s", type(error).__name__,
+                       extra={"record_type": "observability_error", "route": summary.route,
+                              "request_id": summary.request_id})
+
+
+def write_entry_line(logger: Any, entry: Any, status: int = 200) -> None:
+    """The billing line of a ledger ``entry`` (``compactor.billing.LedgerEntry``) written by another invocation than
+    the one that computed its call (a keyed request's replay, a Lambda retry's, a retried windowed step, the S3
+    on-failure destination, a retry that finds an earlier attempt's result): ``billed: true``, the entry's figures and
+    time, the fields the entry does not keep null, so that the billed lines sum to the ledger (docs/billing.md). The
+    computation's own line said ``billed: false``, or was never written (a process that died). Never raises."""
+    try:
+        summary = CallSummary(route=entry.route, mode=entry.mode, status=status, request_id=entry.request_id,
+                              api_key_id=entry.api_key_id, bytes_in=entry.bytes_in, bytes_out=entry.bytes_out,
+                              bytes_saved=entry.bytes_saved, model_calls=entry.model_calls, fallbacks=0,
+                              cost_usd=entry.cost_usd, time=entry.time, billed=True)
+        write_billing_record(logger, summary)
+    except Exception as error:  # noqa: BLE001 - observing must never fail the call
+        logger.warning("observability failed: %s", type(error).__name__,
+                       extra={"record_type": "observability_error", "route": getattr(entry, "route", None),
+                              "request_id": getattr(entry, "request_id", None)})
 
 
 def _observing_failed(logger: Any, error: Exception, record: CallRecord, request_id: str | None) -> None:

@@ -63,6 +63,7 @@ def run_record(state: RunState, messages: list[Message] | None = None) -> CallRe
                       mode=DECISION, bytes_in=report["original_bytes"], bytes_out=report["output_bytes"],
                       target_met=report["target_met"], model_calls=state.model_calls,
                       fallbacks=tuple(state.fallbacks), cost_usd=cost, cost_basis=basis,
+                      windows_default_cache_prices=tuple(state.default_cache_prices),
                       tokens_in=state.tokens_in or None, tokens_out=state.tokens_out or None, report=report)
 
 

@@ -431,7 +431,9 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
         values = flow.output if flow.ok and isinstance(flow.output, dict) else None
         facts = flow_facts(flow.flow_nodes)
         result.update(ok=flow.ok, tokens_in=flow.tokens_in or 0, tokens_out=flow.tokens_out or 0,
-                      cost_usd=flow.cost_usd, model_calls=facts["model_calls"], fallbacks=list(facts["fallbacks"]))
+                      cost_usd=flow.cost_usd, model_calls=facts["model_calls"], fallbacks=list(facts["fallbacks"]),
+                      default_cache_prices=sorted({name for node in facts["nodes"]
+                                                   for name in node.default_cache_prices}))
     items = {c.unit.id: c.item for batch in batches for c in batch.candidates}
     output: list[Message] = []
     actions = {"keep": 0, "summarize": 0, "archive": 0}
@@ -500,6 +502,7 @@ class PassAssembly:
     cost_usd: float | None = 0.0
     model_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)  # one reason per flow node that fell back or failed
+    default_cache_prices: list[str] = field(default_factory=list)  # priced by default in any window (docs/billing.md)
     new_pins: list[int] = field(default_factory=list)
     prefix_bytes: int | None = None  # dense bytes of the input's messages before ``first_changed``
     _input_sum: int = 0  # dense bytes of the input messages of the windows added so far
@@ -524,6 +527,7 @@ class PassAssembly:
             self.tokens_out += result["tokens_out"]
             self.model_calls += result.get("model_calls", 0)
             self.fallbacks.extend(result.get("fallbacks", ()))
+            self.default_cache_prices = sorted({*self.default_cache_prices, *result.get("default_cache_prices", ())})
             cost = result.get("cost_usd")
             self.cost_usd = None if cost is None or self.cost_usd is None else self.cost_usd + cost
         if self.first_changed is None and output is not original:
@@ -614,6 +618,7 @@ class RunState:
     cost_usd: float | None = 0.0
     model_calls: int = 0
     fallbacks: list[str] = field(default_factory=list)  # of every window and pass (a state saved before has none)
+    default_cache_prices: list[str] = field(default_factory=list)  # of every window and pass (docs/billing.md)
 
     @classmethod
     def begin(cls, settings: Settings) -> "RunState":
@@ -645,6 +650,7 @@ class RunState:
         self.tokens_out += assembly.tokens_out
         self.model_calls += assembly.model_calls
         self.fallbacks.extend(assembly.fallbacks)
+        self.default_cache_prices = sorted({*self.default_cache_prices, *assembly.default_cache_prices})
         self.cost_usd = None if self.cost_usd is None or assembly.cost_usd is None else self.cost_usd + assembly.cost_usd
         self.reasons.extend(r for r in assembly.reasons if r not in self.reasons)
         gain = self.input_bytes - assembly.output_bytes
