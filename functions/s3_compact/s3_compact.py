@@ -58,7 +58,7 @@ def run_job(source: object_jobs.Source, rel: str | None, defaults: object_jobs.D
             source, store=store, defaults=defaults, deadline=service.request_deadline(context),
             windows_until=service.windows_deadline(context), observe=observer(request_id, billed_to, billed),
             launch=launch, max_bytes=windowed_jobs.inline_max_bytes() if launch else None))
-        facts = billing.facts_of(billed[0]) if billed and done.result == "compacted" else None
+        facts = billing.facts_of(billed[0]) if billed and object_jobs.delivered(done) else None
         return done.as_dict(), facts
 
     return billing.run_object_job(source, job, context, caller, prepare=lambda: object_jobs.prepare(defaults))

@@ -479,6 +479,15 @@ PROCESSED = "already processed"
 """Why an outcome was not written: this version's own is there (a redelivered event, a retried step)."""
 
 
+def delivered(outcome: Outcome) -> bool:
+    """Whether ``outcome`` leaves this version's result in ``compacted/<rel>``, so that its job is billed
+    (docs/billing.md): written now, or found written (``already processed``) by a job that compacted it again because
+    an attempt failed after its write (its look at ``failed/<rel>``, its idempotency record) or that record expired.
+    The entry is the version's one, so such a job is never billed twice; it used to be billed nothing."""
+    return outcome.result == "compacted" or (outcome.reason == PROCESSED and outcome.key is not None
+                                             and outcome.key.startswith(COMPACTED_PREFIX))
+
+
 def _put_once(store: ObjectStore, source: Source, key: str, body: bytes, *, content_type: str,
               metadata: Mapping[str, str]) -> Outcome | None:
     """Write ``key`` where no object is (one request on the usual path); when one is, keep it if it comes
