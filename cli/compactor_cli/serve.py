@@ -562,7 +562,10 @@ def cross_site_refusal(method: str, headers: Message, *, keyed: bool) -> CrossSi
         return CrossSiteRequest.site(site)
     origin = headers.get("Origin")
     if origin is not None:
-        sent = urlsplit(origin.strip())
+        try:
+            sent = urlsplit(origin.strip())
+        except ValueError:  # not a URL ("http://[::1"): no page of this server's; it was a 500 internal_error
+            return CrossSiteRequest.origin(origin)
         if sent.scheme != "http" or not host or sent.netloc.lower() != host.lower():
             return CrossSiteRequest.origin(origin)
     return None

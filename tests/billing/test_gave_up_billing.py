@@ -200,3 +200,33 @@ def test_a_retry_that_bills_a_job_whose_ledger_write_failed_counts_it_compacted(
     again = handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))["results"]
     assert [(outcome["result"], outcome["reason"]) for outcome in again] == [("skipped", "already processed")]
     assert s3_counts(capsys) == ["S3ObjectsSkipped"] and len(table_entries(aws["dynamodb"])) == 1
+
+
+def test_a_result_whose_attempt_failed_after_writing_it_is_billed_by_the_retry(
+        aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attempt wrote the result, then failed in its look at ``failed/<rel>`` (one outcome per object: an S3 error,
+    the function's timeout), before its idempotency record completed: Lambda's retry compacted the transcript again,
+    found its own result and answered "already processed", billed nothing. The result was delivered and never
+    billed. The retry now bills it (the version's one entry: never twice)."""
+    store = handlers["s3"].store
+    real, failed = store.head, []
+
+    def head(bucket: str, key: str) -> Any:
+        if key.startswith("failed/") and not failed:
+            failed.append(key)
+            raise RuntimeError("S3 unavailable")
+        return real(bucket, key)
+
+    monkeypatch.setattr(store, "head", head)
+    rel, event = upload(aws, handlers)
+    with pytest.raises(RuntimeError):
+        handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))
+    assert failed == ["failed/" + rel] and listing(aws, "compacted/") == ["compacted/" + rel]
+    assert table_entries(aws["dynamodb"]) == []
+
+    handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))  # Lambda's retry
+
+    [entry] = table_entries(aws["dynamodb"])  # before: none
+    assert entry["api_key_id"]["S"] == CALLER and int(entry["bytes_in"]["N"]) > int(entry["bytes_out"]["N"]) > 0
+    handlers["s3"].handler(event, LocalLambdaContext("S3CompactFunction", 300))  # a redelivery: replayed
+    assert len(table_entries(aws["dynamodb"])) == 1

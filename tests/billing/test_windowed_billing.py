@@ -467,3 +467,46 @@ def test_record_failure_after_the_result_write_failed_counts_each_windows_fallba
                                            max_bytes=10_000_000).body) for item in items]
     (line,) = billing_lines(caplog)
     assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)
+
+
+def test_a_result_written_after_its_stopped_execution_was_recorded_failed_is_billed_once(
+        aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator stopped the execution while its last assemble ran (StopExecution does not stop a Lambda
+    invocation): the ABORTED event's ``fail`` step recorded ``failed/<rel>`` and observed the failure, then the
+    assemble wrote the result, which supersedes that failure (docs/scale.md#one-outcome-per-object), and billed it.
+    Its billing replayed the failure's kept record (nothing to bill): the result was delivered, read ``done``, and
+    never billed. It is now billed once, and its outcome counted."""
+    import logging
+
+    from compactor import large_jobs
+    from observability.conftest import Output
+
+    job = start(bucket, "incoming/stopped-late.json", big)
+    execution = f"arn:aws:states:us-east-1:123456789012:execution:compactor-WindowedJob:{job['job_id']}"
+    ended = {"version": "0", "id": "e-2", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
+             "account": "123456789012", "region": "us-east-1", "resources": [execution],
+             "detail": {"executionArn": execution, "status": "ABORTED", "name": job["job_id"],
+                        "stateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:compactor-WindowedJob",
+                        "input": json.dumps({"job": job, "max_concurrency": 2}), "inputDetails": {"included": True}}}
+    real, stopped = large_jobs._write_result, []
+
+    def stopped_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not stopped:  # the execution is stopped, and its event handled, before this step writes the result
+            stopped.append(worker.handler(ended, context()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(large_jobs, "_write_result", stopped_meanwhile)
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        run_to_assemble(worker, job)
+        worker.handler(ended, context())  # EventBridge delivers at least once
+    assert [outcome["result"] for outcome in stopped] == ["failed"]
+    assert not bucket.list_objects_v2(Bucket=BUCKET, Prefix="failed/").get("Contents")
+    body = json.loads(bucket.get_object(Bucket=BUCKET, Key="compacted/stopped-late.json")["Body"].read())
+    (entry,) = ledger(aws)  # before: none
+    assert (entry.api_key_id, entry.bytes_in, entry.bytes_out) == (
+        f"s3:{BUCKET}", body["compaction"]["original_bytes"], body["compaction"]["output_bytes"])
+    output = Output(worker, caplog, capsys)
+    assert [line["status"] for line in output.billing()] == [500, 200]  # the failure recorded, then the result
+    assert s3_metrics(output) == ["S3ObjectsCompacted", "S3ObjectsFailed"]

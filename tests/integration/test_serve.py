@@ -581,6 +581,7 @@ def test_a_body_without_a_content_type_is_taken_with_a_key_as_deployed(keyed_ser
     {"Origin": "https://attacker.example"},
     {"Origin": "http://localhost:3000"},
     {"Origin": "null"},  # a sandboxed frame or a file
+    {"Origin": "http://[::1"},  # no URL at all: it was a 500 internal_error
 ])
 def test_a_post_another_sites_page_sent_is_403(open_server: str, headers: dict[str, str]) -> None:
     # With a JSON type a browser preflights first; as text/plain (a form) it does not. Either way the body went to

@@ -434,12 +434,16 @@ def bill_windowed_job(source: Any, observe: Callable[[], Any], caller: str | Non
     the entry's facts are read from its summary. Time and facts are kept under the object version's own
     idempotency scope, so a retried assemble step writes the same entry (the conditional write keeps
     one) and never a second, and never observes the job again. A job whose result was not ``delivered`` (a
-    newer version's was kept) is observed and billed nothing, as the inline job (``run_object_job``'s caller).
+    newer version's was kept, or it failed) is observed and billed nothing, as the inline job (``run_object_job``'s
+    caller), under a record of its own: a result written after the job was recorded failed (a stopped execution's
+    last ``assemble``, still running when its end's ``fail`` step ran; docs/scale.md) is observed and billed then,
+    where it replayed the failure's record and was delivered unbilled.
     With ``logger``, ``observe()``'s summary waits for its billing line (``record_call``'s ``settle_later``): written
     once the entry is, ``billed`` or not; a retried step that writes the entry writes that entry's line."""
     scope = _object_scope(source)
     request_id = getattr(lambda_context, "aws_request_id", None)
-    windowed = idempotency.digest("s3-windowed", scope)
+    windowed = idempotency.digest("s3-windowed", scope) if delivered else idempotency.digest(
+        "s3-windowed", scope, "undelivered")
     summaries: list[Any] = []
 
     def observed() -> dict[str, Any]:
