@@ -434,3 +434,20 @@ def test_each_chat_message_type_is_kept_with_its_unit(compact_module: ModuleType
                                                                                "function")
     if case == "developer":
         assert cdump(CHAT_CASES[case][0]) in {cdump(m) for m in output}
+
+
+def test_a_chat_custom_tool_call_is_read_by_the_models_and_named_in_placeholders(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """A Chat Completions custom tool's call (``{"type": "custom", "custom": {"name", "input"}}``) is a call like a
+    function's. Before, the models' view kept only ``id``, ``type`` and ``function`` of a call, so the decider and the
+    summarizer saw ``{"id": "call_c1", "type": "custom"}``, no tool and no input; seal's summary left the call out
+    and mask's placeholder said "output of a tool"."""
+    items = _chat_transcript("custom tool call")
+    call = items[8]
+    assert get_dialect("openai-chat").model_view([call]) == [call]
+
+    masked = _compact(compact_module, lambda_context, "openai-chat", items, "mask", pinned_indices=[1])
+    assert masked[9]["content"].startswith("[output of apply_grammar (call call_c1) omitted")
+
+    sealed = _compact(compact_module, lambda_context, "openai-chat", items, "seal", pinned_indices=[1])
+    assert "apply_grammar(UPDATE records SET done = 1)" in sealed[1]["content"]
