@@ -25,6 +25,21 @@ def has_tool_calls(message: Message) -> bool:
                                           or isinstance(message.get("function_call"), dict))
 
 
+def call_function(call: Any) -> dict[str, Any] | None:
+    """The ``{"name", "arguments"}`` of one ``tool_calls`` entry: a function call's ``function``, or a custom tool
+    call's ``custom`` (``{"type": "custom", "custom": {"name", "input"}}``), its free-form ``input`` read as the
+    arguments (docs/formats.md); ``None`` for anything else."""
+    if not isinstance(call, dict):
+        return None
+    function = call.get("function")
+    if isinstance(function, dict):
+        return function
+    custom = call.get("custom")
+    if isinstance(custom, dict):
+        return {"name": custom.get("name"), "arguments": custom.get("input")}
+    return None
+
+
 def is_tool_result(message: Message) -> bool:
     """Whether ``message`` answers a call (a ``tool`` message, or a legacy ``function`` one)."""
     return role_of(message) in RESULT_ROLES

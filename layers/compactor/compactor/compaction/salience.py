@@ -10,7 +10,7 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
-from compactor.chat import Message, content_text
+from compactor.chat import Message, call_function, content_text
 from compactor.jsonutil import (
     MAX_BODY_DEPTH, ascii_wire_size, dense_dumps, dense_size, depth_exceeds, embedded_json, json_text_size, spaced_dumps)
 from compactor.patterns import pattern
@@ -344,9 +344,7 @@ def _parsed_arguments(arguments: str) -> Any:
 
 
 def _short_call(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function")
-    if not isinstance(function, dict):
-        function = {}
+    function = call_function(call) or {}  # a function's call, or a custom tool's
     arguments = function.get("arguments")
     if isinstance(arguments, str):
         parsed = _parsed_arguments(arguments)

@@ -28,6 +28,13 @@ HIDDEN = ("thinking", "redacted_thinking")
 CALLS = ("tool_use", "server_tool_use", "mcp_tool_use")
 # Results whose ``content`` may be a string whatever it was (a string or a list of blocks): what mask replaces.
 STRING_RESULTS = ("tool_result", "mcp_tool_result")
+COMPACTION = "compaction"
+"""The API's server-side compaction block (``{"type": "compaction", "content": <summary>}`` in an assistant message):
+the API drops every block before it, so its summary is the context from there on; ``content`` null is a failed
+compaction the API treats as a no-op (docs/formats.md "Earlier compactions")."""
+SYSTEM_BLOCK = "mid_conv_system"
+"""System instructions given mid-conversation (``{"type": "mid_conv_system", "content": [text blocks]}``), as a
+``system`` or ``developer`` message is in the other formats."""
 
 
 def _opens(item: Item) -> set[str]:
@@ -108,11 +115,18 @@ class AnthropicMessages(Dialect):
         conversation whose first message is not a user message, and a summary is an assistant message. And every
         message of a unit that loads deferred tools (a tool search's call with its ``tool_reference`` result): the
         later calls of those tools need it, and the whole unit, so that seal, which holds the always-pinned items
-        of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools")."""
+        of its middle after the summary, never parts the result from its call (docs/formats.md "Deferred tools");
+        the same for a message holding a server-side compaction or mid-conversation system instructions
+        (:func:`_pins_unit`)."""
         pinned = {0} if items and items[0].get("role") == "user" else set()
-        pinned |= self.whole_units(items, [any(_loads_tools(block) for block in blocks(item.get("content")))
-                                           for item in items])
+        pinned |= self.whole_units(items, [_pins_unit(item) for item in items])
         return pinned | self.late_pairs(items)
+
+    def opaque_state(self, items: list[Item]) -> set[int]:
+        """The messages holding a server-side compaction's summary (:data:`COMPACTION`): the API drops every block
+        before it, so seal seals only what follows the last one."""
+        return {i for i, item in enumerate(items) if any(b.get("type") == COMPACTION and b.get("content") is not None
+                                                         for b in blocks(item.get("content")))}
 
     def default_pins(self, items: list[Item]) -> set[int]:
         return {i for i, m in enumerate(items) if _human(m)}
@@ -193,7 +207,7 @@ class AnthropicMessages(Dialect):
 
 
 # The flags :class:`StreamFacts` keeps of each message, a byte each.
-_USER, _ASSISTANT, _HUMAN, _HIDDEN_ONLY, _SAME_TURN, _LOADS_TOOLS = 1, 2, 4, 8, 16, 32
+_USER, _ASSISTANT, _HUMAN, _HIDDEN_ONLY, _SAME_TURN, _PINS_UNIT = 1, 2, 4, 8, 16, 32
 _NONE: frozenset[str] = frozenset()
 
 
@@ -219,8 +233,8 @@ class StreamFacts:
         flags |= (_HUMAN if _human(item) else 0) | (_HIDDEN_ONLY if _hidden_only(item) else 0)
         if self._turn is not None and role == "assistant" and item.get("id") == self._turn:
             flags |= _SAME_TURN
-        if any(_loads_tools(block) for block in blocks(item.get("content"))):
-            flags |= _LOADS_TOOLS
+        if _pins_unit(item):
+            flags |= _PINS_UNIT
         self.flags.append(flags)
         turn = item.get("id")
         self._turn = turn if role == "assistant" and isinstance(turn, str) else None
@@ -259,7 +273,7 @@ class StreamFacts:
             pins.add(0)
         late = self._late
         for unit in units:
-            if any(flags[i] & _LOADS_TOOLS for i in unit.indexes()) or not late.isdisjoint(unit.indexes()):
+            if any(flags[i] & _PINS_UNIT for i in unit.indexes()) or not late.isdisjoint(unit.indexes()):
                 pins.update(unit.indexes())  # ``Dialect.late_pairs`` too
         return pins
 
@@ -274,6 +288,15 @@ class StreamFacts:
             final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
+
+
+def _pins_unit(item: Item) -> bool:
+    """Whether a message is always protected with its whole unit: it loads deferred tools (:func:`_loads_tools`), holds
+    a server-side compaction (:data:`COMPACTION`, its content null included: the API wants it back as it was) or
+    system instructions (:data:`SYSTEM_BLOCK`). A summary, an archive or a seal would lose what the later turns
+    stand on: the loaded tools, the context the API keeps from the compaction on, the instructions."""
+    return any(_loads_tools(block) or block.get("type") in (COMPACTION, SYSTEM_BLOCK)
+               for block in blocks(item.get("content")))
 
 
 def _loads_tools(result: Item) -> bool:

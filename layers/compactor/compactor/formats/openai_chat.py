@@ -8,7 +8,7 @@ agent's tool observations, docs/differences.md).
 
 from __future__ import annotations
 
-from compactor.chat import content_text, is_tool_result, role_of
+from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
 from compactor.formats.base import Dialect, Item, Placeholder, shown_text
@@ -17,7 +17,7 @@ from compactor.formats.base import Dialect, Item, Placeholder, shown_text
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
 # ``reasoning_content``) never reaches the decision or summary models.
 MODEL_FIELDS = frozenset({"role", "name", "content", "refusal", "tool_calls", "tool_call_id", "function_call"})
-CALL_FIELDS = frozenset({"id", "type", "function"})
+CALL_FIELDS = frozenset({"id", "type", "function", "custom"})  # ``custom``: a custom tool's call (its name, input)
 
 
 def _model_call(call: object) -> object:
@@ -72,8 +72,8 @@ class OpenAIChat(Dialect):
             item, dict) else str(item)
         calls = item.get("tool_calls") if isinstance(item, dict) else None
         for call in calls if isinstance(calls, list) else []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict):
+            function = call_function(call)  # a function's call, or a custom tool's
+            if function is not None:
                 text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
         legacy = item.get("function_call") if isinstance(item, dict) else None
         if isinstance(legacy, dict):  # the deprecated single call, answered by a ``function`` message
@@ -88,8 +88,8 @@ class OpenAIChat(Dialect):
                 # A call that is not an object (``[null]``) names nothing; it is kept as it is, in every mode.
                 if not isinstance(call, dict):
                     continue
-                function = call.get("function")
-                if isinstance(call.get("id"), str) and isinstance(function, dict):
+                function = call_function(call)  # a function's call, or a custom tool's
+                if isinstance(call.get("id"), str) and function is not None:
                     names[call["id"]] = str(function.get("name"))
         return names
 

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any
 
-from compactor.chat import RESULT_ROLES, content_text
+from compactor.chat import RESULT_ROLES, call_function, content_text
 from compactor.jsonutil import dense_dumps, embedded_json
 from compactor.patterns import lazy, pattern
 from compactor.records import record
@@ -102,7 +102,7 @@ def tool_call_action(call: Any) -> Action | None:
     """The action of one OpenAI ``tool_calls`` entry (arguments parsed when they are JSON), or None."""
     if not isinstance(call, dict):
         return None
-    function = call.get("function") if isinstance(call.get("function"), dict) else call
+    function = call_function(call) or call  # a function's or a custom tool's call, or a legacy ``function_call``
     name = function.get("name")
     if not isinstance(name, str):
         return None
