@@ -423,7 +423,8 @@ def _refused(read: Any) -> bool:
 @pytest.mark.parametrize(("number", "reason"), [
     ("-1e400", "message 1: number out of range"),  # the pure-Python backend makes -inf of it
     ("1e400", "not JSON"),  # and refuses +inf itself
-    ("1" * 101, "message 1: number literal longer than 100"), ("-" + "1" * 100, "message 1: number literal longer"),
+    # bounded_loads' words, as a whole reading refuses it (they were "message 1: number literal longer than ...")
+    ("1" * 101, "^number literal longer than 100 characters$"), ("-" + "1" * 100, "^number literal longer than 100"),
 ])
 @pytest.mark.parametrize("shape", ["array", "object"])
 def test_after_an_integer_outside_64_bits_what_the_api_refuses_is_refused(number, reason, shape):
@@ -908,3 +909,91 @@ def test_what_the_api_does_not_read_as_json_is_refused_as_not_json(raw: bytes, n
         fields_from(lambda: io.BytesIO(raw))
         list(messages_from(lambda: io.BytesIO(raw)))
     assert isinstance(refused.value, NotJSON) is not_json, refused.value
+
+
+# Number literals longer than the API reads (jsonutil.MAX_NUMBER_CHARS): neither ijson backend gives a number's text, so
+# a float of 150 digits was read as its float by the streamed reading, where the API, the S3 path's whole reading and
+# compactor compact below 32 MiB refuse the text ("number literal longer than 100 characters").
+LONG_LITERALS = ["0." + "1" * 148, "1" + "0" * 99 + "e1", "-" + "1" * 50 + "." + "2" * 49, "1" * 101, "-" + "9" * 100,
+                 "1." + "5" * 97 + "E+5", "123.0e-" + "0" * 94 + "7"]
+
+
+def _streamed(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    source = Opener(text)
+    return fields_from(source), list(messages_from(source))
+
+
+@pytest.mark.parametrize("literal", LONG_LITERALS)
+@pytest.mark.parametrize("where", ["array", "message", "field before", "field after", "after a big integer",
+                                   "unknown member"])
+def test_a_number_literal_longer_than_the_api_reads_is_refused_in_its_words(literal, where):
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from compactor.transcripts import NotJSON
+
+    assert len(literal) > 100
+    message = '{"role": "user", "content": "a", "n": ' + literal + "}"
+    text = {
+        "array": "[" + json.dumps(PLAIN[0]) + ", " + message + "]",
+        "message": '{"keep_recent": 2, "messages": [' + message + "]}",
+        "field before": '{"target_ratio": ' + literal + ', "messages": [' + json.dumps(PLAIN[0]) + "]}",
+        "field after": '{"messages": [' + json.dumps(PLAIN[0]) + '], "keep_recent": ' + literal + "}",
+        "after a big integer": "[" + json.dumps(NUMBERS) + ", " + message + "]",  # the pure-Python backend's reading
+        "unknown member": '{"messages": [' + json.dumps(PLAIN[0]) + '], "trace": {"x": [' + literal + "]}}",
+    }[where]
+    with pytest.raises(JSONLimitError) as whole:
+        bounded_loads(text)
+    assert whole.value.msg == LONG_NUMBER
+    with pytest.raises(TranscriptError) as read_whole:
+        read_transcript(text)
+    with pytest.raises(NotJSON) as streamed:
+        _streamed(text)
+    assert str(streamed.value) == str(read_whole.value) == LONG_NUMBER
+
+
+@pytest.mark.parametrize("shift", range(0, 120, 3))
+def test_number_literals_and_digits_across_two_reads_read_as_the_api_reads_them(shift):
+    """A literal or a string cut between two reads is judged whole: digits in strings (however many, after escaped
+    quotes and backslashes) and literals up to 100 characters are read as json.loads reads them, a longer literal
+    refused wherever the reads cut it."""
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from compactor.transcript_stream import READ_BYTES
+
+    strings = ['a \\" ' + "7" * 300, "\\\\" + "1" * 150, '\\\\\\"' + "-" + "2" * 120, "3" * 99 + "." + "4" * 99]
+    fill = "x" * (READ_BYTES - 60 - shift)
+    for literal, accepted in (("0." + "5" * 98, True), ("-" + "6" * 99, True), ("1" * 50 + "e-" + "0" * 47 + "1", True),
+                              ("0." + "5" * 99, False), ("-" + "6" * 100, False)):
+        for string in strings:
+            messages = [{"role": "user", "content": fill}]
+            text = (json.dumps(messages)[:-1] + ', {"role": "user", "content": "' + string + '", "n": ' + literal
+                    + ', "m": "' + string + '"}]')
+            if accepted:
+                assert typed(list(messages_from(Opener(text)))) == typed(json.loads(text))
+                bounded_loads(text)
+            else:
+                with pytest.raises(JSONLimitError, match=LONG_NUMBER):
+                    bounded_loads(text)
+                with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+                    list(messages_from(Opener(text)))
+
+
+def test_digits_only_in_strings_read_as_they_are():
+    """Digits in a string that may be a long literal send the stream to the reading that measures the literals, which
+    reads every message as the first reading did: none lost, none twice."""
+    many = [{"role": "user", "content": f"m{i} " + "9" * (200 if i % 7 == 3 else 5), "n": i} for i in range(300)]
+    text = json.dumps({"messages": many, "keep_recent": 2, "seed": "8" * 400})
+    opener = Opener(text)
+    assert list(messages_from(opener)) == many and opener.opened == 2
+    assert fields_from(Opener(text)) == {"keep_recent": 2}
+
+
+def test_the_cli_refuses_a_large_file_with_a_long_number_as_it_refuses_a_small_one(tmp_path, monkeypatch, capsys):
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    source = tmp_path / "long-number.json"
+    source.write_text('[{"role": "user", "content": "a"}, {"role": "user", "content": "b", "n": 0.' + "1" * 150 + "}]")
+    for stream_bytes in (compact_cmd.STREAM_BYTES, 10):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"]) == 2
+        assert capsys.readouterr().err == f"compactor compact: {source}: number literal longer than 100 characters\n"
+    assert not (tmp_path / "out.json").exists()

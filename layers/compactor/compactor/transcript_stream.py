@@ -10,9 +10,13 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
 * **Numbers.** ijson's C backend, with its numbers as floats (the fast path), refuses an integer outside 64
   bits ("integer overflow"), which the API reads. The stream is then read by ijson's pure-Python backend
   (its items about 12–15 times slower, for such transcripts only), whose messages are checked for what the
-  API refuses and that backend takes: a float out of range, an integer of more than 100 characters. The C backend with
+  API refuses and that backend takes: a float out of range. The C backend with
   Decimal numbers would read them, but crashes the process (a segmentation fault, ijson 3.6.0) on an integer
-  longer than Python converts (4,300 digits).
+  longer than Python converts (4,300 digits). Neither backend gives a number's text, so a number literal longer
+  than the API reads (``jsonutil.MAX_NUMBER_CHARS``: a float of 150 digits, which they read as its float) is looked
+  for in the bytes: a read holding digits that may be one (a third of them in a row) sends the stream to a reading
+  that skips the strings and measures the literals outside them (:class:`_Literals`), which refuses it in
+  ``bounded_loads``' words.
 * **Lone surrogates** (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8 text can carry): the
   C backend reads a lone high one as ``?`` and fails on a lone low one. A read holding a high escape without
   a low one after it (after an even run of backslashes), or that the C backend cannot decode, is read again by
@@ -46,8 +50,8 @@ from typing import IO, Any
 import ijson
 
 from compactor.jsonutil import (
-    BYTE_ORDER_MARK, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError, bounded_loads,
-    dense_dumps, ensure_utf8_encodable, repeated_key_message,
+    BYTE_ORDER_MARK, LONG_NUMBER, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError,
+    bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import (
@@ -130,6 +134,11 @@ class SurrogateEscape(NotForTheCBackend):
     cannot tell from one), or the C backend could not decode a string (a lone low surrogate)."""
 
 
+class LongNumberRun(TranscriptError):
+    """A read holds digits that may be a number literal longer than the API reads: the stream is to be read again with
+    the literals measured (:class:`_Literals`; module docstring)."""
+
+
 class PathsTooLong(TranscriptError):
     """The parser's names of the open levels could pass :data:`PATH_NAMES_BUDGET`: the stream is to be read
     path-free (module docstring)."""
@@ -146,12 +155,79 @@ _ESCAPE_TAIL = 11  # a high escape that starts in a read's last 11 bytes is judg
 _HIGH_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 
 
+# A number literal longer than MAX_NUMBER_CHARS, at a position outside any string: a run of the characters numbers are
+# made of, that long, from a digit or a minus sign and a digit (in a valid JSON text outside strings, such a run is one
+# number literal). Such a literal holds at least _DIGIT_RUN digits in a row: of its at least 101 characters, at most 4
+# are no digit (a sign, the point, the exponent's e and sign), so one of its at most 3 runs of digits holds a third
+# of the others at least.
+_LONG_LITERAL = re.compile(rb"(?=[-+.0-9eE]{%d})-?[0-9]" % (MAX_NUMBER_CHARS + 1))
+_DIGIT_RUN = b"0" * ((MAX_NUMBER_CHARS + 1 - 4 + 2) // 3)
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= code <= 0x39 else 0x20 for code in range(256))  # digits as 0, the rest as spaces
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)  # up to a closing quote, or a last lone backslash
+_QUOTE_OR_LONG_LITERAL = re.compile(rb'"|' + _LONG_LITERAL.pattern)
+_NUMBER_CHARACTERS = b"-+.0123456789eE"
+
+
+def _may_hold_long_literal(text: bytes) -> bool:
+    """Whether ``text`` may hold a number literal longer than the API reads, in a string or not: two passes in C, about
+    10 µs a 16 KiB read, and a search of the few reads that hold :data:`_DIGIT_RUN` digits in a row."""
+    return _DIGIT_RUN in text.translate(_DIGITS_ONLY) and _LONG_LITERAL.search(text) is not None
+
+
+class _Literals:
+    """Whether the reads of a stream, one after the other, hold a number literal longer than
+    :data:`~compactor.jsonutil.MAX_NUMBER_CHARS` characters outside its strings, which the API refuses
+    (``jsonutil.bounded_loads``) and ijson's backends read as the number (neither gives a number's text). Strings are
+    skipped by a regular expression each (two searches in C a string); the run of number characters at a read's end
+    is looked at again with the next read's start."""
+
+    def __init__(self) -> None:
+        self.in_string = self.escaped = False  # inside a string at the last read's end; after its lone backslash
+        self.carry = b""  # the number characters at the last read's end, outside any string
+
+    def too_long(self, data: bytes) -> bool:
+        text, at = data, 0
+        if self.in_string:
+            past = self._past_string(text, 0)
+            if past is None:
+                return False
+            at = past
+        else:
+            text, self.carry = self.carry + data, b""
+        while True:
+            found = _QUOTE_OR_LONG_LITERAL.search(text, at)
+            if found is None:
+                rest = text[at:]
+                self.carry = rest[len(rest.rstrip(_NUMBER_CHARACTERS)):][-MAX_NUMBER_CHARS:]
+                return False
+            if found.group() != b'"':
+                return True
+            past = self._past_string(text, found.end())
+            if past is None:
+                return False
+            at = past
+
+    def _past_string(self, text: bytes, at: int) -> int | None:
+        """Where the string going on at ``at`` ends (after its closing quote), or None when it goes on past ``text``."""
+        if self.escaped:  # the last read ended with a backslash: this one starts with the character it escapes
+            self.escaped = False
+            at += 1
+        end = _STRING_BODY.match(text, at).end() if at < len(text) else len(text)  # type: ignore[union-attr]
+        if end < len(text) and text[end] == 0x22:
+            self.in_string = False
+            return end + 1
+        self.in_string, self.escaped = True, end < len(text)  # stopped at a backslash, the read's last byte
+        return None
+
+
 class _Watched:
     """The reader a parser is handed. ``counted``: it counts the ``[`` and ``{`` and the bytes it passes on since
     :meth:`settled`, and stops before a read that takes the bound they give past :data:`PATH_NAMES_BUDGET`. A
     parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
     those its read opened: :meth:`settled` starts the count again from that read's. ``surrogates`` (for the C
-    backend): it stops before a read with a lone high surrogate escape. A read's last bytes from the run of
+    backend): it stops before a read with a lone high surrogate escape. ``literals``: it stops before a read with a
+    number literal longer than the API reads (:class:`_Literals`); else before a read that may hold one
+    (:func:`_may_hold_long_literal`, the read's last bytes looked at again with the next), to be read again so. A read's last bytes from the run of
     backslashes that reaches its last 11 are held back for the next read: an escape there is passed on only once
     its pair, or its lack of one, and the backslashes before it have been seen.
 
@@ -159,8 +235,10 @@ class _Watched:
     does, instead of being left inside a string) and keeps the reason in :attr:`stopped`, which the reading
     raises in place of the parser's error."""
 
-    def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool) -> None:
+    def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool, literals: bool = False) -> None:
         self.raw, self.counted, self.surrogates = raw, counted, surrogates
+        self.literals = _Literals() if literals else None
+        self.tail = b""  # the last bytes passed on, for a number literal cut between two reads
         self.openers = self.size = self.last_openers = self.last_size = 0
         self.wide = self.last_wide = False  # text since the last message that names may store at 4 bytes a character
         self.escaped = False  # whether the last read judged held a high surrogate escape
@@ -175,6 +253,8 @@ class _Watched:
             data = self._judged(data, size)
             if self.stopped is not None:
                 return b""
+        if data and self._long_literal(data):
+            return b""
         if self.counted:
             self.last_openers, self.last_size = data.count(b"[") + data.count(b"{"), len(data)
             self.last_wide = not data.isascii() or (self.escaped if self.surrogates else
@@ -225,6 +305,22 @@ class _Watched:
                                            "read again by the pure-Python backend")
         return text if cut == len(text) else text[:cut]
 
+    def _long_literal(self, data: bytes) -> bool:
+        """Whether ``data`` stops the stream (:attr:`stopped`): a number literal longer than the API reads in it, or
+        when the literals are not measured, digits that may be one."""
+        if self.literals is not None:
+            if self.literals.too_long(data):
+                self.stopped = NotJSON(LONG_NUMBER)  # bounded_loads' words, as a whole reading refuses the text
+                return True
+            return False
+        text = self.tail + data
+        self.tail = text[-MAX_NUMBER_CHARS:]
+        if _may_hold_long_literal(text):
+            self.stopped = LongNumberRun("digits that may be a number literal longer than the API reads: the stream "
+                                         "is to be read again with its literals measured")
+            return True
+        return False
+
     def settled(self) -> None:
         self.openers, self.size, self.wide = self.last_openers, self.last_size, self.last_wide
 
@@ -256,12 +352,12 @@ def messages_from(open_source: Opener, format: str | None = None, *,
     message (a Python call for every key: module docstring), only for bytes a checked reading has gone through whole
     (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
-    given, backend, path_free = 0, None, False
+    given, backend, path_free, literals = 0, None, False, False
     while True:
         try:
             with open_source() as raw:
                 for index, message in enumerate(_messages(raw, backend, path_free=path_free,
-                                                          keys_checked=keys_checked)):
+                                                          keys_checked=keys_checked, literals=literals)):
                     if index >= given:
                         other = item_format(message)
                         if other is not None and not (anthropic and other == "anthropic-messages"):
@@ -277,6 +373,8 @@ def messages_from(open_source: Opener, format: str | None = None, *,
             backend = _other_backend(backend, refused)
         except PathsTooLong:
             path_free = True
+        except LongNumberRun:
+            literals = True
 
 
 def fields_from(open_source: Opener) -> dict[str, Any]:
@@ -285,13 +383,15 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
     C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` is among the fields (a named ``openai-chat`` too, so
     that its reader does not read it again as the format its messages show); any other is :class:`NotChat`, an
     unknown one a :class:`TranscriptError`."""
-    backend = None
+    backend, literals = None, False
     while True:
         try:
             with open_source() as raw:
-                return _fields(raw, backend)
+                return _fields(raw, backend, literals)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
+        except LongNumberRun:
+            literals = True
 
 
 def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
@@ -307,11 +407,12 @@ def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[
     return infer(Transcript("openai-chat", [], dict(fields), request_body=kind == "object").compact_body(defaults))
 
 
-def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
-              keys_checked: bool = True) -> Iterator[dict[str, Any]]:
+def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_checked: bool = True,
+              literals: bool = False) -> Iterator[dict[str, Any]]:
     """The messages of one reading of ``raw`` by ``backend`` (None: ijson's default, its C one): its items with
     the reader counting, or ``path_free``; their maps of :func:`_keys_once` when ``keys_checked``, else plain dicts.
-    A :class:`NotForTheCBackend` or :class:`PathsTooLong` when it is to be read another way (:func:`messages_from`)."""
+    A :class:`NotForTheCBackend`, :class:`PathsTooLong` or :class:`LongNumberRun` when it is to be read another way
+    (:func:`messages_from`); ``literals``: its number literals measured."""
     kind, replay = _sniff(raw)
     if kind == "jsonl":
         try:
@@ -321,7 +422,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
         except TranscriptError as exc:  # JSONL is no JSON document the API reads, whatever its lines hold (NotJSON)
             raise NotJSON(str(exc)) from exc
         return
-    reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
+    reader = _Watched(replay, counted=not path_free, surrogates=backend is None, literals=literals)
     keyed = _keys_once() if keys_checked else None
     mapped = keyed or dict
     # The body's levels, as bounded_loads counts them from its root (docs/reliability.md): a message is at level 1 of
@@ -471,14 +572,14 @@ def _refuse_past_levels(depth: int) -> None:
         raise NotJSON(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
 
 
-def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
+def _fields(raw: IO[bytes], backend: Any, literals: bool = False) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
     past :data:`MAX_LEVELS` refused as it opens); a member named twice, or a key named twice inside a member's value,
     is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
-    reader = _Watched(replay, counted=False, surrogates=backend is None)
+    reader = _Watched(replay, counted=False, surrogates=backend is None, literals=literals)
     fields: dict[str, Any] = {}
     depth, key, builder, messages_value = 0, None, None, False
     members: set[str] = set()
@@ -543,22 +644,15 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     return fields
 
 
-# Integers with more characters than the API reads are at least this large (its sign counts as a character).
-_LONG_INTEGER = 10 ** (MAX_NUMBER_CHARS - 1)
-
-
 def _check_as_api(value: Any, where: str) -> None:
     """What the API refuses in a request and the pure-Python backend takes: a lone surrogate and a float out of
-    range (``jsonutil.ensure_utf8_encodable``, whose encoding refuses the float), an integer of more than
-    :data:`~compactor.jsonutil.MAX_NUMBER_CHARS` characters."""
+    range (``jsonutil.ensure_utf8_encodable``, whose encoding refuses the float). A number literal longer than the API
+    reads never gets here: the reader stops before it (:class:`_Watched`)."""
     try:
         nodes = [value]
         while nodes:
             node = nodes.pop()
             for child in (node.values() if type(node) is dict else node if type(node) is list else ()):
-                if type(child) is int and not -_LONG_INTEGER < child < _LONG_INTEGER and \
-                        len(str(child)) > MAX_NUMBER_CHARS:  # as bounded_loads refuses them: not JSON the API reads
-                    raise NotJSON(f"{where}: number literal longer than {MAX_NUMBER_CHARS} characters")
                 if type(child) is float and not math.isfinite(child):
                     raise NotJSON(f"{where}: number out of range: {child}")
                 if type(child) is dict or type(child) is list:
