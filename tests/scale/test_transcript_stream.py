@@ -997,3 +997,60 @@ def test_the_cli_refuses_a_large_file_with_a_long_number_as_it_refuses_a_small_o
         assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"]) == 2
         assert capsys.readouterr().err == f"compactor compact: {source}: number literal longer than 100 characters\n"
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_file_edited_in_place_keeping_its_size_and_time_is_a_file_changed(tmp_path):
+    """The readings compared the file's device, inode, size and modification time only: a file edited in place that
+    kept them (an editor or a tool restoring the time, `touch -r`, a clock coarser than two writes) was read as it
+    had become, the windows cut from the first reading applied to other messages. A reading that goes through the
+    file whole now compares the bytes it read with the first such reading's."""
+    import os
+
+    from compactor.transcript_stream import opener
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"keep_recent": 2, "messages": PLAIN}))
+    stat = path.stat()
+    source = opener(str(path))
+    assert list(messages_from(source)) == PLAIN
+    with path.open("r+") as handle:  # the same size, in place
+        handle.write(path.read_text().replace('"m0"', '"M0"'))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    with pytest.raises(TranscriptError, match="changed while it was compacted"):
+        list(messages_from(source))
+    with pytest.raises(TranscriptError, match="changed while it was compacted"):
+        fields_from(source)  # any reading that goes through it whole
+
+
+def test_the_cli_refuses_a_file_edited_in_place_between_two_readings(tmp_path, monkeypatch, capsys):
+    import os
+
+    from compactor import transcript_stream
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps({"mode": "decision", "messages": PLAIN * 20}))
+    stat = source.stat()
+    opener = transcript_stream.opener
+
+    def edited_after_the_first_whole_reading(path):
+        open_source = opener(path)
+        readings = []
+
+        def opened():
+            readings.append(1)
+            if len(readings) == 3:  # after the fields' and the first message's readings, and one whole
+                with source.open("r+") as handle:
+                    handle.write(source.read_text().replace('"m0"', '"M0"'))
+                os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            return open_source()
+
+        return opened
+
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 10)
+    monkeypatch.setattr(transcript_stream, "opener", edited_after_the_first_whole_reading)
+    code = main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"])
+    changed = "changed while it was compacted (it is read several times): run again once nothing writes it"
+    assert (code, capsys.readouterr().err) == (2, f"compactor compact: {source}: {changed}\n")
+    assert not (tmp_path / "out.json").exists()

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import IO, Any
@@ -756,12 +757,34 @@ class FileChanged(TranscriptError):
     """The file a run reads several times is not the one it read first."""
 
 
+CHANGED = "changed while it was compacted (it is read several times): run again once nothing writes it"
+
+
+class _Digested:
+    """A file read through, a CRC-32 of the bytes it gives kept (:attr:`crc`; zlib's, about 1.4 GB/s here: a reading of
+    32 MB of corpus messages took 0.222 s against 0.213 s without it, 0.250 s with BLAKE2); :attr:`ended` once a read
+    gave none (or read the rest). A CRC sees every edit of 32 consecutive bits or fewer, and others but
+    once in about four billion: a file changed by accident, not by someone forging a collision with their own file."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.crc, self.ended = handle, 0, False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.crc = zlib.crc32(data, self.crc)
+        self.ended |= size < 0 or (size > 0 and not data)  # a read of 0 bytes gives none at any place (_Replay's)
+        return data
+
+
 def opener(path: str) -> Opener:
     """A callable opening ``path`` for reading, once per pass. Each opening is the file as first opened (its
-    device, inode, size and modification time, when it opens and when its reading ends), else a
-    :class:`FileChanged`: a run's windows were cut from its first readings, and its readings after the first whole
-    one skip the key check (:class:`CheckedOnce`)."""
+    device, inode, size and modification time, when it opens and when its reading ends), and each reading that goes
+    through it whole read the bytes the first such reading read (a CRC-32 of what it read: a file edited in place
+    keeping its size and modification time passed the first check), else a :class:`FileChanged`: a run's
+    windows were cut from its first readings, and its readings after the first whole one skip the key check
+    (:class:`CheckedOnce`). A reading left before its end is compared by the first check only."""
     first: list[tuple[int, int, int, int]] = []
+    whole: list[int] = []  # the CRC of the first reading that went through the file
 
     def same(handle: IO[bytes]) -> None:
         stat = os.fstat(handle.fileno())
@@ -769,14 +792,19 @@ def opener(path: str) -> Opener:
         if not first:
             first.append(seen)
         elif seen != first[0]:
-            raise FileChanged("changed while it was compacted (it is read several times): run again once nothing "
-                              "writes it")  # the caller names the file, as it names it for every refusal
+            raise FileChanged(CHANGED)  # the caller names the file, as it names it for every refusal
 
     @contextmanager
     def opened() -> Iterator[IO[bytes]]:
         with open(path, "rb") as handle:
             same(handle)
-            yield handle
+            digested = _Digested(handle)
+            yield digested  # type: ignore[misc]
             same(handle)
+            if digested.ended:
+                if not whole:
+                    whole.append(digested.crc)
+                elif digested.crc != whole[0]:
+                    raise FileChanged(CHANGED)
 
     return opened
