@@ -594,8 +594,6 @@ def test_fields_in_another_format_are_not_chat(text, reason):
     ('{"messages": [], "keep_recent": 2, "messages": []}', 'the key "messages" appears twice in one object'),
     ('{"messages": [], "keep_recent": 2, "keep_recent": 3}', 'the key "keep_recent" appears twice in one object'),
     ('{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "member named 'messages.item'"),
-    ('{"messages": [], "format": "bogus"}', "unknown format 'bogus'"),
-    ('{"messages": [], "format": ["openai-chat"]}', "unknown format"),
 ])
 def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     """The API refuses an object without a messages array and one naming a member twice; the items of a stream gave no
@@ -605,6 +603,28 @@ def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     with pytest.raises(TranscriptError, match=re.escape(reason)) as refused:
         fields_from(Opener(text))
     assert not isinstance(refused.value, NotChat)
+
+
+@pytest.mark.parametrize("format", ["bogus", ["openai-chat"]])
+def test_an_unknown_format_is_refused_by_the_requests_validation_as_a_whole_reading_refuses_it(
+        format, tmp_path, monkeypatch, capsys):
+    """The streamed reading refused it in words of its own ("unknown format 'bogus'; one of ..."): the CLI said
+    "big.json: unknown format ..." above 32 MiB and "invalid request: format: ..." below, the S3 windowed job "not a
+    transcript: unknown format ..." where the inline job records its fields' validation. It is among the fields now,
+    for the request's validation to refuse."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    text = json.dumps({"mode": "decision", "format": format, "messages": PLAIN})
+    assert fields_from(Opener(text)) == {"mode": "decision", "format": format}
+    source = tmp_path / "bogus.json"
+    source.write_text(text)
+    said = []
+    for stream_bytes in (compact_cmd.STREAM_BYTES, 10):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert main(["compact", str(source), "-q"]) == 2
+        said.append(capsys.readouterr().err)
+    assert said[0] == said[1] and said[0].startswith("compactor compact: invalid request: format: "), said
 
 
 def test_the_fields_keep_restorable_and_a_named_chat_format():

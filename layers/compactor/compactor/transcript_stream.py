@@ -382,8 +382,8 @@ def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
     arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
     C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` is among the fields (a named ``openai-chat`` too, so
-    that its reader does not read it again as the format its messages show); any other is :class:`NotChat`, an
-    unknown one a :class:`TranscriptError`."""
+    that its reader does not read it again as the format its messages show), and an unknown one, which the caller's
+    validation of the request refuses as a whole reading's does; another known one is :class:`NotChat`."""
     backend, literals = None, False
     while True:
         try:
@@ -628,14 +628,14 @@ def _fields(raw: IO[bytes], backend: Any, literals: bool = False) -> dict[str, A
     # A named openai-chat stays among them: a stream that names it is not read again as the format its messages
     # show (docs/formats.md), as a whole read honours it; it was dropped, and an openai-chat body holding Anthropic
     # blocks was compacted as anthropic-messages over the CLI's streaming threshold and in S3 windowed jobs.
+    # A format no reader knows stays among them too, for the request's validation to refuse as it refuses the file or
+    # object read whole (422 "the transcript's request fields failed validation", the CLI's "invalid request:
+    # format: ..."): the stream refused it in words of its own ("not a transcript: unknown format 'x'; one of ...").
     named = fields.pop("format", None)
     if named:
-        if named in WINDOWED_FORMATS:
-            fields["format"] = named
-        elif named in FORMAT_NAMES:
+        if named in FORMAT_NAMES and named not in WINDOWED_FORMATS:
             raise NotChat(f"the transcript's format is {named}")
-        else:
-            raise TranscriptError(f"unknown format {str(named)[:64]!r}; one of {', '.join(FORMAT_NAMES)}")
+        fields["format"] = named
     if "messages" not in members:
         if "input" in members:
             raise NotChat("the transcript is an openai-responses request body (its items in 'input')")
