@@ -999,7 +999,8 @@ def test_number_literals_and_digits_across_two_reads_read_as_the_api_reads_them(
 def test_digits_only_in_strings_read_as_they_are():
     """Digits in a string that may be a long literal send the stream to the reading that measures the literals, which
     reads every message as the first reading did: none lost, none twice."""
-    many = [{"role": "user", "content": f"m{i} " + "9" * (200 if i % 7 == 3 else 5), "n": i} for i in range(300)]
+    many = [{"role": "user", "content": f"m{i} \\\" " + "9" * (200 if i % 7 == 3 else 5), "n": i, "f": -1.5e-3}
+            for i in range(300)]
     text = json.dumps({"messages": many, "keep_recent": 2, "seed": "8" * 400})
     opener = Opener(text)
     assert list(messages_from(opener)) == many and opener.opened == 2
@@ -1074,3 +1075,94 @@ def test_the_cli_refuses_a_file_edited_in_place_between_two_readings(tmp_path, m
     changed = "changed while it was compacted (it is read several times): run again once nothing writes it"
     assert (code, capsys.readouterr().err) == (2, f"compactor compact: {source}: {changed}\n")
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("cut", range(1, 33, 4))
+def test_a_long_literal_whose_one_run_of_33_digits_two_reads_cut_is_refused(cut):
+    """101 characters hold 97 digits at least; in three runs of at most 33 one run has 33: here the only one, cut
+    between two reads, which the first read's end and the second's start find together."""
+    from compactor.jsonutil import LONG_NUMBER
+    from compactor.transcript_stream import READ_BYTES
+
+    literal = "-" + "1" * 33 + "." + "2" * 32 + "e-" + "3" * 32
+    assert len(literal) == 101 and json.loads(literal) == 0.0
+    head = '[{"role": "user", "content": "'
+    start = '"}, {"role": "user", "content": "b", "n": '
+    fill = "x" * (READ_BYTES - cut - 1 - len(head) - len(start))  # the run's first `cut` digits in the first read
+    text = head + fill + start + literal + "}]"
+    assert text[READ_BYTES - cut:READ_BYTES] == "1" * cut
+    with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+        list(messages_from(Opener(text)))
+
+
+def _literal(draw: Any) -> str:
+    from hypothesis import strategies as st
+
+    digits = st.integers(0, 70).map(lambda n: "".join("1234567890"[i % 10] for i in range(n)))
+    whole = draw(st.sampled_from(["0", "-0"]) | st.tuples(st.sampled_from(["", "-"]), digits).map(
+        lambda signed: signed[0] + "7" + signed[1]))
+    fraction = draw(st.none() | st.integers(1, 60).map(lambda n: "." + "5" * n))
+    exponent = draw(st.none() | st.tuples(st.sampled_from("eE"), st.sampled_from(["", "+", "-"]),
+                                          st.integers(1, 40)).map(lambda e: e[0] + e[1] + "0" * (e[2] - 1) + "2"))
+    return whole + (fraction or "") + (exponent or "")
+
+
+def _string(draw: Any) -> str:
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(['\\"', "\\\\", "x", " ", "-", ".", "e", "\\u0041", "\\n"]) | \
+        st.integers(1, 120).map(lambda n: "9" * n)
+    return '"' + "".join(draw(st.lists(pieces, max_size=12))) + '"'
+
+
+@pytest.mark.parametrize("read_bytes", [7, 33, 101])
+def test_literals_and_strings_read_as_bounded_loads_reads_them_wherever_the_reads_cut_them(read_bytes, monkeypatch):
+    """Drawn messages of strings (digits, escaped quotes and backslashes) and number literals of up to about 170
+    characters, read in small reads: accepted with the values bounded_loads gives, or refused as it refuses them."""
+    from hypothesis import given, strategies as st
+
+    from compactor import transcript_stream
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from property.strategies import ci_settings
+
+    monkeypatch.setattr(transcript_stream, "READ_BYTES", read_bytes)
+
+    @st.composite
+    def texts(draw: Any) -> str:
+        messages = []
+        for _ in range(draw(st.integers(1, 4))):
+            members = ['"role": "user"', '"content": ' + _string(draw)]
+            for key in draw(st.lists(st.sampled_from("abc"), max_size=3, unique=True)):
+                members.append(f'"{key}": ' + (_literal(draw) if draw(st.booleans()) else _string(draw)))
+            messages.append("{" + ", ".join(members) + "}")
+        return "[" + ", ".join(messages) + "]"
+
+    @ci_settings(150)
+    @given(texts())
+    def check(text: str) -> None:
+        try:
+            expected = bounded_loads(text)
+        except JSONLimitError as exc:
+            assert exc.msg.startswith("number"), exc.msg  # the drawing makes only numbers the API may refuse
+            if exc.msg == LONG_NUMBER:
+                with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+                    list(messages_from(Opener(text)))
+            return
+        assert typed(list(messages_from(Opener(text)))) == typed(expected)
+
+    check()
+
+
+@pytest.mark.parametrize("read_bytes", [7, 33])
+def test_a_long_literal_whose_run_of_digits_an_earlier_read_held_is_refused(read_bytes, monkeypatch):
+    """Its 67 digits in a read before the one that holds its 101st character, which holds fewer than 33 in a row: the
+    read that ends its first 101 characters looks at the last read's last 100 bytes with its own (found by the drawn
+    test above, in reads of 7 and 33 bytes)."""
+    from compactor import transcript_stream
+    from compactor.jsonutil import LONG_NUMBER
+
+    monkeypatch.setattr(transcript_stream, "READ_BYTES", read_bytes)
+    literal = "7" + "1234567890" * 6 + "123456" + "e+" + "0" * 31 + "2"
+    assert len(literal) == 101
+    with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+        list(messages_from(Opener('[{"role": "user", "content": "", "a": ' + literal + "}]")))
