@@ -18,8 +18,8 @@ from compactor.compaction.modes import names as mode_names
 from compactor.errors import describe_validation
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
-from compactor_cli.files import (InputError, StdoutError, display_name, os_cause, read_text, replaced_when_done,
-                                 unwritable, write_stdout, written_when_done)
+from compactor_cli.files import (BROKEN_PIPE_EXIT, InputError, StdoutClosed, StdoutError, display_name, os_cause,
+                                 read_text, replaced_when_done, unwritable, write_stdout, written_when_done)
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -206,11 +206,19 @@ def _run(args: argparse.Namespace) -> int:
         try:
             write_stdout([text])
         except StdoutError as exc:
-            print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
-            return 2
+            return _stdout_failed(exc)
     if not html_written:
         return 2
     return _strict_exit(args, record)
+
+
+def _stdout_failed(exc: StdoutError) -> int:
+    """A stdout that could not take the whole result: quiet and :data:`BROKEN_PIPE_EXIT` when its reader has gone (``|
+    head``), as ``cat`` and ``yes`` end there; else one line and exit 2 (README, "Command line")."""
+    if isinstance(exc, StdoutClosed):
+        return BROKEN_PIPE_EXIT
+    print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
+    return 2
 
 
 def _strict_exit(args: argparse.Namespace, record: CallRecord) -> int:
@@ -425,8 +433,7 @@ def _run_streamed_as(args: argparse.Namespace, format: str | None) -> int | None
         print(f"compactor compact: {display_name(args.file)}: {exc}", file=sys.stderr)
         return 2
     except StdoutError as exc:
-        print(f"compactor compact: cannot write stdout: {exc}", file=sys.stderr)
-        return 2
+        return _stdout_failed(exc)
     except OSError as exc:  # opening the file (named), or writing the output or a pass's (a full disk …)
         where = exc.filename or f"cannot write {args.output or f'a temporary file in {tempfile.gettempdir()}'}"
         print(f"compactor compact: {where}: {os_cause(exc)}", file=sys.stderr)

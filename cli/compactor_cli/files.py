@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -79,25 +80,48 @@ def replaced_when_done(path: str) -> Iterator[TextIO]:
 
 
 class StdoutError(Exception):
-    """stdout could not be written (a closed pipe, a full disk): its message is the OS's words for it."""
+    """stdout could not be written (a full disk …): its message is the OS's words for it."""
 
 
+class StdoutClosed(StdoutError):
+    """stdout is a pipe nobody reads any more (``compactor compact big.json | head -c 10``): the command exits quietly
+    with :data:`BROKEN_PIPE_EXIT`, as ``cat`` and ``yes`` end in such a pipe (README, "Command line")."""
+
+
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE: what a shell reports for a command a closed pipe stopped (`yes | head`)
 COPY_BYTES = 1 << 20
 
 
 def write_stdout(chunks: Iterable[str]) -> None:
-    """Writes ``chunks`` to stdout and flushes it, so that a failure is known here, not at the interpreter's exit (a
-    traceback, exit 1, or a second message and exit 120); one is raised as :class:`StdoutError`, and what was left
-    unwritten is then dropped."""
+    """Writes ``chunks`` to stdout whole, or raises: :class:`StdoutClosed` when its reader has gone, else
+    :class:`StdoutError` (what was left unwritten is then dropped, so the interpreter's exit does not try again: a
+    traceback, exit 1, or a second message and exit 120). To stdout's descriptor, a write at a time until every byte
+    is taken: Python's buffered stdout took a write of more than a pipe holds, saw the reader leave midway (``| head -c
+    10``) and returned, the rest dropped without an error, so the output was cut mid-JSON with exit 0. A stdout with
+    no descriptor (a test's) is written as text."""
     try:
+        try:
+            sys.stdout.flush()  # what was written through it before goes first
+            descriptor = sys.stdout.fileno()
+        except (AttributeError, ValueError, io.UnsupportedOperation):  # no descriptor
+            descriptor = None
+        if descriptor is None:
+            for chunk in chunks:
+                sys.stdout.write(chunk)
+            sys.stdout.flush()
+            return
+        encoding, errors = sys.stdout.encoding, sys.stdout.errors
         for chunk in chunks:
-            sys.stdout.write(chunk)
-        sys.stdout.flush()
+            data = memoryview(chunk.encode(encoding, errors))
+            while data:
+                data = data[os.write(descriptor, data):]
     except OSError as exc:
         with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout with no descriptor (a test's)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())  # the exit's flush writes what is left there
             os.close(devnull)
+        if isinstance(exc, BrokenPipeError):
+            raise StdoutClosed(os_cause(exc)) from None
         raise StdoutError(os_cause(exc)) from None
 
 
@@ -107,8 +131,8 @@ def written_when_done(path: str | None) -> Iterator[TextIO]:
     :func:`replaced_when_done`, or for stdout an unnamed temporary file (under ``$TMPDIR``, gone when closed)
     copied to stdout once complete, a chunk at a time. A failure or Ctrl-C before that leaves stdout empty, where
     a streamed run wrote to stdout as it went and left a truncated document when its last reading failed (the
-    file changed) or it was interrupted; only stdout itself failing during the copy (:class:`StdoutError`) or
-    Ctrl-C then can cut it."""
+    file changed) or it was interrupted; only stdout itself failing during the copy (:class:`StdoutError`, which
+    :func:`write_stdout` raises) or Ctrl-C then can cut it, and the command then exits non-zero."""
     if path:
         with replaced_when_done(path) as handle:
             yield handle

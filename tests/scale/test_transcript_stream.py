@@ -423,7 +423,8 @@ def _refused(read: Any) -> bool:
 @pytest.mark.parametrize(("number", "reason"), [
     ("-1e400", "message 1: number out of range"),  # the pure-Python backend makes -inf of it
     ("1e400", "not JSON"),  # and refuses +inf itself
-    ("1" * 101, "message 1: number literal longer than 100"), ("-" + "1" * 100, "message 1: number literal longer"),
+    # bounded_loads' words, as a whole reading refuses it (they were "message 1: number literal longer than ...")
+    ("1" * 101, "^number literal longer than 100 characters$"), ("-" + "1" * 100, "^number literal longer than 100"),
 ])
 @pytest.mark.parametrize("shape", ["array", "object"])
 def test_after_an_integer_outside_64_bits_what_the_api_refuses_is_refused(number, reason, shape):
@@ -593,8 +594,6 @@ def test_fields_in_another_format_are_not_chat(text, reason):
     ('{"messages": [], "keep_recent": 2, "messages": []}', 'the key "messages" appears twice in one object'),
     ('{"messages": [], "keep_recent": 2, "keep_recent": 3}', 'the key "keep_recent" appears twice in one object'),
     ('{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "member named 'messages.item'"),
-    ('{"messages": [], "format": "bogus"}', "unknown format 'bogus'"),
-    ('{"messages": [], "format": ["openai-chat"]}', "unknown format"),
 ])
 def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     """The API refuses an object without a messages array and one naming a member twice; the items of a stream gave no
@@ -604,6 +603,28 @@ def test_objects_the_stream_cannot_read_as_the_api_are_refused(text, reason):
     with pytest.raises(TranscriptError, match=re.escape(reason)) as refused:
         fields_from(Opener(text))
     assert not isinstance(refused.value, NotChat)
+
+
+@pytest.mark.parametrize("format", ["bogus", ["openai-chat"]])
+def test_an_unknown_format_is_refused_by_the_requests_validation_as_a_whole_reading_refuses_it(
+        format, tmp_path, monkeypatch, capsys):
+    """The streamed reading refused it in words of its own ("unknown format 'bogus'; one of ..."): the CLI said
+    "big.json: unknown format ..." above 32 MiB and "invalid request: format: ..." below, the S3 windowed job "not a
+    transcript: unknown format ..." where the inline job records its fields' validation. It is among the fields now,
+    for the request's validation to refuse."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    text = json.dumps({"mode": "decision", "format": format, "messages": PLAIN})
+    assert fields_from(Opener(text)) == {"mode": "decision", "format": format}
+    source = tmp_path / "bogus.json"
+    source.write_text(text)
+    said = []
+    for stream_bytes in (compact_cmd.STREAM_BYTES, 10):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert main(["compact", str(source), "-q"]) == 2
+        said.append(capsys.readouterr().err)
+    assert said[0] == said[1] and said[0].startswith("compactor compact: invalid request: format: "), said
 
 
 def test_the_fields_keep_restorable_and_a_named_chat_format():
@@ -908,3 +929,240 @@ def test_what_the_api_does_not_read_as_json_is_refused_as_not_json(raw: bytes, n
         fields_from(lambda: io.BytesIO(raw))
         list(messages_from(lambda: io.BytesIO(raw)))
     assert isinstance(refused.value, NotJSON) is not_json, refused.value
+
+
+# Number literals longer than the API reads (jsonutil.MAX_NUMBER_CHARS): neither ijson backend gives a number's text, so
+# a float of 150 digits was read as its float by the streamed reading, where the API, the S3 path's whole reading and
+# compactor compact below 32 MiB refuse the text ("number literal longer than 100 characters").
+LONG_LITERALS = ["0." + "1" * 148, "1" + "0" * 99 + "e1", "-" + "1" * 50 + "." + "2" * 49, "1" * 101, "-" + "9" * 100,
+                 "1." + "5" * 97 + "E+5", "123.0e-" + "0" * 94 + "7"]
+
+
+def _streamed(text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    source = Opener(text)
+    return fields_from(source), list(messages_from(source))
+
+
+@pytest.mark.parametrize("literal", LONG_LITERALS)
+@pytest.mark.parametrize("where", ["array", "message", "field before", "field after", "after a big integer",
+                                   "unknown member"])
+def test_a_number_literal_longer_than_the_api_reads_is_refused_in_its_words(literal, where):
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from compactor.transcripts import NotJSON
+
+    assert len(literal) > 100
+    message = '{"role": "user", "content": "a", "n": ' + literal + "}"
+    text = {
+        "array": "[" + json.dumps(PLAIN[0]) + ", " + message + "]",
+        "message": '{"keep_recent": 2, "messages": [' + message + "]}",
+        "field before": '{"target_ratio": ' + literal + ', "messages": [' + json.dumps(PLAIN[0]) + "]}",
+        "field after": '{"messages": [' + json.dumps(PLAIN[0]) + '], "keep_recent": ' + literal + "}",
+        "after a big integer": "[" + json.dumps(NUMBERS) + ", " + message + "]",  # the pure-Python backend's reading
+        "unknown member": '{"messages": [' + json.dumps(PLAIN[0]) + '], "trace": {"x": [' + literal + "]}}",
+    }[where]
+    with pytest.raises(JSONLimitError) as whole:
+        bounded_loads(text)
+    assert whole.value.msg == LONG_NUMBER
+    with pytest.raises(TranscriptError) as read_whole:
+        read_transcript(text)
+    with pytest.raises(NotJSON) as streamed:
+        _streamed(text)
+    assert str(streamed.value) == str(read_whole.value) == LONG_NUMBER
+
+
+@pytest.mark.parametrize("shift", range(0, 120, 3))
+def test_number_literals_and_digits_across_two_reads_read_as_the_api_reads_them(shift):
+    """A literal or a string cut between two reads is judged whole: digits in strings (however many, after escaped
+    quotes and backslashes) and literals up to 100 characters are read as json.loads reads them, a longer literal
+    refused wherever the reads cut it."""
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from compactor.transcript_stream import READ_BYTES
+
+    strings = ['a \\" ' + "7" * 300, "\\\\" + "1" * 150, '\\\\\\"' + "-" + "2" * 120, "3" * 99 + "." + "4" * 99]
+    fill = "x" * (READ_BYTES - 60 - shift)
+    for literal, accepted in (("0." + "5" * 98, True), ("-" + "6" * 99, True), ("1" * 50 + "e-" + "0" * 47 + "1", True),
+                              ("0." + "5" * 99, False), ("-" + "6" * 100, False)):
+        for string in strings:
+            messages = [{"role": "user", "content": fill}]
+            text = (json.dumps(messages)[:-1] + ', {"role": "user", "content": "' + string + '", "n": ' + literal
+                    + ', "m": "' + string + '"}]')
+            if accepted:
+                assert typed(list(messages_from(Opener(text)))) == typed(json.loads(text))
+                bounded_loads(text)
+            else:
+                with pytest.raises(JSONLimitError, match=LONG_NUMBER):
+                    bounded_loads(text)
+                with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+                    list(messages_from(Opener(text)))
+
+
+def test_digits_only_in_strings_read_as_they_are():
+    """Digits in a string that may be a long literal send the stream to the reading that measures the literals, which
+    reads every message as the first reading did: none lost, none twice."""
+    many = [{"role": "user", "content": f"m{i} \\\" " + "9" * (200 if i % 7 == 3 else 5), "n": i, "f": -1.5e-3}
+            for i in range(300)]
+    text = json.dumps({"messages": many, "keep_recent": 2, "seed": "8" * 400})
+    opener = Opener(text)
+    assert list(messages_from(opener)) == many and opener.opened == 2
+    assert fields_from(Opener(text)) == {"keep_recent": 2}
+
+
+def test_the_cli_refuses_a_large_file_with_a_long_number_as_it_refuses_a_small_one(tmp_path, monkeypatch, capsys):
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    source = tmp_path / "long-number.json"
+    source.write_text('[{"role": "user", "content": "a"}, {"role": "user", "content": "b", "n": 0.' + "1" * 150 + "}]")
+    for stream_bytes in (compact_cmd.STREAM_BYTES, 10):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+        assert main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"]) == 2
+        assert capsys.readouterr().err == f"compactor compact: {source}: number literal longer than 100 characters\n"
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_file_edited_in_place_keeping_its_size_and_time_is_a_file_changed(tmp_path):
+    """The readings compared the file's device, inode, size and modification time only: a file edited in place that
+    kept them (an editor or a tool restoring the time, `touch -r`, a clock coarser than two writes) was read as it
+    had become, the windows cut from the first reading applied to other messages. A reading that goes through the
+    file whole now compares the bytes it read with the first such reading's."""
+    import os
+
+    from compactor.transcript_stream import opener
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"keep_recent": 2, "messages": PLAIN}))
+    stat = path.stat()
+    source = opener(str(path))
+    assert list(messages_from(source)) == PLAIN
+    with path.open("r+") as handle:  # the same size, in place
+        handle.write(path.read_text().replace('"m0"', '"M0"'))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    with pytest.raises(TranscriptError, match="changed while it was compacted"):
+        list(messages_from(source))
+    with pytest.raises(TranscriptError, match="changed while it was compacted"):
+        fields_from(source)  # any reading that goes through it whole
+
+
+def test_the_cli_refuses_a_file_edited_in_place_between_two_readings(tmp_path, monkeypatch, capsys):
+    import os
+
+    from compactor import transcript_stream
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    source = tmp_path / "big.json"
+    source.write_text(json.dumps({"mode": "decision", "messages": PLAIN * 20}))
+    stat = source.stat()
+    opener = transcript_stream.opener
+
+    def edited_after_the_first_whole_reading(path):
+        open_source = opener(path)
+        readings = []
+
+        def opened():
+            readings.append(1)
+            if len(readings) == 3:  # after the fields' and the first message's readings, and one whole
+                with source.open("r+") as handle:
+                    handle.write(source.read_text().replace('"m0"', '"M0"'))
+                os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            return open_source()
+
+        return opened
+
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 10)
+    monkeypatch.setattr(transcript_stream, "opener", edited_after_the_first_whole_reading)
+    code = main(["compact", str(source), "-o", str(tmp_path / "out.json"), "-q"])
+    changed = "changed while it was compacted (it is read several times): run again once nothing writes it"
+    assert (code, capsys.readouterr().err) == (2, f"compactor compact: {source}: {changed}\n")
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("cut", range(1, 33, 4))
+def test_a_long_literal_whose_one_run_of_33_digits_two_reads_cut_is_refused(cut):
+    """101 characters hold 97 digits at least; in three runs of at most 33 one run has 33: here the only one, cut
+    between two reads, which the first read's end and the second's start find together."""
+    from compactor.jsonutil import LONG_NUMBER
+    from compactor.transcript_stream import READ_BYTES
+
+    literal = "-" + "1" * 33 + "." + "2" * 32 + "e-" + "3" * 32
+    assert len(literal) == 101 and json.loads(literal) == 0.0
+    head = '[{"role": "user", "content": "'
+    start = '"}, {"role": "user", "content": "b", "n": '
+    fill = "x" * (READ_BYTES - cut - 1 - len(head) - len(start))  # the run's first `cut` digits in the first read
+    text = head + fill + start + literal + "}]"
+    assert text[READ_BYTES - cut:READ_BYTES] == "1" * cut
+    with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+        list(messages_from(Opener(text)))
+
+
+def _literal(draw: Any) -> str:
+    from hypothesis import strategies as st
+
+    digits = st.integers(0, 70).map(lambda n: "".join("1234567890"[i % 10] for i in range(n)))
+    whole = draw(st.sampled_from(["0", "-0"]) | st.tuples(st.sampled_from(["", "-"]), digits).map(
+        lambda signed: signed[0] + "7" + signed[1]))
+    fraction = draw(st.none() | st.integers(1, 60).map(lambda n: "." + "5" * n))
+    exponent = draw(st.none() | st.tuples(st.sampled_from("eE"), st.sampled_from(["", "+", "-"]),
+                                          st.integers(1, 40)).map(lambda e: e[0] + e[1] + "0" * (e[2] - 1) + "2"))
+    return whole + (fraction or "") + (exponent or "")
+
+
+def _string(draw: Any) -> str:
+    from hypothesis import strategies as st
+
+    pieces = st.sampled_from(['\\"', "\\\\", "x", " ", "-", ".", "e", "\\u0041", "\\n"]) | \
+        st.integers(1, 120).map(lambda n: "9" * n)
+    return '"' + "".join(draw(st.lists(pieces, max_size=12))) + '"'
+
+
+@pytest.mark.parametrize("read_bytes", [7, 33, 101])
+def test_literals_and_strings_read_as_bounded_loads_reads_them_wherever_the_reads_cut_them(read_bytes, monkeypatch):
+    """Drawn messages of strings (digits, escaped quotes and backslashes) and number literals of up to about 170
+    characters, read in small reads: accepted with the values bounded_loads gives, or refused as it refuses them."""
+    from hypothesis import given, strategies as st
+
+    from compactor import transcript_stream
+    from compactor.jsonutil import LONG_NUMBER, JSONLimitError
+    from property.strategies import ci_settings
+
+    monkeypatch.setattr(transcript_stream, "READ_BYTES", read_bytes)
+
+    @st.composite
+    def texts(draw: Any) -> str:
+        messages = []
+        for _ in range(draw(st.integers(1, 4))):
+            members = ['"role": "user"', '"content": ' + _string(draw)]
+            for key in draw(st.lists(st.sampled_from("abc"), max_size=3, unique=True)):
+                members.append(f'"{key}": ' + (_literal(draw) if draw(st.booleans()) else _string(draw)))
+            messages.append("{" + ", ".join(members) + "}")
+        return "[" + ", ".join(messages) + "]"
+
+    @ci_settings(150)
+    @given(texts())
+    def check(text: str) -> None:
+        try:
+            expected = bounded_loads(text)
+        except JSONLimitError as exc:
+            assert exc.msg.startswith("number"), exc.msg  # the drawing makes only numbers the API may refuse
+            if exc.msg == LONG_NUMBER:
+                with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+                    list(messages_from(Opener(text)))
+            return
+        assert typed(list(messages_from(Opener(text)))) == typed(expected)
+
+    check()
+
+
+@pytest.mark.parametrize("read_bytes", [7, 33])
+def test_a_long_literal_whose_run_of_digits_an_earlier_read_held_is_refused(read_bytes, monkeypatch):
+    """Its 67 digits in a read before the one that holds its 101st character, which holds fewer than 33 in a row: the
+    read that ends its first 101 characters looks at the last read's last 100 bytes with its own (found by the drawn
+    test above, in reads of 7 and 33 bytes)."""
+    from compactor import transcript_stream
+    from compactor.jsonutil import LONG_NUMBER
+
+    monkeypatch.setattr(transcript_stream, "READ_BYTES", read_bytes)
+    literal = "7" + "1234567890" * 6 + "123456" + "e+" + "0" * 31 + "2"
+    assert len(literal) == 101
+    with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
+        list(messages_from(Opener('[{"role": "user", "content": "", "a": ' + literal + "}]")))

@@ -336,7 +336,6 @@ def test_a_transcript_windows_cannot_read_as_chat_is_refused_not_emptied(aws, na
     ("array.json", b'[{"role": "user", "content": [{"type": "text", "text": "kept", "text": "lost"}]}]',
      'the key "text" appears twice in one object'),
     ("member.json", b'{"messages.item": {"role": "user", "content": "x"}, "messages": []}', "'messages.item'"),
-    ("format.json", b'{"format": "bogus", "messages": []}', "unknown format 'bogus'"),
 ])
 def test_an_object_the_stream_cannot_read_as_the_api_is_refused(aws, name, data, reason):
     aws["s3"].put_object(Bucket=BUCKET, Key=f"incoming/{name}", Body=data)
@@ -347,6 +346,24 @@ def test_an_object_the_stream_cannot_read_as_the_api_is_refused(aws, name, data,
     inline = build_request(data, Defaults())  # what the inline job records for the same bytes, when it refuses them
     if isinstance(inline, Failure) and inline.detail and inline.detail[0]["loc"] == ["body"]:
         assert failure["detail"][0]["type"] == inline.detail[0]["type"], (failure, inline)
+
+
+@pytest.mark.parametrize("data", [
+    b'{"format": "bogus", "messages": []}',
+    b'{"format": "bogus", "mode": "decision", "messages": [{"role": "user", "content": "x"}]}',
+    b'{"format": ["openai-chat"], "messages": []}',
+])
+def test_an_unknown_format_is_recorded_as_the_inline_job_records_it(aws, data):
+    """The inline job records its fields' validation (422 "the transcript's request fields failed validation", the
+    detail at ``body.format``); the windowed job recorded "not a transcript: unknown format 'bogus'; one of ..." with a
+    detail of its own, or without a mode a 413 for the mode it would run in."""
+    inline = build_request(data, Defaults())
+    assert isinstance(inline, Failure) and inline.detail[0]["loc"] == ["body", "format"], inline
+    aws["s3"].put_object(Bucket=BUCKET, Key="incoming/format.json", Body=data)
+    assert execute(aws, "incoming/format.json")["status"] == "SUCCEEDED"
+    failure = json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/format.json")["Body"].read())
+    assert {key: failure[key] for key in ("status", "error", "detail")} == \
+        {"status": inline.status, "error": inline.error, "detail": inline.detail}
 
 
 KEPT = b'{"role": "user", "content": "kept"}'

@@ -107,6 +107,8 @@ class Unprocessable(CompactorError):
 class InvalidTranscript(Unprocessable):
     code = "invalid_transcript"  # S3 path: the uploaded object is not a transcript
 
+    FIELDS_FAILED: ClassVar[str] = "the transcript's request fields failed validation"  # inline and windowed jobs
+
 
 class IdempotencyKeyReused(Unprocessable):
     code = "idempotency_key_reused"  # the same Idempotency-Key came with another body

@@ -469,6 +469,9 @@ MAX_BODY_DEPTH = 128
 """Deepest container nesting a request body or S3 object may have (the root is level 0)."""
 MAX_NUMBER_CHARS = 100
 """Longest number literal a request body or S3 object may hold (Python refuses ints past 4,300 digits)."""
+LONG_NUMBER = f"number literal longer than {MAX_NUMBER_CHARS} characters"
+"""How every reader refuses a number literal past :data:`MAX_NUMBER_CHARS` (:func:`bounded_loads`, the streamed
+reading: ``transcript_stream``)."""
 
 
 BYTE_ORDER_MARK = "\ufeff"
@@ -492,7 +495,7 @@ class JSONLimitError(json.JSONDecodeError):
 def _bounded_number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse_bounded(text: str) -> Any:
         if len(text) > MAX_NUMBER_CHARS:
-            raise JSONLimitError(f"number literal longer than {MAX_NUMBER_CHARS} characters")
+            raise JSONLimitError(LONG_NUMBER)
         value = parse(text)
         if isinstance(value, float) and not math.isfinite(value):
             raise JSONLimitError(f"number out of range: {text[:40]}")

@@ -191,9 +191,8 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     from compactor.errors import InvalidFlow
     from compactor.flow import FlowAdmissionError
     from compactor.formats import WINDOWED_FORMATS
-    from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
-    from compactor.object_jobs import _invalid, not_a_transcript
+    from compactor.object_jobs import fields_failed, not_a_transcript
     from compactor.transcript_stream import fields_from, whole_read_mode
     from compactor.transcripts import NotChat, NotJSON, TranscriptError
 
@@ -207,6 +206,9 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
                               etag=source.etag or None)
         fields = fields_from(open_source)
         body: dict[str, Any] = {**defaults.fields, **fields, "messages": []}
+        # Its fields validated first, as the inline job validates them (422, an unknown format among them), before
+        # what only an object this large is refused for (413)
+        CompactRequest.model_validate(body)
         if body.get("restorable") is True:
             return _too_large(store, source, stored, rel, "transcripts this large are compacted in windows, which "
                                                           "keep no restorable archives")
@@ -244,12 +246,7 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel,
                                         not_a_transcript(exc, json_invalid=isinstance(exc, NotJSON)), conditional=True))
     except ValidationError as exc:
-        detail = validation_detail(exc.errors())["detail"]
-        for item in detail:
-            item["loc"] = ["body", *item["loc"]]
-        return _recorded(_write_failure(store, source, stored, rel,
-                                        _invalid("the transcript's request fields failed validation", detail),
-                                        conditional=True))
+        return _recorded(_write_failure(store, source, stored, rel, fields_failed(exc), conditional=True))
     return _next_pass(job, windows_key)
 
 

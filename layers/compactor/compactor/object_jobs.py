@@ -264,6 +264,17 @@ def not_a_transcript(exc: Exception, *, json_invalid: bool) -> Failure:
     return _invalid(f"not a transcript: {exc}", [detail])
 
 
+def fields_failed(exc: Any) -> Failure:
+    """The 422 of an object whose request fields fail validation (``exc``, pydantic's ``ValidationError``), as an
+    inline job and a windowed one record it: the API's detail items, each ``loc`` from ``"body"``."""
+    from compactor.http_api import validation_detail
+
+    detail = validation_detail(exc.errors())["detail"]
+    for item in detail:
+        item["loc"] = ["body", *item["loc"]]
+    return _invalid(InvalidTranscript.FIELDS_FAILED, detail)
+
+
 def build_request(body: bytes, defaults: Defaults) -> Any:
     """A validated ``CompactRequest`` for this object, or the :class:`Failure` to record.
 
@@ -276,7 +287,6 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
     from pydantic import ValidationError
 
     from compactor.transcripts import TranscriptError, read_transcript
-    from compactor.http_api import validation_detail
     from compactor.models import CompactRequest
 
     try:
@@ -294,10 +304,7 @@ def _build(body: bytes, defaults: Defaults) -> tuple[Any, Any]:
     try:
         return CompactRequest.model_validate(transcript.compact_body(defaults.fields)), transcript
     except ValidationError as exc:
-        detail = validation_detail(exc.errors())["detail"]
-        for item in detail:
-            item["loc"] = ["body", *item["loc"]]
-        return _invalid("the transcript's request fields failed validation", detail), None
+        return fields_failed(exc), None
 
 
 def _not_json(text: str) -> bool:

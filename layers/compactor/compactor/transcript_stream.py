@@ -10,9 +10,13 @@ when ijson's fast path cannot read it as the API reads a request (``json.loads``
 * **Numbers.** ijson's C backend, with its numbers as floats (the fast path), refuses an integer outside 64
   bits ("integer overflow"), which the API reads. The stream is then read by ijson's pure-Python backend
   (its items about 12–15 times slower, for such transcripts only), whose messages are checked for what the
-  API refuses and that backend takes: a float out of range, an integer of more than 100 characters. The C backend with
+  API refuses and that backend takes: a float out of range. The C backend with
   Decimal numbers would read them, but crashes the process (a segmentation fault, ijson 3.6.0) on an integer
-  longer than Python converts (4,300 digits).
+  longer than Python converts (4,300 digits). Neither backend gives a number's text, so a number literal longer
+  than the API reads (``jsonutil.MAX_NUMBER_CHARS``: a float of 150 digits, which they read as its float) is looked
+  for in the bytes: a read holding digits that may be one (a third of them in a row) sends the stream to a reading
+  that skips the strings and measures the literals outside them (:class:`_Literals`), which refuses it in
+  ``bounded_loads``' words.
 * **Lone surrogates** (an escape such as ``"\\ud83d"`` without its pair, which no UTF-8 text can carry): the
   C backend reads a lone high one as ``?`` and fails on a lone low one. A read holding a high escape without
   a low one after it (after an even run of backslashes), or that the C backend cannot decode, is read again by
@@ -39,6 +43,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import IO, Any
@@ -46,8 +51,8 @@ from typing import IO, Any
 import ijson
 
 from compactor.jsonutil import (
-    BYTE_ORDER_MARK, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError, bounded_loads,
-    dense_dumps, ensure_utf8_encodable, repeated_key_message,
+    BYTE_ORDER_MARK, LONG_NUMBER, MAX_BODY_DEPTH, MAX_NUMBER_CHARS, SECOND_BYTE_ORDER_MARK, JSONLimitError,
+    bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import (
@@ -130,6 +135,11 @@ class SurrogateEscape(NotForTheCBackend):
     cannot tell from one), or the C backend could not decode a string (a lone low surrogate)."""
 
 
+class LongNumberRun(TranscriptError):
+    """A read holds digits that may be a number literal longer than the API reads: the stream is to be read again with
+    the literals measured (:class:`_Literals`; module docstring)."""
+
+
 class PathsTooLong(TranscriptError):
     """The parser's names of the open levels could pass :data:`PATH_NAMES_BUDGET`: the stream is to be read
     path-free (module docstring)."""
@@ -146,12 +156,116 @@ _ESCAPE_TAIL = 11  # a high escape that starts in a read's last 11 bytes is judg
 _HIGH_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 
 
+# A number literal longer than MAX_NUMBER_CHARS, at a position outside any string: a run of the characters numbers are
+# made of, that long, from a digit or a minus sign and a digit (in a valid JSON text outside strings, such a run is one
+# number literal). Such a literal holds at least _DIGIT_RUN digits in a row: of its at least 101 characters, at most 4
+# are no digit (a sign, the point, the exponent's e and sign), so one of its at most 3 runs of digits holds a third
+# of the others at least.
+_LONG_LITERAL = re.compile(rb"(?=[-+.0-9eE]{%d})-?[0-9]" % (MAX_NUMBER_CHARS + 1))
+_DIGIT_RUN = b"0" * ((MAX_NUMBER_CHARS + 1 - 4 + 2) // 3)
+# A read's marks (one bytes.translate): its digits as 0, its '[' and '{' as '[' (the reader's count of openers), the
+# rest as spaces.
+_MARKS = bytes(0x30 if 0x30 <= code <= 0x39 else 0x5B if code in b"[{" else 0x20 for code in range(256))
+_EDGE = len(_DIGIT_RUN) - 1  # a run of digits cut by a read's start: at most this many of them in the read
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)  # up to a closing quote, or a last lone backslash
+_QUOTE_OR_LONG_LITERAL = re.compile(rb'"|' + _LONG_LITERAL.pattern)
+_NUMBER_CHARACTERS = b"-+.0123456789eE"
+
+
+def _escaped_quotes(data: bytes) -> int:
+    """How many of the quotes in ``data`` follow an odd run of backslashes (a run that starts in it): the pairs of
+    backslashes taken out, as JSON pairs them from a run's start, the quotes after the one left (two passes in C,
+    about 10 µs a 16 KiB read of corpus messages; counting the quotes after 1, 2, 3 … backslashes took 37 µs, and a
+    regular expression's search for the runs 100 µs)."""
+    return data.replace(b"\\\\", b"").count(b'\\"') if b'\\"' in data else 0
+
+
+class _Literals:
+    """Whether the reads of a stream, one after the other, hold a number literal longer than
+    :data:`~compactor.jsonutil.MAX_NUMBER_CHARS` characters outside its strings, which the API refuses
+    (``jsonutil.bounded_loads``) and ijson's backends read as the number (neither gives a number's text).
+
+    Where its strings end is followed read by read in C: the quotes a read holds, less those after an odd run of
+    backslashes, toggle it (:func:`_escaped_quotes`). A read is measured only when it may hold such a literal: a
+    number cut by its start, or :data:`_DIGIT_RUN` digits in a row in its marks, and then the characters of a literal
+    that long (:data:`_LONG_LITERAL`). Measured, its strings are
+    skipped by a regular expression each and the literals outside them looked at; the run of number characters at a
+    read's end goes on with the next read's."""
+
+    def __init__(self) -> None:
+        self.in_string = self.escaped = False  # inside a string at the last read's end; after its lone backslash
+        self.carry = b""  # the number characters at the last read's end, outside any string
+
+    def too_long(self, data: bytes, marks: bytes) -> bool:
+        """Whether ``data`` (``marks`` its :data:`_MARKS`) ends a literal longer than the API reads."""
+        # A literal that starts in the read holds its run of digits in it; one that goes on from the last read, in
+        # the number it carries.
+        if (self.carry or _DIGIT_RUN in marks) and \
+                _LONG_LITERAL.search(self.carry + data if self.carry else data) is not None:
+            return self._measured(data)
+        self._followed(data)
+        return False
+
+    def _followed(self, data: bytes) -> None:
+        """The state after ``data``, which ends no literal that long: where its strings end, its last number."""
+        body = data
+        if self.escaped:  # the last read ended with a lone backslash, in a string: this one's first byte is escaped
+            body, self.escaped = data[1:], False
+        quotes = body.count(b'"')
+        if quotes:
+            quotes -= _escaped_quotes(body)
+        was_in_string, self.in_string = self.in_string, self.in_string ^ (quotes % 2 == 1)
+        if self.in_string:
+            self.escaped, self.carry = (len(body) - len(body.rstrip(b"\\"))) % 2 == 1, b""
+            return
+        number = body[len(body.rstrip(_NUMBER_CHARACTERS)):]
+        if len(number) == len(body) and not was_in_string:  # the number the last read ended with goes on
+            number = self.carry + number
+        self.carry = number[-MAX_NUMBER_CHARS:]
+
+    def _measured(self, data: bytes) -> bool:
+        text, at = data, 0
+        if self.in_string:
+            past = self._past_string(text, 0)
+            if past is None:
+                return False
+            at = past
+        else:
+            text, self.carry = self.carry + data, b""
+        while True:
+            found = _QUOTE_OR_LONG_LITERAL.search(text, at)
+            if found is None:
+                rest = text[at:]
+                self.carry = rest[len(rest.rstrip(_NUMBER_CHARACTERS)):][-MAX_NUMBER_CHARS:]
+                return False
+            if found.group() != b'"':
+                return True
+            past = self._past_string(text, found.end())
+            if past is None:
+                return False
+            at = past
+
+    def _past_string(self, text: bytes, at: int) -> int | None:
+        """Where the string going on at ``at`` ends (after its closing quote), or None when it goes on past ``text``."""
+        if self.escaped:  # the last read ended with a backslash: this one starts with the character it escapes
+            self.escaped = False
+            at += 1
+        end = _STRING_BODY.match(text, at).end() if at < len(text) else len(text)  # type: ignore[union-attr]
+        if end < len(text) and text[end] == 0x22:
+            self.in_string = False
+            return end + 1
+        self.in_string, self.escaped = True, end < len(text)  # stopped at a backslash, the read's last byte
+        return None
+
+
 class _Watched:
     """The reader a parser is handed. ``counted``: it counts the ``[`` and ``{`` and the bytes it passes on since
     :meth:`settled`, and stops before a read that takes the bound they give past :data:`PATH_NAMES_BUDGET`. A
     parser reads ahead at most the read it is parsing, so after a message is given, the levels open are at most
     those its read opened: :meth:`settled` starts the count again from that read's. ``surrogates`` (for the C
-    backend): it stops before a read with a lone high surrogate escape. A read's last bytes from the run of
+    backend): it stops before a read with a lone high surrogate escape. ``literals``: it stops before a read with a
+    number literal longer than the API reads (:class:`_Literals`); else before a read that may hold one
+    (:meth:`_long_literal`), to be read again so. A read's last bytes from the run of
     backslashes that reaches its last 11 are held back for the next read: an escape there is passed on only once
     its pair, or its lack of one, and the backslashes before it have been seen.
 
@@ -159,8 +273,11 @@ class _Watched:
     does, instead of being left inside a string) and keeps the reason in :attr:`stopped`, which the reading
     raises in place of the parser's error."""
 
-    def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool) -> None:
+    def __init__(self, raw: _Replay, *, counted: bool, surrogates: bool, literals: bool = False) -> None:
         self.raw, self.counted, self.surrogates = raw, counted, surrogates
+        self.literals = _Literals() if literals else None
+        self.tail = self.edge = b""  # the last bytes passed on and their marks, for a literal cut between two reads
+        self.marks: bytes | None = None  # the last read's marks (:data:`_MARKS`), when it was marked
         self.openers = self.size = self.last_openers = self.last_size = 0
         self.wide = self.last_wide = False  # text since the last message that names may store at 4 bytes a character
         self.escaped = False  # whether the last read judged held a high surrogate escape
@@ -175,8 +292,13 @@ class _Watched:
             data = self._judged(data, size)
             if self.stopped is not None:
                 return b""
+        self.marks = None
+        if data and self._long_literal(data):
+            return b""
         if self.counted:
-            self.last_openers, self.last_size = data.count(b"[") + data.count(b"{"), len(data)
+            marks = self.marks
+            self.last_openers = marks.count(b"[") if marks is not None else data.count(b"[") + data.count(b"{")
+            self.last_size = len(data)
             self.last_wide = not data.isascii() or (self.escaped if self.surrogates else
                                                     _HIGH_ESCAPE.search(data) is not None)
             self.openers += self.last_openers
@@ -225,6 +347,29 @@ class _Watched:
                                            "read again by the pure-Python backend")
         return text if cut == len(text) else text[:cut]
 
+    def _long_literal(self, data: bytes) -> bool:
+        """Whether ``data`` stops the stream (:attr:`stopped`): a number literal longer than the API reads in it, or
+        when the literals are not measured, digits that may be one."""
+        self.marks = marks = data.translate(_MARKS)
+        if self.literals is not None:
+            if self.literals.too_long(data, marks):
+                self.stopped = NotJSON(LONG_NUMBER)  # bounded_loads' words, as a whole reading refuses the text
+                return True
+            return False
+        # Digits that may be one, in a string or not: a run of _DIGIT_RUN in the read's marks (one translate in C, whose
+        # marks the count of openers reuses: about 3 µs a 16 KiB read more than that count alone) or in the last read's
+        # last 100 and this one's start (a literal that ends its first 101 characters in this read has its run there);
+        # then the characters of a literal that long.
+        tail, edge = self.tail, self.edge
+        self.tail = data[-MAX_NUMBER_CHARS:] if len(data) >= MAX_NUMBER_CHARS else (tail + data)[-MAX_NUMBER_CHARS:]
+        self.edge = marks[-MAX_NUMBER_CHARS:] if len(marks) >= MAX_NUMBER_CHARS else (edge + marks)[-MAX_NUMBER_CHARS:]
+        if (_DIGIT_RUN in marks or _DIGIT_RUN in edge + marks[:_EDGE]) and \
+                _LONG_LITERAL.search(tail + data) is not None:
+            self.stopped = LongNumberRun("digits that may be a number literal longer than the API reads: the stream "
+                                         "is to be read again with its literals measured")
+            return True
+        return False
+
     def settled(self) -> None:
         self.openers, self.size, self.wide = self.last_openers, self.last_size, self.last_wide
 
@@ -256,12 +401,12 @@ def messages_from(open_source: Opener, format: str | None = None, *,
     message (a Python call for every key: module docstring), only for bytes a checked reading has gone through whole
     (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
-    given, backend, path_free = 0, None, False
+    given, backend, path_free, literals = 0, None, False, False
     while True:
         try:
             with open_source() as raw:
                 for index, message in enumerate(_messages(raw, backend, path_free=path_free,
-                                                          keys_checked=keys_checked)):
+                                                          keys_checked=keys_checked, literals=literals)):
                     if index >= given:
                         other = item_format(message)
                         if other is not None and not (anthropic and other == "anthropic-messages"):
@@ -277,21 +422,25 @@ def messages_from(open_source: Opener, format: str | None = None, *,
             backend = _other_backend(backend, refused)
         except PathsTooLong:
             path_free = True
+        except LongNumberRun:
+            literals = True
 
 
 def fields_from(open_source: Opener) -> dict[str, Any]:
     """The request fields next to ``messages`` in the object transcript ``open_source()`` opens (``{}`` for
     arrays and JSONL), ``restorable`` among them, read path-free; opened again by the pure-Python backend when the
     C one cannot read it. A ``format`` of ``WINDOWED_FORMATS`` is among the fields (a named ``openai-chat`` too, so
-    that its reader does not read it again as the format its messages show); any other is :class:`NotChat`, an
-    unknown one a :class:`TranscriptError`."""
-    backend = None
+    that its reader does not read it again as the format its messages show), and an unknown one, which the caller's
+    validation of the request refuses as a whole reading's does; another known one is :class:`NotChat`."""
+    backend, literals = None, False
     while True:
         try:
             with open_source() as raw:
-                return _fields(raw, backend)
+                return _fields(raw, backend, literals)
         except NotForTheCBackend as refused:
             backend = _other_backend(backend, refused)
+        except LongNumberRun:
+            literals = True
 
 
 def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
@@ -307,11 +456,12 @@ def whole_read_mode(open_source: Opener, fields: dict[str, Any], defaults: dict[
     return infer(Transcript("openai-chat", [], dict(fields), request_body=kind == "object").compact_body(defaults))
 
 
-def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
-              keys_checked: bool = True) -> Iterator[dict[str, Any]]:
+def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_checked: bool = True,
+              literals: bool = False) -> Iterator[dict[str, Any]]:
     """The messages of one reading of ``raw`` by ``backend`` (None: ijson's default, its C one): its items with
     the reader counting, or ``path_free``; their maps of :func:`_keys_once` when ``keys_checked``, else plain dicts.
-    A :class:`NotForTheCBackend` or :class:`PathsTooLong` when it is to be read another way (:func:`messages_from`)."""
+    A :class:`NotForTheCBackend`, :class:`PathsTooLong` or :class:`LongNumberRun` when it is to be read another way
+    (:func:`messages_from`); ``literals``: its number literals measured."""
     kind, replay = _sniff(raw)
     if kind == "jsonl":
         try:
@@ -321,7 +471,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False,
         except TranscriptError as exc:  # JSONL is no JSON document the API reads, whatever its lines hold (NotJSON)
             raise NotJSON(str(exc)) from exc
         return
-    reader = _Watched(replay, counted=not path_free, surrogates=backend is None)
+    reader = _Watched(replay, counted=not path_free, surrogates=backend is None, literals=literals)
     keyed = _keys_once() if keys_checked else None
     mapped = keyed or dict
     # The body's levels, as bounded_loads counts them from its root (docs/reliability.md): a message is at level 1 of
@@ -471,14 +621,14 @@ def _refuse_past_levels(depth: int) -> None:
         raise NotJSON(f"the transcript is nested deeper than its messages may be ({MAX_BODY_DEPTH} levels)")
 
 
-def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
+def _fields(raw: IO[bytes], backend: Any, literals: bool = False) -> dict[str, Any]:
     """The request fields of one reading of ``raw`` by ``backend``, from the parser's events (path-free, a level
     past :data:`MAX_LEVELS` refused as it opens); a member named twice, or a key named twice inside a member's value,
     is refused, as the API refuses it."""
     kind, replay = _sniff(raw)
     if kind != "object":
         return {}
-    reader = _Watched(replay, counted=False, surrogates=backend is None)
+    reader = _Watched(replay, counted=False, surrogates=backend is None, literals=literals)
     fields: dict[str, Any] = {}
     depth, key, builder, messages_value = 0, None, None, False
     members: set[str] = set()
@@ -526,14 +676,14 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     # A named openai-chat stays among them: a stream that names it is not read again as the format its messages
     # show (docs/formats.md), as a whole read honours it; it was dropped, and an openai-chat body holding Anthropic
     # blocks was compacted as anthropic-messages over the CLI's streaming threshold and in S3 windowed jobs.
+    # A format no reader knows stays among them too, for the request's validation to refuse as it refuses the file or
+    # object read whole (422 "the transcript's request fields failed validation", the CLI's "invalid request:
+    # format: ..."): the stream refused it in words of its own ("not a transcript: unknown format 'x'; one of ...").
     named = fields.pop("format", None)
     if named:
-        if named in WINDOWED_FORMATS:
-            fields["format"] = named
-        elif named in FORMAT_NAMES:
+        if named in FORMAT_NAMES and named not in WINDOWED_FORMATS:
             raise NotChat(f"the transcript's format is {named}")
-        else:
-            raise TranscriptError(f"unknown format {str(named)[:64]!r}; one of {', '.join(FORMAT_NAMES)}")
+        fields["format"] = named
     if "messages" not in members:
         if "input" in members:
             raise NotChat("the transcript is an openai-responses request body (its items in 'input')")
@@ -543,22 +693,15 @@ def _fields(raw: IO[bytes], backend: Any) -> dict[str, Any]:
     return fields
 
 
-# Integers with more characters than the API reads are at least this large (its sign counts as a character).
-_LONG_INTEGER = 10 ** (MAX_NUMBER_CHARS - 1)
-
-
 def _check_as_api(value: Any, where: str) -> None:
     """What the API refuses in a request and the pure-Python backend takes: a lone surrogate and a float out of
-    range (``jsonutil.ensure_utf8_encodable``, whose encoding refuses the float), an integer of more than
-    :data:`~compactor.jsonutil.MAX_NUMBER_CHARS` characters."""
+    range (``jsonutil.ensure_utf8_encodable``, whose encoding refuses the float). A number literal longer than the API
+    reads never gets here: the reader stops before it (:class:`_Watched`)."""
     try:
         nodes = [value]
         while nodes:
             node = nodes.pop()
             for child in (node.values() if type(node) is dict else node if type(node) is list else ()):
-                if type(child) is int and not -_LONG_INTEGER < child < _LONG_INTEGER and \
-                        len(str(child)) > MAX_NUMBER_CHARS:  # as bounded_loads refuses them: not JSON the API reads
-                    raise NotJSON(f"{where}: number literal longer than {MAX_NUMBER_CHARS} characters")
                 if type(child) is float and not math.isfinite(child):
                     raise NotJSON(f"{where}: number out of range: {child}")
                 if type(child) is dict or type(child) is list:
@@ -662,12 +805,34 @@ class FileChanged(TranscriptError):
     """The file a run reads several times is not the one it read first."""
 
 
+CHANGED = "changed while it was compacted (it is read several times): run again once nothing writes it"
+
+
+class _Digested:
+    """A file read through, a CRC-32 of the bytes it gives kept (:attr:`crc`; zlib's, about 1.4 GB/s here: a reading of
+    32 MB of corpus messages took 0.222 s against 0.213 s without it, 0.250 s with BLAKE2); :attr:`ended` once a read
+    gave none (or read the rest). A CRC sees every edit of 32 consecutive bits or fewer, and others but
+    once in about four billion: a file changed by accident, not by someone forging a collision with their own file."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.crc, self.ended = handle, 0, False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.crc = zlib.crc32(data, self.crc)
+        self.ended |= size < 0 or (size > 0 and not data)  # a read of 0 bytes gives none at any place (_Replay's)
+        return data
+
+
 def opener(path: str) -> Opener:
     """A callable opening ``path`` for reading, once per pass. Each opening is the file as first opened (its
-    device, inode, size and modification time, when it opens and when its reading ends), else a
-    :class:`FileChanged`: a run's windows were cut from its first readings, and its readings after the first whole
-    one skip the key check (:class:`CheckedOnce`)."""
+    device, inode, size and modification time, when it opens and when its reading ends), and each reading that goes
+    through it whole read the bytes the first such reading read (a CRC-32 of what it read: a file edited in place
+    keeping its size and modification time passed the first check), else a :class:`FileChanged`: a run's
+    windows were cut from its first readings, and its readings after the first whole one skip the key check
+    (:class:`CheckedOnce`). A reading left before its end is compared by the first check only."""
     first: list[tuple[int, int, int, int]] = []
+    whole: list[int] = []  # the CRC of the first reading that went through the file
 
     def same(handle: IO[bytes]) -> None:
         stat = os.fstat(handle.fileno())
@@ -675,14 +840,19 @@ def opener(path: str) -> Opener:
         if not first:
             first.append(seen)
         elif seen != first[0]:
-            raise FileChanged("changed while it was compacted (it is read several times): run again once nothing "
-                              "writes it")  # the caller names the file, as it names it for every refusal
+            raise FileChanged(CHANGED)  # the caller names the file, as it names it for every refusal
 
     @contextmanager
     def opened() -> Iterator[IO[bytes]]:
         with open(path, "rb") as handle:
             same(handle)
-            yield handle
+            digested = _Digested(handle)
+            yield digested  # type: ignore[misc]
             same(handle)
+            if digested.ended:
+                if not whole:
+                    whole.append(digested.crc)
+                elif digested.crc != whole[0]:
+                    raise FileChanged(CHANGED)
 
     return opened

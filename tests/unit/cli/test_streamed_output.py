@@ -212,3 +212,61 @@ def test_sigterm_stops_a_run_as_ctrl_c_does(streamed: Path, tmp_path: Path, outp
         assert signal.getsignal(signal.SIGTERM) is not_stopped  # the run's handler is gone with it
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+REPO = Path(__file__).resolve().parents[3]
+# Assistant messages alone: mask mode changes nothing, so the result is larger than a pipe holds (64 KiB).
+LARGE = [{"role": "user", "content": "task"}, *({"role": "assistant", "content": f"step {i} " + "x" * 900}
+                                                 for i in range(400))]
+PIPED = """
+import sys
+from compactor_cli import compact_cmd
+from compactor_cli.main import main
+compact_cmd.STREAM_BYTES = {stream_bytes}
+sys.exit(main({argv!r}))
+"""
+
+
+@pytest.mark.parametrize("stream_bytes", [10**9, 0], ids=["read whole", "streamed"])
+def test_a_pipe_closed_by_its_reader_is_a_quiet_exit_141(tmp_path: Path, stream_bytes: int) -> None:
+    """``compactor compact big.json | head -c 10``: Python's stdout took the result's write, saw the reader leave after
+    the pipe's 64 KiB and returned, the rest dropped without an error: the output was cut mid-JSON with exit 0. Now
+    the command exits as ``cat`` and ``yes`` do there: 141 (128 + SIGPIPE), nothing on stderr."""
+    import os
+    import subprocess
+
+    source = tmp_path / "large.json"
+    source.write_text(json.dumps(LARGE))
+    # Read whole, mask mode; streamed (decision mode only), a target the transcript meets: nothing changes either way.
+    argv = ["compact", str(source), "-q", *(["--mode", "mask"] if stream_bytes else ["--target-ratio", "1"])]
+    env = {**{key: value for key, value in os.environ.items() if key != "COMPACTOR_CATALOG"},
+           "PYTHONPATH": os.pathsep.join([str(REPO / "layers" / "compactor"), str(REPO / "cli")])}
+    process = subprocess.Popen([sys.executable, "-c", PIPED.format(stream_bytes=stream_bytes, argv=argv)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    assert process.stdout is not None and process.stderr is not None
+    head = process.stdout.read(10)
+    process.stdout.close()  # the reader leaves while the command is writing
+    err = process.stderr.read()
+    assert (process.wait(timeout=120), err) == (141, b"")
+    assert head.startswith(b"[")
+
+
+@pytest.mark.parametrize("stream_bytes", [10**9, 0], ids=["read whole", "streamed"])
+def test_stdout_closed_is_exit_141_without_a_word_and_ctrl_c_during_the_copy_is_130(
+        tmp_path: Path, stream_bytes: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", stream_bytes)
+    source = tmp_path / "t.json"
+    source.write_text(json.dumps(MESSAGES))
+
+    class Closed(FullDisk):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    class Interrupted(FullDisk):
+        def write(self, text: str) -> int:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "stdout", Closed())
+    assert (main(["compact", str(source), "-q"]), capsys.readouterr().err) == (141, "")
+    monkeypatch.setattr(sys, "stdout", Interrupted())
+    assert (main(["compact", str(source), "-q"]), capsys.readouterr().err) == (130, "compactor compact: interrupted\n")
