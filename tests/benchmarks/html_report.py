@@ -31,6 +31,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,15 @@ def chromium() -> Any:
     return webdriver.Chrome(options=options, service=Service(executable_path="/usr/bin/chromedriver"))
 
 
+@contextmanager
+def page_file(page: str) -> Iterator[str]:
+    """The page written to a file in a temporary folder (removed on exit): its ``file:`` URI."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "report.html"
+        path.write_text(page, encoding="utf-8")
+        yield path.as_uri()
+
+
 CLICK = """var done = arguments[arguments.length - 1], t = performance.now();
 document.querySelector(arguments[0]).click(); document.body.offsetHeight;
 requestAnimationFrame(function () { setTimeout(function () { done((performance.now() - t) / 1000); }); });"""
@@ -135,11 +146,9 @@ def many_items(counts: list[int]) -> bool:
             driver = chromium()
             driver.set_script_timeout(600)
             try:
-                with tempfile.TemporaryDirectory() as folder:
-                    path = Path(folder) / "report.html"
-                    path.write_text(page, encoding="utf-8")
+                with page_file(page) as uri:
                     started = time.perf_counter()
-                    driver.get(path.as_uri())
+                    driver.get(uri)
                     driver.execute_script("return document.body.offsetHeight")
                     print(f"  chromium: load {time.perf_counter() - started:.2f} s", end="", flush=True)
                     for action in ("keep", "summarize", "archive", "all"):
@@ -176,11 +185,9 @@ def main() -> int:
     if shutil.which("/usr/bin/chromium") and shutil.which("/usr/bin/chromedriver"):
         driver = chromium()
         try:
-            with tempfile.TemporaryDirectory() as folder:
-                path = Path(folder) / "report.html"
-                path.write_text(page, encoding="utf-8")
+            with page_file(page) as uri:
                 started = time.perf_counter()
-                driver.get(path.as_uri())
+                driver.get(uri)
                 load_s = time.perf_counter() - started
                 started = time.perf_counter()
                 driver.find_element("id", "expand-all").click()

@@ -82,3 +82,37 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         billing.reset_backends()
         yield {"dynamodb": dynamodb, "s3": s3}
         s3_store.reset_client()
+
+
+def ledger_down(monkeypatch: pytest.MonkeyPatch, *, once: bool = False) -> list[bool]:
+    """Make the ledger's writes fail (DynamoDB unavailable) while the returned flag's one item is true; ``once``:
+    only the first write fails."""
+    from compactor_aws import billing
+
+    store = billing.backends().ledger
+    real = store.record
+    down = [True]
+
+    def flaky(entry: Any) -> bool:
+        if down[0]:
+            down[0] = not once
+            raise RuntimeError("DynamoDB unavailable")
+        return real(entry)
+
+    monkeypatch.setattr(store, "record", flaky)
+    return down
+
+
+def idempotency_store_down_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the idempotency store's first record update fail (DynamoDB unavailable): the answer computed is not kept."""
+    from compactor_aws import billing
+
+    layer = billing.backends().layer
+    real, failures = type(layer)._update_record, [RuntimeError("DynamoDB unavailable")]
+
+    def flaky(self: Any, data_record: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real(self, data_record)
+
+    monkeypatch.setattr(type(layer), "_update_record", flaky)

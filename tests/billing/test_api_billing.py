@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -14,7 +15,7 @@ from compactor import http_api, idempotency
 from compactor_aws import billing
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
-from .conftest import IDEMPOTENCY_TABLE, RESPONSES_BUCKET, table_entries
+from .conftest import IDEMPOTENCY_TABLE, RESPONSES_BUCKET, ledger_down, table_entries
 
 TRANSCRIPT = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
 KEY_A, KEY_B = "key-id-alpha", "key-id-bravo"
@@ -58,6 +59,27 @@ def usage(module: ModuleType, caller: str | None, **query: str) -> dict[str, Any
     response = call(module, event("GET", "/usage", caller=caller, query=query))
     assert response["statusCode"] == 200, response["body"]
     return json.loads(response["body"])
+
+
+def answered_while_computing(first: dict[str, Any], other: dict[str, Any], compute: Callable[[], billing.Computed]
+                             ) -> tuple[list[billing.Answer], billing.Answer]:
+    """``first`` answered in a thread whose computation (``compute``) waits once started, ``other`` answered in the
+    meantime, then the computation let go: the list of first's answer (empty if it never came) and other's answer."""
+    started, release = threading.Event(), threading.Event()
+
+    def held() -> billing.Computed:
+        started.set()
+        assert release.wait(10)
+        return compute()
+
+    answers: list[billing.Answer] = []
+    thread = threading.Thread(target=lambda: answers.append(billing.answer_call(first, "compact", held)))
+    thread.start()
+    assert started.wait(10)
+    meanwhile = billing.answer_call(other, "compact", held)
+    release.set()
+    thread.join(10)
+    return answers, meanwhile
 
 
 def ledger_items(aws: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,24 +141,15 @@ def test_a_malformed_key_is_400_before_any_work(aws: dict[str, Any], compact_mod
 
 def test_a_concurrent_duplicate_is_409_and_the_later_retry_replays(aws: dict[str, Any]) -> None:
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "dup"})
-    started, release = threading.Event(), threading.Event()
     computed: list[int] = []
     facts = core_billing.billing_facts(route="compact", mode="legacy", bytes_in=10, bytes_out=4, model_calls=1,
                                        cost_usd=0.001)
 
     def compute() -> billing.Computed:
         computed.append(1)
-        started.set()
-        assert release.wait(10)
         return billing.Computed(200, '{"ok":true}', facts)
 
-    answers: list[billing.Answer] = []
-    first = threading.Thread(target=lambda: answers.append(billing.answer_call(ev, "compact", compute)))
-    first.start()
-    assert started.wait(10)
-    duplicate = billing.answer_call(ev, "compact", compute)
-    release.set()
-    first.join(10)
+    answers, duplicate = answered_while_computing(ev, ev, compute)
     retry = billing.answer_call(ev, "compact", compute)
 
     assert duplicate.status == 409 and json.loads(duplicate.body)["error"]["code"] == "idempotency_in_progress"
@@ -200,16 +213,7 @@ def test_an_answer_too_large_to_send_is_413_and_neither_billed_nor_stored(
 
 def test_a_ledger_failure_fails_the_call_and_the_retry_bills_it_once(
         aws: dict[str, Any], compact_module: ModuleType, counted: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
-    ledger = billing.backends().ledger
-    real = ledger.record
-    failures = [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: core_billing.LedgerEntry) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(ledger, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "ledger-down"})
 
     first, second = call(compact_module, ev), call(compact_module, dict(ev))
@@ -387,15 +391,7 @@ def test_a_ledger_failure_after_a_recomputation_is_billed_once_by_the_retry(
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "down-later"})
     assert call(compact_module, ev)["statusCode"] == 200
     expire_records(aws)
-    ledger = billing.backends().ledger
-    real, failures = ledger.record, [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: core_billing.LedgerEntry) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(ledger, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     failed = call(compact_module, dict(ev))
     retry = call(compact_module, dict(ev))
     later = call(compact_module, dict(ev))

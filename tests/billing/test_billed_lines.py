@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from compactor_aws import billing
-
 from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
-from .conftest import IDEMPOTENCY_TABLE
+from .conftest import IDEMPOTENCY_TABLE, idempotency_store_down_once, ledger_down
 from .test_api_billing import TRANSCRIPT, call, event, ledger_items
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
@@ -40,15 +38,7 @@ def ledger_sum(aws: dict[str, Any]) -> tuple[int, float]:
 def test_a_call_whose_answer_the_idempotency_store_could_not_keep_is_a_line_not_billed(
         aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
-    layer = billing.backends().layer
-    real, failures = type(layer)._update_record, [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(self: Any, data_record: Any) -> None:
-        if failures:
-            raise failures.pop()
-        real(self, data_record)
-
-    monkeypatch.setattr(type(layer), "_update_record", flaky)
+    idempotency_store_down_once(monkeypatch)
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "store-down"})
     caplog.clear()
 
@@ -70,15 +60,7 @@ def test_a_call_whose_answer_the_idempotency_store_could_not_keep_is_a_line_not_
 def test_a_call_whose_ledger_write_failed_is_a_line_not_billed_and_its_replay_bills_it_with_a_line(
         aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture, key: str | None) -> None:
-    ledger = billing.backends().ledger
-    real, failures = ledger.record, [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(ledger, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": key} if key else {})
     caplog.clear()
     assert call(compact_module, ev)["statusCode"] == 500
@@ -108,15 +90,7 @@ def test_s3_jobs_lines_sum_to_the_ledger(aws: dict[str, Any], s3_module: ModuleT
 
     caplog.clear()
     assert invoke(put_and_event(aws["s3"], "incoming/a.json", json.dumps(transcript())))[0]["result"] == "compacted"
-    ledger = billing.backends().ledger
-    real, failures = ledger.record, [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(ledger, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     failing = put_and_event(aws["s3"], "incoming/b.json", json.dumps(transcript()))
     with pytest.raises(RuntimeError):
         invoke(failing)

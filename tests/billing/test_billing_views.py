@@ -15,7 +15,7 @@ from compactor_aws import billing, observability
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
-from .test_api_billing import KEY_A, KEY_B, TRANSCRIPT, call, event, ledger_items, usage
+from .test_api_billing import KEY_A, KEY_B, TRANSCRIPT, answered_while_computing, call, event, ledger_items, usage
 
 BEFORE, AFTER = "2026-12-03T23:59:59.999000Z", "2026-12-04T00:00:00.020000Z"
 
@@ -163,17 +163,9 @@ def test_a_response_the_idempotency_store_could_not_keep_is_503_and_billed_once_
         aws: dict[str, Any], compact_module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from .conftest import IDEMPOTENCY_TABLE
+    from .conftest import IDEMPOTENCY_TABLE, idempotency_store_down_once
 
-    layer = billing.backends().layer
-    real, failures = type(layer)._update_record, [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(self: Any, data_record: Any) -> None:
-        if failures:
-            raise failures.pop()
-        real(self, data_record)
-
-    monkeypatch.setattr(type(layer), "_update_record", flaky)
+    idempotency_store_down_once(monkeypatch)
     ev = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "store-down"})
 
     unkept = call(compact_module, ev)  # computed, but neither stored nor delivered: not billed
@@ -191,26 +183,12 @@ def test_a_response_the_idempotency_store_could_not_keep_is_503_and_billed_once_
 
 
 def test_another_body_under_a_key_still_running_is_422(aws: dict[str, Any]) -> None:
-    import threading
-
     first = event("POST", "/compact", body={"messages": TRANSCRIPT}, headers={"Idempotency-Key": "running"})
     other = event("POST", "/compact", body={"messages": TRANSCRIPT[:1]}, headers={"Idempotency-Key": "running"})
-    started, release = threading.Event(), threading.Event()
     facts = core_billing.billing_facts(route="compact", mode="seal", bytes_in=9, bytes_out=3, model_calls=1,
                                        cost_usd=0.001)
 
-    def compute() -> billing.Computed:
-        started.set()
-        assert release.wait(10)
-        return billing.Computed(200, '{"ok":true}', facts)
-
-    answers: list[billing.Answer] = []
-    thread = threading.Thread(target=lambda: answers.append(billing.answer_call(first, "compact", compute)))
-    thread.start()
-    assert started.wait(10)
-    refused = billing.answer_call(other, "compact", compute)
-    release.set()
-    thread.join(10)
+    answers, refused = answered_while_computing(first, other, lambda: billing.Computed(200, '{"ok":true}', facts))
 
     assert refused.status == 422 and json.loads(refused.body)["error"]["code"] == "idempotency_key_reused"
     assert answers[0].status == 200 and len(ledger_items(aws)) == 1

@@ -12,7 +12,7 @@ from compactor_aws.s3_store import S3Store
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from ..s3.conftest import BUCKET, put_and_event, s3_module, transcript  # noqa: F401 (fixture)
-from .conftest import IDEMPOTENCY_TABLE, table_entries
+from .conftest import IDEMPOTENCY_TABLE, ledger_down, table_entries
 
 
 @pytest.fixture
@@ -59,19 +59,8 @@ def test_a_store_failure_then_the_retry_bills_once(aws: dict[str, Any], bucket: 
 
 def test_a_ledger_failure_is_retried_and_bills_once(aws: dict[str, Any], bucket: Any, s3_module: ModuleType,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from compactor_aws import billing
-
     event = put_and_event(bucket, "incoming/l.json", json.dumps(transcript()))
-    ledger_store = billing.backends().ledger
-    real = ledger_store.record
-    failures = [RuntimeError("DynamoDB unavailable")]
-
-    def flaky(entry: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        return real(entry)
-
-    monkeypatch.setattr(ledger_store, "record", flaky)
+    ledger_down(monkeypatch, once=True)
     with pytest.raises(RuntimeError):
         invoke(s3_module, event)
     versions = bucket.list_object_versions(Bucket=BUCKET, Prefix="compacted/l.json")["Versions"]

@@ -23,7 +23,7 @@ from compactor_cli.lambda_runtime import LocalLambdaContext, load_handler
 from scale import transcripts
 from fakes.routers import frozen_router
 
-from .conftest import table_entries
+from .conftest import ledger_down, table_entries
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "compactor-windowed-billing-test"
@@ -54,25 +54,6 @@ def context() -> LocalLambdaContext:
     return LocalLambdaContext("WindowJobFunction", timeout_s=900)
 
 
-def ledger_down(monkeypatch: pytest.MonkeyPatch, *, once: bool = False) -> list[bool]:
-    """Make the ledger's writes fail (DynamoDB unavailable) while the returned flag's one item is true; ``once``:
-    only the first write fails."""
-    from compactor_aws import billing
-
-    store = billing.backends().ledger
-    real = store.record
-    down = [True]
-
-    def flaky(entry: Any) -> bool:
-        if down[0]:
-            down[0] = not once
-            raise RuntimeError("DynamoDB unavailable")
-        return real(entry)
-
-    monkeypatch.setattr(store, "record", flaky)
-    return down
-
-
 def start(s3: Any, key: str, data: bytes) -> dict[str, Any]:
     put = s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     source = Source(BUCKET, key, put.get("VersionId"), put["ETag"].strip('"'))
@@ -100,6 +81,29 @@ def ledger(aws: dict[str, Any]) -> list[Any]:
 
 def billing_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     return [record.billing for record in caplog.records if getattr(record, "record_type", None) == "billing"]
+
+
+def windows_run_late(worker: ModuleType, s3: Any, key: str, data: bytes
+                     ) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """A job of ``data`` at ``key``, planned, each of its windows run with no time left (each window's model nodes
+    are skipped and fall back, the window kept): the job, its plan step's outcome and its windows."""
+    import asyncio
+
+    from compactor.budget import Deadline
+
+    job = start(s3, key, data)
+    outcome = worker.handler({"step": "plan", "job": job}, context())
+    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
+    for item in items:
+        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
+                                                 deadline=Deadline.after_ms(0)))
+    return job, outcome, items
+
+
+def window_results(worker: ModuleType, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each window's stored result."""
+    return [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
+                                        max_bytes=10_000_000).body) for item in items]
 
 
 def test_a_windowed_job_bills_once(aws: dict[str, Any], bucket: Any, worker: ModuleType, big: bytes,
@@ -413,20 +417,10 @@ def test_a_windowed_jobs_fallbacks_are_the_sum_of_its_windows(aws: dict[str, Any
     """A window's flow nodes that fell back (here: every model node, skipped past its deadline) are the job's
     fallbacks, as one request's record counts its own: a windowed job's record had none, so its billing line and
     its ``Fallbacks`` metric said 0 whatever its windows' flows did."""
-    import asyncio
-
-    from compactor.budget import Deadline
-
-    job = start(bucket, "incoming/late.json", big)
-    outcome = worker.handler({"step": "plan", "job": job}, context())
-    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
-    for item in items:  # no time left: each window's model nodes are skipped and fall back, the window kept
-        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
-                                                 deadline=Deadline.after_ms(0)))
+    job, outcome, items = windows_run_late(worker, bucket, "incoming/late.json", big)
     done = worker.handler({"step": "assemble", "job": job, "windows_key": outcome["windows_key"]}, context())
     assert (done["done"], done["result"]) == (True, "compacted")
-    results = [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
-                                           max_bytes=10_000_000).body) for item in items]
+    results = window_results(worker, items)
     (line,) = billing_lines(caplog)
     assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)
 
@@ -438,17 +432,9 @@ def test_record_failure_after_the_result_write_failed_counts_each_windows_fallba
     the execution failed: RecordFailure observes the job from that run state and the pass's windows. Finishing the
     pass had appended its fallbacks to the run state's own list, so they were counted twice (the billing line and the
     Fallbacks metric)."""
-    import asyncio
     import logging
 
-    from compactor.budget import Deadline
-
-    job = start(bucket, "incoming/unwritten.json", big)
-    outcome = worker.handler({"step": "plan", "job": job}, context())
-    items = json.loads(worker.store.get(BUCKET, outcome["windows_key"], version_id=None, max_bytes=10_000_000).body)
-    for item in items:  # no time left: each window's model nodes fall back, the window kept
-        asyncio.run(worker.large_jobs.run_window(worker.store, BUCKET, item, router=container.ROUTER.value,
-                                                 deadline=Deadline.after_ms(0)))
+    job, outcome, items = windows_run_late(worker, bucket, "incoming/unwritten.json", big)
     real = worker.store.open_writer
 
     def open_writer(bucket_name: str, key: str, **options: Any) -> Any:
@@ -463,8 +449,7 @@ def test_record_failure_after_the_result_write_failed_counts_each_windows_fallba
         failed = worker.handler({"step": "fail", "job": job, "error": {"Error": "RuntimeError"}}, context())
 
     assert (failed["done"], failed["result"]) == (True, "failed")
-    results = [json.loads(worker.store.get(BUCKET, item["result_key"], version_id=None,
-                                           max_bytes=10_000_000).body) for item in items]
+    results = window_results(worker, items)
     (line,) = billing_lines(caplog)
     assert line["fallbacks"] == sum(len(result.get("fallbacks", ())) for result in results) >= len(items)
 

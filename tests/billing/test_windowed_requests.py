@@ -115,7 +115,7 @@ def test_a_retried_last_assemble_assembles_nothing_again(aws: dict[str, Any], bu
     written, to find the result there: it now reads the run state, finds the result written, looks at ``failed/``
     once more (the first attempt may have failed before it did: one outcome per object, docs/scale.md), and bills
     (three requests). The job is billed once, with the first attempt's figures."""
-    from .test_windowed_billing import ledger_down
+    from .conftest import ledger_down
 
     job = upload_job(bucket, "uploaderkeyid", big)
     ledger_down(monkeypatch, once=True)
@@ -141,7 +141,7 @@ def test_record_failure_finds_the_final_state_an_earlier_assemble_saved_apart(
     delivered and bills it, writing no failure."""
     from compactor.large_jobs import FINAL
 
-    from .test_windowed_billing import ledger_down
+    from .conftest import ledger_down
 
     job = upload_job(bucket, "uploaderkeyid", big)
     ledger_down(monkeypatch, once=True)

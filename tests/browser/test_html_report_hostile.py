@@ -3,20 +3,15 @@ page's own words (docs/report.md, "Untrusted text")."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from selenium.webdriver.common.by import By
 
-from compactor.call_record import CallRecord
 from compactor_cli.html_report import render_html
+from fakes.report_records import kept_record
 
 SCRIPT = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2"><svg onload="window.pwned=3"></svg>'
-
-
-def dense(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
 
 
 def test_a_bidi_override_in_a_tool_name_shows_as_a_mark_and_reorders_nothing(browser: Any, tmp_path: Path) -> None:
@@ -27,11 +22,7 @@ def test_a_bidi_override_in_a_tool_name_shows_as_a_mark_and_reorders_nothing(bro
                 {"role": "tool", "tool_call_id": "c1", "content": SCRIPT}]
     units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
              {"id": "fragment_1", "start": 1, "end": 3, "action": "keep", "reason": "recent_tail"}]
-    report = {"original_bytes": dense(messages), "output_bytes": dense(messages), "target_bytes": 10,
-              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": None,
-              "preserved_prefix_bytes": dense(messages), "fragments": [dict(u) for u in units]}
-    record = CallRecord(status=200, body={"messages": messages, "compacted": False, "compaction": report},
-                        mode="decision", bytes_in=dense(messages), bytes_out=dense(messages), report=report)
+    record = kept_record(messages, units)
     page = tmp_path / "report.html"
     page.write_text(render_html(messages, record, units, title="t\u202e.json", keep_recent=2), encoding="utf-8")
 
@@ -65,11 +56,7 @@ def test_markup_that_slipped_through_would_neither_run_nor_load(browser: Any, tm
     messages = [{"role": "user", "content": "Fix it."}, {"role": "assistant", "content": "Done."}]
     units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
              {"id": "fragment_1", "start": 1, "end": 2, "action": "keep", "reason": "recent_tail"}]
-    report = {"original_bytes": dense(messages), "output_bytes": dense(messages), "target_bytes": 10,
-              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": None,
-              "preserved_prefix_bytes": dense(messages), "fragments": [dict(u) for u in units]}
-    record = CallRecord(status=200, body={"messages": messages, "compacted": False, "compaction": report},
-                        mode="decision", bytes_in=dense(messages), bytes_out=dense(messages), report=report)
+    record = kept_record(messages, units)
     html = render_html(messages, record, units, title="t.json", keep_recent=1)
     slipped = (SCRIPT + '<img id="remote" src="http://127.0.0.1:9/x.png" onerror="window.pwned=4">'
                '<a id="link" href="javascript:window.pwned=5">x</a>')

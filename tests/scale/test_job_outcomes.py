@@ -22,7 +22,8 @@ from compactor_cli.lambda_runtime import LocalLambdaContext
 from s3.conftest import s3_event
 
 from .test_jobs_routes import invocation_record
-from .test_windowed_state_machine import ACCOUNT, BUCKET, aws, big, definition, worker  # noqa: F401 (fixtures)
+from .test_windowed_state_machine import (ACCOUNT, BUCKET, aws, big, quick_assemble_retry,  # noqa: F401 (fixtures)
+                                          worker)
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 ATTEMPTS = 3  # S3CompactFunction's first attempt and its two retries
@@ -46,22 +47,24 @@ def wait(aws: dict[str, Any], arn: str, name: str) -> str:
     return status
 
 
-class Gate:
-    """Holds every ``assemble`` step of the windowed jobs until :meth:`open` (through the dispatch's ``fail`` hook,
-    which is asked before each invocation and answers no)."""
+class HeldStep:
+    """Holds every ``step`` (``plan``, ``assemble``...) of the windowed jobs before it runs until :meth:`release`
+    (through the dispatch's ``fail`` hook, which is asked before each invocation and answers no); ``reached`` is set
+    once one is held."""
 
-    def __init__(self, aws: dict[str, Any]) -> None:
-        self.opened, self.reached = threading.Event(), threading.Event()
+    def __init__(self, aws: dict[str, Any], step: str) -> None:
+        self.step = step
+        self.reached, self.released = threading.Event(), threading.Event()
         aws["dispatch"].fail = self.hold
 
     def hold(self, event: dict[str, Any]) -> bool:
-        if event.get("step") == "assemble":
+        if event.get("step") == self.step:
             self.reached.set()
-            assert self.opened.wait(120)
+            assert self.released.wait(120)
         return False
 
-    def open(self) -> None:
-        self.opened.set()
+    def release(self) -> None:
+        self.released.set()
 
 
 @pytest.fixture
@@ -100,7 +103,7 @@ def test_a_windowed_job_whose_inline_attempts_all_crash_ends_with_its_own_outcom
         return started_then_crashed
 
     monkeypatch.setattr(windowed_jobs, "launcher", answer_lost)
-    gate = Gate(aws)
+    gate = HeldStep(aws, "assemble")
     _, created = jobs.create_upload(handlers["s3"].store, BUCKET, "key-a", lambda *args: "https://presigned")
     rel = jobs.upload_rel("key-a", created["job_id"])
     event = upload(aws, "incoming/" + rel, json.dumps(big).encode(), "0065A1B2C3D4E5F601")
@@ -117,7 +120,7 @@ def test_a_windowed_job_whose_inline_attempts_all_crash_ends_with_its_own_outcom
                                           LocalLambdaContext("S3CompactGaveUpFunction", timeout_s=60))
     assert [r["result"] for r in gave_up["results"]] == ["skipped"]
     assert status() == "running" and listing(aws, rel) == []  # before: failed, failed/<rel> written
-    gate.open()
+    gate.release()
     assert wait(aws, aws["arn"], job_id(source_of(S3Event(event).record))) == "SUCCEEDED"
     assert status() == "done" and listing(aws, rel) == ["compacted/" + rel]  # before: and failed/<rel>
     late = handlers["gave_up"].handler(invocation_record(event, TimeoutError("x")),
@@ -146,7 +149,7 @@ def test_an_older_versions_windowed_result_never_stands_beside_a_newer_versions_
     ``failed/``. When version 1's job ended it wrote its result to ``compacted/`` beside version 2's failure: a caller
     listing ``compacted/`` took an outcome of an upload replaced since. Its result is now withdrawn (the job is
     ``skipped``, not billed), and only version 2's failure stays."""
-    gate = Gate(aws)
+    gate = HeldStep(aws, "assemble")
     rel = "replaced.json"
     first = upload(aws, "incoming/" + rel, json.dumps(big).encode(), "0065A1B2C3D4E5F601")
     context = LocalLambdaContext("S3CompactFunction", timeout_s=300)
@@ -154,7 +157,7 @@ def test_an_older_versions_windowed_result_never_stands_beside_a_newer_versions_
     assert gate.reached.wait(120)
     second = upload(aws, "incoming/" + rel, b'{"messages": "no"}', "0065A1B2C3D4E5F602")
     assert handlers["s3"].handler(second, context)["results"][0]["result"] == "failed"
-    gate.open()
+    gate.release()
     assert wait(aws, aws["arn"], job_id(source_of(S3Event(first).record))) == "SUCCEEDED"
     assert listing(aws, rel) == ["failed/" + rel]  # before: and compacted/<rel>, version 1's
     assert json.loads(aws["s3"].get_object(Bucket=BUCKET, Key="failed/" + rel)["Body"].read())["status"] == 422
@@ -263,12 +266,7 @@ def test_a_step_retried_after_the_result_was_written_settles_its_outcome(aws, bi
     """The last assemble wrote the result and failed before it settled the other place (a stale failure of this
     version there): its retry, or RecordFailure after its retries, found the result and answered done, the failure left
     beside it. They now settle it as the first attempt would have."""
-    asl = json.loads(definition())
-    for retry in asl["States"]["Assemble"]["Retry"]:
-        if retry["ErrorEquals"] == ["States.TaskFailed"]:
-            retry.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
-    arn = aws["sfn"].create_state_machine(name="compactor-WindowedJob-fast", definition=json.dumps(asl),
-                                          type="STANDARD", roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+    arn = quick_assemble_retry(aws)
     real, failed = large_jobs.settle, []
 
     def crashing(*args: Any) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ from compactor_aws.s3_events import source_of
 from compactor_cli.lambda_runtime import LocalLambdaContext
 from compactor_cli.sam_template import load_template
 
-from .test_job_outcomes import ATTEMPTS, handlers, listing, upload, wait  # noqa: F401 (fixtures)
+from .test_job_outcomes import ATTEMPTS, HeldStep, handlers, listing, upload, wait  # noqa: F401 (fixtures)
 from .test_jobs_routes import invocation_record
-from .test_windowed_state_machine import ACCOUNT, BUCKET, REGION, aws, big, definition, worker  # noqa: F401
+from .test_windowed_state_machine import (ACCOUNT, BUCKET, REGION, aws, big, definition,  # noqa: F401
+                                          state_machine, worker)
 
 pytestmark = pytest.mark.filterwarnings("ignore:No application metrics to publish")
 REPO = Path(__file__).resolve().parents[2]
@@ -96,24 +96,6 @@ def s3_outcomes_counted(out: str) -> list[str]:
     return names
 
 
-class Held:
-    """Holds the windowed job's ``plan`` step before it runs, until :meth:`release` (then it runs: it writes its
-    windows under ``work/``, no outcome)."""
-
-    def __init__(self, aws: dict[str, Any]) -> None:
-        self.reached, self.released = threading.Event(), threading.Event()
-        aws["dispatch"].fail = self.hold
-
-    def hold(self, event: dict[str, Any]) -> bool:
-        if event.get("step") == "plan":
-            self.reached.set()
-            assert self.released.wait(120)
-        return False
-
-    def release(self) -> None:
-        self.released.set()
-
-
 def test_an_aborted_job_the_destination_deferred_to_ends_failed_once(aws, big, handlers, worker, monkeypatch, capsys):
     """Every attempt of the S3 function crashed after it started the windowed job; its on-failure destination deferred
     to the running execution, which an operator then stopped. Nothing recorded the upload: ``running`` forever. The
@@ -131,7 +113,7 @@ def test_an_aborted_job_the_destination_deferred_to_ends_failed_once(aws, big, h
         return started_then_crashed
 
     monkeypatch.setattr(windowed_jobs, "launcher", answer_lost)
-    held = Held(aws)
+    held = HeldStep(aws, "plan")  # released, it writes its windows under work/, no outcome
     store = handlers["s3"].store
     _, created = jobs.create_upload(store, BUCKET, "key-a", lambda *args: "https://presigned")
     rel = jobs.upload_rel("key-a", created["job_id"])
@@ -202,10 +184,8 @@ def test_a_timed_out_job_is_recorded_failed(aws, big, worker):
     """The execution's TimeoutSeconds (an operator's, the template sets none) ended it while a step ran."""
     asl = json.loads(definition())
     asl["TimeoutSeconds"] = 2
-    machine = aws["sfn"].create_state_machine(name="compactor-WindowedJob-timed", definition=json.dumps(asl),
-                                              type="STANDARD",
-                                              roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
-    held = Held(aws)
+    machine = state_machine(aws, "compactor-WindowedJob-timed", asl)
+    held = HeldStep(aws, "plan")  # released, it writes its windows under work/, no outcome
     rel = "timed.json"
     event = upload(aws, "incoming/" + rel, json.dumps(big).encode(), "0065A1B2C3D4E5F601")
     source = source_of(S3Event(event).record)
@@ -225,9 +205,7 @@ def test_an_execution_that_failed_past_record_failure_is_recorded_failed(aws, bi
     """RecordFailure itself failed (past its retries: none here), so the execution failed with no record."""
     asl = json.loads(definition())
     del asl["States"]["RecordFailure"]["Retry"]
-    machine = aws["sfn"].create_state_machine(name="compactor-WindowedJob-unrecorded", definition=json.dumps(asl),
-                                              type="STANDARD",
-                                              roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+    machine = state_machine(aws, "compactor-WindowedJob-unrecorded", asl)
     aws["dispatch"].fail = lambda event: event.get("step") in ("plan", "fail")
     rel = "unrecorded.json"
     event = upload(aws, "incoming/" + rel, json.dumps(big).encode(), "0065A1B2C3D4E5F601")

@@ -81,6 +81,22 @@ def aws(monkeypatch: pytest.MonkeyPatch, worker: ModuleType) -> Iterator[dict[st
         s3_store.reset_client()
 
 
+def state_machine(aws: dict[str, Any], name: str, asl: dict[str, Any]) -> str:
+    """A state machine named ``name`` of the definition ``asl`` (the deployed one, changed by a test): its ARN."""
+    return aws["sfn"].create_state_machine(name=name, definition=json.dumps(asl), type="STANDARD",
+                                           roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+
+
+def quick_assemble_retry(aws: dict[str, Any]) -> str:
+    """A state machine of the deployed definition whose Assemble retries a TaskFailed once, a second later: its
+    ARN."""
+    asl = json.loads(definition())
+    for retry in asl["States"]["Assemble"]["Retry"]:
+        if retry["ErrorEquals"] == ["States.TaskFailed"]:
+            retry.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
+    return state_machine(aws, "compactor-WindowedJob-fast", asl)
+
+
 def execute(aws: dict[str, Any], key: str, concurrency: int = 3) -> dict[str, Any]:
     head = aws["s3"].head_object(Bucket=BUCKET, Key=key)
     source = Source(BUCKET, key, head.get("VersionId"), head["ETag"].strip('"'))
@@ -482,12 +498,7 @@ def test_a_job_whose_last_assemble_failed_on_its_billing_is_billed_by_record_fai
     bills the job and the execution ends done. (This definition retries Assemble on TaskFailed at once.)"""
     from compactor_aws import billing
 
-    asl = json.loads(definition())
-    for retry in asl["States"]["Assemble"]["Retry"]:
-        if retry["ErrorEquals"] == ["States.TaskFailed"]:
-            retry.update(IntervalSeconds=1, MaxAttempts=1, BackoffRate=1)
-    arn = aws["sfn"].create_state_machine(name="compactor-WindowedJob-fast", definition=json.dumps(asl),
-                                          type="STANDARD", roleArn=f"arn:aws:iam::{ACCOUNT}:role/r")["stateMachineArn"]
+    arn = quick_assemble_retry(aws)
     ledger = billing.backends().ledger
     real, refused = ledger.record, []
 

@@ -11,6 +11,7 @@ from compactor.jsonutil import dense_size
 from compactor.models import CompactRequest
 from compactor_cli.compact_cmd import compact_locally
 from compactor_cli.html_report import FULL_ROWS, LINE_EMITTED, PAGE_ROWS, mask_rows, render_html
+from fakes.report_records import kept_record
 
 
 def items(count: int, name: str = "bash") -> list[dict[str, Any]]:
@@ -76,17 +77,10 @@ def test_a_units_line_shows_hostile_text_as_text() -> None:
 
 
 def test_a_units_line_gives_the_deciders_reason() -> None:
-    from compactor.call_record import CallRecord
-
     messages = items(2 * FULL_ROWS + 10)
     units = [{"id": f"fragment_{i}", "start": i, "end": i + 1, "action": "keep", "reason": "model_kept",
               **({"decider_reason": "still needed <b>later</b>"} if i == 7 else {})} for i in range(len(messages))]
-    report = {"original_bytes": dense_size(messages), "output_bytes": dense_size(messages), "target_bytes": 10,
-              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": None,
-              "preserved_prefix_bytes": dense_size(messages), "fragments": [dict(u) for u in units]}
-    record = CallRecord(status=200, body={"messages": messages, "compacted": False, "compaction": report},
-                        mode="decision", bytes_in=dense_size(messages), bytes_out=dense_size(messages), report=report)
-    page = render_html(messages, record, units, title="run.json", keep_recent=2)
+    page = render_html(messages, kept_record(messages, units), units, title="run.json", keep_recent=2)
     line = re.search(r'<li class=k id="fragment_7">(.*?)(?=<li|</ol>)', page).group(1)
     assert "(decider: still needed &lt;b&gt;later" in line
 
