@@ -359,12 +359,14 @@ def test_each_responses_item_type_is_kept_with_its_unit_and_never_rewritten(
     for item in output:
         if cdump(item) in sent:
             continue
-        # a new message (a summary, the sealed summary), or (mask) an output whose ``output`` alone was replaced
+        # a new message (a summary, the sealed summary), or (mask) an output whose ``output`` alone was replaced (a
+        # server-side call's own result: an image generation's ``result``, a code interpreter's ``outputs``)
         if item.get("type") == "message":
             assert {part["type"] for part in item["content"]} <= {"output_text", "input_text"}
         else:
-            assert mode == "mask" and any(cdump({**original, "output": item["output"]}) == cdump(item)
-                                          for original in items)
+            assert mode == "mask" and any(cdump({**original, field: item[field]}) == cdump(item)
+                                          for original in items for field in ("output", "result", "outputs")
+                                          if field in item)
     if mode == "mask":  # mask replaces outputs only: every item is there, in order
         assert [m.get("type") for m in output] == [m.get("type") for m in items]
 

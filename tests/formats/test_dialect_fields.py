@@ -1,0 +1,94 @@
+"""What the models, seal's input and mask read of each documented item and block type (docs/formats.md "Item and
+block types"): every call type's own fields, never a base64 image, a refusal as its text; mask replaces the large
+outputs that have a smaller form the provider accepts back."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any
+
+from compactor.formats import get_dialect
+from compactor_cli.lambda_runtime import LocalLambdaContext
+
+from .test_dialect_types import CHAT_CASES, PAD, RESPONSES_CASES, _compact, _responses_transcript
+
+IMAGE_B64 = "iVBORw0KGgo" * 120  # the image_generation_call case's result: 1320 characters, 990 bytes of image
+
+
+def _case_item(case: str, kind: str) -> dict[str, Any]:
+    return next(item for item in RESPONSES_CASES[case] if item.get("type") == kind)
+
+
+# -- seal's input and the models' view (openai-responses, openai-chat) -----------------------------------------------
+
+def test_seal_reads_each_responses_call_types_own_fields() -> None:
+    """Before, a call whose input is not in ``arguments``, ``input`` or ``action`` read as ``name(null)`` and a
+    server-side call's own result was not read: ``[tool call image_generation_call(null)]``,
+    ``code_interpreter_call(null)`` without its logs, ``apply_patch_call(null)`` without the file or the diff,
+    ``file_search_call(null)`` without its results."""
+    dialect = get_dialect("openai-responses")
+    lines = {kind: dialect.render_line(_case_item(case, kind)) for case, kind in [
+        ("image_generation_call", "image_generation_call"), ("code_interpreter_call", "code_interpreter_call"),
+        ("apply_patch_call+apply_patch_call_output", "apply_patch_call"), ("file_search_call", "file_search_call")]}
+    assert not [line for line in lines.values() if "(null)" in line]
+    assert lines["image_generation_call"] == "assistant: [tool call image_generation_call()]\ntool: [image, 990 bytes]"
+    assert lines["code_interpreter_call"] == f"assistant: [tool call code_interpreter_call(print(1))]\ntool: {PAD}"
+    assert '"path": "src/parse.py"' in lines["apply_patch_call"] and '"diff": "@@ -1 +1 @@' in lines["apply_patch_call"]
+    assert lines["file_search_call"] == (f'assistant: [tool call file_search_call(["record loop"])]\n'
+                                         f"tool: spec.md: {PAD}".rstrip())
+
+
+def test_an_image_generations_base64_is_never_shown_to_the_models_or_seal() -> None:
+    """The image is megabytes of base64 a text model cannot read: the models' view and seal's input show its size.
+    Before, the models' view pasted it whole into the summary prompt."""
+    dialect = get_dialect("openai-responses")
+    item = _case_item("image_generation_call", "image_generation_call")
+    view = dialect.model_view([item])
+    assert view == [{**item, "result": "[image, 990 bytes]"}] and list(view[0]) == list(item)
+    assert IMAGE_B64[:40] not in json.dumps(view) and IMAGE_B64[:40] not in dialect.render_line(item)
+    assert item["result"] == IMAGE_B64  # the caller's item is untouched
+    failed = {"type": "image_generation_call", "id": "ig_2", "status": "failed", "result": None}
+    assert dialect.render_line(failed).endswith("tool: [no image: failed]") and dialect.model_view([failed]) == [failed]
+
+
+def test_a_refusal_reads_as_its_text() -> None:
+    """A ``refusal`` content part (Responses, Chat Completions) and a chat message's ``refusal`` field are the
+    assistant's words. Before, seal's input read the Responses refusal as ``assistant: `` and the chat one as
+    ``assistant: `` too."""
+    refusal = "I can't help with that. " * 10
+    responses = _case_item("refusal", "message")
+    assert get_dialect("openai-responses").render_line(responses) == f"assistant: {refusal}"
+    chat = CHAT_CASES["refusal"][0]
+    assert get_dialect("openai-chat").render_line(chat) == f"assistant: {refusal}"  # once, not twice
+    assert get_dialect("openai-chat").render_line({"role": "assistant", "content": None, "refusal": "No."}) == (
+        "assistant: No.")
+
+
+def test_the_salience_scan_reads_a_code_interpreters_code_and_a_patchs_file() -> None:
+    """The decision models' hints read a call as the chat tool call it corresponds to: its code and its patch, not
+    ``null``."""
+    from compactor.chat import chat_reading
+
+    code = chat_reading(_case_item("code_interpreter_call", "code_interpreter_call"))
+    patch = chat_reading(_case_item("apply_patch_call+apply_patch_call_output", "apply_patch_call"))
+    assert code[0]["tool_calls"][0]["function"] == {"name": "code_interpreter_call", "arguments": "print(1)"}
+    assert "src/parse.py" in patch[0]["tool_calls"][0]["function"]["arguments"]
+
+
+# -- mask (openai-responses) -----------------------------------------------------------------------------------------
+
+def test_mask_replaces_an_image_generations_result_and_a_code_interpreters_outputs(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """The image (a base64 string, megabytes) and the logs are outputs like any other: mask replaces them in the
+    shape the API takes back (``result`` a string, ``outputs`` a list holding one ``logs`` output), the call kept.
+    Before, both stayed whole."""
+    for case, kind, field in [("image_generation_call", "image_generation_call", "result"),
+                              ("code_interpreter_call", "code_interpreter_call", "outputs")]:
+        items = _responses_transcript(case)
+        output = _compact(compact_module, lambda_context, "openai-responses", items, "mask")
+        index = next(i for i, item in enumerate(items) if item.get("type") == kind)
+        original = items[index]
+        size = len(json.dumps(original[field], separators=(",", ":")))
+        text = f"[output of {kind} (call {original['id']}) omitted by compaction: {size} bytes]"
+        assert output[index] == {**original, field: text if field == "result" else [{"type": "logs", "logs": text}]}
