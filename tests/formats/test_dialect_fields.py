@@ -9,9 +9,11 @@ from types import ModuleType
 from typing import Any
 
 from compactor.formats import get_dialect
+from compactor.jsonutil import dense_size
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
-from .test_dialect_types import CHAT_CASES, PAD, RESPONSES_CASES, _compact, _responses_transcript
+from .test_dialect_types import (
+    ANTHROPIC_CASES, CHAT_CASES, PAD, RESPONSES_CASES, _anthropic_transcript, _compact, _responses_transcript)
 
 IMAGE_B64 = "iVBORw0KGgo" * 120  # the image_generation_call case's result: 1320 characters, 990 bytes of image
 
@@ -92,3 +94,71 @@ def test_mask_replaces_an_image_generations_result_and_a_code_interpreters_outpu
         size = len(json.dumps(original[field], separators=(",", ":")))
         text = f"[output of {kind} (call {original['id']}) omitted by compaction: {size} bytes]"
         assert output[index] == {**original, field: text if field == "result" else [{"type": "logs", "logs": text}]}
+
+
+# -- anthropic-messages ----------------------------------------------------------------------------------------------
+
+def _anthropic_mask(module: ModuleType, context: LocalLambdaContext, case: str,
+                    message: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The case's first message (7, after the prompt and three cycles) as sent and as mask answers it."""
+    items = _anthropic_transcript(case)
+    if message is not None:
+        items[7] = message
+    output = _compact(module, context, "anthropic-messages", items, "mask")
+    assert len(output) == len(items)
+    return items[7], output[7]
+
+
+def _stand_in(name: str, call: str, output: Any) -> str:
+    return f"[output of {name} (call {call}) omitted by compaction: {dense_size(output)} bytes]"
+
+
+def test_mask_replaces_server_tools_outputs_in_the_shape_the_api_documents(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """A code execution's, a bash execution's output, a text editor's view of a text file and an MCP tool's result
+    (in the assistant message of its call) are tool outputs like any other: mask replaces them, keeping the result's
+    type, id and the rest of its content (the return code, the output files). Before, mask read user messages only,
+    and left every server tool's result whole."""
+    for case, name, call in [("code_execution_tool_result", "code_execution", "srvtoolu_ce"),
+                             ("bash_code_execution_tool_result", "bash_code_execution", "srvtoolu_bc")]:
+        sent, masked = _anthropic_mask(compact_module, lambda_context, case)
+        result = sent["content"][1]["content"]
+        assert masked["content"][1] == {**sent["content"][1], "content": {
+            **result, "stdout": _stand_in(name, call, PAD), "stderr": ""}}
+        assert masked["content"][0] == sent["content"][0] and masked["content"][2] == sent["content"][2]
+
+    sent, masked = _anthropic_mask(compact_module, lambda_context, "text_editor_code_execution_tool_result")
+    result = sent["content"][1]["content"]
+    assert masked["content"][1]["content"] == {
+        **result, "content": _stand_in("text_editor_code_execution", "srvtoolu_te", PAD)}
+
+    sent, masked = _anthropic_mask(compact_module, lambda_context, "mcp_tool_use+mcp_tool_result")
+    assert masked["content"][1] == {**sent["content"][1], "content": _stand_in("echo", "mcptoolu_1",
+                                                                               sent["content"][1]["content"])}
+
+
+def test_mask_replaces_a_fetched_page_unless_it_may_be_cited(compact_module: ModuleType,
+                                                               lambda_context: LocalLambdaContext) -> None:
+    """A fetched page's document becomes a text document holding the placeholder (its title and the fetch's URL
+    kept); with ``citations`` enabled the answer after it may cite it by position, so it stays, as a web search's
+    results do (their only smaller form is an error code)."""
+    sent, masked = _anthropic_mask(compact_module, lambda_context, "web_fetch_tool_result")
+    assert masked == sent  # citations enabled
+    message = json.loads(json.dumps(ANTHROPIC_CASES["web_fetch_tool_result"][0]))
+    document = message["content"][1]["content"]["content"]
+    del document["citations"]
+    sent, masked = _anthropic_mask(compact_module, lambda_context, "web_fetch_tool_result", message)
+    placeholder = _stand_in("web_fetch", "srvtoolu_wf", document["source"])
+    assert masked["content"][1]["content"] == {**sent["content"][1]["content"], "content": {
+        **document, "source": {"type": "text", "media_type": "text/plain", "data": placeholder}}}
+
+    sent, masked = _anthropic_mask(compact_module, lambda_context, "server_tool_use+web_search_tool_result+citations")
+    assert masked == sent
+
+
+def test_seal_reads_a_text_editors_view_and_an_advisors_advice() -> None:
+    """Before, both read as an empty ``[tool result] ``."""
+    dialect = get_dialect("anthropic-messages")
+    for case in ("text_editor_code_execution_tool_result", "advisor_tool_result"):
+        assert f"[tool result] {PAD}" in dialect.render_line(ANTHROPIC_CASES[case][0])
+
