@@ -13,7 +13,8 @@ from compactor.jsonutil import dense_size
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .test_dialect_types import (
-    ANTHROPIC_CASES, CHAT_CASES, PAD, RESPONSES_CASES, _anthropic_transcript, _compact, _responses_transcript)
+    ANTHROPIC_CASES, CHAT_CASES, PAD, RESPONSES_CASES, _anthropic_transcript, _compact, _responses_transcript, _text,
+    _use)
 
 IMAGE_B64 = "iVBORw0KGgo" * 120  # the image_generation_call case's result: 1320 characters, 990 bytes of image
 
@@ -162,3 +163,26 @@ def test_seal_reads_a_text_editors_view_and_an_advisors_advice() -> None:
     for case in ("text_editor_code_execution_tool_result", "advisor_tool_result"):
         assert f"[tool result] {PAD}" in dialect.render_line(ANTHROPIC_CASES[case][0])
 
+
+def test_a_compaction_blocks_encrypted_content_is_hidden_from_the_models(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """The block's optional ``encrypted_content`` is opaque bytes to a model, as a thinking signature is: the models'
+    view leaves it out (its summary stays), and the answer keeps the block byte-identically. Before, the decider's
+    recent evidence and the salience scan read it."""
+    from compactor.compaction.preparation import recent_view
+
+    secret = "EncryptedCompactionState" * 40
+    message = {"role": "assistant", "content": [
+        {"type": "compaction", "content": "Summary: the record loop is being fixed.", "encrypted_content": secret},
+        _text("Continuing from the summary."), _use("toolu_k")]}
+    dialect = get_dialect("anthropic-messages")
+    view = dialect.model_view([message])
+    assert view[0]["content"][0] == {"type": "compaction", "content": "Summary: the record loop is being fixed."}
+    assert view[0]["content"][1:] == message["content"][1:] and "encrypted_content" in message["content"][0]
+    assert secret[:30] not in recent_view([message], dialect)
+
+    items = _anthropic_transcript("compaction")
+    items[7] = message
+    for mode in ("decision", "seal", "mask"):
+        output = _compact(compact_module, lambda_context, "anthropic-messages", items, mode)
+        assert json.dumps(message) in {json.dumps(m) for m in output}

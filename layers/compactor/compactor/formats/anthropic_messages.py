@@ -154,11 +154,16 @@ class AnthropicMessages(Dialect):
         return StreamFacts()
 
     def model_view(self, items: list[Item]) -> list[Item]:
+        """The messages without their hidden reasoning (a message holding nothing else left out), and a server-side
+        compaction block without its ``encrypted_content`` (opaque bytes to a model, as a thinking signature is;
+        its ``content``, the summary, stays)."""
         view = []
         for item in items:
             content = item.get("content")
-            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in HIDDEN for b in content):
-                kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in HIDDEN)]
+            if isinstance(content, list) and any(isinstance(b, dict) and (b.get("type") in HIDDEN or _opaque(b))
+                                                 for b in content):
+                kept = [{k: v for k, v in b.items() if k != "encrypted_content"} if _opaque(b) else b
+                        for b in content if not (isinstance(b, dict) and b.get("type") in HIDDEN)]
                 if not kept:
                     continue
                 item = {**item, "content": kept}
@@ -342,6 +347,11 @@ class StreamFacts:
             final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
+
+
+def _opaque(block: Any) -> bool:
+    """A server-side compaction block carrying ``encrypted_content``, which the models' view leaves out."""
+    return isinstance(block, dict) and block.get("type") == COMPACTION and "encrypted_content" in block
 
 
 def _pins_unit(item: Item) -> bool:
