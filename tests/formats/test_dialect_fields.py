@@ -149,12 +149,39 @@ def test_mask_replaces_a_fetched_page_unless_it_may_be_cited(compact_module: Mod
     document = message["content"][1]["content"]["content"]
     del document["citations"]
     sent, masked = _anthropic_mask(compact_module, lambda_context, "web_fetch_tool_result", message)
-    placeholder = _stand_in("web_fetch", "srvtoolu_wf", document["source"])
+    placeholder = _stand_in("web_fetch", "srvtoolu_wf", document["source"]["data"])
     assert masked["content"][1]["content"] == {**sent["content"][1]["content"], "content": {
         **document, "source": {"type": "text", "media_type": "text/plain", "data": placeholder}}}
 
     sent, masked = _anthropic_mask(compact_module, lambda_context, "server_tool_use+web_search_tool_result+citations")
     assert masked == sent
+
+
+def test_mask_never_grows_a_short_server_output() -> None:
+    """Mask uses a placeholder only where the result is smaller: a short code interpreter log (its one ``logs``
+    output's wrapper on top of the placeholder) and a short fetched page (a base64 source becoming a text one) stay."""
+    from compactor.compaction.mask import mask
+
+    log = {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "container_id": "cntr_1",
+           "code": "print(1)", "outputs": [{"type": "logs", "logs": "x" * 60}]}
+    user = {"type": "message", "role": "user", "content": "go"}
+    for logs, replaced in (("x" * 60, False), ("x" * 200, True)):
+        items = [user, {**log, "outputs": [{"type": "logs", "logs": logs}]}, user, _responses_transcript("refusal")[-1]]
+        output, masked = mask(items, keep_recent=1, pinned_indices=None, dialect=get_dialect("openai-responses"))
+        assert len(masked) == replaced and (output == items) != replaced
+        assert dense_size(output[1]) <= dense_size(items[1])
+
+    for data in ("JVBERi0xLjQ" * 6, "JVBERi0xLjQ" * 60):
+        page = {"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_wf", "name": "web_fetch", "input": {"url": "https://e.com"}},
+            {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_wf", "content": {
+                "type": "web_fetch_result", "url": "https://e.com", "content": {
+                    "type": "document", "title": "e.pdf",
+                    "source": {"type": "base64", "media_type": "application/pdf", "data": data}}}}]}
+        items = [{"role": "user", "content": "go"}, page, {"role": "user", "content": "more"},
+                 {"role": "assistant", "content": "done"}]
+        output, masked = mask(items, keep_recent=1, pinned_indices=[0], dialect=get_dialect("anthropic-messages"))
+        assert dense_size(output[1]) <= dense_size(page) and len(masked) == (len(data) > 100)
 
 
 def test_seal_reads_a_text_editors_view_and_an_advisors_advice() -> None:

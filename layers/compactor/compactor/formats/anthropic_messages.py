@@ -237,8 +237,9 @@ def _masked_server_result(result: Item, stand_in: Callable[[Any], str | None]) -
     """A server tool's result ``content`` with its output replaced by ``stand_in(output)``, in the shape the API
     documents for it, or ``None`` when it has no such form (or the placeholder is not smaller): a code execution's or
     a bash execution's ``stdout`` (``stderr`` emptied; its return code and output files kept), a text editor's view
-    of a text file (its ``content``), a fetched page's document not open to citations (its ``source``, as a text
-    source). A fetched document with ``citations`` enabled stays: the answer after it may cite it by position."""
+    of a text file (its ``content``), a fetched page's document not open to citations (its ``source``'s text or
+    base64 ``data``, as a text source). A fetched document with ``citations`` enabled stays: the answer after it may
+    cite it by position."""
     kind = result.get("type")
     if kind in ("code_execution_result", "bash_code_execution_result"):
         stdout, stderr = result.get("stdout"), result.get("stderr")
@@ -253,12 +254,15 @@ def _masked_server_result(result: Item, stand_in: Callable[[Any], str | None]) -
         return None if text is None else {**result, "content": text}
     if kind == "web_fetch_result":
         document = result.get("content")
-        if not isinstance(document, dict) or document.get("type") != "document" or "source" not in document:
+        source = document.get("source") if isinstance(document, dict) and document.get("type") == "document" else None
+        if not isinstance(source, dict) or not isinstance(source.get("data"), str) or source.get("type") not in (
+                "text", "base64"):
             return None
         citations = document.get("citations")
         if isinstance(citations, dict) and citations.get("enabled"):
             return None
-        text = stand_in(document["source"])
+        # Measured on the data: a text source's wrapper is the same, a base64 one's longer, so the result never grows.
+        text = stand_in(source["data"])
         if text is None:
             return None
         return {**result, "content": {**document, "source": {"type": "text", "media_type": "text/plain", "data": text}}}

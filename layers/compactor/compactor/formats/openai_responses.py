@@ -26,6 +26,7 @@ from typing import Any
 from compactor.chat import responses_call_input
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
+from compactor.jsonutil import dense_size
 from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
 
 REASONING = ("reasoning",)
@@ -80,11 +81,11 @@ SERVER_SIDE_CALLS = ("mcp_call",)
 (``web_search_call``, ``file_search_call``, …) have no ``call_id``, so they open nothing either."""
 
 SERVER_OUTPUTS = {"mcp_call": "output", "image_generation_call": "result", "code_interpreter_call": "outputs"}
-"""The server-side calls whose own field holds a result mask can replace, in a shape the API accepts back (docs/formats.md
-"Item and block types"): an MCP call's string ``output``, an image generation's ``result`` (a string: the image in
-base64, megabytes of it), a code interpreter's ``outputs`` (a list of ``logs`` and ``image`` outputs, which becomes one
-``logs`` output holding the placeholder). Such a call is named by its ``id``. A file search's ``results`` and a web
-search's ``action`` have no text form: they stay."""
+"""The server-side calls whose own field holds a result mask can replace, in a shape the API accepts back
+(docs/formats.md "Item and block types"): an MCP call's string ``output``, an image generation's ``result`` (a string:
+the image in base64, megabytes of it), a code interpreter's ``outputs`` (a list of ``logs`` and ``image`` outputs,
+which becomes one ``logs`` output holding the placeholder). Such a call is named by its ``id``. A file search's
+``results`` and a web search's ``action`` have no text form: they stay."""
 
 
 def image_marker(result: str) -> str:
@@ -303,6 +304,8 @@ class OpenAIResponses(Dialect):
             return None
         replaced = {"string": text, "part": [{"type": "input_text", "text": text}],
                     "logs": [{"type": "logs", "logs": text}]}[shape]
+        if shape == "logs" and dense_size(replaced) >= dense_size(output):
+            return None  # a short log: its one ``logs`` output, wrapper and all, would not be smaller
         return {**item, field: replaced}
 
 
