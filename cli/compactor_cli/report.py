@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import content_text, role_of
 from compactor.jsonutil import dense_size
+from compactor.markers import NAME_CHARS, short_name  # noqa: F401 (NAME_CHARS: the cut's length, for its readers)
 from compactor.provider_failures import failure_causes, fallback_count
 
 INVISIBLE = re.compile(
@@ -21,18 +22,6 @@ other invisible format characters, tag characters (text hidden from readers but 
 selectors other than the emoji ones, and lone surrogates (not encodable). The HTML page shows each as a visible
 ``U+XXXX`` mark, the text report as an escape (docs/report.md). The zero-width joiners (U+200C, U+200D) stay: emoji
 and several scripts need them."""
-
-
-NAME_CHARS = 128
-"""A tool's name or a message's role as both reports show it: cut to this many characters, the last one ``…`` (a
-transcript's names are untrusted, as a provider's model ids are, which are cut the same way; a 1 MB tool name was
-shown in full wherever it appeared). The providers' own limits on tool names are 64 or 128 characters."""
-
-
-def short_name(value: object) -> str:
-    """``value`` (a tool's name, a role) as the reports show it: at most :data:`NAME_CHARS` characters."""
-    text = str(value)
-    return text if len(text) <= NAME_CHARS else text[:NAME_CHARS - 1] + "…"
 
 
 def visible(text: str) -> str:

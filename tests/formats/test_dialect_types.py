@@ -164,6 +164,15 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
+def _masked_result(block: dict[str, Any], items: list[dict[str, Any]]) -> bool:
+    """Whether ``block`` is a masked result: a result block sent with the same id and type (a client tool's or an MCP
+    tool's with a string ``content``)."""
+    sent = [b for m in items for b in _blocks(m) if b.get("tool_use_id") == block.get("tool_use_id")
+            and b.get("type") == block.get("type")]
+    return bool(sent) and str(block["type"]).endswith("tool_result") and (
+        isinstance(block["content"], str) or block["type"] not in ("tool_result", "mcp_tool_result"))
+
+
 def _server_calls_answered_in_their_message(messages: list[dict[str, Any]]) -> list[str]:
     """A server tool's call (``server_tool_use``, ``mcp_tool_use``) and its result are in one assistant message (the
     API merges consecutive assistant messages: a paused turn's continuation answers in the next one)."""
@@ -194,10 +203,11 @@ def test_each_anthropic_block_type_is_kept_with_its_unit_and_never_rewritten(
     for message in output:
         if cdump(message) in sent:
             continue
-        # a new item (a summary, the sealed summary) holds text only; a masked result keeps its id, a string for output
+        # a new item (a summary, the sealed summary) holds text only; a masked result keeps its id and type, a
+        # string for a client tool's output (a server tool's masked output: tests/formats/test_dialect_fields.py)
         for block in _blocks(message):
-            assert block["type"] == "text" or (mode == "mask" and block["type"] == "tool_result"
-                                               and isinstance(block["content"], str)) or cdump(block) in sent_blocks
+            assert block["type"] == "text" or (mode == "mask" and _masked_result(block, items)) or (
+                cdump(block) in sent_blocks)
     if case in KEPT_WHOLE:
         kept = {cdump(m) for m in output}
         assert all(cdump(m) in kept for m in ANTHROPIC_CASES[case])
@@ -359,12 +369,14 @@ def test_each_responses_item_type_is_kept_with_its_unit_and_never_rewritten(
     for item in output:
         if cdump(item) in sent:
             continue
-        # a new message (a summary, the sealed summary), or (mask) an output whose ``output`` alone was replaced
+        # a new message (a summary, the sealed summary), or (mask) an output whose ``output`` alone was replaced (a
+        # server-side call's own result: an image generation's ``result``, a code interpreter's ``outputs``)
         if item.get("type") == "message":
             assert {part["type"] for part in item["content"]} <= {"output_text", "input_text"}
         else:
-            assert mode == "mask" and any(cdump({**original, "output": item["output"]}) == cdump(item)
-                                          for original in items)
+            assert mode == "mask" and any(cdump({**original, field: item[field]}) == cdump(item)
+                                          for original in items for field in ("output", "result", "outputs")
+                                          if field in item)
     if mode == "mask":  # mask replaces outputs only: every item is there, in order
         assert [m.get("type") for m in output] == [m.get("type") for m in items]
 

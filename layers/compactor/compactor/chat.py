@@ -75,10 +75,28 @@ def _call(name: Any, arguments: Any) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "arguments": text}}
 
 
+RESPONSES_CALL_INPUTS = {"custom_tool_call": "input", "apply_patch_call": "operation", "code_interpreter_call": "code",
+                         "file_search_call": "queries", "image_generation_call": "revised_prompt"}
+"""Where a Responses call item holds what it was asked to do, for the types whose field is not ``arguments`` (function,
+MCP, tool search calls) or ``action`` (computer, shell, local shell and web search calls): a custom tool's free-form
+``input``, an apply-patch call's ``operation`` (its file, its diff), the code a code interpreter ran, a file search's
+``queries``, and the prompt an image generation used (``revised_prompt``, where the item has it). Before, these read as
+``null``: seal's input said ``[tool call code_interpreter_call(null)]`` (docs/formats.md)."""
+
+
+def responses_call_input(item: dict[str, Any]) -> Any:
+    """What a Responses ``*_call`` item was asked to do (:data:`RESPONSES_CALL_INPUTS`); ``None`` when it says
+    nothing."""
+    field = RESPONSES_CALL_INPUTS.get(str(item.get("type")))
+    if field is not None:
+        return item.get(field)
+    return item.get("arguments", item.get("input", item.get("action")))
+
+
 def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The chat messages an item of any format (docs/formats.md) corresponds to (:func:`as_messages`): a chat
-    message as it is, a Responses call (its ``arguments``, ``input`` or, for a ``local_shell_call``, ``action``) or
-    output, an Anthropic message's ``tool_use`` and ``tool_result`` blocks as ``tool_calls`` and ``tool`` messages;
+    message as it is, a Responses call (what it was asked, :func:`responses_call_input`) or output, an Anthropic
+    message's ``tool_use`` and ``tool_result`` blocks as ``tool_calls`` and ``tool`` messages;
     nothing for any other typed item (hidden reasoning, a compaction)."""
     kind = item.get("type")
     if "role" not in item and isinstance(kind, str):  # an OpenAI Responses item
@@ -86,8 +104,7 @@ def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
             return [{"role": "tool", "content": item.get("output")}]
         if kind.endswith("_call"):
             return [{"role": "assistant", "content": None,
-                     "tool_calls": [_call(item.get("name", kind),
-                                          item.get("arguments", item.get("input", item.get("action"))))]}]
+                     "tool_calls": [_call(item.get("name", kind), responses_call_input(item))]}]
         return []
     content = item.get("content")
     blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []

@@ -38,6 +38,19 @@ def fragment_start(identifier: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+NAME_CHARS: Final = 128
+"""A tool's name or a message's role as Compactor writes it where it only names it (the reports, mask's placeholders):
+cut to this many characters, the last one ``…``. A transcript's names are untrusted: a 1 MB tool name was shown in
+full wherever it appeared, and made every placeholder naming it 1 MB. The providers' own limits on tool names are 64
+or 128 characters."""
+
+
+def short_name(value: object) -> str:
+    """``value`` (a tool's name, a role) cut to at most :data:`NAME_CHARS` characters."""
+    text = str(value)
+    return text if len(text) <= NAME_CHARS else text[:NAME_CHARS - 1] + "…"
+
+
 def tool_call_line(name: Any, arguments: Any) -> str:
     """How a rendered conversation shows one tool call."""
     return f"{_TOOL_CALL_OPEN}{name}({arguments})]"

@@ -149,3 +149,18 @@ def test_responses_outputs_are_masked_under_input() -> None:
     assert body["input"][2] == {"type": "function_call_output", "call_id": "f1",
                                 "output": placeholder("shell", "f1", dense_size(BIG))}
     assert body["compaction"]["masked"][0]["name"] == "shell"
+
+
+def test_a_huge_tool_name_is_cut_in_the_placeholder_and_the_report() -> None:
+    """A transcript's names are untrusted: the placeholder and the report's ``masked`` entry name the tool in at most
+    128 characters, the last one ``…``, as the reports do. Before, a 1 MB tool name made every placeholder naming it
+    1 MB: none was smaller than its output, so nothing was masked (and each masked entry repeated the name)."""
+    name = "n" * 1_000_000
+    messages = [{"role": "user", "content": "task"}, call("c1", name), result("c1", BIG), call("c2", name),
+                result("c2", BIG), {"role": "assistant", "content": "done"}]
+    status, body = run(messages=messages, keep_recent=1)
+    assert status == 200
+    cut = "n" * 127 + "…"
+    assert [m["content"] for m in body["messages"] if m["role"] == "tool"] == [
+        f"[output of {cut} (call {c}) omitted by compaction: {dense_size(BIG)} bytes]" for c in ("c1", "c2")]
+    assert [m["name"] for m in body["compaction"]["masked"]] == [cut, cut]

@@ -15,6 +15,7 @@ from compactor.compaction.units import instruction_pins, tail_indexes, with_dial
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect, Item
 from compactor.jsonutil import dense_size
+from compactor.markers import short_name
 from compactor.records import record
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ class Masked:
 
 
 def placeholder(name: str | None, call_id: str | None, size: int) -> str:
-    """The one line that stands in for a masked output of ``size`` dense JSON bytes."""
+    """The one line that stands in for a masked output of ``size`` dense JSON bytes (``name`` already cut to
+    :data:`compactor.markers.NAME_CHARS` characters)."""
     if call_id is None:
         if name is not None:  # a legacy function's output: named, with no call id
             return f"[output of {name} omitted by compaction: {size} bytes]"
@@ -70,6 +72,8 @@ def mask(items: list[Item], *, keep_recent: int, pinned_indices: list[int] | Non
             the placeholder would not be smaller than it."""
             size = dense_size(content)
             name = name if name is not None else names.get(call_id) if call_id else None
+            if name is not None:  # a transcript's name is untrusted: a 1 MB one made each placeholder 1 MB
+                name = short_name(name)
             text = placeholder(name, call_id, size)
             if dense_size(text) >= size:
                 return None

@@ -17,6 +17,7 @@ turn but the one still in progress, whose last two units stay in the protected t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from compactor.compaction.units import Unit
@@ -153,11 +154,16 @@ class AnthropicMessages(Dialect):
         return StreamFacts()
 
     def model_view(self, items: list[Item]) -> list[Item]:
+        """The messages without their hidden reasoning (a message holding nothing else left out), and a server-side
+        compaction block without its ``encrypted_content`` (opaque bytes to a model, as a thinking signature is;
+        its ``content``, the summary, stays)."""
         view = []
         for item in items:
             content = item.get("content")
-            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in HIDDEN for b in content):
-                kept = [b for b in content if not (isinstance(b, dict) and b.get("type") in HIDDEN)]
+            if isinstance(content, list) and any(isinstance(b, dict) and (b.get("type") in HIDDEN or _opaque(b))
+                                                 for b in content):
+                kept = [{k: v for k, v in b.items() if k != "encrypted_content"} if _opaque(b) else b
+                        for b in content if not (isinstance(b, dict) and b.get("type") in HIDDEN)]
                 if not kept:
                     continue
                 item = {**item, "content": kept}
@@ -189,21 +195,78 @@ class AnthropicMessages(Dialect):
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
         """A user message's ``tool_result`` (and ``mcp_tool_result``) blocks, each keeping its ``tool_use_id``
-        (and ``is_error``); a server tool's result (``web_search_tool_result``, …) has typed content and stays, and
-        so does a result loading deferred tools (``tool_reference`` blocks)."""
+        (and ``is_error``); in an assistant message, an ``mcp_tool_result`` and a server tool's result where the API
+        takes a smaller one back (:func:`_masked_server_result`). A web search's result stays (its only smaller form
+        is an error), and so does a result loading deferred tools (``tool_reference`` blocks)."""
         item = items[index]
-        content = item.get("content")
-        if item.get("role") != "user" or not isinstance(content, list):
+        content, role = item.get("content"), item.get("role")
+        if role not in ROLES or not isinstance(content, list):
             return None
         replaced, changed = [], False
         for block in content:
-            if isinstance(block, dict) and block.get("type") in STRING_RESULTS and not _loads_tools(block):
-                call_id = block.get("tool_use_id")
-                text = placeholder(call_id if isinstance(call_id, str) else None, block.get("content"))
-                if text is not None:
-                    block, changed = {**block, "content": text}, True
+            new = _masked_block(block, role, placeholder) if isinstance(block, dict) else None
+            if new is not None:
+                block, changed = new, True
             replaced.append(block)
         return {**item, "content": replaced} if changed else None
+
+
+def _masked_block(block: Item, role: str, placeholder: Placeholder) -> Item | None:
+    """``block`` with its output replaced by ``placeholder``'s text, or ``None`` when it stays: a ``tool_result`` of a
+    user message or an ``mcp_tool_result`` (of the assistant message of its call, where the MCP connector puts it),
+    whose ``content`` may be a string whatever it was; else a server tool's result (:func:`_masked_server_result`)."""
+    call_id = block.get("tool_use_id") if isinstance(block.get("tool_use_id"), str) else None
+    kind = block.get("type")
+    if (kind == "mcp_tool_result" or (kind in STRING_RESULTS and role == "user")) and not _loads_tools(block):
+        text = placeholder(call_id, block.get("content"))
+        return None if text is None else {**block, "content": text}
+    result = block.get("content")
+    if role != "assistant" or kind not in SERVER_RESULTS or not isinstance(result, dict):
+        return None
+    masked = _masked_server_result(result, lambda output: placeholder(call_id, output))
+    return None if masked is None else {**block, "content": masked}
+
+
+SERVER_RESULTS = ("code_execution_tool_result", "bash_code_execution_tool_result",
+                  "text_editor_code_execution_tool_result", "web_fetch_tool_result")
+"""The server tools' results mask replaces (:func:`_masked_server_result`); the others (``web_search_tool_result``,
+``tool_search_tool_result``, ``advisor_tool_result``, an encrypted code execution result, an error) stay."""
+
+
+def _masked_server_result(result: Item, stand_in: Callable[[Any], str | None]) -> Item | None:
+    """A server tool's result ``content`` with its output replaced by ``stand_in(output)``, in the shape the API
+    documents for it, or ``None`` when it has no such form (or the placeholder is not smaller): a code execution's or
+    a bash execution's ``stdout`` (``stderr`` emptied; its return code and output files kept), a text editor's view
+    of a text file (its ``content``), a fetched page's document not open to citations (its ``source``'s text or
+    base64 ``data``, as a text source). A fetched document with ``citations`` enabled stays: the answer after it may
+    cite it by position."""
+    kind = result.get("type")
+    if kind in ("code_execution_result", "bash_code_execution_result"):
+        stdout, stderr = result.get("stdout"), result.get("stderr")
+        if not isinstance(stdout, str) or not isinstance(stderr, str):
+            return None
+        text = stand_in(stdout + stderr)
+        return None if text is None else {**result, "stdout": text, "stderr": ""}
+    if kind == "text_editor_code_execution_view_result":
+        if result.get("file_type") != "text" or not isinstance(result.get("content"), str):
+            return None
+        text = stand_in(result["content"])
+        return None if text is None else {**result, "content": text}
+    if kind == "web_fetch_result":
+        document = result.get("content")
+        source = document.get("source") if isinstance(document, dict) and document.get("type") == "document" else None
+        if not isinstance(source, dict) or not isinstance(source.get("data"), str) or source.get("type") not in (
+                "text", "base64"):
+            return None
+        citations = document.get("citations")
+        if isinstance(citations, dict) and citations.get("enabled"):
+            return None
+        # Measured on the data: a text source's wrapper is the same, a base64 one's longer, so the result never grows.
+        text = stand_in(source["data"])
+        if text is None:
+            return None
+        return {**result, "content": {**document, "source": {"type": "text", "media_type": "text/plain", "data": text}}}
+    return None
 
 
 # The flags :class:`StreamFacts` keeps of each message, a byte each.
@@ -290,6 +353,11 @@ class StreamFacts:
         return units[max(0, at - 1)].start
 
 
+def _opaque(block: Any) -> bool:
+    """A server-side compaction block carrying ``encrypted_content``, which the models' view leaves out."""
+    return isinstance(block, dict) and block.get("type") == COMPACTION and "encrypted_content" in block
+
+
 def _pins_unit(item: Item) -> bool:
     """Whether a message is always protected with its whole unit: it loads deferred tools (:func:`_loads_tools`), holds
     a server-side compaction (:data:`COMPACTION`, its content null included: the API wants it back as it was) or
@@ -309,9 +377,10 @@ def _loads_tools(result: Item) -> bool:
     return any(b.get("type") == "tool_reference" for b in blocks(references))
 
 
-RESULT_FIELDS = ("title", "url", "stdout", "stderr", "error_code")
+RESULT_FIELDS = ("title", "url", "stdout", "stderr", "text", "error_code", "error_message")
 """What the seal summarizer reads of a server tool's result blocks (``web_search_result``, ``web_fetch_result``,
-``code_execution_result``, an error), besides their text: their encrypted content is of no use to it."""
+``code_execution_result``, an ``advisor_result``'s ``text``, an error), besides their text and a text editor view's
+``content``: their encrypted content is of no use to it."""
 
 
 def _result_text(content: Any) -> str:
@@ -333,6 +402,8 @@ def _result_text(content: Any) -> str:
             inner = block.get("content") if kind != "tool_result" else None
             if isinstance(inner, (list, dict)):
                 shown.append(_result_text(inner))
+            elif isinstance(inner, str):  # a text editor's view of a file
+                shown.append(inner)
             if isinstance(block.get("tool_references"), list):
                 shown.append(_result_text(block["tool_references"]))
     return " ".join(s for s in shown if s)

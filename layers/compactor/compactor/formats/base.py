@@ -320,8 +320,9 @@ def media_marker(part: Item) -> str | None:
 
 def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
     """:func:`block_text` (``kinds`` ``None``: every part with a string ``text``) with each image, file or audio part
-    shown by its :func:`media_marker`, in place: what the seal summarizer reads of a content value, so that a
-    message holding only an image does not read as an empty one."""
+    shown by its :func:`media_marker`, and each ``refusal`` part by its ``refusal`` text, in place: what the seal
+    summarizer reads of a content value, so that a message holding only an image or a refusal does not read as an
+    empty one."""
     if isinstance(content, str):
         return content
     shown = []
@@ -329,6 +330,8 @@ def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
         text = part.get("text")
         if isinstance(text, str) and (kinds is None or part.get("type") in kinds):
             shown.append(text)
+        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+            shown.append(part["refusal"])  # an assistant's refusal part (Chat Completions, Responses): its text
         elif (marker := media_marker(part)) is not None:
             shown.append(marker)
     return " ".join(shown)

@@ -75,6 +75,9 @@ class OpenAIChat(Dialect):
             function = call_function(call)  # a function's call, or a custom tool's
             if function is not None:
                 text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
+        refusal = item.get("refusal") if isinstance(item, dict) else None
+        if isinstance(refusal, str) and refusal not in text:  # an assistant's refusal beside (or instead of) content
+            text = f"{text} {refusal}" if text else refusal
         legacy = item.get("function_call") if isinstance(item, dict) else None
         if isinstance(legacy, dict):  # the deprecated single call, answered by a ``function`` message
             text += "\n" + tool_call_line(legacy.get("name"), legacy.get("arguments"))

@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from compactor.chat import responses_call_input
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
+from compactor.jsonutil import dense_size
 from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
 
 REASONING = ("reasoning",)
@@ -77,6 +79,18 @@ protected whole (docs/formats.md "Deferred tools"). A client-executed search's o
 SERVER_SIDE_CALLS = ("mcp_call",)
 """Calls that carry their own result (no ``*_call_output`` answers them); other server-side calls
 (``web_search_call``, ``file_search_call``, …) have no ``call_id``, so they open nothing either."""
+
+SERVER_OUTPUTS = {"mcp_call": "output", "image_generation_call": "result", "code_interpreter_call": "outputs"}
+"""The server-side calls whose own field holds a result mask can replace, in a shape the API accepts back
+(docs/formats.md "Item and block types"): an MCP call's string ``output``, an image generation's ``result`` (a string:
+the image in base64, megabytes of it), a code interpreter's ``outputs`` (a list of ``logs`` and ``image`` outputs,
+which becomes one ``logs`` output holding the placeholder). Such a call is named by its ``id``. A file search's
+``results`` and a web search's ``action`` have no text form: they stay."""
+
+
+def image_marker(result: str) -> str:
+    """How the models and seal's input show an image generation's base64 ``result``: its size, never the image."""
+    return f"[image, {len(result.rstrip('=')) * 3 // 4} bytes]"
 
 
 def _opens(item: Item) -> set[str]:
@@ -217,7 +231,11 @@ class OpenAIResponses(Dialect):
         return {i for i, m in enumerate(items) if _message_role(m) == "user"}
 
     def model_view(self, items: list[Item]) -> list[Item]:
-        return [item for item in items if kind_of(item) not in HIDDEN]
+        """The items but hidden reasoning and earlier compactions; an image generation's base64 ``result`` is shown
+        by its size (:func:`image_marker`): an image in base64 tells a text model nothing, and is megabytes."""
+        return [{**item, "result": image_marker(item["result"])}
+                if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str) else item
+                for item in items if kind_of(item) not in HIDDEN]
 
     def text_item(self, role: str, text: str) -> Item:
         if role == "assistant":
@@ -235,14 +253,13 @@ class OpenAIResponses(Dialect):
             names = [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
             return f"mcp_list_tools: {item.get('server_label')}: {', '.join(str(n) for n in names)}"
         if kind.endswith("_call") or kind == "mcp_approval_request":
-            args = item.get("arguments", item.get("input", item.get("action")))
-            shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            args = responses_call_input(item)
+            shown = args if isinstance(args, str) else "" if args is None else json.dumps(args, ensure_ascii=False)
             line = f"assistant: {tool_call_line(item.get('name', kind), shown)}"
             if kind == "mcp_approval_request":
                 return f"{line} (approval requested)"
-            if kind in SERVER_SIDE_CALLS:  # its result is in the call itself
-                line += f"\ntool: {output_text(item.get('output') if item.get('error') is None else item.get('error'))}"
-            return line
+            result = server_result(item)
+            return line if result is None else f"{line}\ntool: {result}"  # a server-side call carries its result
         if kind == "mcp_approval_response":
             return f"user: {'approved' if item.get('approve') else 'denied'} {item.get('reason') or ''}".rstrip()
         return "" if kind in HIDDEN else f"{kind}: {json.dumps(item, ensure_ascii=False)}"
@@ -252,7 +269,7 @@ class OpenAIResponses(Dialect):
                  if isinstance(item.get("call_id"), str) and kind_of(item).endswith("_call")}
         # A server-side call carrying its own output is named by its ``id`` (it has no ``call_id``).
         names.update({item["id"]: str(item.get("name", kind_of(item))) for item in items
-                      if kind_of(item) in SERVER_SIDE_CALLS and isinstance(item.get("id"), str)})
+                      if kind_of(item) in SERVER_OUTPUTS and isinstance(item.get("id"), str)})
         return names
 
     def masked(self, items: list[Item], index: int, placeholder: Placeholder) -> Item | None:
@@ -260,27 +277,59 @@ class OpenAIResponses(Dialect):
         a string, a list of content parts by one ``input_text`` part. An output of another shape (a
         ``computer_call_output``'s screenshot, a ``shell_call_output``'s list of stdout/stderr objects)
         has no valid text form, so the item is kept, as it is when the placeholder would not be smaller. An
-        ``mcp_call`` carries its own string ``output``: that output is replaced, the call (its ``id``,
-        ``name`` and ``arguments``) kept."""
+        ``mcp_call`` carries its own string ``output``, an ``image_generation_call`` its string ``result``, a
+        ``code_interpreter_call`` its ``outputs`` (:data:`SERVER_OUTPUTS`): that field is replaced (a code
+        interpreter's outputs by one ``logs`` output), the call (its ``id``, ``name``, ``arguments``, ``code``) kept."""
         item = items[index]
-        kind, output = kind_of(item), item.get("output")
-        if kind in SERVER_SIDE_CALLS:
-            call_id = item.get("id") if isinstance(item.get("id"), str) else None
-        elif kind.endswith("_call_output"):
-            call_id = answered_call(item)
+        kind = kind_of(item)
+        field = SERVER_OUTPUTS.get(kind, "output" if kind.endswith("_call_output") else None)
+        if field is None:
+            return None
+        output = item.get(field)
+        call_id = answered_call(item) if field == "output" and kind not in SERVER_OUTPUTS else (
+            item.get("id") if isinstance(item.get("id"), str) else None)
+        if kind == "code_interpreter_call":
+            shape = "logs" if isinstance(output, list) and output else None
+        elif isinstance(output, str):
+            shape = "string"
+        elif (isinstance(output, list) and kind not in SERVER_OUTPUTS
+              and all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output)):
+            shape = "part"  # a list of content parts becomes one part holding the placeholder
         else:
             return None
-        if isinstance(output, str):
-            as_part = False
-        elif (isinstance(output, list) and kind not in SERVER_SIDE_CALLS
-              and all(isinstance(p, dict) and p.get("type") in CONTENT_PARTS for p in output)):
-            as_part = True  # a list of content parts becomes one part holding the placeholder
-        else:
+        if shape is None:
             return None
         text = placeholder(call_id, output)
         if text is None:
             return None
-        return {**item, "output": [{"type": "input_text", "text": text}] if as_part else text}
+        replaced = {"string": text, "part": [{"type": "input_text", "text": text}],
+                    "logs": [{"type": "logs", "logs": text}]}[shape]
+        if shape == "logs" and dense_size(replaced) >= dense_size(output):
+            return None  # a short log: its one ``logs`` output, wrapper and all, would not be smaller
+        return {**item, field: replaced}
+
+
+def server_result(item: Item) -> str | None:
+    """What a server-side call's own result says, for seal's input: an MCP call's ``output`` (or ``error``), an image
+    generation's image by its size (:func:`image_marker`, never the base64), a code interpreter's logs (an image
+    output by ``[image]``), a file search's results (each file's name and text); ``None`` for any other item."""
+    kind = kind_of(item)
+    if kind in SERVER_SIDE_CALLS:
+        return output_text(item.get("output") if item.get("error") is None else item.get("error"))
+    if kind == "image_generation_call":
+        result = item.get("result")
+        return image_marker(result) if isinstance(result, str) else f"[no image: {item.get('status')}]"
+    if kind == "code_interpreter_call":
+        outputs = item.get("outputs")
+        shown = [o["logs"] if isinstance(o.get("logs"), str) else "[image]" if o.get("type") == "image" else ""
+                 for o in outputs if isinstance(o, dict)] if isinstance(outputs, list) else []
+        return " ".join(text for text in shown if text)
+    if kind == "file_search_call":
+        results = item.get("results")
+        shown = [f"{r.get('filename') or r.get('file_id')}: {r.get('text') or ''}".rstrip()
+                 for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+        return " ".join(shown)
+    return None
 
 
 def output_text(output: Any) -> str:
