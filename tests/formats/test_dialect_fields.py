@@ -83,9 +83,9 @@ def test_the_salience_scan_reads_a_code_interpreters_code_and_a_patchs_file() ->
 
 def test_mask_replaces_an_image_generations_result_and_a_code_interpreters_outputs(
         compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
-    """The image (a base64 string, megabytes) and the logs are outputs like any other: mask replaces them in the
-    shape the API takes back (``result`` a string, ``outputs`` a list holding one ``logs`` output), the call kept.
-    Before, both stayed whole."""
+    """The image (a base64 string, megabytes) and the logs are outputs like any other: mask replaces them in a
+    shape the API takes back (``result`` ``null``, as an image call without its image has it: a placeholder string
+    is not base64; ``outputs`` a list holding one ``logs`` output), the call kept. Before, both stayed whole."""
     for case, kind, field in [("image_generation_call", "image_generation_call", "result"),
                               ("code_interpreter_call", "code_interpreter_call", "outputs")]:
         items = _responses_transcript(case)
@@ -94,7 +94,7 @@ def test_mask_replaces_an_image_generations_result_and_a_code_interpreters_outpu
         original = items[index]
         size = len(json.dumps(original[field], separators=(",", ":")))
         text = f"[output of {kind} (call {original['id']}) omitted by compaction: {size} bytes]"
-        assert output[index] == {**original, field: text if field == "result" else [{"type": "logs", "logs": text}]}
+        assert output[index] == {**original, field: None if field == "result" else [{"type": "logs", "logs": text}]}
 
 
 # -- anthropic-messages ----------------------------------------------------------------------------------------------

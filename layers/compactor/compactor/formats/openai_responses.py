@@ -279,7 +279,9 @@ class OpenAIResponses(Dialect):
         has no valid text form, so the item is kept, as it is when the placeholder would not be smaller. An
         ``mcp_call`` carries its own string ``output``, an ``image_generation_call`` its string ``result``, a
         ``code_interpreter_call`` its ``outputs`` (:data:`SERVER_OUTPUTS`): that field is replaced (a code
-        interpreter's outputs by one ``logs`` output), the call (its ``id``, ``name``, ``arguments``, ``code``) kept."""
+        interpreter's outputs by one ``logs`` output; an image's base64 by ``null``, the form the API gives an image
+        call without its image: a placeholder string there is not base64, which the API may refuse to decode), the
+        call (its ``id``, ``name``, ``arguments``, ``code``, an image's ``revised_prompt``) kept."""
         item = items[index]
         kind = kind_of(item)
         field = SERVER_OUTPUTS.get(kind, "output" if kind.endswith("_call_output") else None)
@@ -290,6 +292,8 @@ class OpenAIResponses(Dialect):
             item.get("id") if isinstance(item.get("id"), str) else None)
         if kind == "code_interpreter_call":
             shape = "logs" if isinstance(output, list) and output else None
+        elif kind == "image_generation_call":
+            shape = "none" if isinstance(output, str) else None
         elif isinstance(output, str):
             shape = "string"
         elif (isinstance(output, list) and kind not in SERVER_OUTPUTS
@@ -303,7 +307,7 @@ class OpenAIResponses(Dialect):
         if text is None:
             return None
         replaced = {"string": text, "part": [{"type": "input_text", "text": text}],
-                    "logs": [{"type": "logs", "logs": text}]}[shape]
+                    "logs": [{"type": "logs", "logs": text}], "none": None}[shape]
         if shape == "logs" and dense_size(replaced) >= dense_size(output):
             return None  # a short log: its one ``logs`` output, wrapper and all, would not be smaller
         return {**item, field: replaced}
