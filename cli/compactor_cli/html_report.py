@@ -17,7 +17,7 @@ from html import escape
 from typing import Any
 
 from compactor.call_record import MODEL_NODE_KINDS, CallRecord
-from compactor.chat import content_text, role_of
+from compactor.chat import call_function, content_text, role_of
 from compactor.compaction.reassembly import UNIT_REASONS
 from compactor.jsonutil import dense_size
 from compactor.provider_failures import calls_fell_back
@@ -86,7 +86,7 @@ def _tool_names(messages: list[dict[str, Any]]) -> list[str]:
     names = []
     for message in messages:
         for call in _calls_of(message):
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call_function(call) or {}  # a function's call, or a custom tool's
             names.append(str(function.get("name") or call.get("type") or "tool"))
     return names
 
@@ -108,7 +108,7 @@ def _who(messages: list[dict[str, Any]]) -> str:
 def _message_html(message: dict[str, Any]) -> str:
     parts = [f'<div class="msg"><span class="role">{_inline(short_name(role_of(message)))}</span>']
     for call in _calls_of(message):
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = call_function(call) or {}  # a function's call, or a custom tool's (its input)
         arguments = function.get("arguments")
         arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         parts.append(f'<pre class="call"><b>{_inline(short_name(function.get("name") or "call"))}</b> {_clip(arguments)}</pre>')
@@ -423,7 +423,7 @@ def _first_text(messages: list[dict[str, Any]]) -> str:
         text = content_text(message.get("content"))
         if not text:
             for call in _calls_of(message):
-                function = call.get("function") if isinstance(call.get("function"), dict) else {}
+                function = call_function(call) or {}
                 arguments = function.get("arguments")
                 text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
                 break

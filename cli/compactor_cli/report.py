@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any, TextIO
 
 from compactor.call_record import MODEL_NODE_KINDS, CallRecord
-from compactor.chat import content_text, role_of
+from compactor.chat import call_function, content_text, role_of
 from compactor.jsonutil import dense_size
 from compactor.markers import NAME_CHARS, short_name  # noqa: F401 (NAME_CHARS: the cut's length, for its readers)
 from compactor.provider_failures import failure_causes, fallback_count
@@ -276,7 +276,7 @@ def render_examples(messages: list[dict[str, Any]], body: dict[str, Any], units:
             if text:
                 lines.append(f"  {short_name(role_of(message))}: {_line(text, width)}")
             for call in message.get("tool_calls") or []:
-                function = call.get("function") or {} if isinstance(call, dict) else {}
+                function = call_function(call) or {}  # a function's call, or a custom tool's (its input)
                 lines.append(f"  call {short_name(function.get('name'))}: "
                              f"{_line(str(function.get('arguments')), width)}")
         lines.append("summary:")

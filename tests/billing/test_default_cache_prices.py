@@ -70,3 +70,23 @@ def test_a_windowed_runs_record_says_what_its_windows_priced_by_default() -> Non
     line = observability.summarize(run_record(restored, [])).billing_record()["billing"]
     assert list(line["default_cache_prices"]) == ["price_cached_in"]
 
+
+
+def test_the_line_of_an_entry_billed_late_does_not_say_every_price_was_stated() -> None:
+    """The line an invocation writes for an entry whose call it did not compute (a replay, a retry, the on-failure
+    destination) cannot know the call's default cache prices (the entry does not keep them): null, as its tokens are.
+    It said ``[]``, "every price stated", of a call whose cost may have used the defaults."""
+    from compactor.billing import billing_facts, make_entry
+
+    class Logger:
+        lines: list[dict[str, Any]] = []
+
+        def info(self, message: str, extra: dict[str, Any]) -> None:
+            self.lines.append(extra["billing"])
+
+    facts = billing_facts(route="s3_compact", mode="decision", bytes_in=9, bytes_out=3, model_calls=2, cost_usd=0.5)
+    observability.write_entry_line(Logger(), make_entry(entry_id="s3:x", api_key_id="k", facts=facts,
+                                                        time="2026-12-03T00:00:00.000000Z"))
+    [line] = Logger.lines
+    assert line["billed"] is True and line["tokens_in"] is None
+    assert line["default_cache_prices"] is None  # before: []

@@ -94,7 +94,7 @@ def test_a_retry_that_finds_the_result_of_an_attempt_that_crashed_before_billing
     [retried] = invoke(handlers, event)
     [redelivered] = invoke(handlers, event)
 
-    assert (retried["result"], retried["reason"]) == ("skipped", "already processed")
+    assert retried["result"] == "compacted"  # it delivers the result: before, skipped ("already processed")
     assert redelivered["result"] == "skipped"
     [entry] = table_entries(aws["dynamodb"])  # before: none
     assert entry["api_key_id"]["S"] == CALLER and entry["time"]["S"] == DAY_ONE
@@ -213,3 +213,44 @@ def test_an_attempt_that_billed_and_then_failed_has_a_billed_line(
 
     assert [line["billed"] for line in lines(caplog)] == [True, False]
     assert billed_sum(caplog) == ledger_sum(aws) and ledger_sum(aws)[0] == 1
+
+
+def test_a_retry_that_bills_a_found_result_delivers_it_and_counts_it_compacted_once(
+        aws: dict[str, Any], handlers: dict[str, ModuleType], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first attempt wrote the result and died before billing it (counting nothing); the retry that finds the result
+    and bills it delivers the job: it answers and counts ``compacted``, as a retry that replays and bills, or the
+    on-failure destination that bills, does (docs/deploy.md). It answered ``skipped`` ("already processed") and counted
+    ``S3ObjectsSkipped``: the object was never counted compacted. A retry whose own ledger write failed leaves that to
+    the next, which replays and bills the found result: ``compacted`` too. A later delivery finds it billed: skipped."""
+    from .test_gave_up_billing import s3_counts
+
+    crash = HardCrash(monkeypatch)
+    _, event = upload(aws, handlers)
+    with pytest.raises(Exception):
+        invoke(handlers, event)
+    crash.over()
+    in_progress_expired(aws)
+    capsys.readouterr()
+
+    [retried] = invoke(handlers, event)
+
+    assert (retried["result"], retried["status"], "reason" in retried) == ("compacted", 200, False)  # before: skipped
+    assert s3_counts(capsys) == ["S3ObjectsCompacted"] and len(table_entries(aws["dynamodb"])) == 1
+    [again] = invoke(handlers, event)
+    assert (again["result"], again["reason"]) == ("skipped", "already processed")
+    assert s3_counts(capsys) == ["S3ObjectsSkipped"] and len(table_entries(aws["dynamodb"])) == 1
+
+    crash.crashing = crash.ledger.failing = True  # another upload: its retry finds the result, fails to bill it
+    _, other = upload(aws, handlers)
+    with pytest.raises(Exception):
+        invoke(handlers, other)
+    crash.crashing = False
+    in_progress_expired(aws)
+    with pytest.raises(RuntimeError, match="DynamoDB unavailable"):
+        invoke(handlers, other)
+    crash.ledger.failing = False
+    capsys.readouterr()
+    [replayed] = invoke(handlers, other)
+    assert replayed["result"] == "compacted" and s3_counts(capsys) == ["S3ObjectsCompacted"]
+    assert len(table_entries(aws["dynamodb"])) == 2

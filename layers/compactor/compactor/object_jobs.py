@@ -480,6 +480,15 @@ async def run_job(source: Source, *, store: ObjectStore, defaults: Defaults, dea
                               already_compacted=transcript.already_compacted)
 
 
+def delivered(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome (:meth:`Outcome.as_dict`) of a job that found this version's result written by an earlier attempt
+    (``skipped``, ``already processed``) and bills it, the earlier attempt having crashed between writing it and
+    billing it: ``compacted``, status 200 (a result is written with no other), as that attempt would have answered
+    (docs/billing.md)."""
+    return {**{name: value for name, value in outcome.items() if name != "reason"}, "result": "compacted",
+            "status": 200}
+
+
 def _exceeds_one_request(request: Any) -> bool:
     from compactor.compaction.decision import exceeds_one_request  # not the windowed module (docs/performance.md#where-the-time-goes)
 

@@ -335,6 +335,7 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
                   "caller": bill.caller}  # whom a replay, or the on-failure destination, bills (bill_given_up)
         if isinstance(facts, billing.ResultBill):  # an earlier attempt's result: billed below, with its line
             found.append(True)
+            record["found"] = True  # a replay that bills it delivers it as this attempt would have
         elif bill.facts:  # the result is stored: its entry (the one a replay writes) is written while Powertools
             # completes the record, one round trip for both (docs/performance.md#where-the-time-goes)
             billing_now.append(background.start(_bill, entry_id, bill.caller, bill.facts, bill.time, bill.request_id,
@@ -357,6 +358,13 @@ def run_object_job(source: Any, job: Callable[[], tuple[dict[str, Any], Mapping[
                     observability.write_settled_line(logger, summary, written)
     billed_now = (not fresh or bool(found)) and _bill(entry_id, record.get("caller") or billed_to, record.get("facts"),
                                                       record["time"], record.get("request_id"), None, logger=logger)
+    if billed_now and record.get("found"):
+        # The result an earlier attempt wrote and never billed (it crashed between the two, and counted no outcome
+        # or S3ObjectsErrored) is delivered now: answered, and counted, compacted, as a replay that bills is. It was
+        # answered skipped ("already processed"), and no attempt counted the object compacted.
+        from compactor import object_jobs  # the S3 function's: loaded already
+
+        return object_jobs.delivered(record["outcome"])
     if fresh or billed_now or record["outcome"].get("result") == "skipped":
         # Billed now, a replayed job is delivered now: the attempt that stored its result raised on its ledger write
         # and counted no outcome (S3ObjectsErrored), so this one answers, and counts, its outcome (it said skipped).

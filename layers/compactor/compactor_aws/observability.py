@@ -59,7 +59,8 @@ class CallSummary:
     cost_usd: float | None = 0.0  # None: a model call's cost is unknown
     flow_fingerprint: str | None = None
     time: str | None = None  # UTC, ISO 8601: when the call was observed, its ledger entry's time (docs/billing.md)
-    default_cache_prices: tuple[str, ...] = ()  # cache prices the catalog did not state (docs/billing.md)
+    # cache prices the catalog did not state (docs/billing.md); None: unknown (an entry's line, write_entry_line)
+    default_cache_prices: tuple[str, ...] | None = ()
     billed: bool = False  # this line's figures are a ledger entry's: summing billed lines gives the ledger's totals
 
     @property
@@ -305,13 +306,14 @@ def write_entry_line(logger: Any, entry: Any, status: int = 200) -> None:
     """The billing line of a ledger ``entry`` (``compactor.billing.LedgerEntry``) written by another invocation than
     the one that computed its call (a keyed request's replay, a Lambda retry's, a retried windowed step, the S3
     on-failure destination, a retry that finds an earlier attempt's result): ``billed: true``, the entry's figures and
-    time, the fields the entry does not keep null, so that the billed lines sum to the ledger (docs/billing.md). The
+    time, the fields the entry does not keep null (``default_cache_prices`` too: unknown here, where ``[]`` would say
+    every price was stated), so that the billed lines sum to the ledger (docs/billing.md). The
     computation's own line said ``billed: false``, or was never written (a process that died). Never raises."""
     try:
         summary = CallSummary(route=entry.route, mode=entry.mode, status=status, request_id=entry.request_id,
                               api_key_id=entry.api_key_id, bytes_in=entry.bytes_in, bytes_out=entry.bytes_out,
                               bytes_saved=entry.bytes_saved, model_calls=entry.model_calls, fallbacks=0,
-                              cost_usd=entry.cost_usd, time=entry.time, billed=True)
+                              cost_usd=entry.cost_usd, time=entry.time, default_cache_prices=None, billed=True)
         write_billing_record(logger, summary)
     except Exception as error:  # noqa: BLE001 - observing must never fail the call
         logger.warning("observability failed: %s", type(error).__name__,

@@ -222,3 +222,38 @@ def test_a_huge_tool_name_is_cut_in_both_reports() -> None:
     assert len(page) < 50_000 and "x" * NAME_CHARS not in page and "y" * NAME_CHARS not in page
     assert f"<bdi>{cut}</bdi>" in page.split('data-id="fragment_1"')[1].split("</li>")[0]
     assert len(text) < 5_000 and f"  call {cut}: {{}}" in text
+
+
+def test_a_custom_tools_call_is_shown_by_its_name_and_input_in_both_reports() -> None:
+    # A Chat Completions custom tool's call ({"type": "custom", "custom": {"name", "input"}}, docs/formats.md) is a call
+    # the models, seal and mask read: the reports named it "custom" and showed "call null" (or "call None: None"),
+    # never its tool nor its input, the text a reader checks the summary against. Its input is untrusted text too.
+    from compactor_cli.report import render_examples
+
+    patch = "*** Begin Patch\n<script>alert(1)</script>\n*** End Patch"
+    messages = [{"role": "user", "content": "Fix it."},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "custom", "custom": {"name": "apply_patch", "input": patch}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                {"role": "assistant", "content": "Done."}]
+    summary = {"role": "assistant", "content": "[Summary of fragment_1; original retained by caller]\npatched"}
+    output = [messages[0], summary, messages[3]]
+    units = [{"id": "fragment_0", "start": 0, "end": 1, "action": "keep", "reason": "pinned"},
+             {"id": "fragment_1", "start": 1, "end": 3, "action": "summarize", "reason": "summarized"},
+             {"id": "fragment_3", "start": 3, "end": 4, "action": "keep", "reason": "recent_tail"}]
+    report = {"original_bytes": dense(messages), "output_bytes": dense(output), "target_bytes": 10,
+              "target_ratio": 0.1, "target_met": False, "reasons": [], "first_changed_index": 1,
+              "preserved_prefix_bytes": dense(messages[:1]),
+              "fragments": [{k: v for k, v in u.items() if k != "reason"} for u in units]}
+    body = {"messages": output, "compacted": True, "compaction": report}
+    record = CallRecord(status=200, body=body, mode="decision", bytes_in=report["original_bytes"],
+                        bytes_out=report["output_bytes"], report=report)
+
+    page = render_html(messages, record, units, title="t.json", keep_recent=1)
+    text = render_examples(messages, body, units, 1)
+
+    unit = page.split('data-id="fragment_1"')[1].split("</li>")[0]
+    assert '<span class="who">assistant → apply_patch + 1 result</span>' in unit  # before: "→ custom"
+    assert '<pre class="call"><b>apply_patch</b> *** Begin Patch\n&lt;script&gt;alert(1)&lt;/script&gt;' in unit
+    assert "<script>alert(1)" not in page
+    assert "  call apply_patch: *** Begin Patch" in text  # before: "call None: None"

@@ -83,3 +83,23 @@ def test_embedding_json_text_quotes_what_is_not_one_json_array_or_object() -> No
     assert json.loads(view_of(JSONTextMap(texts), embed_json_text=True)) == expected  # a cut is not whole JSON
     for value in (['[1]'], '[1]', {"a": {"b": "[1]"}}):
         assert view_of(value, embed_json_text=True) == view_of(value)
+
+
+def test_embedding_json_text_does_not_depend_on_how_deep_the_parser_reads_here() -> None:
+    """A string holding JSON deeper than a body may be (``MAX_BODY_DEPTH``) is quoted, whatever the stack it is shown
+    from. It was embedded when the parser could read it: about 1,500 levels at the top of the stack, 1,100 under 200
+    levels of calls through C (a host's callbacks), another number on another interpreter, so the same value made one
+    prompt in one process and another in the next."""
+    from compactor.jsonutil import MAX_BODY_DEPTH
+
+    def nested(levels: int) -> str:  # its deepest container at level ``levels`` (the root is level 0)
+        return "[" * (levels + 1) + "]" * (levels + 1)
+
+    def shown_under_c_calls(value: Any, calls: int) -> str:
+        return view_of(value, embed_json_text=True) if calls == 0 else list(
+            map(lambda _: shown_under_c_calls(value, calls - 1), [0]))[0]
+
+    deep = {"x": nested(1_200)}
+    assert view_of(deep, embed_json_text=True) == shown_under_c_calls(deep, 200) == dense_dumps(deep)  # quoted
+    assert view_of({"x": nested(MAX_BODY_DEPTH)}, embed_json_text=True) == '{"x":' + nested(MAX_BODY_DEPTH) + "}"
+    assert view_of({"x": nested(MAX_BODY_DEPTH + 1)}, embed_json_text=True) == dense_dumps({"x": nested(129)})

@@ -9,7 +9,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from ..jsonutil import dense_dumps, dense_size, depth_exceeds, json_text_escaped, strict_loads
+from ..jsonutil import (MAX_BODY_DEPTH, dense_dumps, dense_size, depth_exceeds, json_text_escaped, loads_within,
+                        strict_loads)
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32
@@ -106,8 +107,9 @@ def embedded_view(value: dict[str, Any]) -> str:
     """The dense JSON of ``value`` with each member whose string holds a JSON array or object shown as that JSON
     text (the model reads the JSON once, not escaped inside a string: docs/performance.md "Model input"). A
     string that starts with ``[`` or ``{`` is taken as it is when it parses as JSON (strictly: no key twice, no
-    ``NaN``), or without parsing in a :class:`JSONTextMap` marked ``whole`` (the host's word). Every other member
-    is shown as dense JSON, as without the option."""
+    ``NaN``, no number past a float's range, at most ``MAX_BODY_DEPTH`` levels deep), or without parsing in a
+    :class:`JSONTextMap` marked ``whole`` (the host's word). Every other member is shown as dense JSON, as without
+    the option."""
     marked = type(value) is JSONTextMap and value.whole
     parts = []
     for key, item in value.items():
@@ -121,9 +123,9 @@ def _holds_container(text: str, marked: bool) -> bool:
         return False
     if marked:
         return True
-    try:
-        return isinstance(strict_loads(text), (list, dict))
-    except ValueError:  # not JSON, or nested deeper than the parser reads
+    try:  # a fixed depth: how deep the parser reads depends on the interpreter and on the caller's C stack
+        return isinstance(loads_within(text, max_depth=MAX_BODY_DEPTH, decode=strict_loads), (list, dict))
+    except ValueError:  # not JSON, or nested deeper than a body may be
         return False
 
 
