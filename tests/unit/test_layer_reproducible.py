@@ -63,3 +63,30 @@ def test_the_hashed_ca_directory_is_byte_identical(tmp_path: Path) -> None:
         trees.append(contents(root / "python" / "compactor" / "ca-certificates"))
     assert len(trees[0]) > 100 and b"../../certifi/cacert.pem" in trees[0]["manifest.json"]
     assert trees[0] == trees[1]
+
+
+def test_the_operators_catalog_ships_where_catalog_path_names_it(tmp_path: Path) -> None:
+    """docs/deploy.md "Real model providers": a ``catalog.json`` beside the layer's Makefile reaches
+    ``/opt/python/catalog.json`` (what ``CatalogPath`` names); the build used to ship only the packages, so the
+    documented catalog never reached the functions. An invalid catalog fails the build; without one, nothing ships."""
+    import json
+
+    catalog = REPO / "docs" / "catalogs" / "bedrock.json"
+    tree = build(tmp_path / "layer")
+
+    def make_catalog(source: Path) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["make", "-s", "-C", str(LAYER), "catalog", f"ARTIFACTS_DIR={tree.parent}",
+                               f"PYTHON={sys.executable}", f"CATALOG={source}"], capture_output=True)
+
+    assert make_catalog(tmp_path / "absent.json").returncode == 0
+    assert not (tree / "catalog.json").exists()
+    assert make_catalog(catalog).returncode == 0
+    assert (tree / "catalog.json").read_bytes() == catalog.read_bytes()
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"offers": [{"id": "x", "provider": "bedrock"}]}))
+    failed = make_catalog(broken)
+    assert failed.returncode != 0 and b"catalog" in failed.stderr
+    # build-CompactorLayer, what sam build runs, ships it.
+    recipe = subprocess.run(["make", "-n", "-C", str(LAYER), "build-CompactorLayer", f"ARTIFACTS_DIR={tree.parent}",
+                             f"PYTHON={sys.executable}", f"CATALOG={catalog}"], capture_output=True, text=True)
+    assert f'cp "{catalog}" "{tree.parent}/python/catalog.json"' in recipe.stdout

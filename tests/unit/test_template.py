@@ -143,3 +143,25 @@ def test_no_ttl_outlives_the_large_bodies_the_bucket_keeps(document: dict[str, A
              resource(document, "TranscriptBucket", "AWS::S3::Bucket")["LifecycleConfiguration"]["Rules"]}
     assert rules["ExpireStoredResponses"]["Prefix"] == "idempotency/"
     assert rules["ExpireStoredResponses"]["ExpirationInDays"] * 86400 >= MAX_TTL_SECONDS + 86400
+
+
+def test_docs_deploy_lists_every_parameter_with_its_default_and_every_output(document: dict[str, Any]) -> None:
+    """docs/deploy.md's parameter table is the operator's reference: each parameter of the template in a row that
+    states its default (several parameters may share a row, their defaults in order), no row naming one the
+    template does not take, and the outputs paragraph names every output."""
+    import re
+
+    text = (REPO / "docs" / "deploy.md").read_text(encoding="utf-8")
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| `")]
+    documented: dict[str, str] = {}
+    for row in rows:
+        names = re.findall(r"`([A-Za-z0-9]+)`", row[0])
+        defaults = [d.strip(" `") for d in row[1].split(",")] if len(names) > 1 and "," in row[1] else [row[1]] * len(names)
+        documented.update(zip(names, defaults))
+    parameters = document["Parameters"]
+    assert set(documented) == set(parameters)
+    for name, parameter in parameters.items():
+        default = str(parameter.get("Default", ""))
+        assert documented[name].strip(" `") == (default or "empty"), name
+    outputs = text.split("Outputs: ", 1)[1].split("\n\n", 1)[0]
+    assert set(re.findall(r"`([A-Za-z]+)`", outputs)) == set(document["Outputs"])
