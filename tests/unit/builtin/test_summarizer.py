@@ -12,6 +12,7 @@ from compactor.offline.summarizer import (
     split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
 from compactor.offline.text_fit import utf8_len
+from compactor.offline.transcript_reading import fenced_commands, prose_text
 
 from .corpus import TRANSCRIPTS, load_messages, units
 
@@ -51,6 +52,21 @@ def test_text_agent_units_are_understood() -> None:
     assert action_summary.split("\n") == ["THOUGHT: look at the config.", "$ cat /testbed/pkg/config.py"]
     observation_summary = summarize_item(observation, 256)
     assert observation_summary == "exit 2\ncat: /testbed/pkg/config.py: No such file or directory"
+
+
+def test_a_code_excerpt_fenced_before_the_command_is_not_read_as_a_command() -> None:
+    # A text agent quotes code (```python … ```) before its command block: the excerpt's closing fence
+    # was paired with the command block's opening one, so the prose between them showed as `$ …` and the
+    # real command was lost from the summary.
+    content = ("THOUGHT: the drawing happens in to_raster:\n\n```python\n   102\t    def to_raster(self):\n"
+               "   116\t        image = FT2Image(w, h)\n```\n\nI missed these lines before.\n\n"
+               "```bash\nnl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'\n```")
+    message = {"role": "assistant", "content": content}
+    assert fenced_commands(content) == ["nl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'"]
+    assert "def to_raster(self)" in prose_text(message) and "sed -n" not in prose_text(message)
+    lines = summarize_item(dense_dumps(message), 256).split("\n")
+    assert "$ nl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'" in lines
+    assert not any(line.startswith("$ I missed") for line in lines)
 
 
 def test_plain_text_keeps_its_salient_lines_in_order() -> None:

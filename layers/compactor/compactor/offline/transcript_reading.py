@@ -22,9 +22,12 @@ from compactor.jsonutil import dense_dumps, embedded_json
 from compactor.patterns import lazy, pattern
 from compactor.records import record
 
-# Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
+# Fenced blocks, each with its language; those of a shell language hold commands (``` with no language is
+# SWE-agent's command syntax). Every block is matched, shell or not, so that the closing fence of a code
+# excerpt (```python … ```) is never read as the opening of a command block.
 # Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
-_fence = lazy(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
+_fence = lazy(r"```([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_SHELL_FENCES = frozenset(("bash", "sh", "shell", "console", ""))
 _return_code = lazy(r"<returncode>\s*(-?\d+)\s*</returncode>")
 _EXIT_STATEMENT = pattern(
     r"(?:^|\n)\s*(?:Process exited with code|Exit code:?|exit code:?|Exit status:?|\[Command finished with exit code)"
@@ -126,7 +129,7 @@ def fenced_commands(text: str) -> list[str]:
     """Commands in shell-like fenced code blocks of ``text``, in order."""
     if "```" not in text:
         return []
-    return [body.strip() for _, body in _fence().findall(text) if body.strip()]
+    return [body.strip() for language, body in _fence().findall(text) if language in _SHELL_FENCES and body.strip()]
 
 
 def message_actions(message: dict[str, Any]) -> list[Action]:
@@ -149,7 +152,9 @@ def message_actions(message: dict[str, Any]) -> list[Action]:
 def prose_text(message: dict[str, Any]) -> str:
     """The content of an assistant message without its fenced command blocks."""
     text = content_text(message.get("content"))
-    return _fence().sub(" ", text) if "```" in text else text
+    if "```" not in text:
+        return text
+    return _fence().sub(lambda block: " " if block.group(1) in _SHELL_FENCES else block.group(0), text)
 
 
 def is_observation(message: dict[str, Any]) -> bool:
