@@ -69,6 +69,20 @@ def test_a_code_excerpt_fenced_before_the_command_is_not_read_as_a_command() -> 
     assert not any(line.startswith("$ I missed") for line in lines)
 
 
+def test_a_long_error_line_is_an_error_line() -> None:
+    # The error scan cuts a line over ~400 characters to the text around its keyword; the summarizer then did not
+    # recognise the whole line as an error, and the chained traceback's last exception (the one the agent has to
+    # fix) lost its place to the frames' `File ...` lines.
+    value = "'" + "x" * 600 + "'"
+    output = ("Traceback (most recent call last):\n"
+              + "".join(f'  File "/testbed/pkg/mod_{i}.py", line {i}, in f_{i}\n    g_{i}()\n' for i in range(6))
+              + f"pkg.errors.ParseError: parsing '<string>' failed: SyntaxError({value})\n")
+    summary = summarize_item(tool_unit("python -m pkg.check", output, returncode=1), 256)
+    assert utf8_len(summary) <= 256
+    assert any(line.startswith("pkg.errors.ParseError: parsing '<string>' failed: SyntaxError('xxx")
+               for line in summary.split("\n")), summary
+
+
 def test_plain_text_keeps_its_salient_lines_in_order() -> None:
     text = "start of a plain note.\n" + "filler line\n" * 300 + "see src/app/main.py\nend of the note."
     summary = summarize_item(text, 128)

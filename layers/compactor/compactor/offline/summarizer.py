@@ -128,6 +128,9 @@ def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines:
     returns the next order number. ``seen`` holds the squeezed lines already taken."""
     raw = [line for line in (text.splitlines() if isinstance(text, str) else text) if line.strip()]
     errors = set() if body else set(error_lines("\n".join(raw)))
+    # error_lines cuts a long line to the text around its error keyword: such a line is an error line too
+    # (a chained traceback's last exception, whose message quotes a long value, is the line that matters most)
+    cut = errors.difference(line.strip() for line in raw) if errors else ()
     for position, line in enumerate(raw):
         stripped = line.strip()
         squeezed = squeeze(line)
@@ -136,7 +139,7 @@ def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines:
         seen.add(squeezed)
         shown = fit_end(squeezed, LINE_BYTES)
         found, line_paths = _names_of(shown, names), frozenset(paths_in(shown))
-        if stripped in errors:
+        if stripped in errors or (cut and any(part in stripped for part in cut)):
             score = SCORE_ERROR
         elif not body and _EDIT_RESULT.search(squeezed) and line_paths:
             score = SCORE_EDIT
