@@ -290,6 +290,20 @@ def test_go_package_failures_are_error_lines() -> None:
     assert "FAIL example.com/pkg/store [setup failed]" in summary and "FAIL example.com/pkg/sync 0.013s" in summary
 
 
+def test_go_and_rust_panics_are_error_lines() -> None:
+    # A Go test that panics prints `--- FAIL` and `FAIL` lines and, between them, the panic that says why;
+    # the panic was not an error line, so the summary kept the FAIL lines and dropped the cause.
+    frames = "".join(f"example.com/pkg/sem.f{i}(...)\n\t/src/pkg/sem/provider.go:{400 + i} +0x3c6\n" for i in range(40))
+    output = ("--- FAIL: TestProviderCommands (0.02s)\n"
+              "panic: runtime error: slice bounds out of range [1:0] [recovered]\n\n"
+              f"goroutine 12 [running]:\npanic({{0x10c334f60?, 0xc00001a588?}})\n{frames}"
+              "FAIL\texample.com/pkg/cli\t0.622s\nFAIL\n")
+    summary = summarize_item(tool_unit("go test ./...", output, returncode=1), 256)
+    assert "panic: runtime error: slice bounds out of range [1:0] [recovered]" in summary.split("\n")
+    rust = "   Compiling app v0.1.0\n" * 30 + "thread 'main' panicked at src/main.rs:5:5:\nindex out of bounds\n"
+    assert "thread 'main' panicked at src/main.rs:5:5:" in summarize_item(tool_unit("cargo run", rust, 101), 200)
+
+
 def legacy_function_unit(command: str, output: str) -> list[dict]:
     """The deprecated chat ``function_call``, answered by a ``function`` message."""
     return [{"role": "assistant", "content": None,

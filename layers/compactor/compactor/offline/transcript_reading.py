@@ -35,19 +35,20 @@ _EXIT_STATEMENT = pattern(
 _EXIT_STATEMENT_SPAN = 400
 _output_tags = lazy(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>")
 # Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
-# compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
-# usual shell failures. Source code that merely mentions an exception class does not match.
+# compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries, Go's ``panic:``,
+# Rust's ``panicked at`` and the usual shell failures. Source code that merely mentions an exception class
+# does not match.
 # Lines are only examined where a keyword occurs (found with plain substring search, which is far
 # faster than a regex alternation), so the scan stays linear and cheap on large outputs.
 _ERROR_KEYWORDS = (
     "Traceback", "Error", "Exception", "error", "ERROR", "fatal", "FAIL", "failed",
-    "not found", "No such file", "Permission denied", "Segmentation fault",
+    "not found", "No such file", "Permission denied", "Segmentation fault", "panic",
 )
 _ERROR_LINE = pattern(
     r"[ \t>|]*(?:E[ \t]+)?(?:"
     r"Traceback \(most recent call last\)"
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
-    r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
+    r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED|panic)\b[ \t]*[:!\]-]"
     r"|FAIL(?:ED)?[ \t]*(?:\S+[ \t]*)?$"
     r"|FAIL[ \t]+\S+[ \t]+(?:\[[^\]\n]*\]|[\d.]+s)[ \t]*$"  # go test: FAIL <package> [build failed] / 0.01s
     r"|\S+:\d+(?::\d+)?:[ \t]*(?:error|fatal)\b"
@@ -56,7 +57,7 @@ _ERROR_LINE = pattern(
 _ERROR_CONTEXT = 200
 _ERROR_ANYWHERE = pattern(
     r"\bFAILED\b|\b\d+ (?:failed|errors?)\b|command not found|No such file or directory"
-    r"|Permission denied|Segmentation fault"
+    r"|Permission denied|Segmentation fault|\bpanicked at\b"
 )
 # Path-like tokens: rooted (``/``, ``./``, ``../``, ``~/``) paths, relative paths whose last part is a
 # dotted file name, and bare file names with a source-ish suffix. URLs are not paths.
