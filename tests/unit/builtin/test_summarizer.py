@@ -304,6 +304,27 @@ def test_go_and_rust_panics_are_error_lines() -> None:
     assert "thread 'main' panicked at src/main.rs:5:5:" in summarize_item(tool_unit("cargo run", rust, 101), 200)
 
 
+def test_each_result_gives_its_exit_code_to_its_own_call() -> None:
+    # Codex runs `go test` in a session that is still running when the next calls return: its result states no
+    # exit code, and results were paired with calls in order, so `go test` got the next result's `exit 0` (a
+    # false claim) and the last call got none. A result answers the call its tool_call_id names.
+    def call(call_id: str, command: str) -> dict:
+        return {"id": call_id, "type": "function",
+                "function": {"name": "exec_command", "arguments": json.dumps({"cmd": command})}}
+    item = dense_dumps([
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("a", "go test ./..."), call("b", "sed -n '1,40p' internal/cli/root.go"),
+                        call("c", "sed -n '1,60p' internal/sem/provider.go")]},
+        {"role": "tool", "tool_call_id": "a", "content": "Process running with session ID 51949\nOutput:\ngo: downloading x"},
+        {"role": "tool", "tool_call_id": "c", "content": "Process exited with code 2\nOutput:\nsed: provider.go: No such file"},
+        {"role": "tool", "tool_call_id": "b", "content": "Process exited with code 0\nOutput:\npackage cli"},
+    ])
+    lines = summarize_item(item, 512).split("\n")
+    assert "$ go test ./..." in lines
+    assert "$ sed -n '1,40p' internal/cli/root.go → exit 0" in lines
+    assert "$ sed -n '1,60p' internal/sem/provider.go → exit 2" in lines
+
+
 def legacy_function_unit(command: str, output: str) -> list[dict]:
     """The deprecated chat ``function_call``, answered by a ``function`` message."""
     return [{"role": "assistant", "content": None,
