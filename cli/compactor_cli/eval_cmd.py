@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--methods", help="comma-separated modes to run (default: every registered mode)")
     parser.add_argument("--target-ratio", type=float, help="decision mode target (default: the service default)")
+    parser.add_argument("--lost", nargs="?", const="decision", metavar="METHODS",
+                        help="after the table, list each evidence item a method lost, per transcript, with the input "
+                             "message it came from (comma-separated methods; default: decision)")
 
 
 def transcript_files(paths: list[str]) -> list[Path]:
@@ -45,7 +48,7 @@ def transcript_files(paths: list[str]) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     from compactor.catalog import CatalogError
     from compactor.container import run_sync
-    from compactor_cli.evaluation import evaluate, means, mode_names, render
+    from compactor_cli.evaluation import evaluate, means, mode_names, render, render_lost
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
@@ -54,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"compactor eval: --methods: unknown {', '.join(map(repr, unknown))}; "
               f"one or more of {', '.join(mode_names())} (trim comes with decision)", file=sys.stderr)
+        return 2
+    lost = [method.strip() for method in args.lost.split(",")] if args.lost else []
+    strange = [method for method in lost if method not in [*modes, "trim"] or (method == "trim" and "decision" not in modes)]
+    if strange:
+        print(f"compactor eval: --lost: {', '.join(map(repr, strange))} not among the methods run "
+              f"({', '.join(modes)}{', trim' if 'decision' in modes else ''})", file=sys.stderr)
         return 2
     if args.target_ratio is not None and not 0 < args.target_ratio <= 1:
         print(f"compactor eval: --target-ratio {args.target_ratio}: must be in (0, 1]", file=sys.stderr)
@@ -96,4 +105,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         sys.stdout.write(render(rows))
+        if lost:
+            sys.stdout.write("\n" + render_lost(rows, lost))
     return 0

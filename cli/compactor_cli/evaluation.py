@@ -157,6 +157,7 @@ class Item:
     kind: str  # path | error | command | identifier | file
     probe: str  # squeezed text looked for in the output
     exit_code: int | None = None
+    source: int | None = field(default=None, compare=False)  # the input message it was found in (a diagnostic)
 
     def kept(self, hay: str) -> bool:
         if self.kind != "command":
@@ -251,6 +252,11 @@ class EvidenceSet:
         total = len(self.items)
         return (kept / total if total else 1.0), total, by_kind
 
+    def lost(self, output: list[Message]) -> list[Item]:
+        """The items not findable in ``output``, in the order they were collected (``compactor eval --lost``)."""
+        hay = haystack(output)
+        return [item for item in self.items if not item.kept(hay)]
+
 
 def evidence(messages: list[Message], changed: list[int]) -> EvidenceSet:
     """The evidence items of the ``changed`` messages of ``messages`` (see docs/evaluation.md)."""
@@ -283,20 +289,20 @@ def evidence(messages: list[Message], changed: list[int]) -> EvidenceSet:
             final_write[path] = (index, body)
     for path, (index, body) in final_write.items():
         if index in changed_set and body.strip():
-            add(Item("file", squeeze(body)))
+            add(Item("file", squeeze(body), source=index))
     for index in changed:
         message, text = messages[index], texts[index]
         role = message.get("role")
         for raw in _PATH.findall(text):
             path = raw.rstrip(".")
             if len(path) >= 3 and "//" not in path and (role == "assistant" or joined.rfind(path) >= ends[index]):
-                add(Item("path", path))
+                add(Item("path", path, source=index))
         if role != "assistant":
             for line in text.splitlines():
                 if _ERROR_LINE.search(line) and squeeze(line):
-                    add(Item("error", squeeze(line)[:ERROR_PROBE]))
+                    add(Item("error", squeeze(line)[:ERROR_PROBE], source=index))
         for token in identifiers(text) & later_ids[index]:
-            add(Item("identifier", token))
+            add(Item("identifier", token, source=index))
     # commands with their exit codes: either the call or its observation changed
     for index, message in enumerate(messages):
         commands = _commands(message)
@@ -310,7 +316,7 @@ def evidence(messages: list[Message], changed: list[int]) -> EvidenceSet:
             code = _exit_code(texts[obs[0][0]])
             touched = index in changed_set or any(j in changed_set for j, _ in obs)
             if code is not None and touched:
-                add(Item("command", squeeze(command)[:COMMAND_PROBE], code))
+                add(Item("command", squeeze(command)[:COMMAND_PROBE], code, source=index))
     return EvidenceSet(list(seen.values()))
 
 
@@ -363,6 +369,7 @@ class Row:
     cost_usd: float | None
     by_kind: dict[str, list[int]]
     note: str = ""
+    lost: list[Item] = field(default_factory=list)
 
     @property
     def ratio(self) -> float:
@@ -372,7 +379,9 @@ class Row:
         return {"transcript": self.transcript, "method": self.method, "input_bytes": self.input_bytes,
                 "output_bytes": self.output_bytes, "ratio": round(self.ratio, 4), "evidence_kept": round(self.kept, 4),
                 "evidence_items": self.items, "model_calls": self.model_calls, "cost_usd": self.cost_usd,
-                "evidence_by_kind": self.by_kind, "note": self.note}
+                "evidence_by_kind": self.by_kind, "note": self.note,
+                "lost": [{"kind": i.kind, "text": i.probe, "exit_code": i.exit_code, "message": i.source}
+                         for i in self.lost]}
 
 
 def mode_names() -> list[str]:
@@ -419,8 +428,10 @@ def fallback_note(record: Any) -> str:
 
 def score(name: str, method: str, messages: list[Message], output: list[Message], calls: int,
           cost: float | None, note: str = "") -> Row:
-    kept, items, by_kind = evidence(messages, changed_indexes(messages, output)).score(output)
-    return Row(name, method, dense_size(messages), dense_size(output), kept, items, calls, cost, by_kind, note)
+    found = evidence(messages, changed_indexes(messages, output))
+    kept, items, by_kind = found.score(output)
+    return Row(name, method, dense_size(messages), dense_size(output), kept, items, calls, cost, by_kind, note,
+               found.lost(output))
 
 
 async def evaluate(name: str, messages: list[Message], modes: list[str],
@@ -454,6 +465,24 @@ def means(rows: list[Row]) -> dict[str, dict[str, float]]:
 
 def _cost(value: float | None) -> str:
     return "unknown" if value is None else f"${value:.4f}"
+
+
+LOST_TEXT = 100
+
+
+def render_lost(rows: list[Row], methods: list[str]) -> str:
+    """The evidence items each row of ``methods`` lost, per transcript: kind, the input message it was found in
+    and its text (cut to LOST_TEXT characters); what ``compactor eval --lost`` adds to the table."""
+    lines: list[str] = []
+    for row in rows:
+        if row.method not in methods:
+            continue
+        lines.append(f"{row.transcript}  {row.method}: {len(row.lost)} of {row.items} items lost")
+        for item in row.lost:
+            code = "" if item.exit_code is None else f" (exit {item.exit_code})"
+            text = item.probe if len(item.probe) <= LOST_TEXT else item.probe[:LOST_TEXT - 1] + "…"
+            lines.append(f"  {item.kind:<10} message {item.source!s:>4}  {text!r}{code}")
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def render(rows: list[Row]) -> str:

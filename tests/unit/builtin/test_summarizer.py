@@ -12,6 +12,7 @@ from compactor.offline.summarizer import (
     split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
 from compactor.offline.text_fit import utf8_len
+from compactor.offline.transcript_reading import fenced_commands, prose_text
 
 from .corpus import TRANSCRIPTS, load_messages, units
 
@@ -51,6 +52,35 @@ def test_text_agent_units_are_understood() -> None:
     assert action_summary.split("\n") == ["THOUGHT: look at the config.", "$ cat /testbed/pkg/config.py"]
     observation_summary = summarize_item(observation, 256)
     assert observation_summary == "exit 2\ncat: /testbed/pkg/config.py: No such file or directory"
+
+
+def test_a_code_excerpt_fenced_before_the_command_is_not_read_as_a_command() -> None:
+    # A text agent quotes code (```python … ```) before its command block: the excerpt's closing fence
+    # was paired with the command block's opening one, so the prose between them showed as `$ …` and the
+    # real command was lost from the summary.
+    content = ("THOUGHT: the drawing happens in to_raster:\n\n```python\n   102\t    def to_raster(self):\n"
+               "   116\t        image = FT2Image(w, h)\n```\n\nI missed these lines before.\n\n"
+               "```bash\nnl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'\n```")
+    message = {"role": "assistant", "content": content}
+    assert fenced_commands(content) == ["nl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'"]
+    assert "def to_raster(self)" in prose_text(message) and "sed -n" not in prose_text(message)
+    lines = summarize_item(dense_dumps(message), 256).split("\n")
+    assert "$ nl -ba lib/matplotlib/_mathtext.py | sed -n '102,130p'" in lines
+    assert not any(line.startswith("$ I missed") for line in lines)
+
+
+def test_a_long_error_line_is_an_error_line() -> None:
+    # The error scan cuts a line over ~400 characters to the text around its keyword; the summarizer then did not
+    # recognise the whole line as an error, and the chained traceback's last exception (the one the agent has to
+    # fix) lost its place to the frames' `File ...` lines.
+    value = "'" + "x" * 600 + "'"
+    output = ("Traceback (most recent call last):\n"
+              + "".join(f'  File "/testbed/pkg/mod_{i}.py", line {i}, in f_{i}\n    g_{i}()\n' for i in range(6))
+              + f"pkg.errors.ParseError: parsing '<string>' failed: SyntaxError({value})\n")
+    summary = summarize_item(tool_unit("python -m pkg.check", output, returncode=1), 256)
+    assert utf8_len(summary) <= 256
+    assert any(line.startswith("pkg.errors.ParseError: parsing '<string>' failed: SyntaxError('xxx")
+               for line in summary.split("\n")), summary
 
 
 def test_plain_text_keeps_its_salient_lines_in_order() -> None:
@@ -258,6 +288,41 @@ def test_go_package_failures_are_error_lines() -> None:
     output += "FAIL\texample.com/pkg/store [setup failed]\nFAIL\texample.com/pkg/sync\t0.013s\n"
     summary = summarize_item(tool_unit("go test ./...", output, returncode=1), 200)
     assert "FAIL example.com/pkg/store [setup failed]" in summary and "FAIL example.com/pkg/sync 0.013s" in summary
+
+
+def test_go_and_rust_panics_are_error_lines() -> None:
+    # A Go test that panics prints `--- FAIL` and `FAIL` lines and, between them, the panic that says why;
+    # the panic was not an error line, so the summary kept the FAIL lines and dropped the cause.
+    frames = "".join(f"example.com/pkg/sem.f{i}(...)\n\t/src/pkg/sem/provider.go:{400 + i} +0x3c6\n" for i in range(40))
+    output = ("--- FAIL: TestProviderCommands (0.02s)\n"
+              "panic: runtime error: slice bounds out of range [1:0] [recovered]\n\n"
+              f"goroutine 12 [running]:\npanic({{0x10c334f60?, 0xc00001a588?}})\n{frames}"
+              "FAIL\texample.com/pkg/cli\t0.622s\nFAIL\n")
+    summary = summarize_item(tool_unit("go test ./...", output, returncode=1), 256)
+    assert "panic: runtime error: slice bounds out of range [1:0] [recovered]" in summary.split("\n")
+    rust = "   Compiling app v0.1.0\n" * 30 + "thread 'main' panicked at src/main.rs:5:5:\nindex out of bounds\n"
+    assert "thread 'main' panicked at src/main.rs:5:5:" in summarize_item(tool_unit("cargo run", rust, 101), 200)
+
+
+def test_each_result_gives_its_exit_code_to_its_own_call() -> None:
+    # Codex runs `go test` in a session that is still running when the next calls return: its result states no
+    # exit code, and results were paired with calls in order, so `go test` got the next result's `exit 0` (a
+    # false claim) and the last call got none. A result answers the call its tool_call_id names.
+    def call(call_id: str, command: str) -> dict:
+        return {"id": call_id, "type": "function",
+                "function": {"name": "exec_command", "arguments": json.dumps({"cmd": command})}}
+    item = dense_dumps([
+        {"role": "assistant", "content": None,
+         "tool_calls": [call("a", "go test ./..."), call("b", "sed -n '1,40p' internal/cli/root.go"),
+                        call("c", "sed -n '1,60p' internal/sem/provider.go")]},
+        {"role": "tool", "tool_call_id": "a", "content": "Process running with session ID 51949\nOutput:\ngo: downloading x"},
+        {"role": "tool", "tool_call_id": "c", "content": "Process exited with code 2\nOutput:\nsed: provider.go: No such file"},
+        {"role": "tool", "tool_call_id": "b", "content": "Process exited with code 0\nOutput:\npackage cli"},
+    ])
+    lines = summarize_item(item, 512).split("\n")
+    assert "$ go test ./..." in lines
+    assert "$ sed -n '1,40p' internal/cli/root.go → exit 0" in lines
+    assert "$ sed -n '1,60p' internal/sem/provider.go → exit 2" in lines
 
 
 def legacy_function_unit(command: str, output: str) -> list[dict]:

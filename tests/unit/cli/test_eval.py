@@ -88,6 +88,37 @@ def test_eval_command_prints_every_method_and_trim_at_decision_bytes(capsys):
     assert "decision keeps" in capsys.readouterr().out
 
 
+def test_lost_items_say_what_and_where_from():
+    changed = [2, 3, 4, 5]
+    summary = {"role": "assistant", "content": "$ python run_tests.py (exit 1)\nValueError: bad parse_header value"}
+    found = evidence(TRANSCRIPT, changed)
+    lost = found.lost([*TRANSCRIPT[:2], summary, TRANSCRIPT[6]])
+    assert {(i.kind, i.probe, i.source) for i in lost} >= {
+        ("error", "Traceback (most recent call last):", 3), ("file", "def parse_header(x): return x", 4)}
+    assert not any(i.kind == "command" and i.probe == "python run_tests.py" for i in lost)
+    kept, total, _ = found.score([*TRANSCRIPT[:2], summary, TRANSCRIPT[6]])
+    assert len(lost) == total - round(kept * total)
+    assert found.lost(TRANSCRIPT) == []
+
+
+def test_eval_lost_lists_each_lost_item_per_transcript(capsys):
+    source = CORPUS / "msa-v2-toolcalls_deepseek-reasoner_pvlib-1707_apierror.json"
+    assert main(["eval", "--json", "--methods", "decision", str(source)]) == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    for row in rows.values():  # the JSON rows name their lost items too
+        items = row["evidence_items"]
+        assert len(row["lost"]) == items - round(row["evidence_kept"] * items)
+    assert main(["eval", "--methods", "decision", "--lost", "decision,trim", str(source)]) == 0
+    out = capsys.readouterr().out
+    for method in ("decision", "trim"):
+        row = rows[method]
+        assert f"{source.stem}  {method}: {len(row['lost'])} of {row['evidence_items']} items lost" in out
+        for item in row["lost"]:
+            assert f"message {item['message']:>4}" in out
+    assert main(["eval", "--methods", "seal", "--lost", "trim", str(source)]) == 2
+    assert "--lost: 'trim' not among the methods run" in capsys.readouterr().err
+
+
 def test_eval_skips_what_is_not_a_transcript(tmp_path, capsys):
     (tmp_path / "notes.json").write_text("42")
     assert main(["eval", str(tmp_path)]) == 2

@@ -24,6 +24,26 @@ def test_names_are_paths_and_code_identifiers_not_words_or_tags():
         "src/app.py", "parse_header", "DataElement", "os.path.join"}
 
 
+def test_a_name_after_a_dot_is_the_name_used_again():
+    # ``.FancyArrowPatch`` (a reST cross-reference in a docstring) and ``getLogger().getEffectiveLevel()`` name what
+    # a later ``FancyArrowPatch(...)`` or ``logger.getEffectiveLevel()`` uses: the leading dot made them no name at
+    # all, so the names hint never asked a summarizer to keep them. A path keeps its dots.
+    assert names_in("A `.FancyArrowPatch` to point; logging.getLogger().getEffectiveLevel(); rm -r .pytest_cache") == {
+        "FancyArrowPatch", "logging.getLogger", "getEffectiveLevel", "pytest_cache"}
+    assert names_in("see ./src/app.py and .github/workflows/ci.yml, not .gitignore or ...") == {
+        "./src/app.py", ".github/workflows/ci.yml"}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    messages += tool_unit("c0", "sed -n 1615,1700p lib/text.py",
+                          "\n".join(["    arrow_patch", "        A `.FancyArrowPatch` to point from *xytext* to *xy*."]
+                                    + [f"    line {j} of the docstring" for j in range(80)]))
+    for i in range(1, 4):
+        messages += tool_unit(f"c{i}", f"cat src/mod_{i}.py", "\n".join(f"def helper_{i}_{j}(): pass" for j in range(80)))
+    messages += [{"role": "assistant", "content": "So the arrow is a FancyArrowPatch(posA, posB) drawn after the text."},
+                 {"role": "assistant", "content": "Done."}]
+    prep = prepare(messages, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template())
+    assert "FancyArrowPatch" in {name for batch in prep.batches for name in batch.names}
+
+
 def test_an_action_is_quoted_short():
     body = "\n".join(f"line {i}" for i in range(400))
     call = tool_unit("a", f"cat > src/app.py <<'EOF'\n{body}\nEOF", "<returncode>0</returncode>")[0]
@@ -102,7 +122,7 @@ def test_a_request_that_does_not_set_max_tokens_gets_summary_calls_sized_to_thei
 def _names_by_regex(text: str) -> set[str]:
     if "<" in text:
         text = salience._TAG.sub(" ", text)
-    return {name for name in (raw.rstrip(".,:;") for raw in salience._TOKEN.findall(text)) if salience._is_name(name)}
+    return {name for name in map(salience.token_name, salience._TOKEN.findall(text)) if salience._is_name(name)}
 
 
 _PIECES = ["src/app.py", "parse_header", "DataElement", "os.path.join", "a/b", "x", "_", "__init__", "12", "3a_b",

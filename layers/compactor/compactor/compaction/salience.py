@@ -74,15 +74,24 @@ _ASCII_SEPARATORS = bytes(0x1c if code in _ODD_CONTROLS else separator
                           for code, separator in enumerate(_BYTE_SEPARATORS))
 
 
+def token_name(token: str) -> str:
+    """The name a token may be: without the punctuation that ends a sentence or a list item, and, when it is not
+    a path, without its leading dots: ``.FancyArrowPatch`` (a reST reference), ``.getEffectiveLevel`` (the call
+    after ``getLogger()``) and ``.pytest_cache`` name what a later ``FancyArrowPatch``, ``getEffectiveLevel`` or
+    ``pytest_cache`` names (``./x.py`` and ``.github/ci.yml`` stay as they are)."""
+    name = token.rstrip(".,:;")
+    return name.lstrip(".") if name[:1] == "." and "/" not in name else name
+
+
 def _run_names(run: str | bytes) -> tuple[str, ...]:
     """The names of the tokens in one run (an ASCII run holds at most one token; a run with non-ASCII
     characters, which may or may not be word characters, is read with ``_TOKEN``)."""
     if isinstance(run, bytes):
         if not run.isascii():
-            return tuple(name for name in (token.rstrip(".,:;") for token in
-                                           _TOKEN.findall(run.decode("utf-8", "surrogatepass"))) if _is_name(name))
+            return tuple(name for name in map(token_name, _TOKEN.findall(run.decode("utf-8", "surrogatepass")))
+                         if _is_name(name))
         run = run.decode("ascii")
-    name = run.lstrip(_NOT_START).rstrip(".,:;")
+    name = token_name(run.lstrip(_NOT_START))
     return (name,) if _is_name(name) else ()
 
 

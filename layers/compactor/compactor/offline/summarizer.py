@@ -128,6 +128,9 @@ def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines:
     returns the next order number. ``seen`` holds the squeezed lines already taken."""
     raw = [line for line in (text.splitlines() if isinstance(text, str) else text) if line.strip()]
     errors = set() if body else set(error_lines("\n".join(raw)))
+    # error_lines cuts a long line to the text around its error keyword: such a line is an error line too
+    # (a chained traceback's last exception, whose message quotes a long value, is the line that matters most)
+    cut = errors.difference(line.strip() for line in raw) if errors else ()
     for position, line in enumerate(raw):
         stripped = line.strip()
         squeezed = squeeze(line)
@@ -136,7 +139,7 @@ def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines:
         seen.add(squeezed)
         shown = fit_end(squeezed, LINE_BYTES)
         found, line_paths = _names_of(shown, names), frozenset(paths_in(shown))
-        if stripped in errors:
+        if stripped in errors or (cut and any(part in stripped for part in cut)):
             score = SCORE_ERROR
         elif not body and _EDIT_RESULT.search(squeezed) and line_paths:
             score = SCORE_EDIT
@@ -157,10 +160,11 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
     lines: list[_Line] = []
     order = 0
     seen: set[str] = set()
-    pending: list[tuple[_Line, str]] = []  # call lines still waiting for their exit code
+    pending: list[tuple[_Line, str, Any]] = []  # call lines still waiting for their exit code, with their call ids
     for message in messages:
         actions = message_actions(message)
         if actions:
+            ids = _call_ids(message, len(actions))
             for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
                 if sentence:
                     shown = fit_end(sentence, LINE_BYTES)
@@ -173,14 +177,22 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
                 line.names, line.paths = _names_of(line.text, names), frozenset(paths_in(line.text))
                 seen.add(squeeze(description.split("\n", 1)[0]))
                 lines.append(line)
-                pending.append((line, description))
+                pending.append((line, description, ids.pop(0)))
                 order = _text_lines(body, names, order + 1, lines, seen, body=True)
             continue
         text = content_text(message.get("content"))
         if is_observation(message):
             codes = _exit_codes(text)
-            if codes and pending:
-                line, description = pending.pop(0)
+            # a result names its call (tool_call_id): a call still running, whose result states no exit code,
+            # must not pass the next result's exit code to the wrong call; without ids, results answer in order
+            answered = message.get("tool_call_id")
+            match = next((k for k, entry in enumerate(pending) if answered is not None and entry[2] == answered), None)
+            if match is not None:
+                line, description, _ = pending.pop(match)
+                if codes:
+                    line.retext(_call_line(description, codes[0]))
+            elif codes and pending and (answered is None or pending[0][2] is None):
+                line, description, _ = pending.pop(0)
                 line.retext(_call_line(description, codes[0]))
             elif codes:  # the observation of a call in another item: its exit code leads
                 lines.append(_Line(f"exit {codes[0]}", SCORE_CALL, order))
@@ -188,6 +200,17 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
             text = strip_output_tags(text)
         order = _text_lines(text, names, order, lines, seen)
     return lines
+
+
+def _call_ids(message: dict[str, Any], count: int) -> list[Any]:
+    """The ids of the tool calls behind ``message_actions(message)`` (``count`` of them), in order; Nones when the
+    actions are not tool calls (fenced commands, a legacy ``function_call``) or do not line up with them."""
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        ids = [call.get("id") for call in calls if isinstance(call, dict) and tool_call_action(call) is not None]
+        if len(ids) == count:
+            return ids
+    return [None] * count
 
 
 def _item_lines(text: str, names: frozenset[str]) -> list[_Line]:

@@ -22,9 +22,12 @@ from compactor.jsonutil import dense_dumps, embedded_json
 from compactor.patterns import lazy, pattern
 from compactor.records import record
 
-# Fenced blocks that hold shell commands (``` with no language is SWE-agent's command syntax).
+# Fenced blocks, each with its language; those of a shell language hold commands (``` with no language is
+# SWE-agent's command syntax). Every block is matched, shell or not, so that the closing fence of a code
+# excerpt (```python … ```) is never read as the opening of a command block.
 # Compiled on first use, not at import (docs/performance.md#request-models-regexes-and-docstrings-issue-11).
-_fence = lazy(r"```(bash|sh|shell|console|)[ \t]*\n(.*?)```", re.DOTALL)
+_fence = lazy(r"```([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_SHELL_FENCES = frozenset(("bash", "sh", "shell", "console", ""))
 _return_code = lazy(r"<returncode>\s*(-?\d+)\s*</returncode>")
 _EXIT_STATEMENT = pattern(
     r"(?:^|\n)\s*(?:Process exited with code|Exit code:?|exit code:?|Exit status:?|\[Command finished with exit code)"
@@ -32,19 +35,20 @@ _EXIT_STATEMENT = pattern(
 _EXIT_STATEMENT_SPAN = 400
 _output_tags = lazy(r"</?(?:returncode|output|warning|output_head|output_tail|elided_chars)>")
 # Error lines: Python tracebacks and ``XxxError: …`` lines, ``error:``/``ERROR``/``fatal:`` lines,
-# compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries and the
-# usual shell failures. Source code that merely mentions an exception class does not match.
+# compiler-style ``file:line: error``, FAILED/FAIL markers, ``N failed`` test summaries, Go's ``panic:``,
+# Rust's ``panicked at`` and the usual shell failures. Source code that merely mentions an exception class
+# does not match.
 # Lines are only examined where a keyword occurs (found with plain substring search, which is far
 # faster than a regex alternation), so the scan stays linear and cheap on large outputs.
 _ERROR_KEYWORDS = (
     "Traceback", "Error", "Exception", "error", "ERROR", "fatal", "FAIL", "failed",
-    "not found", "No such file", "Permission denied", "Segmentation fault",
+    "not found", "No such file", "Permission denied", "Segmentation fault", "panic",
 )
 _ERROR_LINE = pattern(
     r"[ \t>|]*(?:E[ \t]+)?(?:"
     r"Traceback \(most recent call last\)"
     r"|(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception)\b:"
-    r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED)\b[ \t]*[:!\]-]"
+    r"|(?:---[ \t]+)?(?:error|ERROR|Error|fatal|FAIL|FAILED|panic)\b[ \t]*[:!\]-]"
     r"|FAIL(?:ED)?[ \t]*(?:\S+[ \t]*)?$"
     r"|FAIL[ \t]+\S+[ \t]+(?:\[[^\]\n]*\]|[\d.]+s)[ \t]*$"  # go test: FAIL <package> [build failed] / 0.01s
     r"|\S+:\d+(?::\d+)?:[ \t]*(?:error|fatal)\b"
@@ -53,7 +57,7 @@ _ERROR_LINE = pattern(
 _ERROR_CONTEXT = 200
 _ERROR_ANYWHERE = pattern(
     r"\bFAILED\b|\b\d+ (?:failed|errors?)\b|command not found|No such file or directory"
-    r"|Permission denied|Segmentation fault"
+    r"|Permission denied|Segmentation fault|\bpanicked at\b"
 )
 # Path-like tokens: rooted (``/``, ``./``, ``../``, ``~/``) paths, relative paths whose last part is a
 # dotted file name, and bare file names with a source-ish suffix. URLs are not paths.
@@ -126,7 +130,7 @@ def fenced_commands(text: str) -> list[str]:
     """Commands in shell-like fenced code blocks of ``text``, in order."""
     if "```" not in text:
         return []
-    return [body.strip() for _, body in _fence().findall(text) if body.strip()]
+    return [body.strip() for language, body in _fence().findall(text) if language in _SHELL_FENCES and body.strip()]
 
 
 def message_actions(message: dict[str, Any]) -> list[Action]:
@@ -149,7 +153,9 @@ def message_actions(message: dict[str, Any]) -> list[Action]:
 def prose_text(message: dict[str, Any]) -> str:
     """The content of an assistant message without its fenced command blocks."""
     text = content_text(message.get("content"))
-    return _fence().sub(" ", text) if "```" in text else text
+    if "```" not in text:
+        return text
+    return _fence().sub(lambda block: " " if block.group(1) in _SHELL_FENCES else block.group(0), text)
 
 
 def is_observation(message: dict[str, Any]) -> bool:
