@@ -635,8 +635,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param or --code-dir, or a
-    port that cannot be listened on)."""
+    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param, --code-dir or
+    --ledger, or a port that cannot be listened on)."""
     template = args.template or default_template()
     environment: dict[str, str] = {}
     if args.template is not None or template.is_file() or args.param:
@@ -649,6 +649,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor serve: no {template}; the function's template environment is not applied",
               file=sys.stderr)
     if args.ledger is not None:
+        from compactor_cli.usage_cmd import ledger_file_problem
+
+        problem = ledger_file_problem(args.ledger, may_be_new=True)  # else every billed call fails, or is
+        if problem:                                                  # appended to a file that is no ledger
+            print(f"compactor serve: --ledger {args.ledger}: {problem}", file=sys.stderr)
+            return 2
         environment[LEDGER_FILE_ENV] = str(args.ledger)
     module = FUNCTION_HANDLER.partition(".")[0] + ".py"
     if args.code_dir is not None and not (args.code_dir / module).is_file():  # else every worker fails to start

@@ -1,0 +1,91 @@
+"""What a first local try of the README's commands hit: each mistake is one line naming the option and the
+cause, with the exit code the README and docs/billing.md give, never a traceback or a silent wrong result."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compactor_cli import serve
+from compactor_cli.main import main
+
+REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.usefixtures("bundled_catalog")  # --catalog sets COMPACTOR_CATALOG: dropped after each test
+
+
+def test_serve_refuses_a_ledger_that_is_a_directory_or_another_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    caplog: pytest.LogCaptureFixture,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory started a server whose every billed call answered 500; a README (or a transcript) named by
+    mistake had an entry appended to it for each call."""
+    monkeypatch.setattr(serve, "create_server", lambda *a, **k: pytest.fail("started a server"))
+    monkeypatch.setattr(serve, "default_template", lambda: tmp_path / "no-template.yaml")
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n\nnot a ledger\n")
+    file_as_folder = tmp_path / "notes.md" / "ledger.jsonl"
+
+    assert main(["serve", "--port", "0", "--ledger", str(tmp_path)]) == 2
+    assert f"compactor serve: --ledger {tmp_path}: a directory, not a ledger file\n" in capsys.readouterr().err
+    assert main(["serve", "--port", "0", "--ledger", str(notes)]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"compactor serve: --ledger {notes}: not a usage ledger (no line of it is an entry)\n")
+    assert not [record for record in caplog.records if "is no entry" in record.getMessage()]  # the line says it
+    assert notes.read_text() == "# my notes\n\nnot a ledger\n"
+    assert main(["serve", "--port", "0", "--ledger", str(file_as_folder)]) == 2
+    assert f"cannot be created: {notes} is not a directory" in capsys.readouterr().err
+
+
+def test_serve_takes_a_new_ledger_file_or_one_that_holds_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from compactor.billing import LocalLedger
+    from compactor_aws.ledger import LEDGER_FILE_ENV
+    from tests.billing.test_ledger import entry
+
+    started: list[str] = []
+
+    def fake_server(*args: object, **kwargs: object) -> object:
+        started.append(str(args[4][LEDGER_FILE_ENV]))  # type: ignore[index]
+        raise OSError(98, "Address already in use")  # stop right after, as a taken port does
+
+    monkeypatch.setattr(serve, "create_server", fake_server)
+    monkeypatch.setattr(serve, "default_template", lambda: tmp_path / "no-template.yaml")
+    LocalLedger(path=tmp_path / "old.jsonl").record(entry("a"))
+    for ledger in (tmp_path / "old.jsonl", tmp_path / "new" / "ledger.jsonl"):
+        assert main(["serve", "--port", "0", "--ledger", str(ledger)]) == 2
+        assert "cannot listen" in capsys.readouterr().err
+    assert started == [str(tmp_path / "old.jsonl"), str(tmp_path / "new" / "ledger.jsonl")]
+
+
+def test_usage_of_a_file_that_is_no_ledger_is_one_line(caplog: pytest.LogCaptureFixture,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a warning for every line of the file (600 for the README), then the line that says so."""
+    readme = REPO / "README.md"
+    assert main(["usage", "--ledger", str(readme)]) == 2
+    assert capsys.readouterr().err == (f"compactor usage: --ledger {readme}: not a usage ledger "
+                                       "(no line of it is an entry)\n")
+    assert not [record for record in caplog.records if "is no entry" in record.getMessage()]
+
+
+def test_usage_of_a_table_without_a_region_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``compactor usage --table T`` from a shell without an AWS region (or credentials, or the table) was
+    botocore's traceback, exit 1."""
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL",
+                 "AWS_ENDPOINT_URL_DYNAMODB"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    from compactor_aws import aws_session, ledger
+
+    def fresh() -> None:  # the container's session and client, made again under this environment (and after it)
+        aws_session.SESSION.reset()
+        ledger.reset_client()
+
+    fresh()
+    try:
+        assert main(["usage", "--table", "UsageTable"]) == 1
+    finally:
+        fresh()
+    err = capsys.readouterr().err
+    assert err == "compactor usage: table UsageTable cannot be read: You must specify a region.\n"
