@@ -75,6 +75,7 @@ from compactor_aws.observability import watching_calls
 from compactor_cli import serve_page
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+from compactor_cli.main import whole_number
 from compactor_cli.report import base_url_of
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
@@ -607,16 +608,18 @@ def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+    return whole_number(text, 1)
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535: a larger one was a traceback from the socket (OverflowError)."""
+    return whole_number(text, 0, 65535)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``serve`` subcommand."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    parser.add_argument("--port", type=_port, default=8787, help="port (default 8787)")
     parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
                         help="require this key (x-api-key or Authorization: Bearer) on every request, like the "
                              "deployed stage; repeatable, one caller per key")

@@ -11,7 +11,36 @@ from compactor_cli import serve
 from compactor_cli.main import main
 
 REPO = Path(__file__).resolve().parents[3]
+TRANSCRIPT = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_pydicom-901.json"
 pytestmark = pytest.mark.usefixtures("bundled_catalog")  # --catalog sets COMPACTOR_CATALOG: dropped after each test
+
+
+def exit_of(argv: list[str]) -> int:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    return int(exited.value.code or 0)
+
+
+def test_a_negative_show_summaries_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--show-summaries -2`` printed every summary but the last two (a slice from the end), exit 0."""
+    assert exit_of(["compact", str(TRANSCRIPT), "--show-summaries", "-2"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("compactor compact: error: argument --show-summaries: must be at least 0, not -2\n")
+    assert "--- fragment_" not in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--port", "99999"], "argument --port: must be 0 to 65535, not 99999"),
+    (["--port", "-1"], "argument --port: must be 0 to 65535, not -1"),
+    (["--workers", "four"], "argument --workers: not a whole number: 'four'"),
+])
+def test_a_port_out_of_range_or_a_word_is_a_usage_error(argv: list[str], message: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``--port 99999`` was an ``OverflowError`` traceback from the socket, exit 1; a word for ``--workers`` said
+    ``invalid _positive value``."""
+    assert exit_of(["serve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"compactor serve: error: {message}\n") and "Traceback" not in err
 
 
 def test_serve_refuses_a_ledger_that_is_a_directory_or_another_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
