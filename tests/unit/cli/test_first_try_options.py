@@ -3,6 +3,7 @@ cause, with the exit code the README and docs/billing.md give, never a traceback
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,23 @@ def test_usage_of_a_table_without_a_region_is_one_line(monkeypatch: pytest.Monke
         fresh()
     err = capsys.readouterr().err
     assert err == "compactor usage: table UsageTable cannot be read: You must specify a region.\n"
+
+
+def test_a_catalog_that_is_no_object_is_said_without_a_class_name(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A catalog holding a JSON array said ``Input should be a valid dictionary or instance of CatalogSpec``."""
+    catalog = tmp_path / "catalog.json"
+    for data, where in (([], ""), ({"offers": [1]}, "offers.0: ")):
+        catalog.write_text(json.dumps(data))
+        assert main(["doctor", "--catalog", str(catalog)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"compactor doctor: catalog {catalog}: {where}Input should be a JSON object\n"
+        assert "Spec" not in err
+
+
+def test_a_missing_template_names_the_cause_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It read ``cannot read x.yaml: [Errno 2] No such file or directory: 'x.yaml'``."""
+    missing = tmp_path / "x.yaml"
+    assert main(["invoke", "CompactFunction", "-e", str(REPO / "tests" / "events" / "healthz.json"),
+                 "-t", str(missing)]) == 2
+    assert capsys.readouterr().err == f"compactor invoke: cannot read {missing}: No such file or directory\n"
