@@ -56,6 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
+from compactor.catalog import CATALOG_ENV, CatalogError, load_catalog
 from compactor.errors import (
     AmbiguousApiKey,
     CrossSiteRequest,
@@ -638,8 +639,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param, --code-dir or
-    --ledger, or a port that cannot be listened on)."""
+    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param, --code-dir,
+    --ledger or catalog, or a port that cannot be listened on)."""
     template = args.template or default_template()
     environment: dict[str, str] = {}
     if args.template is not None or template.is_file() or args.param:
@@ -659,6 +660,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"compactor serve: --ledger {args.ledger}: {problem}", file=sys.stderr)
             return 2
         environment[LEDGER_FILE_ENV] = str(args.ledger)
+    catalog = os.environ.get(CATALOG_ENV) or environment.get(CATALOG_ENV)  # the shell's wins, as applied
+    if catalog:  # else the server starts and answers every compaction 500, naming nothing
+        try:
+            load_catalog(catalog)
+        except CatalogError as exc:
+            print(f"compactor serve: {CATALOG_ENV}: {exc}", file=sys.stderr)
+            return 2
     module = FUNCTION_HANDLER.partition(".")[0] + ".py"
     if args.code_dir is not None and not (args.code_dir / module).is_file():  # else every worker fails to start
         print(f"compactor serve: --code-dir {args.code_dir}: no {module} there (the API function's directory, "

@@ -139,3 +139,22 @@ def test_a_missing_template_names_the_cause_once(tmp_path: Path, capsys: pytest.
     assert main(["invoke", "CompactFunction", "-e", str(REPO / "tests" / "events" / "healthz.json"),
                  "-t", str(missing)]) == 2
     assert capsys.readouterr().err == f"compactor invoke: cannot read {missing}: No such file or directory\n"
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (None, "cannot read (No such file or directory)"),
+    ("[]", "Input should be a JSON object"),
+])
+def test_serve_refuses_a_catalog_it_cannot_load(content: str | None, problem: str, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``COMPACTOR_CATALOG=my-catalog.json compactor serve`` (README) with a mistyped or invalid file started a
+    server that answered every compaction 500 ``internal server error``, naming nothing (only healthz said why)."""
+    monkeypatch.setattr(serve, "create_server", lambda *a, **k: pytest.fail("started a server"))
+    monkeypatch.setattr(serve, "default_template", lambda: tmp_path / "no-template.yaml")
+    catalog = tmp_path / "my-catalog.json"
+    if content is not None:
+        catalog.write_text(content)
+    monkeypatch.setenv("COMPACTOR_CATALOG", str(catalog))
+    assert main(["serve", "--port", "0"]) == 2
+    assert capsys.readouterr().err.endswith(f"compactor serve: COMPACTOR_CATALOG: catalog {catalog}: {problem}\n")
