@@ -20,6 +20,7 @@ from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 from compactor_cli.files import (BROKEN_PIPE_EXIT, InputError, StdoutClosed, StdoutError, display_name, os_cause,
                                  read_text, replaced_when_done, unwritable, write_stdout, written_when_done)
+from compactor_cli.main import whole_number
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -71,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catalog", help="catalog JSON replacing the bundled offline offers")
     parser.add_argument("--output", "-o", help="write the compacted body here instead of stdout ('-' = stdout)")
     parser.add_argument("--html", metavar="FILE", help="also write the visual report (one self-contained HTML page)")
-    parser.add_argument("--show-summaries", type=int, default=0, metavar="N",
+    parser.add_argument("--show-summaries", type=lambda text: whole_number(text, 0), default=0, metavar="N",
                         help="print the N summaries that saved the most, each beside its original")
     parser.add_argument("--force", action="store_true", help="allow --output to overwrite the input file")
     parser.add_argument("--json", action="store_true", help="write the raw /v1/compact response, not just messages")

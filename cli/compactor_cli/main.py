@@ -21,6 +21,19 @@ _SUBCOMMANDS = (
 )
 
 
+def whole_number(text: str, low: int, high: int | None = None) -> int:
+    """An option's whole number from ``low`` (to ``high``), for an option's ``type``: else argparse's one-line error
+    naming the option (a type function's own name, ``invalid _positive value``, was that line for a word)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"must be at least {low}, not {value}" if high is None
+                                         else f"must be {low} to {high}, not {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand module supplies ``add_arguments`` and ``run``."""
     from importlib import import_module

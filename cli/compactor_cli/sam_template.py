@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from compactor_cli.files import os_cause
+
 SERVERLESS_FUNCTION = "AWS::Serverless::Function"
 SERVERLESS_LAYER = "AWS::Serverless::LayerVersion"
 _NO_VALUE = object()
@@ -50,7 +52,9 @@ def load_template(path: Path) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as handle:
             document = yaml.load(handle, Loader=CloudFormationLoader)  # noqa: S506 (SafeLoader subclass)
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:  # the OS's words once: "[Errno 2] No such file or directory: 'x.yaml'" named it twice
+        raise TemplateError(f"cannot read {path}: {os_cause(exc)}") from exc
+    except yaml.YAMLError as exc:
         raise TemplateError(f"cannot read {path}: {exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("Resources"), dict):
         raise TemplateError(f"{path} has no Resources section")

@@ -56,6 +56,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from compactor import http_api
+from compactor.catalog import CATALOG_ENV, CatalogError, load_catalog
 from compactor.errors import (
     AmbiguousApiKey,
     CrossSiteRequest,
@@ -75,6 +76,7 @@ from compactor_aws.observability import watching_calls
 from compactor_cli import serve_page
 from compactor_cli.invoke import STACK_RESOURCE_VARIABLES, _parse_overrides
 from compactor_cli.lambda_runtime import LambdaHandler, LocalLambdaContext, load_handler
+from compactor_cli.main import whole_number
 from compactor_cli.report import base_url_of
 from compactor_cli.sam_template import Template, TemplateError, as_string
 
@@ -607,16 +609,18 @@ def create_server(host: str = "127.0.0.1", port: int = 8787, api_key: str | list
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+    return whole_number(text, 1)
+
+
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535: a larger one was a traceback from the socket (OverflowError)."""
+    return whole_number(text, 0, 65535)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the ``serve`` subcommand."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    parser.add_argument("--port", type=_port, default=8787, help="port (default 8787)")
     parser.add_argument("--api-key", action="append", default=[], metavar="KEY",
                         help="require this key (x-api-key or Authorization: Bearer) on every request, like the "
                              "deployed stage; repeatable, one caller per key")
@@ -635,8 +639,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param or --code-dir, or a
-    port that cannot be listened on)."""
+    """Entry point of ``compactor serve``: serve until interrupted (2 on a bad template, --param, --code-dir,
+    --ledger or catalog, or a port that cannot be listened on)."""
     template = args.template or default_template()
     environment: dict[str, str] = {}
     if args.template is not None or template.is_file() or args.param:
@@ -649,7 +653,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor serve: no {template}; the function's template environment is not applied",
               file=sys.stderr)
     if args.ledger is not None:
+        from compactor_cli.usage_cmd import ledger_file_problem
+
+        problem = ledger_file_problem(args.ledger, may_be_new=True)  # else every billed call fails, or is
+        if problem:                                                  # appended to a file that is no ledger
+            print(f"compactor serve: --ledger {args.ledger}: {problem}", file=sys.stderr)
+            return 2
         environment[LEDGER_FILE_ENV] = str(args.ledger)
+    catalog = os.environ.get(CATALOG_ENV) or environment.get(CATALOG_ENV)  # the shell's wins, as applied
+    if catalog:  # else the server starts and answers every compaction 500, naming nothing
+        try:
+            load_catalog(catalog)
+        except CatalogError as exc:
+            print(f"compactor serve: {CATALOG_ENV}: {exc}", file=sys.stderr)
+            return 2
     module = FUNCTION_HANDLER.partition(".")[0] + ".py"
     if args.code_dir is not None and not (args.code_dir / module).is_file():  # else every worker fails to start
         print(f"compactor serve: --code-dir {args.code_dir}: no {module} there (the API function's directory, "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -31,6 +32,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(after an upgrade; reports over those days then read totals alone), then report")
 
 
+def ledger_file_problem(path: Path, *, may_be_new: bool = False) -> str | None:
+    """Why ``path`` cannot be a local usage ledger (what ``compactor serve --ledger FILE`` writes), or None:
+    a directory, a file none of whose lines is an entry (a transcript or a README named by mistake), or, unless
+    ``may_be_new`` (``serve`` creates it), no file. Its lines are read without a warning for each one that is no
+    entry (the reports warn of a torn line among entries as they read)."""
+    if path.is_dir():
+        return "a directory, not a ledger file"
+    if not path.exists():
+        if not may_be_new:
+            return "no such file (compactor serve --ledger FILE writes one)"
+        above = next(parent for parent in path.parents if parent.exists())
+        return None if above.is_dir() else f"cannot be created: {above} is not a directory"
+    log = logging.getLogger(LocalLedger.__module__)
+    was_disabled, log.disabled = log.disabled, True
+    try:
+        is_ledger = LocalLedger(path=path).reads_as_ledger()
+    finally:
+        log.disabled = was_disabled
+    return None if is_ledger else "not a usage ledger (no line of it is an entry)"
+
+
 def _ledger(args: argparse.Namespace) -> UsageLedger | None:
     if args.ledger is not None:
         return LocalLedger(path=args.ledger)
@@ -41,7 +63,8 @@ def _ledger(args: argparse.Namespace) -> UsageLedger | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the report; 2 on a bad range, when no ledger is named or the named file is not there."""
+    """Print the report; 2 on a bad range, when no ledger is named or the named file is not one; 1 when the
+    table cannot be read."""
     try:
         first, last = parse_range(args.first, args.last)
     except UsageRangeError as exc:
@@ -50,25 +73,26 @@ def run(args: argparse.Namespace) -> int:
     if args.ledger is not None and args.backfill_totals:
         print("compactor usage: --backfill-totals needs a DynamoDB table (--table)", file=sys.stderr)
         return 2
-    if args.ledger is not None and not args.ledger.is_file():  # a mistyped path is not an empty ledger
-        cause = "a directory, not a ledger file" if args.ledger.is_dir() else "no such file"
-        print(f"compactor usage: --ledger {args.ledger}: {cause} (compactor serve --ledger FILE writes one)",
-              file=sys.stderr)
+    problem = None if args.ledger is None else ledger_file_problem(args.ledger)  # a mistyped path is no empty ledger
+    if problem:
+        print(f"compactor usage: --ledger {args.ledger}: {problem}", file=sys.stderr)
         return 2
     ledger = _ledger(args)
-    if isinstance(ledger, LocalLedger) and not ledger.reads_as_ledger():
-        print(f"compactor usage: --ledger {args.ledger}: not a usage ledger (no line of it is an entry)",
-              file=sys.stderr)
-        return 2
     report = ledger.totals(first, last, args.key) if isinstance(ledger, LocalLedger) else None
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2
     if report is None:
-        if args.backfill_totals:
-            print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals",
-                  file=sys.stderr)
-        report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            if args.backfill_totals:
+                print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals",
+                      file=sys.stderr)
+            report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
+        except (BotoCoreError, ClientError) as exc:  # no region or credentials, no such table, no network
+            print(f"compactor usage: table {ledger.table} cannot be read: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))
         return 0

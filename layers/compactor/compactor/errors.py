@@ -299,6 +299,9 @@ def describe_validation(error: ValidationError, most: int = 5,
     problems = []
     for item in error.errors(include_url=False):
         where = located(item["loc"]) if located else ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
+        # pydantic's own words for a value that is no object name the model's class (``… or instance of
+        # CatalogSpec``), which the person wrote no part of: a catalog file holding a JSON array said so
+        message = "Input should be a JSON object" if item["type"] == "model_type" else item["msg"].removeprefix(
+            "Value error, ")
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems[:most]) + (f" (and {len(problems) - most} more)" if len(problems) > most else "")
