@@ -213,37 +213,82 @@ for _n in range(6):
 ANTHROPIC.append({"role": "assistant", "content": "Done."})
 
 
-def test_a_named_chat_format_holding_anthropic_blocks_is_read_as_chat_on_every_path(
-    compact_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+CHAT_CALLS = [{"role": "user", "content": "Fix the bug."},
+              {"role": "assistant", "content": None,
+               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+              {"role": "tool", "tool_call_id": "c1", "content": "x = 1\n" * 40},
+              {"role": "assistant", "content": "Done."}]
+RESPONSES_CALLS = [{"role": "user", "content": "Fix the bug."},
+                   {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+                   {"type": "function_call_output", "call_id": "c1", "output": "x = 1\n" * 40},
+                   {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}]
+
+
+def _body(format: str, items: list[dict[str, Any]]) -> bytes:
+    field = "input" if format == "openai-responses" else "messages"
+    return json.dumps({"format": format, "mode": "decision", field: items}).encode("utf-8")
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (_body("openai-responses", CHAT_CALLS),
+     "input[1] looks like openai-chat (a 'tool_calls' field), but the format is openai-responses: "
+     "send the items with format openai-chat"),
+    (_body("anthropic-messages", CHAT_CALLS),
+     "messages[1] looks like openai-chat (a 'tool_calls' field), but the format is anthropic-messages"),
+    (_body("openai-chat", ANTHROPIC),
+     "messages[1] looks like anthropic-messages (a 'tool_use' block), but the format is openai-chat"),
+    (_body("openai-chat", RESPONSES_CALLS),
+     "messages[1] looks like openai-responses (type 'function_call' and no role), but the format is openai-chat"),
+    (_body("anthropic-messages", RESPONSES_CALLS),
+     "messages[1] looks like openai-responses (type 'function_call' and no role), but the format is "
+     "anthropic-messages"),
+])
+def test_items_of_another_format_than_the_named_one_are_refused_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    raw: bytes, reason: str,
 ) -> None:
-    # The API, the S3 path and the CLI read a body naming openai-chat as chat, whatever its messages hold; the streamed
-    # reading dropped the named openai-chat from its fields and read the same bytes again as anthropic-messages (its
-    # blocks showed it), so the CLI over its streaming threshold compacted them in another format than under it.
+    # Every path compacted them under the named format's rules without a word: Chat calls declared as Responses
+    # items paired nothing (their ids are no call_id), and what came back was of neither format. (A body naming
+    # openai-chat over Anthropic messages was read as chat on every path, on purpose; it is refused now.)
     from compactor_cli import compact_cmd
     from compactor_cli.main import main
 
-    raw = json.dumps({"format": "openai-chat", "mode": "decision", "messages": ANTHROPIC}).encode("utf-8")
-
     status, body = api(compact_module, raw)
-    assert status == 200, body
-    assert s3(raw).format == "openai-chat"
-    assert cli(raw, tmp_path).format == "openai-chat"
-    assert streamed_fields(raw, tmp_path) == {"format": "openai-chat", "mode": "decision"}
+    assert status == 422 and reason in body["detail"][0]["msg"], body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422, failure
+    assert reason in failure.detail[0]["msg"], failure
     path = tmp_path / "named.json"
     path.write_bytes(raw)
-    outputs = []
     for threshold in (10**9, 100):  # read whole, then over the streaming threshold
         monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
-        out = tmp_path / f"out.{threshold}.json"
-        assert main(["compact", str(path), "-o", str(out), "--json", "-q"]) == 0
-        answer = json.loads(out.read_text())
-        answer.pop("x_router", None)  # the models' timings
-        outputs.append(answer)
-    assert outputs[0] == outputs[1]
-    assert "windows" not in outputs[1]["compaction"]  # read whole, as chat: windows would read it as Anthropic
+        assert main(["compact", str(path), "-o", str(tmp_path / "out.json")]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out.json").exists()
 
 
-def streamed_fields(raw: bytes, tmp_path: Path) -> dict[str, Any]:
-    path = tmp_path / "streamed-fields.json"
-    path.write_bytes(raw)
-    return fields_from(opener(str(path)))
+def test_a_bare_transcript_declared_in_another_format_is_refused_by_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `compactor compact --format openai-responses` on a Chat transcript compacted it as Responses items.
+    from compactor_cli.main import main
+
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(CHAT_CALLS))
+    assert main(["compact", "--format", "openai-responses", str(path), "-o", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert "input[1] looks like openai-chat (a 'tool_calls' field), but the format is openai-responses" in err, err
+
+
+@pytest.mark.parametrize("format", ["openai-chat", "anthropic-messages", "openai-responses"])
+def test_messages_every_format_may_hold_are_accepted_in_each(compact_module: ModuleType, format: str) -> None:
+    # A role and text content: a Chat message, an Anthropic message and the Responses API's role-only "easy input
+    # message" alike, so nothing shows another format.
+    items = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."},
+             {"role": "user", "content": [{"type": "text" if format != "openai-responses" else "input_text",
+                                           "text": "Thanks."}]}]
+    status, body = api(compact_module, json.dumps({"format": format, "mode": "mask",
+                                                   "input" if format == "openai-responses" else "messages": items
+                                                   }).encode("utf-8"))
+    assert status == 200, body

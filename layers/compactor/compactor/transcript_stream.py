@@ -55,6 +55,7 @@ from compactor.jsonutil import (
     bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
+from compactor.formats.base import other_format
 from compactor.transcripts import (
     FILE_FIELDS, NotChat, NotJSON, Transcript, TranscriptError, _jsonl_record_messages, item_format,
 )
@@ -412,6 +413,8 @@ def messages_from(open_source: Opener, format: str | None = None, *,
                         if other is not None and not (anthropic and other == "anthropic-messages"):
                             raise NotChat(f"message {index} is an {other} item",
                                           other if other == "anthropic-messages" else None)
+                        if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
+                            raise TranscriptError(refused)  # a Chat Completions message (Dialect.validate)
                         if anthropic and message.get("role") not in ("user", "assistant"):
                             raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
                                                   "anthropic-messages (the system prompt is the top-level 'system')")

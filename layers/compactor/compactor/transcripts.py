@@ -16,6 +16,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
+from compactor.formats.base import ANTHROPIC_BLOCKS
 from compactor.jsonutil import (
     BYTE_ORDER_MARK,
     SECOND_BYTE_ORDER_MARK,
@@ -312,9 +313,6 @@ def _guess_format(items: list[dict[str, Any]]) -> str:
     return next((name for name in ("openai-responses", "anthropic-messages") if name in formats), "openai-chat")
 
 
-_ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_thinking"))
-
-
 def item_format(item: dict[str, Any]) -> str | None:
     """The format ``item`` reads as when it is not a chat message: ``openai-responses`` (a ``type``, no
     ``role``, or an item reference without its optional ``type``: an ``id`` alone) or ``anthropic-messages`` (typed
@@ -322,7 +320,7 @@ def item_format(item: dict[str, Any]) -> str | None:
     if "role" not in item and (isinstance(item.get("type"), str) or _bare_reference(item)):
         return "openai-responses"
     content = item.get("content")
-    if type(content) is list and any(type(b) is dict and b.get("type") in _ANTHROPIC_BLOCKS for b in content):
+    if type(content) is list and any(type(b) is dict and b.get("type") in ANTHROPIC_BLOCKS for b in content):
         return "anthropic-messages"
     return None
 

@@ -99,6 +99,7 @@ class AnthropicMessages(Dialect):
     chat_items = False
 
     def validate(self, items: list[Item]) -> None:
+        super().validate(items)
         for index, item in enumerate(items):
             if item.get("role") not in ROLES:
                 raise ValueError(f"messages[{index}]: role must be 'user' or 'assistant' in anthropic-messages "

@@ -26,6 +26,61 @@ class Placeholder(Protocol):
     def __call__(self, call_id: str | None, content: Any, name: str | None = None) -> str | None: ...
 
 
+ANTHROPIC_BLOCKS = frozenset(("tool_use", "tool_result", "thinking", "redacted_thinking"))
+"""Content blocks only Anthropic messages hold: a message with one in its content list is ``anthropic-messages``."""
+CHAT_ONLY_ROLES = ("tool", "function")
+CHAT_ONLY_FIELDS = ("tool_calls", "tool_call_id", "function_call")
+"""What only a Chat Completions message has: the Responses API's and the Messages API's messages take neither these
+roles nor these fields (a Responses call is an item of its own, typed; an Anthropic call a ``tool_use`` block)."""
+
+
+def looks_like(item: Item) -> tuple[str, str] | None:
+    """``(format, what shows it)`` when ``item`` plainly belongs to one format, by what only that format has: a
+    ``type`` and no ``role`` (or an item reference's ``id`` alone), ``openai-responses``; a ``tool``/``function``
+    role or a ``tool_calls``/``tool_call_id``/``function_call`` field, ``openai-chat``; a ``tool_use``,
+    ``tool_result`` or ``thinking`` content block, ``anthropic-messages``. ``None`` for an item every format may
+    hold: a message with a role and text (the Responses API's role-only "easy input message" is one)."""
+    if "role" not in item:
+        kind = item.get("type")
+        if isinstance(kind, str):
+            return "openai-responses", f"type {kind[:64]!r} and no role"
+        if kind is None and isinstance(item.get("id"), str):
+            return "openai-responses", "an item reference's id and no role"
+        return None
+    role = item.get("role")
+    if role in CHAT_ONLY_ROLES:
+        return "openai-chat", f"role {role!r}"
+    for field in CHAT_ONLY_FIELDS:
+        if item.get(field) is not None:
+            return "openai-chat", f"a {field!r} field"
+    content = item.get("content")
+    if type(content) is list:
+        for part in content:
+            if type(part) is dict and type(kind := part.get("type")) is str and kind in ANTHROPIC_BLOCKS:
+                return "anthropic-messages", f"a {kind!r} block"
+    return None
+
+
+def other_format(item: Item, declared: str, where: str) -> str | None:
+    """What the caller is told when ``item`` (at ``where``: ``input[3]``, ``message 3``) plainly belongs to another
+    format than the ``declared`` one (:func:`looks_like`), in the same words on every path; else ``None``."""
+    found = looks_like(item)
+    if found is None or found[0] == declared:
+        return None
+    other, evidence = found
+    return f"{where} looks like {other} ({evidence}), but the format is {declared}: send the items with format {other}"
+
+
+def refuse_other_format(items: list[Item], declared: str, field: str) -> None:
+    """A ``ValueError`` (the caller's 422) naming the first item that plainly belongs to another format than the one
+    declared, and that format (docs/formats.md "The declared format"): compacted under the declared format's rules,
+    its calls would not be paired nor its pins right, and the provider would refuse what comes back."""
+    for index, item in enumerate(items):
+        message = other_format(item, declared, f"{field}[{index}]")
+        if message is not None:
+            raise ValueError(message)
+
+
 class Dialect:
     """The per-format rules; each ``compactor/formats/<format>.py`` module defines one subclass."""
 
@@ -36,7 +91,9 @@ class Dialect:
     chat_items: bool = True
 
     def validate(self, items: list[Item]) -> None:
-        """Raise ``ValueError`` (a 422 for the caller) when an item cannot be in this format."""
+        """Raise ``ValueError`` (a 422 for the caller) when an item cannot be in this format: by default when one
+        plainly belongs to another format (:func:`refuse_other_format`)."""
+        refuse_other_format(items, self.name, self.items_field)
 
     def split_units(self, items: list[Item]) -> list[Unit]:
         raise NotImplementedError

@@ -191,6 +191,7 @@ class OpenAIResponses(Dialect):
     chat_items = False
 
     def validate(self, items: list[Item]) -> None:
+        super().validate(items)
         for index, item in enumerate(items):
             if not kind_of(item):
                 raise ValueError(f"input[{index}]: an item needs a 'type' (or a 'role' for a message)")
