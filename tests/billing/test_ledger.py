@@ -165,6 +165,33 @@ def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.Mon
     assert build_parser().parse_args(["serve", "--ledger", "x.jsonl"]).ledger == Path("x.jsonl")
 
 
+def test_compactor_usage_key_takes_the_key_a_server_was_given_or_its_id(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``compactor serve --api-key dev-key`` files calls under dev-key's hashed id: ``--key dev-key`` finds them
+    (it found nothing: only the id was matched, and nothing local said how to get it), the id still works, and the
+    key itself is never printed."""
+    from compactor.caller import local_key_id
+    from compactor_cli.main import main
+
+    path = tmp_path / "l.jsonl"
+    ledger = LocalLedger(path=path)
+    ledger.record(entry("a", key=local_key_id("dev-key")))
+    ledger.record(entry("b", key=local_key_id("other-key")))
+    ledger.record(entry("c", key="anonymous"))
+    capsys.readouterr()
+    for key in ("dev-key", local_key_id("dev-key")):
+        assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", key]) == 0
+        out, err = capsys.readouterr()
+        assert [line.split("\t")[:3] for line in out.splitlines()[1:]] == [[local_key_id("dev-key"), "2026-11-30", "1"]]
+        assert "dev-key" not in out.replace(local_key_id("dev-key"), "") + err
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", "anonymous"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["anonymous"]
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", "nokey",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "{}" and "nokey" not in err
+
+
 def test_the_api_document_describes_each_days_totals_with_their_units() -> None:
     """GET /v1/usage's days were untyped objects in the OpenAPI document: nothing said a cost is in US dollars,
     that unknown costs are left out of it, or what the byte counts count."""
