@@ -227,6 +227,31 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_entry_is_counted(tm
     assert [e.entry_id for e in LocalLedger(path=path).entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
 
 
+def test_lines_that_are_no_entries_are_one_warning_with_their_count(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A warning for every line that is no entry flooded stderr with hundreds of lines on a file that is mostly
+    not a ledger (and again on every report of a server reading it): now one line per file, with the count, and
+    a torn last line is still skipped and named as before."""
+    path = tmp_path / "ledger.jsonl"
+    LocalLedger(path=path).record(entry("a"))
+    with path.open("a", encoding="utf-8") as out:
+        out.writelines(f"# line {number} of some notes\n" for number in range(600))
+    caplog.set_level("WARNING", logger="compactor.billing")
+
+    ledger = LocalLedger(path=path)
+    assert [e.entry_id for e in ledger.entries("2026-11-01", "2026-11-30")] == ["a"]
+    assert ledger.totals("2026-11-01", "2026-11-30")["k1"][0].calls == 1
+    assert [record.getMessage() for record in caplog.records] == [
+        f"usage ledger {path}: 600 lines are not ledger entries (the first: line 2); skipped"]
+
+    path.write_text(path.read_text(encoding="utf-8").splitlines()[0] + '\n{"entry_id":"c","api_k')
+    caplog.clear()
+    torn = LocalLedger(path=path)
+    assert [e.entry_id for e in torn.entries("2026-11-01", "2026-11-30")] == ["a"]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"usage ledger {path}: line 2 is no entry (a write cut short?); skipped"]
+
+
 def test_a_flows_call_saves_no_transcript_bytes_in_the_totals() -> None:
     """A ``/v1/flows`` entry's bytes are its HTTP request and response bodies, and its billing line says
     ``bytes_saved: null``; the day's totals used to add its request minus its response (here -200) to the
