@@ -20,7 +20,7 @@ from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
 from compactor.transcripts import CLAUDE_CODE, CODEX, TRANSCRIPT_MODE, Transcript, TranscriptError, read_transcript
 from compactor_cli.files import (BROKEN_PIPE_EXIT, InputError, StdoutClosed, StdoutError, display_name, os_cause,
                                  read_text, replaced_when_done, unwritable, write_stdout, written_when_done)
-from compactor_cli.main import whole_number
+from compactor_cli.main import each_warning_once, whole_number
 
 if TYPE_CHECKING:
     from compactor.call_record import CallRecord
@@ -105,7 +105,7 @@ STREAM_BYTES = 32 * 1024 * 1024
 
 
 def run(args: argparse.Namespace) -> int:
-    with _terminate_as_interrupt():
+    with _terminate_as_interrupt(), each_warning_once():
         return _run(args)
 
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from compactor import __version__
 
@@ -34,6 +36,37 @@ def whole_number(text: str, low: int, high: int | None = None) -> int:
     return value
 
 
+class _Once(logging.Filter):
+    """Passes each distinct log line (logger, level, message) the first time only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        line = (record.name, record.levelno, record.getMessage())
+        if line in self.seen:
+            return False
+        self.seen.add(line)
+        return True
+
+
+@contextlib.contextmanager
+def each_warning_once() -> Iterator[None]:
+    """Within it, each distinct log line reaches stderr once: a run's report already groups its repeats (an offer's
+    unset key variable was warned once per model call, 4 times in one compaction, before the report said it once
+    with a count). On the handlers that print (the root's, else Python's last-resort stderr handler), removed after."""
+    handlers = [*logging.getLogger().handlers, *([logging.lastResort] if logging.lastResort else [])]
+    filters = [(handler, _Once()) for handler in handlers]  # one each: a line one handler printed, the next prints too
+    for handler, once in filters:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler, once in filters:
+            handler.removeFilter(once)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand module supplies ``add_arguments`` and ``run``."""
     from importlib import import_module
@@ -59,7 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line and the shell's code for it, not a traceback
-        import logging
         import warnings
 
         # The event loop's tasks cut short would each print their KeyboardInterrupt again at exit.

@@ -55,10 +55,27 @@ def load_template(path: Path) -> dict[str, Any]:
     except OSError as exc:  # the OS's words once: "[Errno 2] No such file or directory: 'x.yaml'" named it twice
         raise TemplateError(f"cannot read {path}: {os_cause(exc)}") from exc
     except yaml.YAMLError as exc:
-        raise TemplateError(f"cannot read {path}: {exc}") from exc
+        raise TemplateError(f"cannot read {path}: {_yaml_problem(exc)}") from exc
+    except UnicodeDecodeError as exc:
+        raise TemplateError(f"cannot read {path}: not UTF-8 text (byte {exc.start})") from exc
     if not isinstance(document, dict) or not isinstance(document.get("Resources"), dict):
         raise TemplateError(f"{path} has no Resources section")
     return document
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """PyYAML's error in one line, its line and column first (1-based, as PyYAML prints them): its own text is
+    several lines, each naming the file again (``in "template.yaml", line 3, column 4``)."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(exc).split())
+    line = f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        line += f" ({context} at line {context_mark.line + 1}, column {context_mark.column + 1})"
+    elif context:
+        line += f" ({context})"
+    return line
 
 
 def merge_globals(global_properties: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:

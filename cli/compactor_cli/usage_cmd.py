@@ -1,7 +1,8 @@
 """``compactor usage``: the operator's per-key, per-day totals from the usage ledger (docs/billing.md).
 
 Reads the DynamoDB table (``--table``, default ``COMPACTOR_USAGE_TABLE``) or a local ledger file
-(``--ledger``, what ``compactor serve --ledger`` writes). ``--key`` limits the report to one API key id.
+(``--ledger``, what ``compactor serve --ledger`` writes). ``--key`` limits the report to one API key: its id, or the
+key itself, which is looked up under the id the server files it under (``local_key_id``) and never printed.
 ``--backfill-totals`` first counts a table's entries written before the daily totals in them, once.
 """
 
@@ -14,7 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from compactor.billing import LocalLedger, UsageLedger, UsageRangeError, parse_range
+from compactor.billing import DayTotals, LocalLedger, UsageLedger, UsageRangeError, parse_range
+from compactor.caller import local_key_id
 
 _COLUMNS = ("day", "calls", "bytes_in", "bytes_out", "bytes_saved", "model_calls", "cost_usd", "calls_cost_unknown")
 
@@ -25,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--ledger", type=Path, metavar="FILE", help="local ledger file (compactor serve --ledger)")
     parser.add_argument("--from", dest="first", metavar="YYYY-MM-DD", help="first day (default: first of the month)")
     parser.add_argument("--to", dest="last", metavar="YYYY-MM-DD", help="last day, included (default: today, UTC)")
-    parser.add_argument("--key", metavar="API_KEY_ID", help="only this API key id")
+    parser.add_argument("--key", metavar="API_KEY_ID|API_KEY",
+                        help="only this API key: its id (api_key_id), or the key itself (compactor serve --api-key K: "
+                             "its usage is under K's hashed id, key-...)")
     parser.add_argument("--json", action="store_true", help="JSON: {api_key_id: [day totals]}")
     parser.add_argument("--backfill-totals", action="store_true",
                         help="with --table: count every entry written before the daily totals in them, once "
@@ -53,6 +57,18 @@ def ledger_file_problem(path: Path, *, may_be_new: bool = False) -> str | None:
     return None if is_ledger else "not a usage ledger (no line of it is an entry)"
 
 
+def _key_totals(ledger: UsageLedger, first: str, last: str, key: str | None) -> dict[str, list[DayTotals]]:
+    """The totals of ``key`` (all keys when None): ``key`` taken as a caller id, and as an API key filed under its
+    :func:`~compactor.caller.local_key_id` (what ``compactor serve --api-key`` and the authorizer's principal
+    file a key under). A key is never an id, and an id hashed is no id: one of the two finds nothing."""
+    if key is None:
+        return ledger.totals(first, last, None)
+    report: dict[str, list[DayTotals]] = {}
+    for key_id in dict.fromkeys((key, local_key_id(key))):
+        report.update(ledger.totals(first, last, key_id))
+    return report
+
+
 def _ledger(args: argparse.Namespace) -> UsageLedger | None:
     if args.ledger is not None:
         return LocalLedger(path=args.ledger)
@@ -78,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"compactor usage: --ledger {args.ledger}: {problem}", file=sys.stderr)
         return 2
     ledger = _ledger(args)
-    report = ledger.totals(first, last, args.key) if isinstance(ledger, LocalLedger) else None
+    report = _key_totals(ledger, first, last, args.key) if isinstance(ledger, LocalLedger) else None
     if ledger is None:
         print("compactor usage: name a ledger with --table, --ledger or COMPACTOR_USAGE_TABLE", file=sys.stderr)
         return 2
@@ -89,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             if args.backfill_totals:
                 print(f"compactor usage: {ledger.total_untotaled()} entries counted in their daily totals",
                       file=sys.stderr)
-            report = ledger.totals(first, last, args.key)  # a table's stored daily totals, not every entry
+            report = _key_totals(ledger, first, last, args.key)  # a table's stored daily totals, not every entry
         except (BotoCoreError, ClientError) as exc:  # no region or credentials, no such table, no network
             print(f"compactor usage: table {ledger.table} cannot be read: {exc}", file=sys.stderr)
             return 1

@@ -165,6 +165,33 @@ def test_compactor_usage_needs_a_ledger_and_a_good_range(monkeypatch: pytest.Mon
     assert build_parser().parse_args(["serve", "--ledger", "x.jsonl"]).ledger == Path("x.jsonl")
 
 
+def test_compactor_usage_key_takes_the_key_a_server_was_given_or_its_id(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``compactor serve --api-key dev-key`` files calls under dev-key's hashed id: ``--key dev-key`` finds them
+    (it found nothing: only the id was matched, and nothing local said how to get it), the id still works, and the
+    key itself is never printed."""
+    from compactor.caller import local_key_id
+    from compactor_cli.main import main
+
+    path = tmp_path / "l.jsonl"
+    ledger = LocalLedger(path=path)
+    ledger.record(entry("a", key=local_key_id("dev-key")))
+    ledger.record(entry("b", key=local_key_id("other-key")))
+    ledger.record(entry("c", key="anonymous"))
+    capsys.readouterr()
+    for key in ("dev-key", local_key_id("dev-key")):
+        assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", key]) == 0
+        out, err = capsys.readouterr()
+        assert [line.split("\t")[:3] for line in out.splitlines()[1:]] == [[local_key_id("dev-key"), "2026-11-30", "1"]]
+        assert "dev-key" not in out.replace(local_key_id("dev-key"), "") + err
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", "anonymous"]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()[1:]] == ["anonymous"]
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--key", "nokey",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == "{}" and "nokey" not in err
+
+
 def test_the_api_document_describes_each_days_totals_with_their_units() -> None:
     """GET /v1/usage's days were untyped objects in the OpenAPI document: nothing said a cost is in US dollars,
     that unknown costs are left out of it, or what the byte counts count."""
@@ -198,6 +225,31 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_the_next_entry_is_counted(tm
     assert [(day.calls, day.cost_usd) for day in totals] == [(3, 1.5)]
     path.write_text(path.read_text(encoding="utf-8", errors="replace") + '7\n["not", "an entry"]\n{"time": 1}\n')
     assert [e.entry_id for e in LocalLedger(path=path).entries("2026-11-01", "2026-11-30")] == ["a", "c", "b"]
+
+
+def test_lines_that_are_no_entries_are_one_warning_with_their_count(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """A warning for every line that is no entry flooded stderr with hundreds of lines on a file that is mostly
+    not a ledger (and again on every report of a server reading it): now one line per file, with the count, and
+    a torn last line is still skipped and named as before."""
+    path = tmp_path / "ledger.jsonl"
+    LocalLedger(path=path).record(entry("a"))
+    with path.open("a", encoding="utf-8") as out:
+        out.writelines(f"# line {number} of some notes\n" for number in range(600))
+    caplog.set_level("WARNING", logger="compactor.billing")
+
+    ledger = LocalLedger(path=path)
+    assert [e.entry_id for e in ledger.entries("2026-11-01", "2026-11-30")] == ["a"]
+    assert ledger.totals("2026-11-01", "2026-11-30")["k1"][0].calls == 1
+    assert [record.getMessage() for record in caplog.records] == [
+        f"usage ledger {path}: 600 lines are not ledger entries (the first: line 2); skipped"]
+
+    path.write_text(path.read_text(encoding="utf-8").splitlines()[0] + '\n{"entry_id":"c","api_k')
+    caplog.clear()
+    torn = LocalLedger(path=path)
+    assert [e.entry_id for e in torn.entries("2026-11-01", "2026-11-30")] == ["a"]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"usage ledger {path}: line 2 is no entry (a write cut short?); skipped"]
 
 
 def test_a_flows_call_saves_no_transcript_bytes_in_the_totals() -> None:

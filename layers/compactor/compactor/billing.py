@@ -317,6 +317,7 @@ class LocalLedger:
     path: Path | None = None
     _ids: set[str] = field(default_factory=set, repr=False)
     _kept: list[LedgerEntry] = field(default_factory=list, repr=False)  # without a file only
+    _skipped: list[int] = field(default_factory=list, repr=False)  # the line numbers last logged as no entry
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
@@ -326,9 +327,12 @@ class LocalLedger:
 
     def _read(self) -> Iterator[LedgerEntry]:
         """The file's entries; a line that is no entry (the torn last line of a write a crash or a full disk
-        cut short: its call was never answered, and a keyed retry writes it again) is skipped and logged."""
+        cut short: its call was never answered, and a keyed retry writes it again) is skipped. What was skipped
+        is logged once per read, in one line, and only when it changed since this object last said so (a server
+        re-reads the file on every report): a file that is no ledger used to log a line per line of it."""
         if self.path is None or not self.path.exists():
             return
+        skipped: list[int] = []
         with self.path.open(encoding="utf-8", errors="replace") as lines:
             for number, line in enumerate(lines, 1):
                 if not line.strip():
@@ -338,10 +342,17 @@ class LocalLedger:
                     if not all(isinstance(text, str) for text in (entry.entry_id, entry.api_key_id, entry.time)):
                         raise ValueError("not an entry")
                 except (ValueError, TypeError, AttributeError):
-                    logger.warning("usage ledger %s: line %d is no entry (a write cut short?); skipped",
-                                   self.path, number)
+                    skipped.append(number)
                     continue
                 yield entry
+        if skipped and skipped != self._skipped:
+            self._skipped = skipped
+            if len(skipped) == 1:
+                logger.warning("usage ledger %s: line %d is no entry (a write cut short?); skipped",
+                               self.path, skipped[0])
+            else:
+                logger.warning("usage ledger %s: %d lines are not ledger entries (the first: line %d); skipped",
+                               self.path, len(skipped), skipped[0])
 
     def reads_as_ledger(self) -> bool:
         """Whether the file is a ledger: absent, blank, or holding at least one entry. A torn line among

@@ -142,6 +142,27 @@ def test_a_missing_template_names_the_cause_once(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.parametrize(("content", "problem"), [
+    (b"Resources:\n  A: {Type: x\n  B: 1\n",
+     "line 3, column 4: expected ',' or '}', but got ':' (while parsing a flow mapping at line 2, column 6)"),
+    (b"Resources:\n\tA: 1\n", "line 2, column 1: found character '\\t' that cannot start any token "
+                                "(while scanning for the next token)"),
+    (b"Resources: \xff\n", "not UTF-8 text (byte 11)"),
+])
+@pytest.mark.parametrize("command", ["invoke", "serve"])
+def test_a_template_that_is_no_yaml_is_one_line_naming_file_line_and_column(
+        command: str, content: bytes, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A YAML syntax error was PyYAML's four lines naming the file twice; a byte that is not UTF-8 a traceback."""
+    monkeypatch.setattr(serve, "create_server", lambda *a, **k: pytest.fail("started a server"))
+    template = tmp_path / "template.yaml"
+    template.write_bytes(content)
+    argv = (["invoke", "CompactFunction", "-e", str(REPO / "tests" / "events" / "healthz.json")]
+            if command == "invoke" else ["serve", "--port", "0"])
+    assert main([*argv, "-t", str(template)]) == 2
+    assert capsys.readouterr().err == f"compactor {command}: cannot read {template}: {problem}\n"
+
+
+@pytest.mark.parametrize(("content", "problem"), [
     (None, "cannot read (No such file or directory)"),
     ("[]", "Input should be a JSON object"),
 ])

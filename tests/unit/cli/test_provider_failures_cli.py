@@ -53,6 +53,22 @@ def test_unset_key_is_named_with_offer_and_fix(tmp_path: Path, capsys: pytest.Ca
     assert strict_code == 3 and "--strict" in strict_err and out.exists()
 
 
+def test_an_unset_key_is_warned_once_per_run_and_the_report_counts_every_call(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same warning was printed once per model call (4 times here) before the report grouped them."""
+    monkeypatch.delenv("ACME_TEST_KEY_UNSET", raising=False)
+    path = catalog(tmp_path, "http://127.0.0.1:9/v1", "ACME_TEST_KEY_UNSET")
+    caplog.set_level("WARNING")
+    for _ in range(2):  # once per run: the next run warns again
+        caplog.clear()
+        code, err = run(capsys, "--catalog", path, "-o", str(tmp_path / "out.json"))
+        assert code == 0 and "ACME_TEST_KEY_UNSET is not set (offer acme/decider, x4)" in err
+        assert [record.getMessage() for record in caplog.records if "is not set" in record.getMessage()] == [
+            "offer acme/decider: API key variable ACME_TEST_KEY_UNSET is not set"]
+        reset_router()
+
+
 def test_unreachable_provider_in_a_seal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "--catalog", catalog(tmp_path, "http://127.0.0.1:9/v1"), "--mode", "seal",
                     "-o", str(tmp_path / "o.json"), "--strict")
