@@ -97,6 +97,7 @@ def measure(calls: int, repeats: int, table: str) -> tuple[float, float, float, 
     """With ``calls`` calls of the caller in a new ``table``: the route's least thread CPU and median wall
     seconds over the repeats, the wall seconds the writes took per call, and the items the route's reads
     read (DynamoDB's ``ScannedCount``: what a read costs in read units, filtered or not)."""
+    from compactor import http_api
     from compactor.billing import daily_totals
     from compactor_cli.sam_template import load_template
     from compactor_aws import billing, ledger
@@ -113,8 +114,12 @@ def measure(calls: int, repeats: int, table: str) -> tuple[float, float, float, 
     for entry in written + _entries(20, OTHER, 1):
         assert writer.record(entry)
     write_s = (time.perf_counter() - started) / (calls + 20)
-    event = {"requestContext": {"identity": {"apiKeyId": CALLER}},
-             "queryStringParameters": {"from": "2026-11-01", "to": "2026-11-30"}}
+    # The event as API Gateway gives it (both query fields): the route reads every value of each bound, so an event
+    # with the single-value field alone was answered for the default range, the current month, and the report was
+    # judged on November's calls only while it was November.
+    event = http_api.rest_proxy_event(method="GET", resource_path="/usage", headers=[], body=b"",
+                                      query={"from": ["2026-11-01"], "to": ["2026-11-30"]})
+    event["requestContext"]["identity"]["apiKeyId"] = CALLER
     expected = [day.as_dict() for day in daily_totals(written)]
     cpu, wall, scanned = [], [], []
     ledger.dynamodb_client().meta.events.register(
