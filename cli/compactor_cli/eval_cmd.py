@@ -15,7 +15,9 @@ SUFFIXES = (".json", ".jsonl")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="FILE|DIR",
+    # "*", not "+": `--lost FILE|DIR` takes the path for its METHODS, which run() gives back (argparse refused the
+    # command line for its missing paths before run() could)
+    parser.add_argument("paths", nargs="*", metavar="FILE|DIR",
                         help="transcripts, or directories whose *.json/*.jsonl files are transcripts")
     parser.add_argument("--json", action="store_true", help="print the rows and means as JSON")
     parser.add_argument("--html", metavar="FILE", help="also write a page plotting bytes against evidence kept")
@@ -45,6 +47,18 @@ def transcript_files(paths: list[str]) -> list[Path]:
     return files
 
 
+def _lost_path(args: argparse.Namespace, methods: list[str]) -> None:
+    """``--lost FILE|DIR``: argparse gives an optional value the word after the option, so the first path was taken
+    for the methods (and the command refused for want of a path). A value that is no list of methods and names a
+    file or directory (or reads as one) is that path, and ``--lost`` lists decision's items."""
+    value = args.lost
+    if not value or all(part.strip() in methods for part in value.split(",")):
+        return
+    if Path(value).exists() or "/" in value or value.endswith(SUFFIXES):
+        args.paths.insert(0, value)
+        args.lost = "decision"
+
+
 def run(args: argparse.Namespace) -> int:
     from compactor.catalog import CatalogError
     from compactor.container import run_sync
@@ -52,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.catalog:
         os.environ["COMPACTOR_CATALOG"] = args.catalog
+    _lost_path(args, [*mode_names(), "trim"])
+    if not args.paths:
+        print("compactor eval: name at least one transcript FILE or DIR", file=sys.stderr)
+        return 2
     modes = [mode.strip() for mode in args.methods.split(",")] if args.methods else mode_names()
     unknown = [mode for mode in modes if mode not in mode_names()]
     if unknown:

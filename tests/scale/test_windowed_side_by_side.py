@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from compactor import large_jobs
 from compactor.budget import Deadline
-from compactor.object_jobs import Defaults, Source
+from compactor.object_jobs import Defaults, Source, build_request
 from compactor_aws.s3_store import S3Store
 from fakes.routers import frozen_router
 
@@ -333,20 +333,41 @@ def test_a_windowed_job_runs_in_the_mode_the_object_would_run_in_read_whole(s3: 
         assert state["done"] is False and "windows_key" in state, (key, state)
 
 
-def test_a_windowed_job_refuses_an_object_naming_chat_that_holds_anthropic_blocks(s3: Any) -> None:
-    """An object naming openai-chat is read as chat inline (as the API reads it), whatever its messages hold; the
-    windowed job dropped the named format and planned it again as anthropic-messages when the scan met a tool_use
-    block. Windows do not read chat holding Anthropic blocks: it is refused (413), the message naming why."""
-    messages = [{"role": "user", "content": "fix the tests"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
-    state = _plan_only(s3, "incoming/named.json", {"format": "openai-chat", "mode": "decision", "messages": messages})
+ANTHROPIC_CALL = [{"role": "user", "content": "fix the tests"},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+RESPONSES_ITEMS = [{"role": "user", "content": "fix the tests"},
+                   {"type": "function_call", "call_id": "c1", "name": "bash", "arguments": "{}"},
+                   {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+
+
+@pytest.mark.parametrize(("format", "messages", "reason"), [
+    ("openai-chat", ANTHROPIC_CALL,
+     "messages[1] looks like anthropic-messages (a 'tool_use' block), but the format is openai-chat: "
+     "send the items with format anthropic-messages"),
+    ("openai-chat", RESPONSES_ITEMS,
+     "messages[1] looks like openai-responses (type 'function_call' and no role), but the format is openai-chat"),
+    ("anthropic-messages", RESPONSES_ITEMS,
+     "messages[1] looks like openai-responses (type 'function_call' and no role), but the format is "
+     "anthropic-messages"),
+])
+def test_a_windowed_job_refuses_an_object_whose_named_format_its_items_are_not_of_as_the_inline_job_does(
+        s3: Any, format: str, messages: list[dict[str, Any]], reason: str) -> None:
+    """Items plainly of another format than the one an object names are the inline job's (and the API's) 422,
+    naming the item and its format (docs/formats.md "The declared format"). The windowed job refused them as too
+    large (413 ``request_too_large``: windows read chat and Anthropic only), an object naming
+    ``anthropic-messages``, which windows read, included. Naming no format, an Anthropic object is planned as that."""
+    state = _plan_only(s3, "incoming/named.json", {"format": format, "mode": "decision", "messages": messages})
     assert state["done"] is True and state["result"] == "failed", state
     failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/named.json")["Body"].read())
-    assert failure["status"] == 413 and "it names openai-chat, so it is not read as anthropic-messages" in \
-        failure["error"]["message"], failure
-    state = _plan_only(s3, "incoming/unnamed.json", {"mode": "decision", "messages": messages})
-    assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole
+    assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript", failure
+    assert reason in failure["detail"][0]["msg"], failure
+    inline = build_request(json.dumps({"format": format, "mode": "decision", "messages": messages}).encode(),
+                           Defaults())
+    assert inline.status == 422 and reason in inline.detail[0]["msg"], inline
+    if format == "openai-chat" and messages is ANTHROPIC_CALL:
+        state = _plan_only(s3, "incoming/unnamed.json", {"mode": "decision", "messages": messages})
+        assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole
 
 
 @pytest.mark.parametrize("versioned", [True, False])

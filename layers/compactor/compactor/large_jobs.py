@@ -201,6 +201,7 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     stored = StoredObject(b"", source.version_id, source.etag)
     if rel is None:
         return {"done": True, "result": "skipped"}
+    fields: dict[str, Any] = {}
     try:
         open_source = partial(store.open, source.bucket, source.key, version_id=source.version_id,
                               etag=source.etag or None)
@@ -238,6 +239,12 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
                                         conditional=True))
     except NotChat as exc:
+        if exc.refusal is not None and fields.get("format") is not None:
+            # its named format's items plainly are of another: the 422 the inline job, the API and the CLI answer in
+            # the same words (docs/formats.md "The declared format"), not a 413 for a size windows would read
+            return _recorded(_write_failure(store, source, stored, rel,
+                                            not_a_transcript(TranscriptError(exc.refusal), json_invalid=False),
+                                            conditional=True))
         named = (f"; it names openai-chat, so it is not read as {exc.format} (name that format, or none, to compact it "
                  f"in windows)") if exc.format is not None else ""
         return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "

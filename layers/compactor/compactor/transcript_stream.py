@@ -412,7 +412,9 @@ def messages_from(open_source: Opener, format: str | None = None, *,
                         other = item_format(message)
                         if other is not None and not (anthropic and other == "anthropic-messages"):
                             raise NotChat(f"message {index} is an {other} item",
-                                          other if other == "anthropic-messages" else None)
+                                          other if other == "anthropic-messages" else None,
+                                          refusal=other_format(message, format or "openai-chat",
+                                                               f"messages[{index}]"))
                         if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
                             raise TranscriptError(refused)  # a Chat Completions message (Dialect.validate)
                         if anthropic and message.get("role") not in ("user", "assistant"):

@@ -57,11 +57,14 @@ class NotJSON(TranscriptError):
 class NotChat(TranscriptError):
     """A transcript read as a stream (docs/scale.md) in one format is in another: ``format`` names it when the stream
     can be read again in that format (an ``anthropic-messages`` item met in a stream read as chat), else None (a
-    session file, an ``openai-responses`` transcript: read whole)."""
+    session file, an ``openai-responses`` transcript: read whole). ``refusal``: for an item of a request's
+    messages, the words ``Dialect.validate`` refuses it with when the format it was read in is the one the request
+    names (docs/formats.md "The declared format"), else None."""
 
-    def __init__(self, message: str, format: str | None = None) -> None:
+    def __init__(self, message: str, format: str | None = None, *, refusal: str | None = None) -> None:
         super().__init__(message)
         self.format = format
+        self.refusal = refusal
 
 
 @record

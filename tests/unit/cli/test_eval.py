@@ -119,6 +119,21 @@ def test_eval_lost_lists_each_lost_item_per_transcript(capsys):
     assert "--lost: 'trim' not among the methods run" in capsys.readouterr().err
 
 
+def test_eval_lost_before_the_paths_lists_decisions_items(tmp_path, capsys):
+    # `compactor eval --lost DIR` (docs/evaluation.md's example) gave the path to --lost as its methods and exited 2,
+    # "the following arguments are required: FILE|DIR"; a word that names no method and no path is still refused.
+    source = CORPUS / "msa-v2-toolcalls_deepseek-reasoner_pvlib-1707_apierror.json"
+    (tmp_path / source.name).write_bytes(source.read_bytes())
+    for named in (tmp_path, tmp_path / source.name):
+        assert main(["eval", "--lost", str(named)]) == 0
+        out = capsys.readouterr().out
+        assert f"{source.stem}  decision: " in out and f"{source.stem}  trim: " not in out, out
+    assert main(["eval", "--lost", "decison", str(source)]) == 2
+    assert "--lost: 'decison' not among the methods run" in capsys.readouterr().err
+    assert main(["eval", "--lost"]) == 2
+    assert "name at least one transcript FILE or DIR" in capsys.readouterr().err
+
+
 def test_eval_skips_what_is_not_a_transcript(tmp_path, capsys):
     (tmp_path / "notes.json").write_text("42")
     assert main(["eval", str(tmp_path)]) == 2

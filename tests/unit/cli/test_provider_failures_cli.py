@@ -69,6 +69,19 @@ def test_an_unset_key_is_warned_once_per_run_and_the_report_counts_every_call(
         reset_router()
 
 
+def test_an_unset_key_in_a_seal_is_named_not_blamed_on_the_provider(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seal's call traced for the report without the operator's words: an unset key variable, which no request
+    ever reached the provider with, read "127.0.0.1 refused the credentials" with the fix "check the API key", where
+    decision mode names the variable and says to export it."""
+    monkeypatch.delenv("ACME_TEST_KEY_UNSET", raising=False)
+    path = catalog(tmp_path, "http://127.0.0.1:9/v1", "ACME_TEST_KEY_UNSET")
+    code, err = run(capsys, "--catalog", path, "--mode", "seal", "-o", str(tmp_path / "out.json"))
+    assert code == 0 and "1 model call fell back" in err, err
+    assert "ACME_TEST_KEY_UNSET is not set (offer acme/summarizer" in err, err
+    assert "fix: export ACME_TEST_KEY_UNSET=<key>" in err and "refused the credentials" not in err, err
+
+
 def test_unreachable_provider_in_a_seal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "--catalog", catalog(tmp_path, "http://127.0.0.1:9/v1"), "--mode", "seal",
                     "-o", str(tmp_path / "o.json"), "--strict")

@@ -310,7 +310,10 @@ def _call_nodes(results: list[RouteResult]) -> tuple[NodeOutcome, ...]:
     nodes: list[NodeOutcome] = []
     for number, result in enumerate(results, start=1):
         block, response = route_x_router(result), result.response
-        entry = {**block, "node": "seal" if len(results) == 1 else f"seal_{number}", "kind": "llm",
+        # the routing trace itself, as a flow's model node holds it (flow/execute.py): the block's is trimmed of the
+        # operator's words (an unset key variable's name), so the report blamed the provider for a key never sent
+        entry = {**block, "decision_trace": result.trace or None,
+                 "node": "seal" if len(results) == 1 else f"seal_{number}", "kind": "llm",
                  "inputs": [nodes[-1].node] if nodes else [], "cost_reported": block["cost_usd"],
                  "tokens_in": getattr(response, "tokens_in", None), "tokens_out": getattr(response, "tokens_out", None),
                  "latency_ms": result.latency_ms}
