@@ -202,3 +202,26 @@ async def test_no_model_request_carries_a_screenshots_base64(fake_provider: Fake
     assert items == before
     field = "input" if fmt == "openai-responses" else "messages"
     assert body[field] == items  # no summary came back: every item kept, byte for byte
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_unit_holding_a_large_screenshot_is_sent_and_compacted(fake_provider: FakeProviderServer,
+                                                                       fmt: str) -> None:
+    """A 60 KB screenshot no longer makes its unit too big to send (the summary record counts its marker, as the
+    models read it): the decider is asked about it and can archive it. Before, such a unit was over the record's
+    50,000 bytes, kept as ``not_sent`` (the ``fragment_or_decision_context_limit``), and the output kept every
+    screenshot."""
+    shots = [_b64(60_000, seed) for seed in range(4)]
+    items = _transcript(fmt, shots)
+    body = await _compact(fake_provider, fmt, items, "archive")
+    report = body["compaction"]
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    reasons = {f["id"]: f["reason"] for f in report["fragments"]}
+    with_shots = {f"fragment_{1 + 2 * n}" for n in range(4)}
+    candidates = {unit for unit in with_shots if reasons[unit] not in ("pinned", "recent_tail")}
+    assert len(candidates) >= 2 and candidates <= asked
+    assert {reasons[unit] for unit in candidates} == {"archived"}
+    assert "fragment_or_decision_context_limit" not in report["reasons"]
+    field = "input" if fmt == "openai-responses" else "messages"
+    kept = json.dumps(body[field])
+    assert sum(shot[:80] in kept for shot in shots) == 4 - len(candidates)
