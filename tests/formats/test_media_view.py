@@ -66,6 +66,9 @@ def test_chat_views_show_each_base64_part_by_its_marker() -> None:
     assert message == before  # the caller's message is untouched
     plain = {"role": "user", "content": "a data:image/png;base64, in text stays text"}
     assert get_dialect("openai-chat").model_view([plain])[0] is plain  # nothing to replace: the message itself
+    printed = {"role": "tool", "tool_call_id": "call_1", "content": [  # a text that only starts like a data: URL
+        {"type": "text", "text": f"data:image/png;base64,{DATA[:200]} is what the page printed, then it failed"}]}
+    assert get_dialect("openai-chat").model_view([printed])[0] is printed
 
 
 def test_anthropic_views_show_each_base64_source_by_its_marker() -> None:

@@ -377,12 +377,18 @@ _DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]
 """A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
+
+
 def _data_url_marker(text: str) -> str | None:
-    """:func:`payload_marker` of a base64 ``data:`` URL (its media type, else ``data``), else ``None``."""
+    """:func:`payload_marker` of a base64 ``data:`` URL (its media type, else ``data``), else ``None`` (a text that
+    only starts like one, with anything but base64 after its head, stays as it is)."""
     if not text.startswith(("data:", "DATA:", "Data:")):
         return None
     head = _DATA_URL.match(text)
-    return None if head is None else payload_marker((head.group(1) or "data").lower(), text[head.end():])
+    if head is None or _BASE64.fullmatch(text, head.end()) is None:
+        return None
+    return payload_marker((head.group(1) or "data").lower(), text[head.end():])
 
 
 def _shown_payload(container: Item, key: str, value: str) -> str | None:
