@@ -9,6 +9,7 @@ holding a screenshot over 50,000 bytes was never sent at all (``not_sent``), so 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
@@ -228,3 +229,22 @@ async def test_a_unit_holding_a_large_screenshot_is_sent_and_compacted(fake_prov
     field = "input" if fmt == "openai-responses" else "messages"
     kept = json.dumps(body[field])
     assert sum(shot[:80] in kept for shot in shots) == 4 - len(candidates)
+
+
+@pytest.mark.parametrize("fmt", ("openai-chat", "anthropic-messages"))
+def test_windows_send_and_compact_the_units_holding_screenshots(fmt: str) -> None:
+    """The windows of a large transcript (docs/scale.md) batch their candidates as one request does: a unit holding a
+    60 KB screenshot is summarized. Before, every such unit was kept (``fragment_or_decision_context_limit``) and
+    the output was the input."""
+    from compactor.compaction.windowed import compact_in_memory, inline_runner
+    from compactor.jsonutil import dense_size
+    from fakes.routers import frozen_router
+
+    items = _transcript(fmt, [_b64(60_000, n) for n in range(12)])
+    request = CompactRequest.model_validate({"format": fmt, "messages": items,
+                                             "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
+    router = frozen_router()
+    record = asyncio.run(compact_in_memory(request, router=router,
+                                           run_window=inline_runner(router, window_budget_ms=60_000)))
+    assert "fragment_or_decision_context_limit" not in record.report["reasons"]
+    assert record.report["output_bytes"] < 0.2 * dense_size(items)
