@@ -24,6 +24,16 @@ prompts share one cacheable prefix: a transcript whose decision requests (two or
 ``CACHE_MIN_BYTES`` of state must send all of it as their common prefix (prefix >= shared state), else
 its row says ``NOT PREFIX``. Exit 1 when either goal is missed.
 
+``--screenshots``: the same figures for transcripts of a computer-use agent, one per format: three corpus
+transcripts (a Claude Code session as ``anthropic-messages``, a Codex rollout as ``openai-responses``, a tool-calling
+chat trajectory) with a PNG screenshot of 50-200 KB (incompressible bytes behind a PNG signature, in base64) added to
+each tool result, where each format puts an image (an ``image`` block in the ``tool_result``, an ``input_image``
+part in the ``function_call_output``, an ``image_url`` part in the ``tool`` message). Besides the columns above it
+prints the base64 bytes the model requests carry (``base64 sent``), the units left out of every batch by a size
+limit (``unsent``), and the output's size as a share of the transcript (``kept``): the models' view shows each
+screenshot as ``[image/png, N bytes]`` (docs/formats.md "Images and files"). The goals above are not judged there.
+``--screenshot-bytes LOW-HIGH`` sets the screenshots' sizes (small JPEG-like ones: ``5000-30000``).
+
 A directory is read with its subfolders (the corpus keeps its Claude Code and Codex sessions in
 ``anthropic-messages/`` and ``openai-responses/``). Transcripts are read as chat, as ``compactor eval``
 reads them (a Claude Code session converted to chat messages); a Codex rollout, which has no chat
@@ -34,8 +44,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
+import random
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -145,10 +158,73 @@ def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             transcript.items
 
 
-def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
-    fields, items = read(path)
+SCREENSHOT_SOURCES = (
+    "anthropic-messages/claude-code-2.1.179_claude-opus-4-8_git-sync_omitted-thinking.jsonl",
+    "openai-responses/codex-desktop-0.133.0_gpt-5.5_entire-graph_resumed.jsonl",
+    "msa-v2-toolcalls_deepseek-chat_pydicom-901.json",
+)
+SCREENSHOT_BYTES = (50_000, 200_000)
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def screenshot(rng: random.Random, sizes: tuple[int, int] = SCREENSHOT_BYTES) -> str:
+    """A screenshot's base64: a PNG signature and incompressible bytes (PNG data is compressed), of ``sizes``."""
+    size = rng.randint(*sizes)
+    return base64.b64encode(PNG_SIGNATURE + rng.randbytes(size - len(PNG_SIGNATURE))).decode("ascii")
+
+
+def with_screenshot(item: dict[str, Any], format: str, rng: random.Random,
+                    sizes: tuple[int, int] = SCREENSHOT_BYTES) -> dict[str, Any]:
+    """``item`` with a screenshot added to each tool result it carries, in its format's shape (a copy)."""
+    def text_of(content: Any, part: str) -> list[Any]:
+        return list(content) if isinstance(content, list) else [{"type": part, "text": content or ""}]
+
+    if format == "anthropic-messages":
+        content = item.get("content")
+        if not isinstance(content, list) or not any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                    for b in content):
+            return item
+        def image() -> dict[str, Any]:
+            return {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                "data": screenshot(rng, sizes)}}
+
+        return {**item, "content": [{**b, "content": text_of(b.get("content"), "text") + [image()]}
+                                    if isinstance(b, dict) and b.get("type") == "tool_result" else b
+                                    for b in content]}
+    if format == "openai-responses":
+        if item.get("type") not in ("function_call_output", "custom_tool_call_output"):
+            return item
+        return {**item, "output": text_of(item.get("output"), "input_text") + [
+            {"type": "input_image", "image_url": "data:image/png;base64," + screenshot(rng, sizes)}]}
+    if item.get("role") != "tool":
+        return item
+    return {**item, "content": text_of(item.get("content"), "text") + [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + screenshot(rng, sizes)}}]}
+
+
+def read_with_screenshots(path: Path, sizes: tuple[int, int] = SCREENSHOT_BYTES
+                          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The transcript in its own format (a Claude Code session as ``anthropic-messages``, not converted to chat),
+    a screenshot of ``sizes`` bytes added to each tool result (the same bytes on every run)."""
+    transcript = read_transcript(path.read_text(encoding="utf-8"))
+    rng = random.Random(path.name)
+    items = [with_screenshot(item, transcript.format, rng, sizes) for item in transcript.items]
+    return {**transcript.fields, "format": transcript.format, transcript.items_field: items}, items
+
+
+BASE64_RUN = re.compile(rb"[A-Za-z0-9+/=]{200,}")
+
+
+def base64_sent(bodies: list[bytes]) -> int:
+    """Bytes of base64 the requests carry: every run of 200 or more base64 characters (a JSON string escapes none of
+    them, so a screenshot's base64 stays one run, excerpted or not; a text's words and paths make no such run)."""
+    return sum(len(run) for body in bodies for run in BASE64_RUN.findall(body))
+
+
+def measure(path: Path, provider: FakeProviderServer, screenshots: tuple[int, int] | None = None) -> dict[str, Any]:
+    fields, items = read_with_screenshots(path, screenshots) if screenshots else read(path)
     size = dense_size(items)
-    result: dict[str, Any] = {"name": path.name, "bytes": size}
+    result: dict[str, Any] = {"name": path.name, "bytes": size, "format": fields.get("format", "openai-chat")}
     for mode, extra in (("decision", {"decision_policy_ir": DEFAULT_DECISIONS_POLICY}), ("seal", {})):
         provider.requests.clear()
         request = CompactRequest.model_validate({**fields, **extra})
@@ -163,6 +239,11 @@ def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
         every = sent(provider)
         result[mode] = {"sent": sum(map(len, every)), "calls": len(every),
                         "billed": sum(cache_billed(sent(provider, kind)) for kind in ("decisions", "chat"))}
+        if screenshots:
+            output = body["input" if "input" in body else "messages"]
+            fragments = body.get("compaction", {}).get("fragments", [])  # decision mode's report
+            result[mode].update(base64=base64_sent(every), kept=dense_size(output) / size,
+                                unsent=sum(1 for f in fragments if f.get("reason") == "not_sent"))
         if mode == "decision":
             decisions = sent(provider, "decisions")
             mean = statistics.mean(map(len, decisions)) if decisions else 0
@@ -196,11 +277,39 @@ def prefix_missed(row: dict[str, Any]) -> bool:
     return d["shared"] >= CACHE_MIN_BYTES and d["prefix_bytes"] < d["shared"]
 
 
+def screenshot_figures(paths: list[Path], sizes: tuple[int, int]) -> int:
+    """``--screenshots``: each transcript with its screenshots, compacted in decision and seal mode; figures only."""
+    provider = recording_provider()
+    try:
+        print(f"screenshots of {sizes[0]}-{sizes[1]} bytes in each tool result")
+        print(f"{'transcript (with screenshots)':<52} {'format':<18} {'bytes':>9} {'mode':<8} {'sent':>9} "
+              f"{'ratio':>6} {'calls':>5} {'base64 sent':>11} {'unsent':>6} {'kept':>6}")
+        for path in paths:
+            row = measure(path, provider, screenshots=sizes)
+            for mode in ("decision", "seal"):
+                m = row[mode]
+                print(f"{row['name'][:52]:<52} {row['format']:<18} {row['bytes']:9d} {mode:<8} {m['sent']:9d} "
+                      f"{m['sent'] / row['bytes']:6.3f} {m['calls']:5d} {m['base64']:11d} {m['unsent']:6d} "
+                      f"{m['kept']:6.1%}")
+    finally:
+        provider.stop()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*")
+    parser.add_argument("--screenshots", action="store_true",
+                        help="a computer-use agent's transcripts: corpus transcripts with a screenshot in each tool "
+                             "result (default: the three of SCREENSHOT_SOURCES)")
+    parser.add_argument("--screenshot-bytes", default=f"{SCREENSHOT_BYTES[0]}-{SCREENSHOT_BYTES[1]}",
+                        help="the screenshots' sizes, LOW-HIGH (default %(default)s)")
     args = parser.parse_args()
     os.environ.setdefault(KEY_ENV, "bench-key")
+    if args.screenshots:
+        low, _, high = args.screenshot_bytes.partition("-")
+        return screenshot_figures([Path(a) for a in args.paths] or [CORPUS / name for name in SCREENSHOT_SOURCES],
+                                  (int(low), int(high or low)))
     provider = recording_provider()
     rows = []
     try:

@@ -74,7 +74,9 @@ class Candidate:
     size: int  # compact bytes of the unit's messages as they are: what keeping them costs
     decision_bytes: int  # ASCII wire bytes of its fragment entry + question entry in a decision payload
     record_bytes: int  # compact bytes of its ``"id":"<item>"`` entry in the summary record
-    bound_bytes: int  # the same entry with the unit's own compact JSON: what batching counts (docs/performance.md)
+    # the same entry with the unit's own compact JSON, its base64 payloads shown by their markers as in the view:
+    # what batching counts (docs/performance.md, docs/formats.md "Images and files")
+    bound_bytes: int
     state_bytes: int  # compact bytes of its fragment entry in the flow input's state
 
 
@@ -404,18 +406,33 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     item = dense_join(view_texts)
     whole = item if view is unit_messages else dense_dumps(unit_messages)
     questions = template if isinstance(template, Questions) else Questions.of(template)
-    return measured_candidate(unit, view, view_texts, item, whole, questions)
+    return measured_candidate(unit, view, view_texts, item, whole, questions,
+                              bound=batching_text(unit_messages, dialect or get_dialect(None)))
+
+
+def batching_text(unit_messages: list[Message], dialect: Dialect) -> str | None:
+    """The dense JSON batching counts for a unit holding base64 payloads: its messages as they are, each payload
+    shown by its marker as in the models' view (``Dialect.media_shown``); ``None`` (the unit's own JSON) when it
+    holds none. A screenshot's base64 reaches no model, so it must not make its unit too big to send: a unit
+    holding a 100 KB screenshot was over the summary record's 50,000 bytes, never sent, and kept."""
+    shown = [dialect.media_shown(m) for m in unit_messages]
+    if all(a is b for a, b in zip(shown, unit_messages)):
+        return None
+    return dense_join([dense_dumps(m) for m in shown])
 
 
 def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
-                       questions: Questions, content_at: int | None = None) -> Candidate:
+                       questions: Questions, content_at: int | None = None, bound: str | None = None) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
     the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
-    by encoding them again. ``content_at``: as in :func:`evidence_view`."""
+    by encoding them again. ``content_at``: as in :func:`evidence_view`. ``bound``: the text batching counts
+    when it is not ``whole`` (:func:`batching_text`)."""
     evidence, excerpted = evidence_view(view, view_texts, content_at)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
     size = utf8_len(whole)
+    if bound is None:
+        bound = whole
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
     item_bytes = json_text_size(item)  # the flow input holds it as a string (the summary prompt embeds it as JSON)
@@ -423,7 +440,7 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
         unit, evidence, question, item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
         record_bytes=key_bytes + 1 + item_bytes,
-        bound_bytes=key_bytes + 1 + (item_bytes if whole is item else json_text_size(whole)),
+        bound_bytes=key_bytes + 1 + (item_bytes if bound is item else json_text_size(bound)),
         state_bytes=_FRAGMENT_DENSE + value_bytes,
     )
 
@@ -517,7 +534,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             return measured_candidate(unit, messages[start:end], own, whole, whole, questions, plain_at.get(end - 1))
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
-                                  dense_join(item_texts), whole, questions)
+                                  dense_join(item_texts), whole, questions,
+                                  bound=batching_text(messages[start:end], dialect))
 
     recent: list[str] = []
     for unit in units:

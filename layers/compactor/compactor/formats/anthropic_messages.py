@@ -22,7 +22,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_split
+from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_free_fields, media_marker, paired_split
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -157,7 +157,8 @@ class AnthropicMessages(Dialect):
     def model_view(self, items: list[Item]) -> list[Item]:
         """The messages without their hidden reasoning (a message holding nothing else left out), and a server-side
         compaction block without its ``encrypted_content`` (opaque bytes to a model, as a thinking signature is;
-        its ``content``, the summary, stays)."""
+        its ``content``, the summary, stays), and each base64 source (an ``image`` or ``document`` block's, in a
+        message or a tool's result) shown by its marker (:meth:`media_shown`)."""
         view = []
         for item in items:
             content = item.get("content")
@@ -168,8 +169,13 @@ class AnthropicMessages(Dialect):
                 if not kept:
                     continue
                 item = {**item, "content": kept}
-            view.append(item)
+            view.append(self.media_shown(item))
         return view
+
+    def media_shown(self, item: Item) -> Item:
+        """Each base64 source in the content (an ``image`` or ``document`` block's, in a message, a ``tool_result`` or
+        a fetched PDF) shown by its marker."""
+        return media_free_fields(item, ("content",))
 
     def text_item(self, role: str, text: str) -> Item:
         # No system role among the messages: the sealed summary is a user turn.

@@ -9,6 +9,7 @@ are built here, in the dialect's own shape.
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -143,9 +144,16 @@ class Dialect:
         return None
 
     def model_view(self, items: list[Item]) -> list[Item]:
-        """What the decision and summary models see of these items (hidden reasoning left out), item by item:
-        fields and blocks are only left out, so a view item keeps its item's key order."""
+        """What the decision and summary models see of these items (hidden reasoning left out, base64 payloads shown
+        by their markers: :meth:`media_shown`), item by item: fields and blocks are only left out or replaced in
+        place, so a view item keeps its item's key order."""
         return items
+
+    def media_shown(self, item: Item) -> Item:
+        """``item`` with each base64 payload the format documents shown by its marker (:func:`media_free_fields`),
+        nothing else changed: ``item`` itself when it holds none. The models' view is built on it, and batching
+        counts a unit so (docs/formats.md "Images and files")."""
+        return item
 
     def text_item(self, role: str, text: str) -> Item:
         """A new item carrying ``text`` for ``role`` (``assistant``, or ``system`` for the sealed summary)."""
@@ -357,6 +365,123 @@ API's ``input_image`` part and a ``computer_call_output``'s screenshot."""
 FILE_PARTS = ("document", "file", "input_file")
 """Content parts holding a file: Anthropic's ``document`` block (its ``title``), Chat Completions' ``file`` part (its
 ``file.filename``), the Responses API's ``input_file`` part (its ``filename``)."""
+
+
+def payload_marker(kind: str, data: str) -> str:
+    """How the models' view and seal's input show a base64 payload ``data``: ``[<kind>, <N> bytes]``, ``kind`` its
+    media type (``image/png``) or what it is (``image``), N the bytes it decodes to; never the base64 itself."""
+    return f"[{kind}, {len(data.rstrip('=')) * 3 // 4} bytes]"
+
+
+_DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
+"""A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
+
+
+def _data_url_marker(text: str) -> str | None:
+    """:func:`payload_marker` of a base64 ``data:`` URL (its media type, else ``data``), else ``None`` (a text that
+    only starts like one, with anything but base64 after its head, stays as it is)."""
+    if not text.startswith(("data:", "DATA:", "Data:")):
+        return None
+    head = _DATA_URL.match(text)
+    if head is None or _BASE64.fullmatch(text, head.end()) is None:
+        return None
+    return payload_marker((head.group(1) or "data").lower(), text[head.end():])
+
+
+def _shown_payload(container: Item, key: str, value: str) -> str | None:
+    """The marker standing for ``container[key]`` when that string is a base64 payload a provider's API documents,
+    else ``None``: a base64 ``data:`` URL in any field (Chat Completions' ``image_url.url`` and ``file.file_data``,
+    the Responses API's ``input_image.image_url``, ``input_file.file_data`` and a computer screenshot's
+    ``image_url``); the ``data`` of an Anthropic ``base64`` source (an ``image`` or ``document`` block, a fetched
+    PDF); an ``input_file``'s ``file_data`` that is bare base64 (no ``data:`` head). Chat Completions' own parts hold
+    theirs one level down (:data:`_INNER_PAYLOADS`)."""
+    marker = _data_url_marker(value)
+    if marker is not None:
+        return marker
+    if key == "data" and container.get("type") == "base64":
+        media = container.get("media_type")
+        return payload_marker(media if isinstance(media, str) and media else "data", value)
+    if key == "file_data" and container.get("type") == "input_file":
+        return payload_marker("file", value)
+    return None
+
+
+def media_free(value: Any) -> Any:
+    """``value`` (an item, a content list or block) with each base64 payload in it shown by its marker
+    (:func:`_shown_payload`, :func:`payload_marker`): what the models' view holds of an image, a document, a file or
+    audio sent inline (docs/formats.md "Images and files"). URLs and file ids stay: short, and they say something.
+    Copied only where something is replaced, so ``value`` itself comes back when it holds no payload, and the
+    caller's item is never changed."""
+    if isinstance(value, list):
+        copied: list[Any] | None = None
+        for index, member in enumerate(value):
+            if isinstance(member, (dict, list)):
+                shown = media_free(member)
+                if shown is not member:
+                    if copied is None:
+                        copied = list(value)
+                    copied[index] = shown
+        return value if copied is None else copied
+    if not isinstance(value, dict):
+        return value
+    replaced: dict[str, Any] | None = None
+    for key, member in value.items():
+        if type(member) is str:
+            shown = _shown_payload(value, key, member) if len(member) >= _SHORTEST_PAYLOAD else None
+        elif type(member) is dict and key == value.get("type") and key in _INNER_PAYLOADS:
+            shown = _inner_payload(member, *_INNER_PAYLOADS[key])
+        elif isinstance(member, (dict, list)):
+            shown = media_free(member)
+            if shown is member:
+                shown = None
+        else:
+            shown = None
+        if shown is not None:
+            if replaced is None:
+                replaced = dict(value)  # the same key order
+            replaced[key] = shown
+    return value if replaced is None else replaced
+
+
+def media_free_fields(item: Item, fields: tuple[str, ...]) -> Item:
+    """``item`` with :func:`media_free` applied to those of its ``fields`` holding a list or an object (where a
+    format puts its content parts): ``item`` itself when none holds a payload. A string field is never walked, so a
+    message whose content is a string costs a lookup (docs/performance.md)."""
+    replaced: Item | None = None
+    for field in fields:
+        value = item.get(field)
+        if isinstance(value, (list, dict)):
+            shown = media_free(value)
+            if shown is not value:
+                if replaced is None:
+                    replaced = dict(item)
+                replaced[field] = shown
+    return item if replaced is None else replaced
+
+
+_INNER_PAYLOADS = {"input_audio": ("data", "audio"), "file": ("file_data", "file")}
+"""Chat Completions' parts holding base64 in an object named as the part's type: ``input_audio`` (``{"data",
+"format"}``, its media type ``audio/<format>``) and ``file`` (``{"file_data", "filename"}`` or a ``file_id``;
+``file_data`` is bare base64 or a ``data:`` URL): part type -> (field, what it is)."""
+
+
+def _inner_payload(inner: Item, field: str, kind: str) -> Item | None:
+    """``inner`` (a Chat Completions ``input_audio`` or ``file`` object) with its base64 ``field`` shown by its marker,
+    the rest walked as any value (:func:`media_free`); ``None`` when nothing is replaced."""
+    data = inner.get(field)
+    if not isinstance(data, str) or len(data) < _SHORTEST_PAYLOAD:
+        shown = media_free(inner)
+        return None if shown is inner else shown
+    fmt = inner.get("format")
+    media = f"{kind}/{fmt}" if kind == "audio" and isinstance(fmt, str) and fmt else kind
+    return {**inner, field: _data_url_marker(data) or payload_marker(media, data)}
+
+
+_SHORTEST_PAYLOAD = 64
+"""A string shorter than this stays as it is, whatever it holds: its marker would not be much shorter."""
 
 
 def media_marker(part: Item) -> str | None:

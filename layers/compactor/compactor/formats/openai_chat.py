@@ -11,7 +11,7 @@ from __future__ import annotations
 from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import Dialect, Item, Placeholder, shown_text
+from compactor.formats.base import Dialect, Item, Placeholder, media_free_fields, shown_text
 
 # What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
@@ -60,7 +60,13 @@ class OpenAIChat(Dialect):
         return {i for i, m in enumerate(items) if role_of(m) == "user" and not is_text_observation(items, i)}
 
     def model_view(self, items: list[Item]) -> list[Item]:
-        return [model_message(item) for item in items]
+        """Each message's chat fields (:func:`model_message`), its base64 payloads shown by their markers."""
+        return [self.media_shown(model_message(item)) for item in items]
+
+    def media_shown(self, item: Item) -> Item:
+        """The ``content`` parts' base64 (an ``image_url`` part's ``data:`` URL, ``input_audio``, a ``file`` part's
+        ``file_data``) shown by markers."""
+        return media_free_fields(item, ("content",)) if isinstance(item, dict) else item
 
     def text_item(self, role: str, text: str) -> Item:
         return {"role": role, "content": text}

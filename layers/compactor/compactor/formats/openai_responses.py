@@ -27,7 +27,8 @@ from compactor.chat import responses_call_input
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.jsonutil import dense_size
-from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
+from compactor.formats.base import (Dialect, Item, Placeholder, media_free_fields, media_marker, paired_split,
+                                   payload_marker, shown_text)
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -36,6 +37,9 @@ standing for everything before it, so always protected and never read by a model
 HIDDEN = REASONING + COMPACTION
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text")
 CONTENT_PARTS = ("input_text", "input_image", "input_file")  # what a tool output's list may hold
+MEDIA_FIELDS = ("content", "output", "outputs")
+"""Where an item holds base64 the models' view shows by markers: a message's ``content`` parts, a call output's
+``output`` (its parts, or a computer screenshot), a code interpreter's ``outputs``."""
 
 
 ITEM_REF = "item_reference"
@@ -90,7 +94,7 @@ which becomes one ``logs`` output holding the placeholder). Such a call is named
 
 def image_marker(result: str) -> str:
     """How the models and seal's input show an image generation's base64 ``result``: its size, never the image."""
-    return f"[image, {len(result.rstrip('=')) * 3 // 4} bytes]"
+    return payload_marker("image", result)
 
 
 def _opens(item: Item) -> set[str]:
@@ -233,10 +237,15 @@ class OpenAIResponses(Dialect):
 
     def model_view(self, items: list[Item]) -> list[Item]:
         """The items but hidden reasoning and earlier compactions; an image generation's base64 ``result`` is shown
-        by its size (:func:`image_marker`): an image in base64 tells a text model nothing, and is megabytes."""
-        return [{**item, "result": image_marker(item["result"])}
-                if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str) else item
-                for item in items if kind_of(item) not in HIDDEN]
+        by its size (:func:`image_marker`), and so is every other base64 payload (an ``input_image``'s or a computer
+        screenshot's ``data:`` URL, an ``input_file``'s ``file_data``, in :data:`MEDIA_FIELDS`): base64 tells a text
+        model nothing, and is megabytes."""
+        return [self.media_shown(item) for item in items if kind_of(item) not in HIDDEN]
+
+    def media_shown(self, item: Item) -> Item:
+        if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str):
+            return {**item, "result": image_marker(item["result"])}
+        return media_free_fields(item, MEDIA_FIELDS)
 
     def text_item(self, role: str, text: str) -> Item:
         if role == "assistant":

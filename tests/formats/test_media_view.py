@@ -1,0 +1,250 @@
+"""Base64 media in what the models read (docs/formats.md "Images and files"): every base64 payload of an item (an
+image, a document, a file, audio, a screenshot) reads in the models' view as ``[<media type>, N bytes]``, in every
+format; URLs and file ids stay; the caller's items are never changed; and a unit holding a large screenshot is sent to
+the models (its base64 does not count against the summary record's limit, since no model reads it).
+
+Before, the decision and summary prompts carried the base64 (clipped in the evidence, whole in the summarizer's
+item): paid input that tells a text model nothing, filling the clip budget instead of the unit's text; and a unit
+holding a screenshot over 50,000 bytes was never sent at all (``not_sent``), so decision mode kept every one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import random
+from typing import Any
+
+import pytest
+
+from compactor import service
+from compactor.budget import Deadline
+from compactor.formats import get_dialect
+from compactor.models import CompactRequest
+from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
+from compactor.providers.base import Offer
+from compactor.providers.registry import transport_for
+from compactor.router import Router
+from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _b64(size: int, seed: int = 0) -> str:
+    """``size`` bytes (a PNG signature, then incompressible bytes) in base64."""
+    return base64.b64encode(PNG + random.Random(seed).randbytes(size - len(PNG))).decode()
+
+
+DATA = _b64(3000)  # 3,000 bytes: 4,000 base64 characters
+
+
+def _no_base64(value: Any) -> bool:
+    return DATA[100:160] not in json.dumps(value)
+
+
+# -- the models' view, format by format ------------------------------------------------------------------------------
+
+def test_chat_views_show_each_base64_part_by_its_marker() -> None:
+    message = {"role": "user", "content": [
+        {"type": "text", "text": "What changed on screen?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{DATA}", "detail": "high"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}},
+        {"type": "input_audio", "input_audio": {"data": DATA, "format": "wav"}},
+        {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{DATA}", "filename": "spec.pdf"}},
+        {"type": "file", "file": {"file_data": DATA, "filename": "raw.pdf"}},
+        {"type": "file", "file": {"file_id": "file-abc"}}]}
+    before = copy.deepcopy(message)
+    view = get_dialect("openai-chat").model_view([message])
+    assert view[0]["content"] == [
+        {"type": "text", "text": "What changed on screen?"},
+        {"type": "image_url", "image_url": {"url": "[image/png, 3000 bytes]", "detail": "high"}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}},
+        {"type": "input_audio", "input_audio": {"data": "[audio/wav, 3000 bytes]", "format": "wav"}},
+        {"type": "file", "file": {"file_data": "[application/pdf, 3000 bytes]", "filename": "spec.pdf"}},
+        {"type": "file", "file": {"file_data": "[file, 3000 bytes]", "filename": "raw.pdf"}},
+        {"type": "file", "file": {"file_id": "file-abc"}}]
+    assert message == before  # the caller's message is untouched
+    plain = {"role": "user", "content": "a data:image/png;base64, in text stays text"}
+    assert get_dialect("openai-chat").model_view([plain])[0] is plain  # nothing to replace: the message itself
+    printed = {"role": "tool", "tool_call_id": "call_1", "content": [  # a text that only starts like a data: URL
+        {"type": "text", "text": f"data:image/png;base64,{DATA[:200]} is what the page printed, then it failed"}]}
+    assert get_dialect("openai-chat").model_view([printed])[0] is printed
+
+
+def test_anthropic_views_show_each_base64_source_by_its_marker() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": DATA}}
+    message = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "clicked"}, image]},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": DATA},
+         "title": "Spec"},
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain text " * 20}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+        {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}
+    fetch = {"role": "assistant", "content": [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_fetch", "input": {"url": "https://x/y.pdf"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_1", "content": {
+            "type": "web_fetch_result", "url": "https://x/y.pdf", "content": {
+                "type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": DATA}}}}]}
+    before = copy.deepcopy([message, fetch])
+    view = get_dialect("anthropic-messages").model_view([message, fetch])
+    marked = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                          "data": "[image/png, 3000 bytes]"}}
+    assert view[0]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "clicked"}, marked]},
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
+                                        "data": "[application/pdf, 3000 bytes]"}, "title": "Spec"},
+        message["content"][2], message["content"][3], message["content"][4]]
+    assert view[1]["content"][1]["content"]["content"]["source"]["data"] == "[application/pdf, 3000 bytes]"
+    assert _no_base64(view) and [message, fetch] == before
+
+
+def test_responses_views_show_each_base64_payload_by_its_marker() -> None:
+    items = [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Fill the form."},
+            {"type": "input_image", "image_url": f"data:image/jpeg;base64,{DATA}", "detail": "auto"},
+            {"type": "input_image", "file_id": "file-1"},
+            {"type": "input_file", "filename": "form.pdf", "file_data": f"data:application/pdf;base64,{DATA}"},
+            {"type": "input_file", "filename": "raw.pdf", "file_data": DATA},
+            {"type": "input_file", "file_url": "https://example.com/form.pdf"}]},
+        {"type": "computer_call", "call_id": "call_c", "action": {"type": "screenshot"}},
+        {"type": "computer_call_output", "call_id": "call_c",
+         "output": {"type": "computer_screenshot", "image_url": f"data:image/png;base64,{DATA}"}},
+        {"type": "function_call", "call_id": "call_f", "name": "browser_snapshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_f", "output": [
+            {"type": "input_text", "text": "page loaded"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{DATA}"}]}]
+    before = copy.deepcopy(items)
+    view = get_dialect("openai-responses").model_view(items)
+    assert [part.get("image_url") or part.get("file_data") or part.get("file_id") or part.get("file_url")
+            for part in view[0]["content"][1:]] == [
+        "[image/jpeg, 3000 bytes]", "file-1", "[application/pdf, 3000 bytes]", "[file, 3000 bytes]",
+        "https://example.com/form.pdf"]
+    assert view[2]["output"] == {"type": "computer_screenshot", "image_url": "[image/png, 3000 bytes]"}
+    assert view[4]["output"][1] == {"type": "input_image", "image_url": "[image/png, 3000 bytes]"}
+    assert view[1] is items[1] and view[3] is items[3]  # nothing to replace: the item itself
+    assert [list(v) for v in view] == [list(i) for i in items]  # each view item keeps its item's key order
+    assert _no_base64(view) and items == before
+
+
+# -- what the models are sent, through the real transports ------------------------------------------------------------
+
+def _router(fake: FakeProviderServer) -> Router:
+    common = {"base_url": fake.base_url, "price_in": 1.0, "price_out": 1.0,
+              "observations": {"supports_json_mode": True, "context": 1_000_000}}
+    return Router([Offer(id="p/dec", provider="p", family="dec", model="dec", protocol="decisions",
+                         transport="decisions", **common),
+                   Offer(id="p/chat", provider="p", family="chat", model="chat", protocol="chat",
+                         transport="openai", **common)], transport_for=transport_for)
+
+
+def _screenshot(fmt: str, n: int, data: str) -> list[dict[str, Any]]:
+    """A computer-use agent's step ``n`` in ``fmt``: its call, and its result with a screenshot."""
+    text = f"Clicked the button number {n}; the dialog shows the record loop settings. " * 8
+    if fmt == "anthropic-messages":
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "computer",
+                                                   "input": {"action": "left_click", "coordinate": [10 * n, 20]}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}]}]}]
+    if fmt == "openai-responses":
+        return [{"type": "function_call", "call_id": f"call_{n}", "name": "computer",
+                 "arguments": json.dumps({"action": "click", "x": 10 * n})},
+                {"type": "function_call_output", "call_id": f"call_{n}", "output": [
+                    {"type": "input_text", "text": text},
+                    {"type": "input_image", "image_url": f"data:image/png;base64,{data}"}]}]
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{n}", "type": "function", "function": {
+                "name": "computer", "arguments": json.dumps({"action": "click", "x": 10 * n})}}]},
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]}]
+
+
+def _transcript(fmt: str, data: list[str]) -> list[dict[str, Any]]:
+    task = "Open the settings and turn the record loop off. " * 4
+    items: list[dict[str, Any]] = [{"role": "user", "content": task}]
+    for n, shot in enumerate(data):
+        items += _screenshot(fmt, n, shot)
+    done = "The record loop is off."
+    items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": done}]}
+                 if fmt == "openai-responses" else {"role": "assistant", "content": done})
+    return items
+
+
+async def _compact(fake: FakeProviderServer, fmt: str, items: list[dict[str, Any]], choice: str) -> dict[str, Any]:
+    def answer(request: RecordedRequest) -> Reply:
+        if request.path.endswith("/decisions"):
+            return decision_reply({name: {"type": "choice", "choice": choice, "confidence": 1.0}
+                                   for name in request.json["questions"]})
+        return chat_reply("{}")  # no summary: the units are kept
+
+    fake.responder = answer
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "keep_recent": 1, "target_ratio": 0.05,
+                                             "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake))
+    assert status == 200, body
+    return body
+
+
+FORMATS = ("openai-chat", "anthropic-messages", "openai-responses")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_no_model_request_carries_a_screenshots_base64(fake_provider: FakeProviderServer, fmt: str) -> None:
+    """Decision and summary requests show each screenshot as ``[image/png, 3000 bytes]``; the answer keeps every
+    byte of the kept items. Before, the decisions' evidence and the summarizer's items carried the base64."""
+    items = _transcript(fmt, [DATA] * 4)
+    before = copy.deepcopy(items)
+    body = await _compact(fake_provider, fmt, items, "summarize")
+    decisions = [r.body.decode() for r in fake_provider.requests if r.path.endswith("/decisions")]
+    summaries = [r.body.decode() for r in fake_provider.requests if not r.path.endswith("/decisions")]
+    assert decisions and summaries
+    assert all(DATA[100:160] not in sent for sent in decisions + summaries)
+    assert all("[image/png, 3000 bytes]" in sent for sent in summaries)
+    assert items == before
+    field = "input" if fmt == "openai-responses" else "messages"
+    assert body[field] == items  # no summary came back: every item kept, byte for byte
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_unit_holding_a_large_screenshot_is_sent_and_compacted(fake_provider: FakeProviderServer,
+                                                                       fmt: str) -> None:
+    """A 60 KB screenshot no longer makes its unit too big to send (the summary record counts its marker, as the
+    models read it): the decider is asked about it and can archive it. Before, such a unit was over the record's
+    50,000 bytes, kept as ``not_sent`` (the ``fragment_or_decision_context_limit``), and the output kept every
+    screenshot."""
+    shots = [_b64(60_000, seed) for seed in range(4)]
+    items = _transcript(fmt, shots)
+    body = await _compact(fake_provider, fmt, items, "archive")
+    report = body["compaction"]
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    reasons = {f["id"]: f["reason"] for f in report["fragments"]}
+    with_shots = {f"fragment_{1 + 2 * n}" for n in range(4)}
+    candidates = {unit for unit in with_shots if reasons[unit] not in ("pinned", "recent_tail")}
+    assert len(candidates) >= 2 and candidates <= asked
+    assert {reasons[unit] for unit in candidates} == {"archived"}
+    assert "fragment_or_decision_context_limit" not in report["reasons"]
+    field = "input" if fmt == "openai-responses" else "messages"
+    kept = json.dumps(body[field])
+    assert sum(shot[:80] in kept for shot in shots) == 4 - len(candidates)
+
+
+@pytest.mark.parametrize("fmt", ("openai-chat", "anthropic-messages"))
+def test_windows_send_and_compact_the_units_holding_screenshots(fmt: str) -> None:
+    """The windows of a large transcript (docs/scale.md) batch their candidates as one request does: a unit holding a
+    60 KB screenshot is summarized. Before, every such unit was kept (``fragment_or_decision_context_limit``) and
+    the output was the input."""
+    from compactor.compaction.windowed import compact_in_memory, inline_runner
+    from compactor.jsonutil import dense_size
+    from fakes.routers import frozen_router
+
+    items = _transcript(fmt, [_b64(60_000, n) for n in range(12)])
+    request = CompactRequest.model_validate({"format": fmt, "messages": items,
+                                             "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
+    router = frozen_router()
+    record = asyncio.run(compact_in_memory(request, router=router,
+                                           run_window=inline_runner(router, window_budget_ms=60_000)))
+    assert "fragment_or_decision_context_limit" not in record.report["reasons"]
+    assert record.report["output_bytes"] < 0.2 * dense_size(items)
