@@ -69,3 +69,34 @@ def test_seal_keeps_every_developer_message_verbatim_and_out_of_the_summary(
     assert cdump(output[0]) == cdump(first) and cdump(output[2]) == cdump(middle)
     assert "[Earlier conversation, sealed summary]" in cdump(output[1]) and RULE not in cdump(output[1])
     assert [cdump(m) for m in output[-2:]] == [cdump(m) for m in items[-2:]]
+
+
+def _as_format(items: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
+    if fmt == "openai-responses":
+        return [{"type": "message", **m} for m in items]
+    if fmt == "anthropic-messages":
+        return [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in items]
+    return items
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "openai-responses", "anthropic-messages"])
+def test_each_seal_of_a_growing_conversation_carries_the_earlier_seal_forward(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """An agent seals, goes on from the answer, and seals again: the second seal folds the first summary into
+    its own. The sealed summary was a ``system`` (``developer``) item, always pinned, so every seal kept all the
+    earlier ones verbatim and added one more: ten seals, ten summaries, none carried forward."""
+    field = "input" if fmt == "openai-responses" else "messages"
+    head = [] if fmt == "anthropic-messages" else [{"role": "system", "content": "You are a coding agent."}]
+    context = _as_format(head + [{"role": "user", "content": "Task: make the parser accept empty input."}], fmt)
+    for round_ in range(4):
+        context = context + _as_format(_turns(4), fmt)
+        response = compact_module.handler(api_event("/compact", {
+            "format": fmt, field: context, "mode": "seal", "keep_recent": 2}), lambda_context)
+        body = json.loads(response["body"])
+        assert response["statusCode"] == 200 and body["compacted"] is True, body
+        context = body[field]
+        seals = [item for item in context if "[Earlier conversation, sealed summary]" in cdump(item)]
+        assert len(seals) == 1, f"round {round_}: {len(seals)} sealed summaries"
+        if round_:
+            assert "\nearlier: " in cdump(seals[0]).replace("\\n", "\n")
+    assert context[:len(head)] == _as_format(head, fmt)

@@ -103,6 +103,33 @@ def test_the_final_assistant_message_merged_from_several_keeps_its_thinking_firs
     assert output[-4]["role"] == "user"  # the final message follows the caller's own tool_result, no summary
 
 
+def _results_with_the_users_words() -> list[dict[str, Any]]:
+    """A loop whose last user message carries the final call's result and the human's words beside it (Claude
+    Code's "[Request interrupted by user for tool use]" and reminders, an agent passing the user's words on)."""
+    items = _loop(8)
+    items[-1] = {"role": "user", "content": [*items[-1]["content"], {"type": "text", "text": "Also update the README."}]}
+    return items
+
+
+def test_results_sent_with_the_humans_words_keep_the_turn_in_progress(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """The Messages API wants the final assistant message to start with its thinking while the last user message
+    carries tool results, text beside them or not. Such a message counted as a human turn ending the turn in
+    progress, so nothing more was protected: the cycle before the final message was summarized, its summary merged
+    into the final assistant message, and the answer began that message with text (the API's 400 "Expected
+    `thinking` or `redacted_thinking`, but found `text`")."""
+    items = _results_with_the_users_words()
+    assert ANTHROPIC.protected_tail_start(items, ANTHROPIC.split_units(items)) == len(items) - 4
+
+    body = _compact(compact_module, lambda_context, {"format": "anthropic-messages", "messages": items,
+                                                     "keep_recent": 1, "target_ratio": 0.01,
+                                                     "decision_policy_ir": decision_policy()})
+    output = body["messages"]
+    assert body["compacted"] is True and PROBLEMS["anthropic-messages"](output) == []
+    # the final assistant message, thinking first, follows the caller's own tool_result, never a new summary
+    assert [cdump(m) for m in output[-4:]] == [cdump(m) for m in items[-4:]]
+
+
 def test_an_autonomous_loop_of_200_cycles_after_one_prompt_still_compacts(
         compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
     items = _loop(200)

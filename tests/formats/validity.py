@@ -102,9 +102,10 @@ THINKING = ("thinking", "redacted_thinking")
 def _final_thinking_problems(messages: list[dict[str, Any]]) -> list[str]:
     """With thinking on (the final assistant message holds thinking), the final assistant message of a turn in
     progress must start with a thinking block ("a final assistant message must start with a thinking block");
-    the API merges consecutive assistant messages into one."""
+    the API merges consecutive assistant messages into one. The turn is in progress while the last user message
+    carries tool results, whatever text it holds beside them."""
     end = len(messages)
-    while end and messages[end - 1].get("role") == "user" and _tool_results_only(messages[end - 1]):
+    while end and messages[end - 1].get("role") == "user" and _carries_tool_results(messages[end - 1]):
         end -= 1
     start = end
     while start and messages[start - 1].get("role") == "assistant":
@@ -118,9 +119,9 @@ def _final_thinking_problems(messages: list[dict[str, Any]]) -> list[str]:
     return []
 
 
-def _tool_results_only(message: dict[str, Any]) -> bool:
+def _carries_tool_results(message: dict[str, Any]) -> bool:
     content = message.get("content")
-    return isinstance(content, list) and bool(content) and all(b.get("type") == "tool_result" for b in content)
+    return isinstance(content, list) and any(b.get("type") == "tool_result" for b in content)
 
 
 # The Responses API's pairing (its API reference): a ``*_call_output`` answers the ``call_id`` of an earlier

@@ -92,15 +92,38 @@ def _split_aged(items: list[Message], frozen: int, start: int, pinned: set[int])
                     held=[items[i] for i in range(frozen, start) if i in pinned])
 
 
+def _sole_text(item: Any) -> str | None:
+    """The text of an item holding nothing but one text (a string ``content``, or one part with a ``text``)."""
+    content = item.get("content") if isinstance(item, dict) else None
+    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
+        content = content[0].get("text")
+    return content if isinstance(content, str) else None
+
+
+def earlier_seals(items: list[Message], dialect: Dialect) -> set[int]:
+    """The sealed summaries an earlier seal wrote among ``items`` (its item, as :meth:`Dialect.text_item` builds
+    it, starting with the seal's marker). A seal carries them forward into its own summary: kept as the
+    always-pinned ``system`` (``openai-chat``) or ``developer`` (``openai-responses``) items they are, each seal
+    of a growing conversation added one more that no later seal folded in (docs/behaviour.md#seal)."""
+    return {index for index, item in enumerate(items)
+            if (text := _sole_text(item)) is not None and text.startswith(SEAL_MARKER)
+            and item == dialect.text_item("system", text)}
+
+
+def _sealable_pins(items: list[Message], dialect: Dialect) -> set[int]:
+    """The always-pinned items a seal keeps as they are: all of them but the earlier seals it carries forward."""
+    return dialect.always_pinned(items) - earlier_seals(items, dialect)
+
+
 def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None = None) -> SealPlan | None:
     """Split into frozen prefix (the leading always-pinned items: ``system`` and ``developer`` messages in
     ``openai-chat``), aged middle and kept tail; ``None`` when there is nothing to seal. An always-pinned
-    item of the middle is never sealed (docs/behaviour.md#seal)."""
+    item of the middle is never sealed, but an earlier seal's summary is (docs/behaviour.md#seal)."""
     dialect = dialect or get_dialect(None)
     if dialect.name != DEFAULT_FORMAT:
         return _plan_by_units(messages, keep_recent, dialect)
     keep = max(1, keep_recent)
-    pinned = dialect.always_pinned(messages)
+    pinned = _sealable_pins(messages, dialect)
     frozen = _frozen_count(pinned, len(messages))
     if len(messages) - frozen <= keep:
         return None
@@ -118,7 +141,7 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
     last opaque one (an earlier compaction's state, which no sealed summary can stand in for, kept in its
     place); the tail starts at the start of the unit holding its first item, so no call is parted from its
     results (docs/formats.md)."""
-    pinned = dialect.always_pinned(items)
+    pinned = _sealable_pins(items, dialect)
     frozen = _frozen_count(pinned, len(items), start=max(dialect.opaque_state(items), default=-1) + 1)
     if len(items) - frozen <= max(1, keep_recent):
         return None

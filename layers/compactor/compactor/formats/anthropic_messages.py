@@ -93,6 +93,20 @@ def _human(item: Item) -> bool:
     return any(not str(b.get("type", "")).endswith("tool_result") for b in blocks(content))
 
 
+def _answers_calls(item: Item) -> bool:
+    """A user message carrying tool results (whatever text it holds beside them)."""
+    return item.get("role") == "user" and any(str(b.get("type", "")).endswith("tool_result")
+                                              for b in blocks(item.get("content")))
+
+
+def _ends_turn(item: Item) -> bool:
+    """A user message that answers no call: the turn in progress starts after the last one. A human turn sent with
+    the results of the calls (Claude Code's interruptions and reminders, an agent passing the user's words on with
+    the results) does not end it: the Messages API still wants the final assistant message, whose calls those
+    results answer, to start with its thinking ("a final `assistant` message must start with a thinking block")."""
+    return item.get("role") == "user" and not _answers_calls(item)
+
+
 class AnthropicMessages(Dialect):
     name = "anthropic-messages"
     items_field = "messages"
@@ -139,8 +153,9 @@ class AnthropicMessages(Dialect):
         it), whose thinking the Messages API needs back intact, and the one before it, so that no new item
         lands next to that message (an assistant summary would merge into it).
         Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
-        ``None`` when no assistant message follows the last human turn (no turn in progress)."""
-        human = max((i for i, item in enumerate(items) if _human(item)), default=-1)
+        ``None`` when no assistant message follows the last user message that answers no call (no turn in progress:
+        a human turn sent with the results of the final message's calls does not end it, :func:`_ends_turn`)."""
+        human = max((i for i, item in enumerate(items) if _ends_turn(item)), default=-1)
         final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
         if final <= human:
             return None
@@ -277,7 +292,7 @@ def _masked_server_result(result: Item, stand_in: Callable[[Any], str | None]) -
 
 
 # The flags :class:`StreamFacts` keeps of each message, a byte each.
-_USER, _ASSISTANT, _HUMAN, _HIDDEN_ONLY, _SAME_TURN, _PINS_UNIT = 1, 2, 4, 8, 16, 32
+_USER, _ASSISTANT, _HUMAN, _HIDDEN_ONLY, _SAME_TURN, _PINS_UNIT, _ANSWERS = 1, 2, 4, 8, 16, 32, 64
 _NONE: frozenset[str] = frozenset()
 
 
@@ -301,6 +316,7 @@ class StreamFacts:
         index, role = len(self.flags), item.get("role")
         flags = (_USER if role == "user" else 0) | (_ASSISTANT if role == "assistant" else 0)
         flags |= (_HUMAN if _human(item) else 0) | (_HIDDEN_ONLY if _hidden_only(item) else 0)
+        flags |= _ANSWERS if _answers_calls(item) else 0
         if self._turn is not None and role == "assistant" and item.get("id") == self._turn:
             flags |= _SAME_TURN
         if _pins_unit(item):
@@ -350,7 +366,7 @@ class StreamFacts:
     def tail_start(self, units: list[Unit]) -> int | None:
         """:meth:`AnthropicMessages.protected_tail_start` of the messages added."""
         flags = self.flags
-        human = max((i for i, f in enumerate(flags) if f & _HUMAN), default=-1)
+        human = max((i for i, f in enumerate(flags) if f & _USER and not f & _ANSWERS), default=-1)
         final = max((i for i, f in enumerate(flags) if f & _ASSISTANT), default=-1)
         if final <= human:
             return None

@@ -466,7 +466,7 @@ def summarize_conversation(rendered: str, limit: int) -> str:
     requests: dict[str, None] = {}
     awaiting: list[int] = []  # indexes of commands still waiting for their exit code
     for role, text in messages:
-        if role == "system" and text.startswith(_SEAL_HEAD):
+        if text.startswith(_SEAL_HEAD):  # an earlier seal: system (openai-chat), user or developer (other formats)
             earlier = text[len(_SEAL_HEAD):].strip()
             carried = _task_line().search(earlier)
             task = task or (carried.group(1) if carried else "")
