@@ -22,7 +22,7 @@ from compactor.compaction.salience import (batch_hint, escapes_plainly, hint_ord
                                           text_wire_size, translated)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
-from compactor.formats.base import Dialect
+from compactor.formats.base import Dialect, items_without_inline_data
 
 MAX_CANDIDATES = 128
 MAX_BATCHES = 32
@@ -404,14 +404,25 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     item = dense_join(view_texts)
     whole = item if view is unit_messages else dense_dumps(unit_messages)
     questions = template if isinstance(template, Questions) else Questions.of(template)
-    return measured_candidate(unit, view, view_texts, item, whole, questions)
+    return measured_candidate(unit, view, view_texts, item, whole, questions,
+                              bound=None if view is unit_messages else _bound_text(unit_messages))
+
+
+def _bound_text(unit_messages: list[Message]) -> str | None:
+    """The dense JSON batches are cut on (the summary record's bound) when it is not the unit as it is: the unit
+    with its inline images, files and audio shown by their size, as the models' view shows them
+    (formats.base.without_inline_data); None when it holds none. A screenshot of 40 KB or more made its unit too
+    large for any batch, so decision mode never compacted it (``fragment_or_decision_context_limit``)."""
+    shown = items_without_inline_data(unit_messages)
+    return None if shown is None else dense_dumps(shown)
 
 
 def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
-                       questions: Questions, content_at: int | None = None) -> Candidate:
+                       questions: Questions, content_at: int | None = None, *, bound: str | None = None) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
     the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
-    by encoding them again. ``content_at``: as in :func:`evidence_view`."""
+    by encoding them again. ``content_at``: as in :func:`evidence_view`. ``bound``: the text batches are cut on,
+    when not ``whole`` (:func:`_bound_text`)."""
     evidence, excerpted = evidence_view(view, view_texts, content_at)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
@@ -423,7 +434,8 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
         unit, evidence, question, item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
         record_bytes=key_bytes + 1 + item_bytes,
-        bound_bytes=key_bytes + 1 + (item_bytes if whole is item else json_text_size(whole)),
+        bound_bytes=key_bytes + 1 + (item_bytes if whole is item
+                                     else json_text_size(whole if bound is None else bound)),
         state_bytes=_FRAGMENT_DENSE + value_bytes,
     )
 
@@ -517,7 +529,7 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             return measured_candidate(unit, messages[start:end], own, whole, whole, questions, plain_at.get(end - 1))
         item_texts = unit_view_texts(unit)
         return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
-                                  dense_join(item_texts), whole, questions)
+                                  dense_join(item_texts), whole, questions, bound=_bound_text(messages[start:end]))
 
     recent: list[str] = []
     for unit in units:

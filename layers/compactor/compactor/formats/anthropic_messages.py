@@ -22,7 +22,7 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_split
+from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_marker, paired_split, without_inline_data
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -170,9 +170,10 @@ class AnthropicMessages(Dialect):
         return StreamFacts()
 
     def model_view(self, items: list[Item]) -> list[Item]:
-        """The messages without their hidden reasoning (a message holding nothing else left out), and a server-side
+        """The messages without their hidden reasoning (a message holding nothing else left out), a server-side
         compaction block without its ``encrypted_content`` (opaque bytes to a model, as a thinking signature is;
-        its ``content``, the summary, stays)."""
+        its ``content``, the summary, stays), and each base64 image or document, a tool result's too, shown by its
+        size (:func:`without_inline_data`)."""
         view = []
         for item in items:
             content = item.get("content")
@@ -183,7 +184,8 @@ class AnthropicMessages(Dialect):
                 if not kept:
                     continue
                 item = {**item, "content": kept}
-            view.append(item)
+            shown = without_inline_data(item.get("content"))
+            view.append(item if shown is item.get("content") else {**item, "content": shown})
         return view
 
     def text_item(self, role: str, text: str) -> Item:

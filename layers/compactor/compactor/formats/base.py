@@ -375,6 +375,80 @@ def media_marker(part: Item) -> str | None:
     return None
 
 
+def data_marker(kind: str, data: str) -> str:
+    """How the models' view shows inline base64 ``data`` (an image, a file, audio; a ``data:`` URL's too): its kind
+    and size, never the data (docs/formats.md "Images and files")."""
+    encoded = data.partition(",")[2] if data.startswith("data:") else data
+    return f"[{kind}, {len(encoded.rstrip('=')) * 3 // 4} bytes]"
+
+
+def _inline(value: Any) -> bool:
+    return isinstance(value, str) and len(value) > _INLINE_SHOWN
+
+
+_INLINE_SHOWN = 64
+"""Inline data up to this many characters stays in the view as it is (no marker is much smaller)."""
+_CHAT_DATA = {"image_url": ("url", "image"), "file": ("file_data", "file"), "input_audio": ("data", "audio")}
+"""A Chat Completions part's inline data: the field of its inner object holding it, and what it is."""
+
+
+def _without_data(part: Item) -> Item | None:
+    """``part`` with its inline data shown by :func:`data_marker`, or None when it holds none (or not enough)."""
+    kind = part.get("type")
+    source = part.get("source")
+    if kind in ("image", "document") and isinstance(source, dict) and source.get("type") == "base64" \
+            and _inline(source.get("data")):  # Anthropic's image and PDF blocks
+        shown = data_marker("image" if kind == "image" else "file", source["data"])
+        return {**part, "source": {**source, "data": shown}}
+    if kind == "tool_result":  # Anthropic: the images a tool returned
+        content = without_inline_data(part.get("content"))
+        return None if content is part.get("content") else {**part, "content": content}
+    if kind in ("input_image", "computer_screenshot") and _inline(part.get("image_url")) \
+            and part["image_url"].startswith("data:"):  # Responses: an image or a screenshot as a data URL
+        return {**part, "image_url": data_marker("image", part["image_url"])}
+    if kind == "input_file" and _inline(part.get("file_data")):  # Responses
+        return {**part, "file_data": data_marker("file", part["file_data"])}
+    inner = part.get(kind) if kind in ("image_url", "file", "input_audio") else None
+    if isinstance(inner, dict):  # Chat Completions: ``image_url.url`` (a data URL), ``file.file_data``, audio data
+        field, shown = _CHAT_DATA[kind]
+        value = inner.get(field)
+        if _inline(value) and (kind != "image_url" or value.startswith("data:")):
+            return {**part, kind: {**inner, field: data_marker(shown, value)}}
+    return None
+
+
+def without_inline_data(content: Any) -> Any:
+    """``content`` (a message's content, a tool's output: a list of parts, or one part) with every inline base64
+    image, file or audio shown by its kind and size (:func:`data_marker`), for the models' view; ``content`` itself
+    when it holds none. Base64 tells a text model nothing, costs its tokens, and a screenshot made its unit too large
+    to summarize (docs/formats.md "Images and files")."""
+    if isinstance(content, dict):
+        shown = _without_data(content)
+        return content if shown is None else shown
+    if not isinstance(content, list):
+        return content
+    parts = None
+    for index, part in enumerate(content):
+        shown = _without_data(part) if isinstance(part, dict) else None
+        if shown is not None:
+            parts = parts if parts is not None else list(content)
+            parts[index] = shown
+    return content if parts is None else parts
+
+
+def items_without_inline_data(items: list[Item]) -> list[Item] | None:
+    """``items`` as they are but for the inline data of their ``content`` and ``output``
+    (:func:`without_inline_data`), or None when they hold none."""
+    shown, changed = [], False
+    for item in items:
+        for field in ("content", "output"):
+            value = item.get(field) if isinstance(item, dict) else None
+            if isinstance(value, (list, dict)) and (new := without_inline_data(value)) is not value:
+                item, changed = {**item, field: new}, True
+        shown.append(item)
+    return shown if changed else None
+
+
 def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
     """:func:`block_text` (``kinds`` ``None``: every part with a string ``text``) with each image, file or audio part
     shown by its :func:`media_marker`, and each ``refusal`` part by its ``refusal`` text, in place: what the seal

@@ -11,7 +11,7 @@ from __future__ import annotations
 from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import Dialect, Item, Placeholder, shown_text
+from compactor.formats.base import Dialect, Item, Placeholder, shown_text, without_inline_data
 
 # What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
@@ -34,15 +34,21 @@ def _left_as_is(item: dict) -> bool:
 
 
 def model_message(item: Item) -> Item:
-    """``item`` with only the format's fields, in their order; empty optional fields (``null``) dropped.
-    ``item`` itself when that leaves nothing out (no copy of every message per request, docs/performance.md)."""
-    if not isinstance(item, dict) or _left_as_is(item):
+    """``item`` with only the format's fields, in their order; empty optional fields (``null``) dropped; inline
+    images, files and audio shown by their size (:func:`without_inline_data`). ``item`` itself when that leaves
+    nothing out (no copy of every message per request, docs/performance.md)."""
+    if not isinstance(item, dict):
         return item
+    content = item.get("content")
+    shown = without_inline_data(content) if isinstance(content, list) else content
+    if _left_as_is(item):
+        return item if shown is content else {**item, "content": shown}
     view: Item = {}
     for key, value in item.items():
         if key not in MODEL_FIELDS or (value is None and key not in ("role", "content")):
             continue
-        view[key] = [_model_call(c) for c in value] if key == "tool_calls" and isinstance(value, list) else value
+        view[key] = ([_model_call(c) for c in value] if key == "tool_calls" and isinstance(value, list)
+                     else shown if key == "content" else value)
     return view
 
 

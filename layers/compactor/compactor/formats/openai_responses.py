@@ -27,7 +27,8 @@ from compactor.chat import responses_call_input
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.jsonutil import dense_size
-from compactor.formats.base import Dialect, Item, Placeholder, media_marker, paired_split, shown_text
+from compactor.formats.base import (Dialect, Item, Placeholder, data_marker, media_marker, paired_split,
+                                    shown_text, without_inline_data)
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -90,7 +91,20 @@ which becomes one ``logs`` output holding the placeholder). Such a call is named
 
 def image_marker(result: str) -> str:
     """How the models and seal's input show an image generation's base64 ``result``: its size, never the image."""
-    return f"[image, {len(result.rstrip('=')) * 3 // 4} bytes]"
+    return data_marker("image", result)
+
+
+def _shown(item: Item) -> Item:
+    """An item as the models' view shows it (:meth:`OpenAIResponses.model_view`): ``item`` itself when it holds no
+    base64."""
+    if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str):
+        return {**item, "result": image_marker(item["result"])}
+    for field in ("content", "output"):
+        value = item.get(field)
+        shown = without_inline_data(value) if isinstance(value, (list, dict)) else value
+        if shown is not value:
+            return {**item, field: shown}
+    return item
 
 
 def _opens(item: Item) -> set[str]:
@@ -233,10 +247,10 @@ class OpenAIResponses(Dialect):
 
     def model_view(self, items: list[Item]) -> list[Item]:
         """The items but hidden reasoning and earlier compactions; an image generation's base64 ``result`` is shown
-        by its size (:func:`image_marker`): an image in base64 tells a text model nothing, and is megabytes."""
-        return [{**item, "result": image_marker(item["result"])}
-                if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str) else item
-                for item in items if kind_of(item) not in HIDDEN]
+        by its size (:func:`image_marker`): an image in base64 tells a text model nothing, and is megabytes. So is
+        each inline image, file or screenshot of a message's content or a tool's output
+        (:func:`without_inline_data`)."""
+        return [_shown(item) for item in items if kind_of(item) not in HIDDEN]
 
     def text_item(self, role: str, text: str) -> Item:
         if role == "assistant":
