@@ -75,6 +75,45 @@ def test_chat_model_view_keeps_the_chat_fields_only() -> None:
     assert list(CHAT.model_view(items)[0]) == ["content", "role", "tool_calls"]
 
 
+def test_anthropic_model_view_keeps_the_messages_api_fields_only() -> None:
+    """Claude Code stores the API's whole response as each assistant message: its ``id``, ``model``, ``type``,
+    ``stop_reason``, ``stop_sequence``, ``usage`` (and more). None of it reaches a model; ``role`` and ``content``
+    keep their order and values, the caller's message is untouched, and a message with nothing else is itself.
+    Before, they were a fifth of the Claude Code session's view (``usage`` alone 43 KB of 200 KB)."""
+    usage = {"input_tokens": 5342, "output_tokens": 87, "cache_read_input_tokens": 16344}
+    response = {"model": "claude-opus-4-8", "id": "msg_01AiMc", "type": "message", "role": "assistant",
+                "content": [{"type": "thinking", "thinking": "", "signature": "s"},
+                            {"type": "text", "text": "I'll look."}],
+                "stop_reason": "tool_use", "stop_sequence": None, "usage": usage, "diagnostics": None}
+    user = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "A"}]}
+    before = json.dumps(response)
+    view = ANTHROPIC.model_view([response, user])
+    assert view == [{"role": "assistant", "content": [{"type": "text", "text": "I'll look."}]}, user]
+    assert list(view[0]) == ["role", "content"] and view[1] is user and json.dumps(response) == before
+    thinking_only = {"id": "msg_2", "role": "assistant", "usage": usage,
+                     "content": [{"type": "thinking", "thinking": "", "signature": "s"}]}
+    assert ANTHROPIC.model_view([thinking_only]) == []
+
+
+def test_no_model_reads_a_claude_code_sessions_response_fields() -> None:
+    """On the real Claude Code session: the fragments' evidence, the items to summarize and the recent evidence
+    carry no ``usage`` block, response id or stop reason, and each fragment's ``bytes`` still counts its unit as
+    it is in the transcript."""
+    from compactor.compaction.preparation import prepare
+    from compactor.compaction.preset import load_preset
+    from compactor.jsonutil import dense_size
+
+    messages = claude_code_messages(CLAUDE_CODE)
+    prep = prepare(messages, keep_recent=4, target_ratio=0.1, pinned_indices=None,
+                   question_template=load_preset()["question"], dialect=ANTHROPIC)
+    candidates = [c for b in prep.batches for c in b.candidates]
+    assert len(candidates) > 20 and prep.recent_evidence
+    for text in [*(c.evidence for c in candidates), *(c.item for c in candidates), *prep.recent_evidence]:
+        for field in ('"usage"', '"stop_reason"', '"stop_sequence"', '"cache_read_input_tokens"', '"msg_0'):
+            assert field not in text  # as a key (or a response id): the words may be in the messages' text
+    assert all(c.size == dense_size(messages[c.unit.start:c.unit.end]) for c in candidates)
+
+
 def _model_message_by_copy(item: Any) -> Any:
     """The chat model view of one message as first written: always a copy."""
     from compactor.formats.openai_chat import CALL_FIELDS, MODEL_FIELDS

@@ -33,6 +33,9 @@ COMPACTION = "compaction"
 """The API's server-side compaction block (``{"type": "compaction", "content": <summary>}`` in an assistant message):
 the API drops every block before it, so its summary is the context from there on; ``content`` null is a failed
 compaction the API treats as a no-op (docs/formats.md "Earlier compactions")."""
+# What a model reads of a message: the Messages API's message fields. The rest is what a harness stores beside them
+# (Claude Code's records keep the API's response: its id, model, stop reason and usage), which no model needs.
+MODEL_FIELDS = frozenset({"role", "content"})
 SYSTEM_BLOCK = "mid_conv_system"
 """System instructions given mid-conversation (``{"type": "mid_conv_system", "content": [text blocks]}``), as a
 ``system`` or ``developer`` message is in the other formats."""
@@ -173,9 +176,13 @@ class AnthropicMessages(Dialect):
         """The messages without their hidden reasoning (a message holding nothing else left out), and a server-side
         compaction block without its ``encrypted_content`` (opaque bytes to a model, as a thinking signature is;
         its ``content``, the summary, stays), and each base64 source (an ``image`` or ``document`` block's, in a
-        message or a tool's result) shown by its marker (:meth:`media_shown`)."""
+        message or a tool's result) shown by its marker (:meth:`media_shown`). A message is its Messages API fields
+        only (:data:`MODEL_FIELDS`): what a harness stores beside them (Claude Code keeps the API's whole response:
+        ``id``, ``model``, ``usage``, ``stop_reason``…) never reaches a model (docs/formats.md "Hidden reasoning")."""
         view = []
         for item in items:
+            if not item.keys() <= MODEL_FIELDS:
+                item = {k: v for k, v in item.items() if k in MODEL_FIELDS}
             content = item.get("content")
             if isinstance(content, list) and any(isinstance(b, dict) and (b.get("type") in HIDDEN or _opaque(b))
                                                  for b in content):
