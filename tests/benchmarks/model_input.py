@@ -37,7 +37,9 @@ screenshot as ``[image/png, N bytes]`` (docs/formats.md "Images and files"). The
 A directory is read with its subfolders (the corpus keeps its Claude Code and Codex sessions in
 ``anthropic-messages/`` and ``openai-responses/``). Transcripts are read as chat, as ``compactor eval``
 reads them (a Claude Code session converted to chat messages); a Codex rollout, which has no chat
-messages, is compacted in its own format (``openai-responses``), as ``compactor compact`` sends it.
+messages, is compacted in its own format (``openai-responses``), as ``compactor compact`` sends it. A Claude Code
+session is also measured as ``compactor compact`` sends it, in its own format (``anthropic-messages``): one line
+after the means, not in them.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from compactor.providers.base import ChatRequest, DecisionRequest, Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
-from compactor.transcripts import CODEX, TranscriptError, parse_transcript, read_transcript
+from compactor.transcripts import CLAUDE_CODE, CODEX, TranscriptError, parse_transcript, read_transcript
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
@@ -143,10 +145,15 @@ def cache_billed(bodies: list[bytes]) -> float:
     return sum(map(len, bodies)) - (len(bodies) - 1) * prefix * (1 - CACHED_INPUT_PRICE_FACTOR)
 
 
-def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read(path: Path, own: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The request fields of a transcript and its items: chat messages when it reads as chat, else a Codex
-    rollout's own items (``openai-responses``). Raises ``TranscriptError`` for anything else."""
+    rollout's own items (``openai-responses``); with ``own``, a session's items in its own format whatever it
+    reads as. Raises ``TranscriptError`` for anything else."""
     text = path.read_text(encoding="utf-8")
+    if own:
+        transcript = read_transcript(text)
+        return {**transcript.fields, "format": transcript.format, transcript.items_field: transcript.items}, \
+            transcript.items
     try:
         messages, fields = parse_transcript(text)
         return {**fields, "messages": messages}, messages
@@ -221,8 +228,9 @@ def base64_sent(bodies: list[bytes]) -> int:
     return sum(len(run) for body in bodies for run in BASE64_RUN.findall(body))
 
 
-def measure(path: Path, provider: FakeProviderServer, screenshots: tuple[int, int] | None = None) -> dict[str, Any]:
-    fields, items = read_with_screenshots(path, screenshots) if screenshots else read(path)
+def measure(path: Path, provider: FakeProviderServer, screenshots: tuple[int, int] | None = None,
+            own: bool = False) -> dict[str, Any]:
+    fields, items = read_with_screenshots(path, screenshots) if screenshots else read(path, own)
     size = dense_size(items)
     result: dict[str, Any] = {"name": path.name, "bytes": size, "format": fields.get("format", "openai-chat")}
     for mode, extra in (("decision", {"decision_policy_ir": DEFAULT_DECISIONS_POLICY}), ("seal", {})):
@@ -259,6 +267,15 @@ def transcripts(arguments: list[str]) -> list[Path]:
     for path in paths:
         found.extend(sorted(p for p in path.rglob("*.json*") if p.is_file()) if path.is_dir() else [path])
     return found
+
+
+def claude_code_session(path: Path) -> bool:
+    """Whether ``path`` is a Claude Code session, which the table reads as chat and ``compactor compact`` sends
+    in its own format (``anthropic-messages``)."""
+    try:
+        return read_transcript(path.read_text(encoding="utf-8")).session == CLAUDE_CODE
+    except TranscriptError:
+        return False
 
 
 def readable(path: Path) -> bool:
@@ -311,7 +328,7 @@ def main() -> int:
         return screenshot_figures([Path(a) for a in args.paths] or [CORPUS / name for name in SCREENSHOT_SOURCES],
                                   (int(low), int(high or low)))
     provider = recording_provider()
-    rows = []
+    rows, sessions = [], []
     try:
         print(f"{'transcript':<52} {'bytes':>8} {'decision sent':>13} {'ratio':>6} {'calls':>5} "
               f"{'prefix':>6} {'shared':>6} {'cached-billed':>13} {'ratio':>6} {'seal sent':>9} {'ratio':>6}")
@@ -324,6 +341,8 @@ def main() -> int:
                   f"{d['calls']:5d} {prefix:>6} {d['shared']:6d} {d['billed']:13.0f} {d['billed'] / row['bytes']:6.2f} "
                   f"{s['sent']:9d} {s['sent'] / row['bytes']:6.2f}"
                   + (f"  NOT PREFIX: common prefix {d['prefix_bytes']} bytes" if prefix_missed(row) else ""))
+            if claude_code_session(path):
+                sessions.append(measure(path, provider, own=True))
     finally:
         provider.stop()
     # Transcripts where decision mode made no call cost nothing: averaging them in would flatter the figure.
@@ -354,6 +373,11 @@ def main() -> int:
           f"of state across their decision requests; "
           + (f"NOT sent as their common prefix on {len(missed)}: {', '.join(missed)}" if missed
              else "each sends all of it as the requests' common prefix"))
+    for row in sessions:  # the product's path for these files; not in the mean, which stays the table's
+        d = row["decision"]
+        print(f"as compactor compact sends it (anthropic-messages, its items {row['bytes']} bytes): {row['name']}: "
+              f"decision {d['sent']} bytes in {d['calls']} calls, {d['sent'] / row['bytes']:.2f} (shared state "
+              f"{d['shared']} bytes), seal {row['seal']['sent'] / row['bytes']:.2f}")
     return 0 if mean_decision <= GOAL and not missed else 1
 
 
