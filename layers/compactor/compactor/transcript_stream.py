@@ -481,6 +481,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_che
     # an array, at level 2 of an object (its messages array at 1). It was given all 128 of its own, so a message 1
     # or 2 levels too deep for the API, the S3 path's whole reading and compactor compact below 32 MiB was compacted.
     message_levels = MAX_BODY_DEPTH - (1 if kind == "array" else 2)
+    read = 0  # messages read whole: where a document that is not JSON broke
     try:
         if path_free:
             items = _path_free_messages(reader, kind, backend, keyed)
@@ -498,11 +499,12 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_che
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
             reader.settled()
+            read += 1
             yield message
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:  # ValueError: a number Python refuses to convert
-        raise reader.stopped or _not_json(exc) from exc
+        raise reader.stopped or _not_json(exc, read) from exc
     if reader.stopped is not None:  # stopped on a read the document did not need (blank after its end)
         raise reader.stopped
 
@@ -728,7 +730,11 @@ def _refused_integer(exc: Exception) -> bool:
 NOT_UTF8 = "not UTF-8 text (an invalid byte in a string)"
 
 
-def _not_json(exc: Exception) -> TranscriptError:
+def _not_json(exc: Exception, read: int | None = None) -> TranscriptError:
+    """Why a document's reading failed, in one line, after its ``read`` messages when they are counted: yajl's text (the
+    C backend's) goes on with lines of the input around the place and an arrow under it, which a failure record
+    (``failed/<rel>``, the job's status) held as they were ("not JSON: parse error: premature EOF\\n   ...\\n
+    (right here) ------^\\n"), and said nowhere how far the document read."""
     if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape, or bytes that are
         # no UTF-8 (ED A0 80): the pure-Python backend tells them apart
         return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
@@ -741,7 +747,8 @@ def _not_json(exc: Exception) -> TranscriptError:
             isinstance(reason, bytes) and reason.startswith(b"lexical error: invalid bytes in UTF8 string")):
         return NotJSON(NOT_UTF8)
     text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-    return NotJSON(f"not JSON: {text[:200]}")
+    text = text.strip().split("\n", 1)[0].strip()[:200]
+    return NotJSON(f"not JSON: {text}" + ("" if read is None else f" (after {read} messages read whole)"))
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
@@ -752,7 +759,7 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
         try:
             record = bounded_loads(line)
         except JSONLimitError as exc:
-            raise NotJSON(f"line {number} is not JSON: {exc.msg}") from exc
+            raise NotJSON(f"line {number} is not JSON: {exc.placed(line=False)}") from exc
         messages = _jsonl_record_messages(record, number)
         if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
             _check_as_api(messages, f"line {number}")  # the messages, not the record's bookkeeping
