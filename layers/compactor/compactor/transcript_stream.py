@@ -374,6 +374,17 @@ class _Watched:
     def settled(self) -> None:
         self.openers, self.size, self.wide = self.last_openers, self.last_size, self.last_wide
 
+    def taken(self) -> TranscriptError | None:
+        """:attr:`stopped`, which the reading raises, no longer held here. Held, it made a cycle the collector cannot
+        free: the reason's traceback holds the reading's frames (and through them every frame of the run it was raised
+        in, with their locals: a windowed plan's scan of the whole transcript), those frames hold the parser, and
+        ijson's C parser holds this reader's ``read`` without telling the collector. Every stream read again another
+        way (a path too long, a surrogate escape, a long number) or refused by this reader left it all in memory for
+        the container's life: a Lambda container that planned a 100 MB ``anthropic-messages`` job kept 19 MB more
+        for good, one more each job (docs/scale.md, "Streaming")."""
+        stopped, self.stopped = self.stopped, None
+        return stopped
+
 
 def _python_backend() -> Any:
     return ijson.get_backend("python")
@@ -504,9 +515,9 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_che
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:  # ValueError: a number Python refuses to convert
-        raise reader.stopped or _not_json(exc, read) from exc
+        raise reader.taken() or _not_json(exc, read) from exc
     if reader.stopped is not None:  # stopped on a read the document did not need (blank after its end)
-        raise reader.stopped
+        raise reader.taken()
 
 
 def _keys_once() -> Any:
@@ -672,9 +683,9 @@ def _fields(raw: IO[bytes], backend: Any, literals: bool = False) -> dict[str, A
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:
-        raise reader.stopped or _not_json(exc) from exc
+        raise reader.taken() or _not_json(exc) from exc
     if reader.stopped is not None:
-        raise reader.stopped
+        raise reader.taken()
     # A format that is null (or another false value) is no format, as a file read whole takes it (transcripts.
     # read_transcript): it was an "unknown format 'None'", so the same file was compacted under the CLI's streaming
     # threshold or the S3 path's inline size and refused above them.
