@@ -23,12 +23,15 @@ from compactor_cli.sam_template import Template, TemplateError, as_string
 
 LAMBDA_DEFAULT_TIMEOUT_S = 3
 STACK_RESOURCE_VARIABLES = ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "COMPACTOR_RESPONSES_BUCKET",
-                            "COMPACTOR_ARCHIVE_BUCKET", "COMPACTOR_JOBS_BUCKET")
-"""Variables naming the deployed stack's billing, archive and upload resources: never applied locally, where the
-ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md; the instances of
-``compactor serve --workers`` share them through files), restorable originals go to a local directory
-(docs/archives.md), and uploads answer 503 unless the shell names a jobs bucket (docs/scale.md). Applied,
-a variable held the resource's logical id (``TranscriptBucket``), which no AWS call can use."""
+                            "COMPACTOR_ARCHIVE_BUCKET", "COMPACTOR_JOBS_BUCKET", "COMPACTOR_WINDOWED_STATE_MACHINE_ARN")
+"""Variables naming the deployed stack's billing, archive, upload and windowed-job resources: never applied locally,
+where the ledger and idempotency records stay in memory unless the shell names tables (docs/billing.md; the instances
+of ``compactor serve --workers`` share them through files), restorable originals go to a local directory
+(docs/archives.md), uploads answer 503 unless the shell names a jobs bucket (docs/scale.md), and an object over
+``S3InlineMaxBytes`` is compacted by the S3 function itself, in windows, as without a state machine (up to 64 MiB),
+unless the shell names one. Applied, a variable held the resource's logical id (``TranscriptBucket``), which no AWS
+call can use: ``compactor invoke S3CompactFunction`` on an object over 8 MiB failed on StartExecution ("Invalid State
+Machine Arn: 'WindowedJobStateMachine'", exit 1)."""
 LAMBDA_DEFAULT_MEMORY_MB = 128
 
 

@@ -88,3 +88,17 @@ def test_invoke_fails_like_lambda_when_the_object_is_missing(moto_endpoint: str,
 
     assert result.returncode == 1
     assert json.loads(result.stdout)["errorType"] == "NoSuchKey"
+
+
+def test_an_object_over_the_inline_size_is_compacted_in_the_function_without_a_state_machine(
+        moto_endpoint: str, remote_s3: Any) -> None:
+    # The template's COMPACTOR_WINDOWED_STATE_MACHINE_ARN resolved to the logical id: an object over S3InlineMaxBytes
+    # (8 MiB; 1000 bytes here) failed on StartExecution, "Invalid State Machine Arn: 'WindowedJobStateMachine'", exit 1.
+    remote_s3.create_bucket(Bucket=BUCKET)
+    remote_s3.put_object(Bucket=BUCKET, Key=KEY, Body=DEMO_TRANSCRIPT.read_bytes())
+
+    result = invoke(moto_endpoint, "--param", "S3InlineMaxBytes=1000")
+
+    assert result.returncode == 0, result.stderr
+    [outcome] = json.loads(result.stdout)["results"]
+    assert outcome["result"] == "compacted" and outcome["key"] == RESULT_KEY

@@ -392,6 +392,7 @@ KEPT = b'{"role": "user", "content": "kept"}'
     b"\xef\xbb\xbf\xef\xbb\xbf[" + KEPT + b"]",  # two byte order marks
     b"not json\n" + KEPT + b"\n",  # a JSONL line that is not JSON
     KEPT + b"\n" + KEPT[:-1] + b"\n",  # nor this one
+    KEPT + b"\n" + KEPT[:-3] + b"\n",  # a line torn inside a string (it read "Invalid control character at" read whole)
 ])
 def test_bytes_the_api_does_not_read_as_json_are_recorded_as_the_inline_job_records_them(aws, data):
     """The inline job records bytes the API would not read as JSON with the API's 422 ``json_invalid`` detail; the

@@ -491,6 +491,16 @@ class JSONLimitError(json.JSONDecodeError):
         self.msg = message  # without JSONDecodeError's " : line 1 column 1 (char 0)" suffix
         self.syntax = syntax  # True: not JSON at all; False: JSON over a limit
 
+    def placed(self, *, line: bool = True) -> str:
+        """The message with where the parser stopped, for a syntax error: ``Expecting ',' delimiter at line 5001,
+        column 1`` (``line=False``: ``at column 1``, in a line of JSONL); a limit's message as it is. :attr:`msg` alone
+        read "line 646 is not JSON: Invalid control character at" (json's words wait for the place), and a document
+        broken at its 5,001st line gave no line at all."""
+        if not self.syntax or not self.doc:
+            return self.msg
+        where = f"line {self.lineno}, column {self.colno}" if line else f"column {self.colno}"
+        return f"{self.msg} {where}" if self.msg.endswith(" at") else f"{self.msg} at {where}"
+
 
 def _bounded_number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse_bounded(text: str) -> Any:

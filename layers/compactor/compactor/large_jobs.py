@@ -105,11 +105,24 @@ def job_id(source: Source) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
-def job_input(source: Source, *, max_concurrency: int, caller: str | None = None) -> dict[str, Any]:
+def job_input(source: Source, *, max_concurrency: int, caller: str | None = None,
+              inline_max_bytes: int | None = None) -> dict[str, Any]:
     """The state machine's execution input for ``source``; ``caller``, the one the job is billed to, is the one its
-    windows run as (docs/reliability.md#isolation-one-callers-failures-are-that-callers)."""
-    return {"job": {**source.as_dict(), "sequencer": source.sequencer, "job_id": job_id(source), "caller": caller},
-            "max_concurrency": max_concurrency}
+    windows run as (docs/reliability.md#isolation-one-callers-failures-are-that-callers). ``inline_max_bytes``: the
+    size over which the S3 function sent the object here (``S3InlineMaxBytes``), which a refusal for the object's size
+    names (:func:`_too_large`)."""
+    job = {**source.as_dict(), "sequencer": source.sequencer, "job_id": job_id(source), "caller": caller}
+    if inline_max_bytes is not None:
+        job["inline_max_bytes"] = inline_max_bytes
+    return {"job": job, "max_concurrency": max_concurrency}
+
+
+def _this_large(job: dict[str, Any]) -> str:
+    """What objects a windowed job's size refusal is about: those over the S3 function's inline size, named when the
+    execution's input gives it (a job started before it did: "this large"). A caller read "transcripts this large"
+    and could not know how large a transcript of that format may be."""
+    size = job.get("inline_max_bytes")
+    return f"transcripts over {size} bytes" if isinstance(size, int) else "transcripts this large"
 
 
 def _next_pass(job: dict[str, Any], windows_key: str) -> dict[str, Any]:
@@ -211,11 +224,11 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         # what only an object this large is refused for (413)
         CompactRequest.model_validate(body)
         if body.get("restorable") is True:
-            return _too_large(store, source, stored, rel, "transcripts this large are compacted in windows, which "
+            return _too_large(store, source, stored, rel, f"{_this_large(job)} are compacted in windows, which "
                                                           "keep no restorable archives")
         mode = whole_read_mode(open_source, fields, defaults.fields)  # the mode a smaller object runs in
         if mode != "decision":
-            return _too_large(store, source, stored, rel, too_large_for_its_mode(mode, body))
+            return _too_large(store, source, stored, rel, too_large_for_its_mode(mode, body, _this_large(job)))
         body["mode"] = "decision"  # the preset's decision policy applies when none is named
         request = CompactRequest.model_validate(body)
         settings = Settings.from_request(request)
@@ -247,8 +260,11 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
                                             conditional=True))
         named = (f"; it names openai-chat, so it is not read as {exc.format} (name that format, or none, to compact it "
                  f"in windows)") if exc.format is not None else ""
-        return _too_large(store, source, stored, rel, f"transcripts this large are compacted in windows, which read "
-                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}{named}")
+        smaller = (f"up to {job['inline_max_bytes']} bytes" if isinstance(job.get("inline_max_bytes"), int)
+                   else "a smaller one")
+        return _too_large(store, source, stored, rel, f"{_this_large(job)} are compacted in windows, which read "
+                                                      f"{' and '.join(WINDOWED_FORMATS)} only: {exc}{named} ({smaller} "
+                                                      f"is compacted as one request, in its own format)")
     except TranscriptError as exc:
         return _recorded(_write_failure(store, source, stored, rel,
                                         not_a_transcript(exc, json_invalid=isinstance(exc, NotJSON)), conditional=True))
@@ -257,12 +273,13 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
     return _next_pass(job, windows_key)
 
 
-def too_large_for_its_mode(mode: str, body: dict[str, Any]) -> str:
+def too_large_for_its_mode(mode: str, body: dict[str, Any], large: str = "transcripts this large") -> str:
     """Why a transcript over the windowed size is refused in ``mode`` (any but decision, docs/scale.md), ``body`` its
-    fields over the defaults: when it names no mode, which mode it was inferred to run in, and how to window it."""
+    fields over the defaults: when it names no mode, which mode it was inferred to run in, and how to window it.
+    ``large``: what transcripts (:func:`_this_large`)."""
     if body.get("mode") is not None:
-        return "transcripts this large are compacted in decision mode only"
-    return (f"transcripts this large are compacted in decision mode only; this request body names no mode and no "
+        return f"{large} are compacted in decision mode only"
+    return (f"{large} are compacted in decision mode only; this request body names no mode and no "
             f"decision_policy_ir, so it runs in {mode} mode, as the API infers it (name mode 'decision' to compact it "
             f"in windows)")
 

@@ -374,6 +374,17 @@ class _Watched:
     def settled(self) -> None:
         self.openers, self.size, self.wide = self.last_openers, self.last_size, self.last_wide
 
+    def taken(self) -> TranscriptError | None:
+        """:attr:`stopped`, which the reading raises, no longer held here. Held, it made a cycle the collector cannot
+        free: the reason's traceback holds the reading's frames (and through them every frame of the run it was raised
+        in, with their locals: a windowed plan's scan of the whole transcript), those frames hold the parser, and
+        ijson's C parser holds this reader's ``read`` without telling the collector. Every stream read again another
+        way (a path too long, a surrogate escape, a long number) or refused by this reader left it all in memory for
+        the container's life: a Lambda container that planned a 100 MB ``anthropic-messages`` job kept 19 MB more
+        for good, one more each job (docs/scale.md, "Streaming")."""
+        stopped, self.stopped = self.stopped, None
+        return stopped
+
 
 def _python_backend() -> Any:
     return ijson.get_backend("python")
@@ -483,6 +494,7 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_che
     # an array, at level 2 of an object (its messages array at 1). It was given all 128 of its own, so a message 1
     # or 2 levels too deep for the API, the S3 path's whole reading and compactor compact below 32 MiB was compacted.
     message_levels = MAX_BODY_DEPTH - (1 if kind == "array" else 2)
+    read = 0  # messages read whole: where a document that is not JSON broke
     try:
         if path_free:
             items = _path_free_messages(reader, kind, backend, keyed)
@@ -500,13 +512,14 @@ def _messages(raw: IO[bytes], backend: Any, *, path_free: bool = False, keys_che
             if backend is not None:  # the pure-Python backend takes what the API refuses
                 _check_as_api(message, f"message {index}")
             reader.settled()
+            read += 1
             yield message
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:  # ValueError: a number Python refuses to convert
-        raise reader.stopped or _not_json(exc) from exc
+        raise reader.taken() or _not_json(exc, read) from exc
     if reader.stopped is not None:  # stopped on a read the document did not need (blank after its end)
-        raise reader.stopped
+        raise reader.taken()
 
 
 def _keys_once() -> Any:
@@ -672,9 +685,9 @@ def _fields(raw: IO[bytes], backend: Any, literals: bool = False) -> dict[str, A
     except TranscriptError:
         raise
     except (ijson.JSONError, ValueError) as exc:
-        raise reader.stopped or _not_json(exc) from exc
+        raise reader.taken() or _not_json(exc) from exc
     if reader.stopped is not None:
-        raise reader.stopped
+        raise reader.taken()
     # A format that is null (or another false value) is no format, as a file read whole takes it (transcripts.
     # read_transcript): it was an "unknown format 'None'", so the same file was compacted under the CLI's streaming
     # threshold or the S3 path's inline size and refused above them.
@@ -730,7 +743,11 @@ def _refused_integer(exc: Exception) -> bool:
 NOT_UTF8 = "not UTF-8 text (an invalid byte in a string)"
 
 
-def _not_json(exc: Exception) -> TranscriptError:
+def _not_json(exc: Exception, read: int | None = None) -> TranscriptError:
+    """Why a document's reading failed, in one line, after its ``read`` messages when they are counted: yajl's text (the
+    C backend's) goes on with lines of the input around the place and an arrow under it, which a failure record
+    (``failed/<rel>``, the job's status) held as they were ("not JSON: parse error: premature EOF\\n   ...\\n
+    (right here) ------^\\n"), and said nowhere how far the document read."""
     if isinstance(exc, UnicodeDecodeError):  # the C backend's UTF-8 of a lone low surrogate escape, or bytes that are
         # no UTF-8 (ED A0 80): the pure-Python backend tells them apart
         return SurrogateEscape("a string the C backend cannot decode: the stream is to be read again by the "
@@ -743,7 +760,8 @@ def _not_json(exc: Exception) -> TranscriptError:
             isinstance(reason, bytes) and reason.startswith(b"lexical error: invalid bytes in UTF8 string")):
         return NotJSON(NOT_UTF8)
     text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-    return NotJSON(f"not JSON: {text[:200]}")
+    text = text.strip().split("\n", 1)[0].strip()[:200]
+    return NotJSON(f"not JSON: {text}" + ("" if read is None else f" (after {read} messages read whole)"))
 
 
 def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
@@ -754,7 +772,7 @@ def _jsonl(reader: _Replay) -> Iterator[dict[str, Any]]:
         try:
             record = bounded_loads(line)
         except JSONLimitError as exc:
-            raise NotJSON(f"line {number} is not JSON: {exc.msg}") from exc
+            raise NotJSON(f"line {number} is not JSON: {exc.placed(line=False)}") from exc
         messages = _jsonl_record_messages(record, number)
         if b"\\ud" in line or b"\\uD" in line:  # a surrogate escape: paired, or lone as the API refuses
             _check_as_api(messages, f"line {number}")  # the messages, not the record's bookkeeping

@@ -276,7 +276,7 @@ def read_transcript(text: str, format: str | None = None) -> Transcript:
     except JSONLimitError as exc:
         if not exc.syntax:
             raise TranscriptError(exc.msg) from None
-        transcript = _read_jsonl(text)
+        transcript = _read_jsonl(text, exc)
         if format is not None and transcript.session is not None and format != transcript.format:
             raise TranscriptError(f"this {transcript.session} session is {transcript.format}, not {format}")
         if format is not None and transcript.session is None:
@@ -333,16 +333,26 @@ def _bare_reference(item: dict[str, Any]) -> bool:
     return "role" not in item and item.get("type") is None and isinstance(item.get("id"), str)
 
 
-def _read_jsonl(text: str) -> Transcript:
+def _read_jsonl(text: str, not_json: JSONLimitError | None = None) -> Transcript:
+    """The JSONL transcript in ``text``, which ``not_json`` says is not one JSON document. When its first line opens
+    an array or an object and is no JSON, and the document's reading went past it, the text is no JSONL but that
+    document (as the streamed reading takes it), refused where its reading stopped (its line and column). It was
+    refused as "line 1 is not JSON", wherever the document broke: a JSON array cut short at its 5,001st line, or
+    missing a comma there, read "line 1 is not JSON: Expecting value"."""
     lines = _lines(text)
     records: list[tuple[int, Any]] = []
     for number, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            records.append((number, bounded_loads(line)))
+            # Without its line feed, as the streamed reading reads a line: a line cut inside a string is an
+            # "Unterminated string" on both, where this one read "Invalid control character" (the line feed)
+            records.append((number, bounded_loads(line[:-1] if line.endswith("\n") else line)))
         except JSONLimitError as exc:
-            raise TranscriptError(f"line {number + 1} is not JSON: {exc.msg}") from None
+            if (not records and exc.syntax and not_json is not None and not_json.lineno > 1
+                    and line.lstrip(" \t\r\n")[:1] in ("[", "{")):
+                raise TranscriptError(f"not JSON: {not_json.placed()}") from None
+            raise TranscriptError(f"line {number + 1} is not JSON: {exc.placed(line=False)}") from None
     if any(isinstance(r, dict) and r.get("type") == "response_item" for _, r in records):
         picked = [(n, r["payload"]) for n, r in records
                   if isinstance(r, dict) and r.get("type") == "response_item" and isinstance(r.get("payload"), dict)]

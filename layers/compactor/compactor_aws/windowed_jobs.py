@@ -35,7 +35,8 @@ def launcher(env: Mapping[str, str] | None = None, client: Any = None, *, caller
         sfn = client or aws_session.client("stepfunctions")
         name = large_jobs.job_id(source)
         try:
-            started = large_jobs.job_input(source, max_concurrency=concurrency, caller=caller)
+            started = large_jobs.job_input(source, max_concurrency=concurrency, caller=caller,
+                                           inline_max_bytes=inline_max_bytes(source_env))
             sfn.start_execution(stateMachineArn=arn, name=name, input=json.dumps(started))
         except sfn.exceptions.ExecutionAlreadyExists:
             return Outcome("skipped", source, reason="windowed job already started")
