@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
+from compactor.patterns import pattern
 
 Item = dict[str, Any]
 
@@ -373,11 +374,11 @@ def payload_marker(kind: str, data: str) -> str:
     return f"[{kind}, {len(data.rstrip('=')) * 3 // 4} bytes]"
 
 
-_DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
+_DATA_URL = pattern(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
 """A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
 
 
-_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
+_BASE64 = pattern(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
 
 
 def _data_url_marker(text: str) -> str | None:
