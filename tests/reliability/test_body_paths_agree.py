@@ -268,6 +268,30 @@ def test_items_of_another_format_than_the_named_one_are_refused_on_every_path(
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.parametrize(("raw", "words"), [
+    (_body("anthropic-messages", CHAT_CALLS),
+     "messages[1] looks like openai-chat (a 'tool_calls' field), but the format is anthropic-messages: "
+     "send the items with format openai-chat"),
+    (json.dumps({"mode": "nope", "messages": MESSAGES}).encode("utf-8"), "mode must be one of: "),
+])
+def test_a_422_says_the_validators_words_without_pydantics_prefix(
+    compact_module: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bytes, words: str,
+) -> None:
+    # detail[0].msg began "Value error, " before the words docs/formats.md and docs/behaviour.md quote (the CLI's
+    # line did not).
+    from compactor_cli.main import main
+
+    status, body = api(compact_module, raw)
+    assert status == 422 and body["detail"][0]["msg"].startswith(words), body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.detail[0]["msg"].startswith(words), failure
+    path = tmp_path / "named.json"
+    path.write_bytes(raw)
+    assert main(["compact", str(path), "-o", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert re.match(rf"compactor compact: invalid request: (mode: )?{re.escape(words)}", err), err
+
+
 def test_a_bare_transcript_declared_in_another_format_is_refused_by_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
