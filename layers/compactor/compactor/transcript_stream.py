@@ -55,7 +55,7 @@ from compactor.jsonutil import (
     bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
-from compactor.formats.base import other_format
+from compactor.formats.base import looks_like, mixed_formats, other_format
 from compactor.transcripts import (
     FILE_FIELDS, NotChat, NotJSON, Transcript, TranscriptError, _jsonl_record_messages, item_format,
 )
@@ -403,20 +403,40 @@ def messages_from(open_source: Opener, format: str | None = None, *,
     (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
     given, backend, path_free, literals = 0, None, False, False
+    # The first item plainly of the format read (looks_like): a refusal of an item of the other one names both
+    # (mixed_formats), as the whole reading's validation does
+    first: dict[str, tuple[str, str]] = {}
     while True:
         try:
             with open_source() as raw:
-                for index, message in enumerate(_messages(raw, backend, path_free=path_free,
-                                                          keys_checked=keys_checked, literals=literals)):
+                messages = enumerate(_messages(raw, backend, path_free=path_free, keys_checked=keys_checked,
+                                               literals=literals))
+                for index, message in messages:
                     if index >= given:
                         other = item_format(message)
+                        if not first and (shown := looks_like(message)) is not None \
+                                and shown[0] == (format or "openai-chat"):
+                            first[shown[0]] = (f"messages[{index}]", shown[1])
                         if other is not None and not (anthropic and other == "anthropic-messages"):
+                            shown = looks_like(message)
+                            refusal = mixed_formats({**first, other: (f"messages[{index}]", shown[1])}) \
+                                if first and shown is not None and shown[0] == other \
+                                else other_format(message, format or "openai-chat", f"messages[{index}]")
                             raise NotChat(f"message {index} is an {other} item",
-                                          other if other == "anthropic-messages" else None,
-                                          refusal=other_format(message, format or "openai-chat",
-                                                               f"messages[{index}]"))
+                                          other if other == "anthropic-messages" else None, refusal=refusal)
                         if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
-                            raise TranscriptError(refused)  # a Chat Completions message (Dialect.validate)
+                            # a Chat Completions message (Dialect.validate); an Anthropic one before or after it
+                            # shows two formats
+                            shown = looks_like(message)
+                            if shown is not None and not first:
+                                later = next(((i, found) for i, item in messages if (found := looks_like(item))
+                                              is not None and found[0] == "anthropic-messages"), None)
+                                if later is not None:
+                                    refused = mixed_formats({shown[0]: (f"messages[{index}]", shown[1]),
+                                                             later[1][0]: (f"messages[{later[0]}]", later[1][1])})
+                            elif shown is not None:
+                                refused = mixed_formats({**first, shown[0]: (f"messages[{index}]", shown[1])})
+                            raise TranscriptError(refused)
                         if anthropic and message.get("role") not in ("user", "assistant"):
                             raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
                                                   "anthropic-messages (the system prompt is the top-level 'system')")
