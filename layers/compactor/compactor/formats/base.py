@@ -166,8 +166,9 @@ class Dialect:
         return items
 
     def media_shown(self, item: Item) -> Item:
-        """``item`` with each base64 payload the format documents shown by its marker (:func:`media_free_fields`),
-        nothing else changed: ``item`` itself when it holds none. The models' view is built on it, and batching
+        """``item`` with each base64 payload the format documents shown by its marker (:func:`media_free_fields`)
+        and any opaque field the format documents left out (an Anthropic server tool's encrypted results), nothing
+        else changed: ``item`` itself when it holds none. The models' view is built on it, and batching
         counts a unit so (docs/formats.md "Images and files")."""
         return item
 
