@@ -44,8 +44,9 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from itertools import islice
 from typing import IO, Any
 
 import ijson
@@ -402,10 +403,15 @@ def messages_from(open_source: Opener, format: str | None = None, *,
     message (a Python call for every key: module docstring), only for bytes a checked reading has gone through whole
     (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
+    read = format or "openai-chat"
     given, backend, path_free, literals = 0, None, False, False
-    # The first item plainly of the format read (looks_like): a refusal of an item of the other one names both
-    # (mixed_formats), as the whole reading's validation does
-    first: dict[str, tuple[str, str]] = {}
+
+    def first_before(until: int, wanted: str) -> tuple[str, str] | None:
+        """The first of the messages before ``until`` plainly of ``wanted`` (read again: only a refusal asks)."""
+        with open_source() as again:
+            return _first_of(wanted, islice(enumerate(_messages(again, backend, path_free=path_free,
+                                                                keys_checked=keys_checked, literals=literals)), until))
+
     while True:
         try:
             with open_source() as raw:
@@ -414,28 +420,26 @@ def messages_from(open_source: Opener, format: str | None = None, *,
                 for index, message in messages:
                     if index >= given:
                         other = item_format(message)
-                        if not first and (shown := looks_like(message)) is not None \
-                                and shown[0] == (format or "openai-chat"):
-                            first[shown[0]] = (f"messages[{index}]", shown[1])
                         if other is not None and not (anthropic and other == "anthropic-messages"):
+                            # items of the format read before it show two formats (mixed_formats), as the whole
+                            # reading's validation says
                             shown = looks_like(message)
-                            refusal = mixed_formats({**first, other: (f"messages[{index}]", shown[1])}) \
-                                if first and shown is not None and shown[0] == other \
-                                else other_format(message, format or "openai-chat", f"messages[{index}]")
+                            before = first_before(index, read) if shown is not None and shown[0] == other else None
+                            refusal = mixed_formats({read: before, other: (f"messages[{index}]", shown[1])}) \
+                                if before is not None and shown is not None \
+                                else other_format(message, read, f"messages[{index}]")
                             raise NotChat(f"message {index} is an {other} item",
                                           other if other == "anthropic-messages" else None, refusal=refusal)
                         if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
                             # a Chat Completions message (Dialect.validate); an Anthropic one before or after it
                             # shows two formats
                             shown = looks_like(message)
-                            if shown is not None and not first:
-                                later = next(((i, found) for i, item in messages if (found := looks_like(item))
-                                              is not None and found[0] == "anthropic-messages"), None)
-                                if later is not None:
-                                    refused = mixed_formats({shown[0]: (f"messages[{index}]", shown[1]),
-                                                             later[1][0]: (f"messages[{later[0]}]", later[1][1])})
-                            elif shown is not None:
-                                refused = mixed_formats({**first, shown[0]: (f"messages[{index}]", shown[1])})
+                            if shown is not None:
+                                here = (f"messages[{index}]", shown[1])
+                                if (before := first_before(index, format)) is not None:
+                                    refused = mixed_formats({format: before, shown[0]: here})
+                                elif (after := _first_of(format, messages)) is not None:
+                                    refused = mixed_formats({shown[0]: here, format: after})
                             raise TranscriptError(refused)
                         if anthropic and message.get("role") not in ("user", "assistant"):
                             raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
@@ -449,6 +453,16 @@ def messages_from(open_source: Opener, format: str | None = None, *,
             path_free = True
         except LongNumberRun:
             literals = True
+
+
+def _first_of(wanted: str, found: Iterable[tuple[int, dict[str, Any]]]) -> tuple[str, str] | None:
+    """``(where, what shows it)`` of the first of the numbered messages ``found`` plainly of format ``wanted``
+    (:func:`~compactor.formats.base.looks_like`)."""
+    for index, item in found:
+        shown = looks_like(item)
+        if shown is not None and shown[0] == wanted:
+            return f"messages[{index}]", shown[1]
+    return None
 
 
 def fields_from(open_source: Opener) -> dict[str, Any]:
