@@ -13,8 +13,8 @@ from compactor.jsonutil import dense_size
 from compactor_cli.lambda_runtime import LocalLambdaContext
 
 from .test_dialect_types import (
-    ANTHROPIC_CASES, CHAT_CASES, PAD, RESPONSES_CASES, _anthropic_transcript, _compact, _responses_transcript, _text,
-    _use)
+    ANTHROPIC_CASES, CHAT_CASES, PAD, RESPONSES_CASES, _anthropic_transcript, _compact, _responses_transcript, _server,
+    _text, _use)
 
 IMAGE_B64 = "iVBORw0KGgo" * 120  # the image_generation_call case's result: 1320 characters, 990 bytes of image
 
@@ -189,6 +189,44 @@ def test_seal_reads_a_text_editors_view_and_an_advisors_advice() -> None:
     dialect = get_dialect("anthropic-messages")
     for case in ("text_editor_code_execution_tool_result", "advisor_tool_result"):
         assert f"[tool result] {PAD}" in dialect.render_line(ANTHROPIC_CASES[case][0])
+
+
+def test_the_opaque_fields_of_server_tools_results_are_hidden_from_the_models() -> None:
+    """A web search's results carry ``encrypted_content`` (and a citation of one its ``encrypted_index``), an advisor's
+    redacted advice ``encrypted_content``, an encrypted code execution ``encrypted_stdout``: bytes the API wants back
+    verbatim and no model can read. The models' view and what batching counts leave them out; the caller's items
+    keep them. Before, the decision and summary prompts carried them."""
+    from compactor.compaction.preparation import batching_text, recent_view
+
+    secrets = {f: f"{f}-OPAQUE-" * 40 for f in ("content", "index", "advice", "stdout")}
+    message = {"role": "assistant", "content": [
+        _server("srvtoolu_ws", "web_search", {"query": "record loop parser bug"}),
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_ws", "content": [
+            {"type": "web_search_result", "url": "https://example.com/bug", "title": "Parser bug",
+             "encrypted_content": secrets["content"], "page_age": "April 30, 2025"}]},
+        {"type": "text", "text": "The loop skips the last record.", "citations": [
+            {"type": "web_search_result_location", "url": "https://example.com/bug", "title": "Parser bug",
+             "encrypted_index": secrets["index"], "cited_text": "skips the last record"}]},
+        _server("srvtoolu_ad", "advisor", {}),
+        {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_ad",
+         "content": {"type": "advisor_redacted_result", "encrypted_content": secrets["advice"]}},
+        _server("srvtoolu_ce", "code_execution", {"code": "print(1)"}),
+        {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_ce", "content": {
+            "type": "encrypted_code_execution_result", "encrypted_stdout": secrets["stdout"], "stderr": "",
+            "return_code": 0, "content": []}}]}
+    original = json.dumps(message)
+    dialect = get_dialect("anthropic-messages")
+    view = dialect.model_view([message])
+    shown = json.dumps(view)
+    assert not any(secret[:30] in shown for secret in secrets.values()), shown
+    assert view[0]["content"][1]["content"] == [{"type": "web_search_result", "url": "https://example.com/bug",
+                                                 "title": "Parser bug", "page_age": "April 30, 2025"}]
+    assert view[0]["content"][2]["citations"][0]["cited_text"] == "skips the last record"
+    assert view[0]["content"][6]["content"]["return_code"] == 0
+    counted = batching_text([message], dialect)
+    assert counted is not None and not any(secret[:30] in counted for secret in secrets.values())
+    assert not any(secret[:30] in recent_view([message], dialect) for secret in secrets.values())
+    assert json.dumps(message) == original
 
 
 def test_a_compaction_blocks_encrypted_content_is_hidden_from_the_models(

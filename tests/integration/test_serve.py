@@ -285,6 +285,16 @@ def test_invalid_bodies_are_422(open_server: str, content: bytes, error_type: st
     assert error_type in [item["type"] for item in response.json()["detail"]]
 
 
+def test_a_422_says_the_validators_words(open_server: str) -> None:
+    # Its msg began with pydantic's "Value error, " before the words docs/behaviour.md quotes.
+    from compactor.compaction.modes import names
+
+    response = httpx.post(f"{open_server}/compact", json={"messages": TRANSCRIPT, "mode": "nope"})
+
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["msg"] == f"mode must be one of: {', '.join(names())}"
+
+
 @pytest.mark.parametrize("content", [b'{"messages": [{"role": "user", "content": "A\xff"}]}', b"\xff\xfe{}"])
 def test_a_body_that_is_not_utf8_is_a_400_naming_the_byte(open_server: str, content: bytes) -> None:
     # Its invalid bytes were replaced by U+FFFD: the first body, valid JSON then, was compacted as "A\ufffd" (200).

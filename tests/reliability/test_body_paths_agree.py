@@ -268,6 +268,65 @@ def test_items_of_another_format_than_the_named_one_are_refused_on_every_path(
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.parametrize(("raw", "words"), [
+    (_body("anthropic-messages", CHAT_CALLS),
+     "messages[1] looks like openai-chat (a 'tool_calls' field), but the format is anthropic-messages: "
+     "send the items with format openai-chat"),
+    (json.dumps({"mode": "nope", "messages": MESSAGES}).encode("utf-8"), "mode must be one of: "),
+])
+def test_a_422_says_the_validators_words_without_pydantics_prefix(
+    compact_module: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: bytes, words: str,
+) -> None:
+    # detail[0].msg began "Value error, " before the words docs/formats.md and docs/behaviour.md quote (the CLI's
+    # line did not).
+    from compactor_cli.main import main
+
+    status, body = api(compact_module, raw)
+    assert status == 422 and body["detail"][0]["msg"].startswith(words), body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.detail[0]["msg"].startswith(words), failure
+    path = tmp_path / "named.json"
+    path.write_bytes(raw)
+    assert main(["compact", str(path), "-o", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert re.match(rf"compactor compact: invalid request: (mode: )?{re.escape(words)}", err), err
+
+
+MIXED = [*CHAT_CALLS[:3], *ANTHROPIC[1:3], {"role": "assistant", "content": "Done."}]
+MIXED_WORDS = ("the items are of two formats: messages[1] is the first openai-chat item (a 'tool_calls' field), "
+               "messages[3] is the first anthropic-messages item (a 'tool_use' block); send the items of one format")
+
+
+@pytest.mark.parametrize("order", ["chat first", "anthropic first"])
+@pytest.mark.parametrize("named", [None, "openai-chat", "anthropic-messages"])
+def test_items_of_two_formats_are_refused_naming_both_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    order: str, named: str | None,
+) -> None:
+    # Without a format named, the refusal named the format the transcript was taken to be ("... but the format is
+    # anthropic-messages: send the items with format openai-chat"), and naming that format got the opposite refusal.
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    items, words = MIXED, MIXED_WORDS
+    if order == "anthropic first":
+        items = [MIXED[0], *MIXED[3:5], *MIXED[1:3], MIXED[5]]
+        words = ("the items are of two formats: messages[1] is the first anthropic-messages item (a 'tool_use' "
+                 "block), messages[3] is the first openai-chat item (a 'tool_calls' field); send the items of one format")
+    raw = json.dumps({"messages": items} if named is None else {"format": named, "messages": items}).encode("utf-8")
+    status, body = api(compact_module, raw)
+    assert status == 422 and body["detail"][0]["msg"].endswith(words), body
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.detail[0]["msg"].endswith(words), failure
+    path = tmp_path / "mixed.json"
+    path.write_bytes(raw)
+    for threshold in (10**9, 100):  # read whole, then over the streaming threshold
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+        assert main(["compact", str(path), "-o", str(tmp_path / "out.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.endswith(words + "\n") and err.count("\n") == 1, err
+
+
 def test_a_bare_transcript_declared_in_another_format_is_refused_by_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -135,6 +135,14 @@ def test_a_422_lists_a_bounded_number_of_short_errors() -> None:
     assert len(json.dumps(body)) < 10_000
 
 
+@pytest.mark.parametrize("prefix", ["Value error, ", "Assertion failed, ", ""])
+def test_a_422_msg_is_the_validators_words(prefix: str) -> None:
+    # pydantic writes "Value error, " before what a validator raises and "Assertion failed, " before an assert's
+    # message; the 422 carried them before the words the docs quote.
+    body = http_api.validation_detail([{"type": "value_error", "loc": ("body", "mode"), "msg": prefix + "the words"}])
+    assert body["detail"][0]["msg"] == "the words"
+
+
 @pytest.mark.usefixtures("bundled_catalog")
 def test_many_bad_elements_answer_a_small_422(compact_module: ModuleType) -> None:
     raw = json.dumps({"messages": [1] * 200_000, "pinned_indices": ["a"] * 100_000}).encode()

@@ -370,6 +370,37 @@ def test_a_windowed_job_refuses_an_object_whose_named_format_its_items_are_not_o
         assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole
 
 
+CHAT_CALL = [{"role": "user", "content": "fix the tests"},
+             {"role": "assistant", "content": None,
+              "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+             {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+
+
+CHAT_SHOWN, ANTHROPIC_SHOWN = "openai-chat item (a 'tool_calls' field)", "anthropic-messages item (a 'tool_use' block)"
+
+
+# An object naming openai-chat whose first Anthropic item comes before any Chat one keeps the words of the item read
+# first ("messages[1] looks like anthropic-messages ..."): the windowed scan would read the whole object again to
+# find the Chat item, which it cannot tell from the reading of an object naming no format.
+@pytest.mark.parametrize(("named", "chat_first"), [
+    (None, True), (None, False), ("openai-chat", True), ("anthropic-messages", True), ("anthropic-messages", False)])
+def test_a_windowed_job_refuses_items_of_two_formats_naming_both_as_the_inline_job_does(
+        s3: Any, named: str | None, chat_first: bool) -> None:
+    """Chat and Anthropic items in one object: naming no format, the refusal named the format the object was
+    planned in (``... but the format is anthropic-messages``), whose advice got the opposite refusal."""
+    messages = [*CHAT_CALL, *ANTHROPIC_CALL[1:]] if chat_first else [*ANTHROPIC_CALL, *CHAT_CALL[1:]]
+    body = {"mode": "decision", "messages": messages} | ({"format": named} if named else {})
+    state = _plan_only(s3, "incoming/mixed.json", body)
+    assert state["done"] is True and state["result"] == "failed", state
+    failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/mixed.json")["Body"].read())
+    shown = (CHAT_SHOWN, ANTHROPIC_SHOWN) if chat_first else (ANTHROPIC_SHOWN, CHAT_SHOWN)
+    words = (f"the items are of two formats: messages[1] is the first {shown[0]}, messages[3] is the first {shown[1]}; "
+             "send the items of one format")
+    assert failure["status"] == 422 and failure["detail"][0]["msg"].endswith(words), failure
+    inline = build_request(json.dumps(body).encode(), Defaults())
+    assert inline.status == 422 and inline.detail[0]["msg"] == failure["detail"][0]["msg"], (inline, failure)
+
+
 @pytest.mark.parametrize("versioned", [True, False])
 def test_a_job_checks_the_keys_of_the_callers_object_once_and_of_its_own_outputs_never(
         s3: Any, sessions: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, versioned: bool) -> None:

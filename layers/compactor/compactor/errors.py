@@ -291,6 +291,18 @@ class RouterError(CompactorError):
         return self.kind
 
 
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def validation_words(message: str) -> str:
+    """A validation problem's ``msg`` in the service's own words: without the ``Value error, `` or
+    ``Assertion failed, `` pydantic writes before what a validator raised (docs/behaviour.md)."""
+    for prefix in _PYDANTIC_PREFIXES:
+        if message.startswith(prefix):
+            return message[len(prefix):]
+    return message
+
+
 def describe_validation(error: ValidationError, most: int = 5,
                         located: Callable[[tuple[Any, ...]], str] | None = None) -> str:
     """A validation error in one line for a person: ``where: what`` for each of its first ``most``
@@ -301,7 +313,6 @@ def describe_validation(error: ValidationError, most: int = 5,
         where = located(item["loc"]) if located else ".".join(str(part) for part in item["loc"])
         # pydantic's own words for a value that is no object name the model's class (``… or instance of
         # CatalogSpec``), which the person wrote no part of: a catalog file holding a JSON array said so
-        message = "Input should be a JSON object" if item["type"] == "model_type" else item["msg"].removeprefix(
-            "Value error, ")
+        message = "Input should be a JSON object" if item["type"] == "model_type" else validation_words(item["msg"])
         problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems[:most]) + (f" (and {len(problems) - most} more)" if len(problems) > most else "")

@@ -51,12 +51,15 @@ def bounded_response(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """422 body in FastAPI's shape, ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``.
+    """422 body in FastAPI's shape, ``{"detail": [{"type", "loc", "msg", "ctx"?}]}``, each ``msg`` in the
+    service's words (:func:`~compactor.errors.validation_words`).
 
     The offending ``input`` is left out: it can be the whole (large) request body. At most
     :data:`MAX_DETAIL_ITEMS` items are listed, each string cut to :data:`MAX_DETAIL_TEXT` characters;
     ``detail_omitted`` counts the rest, so a 422 stays small whatever the body (docs/reliability.md).
     """
+    from compactor.errors import validation_words
+
     detail = []
     omitted = 0
     for error in errors:
@@ -66,7 +69,7 @@ def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         item: dict[str, Any] = {
             "type": _cut(error.get("type", "value_error")),
             "loc": [_cut(part) for part in list(error.get("loc", ()))[:MAX_DETAIL_LOC]],
-            "msg": _cut(error.get("msg", "invalid value")),
+            "msg": _cut(validation_words(error.get("msg", "invalid value"))),
         }
         ctx = error.get("ctx")
         if ctx:

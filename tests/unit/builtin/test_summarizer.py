@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from compactor.jsonutil import dense_dumps, strict_loads
 from compactor.offline.summarizer import (
-    split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
+    _error_positions, split_rendered, summarize_conversation, summarize_item, summarize_items, summarize_json_request,
 )
 from compactor.offline.text_fit import utf8_len
-from compactor.offline.transcript_reading import fenced_commands, prose_text
+from compactor.offline.transcript_reading import error_lines, fenced_commands, prose_text
 
 from .corpus import TRANSCRIPTS, load_messages, units
 
@@ -81,6 +83,49 @@ def test_a_long_error_line_is_an_error_line() -> None:
     assert utf8_len(summary) <= 256
     assert any(line.startswith("pkg.errors.ParseError: parsing '<string>' failed: SyntaxError('xxx")
                for line in summary.split("\n")), summary
+
+
+def _python_calls(run: Callable[[], object]) -> int:
+    """How many Python and builtin calls ``run`` makes: a count of work that does not depend on the machine."""
+    count = 0
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        count += 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_many_long_error_lines_take_work_linear_in_their_number() -> None:
+    # Each long error line was looked for among the cuts of every other line: 1 MB of 2,000 long `ERROR:` lines
+    # took 0.6-1.5 s, now 0.03 s. A cut now goes to the line it was cut from (docs/performance.md).
+    def item(count: int) -> str:
+        return tool_unit("make", "".join(f"ERROR: job {i} failed: " + f"{i:x}-" * 100 + "\n" for i in range(count)), 1)
+
+    small, large = item(200), item(400)
+    calls = [_python_calls(lambda text=text: summarize_item(text, 512)) for text in (small, large)]
+    assert calls[1] < 2.5 * calls[0], calls  # twice the lines, about twice the work (it was 3.2 times)
+    assert "ERROR: job 0 failed: 0-0-0-" in summarize_item(large, 512)
+
+
+@pytest.mark.parametrize("output", [
+    "ERROR: " + "x" * 600,
+    "start\n" + ("pkg.errors.ParseError: failed: SyntaxError('" + "y" * 500 + "')\n") * 3 + "done",
+    "z" * 300 + " FAILED " + "z" * 300 + "\nnot an error\n  error: short one\n" + "q" * 250 + " Error: late " + "q" * 400,
+    "a\n" + "".join(f"line {i} " + "w" * (150 * (i % 5)) + f" FAILED {i} " + "w" * 200 + "\n" for i in range(12)),
+])
+def test_error_lines_are_the_lines_whole_or_holding_a_cut_error_line(output: str) -> None:
+    # The error lines found by offset are those found by looking for each cut error line in every line.
+    raw = [line for line in output.splitlines() if line.strip()]
+    errors = set(error_lines("\n".join(raw)))
+    cut = errors.difference(line.strip() for line in raw)
+    expected = {i for i, line in enumerate(raw) if line.strip() in errors or any(part in line for part in cut)}
+    assert expected and _error_positions(raw) == expected
 
 
 def test_plain_text_keeps_its_salient_lines_in_order() -> None:

@@ -196,8 +196,20 @@ class AnthropicMessages(Dialect):
 
     def media_shown(self, item: Item) -> Item:
         """Each base64 source in the content (an ``image`` or ``document`` block's, in a message, a ``tool_result`` or
-        a fetched PDF) shown by its marker."""
-        return media_free_fields(item, ("content",))
+        a fetched PDF) shown by its marker, and the opaque fields of a server tool's results and of a web search
+        citation left out (:data:`OPAQUE_FIELDS`)."""
+        item = media_free_fields(item, ("content",))
+        content = item.get("content")
+        if type(content) is not list:
+            return item
+        kept: list[Any] | None = None
+        for index, block in enumerate(content):
+            shown = _opaque_free(block)
+            if shown is not block:
+                if kept is None:
+                    kept = list(content)
+                kept[index] = shown
+        return item if kept is None else {**item, "content": kept}
 
     def text_item(self, role: str, text: str) -> Item:
         # No system role among the messages: the sealed summary is a user turn.
@@ -381,6 +393,33 @@ class StreamFacts:
             final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
+
+
+OPAQUE_FIELDS = {"web_search_result": "encrypted_content", "advisor_redacted_result": "encrypted_content",
+                 "encrypted_code_execution_result": "encrypted_stdout", "web_search_result_location": "encrypted_index"}
+"""The opaque field of each object of the Messages API that carries one, by the object's ``type``: a web search's
+results (in a ``web_search_tool_result``'s content), an advisor's redacted advice (an ``advisor_tool_result``'s), a code
+execution's encrypted output (a ``code_execution_tool_result``'s) and a text block's citation of a search result. The
+API wants them back verbatim; no model can read them, so the models' view leaves them out (docs/formats.md)."""
+_HOLDING_OPAQUE = {"web_search_tool_result": "content", "advisor_tool_result": "content",
+                   "code_execution_tool_result": "content", "text": "citations"}
+"""Where a block holds objects of :data:`OPAQUE_FIELDS`, by the block's ``type``."""
+
+
+def _opaque_free(block: Any) -> Any:
+    """``block`` with the opaque fields of the objects it holds left out (:data:`OPAQUE_FIELDS`); ``block`` itself
+    when it holds none."""
+    kind = block.get("type") if type(block) is dict else None
+    field = _HOLDING_OPAQUE.get(kind) if type(kind) is str else None
+    inner = block.get(field) if field is not None else None
+    if not isinstance(inner, (list, dict)):
+        return block
+    members = [inner] if isinstance(inner, dict) else inner
+    shown = [{k: v for k, v in m.items() if k != opaque} if type(m) is dict and type(held := m.get("type")) is str
+             and (opaque := OPAQUE_FIELDS.get(held)) is not None and opaque in m else m for m in members]
+    if all(a is b for a, b in zip(shown, members)):
+        return block
+    return {**block, field: shown[0] if isinstance(inner, dict) else shown}
 
 
 def _opaque(block: Any) -> bool:

@@ -73,14 +73,30 @@ def other_format(item: Item, declared: str, where: str) -> str | None:
     return f"{where} looks like {other} ({evidence}), but the format is {declared}: send the items with format {other}"
 
 
+_COUNTS = {2: "two", 3: "three"}
+
+
+def mixed_formats(first: Mapping[str, tuple[str, str]]) -> str:
+    """What the caller is told when the items plainly belong to two formats or three: ``first`` maps each format, in
+    the order its first item comes, to that item's ``where`` and what shows it (:func:`looks_like`). No format named
+    fits such items: the transcript is to be mended, not the format (docs/formats.md "The declared format")."""
+    named = [f"{where} is the first {format} item ({evidence})" for format, (where, evidence) in first.items()]
+    return f"the items are of {_COUNTS[len(named)]} formats: {', '.join(named)}; send the items of one format"
+
+
 def refuse_other_format(items: list[Item], declared: str, field: str) -> None:
     """A ``ValueError`` (the caller's 422) naming the first item that plainly belongs to another format than the one
     declared, and that format (docs/formats.md "The declared format"): compacted under the declared format's rules,
-    its calls would not be paired nor its pins right, and the provider would refuse what comes back."""
+    its calls would not be paired nor its pins right, and the provider would refuse what comes back. When the items
+    plainly belong to more than one format, the first item of each is named instead (:func:`mixed_formats`)."""
     for index, item in enumerate(items):
         message = other_format(item, declared, f"{field}[{index}]")
         if message is not None:
-            raise ValueError(message)
+            first: dict[str, tuple[str, str]] = {}
+            for position, each in enumerate(items):
+                if (found := looks_like(each)) is not None and found[0] not in first:
+                    first[found[0]] = (f"{field}[{position}]", found[1])
+            raise ValueError(mixed_formats(first) if len(first) > 1 else message)
 
 
 class Dialect:
@@ -151,8 +167,9 @@ class Dialect:
         return items
 
     def media_shown(self, item: Item) -> Item:
-        """``item`` with each base64 payload the format documents shown by its marker (:func:`media_free_fields`),
-        nothing else changed: ``item`` itself when it holds none. The models' view is built on it, and batching
+        """``item`` with each base64 payload the format documents shown by its marker (:func:`media_free_fields`)
+        and any opaque field the format documents left out (an Anthropic server tool's encrypted results), nothing
+        else changed: ``item`` itself when it holds none. The models' view is built on it, and batching
         counts a unit so (docs/formats.md "Images and files")."""
         return item
 

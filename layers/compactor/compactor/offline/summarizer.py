@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import heapq
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, as_messages
@@ -27,7 +29,7 @@ from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
 )
 from compactor.offline.transcript_reading import (
-    Action, content_text, error_lines, fenced_commands, is_observation, message_actions, paths_in,
+    Action, content_text, error_lines, error_windows, fenced_commands, is_observation, message_actions, paths_in,
     prose_text, return_codes, strip_output_tags, tool_call_action,
 )
 from compactor.patterns import lazy, pattern
@@ -122,24 +124,36 @@ def _action_lines(action: Action) -> tuple[str, list[str]]:
     return f"{action.tool}({inner})", [line for body in bodies for line in body.split("\n")]
 
 
+def _error_positions(raw: list[str]) -> set[int]:
+    """Positions of the error lines among ``raw`` (lines without a newline): a line ``error_windows`` gives
+    whole, or one it cut to the text around its error keyword because it is long (a chained traceback's last
+    exception, whose message quotes a long value, is the line that matters most). A cut is given to the line
+    it was cut from, by its offset: looking for every cut in every line took time quadratic in the lines."""
+    windows = list(error_windows("\n".join(raw)))
+    if not windows:
+        return set()
+    stripped = [line.strip() for line in raw]
+    whole = set(stripped)
+    found = {text for _, text in windows}
+    starts = list(accumulate((len(line) + 1 for line in raw), initial=0))
+    return ({position for position, line in enumerate(stripped) if line in found}
+            | {bisect_right(starts, offset) - 1 for offset, text in windows if text not in whole})
+
+
 def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines: list[_Line],
                 seen: set[str], body: bool = False) -> int:
     """Score every line of an observation, a plain text or (``body``) the long argument of a call;
     returns the next order number. ``seen`` holds the squeezed lines already taken."""
     raw = [line for line in (text.splitlines() if isinstance(text, str) else text) if line.strip()]
-    errors = set() if body else set(error_lines("\n".join(raw)))
-    # error_lines cuts a long line to the text around its error keyword: such a line is an error line too
-    # (a chained traceback's last exception, whose message quotes a long value, is the line that matters most)
-    cut = errors.difference(line.strip() for line in raw) if errors else ()
+    errors = set() if body else _error_positions(raw)
     for position, line in enumerate(raw):
-        stripped = line.strip()
         squeezed = squeeze(line)
         if squeezed in seen:
             continue
         seen.add(squeezed)
         shown = fit_end(squeezed, LINE_BYTES)
         found, line_paths = _names_of(shown, names), frozenset(paths_in(shown))
-        if stripped in errors or (cut and any(part in stripped for part in cut)):
+        if position in errors:
             score = SCORE_ERROR
         elif not body and _EDIT_RESULT.search(squeezed) and line_paths:
             score = SCORE_EDIT

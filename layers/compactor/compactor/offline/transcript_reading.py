@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, call_function, content_text
@@ -184,12 +185,17 @@ def strip_output_tags(text: str) -> str:
 
 
 def error_lines(text: str) -> list[str]:
-    """Distinct error lines of ``text`` (stripped), in order of first appearance.
+    """Distinct error lines of ``text`` (stripped), in order of first appearance (``error_windows``)."""
+    return list(dict.fromkeys(line for _, line in error_windows(text)))
+
+
+def error_windows(text: str) -> Iterator[tuple[int, str]]:
+    """``(offset, stripped line)`` of every error line of ``text`` in order, repeats included; ``offset`` is
+    where its error keyword is, and the line never spans a newline.
 
     A line longer than about 400 characters is cut to the ``_ERROR_CONTEXT`` characters around
     the hit (and then only counts through the anywhere-patterns), so the scan stays linear.
     """
-    seen: dict[str, None] = {}
     position = 0
     for hit_start, hit_end in _keyword_hits(text):
         if hit_start < position:
@@ -204,9 +210,8 @@ def error_lines(text: str) -> list[str]:
         if (at_line_start and _ERROR_LINE.match(line)) or _ERROR_ANYWHERE.search(line):
             stripped = line.strip()
             if stripped:
-                seen.setdefault(stripped, None)
+                yield hit_start, stripped
         position = max(end, hit_end)
-    return list(seen)
 
 
 def _keyword_hits(text: str) -> list[tuple[int, int]]:
