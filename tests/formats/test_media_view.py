@@ -248,3 +248,25 @@ def test_windows_send_and_compact_the_units_holding_screenshots(fmt: str) -> Non
                                            run_window=inline_runner(router, window_budget_ms=60_000)))
     assert "fragment_or_decision_context_limit" not in record.report["reasons"]
     assert record.report["output_bytes"] < 0.2 * dense_size(items)
+
+
+def test_the_marker_counts_the_bytes_the_base64_decodes_to_whatever_its_line_breaks_and_padding() -> None:
+    """N is the decoded size: MIME base64 (a line break every 76 characters, as ``base64.encodebytes`` and many mail
+    and PDF tools write it), with CRLF breaks, a trailing newline, or URL-safe without padding all read as the 3,001
+    bytes they decode to. Before, each line break counted as 3/4 of a byte: ``[image/png, 3042 bytes]`` for MIME,
+    3082 with CRLF, a 30,000-byte screenshot as 30,395."""
+    raw = random.Random(7).randbytes(3001)
+    mime = base64.encodebytes(raw).decode()
+    encodings = [mime, mime.replace("\n", "\r\n"), base64.b64encode(raw).decode() + "\n",
+                 base64.urlsafe_b64encode(raw).decode().rstrip("=")]
+    for data in encodings:
+        assert base64.urlsafe_b64decode(data.replace("\r", "").replace("\n", "") + "=" * (-len(data.strip()) % 4)
+                                        ) == raw
+        message = {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+            {"type": "text", "text": f"data:image/png;base64,{data}"}]}
+        view = get_dialect("anthropic-messages").model_view([message])[0]["content"]
+        assert [view[0]["source"]["data"], view[1]["text"]] == ["[image/png, 3001 bytes]"] * 2
+        audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}]}
+        assert get_dialect("openai-chat").model_view([audio])[0]["content"][0]["input_audio"]["data"] == \
+            "[audio/wav, 3001 bytes]"

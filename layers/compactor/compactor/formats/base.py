@@ -369,8 +369,17 @@ FILE_PARTS = ("document", "file", "input_file")
 
 def payload_marker(kind: str, data: str) -> str:
     """How the models' view and seal's input show a base64 payload ``data``: ``[<kind>, <N> bytes]``, ``kind`` its
-    media type (``image/png``) or what it is (``image``), N the bytes it decodes to; never the base64 itself."""
-    return f"[{kind}, {len(data.rstrip('=')) * 3 // 4} bytes]"
+    media type (``image/png``) or what it is (``image``), N the bytes it decodes to; never the base64 itself. Line
+    breaks and spaces (MIME's base64 breaks its lines every 76 characters) and the padding decode to nothing."""
+    body = data.rstrip().rstrip("=")
+    length = len(body)
+    for space in _BASE64_SPACES:
+        if space in body:  # a fast scan; counted only when there is one
+            length -= body.count(space)
+    return f"[{kind}, {length * 3 // 4} bytes]"
+
+
+_BASE64_SPACES = ("\n", "\r", " ", "\t")
 
 
 _DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
