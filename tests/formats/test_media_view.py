@@ -270,3 +270,37 @@ def test_the_marker_counts_the_bytes_the_base64_decodes_to_whatever_its_line_bre
         audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}]}
         assert get_dialect("openai-chat").model_view([audio])[0]["content"][0]["input_audio"]["data"] == \
             "[audio/wav, 3001 bytes]"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_builtin_summary_of_a_unit_holding_a_screenshot_says_it_had_one(fmt: str) -> None:
+    """The built-in summarizer reads the marker the view shows: each summary of a unit whose result held a screenshot
+    keeps ``[image/png, 60000 bytes]`` after the call. Before, it read a content's text parts only, so the summary
+    (the call and the result's text) never said a screenshot had been there, though the prompt showed its marker."""
+    from fakes.routers import frozen_router
+
+    items = _transcript(fmt, [_b64(60_000, n) for n in range(6)])
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "keep_recent": 1, "target_ratio": 0.05,
+                                             "mode": "decision"})
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(60_000), router=frozen_router()))
+    assert status == 200, body
+    summaries = [json.dumps(item) for item in body[field] if "[Summary of fragment_" in json.dumps(item)]
+    assert len(summaries) >= 4
+    assert all("[image/png, 60000 bytes]" in summary for summary in summaries)
+
+
+def test_the_builtin_summary_names_each_image_file_and_audio_part() -> None:
+    """Each part holding no text reads as its marker, a file with its name; an image by URL as ``[image]``."""
+    from compactor.offline.summarizer import summarize_item
+
+    unit = [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                "name": "fetch", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": [
+                {"type": "text", "text": "fetched"},
+                {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{DATA}", "filename": "spec.pdf"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}},
+                {"type": "input_audio", "input_audio": {"data": DATA, "format": "wav"}}]}]
+    item = json.dumps(get_dialect("openai-chat").model_view(unit))
+    assert summarize_item(item, 2000).splitlines()[-3:] == [
+        "[file spec.pdf: application/pdf, 3000 bytes]", "[image]", "[audio/wav, 3000 bytes]"]

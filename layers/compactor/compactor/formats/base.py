@@ -380,6 +380,8 @@ def payload_marker(kind: str, data: str) -> str:
 
 
 _BASE64_SPACES = ("\n", "\r", " ", "\t")
+PAYLOAD_MARKER = re.compile(r"\[[^\[\],]+, \d+ bytes\]")
+"""What :func:`payload_marker` writes (the offline summarizer finds it in the view it reads)."""
 
 
 _DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
