@@ -304,3 +304,36 @@ def test_the_builtin_summary_names_each_image_file_and_audio_part() -> None:
     item = json.dumps(get_dialect("openai-chat").model_view(unit))
     assert summarize_item(item, 2000).splitlines()[-3:] == [
         "[file spec.pdf: application/pdf, 3000 bytes]", "[image]", "[audio/wav, 3000 bytes]"]
+
+
+def test_a_data_url_that_is_a_whole_content_or_output_reads_as_its_marker_in_every_format() -> None:
+    """A tool whose output is a data: URL (a screenshot printed as text) reads as a marker whether its result holds it
+    as a text part, a whole string content (chat), a whole string output (Responses) or a tool_result's string
+    content (Anthropic), and its unit is measured so for batching. Before, the string content and output were never
+    looked at: the models read the base64, and a 60 KB one made its unit too big to send (``not_sent``)."""
+    from compactor.compaction.preparation import prepare
+    from compactor.compaction.decision import question_template
+
+    shot = f"data:image/png;base64,{_b64(60_000)}"
+    cases = {
+        "openai-chat": [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                             "function": {"name": "shot", "arguments": "{}"}}]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": shot}],
+        "openai-responses": [{"type": "function_call", "call_id": "call_1", "name": "shot", "arguments": "{}"},
+                             {"type": "function_call_output", "call_id": "call_1", "output": shot}],
+        "anthropic-messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot",
+                                                                  "input": {}}]},
+                               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                             "content": shot}]}],
+    }
+    for fmt, unit in cases.items():
+        before = copy.deepcopy(unit)
+        view = json.dumps(get_dialect(fmt).model_view(unit))
+        assert "[image/png, 60000 bytes]" in view and shot[100:200] not in view, fmt
+        assert unit == before
+        task = {"role": "user", "content": "Take a screenshot of the page. " * 4}
+        done = ({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}
+                if fmt == "openai-responses" else {"role": "assistant", "content": "Done."})
+        prep = prepare([task, *unit, *unit, done], keep_recent=1, target_ratio=0.1, pinned_indices=None,
+                       question_template=question_template(), dialect=get_dialect(fmt))
+        assert 1 in [c.unit.start for batch in prep.batches for c in batch.candidates] and not prep.reasons, fmt

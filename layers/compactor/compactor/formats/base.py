@@ -459,17 +459,24 @@ def media_free(value: Any) -> Any:
 
 def media_free_fields(item: Item, fields: tuple[str, ...]) -> Item:
     """``item`` with :func:`media_free` applied to those of its ``fields`` holding a list or an object (where a
-    format puts its content parts): ``item`` itself when none holds a payload. A string field is never walked, so a
-    message whose content is a string costs a lookup (docs/performance.md)."""
+    format puts its content parts), and a field that is a base64 ``data:`` URL itself (a tool's whole output, as a
+    text part holding one reads) shown by its marker: ``item`` itself when none holds a payload. A string field is
+    only looked at, never walked, so a message whose content is a string costs a lookup (docs/performance.md)."""
     replaced: Item | None = None
     for field in fields:
         value = item.get(field)
-        if isinstance(value, (list, dict)):
+        if type(value) is str:
+            shown = _data_url_marker(value) if len(value) >= _SHORTEST_PAYLOAD else None
+        elif isinstance(value, (list, dict)):
             shown = media_free(value)
-            if shown is not value:
-                if replaced is None:
-                    replaced = dict(item)
-                replaced[field] = shown
+            if shown is value:
+                shown = None
+        else:
+            shown = None
+        if shown is not None:
+            if replaced is None:
+                replaced = dict(item)
+            replaced[field] = shown
     return item if replaced is None else replaced
 
 
