@@ -337,3 +337,29 @@ def test_a_data_url_that_is_a_whole_content_or_output_reads_as_its_marker_in_eve
         prep = prepare([task, *unit, *unit, done], keep_recent=1, target_ratio=0.1, pinned_indices=None,
                        question_template=question_template(), dialect=get_dialect(fmt))
         assert 1 in [c.unit.start for batch in prep.batches for c in batch.candidates] and not prep.reasons, fmt
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_seals_input_shows_a_data_url_written_as_text_by_its_marker(fake_provider: FakeProviderServer,
+                                                                          fmt: str) -> None:
+    """Seal mode's summarizer reads a tool output that is a base64 data: URL (a string output, or a text part holding
+    one) as ``[image/png, 3000 bytes]``, as the models' view shows it. Before, it read the base64: a 100 KB screenshot
+    printed as text was 133 KB of the seal's input, though an image part read as ``[image]``."""
+    shot = f"data:image/png;base64,{DATA}"
+    items = _transcript(fmt, [DATA] * 4)
+    for n, output in ((0, shot), (1, [{"type": "input_text" if fmt == "openai-responses" else "text", "text": shot}])):
+        result = items[2 * n + 2]
+        if fmt == "anthropic-messages":
+            result["content"][0]["content"] = output
+        elif fmt == "openai-responses":
+            result["output"] = output
+        else:
+            result["content"] = output
+    fake_provider.responder = lambda request: chat_reply("The record loop is off; four screenshots were taken.")
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
+    assert status == 200, body
+    sent = [r.body.decode() for r in fake_provider.requests]
+    assert sent and all(DATA[100:160] not in text for text in sent)
+    assert sum(text.count("[image/png, 3000 bytes]") for text in sent) == 2

@@ -402,6 +402,12 @@ def _data_url_marker(text: str) -> str | None:
     return payload_marker((head.group(1) or "data").lower(), text[head.end():])
 
 
+def shown_string(text: str) -> str:
+    """``text`` as seal's input shows it: its :func:`payload_marker` when it is a base64 ``data:`` URL as a whole (a
+    tool that prints its screenshot so), as the models' view shows it; else ``text`` itself."""
+    return (_data_url_marker(text) if len(text) >= _SHORTEST_PAYLOAD else None) or text
+
+
 def _shown_payload(container: Item, key: str, value: str) -> str | None:
     """The marker standing for ``container[key]`` when that string is a base64 payload a provider's API documents,
     else ``None``: a base64 ``data:`` URL in any field (Chat Completions' ``image_url.url`` and ``file.file_data``,
@@ -524,12 +530,12 @@ def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
     summarizer reads of a content value, so that a message holding only an image or a refusal does not read as an
     empty one."""
     if isinstance(content, str):
-        return content
+        return shown_string(content)
     shown = []
     for part in blocks(content):
         text = part.get("text")
         if isinstance(text, str) and (kinds is None or part.get("type") in kinds):
-            shown.append(text)
+            shown.append(shown_string(text))
         elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
             shown.append(part["refusal"])  # an assistant's refusal part (Chat Completions, Responses): its text
         elif (marker := media_marker(part)) is not None:
