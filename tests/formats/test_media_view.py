@@ -363,3 +363,18 @@ async def test_seals_input_shows_a_data_url_written_as_text_by_its_marker(fake_p
     sent = [r.body.decode() for r in fake_provider.requests]
     assert sent and all(DATA[100:160] not in text for text in sent)
     assert sum(text.count("[image/png, 3000 bytes]") for text in sent) == 2
+
+
+def test_a_text_going_on_after_a_data_url_in_words_stays_as_it_is() -> None:
+    """A tool's text that prints a data: URL and goes on in plain words (letters and spaces, which the base64 alphabet
+    and its line breaks would take in) is no payload: the models read it whole. Before, the words were read as base64,
+    so the view showed ``[image/png, 332 bytes]`` alone and the tool's message was lost."""
+    text = f"data:image/png;base64,{DATA[:400]} Screenshot of the login form saved to the clipboard"
+    for fmt, item in (("openai-chat", {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text",
+                                                                                              "text": text}]}),
+                      ("anthropic-messages", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                                           "content": text}]})):
+        assert get_dialect(fmt).model_view([item])[0] is item, fmt
+    shot = f"data:image/png;base64,{base64.encodebytes(random.Random(3).randbytes(300)).decode()}"
+    assert get_dialect("openai-chat").model_view([{"role": "user", "content": [{"type": "text", "text": shot}]}]
+                                                 )[0]["content"][0]["text"] == "[image/png, 300 bytes]"

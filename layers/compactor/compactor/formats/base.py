@@ -388,7 +388,9 @@ _DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]
 """A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
 
 
-_BASE64 = re.compile(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
+_BASE64 = re.compile(r"[A-Za-z0-9+/_\-\r\n]*=*\s*")
+"""Base64 as a data: URL holds it: the standard and URL-safe alphabets, broken into lines or not, the padding at its
+end only. A space ends it (base64 is never broken by one), so a text after the URL on the same line is no payload."""
 
 
 def _data_url_marker(text: str) -> str | None:
