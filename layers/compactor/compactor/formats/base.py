@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
+from compactor.patterns import pattern
 
 Item = dict[str, Any]
 
@@ -380,15 +381,15 @@ def payload_marker(kind: str, data: str) -> str:
 
 
 _BASE64_SPACES = ("\n", "\r", " ", "\t")
-PAYLOAD_MARKER = re.compile(r"\[[^\[\],]+, \d+ bytes\]")
+PAYLOAD_MARKER = pattern(r"\[[^\[\],]+, \d+ bytes\]")
 """What :func:`payload_marker` writes (the offline summarizer finds it in the view it reads)."""
 
 
-_DATA_URL = re.compile(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
+_DATA_URL = pattern(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
 """A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
 
 
-_BASE64 = re.compile(r"[A-Za-z0-9+/_\-\r\n]*=*\s*")
+_BASE64 = pattern(r"[A-Za-z0-9+/_\-\r\n]*=*\s*")
 """Base64 as a data: URL holds it: the standard and URL-safe alphabets, broken into lines or not, the padding at its
 end only. A space ends it (base64 is never broken by one), so a text after the URL on the same line is no payload."""
 
