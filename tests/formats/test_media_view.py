@@ -248,3 +248,133 @@ def test_windows_send_and_compact_the_units_holding_screenshots(fmt: str) -> Non
                                            run_window=inline_runner(router, window_budget_ms=60_000)))
     assert "fragment_or_decision_context_limit" not in record.report["reasons"]
     assert record.report["output_bytes"] < 0.2 * dense_size(items)
+
+
+def test_the_marker_counts_the_bytes_the_base64_decodes_to_whatever_its_line_breaks_and_padding() -> None:
+    """N is the decoded size: MIME base64 (a line break every 76 characters, as ``base64.encodebytes`` and many mail
+    and PDF tools write it), with CRLF breaks, a trailing newline, or URL-safe without padding all read as the 3,001
+    bytes they decode to. Before, each line break counted as 3/4 of a byte: ``[image/png, 3042 bytes]`` for MIME,
+    3082 with CRLF, a 30,000-byte screenshot as 30,395."""
+    raw = random.Random(7).randbytes(3001)
+    mime = base64.encodebytes(raw).decode()
+    encodings = [mime, mime.replace("\n", "\r\n"), base64.b64encode(raw).decode() + "\n",
+                 base64.urlsafe_b64encode(raw).decode().rstrip("=")]
+    for data in encodings:
+        assert base64.urlsafe_b64decode(data.replace("\r", "").replace("\n", "") + "=" * (-len(data.strip()) % 4)
+                                        ) == raw
+        message = {"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+            {"type": "text", "text": f"data:image/png;base64,{data}"}]}
+        view = get_dialect("anthropic-messages").model_view([message])[0]["content"]
+        assert [view[0]["source"]["data"], view[1]["text"]] == ["[image/png, 3001 bytes]"] * 2
+        audio = {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}]}
+        assert get_dialect("openai-chat").model_view([audio])[0]["content"][0]["input_audio"]["data"] == \
+            "[audio/wav, 3001 bytes]"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_builtin_summary_of_a_unit_holding_a_screenshot_says_it_had_one(fmt: str) -> None:
+    """The built-in summarizer reads the marker the view shows: each summary of a unit whose result held a screenshot
+    keeps ``[image/png, 60000 bytes]`` after the call. Before, it read a content's text parts only, so the summary
+    (the call and the result's text) never said a screenshot had been there, though the prompt showed its marker."""
+    from fakes.routers import frozen_router
+
+    items = _transcript(fmt, [_b64(60_000, n) for n in range(6)])
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "keep_recent": 1, "target_ratio": 0.05,
+                                             "mode": "decision"})
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(60_000), router=frozen_router()))
+    assert status == 200, body
+    summaries = [json.dumps(item) for item in body[field] if "[Summary of fragment_" in json.dumps(item)]
+    assert len(summaries) >= 4
+    assert all("[image/png, 60000 bytes]" in summary for summary in summaries)
+
+
+def test_the_builtin_summary_names_each_image_file_and_audio_part() -> None:
+    """Each part holding no text reads as its marker, a file with its name; an image by URL as ``[image]``."""
+    from compactor.offline.summarizer import summarize_item
+
+    unit = [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                "name": "fetch", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": [
+                {"type": "text", "text": "fetched"},
+                {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{DATA}", "filename": "spec.pdf"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}},
+                {"type": "input_audio", "input_audio": {"data": DATA, "format": "wav"}}]}]
+    item = json.dumps(get_dialect("openai-chat").model_view(unit))
+    assert summarize_item(item, 2000).splitlines()[-3:] == [
+        "[file spec.pdf: application/pdf, 3000 bytes]", "[image]", "[audio/wav, 3000 bytes]"]
+
+
+def test_a_data_url_that_is_a_whole_content_or_output_reads_as_its_marker_in_every_format() -> None:
+    """A tool whose output is a data: URL (a screenshot printed as text) reads as a marker whether its result holds it
+    as a text part, a whole string content (chat), a whole string output (Responses) or a tool_result's string
+    content (Anthropic), and its unit is measured so for batching. Before, the string content and output were never
+    looked at: the models read the base64, and a 60 KB one made its unit too big to send (``not_sent``)."""
+    from compactor.compaction.preparation import prepare
+    from compactor.compaction.decision import question_template
+
+    shot = f"data:image/png;base64,{_b64(60_000)}"
+    cases = {
+        "openai-chat": [{"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                             "function": {"name": "shot", "arguments": "{}"}}]},
+                        {"role": "tool", "tool_call_id": "call_1", "content": shot}],
+        "openai-responses": [{"type": "function_call", "call_id": "call_1", "name": "shot", "arguments": "{}"},
+                             {"type": "function_call_output", "call_id": "call_1", "output": shot}],
+        "anthropic-messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "shot",
+                                                                  "input": {}}]},
+                               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                             "content": shot}]}],
+    }
+    for fmt, unit in cases.items():
+        before = copy.deepcopy(unit)
+        view = json.dumps(get_dialect(fmt).model_view(unit))
+        assert "[image/png, 60000 bytes]" in view and shot[100:200] not in view, fmt
+        assert unit == before
+        task = {"role": "user", "content": "Take a screenshot of the page. " * 4}
+        done = ({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}
+                if fmt == "openai-responses" else {"role": "assistant", "content": "Done."})
+        prep = prepare([task, *unit, *unit, done], keep_recent=1, target_ratio=0.1, pinned_indices=None,
+                       question_template=question_template(), dialect=get_dialect(fmt))
+        assert 1 in [c.unit.start for batch in prep.batches for c in batch.candidates] and not prep.reasons, fmt
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_seals_input_shows_a_data_url_written_as_text_by_its_marker(fake_provider: FakeProviderServer,
+                                                                          fmt: str) -> None:
+    """Seal mode's summarizer reads a tool output that is a base64 data: URL (a string output, or a text part holding
+    one) as ``[image/png, 3000 bytes]``, as the models' view shows it. Before, it read the base64: a 100 KB screenshot
+    printed as text was 133 KB of the seal's input, though an image part read as ``[image]``."""
+    shot = f"data:image/png;base64,{DATA}"
+    items = _transcript(fmt, [DATA] * 4)
+    for n, output in ((0, shot), (1, [{"type": "input_text" if fmt == "openai-responses" else "text", "text": shot}])):
+        result = items[2 * n + 2]
+        if fmt == "anthropic-messages":
+            result["content"][0]["content"] = output
+        elif fmt == "openai-responses":
+            result["output"] = output
+        else:
+            result["content"] = output
+    fake_provider.responder = lambda request: chat_reply("The record loop is off; four screenshots were taken.")
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
+    assert status == 200, body
+    sent = [r.body.decode() for r in fake_provider.requests]
+    assert sent and all(DATA[100:160] not in text for text in sent)
+    assert sum(text.count("[image/png, 3000 bytes]") for text in sent) == 2
+
+
+def test_a_text_going_on_after_a_data_url_in_words_stays_as_it_is() -> None:
+    """A tool's text that prints a data: URL and goes on in plain words (letters and spaces, which the base64 alphabet
+    and its line breaks would take in) is no payload: the models read it whole. Before, the words were read as base64,
+    so the view showed ``[image/png, 332 bytes]`` alone and the tool's message was lost."""
+    text = f"data:image/png;base64,{DATA[:400]} Screenshot of the login form saved to the clipboard"
+    for fmt, item in (("openai-chat", {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text",
+                                                                                              "text": text}]}),
+                      ("anthropic-messages", {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                                           "content": text}]})):
+        assert get_dialect(fmt).model_view([item])[0] is item, fmt
+    shot = f"data:image/png;base64,{base64.encodebytes(random.Random(3).randbytes(300)).decode()}"
+    assert get_dialect("openai-chat").model_view([{"role": "user", "content": [{"type": "text", "text": shot}]}]
+                                                 )[0]["content"][0]["text"] == "[image/png, 300 bytes]"

@@ -22,7 +22,8 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import Dialect, Item, Placeholder, blocks, media_free_fields, media_marker, paired_split
+from compactor.formats.base import (Dialect, Item, Placeholder, blocks, media_free_fields, media_marker, paired_split,
+                                   shown_string)
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -217,11 +218,11 @@ class AnthropicMessages(Dialect):
 
     def render_line(self, item: Item) -> str:
         content = item.get("content")
-        parts = [content] if isinstance(content, str) else []
+        parts = [shown_string(content)] if isinstance(content, str) else []
         for block in blocks(content):
             kind = block.get("type")
             if kind == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
+                parts.append(shown_string(block["text"]))
             elif kind in CALLS:
                 parts.append(tool_call_line(block.get("name"), _dumps(block.get("input"))))
             elif str(kind).endswith("tool_result"):
@@ -456,12 +457,12 @@ def _result_text(content: Any) -> str:
     """What a result says: a string as it is, else its text blocks, an image or a document shown by its marker, a
     search result's title and URL (and text), a code execution's output, a tool reference by the tool it loads."""
     if isinstance(content, str):
-        return content
+        return shown_string(content)
     shown: list[str] = []
     for block in blocks([content] if isinstance(content, dict) else content):
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
-            shown.append(block["text"])
+            shown.append(shown_string(block["text"]))
         elif (marker := media_marker(block)) is not None:
             shown.append(marker)
         elif kind == "tool_reference":

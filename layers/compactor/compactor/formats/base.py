@@ -387,15 +387,28 @@ FILE_PARTS = ("document", "file", "input_file")
 
 def payload_marker(kind: str, data: str) -> str:
     """How the models' view and seal's input show a base64 payload ``data``: ``[<kind>, <N> bytes]``, ``kind`` its
-    media type (``image/png``) or what it is (``image``), N the bytes it decodes to; never the base64 itself."""
-    return f"[{kind}, {len(data.rstrip('=')) * 3 // 4} bytes]"
+    media type (``image/png``) or what it is (``image``), N the bytes it decodes to; never the base64 itself. Line
+    breaks and spaces (MIME's base64 breaks its lines every 76 characters) and the padding decode to nothing."""
+    body = data.rstrip().rstrip("=")
+    length = len(body)
+    for space in _BASE64_SPACES:
+        if space in body:  # a fast scan; counted only when there is one
+            length -= body.count(space)
+    return f"[{kind}, {length * 3 // 4} bytes]"
+
+
+_BASE64_SPACES = ("\n", "\r", " ", "\t")
+PAYLOAD_MARKER = pattern(r"\[[^\[\],]+, \d+ bytes\]")
+"""What :func:`payload_marker` writes (the offline summarizer finds it in the view it reads)."""
 
 
 _DATA_URL = pattern(r"data:([a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+)?((?:;[^;,]*)*);base64,", re.IGNORECASE)
 """A base64 ``data:`` URL's head (RFC 2397): its media type (optional) and parameters, then ``;base64,``."""
 
 
-_BASE64 = pattern(r"[A-Za-z0-9+/=_\-\s]*")  # the standard and URL-safe alphabets, padding, line breaks
+_BASE64 = pattern(r"[A-Za-z0-9+/_\-\r\n]*=*\s*")
+"""Base64 as a data: URL holds it: the standard and URL-safe alphabets, broken into lines or not, the padding at its
+end only. A space ends it (base64 is never broken by one), so a text after the URL on the same line is no payload."""
 
 
 def _data_url_marker(text: str) -> str | None:
@@ -407,6 +420,12 @@ def _data_url_marker(text: str) -> str | None:
     if head is None or _BASE64.fullmatch(text, head.end()) is None:
         return None
     return payload_marker((head.group(1) or "data").lower(), text[head.end():])
+
+
+def shown_string(text: str) -> str:
+    """``text`` as seal's input shows it: its :func:`payload_marker` when it is a base64 ``data:`` URL as a whole (a
+    tool that prints its screenshot so), as the models' view shows it; else ``text`` itself."""
+    return (_data_url_marker(text) if len(text) >= _SHORTEST_PAYLOAD else None) or text
 
 
 def _shown_payload(container: Item, key: str, value: str) -> str | None:
@@ -466,17 +485,24 @@ def media_free(value: Any) -> Any:
 
 def media_free_fields(item: Item, fields: tuple[str, ...]) -> Item:
     """``item`` with :func:`media_free` applied to those of its ``fields`` holding a list or an object (where a
-    format puts its content parts): ``item`` itself when none holds a payload. A string field is never walked, so a
-    message whose content is a string costs a lookup (docs/performance.md)."""
+    format puts its content parts), and a field that is a base64 ``data:`` URL itself (a tool's whole output, as a
+    text part holding one reads) shown by its marker: ``item`` itself when none holds a payload. A string field is
+    only looked at, never walked, so a message whose content is a string costs a lookup (docs/performance.md)."""
     replaced: Item | None = None
     for field in fields:
         value = item.get(field)
-        if isinstance(value, (list, dict)):
+        if type(value) is str:
+            shown = _data_url_marker(value) if len(value) >= _SHORTEST_PAYLOAD else None
+        elif isinstance(value, (list, dict)):
             shown = media_free(value)
-            if shown is not value:
-                if replaced is None:
-                    replaced = dict(item)
-                replaced[field] = shown
+            if shown is value:
+                shown = None
+        else:
+            shown = None
+        if shown is not None:
+            if replaced is None:
+                replaced = dict(item)
+            replaced[field] = shown
     return item if replaced is None else replaced
 
 
@@ -524,12 +550,12 @@ def shown_text(content: Any, kinds: tuple[str, ...] | None = None) -> str:
     summarizer reads of a content value, so that a message holding only an image or a refusal does not read as an
     empty one."""
     if isinstance(content, str):
-        return content
+        return shown_string(content)
     shown = []
     for part in blocks(content):
         text = part.get("text")
         if isinstance(text, str) and (kinds is None or part.get("type") in kinds):
-            shown.append(text)
+            shown.append(shown_string(text))
         elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
             shown.append(part["refusal"])  # an assistant's refusal part (Chat Completions, Responses): its text
         elif (marker := media_marker(part)) is not None:

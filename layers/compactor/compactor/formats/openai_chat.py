@@ -11,7 +11,7 @@ from __future__ import annotations
 from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import Dialect, Item, Placeholder, media_free_fields, shown_text
+from compactor.formats.base import Dialect, Item, Placeholder, media_free_fields, shown_string, shown_text
 
 # What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
@@ -74,7 +74,7 @@ class OpenAIChat(Dialect):
     def render_line(self, item: Item) -> str:
         """``<role>: <content>``, tool calls rendered after the content."""
         content = item.get("content") if isinstance(item, dict) else None
-        text = (shown_text(content) if isinstance(content, list) else content_text(content)) if isinstance(
+        text = (shown_text(content) if isinstance(content, (list, str)) else content_text(content)) if isinstance(
             item, dict) else str(item)
         calls = item.get("tool_calls") if isinstance(item, dict) else None
         for call in calls if isinstance(calls, list) else []:

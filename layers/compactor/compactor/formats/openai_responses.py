@@ -28,7 +28,7 @@ from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.jsonutil import dense_size
 from compactor.formats.base import (Dialect, Item, Placeholder, media_free_fields, media_marker, paired_split,
-                                   payload_marker, shown_text)
+                                   payload_marker, shown_string, shown_text)
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -351,14 +351,14 @@ def output_text(output: Any) -> str:
     a marker (a list of ``input_text`` / ``input_image`` / ``input_file`` parts, or one part such as a
     ``computer_call_output``'s screenshot), a shell call's ``stdout`` / ``stderr``."""
     if isinstance(output, str):
-        return output
+        return shown_string(output)
     parts = output if isinstance(output, list) else [output]
     shown: list[str] = []
     for part in parts:
         if not isinstance(part, dict):
             continue
         if isinstance(part.get("text"), str):
-            shown.append(part["text"])
+            shown.append(shown_string(part["text"]))
         elif (marker := media_marker(part)) is not None:
             shown.append(marker)
         else:

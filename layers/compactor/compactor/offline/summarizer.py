@@ -22,6 +22,7 @@ from itertools import accumulate
 from typing import Any
 
 from compactor.chat import RESULT_ROLES, as_messages
+from compactor.formats.base import PAYLOAD_MARKER, media_marker
 from compactor.jsonutil import dense_dumps, dense_size, loads_within, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
 from compactor.markers import tool_call_pattern
@@ -59,6 +60,7 @@ _name_token = lazy(r"[A-Za-z_~./][\w./~@+-]*")  # as _decision_words
 # Salience of a summary line (docs/offline-offers.md): the call and its exit code first, then errors,
 # edit results, lines naming what later messages use, paths, the agent's reasoning, the ends of outputs.
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
+SCORE_MEDIA = SCORE_EDIT  # an image, a file or audio in a message or a result: what the call showed or gave
 LINE_BYTES = 240
 _MIN_CUT = 40  # a cut call or error line shorter than this says too little
 _CALL_BYTES = 200
@@ -194,7 +196,8 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
                 pending.append((line, description, ids.pop(0)))
                 order = _text_lines(body, names, order + 1, lines, seen, body=True)
             continue
-        text = content_text(message.get("content"))
+        content = message.get("content")
+        text = "" if isinstance(content, dict) and media_marker(content) else content_text(content)
         if is_observation(message):
             codes = _exit_codes(text)
             # a result names its call (tool_call_id): a call still running, whose result states no exit code,
@@ -213,7 +216,34 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
                 order += 1
             text = strip_output_tags(text)
         order = _text_lines(text, names, order, lines, seen)
+        for marker in _media_markers(content):  # after the message's text, as a result's image follows its text
+            lines.append(_Line(marker, SCORE_MEDIA, order))
+            order += 1
     return lines
+
+
+def _media_markers(content: Any) -> list[str]:
+    """The images, files and audio among a message's content parts (or its one part: a computer screenshot), each as
+    the view shows its base64 (``[image/png, 104857 bytes]``, docs/formats.md "Images and files"), else as seal's
+    input shows the part (``[image]``, ``[file <name>]``, ``[audio]``: a URL or a file id). The text of a content
+    reads only its text parts, so without these a summary never said that a screenshot had been there."""
+    parts = [content] if isinstance(content, dict) else content if isinstance(content, list) else ()
+    markers = []
+    for part in parts:
+        marker = media_marker(part) if isinstance(part, dict) else None
+        if marker is not None:
+            shown = _payload_shown(part)
+            markers.append(marker if shown is None else shown if marker in ("[image]", "[file]", "[audio]")
+                           else f"{marker[:-1]}: {shown[1:]}")  # [file spec.pdf: application/pdf, 3000 bytes]
+    return markers
+
+
+def _payload_shown(value: Any) -> str | None:
+    """The first base64 payload marker in ``value`` (a content part, its source or its inner object)."""
+    if isinstance(value, str):
+        return value if PAYLOAD_MARKER.fullmatch(value) else None
+    members = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((shown for member in members if (shown := _payload_shown(member)) is not None), None)
 
 
 def _call_ids(message: dict[str, Any], count: int) -> list[Any]:
