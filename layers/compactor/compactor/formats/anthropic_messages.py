@@ -377,7 +377,8 @@ class StreamFacts:
     def tail_start(self, units: list[Unit]) -> int | None:
         """:meth:`AnthropicMessages.protected_tail_start` of the messages added."""
         flags = self.flags
-        final = _turn_in_progress(len(flags), lambda i: bool(flags[i] & _ASSISTANT), lambda i: bool(flags[i] & _ANSWERS))
+        final = _turn_in_progress(len(flags), lambda i: bool(flags[i] & _ASSISTANT),
+                                  lambda i: bool(flags[i] & _ANSWERS))
         if final is None:
             return None
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)

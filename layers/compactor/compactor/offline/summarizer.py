@@ -440,7 +440,7 @@ def _counted(commands: list[str]) -> list[str]:
 
 
 _task_line = lazy(r"^task: (.*)$", re.MULTILINE)  # as _decision_words
-# The roles an earlier seal's summary has: system (openai-chat), developer (openai-responses), user (anthropic-messages).
+# The roles of an earlier seal's summary: system (openai-chat), developer (openai-responses), user (anthropic-messages).
 # An assistant's text or a tool's output that starts with the marker (a summary read back from a file) is not one.
 _SEAL_ROLES = ("system", "developer", "user")
 
