@@ -100,3 +100,27 @@ def test_each_seal_of_a_growing_conversation_carries_the_earlier_seal_forward(
         if round_:
             assert "\nearlier: " in cdump(seals[0]).replace("\\n", "\n")
     assert context[:len(head)] == _as_format(head, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "openai-responses", "anthropic-messages"])
+def test_a_sealed_answer_sealed_again_with_nothing_new_comes_back_unchanged_without_a_model_call(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """Once an earlier seal's summary was sealed with the middle, a sealed answer sent again (a retry, a harness that
+    compacts before every call) had that summary alone between its head and its tail: the seal summarized the
+    summary on its own, a billed model call for a lossier summary of the same conversation. Before, the summary was
+    always pinned and there was nothing to seal."""
+    field = "input" if fmt == "openai-responses" else "messages"
+    head = [] if fmt == "anthropic-messages" else [{"role": "system", "content": "You are a coding agent."}]
+    context = _as_format(head + [{"role": "user", "content": "Task: make the parser accept empty input."}]
+                         + _turns(4), fmt)
+
+    def sealed(items: list[dict[str, Any]]) -> dict[str, Any]:
+        response = compact_module.handler(api_event("/compact", {
+            "format": fmt, field: items, "mode": "seal", "keep_recent": 2}), lambda_context)
+        assert response["statusCode"] == 200, response["body"]
+        return json.loads(response["body"])
+
+    first = sealed(context)
+    assert first["compacted"] is True
+    again = sealed(first[field])
+    assert again == {field: first[field], "compacted": False}, again  # no x_router: no model was called

@@ -103,31 +103,55 @@ def test_the_final_assistant_message_merged_from_several_keeps_its_thinking_firs
     assert output[-4]["role"] == "user"  # the final message follows the caller's own tool_result, no summary
 
 
-def _results_with_the_users_words() -> list[dict[str, Any]]:
-    """A loop whose last user message carries the final call's result and the human's words beside it (Claude
-    Code's "[Request interrupted by user for tool use]" and reminders, an agent passing the user's words on)."""
+def _results_with_the_users_words(apart: bool = False) -> list[dict[str, Any]]:
+    """A loop whose last user turn carries the final call's result and the human's words beside it (Claude Code's
+    "[Request interrupted by user for tool use]" and reminders, an agent passing the user's words on): in the same
+    message, or (``apart``) in a message of its own after the results, as Claude Code stores them, which the API
+    combines with the results into one user turn."""
     items = _loop(8)
-    items[-1] = {"role": "user", "content": [*items[-1]["content"], {"type": "text", "text": "Also update the README."}]}
+    words = {"type": "text", "text": "[Request interrupted by user for tool use]"}
+    if apart:
+        return [*items, {"role": "user", "content": [words]}]
+    items[-1] = {"role": "user", "content": [*items[-1]["content"], words]}
     return items
 
 
+@pytest.mark.parametrize("keep_recent", [1, 2])
+@pytest.mark.parametrize("apart", [False, True], ids=["same-message", "message-of-its-own"])
 def test_results_sent_with_the_humans_words_keep_the_turn_in_progress(
-        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
-    """The Messages API wants the final assistant message to start with its thinking while the last user message
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, apart: bool, keep_recent: int) -> None:
+    """The Messages API wants the final assistant message to start with its thinking while the last user turn
     carries tool results, text beside them or not. Such a message counted as a human turn ending the turn in
     progress, so nothing more was protected: the cycle before the final message was summarized, its summary merged
     into the final assistant message, and the answer began that message with text (the API's 400 "Expected
-    `thinking` or `redacted_thinking`, but found `text`")."""
-    items = _results_with_the_users_words()
-    assert ANTHROPIC.protected_tail_start(items, ANTHROPIC.split_units(items)) == len(items) - 4
+    `thinking` or `redacted_thinking`, but found `text`"). The words in a message of their own after the results
+    (Claude Code's records of an interruption) still ended the turn after that was fixed: the API combines them with
+    the results into one user turn."""
+    items = _results_with_the_users_words(apart)
+    final = len(items) - 2 - apart  # the final assistant message, its result (and the words) after it
+    assert ANTHROPIC.protected_tail_start(items, ANTHROPIC.split_units(items)) == final - 2
+    facts = ANTHROPIC.stream_facts()
+    for item in items:
+        facts.add(item)
+    assert facts.tail_start(facts.units()) == final - 2  # windows agree
 
     body = _compact(compact_module, lambda_context, {"format": "anthropic-messages", "messages": items,
-                                                     "keep_recent": 1, "target_ratio": 0.01,
+                                                     "keep_recent": keep_recent, "target_ratio": 0.01,
                                                      "decision_policy_ir": decision_policy()})
     output = body["messages"]
     assert body["compacted"] is True and PROBLEMS["anthropic-messages"](output) == []
     # the final assistant message, thinking first, follows the caller's own tool_result, never a new summary
-    assert [cdump(m) for m in output[-4:]] == [cdump(m) for m in items[-4:]]
+    assert [cdump(m) for m in output[final - 2 - len(items):]] == [cdump(m) for m in items[final - 2:]]
+
+
+def test_the_human_s_own_turn_after_the_results_still_ends_the_turn() -> None:
+    """Only a user turn carrying tool results keeps the turn going: the human's own words after the final assistant
+    message, with no results (the calls answered earlier), end it, and nothing more is protected."""
+    items = [*_loop(4), {"role": "assistant", "content": [{"type": "text", "text": "All green."}]},
+             {"role": "user", "content": [{"type": "text", "text": "Thanks!"}]},
+             {"role": "user", "content": "Now the README."}]
+    assert ANTHROPIC.protected_tail_start(items, ANTHROPIC.split_units(items)) is None
+    assert PROBLEMS["anthropic-messages"](items) == []
 
 
 def test_an_autonomous_loop_of_200_cycles_after_one_prompt_still_compacts(

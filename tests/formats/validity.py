@@ -102,15 +102,18 @@ THINKING = ("thinking", "redacted_thinking")
 def _final_thinking_problems(messages: list[dict[str, Any]]) -> list[str]:
     """With thinking on (the final assistant message holds thinking), the final assistant message of a turn in
     progress must start with a thinking block ("a final assistant message must start with a thinking block");
-    the API merges consecutive assistant messages into one. The turn is in progress while the last user message
-    carries tool results, whatever text it holds beside them."""
+    the API merges consecutive assistant messages into one. The turn is in progress while the last user turn carries
+    tool results, whatever text it holds beside them: the API combines consecutive user messages into one turn too
+    (Claude Code stores "[Request interrupted by user for tool use]" as a message after the results)."""
     end = len(messages)
-    while end and messages[end - 1].get("role") == "user" and _carries_tool_results(messages[end - 1]):
+    while end and messages[end - 1].get("role") == "user":
         end -= 1
+    if end < len(messages) and not any(_carries_tool_results(m) for m in messages[end:]):
+        return []  # the last turn is the human's: no turn in progress
     start = end
     while start and messages[start - 1].get("role") == "assistant":
         start -= 1
-    if start == end:  # the last message is the human's: no turn in progress
+    if start == end:  # no assistant message before the last user turn: no turn in progress
         return []
     blocks = [b for m in messages[start:end] for b in (m["content"] if isinstance(m.get("content"), list) else
                                                          [{"type": "text"}])]

@@ -68,3 +68,15 @@ def test_the_streamed_reading_refuses_a_broken_document_in_one_line_naming_how_f
     missing = b"[" + b",\n".join(LINES[:3]) + b"\n" + b",\n".join(LINES[3:]) + b"]"
     assert streamed(missing) == "not JSON: parse error: after array element, I expect ',' or ']' (after 3 messages read " \
                                 "whole)"
+
+
+@pytest.mark.parametrize("prefix, end", [(b"", b"\n"), (b"", b"\r\n"), (b"\xef\xbb\xbf", b"\n")],
+                         ids=["lf", "crlf", "bom"])
+def test_a_jsonl_line_s_column_counts_characters_on_both_readings(prefix, end):
+    """docs/behaviour.md: the column counts characters (three two-byte 'é' before the place are three columns, not six),
+    a CRLF line's return is its own, a leading byte order mark is not counted."""
+    bad = '{"role": "user", "content": "ééé" "x"}'.encode()  # the missing comma: character 35, byte 38
+    data = prefix + end.join([*LINES[:4], bad]) + end
+    reason = "line 5 is not JSON: Expecting ',' delimiter at column 35"
+    assert inline(data) == f"not a transcript: {reason}"
+    assert streamed(data) == reason

@@ -328,6 +328,27 @@ def test_a_second_seal_carries_the_first_forward_and_reads_tool_calls() -> None:
     assert "requests: Also add a test, please." in lines
 
 
+def test_every_earlier_seal_is_carried_forward_not_only_the_last() -> None:
+    """A conversation sealed before its seals folded the earlier summary in (each seal then added one more) holds
+    several earlier seals in a row; once they are sealed with the middle, the built-in seal kept the last one's text
+    as ``earlier:`` and dropped the others but for a ``task:`` line. A tool's output or an assistant's text that starts
+    with the marker (a summary read back from a file) is no earlier seal: it was taken for one."""
+    from compactor.compaction.seal import SEAL_MARKER, render_aged
+
+    aged = [{"role": "system", "content": SEAL_MARKER + "task: Build the ALPHA parser.\nstate: FIRST-FACT lexer done"},
+            {"role": "system", "content": SEAL_MARKER + "state: SECOND-FACT tests pass"},
+            {"role": "user", "content": "Now the README."},
+            {"role": "assistant", "content": "Reading the old summary.", "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat s.md"}'}}]},
+            {"role": "tool", "tool_call_id": "c", "content": SEAL_MARKER + "state: STALE-FACT\nError: disk full"}]
+    lines = summarize_conversation(render_aged(aged), 2048).split("\n")
+    assert "task: Build the ALPHA parser." in lines
+    carried = [line for line in lines if line.startswith("earlier: ")]
+    assert len(carried) == 1 and "FIRST-FACT" in carried[0] and "SECOND-FACT" in carried[0], lines
+    assert "STALE-FACT" not in carried[0] and any("Error: disk full" in line for line in lines if
+                                                  line.startswith("errors: "))
+
+
 def test_go_package_failures_are_error_lines() -> None:
     output = "".join(f"ok  \texample.com/pkg/m{i}\t0.01s\n" for i in range(100))
     output += "FAIL\texample.com/pkg/store [setup failed]\nFAIL\texample.com/pkg/sync\t0.013s\n"

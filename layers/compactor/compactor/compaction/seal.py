@@ -82,13 +82,14 @@ def _frozen_count(pinned: set[int], count: int, *, start: int = 0) -> int:
     return frozen
 
 
-def _split_aged(items: list[Message], frozen: int, start: int, pinned: set[int]) -> SealPlan | None:
+def _split_aged(items: list[Message], frozen: int, start: int, pinned: set[int], earlier: set[int]) -> SealPlan | None:
     """The plan sealing ``items[frozen:start]`` but for its always-pinned items (held); ``None`` when that
-    leaves nothing to seal."""
-    aged = [items[i] for i in range(frozen, start) if i not in pinned]
-    if not aged:
+    leaves nothing to seal: no item, or only one earlier seal's summary (``earlier``), which a seal would only summarize
+    again on its own (a sealed answer sealed again made a model call re-summarizing its summary, billed and lossier)."""
+    aged = [i for i in range(frozen, start) if i not in pinned]
+    if not aged or (len(aged) == 1 and aged[0] in earlier):
         return None
-    return SealPlan(frozen=items[:frozen], aged=aged, recent=items[start:],
+    return SealPlan(frozen=items[:frozen], aged=[items[i] for i in aged], recent=items[start:],
                     held=[items[i] for i in range(frozen, start) if i in pinned])
 
 
@@ -110,9 +111,11 @@ def earlier_seals(items: list[Message], dialect: Dialect) -> set[int]:
             and item == dialect.text_item("system", text)}
 
 
-def _sealable_pins(items: list[Message], dialect: Dialect) -> set[int]:
-    """The always-pinned items a seal keeps as they are: all of them but the earlier seals it carries forward."""
-    return dialect.always_pinned(items) - earlier_seals(items, dialect)
+def _sealable_pins(items: list[Message], dialect: Dialect) -> tuple[set[int], set[int]]:
+    """The always-pinned items a seal keeps as they are: all of them but the earlier seals it carries forward; and
+    those earlier seals."""
+    earlier = earlier_seals(items, dialect)
+    return dialect.always_pinned(items) - earlier, earlier
 
 
 def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None = None) -> SealPlan | None:
@@ -123,7 +126,7 @@ def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None
     if dialect.name != DEFAULT_FORMAT:
         return _plan_by_units(messages, keep_recent, dialect)
     keep = max(1, keep_recent)
-    pinned = _sealable_pins(messages, dialect)
+    pinned, earlier = _sealable_pins(messages, dialect)
     frozen = _frozen_count(pinned, len(messages))
     if len(messages) - frozen <= keep:
         return None
@@ -133,7 +136,7 @@ def plan_seal(messages: list[Message], keep_recent: int, dialect: Dialect | None
         start -= 1
     if start < tail_start and not is_tool_result(messages[start]) and not has_tool_calls(messages[start]):
         start += 1  # stray results with no owning call: keep them, but not the message before them
-    return _split_aged(messages, frozen, start, pinned)
+    return _split_aged(messages, frozen, start, pinned, earlier)
 
 
 def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> SealPlan | None:
@@ -141,7 +144,7 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
     last opaque one (an earlier compaction's state, which no sealed summary can stand in for, kept in its
     place); the tail starts at the start of the unit holding its first item, so no call is parted from its
     results (docs/formats.md)."""
-    pinned = _sealable_pins(items, dialect)
+    pinned, earlier = _sealable_pins(items, dialect)
     frozen = _frozen_count(pinned, len(items), start=max(dialect.opaque_state(items), default=-1) + 1)
     if len(items) - frozen <= max(1, keep_recent):
         return None
@@ -152,7 +155,7 @@ def _plan_by_units(items: list[Message], keep_recent: int, dialect: Dialect) -> 
     start = with_dialect_tail(tail, items, units, dialect).start
     if start <= frozen:
         return None
-    return _split_aged(items, frozen, start, pinned)
+    return _split_aged(items, frozen, start, pinned, earlier)
 
 
 def render_lines(aged: list[Message], dialect: Dialect | None = None) -> list[str]:

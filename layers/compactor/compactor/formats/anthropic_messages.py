@@ -103,12 +103,20 @@ def _answers_calls(item: Item) -> bool:
                                               for b in blocks(item.get("content")))
 
 
-def _ends_turn(item: Item) -> bool:
-    """A user message that answers no call: the turn in progress starts after the last one. A human turn sent with
-    the results of the calls (Claude Code's interruptions and reminders, an agent passing the user's words on with
-    the results) does not end it: the Messages API still wants the final assistant message, whose calls those
-    results answer, to start with its thinking ("a final `assistant` message must start with a thinking block")."""
-    return item.get("role") == "user" and not _answers_calls(item)
+def _turn_in_progress(count: int, assistant: Callable[[int], bool], answers: Callable[[int], bool]) -> int | None:
+    """The first of the assistant messages the API merges into the final one (a response a harness stored as several
+    messages), when a turn is in progress; ``None`` when no assistant message is followed by the human's turn. Every
+    message after the final assistant message is a user one, and the API combines consecutive user messages into one
+    turn: the turn goes on while they carry tool results, whatever text they hold beside them or in a message of their
+    own (Claude Code stores "[Request interrupted by user for tool use]" and reminders as a message after the results),
+    and the Messages API still wants the final assistant message, whose calls those results answer, to start with its
+    thinking ("a final `assistant` message must start with a thinking block")."""
+    final = next((i for i in range(count - 1, -1, -1) if assistant(i)), -1)
+    if final < 0 or (final + 1 < count and not any(answers(i) for i in range(final + 1, count))):
+        return None
+    while final > 0 and assistant(final - 1):
+        final -= 1
+    return final
 
 
 class AnthropicMessages(Dialect):
@@ -157,16 +165,12 @@ class AnthropicMessages(Dialect):
         it), whose thinking the Messages API needs back intact, and the one before it, so that no new item
         lands next to that message (an assistant summary would merge into it).
         Only these two: an agent's loop of hundreds of tool cycles after one prompt still compacts.
-        ``None`` when no assistant message follows the last user message that answers no call (no turn in progress:
-        a human turn sent with the results of the final message's calls does not end it, :func:`_ends_turn`)."""
-        human = max((i for i, item in enumerate(items) if _ends_turn(item)), default=-1)
-        final = max((i for i, item in enumerate(items) if item.get("role") == "assistant"), default=-1)
-        if final <= human:
+        ``None`` when no turn is in progress: the human's turn follows the last assistant message (the user messages
+        after it carry no tool results, :func:`_turn_in_progress`)."""
+        final = _turn_in_progress(len(items), lambda i: items[i].get("role") == "assistant",
+                                  lambda i: _answers_calls(items[i]))
+        if final is None:
             return None
-        # The API merges consecutive assistant messages into one: the final message starts with the first of them
-        # (a response stored as several messages without a shared ``id``, whose thinking may be in the first).
-        while final > 0 and items[final - 1].get("role") == "assistant":
-            final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
 
@@ -386,12 +390,10 @@ class StreamFacts:
     def tail_start(self, units: list[Unit]) -> int | None:
         """:meth:`AnthropicMessages.protected_tail_start` of the messages added."""
         flags = self.flags
-        human = max((i for i, f in enumerate(flags) if f & _USER and not f & _ANSWERS), default=-1)
-        final = max((i for i, f in enumerate(flags) if f & _ASSISTANT), default=-1)
-        if final <= human:
+        final = _turn_in_progress(len(flags), lambda i: bool(flags[i] & _ASSISTANT),
+                                  lambda i: bool(flags[i] & _ANSWERS))
+        if final is None:
             return None
-        while final > 0 and flags[final - 1] & _ASSISTANT:
-            final -= 1
         at = next(k for k, unit in enumerate(units) if unit.start <= final < unit.end)
         return units[max(0, at - 1)].start
 

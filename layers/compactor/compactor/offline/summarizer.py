@@ -484,6 +484,9 @@ def _counted(commands: list[str]) -> list[str]:
 
 
 _task_line = lazy(r"^task: (.*)$", re.MULTILINE)  # as _decision_words
+# The roles of an earlier seal's summary: system (openai-chat), developer (openai-responses), user (anthropic-messages).
+# An assistant's text or a tool's output that starts with the marker (a summary read back from a file) is not one.
+_SEAL_ROLES = ("system", "developer", "user")
 
 
 def _rendered_call(name: str, arguments: str) -> str:
@@ -503,16 +506,17 @@ def summarize_conversation(rendered: str, limit: int) -> str:
     if limit <= 0:
         return ""
     messages = split_rendered(rendered)
-    task = earlier = latest = ""
+    task = latest = ""
+    earlier: list[str] = []  # every earlier seal's text, in order (a conversation sealed before holds one or more)
     commands: list[str] = []
     errors: dict[str, None] = {}
     notes: dict[str, None] = {}
     requests: dict[str, None] = {}
     awaiting: list[int] = []  # indexes of commands still waiting for their exit code
     for role, text in messages:
-        if text.startswith(_SEAL_HEAD):  # an earlier seal: system (openai-chat), user or developer (other formats)
-            earlier = text[len(_SEAL_HEAD):].strip()
-            carried = _task_line().search(earlier)
+        if role in _SEAL_ROLES and text.startswith(_SEAL_HEAD):
+            earlier.append(text[len(_SEAL_HEAD):].strip())
+            carried = _task_line().search(earlier[-1])
             task = task or (carried.group(1) if carried else "")
         elif role in RESULT_ROLES or (role == "user" and ("<returncode>" in text or text.lstrip().startswith(
                 ("OBSERVATION", "EXECUTION RESULT")))):
@@ -541,7 +545,7 @@ def summarize_conversation(rendered: str, limit: int) -> str:
     sections = [
         Section("", header, 0.03),
         Section("task", squeezed_window(task, limit), 0.2),
-        Section("earlier", squeezed_window(earlier, limit), 0.15, elide_middle=True),
+        Section("earlier", squeezed_window(" | ".join(earlier), limit), 0.15, elide_middle=True),
         Section("state", squeezed_window(latest, limit), 0.1, elide_middle=True),
         Section("errors", " | ".join(errors), 0.12, elide_middle=True),
         Section("commands", " ; ".join(_counted(commands)), 0.15, elide_middle=True),
