@@ -313,7 +313,8 @@ def test_items_of_two_formats_are_refused_naming_both_on_every_path(
         items = [MIXED[0], *MIXED[3:5], *MIXED[1:3], MIXED[5]]
         words = ("the items are of two formats: messages[1] is the first anthropic-messages item (a 'tool_use' "
                  "block), messages[3] is the first openai-chat item (a 'tool_calls' field); send the items of one format")
-    raw = json.dumps({"messages": items} if named is None else {"format": named, "messages": items}).encode("utf-8")
+    # in decision mode, which a large file is streamed in (naming none, it is read whole, in the seal mode inferred)
+    raw = json.dumps({"mode": "decision", "messages": items} | ({"format": named} if named else {})).encode("utf-8")
     status, body = api(compact_module, raw)
     assert status == 422 and body["detail"][0]["msg"].endswith(words), body
     failure = s3(raw)
@@ -326,6 +327,34 @@ def test_items_of_two_formats_are_refused_naming_both_on_every_path(
         err = capsys.readouterr().err
         assert err.endswith(words + "\n") and err.count("\n") == 1, err
 
+
+
+@pytest.mark.parametrize(("items", "words"), [
+    ([*CHAT_CALLS[:3], *RESPONSES_CALLS[1:3], CHAT_CALLS[3]],
+     "the items are of two formats: messages[1] is the first openai-chat item (a 'tool_calls' field), messages[3] is "
+     "the first openai-responses item (type 'function_call' and no role); send the items of one format"),
+    ([*MIXED[:5], *RESPONSES_CALLS[1:3], MIXED[5]],
+     "the items are of three formats: messages[1] is the first openai-chat item (a 'tool_calls' field), messages[3] "
+     "is the first anthropic-messages item (a 'tool_use' block), messages[5] is the first openai-responses item (type "
+     "'function_call' and no role); send the items of one format"),
+])
+def test_a_large_file_names_every_format_its_items_show_as_a_file_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], items: list[Any], words: str,
+) -> None:
+    # A Chat message in a file read as a stream in anthropic-messages looked for Anthropic items only: with a
+    # Responses item but no Anthropic one it was refused as "messages[1] looks like openai-chat ..., send the items
+    # with format openai-chat" (whose advice got the other refusal), and a third format went unnamed.
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    path = tmp_path / "mixed.json"
+    # in decision mode, which a large file is streamed in
+    path.write_bytes(json.dumps({"format": "anthropic-messages", "mode": "decision", "messages": items}).encode())
+    for threshold in (10**9, 100):  # read whole, then over the streaming threshold
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+        assert main(["compact", str(path), "-o", str(tmp_path / "out.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.endswith(words + "\n") and err.count("\n") == 1, err
 
 def test_a_bare_transcript_declared_in_another_format_is_refused_by_the_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -11,6 +11,7 @@ import pytest
 from compactor import object_jobs
 from compactor.budget import Deadline
 from compactor.object_jobs import (
+    DEFAULTS_ENV,
     ConfigError,
     Defaults,
     Failure,
@@ -103,6 +104,15 @@ def test_defaults_parse_and_validate() -> None:
         with pytest.raises(ConfigError):
             load_defaults(bad)
 
+
+
+def test_defaults_that_fail_validation_are_named_in_one_line_of_the_validators_words() -> None:
+    # The ConfigError carried pydantic's text: lines of "Value error, mode must be one of: ... [type=value_error,
+    # input_value='x', input_type=str]" and "For further information visit https://errors.pydantic.dev/...".
+    with pytest.raises(ConfigError) as raised:
+        load_defaults('{"mode": "x", "target_ratio": 2}')
+    assert str(raised.value) == (f"{DEFAULTS_ENV} is not a valid set of request fields: target_ratio: Input should be "
+                                 "less than or equal to 1; mode: mode must be one of: decision, mask, seal")
 
 def test_the_mode_is_chosen_as_the_cli_and_the_api_choose_it() -> None:
     bare = json.dumps(transcript()).encode()

@@ -379,11 +379,9 @@ CHAT_CALL = [{"role": "user", "content": "fix the tests"},
 CHAT_SHOWN, ANTHROPIC_SHOWN = "openai-chat item (a 'tool_calls' field)", "anthropic-messages item (a 'tool_use' block)"
 
 
-# An object naming openai-chat whose first Anthropic item comes before any Chat one keeps the words of the item read
-# first ("messages[1] looks like anthropic-messages ..."): the windowed scan would read the whole object again to
-# find the Chat item, which it cannot tell from the reading of an object naming no format.
 @pytest.mark.parametrize(("named", "chat_first"), [
-    (None, True), (None, False), ("openai-chat", True), ("anthropic-messages", True), ("anthropic-messages", False)])
+    (None, True), (None, False), ("openai-chat", True), ("openai-chat", False), ("anthropic-messages", True),
+    ("anthropic-messages", False)])
 def test_a_windowed_job_refuses_items_of_two_formats_naming_both_as_the_inline_job_does(
         s3: Any, named: str | None, chat_first: bool) -> None:
     """Chat and Anthropic items in one object: naming no format, the refusal named the format the object was
@@ -400,6 +398,35 @@ def test_a_windowed_job_refuses_items_of_two_formats_naming_both_as_the_inline_j
     inline = build_request(json.dumps(body).encode(), Defaults())
     assert inline.status == 422 and inline.detail[0]["msg"] == failure["detail"][0]["msg"], (inline, failure)
 
+
+
+RESPONSES_SHOWN = "openai-responses item (type 'function_call' and no role)"
+
+
+@pytest.mark.parametrize(("named", "messages", "shown"), [
+    ("openai-chat", [*ANTHROPIC_CALL, *CHAT_CALL[1:]], (ANTHROPIC_SHOWN, CHAT_SHOWN)),
+    ("openai-chat", [CHAT_CALL[0], *RESPONSES_ITEMS[1:], *CHAT_CALL[1:]], (RESPONSES_SHOWN, CHAT_SHOWN)),
+    ("anthropic-messages", [CHAT_CALL[0], *RESPONSES_ITEMS[1:], *ANTHROPIC_CALL[1:]],
+     (RESPONSES_SHOWN, ANTHROPIC_SHOWN)),
+    ("anthropic-messages", [*CHAT_CALL, *ANTHROPIC_CALL[1:], *RESPONSES_ITEMS[1:]],
+     (CHAT_SHOWN, ANTHROPIC_SHOWN, RESPONSES_SHOWN)),
+])
+def test_a_windowed_job_names_the_first_item_of_each_format_wherever_it_comes(
+        s3: Any, named: str, messages: list[dict[str, Any]], shown: tuple[str, ...]) -> None:
+    """The scan looked only before the item it refused for an item of the format it read: an object naming openai-chat
+    whose Anthropic (or Responses) item came before any Chat one was refused as "messages[1] looks like
+    anthropic-messages ..., send the items with format anthropic-messages", whose advice got the opposite refusal,
+    where the inline job named both; a third format went unnamed."""
+    body = {"format": named, "mode": "decision", "messages": messages}
+    state = _plan_only(s3, "incoming/mixed.json", body)
+    assert state["done"] is True and state["result"] == "failed", state
+    failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/mixed.json")["Body"].read())
+    named_items = ", ".join(f"messages[{1 + 2 * i}] is the first {each}" for i, each in enumerate(shown))
+    words = (f"the items are of {'two' if len(shown) == 2 else 'three'} formats: {named_items}; send the items of one "
+             "format")
+    assert failure["status"] == 422 and failure["detail"][0]["msg"] == words, failure
+    inline = build_request(json.dumps(body).encode(), Defaults())  # its detail cut to 200 characters, as the API's
+    assert inline.status == 422 and words.startswith(inline.detail[0]["msg"].removesuffix("...")), inline
 
 @pytest.mark.parametrize("versioned", [True, False])
 def test_a_job_checks_the_keys_of_the_callers_object_once_and_of_its_own_outputs_never(

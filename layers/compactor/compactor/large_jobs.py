@@ -252,11 +252,15 @@ def plan(store: StreamStore, job: dict[str, Any], defaults: Defaults, *, router:
         return _recorded(_write_failure(store, source, stored, rel, Failure(exc.status, exc.body()["error"]),
                                         conditional=True))
     except NotChat as exc:
-        if exc.refusal is not None and fields.get("format") is not None:
+        try:  # the refusal reads the object again (only when a format is named): it may have been replaced since
+            refusal = exc.refusal if fields.get("format") is not None else None
+        except SourceChanged:
+            return {"done": True, "result": "skipped", "reason": REPLACED}
+        if refusal is not None:
             # its named format's items plainly are of another: the 422 the inline job, the API and the CLI answer in
             # the same words (docs/formats.md "The declared format"), not a 413 for a size windows would read
             return _recorded(_write_failure(store, source, stored, rel,
-                                            not_a_transcript(TranscriptError(exc.refusal), json_invalid=False),
+                                            not_a_transcript(TranscriptError(refusal), json_invalid=False),
                                             conditional=True))
         named = (f"; it names openai-chat, so it is not read as {exc.format} (name that format, or none, to compact it "
                  f"in windows)") if exc.format is not None else ""

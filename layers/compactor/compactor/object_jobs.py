@@ -235,7 +235,11 @@ def load_defaults(text: str | None) -> Defaults:
     try:  # the defaults alone must make a valid request
         CompactRequest.model_validate({**data, "messages": []})
     except ValidationError as exc:
-        raise ConfigError(f"{DEFAULTS_ENV} is not a valid set of request fields: {exc}") from exc
+        from compactor.errors import describe_validation
+
+        # in the words of the CLI's line (docs/behaviour.md): pydantic's own text spread over lines with its
+        # "Value error, " prefixes, the values and a web address for each problem
+        raise ConfigError(f"{DEFAULTS_ENV} is not a valid set of request fields: {describe_validation(exc)}") from exc
     return Defaults(fields=data)
 
 

@@ -44,9 +44,8 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from itertools import islice
 from typing import IO, Any
 
 import ijson
@@ -56,7 +55,7 @@ from compactor.jsonutil import (
     bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
-from compactor.formats.base import looks_like, mixed_formats, other_format
+from compactor.formats.base import format_refusal, other_format
 from compactor.transcripts import (
     FILE_FIELDS, NotChat, NotJSON, Transcript, TranscriptError, _jsonl_record_messages, item_format,
 )
@@ -415,46 +414,38 @@ def messages_from(open_source: Opener, format: str | None = None, *,
     (:class:`CheckedOnce`) or that :class:`ArrayWriter` wrote; a repeated key then keeps its last value."""
     anthropic = format == "anthropic-messages"
     read = format or "openai-chat"
+
+    def refusal() -> str | None:
+        """The words the whole reading's validation refuses the items with (``format_refusal``), all of them read
+        again: only a refusal asks, and a stream naming no format read again in another (an Anthropic message met
+        read as chat) asks nothing unless its caller does (``NotChat.refusal``)."""
+        return format_refusal(_read(open_source, keys_checked), read, "messages")
+
+    for index, message in enumerate(_read(open_source, keys_checked)):
+        other = item_format(message)
+        if other is not None and not (anthropic and other == "anthropic-messages"):
+            raise NotChat(f"message {index} is an {other} item", other if other == "anthropic-messages" else None,
+                          refusal=refusal)
+        if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
+            # a Chat Completions message (Dialect.validate), in the whole reading's words (items of two formats)
+            raise TranscriptError(refusal() or refused)
+        if anthropic and message.get("role") not in ("user", "assistant"):
+            raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
+                                  "anthropic-messages (the system prompt is the top-level 'system')")
+        yield message
+
+
+def _read(open_source: Opener, keys_checked: bool) -> Iterator[dict[str, Any]]:
+    """The messages of the stream ``open_source()`` opens, unchecked (:func:`messages_from`); the stream is opened
+    again when it has to be read another way (module docstring), each new reading going on after the messages
+    already given."""
     given, backend, path_free, literals = 0, None, False, False
-
-    def first_before(until: int, wanted: str) -> tuple[str, str] | None:
-        """The first of the messages before ``until`` plainly of ``wanted`` (read again: only a refusal asks)."""
-        with open_source() as again:
-            return _first_of(wanted, islice(enumerate(_messages(again, backend, path_free=path_free,
-                                                                keys_checked=keys_checked, literals=literals)), until))
-
     while True:
         try:
             with open_source() as raw:
-                messages = enumerate(_messages(raw, backend, path_free=path_free, keys_checked=keys_checked,
-                                               literals=literals))
-                for index, message in messages:
+                for index, message in enumerate(_messages(raw, backend, path_free=path_free,
+                                                          keys_checked=keys_checked, literals=literals)):
                     if index >= given:
-                        other = item_format(message)
-                        if other is not None and not (anthropic and other == "anthropic-messages"):
-                            # items of the format read before it show two formats (mixed_formats), as the whole
-                            # reading's validation says
-                            shown = looks_like(message)
-                            before = first_before(index, read) if shown is not None and shown[0] == other else None
-                            refusal = mixed_formats({read: before, other: (f"messages[{index}]", shown[1])}) \
-                                if before is not None and shown is not None \
-                                else other_format(message, read, f"messages[{index}]")
-                            raise NotChat(f"message {index} is an {other} item",
-                                          other if other == "anthropic-messages" else None, refusal=refusal)
-                        if anthropic and (refused := other_format(message, format, f"messages[{index}]")):
-                            # a Chat Completions message (Dialect.validate); an Anthropic one before or after it
-                            # shows two formats
-                            shown = looks_like(message)
-                            if shown is not None:
-                                here = (f"messages[{index}]", shown[1])
-                                if (before := first_before(index, format)) is not None:
-                                    refused = mixed_formats({format: before, shown[0]: here})
-                                elif (after := _first_of(format, messages)) is not None:
-                                    refused = mixed_formats({shown[0]: here, format: after})
-                            raise TranscriptError(refused)
-                        if anthropic and message.get("role") not in ("user", "assistant"):
-                            raise TranscriptError(f"message {index}: role must be 'user' or 'assistant' in "
-                                                  "anthropic-messages (the system prompt is the top-level 'system')")
                         yield message
                         given += 1
             return
@@ -464,16 +455,6 @@ def messages_from(open_source: Opener, format: str | None = None, *,
             path_free = True
         except LongNumberRun:
             literals = True
-
-
-def _first_of(wanted: str, found: Iterable[tuple[int, dict[str, Any]]]) -> tuple[str, str] | None:
-    """``(where, what shows it)`` of the first of the numbered messages ``found`` plainly of format ``wanted``
-    (:func:`~compactor.formats.base.looks_like`)."""
-    for index, item in found:
-        shown = looks_like(item)
-        if shown is not None and shown[0] == wanted:
-            return f"messages[{index}]", shown[1]
-    return None
 
 
 def fields_from(open_source: Opener) -> dict[str, Any]:

@@ -11,8 +11,9 @@ are bookkeeping the model never sees; they are written back unchanged, in place.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
@@ -58,13 +59,20 @@ class NotChat(TranscriptError):
     """A transcript read as a stream (docs/scale.md) in one format is in another: ``format`` names it when the stream
     can be read again in that format (an ``anthropic-messages`` item met in a stream read as chat), else None (a
     session file, an ``openai-responses`` transcript: read whole). ``refusal``: for an item of a request's
-    messages, the words ``Dialect.validate`` refuses it with when the format it was read in is the one the request
-    names (docs/formats.md "The declared format"), else None."""
+    messages, the words ``Dialect.validate`` refuses the items with when the format they were read in is the one the
+    request names (docs/formats.md "The declared format"), else None; the callable ``refusal`` says it when first
+    asked (the streamed reading reads the items again for it, which a stream read again in another format never
+    needs)."""
 
-    def __init__(self, message: str, format: str | None = None, *, refusal: str | None = None) -> None:
+    def __init__(self, message: str, format: str | None = None, *,
+                 refusal: Callable[[], str | None] | None = None) -> None:
         super().__init__(message)
         self.format = format
-        self.refusal = refusal
+        self._refused = refusal
+
+    @cached_property
+    def refusal(self) -> str | None:
+        return self._refused() if self._refused is not None else None
 
 
 @record

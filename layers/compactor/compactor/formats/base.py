@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from compactor.compaction.units import Unit
@@ -84,19 +84,33 @@ def mixed_formats(first: Mapping[str, tuple[str, str]]) -> str:
     return f"the items are of {_COUNTS[len(named)]} formats: {', '.join(named)}; send the items of one format"
 
 
+def format_refusal(items: Iterable[Item], declared: str, field: str) -> str | None:
+    """What the caller is told when an item of ``items`` plainly belongs to another format than the one declared
+    (:func:`other_format`, naming the first such item), else ``None``; when the items plainly belong to more than one
+    format, the first item of each is named instead (:func:`mixed_formats`). ``items`` is read once, in order: the
+    whole reading's validation and a streamed reading (its messages read again) say the same words."""
+    first: dict[str, tuple[str, str]] = {}
+    refused = None
+    for index, item in enumerate(items):
+        found = looks_like(item)
+        if found is None:
+            continue
+        if found[0] not in first:
+            first[found[0]] = (f"{field}[{index}]", found[1])
+        if refused is None and found[0] != declared:
+            refused = other_format(item, declared, f"{field}[{index}]")
+    if refused is None:
+        return None
+    return mixed_formats(first) if len(first) > 1 else refused
+
+
 def refuse_other_format(items: list[Item], declared: str, field: str) -> None:
     """A ``ValueError`` (the caller's 422) naming the first item that plainly belongs to another format than the one
     declared, and that format (docs/formats.md "The declared format"): compacted under the declared format's rules,
     its calls would not be paired nor its pins right, and the provider would refuse what comes back. When the items
-    plainly belong to more than one format, the first item of each is named instead (:func:`mixed_formats`)."""
-    for index, item in enumerate(items):
-        message = other_format(item, declared, f"{field}[{index}]")
-        if message is not None:
-            first: dict[str, tuple[str, str]] = {}
-            for position, each in enumerate(items):
-                if (found := looks_like(each)) is not None and found[0] not in first:
-                    first[found[0]] = (f"{field}[{position}]", found[1])
-            raise ValueError(mixed_formats(first) if len(first) > 1 else message)
+    plainly belong to more than one format, the first item of each is named instead (:func:`format_refusal`)."""
+    if (refused := format_refusal(items, declared, field)) is not None:
+        raise ValueError(refused)
 
 
 class Dialect:
