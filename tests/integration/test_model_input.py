@@ -49,15 +49,22 @@ async def test_the_batches_of_a_request_share_one_prefix_holding_the_shared_stat
     else:  # the decision prompt: a system message, then the payload as the user message
         chats = [r for r in fake_provider.requests if r.path.endswith("/chat/completions") and r.json["model"] == "dec"]
         sent = [r.body for r in chats]
-        states = [json.loads(r.json["messages"][1]["content"])["state"] for r in chats]
+        prompts = [r.json["messages"][1]["content"] for r in chats]
+        states = [json.loads(prompt)["state"] for prompt in prompts]
     assert len(sent) >= 4
     for state in states:  # the shared state comes first, then what is the batch's own
         assert list(state)[:3] == list(SHARED) and set(state) - set(SHARED) <= {"fragments", "later"}
         assert [state[key] for key in SHARED] == [states[0][key] for key in SHARED]
     prefix = os.path.commonprefix(sent)
-    shared = json.dumps({key: states[0][key] for key in SHARED}, separators=(",", ":"), ensure_ascii=False)[1:-1]
-    if decider_transport == "chat-decisions":
-        shared = json.dumps(shared, ensure_ascii=False)[1:-1]  # the payload travels as a JSON string
+    if decider_transport == "decisions":
+        shared = json.dumps({key: states[0][key] for key in SHARED}, separators=(",", ":"), ensure_ascii=False)[1:-1]
+    else:  # the prompt shows the evidence's JSON as JSON (docs/providers.md), its text travels as a JSON string
+        evidence = [*states[0]["recent_evidence"], *(f["evidence"] for state in states for f in state["fragments"])]
+        assert all(isinstance(e, list) or "[excerpt" in e for e in evidence)  # an excerpt is no JSON: quoted
+        assert sum(isinstance(e, list) for e in evidence) > 0.8 * len(evidence)
+        heads = {prompt[:prompt.index(',"fragments":')] for prompt in prompts}
+        assert len(heads) == 1
+        shared = json.dumps(heads.pop(), ensure_ascii=False)[1:-1]
     assert shared.encode() in prefix
     assert len(prefix) >= 0.3 * min(map(len, sent))
 

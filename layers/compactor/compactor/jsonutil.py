@@ -583,6 +583,23 @@ def embedded_json(text: str, *, max_depth: int = MAX_BODY_DEPTH) -> tuple[bool, 
         return False, None
 
 
+def holds_json_container(text: str) -> bool:
+    """Whether ``text`` is one JSON array or object, parsed strictly (no key twice, no ``NaN``, no number past a
+    float's range) and at most ``MAX_BODY_DEPTH`` levels deep: what a prompt shows as that JSON instead of quoting
+    it (docs/performance.md "Model input"). The bound is fixed: how deep the parser itself reads depends on the
+    interpreter and on the caller's C stack, and the same text must make the same prompt in every process."""
+    if text[:1] not in ("[", "{"):
+        return False
+    # A text of at most MAX_BODY_DEPTH brackets (most evidence, 1,200 characters at most) cannot be deeper: its depth
+    # is not looked into again once parsed, which took most of the time (docs/performance.md "Model input").
+    shallow = text.count("[") + text.count("{") <= MAX_BODY_DEPTH
+    try:
+        value = strict_loads(text) if shallow else loads_within(text, max_depth=MAX_BODY_DEPTH, decode=strict_loads)
+    except ValueError:  # not JSON, or nested deeper than a body may be
+        return False
+    return isinstance(value, (list, dict))
+
+
 class _ContainerTypes(dict):  # type: ignore[type-arg]
     """Whether a type is a ``dict`` or ``list`` (or a subclass of one), by type, learnt on first sight."""
 

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from compactor.markers import EVIDENCE_MARKER
 from compactor.providers.base import ChatRequest, DecisionRequest, Offer, ProviderError
-from compactor.providers.chat_decisions import ChatDecisionsTransport
+from compactor.providers.chat_decisions import ChatDecisionsTransport, decision_messages
+from compactor.providers.native_decisions import DecisionsTransport
 from compactor.router import compute_cost
 from fakes.provider_server import FakeProviderServer, Reply, chat_reply
 
@@ -112,3 +114,51 @@ async def test_invalid_payload_is_refused_before_any_call(fake_provider: FakePro
 async def test_chat_is_refused(chat_decision_offer: Offer) -> None:
     with pytest.raises(ProviderError):
         await TRANSPORT.chat(chat_decision_offer, ChatRequest([]), 1)
+
+
+# A fragment's evidence: the JSON text of its messages (ASCII, default separators), whole or an excerpt.
+WHOLE = json.dumps([{"role": "assistant", "content": 'ran "ls"\n'}, {"role": "tool", "content": "a.py ✓"}])
+EXCERPT = WHOLE[:10] + EVIDENCE_MARKER + WHOLE[-20:]  # no JSON: shown quoted, as in the native payload
+EVIDENCE_STATE = {"guidance": "Judge each fragment.", "recent_evidence": [WHOLE],
+                  "fragments": [{"id": "f1", "bytes": 900, "evidence": WHOLE},
+                                {"id": "f2", "bytes": 4000, "evidence": EXCERPT}]}
+EVIDENCE_QUESTIONS = {fid: QUESTIONS["f1"] for fid in ("f1", "f2")}
+
+
+async def test_the_prompt_shows_the_evidences_json_as_json_and_the_native_payload_keeps_the_string(
+        fake_provider: FakeProviderServer, chat_decision_offer: Offer, decision_offer: Offer) -> None:
+    """Quoted, the JSON of a fragment's messages reached the model with each ``"`` as ``\\"``, and the wire with
+    ``\\\\\\"`` (docs/providers.md "Decisions through a chat model"); the native decisions payload is unchanged."""
+    answers = {"answers": {fid: GOOD["answers"]["f1"] for fid in ("f1", "f2")}}
+    fake_provider.enqueue(chat_reply(json.dumps(answers)))
+    fake_provider.enqueue(Reply(200, {"model": "fake-decider-1", **answers}))
+    request = DecisionRequest(state=EVIDENCE_STATE, questions=EVIDENCE_QUESTIONS)
+    assert (await TRANSPORT.decide(chat_decision_offer, request, 10)).answers == answers["answers"]
+    await DecisionsTransport().decide(decision_offer, request, 10)
+    chat, native = fake_provider.requests
+    user = chat.json["messages"][1]["content"]
+    assert user == ('{"state":{"guidance":"Judge each fragment.","recent_evidence":[' + WHOLE + '],"fragments":['
+                    '{"id":"f1","bytes":900,"evidence":' + WHOLE + '},{"id":"f2","bytes":4000,"evidence":'
+                    + json.dumps(EXCERPT, ensure_ascii=False) + '}]},"questions":'
+                    + json.dumps(EVIDENCE_QUESTIONS, separators=(",", ":"), ensure_ascii=False) + "}")
+    assert json.loads(user)["state"]["fragments"][0]["evidence"] == json.loads(WHOLE)
+    assert json.dumps(WHOLE)[1:-1].encode() in chat.body  # the whole evidence: escaped once on the wire
+    assert native.json["state"] == EVIDENCE_STATE  # the native protocol's evidence stays a string
+
+
+@pytest.mark.parametrize("text", [
+    '{"a":1,"a":2}',  # a key twice: not strict JSON
+    '[NaN]',
+    "[" * 130 + "]" * 130,  # deeper than a request body may be, however deep the parser reads here
+    '[1] x',
+    '"[1]"',
+])
+def test_a_string_that_is_not_a_strict_json_container_within_a_bodys_depth_is_quoted(text: str) -> None:
+    payload = {"state": {"evidence": text}, "questions": {}}
+    assert decision_messages(payload)[1]["content"] == json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_container_as_deep_as_a_body_may_be_is_shown_as_json() -> None:
+    text = "[" * 129 + "]" * 129  # its innermost array at level 128, the root at 0
+    prompt = decision_messages({"state": [text], "questions": {}})[1]["content"]
+    assert prompt == '{"state":[' + text + '],"questions":{}}'

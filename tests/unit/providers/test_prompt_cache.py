@@ -38,6 +38,20 @@ def test_the_boundary_ends_the_leading_shared_members_of_the_state() -> None:
     assert cache_boundary(decision_messages(listed), listed, ("rules",)) is None
 
 
+def test_the_boundary_ends_the_shared_members_as_the_prompt_shows_them() -> None:
+    """A shared member's JSON text is shown as JSON (the recent evidence): the boundary ends it there, the same in
+    every batch of a request."""
+    evidence = '[{"role": "tool", "content": "ok"}]'
+    boundaries = []
+    for own in ('[{"role": "user", "content": "a"}]', "b"):
+        payload = {"state": {"rules": "r", "recent": [evidence], "own": own}, "questions": QUESTIONS}
+        messages = decision_messages(payload)
+        boundary = cache_boundary(messages, payload, ("rules", "recent"))
+        assert boundary is not None
+        boundaries.append(messages[1]["content"][:boundary.chars])
+    assert boundaries == ['{"state":{"rules":"r","recent":[' + evidence + "]"] * 2
+
+
 @pytest.mark.parametrize(("messages", "boundary", "expected"), [
     ([{"role": "system", "content": "S"}, {"role": "user", "content": "shared|own"}], CacheBoundary(1, 7),
      (0, "shared")),

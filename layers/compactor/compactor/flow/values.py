@@ -9,8 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from ..jsonutil import (MAX_BODY_DEPTH, dense_dumps, dense_size, depth_exceeds, json_text_escaped, loads_within,
-                        strict_loads)
+from ..jsonutil import dense_dumps, dense_size, depth_exceeds, holds_json_container, json_text_escaped
 
 MAX_VALUE_BYTES: Final = 1_048_576
 MAX_VALUE_DEPTH: Final = 32
@@ -119,14 +118,7 @@ def embedded_view(value: dict[str, Any]) -> str:
 
 
 def _holds_container(text: str, marked: bool) -> bool:
-    if text[:1] not in ("[", "{"):
-        return False
-    if marked:
-        return True
-    try:  # a fixed depth: how deep the parser reads depends on the interpreter and on the caller's C stack
-        return isinstance(loads_within(text, max_depth=MAX_BODY_DEPTH, decode=strict_loads), (list, dict))
-    except ValueError:  # not JSON, or nested deeper than a body may be
-        return False
+    return text[:1] in ("[", "{") if marked else holds_json_container(text)
 
 
 def is_empty_container(value: Any) -> bool:

@@ -2,8 +2,10 @@
 
 Compactor sends its own prompt over the OpenAI wire format in JSON mode: a system prompt that
 explains the question types and the exact answer shape, and a user message holding the state and
-questions as JSON. The reply must be strict JSON ``{"answers": {...}}``; it is wrapped as
-``{"model": offer.model, "answers": …, "usage": …}`` and validated like a native decision
+questions as JSON, where a string of the state that holds a JSON array or object (a fragment's evidence, the
+JSON of its messages) is shown as that JSON, not quoted (:func:`payload_text`). The reply must be strict JSON
+``{"answers": {...}}``; it is wrapped as ``{"model": offer.model, "answers": …, "usage": …}`` and validated like a
+native decision
 (docs/providers.md). :func:`decide_by_chat` is the same path for every chat transport. Anything else is ``bad_response``
 (still carrying the billed cost); a rejected reply, ``bad_response`` or ``invalid_decision``, also carries the chat
 answer, whose usage prices the attempt when the provider reports no cost (docs/behaviour.md "Cost rules").
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from compactor.jsonutil import StrictJSONError, dense_dumps, strict_loads_utf8
+from compactor.jsonutil import StrictJSONError, dense_dumps, holds_json_container, strict_loads_utf8
 from compactor.providers.base import (
     BAD_REQUEST, BAD_RESPONSE, REASONING_EXHAUSTED, CacheBoundary, ChatRequest, ChatResponse, DecisionRequest,
     DecisionResponse, Offer, ProviderError, spent_on_reasoning, unfinished,
@@ -31,6 +33,7 @@ _MAX_TOKENS_CAP = 4096
 
 SYSTEM_PROMPT = """You answer decision questions about a state. The user message is a JSON object \
 {"state": ..., "questions": {"<name>": {"type": ..., "instructions": ..., "criteria": ...}}}.
+A string of the state that holds a JSON array or object is shown as that JSON, not quoted. \
 Read the state, follow each question's instructions, and judge by its criteria.
 
 Question types and the answer each needs:
@@ -49,8 +52,30 @@ def decision_messages(payload: dict[str, Any]) -> list[dict[str, str]]:
     """The chat messages that ask for ``payload`` (``{state, questions}``)."""
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": dense_dumps(payload)},
+        {"role": "user", "content": payload_text(payload)},
     ]
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The dense JSON of ``payload`` with each string of its ``state`` that holds a JSON array or object shown as
+    that JSON text, as it is (:func:`compactor.jsonutil.holds_json_container`: parsed strictly to check, to a fixed
+    depth). A fragment's evidence is the JSON of its messages: quoted, the model read each of its ``"`` as ``\\"``
+    and the wire carried ``\\\\\\"`` (docs/performance.md "Model input"). An excerpt, which is no JSON, and every
+    other value read as they do in the native payload, whose evidence stays a string; the same state makes the
+    same text (the shared prefix of a request's batches, :func:`cache_boundary`)."""
+    return "{" + ",".join(dense_dumps(key) + ":" + (_embedded(value) if key == "state" else dense_dumps(value))
+                          for key, value in payload.items()) + "}"
+
+
+def _embedded(value: Any) -> str:
+    """Dense JSON of ``value``, its strings that hold a JSON array or object at any depth spliced in as that JSON."""
+    if isinstance(value, str):
+        return value if holds_json_container(value) else dense_dumps(value)
+    if isinstance(value, dict) and all(type(key) is str for key in value):
+        return "{" + ",".join(dense_dumps(key) + ":" + _embedded(item) for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_embedded(item) for item in value) + "]"
+    return dense_dumps(value)
 
 
 def cache_boundary(messages: list[dict[str, str]], payload: dict[str, Any],
@@ -67,7 +92,7 @@ def cache_boundary(messages: list[dict[str, str]], payload: dict[str, Any],
         shared[name] = value
     if not shared:
         return None
-    head = dense_dumps({"state": shared})[:-2]  # the text up to the last shared member's value
+    head = payload_text({"state": shared})[:-2]  # the text up to the last shared member's value
     text = messages[1]["content"]
     return CacheBoundary(1, len(head)) if text.startswith(head) else None
 
