@@ -380,3 +380,13 @@ def test_messages_every_format_may_hold_are_accepted_in_each(compact_module: Mod
                                                    "input" if format == "openai-responses" else "messages": items
                                                    }).encode("utf-8"))
     assert status == 200, body
+
+
+def test_the_api_s_422_keeps_a_refusal_naming_three_formats_whole(compact_module: ModuleType) -> None:
+    # A 422 message was cut at 200 characters: a refusal naming the first item of each of three formats (or of two at
+    # large indices) lost its advice, "send the items of one format", which the CLI and the S3 records kept.
+    items = [*MIXED[:5], *RESPONSES_CALLS[1:3], MIXED[5]]
+    status, body = api(compact_module, json.dumps({"mode": "decision", "messages": items}).encode("utf-8"))
+    msg = body["detail"][0]["msg"]
+    assert status == 422 and msg.startswith("the items are of three formats") and len(msg) > 200, body
+    assert msg.endswith("send the items of one format"), msg

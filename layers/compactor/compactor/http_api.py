@@ -36,7 +36,10 @@ _SCALARS = (str, int, float, bool, type(None))
 MAX_DETAIL_ITEMS = 20
 """Most validation errors a 422 lists (``detail_omitted`` counts the others)."""
 MAX_DETAIL_TEXT = 200
-"""Longest string (message, location part, context value) a 422 detail item carries."""
+"""Longest string (location part, context value) a 422 detail item carries."""
+MAX_DETAIL_MSG = 400
+"""Longest message a 422 detail item carries: the service's own words with their advice (a refusal naming the first
+item of each of three formats runs past 300 characters), still bounded whatever the body."""
 MAX_DETAIL_LOC = 16
 
 
@@ -55,7 +58,8 @@ def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     service's words (:func:`~compactor.errors.validation_words`).
 
     The offending ``input`` is left out: it can be the whole (large) request body. At most
-    :data:`MAX_DETAIL_ITEMS` items are listed, each string cut to :data:`MAX_DETAIL_TEXT` characters;
+    :data:`MAX_DETAIL_ITEMS` items are listed, each message cut to :data:`MAX_DETAIL_MSG` characters and each other
+    string to :data:`MAX_DETAIL_TEXT`;
     ``detail_omitted`` counts the rest, so a 422 stays small whatever the body (docs/reliability.md).
     """
     from compactor.errors import validation_words
@@ -69,7 +73,7 @@ def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         item: dict[str, Any] = {
             "type": _cut(error.get("type", "value_error")),
             "loc": [_cut(part) for part in list(error.get("loc", ()))[:MAX_DETAIL_LOC]],
-            "msg": _cut(validation_words(error.get("msg", "invalid value"))),
+            "msg": _cut(validation_words(error.get("msg", "invalid value")), MAX_DETAIL_MSG),
         }
         ctx = error.get("ctx")
         if ctx:
@@ -79,9 +83,9 @@ def validation_detail(errors: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"detail": detail, "detail_omitted": omitted} if omitted else {"detail": detail}
 
 
-def _cut(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > MAX_DETAIL_TEXT:
-        return value[:MAX_DETAIL_TEXT] + "..."
+def _cut(value: Any, limit: int = MAX_DETAIL_TEXT) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + "..."
     return value
 
 
