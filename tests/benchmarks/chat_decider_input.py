@@ -35,13 +35,14 @@ from compactor.models import CompactRequest
 from compactor.offline.decider import DECIDER_MODEL
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
 from compactor.providers import chat_decisions
-from compactor.providers.base import ChatRequest, DecisionRequest, Offer
+from compactor.providers.base import DecisionRequest, Offer
 from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_input import _DECIDER, _OFFLINE, _SUMMARIZER, KEY_ENV, read, readable, transcripts  # noqa: E402
+from model_input import (_DECIDER, _OFFLINE, _SUMMARIZER, KEY_ENV, failed_calls, read, readable,  # noqa: E402
+                         summary_reply, transcripts)
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply  # noqa: E402
 
 # The payload each decision prompt was built from, by its user message: the offline decider answers from it.
@@ -66,11 +67,7 @@ def recording_provider() -> FakeProviderServer:
             decided = asyncio.run(_OFFLINE.decide(_DECIDER, DecisionRequest(payload["state"], payload["questions"]),
                                                   30))
             return chat_reply(json.dumps({"answers": decided.answers}), model=body["model"])
-        json_mode = (body.get("response_format") or {}).get("type") == "json_object"
-        chat = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"), json_mode),
-                                         30))
-        return chat_reply(chat.text, finish_reason=chat.finish_reason or "stop", model=body["model"],
-                          prompt_tokens=chat.tokens_in, completion_tokens=chat.tokens_out)
+        return summary_reply(body)
 
     provider = FakeProviderServer().start()
     provider.responder = answer
@@ -93,9 +90,7 @@ def measure(path: Path, provider: FakeProviderServer) -> dict[str, Any]:
     status, body = asyncio.run(compact(request, deadline=Deadline.after_ms(120_000), router=router(provider.base_url)))
     if status != 200:
         raise SystemExit(f"{path.name}: {status} {body}")
-    failed = [node for node in body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes", [])
-              if node.get("error")]
-    if failed:
+    if failed := failed_calls(body):
         raise SystemExit(f"{path.name}: model calls failed: {failed}")
     decisions = [r for r in provider.requests if r.json["model"] == DECIDER_MODEL]
     bodies = [r.body for r in decisions]

@@ -92,15 +92,26 @@ def recording_provider() -> FakeProviderServer:
         if request.path.endswith("/decisions"):
             decided = asyncio.run(_OFFLINE.decide(_DECIDER, DecisionRequest(body["state"], body["questions"]), 30))
             return Reply(200, {"model": body["model"], "answers": decided.answers, "usage": decided.usage})
-        json_mode = (body.get("response_format") or {}).get("type") == "json_object"
-        chat = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"), json_mode),
-                                         30))
-        return chat_reply(chat.text, finish_reason=chat.finish_reason or "stop", model=body["model"],
-                          prompt_tokens=chat.tokens_in, completion_tokens=chat.tokens_out)
+        return summary_reply(body)
 
     provider = FakeProviderServer().start()
     provider.responder = answer
     return provider
+
+
+def summary_reply(body: dict[str, Any]) -> Reply:
+    """The built-in offline summarizer's answer to an OpenAI chat request ``body``, as the provider sends it."""
+    json_mode = (body.get("response_format") or {}).get("type") == "json_object"
+    chat = asyncio.run(_OFFLINE.chat(_SUMMARIZER, ChatRequest(body["messages"], body.get("max_tokens"), json_mode), 30))
+    return chat_reply(chat.text, finish_reason=chat.finish_reason or "stop", model=body["model"],
+                      prompt_tokens=chat.tokens_in, completion_tokens=chat.tokens_out)
+
+
+def failed_calls(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The flow nodes of a compaction's answer ``body`` whose call failed: a failed call was not answered (and maybe
+    not recorded), so figures with any would flatter."""
+    return [node for node in body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes", [])
+            if node.get("error")]
 
 
 def sent(provider: FakeProviderServer, kind: str | None = None) -> list[bytes]:
@@ -239,10 +250,7 @@ def measure(path: Path, provider: FakeProviderServer, screenshots: tuple[int, in
         status, body = asyncio.run(compact(request, deadline=Deadline.after_ms(120_000), router=router(provider.base_url)))
         if status != 200:
             raise SystemExit(f"{path.name} ({mode}): {status} {body}")
-        # A call that failed was not answered (and maybe not recorded): the figures would flatter.
-        failed = [node for node in body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes", [])
-                  if node.get("error")]
-        if failed:
+        if failed := failed_calls(body):
             raise SystemExit(f"{path.name} ({mode}): model calls failed: {failed}")
         every = sent(provider)
         result[mode] = {"sent": sum(map(len, every)), "calls": len(every),
