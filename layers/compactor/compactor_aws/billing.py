@@ -44,14 +44,15 @@ S3_CALLER_PREFIX = "s3:"
 
 @record(frozen=True)
 class Computed:
-    """One call's answer as sent (the body text) and, when the call is billed, its billing facts; ``summary``: its
-    observed summary (``compactor_aws.observability.CallSummary``) whose billing line waits for its billing to settle
-    (``record_call``'s ``settle_later``)."""
+    """One call's answer as sent (the body text and its own ``headers``, a router error's ``Retry-After``) and, when the
+    call is billed, its billing facts; ``summary``: its observed summary (``compactor_aws.observability.CallSummary``)
+    whose billing line waits for its billing to settle (``record_call``'s ``settle_later``)."""
 
     status: int
     body: str
     facts: dict[str, Any] | None = None
     summary: Any = field(default=None, compare=False)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @record(frozen=True)
@@ -124,7 +125,7 @@ class _NotStored(Exception):
 
 def _error(error: CompactorError) -> Answer:
     status, body = error.answer()
-    return Answer(status, dense_dumps(body), {})
+    return Answer(status, dense_dumps(body), error.headers())
 
 
 def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
@@ -147,7 +148,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
             billed = True
         finally:
             _settled(logger, computed, billed)
-        return Answer(computed.status, computed.body, {})
+        return Answer(computed.status, computed.body, computed.headers)
     try:
         key = idempotency.checked_key(raw_key)
     except idempotency.InvalidIdempotencyKey as exc:
@@ -175,7 +176,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
             record = idempotency_run(compute_and_store, scope=scope, body=idempotency.body_hash(event.get("body")),
                                      lambda_context=lambda_context)
         except _NotStored as failed:
-            return Answer(failed.computed.status, failed.computed.body, {})
+            return Answer(failed.computed.status, failed.computed.body, failed.computed.headers)
         except IdempotencyValidationError:
             return _error(IdempotencyKeyReused(f"this {idempotency.HEADER} was used with a different request body"))
         except IdempotencyAlreadyInProgressError:
@@ -192,7 +193,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         _bill(keyed_entry_id(scope, record), caller, record.get("facts"), record["time"], record.get("request_id"),
               key, logger=None if fresh else logger, status=int(record["status"]))
         billed = True
-        return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
+        return Answer(int(record["status"]), body, fresh[0].headers if fresh else {REPLAYED_HEADER: "true"})
     finally:
         if fresh:
             _settled(logger, fresh[0], billed)
@@ -237,10 +238,10 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
             # what is observed, stored and billed: nothing (docs/billing.md). It used to be decided after the
             # call had been billed and its oversized answer stored for replay.
             record = replace(record, status=ResponseTooLarge.status,
-                             body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body())
+                             body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body(), headers={})
             text = dense_dumps(record.body)
         summary = observe(record, text, started_at)
-        return Computed(record.status, text, facts_of(summary), summary)
+        return Computed(record.status, text, facts_of(summary), summary, record.headers)
 
     return answer_call(event, route, compute, lambda_context, logger)
 
