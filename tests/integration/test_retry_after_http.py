@@ -11,7 +11,7 @@ import pytest
 from compactor.errors import RETRY_AFTER, RETRY_LATER_S
 from compactor_cli import serve
 from fakes.local_serve import API_CODE_DIR, running
-from fakes.provider_server import FakeProviderServer, Reply
+from fakes.provider_server import FakeProviderServer, Reply, chat_reply
 
 from ..billing.conftest import idempotency_store_down_once
 from .test_flows_http import api  # noqa: F401 (fixture: serve over a catalog of the fake provider)
@@ -54,3 +54,21 @@ def test_the_local_server_answers_when_to_retry_a_key(local_api: str, monkeypatc
 
     assert (unkept.status_code, held.status_code) == (503, 409)
     assert unkept.headers.get(RETRY_AFTER) == held.headers.get(RETRY_AFTER) == str(RETRY_LATER_S)
+
+
+def test_a_keyed_retry_after_the_wait_is_computed_again(api: str, fake_provider: FakeProviderServer) -> None:  # noqa: F811
+    # The 429 was stored like any 4xx: the retry the header asked for, under the same key, was answered the stored
+    # 429 for the key's 24 h, never computed again.
+    replies = [Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "1"}), chat_reply("done")]
+    fake_provider.responder = lambda request: replies.pop(0)
+    sent = {"json": {"flow_ir": FLOW, "flow_input": "text"}, "headers": {"Idempotency-Key": "flow-wait"},
+            "timeout": 30}
+
+    limited = httpx.post(f"{api}/flows", **sent)
+    retried = httpx.post(f"{api}/flows", **sent)
+    replayed = httpx.post(f"{api}/flows", **sent)
+
+    assert (limited.status_code, limited.headers.get(RETRY_AFTER)) == (429, "1")
+    assert retried.status_code == 200 and retried.json()["output"] == "done"
+    assert "Idempotent-Replayed" not in retried.headers and replayed.headers.get("Idempotent-Replayed") == "true"
+    assert replayed.content == retried.content and replies == []

@@ -116,7 +116,7 @@ def reset_backends() -> None:
 
 
 class _NotStored(Exception):
-    """A server error: answered, but neither stored for replay nor billed."""
+    """A server error or a 429: answered, but neither stored for replay nor billed (:func:`stored_for_replay`)."""
 
     def __init__(self, computed: Computed):
         super().__init__(computed.status)
@@ -164,7 +164,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
 
     def compute_and_store() -> dict[str, Any]:
         computed = compute()
-        if computed.status >= 500:
+        if not stored_for_replay(computed.status):
             raise _NotStored(computed)
         fresh.append(computed)
         return _stored(scope, computed, request_id)
@@ -197,6 +197,13 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
     finally:
         if fresh:
             _settled(logger, fresh[0], billed)
+
+
+def stored_for_replay(status: int) -> bool:
+    """Whether a keyed call's answer of ``status`` is stored for its key's retries: not a server error nor a 429 (a
+    provider's rate limit, ``POST /v1/flows``), which ask to retry later: a retry computes again. A 429 was stored like
+    the route's other 4xx, so the retry its ``Retry-After`` asked for was answered the same 429 for the key's TTL."""
+    return status < 500 and status != 429
 
 
 def _settled(logger: Any, computed: Computed, billed: bool) -> None:
