@@ -165,6 +165,7 @@ class CallRecord:
     flow_fingerprint: str | None = None
     report: dict[str, Any] | None = field(default=None, compare=False)  # the mode's compaction report
     windows_default_cache_prices: tuple[str, ...] = ()  # a windowed run's (its windows' nodes are not in ``nodes``)
+    headers: dict[str, str] = field(default_factory=dict)  # the answer's own headers (a router error's Retry-After)
 
     @property
     def ok(self) -> bool:
@@ -214,7 +215,7 @@ def flow_facts(flow_nodes: list[dict[str, Any]]) -> dict[str, Any]:
 def refused(error: Any, *, mode: str, route: str = "compact") -> CallRecord:
     """The record of a call the core refused (a ``compactor.errors.CompactorError``): no model call."""
     status, body = error.answer()
-    return CallRecord(status=status, body=body, mode=mode, route=route)
+    return CallRecord(status=status, body=body, mode=mode, route=route, headers=error.headers())
 
 
 @record

@@ -9,6 +9,7 @@ server, the CLI, the S3 job) turn them into answers. The 422 validation answer h
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,6 +22,22 @@ ADMISSION_PREFIX = "rejected at admission: "
 # with that id in a 4 MB message.
 ADMISSION_REASON_MAX_CHARS = 1000
 
+RETRY_AFTER = "Retry-After"
+"""The header of an answer that asks the caller to try again later: how many seconds to wait, a whole number (RFC
+9110's delay-seconds; docs/behaviour.md#retry-after). Every front door sends what :meth:`CompactorError.headers`
+gives."""
+RETRY_LATER_S = 5
+"""The wait a ``Retry-After`` asks for when the service itself holds the answer back: the first request with the
+same ``Idempotency-Key`` still runs (at most the flow budget, 40 s, and the function's 60 s timeout; most compactions
+end within seconds, so a retry every 5 s meets the stored answer soon after it is there, at a dozen requests at
+most), or the idempotency store cannot be reached (docs/billing.md)."""
+
+
+def retry_after_headers(seconds: float | None) -> dict[str, str]:
+    """``{"Retry-After": …}`` asking for ``seconds`` rounded up to a whole second (at least 1: a provider's 0.2 s is
+    not "now"), or no header when ``seconds`` is None."""
+    return {} if seconds is None else {RETRY_AFTER: str(max(1, math.ceil(seconds)))}
+
 
 class CompactorError(Exception):
     """Base of the hierarchy: a 400 ``invalid_request_error`` without a code."""
@@ -28,6 +45,7 @@ class CompactorError(Exception):
     status: ClassVar[int] = 400
     type: ClassVar[str] = "invalid_request_error"
     code: ClassVar[str | None] = None
+    retry_after_s: ClassVar[float | None] = None  # an answer that asks to retry later: its Retry-After
 
     def __init__(self, message: str, *, extra: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -40,6 +58,10 @@ class CompactorError(Exception):
 
     def answer(self) -> tuple[int, dict[str, Any]]:
         return self.status, self.body()
+
+    def headers(self) -> dict[str, str]:
+        """The answer's headers besides ``Content-Type``: ``Retry-After`` when it asks to retry later."""
+        return retry_after_headers(self.retry_after_s)
 
 
 class InvalidRequest(CompactorError):
@@ -124,10 +146,12 @@ class InvalidIdempotencyKey(CompactorError):
 
 class IdempotencyInProgress(CompactorError):
     status, code = 409, "idempotency_in_progress"
+    retry_after_s = RETRY_LATER_S
 
 
 class IdempotencyUnavailable(CompactorError):
     status, type, code = 503, "server_error", "idempotency_unavailable"
+    retry_after_s = RETRY_LATER_S
 
 
 class UploadsUnavailable(CompactorError):
@@ -273,9 +297,10 @@ class RouterError(CompactorError):
     }
     _EXHAUSTED_PREFIX: ClassVar[str] = "exhausted: "
 
-    def __init__(self, message: str, kind: str | None, **kwargs: Any) -> None:
+    def __init__(self, message: str, kind: str | None, *, retry_after_s: float | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.kind = kind
+        self.provider_retry_after_s = retry_after_s  # the provider's Retry-After of the failure that ended the call
 
     @classmethod
     def status_of(cls, kind: str | None) -> int:
@@ -289,6 +314,14 @@ class RouterError(CompactorError):
     @property
     def code(self) -> str | None:  # type: ignore[override]
         return self.kind
+
+    @property
+    def retry_after_s(self) -> float | None:  # type: ignore[override]
+        """The provider's ``Retry-After`` (``compactor.router.RouteResult.retry_after_s``), passed on with a 429 or a
+        5xx; none with a status a retry does not change (400, 401, 422), nor without the provider's word: the service
+        has no wait of its own to offer (docs/behaviour.md#retry-after)."""
+        status = self.status
+        return self.provider_retry_after_s if status == 429 or status >= 500 else None
 
 
 _PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")

@@ -26,20 +26,35 @@ class FlowsRouter(FlowRouter, Protocol):
 
 def flow_response(result: FlowResult) -> tuple[int, dict[str, Any]]:
     """``{"output", "x_router", "usage"?}`` for a successful flow, the router error body otherwise."""
-    x_router = {**result.x_router(), "compact": compact_hint(result.tokens_in)}
-    if not result.ok:
-        return RouterError(result.error_message or "", result.error_kind, extra={"x_router": x_router}).answer()
-    body: dict[str, Any] = {"output": result.output, "x_router": x_router}
+    error = flow_error(result)
+    if error is not None:
+        return error.answer()
+    body: dict[str, Any] = {"output": result.output, "x_router": _x_router(result)}
     usage = result.usage()
     if usage:
         body["usage"] = usage
     return 200, body
 
 
+def flow_error(result: FlowResult) -> RouterError | None:
+    """The router error a failed flow is answered with: its status, body and headers (the provider's
+    ``Retry-After``, docs/behaviour.md#retry-after); None for a flow that ran."""
+    if result.ok:
+        return None
+    return RouterError(result.error_message or "", result.error_kind, retry_after_s=result.retry_after_s,
+                       extra={"x_router": _x_router(result)})
+
+
+def _x_router(result: FlowResult) -> dict[str, Any]:
+    return {**result.x_router(), "compact": compact_hint(result.tokens_in)}
+
+
 def flow_record(result: FlowResult) -> CallRecord:
     """The record of a flow that ran (its bytes are the HTTP bodies: the front door knows them)."""
-    status, body = flow_response(result)
-    return CallRecord(status=status, body=body, mode=FLOW_MODE, route="flows", cost_usd=result.public_cost(),
+    error = flow_error(result)
+    status, body = error.answer() if error is not None else flow_response(result)
+    return CallRecord(status=status, body=body, headers=error.headers() if error is not None else {},
+                      mode=FLOW_MODE, route="flows", cost_usd=result.public_cost(),
                       tokens_in=result.tokens_in, tokens_out=result.tokens_out, flow_fingerprint=result.fingerprint,
                       **flow_facts(result.flow_nodes))
 

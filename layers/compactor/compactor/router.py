@@ -133,6 +133,9 @@ class RouteResult:
     # Whether failed_cost_usd is all the failed attempts cost: each reported its cost or was refused with an
     # HTTP error status or redirected (not billed). A timeout or an unpriced bad answer may have been billed: unknown.
     failed_cost_known: bool = False
+    # The provider's Retry-After (seconds) of the failure that ended a failed call, if it sent one: what the answer
+    # of a flow that failed on it passes on (docs/behaviour.md#retry-after).
+    retry_after_s: float | None = None
 
     def failure_cost(self) -> float | None:
         """What the failed attempts cost, when known (0.0 when nothing was billed or no offer was called)."""
@@ -759,8 +762,9 @@ class _Failover:
         return RouteResult(trace=self.trace, failed_cost_usd=failed_cost, failed_cost_known=self.failed_cost_known,
                            **fields)
 
-    def failed(self, kind: str, message: str) -> RouteResult:
-        return self.result(ok=False, response=None, chosen=None, error_kind=kind, error_message=message)
+    def failed(self, kind: str, message: str, retry_after_s: float | None = None) -> RouteResult:
+        return self.result(ok=False, response=None, chosen=None, error_kind=kind, error_message=message,
+                           retry_after_s=retry_after_s)
 
     async def execute(self) -> RouteResult:
         if not self.candidates:
@@ -779,7 +783,7 @@ class _Failover:
                 return outcome
             if outcome == ABORT:
                 assert self.last is not None
-                return self.failed(self.last.kind, self.last.message)
+                return self.failed(self.last.kind, self.last.message, self.last.retry_after_s)
             if outcome == DISABLE_PROVIDER:
                 assert self.last is not None
                 if self.last.lets_a_caller_act_for_everyone:
@@ -793,7 +797,7 @@ class _Failover:
             index = self.next_index(index, outcome)
         if self.last is None:
             return self.failed("no_candidates", "every ranked offer's provider is disabled")
-        return self.failed(f"exhausted: {self.last.kind}", self.last.message)
+        return self.failed(f"exhausted: {self.last.kind}", self.last.message, self.last.retry_after_s)
 
     def next_index(self, index: int, verb: str) -> int:
         if verb != NEXT_PROVIDER_SAME_MODEL:

@@ -44,14 +44,15 @@ S3_CALLER_PREFIX = "s3:"
 
 @record(frozen=True)
 class Computed:
-    """One call's answer as sent (the body text) and, when the call is billed, its billing facts; ``summary``: its
-    observed summary (``compactor_aws.observability.CallSummary``) whose billing line waits for its billing to settle
-    (``record_call``'s ``settle_later``)."""
+    """One call's answer as sent (the body text and its own ``headers``, a router error's ``Retry-After``) and, when the
+    call is billed, its billing facts; ``summary``: its observed summary (``compactor_aws.observability.CallSummary``)
+    whose billing line waits for its billing to settle (``record_call``'s ``settle_later``)."""
 
     status: int
     body: str
     facts: dict[str, Any] | None = None
     summary: Any = field(default=None, compare=False)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @record(frozen=True)
@@ -115,7 +116,7 @@ def reset_backends() -> None:
 
 
 class _NotStored(Exception):
-    """A server error: answered, but neither stored for replay nor billed."""
+    """A server error or a 429: answered, but neither stored for replay nor billed (:func:`stored_for_replay`)."""
 
     def __init__(self, computed: Computed):
         super().__init__(computed.status)
@@ -124,7 +125,7 @@ class _NotStored(Exception):
 
 def _error(error: CompactorError) -> Answer:
     status, body = error.answer()
-    return Answer(status, dense_dumps(body), {})
+    return Answer(status, dense_dumps(body), error.headers())
 
 
 def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Computed],
@@ -147,7 +148,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
             billed = True
         finally:
             _settled(logger, computed, billed)
-        return Answer(computed.status, computed.body, {})
+        return Answer(computed.status, computed.body, computed.headers)
     try:
         key = idempotency.checked_key(raw_key)
     except idempotency.InvalidIdempotencyKey as exc:
@@ -163,7 +164,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
 
     def compute_and_store() -> dict[str, Any]:
         computed = compute()
-        if computed.status >= 500:
+        if not stored_for_replay(computed.status):
             raise _NotStored(computed)
         fresh.append(computed)
         return _stored(scope, computed, request_id)
@@ -175,7 +176,7 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
             record = idempotency_run(compute_and_store, scope=scope, body=idempotency.body_hash(event.get("body")),
                                      lambda_context=lambda_context)
         except _NotStored as failed:
-            return Answer(failed.computed.status, failed.computed.body, {})
+            return Answer(failed.computed.status, failed.computed.body, failed.computed.headers)
         except IdempotencyValidationError:
             return _error(IdempotencyKeyReused(f"this {idempotency.HEADER} was used with a different request body"))
         except IdempotencyAlreadyInProgressError:
@@ -192,10 +193,17 @@ def answer_call(event: Mapping[str, Any], route: str, compute: Callable[[], Comp
         _bill(keyed_entry_id(scope, record), caller, record.get("facts"), record["time"], record.get("request_id"),
               key, logger=None if fresh else logger, status=int(record["status"]))
         billed = True
-        return Answer(int(record["status"]), body, {} if fresh else {REPLAYED_HEADER: "true"})
+        return Answer(int(record["status"]), body, fresh[0].headers if fresh else {REPLAYED_HEADER: "true"})
     finally:
         if fresh:
             _settled(logger, fresh[0], billed)
+
+
+def stored_for_replay(status: int) -> bool:
+    """Whether a keyed call's answer of ``status`` is stored for its key's retries: not a server error nor a 429 (a
+    provider's rate limit, ``POST /v1/flows``), which ask to retry later: a retry computes again. A 429 was stored like
+    the route's other 4xx, so the retry its ``Retry-After`` asked for was answered the same 429 for the key's TTL."""
+    return status < 500 and status != 429
 
 
 def _settled(logger: Any, computed: Computed, billed: bool) -> None:
@@ -237,10 +245,10 @@ def answer_observed(event: Mapping[str, Any], route: str, run: Callable[[], Call
             # what is observed, stored and billed: nothing (docs/billing.md). It used to be decided after the
             # call had been billed and its oversized answer stored for replay.
             record = replace(record, status=ResponseTooLarge.status,
-                             body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body())
+                             body=ResponseTooLarge.over(http_api.MAX_RESPONSE_BYTES).body(), headers={})
             text = dense_dumps(record.body)
         summary = observe(record, text, started_at)
-        return Computed(record.status, text, facts_of(summary), summary)
+        return Computed(record.status, text, facts_of(summary), summary, record.headers)
 
     return answer_call(event, route, compute, lambda_context, logger)
 

@@ -17,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn,
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compactor import __version__, http_api
+from compactor.errors import RETRY_AFTER
 from compactor_aws.routes.common import BILLED_ROUTES
 
 TITLE = "Compactor API"
@@ -311,8 +312,8 @@ ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
 }
 ERROR_SCOPE = {"404": {"/jobs/{job_id}", "/expand"}, "503": {"/uploads", "/jobs/{job_id}"},
                "415": {"/compact", "/expand", "/flows", "/flows/normalize", "/uploads"}}
-THROTTLED = ("the key's rate or monthly quota is spent (API Gateway's answer, `message`): retry after a pause",
-             Throttled)
+THROTTLED = ("the key's rate or monthly quota is spent (API Gateway's answer, `message`): past the rate, retry after "
+             "`Retry-After`; past the quota, next month", Throttled)
 """Every route's 429, beside a route's own (docs/billing.md#limits)."""
 AMBIGUOUS_KEY = ("two different API keys: two `x-api-key` headers, or `x-api-key` and `Authorization: Bearer` "
                  "(`ambiguous_api_key`)", ErrorBody)
@@ -344,11 +345,21 @@ IDEMPOTENCY_KEY = {
 REPLAYED_HEADER = {"Idempotent-Replayed": {"description": "`true` when the answer is the stored answer of an "
                                                           "earlier request with the same Idempotency-Key",
                                            "schema": {"type": "string", "enum": ["true"]}}}
+RETRY_AFTER_HEADER = {RETRY_AFTER: {
+    "description": "when to retry, in whole seconds (docs/behaviour.md#retry-after): 1 on the 429 past the key's "
+                   "rate (none on the 429 past its monthly quota); 5 on a billed route's 409 "
+                   "`idempotency_in_progress` and 503 `idempotency_unavailable`; on `POST /v1/flows`' router errors "
+                   "(429, 5xx) the wait the provider asked for, rounded up, when it asked for one",
+    "schema": {"type": "integer", "minimum": 1}}}
+RETRY_AFTER_ANSWERS: dict[tuple[str, str], frozenset[str]] = {("post", "/flows"): frozenset({"429", "502", "503",
+                                                                                              "504"})}
+"""A route's own answers that may carry ``Retry-After`` beside every route's 429 and a billed route's 409 and 503: a
+router error with a status a retry may change passes on the provider's wait (``compactor.errors.RouterError``)."""
 IDEMPOTENCY_ERRORS: dict[str, tuple[str, type[BaseModel]]] = {
     "409": ("the first request with this Idempotency-Key is still running (`idempotency_in_progress`): "
-            "retry later", ErrorBody),
+            "retry after `Retry-After`", ErrorBody),
     "503": ("with an Idempotency-Key: the idempotency store is unavailable (`idempotency_unavailable`): retry "
-            "later", ErrorBody),
+            "after `Retry-After`", ErrorBody),
 }
 QUERY_PARAMETERS: dict[tuple[str, str], list[dict[str, Any]]] = {
     ("get", "/usage"): [
@@ -458,6 +469,8 @@ def document(app: Any) -> dict[str, Any]:
                 _respond(responses, status, description, _component(error_model, components))
             _respond(responses, "400", AMBIGUOUS_KEY[0], _component(AMBIGUOUS_KEY[1], components))
             _respond(responses, "429", THROTTLED[0], _component(THROTTLED[1], components))
+            for status in sorted({"429", *RETRY_AFTER_ANSWERS.get((method, path), ())}):
+                responses[status]["headers"] = RETRY_AFTER_HEADER
             if (method, path) in QUERY_PARAMETERS:
                 operation.setdefault("parameters", []).extend(QUERY_PARAMETERS[(method, path)])
             if (method, path) in BILLED_ROUTES:  # they take an Idempotency-Key
@@ -493,6 +506,7 @@ def _idempotent(operation: dict[str, Any], responses: dict[str, Any], components
             responses[status]["headers"] = REPLAYED_HEADER
     for status, (description, error_model) in IDEMPOTENCY_ERRORS.items():
         _respond(responses, status, description, _component(error_model, components))
+        responses[status]["headers"] = RETRY_AFTER_HEADER  # both ask to retry later
     responses["422"] = {
         "description": "the body failed schema validation (`detail`), or the Idempotency-Key came with another "
                        "body (`error`, `idempotency_key_reused`)",

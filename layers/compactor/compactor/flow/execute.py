@@ -59,14 +59,17 @@ class NodeOutcome:
     error_kind: str | None = None
     error_message: str | None = None
     tool_calls: list[dict[str, Any]] | None = None  # proposed by an llm node, shown to its readers
+    retry_after_s: float | None = None  # FAILED on a routed call: the provider's Retry-After (RouteResult's)
 
 
 class _NodeFailure(Exception):
-    def __init__(self, kind: str, message: str = "", *, trace: dict[str, Any] | None = None) -> None:
+    def __init__(self, kind: str, message: str = "", *, trace: dict[str, Any] | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(kind)
         self.kind = kind
         self.text = f"{kind}: {message}" if message else kind
         self.trace = trace  # the trace of a routed call cut off (_bounded): the attempts it sent
+        self.retry_after_s = retry_after_s  # the provider's Retry-After of a failed routed call
 
 
 async def execute_node(node: FlowNode, values: Sequence[Any], *, router: FlowRouter, deadline: Deadline,
@@ -119,7 +122,7 @@ def _failed(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], failur
     if node.option("on_error") == "input":
         entry["fallback"] = "input"
         return NodeOutcome(values[0], entry, FALLBACK, failure.kind, failure.text)
-    return NodeOutcome(None, entry, FAILED, failure.kind, failure.text)
+    return NodeOutcome(None, entry, FAILED, failure.kind, failure.text, retry_after_s=failure.retry_after_s)
 
 
 async def _run_decision(node: FlowNode, values: Sequence[Any], entry: dict[str, Any], router: FlowRouter,
@@ -347,7 +350,7 @@ def _record_route(entry: dict[str, Any], policy: AdmittedPolicyLike, result: Rou
             entry["cost_reported"] = billed
         entry["latency_ms"] = result.latency_ms
         entry["decision_trace"] = result.trace or None
-        raise _NodeFailure(kind, result.error_message or "")
+        raise _NodeFailure(kind, result.error_message or "", retry_after_s=result.retry_after_s)
     cost = _route_cost(result)
     entry.update(
         provider=chosen.provider,

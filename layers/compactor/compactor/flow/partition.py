@@ -198,7 +198,7 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
     flow = partition.flow
     entries: dict[int, dict[str, Any]] = {}
     reasons: dict[str, str] = {}
-    failure: tuple[str, str | None, str | None] | None = None
+    failure: tuple[str, str | None, str | None, float | None] | None = None
     for component, result in zip(partition.components, results, strict=True):
         if result.fingerprint != component.admitted.fingerprint:
             raise ValueError(f"component {component.index} result is for another flow")
@@ -207,7 +207,8 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
             mapped = remap_entry(entry, component.to_whole)
             entries[int(mapped["node"][1:])] = mapped
         if not result.ok and failure is None:
-            failure = (component.to_whole[result.failed_node or ""], result.error_kind, result.error_message)
+            failure = (component.to_whole[result.failed_node or ""], result.error_kind, result.error_message,
+                       result.retry_after_s)
     output: Any = None
     if failure is None:
         join = partition.join
@@ -218,7 +219,7 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
         _emit(on_event, "node_finished", join, outcome=outcome.status,
               **({"error": outcome.error_message} if outcome.error_message else {}))
         if outcome.status == FAILED:
-            failure = (join.cid, outcome.error_kind, outcome.error_message)
+            failure = (join.cid, outcome.error_kind, outcome.error_message, outcome.retry_after_s)
         else:
             output = outcome.value
     listed = [entries[index] for index in sorted(entries)]
@@ -227,8 +228,9 @@ async def merge_results(partition: Partition, results: Sequence[FlowResult], *, 
                   tokens_in=totals.tokens_in, tokens_out=totals.tokens_out, tokens_cached=totals.tokens_cached,
                   answer_reasons=dict(sorted(reasons.items())))
     if failure is not None:
-        node, kind, message = failure
-        return FlowResult(ok=False, output=None, failed_node=node, error_kind=kind, error_message=message, **common)
+        node, kind, message, retry_after_s = failure
+        return FlowResult(ok=False, output=None, failed_node=node, error_kind=kind, error_message=message,
+                          retry_after_s=retry_after_s, **common)
     return FlowResult(ok=True, output=output, failed_node=None, error_kind=None, error_message=None, **common)
 
 

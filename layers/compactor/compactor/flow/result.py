@@ -34,6 +34,7 @@ class FlowResult:
     tokens_out: int | None
     tokens_cached: int | None
     answer_reasons: dict[str, str] = field(default_factory=dict)
+    retry_after_s: float | None = None  # failed on a provider's Retry-After: the wait it asked for (RouteResult's)
 
     def decision_trace(self) -> dict[str, Any]:
         """The untrimmed flow trace ``{"policy_fingerprint": null, "flow_fingerprint", "flow_nodes"}``
@@ -91,8 +92,8 @@ def answer_reasons(answers: Any) -> dict[str, str]:
 
 
 RESULT_FIELDS: Final = ("ok", "output", "failed_node", "error_kind", "error_message", "flow_nodes", "fingerprint",
-                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached", "answer_reasons")
-OPTIONAL_RESULT_FIELDS: Final = frozenset({"answer_reasons"})  # results stored before it existed lack it
+                        "cost_usd", "tokens_in", "tokens_out", "tokens_cached", "answer_reasons", "retry_after_s")
+OPTIONAL_RESULT_FIELDS: Final = frozenset({"answer_reasons", "retry_after_s"})  # results stored before they existed
 
 
 def result_to_json(result: FlowResult) -> dict[str, Any]:

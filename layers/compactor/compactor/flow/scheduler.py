@@ -174,7 +174,7 @@ class _FlowRun:
         if self.failure is not None:
             node, outcome = self.failure
             return FlowResult(ok=False, output=None, failed_node=node.cid, error_kind=outcome.error_kind,
-                              error_message=outcome.error_message, **common)
+                              error_message=outcome.error_message, retry_after_s=outcome.retry_after_s, **common)
         output = self.flow.output_node
         return FlowResult(ok=True, output=self.values[output.inputs[0]], failed_node=None, error_kind=None,
                           error_message=None, **common)

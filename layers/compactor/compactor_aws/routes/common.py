@@ -16,6 +16,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from compactor import http_api
 from compactor.call_record import NO_MODE, CallRecord
+from compactor.errors import CompactorError
 from compactor.jsonutil import dense_dumps
 from compactor_aws import logs, observability
 
@@ -71,8 +72,14 @@ def billed_post(router: Router, path: str) -> Callable[[RouteFunction], RouteFun
     return route(router, "POST", path)
 
 
-def json_response(status: int, body: Any) -> Response[str]:
-    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body))
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
+    return Response(status_code=status, content_type=http_api.JSON_CONTENT_TYPE, body=dense_dumps(body),
+                    headers=headers or None)
+
+
+def error_response(error: CompactorError) -> Response[str]:
+    """The answer of an error of the core's hierarchy, with its headers (``Retry-After``)."""
+    return json_response(*error.answer(), headers=error.headers())
 
 
 def billed(router: Router, route: str, run: Callable[[], CallRecord], mode: str = NO_MODE) -> Response[str]:

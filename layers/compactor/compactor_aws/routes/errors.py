@@ -17,7 +17,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayRouter
 from compactor import http_api
 from compactor.errors import CompactorError, InternalError, MethodNotAllowed, NotFound
 from compactor.jsonutil import dense_dumps
-from compactor_aws.routes.common import json_response, logger, methods_at
+from compactor_aws.routes.common import error_response, json_response, logger, methods_at
 
 router = APIGatewayRouter()
 
@@ -58,7 +58,7 @@ def not_found(_: NotFoundError) -> Response[str]:
 
 @router.exception_handler(CompactorError)
 def refused(error: CompactorError) -> Response[str]:
-    return json_response(*error.answer())
+    return error_response(error)
 
 
 @router.exception_handler(Exception)
