@@ -7,7 +7,8 @@ compiled to unchecked-hash bytecode, as ``sam build`` ships them), botocore trim
 recipe to the services the layer calls, the layer's other dependencies (its ``requirements.txt`` and
 what they require) copied from their installed distributions, and the function's handler file copied
 alone (Lambda compiles it at every cold start, and so does each sample). Samples and baselines start alike
-(``_START``: the interpreter's usual start, then ``json``, ``sys`` and ``time``) and then take every
+(``_START``: the interpreter's usual start, then the standard modules Lambda's Python runtime has imported
+before it imports a handler: ``json``, ``logging``, ``traceback``, ``concurrent.futures`` and a few more) and then take every
 site-packages directory (and the checkout they run in) off their path and every importer but the standard
 library's out of ``sys.meta_path`` (an editable install's finder maps ``compactor``, ``compactor_aws`` and
 ``compactor_cli`` to the checkout): nothing of this virtualenv or checkout (test and command-line tools a layer
@@ -110,8 +111,8 @@ GOAL_RESTORED = 1.15
 OWN_ROOTS = {"compactor", "compactor_aws", "compact", "s3_compact", "flow_worker", "authorizer", "window_jobs"}
 
 # One sample: import, optional before-snapshot hook, first request; prints timings and what loaded.
-# Both scripts start alike before their clocks: the interpreter's usual start (``site`` and what it loads, as a
-# Lambda runtime has its standard library loaded before init), then ``json``, ``sys`` and ``time``, then no
+# Both scripts start alike before their clocks: the interpreter's usual start (``site`` and what it loads), then
+# what the Lambda runtime's bootstrap has imported before init (``RUNTIME_PRELOADED``, below), then no
 # site-packages on the path (only the layer's dependencies are importable, as in a deployed layer). The path
 # keeps the standard library's directories only (not ``''``, the checkout the script runs in, nor a directory of
 # ``PYTHONPATH``, nor an editable install's placeholder), and the importers only the standard library's: an
@@ -125,7 +126,13 @@ _NO_SITE_PACKAGES = (
     'if finder.__module__ in ("_frozen_importlib", "_frozen_importlib_external")]\n'
     'sys.path_hooks[:] = [hook for hook in sys.path_hooks '
     'if getattr(hook, "__module__", None) in ("zipimport", "_frozen_importlib_external")]\n')
-_START = "import json, sys, time\n" + _NO_SITE_PACKAGES
+# What Lambda's managed Python runtime has imported before a function's init: its bootstrap (the runtime interface
+# client, ``awslambdaric.bootstrap`` and the modules it loads) imports these standard modules before it imports the
+# handler, so a deployed init does not pay for them, nor for what they import (docs/performance.md#cold-start-testsbenchmarkscold_startpy).
+RUNTIME_PRELOADED = ("importlib", "json", "logging", "os", "sys", "time", "traceback", "decimal", "math",
+                     "concurrent.futures")
+_START = (f"import {', '.join(RUNTIME_PRELOADED)}\n"
+          "from concurrent.futures import ThreadPoolExecutor\n" + _NO_SITE_PACKAGES)
 STDLIB = os.path.dirname(os.__file__)  # the standard library of this interpreter (the samples run the same)
 # Each script's last check: every module it loaded (since ``before``) came from the built layer or the function's
 # directory (``allowed``) or the standard library (``stdlib``, not its site-packages).
