@@ -460,17 +460,18 @@ def _shown_payload(container: Item, key: str, value: str) -> str | None:
     return None
 
 
-def media_free(value: Any) -> Any:
+def media_free(value: Any, bare: bool = False) -> Any:
     """``value`` (an item, a content list or block) with each base64 payload in it shown by its marker
     (:func:`_shown_payload`, :func:`payload_marker`): what the models' view holds of an image, a document, a file or
     audio sent inline (docs/formats.md "Images and files"). URLs and file ids stay: short, and they say something.
     Copied only where something is replaced, so ``value`` itself comes back when it holds no payload, and the
-    caller's item is never changed."""
+    caller's item is never changed. ``bare``: ``value`` is a tool call's input, where a string that is bare base64 as
+    a whole is a payload too (:func:`_bare_base64_marker`); so is an Anthropic call block's ``input`` anywhere."""
     if isinstance(value, list):
         copied: list[Any] | None = None
         for index, member in enumerate(value):
             if isinstance(member, (dict, list)):
-                shown = media_free(member)
+                shown = media_free(member, bare)
                 if shown is not member:
                     if copied is None:
                         copied = list(value)
@@ -482,10 +483,12 @@ def media_free(value: Any) -> Any:
     for key, member in value.items():
         if type(member) is str:
             shown = _shown_payload(value, key, member) if len(member) >= _SHORTEST_PAYLOAD else None
+            if bare and shown is None:
+                shown = _bare_base64_marker(member)
         elif type(member) is dict and key == value.get("type") and key in _INNER_PAYLOADS:
             shown = _inner_payload(member, *_INNER_PAYLOADS[key])
         elif isinstance(member, (dict, list)):
-            shown = media_free(member)
+            shown = media_free(member, bare or key == "input")  # an Anthropic tool_use's (or server tool's) input
             if shown is member:
                 shown = None
         else:
@@ -518,6 +521,66 @@ def media_free_fields(item: Item, fields: tuple[str, ...]) -> Item:
                 replaced = dict(item)
             replaced[field] = shown
     return item if replaced is None else replaced
+
+
+def arguments_shown(arguments: Any) -> Any:
+    """A tool call's arguments as the models' view shows them (docs/formats.md "Images and files"): each string value
+    that is a base64 payload as a whole (a ``data:`` URL, or bare base64: :func:`_bare_base64_marker`) shown by its
+    marker, as an agent writing a binary file or uploading an image through a tool sends one. ``arguments``: the
+    JSON text of a Chat Completions or Responses call (its string values replaced in the text, the rest of it kept
+    as it is), a custom tool's free-form input (a payload as a whole), or an object (an Anthropic ``tool_use``'s
+    ``input``). ``arguments`` itself when it holds no payload; a text shorter than :data:`_SHORTEST_BARE_BASE64` is
+    not looked at (most calls' arguments: a command, a path)."""
+    if type(arguments) is not str:
+        return media_free(arguments, True) if isinstance(arguments, (dict, list)) else arguments
+    if len(arguments) < _SHORTEST_BARE_BASE64:
+        return arguments
+    whole = _data_url_marker(arguments) or _bare_base64_marker(arguments)
+    if whole is not None:
+        return whole
+    if _ARGUMENT_PAYLOAD_START.search(arguments) is None:  # the common case, in one fast scan (docs/formats.md)
+        return arguments
+    shown = _ARGUMENT_STRING.sub(_argument_marker, arguments)
+    return arguments if shown is not arguments and shown == arguments else shown  # values found, none a payload
+
+
+_ARGUMENT_STRING = pattern(r'"((?i:data:[^"\\\s,]*,)?(?:[A-Za-z0-9+/_=-]|\\[rn/]){48,}+)"')
+"""A JSON string value in a call's arguments text that may be a base64 payload as a whole: a ``data:`` URL's head
+(optional), then base64 only (its line breaks escaped, ``\\/`` for a slash as some encoders write it), up to the
+value's closing quote. A match starts only at an opening quote: a closing one is followed by JSON's punctuation,
+which base64 does not hold."""
+
+
+_ARGUMENT_PAYLOAD_START = pattern(r'"(?:[A-Za-z0-9+/_=-]{48}|(?i:data:))')
+"""How every value :data:`_ARGUMENT_STRING` finds starts: a search for it scans a call's arguments about three times
+faster than the substitution, which runs only where it finds one."""
+
+
+def _argument_marker(match: re.Match[str]) -> str:
+    """The quoted marker of a string value :data:`_ARGUMENT_STRING` found, or the value as it is (no payload)."""
+    value = match.group(1)
+    if "\\" in value:
+        value = value.replace("\\n", "\n").replace("\\r", "\r").replace("\\/", "/")
+    marker = _data_url_marker(value) or _bare_base64_marker(value)
+    return match.group(0) if marker is None else f'"{marker}"'
+
+
+_SHORTEST_BARE_BASE64 = 256
+"""Bare base64 (no ``data:`` head, in a tool call's input) is a payload from this length on: shorter, its marker
+would save little, and a key or a digest may be what the call is about."""
+_BASE64_CLASSES = (pattern("[A-Z]"), pattern("[a-z]"), pattern("[0-9]"))
+
+
+def _bare_base64_marker(text: str) -> str | None:
+    """:func:`payload_marker` (``[data, N bytes]``) of ``text`` when it is bare base64 as a whole (the standard or
+    URL-safe alphabet, broken into lines or not, padded at its end), of :data:`_SHORTEST_BARE_BASE64` characters or
+    more, holding upper case letters, lower case ones and digits, as any base64 of a file does; else ``None``: a hex
+    digest, a DNA sequence or a word in capitals is not read as base64."""
+    if len(text) < _SHORTEST_BARE_BASE64 or _BASE64.fullmatch(text) is None:
+        return None
+    if not all(kind.search(text) for kind in _BASE64_CLASSES):
+        return None
+    return payload_marker("data", text)
 
 
 _INNER_PAYLOADS = {"input_audio": ("data", "audio"), "file": ("file_data", "file")}
