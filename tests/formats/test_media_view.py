@@ -508,3 +508,28 @@ async def test_seals_input_shows_a_calls_base64_by_its_marker(fake_provider: Fak
     sent = [r.body.decode() for r in fake_provider.requests]
     assert sent and all(DATA[100:160] not in text for text in sent)
     assert sum(text.count("[data, 3000 bytes]") for text in sent) >= 3  # each aged call (Anthropic's tail: the last)
+
+
+@pytest.mark.parametrize("where", ("beside the tool_result", "beside it, after a text"))
+def test_the_builtin_summary_says_an_image_beside_a_tool_result_was_there(where: str) -> None:
+    """An Anthropic user message may hold an image (or a document) after its tool_result blocks, as a harness attaching
+    a screenshot to the results sends it: the built-in summary of its unit says ``[image/png, 60000 bytes]``, as it
+    does for an image inside the tool_result. Before, the message was read as its tool_result and its text only, so the
+    summary said nothing of the image, though the prompt showed its marker. (Such a message is a human turn, pinned
+    by default: the request pins the task only, as a caller naming ``pinned_indices`` does.)"""
+    from fakes.routers import frozen_router
+
+    items = _transcript("anthropic-messages", [_b64(60_000, n) for n in range(6)])
+    for message in items[2:-1:2]:  # each tool_result: its image moved out beside it
+        result = message["content"][0]
+        text, image = result["content"]
+        result["content"] = text["text"]
+        message["content"] = [result, image] if where == "beside the tool_result" else [
+            result, {"type": "text", "text": "The screen after the click:"}, image]
+    request = CompactRequest.model_validate({"format": "anthropic-messages", "messages": items, "keep_recent": 1,
+                                             "target_ratio": 0.05, "mode": "decision", "pinned_indices": [0]})
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(60_000), router=frozen_router()))
+    assert status == 200, body
+    summaries = [json.dumps(item) for item in body["messages"] if "[Summary of fragment_" in json.dumps(item)]
+    assert len(summaries) >= 4
+    assert all("[image/png, 60000 bytes]" in summary for summary in summaries)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from compactor.chat import FILE_PARTS, IMAGE_PARTS
 from compactor.compaction.units import Unit
 from compactor.patterns import pattern
 
@@ -390,13 +391,6 @@ def block_text(content: Any, kinds: tuple[str, ...]) -> str:
     parts = [b.get("text") for b in blocks(content) if b.get("type") in kinds]
     return " ".join(p for p in parts if isinstance(p, str))
 
-
-IMAGE_PARTS = ("image", "image_url", "input_image", "computer_screenshot")
-"""Content parts holding an image: Anthropic's ``image`` block, Chat Completions' ``image_url`` part, the Responses
-API's ``input_image`` part and a ``computer_call_output``'s screenshot."""
-FILE_PARTS = ("document", "file", "input_file")
-"""Content parts holding a file: Anthropic's ``document`` block (its ``title``), Chat Completions' ``file`` part (its
-``file.filename``), the Responses API's ``input_file`` part (its ``filename``)."""
 
 
 def payload_marker(kind: str, data: str) -> str:
