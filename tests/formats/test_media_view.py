@@ -533,3 +533,36 @@ def test_the_builtin_summary_says_an_image_beside_a_tool_result_was_there(where:
     summaries = [json.dumps(item) for item in body["messages"] if "[Summary of fragment_" in json.dumps(item)]
     assert len(summaries) >= 4
     assert all("[image/png, 60000 bytes]" in summary for summary in summaries)
+
+
+# -- an assistant's audio reply (Chat Completions) ---------------------------------------------------------------------
+
+def _spoken(n: int, data: str) -> list[dict[str, Any]]:
+    """A voice agent's turn ``n``: the user's question, and the assistant's audio reply as the Chat Completions API
+    returns it (``audio``: its id, its base64 ``data``, its transcript)."""
+    return [{"role": "user", "content": f"What is step {n} of the record loop's setup? " * 3},
+            {"role": "assistant", "content": None, "audio": {
+                "id": f"audio_{n}", "data": data, "expires_at": 1767225600,
+                "transcript": f"Step {n}: open the settings, then the loop's page, and switch it off. " * 3}}]
+
+
+async def test_a_unit_holding_an_assistants_audio_reply_is_sent_and_compacted(fake_provider: FakeProviderServer) -> None:
+    """An assistant's audio reply of 60 KB (``audio.data``, under two seconds of 16-bit 24 kHz speech) counts as its
+    marker in batching, as every other payload does: the decider is asked about its unit and can archive it. Before,
+    batching counted the base64 whole: the unit was over the summary record's 50,000 bytes, kept as ``not_sent``
+    (the ``fragment_or_decision_context_limit``), and the output kept every reply's audio."""
+    replies = [_b64(60_000, seed) for seed in range(4)]
+    items = [item for n, data in enumerate(replies) for item in _spoken(n, data)]
+    items.append({"role": "user", "content": "Thanks, that is all."})
+    before = copy.deepcopy(items)
+    body = await _compact(fake_provider, "openai-chat", items, "archive")
+    report = body["compaction"]
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    reasons = {f["id"]: f["reason"] for f in report["fragments"]}
+    spoken = {f"fragment_{1 + 2 * n}" for n in range(4)}
+    assert spoken <= asked and {reasons[unit] for unit in spoken} == {"archived"}
+    assert "fragment_or_decision_context_limit" not in report["reasons"]
+    assert not any(data[:80] in json.dumps(body["messages"]) for data in replies)
+    assert items == before
+    view = get_dialect("openai-chat").media_shown(items[1])
+    assert view["audio"] == {**items[1]["audio"], "data": "[audio, 60000 bytes]"}

@@ -595,6 +595,14 @@ def _inner_payload(inner: Item, field: str, kind: str) -> Item | None:
     return {**inner, field: _data_url_marker(data) or payload_marker(media, data)}
 
 
+def inner_payload_shown(inner: Item, field: str, kind: str) -> Item:
+    """``inner`` with its base64 ``field`` shown by its marker, its media type ``<kind>/<format>`` when ``inner`` names
+    a ``format`` (:func:`_inner_payload`): a Chat Completions assistant message's ``audio`` (``{"id", "data",
+    "transcript", "expires_at"}``, as the API returns it). ``inner`` itself when it holds none."""
+    shown = _inner_payload(inner, field, kind)
+    return inner if shown is None else shown
+
+
 _SHORTEST_PAYLOAD = 64
 """A string shorter than this stays as it is, whatever it holds: its marker would not be much shorter."""
 

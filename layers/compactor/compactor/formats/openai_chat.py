@@ -13,8 +13,8 @@ from typing import Any
 from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, media_free_fields, shown_string,
-                                   shown_text)
+from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, inner_payload_shown,
+                                   media_free_fields, shown_string, shown_text)
 
 # What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
@@ -87,7 +87,8 @@ class OpenAIChat(Dialect):
 
     def media_shown(self, item: Item) -> Item:
         """The ``content`` parts' base64 (an ``image_url`` part's ``data:`` URL, ``input_audio``, a ``file`` part's
-        ``file_data``) shown by markers, and so is the base64 in a tool call's arguments (:func:`calls_shown`)."""
+        ``file_data``) shown by markers, and so is the base64 in a tool call's arguments (:func:`calls_shown`) and an
+        assistant's ``audio.data``."""
         if not isinstance(item, dict):
             return item
         item = media_free_fields(item, ("content",))
@@ -99,6 +100,9 @@ class OpenAIChat(Dialect):
             arguments = legacy.get("arguments")
             if (shown := arguments_shown(arguments)) is not arguments:
                 item = {**item, "function_call": {**legacy, "arguments": shown}}
+        audio = item.get("audio")  # an assistant's audio reply as the API returns it, its base64 ``data`` beside its id
+        if audio and type(audio) is dict and (shown := inner_payload_shown(audio, "data", "audio")) is not audio:
+            item = {**item, "audio": shown}
         return item
 
     def text_item(self, role: str, text: str) -> Item:
