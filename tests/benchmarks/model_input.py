@@ -32,7 +32,10 @@ part in the ``function_call_output``, an ``image_url`` part in the ``tool`` mess
 prints the base64 bytes the model requests carry (``base64 sent``), the units left out of every batch by a size
 limit (``unsent``), and the output's size as a share of the transcript (``kept``): the models' view shows each
 screenshot as ``[image/png, N bytes]`` (docs/formats.md "Images and files"). The goals above are not judged there.
-``--screenshot-bytes LOW-HIGH`` sets the screenshots' sizes (small JPEG-like ones: ``5000-30000``).
+``--screenshot-bytes LOW-HIGH`` sets the screenshots' sizes (small JPEG-like ones: ``5000-30000``). ``--in-calls``
+puts each screenshot in a tool call's arguments instead, as an agent saving it through a tool sends it: after each tool
+result, a ``write_file`` call whose ``content`` is the screenshot's bare base64 (``encoding: base64``), and its short
+answer.
 
 A directory is read with its subfolders (the corpus keeps its Claude Code and Codex sessions in
 ``anthropic-messages/`` and ``openai-responses/``). Transcripts are read as chat, as ``compactor eval``
@@ -220,13 +223,58 @@ def with_screenshot(item: dict[str, Any], format: str, rng: random.Random,
         {"type": "image_url", "image_url": {"url": "data:image/png;base64," + screenshot(rng, sizes)}}]}
 
 
-def read_with_screenshots(path: Path, sizes: tuple[int, int] = SCREENSHOT_BYTES
+def saving_call(n: int, format: str, data: str) -> list[dict[str, Any]]:
+    """A call saving screenshot ``n`` through a tool, its base64 (bare, as a ``write_file`` tool with a base64
+    encoding takes a binary file) in the call's arguments, and the tool's short answer, in ``format``'s shape."""
+    call_id, name, answer = f"call_save_{n}", "write_file", f"wrote screens/shot_{n}.png"
+    arguments = {"path": f"screens/shot_{n}.png", "encoding": "base64", "content": data}
+    if format == "anthropic-messages":
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": name,
+                                                   "input": arguments}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": answer}]}]
+    if format == "openai-responses":
+        return [{"type": "function_call", "call_id": call_id, "name": name, "arguments": json.dumps(arguments)},
+                {"type": "function_call_output", "call_id": call_id, "output": answer}]
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": name, "arguments": json.dumps(arguments)}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": answer}]
+
+
+def is_result(item: dict[str, Any], format: str) -> bool:
+    if format == "anthropic-messages":
+        content = item.get("content")
+        return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result"
+                                                 for b in content)
+    if format == "openai-responses":
+        return item.get("type") in ("function_call_output", "custom_tool_call_output")
+    return item.get("role") == "tool"
+
+
+def with_saving_calls(items: list[dict[str, Any]], format: str, rng: random.Random,
+                      sizes: tuple[int, int] = SCREENSHOT_BYTES) -> list[dict[str, Any]]:
+    """``items`` with a call saving a screenshot of ``sizes`` (:func:`saving_call`) after each tool result (the last
+    of consecutive results, so that no call is parted from its results)."""
+    out: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        out.append(item)
+        following = items[index + 1] if index + 1 < len(items) else None
+        if is_result(item, format) and (format == "anthropic-messages" or following is None
+                                        or not is_result(following, format)):
+            out += saving_call(index, format, screenshot(rng, sizes))
+    return out
+
+
+def read_with_screenshots(path: Path, sizes: tuple[int, int] = SCREENSHOT_BYTES, in_calls: bool = False
                           ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The transcript in its own format (a Claude Code session as ``anthropic-messages``, not converted to chat),
-    a screenshot of ``sizes`` bytes added to each tool result (the same bytes on every run)."""
+    a screenshot of ``sizes`` bytes added to each tool result (the same bytes on every run); ``in_calls``: in a call
+    saving it after each tool result instead (:func:`with_saving_calls`)."""
     transcript = read_transcript(path.read_text(encoding="utf-8"))
     rng = random.Random(path.name)
-    items = [with_screenshot(item, transcript.format, rng, sizes) for item in transcript.items]
+    if in_calls:
+        items = with_saving_calls(transcript.items, transcript.format, rng, sizes)
+    else:
+        items = [with_screenshot(item, transcript.format, rng, sizes) for item in transcript.items]
     return {**transcript.fields, "format": transcript.format, transcript.items_field: items}, items
 
 
@@ -240,8 +288,8 @@ def base64_sent(bodies: list[bytes]) -> int:
 
 
 def measure(path: Path, provider: FakeProviderServer, screenshots: tuple[int, int] | None = None,
-            own: bool = False) -> dict[str, Any]:
-    fields, items = read_with_screenshots(path, screenshots) if screenshots else read(path, own)
+            own: bool = False, in_calls: bool = False) -> dict[str, Any]:
+    fields, items = read_with_screenshots(path, screenshots, in_calls) if screenshots else read(path, own)
     size = dense_size(items)
     result: dict[str, Any] = {"name": path.name, "bytes": size, "format": fields.get("format", "openai-chat")}
     for mode, extra in (("decision", {"decision_policy_ir": DEFAULT_DECISIONS_POLICY}), ("seal", {})):
@@ -302,15 +350,16 @@ def prefix_missed(row: dict[str, Any]) -> bool:
     return d["shared"] >= CACHE_MIN_BYTES and d["prefix_bytes"] < d["shared"]
 
 
-def screenshot_figures(paths: list[Path], sizes: tuple[int, int]) -> int:
+def screenshot_figures(paths: list[Path], sizes: tuple[int, int], in_calls: bool = False) -> int:
     """``--screenshots``: each transcript with its screenshots, compacted in decision and seal mode; figures only."""
     provider = recording_provider()
     try:
-        print(f"screenshots of {sizes[0]}-{sizes[1]} bytes in each tool result")
+        print(f"screenshots of {sizes[0]}-{sizes[1]} bytes "
+              + ("in a call's arguments after each tool result" if in_calls else "in each tool result"))
         print(f"{'transcript (with screenshots)':<52} {'format':<18} {'bytes':>9} {'mode':<8} {'sent':>9} "
               f"{'ratio':>6} {'calls':>5} {'base64 sent':>11} {'unsent':>6} {'kept':>6}")
         for path in paths:
-            row = measure(path, provider, screenshots=sizes)
+            row = measure(path, provider, screenshots=sizes, in_calls=in_calls)
             for mode in ("decision", "seal"):
                 m = row[mode]
                 print(f"{row['name'][:52]:<52} {row['format']:<18} {row['bytes']:9d} {mode:<8} {m['sent']:9d} "
@@ -329,12 +378,15 @@ def main() -> int:
                              "result (default: the three of SCREENSHOT_SOURCES)")
     parser.add_argument("--screenshot-bytes", default=f"{SCREENSHOT_BYTES[0]}-{SCREENSHOT_BYTES[1]}",
                         help="the screenshots' sizes, LOW-HIGH (default %(default)s)")
+    parser.add_argument("--in-calls", action="store_true",
+                        help="with --screenshots: each screenshot in the arguments of a call saving it (a write_file "
+                             "tool taking base64), one after each tool result, instead of in the result")
     args = parser.parse_args()
     os.environ.setdefault(KEY_ENV, "bench-key")
     if args.screenshots:
         low, _, high = args.screenshot_bytes.partition("-")
         return screenshot_figures([Path(a) for a in args.paths] or [CORPUS / name for name in SCREENSHOT_SOURCES],
-                                  (int(low), int(high or low)))
+                                  (int(low), int(high or low)), args.in_calls)
     provider = recording_provider()
     rows, sessions = [], []
     try:

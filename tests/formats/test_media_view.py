@@ -378,3 +378,191 @@ def test_a_text_going_on_after_a_data_url_in_words_stays_as_it_is() -> None:
     shot = f"data:image/png;base64,{base64.encodebytes(random.Random(3).randbytes(300)).decode()}"
     assert get_dialect("openai-chat").model_view([{"role": "user", "content": [{"type": "text", "text": shot}]}]
                                                  )[0]["content"][0]["text"] == "[image/png, 300 bytes]"
+
+
+# -- base64 in a tool call's arguments ---------------------------------------------------------------------------------
+
+def _saving(fmt: str, n: int, data: str) -> list[dict[str, Any]]:
+    """An agent's step ``n`` in ``fmt``: a call writing a PNG file through a tool that takes its bytes as base64 (in the
+    call's arguments: a JSON string, or an Anthropic ``tool_use``'s ``input``), and the tool's short answer."""
+    arguments = {"path": f"out/chart_{n}.png", "encoding": "base64", "content": data}
+    note = f"Saved the chart number {n}; the next one plots the record loop's latency by hour. " * 4
+    if fmt == "anthropic-messages":
+        return [{"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "write_file",
+                                                   "input": arguments}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": note}]}]
+    if fmt == "openai-responses":
+        return [{"type": "function_call", "call_id": f"call_{n}", "name": "write_file",
+                 "arguments": json.dumps(arguments)},
+                {"type": "function_call_output", "call_id": f"call_{n}", "output": note}]
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{n}", "type": "function", "function": {
+                "name": "write_file", "arguments": json.dumps(arguments)}}]},
+            {"role": "tool", "tool_call_id": f"call_{n}", "content": note}]
+
+
+def _saving_transcript(fmt: str, data: list[str]) -> list[dict[str, Any]]:
+    items = _transcript(fmt, [])
+    return items[:1] + [item for n, shot in enumerate(data) for item in _saving(fmt, n, shot)] + items[1:]
+
+
+def test_base64_in_a_tool_calls_arguments_reads_as_its_marker_in_every_format() -> None:
+    """A call sending a file's bytes as base64 (bare, or a data: URL) reads as ``[data, 3000 bytes]`` (or the URL's
+    media type) in the models' view: a Chat Completions call's ``function.arguments`` and a custom tool's ``input``, a
+    Responses ``function_call``'s ``arguments`` and a ``custom_tool_call``'s ``input``, an Anthropic ``tool_use``'s
+    ``input``; the rest of the arguments' text is kept as it is, and the caller's items are not changed. A hex digest,
+    a DNA sequence and a short key stay. Before, the arguments were never looked at (an Anthropic input's data: URL
+    aside): the models read the base64 whole."""
+    digest, dna, key = "0123456789abcdef" * 16, "ACGT" * 100, DATA[:200]
+    arguments = json.dumps({"path": "a.png", "content": DATA, "sha": digest, "dna": dna, "key": key, "lines":
+                            base64.encodebytes(base64.b64decode(DATA)).decode(),
+                            "image": f"data:image/png;base64,{DATA}"})
+    shown = json.dumps({"path": "a.png", "content": "[data, 3000 bytes]", "sha": digest, "dna": dna, "key": key,
+                        "lines": "[data, 3000 bytes]", "image": "[image/png, 3000 bytes]"})
+    chat = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "write_file", "arguments": arguments}},
+        {"id": "call_2", "type": "custom", "custom": {"name": "upload", "input": DATA}},
+        {"id": "call_3", "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": dna})}}]}
+    legacy = {"role": "assistant", "content": None, "function_call": {"name": "write_file", "arguments": arguments}}
+    responses = [{"type": "function_call", "call_id": "call_1", "name": "write_file", "arguments": arguments},
+                 {"type": "custom_tool_call", "call_id": "call_2", "name": "upload",
+                  "input": f"data:image/png;base64,{DATA}"},
+                 {"type": "mcp_call", "id": "mcp_1", "server_label": "drive", "name": "upload", "arguments": arguments}]
+    anthropic = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "write_file",
+                                                   "input": json.loads(arguments)}]}
+    before = copy.deepcopy([chat, legacy, responses, anthropic])
+    view = get_dialect("openai-chat").model_view([chat, legacy])
+    calls = view[0]["tool_calls"]
+    assert [calls[0]["function"]["arguments"], calls[1]["custom"]["input"]] == [shown, "[data, 3000 bytes]"]
+    assert calls[2] is chat["tool_calls"][2]  # nothing to replace: the call itself
+    assert view[1]["function_call"] == {"name": "write_file", "arguments": shown}
+    view = get_dialect("openai-responses").model_view(responses)
+    assert [view[0]["arguments"], view[1]["input"], view[2]["arguments"]] == [shown, "[image/png, 3000 bytes]", shown]
+    view = get_dialect("anthropic-messages").model_view([anthropic])
+    assert view[0]["content"][0]["input"] == json.loads(shown)
+    assert [chat, legacy, responses, anthropic] == before
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_no_model_request_carries_the_base64_of_a_tool_calls_arguments(fake_provider: FakeProviderServer,
+                                                                             fmt: str) -> None:
+    """Decision and summary requests show a file sent through a call's arguments by its marker; the answer keeps every
+    byte of the kept items. Before, both carried the base64 (the summarizer's item whole)."""
+    items = _saving_transcript(fmt, [DATA] * 4)
+    before = copy.deepcopy(items)
+    body = await _compact(fake_provider, fmt, items, "summarize")
+    sent = [r.body.decode() for r in fake_provider.requests]
+    assert any(r.path.endswith("/decisions") for r in fake_provider.requests) and len(sent) >= 2
+    assert all(DATA[100:160] not in text for text in sent)
+    assert any("[data, 3000 bytes]" in text for text in sent if "write_file" in text)
+    field = "input" if fmt == "openai-responses" else "messages"
+    assert body[field] == items == before  # no summary came back: every item kept, byte for byte
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_a_unit_whose_call_sends_a_large_file_is_sent_and_compacted(fake_provider: FakeProviderServer,
+                                                                          fmt: str) -> None:
+    """A call writing a 60 KB file through its arguments no longer makes its unit too big to send: the decider is
+    asked about it and can archive it. Before, such a unit was over the summary record's 50,000 bytes, kept as
+    ``not_sent`` (the ``fragment_or_decision_context_limit``), and the output kept every file's base64."""
+    files = [_b64(60_000, seed) for seed in range(4)]
+    body = await _compact(fake_provider, fmt, _saving_transcript(fmt, files), "archive")
+    report = body["compaction"]
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    reasons = {f["id"]: f["reason"] for f in report["fragments"]}
+    candidates = {f"fragment_{1 + 2 * n}" for n in range(4)} - {u for u, r in reasons.items()
+                                                                if r in ("pinned", "recent_tail")}
+    assert len(candidates) >= 2 and candidates <= asked
+    assert {reasons[unit] for unit in candidates} == {"archived"}
+    assert "fragment_or_decision_context_limit" not in report["reasons"]
+    field = "input" if fmt == "openai-responses" else "messages"
+    kept = json.dumps(body[field])
+    assert sum(data[:80] in kept for data in files) == 4 - len(candidates)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batchs_later_actions_quote_a_calls_base64_by_its_marker(fmt: str) -> None:
+    """A call after a batch that writes a file through its arguments is quoted in the batch's ``later`` block as the
+    models' view shows it, ``[data, 3000 bytes]``. Before, Chat Completions calls were quoted from the messages as
+    they are, so each decision request carried the base64's first 200 characters per such call."""
+    from compactor.compaction.decision import question_template
+    from compactor.compaction.preparation import prepare
+
+    items = _saving_transcript(fmt, [DATA] * 4)
+    prep = prepare(items, keep_recent=3, target_ratio=0.05, pinned_indices=None,
+                   question_template=question_template(), dialect=get_dialect(fmt))
+    later = json.dumps([batch.later for batch in prep.batches])
+    assert "write_file" in later and "[data, 3000 bytes]" in later and DATA[:100] not in later
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+async def test_seals_input_shows_a_calls_base64_by_its_marker(fake_provider: FakeProviderServer, fmt: str) -> None:
+    """Seal mode's summarizer reads a call writing a file through its arguments as ``write_file({… "content": "[data,
+    3000 bytes]"})``. Before, it read the base64 whole: with a 50-200 KB screenshot saved after each tool result, the
+    seal's one call carried 96 % of the transcript (``model_input.py --screenshots --in-calls``)."""
+    items = _saving_transcript(fmt, [DATA] * 4)
+    fake_provider.responder = lambda request: chat_reply("Four charts were saved under out/.")
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
+    assert status == 200, body
+    sent = [r.body.decode() for r in fake_provider.requests]
+    assert sent and all(DATA[100:160] not in text for text in sent)
+    assert sum(text.count("[data, 3000 bytes]") for text in sent) >= 3  # each aged call (Anthropic's tail: the last)
+
+
+@pytest.mark.parametrize("where", ("beside the tool_result", "beside it, after a text"))
+def test_the_builtin_summary_says_an_image_beside_a_tool_result_was_there(where: str) -> None:
+    """An Anthropic user message may hold an image (or a document) after its tool_result blocks, as a harness attaching
+    a screenshot to the results sends it: the built-in summary of its unit says ``[image/png, 60000 bytes]``, as it
+    does for an image inside the tool_result. Before, the message was read as its tool_result and its text only, so the
+    summary said nothing of the image, though the prompt showed its marker. (Such a message is a human turn, pinned
+    by default: the request pins the task only, as a caller naming ``pinned_indices`` does.)"""
+    from fakes.routers import frozen_router
+
+    items = _transcript("anthropic-messages", [_b64(60_000, n) for n in range(6)])
+    for message in items[2:-1:2]:  # each tool_result: its image moved out beside it
+        result = message["content"][0]
+        text, image = result["content"]
+        result["content"] = text["text"]
+        message["content"] = [result, image] if where == "beside the tool_result" else [
+            result, {"type": "text", "text": "The screen after the click:"}, image]
+    request = CompactRequest.model_validate({"format": "anthropic-messages", "messages": items, "keep_recent": 1,
+                                             "target_ratio": 0.05, "mode": "decision", "pinned_indices": [0]})
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(60_000), router=frozen_router()))
+    assert status == 200, body
+    summaries = [json.dumps(item) for item in body["messages"] if "[Summary of fragment_" in json.dumps(item)]
+    assert len(summaries) >= 4
+    assert all("[image/png, 60000 bytes]" in summary for summary in summaries)
+
+
+# -- an assistant's audio reply (Chat Completions) ---------------------------------------------------------------------
+
+def _spoken(n: int, data: str) -> list[dict[str, Any]]:
+    """A voice agent's turn ``n``: the user's question, and the assistant's audio reply as the Chat Completions API
+    returns it (``audio``: its id, its base64 ``data``, its transcript)."""
+    return [{"role": "user", "content": f"What is step {n} of the record loop's setup? " * 3},
+            {"role": "assistant", "content": None, "audio": {
+                "id": f"audio_{n}", "data": data, "expires_at": 1767225600,
+                "transcript": f"Step {n}: open the settings, then the loop's page, and switch it off. " * 3}}]
+
+
+async def test_a_unit_holding_an_assistants_audio_reply_is_sent_and_compacted(fake_provider: FakeProviderServer) -> None:
+    """An assistant's audio reply of 60 KB (``audio.data``, under two seconds of 16-bit 24 kHz speech) counts as its
+    marker in batching, as every other payload does: the decider is asked about its unit and can archive it. Before,
+    batching counted the base64 whole: the unit was over the summary record's 50,000 bytes, kept as ``not_sent``
+    (the ``fragment_or_decision_context_limit``), and the output kept every reply's audio."""
+    replies = [_b64(60_000, seed) for seed in range(4)]
+    items = [item for n, data in enumerate(replies) for item in _spoken(n, data)]
+    items.append({"role": "user", "content": "Thanks, that is all."})
+    before = copy.deepcopy(items)
+    body = await _compact(fake_provider, "openai-chat", items, "archive")
+    report = body["compaction"]
+    asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
+    reasons = {f["id"]: f["reason"] for f in report["fragments"]}
+    spoken = {f"fragment_{1 + 2 * n}" for n in range(4)}
+    assert spoken <= asked and {reasons[unit] for unit in spoken} == {"archived"}
+    assert "fragment_or_decision_context_limit" not in report["reasons"]
+    assert not any(data[:80] in json.dumps(body["messages"]) for data in replies)
+    assert items == before
+    view = get_dialect("openai-chat").media_shown(items[1])
+    assert view["audio"] == {**items[1]["audio"], "data": "[audio, 60000 bytes]"}

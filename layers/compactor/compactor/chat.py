@@ -93,11 +93,21 @@ def responses_call_input(item: dict[str, Any]) -> Any:
     return item.get("arguments", item.get("input", item.get("action")))
 
 
+IMAGE_PARTS = ("image", "image_url", "input_image", "computer_screenshot")
+"""Content parts holding an image: Anthropic's ``image`` block, Chat Completions' ``image_url`` part, the Responses
+API's ``input_image`` part and a ``computer_call_output``'s screenshot."""
+FILE_PARTS = ("document", "file", "input_file")
+"""Content parts holding a file: Anthropic's ``document`` block (its ``title``), Chat Completions' ``file`` part (its
+``file.filename``), the Responses API's ``input_file`` part (its ``filename``)."""
+_READ_BLOCKS = frozenset(("text", *IMAGE_PARTS, *FILE_PARTS))
+"""The blocks of an Anthropic message holding calls or results that :func:`chat_reading` keeps in its chat message."""
+
+
 def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
     """The chat messages an item of any format (docs/formats.md) corresponds to (:func:`as_messages`): a chat
     message as it is, a Responses call (what it was asked, :func:`responses_call_input`) or output, an Anthropic
-    message's ``tool_use`` and ``tool_result`` blocks as ``tool_calls`` and ``tool`` messages;
-    nothing for any other typed item (hidden reasoning, a compaction)."""
+    message's ``tool_use`` and ``tool_result`` blocks as ``tool_calls`` and ``tool`` messages (its text, image and
+    document blocks in a message of its role); nothing for any other typed item (hidden reasoning, a compaction)."""
     kind = item.get("type")
     if "role" not in item and isinstance(kind, str):  # an OpenAI Responses item
         if kind.endswith("_call_output"):
@@ -112,7 +122,9 @@ def chat_reading(item: dict[str, Any]) -> list[dict[str, Any]]:
         return [item]
     # Anthropic Messages blocks: tool_use -> tool_calls, tool_result -> tool messages.
     calls = [_call(b.get("name"), b.get("input")) for b in blocks if str(b.get("type")).endswith("tool_use")]
-    text = [b for b in blocks if b.get("type") == "text"]
+    # An image beside a tool_result (a harness attaching a screenshot after the results) is read too: without it, a
+    # summary never said the image had been there (docs/formats.md "Images and files").
+    text = [b for b in blocks if type(block_type := b.get("type")) is str and block_type in _READ_BLOCKS]
     out: list[dict[str, Any]] = []
     if calls or text:
         out.append({"role": item.get("role"), "content": text or None, **({"tool_calls": calls} if calls else {})})

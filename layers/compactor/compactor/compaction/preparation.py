@@ -561,6 +561,8 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             views = [[message for item in view for message in chat_reading(item)] for view in views]
             view_texts = [[] for _ in views]
             action_items = [next((m for m in view if m.get("role") == "assistant"), {}) for view in views]
+        else:  # the calls as the models read them: base64 in their arguments by its marker (docs/formats.md)
+            action_items = [view[0] if view else {} for view in views]
         _add_salience(messages, views, view_texts, used, kept, sizer, translations, action_items)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}

@@ -22,8 +22,8 @@ from typing import Any
 
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
-from compactor.formats.base import (Dialect, Item, Placeholder, blocks, media_free_fields, media_marker, paired_split,
-                                   shown_string)
+from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, blocks, media_free_fields,
+                                   media_marker, paired_split, shown_string)
 
 ROLES = ("user", "assistant")
 HIDDEN = ("thinking", "redacted_thinking")
@@ -228,7 +228,7 @@ class AnthropicMessages(Dialect):
             if kind == "text" and isinstance(block.get("text"), str):
                 parts.append(shown_string(block["text"]))
             elif kind in CALLS:
-                parts.append(tool_call_line(block.get("name"), _dumps(block.get("input"))))
+                parts.append(tool_call_line(block.get("name"), _dumps(arguments_shown(block.get("input")))))
             elif str(kind).endswith("tool_result"):
                 parts.append(f"[tool result] {_result_text(block.get('content'))}")
             elif (marker := media_marker(block)) is not None:

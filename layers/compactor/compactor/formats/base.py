@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from compactor.chat import FILE_PARTS, IMAGE_PARTS
 from compactor.compaction.units import Unit
 from compactor.patterns import pattern
 
@@ -391,13 +392,6 @@ def block_text(content: Any, kinds: tuple[str, ...]) -> str:
     return " ".join(p for p in parts if isinstance(p, str))
 
 
-IMAGE_PARTS = ("image", "image_url", "input_image", "computer_screenshot")
-"""Content parts holding an image: Anthropic's ``image`` block, Chat Completions' ``image_url`` part, the Responses
-API's ``input_image`` part and a ``computer_call_output``'s screenshot."""
-FILE_PARTS = ("document", "file", "input_file")
-"""Content parts holding a file: Anthropic's ``document`` block (its ``title``), Chat Completions' ``file`` part (its
-``file.filename``), the Responses API's ``input_file`` part (its ``filename``)."""
-
 
 def payload_marker(kind: str, data: str) -> str:
     """How the models' view and seal's input show a base64 payload ``data``: ``[<kind>, <N> bytes]``, ``kind`` its
@@ -460,17 +454,18 @@ def _shown_payload(container: Item, key: str, value: str) -> str | None:
     return None
 
 
-def media_free(value: Any) -> Any:
+def media_free(value: Any, bare: bool = False) -> Any:
     """``value`` (an item, a content list or block) with each base64 payload in it shown by its marker
     (:func:`_shown_payload`, :func:`payload_marker`): what the models' view holds of an image, a document, a file or
     audio sent inline (docs/formats.md "Images and files"). URLs and file ids stay: short, and they say something.
     Copied only where something is replaced, so ``value`` itself comes back when it holds no payload, and the
-    caller's item is never changed."""
+    caller's item is never changed. ``bare``: ``value`` is a tool call's input, where a string that is bare base64 as
+    a whole is a payload too (:func:`_bare_base64_marker`); so is an Anthropic call block's ``input`` anywhere."""
     if isinstance(value, list):
         copied: list[Any] | None = None
         for index, member in enumerate(value):
             if isinstance(member, (dict, list)):
-                shown = media_free(member)
+                shown = media_free(member, bare)
                 if shown is not member:
                     if copied is None:
                         copied = list(value)
@@ -482,10 +477,12 @@ def media_free(value: Any) -> Any:
     for key, member in value.items():
         if type(member) is str:
             shown = _shown_payload(value, key, member) if len(member) >= _SHORTEST_PAYLOAD else None
+            if bare and shown is None:
+                shown = _bare_base64_marker(member)
         elif type(member) is dict and key == value.get("type") and key in _INNER_PAYLOADS:
             shown = _inner_payload(member, *_INNER_PAYLOADS[key])
         elif isinstance(member, (dict, list)):
-            shown = media_free(member)
+            shown = media_free(member, bare or key == "input")  # an Anthropic tool_use's (or server tool's) input
             if shown is member:
                 shown = None
         else:
@@ -520,6 +517,66 @@ def media_free_fields(item: Item, fields: tuple[str, ...]) -> Item:
     return item if replaced is None else replaced
 
 
+def arguments_shown(arguments: Any) -> Any:
+    """A tool call's arguments as the models' view shows them (docs/formats.md "Images and files"): each string value
+    that is a base64 payload as a whole (a ``data:`` URL, or bare base64: :func:`_bare_base64_marker`) shown by its
+    marker, as an agent writing a binary file or uploading an image through a tool sends one. ``arguments``: the
+    JSON text of a Chat Completions or Responses call (its string values replaced in the text, the rest of it kept
+    as it is), a custom tool's free-form input (a payload as a whole), or an object (an Anthropic ``tool_use``'s
+    ``input``). ``arguments`` itself when it holds no payload; a text shorter than :data:`_SHORTEST_BARE_BASE64` is
+    not looked at (most calls' arguments: a command, a path)."""
+    if type(arguments) is not str:
+        return media_free(arguments, True) if isinstance(arguments, (dict, list)) else arguments
+    if len(arguments) < _SHORTEST_BARE_BASE64:
+        return arguments
+    whole = _data_url_marker(arguments) or _bare_base64_marker(arguments)
+    if whole is not None:
+        return whole
+    if _ARGUMENT_PAYLOAD_START.search(arguments) is None:  # the common case, in one fast scan (docs/formats.md)
+        return arguments
+    shown = _ARGUMENT_STRING.sub(_argument_marker, arguments)
+    return arguments if shown is not arguments and shown == arguments else shown  # values found, none a payload
+
+
+_ARGUMENT_STRING = pattern(r'"((?i:data:[^"\\\s,]*,)?(?:[A-Za-z0-9+/_=-]|\\[rn/]){48,}+)"')
+"""A JSON string value in a call's arguments text that may be a base64 payload as a whole: a ``data:`` URL's head
+(optional), then base64 only (its line breaks escaped, ``\\/`` for a slash as some encoders write it), up to the
+value's closing quote. A match starts only at an opening quote: a closing one is followed by JSON's punctuation,
+which base64 does not hold."""
+
+
+_ARGUMENT_PAYLOAD_START = pattern(r'"(?:[A-Za-z0-9+/_=-]{48}|(?i:data:))')
+"""How every value :data:`_ARGUMENT_STRING` finds starts: a search for it scans a call's arguments about three times
+faster than the substitution, which runs only where it finds one."""
+
+
+def _argument_marker(match: re.Match[str]) -> str:
+    """The quoted marker of a string value :data:`_ARGUMENT_STRING` found, or the value as it is (no payload)."""
+    value = match.group(1)
+    if "\\" in value:
+        value = value.replace("\\n", "\n").replace("\\r", "\r").replace("\\/", "/")
+    marker = _data_url_marker(value) or _bare_base64_marker(value)
+    return match.group(0) if marker is None else f'"{marker}"'
+
+
+_SHORTEST_BARE_BASE64 = 256
+"""Bare base64 (no ``data:`` head, in a tool call's input) is a payload from this length on: shorter, its marker
+would save little, and a key or a digest may be what the call is about."""
+_BASE64_CLASSES = (pattern("[A-Z]"), pattern("[a-z]"), pattern("[0-9]"))
+
+
+def _bare_base64_marker(text: str) -> str | None:
+    """:func:`payload_marker` (``[data, N bytes]``) of ``text`` when it is bare base64 as a whole (the standard or
+    URL-safe alphabet, broken into lines or not, padded at its end), of :data:`_SHORTEST_BARE_BASE64` characters or
+    more, holding upper case letters, lower case ones and digits, as any base64 of a file does; else ``None``: a hex
+    digest, a DNA sequence or a word in capitals is not read as base64."""
+    if len(text) < _SHORTEST_BARE_BASE64 or _BASE64.fullmatch(text) is None:
+        return None
+    if not all(kind.search(text) for kind in _BASE64_CLASSES):
+        return None
+    return payload_marker("data", text)
+
+
 _INNER_PAYLOADS = {"input_audio": ("data", "audio"), "file": ("file_data", "file")}
 """Chat Completions' parts holding base64 in an object named as the part's type: ``input_audio`` (``{"data",
 "format"}``, its media type ``audio/<format>``) and ``file`` (``{"file_data", "filename"}`` or a ``file_id``;
@@ -536,6 +593,14 @@ def _inner_payload(inner: Item, field: str, kind: str) -> Item | None:
     fmt = inner.get("format")
     media = f"{kind}/{fmt}" if kind == "audio" and isinstance(fmt, str) and fmt else kind
     return {**inner, field: _data_url_marker(data) or payload_marker(media, data)}
+
+
+def inner_payload_shown(inner: Item, field: str, kind: str) -> Item:
+    """``inner`` with its base64 ``field`` shown by its marker, its media type ``<kind>/<format>`` when ``inner`` names
+    a ``format`` (:func:`_inner_payload`): a Chat Completions assistant message's ``audio`` (``{"id", "data",
+    "transcript", "expires_at"}``, as the API returns it). ``inner`` itself when it holds none."""
+    shown = _inner_payload(inner, field, kind)
+    return inner if shown is None else shown
 
 
 _SHORTEST_PAYLOAD = 64

@@ -8,10 +8,13 @@ agent's tool observations, docs/differences.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 from compactor.chat import call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
-from compactor.formats.base import Dialect, Item, Placeholder, media_free_fields, shown_string, shown_text
+from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, inner_payload_shown,
+                                   media_free_fields, shown_string, shown_text)
 
 # What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
 # harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
@@ -46,6 +49,25 @@ def model_message(item: Item) -> Item:
     return view
 
 
+def calls_shown(calls: list[Any]) -> list[Any]:
+    """``tool_calls`` with each call's ``function.arguments`` (or a custom tool's ``custom.input``) as the models'
+    view shows them (:func:`arguments_shown`): ``calls`` itself when none holds base64."""
+    copied: list[Any] | None = None
+    for index, call in enumerate(calls):
+        if type(call) is not dict:
+            continue
+        field, key = ("function", "arguments") if "function" in call else ("custom", "input")
+        inner = call.get(field)
+        if type(inner) is not dict:
+            continue
+        value = inner.get(key)
+        if (shown := arguments_shown(value)) is not value:
+            if copied is None:
+                copied = list(calls)
+            copied[index] = {**call, field: {**inner, key: shown}}
+    return calls if copied is None else copied
+
+
 class OpenAIChat(Dialect):
     name = "openai-chat"
     items_field = "messages"
@@ -65,8 +87,23 @@ class OpenAIChat(Dialect):
 
     def media_shown(self, item: Item) -> Item:
         """The ``content`` parts' base64 (an ``image_url`` part's ``data:`` URL, ``input_audio``, a ``file`` part's
-        ``file_data``) shown by markers."""
-        return media_free_fields(item, ("content",)) if isinstance(item, dict) else item
+        ``file_data``) shown by markers, and so is the base64 in a tool call's arguments (:func:`calls_shown`) and an
+        assistant's ``audio.data``."""
+        if not isinstance(item, dict):
+            return item
+        item = media_free_fields(item, ("content",))
+        calls = item.get("tool_calls")
+        if calls and type(calls) is list and (shown := calls_shown(calls)) is not calls:
+            item = {**item, "tool_calls": shown}
+        legacy = item.get("function_call")
+        if legacy and type(legacy) is dict:
+            arguments = legacy.get("arguments")
+            if (shown := arguments_shown(arguments)) is not arguments:
+                item = {**item, "function_call": {**legacy, "arguments": shown}}
+        audio = item.get("audio")  # an assistant's audio reply as the API returns it, its base64 ``data`` beside its id
+        if audio and type(audio) is dict and (shown := inner_payload_shown(audio, "data", "audio")) is not audio:
+            item = {**item, "audio": shown}
+        return item
 
     def text_item(self, role: str, text: str) -> Item:
         return {"role": role, "content": text}
@@ -80,13 +117,13 @@ class OpenAIChat(Dialect):
         for call in calls if isinstance(calls, list) else []:
             function = call_function(call)  # a function's call, or a custom tool's
             if function is not None:
-                text += "\n" + tool_call_line(function.get("name"), function.get("arguments"))
+                text += "\n" + tool_call_line(function.get("name"), arguments_shown(function.get("arguments")))
         refusal = item.get("refusal") if isinstance(item, dict) else None
         if isinstance(refusal, str) and refusal not in text:  # an assistant's refusal beside (or instead of) content
             text = f"{text} {refusal}" if text else refusal
         legacy = item.get("function_call") if isinstance(item, dict) else None
         if isinstance(legacy, dict):  # the deprecated single call, answered by a ``function`` message
-            text += "\n" + tool_call_line(legacy.get("name"), legacy.get("arguments"))
+            text += "\n" + tool_call_line(legacy.get("name"), arguments_shown(legacy.get("arguments")))
         return f"{role_of(item)}: {text}"
 
     def call_names(self, items: list[Item]) -> dict[str, str]:

@@ -27,8 +27,8 @@ from compactor.chat import responses_call_input
 from compactor.compaction.units import Unit
 from compactor.markers import tool_call_line
 from compactor.jsonutil import dense_size
-from compactor.formats.base import (Dialect, Item, Placeholder, media_free_fields, media_marker, paired_split,
-                                   payload_marker, shown_string, shown_text)
+from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, media_free_fields, media_marker,
+                                   paired_split, payload_marker, shown_string, shown_text)
 
 REASONING = ("reasoning",)
 COMPACTION = ("compaction", "compaction_summary")
@@ -41,6 +41,11 @@ MEDIA_FIELDS = ("content", "output", "outputs")
 """Where an item holds base64 the models' view shows by markers: a message's ``content`` parts, a call output's
 ``output`` (its parts, or a computer screenshot), a code interpreter's ``outputs``."""
 
+CALL_ARGUMENTS = {"function_call": "arguments", "mcp_call": "arguments", "mcp_approval_request": "arguments",
+                  "custom_tool_call": "input"}
+"""Where a call item holds what it was asked as text the models' view shows base64 in by markers
+(:func:`~compactor.formats.base.arguments_shown`), by the item's type: a function's, an MCP tool's or an MCP approval
+request's JSON ``arguments``, a custom tool's free-form ``input``."""
 
 ITEM_REF = "item_reference"
 """An item standing for one the API stored from an earlier response (``{"type": "item_reference", "id": …}``, the
@@ -243,9 +248,14 @@ class OpenAIResponses(Dialect):
         return [self.media_shown(item) for item in items if kind_of(item) not in HIDDEN]
 
     def media_shown(self, item: Item) -> Item:
-        if kind_of(item) == "image_generation_call" and isinstance(item.get("result"), str):
+        kind = kind_of(item)
+        if kind == "image_generation_call" and isinstance(item.get("result"), str):
             return {**item, "result": image_marker(item["result"])}
-        return media_free_fields(item, MEDIA_FIELDS)
+        item = media_free_fields(item, MEDIA_FIELDS)
+        field = CALL_ARGUMENTS.get(kind)
+        if field is not None and (shown := arguments_shown(value := item.get(field))) is not value:
+            item = {**item, field: shown}
+        return item
 
     def text_item(self, role: str, text: str) -> Item:
         if role == "assistant":
@@ -263,7 +273,7 @@ class OpenAIResponses(Dialect):
             names = [t.get("name") for t in tools if isinstance(t, dict)] if isinstance(tools, list) else []
             return f"mcp_list_tools: {item.get('server_label')}: {', '.join(str(n) for n in names)}"
         if kind.endswith("_call") or kind == "mcp_approval_request":
-            args = responses_call_input(item)
+            args = arguments_shown(responses_call_input(item))
             shown = args if isinstance(args, str) else "" if args is None else json.dumps(args, ensure_ascii=False)
             line = f"assistant: {tool_call_line(item.get('name', kind), shown)}"
             if kind == "mcp_approval_request":
