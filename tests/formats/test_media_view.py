@@ -566,3 +566,98 @@ async def test_a_unit_holding_an_assistants_audio_reply_is_sent_and_compacted(fa
     assert items == before
     view = get_dialect("openai-chat").media_shown(items[1])
     assert view["audio"] == {**items[1]["audio"], "data": "[audio, 60000 bytes]"}
+
+
+def _voice_transcript(replies: list[str]) -> list[dict[str, Any]]:
+    items = [item for n, data in enumerate(replies) for item in _spoken(n, data)]
+    items.append({"role": "user", "content": "Thanks, that is all."})
+    return items
+
+
+def _said(n: int) -> str:
+    return f"Step {n}: open the settings, then the loop's page, and switch it off."
+
+
+def test_the_models_view_shows_an_assistants_audio_reply_by_its_transcript_and_marker() -> None:
+    """An assistant's audio reply (its ``content`` null) reads in the models' view as its ``audio`` with the transcript
+    whole and the base64 as ``[audio, 60000 bytes]``, in its key order; a reply sent back by its ``id`` alone (later
+    turns) reads as that id; an SDK's ``"audio": null`` is left out as every empty field is. Seal's input reads it as
+    ``[audio]`` and the transcript. Before, the view left ``audio`` out, so the models read ``content: null``, and
+    seal's line was an empty ``assistant: ``."""
+    chat = get_dialect("openai-chat")
+    reply = _spoken(0, _b64(60_000))[1]
+    later = {"role": "assistant", "content": None, "audio": {"id": "audio_0"}}
+    dumped = {"role": "assistant", "content": "Done.", "refusal": None, "audio": None, "function_call": None}
+    before = copy.deepcopy([reply, later, dumped])
+    view = chat.model_view([reply, later, dumped])
+    assert view[0] == {"role": "assistant", "content": None, "audio": {**reply["audio"], "data": "[audio, 60000 bytes]"}}
+    assert list(view[0]["audio"]) == list(reply["audio"])
+    assert view[1] == later
+    assert view[2] == {"role": "assistant", "content": "Done."}
+    assert [reply, later, dumped] == before  # the caller's messages are untouched
+    assert chat.render_line(reply) == f"assistant: [audio] {reply['audio']['transcript']}"
+    assert chat.render_line(later) == "assistant: [audio]"
+    # a user's audio has no transcript: its marker, in both formats that take it (as before)
+    spoken = {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Is the loop off?"}, {"type": "input_audio", "input_audio": {
+            "data": DATA, "format": "mp3"}}]}
+    responses = get_dialect("openai-responses")
+    assert responses.model_view([spoken])[0]["content"][1]["input_audio"]["data"] == "[audio/mp3, 3000 bytes]"
+    assert responses.render_line(spoken) == "user: Is the loop off? [audio]"
+
+
+async def test_the_decider_and_the_summarizer_read_what_a_voice_reply_said(fake_provider: FakeProviderServer) -> None:
+    """The decisions' evidence and the summarizer's items carry each reply's transcript and its audio's marker, never
+    its base64. Before, they carried ``{"role": "assistant", "content": null}``: nothing of what was said."""
+    replies = [_b64(60_000, seed) for seed in range(4)]
+    items = _voice_transcript(replies)
+    before = copy.deepcopy(items)
+    body = await _compact(fake_provider, "openai-chat", items, "summarize")
+    decisions = [r.body.decode() for r in fake_provider.requests if r.path.endswith("/decisions")]
+    summaries = [r.body.decode() for r in fake_provider.requests if not r.path.endswith("/decisions")]
+    for n in range(4):
+        assert any(_said(n) in sent for sent in decisions) and any(_said(n) in sent for sent in summaries)
+    assert sum(sent.count("[audio, 60000 bytes]") for sent in summaries) == 4
+    assert not any(data[100:160] in sent for data in replies for sent in decisions + summaries)
+    assert items == before and body["messages"] == items  # no summary came back: every item kept, byte for byte
+
+
+async def test_seals_input_reads_what_a_voice_reply_said(fake_provider: FakeProviderServer) -> None:
+    """Seal mode's summarizer reads each aged reply as ``assistant: [audio] <transcript>``. Before, as an empty
+    ``assistant: `` line: the sealed summary could not say what the assistant had answered."""
+    replies = [_b64(60_000, seed) for seed in range(4)]
+    fake_provider.responder = lambda request: chat_reply("Steps 0 to 3 were read out.")
+    request = CompactRequest.model_validate({"format": "openai-chat", "messages": _voice_transcript(replies),
+                                             "mode": "seal", "keep_recent": 1})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
+    assert status == 200, body
+    sent = "".join(r.body.decode() for r in fake_provider.requests)
+    assert all(f"assistant: [audio] {_said(n)}" in sent for n in range(4))
+    assert not any(data[100:160] in sent for data in replies)
+
+
+def test_the_builtin_summary_of_a_voice_reply_says_what_was_said() -> None:
+    """The built-in summarizer reads a reply's transcript as the message's text, then its audio's marker: each summary
+    of a voice reply says what was said. Before, it read ``content: null`` and its summary was a cut of the item's JSON
+    (``{"role": "assistant", "content": n…``). (The user's turns are pinned by the request, as by default.)"""
+    from compactor.offline.summarizer import summarize_item
+    from fakes.routers import frozen_router
+
+    request = CompactRequest.model_validate({
+        "format": "openai-chat", "messages": _voice_transcript([_b64(60_000, n) for n in range(6)]),
+        "keep_recent": 1, "target_ratio": 0.05, "mode": "decision"})
+    status, body = asyncio.run(service.compact(request, deadline=Deadline.after_ms(60_000), router=frozen_router()))
+    assert status == 200, body
+    summaries = {item["content"].split(";")[0]: item["content"] for item in body["messages"]
+                 if "[Summary of fragment_" in str(item.get("content"))}
+    assert len(summaries) >= 4
+    for head, summary in summaries.items():
+        n = (int(head.rsplit("_", 1)[1]) - 1) // 2
+        assert summary.splitlines()[1:] == [" ".join([_said(n)] * 3), "[audio, 60000 bytes]"]
+    # a reply that speaks and calls a tool: its transcript reads as the agent's notes, before the call
+    unit = [{"role": "assistant", "content": None, "audio": {"id": "audio_9", "data": DATA, "transcript": _said(9)},
+             "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                 "name": "switch", "arguments": json.dumps({"loop": "off"})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "the loop is off"}]
+    summary = summarize_item(json.dumps(get_dialect("openai-chat").model_view(unit)), 2000)
+    assert summary.splitlines()[:2] == [_said(9), "[audio, 3000 bytes]"]

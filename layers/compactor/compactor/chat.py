@@ -58,6 +58,18 @@ def content_text(content: Any, separator: str = " ") -> str:
     return dense_dumps(content)
 
 
+def audio_transcript(message: Message) -> str | None:
+    """What an assistant said in an audio reply (Chat Completions' ``audio``: its ``id``, base64 ``data``,
+    ``transcript`` and ``expires_at``, as the API returns it): its ``transcript``; ``""`` for a reply sent back by
+    its ``id`` alone, as agents do on later turns (its words are stored with the API); ``None`` when ``message``
+    holds no audio reply (docs/formats.md "Images and files")."""
+    audio = message.get("audio") if isinstance(message, dict) else None
+    if type(audio) is not dict:
+        return None
+    transcript = audio.get("transcript")
+    return transcript if isinstance(transcript, str) else ""
+
+
 def as_messages(value: Any) -> list[dict[str, Any]] | None:
     """``value`` as a list of chat messages (a single message becomes a list of one), else None.
 

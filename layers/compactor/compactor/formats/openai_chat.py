@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from compactor.chat import call_function, content_text, is_tool_result, role_of
+from compactor.chat import audio_transcript, call_function, content_text, is_tool_result, role_of
 from compactor.markers import tool_call_line
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_text_observation, split_units
 from compactor.formats.base import (Dialect, Item, Placeholder, arguments_shown, inner_payload_shown,
                                    media_free_fields, shown_string, shown_text)
 
-# What a model reads of a Chat Completions message (docs/formats.md): the fields of the format. What a
-# harness stores beside them (raw provider responses, timings, costs, DeepSeek's hidden
-# ``reasoning_content``) never reaches the decision or summary models.
-MODEL_FIELDS = frozenset({"role", "name", "content", "refusal", "tool_calls", "tool_call_id", "function_call"})
+# What a model reads of a Chat Completions message (docs/formats.md): the fields of the format, an assistant's
+# ``audio`` reply among them (its ``transcript`` is what was said; its base64 ``data`` reads as its marker:
+# :meth:`OpenAIChat.media_shown`). What a harness stores beside them (raw provider responses, timings, costs,
+# DeepSeek's hidden ``reasoning_content``) never reaches the decision or summary models.
+MODEL_FIELDS = frozenset({"role", "name", "content", "refusal", "audio", "tool_calls", "tool_call_id",
+                          "function_call"})
 CALL_FIELDS = frozenset({"id", "type", "function", "custom"})  # ``custom``: a custom tool's call (its name, input)
 
 
@@ -88,7 +90,7 @@ class OpenAIChat(Dialect):
     def media_shown(self, item: Item) -> Item:
         """The ``content`` parts' base64 (an ``image_url`` part's ``data:`` URL, ``input_audio``, a ``file`` part's
         ``file_data``) shown by markers, and so is the base64 in a tool call's arguments (:func:`calls_shown`) and an
-        assistant's ``audio.data``."""
+        assistant's ``audio.data`` (its ``transcript``, ``id`` and ``expires_at`` stay)."""
         if not isinstance(item, dict):
             return item
         item = media_free_fields(item, ("content",))
@@ -109,10 +111,15 @@ class OpenAIChat(Dialect):
         return {"role": role, "content": text}
 
     def render_line(self, item: Item) -> str:
-        """``<role>: <content>``, tool calls rendered after the content."""
+        """``<role>: <content>``, an audio reply as ``[audio]`` and its transcript, tool calls rendered after the
+        content."""
         content = item.get("content") if isinstance(item, dict) else None
         text = (shown_text(content) if isinstance(content, (list, str)) else content_text(content)) if isinstance(
             item, dict) else str(item)
+        spoken = audio_transcript(item)
+        if spoken is not None:  # a voice reply: what was said (its ``content`` is null), never its base64
+            spoken = f"[audio] {spoken}" if spoken else "[audio]"
+            text = f"{text} {spoken}" if text else spoken
         calls = item.get("tool_calls") if isinstance(item, dict) else None
         for call in calls if isinstance(calls, list) else []:
             function = call_function(call)  # a function's call, or a custom tool's

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Any
 
-from compactor.chat import RESULT_ROLES, as_messages
+from compactor.chat import RESULT_ROLES, as_messages, audio_transcript
 from compactor.formats.base import PAYLOAD_MARKER, media_marker
 from compactor.jsonutil import dense_dumps, dense_size, loads_within, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
@@ -179,14 +179,20 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
     pending: list[tuple[_Line, str, Any]] = []  # call lines still waiting for their exit code, with their call ids
     for message in messages:
         actions = message_actions(message)
+        # An assistant's audio reply: its transcript is what it said, read as its text (its content is null)
+        said = audio_transcript(message)
         if actions:
             ids = _call_ids(message, len(actions))
-            for sentence in _SENTENCE_END.split(squeeze(prose_text(message))):
+            prose = prose_text(message)
+            for sentence in _SENTENCE_END.split(squeeze(f"{prose} {said}" if said else prose)):
                 if sentence:
                     shown = fit_end(sentence, LINE_BYTES)
                     score = SCORE_NOTE + (0.5 if _decision_words().search(sentence) else 0)
                     lines.append(_Line(shown, score, order, _names_of(shown, names), frozenset(paths_in(shown))))
                     order += 1
+            if said is not None:
+                lines.append(_Line(_audio_marker(message), SCORE_MEDIA, order))
+                order += 1
             for action in actions:
                 description, body = _action_lines(action)
                 line = _Line(_call_line(description, None), SCORE_CALL, order)
@@ -215,11 +221,22 @@ def _message_lines(messages: list[dict[str, Any]], names: frozenset[str]) -> lis
                 lines.append(_Line(f"exit {codes[0]}", SCORE_CALL, order))
                 order += 1
             text = strip_output_tags(text)
+        if said:
+            text = f"{text}\n{said}" if text else said
         order = _text_lines(text, names, order, lines, seen)
-        for marker in _media_markers(content):  # after the message's text, as a result's image follows its text
+        markers = _media_markers(content)
+        if said is not None:
+            markers.append(_audio_marker(message))
+        for marker in markers:  # after the message's text, as a result's image follows its text
             lines.append(_Line(marker, SCORE_MEDIA, order))
             order += 1
     return lines
+
+
+def _audio_marker(message: dict[str, Any]) -> str:
+    """How a summary says a message held an audio reply: its ``data`` as the view shows it (``[audio, 60000 bytes]``),
+    else ``[audio]`` (a reply sent back by its ``id``)."""
+    return _payload_shown(message.get("audio")) or "[audio]"
 
 
 def _media_markers(content: Any) -> list[str]:
