@@ -41,7 +41,21 @@ _CHANGED = {"412", "PreconditionFailed"}
 CLIENT: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=_CLIENT_CONFIG))
 s3_client = CLIENT.get
 """The container's one S3 client (the S3 path, the fan-out's large results, the worker)."""
-reset_client = CLIENT.reset
+# botocore presigns S3 URLs with Signature Version 2 where S3 still takes it (us-east-1, eu-west-1, ...) and on the
+# legacy global host <bucket>.s3.amazonaws.com everywhere: S3 refuses SigV2 for buckets created after 24 June 2020
+# (every stack's), that host serves no Region launched after March 2019, and it redirects a new bucket elsewhere for
+# its first hours. Presigned URLs (POST /v1/uploads, GET /v1/jobs/{id}) are SigV4 on the bucket's Regional host
+# (docs/scale.md "Uploads through the API"); requests the functions send are SigV4 already.
+PRESIGN_CONFIG = _CLIENT_CONFIG.merge(Config(signature_version="s3v4", s3={"addressing_style": "virtual"}))
+PRESIGNER: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=PRESIGN_CONFIG))
+presign_client = PRESIGNER.get
+"""The container's S3 client for presigned URLs only (the upload routes), created on first use."""
+
+
+def reset_client() -> None:
+    """Forget the container's S3 clients (a SnapStart restore, tests that switch mocks)."""
+    CLIENT.reset()
+    PRESIGNER.reset()
 
 
 def _object(bucket: str, key: str, version_id: str | None) -> dict[str, Any]:
