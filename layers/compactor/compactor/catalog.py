@@ -168,6 +168,21 @@ def load_catalog(path: str | None = None) -> Catalog:
     return parse_catalog(data, str(source))
 
 
+def load_deployed_catalog(path: str) -> Catalog:
+    """The catalog the layer ships (``layers/compactor/Makefile``, docs/deploy.md "Real model providers and their
+    keys"): :func:`load_catalog`'s checks, and no offer whose API key only ``api_key_env`` names. template.yaml gives
+    the functions no provider key variable, so every call of such an offer would fail ``auth_error`` and every
+    compaction keep its units; ``api_key_secret`` is the deployed key (with both, the variable serves local runs)."""
+    catalog = load_catalog(path)
+    local = [f"offer '{offer.id}' ({offer.api_key_env})" for offer in catalog.offers
+             if offer.api_key_env and not offer.api_key_secret]
+    if local:
+        raise CatalogError(f"catalog {path}: the API key of {', '.join(local)} is named by api_key_env alone, and the "
+                           "deployed functions have no such variable (template.yaml sets none): every call would "
+                           "fail; add \"api_key_secret\", a Secrets Manager secret (docs/providers.md)")
+    return catalog
+
+
 @cache
 def get_catalog() -> Catalog:
     """The container's catalog, loaded once (see :func:`load_catalog`)."""
