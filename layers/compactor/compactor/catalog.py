@@ -84,7 +84,18 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
         raise CatalogError(f"catalog {source}: {describe_validation(exc, located=_offer_named(data))}") from None
-    return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+    offers = tuple(offer.to_offer() for offer in spec.offers)
+    if spec.policy_envelope is not None:
+        # Admitted as the router admits it (a Pred over the offers' fields): one it refuses loaded, passed
+        # ``compactor doctor`` and the layer's build, then failed the router of every request (500; healthz 503).
+        from compactor.policy import PolicyAdmissionError, admit_pred
+        from compactor.policy.fields import fields_observed_in
+
+        try:
+            admit_pred(spec.policy_envelope, fields=fields_observed_in(offers))
+        except PolicyAdmissionError as exc:
+            raise CatalogError(f"catalog {source}: policy_envelope: {exc}") from None
+    return Catalog(offers, spec.policy_envelope)
 
 
 def _offer_named(data: Any) -> Callable[[tuple[Any, ...]], str]:
