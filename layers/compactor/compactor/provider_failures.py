@@ -90,6 +90,12 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "bad_request" and "in the catalog, replace" in message:  # providers.reasoning.thinking_refusal
         said, _, fix = message.partition(": in the catalog, ")
         return said, f"in the catalog, {fix.partition(f'; {PROVIDER_SAID}')[0]}"
+    if kind == "bad_request" and http_status == 404:  # most often a base_url one path segment off
+        return (f"404 from {host}",
+                "check the offer's base_url, to which the transport appends its path (openai and chat-decisions "
+                "/chat/completions, so an OpenAI-compatible root ends in /v1; anthropic /v1/messages, so its base_url "
+                "is https://api.anthropic.com without /v1; decisions /decisions), and its model name (bedrock: the model or "
+                "inference profile id and the offer's region)")
     if kind == "bad_request":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
         return status, "check the offer's model name and transport"
