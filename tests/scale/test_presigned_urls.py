@@ -82,3 +82,21 @@ def test_upload_and_result_urls_are_sigv4_on_the_buckets_regional_host(region_aw
     assert_sigv4_on_the_regional_host(done["result"]["url"], region)
     result = requests.get(done["result"]["url"], timeout=10)
     assert result.status_code == 200 and result.json()["compacted"] is True
+
+
+def test_an_s3_endpoint_of_ones_own_keeps_its_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A local S3 (``AWS_ENDPOINT_URL_S3``, moto's server on localhost): the bucket stays in the path, SigV4 still;
+    a virtual host ``<bucket>.localhost`` resolves nowhere."""
+    from compactor_aws import s3_store
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION":
+                        "eu-west-1", "AWS_ENDPOINT_URL_S3": "http://localhost:5000"}.items():
+        monkeypatch.setenv(name, value)
+    s3_store.reset_client()
+    try:
+        url = s3_store.presign_client().generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": "k"})
+    finally:
+        s3_store.reset_client()
+    parts = urlsplit(url)
+    assert (parts.netloc, parts.path) == ("localhost:5000", f"/{BUCKET}/k")
+    assert parse_qs(parts.query)["X-Amz-Algorithm"] == ["AWS4-HMAC-SHA256"]

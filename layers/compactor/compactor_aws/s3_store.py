@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -47,7 +48,19 @@ s3_client = CLIENT.get
 # its first hours. Presigned URLs (POST /v1/uploads, GET /v1/jobs/{id}) are SigV4 on the bucket's Regional host
 # (docs/scale.md "Uploads through the API"); requests the functions send are SigV4 already.
 PRESIGN_CONFIG = _CLIENT_CONFIG.merge(Config(signature_version="s3v4", s3={"addressing_style": "virtual"}))
-PRESIGNER: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=PRESIGN_CONFIG))
+
+
+def _new_presigner() -> Any:
+    """SigV4 on the bucket's Regional host; an endpoint of one's own (``AWS_ENDPOINT_URL_S3``, a local S3 such as
+    moto's server on ``localhost``) keeps botocore's addressing, which names the bucket in the path there (a
+    virtual host ``<bucket>.localhost`` resolves nowhere)."""
+    client = aws_session.client("s3", config=PRESIGN_CONFIG)
+    if (urlsplit(client.meta.endpoint_url).hostname or "").endswith(".amazonaws.com"):
+        return client
+    return aws_session.client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
+
+
+PRESIGNER: PerContainer[Any] = PerContainer(_new_presigner)
 presign_client = PRESIGNER.get
 """The container's S3 client for presigned URLs only (the upload routes), created on first use."""
 
