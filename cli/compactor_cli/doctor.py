@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -134,6 +135,39 @@ def guessed_cache_prices(offer: Offer) -> tuple[str, ...]:
     return tuple(name for name in _FACTORS if name in called_for and getattr(offer, name) is None)
 
 
+# Bedrock's geographic and global cross-Region inference profiles: "<prefix>.<model id>" (docs/providers.md).
+_PROFILE_PREFIX = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z])")
+
+
+def deployment_lines(catalog: Catalog) -> list[str]:
+    """What template.yaml's parameters must grant this catalog once deployed (docs/providers.md "Deploying with real
+    providers"): ``BedrockModelIds`` (each Bedrock offer's id, and the model a cross-Region inference profile routes
+    to), ``ProviderKeySecretArns`` (the secrets the offers name, as whole ARNs), and the offers whose key only a
+    variable names, which no deployed function has (the layer's build refuses them)."""
+    bedrock: dict[str, None] = {}
+    secrets: dict[str, None] = {}
+    lines = []
+    for offer in catalog.offers:
+        if offer.transport == "bedrock":
+            if offer.model.startswith("arn:"):
+                lines.append(f"deploy: offer {offer.id} names {offer.model}, which BedrockModelIds does not cover: "
+                             "grant bedrock:InvokeModel on it (and the models it routes to) in a policy of your own")
+            else:
+                bedrock.update(dict.fromkeys((offer.model, _PROFILE_PREFIX.sub("", offer.model))))
+        if offer.api_key_secret:
+            secrets[offer.api_key_secret] = None
+        elif offer.api_key_env:
+            lines.append(f"deploy: offer {offer.id} names its API key by api_key_env ({offer.api_key_env}) alone, "
+                         "which no deployed function has: add an api_key_secret (sam build refuses the catalog)")
+    if bedrock:
+        lines.insert(0, f"deploy with: BedrockModelIds={','.join(bedrock)}")
+    if secrets:
+        shown = [name if name.startswith("arn:") else f"<the ARN of secret {name}, with its 6-character suffix>"
+                 for name in secrets]
+        lines.insert(0, f"deploy with: ProviderKeySecretArns={','.join(shown)}")
+    return lines
+
+
 def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
     """Print the checks of ``catalog``; 0 when all pass, 1 otherwise."""
     failed = False
@@ -160,6 +194,8 @@ def check(catalog: Catalog, *, call: bool, out: TextIO) -> int:
             result = run_sync(probe(offer))
             print(f"  {_call_line(result)}", file=out)
             failed = failed or not result["ok"] or not result["json"]
+    for line in deployment_lines(catalog):
+        print(line, file=out)
     print("doctor: " + ("problems found" if failed else "all checks passed"), file=out)
     return 1 if failed else 0
 

@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this API key: its id (api_key_id), or the key itself (compactor serve --api-key K: "
                              "its usage is under K's hashed id, key-...)")
     parser.add_argument("--json", action="store_true", help="JSON: {api_key_id: [day totals]}")
+    parser.add_argument("--total", action="store_true",
+                        help="one row per key: the range's totals (an invoice's line; JSON: {api_key_id: totals})")
     parser.add_argument("--backfill-totals", action="store_true",
                         help="with --table: count every entry written before the daily totals in them, once "
                              "(after an upgrade; reports over those days then read totals alone), then report")
@@ -109,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         except (BotoCoreError, ClientError) as exc:  # no region or credentials, no such table, no network
             print(f"compactor usage: table {ledger.table} cannot be read: {exc}", file=sys.stderr)
             return 1
+    if args.total:
+        return _print_totals(report, first, last, as_json=args.json)
     if args.json:
         print(json.dumps({key: [day.as_dict() for day in days] for key, days in report.items()}, indent=2))
         return 0
@@ -118,5 +122,28 @@ def run(args: argparse.Namespace) -> int:
             values = day.as_dict()
             print("\t".join((key, *(str(values[column]) for column in _COLUMNS))))
     if not report:
+        print(f"(no billed calls from {first} to {last})", file=sys.stderr)
+    return 0
+
+
+def _print_totals(report: dict[str, list[DayTotals]], first: str, last: str, *, as_json: bool) -> int:
+    """Each key's totals over ``first``..``last`` (``--total``): its days' totals added as they are kept (the costs
+    as exact decimals), rounded once as a day's are (docs/billing.md "Invoicing from the ledger")."""
+    totals: dict[str, dict[str, object]] = {}
+    for key, days in report.items():
+        summed = DayTotals(first)
+        for day in days:
+            summed.add_totals(day)
+        values = summed.as_dict()
+        del values["day"]
+        totals[key] = {"from": first, "to": last, **values}
+    if as_json:
+        print(json.dumps(totals, indent=2))
+        return 0
+    columns = ("from", "to", *_COLUMNS[1:])
+    print("\t".join(("api_key_id", *columns)))
+    for key, values in totals.items():
+        print("\t".join((key, *(str(values[column]) for column in columns))))
+    if not totals:
         print(f"(no billed calls from {first} to {last})", file=sys.stderr)
     return 0

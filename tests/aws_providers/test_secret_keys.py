@@ -139,3 +139,43 @@ def test_secrets_are_read_with_a_client_of_the_containers_session(secrets: objec
     assert api_key(OFFER) == "sk-session-555"
     assert api_key(dataclasses.replace(OFFER, api_key_secret="compactor/other")) == "sk-session-666"
     assert built == ["secretsmanager"]
+
+
+@pytest.mark.parametrize(("code", "fix"), [
+    ("ResourceNotFoundException", "no secret of that name"),
+    ("AccessDeniedException", "ProviderKeySecretArns"),
+    ("DecryptionFailure", "kms:Decrypt"),
+])
+def test_a_secret_that_cannot_be_read_names_secrets_managers_reason_and_its_fix(
+        secrets: object, monkeypatch: pytest.MonkeyPatch, code: str, fix: str) -> None:
+    """What the operator reads (the function's WARNING line, ``compactor doctor``, the CLI report) names Secrets
+    Manager's error code, never its message, and the fix for it: a missing grant, a missing secret and a KMS key the
+    role may not use each have their own. It named Powertools' wrapper, ``GetParameterError``, for every one of them."""
+    from botocore.stub import Stubber
+
+    from compactor.provider_failures import explain
+
+    client = boto3.client("secretsmanager", region_name="eu-west-1")
+    stubber = Stubber(client)
+    stubber.add_client_error("get_secret_value", service_error_code=code, service_message="secret words of AWS",
+                             http_status_code=400)
+    stubber.activate()
+    monkeypatch.setattr(secret_store.PROVIDER, "get", lambda: parameters.SecretsProvider(boto3_client=client))
+    with pytest.raises(ProviderError) as caught:
+        api_key(OFFER)
+    detail = caught.value.detail
+    assert caught.value.kind == "auth_error"
+    assert f"API key secret compactor/openai cannot be read ({code})" in detail
+    assert "GetParameterError" not in detail and "secret words" not in detail
+    assert fix in explain("auth_error", detail)[1]
+
+
+def test_a_secret_read_without_a_region_names_botocores_reason(secrets: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a ClientError: the error's own type, as docs/providers.md shows (``NoRegionError``)."""
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    secret_store.forget_keys()
+    with pytest.raises(ProviderError) as caught:
+        api_key(OFFER)
+    assert "API key secret compactor/openai cannot be read (NoRegionError)" in caught.value.detail

@@ -142,3 +142,16 @@ def test_the_api_takes_its_key_from_the_authorizer(resources: dict[str, Any]) ->
     plan = api["Auth"]["UsagePlan"]
     assert plan["Throttle"] == {"BurstLimit": {"Ref": "KeyBurstLimit"}, "RateLimit": {"Ref": "KeyRateLimit"}}
     assert plan["Quota"] == {"Limit": {"Ref": "KeyMonthlyQuota"}, "Period": "MONTH"}
+
+
+def test_the_stage_throttle_is_a_parameter_documented_with_the_keys_limits(resources: dict[str, Any]) -> None:
+    """docs/billing.md "Limits": the stage caps every key together. It was a constant (20 requests/s, burst 50), so a
+    KeyRateLimit raised above 20, or a third key at the default 10, was answered 429 by the stage whatever the plan
+    said, and no parameter could raise it; StageRateLimit and StageBurstLimit set it now (defaults unchanged)."""
+    parameters = load_template(TEMPLATE_PATH)["Parameters"]
+    assert (parameters["StageRateLimit"]["Default"], parameters["StageBurstLimit"]["Default"]) == (20, 50)
+    (settings,) = resources["CompactApi"]["Properties"]["MethodSettings"]
+    assert settings["ThrottlingRateLimit"] == {"Ref": "StageRateLimit"}
+    assert settings["ThrottlingBurstLimit"] == {"Ref": "StageBurstLimit"}
+    deploy = (Path(TEMPLATE_PATH).parent / "docs" / "deploy.md").read_text(encoding="utf-8")
+    assert "`StageRateLimit`, `StageBurstLimit`" in deploy

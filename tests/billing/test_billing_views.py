@@ -105,7 +105,7 @@ def test_a_days_cost_is_the_exact_sum_of_its_calls_costs_in_every_ledger(tmp_pat
     (day,) = core_billing.usage_body(KEY_A, "2026-11-01", "2026-11-30", ledger)["days"]
     assert (day["calls"], day["cost_usd"], day["calls_cost_unknown"]) == (10_010, 1000.49, 3)
     args = argparse.Namespace(ledger=path, table=None, first="2026-11-01", last="2026-11-30", key=None, json=True,
-                              backfill_totals=False)
+                              backfill_totals=False, total=False)
     assert usage_cmd.run(args) == 0
     assert json.loads(capsys.readouterr().out)[KEY_A] == [day]
 

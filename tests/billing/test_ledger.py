@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -261,3 +262,33 @@ def test_a_flows_call_saves_no_transcript_bytes_in_the_totals() -> None:
     assert flow.bytes_saved is None
     (day,) = daily_totals([entry("a"), flow])
     assert (day.calls, day.bytes_in, day.bytes_out, day.bytes_saved) == (2, 200, 340, 60)
+
+
+def test_compactor_usage_total_gives_each_keys_range_total_for_an_invoice(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/billing.md "Invoicing from the ledger": ``--total`` prints one row per key, the range's totals summed
+    exactly (the costs as decimals, rounded once), so that an invoice for a month is one line per key and not a sum
+    of daily rows each rounded; the daily report is unchanged. Without it the operator added the days up by hand."""
+    from compactor_cli.main import main
+
+    path = tmp_path / "l.jsonl"
+    ledger = LocalLedger(path=path)
+    for index in range(30):  # $0.1 a call over three days: ten days' rows of floats would not read 3.0 exactly
+        ledger.record(entry(f"a{index}", key="k1", cost=0.1, time=f"2026-11-{1 + index % 3:02d}T10:00:00Z"))
+    ledger.record(entry("b", key="k1", cost=None, time="2026-11-05T10:00:00Z"))
+    ledger.record(entry("c", key="k2", time="2026-11-30T10:00:00Z"))
+    ledger.record(entry("d", key="k1", time="2026-12-01T10:00:00Z"))  # outside the range
+    capsys.readouterr()
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--total"]) == 0
+    header, *rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert header == ["api_key_id", "from", "to", "calls", "bytes_in", "bytes_out", "bytes_saved", "model_calls",
+                      "cost_usd", "calls_cost_unknown"]
+    assert [row[:4] for row in rows] == [["k1", "2026-11-01", "2026-11-30", "31"], ["k2", "2026-11-01", "2026-11-30", "1"]]
+    assert rows[0][8:] == ["3.0", "1"]
+    assert main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30", "--total", "--json"]) == 0
+    totals = json.loads(capsys.readouterr().out)
+    assert totals["k1"] == {"from": "2026-11-01", "to": "2026-11-30", "calls": 31, "bytes_in": 31 * 100,
+                            "bytes_out": 31 * 40, "bytes_saved": 31 * 60, "model_calls": 62, "cost_usd": 3.0,
+                            "calls_cost_unknown": 1}
+    daily = main(["usage", "--ledger", str(path), "--from", "2026-11-01", "--to", "2026-11-30"])
+    assert daily == 0 and len(capsys.readouterr().out.splitlines()) == 1 + 4 + 1  # header, k1's 4 days, k2's 1

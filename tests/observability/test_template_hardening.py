@@ -77,7 +77,10 @@ def test_api_is_throttled_traced_and_lint_exceptions_are_justified(document: dic
     api = document["Resources"]["CompactApi"]
     assert api["Properties"]["TracingEnabled"] is True
     (settings,) = api["Properties"]["MethodSettings"]
-    assert settings["ThrottlingRateLimit"] > 0 and settings["ThrottlingBurstLimit"] > 0
+    assert settings["ThrottlingRateLimit"] == {"Ref": "StageRateLimit"}  # parameters, each at least 1
+    assert settings["ThrottlingBurstLimit"] == {"Ref": "StageBurstLimit"}
+    parameters = document["Parameters"]
+    assert parameters["StageRateLimit"]["MinValue"] >= 1 and parameters["StageBurstLimit"]["MinValue"] >= 1
     assert "Metadata" not in api  # no lint exception left on the API
 
 

@@ -84,7 +84,18 @@ def _validated_catalog(data: Any, source: str) -> Catalog:
         spec = CatalogSpec.model_validate(data)
     except ValidationError as exc:
         raise CatalogError(f"catalog {source}: {describe_validation(exc, located=_offer_named(data))}") from None
-    return Catalog(tuple(offer.to_offer() for offer in spec.offers), spec.policy_envelope)
+    offers = tuple(offer.to_offer() for offer in spec.offers)
+    if spec.policy_envelope is not None:
+        # Admitted as the router admits it (a Pred over the offers' fields): one it refuses loaded, passed
+        # ``compactor doctor`` and the layer's build, then failed the router of every request (500; healthz 503).
+        from compactor.policy import PolicyAdmissionError, admit_pred
+        from compactor.policy.fields import fields_observed_in
+
+        try:
+            admit_pred(spec.policy_envelope, fields=fields_observed_in(offers))
+        except PolicyAdmissionError as exc:
+            raise CatalogError(f"catalog {source}: policy_envelope: {exc}") from None
+    return Catalog(offers, spec.policy_envelope)
 
 
 def _offer_named(data: Any) -> Callable[[tuple[Any, ...]], str]:
@@ -166,6 +177,21 @@ def load_catalog(path: str | None = None) -> Catalog:
     except StrictJSONError as exc:
         raise CatalogError(f"catalog {source}: invalid JSON ({exc})") from None
     return parse_catalog(data, str(source))
+
+
+def load_deployed_catalog(path: str) -> Catalog:
+    """The catalog the layer ships (``layers/compactor/Makefile``, docs/deploy.md "Real model providers and their
+    keys"): :func:`load_catalog`'s checks, and no offer whose API key only ``api_key_env`` names. template.yaml gives
+    the functions no provider key variable, so every call of such an offer would fail ``auth_error`` and every
+    compaction keep its units; ``api_key_secret`` is the deployed key (with both, the variable serves local runs)."""
+    catalog = load_catalog(path)
+    local = [f"offer '{offer.id}' ({offer.api_key_env})" for offer in catalog.offers
+             if offer.api_key_env and not offer.api_key_secret]
+    if local:
+        raise CatalogError(f"catalog {path}: the API key of {', '.join(local)} is named by api_key_env alone, and the "
+                           "deployed functions have no such variable (template.yaml sets none): every call would "
+                           "fail; add \"api_key_secret\", a Secrets Manager secret (docs/providers.md)")
+    return catalog
 
 
 @cache

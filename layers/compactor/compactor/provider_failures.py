@@ -17,6 +17,15 @@ from compactor.policy.trace import OPERATOR_DETAIL
 from compactor.providers.reasoning import PROVIDER_SAID
 
 _KEY_NOT_SET = re.compile(r"API key variable (\w+) is not set")
+_SECRET_REASON = re.compile(r"API key secret \S+ cannot be read \((\w+)\)")
+_SECRET_FIXES = {  # Secrets Manager's error codes (compactor_aws.secrets names them)
+    "AccessDeniedException": "give the functions the secret's whole ARN (with its 6-character suffix) in "
+                             "ProviderKeySecretArns; a secret encrypted with a customer managed KMS key also needs "
+                             "kms:Decrypt on that key for the functions' roles",
+    "ResourceNotFoundException": "no secret of that name in this account and Region: check the offer's "
+                                 "api_key_secret (a name or a whole ARN) and its Region",
+    "DecryptionFailure": "the secret's KMS key cannot be used: grant the functions' roles kms:Decrypt on it",
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -41,7 +50,8 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
         return (f"{missing.group(1)} is not set",
                 f"export {missing.group(1)}=<key> (local) or give the offer an api_key_secret (deployed)")
     if kind == "auth_error" and "secret" in message:
-        return message, secret_fix
+        reason = _SECRET_REASON.search(message)
+        return message, _SECRET_FIXES.get(reason.group(1) if reason else "", secret_fix)
     if kind == "auth_error" and http_status in (400, 402, 429):  # kind_for_status: the account is out of credit
         return (f"{http_status} from {host}: the account has no credit left",
                 f"add credit or raise the spend limit at {host}")
@@ -80,6 +90,12 @@ def explain(kind: str, message: str, http_status: int | None = None, host: str =
     if kind == "bad_request" and "in the catalog, replace" in message:  # providers.reasoning.thinking_refusal
         said, _, fix = message.partition(": in the catalog, ")
         return said, f"in the catalog, {fix.partition(f'; {PROVIDER_SAID}')[0]}"
+    if kind == "bad_request" and http_status == 404:  # most often a base_url one path segment off
+        return (f"404 from {host}",
+                "check the offer's base_url, to which the transport appends its path (openai and chat-decisions "
+                "/chat/completions, so an OpenAI-compatible root ends in /v1; anthropic /v1/messages, so its base_url "
+                "is https://api.anthropic.com without /v1; decisions /decisions), and its model name (bedrock: the model or "
+                "inference profile id and the offer's region)")
     if kind == "bad_request":
         status = f"{http_status} from {host}" if http_status else f"{host} refused the request"
         return status, "check the offer's model name and transport"

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from typing import IO, TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -41,7 +42,33 @@ _CHANGED = {"412", "PreconditionFailed"}
 CLIENT: PerContainer[Any] = PerContainer(lambda: aws_session.client("s3", config=_CLIENT_CONFIG))
 s3_client = CLIENT.get
 """The container's one S3 client (the S3 path, the fan-out's large results, the worker)."""
-reset_client = CLIENT.reset
+# botocore presigns S3 URLs with Signature Version 2 where S3 still takes it (us-east-1, eu-west-1, ...) and on the
+# legacy global host <bucket>.s3.amazonaws.com everywhere: S3 refuses SigV2 for buckets created after 24 June 2020
+# (every stack's), that host serves no Region launched after March 2019, and it redirects a new bucket elsewhere for
+# its first hours. Presigned URLs (POST /v1/uploads, GET /v1/jobs/{id}) are SigV4 on the bucket's Regional host
+# (docs/scale.md "Uploads through the API"); requests the functions send are SigV4 already.
+PRESIGN_CONFIG = _CLIENT_CONFIG.merge(Config(signature_version="s3v4", s3={"addressing_style": "virtual"}))
+
+
+def _new_presigner() -> Any:
+    """SigV4 on the bucket's Regional host; an endpoint of one's own (``AWS_ENDPOINT_URL_S3``, a local S3 such as
+    moto's server on ``localhost``) keeps botocore's addressing, which names the bucket in the path there (a
+    virtual host ``<bucket>.localhost`` resolves nowhere)."""
+    client = aws_session.client("s3", config=PRESIGN_CONFIG)
+    if (urlsplit(client.meta.endpoint_url).hostname or "").endswith(".amazonaws.com"):
+        return client
+    return aws_session.client("s3", config=_CLIENT_CONFIG.merge(Config(signature_version="s3v4")))
+
+
+PRESIGNER: PerContainer[Any] = PerContainer(_new_presigner)
+presign_client = PRESIGNER.get
+"""The container's S3 client for presigned URLs only (the upload routes), created on first use."""
+
+
+def reset_client() -> None:
+    """Forget the container's S3 clients (a SnapStart restore, tests that switch mocks)."""
+    CLIENT.reset()
+    PRESIGNER.reset()
 
 
 def _object(bucket: str, key: str, version_id: str | None) -> dict[str, Any]:

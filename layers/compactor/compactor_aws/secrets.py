@@ -92,8 +92,22 @@ PROVIDER: PerContainer[Any] = PerContainer(_provider)
 
 
 def _fetch(name: str, ttl_s: int) -> object:
-    # This module's TTL decides when to read again; Powertools' cache would answer an older read.
-    return PROVIDER.get().get(name, max_age=ttl_s, force_fetch=True)
+    """The secret's value; a read that failed is ``auth_error`` naming Secrets Manager's error code (or botocore's
+    error type), never its message. Powertools wraps every failure in ``GetParameterError`` (raised while handling
+    the original, its ``__context__``): that name was all the operator read, whether the role lacked the grant, the
+    secret did not exist or its KMS key could not be used (docs/providers.md "Keys at run time")."""
+    from aws_lambda_powertools.utilities.parameters.exceptions import GetParameterError
+    from botocore.exceptions import ClientError
+
+    try:  # this module's TTL decides when to read again; Powertools' cache would answer an older read
+        return PROVIDER.get().get(name, max_age=ttl_s, force_fetch=True)
+    except GetParameterError as exc:
+        cause = exc.__context__
+        if isinstance(cause, ClientError):
+            reason = str(cause.response.get("Error", {}).get("Code") or type(cause).__name__)
+        else:
+            reason = type(cause if cause is not None else exc).__name__
+        raise ProviderError(AUTH_ERROR, f"API key secret {shown_secret(name)} cannot be read ({reason})") from None
 
 
 def _parsed_key(name: str, value: object) -> str:

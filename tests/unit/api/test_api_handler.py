@@ -432,6 +432,26 @@ def test_unexpected_error_is_500_without_internals_in_body_or_logs(
     assert "sk-live-SECRET-123" not in logs + response["body"]
 
 
+def test_a_catalog_that_cannot_be_loaded_is_logged_with_its_path_and_problem(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A catalog the function cannot load (``CatalogPath`` naming no file in the layer, a catalog edited wrong)
+    fails every compaction with a 500; its error is the operator's configuration, not the request's, and the log
+    line names the file and the problem, as GET /v1/healthz's 503 does. It said ``unhandled CatalogError`` alone."""
+    from compactor.catalog import CatalogError
+
+    stub_service.error = CatalogError("catalog /opt/python/catalog.json: cannot read (No such file or directory)")
+
+    response = compact_module.handler(load_event("compact-legacy"), lambda_context)
+
+    assert response["statusCode"] == 500
+    assert response_json(response)["error"]["message"] == "internal server error"  # the caller reads no path
+    logs = logged_output(compact_module, caplog, capsys)
+    assert "unhandled CatalogError" in logs
+    assert "catalog /opt/python/catalog.json: cannot read (No such file or directory)" in logs
+
+
 def test_request_bodies_are_not_logged(
     compact_module: ModuleType, lambda_context: LocalLambdaContext, stub_service: StubService,
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,

@@ -125,3 +125,30 @@ def test_a_priced_offer_of_another_model_than_claude_without_cache_prices_is_not
         "  note: no price_cached_in or price_cache_write: the provider's cache would be priced at Claude's 10% and "
         "125% of price_in, which is not this model's price; state it (the traces name it as default_cache_prices)"]
     assert out.index("aws/nova") < out.index(notes[2].strip()) < out.index("aws/claude")
+
+
+def test_it_prints_the_template_parameters_the_catalog_needs_deployed(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/providers.md "Deploying with real providers": the functions may call only the Bedrock ids listed in
+    BedrockModelIds (a cross-Region inference profile and the model it routes to) and read only the secrets in
+    ProviderKeySecretArns; one left out is an AccessDeniedException on every deployed call. doctor prints the values
+    for the catalog, and says which offer's key no deployed function could have; it printed nothing of it."""
+    for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    repo = Path(__file__).resolve().parents[3]
+    code, out = doctor(capsys, "--catalog", str(repo / "docs" / "catalogs" / "bedrock.json"))
+    assert code == 0
+    assert ("deploy with: BedrockModelIds=us.amazon.nova-micro-v1:0,amazon.nova-micro-v1:0,"
+            "us.anthropic.claude-3-5-haiku-20241022-v1:0,anthropic.claude-3-5-haiku-20241022-v1:0") in out
+    assert "ProviderKeySecretArns" not in out
+
+    monkeypatch.setenv(KEY_ENV, "sk-doctor-local-1")
+    arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:compactor/acme-AbCdEf"
+    catalog = offers("http://127.0.0.1:9/v1", api_key_env=KEY_ENV)
+    catalog[0]["api_key_secret"] = arn
+    code, out = doctor(capsys, "--catalog", write(tmp_path, catalog))
+    assert f"deploy with: ProviderKeySecretArns={arn}" in out and "BedrockModelIds" not in out
+    assert f"deploy: offer acme/summarizer names its API key by api_key_env ({KEY_ENV}) alone" in out
+    assert "sk-doctor-local-1" not in out

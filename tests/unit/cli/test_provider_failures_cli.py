@@ -137,3 +137,13 @@ def test_no_problems_section_when_all_calls_succeed(tmp_path: Path, capsys: pyte
 def test_explain_in_plain_words(kind: str, message: str, status: int | None, cause: str) -> None:
     words, fix = explain(kind, message, status, "api.example")
     assert words == cause and fix
+
+
+def test_a_404_points_at_the_base_url_and_the_path_the_transport_appends() -> None:
+    """A 404 is most often a base_url one path segment off (``https://api.anthropic.com/v1``, to which the anthropic
+    transport appends ``/v1/messages``; a vLLM root without ``/v1``): the fix names the base_url and each transport's
+    path (docs/providers.md), where it named the model and the transport only."""
+    cause, fix = explain("bad_request", "HTTP 404: Not Found", 404, "api.anthropic.com")
+    assert cause == "404 from api.anthropic.com"
+    assert "base_url" in fix and "/v1/messages" in fix and "/chat/completions" in fix and "model" in fix
+    assert "base_url" not in explain("bad_request", "HTTP 400: invalid model", 400, "h")[1]

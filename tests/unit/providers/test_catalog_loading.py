@@ -203,3 +203,21 @@ def test_a_price_without_its_pair_is_refused(tmp_path: Path, prices: dict[str, A
     builtin = {**BUILTIN, "price_out": None}  # the plain reading of built-in offers refuses it as the models do
     with pytest.raises(CatalogError, match="price_in without price_out"):
         load_catalog(write(tmp_path, {"offers": [builtin]}))
+
+
+@pytest.mark.parametrize("envelope", [["bogus"], ["field", "no_such_observation"], ["and", ["meets_req"], 3]])
+def test_a_policy_envelope_the_router_refuses_is_refused_at_load(tmp_path: Path, envelope: Any) -> None:
+    """The envelope is admitted as the router admits it (a Pred over the catalog's fields): one it refuses used to
+    load, pass ``compactor doctor`` and the layer's build, then fail the router of every request (500, and
+    GET /v1/healthz 503)."""
+    from compactor.catalog import load_deployed_catalog
+
+    path = write(tmp_path, {"offers": [DECIDER, CHAT], "policy_envelope": envelope})
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert path in str(caught.value) and "policy_envelope" in str(caught.value)
+    with pytest.raises(CatalogError):
+        load_deployed_catalog(path)
+    valid = ["and", ["not", ["provider_eq", "evil"]], ["not", ["is", "no_log"]]]  # an observation an offer carries
+    assert load_catalog(write(tmp_path, {"offers": [DECIDER, CHAT], "policy_envelope": valid},
+                              name="valid.json")).policy_envelope == valid

@@ -63,6 +63,13 @@ def refused(error: CompactorError) -> Response[str]:
 
 @router.exception_handler(Exception)
 def unexpected(error: Exception) -> Response[str]:
-    # Type and frames locate the failure; the message is left out, it may quote a request or a provider.
-    logger.error("unhandled %s", type(error).__name__, extra={"frames": traceback.format_tb(error.__traceback__)})
+    # Type and frames locate the failure; the message is left out, it may quote a request or a provider. A catalog
+    # that cannot be loaded is the operator's configuration (its path and the problem, docs/providers.md), logged
+    # whole: the line said "unhandled CatalogError" alone, while every compaction answered 500.
+    from compactor.catalog import CatalogError
+
+    extra = {"frames": traceback.format_tb(error.__traceback__)}
+    if isinstance(error, CatalogError):
+        extra["error"] = str(error)
+    logger.error("unhandled %s", type(error).__name__, extra=extra)
     return json_response(*InternalError().answer())

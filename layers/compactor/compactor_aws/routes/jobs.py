@@ -24,12 +24,12 @@ def _json(status: int, body: Any) -> Response[str]:
 
 def presign(method: str, key: str, expires_s: int, content_type: str | None) -> str:
     """A presigned URL of the jobs bucket (``put_object`` with its content type, or ``get_object``)."""
-    from compactor_aws.s3_store import s3_client
+    from compactor_aws.s3_store import presign_client
 
     params: dict[str, Any] = {"Bucket": os.environ[BUCKET_ENV], "Key": key}
     if content_type:
         params["ContentType"] = content_type
-    return s3_client().generate_presigned_url(method, Params=params, ExpiresIn=expires_s)
+    return presign_client().generate_presigned_url(method, Params=params, ExpiresIn=expires_s)
 
 
 def _ready() -> tuple[str, Any] | Response[str]:
