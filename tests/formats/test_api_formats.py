@@ -142,7 +142,6 @@ def test_items_that_do_not_fit_the_format_are_a_422(compact_module: ModuleType, 
     ({"format": "openai-responses", "input": [{"type": "message", "role": "user", "content": "x"}, 7]},
      ["body", "input", 1]),
     ({"format": "openai-chat", "messages": "x"}, ["body", "messages"]),
-    ({"format": "openai-chat", "input": [{"role": "user", "content": "x"}]}, ["body", "messages"]),  # not its field
 ])
 def test_a_422_names_the_items_field_the_format_uses(compact_module: ModuleType, lambda_context: LocalLambdaContext,
                                                       body: dict[str, Any], loc: list[Any]) -> None:
@@ -158,6 +157,34 @@ def test_a_responses_body_without_input_says_where_its_items_go(compact_module: 
     status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "keep_recent": 2})
 
     assert status == 422 and "items go in 'input'" in answer["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages"])
+def test_another_formats_items_under_input_are_a_422_saying_where_they_go(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """The CLI and the S3 path said so; the API answered ``messages: Field required``, as if nothing had been sent."""
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "input": [{"role": "user", "content": "x"}]})
+
+    assert status == 422, answer
+    assert [(item["loc"], item["msg"]) for item in answer["detail"]] == [
+        (["body"], f"{fmt} items go in 'messages', not 'input'")]
+
+
+def test_a_body_naming_no_format_with_its_items_in_input_is_read_as_openai_responses(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """``{"input": [...]}`` holds Responses items: the CLI, the S3 path and the streamed reading read it so, and the
+    OpenAPI document takes a body with ``messages`` or ``input``. The API dropped the ``input`` as an unknown field of
+    an ``openai-chat`` request and answered 422 ``messages: Field required``."""
+    items = codex_items(CODEX)
+    status, named = _compact(compact_module, lambda_context,
+                             {"format": "openai-responses", "mode": "decision", "input": items})
+    assert status == 200, named
+
+    status, unnamed = _compact(compact_module, lambda_context, {"mode": "decision", "input": items})
+
+    assert status == 200, unnamed
+    assert "messages" not in unnamed and unnamed["input"] == named["input"]
+    assert unnamed["compaction"] == named["compaction"] and PROBLEMS["openai-responses"](unnamed["input"]) == []
 
 
 def _interleaved_session() -> list[dict[str, Any]]:

@@ -198,11 +198,27 @@ def test_items_under_another_field_than_the_named_formats_are_refused_on_every_p
     raw = json.dumps(request_body).encode("utf-8")
 
     status, body = api(compact_module, raw)
-    assert status == 422, body
+    assert status == 422 and body["detail"][0]["msg"] == reason, body
     failure = s3(raw)
     assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"], failure
     with pytest.raises(TranscriptError, match=re.escape(reason)):
         cli(raw, tmp_path)
+
+
+def test_items_under_input_in_a_body_naming_no_format_are_responses_items_on_every_path(
+    compact_module: ModuleType, tmp_path: Path,
+) -> None:
+    # The S3 path, the CLI and the streamed reading read them as openai-responses items; the API dropped `input` as an
+    # unknown field of an openai-chat request and answered 422 "messages: Field required".
+    raw = json.dumps({"input": [RESPONSES_ITEM]}).encode("utf-8")
+
+    status, body = api(compact_module, raw)
+    assert status == 200, body
+    assert body == {"input": [RESPONSES_ITEM], "compacted": False}
+    request = s3(raw)
+    assert request.format == "openai-responses" and request.messages == [RESPONSES_ITEM]
+    transcript = cli(raw, tmp_path)
+    assert transcript.format == "openai-responses" and transcript.items == [RESPONSES_ITEM]
 
 
 ANTHROPIC = [{"role": "user", "content": "Fix the bug."}]
