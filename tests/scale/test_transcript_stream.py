@@ -742,6 +742,7 @@ def test_the_cli_answers_a_policy_it_cannot_admit_for_a_streamed_file_as_for_a_w
         code = main(arguments)
         err = capsys.readouterr().err
         assert "Traceback" not in err and '"code": "invalid_flow"' in err, err
+        assert "flow_ir rejected at admission: decision_policy_ir: ir: " in err and "batch_" not in err, err
         answers.append((code, err))
     assert answers[0] == answers[1] and answers[0][0] == 1
     assert not (tmp_path / "out.json").exists()

@@ -123,6 +123,20 @@ def summary_record_limit(router: Any, policy_ir: Any = None, max_tokens: int | N
     return summary_limits(router, policy_ir, max_tokens)[1]
 
 
+def admit_request_policies(router: Any, decision_policy_ir: Any, policy_ir: Any) -> None:
+    """Admit the request's own policies before the flow built from them: a ``FlowAdmissionError`` naming the
+    request field (``decision_policy_ir: ir: $: …``), where the flow's admission names a node of the preset
+    (``node "batch_0_classify": policy rejected: …``) the caller never wrote (docs/behaviour.md#errors). The
+    router keeps what it admitted, so the flow's admission does not admit them again."""
+    for field_name, term in (("decision_policy_ir", decision_policy_ir), ("policy_ir", policy_ir)):
+        if term is None:
+            continue
+        try:
+            router.admit_policy(term)
+        except PolicyAdmissionError as exc:
+            raise FlowAdmissionError(f"{field_name}: {exc}") from exc
+
+
 class DecisionMode:
     """``decision``: a model classifies each aged unit (keep, summarize, archive) through the preset flow."""
 
@@ -151,6 +165,8 @@ class DecisionMode:
             generation_policy=request.policy_ir, max_tokens=max_tokens,
             reply_max=reply_max)
         try:
+            if prep.batches:  # policies are admitted only when there is something to decide (docs/behaviour.md)
+                admit_request_policies(context.router, request.decision_policy_ir, request.policy_ir)
             admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input,
                                   flow_input_bytes=prep.flow_input_bytes,
                                   cache=getattr(context.router, "flow_admissions", None))

@@ -54,7 +54,7 @@ from compactor.compaction.preparation import (
     tail_length,
 )
 from compactor.records import record
-from compactor.compaction.decision import summary_reply_limit
+from compactor.compaction.decision import admit_request_policies, summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
 from compactor.compaction.reassembly import first_changed_index, unit_outcome
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
@@ -471,6 +471,7 @@ def admission_probe(settings: Settings, router: Any) -> None:
     not admissible, before any window runs; first ``InvalidMaxTokens`` for a negative ``max_tokens``, as one
     request refuses it (the flow's admission named a node of the preset instead)."""
     refuse_negative_max_tokens(settings.max_tokens)
+    admit_request_policies(router, settings.decision_policy_ir, settings.policy_ir)  # named as the caller sent them
     batch = Batch()
     batch.add(candidate(Unit(0, 1), [{"role": "assistant", "content": "probe"}], question_template()))
     flow_ir, flow_input = materialise(
