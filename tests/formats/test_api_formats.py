@@ -187,6 +187,45 @@ def test_a_body_naming_no_format_with_its_items_in_input_is_read_as_openai_respo
     assert unnamed["compaction"] == named["compaction"] and PROBLEMS["openai-responses"](unnamed["input"]) == []
 
 
+def _lines(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_a_claude_code_sessions_records_sent_as_items_are_a_422_saying_what_to_send(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """A record (``{"type": "user", "message": {...}, "uuid", …}``) has a ``type`` and no ``role``: it was refused as
+    an openai-responses item, with the advice to send it with format openai-responses, which refused it again."""
+    records = _lines(CLAUDE_CODE)
+    first = next(i for i, r in enumerate(records) if r.get("type") in ("user", "assistant"))
+    field = CASES[fmt][0]
+
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "mode": "decision", field: records})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        f"{field}[{first}] is a Claude Code session record (type {records[first]['type']!r} with a 'message'), not an "
+        "item: send each user and assistant record's 'message' as the items, with format anthropic-messages, or "
+        "compact the session file itself (compactor compact FILE, or the S3 path), which reads and writes it as a "
+        "session")
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_a_codex_rollouts_lines_sent_as_responses_items_are_a_422_not_compacted(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """Every line has a ``type`` and no ``role``, so they passed for Responses items: compacted (200), their
+    ``session_meta``, ``turn_context`` and ``event_msg`` lines sealed or summarized with the rest."""
+    lines = _lines(CODEX)
+
+    status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "mode": mode,
+                                                               "input": lines})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"].startswith(
+        f"input[0] is a Codex rollout line (type {lines[0]['type']!r} with a 'payload'), not an item: send the payloads "
+        "of its 'response_item' lines as the items, with format openai-responses, or compact the session file itself")
+
+
 def _interleaved_session() -> list[dict[str, Any]]:
     """Calls whose outputs come after reasoning, an assistant message and another call (parallel calls,
     as the Responses API and Codex write them)."""

@@ -73,6 +73,32 @@ def other_format(item: Item, declared: str, where: str) -> str | None:
     return f"{where} looks like {other} ({evidence}), but the format is {declared}: send the items with format {other}"
 
 
+def session_record(item: Item) -> str | None:
+    """What ``item`` is when it is a line of an agent's session file rather than an item of any format: a Claude Code
+    record (``{"type": "user", "message": {...}, "uuid", …}``) or a Codex rollout line (``{"timestamp", "type",
+    "payload"}``); ``None`` for anything else. Read as items, their ``type`` and missing ``role`` made them Responses
+    items: the first was refused with the advice to send it as ``openai-responses``, the second compacted as such
+    (docs/formats.md "Session records")."""
+    if "role" in item:
+        return None
+    kind = item.get("type")
+    if kind in ("user", "assistant") and type(item.get("message")) is dict:
+        return f"a Claude Code session record (type {kind!r} with a 'message')"
+    if type(kind) is str and type(item.get("payload")) is dict and "timestamp" in item:
+        return f"a Codex rollout line (type {kind[:64]!r} with a 'payload')"
+    return None
+
+
+def session_refusal(record: str, where: str) -> str:
+    """What the caller is told when the item at ``where`` is a session file's line (:func:`session_record`)."""
+    if record.startswith("a Claude Code"):
+        send = "each user and assistant record's 'message' as the items, with format anthropic-messages"
+    else:
+        send = "the payloads of its 'response_item' lines as the items, with format openai-responses"
+    return (f"{where} is {record}, not an item: send {send}, or compact the session file itself (compactor compact "
+            "FILE, or the S3 path), which reads and writes it as a session")
+
+
 _COUNTS = {2: "two", 3: "three"}
 
 
@@ -92,6 +118,8 @@ def format_refusal(items: Iterable[Item], declared: str, field: str) -> str | No
     first: dict[str, tuple[str, str]] = {}
     refused = None
     for index, item in enumerate(items):
+        if (record := session_record(item)) is not None:  # a session file's line: no format's item (docs/formats.md)
+            return session_refusal(record, f"{field}[{index}]")
         found = looks_like(item)
         if found is None:
             continue
