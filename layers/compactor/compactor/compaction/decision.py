@@ -12,7 +12,7 @@ from compactor.compaction.preparation import (
     Preparation, bounded_tail, prepare)
 from compactor.compaction.preset import (
     default_decision_policy, generation_tokens, materialise, question_template, reply_bytes, requested_max_tokens)
-from compactor.compaction.reassembly import compaction_report, reassemble
+from compactor.compaction.reassembly import compaction_report, reassemble, with_fallbacks
 from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from compactor.formats import get_dialect
@@ -196,8 +196,10 @@ class DecisionMode:
             store_originals(plan.archive, messages, manifest)
         if plan.on_event is not None:  # every manifest entry, unbounded, with its reason (docs/report.md)
             plan.on_event({"event": "units", "units": manifest})
-        compaction = compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
-                                       ran.fingerprint, output_sizes)
+        facts = flow_facts(ran.flow_nodes)
+        compaction = with_fallbacks(compaction_report(messages, output, output_bytes, prep, manifest,
+                                                      request.target_ratio, ran.fingerprint, output_sizes),
+                                    facts["fallbacks"])
         body: dict[str, Any] = {"messages": output, "compacted": output != messages, "compaction": compaction}
         if ran.flow_nodes:
             usage = ran.usage()
@@ -209,7 +211,7 @@ class DecisionMode:
             target_met=compaction["target_met"], cost_usd=ran.public_cost() if ran.flow_nodes else 0.0,
             cost_basis=ran.cost_basis if ran.flow_nodes else None,
             tokens_in=ran.tokens_in, tokens_out=ran.tokens_out, flow_fingerprint=ran.fingerprint,
-            report=compaction, **flow_facts(ran.flow_nodes))
+            report=compaction, **facts)
 
 
 MODE = DecisionMode()

@@ -56,7 +56,7 @@ from compactor.compaction.preparation import (
 from compactor.records import record
 from compactor.compaction.decision import admit_request_policies, summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
-from compactor.compaction.reassembly import first_changed_index, unit_outcome
+from compactor.compaction.reassembly import first_changed_index, unit_outcome, with_fallbacks
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
@@ -671,7 +671,7 @@ class RunState:
         """The ``compaction`` block of the response body."""
         output_bytes = _final_bytes(self.passes) if self.first_changed is not None else self.original_bytes
         assert output_bytes is not None and self.target_bytes is not None
-        return {
+        return with_fallbacks({
             "original_bytes": self.original_bytes,
             "output_bytes": output_bytes,
             "target_bytes": self.target_bytes,
@@ -682,7 +682,7 @@ class RunState:
             "first_changed_index": self.first_changed,
             "preserved_prefix_bytes": self.preserved_prefix_bytes,
             "windows": {"passes": list(self.passes)},
-        }
+        }, self.fallbacks)
 
     def as_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
