@@ -226,6 +226,35 @@ def test_a_codex_rollouts_lines_sent_as_responses_items_are_a_422_not_compacted(
         "of its 'response_item' lines as the items, with format openai-responses, or compact the session file itself")
 
 
+LANGCHAIN = {  # langchain_core's messages_to_dict, and a message's model_dump()
+    "messages_to_dict": [{"type": "system", "data": {"content": "Be careful.", "type": "system"}},
+                         {"type": "human", "data": {"content": "Fix the bug.", "type": "human"}},
+                         {"type": "ai", "data": {"content": "Done.", "type": "ai", "tool_calls": []}}],
+    "model_dump": [{"content": "Fix the bug.", "additional_kwargs": {}, "response_metadata": {}, "type": "human",
+                    "name": None, "id": None},
+                   {"content": "Done.", "additional_kwargs": {}, "response_metadata": {"model_name": "m"},
+                    "type": "ai", "name": None, "id": "run-1", "tool_calls": [], "invalid_tool_calls": []}],
+}
+
+
+@pytest.mark.parametrize("dump", list(LANGCHAIN))
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_langchain_messages_sent_as_items_are_a_422_saying_what_to_send(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str, dump: str) -> None:
+    """A LangChain message dict has a ``type`` and no ``role``: it was refused as an openai-responses item, with the
+    advice to send it with that format, which took it (an item of an unknown type) and sealed it into a summary."""
+    items = LANGCHAIN[dump] * 6
+    field = CASES[fmt][0]
+
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "mode": "seal", "keep_recent": 1,
+                                                               field: items})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        f"{field}[0] is a LangChain message (type {items[0]['type']!r}), not an item: send OpenAI chat messages, with "
+        "format openai-chat (langchain_core.messages.convert_to_openai_messages makes them)")
+
+
 def _interleaved_session() -> list[dict[str, Any]]:
     """Calls whose outputs come after reasoning, an assistant message and another call (parallel calls,
     as the Responses API and Codex write them)."""

@@ -73,30 +73,46 @@ def other_format(item: Item, declared: str, where: str) -> str | None:
     return f"{where} looks like {other} ({evidence}), but the format is {declared}: send the items with format {other}"
 
 
-def session_record(item: Item) -> str | None:
-    """What ``item`` is when it is a line of an agent's session file rather than an item of any format: a Claude Code
-    record (``{"type": "user", "message": {...}, "uuid", …}``) or a Codex rollout line (``{"timestamp", "type",
-    "payload"}``); ``None`` for anything else. Read as items, their ``type`` and missing ``role`` made them Responses
-    items: the first was refused with the advice to send it as ``openai-responses``, the second compacted as such
-    (docs/formats.md "Session records")."""
+LANGCHAIN_TYPES = frozenset(("human", "ai", "system", "tool", "function", "chat"))
+"""The ``type`` of a LangChain message dumped as a dict (``messages_to_dict``'s ``{"type", "data"}``, or a message's own
+fields, ``additional_kwargs`` and ``response_metadata`` among them): no format's item has one of these types."""
+_SEND_MESSAGES = ("each user and assistant record's 'message' as the items, with format anthropic-messages, or "
+                  "compact the session file itself (compactor compact FILE, or the S3 path), which reads and writes "
+                  "it as a session")
+_SEND_PAYLOADS = ("the payloads of its 'response_item' lines as the items, with format openai-responses, or compact "
+                  "the session file itself (compactor compact FILE, or the S3 path), which reads and writes it as a "
+                  "session")
+_SEND_CHAT = ("OpenAI chat messages, with format openai-chat (langchain_core.messages.convert_to_openai_messages makes "
+              "them)")
+
+
+def foreign_item(item: Item) -> tuple[str, str] | None:
+    """``(what item is, what to send instead)`` when ``item`` is no item of any format but another program's record of
+    one: a Claude Code session record (``{"type": "user", "message": {...}, "uuid", …}``), a Codex rollout line
+    (``{"timestamp", "type", "payload"}``) or a LangChain message (``{"type": "human", "data": {...}}``, or its own
+    fields: ``content``, ``additional_kwargs``, ``response_metadata``, …); ``None`` for anything else. Read as items,
+    their ``type`` and missing ``role`` made them Responses items: they were refused with the advice to send them as
+    ``openai-responses``, which took them and compacted them as items of unknown types (docs/formats.md "Records of
+    other programs")."""
     if "role" in item:
         return None
     kind = item.get("type")
+    if type(kind) is not str:
+        return None
     if kind in ("user", "assistant") and type(item.get("message")) is dict:
-        return f"a Claude Code session record (type {kind!r} with a 'message')"
-    if type(kind) is str and type(item.get("payload")) is dict and "timestamp" in item:
-        return f"a Codex rollout line (type {kind[:64]!r} with a 'payload')"
+        return f"a Claude Code session record (type {kind!r} with a 'message')", _SEND_MESSAGES
+    if type(item.get("payload")) is dict and "timestamp" in item:
+        return f"a Codex rollout line (type {kind[:64]!r} with a 'payload')", _SEND_PAYLOADS
+    if kind in LANGCHAIN_TYPES and (type(item.get("data")) is dict or "additional_kwargs" in item
+                                    or "response_metadata" in item):
+        return f"a LangChain message (type {kind!r})", _SEND_CHAT
     return None
 
 
-def session_refusal(record: str, where: str) -> str:
-    """What the caller is told when the item at ``where`` is a session file's line (:func:`session_record`)."""
-    if record.startswith("a Claude Code"):
-        send = "each user and assistant record's 'message' as the items, with format anthropic-messages"
-    else:
-        send = "the payloads of its 'response_item' lines as the items, with format openai-responses"
-    return (f"{where} is {record}, not an item: send {send}, or compact the session file itself (compactor compact "
-            "FILE, or the S3 path), which reads and writes it as a session")
+def foreign_refusal(item: Item, where: str) -> str | None:
+    """What the caller is told when the item at ``where`` is another program's record (:func:`foreign_item`)."""
+    found = foreign_item(item)
+    return None if found is None else f"{where} is {found[0]}, not an item: send {found[1]}"
 
 
 _COUNTS = {2: "two", 3: "three"}
@@ -118,8 +134,8 @@ def format_refusal(items: Iterable[Item], declared: str, field: str) -> str | No
     first: dict[str, tuple[str, str]] = {}
     refused = None
     for index, item in enumerate(items):
-        if (record := session_record(item)) is not None:  # a session file's line: no format's item (docs/formats.md)
-            return session_refusal(record, f"{field}[{index}]")
+        if (foreign := foreign_refusal(item, f"{field}[{index}]")) is not None:  # no format's item (docs/formats.md)
+            return foreign
         found = looks_like(item)
         if found is None:
             continue
