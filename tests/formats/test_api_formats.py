@@ -255,6 +255,53 @@ def test_langchain_messages_sent_as_items_are_a_422_saying_what_to_send(
         "format openai-chat (langchain_core.messages.convert_to_openai_messages makes them)")
 
 
+def _ai_sdk_transcript() -> list[dict[str, Any]]:
+    """The Vercel AI SDK's messages: calls as ``tool-call`` parts, results as ``tool-result`` parts of ``tool`` messages."""
+    items: list[dict[str, Any]] = [{"role": "system", "content": "Be careful."},
+                                   {"role": "user", "content": [{"type": "text", "text": "Fix the bug."}]}]
+    for n in range(8):
+        items += [{"role": "assistant", "content": [{"type": "text", "text": f"Step {n}."},
+                                                    {"type": "tool-call", "toolCallId": f"c{n}", "toolName": "bash",
+                                                     "args": {"command": f"cat f{n}.py"}}]},
+                  {"role": "tool", "content": [{"type": "tool-result", "toolCallId": f"c{n}", "toolName": "bash",
+                                                "result": f"line of f{n}\n" * 200}]}]
+    return items + [{"role": "assistant", "content": [{"type": "text", "text": "Done."}]}]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_ai_sdk_messages_are_a_422_not_compacted_apart_from_their_results(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """Their ``tool`` role made them chat messages, but nothing paired a ``tool-call`` part with its ``tool-result``:
+    decision mode answered 200 with the results summarized and their calls kept, which a provider refuses."""
+    status, answer = _compact(compact_module, lambda_context, {"mode": mode, "keep_recent": 2,
+                                                               "messages": _ai_sdk_transcript()})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"].startswith(
+        "messages[2] is a Vercel AI SDK message (a 'tool-call' part), not an item: send OpenAI chat messages, with "
+        "format openai-chat: each call in its assistant message's 'tool_calls'")
+
+
+def test_gemini_contents_are_a_422_not_sealed_apart_from_their_function_responses(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """A Gemini ``Content`` (``{"role": "model", "parts": [{"functionCall": …}]}``) passed for a chat message: seal
+    answered 200 with a ``system`` summary (no Gemini role) followed by a ``functionResponse`` whose call it had
+    sealed."""
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+    for n in range(8):
+        contents += [{"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {"command": f"cat f{n}"}}}]},
+                     {"role": "user", "parts": [{"functionResponse": {"name": "bash",
+                                                                      "response": {"output": "x = 1\n" * 200}}}]}]
+
+    status, answer = _compact(compact_module, lambda_context, {"mode": "seal", "keep_recent": 2, "messages": contents})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        "messages[0] is a Gemini Content (role 'user' with 'parts'), not an item: send OpenAI chat messages, with format "
+        "openai-chat: each functionCall in its assistant message's 'tool_calls', each functionResponse a 'tool' message "
+        "with its 'tool_call_id'")
+
+
 def _interleaved_session() -> list[dict[str, Any]]:
     """Calls whose outputs come after reasoning, an assistant message and another call (parallel calls,
     as the Responses API and Codex write them)."""
