@@ -118,9 +118,9 @@ def foreign_item(item: Item) -> tuple[str, str] | None:
         return None
     if kind in ("user", "assistant") and type(item.get("message")) is dict:
         return f"a Claude Code session record (type {kind!r} with a 'message')", _SEND_MESSAGES
-    if type(item.get("payload")) is dict and "timestamp" in item:
+    if "payload" in item and "timestamp" in item and type(item["payload"]) is dict:
         return f"a Codex rollout line (type {kind[:64]!r} with a 'payload')", _SEND_PAYLOADS
-    if langchain_message(item):
+    if kind in LANGCHAIN_TYPES and langchain_message(item):
         return f"a LangChain message (type {kind!r})", _SEND_CHAT
     return None
 
@@ -156,8 +156,8 @@ def format_refusal(items: Iterable[Item], declared: str, field: str) -> str | No
     first: dict[str, tuple[str, str]] = {}
     refused = None
     for index, item in enumerate(items):
-        if (foreign := foreign_refusal(item, f"{field}[{index}]")) is not None:  # no format's item (docs/formats.md)
-            return foreign
+        if foreign_item(item) is not None:  # another program's record: no format's item (docs/formats.md)
+            return foreign_refusal(item, f"{field}[{index}]")
         found = looks_like(item)
         if found is None:
             continue
