@@ -142,7 +142,6 @@ def test_items_that_do_not_fit_the_format_are_a_422(compact_module: ModuleType, 
     ({"format": "openai-responses", "input": [{"type": "message", "role": "user", "content": "x"}, 7]},
      ["body", "input", 1]),
     ({"format": "openai-chat", "messages": "x"}, ["body", "messages"]),
-    ({"format": "openai-chat", "input": [{"role": "user", "content": "x"}]}, ["body", "messages"]),  # not its field
 ])
 def test_a_422_names_the_items_field_the_format_uses(compact_module: ModuleType, lambda_context: LocalLambdaContext,
                                                       body: dict[str, Any], loc: list[Any]) -> None:
@@ -158,6 +157,149 @@ def test_a_responses_body_without_input_says_where_its_items_go(compact_module: 
     status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "keep_recent": 2})
 
     assert status == 422 and "items go in 'input'" in answer["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages"])
+def test_another_formats_items_under_input_are_a_422_saying_where_they_go(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """The CLI and the S3 path said so; the API answered ``messages: Field required``, as if nothing had been sent."""
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "input": [{"role": "user", "content": "x"}]})
+
+    assert status == 422, answer
+    assert [(item["loc"], item["msg"]) for item in answer["detail"]] == [
+        (["body"], f"{fmt} items go in 'messages', not 'input'")]
+
+
+def test_a_body_naming_no_format_with_its_items_in_input_is_read_as_openai_responses(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """``{"input": [...]}`` holds Responses items: the CLI, the S3 path and the streamed reading read it so, and the
+    OpenAPI document takes a body with ``messages`` or ``input``. The API dropped the ``input`` as an unknown field of
+    an ``openai-chat`` request and answered 422 ``messages: Field required``."""
+    items = codex_items(CODEX)
+    status, named = _compact(compact_module, lambda_context,
+                             {"format": "openai-responses", "mode": "decision", "input": items})
+    assert status == 200, named
+
+    status, unnamed = _compact(compact_module, lambda_context, {"mode": "decision", "input": items})
+
+    assert status == 200, unnamed
+    assert "messages" not in unnamed and unnamed["input"] == named["input"]
+    assert unnamed["compaction"] == named["compaction"] and PROBLEMS["openai-responses"](unnamed["input"]) == []
+
+
+def _lines(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_a_claude_code_sessions_records_sent_as_items_are_a_422_saying_what_to_send(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str) -> None:
+    """A record (``{"type": "user", "message": {...}, "uuid", …}``) has a ``type`` and no ``role``: it was refused as
+    an openai-responses item, with the advice to send it with format openai-responses, which refused it again."""
+    records = _lines(CLAUDE_CODE)
+    first = next(i for i, r in enumerate(records) if r.get("type") in ("user", "assistant"))
+    field = CASES[fmt][0]
+
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "mode": "decision", field: records})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        f"{field}[{first}] is a Claude Code session record (type {records[first]['type']!r} with a 'message'), not an "
+        "item: send each user and assistant record's 'message' as the items, with format anthropic-messages, or "
+        "compact the session file itself (compactor compact FILE, or the S3 path), which reads and writes it as a "
+        "session")
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_a_codex_rollouts_lines_sent_as_responses_items_are_a_422_not_compacted(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """Every line has a ``type`` and no ``role``, so they passed for Responses items: compacted (200), their
+    ``session_meta``, ``turn_context`` and ``event_msg`` lines sealed or summarized with the rest."""
+    lines = _lines(CODEX)
+
+    status, answer = _compact(compact_module, lambda_context, {"format": "openai-responses", "mode": mode,
+                                                               "input": lines})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"].startswith(
+        f"input[0] is a Codex rollout line (type {lines[0]['type']!r} with a 'payload'), not an item: send the payloads "
+        "of its 'response_item' lines as the items, with format openai-responses, or compact the session file itself")
+
+
+LANGCHAIN = {  # langchain_core's messages_to_dict, and a message's model_dump()
+    "messages_to_dict": [{"type": "system", "data": {"content": "Be careful.", "type": "system"}},
+                         {"type": "human", "data": {"content": "Fix the bug.", "type": "human"}},
+                         {"type": "ai", "data": {"content": "Done.", "type": "ai", "tool_calls": []}}],
+    "model_dump": [{"content": "Fix the bug.", "additional_kwargs": {}, "response_metadata": {}, "type": "human",
+                    "name": None, "id": None},
+                   {"content": "Done.", "additional_kwargs": {}, "response_metadata": {"model_name": "m"},
+                    "type": "ai", "name": None, "id": "run-1", "tool_calls": [], "invalid_tool_calls": []}],
+}
+
+
+@pytest.mark.parametrize("dump", list(LANGCHAIN))
+@pytest.mark.parametrize("fmt", list(CASES))
+def test_langchain_messages_sent_as_items_are_a_422_saying_what_to_send(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, fmt: str, dump: str) -> None:
+    """A LangChain message dict has a ``type`` and no ``role``: it was refused as an openai-responses item, with the
+    advice to send it with that format, which took it (an item of an unknown type) and sealed it into a summary."""
+    items = LANGCHAIN[dump] * 6
+    field = CASES[fmt][0]
+
+    status, answer = _compact(compact_module, lambda_context, {"format": fmt, "mode": "seal", "keep_recent": 1,
+                                                               field: items})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        f"{field}[0] is a LangChain message (type {items[0]['type']!r}), not an item: send OpenAI chat messages, with "
+        "format openai-chat (langchain_core.messages.convert_to_openai_messages makes them)")
+
+
+def _ai_sdk_transcript() -> list[dict[str, Any]]:
+    """The Vercel AI SDK's messages: calls as ``tool-call`` parts, results as ``tool-result`` parts of ``tool`` messages."""
+    items: list[dict[str, Any]] = [{"role": "system", "content": "Be careful."},
+                                   {"role": "user", "content": [{"type": "text", "text": "Fix the bug."}]}]
+    for n in range(8):
+        items += [{"role": "assistant", "content": [{"type": "text", "text": f"Step {n}."},
+                                                    {"type": "tool-call", "toolCallId": f"c{n}", "toolName": "bash",
+                                                     "args": {"command": f"cat f{n}.py"}}]},
+                  {"role": "tool", "content": [{"type": "tool-result", "toolCallId": f"c{n}", "toolName": "bash",
+                                                "result": f"line of f{n}\n" * 200}]}]
+    return items + [{"role": "assistant", "content": [{"type": "text", "text": "Done."}]}]
+
+
+@pytest.mark.parametrize("mode", ["decision", "seal", "mask"])
+def test_ai_sdk_messages_are_a_422_not_compacted_apart_from_their_results(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext, mode: str) -> None:
+    """Their ``tool`` role made them chat messages, but nothing paired a ``tool-call`` part with its ``tool-result``:
+    decision mode answered 200 with the results summarized and their calls kept, which a provider refuses."""
+    status, answer = _compact(compact_module, lambda_context, {"mode": mode, "keep_recent": 2,
+                                                               "messages": _ai_sdk_transcript()})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"].startswith(
+        "messages[2] is a Vercel AI SDK message (a 'tool-call' part), not an item: send OpenAI chat messages, with "
+        "format openai-chat: each call in its assistant message's 'tool_calls'")
+
+
+def test_gemini_contents_are_a_422_not_sealed_apart_from_their_function_responses(
+        compact_module: ModuleType, lambda_context: LocalLambdaContext) -> None:
+    """A Gemini ``Content`` (``{"role": "model", "parts": [{"functionCall": …}]}``) passed for a chat message: seal
+    answered 200 with a ``system`` summary (no Gemini role) followed by a ``functionResponse`` whose call it had
+    sealed."""
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "Fix the bug."}]}]
+    for n in range(8):
+        contents += [{"role": "model", "parts": [{"functionCall": {"name": "bash", "args": {"command": f"cat f{n}"}}}]},
+                     {"role": "user", "parts": [{"functionResponse": {"name": "bash",
+                                                                      "response": {"output": "x = 1\n" * 200}}}]}]
+
+    status, answer = _compact(compact_module, lambda_context, {"mode": "seal", "keep_recent": 2, "messages": contents})
+
+    assert status == 422, answer
+    assert answer["detail"][0]["msg"] == (
+        "messages[0] is a Gemini Content (role 'user' with 'parts'), not an item: send OpenAI chat messages, with format "
+        "openai-chat: each functionCall in its assistant message's 'tool_calls', each functionResponse a 'tool' message "
+        "with its 'tool_call_id'")
 
 
 def _interleaved_session() -> list[dict[str, Any]]:

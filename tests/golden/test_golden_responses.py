@@ -6,7 +6,10 @@ are volatile and are normalised before comparing.
 
 One golden was rewritten by a deliberate change of behaviour, not to make a change pass: ``error.wrong_method``
 (``GET /compact``) was the 404 ``no route for GET /compact`` and is the 405 ``method_not_allowed`` since a method
-a path has no route for is answered 405 with ``Allow`` (docs/behaviour.md#errors).
+a path has no route for is answered 405 with ``Allow`` (docs/behaviour.md#errors). And ``error.invalid_decision_policy``
+named a node of the flow decision mode builds (``node "batch_0_classify": policy rejected: …``) and names the request
+field since a refused ``decision_policy_ir`` or ``policy_ir`` is named as sent (``decision_policy_ir: …``,
+docs/behaviour.md#errors); the rest of its body is unchanged.
 
 To add a NEW case (never to change an existing one): ``python tests/golden/test_golden_responses.py``
 writes the missing goldens and leaves the existing ones alone.

@@ -198,11 +198,62 @@ def test_items_under_another_field_than_the_named_formats_are_refused_on_every_p
     raw = json.dumps(request_body).encode("utf-8")
 
     status, body = api(compact_module, raw)
-    assert status == 422, body
+    assert status == 422 and body["detail"][0]["msg"] == reason, body
     failure = s3(raw)
     assert isinstance(failure, Failure) and failure.status == 422 and reason in failure.error["message"], failure
     with pytest.raises(TranscriptError, match=re.escape(reason)):
         cli(raw, tmp_path)
+
+
+def test_items_under_input_in_a_body_naming_no_format_are_responses_items_on_every_path(
+    compact_module: ModuleType, tmp_path: Path,
+) -> None:
+    # The S3 path, the CLI and the streamed reading read them as openai-responses items; the API dropped `input` as an
+    # unknown field of an openai-chat request and answered 422 "messages: Field required".
+    raw = json.dumps({"input": [RESPONSES_ITEM]}).encode("utf-8")
+
+    status, body = api(compact_module, raw)
+    assert status == 200, body
+    assert body == {"input": [RESPONSES_ITEM], "compacted": False}
+    request = s3(raw)
+    assert request.format == "openai-responses" and request.messages == [RESPONSES_ITEM]
+    transcript = cli(raw, tmp_path)
+    assert transcript.format == "openai-responses" and transcript.items == [RESPONSES_ITEM]
+
+
+SESSION_LINES = {
+    "claude-code": [{"type": "system", "subtype": "init", "uuid": "u0"},
+                    {"type": "user", "uuid": "u1", "parentUuid": "u0", "sessionId": "s",
+                     "message": {"role": "user", "content": "Fix the bug."}}],
+    "codex": [{"timestamp": "2026-07-24T04:28:59.837Z", "type": "session_meta", "payload": {"id": "s"}},
+              {"timestamp": "2026-07-24T04:29:00.000Z", "type": "response_item",
+               "payload": {"type": "message", "role": "user", "content": "Fix the bug."}}],
+}
+
+
+@pytest.mark.parametrize("kind, where", [("claude-code", "[1] is a Claude Code session record"),
+                                         ("codex", "[0] is a Codex rollout line")])
+def test_a_session_files_lines_sent_as_items_are_refused_in_the_same_words_on_every_path(
+    compact_module: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, where: str,
+) -> None:
+    # A JSON array of a session file's lines (not the JSONL file, which the CLI and the S3 path read as a session):
+    # the API refused Claude Code records as openai-responses items, advising that format, and took Codex lines
+    # under it; the S3 path and the CLI guessed openai-responses from their `type` and compacted both.
+    raw = json.dumps(SESSION_LINES[kind]).encode("utf-8")
+
+    status, body = api(compact_module, json.dumps({"messages": SESSION_LINES[kind]}).encode("utf-8"))
+    assert status == 422, body
+    words = body["detail"][0]["msg"]
+    assert where in words and "not an item" in words, words
+    failure = s3(raw)
+    assert isinstance(failure, Failure) and failure.status == 422, failure
+    assert failure.detail[0]["msg"].split("] ", 1)[1] == words.split("] ", 1)[1], failure.detail
+    from compactor_cli.main import main
+
+    path = tmp_path / "lines.json"
+    path.write_bytes(raw)
+    assert main(["compact", str(path), "-q", "-o", str(tmp_path / "out.json")]) == 2
+    assert words.split("] ", 1)[1] in capsys.readouterr().err
 
 
 ANTHROPIC = [{"role": "user", "content": "Fix the bug."}]

@@ -742,6 +742,7 @@ def test_the_cli_answers_a_policy_it_cannot_admit_for_a_streamed_file_as_for_a_w
         code = main(arguments)
         err = capsys.readouterr().err
         assert "Traceback" not in err and '"code": "invalid_flow"' in err, err
+        assert "flow_ir rejected at admission: decision_policy_ir: ir: " in err and "batch_" not in err, err
         answers.append((code, err))
     assert answers[0] == answers[1] and answers[0][0] == 1
     assert not (tmp_path / "out.json").exists()
@@ -1166,3 +1167,22 @@ def test_a_long_literal_whose_run_of_digits_an_earlier_read_held_is_refused(read
     assert len(literal) == 101
     with pytest.raises(TranscriptError, match=f"^{LONG_NUMBER}$"):
         list(messages_from(Opener('[{"role": "user", "content": "", "a": ' + literal + "}]")))
+
+
+def test_a_streamed_jsonl_of_langchain_messages_is_refused_not_read_as_bookkeeping(tmp_path, monkeypatch, capsys):
+    """A JSONL line with a ``type`` and no ``role`` that is no session's record was skipped as a session's bookkeeping:
+    a file of LangChain messages (``messages_to_dict``) over the streaming threshold was compacted to ``[]``, exit 0.
+    Read whole, it is refused (docs/formats.md "Records of other programs"); streamed, now too."""
+    from compactor_cli import compact_cmd
+    from compactor_cli.main import main
+
+    lines = [{"type": "human", "data": {"content": f"step {n}", "type": "human"}} for n in range(40)]
+    path = tmp_path / "langchain.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out.json"
+    for threshold in (10**9, 1000):  # read whole, then streamed
+        monkeypatch.setattr(compact_cmd, "STREAM_BYTES", threshold)
+        assert main(["compact", str(path), "-o", str(out), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert "is a LangChain message (type 'human'), not an item: send OpenAI chat messages" in err, err
+        assert not out.exists()

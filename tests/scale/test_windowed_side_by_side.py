@@ -370,6 +370,35 @@ def test_a_windowed_job_refuses_an_object_whose_named_format_its_items_are_not_o
         assert state["done"] is False  # naming no format: planned as anthropic-messages, as read whole
 
 
+FOREIGN_RECORDS = {
+    "claude-code": ([{"type": "user", "uuid": "u1", "message": {"role": "user", "content": "fix the tests"}}],
+                    "messages[0] is a Claude Code session record (type 'user' with a 'message'), not an item"),
+    "langchain": ([{"type": "human", "data": {"content": "fix the tests", "type": "human"}}],
+                  "messages[0] is a LangChain message (type 'human'), not an item"),
+    "ai-sdk": ([{"role": "user", "content": "fix the tests"},
+                {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c1", "toolName": "bash",
+                                                   "args": {}}]},
+                {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1", "toolName": "bash",
+                                              "result": "ok"}]}],
+               "messages[1] is a Vercel AI SDK message (a 'tool-call' part), not an item"),
+}
+
+
+@pytest.mark.parametrize("kind", list(FOREIGN_RECORDS))
+def test_a_windowed_job_refuses_another_programs_records_as_the_inline_job_does(s3: Any, kind: str) -> None:
+    """Records that are no format's items (docs/formats.md "Records of other programs") in an object over
+    ``S3InlineMaxBytes``: the inline job's 422 in the same words. The AI SDK's messages, with their ``tool`` role, were
+    planned as chat and compacted in windows with nothing pairing their calls and results."""
+    messages, words = FOREIGN_RECORDS[kind]
+    state = _plan_only(s3, "incoming/foreign.json", {"mode": "decision", "messages": messages})
+    assert state["done"] is True and state["result"] == "failed", state
+    failure = json.loads(s3.get_object(Bucket=BUCKET, Key="failed/foreign.json")["Body"].read())
+    assert failure["status"] == 422 and failure["error"]["code"] == "invalid_transcript", failure
+    assert failure["detail"][0]["msg"].startswith(words), failure
+    inline = build_request(json.dumps({"mode": "decision", "messages": messages}).encode(), Defaults())
+    assert inline.status == 422 and inline.detail[0]["msg"] == failure["detail"][0]["msg"], (inline, failure)
+
+
 CHAT_CALL = [{"role": "user", "content": "fix the tests"},
              {"role": "assistant", "content": None,
               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},

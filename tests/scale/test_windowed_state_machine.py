@@ -421,7 +421,9 @@ def test_pins_past_the_transcript_are_refused_as_one_request_refuses_them(aws, p
 
 
 @pytest.mark.parametrize("fields, code, message", [
-    ({"decision_policy_ir": ["policy", ["nonsense"]]}, "invalid_flow", "flow_ir rejected at admission: "),
+    # named by its request field: it named a node of the preset the caller never wrote ("batch_0_classify")
+    ({"decision_policy_ir": ["policy", ["nonsense"]]}, "invalid_flow",
+     "flow_ir rejected at admission: decision_policy_ir: ir: "),
     ({"max_tokens": -1}, "invalid_max_tokens", "max_tokens must not be negative"),
 ])
 def test_an_inadmissible_request_is_refused_as_one_request_refuses_it(aws, big, fields, code, message):

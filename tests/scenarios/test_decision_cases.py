@@ -82,6 +82,24 @@ def test_unparseable_summary_keeps_the_batch_but_not_its_cost(stack: Stack) -> N
     assert body["x_router"]["cost_usd"] == round(decision_cost() + 0.004, 6)
 
 
+def test_the_report_counts_the_nodes_that_fell_back_by_kind(stack: Stack) -> None:
+    # The units were kept as `model_kept`, the reason a decider's own keep has too, and `reasons` lists preparation
+    # limits only: an agent learned that its summarizer's answers were unusable from x_router's trace alone, node by
+    # node, and a windowed run's answer (the S3 path's, the CLI's --json) said it nowhere.
+    stack.script.summary_reply_for = lambda req: chat_reply("{not json")
+
+    body = stack.compact(transcript(3), keep_recent=1)
+
+    assert body["compacted"] is False and body["compaction"]["fallbacks"] == {"bad_response": 1}
+    assert [f["reason"] for f in body["compaction"]["fragments"][2:5]] == ["model_kept"] * 3
+
+
+def test_a_report_without_fallbacks_has_no_fallbacks_field(stack: Stack) -> None:
+    body = stack.compact(transcript(3), keep_recent=1)
+
+    assert body["compacted"] is True and "fallbacks" not in body["compaction"]
+
+
 def test_invented_summary_id_keeps_the_whole_batch_and_its_archives(stack: Stack) -> None:
     messages = transcript(10)  # batch 0 = fragment_2 … fragment_9, batch 1 = fragment_10, fragment_11
     stack.script.choices = {"fragment_2": "archive", "fragment_10": "archive"}

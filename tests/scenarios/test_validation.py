@@ -67,6 +67,25 @@ def test_generated_flow_rejected_at_admission_is_400_invalid_flow(stack: Stack, 
     assert stack.fake.requests == []
 
 
+@pytest.mark.parametrize("fields, field", [
+    ({"decision_policy_ir": BAD_POLICY}, "decision_policy_ir"),
+    ({"decision_policy_ir": ["zero"]}, "decision_policy_ir"),
+    ({"decision_policy_ir": DECISION_POLICY, "policy_ir": BAD_POLICY}, "policy_ir"),
+    ({"mode": "decision", "policy_ir": ["policy"]}, "policy_ir"),
+], ids=["bad-decision-policy", "decision-policy-not-a-policy", "bad-generation-policy", "generation-policy-no-slots"])
+def test_a_refused_policy_is_named_by_the_request_field_that_carried_it(stack: Stack, fields: dict[str, Any],
+                                                                        field: str) -> None:
+    # It named a node of the flow decision mode builds ('node "batch_0_classify": policy rejected: ...', or
+    # "batch_0_generate" for policy_ir), which the caller never wrote, and not the field to fix.
+    response = stack.post({"messages": MESSAGES, "keep_recent": 1, **fields})
+
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert message.startswith(f"flow_ir rejected at admission: {field}: ir: "), message
+    assert "batch_" not in message and "node" not in message, message
+    assert stack.fake.requests == []
+
+
 def test_a_negative_max_tokens_is_refused_as_sent_before_any_flow(stack: Stack) -> None:
     # It used to reach the generated flow's admission: 400 invalid_flow naming a node the caller never wrote.
     response = stack.post({"messages": MESSAGES, "keep_recent": 1, "decision_policy_ir": DECISION_POLICY,

@@ -64,12 +64,20 @@ class CompactRequest(BaseModel):
     @classmethod
     def _items_under_their_name(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            if data.get("format") == "openai-responses":
+            named = data.get("format")
+            if "format" not in data and "input" in data and "messages" not in data:
+                # Items under ``input`` in a body naming no format are Responses items, as the CLI and the S3 path
+                # read such a body (docs/formats.md, "Validation"); the API answered 422 "messages: Field required".
+                data = {**data, "format": "openai-responses"}
+                named = "openai-responses"
+            if named == "openai-responses":
                 if "messages" in data:
                     raise ValueError("openai-responses items go in 'input', not 'messages'")
                 if "input" not in data:  # missing: named as the format names it
                     raise PydanticCustomError("missing", "Field required: openai-responses items go in 'input'")
             elif "input" in data:  # another format's request ignores an ``input`` field, as any unknown one
+                if "messages" not in data and named in ("openai-chat", "anthropic-messages"):
+                    raise ValueError(f"{named} items go in 'messages', not 'input'")  # the CLI's words
                 data = {k: v for k, v in data.items() if k != "input"}
         return data
 

@@ -55,7 +55,7 @@ from compactor.jsonutil import (
     bounded_loads, dense_dumps, ensure_utf8_encodable, repeated_key_message,
 )
 from compactor.formats import FORMAT_NAMES, WINDOWED_FORMATS
-from compactor.formats.base import format_refusal, other_format
+from compactor.formats.base import foreign_item, foreign_refusal, format_refusal, other_format
 from compactor.transcripts import (
     FILE_FIELDS, NotChat, NotJSON, Transcript, TranscriptError, _jsonl_record_messages, item_format,
 )
@@ -422,6 +422,8 @@ def messages_from(open_source: Opener, format: str | None = None, *,
         return format_refusal(_read(open_source, keys_checked), read, "messages")
 
     for index, message in enumerate(_read(open_source, keys_checked)):
+        if foreign_item(message) is not None:  # another program's record (Dialect.validate), in the whole reading's words
+            raise TranscriptError(foreign_refusal(message, f"messages[{index}]") or "")
         other = item_format(message)
         if other is not None and not (anthropic and other == "anthropic-messages"):
             raise NotChat(f"message {index} is an {other} item", other if other == "anthropic-messages" else None,

@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from compactor.formats import FORMAT_NAMES
-from compactor.formats.base import ANTHROPIC_BLOCKS
+from compactor.formats.base import ANTHROPIC_BLOCKS, foreign_item, foreign_refusal, langchain_message
 from compactor.jsonutil import (
     BYTE_ORDER_MARK,
     SECOND_BYTE_ORDER_MARK,
@@ -327,7 +327,11 @@ def _guess_format(items: list[dict[str, Any]]) -> str:
 def item_format(item: dict[str, Any]) -> str | None:
     """The format ``item`` reads as when it is not a chat message: ``openai-responses`` (a ``type``, no
     ``role``, or an item reference without its optional ``type``: an ``id`` alone) or ``anthropic-messages`` (typed
-    content blocks); None for a chat message."""
+    content blocks); None for a chat message, and for another program's record (a Claude Code record, a LangChain
+    message: ``formats.base.foreign_item``), which no format holds: read as chat, it is refused naming what it is
+    and under ``messages``, as the API names it (it was guessed a Responses item and named ``input[0]``)."""
+    if "role" not in item and foreign_item(item) is not None:
+        return None
     if "role" not in item and (isinstance(item.get("type"), str) or _bare_reference(item)):
         return "openai-responses"
     content = item.get("content")
@@ -467,6 +471,8 @@ def _jsonl_record_messages(record: Any, number: int) -> list[dict[str, Any]]:
         raise NotChat(f"line {number} is a Codex rollout's response_item (openai-responses)")
     if isinstance(record, dict) and _responses_item(record):
         raise NotChat(f"line {number} is an openai-responses item ({str(record.get('type') or 'item_reference')[:64]})")
+    if isinstance(record, dict) and langchain_message(record):  # no bookkeeping: a message of no format
+        raise TranscriptError(foreign_refusal(record, f"line {number}") or "")
     if isinstance(record, dict) and "type" in record:
         return []  # session bookkeeping (queue operations, summaries)
     raise TranscriptError(f"line {number} is not a chat message")

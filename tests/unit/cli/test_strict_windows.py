@@ -45,3 +45,21 @@ def test_strict_exits_3_when_decision_calls_fell_back(tmp_path: Path, monkeypatc
     assert code == 3, err
     assert "fell back" in err and json.loads(out.read_text())  # the output is still written
     assert main(["compact", str(path), "-o", str(out), "--strict", "-q"]) == 0  # the offline offers answer
+
+
+@pytest.mark.parametrize("calls", [20, 140], ids=["one request", "windows in memory"])
+def test_the_json_answer_counts_what_fell_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str], calls: int) -> None:
+    """The answer's ``compaction.fallbacks`` counts the flow nodes that fell back by kind, one request or windows:
+    a windowed run's answer carries no ``x_router``, so it said nowhere that its decisions had all failed."""
+    monkeypatch.setattr(compact_cmd, "STREAM_BYTES", 10**9)
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(transcript(calls)))
+    out = tmp_path / "out.json"
+
+    assert main(["compact", str(path), "-o", str(out), "--json", "-q", "--decision-policy", NO_OFFER]) == 0
+
+    report = json.loads(out.read_text())["compaction"]
+    assert set(report["fallbacks"]) == {"no_candidates"} and report["fallbacks"]["no_candidates"] >= 1, report
+    assert main(["compact", str(path), "-o", str(out), "--json", "-q"]) == 0  # the offline offers answer
+    assert "fallbacks" not in json.loads(out.read_text())["compaction"]

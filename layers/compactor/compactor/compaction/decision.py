@@ -12,7 +12,7 @@ from compactor.compaction.preparation import (
     Preparation, bounded_tail, prepare)
 from compactor.compaction.preset import (
     default_decision_policy, generation_tokens, materialise, question_template, reply_bytes, requested_max_tokens)
-from compactor.compaction.reassembly import compaction_report, reassemble
+from compactor.compaction.reassembly import compaction_report, reassemble, with_fallbacks
 from compactor.errors import InvalidFlow, RestorableUnavailable
 from compactor.flow import FlowAdmissionError, FlowResult, admit_flow, run_flow
 from compactor.formats import get_dialect
@@ -123,6 +123,20 @@ def summary_record_limit(router: Any, policy_ir: Any = None, max_tokens: int | N
     return summary_limits(router, policy_ir, max_tokens)[1]
 
 
+def admit_request_policies(router: Any, decision_policy_ir: Any, policy_ir: Any) -> None:
+    """Admit the request's own policies before the flow built from them: a ``FlowAdmissionError`` naming the
+    request field (``decision_policy_ir: ir: $: …``), where the flow's admission names a node of the preset
+    (``node "batch_0_classify": policy rejected: …``) the caller never wrote (docs/behaviour.md#errors). The
+    router keeps what it admitted, so the flow's admission does not admit them again."""
+    for field_name, term in (("decision_policy_ir", decision_policy_ir), ("policy_ir", policy_ir)):
+        if term is None:
+            continue
+        try:
+            router.admit_policy(term)
+        except PolicyAdmissionError as exc:
+            raise FlowAdmissionError(f"{field_name}: {exc}") from exc
+
+
 class DecisionMode:
     """``decision``: a model classifies each aged unit (keep, summarize, archive) through the preset flow."""
 
@@ -151,6 +165,8 @@ class DecisionMode:
             generation_policy=request.policy_ir, max_tokens=max_tokens,
             reply_max=reply_max)
         try:
+            if prep.batches:  # policies are admitted only when there is something to decide (docs/behaviour.md)
+                admit_request_policies(context.router, request.decision_policy_ir, request.policy_ir)
             admitted = admit_flow(flow_ir, admit_policy=context.router.admit_policy, flow_input=flow_input,
                                   flow_input_bytes=prep.flow_input_bytes,
                                   cache=getattr(context.router, "flow_admissions", None))
@@ -180,8 +196,10 @@ class DecisionMode:
             store_originals(plan.archive, messages, manifest)
         if plan.on_event is not None:  # every manifest entry, unbounded, with its reason (docs/report.md)
             plan.on_event({"event": "units", "units": manifest})
-        compaction = compaction_report(messages, output, output_bytes, prep, manifest, request.target_ratio,
-                                       ran.fingerprint, output_sizes)
+        facts = flow_facts(ran.flow_nodes)
+        compaction = with_fallbacks(compaction_report(messages, output, output_bytes, prep, manifest,
+                                                      request.target_ratio, ran.fingerprint, output_sizes),
+                                    facts["fallbacks"])
         body: dict[str, Any] = {"messages": output, "compacted": output != messages, "compaction": compaction}
         if ran.flow_nodes:
             usage = ran.usage()
@@ -193,7 +211,7 @@ class DecisionMode:
             target_met=compaction["target_met"], cost_usd=ran.public_cost() if ran.flow_nodes else 0.0,
             cost_basis=ran.cost_basis if ran.flow_nodes else None,
             tokens_in=ran.tokens_in, tokens_out=ran.tokens_out, flow_fingerprint=ran.fingerprint,
-            report=compaction, **flow_facts(ran.flow_nodes))
+            report=compaction, **facts)
 
 
 MODE = DecisionMode()

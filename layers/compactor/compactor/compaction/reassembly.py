@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from compactor.chat import Message
@@ -215,6 +217,17 @@ def compaction_report(messages: list[Message], output: list[Message], output_byt
     }
     if len(fragments) < len(manifest):
         report["fragments_omitted"] = len(manifest) - len(fragments)
+    return report
+
+
+def with_fallbacks(report: dict[str, Any], fallbacks: Iterable[str]) -> dict[str, Any]:
+    """``report`` (a ``compaction`` block) with ``fallbacks``, the flow nodes that fell back or failed counted by error
+    kind (``{"auth_error": 4}``; the kinds of ``call_record.flow_facts``, which billing counts), when there are any:
+    their units were kept (``model_kept``, or ``flow_failed`` for the whole flow), and the answer said so only in
+    ``x_router``'s trace, node by node, or, for a windowed run, nowhere (docs/report.md)."""
+    counts = Counter(fallbacks)
+    if counts:
+        report["fallbacks"] = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
     return report
 
 

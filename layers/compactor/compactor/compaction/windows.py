@@ -54,9 +54,9 @@ from compactor.compaction.preparation import (
     tail_length,
 )
 from compactor.records import record
-from compactor.compaction.decision import summary_reply_limit
+from compactor.compaction.decision import admit_request_policies, summary_reply_limit
 from compactor.compaction.preset import default_decision_policy, materialise, question_template, requested_max_tokens
-from compactor.compaction.reassembly import first_changed_index, unit_outcome
+from compactor.compaction.reassembly import first_changed_index, unit_outcome, with_fallbacks
 from compactor.compaction.units import ALWAYS_PINNED_ROLES, Unit, is_default_pin
 from compactor.formats import DEFAULT_FORMAT, get_dialect
 from compactor.formats.base import Dialect
@@ -471,6 +471,7 @@ def admission_probe(settings: Settings, router: Any) -> None:
     not admissible, before any window runs; first ``InvalidMaxTokens`` for a negative ``max_tokens``, as one
     request refuses it (the flow's admission named a node of the preset instead)."""
     refuse_negative_max_tokens(settings.max_tokens)
+    admit_request_policies(router, settings.decision_policy_ir, settings.policy_ir)  # named as the caller sent them
     batch = Batch()
     batch.add(candidate(Unit(0, 1), [{"role": "assistant", "content": "probe"}], question_template()))
     flow_ir, flow_input = materialise(
@@ -670,7 +671,7 @@ class RunState:
         """The ``compaction`` block of the response body."""
         output_bytes = _final_bytes(self.passes) if self.first_changed is not None else self.original_bytes
         assert output_bytes is not None and self.target_bytes is not None
-        return {
+        return with_fallbacks({
             "original_bytes": self.original_bytes,
             "output_bytes": output_bytes,
             "target_bytes": self.target_bytes,
@@ -681,7 +682,7 @@ class RunState:
             "first_changed_index": self.first_changed,
             "preserved_prefix_bytes": self.preserved_prefix_bytes,
             "windows": {"passes": list(self.passes)},
-        }
+        }, self.fallbacks)
 
     def as_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}

@@ -74,6 +74,70 @@ def other_format(item: Item, declared: str, where: str) -> str | None:
     return f"{where} looks like {other} ({evidence}), but the format is {declared}: send the items with format {other}"
 
 
+LANGCHAIN_TYPES = frozenset(("human", "ai", "system", "tool", "function", "chat"))
+"""The ``type`` of a LangChain message dumped as a dict (``messages_to_dict``'s ``{"type", "data"}``, or a message's own
+fields, ``additional_kwargs`` and ``response_metadata`` among them): no format's item has one of these types."""
+_SEND_MESSAGES = ("each user and assistant record's 'message' as the items, with format anthropic-messages, or "
+                  "compact the session file itself (compactor compact FILE, or the S3 path), which reads and writes "
+                  "it as a session")
+_SEND_PAYLOADS = ("the payloads of its 'response_item' lines as the items, with format openai-responses, or compact "
+                  "the session file itself (compactor compact FILE, or the S3 path), which reads and writes it as a "
+                  "session")
+_SEND_CHAT = ("OpenAI chat messages, with format openai-chat (langchain_core.messages.convert_to_openai_messages makes "
+              "them)")
+_SEND_CHAT_GEMINI = ("OpenAI chat messages, with format openai-chat: each functionCall in its assistant message's "
+                     "'tool_calls', each functionResponse a 'tool' message with its 'tool_call_id'")
+AI_SDK_PARTS = ("tool-call", "tool-result")
+"""Content parts of the Vercel AI SDK's messages (no format's part: Chat Completions calls are ``tool_calls``, Anthropic
+blocks ``tool_use`` / ``tool_result``, Responses calls items of their own)."""
+_SEND_CHAT_CALLS = ("OpenAI chat messages, with format openai-chat: each call in its assistant message's 'tool_calls' "
+                    "({\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}), each result a 'tool' "
+                    "message with its 'tool_call_id'")
+
+
+def foreign_item(item: Item) -> tuple[str, str] | None:
+    """``(what item is, what to send instead)`` when ``item`` is no item of any format but another program's record of
+    one: a Claude Code session record (``{"type": "user", "message": {...}, "uuid", …}``), a Codex rollout line
+    (``{"timestamp", "type", "payload"}``), a LangChain message (``{"type": "human", "data": {...}}``, or its own
+    fields: ``content``, ``additional_kwargs``, ``response_metadata``, …), a Vercel AI SDK message (a ``tool-call``
+    or ``tool-result`` part) or a Gemini ``Content`` (``parts``, no ``content``); ``None`` for anything else. Read as items, the first three's ``type`` and missing
+    ``role`` made them Responses items: they were refused with the advice to send them as ``openai-responses``, which
+    took them and compacted them as items of unknown types; the AI SDK's and Gemini's messages passed for chat
+    messages whose calls and results nothing paired, so a summary or a seal took a call and left its result, or the
+    other way round (docs/formats.md "Records of other programs")."""
+    if "role" in item:
+        if "content" not in item and type(item.get("parts")) is list:
+            return f"a Gemini Content (role {str(item['role'])[:64]!r} with 'parts')", _SEND_CHAT_GEMINI
+        content = item.get("content")
+        if type(content) is list:
+            for part in content:
+                if type(part) is dict and (part_kind := part.get("type")) in AI_SDK_PARTS:
+                    return f"a Vercel AI SDK message (a {part_kind!r} part)", _SEND_CHAT_CALLS
+        return None
+    kind = item.get("type")
+    if type(kind) is not str:
+        return None
+    if kind in ("user", "assistant") and type(item.get("message")) is dict:
+        return f"a Claude Code session record (type {kind!r} with a 'message')", _SEND_MESSAGES
+    if "payload" in item and "timestamp" in item and type(item["payload"]) is dict:
+        return f"a Codex rollout line (type {kind[:64]!r} with a 'payload')", _SEND_PAYLOADS
+    if kind in LANGCHAIN_TYPES and langchain_message(item):
+        return f"a LangChain message (type {kind!r})", _SEND_CHAT
+    return None
+
+
+def langchain_message(item: Item) -> bool:
+    """Whether ``item`` is a LangChain message dumped as a dict (:data:`LANGCHAIN_TYPES`, no ``role``)."""
+    return ("role" not in item and item.get("type") in LANGCHAIN_TYPES
+            and (type(item.get("data")) is dict or "additional_kwargs" in item or "response_metadata" in item))
+
+
+def foreign_refusal(item: Item, where: str) -> str | None:
+    """What the caller is told when the item at ``where`` is another program's record (:func:`foreign_item`)."""
+    found = foreign_item(item)
+    return None if found is None else f"{where} is {found[0]}, not an item: send {found[1]}"
+
+
 _COUNTS = {2: "two", 3: "three"}
 
 
@@ -93,6 +157,8 @@ def format_refusal(items: Iterable[Item], declared: str, field: str) -> str | No
     first: dict[str, tuple[str, str]] = {}
     refused = None
     for index, item in enumerate(items):
+        if foreign_item(item) is not None:  # another program's record: no format's item (docs/formats.md)
+            return foreign_refusal(item, f"{field}[{index}]")
         found = looks_like(item)
         if found is None:
             continue
