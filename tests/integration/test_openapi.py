@@ -290,3 +290,17 @@ def test_a_usage_answer_is_documented_field_by_field(compact_module: Any, lambda
     fields = [field.name for field in dataclasses.fields(DayTotals)]
     assert list(answer["days"][0]) == fields
     assert sorted(day["properties"]) == sorted(day["required"]) == sorted(fields)
+
+
+def test_the_decision_report_names_every_field_a_decision_answer_holds(url: str) -> None:
+    # The document's Compaction model listed neither `limits` (in every decision answer), `fragments_omitted` nor
+    # `fallbacks` (when the manifest is bounded, or a model call fell back): extra fields are allowed, so answers
+    # validated, but a client generated from the document dropped them.
+    body, _ = _ANSWERS["decision-responses"]
+    response = httpx.post(f"{url}/compact", json=body, headers={"x-api-key": API_KEY}, timeout=60)
+    assert response.status_code == 200, response.text
+    documented = json.loads(DOC_PATH.read_text(encoding="utf-8"))["components"]["schemas"]["Compaction"]["properties"]
+    assert set(response.json()["compaction"]) <= set(documented)
+    assert {"limits", "fragments_omitted", "fallbacks"} <= set(documented)
+    assert set(response.json()["compaction"]["limits"]) <= set(
+        json.loads(DOC_PATH.read_text(encoding="utf-8"))["components"]["schemas"]["Limits"]["properties"])

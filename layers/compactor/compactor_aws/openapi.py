@@ -29,6 +29,13 @@ DESCRIPTION = (
 )
 
 
+def _absent_not_null(schema: dict[str, Any]) -> None:
+    """A field that is absent or of its type, never null: the items (under one of their two names), a report's
+    optional parts."""
+    schema.pop("default", None)
+    schema.update(schema.pop("anyOf")[0])
+
+
 class Fragment(BaseModel):
     """One unit of the transcript in decision mode and what happened to it."""
 
@@ -39,6 +46,20 @@ class Fragment(BaseModel):
     reason: str | None = Field(default=None, description="why the unit got its action (docs/report.md)")
     handle: str | None = Field(default=None, description="restorable requests: the `cmp_…` handle of the "
                                                           "unit's original, for POST /v1/expand")
+
+
+class Limits(BaseModel):
+    """What the output's bytes are made of and the smallest ratio the request could reach (docs/offline-offers.md
+    "Targets")."""
+
+    pins_bytes: int
+    tail_bytes: int
+    kept_units_bytes: int
+    summaries_bytes: int
+    smallest_ratio: float = Field(description="the ratio with every candidate archived: pins and tail alone")
+    limited_by: Literal["pins", "tail", "kept_units", "summaries"] | None = Field(
+        description="the largest of the four parts")
+    request_limits: list[str] = Field(description="the preparation limits the request hit (as `reasons`)")
 
 
 class Compaction(BaseModel):
@@ -55,6 +76,14 @@ class Compaction(BaseModel):
     flow_fingerprint: str | None
     first_changed_index: int | None = Field(description="first output message that differs from the input")
     preserved_prefix_bytes: int = Field(description="serialized bytes of the unchanged prefix (prompt cache)")
+    limits: Limits | None = Field(default=None, json_schema_extra=_absent_not_null,
+                                  description="one request's answer: what its output is made of")
+    fragments_omitted: int | None = Field(default=None, json_schema_extra=_absent_not_null,
+                                          description="units left out of `fragments` by its bound")
+    fallbacks: dict[str, int] | None = Field(
+        default=None, json_schema_extra=_absent_not_null,
+        description="the flow nodes that fell back or failed, counted by error kind (`{\"exhausted\": 4}`); absent "
+                    "when none did: their units were kept (docs/report.md)")
 
 
 class MaskedOutput(BaseModel):
@@ -75,12 +104,6 @@ class MaskCompaction(BaseModel):
     masked: list[MaskedOutput]
     first_changed_index: int | None = Field(description="first output message that differs from the input")
     preserved_prefix_bytes: int = Field(description="serialized bytes of the unchanged prefix (prompt cache)")
-
-
-def _absent_not_null(schema: dict[str, Any]) -> None:
-    """An items field is absent or an array, never null: the items come under one of the two names."""
-    schema.pop("default", None)
-    schema.update(schema.pop("anyOf")[0])
 
 
 class CompactResponse(BaseModel):
