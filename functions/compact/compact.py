@@ -17,7 +17,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from compactor import container, http_api
 from compactor.caller import caller_of, calling_as
 from compactor.errors import CompactorError
-from compactor.jsonutil import bounded_loads
 from compactor_aws import observability, snapstart
 from compactor_aws.routes import archives, compact, errors, flows, health, jobs, usage
 from compactor_aws.routes.common import logger, metrics, route, tracer
@@ -26,7 +25,7 @@ snapstart.register()  # warm the core before a SnapStart snapshot (docs/performa
 
 # Bodies are parsed within depth and number-size limits: a violation is the 422 json_invalid (docs/reliability.md).
 app = APIGatewayRestResolver(enable_validation=True, strip_prefixes=[http_api.STAGE_PREFIX],
-                             json_body_deserializer=bounded_loads)
+                             json_body_deserializer=http_api.request_body_loads)
 app.include_router(health.router)
 app.include_router(compact.router)
 app.include_router(archives.router)  # POST /expand (docs/archives.md)

@@ -441,3 +441,18 @@ def test_the_api_s_422_keeps_a_refusal_naming_three_formats_whole(compact_module
     msg = body["detail"][0]["msg"]
     assert status == 422 and msg.startswith("the items are of three formats") and len(msg) > 200, body
     assert msg.endswith("send the items of one format"), msg
+
+
+@pytest.mark.parametrize("body", [
+    [{"role": "user", "content": "Fix the test."}, {"role": "assistant", "content": "Done."}],
+    [{"messages": [{"role": "user", "content": "first"}]}, {"messages": [{"role": "user", "content": "second"}]}],
+])
+def test_a_body_that_is_a_json_array_is_refused_saying_what_to_send(compact_module: ModuleType, body: Any) -> None:
+    # Powertools' validation reads an array given for the request object as its first member: a bare transcript was
+    # answered "messages: Field required" about its first message, and an array of two requests compacted the first
+    # and dropped the second with a 200.
+    status, answer = api(compact_module, json.dumps(body).encode())
+
+    assert status == 422, answer
+    text = json.dumps(answer)
+    assert "the body is a JSON array" in text and "'messages'" in text and "'format'" in text

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from compactor.jsonutil import dense_dumps
+from compactor.jsonutil import JSONLimitError, bounded_loads, dense_dumps
 
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """Largest request body accepted (bytes, after base64 decoding); larger bodies get 413."""
@@ -202,6 +202,19 @@ def _fields(event: Mapping[str, Any], single: str, multi: str, what: str) -> tup
         return None, None
     return ({spelled[key]: last[key] for key in values if key in last},
             {spelled[key]: held for key, held in values.items()})
+
+
+def request_body_loads(text: str | bytes) -> Any:
+    """A request body parsed as :func:`compactor.jsonutil.bounded_loads` parses it, refusing a top-level array: every
+    route takes a JSON object (docs/api.md), and Powertools' validation reads an array given for an object as its
+    first member, so a bare transcript (``[{"role": "user", ...}]``, as the CLI and the S3 path take one) was answered
+    ``messages: Field required`` about its first message, and ``[{"messages": [...]}, ...]`` was compacted as its
+    first member without a word about the rest."""
+    value = bounded_loads(text)
+    if type(value) is list:
+        raise JSONLimitError("the body is a JSON array: send a JSON object, a transcript's items under 'messages' "
+                             "('input' for openai-responses) with their 'format' (docs/api.md)")
+    return value
 
 
 def _json_kind(value: Any) -> str:
