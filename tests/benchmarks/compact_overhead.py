@@ -223,6 +223,7 @@ class RealProvider:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from cold_start import make_certificates
 
+        self.environ = dict(os.environ)  # restored on exit: the files named below go with the directory
         self.directory = tempfile.TemporaryDirectory()
         certificate, key, authority = make_certificates(Path(self.directory.name))
         authority_file = Path(self.directory.name) / "authority.pem"
@@ -294,6 +295,8 @@ class RealProvider:
         self.loop.close()
         self.sink.close()
         self.directory.cleanup()
+        os.environ.clear()
+        os.environ.update(self.environ)
         self.process.stdin.close()  # type: ignore[union-attr]
         self.process.wait(timeout=30)
 
