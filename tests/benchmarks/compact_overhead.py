@@ -278,7 +278,8 @@ class RealProvider:
                                           headers=[("Content-Type", http_api.JSON_CONTENT_TYPE)],
                                           body=body.encode("utf-8"))
         context = LocalLambdaContext("CompactFunction", timeout_s=60)
-        container.ROUTER.value = Router(self.offers, transport_for=transport_for)
+        container.reset_router()
+        container.get_router()  # the container's router over its catalog, new for this run
         gc.collect()  # as for the round trip: each run starts from a collected heap
         with contextlib.redirect_stdout(self.sink):
             started, cpu_started = time.perf_counter(), time.thread_time()
