@@ -12,7 +12,7 @@ Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--laten
    fake provider of tests/fakes in a process of its own, answering at once: the event admitted, Powertools'
    resolver and its request validation (the body parsed by ``bounded_loads`` and validated as
    ``CompactRequest``), ``service.compact`` (preparation, materialisation, flow admission, the run with its 24
-   model calls encoded, sent and their answers read over loopback HTTP, reassembly), the call observed and
+   model calls encoded, sent and their answers read over loopback HTTPS, reassembly), the call observed and
    billed (metrics, billing line, the ledger entry: the local ledger, not DynamoDB), the answer encoded, and the
    proxy response encoded as the Lambda runtime sends it; as a ratio to the thread CPU of one ``json.loads`` +
    ``json.dumps`` round trip of the same body (the floor of a request that reads its body and writes an answer:
@@ -460,7 +460,7 @@ def overhead(runs: int, profile: bool) -> bool:
     met = cpu_ratio <= OVERHEAD_GOAL
     print(f"  the request through the API function's handler and the real decisions/openai transports (the proxy "
           f"event admitted, Powertools' resolver and validation, service.compact with its {2 * transport.decisions} "
-          f"model calls encoded, sent and read over loopback HTTP, billing, the proxy response encoded): thread CPU "
+          f"model calls encoded, sent and read over loopback HTTPS, billing, the proxy response encoded): thread CPU "
           f"median {handler_cpu * 1000:.1f} ms (min {min(handler_cpu_samples) * 1000:.1f}, n={runs}), ratio "
           f"{cpu_ratio:.1f} (goal ≤ {OVERHEAD_GOAL:g})  {'OK' if met else 'ABOVE GOAL'}")
     handler_wall = statistics.median(handler_samples)
