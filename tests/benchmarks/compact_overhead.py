@@ -126,6 +126,7 @@ def router_for(transport: FakeTransport) -> Router:
 
 
 PROVIDER_KEY_ENV = "COMPACT_OVERHEAD_PROVIDER_KEY"
+USAGE_TABLE = "compactor-usage-overhead-bench"
 
 
 def bench_catalog(provider: Any, transports: str = "openai/decisions", *, key_env: str) -> dict[str, Any]:
@@ -247,18 +248,34 @@ class RealProvider:
         self.loop = asyncio.new_event_loop()
         catalog = Path(self.directory.name) / "catalog.json"
         catalog.write_text(json.dumps(bench_catalog(SimpleNamespace(base_url=base_url), key_env=PROVIDER_KEY_ENV)))
+        # The usage table (template.yaml's) on a moto server in a process of its own, answering at once: each billed
+        # call's ledger entry is written through botocore (serialised, signed, sent, its answer parsed) as deployed.
+        sys.path.insert(0, str(REPO_ROOT / "tests"))
+        from fakes.slow_s3 import SlowS3
+
+        self.aws = SlowS3(latency_ms=0)
+        endpoint = self.aws.__enter__()
         # The API function's environment, tracing off: with X-Ray on and the invocation sampled, the SDK's httpx
         # patch makes concurrent calls fail (docs/performance.md, twenty-fourth round); unsampled it adds its own CPU.
         os.environ.update({"COMPACTOR_CATALOG": str(catalog), "POWERTOOLS_TRACE_DISABLED": "true",
-                           "AWS_DEFAULT_REGION": "us-east-1"})
-        for name in ("COMPACTOR_USAGE_TABLE", "COMPACTOR_LEDGER_FILE"):
-            os.environ.pop(name, None)  # the local ledger in memory
+                           "AWS_ENDPOINT_URL_DYNAMODB": endpoint, "COMPACTOR_USAGE_TABLE": USAGE_TABLE})
+        for name in ("COMPACTOR_LEDGER_FILE", "COMPACTOR_IDEMPOTENCY_TABLE"):
+            os.environ.pop(name, None)
+        from compactor_aws import billing, ledger
+        from compactor_cli.sam_template import load_template
+
+        ledger.reset_client()
+        billing.reset_backends()
+        spec = load_template(REPO_ROOT / "template.yaml")["Resources"]["UsageTable"]["Properties"]
+        ledger.dynamodb_client().create_table(TableName=USAGE_TABLE, **{name: spec[name] for name in (
+            "BillingMode", "AttributeDefinitions", "KeySchema", "GlobalSecondaryIndexes") if name in spec})
         # The function's logs and metrics go to stdout, as on Lambda; here to /dev/null, bound at its import.
         self.sink = open(os.devnull, "w")  # noqa: SIM115
         sys.path.insert(0, str(REPO_ROOT / "functions" / "compact"))
         with contextlib.redirect_stdout(self.sink):
             import compact as api_function  # the handler module, its init as on Lambda
         self.handler = api_function.handler
+        self.billed = 0
         return self
 
     def router(self) -> Router:
@@ -287,12 +304,25 @@ class RealProvider:
             sent = json.dumps(response)  # the Lambda runtime's encoding of the result it returns
             elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
         assert response["statusCode"] == 200 and sent, response
+        self.billed += 1
         return elapsed, json.loads(response["body"]), cpu
+
+    def ledger_entries(self) -> int:
+        """The entries the usage table holds: one per billed request."""
+        from compactor_aws import ledger
+
+        pages = ledger.dynamodb_client().get_paginator("scan").paginate(
+            TableName=USAGE_TABLE, FilterExpression="attribute_exists(entry_id)", Select="COUNT")
+        return sum(page["Count"] for page in pages)
 
     def __exit__(self, *exc: object) -> None:
         from compactor import container
+        from compactor_aws import billing, ledger
 
         container.reset_router()
+        billing.reset_backends()
+        ledger.reset_client()
+        self.aws.__exit__()
         self.loop.close()
         self.sink.close()
         self.directory.cleanup()
@@ -443,6 +473,7 @@ def overhead(runs: int, profile: bool) -> bool:
             samples.append(elapsed)
             cpu_samples.append(cpu)
             service_samples.append(service_cpu)
+        assert provider.ledger_entries() == provider.billed, "a request through the handler was not billed"
     baseline, cpu_baseline = statistics.median(baselines), statistics.median(cpu_baselines)
     report = answer["compaction"]
     candidates = check_compacted(answer)
