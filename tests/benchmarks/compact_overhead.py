@@ -13,8 +13,8 @@ Run: ``.venv/bin/python tests/benchmarks/compact_overhead.py [--runs N] [--laten
    resolver and its request validation (the body parsed by ``bounded_loads`` and validated as
    ``CompactRequest``), ``service.compact`` (preparation, materialisation, flow admission, the run with its 24
    model calls encoded, sent and their answers read over loopback HTTPS, reassembly), the call observed and
-   billed (metrics, billing line, the ledger entry: the local ledger, not DynamoDB), the answer encoded, and the
-   proxy response encoded as the Lambda runtime sends it; as a ratio to the thread CPU of one ``json.loads`` +
+   billed (metrics, billing line, the ledger entry written by botocore to the usage table on a moto server in
+   its own process), the answer encoded, and the proxy response encoded as the Lambda runtime sends it; as a ratio to the thread CPU of one ``json.loads`` +
    ``json.dumps`` round trip of the same body (the floor of a request that reads its body and writes an answer:
    about 1), the median of N runs (after a first one, not counted) against the median of round trips timed
    beside each run. Goal ≤ 6. Thread CPU, not wall time: the wall time also holds the provider's own work, and

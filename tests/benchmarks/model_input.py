@@ -419,8 +419,8 @@ def main() -> int:
           f"{'; above ' + str(GOAL) + ' on its own' if worst['decision']['sent'] > GOAL * worst['bytes'] else ''}), "
           f"seal {mean_seal:.2f}; "
           f"decision costlier than the seal's one call on {costlier} of {len(called)}")
-    print(f"as billed with prompt caching, as the requests were sent (a request reads at {CACHED_INPUT_PRICE_FACTOR:g}x "
-          f"the input price the prefix of at least {CACHE_MIN_BYTES} bytes it shares with a request answered before it "
+    print(f"as billed with prompt caching, as the requests were sent (a request reads at "
+          f"{CACHED_INPUT_PRICE_FACTOR:g}x the input price the prefix of at least {CACHE_MIN_BYTES} bytes it shares with a request answered before it "
           f"was sent; provider latency {LATENCY_S:g} s): decision {mean_billed:.2f}, worst "
           f"{worst_billed['decision']['billed'] / worst_billed['bytes']:.2f} ({worst_billed['name']}); costlier "
           f"than the seal's one call on {costlier_billed} of {len(called)}; if every request after the first of its "
