@@ -17,9 +17,9 @@ the later runs easier than a caller's. Printed: wall / (2·L) at L = 200 ms and 
 plain HTTP.
 
 Then, per transport, X-Ray tracing on as deployed (``Tracing: Active``): ``compactor serve`` with the environment
-Lambda gives a sampled invocation, one request at L = 200 ms, the process's first (the only one under its trace
-header, as every invocation has its own; its wall time holds the imports and is not judged), which must summarize
-every batch. Exit 1 when a goal is missed or the provider did not see one decision and one summary per batch, or a
+Lambda gives a sampled invocation, one request at L = 200 ms, the server's first compaction (after its readiness
+check's ``/v1/healthz``; the only one under its trace header, as every invocation has its own; its wall time holds
+the imports and is not judged), which must summarize every batch. Exit 1 when a goal is missed or the provider did not see one decision and one summary per batch, or a
 batch was not summarized as the provider answered.
 """
 
@@ -158,8 +158,9 @@ def main() -> int:
         return request_body(transcript(BATCHES, BATCH_OUTPUT_CHARS, variant=session)).encode()
     failed = False
     chosen = [transports for transports in TRANSPORTS if args.transports in (transports, "all")]
-    # Each configuration: (transports, L, goal, traced). The traced ones: one request (its process's first, so the
-    # only one under its trace header, as every Lambda invocation has its own), judged on its batches only.
+    # Each configuration: (transports, L, goal, traced). The traced ones: one request (the server's first
+    # compaction, so the only one under its trace header, as every Lambda invocation has its own), judged on its
+    # batches only.
     runs = [(transports, latency_s, goal, False) for transports in chosen for latency_s, goal in GOALS.items()]
     runs += [(transports, TRACED_LATENCY_S, None, True) for transports in chosen]
     # The X-Ray daemon's port: segments are sent there by UDP and dropped unread.
@@ -184,7 +185,7 @@ def main() -> int:
             if traced:
                 print(f"e2e_concurrency: {batches} batches through compactor serve + {transports} transports over "
                       f"HTTPS, X-Ray tracing on and the invocation sampled, as deployed, L = {latency_s * 1000:.0f} "
-                      f"ms, the process's first request: wall / (2·L) {median:.3f} (imports included; not judged), "
+                      f"ms, the server's first compaction: wall / (2·L) {median:.3f} (imports included; not judged), "
                       f"every batch summarized: {'yes  OK' if not wrong else 'no  FAILED'}")
             else:
                 verdict = "OK" if median <= goal and not wrong else "ABOVE GOAL" if not wrong else "FAILED"
