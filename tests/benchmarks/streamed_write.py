@@ -17,8 +17,8 @@ state, not the windows, is what the result's summary reads):
   goes on);
 * ``parts only``: the array parsed and encoded again message by message, parts side by side;
 * ``copy only``: the array copied, each part uploaded when it is cut, on the step's thread;
-* ``before``: what the step did until issue 11's nineteenth round: parsed and encoded, each part uploaded when it
-  is cut (docs/performance.md, "Streamed writes").
+* ``before``: what the step did until issue 11's nineteenth round: parsed (as it read then: ijson's items, each
+  message's depth checked) and encoded, each part uploaded when it is cut (docs/performance.md, "Streamed writes").
 
 The two arms that upload each part when it is cut give the writer :class:`OneAfterAnother` in place of
 ``InFlight``: what the writer did before, not ``InFlight`` with one part at a time (which uploads a part while the
@@ -67,13 +67,33 @@ class OneAfterAnother:
 
 
 def parsed_again(out: Any, array: Any, summary: dict[str, Any]) -> None:
-    """``write_body_of_array`` as the step wrote the result before: each message parsed, then encoded."""
+    """``write_body`` of the pass output parsed and encoded again, read as an :class:`ArrayWriter`'s bytes are read
+    today (``keys_checked=False``: bytes a checked reading went through): the ``parts only`` arm."""
     from contextlib import nullcontext
 
     from compactor.compaction.windowed import write_body
     from compactor.transcript_stream import messages_from
 
-    write_body(out, messages_from(lambda: nullcontext(array)), summary, messages_only=False)
+    write_body(out, messages_from(lambda: nullcontext(array), keys_checked=False), summary, messages_only=False)
+
+
+def parsed_before(out: Any, array: Any, summary: dict[str, Any]) -> None:
+    """``write_body_of_array`` as the step wrote the result before: each message parsed, then encoded, read as the
+    step read it then (ijson's items, each message's depth checked: ``stream_read.py``'s ``before``). Until issue 11's
+    twenty-fourth round this arm read with today's ``messages_from`` and its defaults: the counting reader of the
+    twentieth round and the refusal of a key named twice (a Python call for every key), added after the step changed
+    and never part of what it did, which made ``before`` slower than it was."""
+    import ijson
+
+    from compactor.compaction.windowed import write_body
+    from compactor.jsonutil import MAX_BODY_DEPTH, depth_exceeds
+
+    def messages() -> Any:
+        for message in ijson.items(array, "item", use_float=True):
+            assert not depth_exceeds(message, MAX_BODY_DEPTH)
+            yield message
+
+    write_body(out, messages(), summary, messages_only=False)
 
 
 def main() -> int:
@@ -117,7 +137,7 @@ def main() -> int:
         del array
         copy, in_flight = windowed.write_body_of_array, side_by_side.InFlight
         modes = {"now": (copy, in_flight), "parts only": (parsed_again, in_flight),
-                 "copy only": (copy, OneAfterAnother), "before": (parsed_again, OneAfterAnother)}
+                 "copy only": (copy, OneAfterAnother), "before": (parsed_before, OneAfterAnother)}
         walls: dict[str, list[float]] = {name: [] for name in modes}
         cpus: dict[str, list[float]] = {name: [] for name in modes}
         process_cpus: dict[str, list[float]] = {name: [] for name in modes}
