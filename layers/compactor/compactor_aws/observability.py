@@ -405,33 +405,20 @@ class _NoTracing(BaseProvider):
     def patch_all(self) -> None: ...
 
 
-# What the functions call out with: AWS (botocore) and the model providers (httpx). Powertools would
-# otherwise patch every library the X-Ray SDK knows, importing each one installed (docs/performance.md).
-TRACED_LIBRARIES = ("botocore", "httpx")
-
-
-def traced_libraries() -> tuple[str, ...]:
-    """Which of :data:`TRACED_LIBRARIES` this container calls out with: botocore, and httpx only where the
-    container's catalog has an offer on one of the core's HTTP transports. Patching httpx imports it (and the
-    SDK's patch module), which a catalog of built-in and Bedrock offers never uses, as the bundled catalog
-    (docs/performance.md#lean-imports). A catalog that fails to load gets both; its first request reports why."""
-    from compactor.catalog import CatalogError, get_catalog
-    from compactor.providers.registry import TRANSPORTS
-
-    try:
-        offers = get_catalog().offers
-    except CatalogError:
-        return TRACED_LIBRARIES
-    if any(TRANSPORTS[offer.transport].http for offer in offers):
-        return TRACED_LIBRARIES
-    return tuple(library for library in TRACED_LIBRARIES if library != "httpx")
+# What the tracer patches: botocore (AWS, Bedrock included). Powertools would otherwise patch every library the X-Ray
+# SDK knows, importing each one installed (docs/performance.md). Not httpx, the model providers' client: the SDK keeps
+# a Lambda invocation's open subsegments in one stack per thread, and a request's model calls run concurrently on one
+# event loop, so its httpx patch ended one call's subsegment under another's and most calls of a sampled invocation
+# failed with ``AlreadyEndedException`` (their batches kept as they were). Each model call is traced by its flow
+# node's subsegment instead, written after the flow from the call record (:func:`trace_flow_nodes`; docs/deploy.md).
+TRACED_LIBRARIES = ("botocore",)
 
 
 def new_tracer() -> Tracer:
     """The Powertools tracer of a handler. Where Powertools finds tracing off (outside Lambda, SAM local,
     ``POWERTOOLS_TRACE_DISABLED``) it is a disabled tracer whose provider does nothing, so the X-Ray SDK is
     never imported: importing it builds two botocore X-Ray clients for its sampler (docs/performance.md).
-    Where it is on, it patches :func:`traced_libraries` only."""
+    Where it is on, it patches :data:`TRACED_LIBRARIES` only."""
     if not Tracer._is_tracer_disabled():  # Powertools' own rule, so that both agree
-        return Tracer(patch_modules=traced_libraries())
+        return Tracer(patch_modules=TRACED_LIBRARIES)
     return Tracer(disabled=True, auto_patch=False, provider=_NoTracing())
