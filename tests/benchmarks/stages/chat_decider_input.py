@@ -1,6 +1,6 @@
 """Model input of decisions asked through a chat model: the bytes the ``chat-decisions`` transport sends.
 
-Run: ``.venv/bin/python tests/benchmarks/chat_decider_input.py [FILE|DIR ...]`` (default: the corpus), and
+Run: ``.venv/bin/python tests/benchmarks/stages/chat_decider_input.py [FILE|DIR ...]`` (default: the corpus), and
 ``--cpu`` for the time the decision prompt takes to build on the largest admissible request.
 
 Each transcript is compacted in decision mode as ``tests/benchmarks/model_input.py`` does it, with the decider
@@ -13,7 +13,8 @@ and a digest of the compacted output (the same digest before and after a change 
 decisions). ``--cpu``: the decision payloads of ``compact_overhead.py``'s 900 KB request (12 batches), each made
 into its prompt text (``chat_decisions.payload_text``) against its dense JSON (``dense_dumps``, the prompt's text
 before the evidence was embedded): the sum over the request's batches, the best of 20 runs, beside the request's
-own thread CPU with the in-process fakes (median of 5). Figures only.
+own thread CPU with the in-process fakes (median of 5). Figures only: a diagnostic with no goal, beside the other
+stages' scripts, not run by ``make bench`` (a benchmark there must be able to fail).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from compactor.providers.registry import transport_for
 from compactor.router import Router
 from compactor.service import compact
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # model_input.py
 from model_input import (_DECIDER, _OFFLINE, _SUMMARIZER, KEY_ENV, failed_calls, read, readable,  # noqa: E402
                          summary_reply, transcripts)
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply  # noqa: E402
