@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from compactor_cli.sam_template import Template, load_template
+from compactor.jobs import RETENTION_ENV
 from compactor.object_jobs import COMPACTED_PREFIX, DEFAULTS_ENV, FAILED_PREFIX, INCOMING_PREFIX, load_defaults
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,3 +176,26 @@ def test_log_group_has_retention(resources: dict[str, Any], template: Template) 
     group = properties(resources, "S3CompactFunctionLogGroup", "AWS::Logs::LogGroup")
     assert group["LogGroupName"] == {"Fn::Sub": "/aws/lambda/${S3CompactFunction}"}
     assert int(template.resolve(group["RetentionInDays"])) > 0
+
+
+@pytest.mark.parametrize("days", ["0", "7", "400"])
+def test_uploaded_transcripts_and_their_outcomes_expire_after_the_retention(days: str) -> None:
+    """TranscriptRetentionDays expires the customer data the S3 path and the uploads keep (docs/deploy.md#data-
+    retention): each of incoming/, compacted/ and failed/ after that many days, their replaced versions after a day;
+    0 (the default) keeps them for ever, as every stack did (they had no rule), and the API function knows the
+    retention, so that a job whose data expired answers 410."""
+    template = Template.load(TEMPLATE_PATH, {"TranscriptRetentionDays": days})
+    assert template.document["Parameters"]["TranscriptRetentionDays"]["Default"] == 0
+    rules = template.resolve(template.resources["TranscriptBucket"]["Properties"])["LifecycleConfiguration"]["Rules"]
+    for prefix in (INCOMING_PREFIX, COMPACTED_PREFIX, FAILED_PREFIX):
+        [rule] = [rule for rule in rules if rule.get("Prefix") == prefix]
+        if days == "0":
+            assert rule["Status"] == "Disabled" and "ExpirationInDays" not in rule, prefix
+        else:
+            assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] == days, prefix
+            assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 1}, prefix
+    # no enabled rule expires them otherwise (the rule without a prefix: replaced versions after 30 days)
+    assert not any(rule["Status"] == "Enabled" and "ExpirationInDays" in rule and INCOMING_PREFIX.startswith(
+        rule.get("Prefix", "")) for rule in rules if rule.get("Prefix") != INCOMING_PREFIX)
+    env = template.function_properties("CompactFunction")["Environment"]["Variables"]
+    assert env[RETENTION_ENV] == days

@@ -292,3 +292,77 @@ def test_a_failed_upload_never_shadows_the_newer_upload_of_its_job(
         ("skipped", "a newer version was processed")]
     failed = status()
     assert failed["status"] == "failed" and "RuntimeError" in failed["error"]["message"]  # the third upload's own
+
+
+def _age_record(aws: Any, job_id: str, days: float, key_id: str = "key-a") -> None:
+    """The job's record as if ``POST /v1/uploads`` created it ``days`` ago."""
+    import time
+
+    key = "jobs/" + jobs.upload_rel(key_id, job_id).removeprefix(jobs.UPLOADS)
+    record = json.loads(aws.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    record["created_at"] = int(time.time() - days * 86400)
+    aws.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(record).encode(), ContentType="application/json")
+
+
+def test_a_job_whose_data_expired_before_its_record_is_410(aws, compact_module, s3_module, monkeypatch):
+    """With TranscriptRetentionDays, S3 expires the upload and its result (lifecycle: a delete marker over each)
+    while the job's record lives its 30 days: the job answers 410 ``job_expired``, where it read
+    ``awaiting_upload`` (as if the caller could still upload: the URL had expired weeks before), and a result that
+    expired between the look-up and the read of a failure is no 500."""
+    monkeypatch.setenv(jobs.RETENTION_ENV, "7")
+    monkeypatch.setattr(s3_module, "store", s3_module.S3Store())
+    done_id = call(compact_module, "POST", "/uploads")[1]["job_id"]
+    key = "incoming/" + jobs.upload_rel("key-a", done_id)
+    aws.put_object(Bucket=BUCKET, Key=key, Body=json.dumps({"messages": transcript(), "keep_recent": 1}).encode())
+    head = aws.head_object(Bucket=BUCKET, Key=key)
+    s3_module.handler(s3_event(BUCKET, key, version_id=head.get("VersionId"), etag=head["ETag"].strip('"'),
+                               size=head["ContentLength"]), LocalLambdaContext("S3CompactFunction", timeout_s=300))
+    assert call(compact_module, "GET", f"/jobs/{done_id}")[1]["status"] == "done"
+
+    # 8 days on: the record is older than the retention, the data is still there (lifecycle runs late): done, and
+    # its URL answers the result
+    _age_record(aws, done_id, 8)
+    status, done = call(compact_module, "GET", f"/jobs/{done_id}")
+    assert status == 200 and done["status"] == "done"
+    assert requests.get(done["result"]["url"], timeout=10).status_code == 200
+    # then S3 expires the upload and the result (a delete marker over each: the bucket is versioned)
+    aws.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    for place in ("incoming/", "compacted/"):
+        aws.delete_object(Bucket=BUCKET, Key=place + jobs.upload_rel("key-a", done_id))
+    status, body = call(compact_module, "GET", f"/jobs/{done_id}")
+    assert status == 410, body  # before: 200 awaiting_upload
+    assert body["error"]["code"] == "job_expired" and "7 days" in body["error"]["message"]
+
+    # a job never uploaded, past the retention: 410 as well; a young one still awaits its upload
+    old_id, young_id = (call(compact_module, "POST", "/uploads")[1]["job_id"] for _ in range(2))
+    _age_record(aws, old_id, 7.5)
+    assert call(compact_module, "GET", f"/jobs/{old_id}")[0] == 410
+    _age_record(aws, young_id, 6.5)
+    assert call(compact_module, "GET", f"/jobs/{young_id}") == (200, {"job_id": young_id, "status": "awaiting_upload"})
+    # another caller's expired job stays unknown to you; without a retention nothing is taken as expired
+    assert call(compact_module, "GET", f"/jobs/{old_id}", key_id="key-b")[0] == 404
+    monkeypatch.delenv(jobs.RETENTION_ENV)
+    assert call(compact_module, "GET", f"/jobs/{old_id}")[1]["status"] == "awaiting_upload"
+
+
+def test_a_failure_that_expires_while_it_is_read_is_410_not_500(aws, monkeypatch):
+    """The failure S3 expired between the job's look-ups and the read of its record: the job is looked up again
+    and answers 410, not 500 (NoSuchKey) nor a failure with no error."""
+    from compactor_aws.routes.jobs import presign
+    from compactor_aws.s3_store import S3Store
+
+    store = S3Store()
+    job_id = jobs.create_upload(store, BUCKET, "key-a", presign)[1]["job_id"]
+    _age_record(aws, job_id, 30)
+    failure_key = "failed/" + jobs.upload_rel("key-a", job_id)
+    aws.put_object(Bucket=BUCKET, Key=failure_key, Body=b'{"status": 422, "error": {"code": "invalid_transcript"}}')
+    real_get = store.get_if_exists
+
+    def get_if_exists(bucket: str, key: str, *, max_bytes: int) -> Any:
+        if key == failure_key:  # expired after the head found it
+            aws.delete_object(Bucket=BUCKET, Key=key)
+        return real_get(bucket, key, max_bytes=max_bytes)
+
+    monkeypatch.setattr(store, "get_if_exists", get_if_exists)
+    status, body = jobs.job_status(store, BUCKET, "key-a", job_id, presign, retention_days=7)
+    assert status == 410 and body["error"]["code"] == "job_expired"

@@ -121,3 +121,29 @@ def test_an_execution_ended_without_record_failure_reaches_the_window_job_functi
     # the rule SAM makes of the event is named after the function and the event
     assert statement["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [f"WindowJobFunction{name}",
                                                                                      "Arn"]}}}
+
+
+def test_the_distributed_map_may_run_children_of_its_own_state_machine_only(resources):
+    """The state machine's role starts, describes and stops the Distributed Map's child executions: on its own
+    ARN and its own executions (``<name>/<map run>:<id>``), not on "*" (any state machine of the account), and
+    through a role policy, so the role does not refer to the state machine that uses it (a circular dependency)."""
+    machine = resources["WindowedJobStateMachine"]["Properties"]
+    assert "Name" not in machine  # a name of its own would replace the state machine (and its running jobs)
+    own = [statement for policy in machine["Policies"] for statement in policy["Statement"]]
+    assert not any("WindowedJobStateMachine" in json.dumps(statement) for statement in own)
+    attached = [statement for resource in resources.values() if resource["Type"] == "AWS::IAM::RolePolicy"
+                and resource["Properties"]["RoleName"] == {"Ref": "WindowedJobStateMachineRole"}
+                for statement in resource["Properties"]["PolicyDocument"]["Statement"]]
+    grants: dict[str, Any] = {}
+    for statement in own + attached:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        for action in actions:
+            if action.startswith("states:"):
+                assert action not in grants, action
+                grants[action] = statement["Resource"]
+    children = {"Fn::Sub": "arn:${AWS::Partition}:states:${AWS::Region}:${AWS::AccountId}:execution:"
+                           "${WindowedJobStateMachine.Name}/*"}
+    assert grants == {"states:StartExecution": {"Ref": "WindowedJobStateMachine"},
+                      "states:DescribeExecution": children, "states:StopExecution": children}
+    # the S3 function starts no job before the grant exists (a new stack)
+    assert resources["S3CompactFunctionWindowedJobs"]["DependsOn"] == "WindowedJobStateMachineChildExecutions"

@@ -167,6 +167,10 @@ class NotFound(CompactorError):
         return cls(f"no route for {method} {path}")
 
 
+class JobExpired(CompactorError):
+    status, code = 410, "job_expired"  # an upload job past the deployment's retention of its data (docs/scale.md)
+
+
 class MethodNotAllowed(CompactorError):
     status, code = 405, "method_not_allowed"  # the path has routes, none for this method (with an Allow header)
 

@@ -5,7 +5,9 @@ is large) into ``compacted/<rel>`` or records ``failed/<rel>``; its status is re
 API uploads and objects written straight to the bucket share one job model. An API upload is
 ``incoming/uploads/<caller>/<id>.json`` (``<caller>`` a digest of the API key id, ``<id>`` random), with
 a record ``jobs/<caller>/<id>.json`` so unknown ids are 404; another caller's id is unknown to you.
-Presigning is the adapter's (``presign(method, key, expires_s, content_type)`` -> URL).
+Presigning is the adapter's (``presign(method, key, expires_s, content_type)`` -> URL). A deployment may expire
+uploads and their outcomes after ``COMPACTOR_TRANSCRIPT_RETENTION_DAYS`` (the template's ``TranscriptRetentionDays``,
+an S3 lifecycle rule); records under ``jobs/`` expire after 30 days, so a job whose data is gone answers 410.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from compactor.object_jobs import (
@@ -37,6 +39,8 @@ JOBS_PREFIX = "jobs/"
 URL_EXPIRES_S = 900
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 FAILURE_READ_MAX_BYTES = 1_000_000
+RETENTION_ENV = "COMPACTOR_TRANSCRIPT_RETENTION_DAYS"
+DAY_S = 86_400
 
 Presign = Callable[[str, str, int, str | None], str]
 
@@ -88,7 +92,15 @@ def upload_caller(store: ObjectStore, bucket: str, rel: str) -> str | None:
     return caller if isinstance(caller, str) and _caller_segment(caller) == segment else None
 
 
+def retention_days(environ: Mapping[str, str]) -> int:
+    """Days the deployment keeps uploads and their outcomes (``RETENTION_ENV``); 0, keep them, when unset or not a
+    positive whole number."""
+    value = environ.get(RETENTION_ENV, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
 def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presign: Presign, *,
+               retention_days: int = 0, now: Callable[[], float] = time.time,
                looked_again: bool = False) -> tuple[int, dict[str, Any]]:
     """``GET /v1/jobs/{id}``: ``awaiting_upload``, ``running``, ``done`` (a presigned GET of the
     ``/v1/compact`` response body) or ``failed`` (the recorded error and its status). The job's record and its
@@ -99,8 +111,10 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
     result is not written yet is ``running``, never the older upload's outcome. A lookup that failed fails the
     request only when the answer needs it. A failure deleted between its look-up and its read (a result of the same
     upload superseded it, docs/scale.md "One outcome per object") is looked up again, once: S3's NoSuchKey was a
-    500."""
-    from compactor.errors import NotFound
+    500. With a retention (``retention_days``), a job that has neither outcome nor upload once its record is that many
+    days old is 410 ``job_expired``: its data expired (or it was never uploaded, its upload URL long expired); it read
+    ``awaiting_upload`` until its record expired too."""
+    from compactor.errors import JobExpired, NotFound
     from compactor.side_by_side import each_side_by_side
 
     if not JOB_ID.match(job_id):
@@ -127,10 +141,22 @@ def job_status(store: ObjectStore, bucket: str, caller: str, job_id: str, presig
         if stored is None:  # deleted since it was looked up: its result, or a newer upload's outcome, is there now
             if looked_again:
                 return 200, {**body, "status": "running"}
-            return job_status(store, bucket, caller, job_id, presign, looked_again=True)
+            return job_status(store, bucket, caller, job_id, presign, retention_days=retention_days, now=now,
+                              looked_again=True)
         failure = json.loads(stored.body)
         return 200, {**body, "status": "failed", "error": failure.get("error"), "error_status": failure.get("status")}
+    if upload is None and retention_days > 0 and _expired(store, bucket, keys[0], retention_days * DAY_S, now()):
+        return JobExpired(f"job {job_id} expired: uploads and their results are kept {retention_days} days").answer()
     return 200, {**body, "status": "running" if upload is not None else "awaiting_upload"}
+
+
+def _expired(store: ObjectStore, bucket: str, record_key: str, retention_s: int, now: float) -> bool:
+    """Whether the job's record is at least ``retention_s`` old: its upload and outcome, written after it, may then
+    have expired. A record that vanished meanwhile, or names no creation time, is not taken as expired."""
+    found = store.get_if_exists(bucket, record_key, max_bytes=FAILURE_READ_MAX_BYTES)
+    record = json.loads(found.body) if found is not None else None
+    created_at = record.get("created_at") if isinstance(record, dict) else None
+    return isinstance(created_at, int | float) and now - created_at >= retention_s
 
 
 def _of_upload(result: ObjectHead | None, upload: ObjectHead | None) -> bool:

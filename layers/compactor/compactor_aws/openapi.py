@@ -350,6 +350,9 @@ ROUTE_ERRORS: dict[tuple[str, str], dict[str, tuple[str, type[BaseModel]]]] = {
                                                ("504", "`timeout`, `flow_deadline`"),
                                                ("422", "`data_error`: a data operation that does not fit its data"),
                                                ("400", "`bad_request`, `context_overflow`"))},
+    ("get", "/jobs/{job_id}"): {"410": ("the job's upload and result expired: the deployment keeps them "
+                                        "`TranscriptRetentionDays` (`job_expired`, docs/deploy.md#data-retention)",
+                                        ErrorBody)},
     ("get", "/usage"): {"422": ("`from` or `to` is not a date YYYY-MM-DD or is given twice, `from` is after `to`, "
                                 "or the range spans more than 366 days (`invalid_usage_range`; the message names "
                                 "every bad parameter)", ErrorBody)},

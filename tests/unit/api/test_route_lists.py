@@ -33,7 +33,7 @@ def test_a_route_replays_an_idempotency_key_exactly_when_it_is_listed_as_billed(
     monkeypatch.setenv("COMPACTOR_JOBS_BUCKET", "jobs-bucket")  # the upload routes would answer 503 without it
     monkeypatch.setattr("compactor_aws.routes.jobs._ready", lambda: ("jobs-bucket", (None, "caller")))
     monkeypatch.setattr("compactor.jobs.create_upload", lambda *args: (201, {"job": "created"}))
-    monkeypatch.setattr("compactor.jobs.job_status", lambda *args: (200, {"job": "status"}))
+    monkeypatch.setattr("compactor.jobs.job_status", lambda *args, **kwargs: (200, {"job": "status"}))
     replaying = set()
     for method, path in template_routes():
         answers = []

@@ -61,4 +61,5 @@ def get_job(job_id: str) -> Response[str]:
     if isinstance(ready, Response):
         return ready
     bucket, (store, caller) = ready
-    return _json(*jobs.job_status(store, bucket, caller, job_id, presign))
+    retention_days = jobs.retention_days(os.environ)  # a job whose data expired answers 410 (docs/deploy.md)
+    return _json(*jobs.job_status(store, bucket, caller, job_id, presign, retention_days=retention_days))
