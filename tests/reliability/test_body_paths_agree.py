@@ -456,3 +456,15 @@ def test_a_body_that_is_a_json_array_is_refused_saying_what_to_send(compact_modu
     assert status == 422, answer
     text = json.dumps(answer)
     assert "the body is a JSON array" in text and "'messages'" in text and "'format'" in text
+
+
+def test_a_lone_surrogate_in_a_transcript_names_its_message(compact_module: ModuleType) -> None:
+    # The 422 said "messages: text must be valid Unicode: it contains a lone surrogate (\ud800)" and left the caller
+    # to search a transcript of thousands of messages for it.
+    raw = ('{"messages": [{"role": "user", "content": "Fix it."}, {"role": "assistant", "content": "Done \\ud800."}]}'
+           ).encode()
+    status, answer = api(compact_module, raw)
+
+    assert status == 422, answer
+    assert answer["detail"][0]["loc"] == ["body", "messages"]
+    assert answer["detail"][0]["msg"].endswith("a lone surrogate (\\ud800) in its item 1")

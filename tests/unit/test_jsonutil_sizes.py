@@ -106,8 +106,17 @@ def _utf8_check_by_encoding(value):
     try:
         dense_dumps(value).encode("utf-8")
     except UnicodeEncodeError as exc:
+        where = ""  # a list names its first item holding one (a transcript's message)
+        for index, item in enumerate(value if type(value) is list else []):
+            try:
+                dense_dumps(item).encode("utf-8")
+            except UnicodeEncodeError:
+                where = f" in its item {index}"
+                break
+            except (TypeError, ValueError):
+                break
         raise ValueError("text must be valid Unicode: it contains a lone surrogate "
-                         f"(\\u{ord(exc.object[exc.start]):04x})") from None
+                         f"(\\u{ord(exc.object[exc.start]):04x}){where}") from None
 
 
 def _outcome(check, value):

@@ -255,7 +255,22 @@ def ensure_utf8_encodable(value: Any) -> None:
         dense_dumps(value).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError("text must be valid Unicode: it contains a lone surrogate "
-                         f"(\\u{ord(exc.object[exc.start]):04x})") from None
+                         f"(\\u{ord(exc.object[exc.start]):04x}){_first_unencodable_item(value)}") from None
+
+
+def _first_unencodable_item(value: Any) -> str:
+    """Where a list's lone surrogate is (`` in its item 3``), so a 422 about a transcript's ``messages`` names the
+    message; ``""`` for anything else. Only on the failure path: each item is encoded until one raises."""
+    if type(value) is not list:
+        return ""
+    for index, item in enumerate(value):
+        try:
+            dense_dumps(item).encode("utf-8")
+        except UnicodeEncodeError:
+            return f" in its item {index}"
+        except (TypeError, ValueError):
+            return ""
+    return ""
 
 
 # Ints of up to this many bits have far fewer decimal digits than Python's conversion limit (4300 by default).
