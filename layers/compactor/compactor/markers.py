@@ -16,6 +16,11 @@ from compactor.patterns import lazy, pattern
 EVIDENCE_MARKER: Final = "[excerpt; full item goes only to summary]"
 # A recent protected unit shown only in part in the decision state.
 RECENT_MARKER: Final = "[excerpt]"
+# What stands for the middle of a long string in the bounded view of a unit too big for a summary record
+# (docs/behaviour.md "Limits and reasons"): the summarizer reads the string's head and tail around it (and lines of
+# its middle between two of them), and says it saw only part.
+OMITTED_MARKER: Final = "[… {omitted} bytes omitted …]"
+omitted_marker_pattern: Final = lazy(r"\[… (\d+) bytes omitted …\]")
 # The first line of the system message that replaces a sealed middle.
 SEAL_HEAD: Final = "[Earlier conversation, sealed summary]"
 

@@ -18,8 +18,8 @@ from compactor.jsonutil import (ascii_dumps, ascii_wire_size, dense_dumps, dense
 from compactor.markers import EVIDENCE_MARKER, RECENT_MARKER
 from compactor.records import record
 from compactor.compaction.salience import (batch_hint, escapes_plainly, hint_order, last_uses, later_dense_size,
-                                          message_names, names_in_translated, quoted_actions, sized_later_block,
-                                          text_wire_size, translated)
+                                          message_names, name_offsets, names_in_translated, quoted_actions,
+                                          sized_later_block, text_wire_size, translated)
 from compactor.compaction.units import Unit, instruction_pins, tail_indexes, with_dialect_tail
 from compactor.formats import get_dialect
 from compactor.formats.base import Dialect
@@ -31,6 +31,10 @@ MAX_BATCHES = 32
 PER_BATCH = 8
 MAX_PER_BATCH = 16
 MAX_SUMMARY_RECORD_BYTES = 50_000
+# A unit whose item does not fit one summary record alone is sent as its bounded view (the head and tail of each
+# long string around an omitted-bytes marker, formats/bounded.py), its entry within this share of the
+# record, so that several such units share a batch (docs/behaviour.md "Limits and reasons").
+OVERSIZED_PER_RECORD = 4
 MAX_FLOW_INPUT_BYTES = 900_000
 BUDGET_FLOOR, BUDGET_CAP = 128, 1_048_576
 # A fragment's evidence over EVIDENCE_EXCERPT_OVER characters is excerpted to its first and last
@@ -78,6 +82,9 @@ class Candidate:
     # what batching counts (docs/performance.md, docs/formats.md "Images and files")
     bound_bytes: int
     state_bytes: int  # compact bytes of its fragment entry in the flow input's state
+    # bytes of the unit's strings its item leaves out: a unit too big for a summary record is sent as its bounded
+    # view (formats/bounded.py; docs/behaviour.md "Limits and reasons"), 0 for every other
+    omitted: int = 0
 
 
 @record
@@ -395,7 +402,7 @@ class Questions:
 
 
 def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any] | Questions,
-              dialect: Dialect | None = None) -> Candidate:
+              dialect: Dialect | None = None, record_max: int = MAX_SUMMARY_RECORD_BYTES) -> Candidate:
     """The candidate of ``unit`` (whose messages are ``unit_messages``) with its exact serialised sizes.
 
     The models see the dialect's model view (docs/performance.md): the evidence and the item to summarize
@@ -407,7 +414,7 @@ def candidate(unit: Unit, unit_messages: list[Message], template: dict[str, Any]
     whole = item if view is unit_messages else dense_dumps(unit_messages)
     questions = template if isinstance(template, Questions) else Questions.of(template)
     return measured_candidate(unit, view, view_texts, item, whole, questions,
-                              bound=batching_text(unit_messages, dialect or get_dialect(None)))
+                              bound=batching_text(unit_messages, dialect or get_dialect(None)), record_max=record_max)
 
 
 def batching_text(unit_messages: list[Message], dialect: Dialect) -> str | None:
@@ -422,11 +429,14 @@ def batching_text(unit_messages: list[Message], dialect: Dialect) -> str | None:
 
 
 def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], item: str, whole: str,
-                       questions: Questions, content_at: int | None = None, bound: str | None = None) -> Candidate:
+                       questions: Questions, content_at: int | None = None, bound: str | None = None,
+                       record_max: int = MAX_SUMMARY_RECORD_BYTES) -> Candidate:
     """The candidate of ``unit`` from its model ``view``, the dense JSON of each view item (``view_texts``), of
     the view (``item``) and of the unit as it is (``whole``): its sizes are computed from those texts, never
     by encoding them again. ``content_at``: as in :func:`evidence_view`. ``bound``: the text batching counts
-    when it is not ``whole`` (:func:`batching_text`)."""
+    when it is not ``whole`` (:func:`batching_text`). ``record_max``: the bytes of a batch's summary record; a
+    unit whose entry does not fit one alone gets its ``formats.bounded.bounded_item`` (its evidence and size stay
+    the unit's own)."""
     evidence, excerpted = evidence_view(view, view_texts, content_at)
     question, question_bytes = ((questions.excerpted, questions.excerpted_bytes) if excerpted
                                 else (questions.whole, questions.whole_bytes))
@@ -436,13 +446,28 @@ def measured_candidate(unit: Unit, view: list[Message], view_texts: list[str], i
     key_bytes = len(unit.id) + 2  # ids are ASCII, quoted
     value_bytes = key_bytes + len(str(size)) + json_text_size(evidence)  # the evidence is ASCII: wire = dense
     item_bytes = json_text_size(item)  # the flow input holds it as a string (the summary prompt embeds it as JSON)
+    record_bytes = key_bytes + 1 + item_bytes
+    bound_bytes = key_bytes + 1 + (item_bytes if bound is item else json_text_size(bound))
+    omitted = 0
+    if 2 + bound_bytes > MAX_SUMMARY_RECORD_BYTES or 2 + record_bytes > record_max:  # too big to send as it is
+        from compactor.formats.bounded import bounded_item  # only such a unit pays its import (docs/performance.md)
+
+        bounded = bounded_item(view, bounded_entry_limit(record_max) - key_bytes - 1, item_bytes)
+        if bounded is not None:
+            item, omitted = bounded
+            record_bytes = bound_bytes = key_bytes + 1 + json_text_size(item)
     return Candidate(
         unit, evidence, question, item, size,
         decision_bytes=_FRAGMENT_WIRE + value_bytes + key_bytes + 2 + question_bytes,
-        record_bytes=key_bytes + 1 + item_bytes,
-        bound_bytes=key_bytes + 1 + (item_bytes if bound is item else json_text_size(bound)),
-        state_bytes=_FRAGMENT_DENSE + value_bytes,
+        record_bytes=record_bytes, bound_bytes=bound_bytes,
+        state_bytes=_FRAGMENT_DENSE + value_bytes, omitted=omitted,
     )
+
+
+def bounded_entry_limit(record_max: int) -> int:
+    """The most bytes the summary record entry of a unit's bounded view takes: a share of the record
+    (``OVERSIZED_PER_RECORD``), so that that many of them fit one batch's record (with its braces and commas)."""
+    return (min(record_max, MAX_SUMMARY_RECORD_BYTES) - 2) // OVERSIZED_PER_RECORD - 1
 
 
 def batch_size_limit(budget: int, reply_bytes: int | None) -> int:
@@ -531,12 +556,19 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
         own = texts[start:end]
         whole = dense_join(own)
         if all(plain[start:end]):  # each view item has its message's JSON: the messages are the view
-            return measured_candidate(unit, messages[start:end], own, whole, whole, questions, plain_at.get(end - 1))
-        item_texts = unit_view_texts(unit)
-        return measured_candidate(unit, [v for i in unit.indexes() for v in views[i]], item_texts,
-                                  dense_join(item_texts), whole, questions,
-                                  bound=batching_text(messages[start:end], dialect))
+            view, cand = messages[start:end], measured_candidate(
+                unit, messages[start:end], own, whole, whole, questions, plain_at.get(end - 1),
+                record_max=summary_max_bytes)
+        else:
+            item_texts = unit_view_texts(unit)
+            view = [v for i in unit.indexes() for v in views[i]]
+            cand = measured_candidate(unit, view, item_texts, dense_join(item_texts), whole, questions,
+                                      bound=batching_text(messages[start:end], dialect), record_max=summary_max_bytes)
+        if cand.omitted:  # sent as its bounded view: the salience scan may add lines of its middle
+            bounded_views[unit.id] = view
+        return cand
 
+    bounded_views: dict[str, list[Message]] = {}  # the model view of each unit sent as its bounded view, by id
     recent: list[str] = []
     for unit in units:
         if unit.id in protected and unit.end > tail.start:
@@ -563,7 +595,9 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             action_items = [next((m for m in view if m.get("role") == "assistant"), {}) for view in views]
         else:  # the calls as the models read them: base64 in their arguments by its marker (docs/formats.md)
             action_items = [view[0] if view else {} for view in views]
-        _add_salience(messages, views, view_texts, used, kept, sizer, translations, action_items)
+        scanned = _add_salience(messages, views, view_texts, used, kept, sizer, translations, action_items)
+        if bounded_views and scanned is not None:
+            _with_used_lines(used, bounded_views, *scanned)
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
@@ -620,16 +654,55 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
+def _with_used_lines(batches: list[Batch], bounded_views: dict[str, list[Message]], names: list[set[str]],
+                     last_use: dict[str, int]) -> None:
+    """Each bounded view (``bounded_views``, by unit id) made again with the lines of its middle that name what a
+    later message uses again (the salience scan's ``names`` of each message and ``last_use`` of each name), within
+    the bytes its item took: the batches' sizes only shrink, so every limit they were cut by still holds."""
+    from compactor.formats.bounded import bounded_item
+
+    for batch in batches:
+        for cand in batch.candidates:
+            view = bounded_views.get(cand.unit.id)
+            if view is None:
+                continue
+            last = cand.unit.end - 1
+            used = {name for i in cand.unit.indexes() for name in names[i] if last_use[name] > last}
+            if not used:
+                continue
+            key_bytes = len(cand.unit.id) + 3
+            found: dict[str, list[int]] = {}  # each long string searched once, however many cuts are tried
+
+            def marks(text: str, used: set[str] = used, found: dict[str, list[int]] = found) -> list[int]:
+                offsets = found.get(text)
+                if offsets is None:
+                    offsets = found[text] = name_offsets(text, used)
+                return offsets
+
+            bounded = bounded_item(view, cand.record_bytes - key_bytes, None, marks)
+            if bounded is None:
+                continue
+            item, omitted = bounded
+            entry = key_bytes + json_text_size(item)
+            if entry > cand.record_bytes:
+                continue
+            batch.record_bytes += entry - cand.record_bytes
+            batch.bound_bytes += entry - cand.bound_bytes
+            cand.item, cand.omitted, cand.record_bytes, cand.bound_bytes = item, omitted, entry, entry
+
+
 def _add_salience(messages: list[Message], views: list[list[Message]], view_texts: list[list[str]],
                   batches: list[Batch], kept: list[int], sizer: BatchSizer,
-                  translations: dict[int, bytes] | None = None, action_items: list[Message] | None = None) -> None:
+                  translations: dict[int, bytes] | None = None, action_items: list[Message] | None = None
+                  ) -> tuple[list[set[str]], dict[str, int]] | None:
     """Each batch's salience hint (its names that a later message uses again, in the batch or after it,
     less those the kept messages already carry) and its ``later`` block: those names and the actions
     after the batch that touch its names (a re-read, a re-run, a rewrite). ``translations``: contents
     translated for the names scan already, by message index (:func:`_dense_message`); ``action_items``:
-    each message's assistant chat message, where the format's items are not chat messages (``chat_reading``)."""
+    each message's assistant chat message, where the format's items are not chat messages (``chat_reading``).
+    Returns the names of each message and the last use of each name (``None`` without batches)."""
     if not batches:
-        return
+        return None
     # Each message scanned once, hidden reasoning left out (``views``: docs/formats.md); not those before the
     # first batch that are not kept: a name there is either in a batch message too, whose own index it
     # never exceeds, or in none (docs/performance.md).
@@ -663,6 +736,7 @@ def _add_salience(messages: list[Message], views: list[list[Message]], view_text
                                                      [action_sizes[i] for i in touching])
         batch.later_bytes = later_bytes
         flow_room -= later_bytes + _LATER_KEY_BYTES if batch.later else 0
+    return names, last_use
 
 
 def _message_names(message: Message, view: list[Message], texts: list[str], translation: bytes | None) -> set[str]:

@@ -21,6 +21,11 @@ PRESET_PATH = Path(__file__).resolve().parent.parent / "presets" / "selective-co
 MAX_GENERATION_TOKENS = 4096
 CAP_PLACEHOLDER, TOTAL_PLACEHOLDER, NAMES_PLACEHOLDER = "$CAP", "$TOTAL", "$NAMES"
 NAMES_LINE = "\nNames used again later in the transcript (keep them where the item mentions them): "
+# Said to the summarizer when an item of the batch is the bounded view of a unit too big for the summary record
+# (formats/bounded.py; docs/behaviour.md "Limits and reasons").
+PARTIAL_LINE = ("\nSome items show only the head and tail of a long output (and lines of its middle), what is left out "
+                "replaced by lines \"[… N bytes omitted …]\": summarise what is shown and say that the rest of that "
+                "output was not read.")
 # A batch's summaries may take, together, the budget for each item plus NAME_BYTES times the bytes of the
 # names later messages use again (the salience hint), and one summary up to SUMMARY_CAP_MIN of that total
 # whatever the budget: the summarizer spends the bytes where the errors and the names used later are
@@ -62,6 +67,8 @@ def summary_system(template: str, budget: int, batch: Batch) -> tuple[str, int, 
     names = NAMES_LINE + ", ".join(batch.names) if batch.names else ""
     text = (template.replace(CAP_PLACEHOLDER, str(cap)).replace(TOTAL_PLACEHOLDER, str(total))
             .replace(NAMES_PLACEHOLDER, names))
+    if any(c.omitted for c in batch.candidates):
+        text += PARTIAL_LINE
     return text, cap, total
 
 

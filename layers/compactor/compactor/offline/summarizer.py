@@ -25,6 +25,7 @@ from compactor.chat import RESULT_ROLES, as_messages, audio_transcript
 from compactor.formats.base import PAYLOAD_MARKER, media_marker
 from compactor.jsonutil import dense_dumps, dense_size, loads_within, strict_loads
 from compactor.markers import SEAL_HEAD as _SEAL_HEAD
+from compactor.markers import omitted_marker_pattern
 from compactor.markers import tool_call_pattern
 from compactor.offline.text_fit import (
     Section, fit_end, fit_sections, squeeze, squeezed_window, utf8_len,
@@ -62,6 +63,9 @@ _name_token = lazy(r"[A-Za-z_~./][\w./~@+-]*")  # as _decision_words
 SCORE_CALL, SCORE_ERROR, SCORE_EDIT, SCORE_NAMED, SCORE_PATH, SCORE_NOTE, SCORE_END = 10, 9, 7, 5, 4, 3, 2
 SCORE_MEDIA = SCORE_EDIT  # an image, a file or audio in a message or a result: what the call showed or gave
 LINE_BYTES = 240
+# How a summary says that its item showed only the head and tail of a long output (markers.OMITTED_MARKER: a unit
+# too big for a summary record, docs/offline-offers.md "Units too big for one record").
+PARTIAL_VIEW = "[partial view: {omitted} bytes of this output were not read]"
 _MIN_CUT = 40  # a cut call or error line shorter than this says too little
 _CALL_BYTES = 200
 _ARGUMENT_BYTES = 80  # a call's argument longer than this is shown cut; its lines are judged one by one
@@ -148,11 +152,22 @@ def _text_lines(text: str | list[str], names: frozenset[str], order: int, lines:
     returns the next order number. ``seen`` holds the squeezed lines already taken."""
     raw = [line for line in (text.splitlines() if isinstance(text, str) else text) if line.strip()]
     errors = set() if body else _error_positions(raw)
+    partial: list[_Line] = []
     for position, line in enumerate(raw):
         squeezed = squeeze(line)
         if squeezed in seen:
             continue
         seen.add(squeezed)
+        if "bytes omitted" in squeezed and omitted_marker_pattern().fullmatch(squeezed):
+            # the view showed only parts of a long output (its ends, lines of its middle): the summary says so,
+            # once, with all the bytes it did not read
+            if not partial:
+                partial.append(_Line(PARTIAL_VIEW.format(omitted=sum(
+                    int(m.group(1)) for line in raw if "bytes omitted" in line
+                    for m in [omitted_marker_pattern().fullmatch(squeeze(line))] if m)), SCORE_CALL, order))
+                lines.append(partial[0])
+                order += 1
+            continue
         shown = fit_end(squeezed, LINE_BYTES)
         found, line_paths = _names_of(shown, names), frozenset(paths_in(shown))
         if position in errors:
