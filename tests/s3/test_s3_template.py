@@ -180,10 +180,10 @@ def test_log_group_has_retention(resources: dict[str, Any], template: Template) 
 
 @pytest.mark.parametrize("days", ["0", "7", "400"])
 def test_uploaded_transcripts_and_their_outcomes_expire_after_the_retention(days: str) -> None:
-    """TranscriptRetentionDays expires the customer data the S3 path and the uploads keep (docs/deploy.md#data-
-    retention): each of incoming/, compacted/ and failed/ after that many days, their replaced versions after a day;
-    0 (the default) keeps them for ever, as every stack did (they had no rule), and the API function knows the
-    retention, so that a job whose data expired answers 410."""
+    """TranscriptRetentionDays expires the customer data the S3 path and the uploads keep
+    (docs/deploy.md#data-retention): each of incoming/, compacted/ and failed/ after that many days, their replaced
+    versions after a day; 0 (the default) keeps them for ever, as every stack did (they had no rule), and the API
+    function knows the retention, so that a job whose data expired answers 410."""
     template = Template.load(TEMPLATE_PATH, {"TranscriptRetentionDays": days})
     assert template.document["Parameters"]["TranscriptRetentionDays"]["Default"] == 0
     rules = template.resolve(template.resources["TranscriptBucket"]["Properties"])["LifecycleConfiguration"]["Rules"]
