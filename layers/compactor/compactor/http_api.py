@@ -206,14 +206,14 @@ def _fields(event: Mapping[str, Any], single: str, multi: str, what: str) -> tup
 
 def request_body_loads(text: str | bytes) -> Any:
     """A request body parsed as :func:`compactor.jsonutil.bounded_loads` parses it, refusing a top-level array: every
-    route takes a JSON object (docs/api.md), and Powertools' validation reads an array given for an object as its
-    first member, so a bare transcript (``[{"role": "user", ...}]``, as the CLI and the S3 path take one) was answered
-    ``messages: Field required`` about its first message, and ``[{"messages": [...]}, ...]`` was compacted as its
-    first member without a word about the rest."""
+    route takes a JSON object (docs/behaviour.md#requests-and-responses), and Powertools' validation reads an array
+    given for an object as its first member, so a bare transcript (``[{"role": "user", ...}]``, as the CLI and the S3
+    path take one) was answered ``messages: Field required`` about its first message, and ``[{"messages": [...]},
+    ...]`` was compacted as its first member without a word about the rest."""
     value = bounded_loads(text)
     if type(value) is list:
         raise JSONLimitError("the body is a JSON array: send a JSON object, a transcript's items under 'messages' "
-                             "('input' for openai-responses) with their 'format' (docs/api.md)")
+                             "('input' for openai-responses) with their 'format' (docs/behaviour.md)")
     return value
 
 
