@@ -23,9 +23,7 @@ from compactor.budget import Deadline
 from compactor.formats import get_dialect
 from compactor.models import CompactRequest
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
-from compactor.providers.base import Offer
-from compactor.providers.registry import transport_for
-from compactor.router import Router
+from fakes.routers import provider_router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -130,13 +128,13 @@ def test_responses_views_show_each_base64_payload_by_its_marker() -> None:
 
 # -- what the models are sent, through the real transports ------------------------------------------------------------
 
-def _router(fake: FakeProviderServer) -> Router:
-    common = {"base_url": fake.base_url, "price_in": 1.0, "price_out": 1.0,
-              "observations": {"supports_json_mode": True, "context": 1_000_000}}
-    return Router([Offer(id="p/dec", provider="p", family="dec", model="dec", protocol="decisions",
-                         transport="decisions", **common),
-                   Offer(id="p/chat", provider="p", family="chat", model="chat", protocol="chat",
-                         transport="openai", **common)], transport_for=transport_for)
+async def _sealed(fake: FakeProviderServer, fmt: str, items: list[dict[str, Any]]) -> list[str]:
+    """The bodies the provider received when ``items`` (of ``fmt``) were sealed, the last unit kept."""
+    field = "input" if fmt == "openai-responses" else "messages"
+    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=provider_router(fake))
+    assert status == 200, body
+    return [r.body.decode() for r in fake.requests]
 
 
 def _screenshot(fmt: str, n: int, data: str) -> list[dict[str, Any]]:
@@ -183,7 +181,7 @@ async def _compact(fake: FakeProviderServer, fmt: str, items: list[dict[str, Any
     field = "input" if fmt == "openai-responses" else "messages"
     request = CompactRequest.model_validate({"format": fmt, field: items, "keep_recent": 1, "target_ratio": 0.05,
                                              "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
-    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake))
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=provider_router(fake))
     assert status == 200, body
     return body
 
@@ -356,11 +354,7 @@ async def test_seals_input_shows_a_data_url_written_as_text_by_its_marker(fake_p
         else:
             result["content"] = output
     fake_provider.responder = lambda request: chat_reply("The record loop is off; four screenshots were taken.")
-    field = "input" if fmt == "openai-responses" else "messages"
-    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
-    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
-    assert status == 200, body
-    sent = [r.body.decode() for r in fake_provider.requests]
+    sent = await _sealed(fake_provider, fmt, items)
     assert sent and all(DATA[100:160] not in text for text in sent)
     assert sum(text.count("[image/png, 3000 bytes]") for text in sent) == 2
 
@@ -501,11 +495,7 @@ async def test_seals_input_shows_a_calls_base64_by_its_marker(fake_provider: Fak
     seal's one call carried 96 % of the transcript (``model_input.py --screenshots --in-calls``)."""
     items = _saving_transcript(fmt, [DATA] * 4)
     fake_provider.responder = lambda request: chat_reply("Four charts were saved under out/.")
-    field = "input" if fmt == "openai-responses" else "messages"
-    request = CompactRequest.model_validate({"format": fmt, field: items, "mode": "seal", "keep_recent": 1})
-    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
-    assert status == 200, body
-    sent = [r.body.decode() for r in fake_provider.requests]
+    sent = await _sealed(fake_provider, fmt, items)
     assert sent and all(DATA[100:160] not in text for text in sent)
     assert sum(text.count("[data, 3000 bytes]") for text in sent) >= 3  # each aged call (Anthropic's tail: the last)
 
@@ -627,11 +617,7 @@ async def test_seals_input_reads_what_a_voice_reply_said(fake_provider: FakeProv
     ``assistant: `` line: the sealed summary could not say what the assistant had answered."""
     replies = [_b64(60_000, seed) for seed in range(4)]
     fake_provider.responder = lambda request: chat_reply("Steps 0 to 3 were read out.")
-    request = CompactRequest.model_validate({"format": "openai-chat", "messages": _voice_transcript(replies),
-                                             "mode": "seal", "keep_recent": 1})
-    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
-    assert status == 200, body
-    sent = "".join(r.body.decode() for r in fake_provider.requests)
+    sent = "".join(await _sealed(fake_provider, "openai-chat", _voice_transcript(replies)))
     assert all(f"assistant: [audio] {_said(n)}" in sent for n in range(4))
     assert not any(data[100:160] in sent for data in replies)
 

@@ -22,9 +22,7 @@ from compactor.jsonutil import dense_size, json_text_size
 from compactor.models import CompactRequest
 from compactor.offline.summarizer import summarize_items
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
-from compactor.providers.base import Offer
-from compactor.providers.registry import transport_for
-from compactor.router import Router
+from fakes.routers import provider_router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 FORMATS = ("openai-chat", "anthropic-messages", "openai-responses")
@@ -123,15 +121,6 @@ def test_the_offline_summarizer_says_it_read_part_of_the_output() -> None:
     assert "$ pytest src/pkg/module_0.py" in summary
 
 
-def _router(fake: FakeProviderServer) -> Router:
-    common = {"base_url": fake.base_url, "price_in": 1.0, "price_out": 1.0,
-              "observations": {"supports_json_mode": True, "context": 1_000_000}}
-    return Router([Offer(id="p/dec", provider="p", family="dec", model="dec", protocol="decisions",
-                         transport="decisions", **common),
-                   Offer(id="p/chat", provider="p", family="chat", model="chat", protocol="chat",
-                         transport="openai", **common)], transport_for=transport_for)
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_oversized_units_are_summarized_through_the_models(fake_provider: FakeProviderServer, fmt: str) -> None:
     def answer(request: RecordedRequest) -> Reply:
@@ -146,7 +135,8 @@ async def test_oversized_units_are_summarized_through_the_models(fake_provider: 
     field = "input" if fmt == "openai-responses" else "messages"
     request = CompactRequest.model_validate({"format": fmt, field: items, "keep_recent": 1, "target_ratio": 0.05,
                                              "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
-    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000), router=_router(fake_provider))
+    status, body = await service.compact(request, deadline=Deadline.after_ms(60_000),
+                                         router=provider_router(fake_provider))
     assert status == 200, body
     report = body["compaction"]
     assert REASON_CONTEXT not in report["reasons"]

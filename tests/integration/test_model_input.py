@@ -15,24 +15,13 @@ from compactor import service
 from compactor.budget import Deadline
 from compactor.models import CompactRequest
 from compactor.policy.defaults import DEFAULT_DECISIONS_POLICY
-from compactor.providers.base import Offer
-from compactor.providers.registry import transport_for
-from compactor.router import Router
 from compactor.transcripts import parse_transcript
+from fakes.routers import provider_router
 from fakes.provider_server import FakeProviderServer, RecordedRequest, Reply, chat_reply, decision_reply
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 TRANSCRIPT = CORPUS / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
 SHARED = ("guidance", "instructions", "recent_evidence")
-
-
-def router(fake: FakeProviderServer, decider_transport: str) -> Router:
-    common = {"base_url": fake.base_url, "price_in": 1.0, "price_out": 1.0,
-              "observations": {"supports_json_mode": True, "context": 1_000_000}}
-    return Router([Offer(id="p/dec", provider="p", family="dec", model="dec", protocol="decisions",
-                         transport=decider_transport, **common),
-                   Offer(id="p/chat", provider="p", family="chat", model="chat", protocol="chat",
-                         transport="openai", **common)], transport_for=transport_for)
 
 
 @pytest.mark.parametrize("decider_transport", ["decisions", "chat-decisions"])
@@ -41,7 +30,7 @@ async def test_the_batches_of_a_request_share_one_prefix_holding_the_shared_stat
     messages, fields = parse_transcript(TRANSCRIPT.read_text(encoding="utf-8"))
     request = CompactRequest.model_validate({**fields, "messages": messages, "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
     status, body = await service.compact(request, deadline=Deadline.after_ms(60_000),
-                                         router=router(fake_provider, decider_transport))
+                                         router=provider_router(fake_provider, decider_transport))
     assert status == 200
     if decider_transport == "decisions":
         sent = [r.body for r in fake_provider.requests if r.path.endswith("/decisions")]
@@ -84,7 +73,7 @@ async def test_the_summary_prompt_embeds_each_item_as_json_not_as_a_quoted_strin
     messages, fields = parse_transcript(TRANSCRIPT.read_text(encoding="utf-8"))
     request = CompactRequest.model_validate({**fields, "messages": messages, "decision_policy_ir": DEFAULT_DECISIONS_POLICY})
     status, _ = await service.compact(request, deadline=Deadline.after_ms(60_000),
-                                      router=router(fake_provider, "decisions"))
+                                      router=provider_router(fake_provider, "decisions"))
     assert status == 200
     asked = {name for r in fake_provider.requests if r.path.endswith("/decisions") for name in r.json["questions"]}
     prompts = [r.json["messages"][1]["content"] for r in fake_provider.requests
