@@ -30,14 +30,13 @@ sample is a fresh interpreter that times
   as Lambda's runtime parses it before calling the handler. (Until issue 11's twenty-fifth round the first
   request was a 5.5 KB request of ten messages: one batch, one small window, a worker result small enough to
   answer inline.) S3 is a ``moto_server`` on 127.0.0.1, so the botocore client a function builds on its first
-  request is part of what is timed. It answers over HTTPS, as AWS does (:func:`make_certificates`), and the
-  samples trust its test authority as a deployed function trusts AWS's: it is appended to the built layer's own CA bundle, from which the layer's recipe
-  then makes the bundle's hashed directory (``make ca-certificates``; :func:`build_code`), and no sample sets
-  ``AWS_CA_BUNDLE``, so each new connection of a sample verifies with what the layer's clients use on Lambda. A
-  first request counts only when it compacted: the API's response and the
-  object the S3 function writes say ``compacted`` (its messages changed), and every node of the flow (the
-  workers': of their batch, which must give its summaries) ran without an error (:func:`compacted`,
-  :func:`flow_ran`).
+  request is part of what is timed. It answers over HTTPS, as AWS does (:func:`make_certificates`), and the samples
+  trust its test authority as a deployed function trusts AWS's: it is appended to the built layer's own CA bundle,
+  from which the layer's recipe then makes the bundle's hashed directory (``make ca-certificates``;
+  :func:`build_code`), and no sample sets ``AWS_CA_BUNDLE``, so each new connection of a sample verifies with what
+  the layer's clients use on Lambda. A first request counts only when it compacted: the API's response and the
+  object the S3 function writes say ``compacted`` (its messages changed), and every node of the flow (the workers':
+  of their batch, which must give its summaries) ran without an error (:func:`compacted`, :func:`flow_ran`).
   A row ``worker (S3)`` runs the batch the runner uploads for this request (it carries the smallest payloads
   in the execution's input, as many as fit, so the largest batch, the one a request waits for, is read from
   S3), its payload read from S3; the goals hold for it too. A row ``compact (http)`` answers the
