@@ -757,10 +757,11 @@ def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstar
     event = function.event(sample) if callable(function.event) else function.event
     script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart and function.hooks,
                             stdlib=STDLIB + os.sep, allowed=tuple(path + os.sep for path in function.paths))
-    started = time.perf_counter()
     # The event on standard input: a real transcript's is larger than one command-line argument may be (128 KiB).
-    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(event), capture_output=True, text=True,
-                          env=env, cwd=REPO)
+    text = json.dumps(event)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True, text=True, env=env,
+                          cwd=REPO)
     process = time.perf_counter() - started  # the whole process as its caller waits for it (see time_bare_json)
     if done.returncode != 0:
         raise SystemExit(f"{function.name}: sample failed\n{done.stderr[-3000:]}")
