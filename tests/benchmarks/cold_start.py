@@ -19,33 +19,40 @@ For each Lambda function (``compact``, ``s3_compact``, ``flow_worker``, ``window
 sample is a fresh interpreter that times
 
 * ``import <handler module>`` (what Lambda's init phase runs), then
-* the first invocation with a real event: a decision-mode ``POST /v1/compact`` through API Gateway's
-  proxy event, an S3 ``ObjectCreated`` event whose object is read from and written to S3, and a fan-out
-  worker event: one batch of the API request's decision flow (its decision and summary calls on the
-  bundled offers), as the fan-out runner cuts it and sends it (its Map item: the payload in the event when it
-  fits in the execution's input, as this small request's does, else read from S3). S3 is a ``moto_server``
-  on 127.0.0.1, so the botocore client a function builds on its first request is part of what is timed. It
-  answers over HTTPS, as AWS does (:func:`make_certificates`), and the samples trust its test authority as a
-  deployed function trusts AWS's: it is appended to the built layer's own CA bundle, from which the layer's recipe
-  then makes the bundle's hashed directory (``make ca-certificates``; :func:`build_code`), and no sample sets
-  ``AWS_CA_BUNDLE``, so each new connection of a sample verifies with what the layer's clients use on Lambda. A
-  first request counts only when it compacted: the API's response and the
-  object the S3 function writes say ``compacted``, and every node of the flow (the workers': of their batch) ran
-  without an error (:func:`compacted`, :func:`flow_ran`).
-  A row ``worker (S3)`` runs the same batch with its payload read from S3, as a worker of a request
-  too large to carry whole starts (the runner carries the smallest payloads, so such a request's largest
-  batches, the ones it waits for, read S3); the goals hold for it too. A row ``compact (http)`` answers the
+* the first invocation with a real event of a real size: a decision-mode ``POST /v1/compact`` through API
+  Gateway's proxy event whose body is a real agent transcript of the corpus's typical size
+  (:data:`FIRST_TRANSCRIPT`, 132 messages, a 216 KB body, five batches: :func:`first_request_body`), an S3
+  ``ObjectCreated`` event whose object (the same request) is read from and written to S3, and a fan-out worker
+  event: one batch of the API request's decision flow (its decision and summary calls on the bundled offers,
+  16 fragments), as the fan-out runner cuts it and sends it (its Map item: the largest batch whose payload the
+  runner carries in the execution's input; its result, 9 KB, is written to S3 as a worker writes any result
+  above 6 KB). The event reaches the sample on its standard input and is parsed inside the timed first request,
+  as Lambda's runtime parses it before calling the handler. (Until issue 11's twenty-fifth round the first
+  request was a 5.5 KB request of ten messages: one batch, one small window, a worker result small enough to
+  answer inline.) S3 is a ``moto_server`` on 127.0.0.1, so the botocore client a function builds on its first
+  request is part of what is timed. It answers over HTTPS, as AWS does (:func:`make_certificates`), and the samples
+  trust its test authority as a deployed function trusts AWS's: it is appended to the built layer's own CA bundle,
+  from which the layer's recipe then makes the bundle's hashed directory (``make ca-certificates``;
+  :func:`build_code`), and no sample sets ``AWS_CA_BUNDLE``, so each new connection of a sample verifies with what
+  the layer's clients use on Lambda. A first request counts only when it compacted: the API's response and the
+  object the S3 function writes say ``compacted`` (its messages changed), and every node of the flow (the workers':
+  of their batch, which must give its summaries) ran without an error (:func:`compacted`, :func:`flow_ran`).
+  A row ``worker (S3)`` runs the batch the runner uploads for this request (it carries the smallest payloads
+  in the execution's input, as many as fit, so the largest batch, the one a request waits for, is read from
+  S3), its payload read from S3; the goals hold for it too. A row ``compact (http)`` answers the
   same API request as a deployment whose catalog holds HTTP model offers (``COMPACTOR_CATALOG``: a decider on
   the native ``decisions`` transport, a summarizer on ``openai``, their key in an environment variable) does:
   its first request imports httpx, builds the pooled client and its TLS context, and makes its decision and
   summary calls over HTTPS to the fake provider of tests/fakes (:func:`start_provider`, with moto's
   certificate, verified through the layer's hashed directory); it counts only when the provider got them.
   A row ``worker (http)`` runs the worker's batch (its payload in the event) in such a deployment: its
-  decision and summary go to the same provider over HTTPS, and it counts only when the provider got them.
+  decision and summary go to the same provider over HTTPS, and it counts only when the provider got them (the
+  fake provider's one-line summaries make a result small enough to answer inline: no S3 call).
   The row ``window_jobs`` is a windowed job's worker, which a Distributed Map starts once per window, up to
   ``WindowConcurrency`` at a time, each new container cold: one Map item of the same request's messages as one
-  window, its task (as ``plan`` writes it) read from S3, compacted on the bundled offers and its result
-  written to S3; it counts only when that result compacted something and its flow made model calls.
+  window (the request is far below a window's 4 MB: all 132 messages), its task (as ``plan`` writes it) read
+  from S3, compacted on the bundled offers and its result written to S3; it counts only when that result
+  compacted something and its flow made model calls.
 * ``authorizer``: API Gateway's Lambda authorizer (``authorizer.handler``), which runs before every API
   request: a ``REQUEST`` event with ``Authorization: Bearer``. It imports no third-party package, so its whole
   cold start is its own and it has no ratio to the third-party imports (printed ``n/a``; its milliseconds
@@ -105,6 +112,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 LAYER = REPO / "layers" / "compactor"  # its Makefile builds the layer
 EVENTS = REPO / "tests" / "events"
+# The transcript of every row's first request: a real agent's, of the corpus's typical size (docs/performance.md,
+# "A real-size first request"): 263,808 bytes as stored, the file nearest the corpus's median (about 265 KB), in
+# openai-chat with tool calls (132 messages, 65 calls), a run that ended as submitted.
+FIRST_TRANSCRIPT = REPO / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
 BUCKET = "compactor-bench-cold"
 GOAL_COLD = 1.3
 GOAL_RESTORED = 1.15
@@ -144,6 +155,7 @@ assert not strays, f"loaded from outside the built layer, the function and the s
 """
 _SAMPLE = _START + """\
 sys.path[:0] = {paths!r}
+raw_event = sys.stdin.read()  # the event's JSON text, as the runtime receives it (its parsing is timed below)
 before = set(sys.modules)
 t0 = time.perf_counter()
 import {module} as handler_module
@@ -154,7 +166,7 @@ if {snapstart!r}:
 t2 = time.perf_counter()
 if {snapstart!r}:
     snapstart.after_restore()  # Lambda runs it on every restore, before the invocation: timed with it
-event = json.loads({event!r})
+event = json.loads(raw_event)  # the runtime parses the event in the invocation, before the handler
 class Context:
     function_name = {module!r}; memory_limit_in_mb = 1024; aws_request_id = "bench"
     invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:" + {module!r}
@@ -526,6 +538,19 @@ def start_provider(cert_file: Path, key_file: Path) -> Any:
     return provider
 
 
+def first_request_body() -> str:
+    """The body of the API's first request: :data:`FIRST_TRANSCRIPT` as ``compactor compact FILE --mode decision``
+    sends it (its messages unchanged, ``format`` and ``mode``), with the settings of the decision request in
+    ``tests/events/compact-decision.json`` (``keep_recent``, ``target_ratio``, ``decision_policy_ir``), whose
+    ten messages it replaces."""
+    from compactor.transcripts import read_transcript
+
+    settings = json.loads(json.loads((EVENTS / "compact-decision.json").read_text())["body"])
+    settings.pop("messages")
+    transcript = read_transcript(FIRST_TRANSCRIPT.read_text(encoding="utf-8"))
+    return json.dumps(transcript.compact_body(settings, mode="decision"))
+
+
 def fanout_payloads(compact_body: str) -> list[str]:
     """What the fan-out runner sends its workers for the decision flow the API's first request runs: each
     component's payload (one batch: its decision and its summary call, with the data nodes around them), cut
@@ -565,8 +590,8 @@ def fanout_payloads(compact_body: str) -> list[str]:
 
 
 def window_task(compact_body: str) -> dict[str, Any]:
-    """The first window task of the request's messages, as a windowed job's ``plan`` makes it (this small request
-    is one window)."""
+    """The first window task of the request's messages, as a windowed job's ``plan`` makes it (the request, far
+    below a window's 4 MB, is one window: all its messages)."""
     from compactor.compaction.windows import RunState, Settings, windows
     from compactor.models import CompactRequest
 
@@ -618,17 +643,27 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         pass
     deployment = Deployment(boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1", verify=str(bundle),
                                          aws_access_key_id="bench", aws_secret_access_key="bench"))
+    # The API's proxy event (tests/events/compact-decision.json) carrying a real transcript (first_request_body).
     compact_event = json.loads((EVENTS / "compact-decision.json").read_text())
-    transcript = compact_event["body"].encode()  # the same small decision request as the API's first one
+    compact_event["body"] = first_request_body()
+    transcript = compact_event["body"].encode()  # the S3 row's object: the same request as the API's first one
     from compactor_aws.stepfunctions_runner import map_items
 
-    # The Map items the runner makes for the request's components: the payload inline when it fits in the
-    # execution's input (as this small request's does), else uploaded. The worker's sample is the first item;
-    # the second worker row reads the same payload from S3, as the largest batches of a large request do.
+    # The Map items the runner makes for the request's components: the smallest payloads inline, as many as fit in
+    # the execution's input, the others uploaded (for this request: four of its five batches inline, the largest in
+    # S3). Each worker row runs the largest batch of its kind: ``flow_worker`` and ``worker (http)`` the largest one
+    # carried in its item, ``worker (S3)`` the largest one read from S3, as the batches a request waits for.
     payloads = fanout_payloads(compact_event["body"])
     items, uploads = map_items(payloads, f"fanout/{run_id}/")
-    for key, text in {**uploads, f"fanout/{run_id}/s3/0.json": payloads[0]}.items():
+    for key, text in uploads.items():
         s3.put_object(Bucket=BUCKET, Key=key, Body=text.encode())
+    inline = [item for item in items if item["payload"] is not None]
+    stored = [index for index, item in enumerate(items) if item["key"] is not None]
+    if not inline or not stored:
+        raise SystemExit(f"cold_start.py: the request's batches are not carried both ways ({len(inline)} inline, "
+                         f"{len(stored)} in S3 of {len(items)})")
+    inline_item = max(inline, key=lambda item: len(item["payload"]))
+    stored_item = items[max(stored, key=lambda index: len(payloads[index]))]
 
     # A windowed job's worker: the request's messages as one window, its task where ``plan`` would write it.
     task_key = f"work/{run_id}/p1/w0.json"
@@ -650,9 +685,8 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
 
     s3_event = json.loads((EVENTS / "s3-put.json").read_text())
     authorizer_event = json.loads((EVENTS / "authorizer-bearer.json").read_text())
-    worker_event = {"bucket": BUCKET, "item": items[0], "deadline_epoch_ms": int(time.time() * 1000) + 3_600_000}
-    worker_s3_event = {**worker_event, "item": {"key": f"fanout/{run_id}/s3/0.json", "payload": None,
-                                                "result_key": f"fanout/{run_id}/s3/0.result.json"}}
+    worker_event = {"bucket": BUCKET, "item": inline_item, "deadline_epoch_ms": int(time.time() * 1000) + 3_600_000}
+    worker_s3_event = {**worker_event, "item": stored_item}
 
     def s3_event_for(sample: int) -> dict[str, Any]:
         key = f"incoming/{run_id}/{sample}.json"
@@ -673,11 +707,13 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
         return event
 
     def worker_ran(answer: dict[str, Any]) -> bool:
-        """The component ran to its end (its result inline, or in S3 when large)."""
+        """The component ran to its end (its result inline, or in S3 when large, as this batch's is) and gave its
+        output: the batch's summaries, by fragment."""
         result = answer.get("result")
         if result is None:
             result = json.loads(s3.get_object(Bucket=BUCKET, Key=answer["result_key"])["Body"].read())
-        return result.get("ok") is True and result.get("failed_node") is None and flow_ran(result.get("flow_nodes"))
+        return (result.get("ok") is True and result.get("failed_node") is None and flow_ran(result.get("flow_nodes"))
+                and bool(result.get("output")))
 
     def object_compacted(answer: dict[str, Any]) -> bool:
         """The S3 function compacted the object and wrote a response :func:`compacted` accepts."""
@@ -720,10 +756,12 @@ def prepare_functions(endpoint: str, run_id: str, code: Path, bundle: Path, prov
 def run_sample(function: Function, sample: int, env: dict[str, str], *, snapstart: bool) -> dict[str, Any]:
     event = function.event(sample) if callable(function.event) else function.event
     script = _SAMPLE.format(paths=function.paths, module=function.name, snapstart=snapstart and function.hooks,
-                            event=json.dumps(event), stdlib=STDLIB + os.sep,
-                            allowed=tuple(path + os.sep for path in function.paths))
+                            stdlib=STDLIB + os.sep, allowed=tuple(path + os.sep for path in function.paths))
+    # The event on standard input: a real transcript's is larger than one command-line argument may be (128 KiB).
+    text = json.dumps(event)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO)
+    done = subprocess.run([sys.executable, "-c", script], input=text, capture_output=True, text=True, env=env,
+                          cwd=REPO)
     process = time.perf_counter() - started  # the whole process as its caller waits for it (see time_bare_json)
     if done.returncode != 0:
         raise SystemExit(f"{function.name}: sample failed\n{done.stderr[-3000:]}")
