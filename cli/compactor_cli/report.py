@@ -171,14 +171,16 @@ def context_limit_hint(left_out: int, tail_units: int) -> str:
     (docs/behaviour.md "Limits and reasons"). The hint said "did not fit a 32 000-byte decision payload; pin fewer
     messages" from before the pins' view was bounded and big units were sent as bounded views, and only when no unit
     was sent: a long tail, the usual cause now, was not named."""
+
     def spaced(number: int) -> str:
         return f"{number:,}".replace(",", " ")
 
     return (f"hint: {left_out} unit{'s' if left_out != 1 else ''} could not be sent even alone: every decision request"
             f" repeats excerpts of the pinned messages and up to about {spaced(RECENT_EXCERPT_OVER)} bytes of each of"
             f" the {tail_units} units of the recent tail, within the decider's {spaced(DECISION_PAYLOAD_MAX_BYTES)}"
-            " bytes (fewer for a decider or summarizer with a small context); protect a shorter tail (--keep-recent),"
-            " pin fewer messages (--pin, --pin-task) or use models with a larger context")
+            " bytes (fewer for a decider with a small context; a summarizer with one holds less of each unit);"
+            " protect a shorter tail (--keep-recent), pin fewer messages (--pin, --pin-task) or use models with a"
+            " larger context")
 
 
 def render_report(request: Any, record: CallRecord, seconds: float, units: list[dict[str, Any]]) -> str:

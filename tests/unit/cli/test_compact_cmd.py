@@ -128,6 +128,6 @@ def test_the_context_limit_hint_names_the_tail_that_fills_every_decision_request
     hint, = [line for line in report.splitlines() if line.startswith("hint: ")]
     assert hint == (f"hint: {left_out} units could not be sent even alone: every decision request repeats excerpts of"
                     f" the pinned messages and up to about 1 000 bytes of each of the {tail} units of the recent tail,"
-                    " within the decider's 32 000 bytes (fewer for a decider or summarizer with a small context);"
-                    " protect a shorter tail (--keep-recent), pin fewer messages (--pin, --pin-task) or use models"
-                    " with a larger context")
+                    " within the decider's 32 000 bytes (fewer for a decider with a small context; a summarizer with"
+                    " one holds less of each unit); protect a shorter tail (--keep-recent), pin fewer messages (--pin,"
+                    " --pin-task) or use models with a larger context")
