@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from compactor.call_record import MODEL_NODE_KINDS, CallRecord
 from compactor.chat import call_function, content_text, role_of
+from compactor.compaction.preparation import DECISION_PAYLOAD_MAX_BYTES, REASON_CONTEXT, RECENT_EXCERPT_OVER
 from compactor.jsonutil import dense_size
 from compactor.markers import NAME_CHARS, short_name  # noqa: F401 (NAME_CHARS: the cut's length, for its readers)
 from compactor.provider_failures import failure_causes, fallback_count
@@ -160,6 +161,28 @@ def unit_rows(messages: list[dict[str, Any]], body: dict[str, Any], units: list[
     return rows
 
 
+def context_limit_hint(left_out: int, tail_units: int) -> str:
+    """Why ``left_out`` units were not sent (``fragment_or_decision_context_limit``: a unit that fits no batch even
+    alone), and what to do. A unit's own size is seldom it: a big unit is sent as its bounded view
+    (docs/offline-offers.md "Units too big for one record") and its decision evidence is an excerpt. What fills the
+    decider's payload is what every decision request repeats: the pins' excerpts and an excerpt of each unit of the
+    recent tail, so a long tail (``--keep-recent 60`` on a 132-message transcript: 31 units, every unit left out) or
+    many pins leave no room for a unit's question; so does a decider (or summarizer) whose ``context`` is small
+    (docs/behaviour.md "Limits and reasons"). The hint said "did not fit a 32 000-byte decision payload; pin fewer
+    messages" from before the pins' view was bounded and big units were sent as bounded views, and only when no unit
+    was sent: a long tail, the usual cause now, was not named."""
+
+    def spaced(number: int) -> str:
+        return f"{number:,}".replace(",", " ")
+
+    return (f"hint: {left_out} unit{'s' if left_out != 1 else ''} could not be sent even alone: every decision request"
+            f" repeats excerpts of the pinned messages and up to about {spaced(RECENT_EXCERPT_OVER)} bytes of each of"
+            f" the {tail_units} units of the recent tail, within the decider's {spaced(DECISION_PAYLOAD_MAX_BYTES)}"
+            " bytes (fewer for a decider with a small context; a summarizer with one holds less of each unit);"
+            " protect a shorter tail (--keep-recent), pin fewer messages (--pin, --pin-task) or use models with a"
+            " larger context")
+
+
 def render_report(request: Any, record: CallRecord, seconds: float, units: list[dict[str, Any]]) -> str:
     """The report of one compaction, from its record (and ``units``, the whole manifest with reasons)."""
     compaction = record.report or {}
@@ -195,9 +218,9 @@ def render_report(request: Any, record: CallRecord, seconds: float, units: list[
         if compaction["reasons"]:
             counts = Counter(compaction["reasons"])
             lines.append("limits: " + ", ".join(f"{r} x{n}" if n > 1 else r for r, n in counts.items()))
-            if counts.get("fragment_or_decision_context_limit") and not record.nodes:
-                lines.append("hint: some units did not fit a 32 000-byte decision payload; pin fewer messages "
-                             "with --pin or --pin-task")
+            if counts.get(REASON_CONTEXT):
+                lines.append(context_limit_hint(counts[REASON_CONTEXT],
+                                                sum(1 for row in rows if row["reason"] == "recent_tail")))
         limits = compaction.get("limits")
         if limits:
             lines.append(f"made of: pins {limits['pins_bytes']}, tail {limits['tail_bytes']}, kept units "

@@ -401,6 +401,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             body=body,
             source_ip=self.client_address[0],
         )
+        event["requestContext"]["path"] = url.path  # as sent: the function's 404 and 405 name it ("/v1", not "/v1/")
         if key is not None:
             event["requestContext"]["identity"]["apiKeyId"] = local_key_id(key)
         response, causes = self._invoke(event)

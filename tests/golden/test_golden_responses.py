@@ -9,7 +9,9 @@ One golden was rewritten by a deliberate change of behaviour, not to make a chan
 a path has no route for is answered 405 with ``Allow`` (docs/behaviour.md#errors). And ``error.invalid_decision_policy``
 named a node of the flow decision mode builds (``node "batch_0_classify": policy rejected: …``) and names the request
 field since a refused ``decision_policy_ir`` or ``policy_ir`` is named as sent (``decision_policy_ir: …``,
-docs/behaviour.md#errors); the rest of its body is unchanged.
+docs/behaviour.md#errors); the rest of its body is unchanged. ``error.not_found`` and ``error.wrong_method`` named the
+event's path, which lacks the stage on the execute-api URL (``no route for POST /nowhere`` for a call to
+``/v1/nowhere``), and name the path the caller sent (``requestContext.path``) since: ``/v1/nowhere``, ``/v1/compact``.
 
 To add a NEW case (never to change an existing one): ``python tests/golden/test_golden_responses.py``
 writes the missing goldens and leaves the existing ones alone.

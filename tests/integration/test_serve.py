@@ -318,13 +318,15 @@ def test_events_carry_utf8_bodies_as_text_and_others_as_they_came() -> None:
                                                              True)
 
 
-@pytest.mark.parametrize("path", ["/v1/nowhere", "/compact", "/nowhere", "/report"])
+@pytest.mark.parametrize("path", ["/v1/nowhere", "/v1", "/compact", "/nowhere", "/report"])
 def test_unknown_paths_are_404_json(open_server: str, path: str) -> None:
     base = open_server.removesuffix("/v1")
     response = httpx.get(f"{base}{path}")
 
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
+    # The path as sent: the function's 404 said "no route for GET /nowhere" for /v1/nowhere, and "/v1/" for /v1.
+    assert response.json()["error"] == {"message": f"no route for GET {path}", "type": "invalid_request_error",
+                                        "code": "not_found"}
 
 
 def test_head_options_and_unknown_methods_are_answered_as_the_function_answers_them(open_server: str) -> None:
@@ -347,7 +349,7 @@ def test_head_options_and_unknown_methods_are_answered_as_the_function_answers_t
     assert head_headers["Content-Type"] == "application/json"
     assert head_headers["Content-Length"] == get_headers["Content-Length"] == str(len(get_body))
     assert (foo, foo_headers["Content-Type"], foo_headers["Allow"]) == (405, "application/json", "GET, HEAD, OPTIONS")
-    assert json.loads(foo_body)["error"] == {"message": "FOO is not allowed on /healthz; allowed: GET, HEAD, OPTIONS",
+    assert json.loads(foo_body)["error"] == {"message": "FOO is not allowed on /v1/healthz; allowed: GET, HEAD, OPTIONS",
                                              "type": "invalid_request_error", "code": "method_not_allowed"}
     assert (options, options_headers["Allow"], options_body) == (204, "GET, HEAD, OPTIONS", b"")
     assert "Content-Length" not in options_headers

@@ -338,3 +338,70 @@ def test_a_windowed_runs_record_says_how_its_cost_was_found(sessions):
 
 async def _none() -> None:
     return None
+
+
+def _long_output_run(fmt: str, later_word: str, steps_between: int = 0) -> list[dict[str, Any]]:
+    """A task, a call whose output (150 KB) is too big for one summary record with a line deep in its middle naming
+    src/pkg/config_loader.py and parse_config_value, ``steps_between`` small calls, then ``later_word`` from the user
+    and a last word."""
+    lines = ["running step 0"] + [f"[{n:06d}] INFO record {n * 7919 % 100_003} ok" for n in range(1, 3600)]
+    lines[len(lines) // 2] = "WARNING: src/pkg/config_loader.py:412 parse_config_value returned None"
+    outputs = ["\n".join(lines + ["FAILED test_module.py::test_last; exit code 1"])]
+    outputs += [f"step {step}: ok\n" * 20 for step in range(1, steps_between + 1)]
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing tests in src/pkg."}]
+    for step, output in enumerate(outputs):
+        call, command = f"call_{step}", {"command": f"pytest tests/test_{step}.py"}
+        if fmt == "openai-chat":
+            items += [{"role": "assistant", "content": f"Running step {step}.", "tool_calls": [
+                          {"id": call, "type": "function",
+                           "function": {"name": "bash", "arguments": json.dumps(command)}}]},
+                      {"role": "tool", "tool_call_id": call, "content": output}]
+        else:
+            items += [{"role": "assistant", "content": [{"type": "text", "text": f"Running step {step}."},
+                                                        {"type": "tool_use", "id": call, "name": "bash",
+                                                         "input": command}]},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": output}]}]
+    return items + [{"role": "user", "content": later_word}, {"role": "assistant", "content": "Done."}]
+
+
+def _sent_item(task: dict[str, Any], unit_id: str) -> str:
+    """The item the window's flow sends to summarize for ``unit_id``."""
+    sent: list[dict[str, Any]] = []
+
+    async def runner(admitted, flow_input, **kw):
+        from compactor.flow import run_flow
+
+        sent.append(flow_input)
+        return await run_flow(admitted, flow_input, **kw)
+
+    run(compact_window(json.loads(json.dumps(task)), router=frozen_router(), deadline=Deadline.after_ms(60_000),
+                       flow_runner=runner))
+    return next(batch["items"][unit_id] for batch in sent[0].values() if unit_id in batch["items"])
+
+
+@pytest.mark.parametrize("steps_between", [0, 140])
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages"])
+def test_a_windows_bounded_view_keeps_the_middle_lines_later_messages_name(fmt, steps_between):
+    """A unit too big for one summary record is sent as its bounded view (docs/offline-offers.md "Units too big for
+    one record"). One request puts back the lines of its middle naming what a later message uses; a window sent the
+    head and tail only, so the warning a later message asks about was not read. The scan now finds the last message
+    using each name, and a window's task names what of its bounded units later messages use, of this window or a
+    later one (140 steps between: the question is in the next window): the window sends one request's view."""
+    from compactor.formats import get_dialect
+
+    items = _long_output_run(fmt, "Look at parse_config_value in src/pkg/config_loader.py first.", steps_between)
+    s = settings(keep_recent=1, format=fmt)
+    tasks = list(windows(items, scan(items, s, reread=lambda: items), s))
+    assert len(tasks) == (1 if not steps_between else 2)
+    assert tasks[0]["used_names"] == {"fragment_1": ["parse_config_value", "src/pkg/config_loader.py"]}
+    item = _sent_item(tasks[0], "fragment_1")
+    assert "parse_config_value returned None" in item and item.count("bytes omitted …]") >= 2
+    prep = prepare(items, keep_recent=1, target_ratio=0.1, pinned_indices=None, question_template=question_template(),
+                   dialect=get_dialect(fmt), bounded=True)
+    assert item == next(c.item for b in prep.batches for c in b.candidates if c.unit.id == "fragment_1")
+    # Named by no later message, the line is not put back (the head and tail take the room), as before.
+    quiet = _long_output_run(fmt, "Carry on.", steps_between)
+    tasks = list(windows(quiet, scan(quiet, s, reread=lambda: quiet), s))
+    assert "used_names" not in tasks[0]
+    item = _sent_item(tasks[0], "fragment_1")
+    assert "parse_config_value" not in item and "bytes omitted" in item

@@ -286,6 +286,16 @@ def route_path(path: str) -> str:
     return path[len(STAGE_PREFIX):] if path.startswith(STAGE_PREFIX + "/") else path
 
 
+def sent_path(event: Mapping[str, Any]) -> str:
+    """The path the caller sent, for the messages that name it: API Gateway's ``requestContext.path``, which holds
+    the stage on the execute-api URL (``/v1/compactt``) and whatever a custom domain passes through; else the
+    event's ``path`` (an event without it). The event's ``path`` lacks the stage on the execute-api URL, so a 404
+    or 405 naming it named a path the caller never called (``/compactt``; docs/behaviour.md#errors)."""
+    context = event.get("requestContext")
+    path = context.get("path") if isinstance(context, Mapping) else None
+    return path if isinstance(path, str) and path else str(event.get("path") or "/")
+
+
 def header(event: Mapping[str, Any], name: str) -> str | None:
     """The value of header ``name`` (any case) in a proxy event (:func:`well_formed_event`'s); None when absent.
     A header sent more than once with different values is 400 :class:`~compactor.errors.InvalidRequest`: the

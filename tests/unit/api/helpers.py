@@ -14,7 +14,8 @@ EVENTS = Path(__file__).resolve().parents[2] / "events"
 def load_event(name: str, *, body: Any = ..., raw_body: str | None = None, base64_body: bytes | None = None,
                headers: dict[str, str] | None = None, path: str | None = None,
                method: str | None = None) -> dict[str, Any]:
-    """A copy of ``tests/events/<name>.json`` with the body, headers, path or method replaced."""
+    """A copy of ``tests/events/<name>.json`` with the body, headers, path (``requestContext.path`` too) or method
+    replaced."""
     event = copy.deepcopy(json.loads((EVENTS / f"{name}.json").read_text(encoding="utf-8")))
     if body is not ...:
         event["body"] = json.dumps(body)
@@ -27,6 +28,10 @@ def load_event(name: str, *, body: Any = ..., raw_body: str | None = None, base6
         event["multiValueHeaders"][name_] = [value]
     if path is not None:
         event["path"] = event["resource"] = event["requestContext"]["resourcePath"] = path
+        # What API Gateway puts in requestContext.path, the path the caller sent: the execute-api URL's event has the
+        # path without the stage and this with it; a custom domain passing /v1 through has it in both.
+        staged = path == "/v1" or path.startswith("/v1/")
+        event["requestContext"]["path"] = path if staged else f"/v1{path}"
     if method is not None:
         event["httpMethod"] = event["requestContext"]["httpMethod"] = method
     return event

@@ -340,6 +340,34 @@ def test_unknown_route_is_404_json(
     assert content_type(response) == "application/json"
 
 
+@pytest.mark.parametrize(("in_path", "in_context"), [
+    ("", "/v1"),  # the execute-api URL: the event's path lacks the stage, requestContext.path has it
+    ("/v1", "/v1"),  # a custom domain passing the stage through
+    ("", ""),  # a custom domain mapped with an empty base path
+    ("", None),  # an event without requestContext.path: its path
+])
+def test_404_and_405_name_the_path_the_caller_sent(
+    compact_module: ModuleType, lambda_context: LocalLambdaContext, in_path: str, in_context: str | None
+) -> None:
+    # They named the event's path: "no route for POST /compactt" for a call to /v1/compactt.
+    def answer(method: str, route: str) -> Any:
+        event = load_event("healthz", path=in_path + route, method=method)
+        if in_context is None:
+            del event["requestContext"]["path"]
+        else:
+            event["requestContext"]["path"] = in_context + route
+        return compact_module.handler(event, lambda_context)
+
+    sent = in_path if in_context is None else in_context
+    not_found, wrong_method = answer("POST", "/compactt"), answer("GET", "/compact")
+
+    assert not_found["statusCode"] == 404
+    assert response_json(not_found)["error"]["message"] == f"no route for POST {sent}/compactt"
+    assert wrong_method["statusCode"] == 405
+    assert response_json(wrong_method)["error"]["message"] == (
+        f"GET is not allowed on {sent}/compact; allowed: OPTIONS, POST")
+
+
 def test_the_stage_answers_a_route_it_does_not_have_with_the_functions_404(
     compact_module: ModuleType, lambda_context: LocalLambdaContext
 ) -> None:
@@ -377,7 +405,7 @@ def test_a_method_a_route_does_not_take_is_405_with_allow_and_options_204(
         assert response["statusCode"] == 405, (method, path)
         assert response["multiValueHeaders"]["Allow"] == [allow]
         assert response_json(response)["error"] == {
-            "message": f"{method} is not allowed on {stage}{path}; allowed: {allow}", "type": "invalid_request_error",
+            "message": f"{method} is not allowed on /v1{path}; allowed: {allow}", "type": "invalid_request_error",
             "code": "method_not_allowed"}
     options = compact_module.handler(load_event("healthz", path=stage + path, method="OPTIONS"), lambda_context)
     assert (options["statusCode"], options["multiValueHeaders"]["Allow"], options["body"]) == (204, [allow], "")

@@ -112,3 +112,22 @@ def test_a_policy_argument_is_read_as_the_api_reads_a_body(tmp_path, capsys, pol
 
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("keep_recent", [56, 60])
+def test_the_context_limit_hint_names_the_tail_that_fills_every_decision_request(tmp_path, capsys, keep_recent):
+    # A long tail's excerpts, repeated in every decision request, left no room for a unit (56: 18 units left out,
+    # some sent; 60: all 35). The hint said "did not fit a 32 000-byte decision payload; pin fewer messages with
+    # --pin or --pin-task", and only when no unit was sent: the tail, the cause here, went unnamed.
+    source = CORPUS / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
+    assert main(["compact", str(source), "--keep-recent", str(keep_recent), "-o", str(tmp_path / "out.json")]) == 0
+    report = capsys.readouterr().err
+    limits, = [line for line in report.splitlines() if line.startswith("limits: ")]
+    left_out = int(limits.split("fragment_or_decision_context_limit x")[1].split(",")[0])
+    tail = sum(1 for line in report.splitlines() if line.startswith("fragment_") and line.endswith(" recent_tail"))
+    hint, = [line for line in report.splitlines() if line.startswith("hint: ")]
+    assert hint == (f"hint: {left_out} units could not be sent even alone: every decision request repeats excerpts of"
+                    f" the pinned messages and up to about 1 000 bytes of each of the {tail} units of the recent tail,"
+                    " within the decider's 32 000 bytes (fewer for a decider with a small context; a summarizer with"
+                    " one holds less of each unit); protect a shorter tail (--keep-recent), pin fewer messages (--pin,"
+                    " --pin-task) or use models with a larger context")

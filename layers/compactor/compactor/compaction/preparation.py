@@ -597,7 +597,10 @@ def prepare(messages: list[Message], *, keep_recent: int, target_ratio: float,
             action_items = [view[0] if view else {} for view in views]
         scanned = _add_salience(messages, views, view_texts, used, kept, sizer, translations, action_items)
         if bounded_views and scanned is not None:
-            _with_used_lines(used, bounded_views, *scanned)
+            names, last_use = scanned
+            with_used_lines(used, bounded_views, {c.unit.id: used_later(c.unit, names, last_use)
+                                                  for batch in used for c in batch.candidates
+                                                  if c.unit.id in bounded_views})
     pin_set = set(pins)
     pinned_units = {u.id for u in units if not pin_set.isdisjoint(u.indexes())}
     return Preparation(units=units, protected=protected, pinned=pinned_units, candidates=candidates,
@@ -654,29 +657,43 @@ def fit_batches(candidates: Iterable[Candidate], sizer: BatchSizer, reasons: lis
     return used
 
 
-def _with_used_lines(batches: list[Batch], bounded_views: dict[str, list[Message]], names: list[set[str]],
-                     last_use: dict[str, int]) -> None:
-    """Each bounded view (``bounded_views``, by unit id) made again with the lines of its middle that name what a
-    later message uses again (the salience scan's ``names`` of each message and ``last_use`` of each name), within
-    the bytes its item took: the batches' sizes only shrink, so every limit they were cut by still holds."""
+def view_names(message: Message, dialect: Dialect) -> set[str]:
+    """The names of one message as the salience scan reads them: in its model view, the chat messages of a format's
+    items (``chat_reading``) for a format whose items are not chat messages. What :func:`prepare` finds of each
+    message (by a shorter way), for a windowed run's scan (compaction/windows.py), which reads one message at a
+    time."""
+    view = dialect.model_view([message])
+    if not dialect.chat_items:
+        view = [chat for item in view for chat in chat_reading(item)]
+    return _view_names(view, [])
+
+
+def used_later(unit: Unit, names: Sequence[set[str]], last_use: dict[str, int]) -> set[str]:
+    """The names of ``unit`` (``names[i]``: message i's) that a later message uses again (``last_use``: the index of
+    the last message using each name)."""
+    last = unit.end - 1
+    return {name for i in unit.indexes() for name in names[i] if last_use[name] > last}
+
+
+def with_used_lines(batches: list[Batch], bounded_views: dict[str, list[Message]], used: dict[str, set[str]]) -> None:
+    """Each bounded view (``bounded_views``, the model view of each unit sent as one, by unit id) made again with the
+    lines of its middle that name ``used[unit id]`` (the names a later message uses again: :func:`used_later`),
+    within the bytes its item took: the batches' sizes only shrink, so every limit they were cut by still holds."""
     from compactor.formats.bounded import bounded_item
 
     for batch in batches:
         for cand in batch.candidates:
             view = bounded_views.get(cand.unit.id)
-            if view is None:
-                continue
-            last = cand.unit.end - 1
-            used = {name for i in cand.unit.indexes() for name in names[i] if last_use[name] > last}
-            if not used:
+            names = used.get(cand.unit.id)
+            if view is None or not names:
                 continue
             key_bytes = len(cand.unit.id) + 3
             found: dict[str, list[int]] = {}  # each long string searched once, however many cuts are tried
 
-            def marks(text: str, used: set[str] = used, found: dict[str, list[int]] = found) -> list[int]:
+            def marks(text: str, names: set[str] = names, found: dict[str, list[int]] = found) -> list[int]:
                 offsets = found.get(text)
                 if offsets is None:
-                    offsets = found[text] = name_offsets(text, used)
+                    offsets = found[text] = name_offsets(text, names)
                 return offsets
 
             bounded = bounded_item(view, cand.record_bytes - key_bytes, None, marks)

@@ -52,6 +52,8 @@ from compactor.compaction.preparation import (
     recent_view,
     summary_budget,
     tail_length,
+    view_names,
+    with_used_lines,
 )
 from compactor.records import record
 from compactor.compaction.decision import admit_request_policies, summary_reply_limit
@@ -116,6 +118,7 @@ class PassContext:
     message_bytes: array  # dense size of each message, in order
     unit_ends: array | None = None  # where each unit ends, for a format whose units the scan found from the whole
     # stream (Dialect.stream_facts); None: units are found as the messages come (group_units)
+    last_use: dict[str, int] = field(default_factory=dict)  # the last message using each name (preparation.view_names)
 
     def protected(self, unit: Unit) -> bool:
         return unit.end > self.tail_start or any(i in self.pins for i in unit.indexes())
@@ -137,7 +140,8 @@ def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Messag
 
 def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int | None = None,
          reread: Callable[[], Iterable[Message]] | None = None) -> PassContext:
-    """One read of a pass's input: pins, tail, instructions, recent evidence, sizes and budget.
+    """One read of a pass's input: pins, tail, instructions, recent evidence, sizes, budget and the last message using
+    each name (the salience scan's names, for the windows' bounded views: :func:`windows`).
     ``target_bytes`` is the run's target (default: this input's bytes times the target ratio). A format whose
     units are known only once the whole stream is read (``Dialect.stream_facts``: ``anthropic-messages``) is read
     twice, the second time from ``reread()`` (:func:`_scan_paired`)."""
@@ -156,9 +160,12 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     recent: deque[tuple[Unit, list[Message]]] = deque()
     count = 0
     previous: Message | None = None
+    last_use: dict[str, int] = {}
     for unit, unit_messages in group_units(_counted(messages, sizes)):
         pinned = False
         for index, message in zip(unit.indexes(), unit_messages):
+            for name in view_names(message, dialect):
+                last_use[name] = index
             # As instruction_pins: explicit pins (else the default ones, docs/differences.md), and always
             # every system/developer message.
             if explicit is None:
@@ -181,7 +188,8 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     recent_evidence = [recent_view(msgs) for unit, msgs in recent if unit.end > tail_start]
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
-                       budget=_budget(target, tail_start, sizes, unit_end, unit_pinned), message_bytes=sizes)
+                       budget=_budget(target, tail_start, sizes, unit_end, unit_pinned), message_bytes=sizes,
+                       last_use=last_use)
 
 
 def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Message]], settings: Settings,
@@ -193,8 +201,11 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     tail's recent evidence. What one request of this format finds for the whole transcript (``prepare``)."""
     explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
     sizes: array = array("q")
-    for message in _counted(messages, sizes):
+    last_use: dict[str, int] = {}
+    for index, message in enumerate(_counted(messages, sizes)):
         facts.add(message)
+        for name in view_names(message, dialect):
+            last_use[name] = index
     count = len(sizes)
     _check_pins(explicit, count)
     units = facts.units()
@@ -220,7 +231,7 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
                 end, held = next(ends, None), []
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
-                       budget=budget, message_bytes=sizes, unit_ends=unit_ends)
+                       budget=budget, message_bytes=sizes, unit_ends=unit_ends, last_use=last_use)
 
 
 # What both scans find once their first read ends: one home for each (docs/scale.md).
@@ -347,13 +358,18 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
 
     A task is JSON: ``index``, ``offset`` (index of its first message in the pass input), ``messages``,
     ``protected`` (start indexes of its protected units), the pass's ``instructions``,
-    ``recent_evidence`` and ``budget``, and the run's flow ``settings``."""
+    ``recent_evidence`` and ``budget``, and the run's flow ``settings``; ``used_names`` when one of its units is
+    sent as its bounded view and a later message, of this window or another, uses some of its names again: those
+    names, by unit id, so that :func:`compact_window` puts back the lines of the view's middle naming them, as one
+    request does (docs/offline-offers.md "Units too big for one record"). A window's task holds its own messages
+    only; the scan's ``last_use`` knows the later windows'."""
     template = Questions.of(question_template())
     sizer = BatchSizer(context.instructions, context.recent_evidence)
     dialect = get_dialect(settings.format)
     paired = context.unit_ends is not None
     index = 0
     offset, held, protected, held_bytes, starts = 0, [], [], 0, []
+    used_names: dict[str, list[str]] = {}
     fit = _Fit(sizer)
 
     def task() -> dict[str, Any]:
@@ -364,6 +380,8 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
             window["format"] = settings.format
         if paired:  # the units the scan found from the whole stream, by their start (the window's alone may differ)
             window["units"] = starts
+        if used_names:
+            window["used_names"] = used_names
         return window
 
     grouped = group_units(messages) if context.unit_ends is None else _units_ending(messages, context.unit_ends)
@@ -375,13 +393,18 @@ def windows(messages: Iterable[Message], context: PassContext, settings: Setting
         if held and (held_bytes + size > WINDOW_MAX_BYTES or (grown is not None and not grown.within_limits())):
             yield task()
             index += 1
-            offset, held, protected, held_bytes, starts = unit.start, [], [], 0, []
+            offset, held, protected, held_bytes, starts, used_names = unit.start, [], [], 0, [], {}
             fit = _Fit(sizer)
             grown = None if cand is None else fit.with_candidate(cand)
         if grown is not None:
             fit = grown
         if is_protected:
             protected.append(unit.start)
+        elif cand.omitted:  # sent as its bounded view: the names of it a later message uses (preparation.used_later)
+            used = {name for message in unit_messages for name in view_names(message, dialect)
+                    if context.last_use.get(name, -1) >= unit.end}
+            if used:
+                used_names[unit.id] = sorted(used)
         starts.append(unit.start)
         held.extend(unit_messages)
         held_bytes += size
@@ -422,6 +445,11 @@ async def compact_window(task: dict[str, Any], *, router: Any, deadline: Deadlin
     cands = (candidate(u, messages[u.start - offset:u.end - offset], template, dialect)
              for u in units if u.start not in protected)
     batches = fit_batches(cands, sizer, reasons)
+    used_names = task.get("used_names") or {}  # a task planned before windows' bounded views had them: none
+    if used_names:
+        with_used_lines(batches, {c.unit.id: dialect.model_view(messages[c.unit.start - offset:c.unit.end - offset])
+                                  for batch in batches for c in batch.candidates if c.omitted},
+                        {unit_id: set(names) for unit_id, names in used_names.items()})
     result: dict[str, Any] = {"index": task["index"], "reasons": reasons, "ok": True, "tokens_in": 0,
                               "tokens_out": 0, "cost_usd": 0.0, "model_calls": 0, "fallbacks": []}
     values = None

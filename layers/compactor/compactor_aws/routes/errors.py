@@ -43,9 +43,10 @@ def allowed_methods(path: str) -> list[str]:
 def not_found(_: NotFoundError) -> Response[str]:
     """404 for a path no route has; for a path with routes, none of them for this method, 405 with ``Allow``
     (RFC 9110; it used to be the 404 ``no route for``, which reads as a wrong path), and ``OPTIONS`` 204 with
-    ``Allow`` (docs/behaviour.md#errors)."""
-    method, path = router.current_event.http_method, router.current_event.path
-    allowed = allowed_methods(http_api.route_path(path))
+    ``Allow`` (docs/behaviour.md#errors). Both name the path as the caller sent it (:func:`http_api.sent_path`)."""
+    event = router.current_event
+    method, path = event.http_method, http_api.sent_path(event.raw_event)
+    allowed = allowed_methods(http_api.route_path(event.path))
     if not allowed:
         return json_response(*NotFound.route(method, path).answer())
     headers = {"Allow": ", ".join(allowed)}
