@@ -78,12 +78,15 @@ def real_shaped_messages(rounds: int = 24) -> list[dict[str, Any]]:
                              for n in range(1, 60, 2))
         elif kind == 1:
             command = f'grep -rn "helper_{i}" pkg tests | head -40'
-            output = "".join(f'{path}:{n}:    result = helper_{i}_{n}(record)  # "quoted" \\ path\n' for n in range(1, 40))
+            output = "".join(f'{path}:{n}:    result = helper_{i}_{n}(record)  # "quoted" \\ path\n'
+                             for n in range(1, 40))
         elif kind == 2:
             command = f"python -m pytest tests/test_module_{i % 7}.py -x -q"
             output = (f"F{'.' * 30}\n{'=' * 35} FAILURES {'=' * 35}\n{'_' * 27} test_reads_last_{i} {'_' * 27}\n"
-                      f"Traceback (most recent call last):\n  File \"/testbed/{path}\", line {40 + i}, in read_records\n"
-                      "    return records[:-1]\nAssertionError: expected 3 records, got 2\n1 failed, 30 passed in 0.42s\n")
+                      "Traceback (most recent call last):\n"
+                      f"  File \"/testbed/{path}\", line {40 + i}, in read_records\n"
+                      "    return records[:-1]\nAssertionError: expected 3 records, got 2\n"
+                      "1 failed, 30 passed in 0.42s\n")
         else:
             command = f"sed -n '{i},{i + 30}p' {path}"
             output = "\n".join(f"    if record.kind == 'k{n}':\n        yield record.value * {n}" for n in range(30))

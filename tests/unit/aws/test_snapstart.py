@@ -327,7 +327,8 @@ def test_before_snapshot_compacts_a_request_of_several_batches(monkeypatch: pyte
     assert any(message.get("tool_calls") for message in snapstart.real_shaped_messages())
 
 
-def test_before_snapshot_makes_the_first_requests_aws_calls_without_sending_them(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_before_snapshot_makes_the_first_requests_aws_calls_without_sending_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Each AWS call of a first request runs once before the snapshot, answered by a ``before-send`` handler: nothing
     is sent, and the handler is gone afterwards."""
     import botocore.client
