@@ -7,8 +7,7 @@ router, and runs compactions on the offline offers (preset admission, flow admis
 pydantic schemas, the policy tables all warm up on the way): a tiny one in each built-in mode and one shaped
 like a real request (:func:`real_shaped_messages`: several batches of tool calls, a kept tail, synthetic text
 built here). It imports the modules a function's first request imports besides the compaction
-(:data:`FIRST_REQUEST_IMPORTS`), and runs each AWS call a first request makes once without sending it
-(:func:`_offline_call`), so that botocore's process-wide first-call work is in the snapshot.
+(:data:`FIRST_REQUEST_IMPORTS`) and builds the AWS clients it uses, whose service models botocore keeps.
 :func:`after_restore` undoes what must not be shared between restored containers: the random seed and
 any pooled connection or AWS client created before the snapshot.
 
@@ -44,19 +43,6 @@ FIRST_REQUEST_IMPORTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("compactor_aws.routes.compact", ("compactor_aws.billing", "compactor_aws.stepfunctions_runner")),
     ("compactor_aws.s3_events", ("compactor_aws.billing", "compactor.transcripts")),
 )
-# The AWS calls of first requests, by service (the ledger's transaction and the idempotency records' writes; the
-# objects read and written): each is run once offline (:func:`_offline_call`) on the hook's own clients.
-_OFFLINE_CALLS: dict[str, tuple[tuple[str, dict[str, Any], bytes], ...]] = {
-    "s3": (("get_object", {"Bucket": "snapstart-warm-up", "Key": "warm/object.json"}, b"{}"),
-           ("put_object", {"Bucket": "snapstart-warm-up", "Key": "warm/object.json", "Body": b"{}"}, b""),
-           ("head_object", {"Bucket": "snapstart-warm-up", "Key": "warm/object.json"}, b"")),
-    "dynamodb": (("transact_write_items", {"TransactItems": [{"Put": {"TableName": "snapstart-warm-up",
-                                                                       "Item": {"id": {"S": "warm"}}}}]}, b"{}"),
-                 ("put_item", {"TableName": "snapstart-warm-up", "Item": {"id": {"S": "warm"}}}, b"{}"),
-                 ("update_item", {"TableName": "snapstart-warm-up", "Key": {"id": {"S": "warm"}},
-                                  "UpdateExpression": "SET #s = :s", "ExpressionAttributeNames": {"#s": "status"},
-                                  "ExpressionAttributeValues": {":s": {"S": "COMPLETED"}}}, b"{}")),
-}
 
 
 def real_shaped_messages(rounds: int = 24) -> list[dict[str, Any]]:
@@ -140,56 +126,14 @@ def before_snapshot() -> None:
                 importlib.import_module(module)
     # botocore loads and caches the service models on a session's first clients; the clients themselves
     # are dropped after the restore and rebuilt from the cached models in a few ms.
-    clients = {"s3": s3_store.s3_client()}
+    s3_store.s3_client()
     if os.environ.get(ledger.TABLE_ENV) or os.environ.get(idempotency.TABLE_ENV):
-        clients["dynamodb"] = ledger.dynamodb_client()  # the usage ledger and the idempotency records
-    for service_name, client in clients.items():
-        for operation, params, body in _OFFLINE_CALLS[service_name]:
-            _offline_call(client, operation, params, body)
+        ledger.dynamodb_client()  # the usage ledger and the idempotency records
     # A client's first connection checks its host name with the IDNA codec (urllib3 encodes it), whose
     # import (with stringprep and unicodedata) every restored container would pay on its first request;
     # the S3 function reads an object's text as UTF-8 with an optional byte order mark.
     for codec in ("idna", "utf_8_sig"):
         codecs.lookup(codec)
-
-
-class _CannedBody:
-    """The raw body of :func:`_offline_call`'s answer, as botocore reads a urllib3 response's."""
-
-    def __init__(self, body: bytes) -> None:
-        self._body = body
-
-    def stream(self, **kwargs: Any) -> Any:
-        yield self.read()
-
-    def read(self, *args: Any, **kwargs: Any) -> bytes:
-        body, self._body = self._body, b""
-        return body
-
-
-def _offline_call(client: Any, operation: str, params: dict[str, Any], body: bytes) -> None:
-    """``client.<operation>(**params)`` answered 200 with ``body`` by a ``before-send`` handler, botocore's own way
-    to answer a request without sending it: the request is validated, serialized, its endpoint resolved and it is
-    signed, and the canned answer parsed, but no connection is opened. What this warms is process-wide (the
-    regular expressions botocore compiles on a first call, the header and URL code's first runs); the client's
-    own state goes with the client, which the restore drops. Where tracing is on, the X-Ray SDK wraps botocore's
-    calls: the call goes past that wrapper, so that no subsegment is made of a call never sent (in an init, the
-    SDK logs a warning for each)."""
-    import botocore.client
-    from botocore.awsrequest import AWSResponse
-
-    def answer(request: Any, **kwargs: Any) -> AWSResponse:
-        return AWSResponse(request.url, 200, {}, _CannedBody(body))
-
-    call = vars(botocore.client.BaseClient)["_make_api_call"]
-    call = getattr(call, "__wrapped__", call)  # the X-Ray SDK's patch (wrapt) keeps botocore's own method there
-    client.meta.events.register_first("before-send", answer, unique_id="compactor-snapstart-offline")
-    try:
-        result = call(client, client.meta.method_to_api_mapping[operation], params)
-        if "Body" in result:
-            result["Body"].read()
-    finally:
-        client.meta.events.unregister("before-send", unique_id="compactor-snapstart-offline")
 
 
 def _warm_windows(router: Any, request: Any) -> None:
