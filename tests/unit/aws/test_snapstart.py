@@ -192,3 +192,136 @@ def test_before_snapshot_leaves_the_windows_out_of_other_functions() -> None:
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.split() == ["False"]
+
+
+def _restored_first_request(function: str, script: str, event: dict[str, object], tmp_path) -> dict[str, object]:
+    """Run ``script`` in a fresh interpreter with ``function``'s handler directory on its path and ``event`` (JSON)
+    in a file: the handler imported, ``before_snapshot``, ``after_restore``, then the first request, as
+    ``tests/benchmarks/cold_start.py``'s restored sample runs them (no tables: the local ledger and idempotency)."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    event_file = tmp_path / "event.json"
+    event_file.write_text(__import__("json").dumps(event))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    for name in ("COMPACTOR_USAGE_TABLE", "COMPACTOR_IDEMPOTENCY_TABLE", "_X_AMZN_TRACE_ID"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", script, str(repo / "functions" / function), str(event_file)],
+                          capture_output=True, text=True, cwd=repo, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return __import__("json").loads(done.stdout.strip().splitlines()[-1])
+
+
+def _real_request_body() -> str:
+    """A real agent transcript of the corpus's median size (132 messages, five batches in decision mode) as
+    ``compactor compact FILE --mode decision`` sends it, with the decision event's settings."""
+    import json
+    from pathlib import Path
+
+    from compactor.transcripts import read_transcript
+
+    repo = Path(__file__).resolve().parents[3]
+    settings = json.loads(json.loads((repo / "tests" / "events" / "compact-decision.json").read_text())["body"])
+    settings.pop("messages")
+    corpus = repo / "tests" / "fixtures" / "corpus" / "msa-v2-toolcalls_deepseek-chat_astroid-1978.json"
+    return json.dumps(read_transcript(corpus.read_text(encoding="utf-8")).compact_body(settings, mode="decision"))
+
+
+_CONTEXT = """
+class Context:
+    function_name = "f"; memory_limit_in_mb = 1024; aws_request_id = "restored"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:f"
+    log_group_name = log_stream_name = function_version = "1"
+    def get_remaining_time_in_millis(self): return 60000
+"""
+
+_API_FIRST_REQUEST = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import compact
+from compactor_aws import snapstart
+snapstart.before_snapshot()
+snapstart.after_restore()
+event = json.loads(open(sys.argv[2]).read())
+before = set(sys.modules)
+""" + _CONTEXT + """
+answer = compact.handler(event, Context())
+body = json.loads(answer["body"])
+nodes = body["x_router"]["decision_trace"]["flow_nodes"]
+print(json.dumps({"status": answer["statusCode"], "decisions": sum(node["kind"] == "decision" for node in nodes),
+                  "new": [name for name in sys.modules if name not in before]}))
+"""
+
+_S3_FIRST_REQUEST = """
+import json, sys
+from moto import mock_aws
+with mock_aws():
+    import boto3
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="transcripts")
+    body = json.loads(open(sys.argv[2]).read())["body"].encode()
+    put = s3.put_object(Bucket="transcripts", Key="incoming/run.json", Body=body)
+    sys.path.insert(0, sys.argv[1])
+    import s3_compact
+    from compactor_aws import snapstart
+    snapstart.before_snapshot()
+    snapstart.after_restore()
+    event = {"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+                          "eventTime": "2026-01-01T00:00:00.000Z", "eventName": "ObjectCreated:Put",
+                          "s3": {"bucket": {"name": "transcripts", "arn": "arn:aws:s3:::transcripts"},
+                                 "object": {"key": "incoming/run.json", "size": len(body),
+                                            "eTag": put["ETag"].strip('"')}}}]}
+    before = set(sys.modules)
+""" + "\n".join("    " + line for line in _CONTEXT.splitlines()) + """
+    answer = s3_compact.handler(event, Context())
+    print(json.dumps({"results": [r["result"] for r in answer["results"]],
+                      "new": [name for name in sys.modules if name not in before]}))
+"""
+
+
+def test_a_restored_api_functions_real_size_first_request_imports_nothing(tmp_path) -> None:
+    """After the hook, the API's first real request (five batches) imports no module: billing, the fan-out runner's
+    check and the codec of the decision mode's plain escapes are in the snapshot, not in a restored container's
+    first request (docs/performance.md#snapstart)."""
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    event = json.loads((repo / "tests" / "events" / "compact-decision.json").read_text())
+    event["body"] = _real_request_body()
+    seen = _restored_first_request("compact", _API_FIRST_REQUEST, event, tmp_path)
+    assert seen["status"] == 200 and seen["decisions"] == 5
+    assert seen["new"] == []
+
+
+def test_a_restored_s3_functions_real_size_first_request_imports_nothing(tmp_path) -> None:
+    """After the hook, the S3 function's first real object imports no module: billing and the transcript reader are
+    in the snapshot (docs/performance.md#snapstart)."""
+    seen = _restored_first_request("s3_compact", _S3_FIRST_REQUEST, {"body": _real_request_body()}, tmp_path)
+    assert seen["results"] == ["compacted"]
+    assert seen["new"] == []
+
+
+def test_before_snapshot_compacts_a_request_of_several_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Besides the tiny compactions (one batch each), the hook compacts a request shaped like a real one: several
+    decision batches of tool-call units, so the multi-batch paths run before the snapshot."""
+    from compactor import service
+
+    answers: list[dict[str, object]] = []
+    compact = service.compact
+
+    async def recording(request, **kwargs):
+        status, body = await compact(request, **kwargs)
+        answers.append(body)
+        return status, body
+
+    monkeypatch.setattr(service, "compact", recording)
+    for name, value in {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    snapstart.before_snapshot()
+    decisions = [sum(node["kind"] == "decision" for node in body["x_router"]["decision_trace"]["flow_nodes"])
+                 for body in answers if body.get("x_router", {}).get("decision_trace", {}).get("flow_nodes")]
+    assert max(decisions) >= 2
+    assert any(message.get("tool_calls") for message in snapstart.real_shaped_messages())
