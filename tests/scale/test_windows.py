@@ -405,3 +405,25 @@ def test_a_windows_bounded_view_keeps_the_middle_lines_later_messages_name(fmt, 
     assert "used_names" not in tasks[0]
     item = _sent_item(tasks[0], "fragment_1")
     assert "parse_config_value" not in item and "bytes omitted" in item
+
+
+@pytest.mark.parametrize("fmt", ["openai-chat", "anthropic-messages"])
+def test_a_pass_keeps_the_later_uses_of_its_bounded_views_names_only(fmt):
+    """The scan kept the last message using every name of the transcript, so a pass's memory grew with its distinct
+    names (93 MB against 57 at 500 MB in large_transcripts.py) and every message was read for names. It now watches
+    only the names of units sent as bounded views, from the first such unit on: a pass without one keeps none."""
+    from compactor.compaction.preparation import view_names
+    from compactor.formats import get_dialect
+
+    s = settings(keep_recent=1, format=fmt)
+    small = _long_output_run(fmt, "Look at parse_config_value in src/pkg/config_loader.py first.")
+    small[2] = {**small[2], "content": "short output naming src/pkg/other_module.py"} if fmt == "openai-chat" else {
+        **small[2], "content": [{"type": "tool_result", "tool_use_id": "call_0",
+                                 "content": "short output naming src/pkg/other_module.py"}]}
+    assert scan(small, s, reread=lambda: small).last_use == {}
+    items = _long_output_run(fmt, "Look at parse_config_value in src/pkg/config_loader.py first.", 3)
+    context = scan(items, s, reread=lambda: items)
+    dialect = get_dialect(fmt)
+    big_unit_names = view_names(items[1], dialect) | view_names(items[2], dialect)
+    assert set(context.last_use) <= big_unit_names
+    assert context.last_use["parse_config_value"] == len(items) - 2

@@ -37,6 +37,7 @@ from compactor.compaction.preparation import (
     MAX_BATCHES,
     MAX_CANDIDATES,
     MAX_FLOW_INPUT_BYTES,
+    MAX_SUMMARY_RECORD_BYTES,
     TAIL_TARGET_SHARE,
     Batch,
     BatchSizer,
@@ -118,7 +119,8 @@ class PassContext:
     message_bytes: array  # dense size of each message, in order
     unit_ends: array | None = None  # where each unit ends, for a format whose units the scan found from the whole
     # stream (Dialect.stream_facts); None: units are found as the messages come (group_units)
-    last_use: dict[str, int] = field(default_factory=dict)  # the last message using each name (preparation.view_names)
+    last_use: dict[str, int] = field(default_factory=dict)  # of each name of a unit sent as its bounded view, the last
+    # message using it (_LaterUses)
 
     def protected(self, unit: Unit) -> bool:
         return unit.end > self.tail_start or any(i in self.pins for i in unit.indexes())
@@ -138,10 +140,43 @@ def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Messag
         yield Unit(start, start + len(current)), current
 
 
+# The fewest dense bytes a unit sent as its bounded view can have: its entry must exceed a summary record, and JSON's
+# escapes at most multiply a text's bytes by six (a control character's \u00XX); a margin for what its view adds.
+_BOUNDED_UNIT_MIN_BYTES = MAX_SUMMARY_RECORD_BYTES // 8
+
+
+class _LaterUses:
+    """The last message using each name of a unit sent as its bounded view (its ``candidate`` says so), found while a
+    pass's units are read in order, for :func:`windows`' ``used_names``. Only those units' names are watched and
+    only messages after the first such unit are read for names (``preparation.view_names``), so a pass without one
+    reads no names and keeps none: what is held grows with those units, not with the transcript."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.watched: set[str] = set()
+        self.last_use: dict[str, int] = {}
+        self._template: Questions | None = None
+
+    def add(self, unit: Unit, unit_messages: list[Message], unit_bytes: int) -> None:
+        """Read the next unit: its uses of names watched already, then its own names if it is sent as a bounded
+        view (a unit a pass protects never is, and watching its names costs only their reading)."""
+        if self.watched:
+            for index, message in zip(unit.indexes(), unit_messages):
+                for name in view_names(message, self.dialect).intersection(self.watched):
+                    self.last_use[name] = index
+        if unit_bytes < _BOUNDED_UNIT_MIN_BYTES:
+            return
+        if self._template is None:
+            self._template = Questions.of(question_template())
+        if candidate(unit, unit_messages, self._template, self.dialect).omitted:
+            for message in unit_messages:
+                self.watched |= view_names(message, self.dialect)
+
+
 def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int | None = None,
          reread: Callable[[], Iterable[Message]] | None = None) -> PassContext:
-    """One read of a pass's input: pins, tail, instructions, recent evidence, sizes, budget and the last message using
-    each name (the salience scan's names, for the windows' bounded views: :func:`windows`).
+    """One read of a pass's input: pins, tail, instructions, recent evidence, sizes, budget and, for the units sent as
+    their bounded views, the last message using each of their names (:class:`_LaterUses`, for :func:`windows`).
     ``target_bytes`` is the run's target (default: this input's bytes times the target ratio). A format whose
     units are known only once the whole stream is read (``Dialect.stream_facts``: ``anthropic-messages``) is read
     twice, the second time from ``reread()`` (:func:`_scan_paired`)."""
@@ -160,12 +195,11 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     recent: deque[tuple[Unit, list[Message]]] = deque()
     count = 0
     previous: Message | None = None
-    last_use: dict[str, int] = {}
+    later = _LaterUses(dialect)
     for unit, unit_messages in group_units(_counted(messages, sizes)):
+        later.add(unit, unit_messages, sum(sizes[unit.start:unit.end]))
         pinned = False
         for index, message in zip(unit.indexes(), unit_messages):
-            for name in view_names(message, dialect):
-                last_use[name] = index
             # As instruction_pins: explicit pins (else the default ones, docs/differences.md), and always
             # every system/developer message.
             if explicit is None:
@@ -189,7 +223,7 @@ def scan(messages: Iterable[Message], settings: Settings, *, target_bytes: int |
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
                        budget=_budget(target, tail_start, sizes, unit_end, unit_pinned), message_bytes=sizes,
-                       last_use=last_use)
+                       last_use=later.last_use)
 
 
 def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Message]], settings: Settings,
@@ -198,14 +232,12 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     its last ``tool_result``, so the first read records each message's facts (size, call ids opened and answered,
     roles, thinking-only, same turn: ``Dialect.stream_facts``) and the units, pins and the tail (with the turn in
     progress the format protects) are found from them once it ends; the second read takes the pins' text and the
-    tail's recent evidence. What one request of this format finds for the whole transcript (``prepare``)."""
+    tail's recent evidence, and reads the units for the names of those sent as bounded views (:class:`_LaterUses`).
+    What one request of this format finds for the whole transcript (``prepare``)."""
     explicit = None if settings.pinned_indices is None else set(settings.pinned_indices)
     sizes: array = array("q")
-    last_use: dict[str, int] = {}
-    for index, message in enumerate(_counted(messages, sizes)):
+    for message in _counted(messages, sizes):
         facts.add(message)
-        for name in view_names(message, dialect):
-            last_use[name] = index
     count = len(sizes)
     _check_pins(explicit, count)
     units = facts.units()
@@ -214,8 +246,12 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     unit_ends = array("q", (unit.end for unit in units))
     budget = _budget(target, tail_start, sizes, unit_ends, (not pins.isdisjoint(unit.indexes()) for unit in units))
     del units
-    # The second read: the pins' text (while their entries fit: _PinTexts) and the tail units' recent evidence.
+    # The second read: the pins' text (while their entries fit: _PinTexts), the tail units' recent evidence and each
+    # unit for the later uses of the bounded views' names.
     instructions = _PinTexts()
+    later = _LaterUses(dialect)
+    unit_ends_iter, unit_start, unit_messages = iter(unit_ends), 0, []
+    unit_end = next(unit_ends_iter, None)
     recent_evidence: list[str] = []
     first_tail = next((k for k, end in enumerate(unit_ends) if end > tail_start), len(unit_ends))
     tail_from = unit_ends[first_tail - 1] if first_tail else 0
@@ -224,6 +260,10 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
     for index, message in enumerate(reread()):
         if index in pins:
             instructions.add(message)
+        unit_messages.append(message)
+        if index + 1 == unit_end:
+            later.add(Unit(unit_start, unit_end), unit_messages, sum(sizes[unit_start:unit_end]))
+            unit_start, unit_messages, unit_end = unit_end, [], next(unit_ends_iter, None)
         if index >= tail_from:
             held.append(message)
             if index + 1 == end:
@@ -231,7 +271,7 @@ def _scan_paired(messages: Iterable[Message], reread: Callable[[], Iterable[Mess
                 end, held = next(ends, None), []
     return PassContext(count=count, pins=pins, tail_start=tail_start, instructions=instructions.view(),
                        recent_evidence=recent_evidence, input_bytes=input_bytes, target_bytes=target,
-                       budget=budget, message_bytes=sizes, unit_ends=unit_ends, last_use=last_use)
+                       budget=budget, message_bytes=sizes, unit_ends=unit_ends, last_use=later.last_use)
 
 
 # What both scans find once their first read ends: one home for each (docs/scale.md).
