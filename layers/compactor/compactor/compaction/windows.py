@@ -140,8 +140,9 @@ def group_units(messages: Iterable[Message]) -> Iterator[tuple[Unit, list[Messag
         yield Unit(start, start + len(current)), current
 
 
-# The fewest dense bytes a unit sent as its bounded view can have: its entry must exceed a summary record, and JSON's
-# escapes at most multiply a text's bytes by six (a control character's \u00XX); a margin for what its view adds.
+# Fewer dense bytes than any unit sent as its bounded view has: its entry, the dense JSON of its view escaped once more
+# as a string, must exceed a summary record; that escape at most doubles a JSON text (a quote or backslash), and a
+# view is not much larger than its messages, so 8 leaves a wide margin (a unit it misses keeps head and tail only).
 _BOUNDED_UNIT_MIN_BYTES = MAX_SUMMARY_RECORD_BYTES // 8
 
 
